@@ -1,0 +1,3 @@
+from specsim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""The ``specsim`` command line.
+
+Each subcommand lives in its own module ``specsim.cli.<name>`` with two functions:
+``add_arguments(parser)`` and ``run(args) -> int``. Command modules import heavy libraries (torch,
+SimPy, matplotlib) inside ``run`` only, so ``specsim --help`` stays fast and commands that do not
+need torch work without it. A ``SpecsimError`` anywhere becomes one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import warnings
+
+from specsim import __version__
+from specsim.errors import EXIT_BAD_INPUT, SpecsimError
+
+# name -> one-line help. The module is specsim.cli.<name>.
+COMMANDS = {
+    "profile": "measure models (or estimate them) and write a profile YAML",
+    "simulate": "simulate a scenario and write per-request records and a summary",
+    "plan": "sweep k, load and replicas: choose k, plan capacity",
+    "report": "what-if reports, such as swapping one drafter for another",
+    "check": "check a verifier for losslessness, or compare two rollouts",
+    "validate": "run the real engine and compare it with the simulator's prediction",
+    "schema": "print the JSON Schema of a scenario or profile file",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specsim",
+        description="Profile, simulate and plan speculative decoding for LLM serving fleets.",
+    )
+    parser.add_argument("--version", action="version", version=f"specsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in COMMANDS.items():
+        if importlib.util.find_spec(f"specsim.cli.{name}") is None:
+            continue
+        module = importlib.import_module(f"specsim.cli.{name}")
+        cmd = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with warnings.catch_warnings():
+            # Library warnings (an extrapolated latency query, say) are one line, no source dump.
+            warnings.showwarning = _one_line_warning
+            return int(args._run(args) or 0)
+    except SpecsimError as exc:
+        print(f"specsim {args.command}: error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"specsim {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"specsim: warning: {message}", file=sys.stderr)

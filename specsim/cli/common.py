@@ -1,0 +1,43 @@
+"""Options and output shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_out(parser: argparse.ArgumentParser, required: bool = True, help: str | None = None):
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        required=required,
+        help=help or "folder for the output files (written atomically)",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print a machine-readable JSON summary instead"
+    )
+
+
+def add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="override a scenario value, e.g. --set speculation.k=3 (repeatable; type-checked)",
+    )
+
+
+def emit(args: argparse.Namespace, summary: dict[str, Any], human: str) -> None:
+    """Print the human summary, or with ``--json`` the JSON summary, to stdout."""
+    if getattr(args, "json", False):
+        json.dump(summary, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(human.rstrip("\n") + "\n")

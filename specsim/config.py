@@ -1,0 +1,124 @@
+"""Schema-validated YAML configuration (profiles, scenarios) and ``--set`` overrides.
+
+Every configuration model derives from ``StrictModel``: unknown keys are errors, types are checked,
+and a validation failure becomes a one-line ``SpecsimError`` naming the file, the dotted key and a
+fix. ``--set a.b=value`` overrides are applied to the raw mapping before validation, so they are
+type-checked by the same schema.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+from specsim.errors import SpecsimError
+from specsim.fileio import read_yaml
+
+
+class StrictModel(pydantic.BaseModel):
+    """Base for configuration models: no unknown keys, no silent coercion of strings to numbers."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", strict=False, frozen=False)
+
+
+M = TypeVar("M", bound=StrictModel)
+
+_FIXES = {
+    "extra_forbidden": "remove the key or check its spelling",
+    "missing": "add the key",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than": "use a smaller value",
+    "less_than_equal": "use a smaller value",
+    "literal_error": "use one of the allowed values",
+    "enum": "use one of the allowed values",
+}
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError:
+    """The first problem of a pydantic error as a one-line ``SpecsimError``."""
+    err = exc.errors(include_url=False)[0]
+    # Tagged unions and function validators add loc entries that are not keys; drop them.
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or "-" in p)))
+    key = _dotted(loc) or None
+    message = err["msg"]
+    if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
+        shown = repr(err["input"])
+        if len(shown) <= 60:
+            message += f" (got {shown})"
+    fix = _FIXES.get(err["type"])
+    if fix is None and err["type"].endswith(("_type", "_parsing")):
+        fix = "give a value of the expected type"
+    more = len(exc.errors()) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return SpecsimError(message, file=source, key=key, fix=fix)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"speculation.k=3"`` -> (["speculation", "k"], 3). The value is read as YAML."""
+    if "=" not in text:
+        raise SpecsimError(
+            f"override {text!r} has no '='", file="--set", fix="write --set section.key=value"
+        )
+    dotted, raw = text.split("=", 1)
+    path = [p.strip() for p in dotted.strip().split(".")]
+    if not all(path):
+        raise SpecsimError(f"override key {dotted!r} is empty or has an empty part", file="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """A copy of ``data`` with each ``key.path=value`` override applied."""
+    result = copy.deepcopy(data)
+    for text in overrides or []:
+        path, value = parse_override(text)
+        node = result
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(path[: i + 1])
+                raise SpecsimError(
+                    f"{where} is a value, not a section", file="--set", key=".".join(path)
+                )
+            node = child
+        node[path[-1]] = value
+    return result
+
+
+def validate(model: type[M], data: dict[str, Any], source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, source) from None
+
+
+def load_model(
+    model: type[M], path: str | Path, overrides: list[str] | None = None, what: str = "YAML file"
+) -> M:
+    """Read ``path``, apply overrides, validate against ``model``; one-line errors throughout."""
+    data = apply_overrides(read_yaml(path, what), overrides)
+    source = str(path) + (" (with --set overrides)" if overrides else "")
+    return validate(model, data, source)

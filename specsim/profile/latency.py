@@ -1,0 +1,100 @@
+"""Answering "how long does this forward pass take?" from a profile's latency fit.
+
+Pure numpy, no torch: the simulator and planner call this once per engine iteration.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.profile.schema import Latency
+
+
+class OutOfRangeWarning(UserWarning):
+    """A latency query left the measured range and was extrapolated (said once per model)."""
+
+
+class LatencyModel:
+    """Pass latency for one model, from its ``Latency`` section.
+
+    ``name`` and ``source`` only label errors and warnings.
+    """
+
+    def __init__(self, latency: Latency, name: str, source: str = "profile"):
+        self.latency = latency
+        self.name = name
+        self.source = source
+        fit = latency.fit
+        self._coef = (
+            fit.fixed_s,
+            fit.per_sequence_s,
+            fit.per_batched_token_s,
+            fit.knee_tokens,
+            fit.per_kv_token_s,
+            fit.per_attention_pair_s,
+        )
+        self._warned = False
+
+    def seconds_from_totals(
+        self, batch: int, new_tokens: float, kv_tokens: float, attention_pairs: float
+    ) -> float:
+        """Seconds for a pass given batch totals (no range check; the caller has done it)."""
+        fixed, per_seq, per_tok, knee, per_kv, per_pair = self._coef
+        return (
+            fixed
+            + per_seq * batch
+            + per_tok * max(0.0, new_tokens - knee)
+            + per_kv * kv_tokens
+            + per_pair * attention_pairs
+        )
+
+    def pass_seconds(self, context: np.ndarray, new_tokens: np.ndarray | int) -> float:
+        """Seconds for one pass: sequence i has ``context[i]`` cached tokens and adds
+        ``new_tokens[i]`` (1 = decode, k + 1 = verification, prompt length = prefill)."""
+        context = np.asarray(context, dtype=np.float64)
+        new = np.broadcast_to(np.asarray(new_tokens, dtype=np.float64), context.shape)
+        batch = int(context.shape[0])
+        if batch == 0:
+            return 0.0
+        self.check_range(batch, float(context.max()), float(new.max()), float(new.min()))
+        kv = float(context.sum())
+        n = float(new.sum())
+        pairs = float(np.dot(new, context + (new + 1.0) / 2.0))
+        return self.seconds_from_totals(batch, n, kv, pairs)
+
+    def check_range(
+        self, batch: int, max_context: float, max_new: float, min_new: float = 1.0
+    ) -> None:
+        """Apply the profile's rule for queries outside the measured range."""
+        rng = self.latency.valid_range
+        if rng is None:
+            return
+        problems = []
+        if not rng.batch[0] <= batch <= rng.batch[1]:
+            problems.append(f"batch {batch} outside {list(rng.batch)}")
+        if max_context > rng.context[1]:
+            problems.append(f"context {int(max_context)} above {rng.context[1]}")
+        if max_new > rng.new_tokens[1] or min_new < rng.new_tokens[0]:
+            problems.append(
+                f"new tokens {int(min_new)}..{int(max_new)} outside {list(rng.new_tokens)}"
+            )
+        if not problems:
+            return
+        if self.latency.outside_range == "error":
+            raise SpecsimError(
+                f"latency query outside the measured range ({'; '.join(problems)})",
+                file=self.source,
+                key=f"{self.name}.latency.valid_range",
+                fix="profile a wider grid, or set outside_range: extrapolate",
+            )
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self.source}: {self.name}: latency query outside the measured range "
+                f"({'; '.join(problems)}); extrapolating the fitted formula (said once)",
+                OutOfRangeWarning,
+                stacklevel=2,
+            )

@@ -1,0 +1,220 @@
+"""The profile file: what the simulator knows about a target, its drafters and the hardware.
+
+A profile is a versioned YAML file (``version: 1``). It records where its numbers came from
+(``provenance``), the hardware, the models with their latency fits, a per-step overhead, and the
+acceptance statistics per drafter x verifier x temperature. Nothing in code hard-codes a device's
+speed or price: it all comes from here. ``specsim schema profile`` prints the JSON Schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from specsim.config import StrictModel
+
+NonNeg = Annotated[float, Field(ge=0)]
+Pos = Annotated[float, Field(gt=0)]
+Prob = Annotated[float, Field(ge=0, le=1)]
+
+Verifier = Literal["rejection", "greedy", "typical"]
+LOSSY_VERIFIERS = frozenset({"typical"})
+
+
+class Provenance(StrictModel):
+    source: Literal["measured", "published", "roofline"] = Field(
+        description="measured on a device, taken from a publication, or a roofline estimate"
+    )
+    device: str = Field(description="the device the numbers describe, in words")
+    date: str = Field(description="ISO date the numbers were produced")
+    software: dict[str, str] = Field(default_factory=dict, description="name -> version")
+    command: str | None = Field(default=None, description="the command that wrote the profile")
+    notes: str = ""
+    profiling_seconds: NonNeg | None = Field(default=None, description="wall time of profiling")
+
+
+class Hardware(StrictModel):
+    name: str
+    memory_bytes: Pos = Field(description="device memory available to weights and KV cache")
+    price_per_hour_usd: NonNeg = Field(description="what one device costs per hour (edit freely)")
+    peak_flops: Pos | None = Field(default=None, description="peak FLOP/s at the profile's dtype")
+    memory_bandwidth_bytes_per_s: Pos | None = None
+
+
+class HeldOutError(StrictModel):
+    method: str = Field(description="how the error was measured, e.g. 'leave-one-out'")
+    points: Annotated[int, Field(ge=0)]
+    median_rel_error: NonNeg
+    max_rel_error: NonNeg
+
+
+class LatencyFit(StrictModel):
+    """Seconds for one forward pass over a batch of sequences.
+
+    With ``N`` = new tokens in the batch, ``KV`` = tokens read from the KV cache (sum of the
+    sequences' context lengths), ``P`` = sum over sequences of new x (context + (new + 1) / 2)
+    (query-key pairs of the new tokens) and ``B`` = sequences in the batch::
+
+        seconds = fixed_s + per_sequence_s * B + per_batched_token_s * max(0, N - knee_tokens)
+                  + per_kv_token_s * KV + per_attention_pair_s * P
+
+    ``knee_tokens`` > 0 models a pass that is memory-bound (flat in N) until N reaches the knee;
+    with it at 0 the form is the plain linear one, easy to write by hand from a published fit.
+    """
+
+    fixed_s: NonNeg
+    per_sequence_s: NonNeg = 0.0
+    per_batched_token_s: NonNeg = 0.0
+    knee_tokens: NonNeg = 0.0
+    per_kv_token_s: NonNeg = 0.0
+    per_attention_pair_s: NonNeg = 0.0
+    held_out: HeldOutError | None = None
+
+
+class LatencySample(StrictModel):
+    """One measured grid point: all sequences in the batch share context and new-token counts."""
+
+    batch: Annotated[int, Field(ge=1)]
+    context: Annotated[int, Field(ge=0)]
+    new_tokens: Annotated[int, Field(ge=1)]
+    seconds: Pos = Field(description="median of the repeats")
+    spread_s: NonNeg = Field(default=0.0, description="interquartile range of the repeats")
+    repeats: Annotated[int, Field(ge=1)] = 1
+    phase: Literal["prefill", "decode", "verify"] | None = None
+
+
+class ValidRange(StrictModel):
+    """The measured region. Queries outside it follow ``Latency.outside_range``."""
+
+    batch: tuple[int, int]
+    context: tuple[int, int]
+    new_tokens: tuple[int, int]
+
+
+class Latency(StrictModel):
+    fit: LatencyFit
+    valid_range: ValidRange | None = Field(
+        default=None, description="absent for hand-written fits: valid everywhere"
+    )
+    outside_range: Literal["extrapolate", "error"] = Field(
+        default="extrapolate",
+        description="'extrapolate': use the fit's formula beyond the range and warn once; "
+        "'error': refuse the query",
+    )
+    samples: list[LatencySample] = Field(default_factory=list)
+
+
+class ModelSpec(StrictModel):
+    """A target or drafter. FLOPs are forward-pass FLOPs (2 x multiply-adds)."""
+
+    kind: Literal["target", "draft_model", "ngram", "heads"]
+    description: str = ""
+    params: Annotated[int, Field(ge=0)] = 0
+    layers: Annotated[int, Field(ge=0)] = 0
+    hidden_size: Annotated[int, Field(ge=0)] = 0
+    vocab_size: Annotated[int, Field(ge=0)] = 0
+    kv_bytes_per_token: Annotated[int, Field(ge=0)] = 0
+    weight_bytes: Annotated[int, Field(ge=0)] = 0
+    flops_per_token: NonNeg = Field(default=0.0, description="weights part, ~2 x params")
+    attention_flops_per_context_token: NonNeg = Field(
+        default=0.0, description="extra FLOPs per new token per token of context it attends to"
+    )
+    latency: Latency | None = Field(
+        default=None, description="pass latency; draft models and targets need it"
+    )
+    draft_step_s: NonNeg | None = Field(
+        default=None,
+        description="fixed drafting cost per speculative step (n-gram lookup, heads) when the "
+        "drafter has no latency fit of its own",
+    )
+
+    @model_validator(mode="after")
+    def _needs_a_cost(self) -> ModelSpec:
+        if self.kind in ("target", "draft_model") and self.latency is None:
+            raise ValueError(f"a {self.kind} needs a 'latency' section")
+        if self.kind in ("ngram", "heads") and self.latency is None and self.draft_step_s is None:
+            raise ValueError(f"a {self.kind} drafter needs 'draft_step_s' or a 'latency' section")
+        return self
+
+
+class Overhead(StrictModel):
+    """Per-iteration engine cost outside the forward passes (scheduling, sampling)."""
+
+    per_step_s: NonNeg = 0.0
+    per_sequence_s: NonNeg = 0.0
+    source: Literal["measured", "stated", "roofline"] = "stated"
+
+
+class AcceptanceSequences(StrictModel):
+    """Per-request acceptance for trace-driven simulation, in a text file beside the profile.
+
+    One request per line, whitespace-separated values, one per generated position:
+    ``run_length``: how many tokens a step starting there would emit with unlimited k (a window
+    of k emits min(value, k + 1)); ``beta``: the probability that a draft at that position is
+    accepted.
+    """
+
+    path: str = Field(description="relative to the profile file")
+    kind: Literal["run_length", "beta"]
+    requests: Annotated[int, Field(ge=1)]
+
+
+class Acceptance(StrictModel):
+    """Acceptance of one drafter under one verifier at one temperature.
+
+    ``per_position[i]`` is the conditional probability that draft i + 1 of a step is accepted
+    given drafts 1..i were (the chain statistic, walked over real steps). For drafters that do not
+    always propose (n-gram lookup), the rates are conditional on a proposal and
+    ``proposal_rate`` is the share of steps that propose at all.
+    """
+
+    drafter: str
+    verifier: Verifier
+    temperature: NonNeg
+    per_position: list[Prob] = Field(min_length=1)
+    mean_acceptance_length: dict[int, Annotated[float, Field(ge=1)]] = Field(
+        default_factory=dict, description="k -> 1 + accepted / steps, as measured"
+    )
+    proposal_rate: Annotated[float, Field(gt=0, le=1)] = 1.0
+    request_concentration: Pos | None = Field(
+        default=None,
+        description="heterogeneity across requests: each request's rate scale is drawn from a "
+        "Beta with this concentration (larger = more alike); absent = all alike",
+    )
+    token_beta_mean: Prob | None = Field(
+        default=None, description="beta averaged over every position (overstates chains)"
+    )
+    tv_distance: NonNeg | None = Field(
+        default=None, description="lossy verifiers: distance of their output from p"
+    )
+    sequences: AcceptanceSequences | None = None
+    source: Literal["measured", "calibrated", "published", "assumed"] = "measured"
+    tokens_scored: Annotated[int, Field(ge=0)] | None = None
+
+
+class Profile(StrictModel):
+    version: Literal[1]
+    name: str
+    provenance: Provenance
+    hardware: Hardware
+    target: ModelSpec
+    drafters: dict[str, ModelSpec] = Field(default_factory=dict)
+    overhead: Overhead = Field(default_factory=Overhead)
+    acceptance: list[Acceptance] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        if self.target.kind != "target":
+            raise ValueError("target.kind must be 'target'")
+        for name, spec in self.drafters.items():
+            if spec.kind == "target":
+                raise ValueError(f"drafter {name!r} has kind 'target'; use draft_model/ngram/heads")
+        for entry in self.acceptance:
+            if entry.drafter not in self.drafters:
+                known = ", ".join(sorted(self.drafters)) or "none"
+                raise ValueError(
+                    f"acceptance names drafter {entry.drafter!r}, which is not under drafters "
+                    f"(drafters: {known})"
+                )
+        return self
