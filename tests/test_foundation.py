@@ -1,0 +1,194 @@
+"""The shared foundation: one-line errors, atomic outputs, schema validation, overrides, latency."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.config import StrictModel, apply_overrides, load_model, parse_override
+from specsim.errors import SpecsimError
+from specsim.fileio import atomic_output_dir, read_yaml, write_text_atomic
+from specsim.profile import Latency, LatencyFit, LatencyModel, OutOfRangeWarning, ValidRange
+
+
+class Inner(StrictModel):
+    k: int = 0
+    rate: float = 1.0
+
+
+class Outer(StrictModel):
+    name: str
+    inner: Inner = Inner()
+
+
+def test_error_is_one_line_with_file_key_fix():
+    err = SpecsimError("bad\nvalue", file="a.yaml", key="x.y", fix="use 3")
+    assert str(err) == "a.yaml: x.y: bad value; fix: use 3"
+    assert "\n" not in str(err)
+
+
+def test_unknown_key_names_file_and_key(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: a\ninner:\n  kk: 3\n")
+    with pytest.raises(SpecsimError) as info:
+        load_model(Outer, path)
+    assert str(path) in str(info.value)
+    assert info.value.key == "inner.kk"
+    assert "remove the key" in str(info.value)
+
+
+def test_wrong_type_is_reported_with_value(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: a\ninner:\n  k: three\n")
+    with pytest.raises(SpecsimError) as info:
+        load_model(Outer, path)
+    assert info.value.key == "inner.k"
+    assert "'three'" in str(info.value)
+
+
+def test_overrides_are_type_checked(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: a\n")
+    assert load_model(Outer, path, ["inner.k=3"]).inner.k == 3
+    with pytest.raises(SpecsimError) as info:
+        load_model(Outer, path, ["inner.k=abc"])
+    assert info.value.key == "inner.k"
+    assert "--set" in str(info.value)
+
+
+def test_override_parsing_and_errors():
+    assert parse_override("a.b=0.5") == (["a", "b"], 0.5)
+    assert parse_override("a=[1, 2]") == (["a"], [1, 2])
+    with pytest.raises(SpecsimError):
+        parse_override("a.b")
+    with pytest.raises(SpecsimError):
+        parse_override("a..b=1")
+    with pytest.raises(SpecsimError):
+        apply_overrides({"a": 1}, ["a.b=2"])
+    original = {"a": {"b": 1}}
+    assert apply_overrides(original, ["a.c=2"]) == {"a": {"b": 1, "c": 2}}
+    assert original == {"a": {"b": 1}}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("", "empty"), ("- 1\n- 2\n", "mapping"), ("a: [1\n", "invalid YAML")],
+)
+def test_bad_yaml_files(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecsimError, match=message):
+        read_yaml(path)
+
+
+def test_missing_and_non_utf8_files(tmp_path):
+    with pytest.raises(SpecsimError, match="not found"):
+        read_yaml(tmp_path / "nope.yaml")
+    path = tmp_path / "latin.yaml"
+    path.write_bytes(b"a: \xe9\n")
+    with pytest.raises(SpecsimError, match="UTF-8"):
+        read_yaml(path)
+
+
+def test_atomic_output_dir_leaves_nothing_on_error(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError), atomic_output_dir(out) as staging:
+        (staging / "summary.json").write_text("{}")
+        raise RuntimeError("simulated failure half way")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_output_dir_moves_files_on_success(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("old")
+    with atomic_output_dir(out) as staging:
+        (staging / "sub").mkdir()
+        (staging / "sub" / "a.csv").write_text("x\n")
+    assert (out / "sub" / "a.csv").read_text() == "x\n"
+    assert (out / "keep.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_write_text_atomic_replaces(tmp_path):
+    path = tmp_path / "f.txt"
+    write_text_atomic(path, "one")
+    write_text_atomic(path, "two")
+    assert path.read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def _latency(**fit) -> Latency:
+    return Latency(
+        fit=LatencyFit(**fit),
+        valid_range=ValidRange(batch=(1, 8), context=(0, 1024), new_tokens=(1, 16)),
+    )
+
+
+def test_latency_formula_by_hand():
+    model = LatencyModel(
+        _latency(
+            fixed_s=1e-3,
+            per_sequence_s=1e-5,
+            per_batched_token_s=1e-4,
+            knee_tokens=4,
+            per_kv_token_s=1e-7,
+            per_attention_pair_s=1e-9,
+        ),
+        "target",
+    )
+    context = np.array([100, 300])
+    new = np.array([5, 1])
+    # N = 6 tokens, 2 above the knee; KV = 400; pairs = 5*(100+3) + 1*(300+1) = 816
+    expected = 1e-3 + 2e-5 + 2 * 1e-4 + 400 * 1e-7 + 816 * 1e-9
+    assert model.pass_seconds(context, new) == pytest.approx(expected, rel=1e-12)
+    # Below the knee a pass is flat in the number of new tokens (memory-bound).
+    flat = [model.pass_seconds(np.array([0]), n) for n in (1, 2, 3, 4)]
+    assert np.allclose(np.diff(flat), [1e-9 * (n + 1) for n in (2, 3, 4)], rtol=1e-9)
+    assert model.pass_seconds(np.array([], dtype=int), 1) == 0.0
+
+
+def test_out_of_range_extrapolates_and_warns_once():
+    model = LatencyModel(_latency(fixed_s=1e-3, per_kv_token_s=1e-6), "target", "p.yaml")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = model.pass_seconds(np.array([4096]), 1)
+        b = model.pass_seconds(np.array([8192]), 1)
+    assert a == pytest.approx(1e-3 + 4096e-6)
+    assert b == pytest.approx(1e-3 + 8192e-6)
+    assert [w.category for w in caught] == [OutOfRangeWarning]
+    assert "p.yaml" in str(caught[0].message)
+
+
+def test_out_of_range_error_rule():
+    latency = _latency(fixed_s=1e-3)
+    latency.outside_range = "error"
+    model = LatencyModel(latency, "drafters.small", "p.yaml")
+    model.pass_seconds(np.array([10] * 8), 1)
+    with pytest.raises(SpecsimError) as info:
+        model.pass_seconds(np.array([10] * 9), 1)
+    assert info.value.key == "drafters.small.latency.valid_range"
+
+
+def test_cli_help_and_bad_input_exit_code(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    assert main(["schema", "profile"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "specsim profile"
+    assert "acceptance" in schema["properties"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsim", "schema", "nonsense"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
