@@ -181,6 +181,7 @@ def test_cli_help_and_bad_input_exit_code(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0
+    assert "schema" in capsys.readouterr().out
     assert main(["schema", "profile"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["title"] == "specsim profile"
