@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Rewrite the shipped roofline profiles from the hardware specs, model configs and assumed
+# acceptance files in this folder. Run from the repository root. (Measured profiles are written
+# by `specsim profile` on the machine they describe; see each file's provenance.command.)
+set -euo pipefail
+roofline() {  # HW-SPEC TARGET DRAFTER ACCEPTANCE OUT
+  specsim profile --roofline --hardware "profiles/hardware/$1.yaml" \
+    --target "profiles/models/$2.json" --drafter "$3=profiles/models/$3.json" --drafter ngram \
+    --acceptance-from "profiles/acceptance/$4.assumed.yaml" --out "profiles/$5-roofline.yaml"
+}
+roofline h100-sxm llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_h100
+roofline a100-sxm-80gb llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_a100
+roofline h100-sxm qwen2.5-7b qwen2.5-0.5b qwen2.5-7b_qwen2.5-0.5b qwen2.5-7b_qwen2.5-0.5b_h100
+roofline l40s llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_l40s

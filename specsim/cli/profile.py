@@ -1,0 +1,175 @@
+"""Measure drafter/target pairs (or estimate them) and write a profile YAML.
+
+Measure real models on this machine (latency grid, acceptance on a prompt set):
+  specsim profile --target specsim-target --drafter small=specsim-draft-small \\
+      --drafter ngram --device cpu --out profiles/mine.yaml
+
+Estimate hardware you do not have from datasheet numbers (a roofline model):
+  specsim profile --roofline --hardware profiles/hardware/h100-sxm.yaml \\
+      --target profiles/models/llama3.1-8b.json \\
+      --drafter llama3.2-1b=profiles/models/llama3.2-1b.json --drafter ngram \\
+      --acceptance-from profiles/acceptance/llama3.1-8b_llama3.2-1b.assumed.yaml \\
+      --out profiles/llama3.1-8b_llama3.2-1b_h100-roofline.yaml
+
+Calibrate acceptance from a production vLLM's Prometheus counters:
+  specsim profile --calibrate metrics.txt --into profiles/mine.yaml --drafter small \\
+      --verifier rejection --temperature 1.0 --out profiles/mine-calibrated.yaml
+
+MODEL is a local Hugging Face folder, a config.json alone (random weights), or a built-in name;
+a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specsim.cli.common import add_json, emit
+from specsim.errors import SpecsimError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_argument_group("mode (default: measure)")
+    mode.add_argument("--roofline", action="store_true", help="estimate from datasheet numbers")
+    mode.add_argument("--calibrate", metavar="METRICS", help="Prometheus text dump of vLLM")
+    parser.add_argument("--target", metavar="MODEL", help="target model (config.json for roofline)")
+    parser.add_argument(
+        "--drafter",
+        metavar="NAME=MODEL",
+        action="append",
+        default=[],
+        help="a drafter: NAME=MODEL, NAME=ngram or NAME=ngram:N (repeatable)",
+    )
+    parser.add_argument("--out", metavar="FILE", required=True, help="profile YAML to write")
+    parser.add_argument("--name", help="profile name (default: the output file's stem)")
+    add_json(parser)
+
+    measure = parser.add_argument_group("measuring")
+    measure.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    measure.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
+    measure.add_argument(
+        "--grid",
+        metavar="AXIS=V1,V2,...",
+        action="append",
+        default=[],
+        help="grid axis values: batch=..., context=..., new=... (repeatable)",
+    )
+    measure.add_argument("--prompts", metavar="FILE", help="prompts: .jsonl or text")
+    measure.add_argument(
+        "--temperature", type=float, action="append", default=None, help="repeatable"
+    )
+    measure.add_argument("--time-budget", type=float, metavar="S", help="stop the grid after S s")
+    measure.add_argument("--repeats", type=int, default=None, help="timed repeats per point")
+    measure.add_argument("--seed", type=int, default=0)
+    measure.add_argument("--max-new-tokens", type=int, default=None, help="per prompt")
+    measure.add_argument("--max-prompts", type=int, default=None)
+    measure.add_argument("--no-acceptance", action="store_true", help="latency only")
+    measure.add_argument("--sequences", action="store_true", help="write per-request sequences")
+
+    roof = parser.add_argument_group("roofline")
+    roof.add_argument("--hardware", metavar="HW.yaml", help="hardware spec")
+    roof.add_argument("--acceptance-from", metavar="FILE", help="copy acceptance entries")
+    roof.add_argument("--ngram-step-s", type=float, default=1.0e-4)
+    roof.add_argument("--overhead-step-s", type=float, default=5.0e-4)
+    roof.add_argument("--overhead-sequence-s", type=float, default=1.0e-5)
+
+    cal = parser.add_argument_group("calibration")
+    cal.add_argument("--into", metavar="PROFILE", help="profile to add the acceptance to")
+    cal.add_argument("--verifier", choices=["rejection", "greedy", "typical"])
+    cal.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only count series with this label (repeatable)",
+    )
+
+
+def _need(args: argparse.Namespace, *names: str, mode: str) -> None:
+    for name in names:
+        if getattr(args, name.replace("-", "_")) in (None, [], ""):
+            raise SpecsimError(
+                f"{mode} needs --{name}",
+                file="command line",
+                key=f"--{name}",
+                fix=f"add --{name} (see specsim profile --help)",
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    from specsim.profiling.specs import parse_drafters
+
+    if args.roofline and args.calibrate:
+        raise SpecsimError("choose --roofline or --calibrate, not both", file="command line")
+    out = Path(args.out)
+    name = args.name or out.stem
+    if args.roofline:
+        return _run_roofline(args, out, name, parse_drafters(args.drafter))
+    if args.calibrate:
+        return _run_calibrate(args, out, name)
+    return _run_measure(args, out, name, parse_drafters(args.drafter))
+
+
+def _run_roofline(args, out: Path, name: str, drafters) -> int:
+    from specsim.profiling.roofline import roofline_profile
+    from specsim.profiling.writer import command_line, write_profile
+
+    _need(args, "hardware", "target", mode="--roofline")
+    profile = roofline_profile(
+        hardware_path=args.hardware,
+        target_path=args.target,
+        drafters=drafters,
+        name=name,
+        acceptance_path=args.acceptance_from,
+        ngram_step_s=args.ngram_step_s,
+        overhead_step_s=args.overhead_step_s,
+        overhead_sequence_s=args.overhead_sequence_s,
+        command=command_line(),
+    )
+    write_profile(profile, out)
+    _summarise(args, profile, out)
+    return 0
+
+
+def _run_calibrate(args, out: Path, name: str) -> int:
+    raise SpecsimError("calibration is not available yet", file="--calibrate")
+
+
+def _run_measure(args, out: Path, name: str, drafters) -> int:
+    raise SpecsimError("measuring is not available yet", file="--target")
+
+
+def _summarise(args, profile, out: Path) -> None:
+    from specsim.profile import LatencyModel
+
+    target = LatencyModel(profile.target.latency, "target")
+    decode = target.pass_seconds([1024], 1)
+    lines = [
+        f"wrote {out} ({profile.provenance.source}, {profile.provenance.device})",
+        f"  target: {profile.target.description}: decode at context 1024 "
+        f"{decode * 1e3:.2f} ms/pass",
+    ]
+    summary = {
+        "out": str(out),
+        "source": profile.provenance.source,
+        "device": profile.provenance.device,
+        "target_decode_s_at_1024": decode,
+        "drafters": {},
+        "acceptance_entries": len(profile.acceptance),
+    }
+    for dname, spec in profile.drafters.items():
+        if spec.latency is not None:
+            secs = LatencyModel(spec.latency, dname).pass_seconds([1024], 1)
+            lines.append(f"  drafter {dname}: decode at context 1024 {secs * 1e3:.2f} ms/pass")
+        else:
+            secs = spec.draft_step_s
+            lines.append(f"  drafter {dname}: {spec.kind}, {secs * 1e3:.3g} ms per step")
+        summary["drafters"][dname] = {"kind": spec.kind, "step_s": secs}
+    for entry in profile.acceptance:
+        mal = entry.mean_acceptance_length
+        k = 4 if 4 in mal else max(mal)
+        lines.append(
+            f"  acceptance {entry.drafter}/{entry.verifier}@T={entry.temperature:g} "
+            f"({entry.source}): mean acceptance length at k={k}: {mal[k]:.2f}"
+        )
+    emit(args, summary, "\n".join(lines))

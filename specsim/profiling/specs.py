@@ -1,0 +1,85 @@
+"""Parsing ``--drafter NAME=SPEC`` arguments.
+
+SPEC is a model (a local Hugging Face folder, a ``config.json`` alone for random weights, or a
+built-in name) or a prompt-lookup drafter ``ngram`` / ``ngram:N`` (N = n-gram size, default 3).
+Without ``NAME=``, the name is derived from SPEC.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+
+DEFAULT_NGRAM = 3
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class DrafterArg:
+    name: str
+    spec: str
+    ngram: int | None = None  # n-gram size for prompt lookup; None for a model
+
+    @property
+    def is_ngram(self) -> bool:
+        return self.ngram is not None
+
+
+def parse_ngram(spec: str) -> int | None:
+    """``ngram`` -> 3, ``ngram:N`` -> N, anything else -> None."""
+    if spec == "ngram":
+        return DEFAULT_NGRAM
+    if spec.startswith("ngram:"):
+        tail = spec.split(":", 1)[1]
+        if not tail.isdigit() or not 1 <= int(tail) <= 16:
+            raise SpecsimError(
+                f"bad n-gram size in {spec!r}",
+                file="--drafter",
+                fix="write ngram:N with N between 1 and 16",
+            )
+        return int(tail)
+    return None
+
+
+def default_name(spec: str) -> str:
+    if parse_ngram(spec) is not None:
+        return "ngram"
+    path = Path(spec)
+    stem = path.parent.name if path.name == "config.json" else path.name
+    return stem.removesuffix(".json") or "drafter"
+
+
+def parse_drafter(text: str) -> DrafterArg:
+    name, spec = text.split("=", 1) if "=" in text else ("", text)
+    name, spec = name.strip(), spec.strip()
+    if not spec:
+        raise SpecsimError(
+            f"drafter {text!r} has no model",
+            file="--drafter",
+            fix="write NAME=MODEL, NAME=ngram or NAME=ngram:N",
+        )
+    name = name or default_name(spec)
+    if not _NAME.match(name):
+        raise SpecsimError(
+            f"drafter name {name!r} is not a plain name",
+            file="--drafter",
+            fix="use letters, digits, '.', '_' or '-'",
+        )
+    return DrafterArg(name=name, spec=spec, ngram=parse_ngram(spec))
+
+
+def parse_drafters(texts: list[str]) -> list[DrafterArg]:
+    drafters = [parse_drafter(t) for t in texts]
+    seen: set[str] = set()
+    for d in drafters:
+        if d.name in seen:
+            raise SpecsimError(
+                f"drafter name {d.name!r} given twice",
+                file="--drafter",
+                fix="name each drafter: --drafter NAME=MODEL",
+            )
+        seen.add(d.name)
+    return drafters
