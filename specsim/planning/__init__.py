@@ -1,0 +1,10 @@
+"""Planning: sweeps of simulations turned into answers (best k, capacity, drafter choice).
+
+No torch here: the planner only runs the simulator and reads profiles.
+"""
+
+from specsim.planning.points import SweepPoint
+from specsim.planning.search import Bisection, solve
+from specsim.planning.sweep import PointResult, Sweeper, simulate_point
+
+__all__ = ["Bisection", "PointResult", "SweepPoint", "Sweeper", "simulate_point", "solve"]

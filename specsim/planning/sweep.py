@@ -1,0 +1,416 @@
+"""The one sweep engine: independent simulations on a local process pool or a Dask cluster.
+
+Every planner command hands a list of ``SweepPoint`` to ``Sweeper.run``. Results are written one
+JSON file per point (``DIR/points/<key>.json``) as they arrive, so an interrupted sweep rerun with
+the same folder computes only the missing points. A point that fails is recorded with its
+overrides and its one-line error (``<key>.failed.json``) and the sweep goes on; failed points are
+retried on the next run. ``DIR/sweep.json`` names the sweep a folder holds, and a folder holding a
+different sweep is refused.
+
+The local path is ``concurrent.futures.ProcessPoolExecutor``; the distributed path is
+``dask.distributed.Client``. Neither is reimplemented here: this module only keeps the books.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.fileio import dump_json, write_text_atomic
+from specsim.planning.points import SweepPoint
+
+MANIFEST = "sweep.json"
+POINTS = "points"
+MANIFEST_FORMAT = 1
+# A point whose worker process died this many times is recorded as failed, not retried again.
+MAX_POOL_ATTEMPTS = 2
+CLUSTER_CONNECT_TIMEOUT_S = 5.0
+
+# task(scenario_path, overrides) -> summary dict. Module-level, so it pickles by reference.
+Task = Callable[[str, list[str]], dict[str, Any]]
+
+
+def simulate_point(scenario: str, overrides: list[str]) -> dict[str, Any]:
+    """The default task: run the simulator on one point and return its summary."""
+    from specsim.scenario import load_scenario
+    from specsim.simulation import run_simulation
+
+    return run_simulation(load_scenario(scenario, overrides)).summary
+
+
+def run_point(task: Task, scenario: str, overrides: list[str]) -> dict[str, Any]:
+    """Run ``task`` and turn any failure into a record, so one bad point cannot stop a sweep."""
+    try:
+        summary = task(scenario, list(overrides))
+        # Fail here, in the worker, if the summary cannot be stored as JSON.
+        json.dumps(summary, allow_nan=False)
+        return {"ok": True, "summary": summary}
+    except SpecsimError as exc:
+        return {"ok": False, "error": exc.one_line()}
+    except Exception as exc:
+        text = " ".join(str(exc).split()) or "no message"
+        return {"ok": False, "error": f"{type(exc).__name__}: {text}"}
+
+
+@dataclass
+class PointResult:
+    point: SweepPoint
+    key: str
+    ok: bool
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def tags(self) -> dict[str, Any]:
+        return dict(self.point.tags)
+
+
+@dataclass
+class SweepStats:
+    computed: int = 0
+    cached: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    failures: list[PointResult] = field(default_factory=list)
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Sweeper:
+    """Runs points into ``out``; use as a context manager (it owns a pool or a cluster client).
+
+    ``identity`` is a JSON-able mapping naming the sweep (command, scenario digest, options): a
+    folder whose ``sweep.json`` names another identity is refused. ``workers`` is the local pool
+    size (1 runs in this process); ``cluster`` a Dask scheduler address, which replaces the pool.
+    """
+
+    def __init__(
+        self,
+        out: str | Path,
+        identity: dict[str, Any],
+        *,
+        workers: int | None = None,
+        cluster: str | None = None,
+        progress: bool = True,
+        task: Task = simulate_point,
+        connect_timeout_s: float = CLUSTER_CONNECT_TIMEOUT_S,
+    ):
+        if workers is not None and workers < 1:
+            raise SpecsimError(
+                f"--workers must be at least 1 (got {workers})",
+                key="--workers",
+                fix="use 1 or more",
+            )
+        self.out = Path(out)
+        self.identity = identity
+        self.workers = workers or default_workers()
+        self.cluster = cluster
+        self.progress = progress
+        self.task = task
+        self.connect_timeout_s = connect_timeout_s
+        self.stats = SweepStats()
+        self._pool: ProcessPoolExecutor | None = None
+        self._client = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> Sweeper:
+        self.check_folder()
+        if self.cluster:
+            self._client = connect_cluster(self.cluster, self.connect_timeout_s)
+        self._write_manifest()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close(timeout=5)
+            self._client = None
+
+    @property
+    def parallelism(self) -> int:
+        """How many points run at once: pool size, or the cluster's worker threads."""
+        if self._client is not None:
+            info = self._client.scheduler_info()
+            threads = sum(w.get("nthreads", 1) for w in info.get("workers", {}).values())
+            return max(1, threads)
+        return self.workers
+
+    # -- the folder --------------------------------------------------------------------------------
+    def check_folder(self) -> None:
+        """Refuse a folder that holds another sweep or unrelated files; touch nothing."""
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise SpecsimError(
+                "output path exists and is not a folder", file=str(out), fix="choose a folder"
+            )
+        manifest = out / MANIFEST
+        if manifest.is_file():
+            try:
+                stored = json.loads(manifest.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raise SpecsimError(
+                    "sweep manifest is unreadable",
+                    file=str(manifest),
+                    fix="delete the folder or choose another --out",
+                ) from None
+            theirs, ours = stored.get("identity"), _jsonable(self.identity)
+            if theirs != ours:
+                raise SpecsimError(
+                    f"folder holds a different sweep ({identity_difference(theirs, ours)})",
+                    file=str(out),
+                    key=MANIFEST,
+                    fix="choose another --out folder, or delete this one to start afresh",
+                )
+        elif out.is_dir() and (out / POINTS).exists():
+            raise SpecsimError(
+                "folder holds sweep points but no sweep.json",
+                file=str(out),
+                fix="choose another --out folder, or delete this one",
+            )
+
+    def _write_manifest(self) -> None:
+        manifest = self.out / MANIFEST
+        if not manifest.is_file():
+            text = dump_json({"format": MANIFEST_FORMAT, "identity": _jsonable(self.identity)})
+            write_text_atomic(manifest, text)
+        (self.out / POINTS).mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str, failed: bool = False) -> Path:
+        return self.out / POINTS / (f"{key}.failed.json" if failed else f"{key}.json")
+
+    def _load_cached(self, point: SweepPoint, key: str) -> PointResult | None:
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            summary = record["summary"]
+        except (OSError, ValueError, KeyError):
+            return None  # a damaged record is recomputed
+        return PointResult(point, key, True, summary=summary, cached=True)
+
+    def _store(self, point: SweepPoint, key: str, record: dict[str, Any]) -> PointResult:
+        stored = {
+            "key": key,
+            "scenario": point.scenario,
+            "overrides": list(point.overrides),
+            "tags": _jsonable(dict(point.tags)),
+        }
+        if record["ok"]:
+            write_text_atomic(self._path(key), dump_json({**stored, "summary": record["summary"]}))
+            with contextlib.suppress(FileNotFoundError):
+                self._path(key, failed=True).unlink()
+            return PointResult(point, key, True, summary=record["summary"])
+        write_text_atomic(
+            self._path(key, failed=True), dump_json({**stored, "error": record["error"]})
+        )
+        return PointResult(point, key, False, error=record["error"])
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self, points: Sequence[SweepPoint], desc: str = "simulations") -> list[PointResult]:
+        """Results in the order of ``points``; cached points are read, the rest computed."""
+        started = time.perf_counter()
+        keys = [p.key() for p in points]
+        results: dict[str, PointResult] = {}
+        todo: dict[str, SweepPoint] = {}
+        for point, key in zip(points, keys, strict=True):
+            if key in results or key in todo:
+                continue  # the same simulation asked for twice runs once
+            cached = self._load_cached(point, key)
+            if cached is not None:
+                results[key] = cached
+                self.stats.cached += 1
+            else:
+                todo[key] = point
+        if todo:
+            bar = _progress_bar(len(todo), desc, self.progress)
+            try:
+                for key, record in self._compute(todo):
+                    result = self._store(todo[key], key, record)
+                    results[key] = result
+                    self.stats.computed += 1
+                    if not result.ok:
+                        self.stats.failed += 1
+                        self.stats.failures.append(result)
+                        bar.write(f"point failed ({' '.join(todo[key].overrides)}): {result.error}")
+                    bar.update(1)
+            finally:
+                bar.close()
+        self.stats.seconds += time.perf_counter() - started
+        return [_retag(results[key], point) for point, key in zip(points, keys, strict=True)]
+
+    def _compute(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
+        if self._client is not None:
+            yield from self._compute_dask(todo)
+        elif self.workers == 1 or len(todo) == 1:
+            for key, point in todo.items():
+                yield key, run_point(self.task, point.scenario, list(point.overrides))
+        else:
+            yield from self._compute_pool(todo)
+
+    def _compute_pool(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
+        attempts = dict.fromkeys(todo, 0)
+        remaining = dict(todo)
+        while remaining:
+            pool = self._ensure_pool()
+            futures: dict[Future, str] = {}
+            for key, point in remaining.items():
+                attempts[key] += 1
+                future = pool.submit(run_point, self.task, point.scenario, list(point.overrides))
+                futures[future] = key
+            broken = False
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    key = futures[future]
+                    try:
+                        record = future.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        continue
+                    remaining.pop(key)
+                    yield key, record
+            if broken:
+                # A worker died (out of memory, a crash in native code). Start a fresh pool and
+                # retry what was lost; a point that keeps killing workers is recorded as failed.
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+                for key in [k for k in remaining if attempts[k] >= MAX_POOL_ATTEMPTS]:
+                    remaining.pop(key)
+                    yield key, {"ok": False, "error": "the worker process running it died"}
+
+    def _ensure_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # forkserver: workers start from a clean process, not a copy of this one's threads.
+            method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+            context = multiprocessing.get_context(method)
+            if method == "forkserver":
+                context.set_forkserver_preload(["specsim.planning.sweep"])
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+        return self._pool
+
+    def _compute_dask(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
+        from dask.distributed import as_completed
+
+        futures = {}
+        for key, point in todo.items():
+            future = self._client.submit(
+                run_point,
+                self.task,
+                point.scenario,
+                list(point.overrides),
+                key=f"specsim-point-{key}",
+                pure=False,
+            )
+            futures[future] = key
+        for future in as_completed(list(futures), loop=self._client.loop):
+            key = futures[future]
+            try:
+                record = future.result()
+            except Exception as exc:  # the worker died repeatedly (KilledWorker) or was lost
+                text = " ".join(str(exc).split())
+                record = {"ok": False, "error": f"cluster: {type(exc).__name__}: {text}"}
+            yield key, record
+
+
+def connect_cluster(address: str, timeout_s: float):
+    """A Dask client for ``address``, or a one-line error within about ``timeout_s`` seconds."""
+    from dask.distributed import Client
+
+    fix = "start a scheduler and workers there (dask scheduler / dask worker ADDRESS) or check it"
+    if "://" not in address and ":" not in address:
+        raise SpecsimError(
+            f"cluster address {address!r} has no port",
+            key="--cluster",
+            fix="write HOST:PORT or tcp://HOST:PORT",
+        )
+    try:
+        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise SpecsimError(
+            f"cannot reach a Dask scheduler at {address} within {timeout_s:g} s ({reason})",
+            key="--cluster",
+            fix=fix,
+        ) from None
+    try:
+        client.wait_for_workers(1, timeout=timeout_s)
+    except Exception:
+        with contextlib.suppress(Exception):
+            client.close(timeout=2)
+        raise SpecsimError(
+            f"the Dask scheduler at {address} has no workers", key="--cluster", fix=fix
+        ) from None
+    return client
+
+
+def _retag(result: PointResult, point: SweepPoint) -> PointResult:
+    """The result under the asking point's tags (two points with one key may be tagged apart)."""
+    if result.point is point:
+        return result
+    return PointResult(point, result.key, result.ok, result.summary, result.error, result.cached)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def identity_difference(theirs: Any, ours: dict[str, Any]) -> str:
+    """Which settings differ between the stored sweep and this one, in a few words."""
+    if not isinstance(theirs, dict):
+        return "unrecognised manifest"
+    keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    shown = []
+    for key in keys[:3]:
+        old, new = json.dumps(theirs.get(key)), json.dumps(ours.get(key))
+        if len(old) + len(new) > 80:
+            shown.append(f"{key} differs")
+        else:
+            shown.append(f"{key}: {old} there, {new} here")
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return "; ".join(shown) + more
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def write(self, text: str) -> None:
+        print(text, file=sys.stderr)
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, desc=desc, unit="sim", file=sys.stderr, leave=False, dynamic_ncols=True
+    )

@@ -1,0 +1,199 @@
+"""The sweep engine: per-point results, resume, failure isolation, folder identity, pool and Dask.
+
+These tests run a synthetic task (a few lines of arithmetic) instead of the simulator, so they
+check the engine's bookkeeping quickly; the planner tests run it on the real simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.planning.points import SweepPoint
+from specsim.planning.sweep import Sweeper, run_point
+
+
+def _values(overrides: list[str]) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in overrides)
+
+
+def square_task(scenario: str, overrides: list[str]) -> dict:
+    values = _values(overrides)
+    if values.get("fail") == "yes":
+        raise ValueError("planted failure")
+    if values.get("crash") == "yes":
+        os._exit(3)  # the worker process dies without a word
+    x = float(values["x"])
+    return {"x": x, "square": x * x, "pid": 0}
+
+
+def interrupting_task(scenario: str, overrides: list[str]) -> dict:
+    if float(_values(overrides)["x"]) >= 3:
+        raise KeyboardInterrupt
+    return square_task(scenario, overrides)
+
+
+@pytest.fixture()
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text("seed: 1\nprofile: profile.yaml\n", encoding="utf-8")
+    (tmp_path / "profile.yaml").write_text("name: fake\n", encoding="utf-8")
+    return path
+
+
+def _points(scenario: Path, n: int, extra: dict[int, str] | None = None) -> list[SweepPoint]:
+    extra = extra or {}
+    points = []
+    for i in range(n):
+        overrides = [f"x={i}"] + ([extra[i]] if i in extra else [])
+        points.append(SweepPoint.make(scenario, overrides, index=i))
+    return points
+
+
+IDENTITY = {"command": "test", "scenario": "scenario.yaml"}
+
+
+def _sweeper(out: Path, task=square_task, **kw) -> Sweeper:
+    return Sweeper(out, IDENTITY, task=task, progress=False, **kw)
+
+
+def test_results_come_back_in_order_and_one_file_per_point(tmp_path, scenario):
+    out = tmp_path / "out"
+    points = _points(scenario, 5)
+    with _sweeper(out, workers=1) as sweeper:
+        results = sweeper.run(points)
+    assert [r.summary["square"] for r in results] == [0, 1, 4, 9, 16]
+    assert [r.tags["index"] for r in results] == list(range(5))
+    stored = sorted((out / "points").glob("*.json"))
+    assert len(stored) == 5
+    record = json.loads((out / "points" / f"{results[3].key}.json").read_text())
+    assert record["overrides"] == ["x=3"]
+    assert record["summary"]["square"] == 9
+    assert json.loads((out / "sweep.json").read_text())["identity"] == IDENTITY
+
+
+def test_an_interrupted_sweep_resumes_with_only_the_missing_points(tmp_path, scenario):
+    out = tmp_path / "out"
+    points = _points(scenario, 6)
+    with pytest.raises(KeyboardInterrupt), _sweeper(out, task=interrupting_task, workers=1) as s:
+        s.run(points)
+    # x = 0, 1, 2 were finished and stored before the interruption.
+    assert len(list((out / "points").glob("*.json"))) == 3
+    with _sweeper(out, workers=1) as sweeper:
+        results = sweeper.run(points)
+    assert sweeper.stats.cached == 3 and sweeper.stats.computed == 3
+    assert [r.cached for r in results] == [True] * 3 + [False] * 3
+    assert [r.summary["square"] for r in results] == [0, 1, 4, 9, 16, 25]
+    with _sweeper(out, workers=1) as sweeper:
+        sweeper.run(points)
+    assert sweeper.stats.computed == 0 and sweeper.stats.cached == 6
+
+
+def test_a_failing_point_is_reported_with_its_overrides_and_the_rest_finish(tmp_path, scenario):
+    out = tmp_path / "out"
+    points = _points(scenario, 4, extra={2: "fail=yes"})
+    with _sweeper(out, workers=1) as sweeper:
+        results = sweeper.run(points)
+    assert [r.ok for r in results] == [True, True, False, True]
+    assert results[2].error == "ValueError: planted failure"
+    assert sweeper.stats.failed == 1 and sweeper.stats.failures[0].point.overrides == (
+        "x=2",
+        "fail=yes",
+    )
+    failed = json.loads((out / "points" / f"{results[2].key}.failed.json").read_text())
+    assert failed["overrides"] == ["x=2", "fail=yes"] and "planted" in failed["error"]
+    # A rerun retries only the failed point.
+    with _sweeper(out, workers=1) as sweeper:
+        sweeper.run(points)
+    assert sweeper.stats.computed == 1 and sweeper.stats.cached == 3
+
+
+def test_a_specsim_error_keeps_its_one_line_message():
+    def bad(scenario, overrides):
+        raise SpecsimError("no such drafter", file="p.yaml", key="drafters", fix="pick one")
+
+    record = run_point(bad, "s.yaml", [])
+    assert record == {"ok": False, "error": "p.yaml: drafters: no such drafter; fix: pick one"}
+
+
+def test_a_folder_holding_a_different_sweep_is_refused(tmp_path, scenario):
+    out = tmp_path / "out"
+    with _sweeper(out, workers=1) as sweeper:
+        sweeper.run(_points(scenario, 1))
+    other = Sweeper(out, {**IDENTITY, "loads": [1, 2]}, task=square_task, progress=False)
+    with pytest.raises(SpecsimError, match=r"different sweep.*loads"):
+        other.__enter__()
+    stray = tmp_path / "stray"
+    (stray / "points").mkdir(parents=True)
+    with pytest.raises(SpecsimError, match=r"no sweep\.json"):
+        _sweeper(stray).__enter__()
+
+
+def test_changing_a_referenced_file_changes_the_key(tmp_path, scenario):
+    point = SweepPoint.make(scenario, ["x=1"])
+    before = point.key()
+    assert SweepPoint.make(scenario, ["x=1"]).key() == before
+    assert SweepPoint.make(scenario, ["x=2"]).key() != before
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("name: changed\n", encoding="utf-8")
+    os.utime(profile, ns=(1, 1))  # a new mtime even on coarse file systems
+    assert point.key() != before
+
+
+def test_the_process_pool_gives_the_same_files_as_one_process(tmp_path, scenario):
+    points = _points(scenario, 6)
+    with _sweeper(tmp_path / "serial", workers=1) as sweeper:
+        serial = sweeper.run(points)
+    with _sweeper(tmp_path / "pool", workers=2) as sweeper:
+        pooled = sweeper.run(points)
+    assert [r.summary for r in pooled] == [r.summary for r in serial]
+    for result in serial:
+        name = f"points/{result.key}.json"
+        assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "serial" / name).read_bytes()
+
+
+def test_a_point_that_kills_its_worker_is_recorded_and_the_rest_finish(tmp_path, scenario):
+    points = _points(scenario, 5, extra={1: "crash=yes"})
+    with _sweeper(tmp_path / "out", workers=2) as sweeper:
+        results = sweeper.run(points)
+    assert [r.ok for r in results] == [True, False, True, True, True]
+    assert "worker process" in results[1].error
+    assert [r.summary["square"] for r in results if r.ok] == [0, 4, 9, 16]
+
+
+def test_unreachable_cluster_is_a_one_line_error(tmp_path):
+    sweeper = Sweeper(tmp_path / "out", IDENTITY, cluster="tcp://127.0.0.1:9", connect_timeout_s=2)
+    with pytest.raises(SpecsimError, match=r"cannot reach a Dask scheduler at tcp://127.0.0.1:9"):
+        sweeper.__enter__()
+    with pytest.raises(SpecsimError, match="no port"):
+        Sweeper(tmp_path / "out", IDENTITY, cluster="localhost").__enter__()
+    # Nothing was written for a sweep that could not start.
+    assert not (tmp_path / "out" / "sweep.json").exists()
+
+
+@pytest.mark.slow
+def test_the_dask_path_runs_on_a_local_cluster_with_two_worker_processes(tmp_path, scenario):
+    import cloudpickle
+    from dask.distributed import Client, LocalCluster
+
+    # The workers import this test module's task by value: tests/ is not a package on their path.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    points = _points(scenario, 8, extra={5: "fail=yes"})
+    with _sweeper(tmp_path / "serial", workers=1) as sweeper:
+        serial = sweeper.run(points)
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        with Client(cluster) as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+        with _sweeper(tmp_path / "dask", cluster=cluster.scheduler_address) as sweeper:
+            assert sweeper.parallelism == 2
+            distributed = sweeper.run(points)
+    assert [r.ok for r in distributed] == [r.ok for r in serial]
+    assert [r.summary for r in distributed] == [r.summary for r in serial]
+    assert distributed[5].error == "ValueError: planted failure"
