@@ -1,0 +1,69 @@
+"""The exact sampling core and the losslessness checker.
+
+Notation: p = target, q = drafter, k = window size, B = rows (sequences), V = vocabulary.
+Every function is batched over rows and takes its randomness explicitly, so results are
+reproducible and a batched call equals the per-row calls.
+
+Logits processing and sampling (torch):
+- ``process_logits(logits [..., V], temperature=1.0, top_k=0, top_p=1.0) -> probs [..., V]``:
+  temperature, then top-k, then top-p, renormalised; temperature 0 gives one-hot argmax (greedy).
+  Parameters may be per-row tensors of shape ``[...]``. The drafter samples from its processed q
+  and the verifier must get that same processed q.
+- ``sample_from_probs(probs [..., V], uniforms [...]) -> tokens [...] int64``: inverse CDF, one
+  uniform per row; rows may be unnormalised (non-negative, positive sum).
+- ``draw_randomness(generator, B, k) -> VerifierRandomness(accept [B, k], sample [B])``: the
+  uniforms a verifier needs, in a fixed draw order.
+
+Verifiers (torch), all ``f(p, q, draft_tokens, n_drafts=None, randomness=None, *, validate=True)
+-> VerifyResult``:
+- inputs: ``p [B, k+1, V]`` target probabilities (the last position scores the bonus token);
+  ``q [B, k, V]`` the drafter's processed probabilities, or ``None`` for a deterministic drafter
+  (one-hot q); ``draft_tokens [B, k]`` int64; ``n_drafts [B]`` int64 in [0, k] (ragged windows;
+  None = k; padded positions may hold -1); ``randomness`` a ``VerifierRandomness``.
+- ``VerifyResult``: ``accepted [B]`` int64, ``tokens [B, k+1]`` int64 (accepted drafts then one
+  corrected/bonus token, padded with -1), ``accepted_mask [B, k]`` bool (accepted prefix only).
+- ``verify_rejection``: exact modified rejection sampling (lossless: output distributed as p).
+- ``verify_greedy``: accept while draft == argmax p; lossless w.r.t. target greedy decoding.
+- ``verify_typical``: Medusa typical acceptance, p(x) > min(0.09, 0.3 exp(-H(p))). LOSSY.
+- Bad input (wrong shape, NaN, rows not summing to 1, tokens outside [0, V), ...) raises
+  ``SamplingInputError``, a ``SpecsimError`` and a ``ValueError``.
+
+Checker (numpy closed form; torch for the Monte Carlo part):
+- ``check_sampler(verifier="rejection" | control name | callable, *, vocab=8, k=3,
+  samples=200_000, seed=0, temperature=1.0, top_k=0, top_p=1.0, drafter="sample",
+  ragged=False, alpha=0.01) -> SamplerCheck`` with ``lossless``, ``closed_form_max_abs_error``,
+  ``tv_distance``, ``p_value``, ``detectable_tv`` ... (see ``checker``).
+- ``CONTROLS``: known-wrong verifiers the checker must flag (see ``controls``).
+- ``reference``: the closed-form enumeration; ``stats``: the G-test and its power.
+
+Importing this package does not import torch; the torch functions load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "process_logits": "logits",
+    "sample_from_probs": "logits",
+    "VerifierRandomness": "randomness",
+    "draw_randomness": "randomness",
+    "VerifyResult": "verifiers",
+    "verify_rejection": "verifiers",
+    "verify_greedy": "verifiers",
+    "verify_typical": "verifiers",
+    "SamplingInputError": "validation",
+    "check_sampler": "checker",
+    "SamplerCheck": "checker",
+    "CONTROLS": "controls",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f"specsim.sampling.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'specsim.sampling' has no attribute {name!r}")

@@ -1,0 +1,337 @@
+"""The losslessness checker: exact enumeration plus a Monte Carlo test of the real implementation.
+
+``check_sampler`` judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
+prefix (``problem.ToyModels``):
+
+1. **Closed form** (numpy, float64; built-in verifiers and controls): the exact joint
+   distribution of the first two emitted tokens, by enumerating every draft path and every
+   accept/reject outcome, against what the target alone produces. An exact verifier matches to
+   1e-12; the total-variation distance is reported either way.
+2. **Monte Carlo** (torch; any verifier callable): many generations at once through the real
+   batched implementation; a G-test of the first two emitted tokens against the target, with the
+   sample size, seed, level and the smallest TV distance detected with 99% power.
+
+What "lossless" means: for ``rejection`` (and any stochastic verifier), the emitted tokens are
+distributed exactly as sampling from the target's processed p. For ``greedy`` it means the output
+equals target-only greedy decoding (argmax at every step). ``typical`` (Medusa typical acceptance)
+is lossy by design; the checker reports how far it is from the target.
+
+A third-party verifier is checked by wrapping it in the verifier signature
+``verifier(p, q, draft_tokens, n_drafts, randomness) -> result`` where ``result`` has
+``.accepted`` ``[B]`` and ``.tokens`` ``[B, k+1]`` (see ``specsim.sampling`` for shapes). For
+example, for a function that takes (target probs, draft probs, draft ids, one uniform per
+position) and returns a list of emitted ids per row::
+
+    import torch
+    from specsim.sampling import VerifyResult, check_sampler
+
+    def adapter(p, q, draft_tokens, n_drafts, randomness):
+        u = torch.cat([randomness.accept, randomness.sample[:, None]], dim=1)
+        lists = their_sampler(p, q, draft_tokens, u)          # list of lists of ids
+        k = draft_tokens.shape[1]
+        tokens = torch.full((len(lists), k + 1), -1, dtype=torch.long)
+        for b, ids in enumerate(lists):
+            tokens[b, : len(ids)] = torch.tensor(ids)
+        accepted = torch.tensor([len(ids) - 1 for ids in lists])
+        return VerifyResult(accepted, tokens, tokens[:, :k] >= 0)
+
+    report = check_sampler(adapter, k=3, samples=200_000)
+    print(report.lossless, report.p_value, report.detectable_tv)
+
+Such a verifier has no closed form, so it is judged by the Monte Carlo test alone (its
+``closed_form_max_abs_error`` is None); with ``ragged=False`` (the default) every row has
+``n_drafts == k``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.sampling import reference, stats
+from specsim.sampling.controls import CONTROLS
+from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
+
+EXACT_TOLERANCE = 1e-12
+MAX_VOCAB = 16
+MAX_K = 4
+N_TOKENS = 2
+
+
+@dataclass(frozen=True)
+class BuiltinVerifier:
+    name: str
+    function: str  # attribute of specsim.sampling.verifiers
+    rule: reference.ClosedFormRule
+    greedy_reference: bool
+    lossy_by_design: bool
+    description: str
+
+
+VERIFIERS = {
+    v.name: v
+    for v in (
+        BuiltinVerifier(
+            "rejection",
+            "verify_rejection",
+            reference.REJECTION,
+            False,
+            False,
+            "exact modified rejection sampling",
+        ),
+        BuiltinVerifier(
+            "greedy",
+            "verify_greedy",
+            reference.GREEDY,
+            True,
+            False,
+            "greedy verification (lossless means: equals target-only greedy decoding)",
+        ),
+        BuiltinVerifier(
+            "typical",
+            "verify_typical",
+            reference.TYPICAL,
+            False,
+            True,
+            "Medusa typical acceptance (lossy by design)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class SamplerCheck:
+    """The verdict and the evidence. ``lossless`` is None only if nothing could be run."""
+
+    verifier: str
+    description: str
+    lossless: bool
+    lossy_by_design: bool
+    reference: str  # "target sampling" or "target greedy decoding"
+    closed_form_max_abs_error: float | None
+    tv_distance: float | None  # closed form, exact
+    p_value: float | None
+    g_statistic: float | None
+    dof: int | None
+    impossible_samples: int | None
+    monte_carlo_tv: float | None  # plug-in TV of the empirical distribution (biased upwards)
+    detectable_tv: float | None
+    power: float
+    alpha: float
+    samples: int
+    seed: int
+    problem_seed: int
+    vocab: int
+    k: int
+    temperature: float
+    top_k: int
+    top_p: float
+    drafter: str
+    ragged: bool
+    monte_carlo_note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_sampler(
+    verifier: str | Callable = "rejection",
+    *,
+    vocab: int = 8,
+    k: int = 3,
+    samples: int = 200_000,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    drafter: str = "sample",
+    ragged: bool = False,
+    alpha: float = 0.01,
+    power: float = 0.99,
+    problem_seed: int = 0,
+    greedy_reference: bool = False,
+) -> SamplerCheck:
+    """Check a verifier (a built-in or control name, or a callable) for losslessness.
+
+    ``verifier``: "rejection", "greedy", "typical", a control name from ``controls.CONTROLS``
+    (``resample-p``, ``argmax-on-reject``, ``residual-0.8q``, ``raw-q``, ``shared-uniform``), or
+    a callable with the verifier signature (``greedy_reference=True`` judges a callable against
+    greedy decoding instead of sampling). ``samples=0`` skips the Monte Carlo test; it is also
+    skipped, with a note, when torch is not installed.
+    """
+    _validate(verifier, vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power)
+    name, description, rule, greedy_ref, lossy_by_design, raw_q, torch_fn = _resolve(
+        verifier, greedy_reference
+    )
+    if raw_q and Processing(temperature, top_k, top_p).is_identity:
+        raise SpecsimError(
+            "the raw-q control needs logits processing, else raw and processed q coincide",
+            key="--control raw-q",
+            fix="add --top-k, --top-p or a temperature other than 1",
+        )
+    if raw_q and drafter != "sample":
+        raise SpecsimError("the raw-q control needs a sampling drafter", key="--drafter")
+    processing = Processing(float(temperature), int(top_k), float(top_p))
+    models = ToyModels.make(vocab, problem_seed)
+    target = reference.target_distribution(
+        models.tables(processing).p, models.prompt, N_TOKENS, greedy=greedy_ref
+    )
+
+    max_error = tv = None
+    if rule is not None:
+        tables = models.tables(processing, drafter, verify_with_raw_q=raw_q)
+        counts = tuple(range(k + 1)) if ragged else (k,)
+        produced = reference.first_tokens_distribution(tables, models.prompt, counts, rule)
+        max_error = float(np.abs(produced - target).max())
+        tv = reference.total_variation(produced, target)
+
+    mc = _monte_carlo(
+        torch_fn,
+        models,
+        processing,
+        drafter,
+        raw_q,
+        k,
+        samples,
+        seed,
+        ragged,
+        target,
+        alpha,
+        power,
+    )
+    verdicts = []
+    if max_error is not None:
+        verdicts.append(max_error <= EXACT_TOLERANCE)
+    if mc["p_value"] is not None:
+        verdicts.append(mc["p_value"] >= alpha)
+    return SamplerCheck(
+        verifier=name,
+        description=description,
+        lossless=bool(verdicts) and all(verdicts),
+        lossy_by_design=lossy_by_design,
+        reference="target greedy decoding" if greedy_ref else "target sampling",
+        closed_form_max_abs_error=max_error,
+        tv_distance=tv,
+        power=power,
+        alpha=alpha,
+        samples=samples if mc["p_value"] is not None else 0,
+        seed=seed,
+        problem_seed=problem_seed,
+        vocab=vocab,
+        k=k,
+        temperature=float(temperature),
+        top_k=int(top_k),
+        top_p=float(top_p),
+        drafter=drafter,
+        ragged=ragged,
+        **{key: mc[key] for key in _MC_KEYS},
+    )
+
+
+_MC_KEYS = (
+    "p_value",
+    "g_statistic",
+    "dof",
+    "impossible_samples",
+    "monte_carlo_tv",
+    "detectable_tv",
+    "monte_carlo_note",
+)
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def _monte_carlo(
+    torch_fn, models, processing, drafter, raw_q, k, samples, seed, ragged, target, alpha, power
+) -> dict[str, Any]:
+    empty: dict[str, Any] = dict.fromkeys(_MC_KEYS)
+    if samples == 0:
+        return {**empty, "monte_carlo_note": "skipped (--samples 0)"}
+    if not torch_available():
+        return {
+            **empty,
+            "monte_carlo_note": "skipped: torch is not installed "
+            "(pip install 'specsim-llm[torch]')",
+        }
+    from specsim.sampling import montecarlo
+
+    verifier = torch_fn()
+    tables = montecarlo.torch_tables(models, processing, drafter, raw_q)
+    counts = montecarlo.run_monte_carlo(
+        verifier, tables, models.prompt, k, samples, seed, n_tokens=N_TOKENS, ragged=ragged
+    )
+    test = stats.g_test(counts, target)
+    return {
+        "p_value": test.p_value,
+        "g_statistic": test.statistic,
+        "dof": test.dof,
+        "impossible_samples": test.impossible_count,
+        "monte_carlo_tv": reference.total_variation(counts / samples, target),
+        "detectable_tv": stats.detectable_tv(target, samples, alpha, power),
+        "monte_carlo_note": None,
+    }
+
+
+def _resolve(verifier, greedy_reference):
+    """(name, description, rule, greedy ref, lossy by design, raw q, torch verifier factory)."""
+    if callable(verifier):
+        name = getattr(verifier, "__name__", type(verifier).__name__)
+        return (
+            name,
+            "user-supplied verifier",
+            None,
+            greedy_reference,
+            False,
+            False,
+            lambda: verifier,
+        )
+    if verifier in VERIFIERS:
+        v = VERIFIERS[verifier]
+
+        def load():
+            from specsim.sampling import verifiers
+
+            return getattr(verifiers, v.function)
+
+        return v.name, v.description, v.rule, v.greedy_reference, v.lossy_by_design, False, load
+    c = CONTROLS[verifier]
+    return (
+        c.name,
+        f"negative control: {c.description}",
+        c.rule,
+        False,
+        False,
+        c.verify_with_raw_q,
+        lambda: c.verifier,
+    )
+
+
+def _validate(verifier, vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power):
+    if not callable(verifier) and verifier not in VERIFIERS and verifier not in CONTROLS:
+        names = ", ".join([*VERIFIERS, *CONTROLS])
+        raise SpecsimError(f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names}")
+    checks = [
+        (
+            2 <= vocab <= MAX_VOCAB,
+            "--vocab",
+            f"use 2..{MAX_VOCAB}: the closed form enumerates every draft path",
+        ),
+        (1 <= k <= MAX_K, "--k", f"use 1..{MAX_K}: the closed form enumerates V^k draft paths"),
+        (samples >= 0, "--samples", "use 0 (closed form only) or a positive count"),
+        (temperature >= 0 and np.isfinite(temperature), "--temperature", "use >= 0 (0: greedy)"),
+        (top_k >= 0, "--top-k", "use >= 0 (0: off)"),
+        (0 < top_p <= 1, "--top-p", "use a value in (0, 1] (1: off)"),
+        (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
+        (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
+        (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
+    ]
+    for ok, key, fix in checks:
+        if not ok:
+            raise SpecsimError("value out of range", key=key, fix=fix)

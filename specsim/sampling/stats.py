@@ -1,0 +1,112 @@
+"""Goodness-of-fit for the Monte Carlo check: a G-test with pooled sparse cells, and its power.
+
+``g_test`` compares observed counts with the expected distribution. Cells whose expected count is
+below ``min_expected`` are pooled (the partition depends on the expected distribution only, never
+on the data), so the chi-square approximation holds. A count in a cell of expected probability 0
+is an impossible outcome: the p-value is then exactly 0.
+
+``detectable_tv`` answers "how big a departure would this test catch?": the smallest total
+variation distance (on the test's cells) that the test detects with the given power. For any
+alternative at TV distance d, the chi-square divergence sum (r - e)^2 / e is at least (2d)^2 by
+Cauchy-Schwarz (equality when the change is proportional to e), so under the noncentral
+chi-square approximation every alternative with d >= sqrt(lambda* / (4 N)) is detected with at
+least that power, where lambda* is the noncentrality that reaches the power at level alpha.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+MIN_EXPECTED = 5.0
+
+
+@dataclass(frozen=True)
+class GTest:
+    statistic: float | None  # None when an impossible outcome was observed (infinite)
+    dof: int
+    p_value: float
+    cells: int
+    impossible_count: int  # samples in cells of expected probability 0
+
+
+def pooled_cells(expected_probs: np.ndarray, n: int, min_expected: float = MIN_EXPECTED):
+    """Map each cell of positive probability to a test cell; sparse cells share pooled cells.
+
+    Returns (labels per flat cell, -1 for zero-probability cells; number of test cells).
+    """
+    probs = np.asarray(expected_probs, dtype=np.float64).ravel()
+    labels = np.full(probs.size, -1, dtype=np.int64)
+    support = np.flatnonzero(probs > 0)
+    if support.size == 0:
+        return labels, 0
+    order = support[np.argsort(probs[support], kind="stable")]  # sparsest first
+    expected = probs[order] * n
+    label, running = 0, 0.0
+    for index, e in zip(order, expected, strict=True):
+        labels[index] = label
+        running += e
+        if running >= min_expected:
+            label, running = label + 1, 0.0
+    cells = label + (1 if running > 0 else 0)
+    if running > 0 and cells > 1:
+        # The last (largest) group fell short: merge it into its neighbour.
+        labels[labels == cells - 1] = cells - 2
+        cells -= 1
+    return labels, cells
+
+
+def g_test(
+    counts: np.ndarray, expected_probs: np.ndarray, min_expected: float = MIN_EXPECTED
+) -> GTest:
+    counts = np.asarray(counts, dtype=np.float64).ravel()
+    probs = np.asarray(expected_probs, dtype=np.float64).ravel()
+    n = int(np.rint(counts.sum()))
+    labels, cells = pooled_cells(probs, n, min_expected)
+    impossible = int(np.rint(counts[labels < 0].sum()))
+    dof = max(cells - 1, 0)
+    if impossible:
+        return GTest(None, dof, 0.0, cells, impossible)
+    if dof == 0:
+        return GTest(0.0, 0, 1.0, cells, 0)
+    inside = labels >= 0
+    observed = np.bincount(labels[inside], weights=counts[inside], minlength=cells)
+    expected = np.bincount(labels[inside], weights=probs[inside], minlength=cells)
+    expected = expected / expected.sum() * n
+    positive = observed > 0
+    statistic = 2.0 * float(
+        np.sum(observed[positive] * np.log(observed[positive] / expected[positive]))
+    )
+    return GTest(statistic, dof, float(stats.chi2.sf(statistic, dof)), cells, 0)
+
+
+def detectable_tv(
+    expected_probs: np.ndarray,
+    n: int,
+    alpha: float,
+    power: float = 0.99,
+    min_expected: float = MIN_EXPECTED,
+) -> float:
+    """Smallest TV distance (on the test's cells) detected with ``power`` at level ``alpha``.
+
+    With a single test cell (a point-mass reference, e.g. greedy decoding) any mass outside the
+    support is a certain detection once seen: TV d is seen with probability 1 - (1 - d)^N.
+    """
+    if n <= 0:
+        return 1.0
+    _, cells = pooled_cells(expected_probs, n, min_expected)
+    dof = cells - 1
+    if dof < 1:
+        return float(1.0 - (1.0 - power) ** (1.0 / n))
+    critical = stats.chi2.isf(alpha, dof)
+
+    def shortfall(lam: float) -> float:
+        return float(stats.ncx2.sf(critical, dof, lam)) - power
+
+    upper = 1.0
+    while shortfall(upper) < 0:
+        upper *= 2.0
+    lam = optimize.brentq(shortfall, 0.0, upper, xtol=1e-9, rtol=1e-12)
+    return float(min(1.0, np.sqrt(lam / (4.0 * n))))
