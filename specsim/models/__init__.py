@@ -1,0 +1,55 @@
+"""Models: one Llama-family decoder in plain torch, its KV cache, loaders and the built-ins.
+
+Public API::
+
+    from specsim.models import load_model, load_tokenizer, BUILTIN_MODELS
+    model = load_model(spec, device="cpu", dtype=torch.float32)
+    cache = model.new_cache(batch_size, max_len)   # per-row lengths: cache.lengths [B]
+    logits = model(tokens, cache, n_new=None)      # [B, T, V] float32; rows append at their own
+                                                   # positions; n_new[b] real tokens per row
+    cache.rollback(new_lengths)                    # drop rejected tokens, O(batch)
+    tok = load_tokenizer(spec)                     # encode / decode / bos_id / eos_id
+
+``spec`` is a built-in name (``specsim-target``, ``specsim-draft-small``, ``specsim-draft-tiny``),
+a Hugging Face model directory (``config.json`` + ``model.safetensors`` or a sharded index;
+model_type llama, mistral or qwen2), or a ``config.json`` alone (seeded random weights).
+
+Sizes and FLOPs come from ``model.config`` (a ``ModelConfig``), from the architecture alone:
+
+- ``param_count()``; ``weight_bytes(dtype_bytes)``; ``kv_bytes_per_token(dtype_bytes)`` =
+  2 · layers · kv_heads · head_dim · dtype_bytes.
+- ``flops_per_token()`` = 2 · (parameters used in matrix multiplies, the output projection
+  included even when tied; the embedding lookup and norms excluded) — the weights part.
+- ``attention_flops_per_context_token()`` = 4 · layers · heads · head_dim: q·k plus the weighted
+  sum of v, per new token per token attended to.
+- ``forward_flops(new_tokens, context_len)``: one row's pass, the two parts combined causally.
+
+Only this package, profiling, sampling and the real engine import torch.
+"""
+
+from specsim.models.cache import KVCache
+from specsim.models.config import ModelConfig
+from specsim.models.loader import (
+    BUILTIN_MODELS,
+    BUILTIN_PROMPTS,
+    load_config,
+    load_model,
+    load_tokenizer,
+    save_model,
+)
+from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
+from specsim.models.transformer import DecoderModel
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "BUILTIN_PROMPTS",
+    "ByteTokenizer",
+    "DecoderModel",
+    "HFTokenizer",
+    "KVCache",
+    "ModelConfig",
+    "load_config",
+    "load_model",
+    "load_tokenizer",
+    "save_model",
+]

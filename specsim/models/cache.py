@@ -1,0 +1,99 @@
+"""A preallocated key/value cache with one length per row.
+
+Rows of a batch hold different numbers of tokens, and after a partial rejection one row can give
+back tokens while the others keep theirs. So the cache keeps ``lengths[b]`` per row and the model
+masks everything at or beyond it; rolling back only lowers lengths (the stale keys and values stay
+in memory and are overwritten by the next tokens), so it costs O(batch), never a copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specsim.errors import SpecsimError
+
+
+class KVCache:
+    """Keys and values of every layer, ``[batch, kv_heads, max_len, head_dim]`` each."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        batch_size: int,
+        num_kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
+        if batch_size < 1 or max_len < 1:
+            raise SpecsimError(
+                f"cache needs batch_size >= 1 and max_len >= 1 (got {batch_size}, {max_len})",
+                key="new_cache",
+                fix="give a positive batch size and length",
+            )
+        shape = (batch_size, num_kv_heads, max_len, head_dim)
+        # Zeros, not empty: masked-out slots still enter the attention matmul, so they must be
+        # finite numbers (a NaN times a zero weight is still NaN).
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.max_len = max_len
+
+    @property
+    def batch_size(self) -> int:
+        return self.lengths.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.lengths.device
+
+    def nbytes(self) -> int:
+        """Memory held by the keys and values."""
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def _as_lengths(self, new_lengths: torch.Tensor | list[int] | int) -> torch.Tensor:
+        if isinstance(new_lengths, int):
+            return torch.full_like(self.lengths, new_lengths)
+        lengths = torch.as_tensor(new_lengths, dtype=torch.long, device=self.device)
+        if lengths.shape != self.lengths.shape:
+            raise SpecsimError(
+                f"expected {self.batch_size} lengths, got shape {tuple(lengths.shape)}",
+                key="rollback",
+                fix="give one length per row",
+            )
+        return lengths
+
+    def rollback(self, new_lengths: torch.Tensor | list[int] | int) -> None:
+        """Keep only the first ``new_lengths[b]`` tokens of each row (never grows a row)."""
+        lengths = self._as_lengths(new_lengths)
+        if bool((lengths < 0).any()) or bool((lengths > self.lengths).any()):
+            raise SpecsimError(
+                f"rollback to {lengths.tolist()} but rows hold {self.lengths.tolist()}",
+                key="rollback",
+                fix="roll back to a length between 0 and the row's current length",
+            )
+        self.lengths.copy_(lengths)
+
+    def reset(self, rows: torch.Tensor | list[int] | None = None) -> None:
+        """Empty the given rows (all rows by default), e.g. to reuse a slot for a new request."""
+        if rows is None:
+            self.lengths.zero_()
+        else:
+            self.lengths[torch.as_tensor(rows, dtype=torch.long, device=self.device)] = 0
+
+    def write(
+        self,
+        layer: int,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        rows: torch.Tensor,
+        steps: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> None:
+        """Store new keys/values ``[batch, kv_heads, T, head_dim]``: entry (rows[i], steps[i])
+        of the new tokens goes to slot positions[i] of its row. Only real tokens are listed, so
+        padding is never stored and never overruns ``max_len``."""
+        self.keys[layer][rows, :, positions] = keys[rows, :, steps]
+        self.values[layer][rows, :, positions] = values[rows, :, steps]

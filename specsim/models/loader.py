@@ -1,0 +1,241 @@
+"""Load models the same way whatever their origin: a built-in name, a Hugging Face directory, or a
+``config.json`` alone (seeded random weights: latency does not depend on weight values).
+
+Built-in models are stored in exactly the Hugging Face layout (``config.json`` plus
+``model.safetensors`` with Hugging Face key names), so they go through the same code path as a
+user's Llama, Mistral or Qwen2 directory. Sharded checkpoints
+(``model.safetensors.index.json``) load shard by shard straight onto the device.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from specsim.errors import SpecsimError
+from specsim.fileio import atomic_output_dir, dump_json, read_text
+from specsim.models.config import ModelConfig
+from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
+from specsim.models.transformer import DecoderModel
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+# name -> directory. The target and two drafters of clearly different size and quality, trained
+# together on one corpus (see builtin/README.md).
+BUILTIN_MODELS: dict[str, Path] = {
+    name: BUILTIN_DIR / name
+    for name in ("specsim-target", "specsim-draft-small", "specsim-draft-tiny")
+}
+BUILTIN_PROMPTS = BUILTIN_DIR / "prompts.jsonl"
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# Keys some checkpoints carry that are derived, not learned.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def _not_found(spec: str) -> SpecsimError:
+    return SpecsimError(
+        "model not found",
+        file=spec,
+        fix="give a model directory, a config.json or one of: " + ", ".join(BUILTIN_MODELS),
+    )
+
+
+def resolve(spec: str | Path) -> tuple[Path, bool]:
+    """(config.json path, whether weights should be read) for a model spec."""
+    text = str(spec)
+    if text in BUILTIN_MODELS:
+        return BUILTIN_MODELS[text] / "config.json", True
+    path = Path(text)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SpecsimError(
+                "no config.json in the model directory",
+                file=text,
+                fix="give a Hugging Face model directory (config.json + model.safetensors)",
+            )
+        return path / "config.json", True
+    if path.is_file() and path.suffix == ".json":
+        return path, False
+    raise _not_found(text)
+
+
+def load_config(spec: str | Path) -> ModelConfig:
+    """The architecture of a model spec without building the model."""
+    config_path, _ = resolve(spec)
+    return ModelConfig.from_file(config_path, name=_name_of(spec, config_path))
+
+
+def _name_of(spec: str | Path, config_path: Path) -> str:
+    text = str(spec)
+    if text in BUILTIN_MODELS:
+        return text
+    path = Path(text)
+    return path.name if path.is_dir() else config_path.parent.name or config_path.stem
+
+
+def load_model(
+    spec: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> DecoderModel:
+    """A model in eval mode on ``device`` with parameters in ``dtype``.
+
+    ``spec`` is a built-in name, a model directory, or a ``config.json`` (random weights drawn
+    from ``seed``; a directory without weight files is an error rather than silently random).
+    """
+    config_path, with_weights = resolve(spec)
+    config = ModelConfig.from_file(config_path, name=_name_of(spec, config_path))
+    if with_weights:
+        files = _weight_files(config_path.parent)
+        with torch.device("meta"):
+            model = DecoderModel(config, dtype=dtype)
+        _load_weights(model, files, device, dtype)
+    else:
+        model = DecoderModel(config, device=device, dtype=dtype)
+        generator = torch.Generator(device=model.device).manual_seed(seed)
+        model.init_weights(generator)
+    return model.eval()
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    single, index = directory / WEIGHTS_FILE, directory / INDEX_FILE
+    if single.is_file():
+        return [single]
+    if index.is_file():
+        try:
+            weight_map = json.loads(read_text(index, "index file"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise SpecsimError(
+                "malformed index: no weight_map",
+                file=str(index),
+                key="weight_map",
+                fix="copy the index file again from the model repository",
+            ) from None
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if not (directory / s).is_file()]
+        if missing:
+            raise SpecsimError(
+                f"shard {missing[0]} is missing ({len(missing)} of {len(shards)})",
+                file=str(directory),
+                fix="download every shard the index lists",
+            )
+        return [directory / s for s in shards]
+    raise SpecsimError(
+        f"no {WEIGHTS_FILE} or {INDEX_FILE}",
+        file=str(directory),
+        fix="add the weights, or pass the config.json itself for random weights",
+    )
+
+
+def _load_weights(
+    model: DecoderModel, files: list[Path], device: torch.device | str, dtype: torch.dtype
+) -> None:
+    from safetensors import SafetensorError, safe_open
+
+    expected = dict(model.state_dict())
+    loaded: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            handle = safe_open(str(file), framework="pt", device=str(device))
+        except (SafetensorError, OSError) as exc:
+            raise SpecsimError(
+                f"cannot read weights: {exc}", file=str(file), fix="copy the file again"
+            ) from None
+        with handle:
+            for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                if key.endswith(_IGNORED_SUFFIXES):
+                    continue
+                if key == "lm_head.weight" and model.config.tie_embeddings:
+                    continue  # tied: the output projection is the embedding
+                if key not in expected:
+                    raise SpecsimError(
+                        "unexpected weight for this architecture",
+                        file=str(file),
+                        key=key,
+                        fix="check model_type, tie_word_embeddings and attention_bias",
+                    )
+                tensor = handle.get_tensor(key)
+                if tuple(tensor.shape) != tuple(expected[key].shape):
+                    raise SpecsimError(
+                        f"shape {tuple(tensor.shape)} does not match the config's "
+                        f"{tuple(expected[key].shape)}",
+                        file=str(file),
+                        key=key,
+                        fix="use the config.json that belongs to these weights",
+                    )
+                loaded[key] = tensor.to(dtype)
+    missing = sorted(set(expected) - set(loaded))
+    if missing:
+        raise SpecsimError(
+            f"weight missing ({len(missing)} in all)",
+            file=str(files[0].parent),
+            key=missing[0],
+            fix="download the complete checkpoint",
+        )
+    model.load_state_dict(loaded, assign=True, strict=True)
+
+
+def save_model(model: DecoderModel, directory: str | Path, dtype: torch.dtype = torch.float16):
+    """Write ``config.json`` + ``model.safetensors`` (Hugging Face layout) atomically."""
+    from safetensors.torch import save_file
+
+    tensors = {
+        key: value.detach().to("cpu", dtype).contiguous()
+        for key, value in sorted(model.state_dict().items())
+    }
+    config = model.config.to_hf_dict()
+    config["torch_dtype"] = str(dtype).removeprefix("torch.")
+    with atomic_output_dir(directory) as staging:
+        (staging / "config.json").write_text(dump_json(config), encoding="utf-8")
+        save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
+    return Path(directory)
+
+
+def load_tokenizer(spec: str | Path):
+    """The tokenizer of a model spec: byte-level for the built-ins (``specsim_tokenizer:
+    bytes``), otherwise the directory's ``tokenizer.json``."""
+    config_path, _ = resolve(spec)
+    config = ModelConfig.from_file(config_path)
+    if config.tokenizer == "bytes":
+        return ByteTokenizer(
+            bos_id=config.bos_id if config.bos_id is not None else ByteTokenizer().bos_id,
+            eos_id=config.eos_id if config.eos_id is not None else ByteTokenizer().eos_id,
+        )
+    tokenizer_json = config_path.parent / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        raise SpecsimError(
+            "no tokenizer.json next to the model's config.json",
+            file=str(config_path.parent),
+            fix="copy tokenizer.json from the model repository (only text prompts need it)",
+        )
+    bos, eos = config.bos_id, config.eos_id
+    if bos is None or eos is None:
+        bos, eos = _ids_from_tokenizer_config(config_path.parent, bos, eos)
+    return HFTokenizer(tokenizer_json, bos, eos)
+
+
+def _ids_from_tokenizer_config(directory: Path, bos: int | None, eos: int | None):
+    """Fill missing BOS/EOS ids from tokenizer_config.json's token strings, when present."""
+    path = directory / "tokenizer_config.json"
+    if not path.is_file():
+        return bos, eos
+    try:
+        data = json.loads(read_text(path, "tokenizer_config.json"))
+        tokens = json.loads(read_text(directory / "tokenizer.json", "tokenizer.json"))
+    except json.JSONDecodeError:
+        return bos, eos
+    added = {t.get("content"): t.get("id") for t in tokens.get("added_tokens", [])}
+
+    def token_id(key: str) -> int | None:
+        value = data.get(key)
+        if isinstance(value, dict):
+            value = value.get("content")
+        return added.get(value) if isinstance(value, str) else None
+
+    return (bos if bos is not None else token_id("bos_token")), (
+        eos if eos is not None else token_id("eos_token")
+    )

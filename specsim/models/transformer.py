@@ -1,0 +1,316 @@
+"""One Llama-family decoder in plain torch, with Hugging Face parameter names.
+
+RMSNorm, rotary position embeddings (the rotate-half layout Hugging Face checkpoints use),
+grouped-query attention and a SwiGLU MLP. Module names mirror Hugging Face's
+(``model.layers.0.self_attn.q_proj.weight``, ...), so a checkpoint's state dict loads as is.
+
+With a ``KVCache`` every row appends its tokens at its own position ``cache.lengths[b]`` and
+attends to everything the row holds; ``n_new`` makes a batch ragged (row b has only its first
+``n_new[b]`` tokens real, the rest is padding that is neither attended to nor stored). Without a
+cache the call is a plain causal pass from position 0 (training, evaluation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specsim.errors import SpecsimError
+from specsim.models.cache import KVCache
+from specsim.models.config import ModelConfig
+
+_SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
+    """Per-pair rotation frequencies (float32, CPU), with linear or Llama-3 scaling applied."""
+    exponents = (
+        torch.arange(0, config.head_dim, 2, dtype=torch.float64, device="cpu") / config.head_dim
+    )
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    scaling = config.rope_scaling
+    if scaling is not None:
+        factor = float(scaling["factor"])
+        if scaling["rope_type"] == "linear":
+            inv_freq = inv_freq / factor
+        else:  # llama3: slow (long-wavelength) pairs are scaled, fast ones kept, a blend between.
+            old_len = float(scaling["original_max_position_embeddings"])
+            low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+            wavelen = 2 * math.pi / inv_freq
+            scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+            smooth = (old_len / wavelen - low) / (high - low)
+            blended = (1 - smooth) * scaled / factor + smooth * scaled
+            medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+            inv_freq = torch.where(medium, blended, scaled)
+    return inv_freq.to(torch.float32)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, **factory):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, **factory))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 whatever the weights' dtype, as the reference implementation does.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, **factory):
+        super().__init__()
+        self.layer = layer
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        self.head_dim = config.head_dim
+        h, q_out = config.hidden_size, config.num_heads * config.head_dim
+        kv_out = config.num_kv_heads * config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(h, q_out, bias=bias, **factory)
+        self.k_proj = nn.Linear(h, kv_out, bias=bias, **factory)
+        self.v_proj = nn.Linear(h, kv_out, bias=bias, **factory)
+        self.o_proj = nn.Linear(q_out, h, bias=False, **factory)
+
+    def _attend(self, q, k, v, mask=None, causal=False) -> torch.Tensor:
+        if self.num_kv_heads == self.num_heads:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        if _SDPA_HAS_GQA:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True
+            )
+        group = self.num_heads // self.num_kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+    def forward(self, x, cos, sin, cache: KVCache | None, step: _CacheStep | None):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if cache is None:
+            out = self._attend(q, k, v, causal=True)
+        else:
+            cache.write(self.layer, k, v, step.rows, step.steps, step.positions)
+            keys = cache.keys[self.layer][:, :, : step.kv_len]
+            values = cache.values[self.layer][:, :, : step.kv_len]
+            out = self._attend(q, keys, values, mask=step.mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig, **factory):
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(h, i, bias=False, **factory)
+        self.up_proj = nn.Linear(h, i, bias=False, **factory)
+        self.down_proj = nn.Linear(i, h, bias=False, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, **factory):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps, **factory)
+        self.self_attn = Attention(config, layer, **factory)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps, **factory)
+        self.mlp = MLP(config, **factory)
+
+    def forward(self, x, cos, sin, cache, step):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, step)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, config: ModelConfig, **factory):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, **factory)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, **factory) for i in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.norm_eps, **factory)
+
+
+class _CacheStep:
+    """Where one call's real tokens go in the cache, and what each query may attend to."""
+
+    def __init__(self, cache: KVCache, n_new: torch.Tensor, t: int):
+        device = cache.device
+        offsets = torch.arange(t, device=device)
+        self.positions_bt = cache.lengths[:, None] + offsets[None, :]
+        real = offsets[None, :] < n_new[:, None]
+        self.rows, self.steps = real.nonzero(as_tuple=True)
+        self.positions = self.positions_bt[self.rows, self.steps]
+        # Slots past every row's new end hold nothing anyone may see; slice them off. At least
+        # one slot, so a query that is all padding still has a (finite) key to attend to.
+        self.kv_len = max(int((cache.lengths + n_new).max()), 1)
+        slots = torch.arange(self.kv_len, device=device)
+        self.mask = (slots[None, None, :] <= self.positions_bt[:, :, None])[:, None]
+
+
+class DecoderModel(nn.Module):
+    """A causal language model. ``model(tokens, cache, n_new)`` returns float32 logits."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.config = config
+        self.model = Backbone(config, **factory)
+        self.lm_head = (
+            None
+            if config.tie_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False, **factory)
+        )
+        # Not a buffer: it is derived from the config, never stored in a checkpoint.
+        self._inv_freq = rope_inverse_frequencies(config)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
+        """An empty cache for ``batch_size`` rows of at most ``max_len`` tokens each."""
+        if max_len > self.config.max_position:
+            raise SpecsimError(
+                f"max_len {max_len} exceeds the model's max_position {self.config.max_position}",
+                key="max_len",
+                fix=f"use at most {self.config.max_position} tokens per row",
+            )
+        c = self.config
+        return KVCache(
+            c.num_layers,
+            batch_size,
+            c.num_kv_heads,
+            max_len,
+            c.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator, std: float = 0.02) -> None:
+        """Seeded random weights: N(0, std) matrices, unit norms, zero biases."""
+        for name, param in sorted(self.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith(".bias"):
+                param.zero_()
+            else:
+                param.normal_(0.0, std, generator=generator)
+
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._inv_freq.device != positions.device:
+            self._inv_freq = self._inv_freq.to(positions.device)
+        angles = positions.to(torch.float32)[..., None] * self._inv_freq
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, T, head_dim]
+        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    @staticmethod
+    def _check_shape(tokens: torch.Tensor) -> None:
+        if tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int32, torch.int16):
+            raise SpecsimError(
+                f"tokens must be an integer tensor [batch, T], got {tuple(tokens.shape)} "
+                f"{tokens.dtype}",
+                key="tokens",
+                fix="pass a LongTensor of shape [batch, T]",
+            )
+
+    def _check_range(self, tokens: torch.Tensor, n_new: torch.Tensor | None) -> None:
+        real = tokens if n_new is None else tokens[_real_mask(n_new, tokens.shape[1])]
+        if real.numel() and bool(((real < 0) | (real >= self.config.vocab_size)).any()):
+            bad = real[(real < 0) | (real >= self.config.vocab_size)][0].item()
+            raise SpecsimError(
+                f"token id {bad} is outside the vocabulary of {self.config.vocab_size}",
+                key="tokens",
+                fix="encode the text with this model's tokenizer",
+            )
+
+    def _check_n_new(self, n_new: torch.Tensor, batch: int, t: int) -> torch.Tensor:
+        n_new = torch.as_tensor(n_new, dtype=torch.long, device=self.device)
+        if n_new.shape != (batch,) or bool(((n_new < 0) | (n_new > t)).any()):
+            raise SpecsimError(
+                f"n_new must hold {batch} counts between 0 and {t}, got {n_new.tolist()}",
+                key="n_new",
+                fix="give one count per row, at most the number of token columns",
+            )
+        return n_new
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        n_new: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits ``[B, T, vocab]`` (float32) for ``tokens`` ``[B, T]``.
+
+        With a cache, row b's tokens take positions ``cache.lengths[b] + t``; only the first
+        ``n_new[b]`` are real (all T by default), and ``cache.lengths`` advances by that many.
+        Logits at padding positions are unspecified.
+        """
+        tokens = torch.as_tensor(tokens)
+        self._check_shape(tokens)
+        tokens = tokens.to(self.device, torch.long)
+        batch, t = tokens.shape
+        if n_new is not None:
+            n_new = self._check_n_new(n_new, batch, t)
+        self._check_range(tokens, n_new)
+        if n_new is not None:  # padding may hold any id; keep the embedding lookup in range
+            tokens = tokens.masked_fill(~_real_mask(n_new, t), 0)
+        if cache is None:
+            positions = torch.arange(t, device=self.device).expand(batch, t)
+            step = None
+        else:
+            if cache.batch_size != batch:
+                raise SpecsimError(
+                    f"cache has {cache.batch_size} rows but tokens have {batch}",
+                    key="cache",
+                    fix="use a cache made with new_cache(batch_size=len(tokens), ...)",
+                )
+            if n_new is None:
+                n_new = torch.full((batch,), t, dtype=torch.long, device=self.device)
+            ends = cache.lengths + n_new
+            if bool((ends > cache.max_len).any()):
+                raise SpecsimError(
+                    f"rows would hold {ends.max().item()} tokens, past the cache's max_len "
+                    f"{cache.max_len}",
+                    key="max_len",
+                    fix="make the cache longer or stop generating earlier",
+                )
+            step = _CacheStep(cache, n_new, t)
+            positions = step.positions_bt
+        cos, sin = self._rotary(positions)
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, cache, step)
+        x = self.model.norm(x)
+        head = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(x, head).float()
+        if cache is not None:
+            cache.lengths += n_new
+        return logits
+
+
+def _real_mask(n_new: torch.Tensor, t: int) -> torch.Tensor:
+    return torch.arange(t, device=n_new.device)[None, :] < n_new[:, None]
