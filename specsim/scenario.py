@@ -1,0 +1,371 @@
+"""The scenario file: what traffic to simulate, on which engine, with which speculation settings.
+
+A scenario names a profile (``profile:``, relative to the scenario file) and sets the workload,
+the engine, the speculation settings, the fleet, the SLO and the seed. ``specsim schema scenario``
+prints its JSON Schema; every field below carries a description, from which the docs are built.
+Command-line overrides (``--set speculation.k=3``) are applied before validation, so they are
+type-checked by the same schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from specsim.config import StrictModel, load_model
+
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+
+TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
+
+
+class LengthDist(StrictModel):
+    """A token-length distribution for prompts or outputs (at least 1 token is always drawn)."""
+
+    dist: Literal["fixed", "uniform", "lognormal", "empirical"] = Field(
+        description="'fixed': always `value`; 'uniform': integers in [low, high]; 'lognormal': "
+        "median `median` and log-space standard deviation `sigma`, clipped to [low, high]; "
+        "'empirical': resample the matching column of a trace file (`trace`)"
+    )
+    value: PosInt | None = Field(default=None, description="tokens, for 'fixed'")
+    low: PosInt = Field(default=1, description="smallest length (uniform, lognormal clip)")
+    high: PosInt | None = Field(
+        default=None, description="largest length (uniform; lognormal clip, default unbounded)"
+    )
+    median: PosFloat | None = Field(default=None, description="median tokens, for 'lognormal'")
+    sigma: NonNegFloat = Field(
+        default=1.0, description="standard deviation of log(length), for 'lognormal'"
+    )
+    trace: str | None = Field(
+        default=None,
+        description="trace file for 'empirical' (relative to the scenario file); prompt and "
+        "output read from the same trace are drawn jointly, row by row",
+    )
+    format: TraceFormat = Field(default="auto", description="trace column layout (see workload)")
+
+    @model_validator(mode="after")
+    def _complete(self) -> LengthDist:
+        needs = {"fixed": ("value",), "uniform": ("high",), "lognormal": ("median",)}
+        needs["empirical"] = ("trace",)
+        for name in needs[self.dist]:
+            if getattr(self, name) is None:
+                raise ValueError(f"a {self.dist!r} length needs '{name}'")
+        if self.dist == "uniform" and self.high < self.low:
+            raise ValueError(f"uniform length has high {self.high} < low {self.low}")
+        return self
+
+
+class Workload(StrictModel):
+    """Where requests come from and how long they are.
+
+    Open loop (``poisson``, ``bursty``, ``fixed_rate``): requests arrive at ``rate`` per second
+    regardless of how the engine copes; stop after ``duration_s`` seconds or ``requests`` requests
+    (whichever comes first; at least one is required). Closed loop (``closed_loop``):
+    ``concurrency`` clients each send their next request when the previous one completes, after
+    an optional think time. Trace replay (``trace``): arrival times and lengths from a file.
+    """
+
+    kind: Literal["poisson", "bursty", "fixed_rate", "closed_loop", "trace"] = Field(
+        description="arrival process"
+    )
+    rate: PosFloat | None = Field(
+        default=None, description="mean arrival rate in requests per second (open loop)"
+    )
+    cv: PosFloat = Field(
+        default=2.0,
+        description="'bursty': coefficient of variation of the gamma inter-arrival times "
+        "(1 = Poisson, larger = burstier)",
+    )
+    duration_s: PosFloat | None = Field(
+        default=None, description="stop issuing requests after this many simulated seconds"
+    )
+    requests: PosInt | None = Field(default=None, description="stop after this many requests")
+    concurrency: PosInt | None = Field(
+        default=None, description="'closed_loop': number of concurrent clients"
+    )
+    think_time_s: NonNegFloat = Field(
+        default=0.0,
+        description="'closed_loop': mean think time between a response and the next request "
+        "(exponentially distributed; 0 = send at once)",
+    )
+    trace: str | None = Field(
+        default=None,
+        description="'trace': the trace file, relative to the scenario file. Formats: Azure LLM "
+        "inference (TIMESTAMP,ContextTokens,GeneratedTokens), Vidur "
+        "(arrived_at,num_prefill_tokens,num_decode_tokens), BurstGPT (Timestamp,Model,"
+        "Request tokens,Response tokens,Total tokens,Log Type)",
+    )
+    format: TraceFormat = Field(default="auto", description="trace format; 'auto' reads the header")
+    time_scale: PosFloat = Field(
+        default=1.0,
+        description="'trace': multiply the trace's inter-arrival times by this factor "
+        "(0.5 replays twice as fast, i.e. double the rate)",
+    )
+    prompt: LengthDist | None = Field(
+        default=None, description="prompt lengths (required unless the workload is a trace)"
+    )
+    output: LengthDist | None = Field(
+        default=None, description="output lengths (required unless the workload is a trace)"
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> Workload:
+        kind = self.kind
+        if kind in ("poisson", "bursty", "fixed_rate"):
+            if self.rate is None:
+                raise ValueError(f"a {kind!r} workload needs 'rate' (requests per second)")
+            if self.duration_s is None and self.requests is None:
+                raise ValueError(f"a {kind!r} workload needs 'duration_s' or 'requests'")
+        if kind == "closed_loop":
+            if self.concurrency is None:
+                raise ValueError("a 'closed_loop' workload needs 'concurrency'")
+            if self.duration_s is None and self.requests is None:
+                raise ValueError("a 'closed_loop' workload needs 'duration_s' or 'requests'")
+        if kind == "trace":
+            if self.trace is None:
+                raise ValueError("a 'trace' workload needs 'trace' (a file)")
+        elif self.prompt is None or self.output is None:
+            raise ValueError(f"a {kind!r} workload needs 'prompt' and 'output' length settings")
+        return self
+
+
+class Engine(StrictModel):
+    """One serving replica: continuous batching with FCFS admission (vLLM-style scheduler)."""
+
+    max_batch: PosInt = Field(default=256, description="most sequences running at once")
+    chunked_prefill: bool = Field(
+        default=True,
+        description="true: prompts are processed in chunks inside the decode iterations, "
+        "within `max_batched_tokens` per iteration; false: a prefill runs as its own iteration",
+    )
+    max_batched_tokens: PosInt = Field(
+        default=8192,
+        description="token budget per iteration (verification positions plus prefill tokens); "
+        "with chunked prefill, the share left after decoding rows goes to prompt chunks",
+    )
+    memory_utilisation: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=1.0,
+        description="fraction of the profile's hardware.memory_bytes given to weights and KV "
+        "cache (the profile's figure is already what is available; lower it for headroom)",
+    )
+    kv_capacity_tokens: PosInt | None = Field(
+        default=None,
+        description="override the KV-cache capacity in tokens (default: memory left after the "
+        "target's and drafter's weights, divided by their KV bytes per token)",
+    )
+
+
+class KByBatch(StrictModel):
+    """A row of the 'by_batch' policy: use ``k`` while the batch is at most ``max_batch``."""
+
+    max_batch: PosInt = Field(description="largest running batch this row applies to")
+    k: Annotated[int, Field(ge=0, le=32)] = Field(description="window size for such batches")
+
+
+class Speculation(StrictModel):
+    """Speculative decoding settings: which drafter, how many tokens per step, which verifier."""
+
+    drafter: str | None = Field(
+        default=None,
+        description="a drafter named in the profile's `drafters`; none = speculation off",
+    )
+    k: Annotated[int, Field(ge=0, le=32)] = Field(
+        default=4, description="window size: tokens drafted per step (0 = speculation off)"
+    )
+    verifier: Literal["rejection", "greedy", "typical"] = Field(
+        default="rejection",
+        description="'rejection' (exact), 'greedy' (exact at temperature 0), 'typical' "
+        "(Medusa's typical acceptance: lossy, output is not the target's distribution)",
+    )
+    temperature: NonNegFloat = Field(
+        default=1.0, description="sampling temperature; picks the profile's acceptance entry"
+    )
+    policy: Literal["fixed", "by_batch", "adaptive"] = Field(
+        default="fixed",
+        description="'fixed': always k; 'by_batch': k from `k_by_batch` by running batch size; "
+        "'adaptive': before each iteration, the k in 0..k that maximises expected emitted "
+        "tokens per second of step time, from the profile",
+    )
+    k_by_batch: list[KByBatch] = Field(
+        default_factory=list,
+        description="'by_batch' table, rows sorted by max_batch; batches above the last row "
+        "use k = 0",
+    )
+    acceptance: Literal["per_position", "iid", "sequences"] = Field(
+        default="per_position",
+        description="acceptance model: 'per_position' conditional rates from the profile; "
+        "'iid': one rate for every position (`acceptance_rate`, default the profile's first "
+        "position); 'sequences': replay the profile's per-request sequences",
+    )
+    acceptance_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None, description="'iid': the per-draft acceptance rate (default: profile's)"
+    )
+    heterogeneity: bool = Field(
+        default=True,
+        description="draw a per-request acceptance level from the profile's "
+        "request_concentration (when it has one)",
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> Speculation:
+        if self.policy == "by_batch":
+            if not self.k_by_batch:
+                raise ValueError("policy 'by_batch' needs a 'k_by_batch' table")
+            sizes = [row.max_batch for row in self.k_by_batch]
+            if sizes != sorted(set(sizes)):
+                raise ValueError("k_by_batch rows must have increasing max_batch")
+        if self.acceptance_rate is not None and self.acceptance != "iid":
+            raise ValueError("acceptance_rate applies only with acceptance: iid")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        if self.drafter is None:
+            return False
+        if self.policy == "by_batch":
+            return any(row.k > 0 for row in self.k_by_batch)
+        return self.k > 0
+
+    @property
+    def max_k(self) -> int:
+        if not self.enabled:
+            return 0
+        if self.policy == "by_batch":
+            return max(row.k for row in self.k_by_batch)
+        return self.k
+
+
+class SpeculationOverride(StrictModel):
+    """A pool's changes to the scenario's speculation settings (unset fields are inherited)."""
+
+    drafter: str | None = None
+    k: Annotated[int, Field(ge=0, le=32)] | None = None
+    verifier: Literal["rejection", "greedy", "typical"] | None = None
+    temperature: NonNegFloat | None = None
+    policy: Literal["fixed", "by_batch", "adaptive"] | None = None
+    k_by_batch: list[KByBatch] | None = None
+    acceptance: Literal["per_position", "iid", "sequences"] | None = None
+    acceptance_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    heterogeneity: bool | None = None
+
+
+class Pool(StrictModel):
+    """A group of replicas sharing speculation settings (an A/B arm), reported separately."""
+
+    name: str = Field(description="label in the records and the summary")
+    replicas: PosInt = Field(default=1, description="replicas in this pool")
+    speculation: SpeculationOverride = Field(
+        default_factory=SpeculationOverride,
+        description="changes to the scenario's speculation settings for this pool",
+    )
+
+
+class Fleet(StrictModel):
+    """Replicas behind a router."""
+
+    replicas: PosInt | None = Field(
+        default=None,
+        description="number of replicas (default 1); with pools, the total, which must match",
+    )
+    router: Literal["round_robin", "least_outstanding", "random"] = Field(
+        default="round_robin",
+        description="how arrivals are spread: in turn, to the replica with the fewest queued "
+        "plus running requests, or uniformly at random",
+    )
+    pools: list[Pool] = Field(
+        default_factory=list,
+        description="optional pools with their own speculation settings; absent = one pool "
+        "'main' with the scenario's settings",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Fleet:
+        if self.pools:
+            names = [p.name for p in self.pools]
+            if len(set(names)) != len(names):
+                raise ValueError("pool names must be unique")
+            total = sum(p.replicas for p in self.pools)
+            if self.replicas is not None and self.replicas != total:
+                raise ValueError(
+                    f"fleet.replicas is {self.replicas} but the pools hold {total} replicas"
+                )
+        return self
+
+    @property
+    def total_replicas(self) -> int:
+        if self.pools:
+            return sum(p.replicas for p in self.pools)
+        return self.replicas or 1
+
+
+class Slo(StrictModel):
+    """Per-request service-level objective; a request meets it when every given limit holds."""
+
+    ttft_s: PosFloat | None = Field(default=None, description="time to first token limit")
+    tpot_s: PosFloat | None = Field(default=None, description="time per output token limit")
+    e2e_s: PosFloat | None = Field(default=None, description="end-to-end latency limit")
+    queueing_s: PosFloat | None = Field(default=None, description="queueing delay limit")
+
+    @model_validator(mode="after")
+    def _has_a_metric(self) -> Slo:
+        if self.limits() == {}:
+            raise ValueError(
+                "an slo section needs at least one of ttft_s, tpot_s, e2e_s, queueing_s"
+            )
+        return self
+
+    def limits(self) -> dict[str, float]:
+        names = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+class Scenario(StrictModel):
+    """A simulation: profile, workload, engine, speculation, fleet, SLO and seed."""
+
+    name: str = Field(default="scenario", description="label for reports")
+    description: str = Field(default="", description="free text")
+    seed: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="one seed for every random stream (arrivals, lengths, acceptance)"
+    )
+    profile: str = Field(description="profile YAML file, relative to the scenario file")
+    workload: Workload
+    engine: Engine = Field(default_factory=Engine)
+    speculation: Speculation = Field(default_factory=Speculation)
+    fleet: Fleet = Field(default_factory=Fleet)
+    slo: Slo | None = Field(default=None, description="objective for goodput; absent = none")
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        """The scenario file this was read from (relative paths resolve against its folder)."""
+        return self._source
+
+    def with_source(self, path: str | Path | None) -> Scenario:
+        self._source = None if path is None else Path(path)
+        return self
+
+    def resolve(self, relative: str) -> Path:
+        """A path named in the scenario, relative to the scenario file's folder."""
+        path = Path(relative)
+        if path.is_absolute() or self._source is None:
+            return path
+        return self._source.parent / path
+
+    def pool_speculation(self, pool: Pool | None) -> Speculation:
+        """The speculation settings of a pool: the scenario's, with the pool's changes."""
+        if pool is None:
+            return self.speculation
+        merged = self.speculation.model_dump()
+        merged.update(pool.speculation.model_dump(exclude_none=True))
+        return Speculation.model_validate(merged)
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate a scenario file, with ``--set`` overrides applied first."""
+    scenario = load_model(Scenario, path, overrides, what="scenario")
+    return scenario.with_source(path)

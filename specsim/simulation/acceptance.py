@@ -1,0 +1,195 @@
+"""Acceptance models: how many of a step's drafts the verifier accepts, drawn per row with numpy.
+
+Every model works on the running batch as arrays. Each request carries an integer *level* chosen
+when it is first admitted (its acceptance class, or its profiled sequence); a step draws one
+uniform per row and turns it into an accepted count. Counts are "raw": the engine caps them at
+the row's window (k, or fewer drafts near the end of a request).
+
+- ``RateAcceptance``: per-position conditional rates a_1..a_K (``per_position``), or one rate for
+  every position (``iid``). A step accepts drafts 1..i iff w > 1 - S_i with S_i = a_1 ... a_i and
+  w uniform, so one uniform per row gives the whole chain. With ``request_concentration`` c, each
+  request gets one quantile u, and its rate at position i is the u-quantile of
+  Beta(c a_i, c (1 - a_i)): rates vary across requests with mean a_i, and a request that accepts
+  well at one position accepts well at all (levels are ``LEVELS`` equally likely quantiles).
+  Drafters that do not always propose (n-gram lookup) propose with probability ``proposal_rate``
+  per row and step; a row without a proposal drafts nothing that step.
+- ``SequenceAcceptance``: replays profiled per-request sequences. ``run_length`` values say how
+  many tokens a step starting at that generated position emits with unlimited k; ``beta`` values
+  are per-position acceptance probabilities, chained over the step's drafts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import betaincinv
+
+from specsim.errors import SpecsimError
+from specsim.fileio import read_text
+from specsim.profile import Acceptance, LoadedProfile
+
+LEVELS = 64
+
+
+def extend_rates(per_position: list[float], k_max: int) -> np.ndarray:
+    """The conditional rates for positions 1..k_max; beyond the profile's list, its last rate."""
+    rates = list(per_position[:k_max])
+    rates += [per_position[-1]] * (k_max - len(rates))
+    return np.asarray(rates, dtype=np.float64)
+
+
+class RateAcceptance:
+    """Rate-based acceptance: i.i.d. or per-position, optionally heterogeneous across requests."""
+
+    needs_position = False
+
+    def __init__(
+        self,
+        rates: np.ndarray,
+        proposal_rate: float = 1.0,
+        concentration: float | None = None,
+    ):
+        self.k_max = int(rates.shape[0])
+        self.proposal_rate = float(proposal_rate)
+        if concentration is None or self.k_max == 0:
+            level_rates = rates[None, :]
+        else:
+            quantiles = (np.arange(LEVELS) + 0.5) / LEVELS
+            a = np.clip(rates, 1e-9, 1 - 1e-9)
+            level_rates = betaincinv(
+                concentration * a[None, :], concentration * (1 - a[None, :]), quantiles[:, None]
+            )
+            # Exact rates of 0 or 1 stay exact for every request.
+            level_rates = np.where(rates[None, :] >= 1.0, 1.0, level_rates)
+            level_rates = np.where(rates[None, :] <= 0.0, 0.0, level_rates)
+        self.levels = level_rates.shape[0]
+        survival = np.cumprod(level_rates, axis=1)  # S[level, i-1] = P(first i accepted)
+        self.survival = survival
+        # thresholds[k][level] = 1 - S[level, :k], ascending; contiguous per k for fast gathers.
+        self._thresholds = [
+            np.ascontiguousarray(1.0 - survival[:, :k]) for k in range(self.k_max + 1)
+        ]
+        self._homogeneous = self.levels == 1
+
+    def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self._homogeneous:
+            return np.zeros(n, dtype=np.int64)
+        return rng.integers(0, self.levels, size=n, dtype=np.int64)
+
+    def expected_emitted(self, k: int) -> float:
+        """Mean tokens a step of window k emits, over requests (before end-of-request caps)."""
+        if k == 0:
+            return 1.0
+        return 1.0 + self.proposal_rate * float(self.survival[:, :k].sum(axis=1).mean())
+
+    def draw(
+        self, rng: np.random.Generator, k: int, level: np.ndarray, position: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Raw accepted counts per row, and which rows proposed (None: all of them)."""
+        rows = level.shape[0]
+        w = rng.random(rows)
+        thresholds = self._thresholds[k]
+        if self._homogeneous:
+            accepted = np.searchsorted(thresholds[0], w, side="left")
+        else:
+            accepted = (w[:, None] > thresholds[level]).sum(axis=1)
+        if self.proposal_rate >= 1.0:
+            return accepted, None
+        proposed = rng.random(rows) < self.proposal_rate
+        return accepted, proposed
+
+
+class SequenceAcceptance:
+    """Trace-driven acceptance from a profile's per-request sequences (wrapping around)."""
+
+    needs_position = True
+
+    def __init__(self, sequences: list[np.ndarray], kind: str, k_max: int):
+        self.kind = kind
+        self.k_max = k_max
+        self.proposal_rate = 1.0
+        self.levels = len(sequences)
+        lengths = np.asarray([s.shape[0] for s in sequences], dtype=np.int64)
+        self.flat = np.concatenate(sequences).astype(np.float64)
+        self.base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self.length = lengths
+        self._offsets = np.arange(max(k_max, 1), dtype=np.int64)
+        self._expected = [self._mean_emitted(k) for k in range(k_max + 1)]
+
+    def _mean_emitted(self, k: int) -> float:
+        if k == 0:
+            return 1.0
+        if self.kind == "run_length":
+            return float(np.minimum(self.flat, k + 1).mean())
+        # beta: average over every start position of 1 + sum_i prod_{j<=i} beta_j.
+        total = 0.0
+        for base, length in zip(self.base.tolist(), self.length.tolist(), strict=True):
+            seq = self.flat[base : base + length]
+            idx = (np.arange(length)[:, None] + np.arange(k)[None, :]) % length
+            total += float((1.0 + np.cumprod(seq[idx], axis=1).sum(axis=1)).sum())
+        return total / float(self.flat.shape[0])
+
+    def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.integers(0, self.levels, size=n, dtype=np.int64)
+
+    def expected_emitted(self, k: int) -> float:
+        return self._expected[k]
+
+    def draw(
+        self, rng: np.random.Generator, k: int, level: np.ndarray, position: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        base = self.base[level]
+        length = self.length[level]
+        if self.kind == "run_length":
+            values = self.flat[base + position % length]
+            return values.astype(np.int64) - 1, None
+        idx = base[:, None] + (position[:, None] + self._offsets[None, :k]) % length[:, None]
+        accepted_each = rng.random(idx.shape) < self.flat[idx]
+        return np.cumprod(accepted_each, axis=1).sum(axis=1), None
+
+
+def read_sequences(path, kind: str, profile_path: str) -> list[np.ndarray]:
+    text = read_text(path, "acceptance sequences file")
+    sequences = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            values = np.asarray([float(v) for v in line.split()], dtype=np.float64)
+        except ValueError:
+            raise SpecsimError(
+                f"line {line_no}: values must be numbers", file=str(path), fix="repair the row"
+            ) from None
+        bad = (values < 1) if kind == "run_length" else ((values < 0) | (values > 1))
+        if bad.any() or not np.all(np.isfinite(values)):
+            expect = "whole numbers >= 1" if kind == "run_length" else "probabilities in [0, 1]"
+            raise SpecsimError(
+                f"line {line_no}: {kind} values must be {expect}", file=str(path), fix="repair it"
+            )
+        sequences.append(values)
+    if not sequences:
+        raise SpecsimError(
+            "acceptance sequences file has no rows", file=str(path), key=profile_path
+        )
+    return sequences
+
+
+def build_acceptance(
+    profile: LoadedProfile,
+    entry: Acceptance,
+    model: str,
+    k_max: int,
+    rate: float | None = None,
+    heterogeneity: bool = True,
+) -> RateAcceptance | SequenceAcceptance:
+    """The acceptance model a pool's speculation settings ask for."""
+    concentration = entry.request_concentration if heterogeneity else None
+    if model == "sequences":
+        path = profile.sequences_path(entry)
+        kind = entry.sequences.kind
+        return SequenceAcceptance(read_sequences(path, kind, str(profile.path)), kind, k_max)
+    if model == "iid":
+        alpha = entry.per_position[0] if rate is None else rate
+        rates = np.full(k_max, alpha, dtype=np.float64)
+    else:
+        rates = extend_rates(entry.per_position, k_max)
+    return RateAcceptance(rates, entry.proposal_rate, concentration)

@@ -1,0 +1,161 @@
+"""Step costs, FLOPs and KV-cache capacity for one replica, from the profile.
+
+A speculative step = k draft passes + one target pass over k + 1 positions per row + per-step
+overhead. Chunked prefill rides in the same target pass. All costs are scalar arithmetic on batch
+totals (tokens, KV tokens read, query-key pairs), so the engine pays a handful of float
+operations per iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specsim.errors import SpecsimError
+from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
+from specsim.scenario import Engine
+
+
+@dataclass(frozen=True)
+class PassTotals:
+    """Totals of one forward pass: sequences, new tokens, KV tokens read, query-key pairs."""
+
+    batch: int
+    new_tokens: float
+    kv_tokens: float
+    pairs: float
+
+
+class StepCosts:
+    """Seconds and FLOPs of engine iterations for one target (+ drafter) on one device."""
+
+    def __init__(self, profile: LoadedProfile, drafter: str | None):
+        self.profile = profile
+        self.target_spec: ModelSpec = profile.profile.target
+        self.target: LatencyModel = profile.latency_model("target")
+        self.drafter_name = drafter
+        self.drafter_spec: ModelSpec | None = profile.drafter(drafter) if drafter else None
+        spec = self.drafter_spec
+        self.draft_kind = None if spec is None else spec.kind
+        self.draft_latency: LatencyModel | None = None
+        if spec is not None and spec.latency is not None:
+            self.draft_latency = profile.latency_model(drafter)
+        self.draft_step_s = 0.0 if spec is None else (spec.draft_step_s or 0.0)
+        overhead = profile.profile.overhead
+        self.overhead_step_s = overhead.per_step_s
+        self.overhead_seq_s = overhead.per_sequence_s
+        self._check_target = self.target.latency.valid_range is not None
+        self._check_draft = (
+            self.draft_latency is not None and self.draft_latency.latency.valid_range is not None
+        )
+        t = self.target_spec
+        self.target_flops_per_token = t.flops_per_token
+        self.target_attn_flops = t.attention_flops_per_context_token
+        self.draft_flops_per_token = 0.0 if spec is None else spec.flops_per_token
+        self.draft_attn_flops = 0.0 if spec is None else spec.attention_flops_per_context_token
+
+    # ---- seconds -------------------------------------------------------------------------
+    def target_pass_s(self, batch: int, new: float, kv: float, pairs: float) -> float:
+        return self.target.seconds_from_totals(batch, new, kv, pairs)
+
+    def draft_s(self, rows: int, k: int, kv: float) -> float:
+        """Drafting cost of one step for ``rows`` decoding sequences with ``kv`` context in all.
+
+        A draft model runs k sequential one-token passes (context grows by one per pass; the sum
+        is exact because the fit is linear in context). N-gram lookup and heads cost their
+        ``draft_step_s`` per step, or one pass of their own fit when they have one.
+        """
+        if k == 0 or rows == 0 or self.drafter_spec is None:
+            return 0.0
+        latency = self.draft_latency
+        if self.draft_kind == "draft_model":
+            mean_kv = kv + rows * (k - 1) / 2.0
+            return k * latency.seconds_from_totals(rows, rows, mean_kv, mean_kv + rows)
+        if latency is not None:
+            return latency.seconds_from_totals(rows, rows, kv, kv + rows)
+        return self.draft_step_s
+
+    def draft_prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
+        """A draft model also builds its own KV cache for prompt chunks."""
+        if rows == 0 or self.draft_kind != "draft_model":
+            return 0.0
+        return self.draft_latency.seconds_from_totals(rows, tokens, kv, pairs)
+
+    def overhead_s(self, sequences: int) -> float:
+        return self.overhead_step_s + self.overhead_seq_s * sequences
+
+    def check_ranges(self, batch: int, max_context: float, max_new: float, min_new: float) -> None:
+        """The profile's rule for queries outside the measured range (no-op without a range)."""
+        if self._check_target:
+            self.target.check_range(batch, max_context, max_new, min_new)
+        if self._check_draft and self.draft_kind == "draft_model":
+            self.draft_latency.check_range(batch, max_context, 1, 1)
+
+    def decode_step_estimate_s(self, rows: int, k: int, kv: float) -> float:
+        """Seconds of a decode-only step with every row drafting k (for window policies)."""
+        new = rows * (k + 1.0)
+        pairs = (k + 1.0) * kv + rows * (k + 1.0) * (k + 2.0) / 2.0
+        return (
+            self.target_pass_s(rows, new, kv, pairs)
+            + (self.draft_s(rows, k, kv) if k else 0.0)
+            + self.overhead_s(rows)
+        )
+
+    # ---- FLOPs ---------------------------------------------------------------------------
+    def target_flops(self, new: float, pairs: float) -> float:
+        return self.target_flops_per_token * new + self.target_attn_flops * pairs
+
+    def draft_flops(self, rows: int, k: int, kv: float) -> float:
+        if k == 0 or rows == 0 or self.drafter_spec is None or self.draft_kind == "ngram":
+            return 0.0
+        if self.draft_kind == "heads":
+            return self.draft_flops_per_token * rows * k
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * (self.draft_flops_per_token * rows + self.draft_attn_flops * (mean_kv + rows))
+
+    def draft_prefill_flops(self, tokens: float, pairs: float) -> float:
+        if self.draft_kind != "draft_model":
+            return 0.0
+        return self.draft_flops_per_token * tokens + self.draft_attn_flops * pairs
+
+    def wasted_flops_per_position(self, mean_context: float) -> float:
+        """FLOPs of one rejected position: the target's verification plus the draft's pass."""
+        target = self.target_flops_per_token + self.target_attn_flops * mean_context
+        if self.draft_kind in (None, "ngram"):
+            return target
+        draft = self.draft_flops_per_token
+        if self.draft_kind == "draft_model":
+            draft += self.draft_attn_flops * mean_context
+        return target + draft
+
+
+def kv_capacity_tokens(
+    profile: LoadedProfile, drafter: str | None, drafter_loaded: bool, engine: Engine
+) -> int:
+    """KV-cache tokens: memory left after the weights, over the KV bytes per token of both.
+
+    ``drafter_loaded`` is false for k = 0 (the drafter is not deployed).
+    """
+    if engine.kv_capacity_tokens is not None:
+        return engine.kv_capacity_tokens
+    target = profile.profile.target
+    draft = profile.drafter(drafter) if (drafter and drafter_loaded) else None
+    weights = target.weight_bytes + (draft.weight_bytes if draft else 0)
+    per_token = target.kv_bytes_per_token + (draft.kv_bytes_per_token if draft else 0)
+    memory = profile.profile.hardware.memory_bytes * engine.memory_utilisation
+    if per_token <= 0:
+        raise SpecsimError(
+            "profile has no target.kv_bytes_per_token, so the KV-cache size is unknown",
+            file=str(profile.path),
+            key="target.kv_bytes_per_token",
+            fix="add it to the profile or set engine.kv_capacity_tokens in the scenario",
+        )
+    free = memory - weights
+    if free < per_token:
+        raise SpecsimError(
+            f"the weights ({weights / 1e9:.1f} GB) leave no room for a KV cache in "
+            f"{memory / 1e9:.1f} GB",
+            file=str(profile.path),
+            key="hardware.memory_bytes",
+            fix="use a larger device, a smaller drafter or raise engine.memory_utilisation",
+        )
+    return int(free // per_token)

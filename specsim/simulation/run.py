@@ -1,0 +1,220 @@
+"""The simulation entry point: scenario in, per-request records and a summary out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
+from specsim.profile import LOSSY_VERIFIERS, LoadedProfile, load_profile
+from specsim.scenario import Scenario, Speculation
+from specsim.simulation.acceptance import RateAcceptance, build_acceptance
+from specsim.simulation.costs import StepCosts, kv_capacity_tokens
+from specsim.simulation.fleet import ClosedLoopClients, Fleet, open_loop_arrivals
+from specsim.simulation.policy import build_policy
+from specsim.simulation.records import RecordSink
+from specsim.simulation.replica import Replica
+from specsim.workload import build_source
+
+LOSSY_NOTE = (
+    "typical acceptance is lossy: the output is not distributed as the target model's; "
+    "latency and cost figures describe a different sampler"
+)
+
+
+@dataclass
+class SimulationResult:
+    """What a run produced: ``summary`` holds every summary.json key."""
+
+    summary: dict[str, Any]
+    records_path: Path | None
+    scenario: Scenario
+
+
+@dataclass
+class PoolSetup:
+    name: str
+    replicas: int
+    speculation: Speculation
+    costs: StepCosts
+    kv_capacity: int
+    acceptance: Any
+    entry: Any
+
+
+def _pool_setup(
+    scenario: Scenario, profile: LoadedProfile, name: str, replicas: int, spec: Speculation
+) -> PoolSetup:
+    entry = None
+    if spec.drafter is not None:
+        profile.drafter(spec.drafter)
+        entry = profile.acceptance(spec.drafter, spec.verifier, spec.temperature)
+    enabled = spec.enabled
+    costs = StepCosts(profile, spec.drafter if enabled else None)
+    capacity = kv_capacity_tokens(profile, spec.drafter, enabled, scenario.engine)
+    if enabled:
+        acceptance = build_acceptance(
+            profile, entry, spec.acceptance, spec.max_k, spec.acceptance_rate, spec.heterogeneity
+        )
+    else:
+        acceptance = RateAcceptance(np.zeros(0))
+    return PoolSetup(name, replicas, spec, costs, capacity, acceptance, entry)
+
+
+def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
+    fleet = scenario.fleet
+    if not fleet.pools:
+        spec = scenario.speculation
+        return [_pool_setup(scenario, profile, "main", fleet.total_replicas, spec)]
+    return [
+        _pool_setup(scenario, profile, p.name, p.replicas, scenario.pool_speculation(p))
+        for p in fleet.pools
+    ]
+
+
+def run_simulation(scenario: Scenario, records_path: str | Path | None = None) -> SimulationResult:
+    """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
+
+    The profile path resolves relative to the scenario file. The result is deterministic for a
+    given scenario (its seed drives every random stream).
+    """
+    import simpy
+
+    profile = load_profile(scenario.resolve(scenario.profile))
+    streams = np.random.SeedSequence(scenario.seed).spawn(4)
+    arrivals_rng, lengths_rng, routing_rng = (
+        np.random.default_rng(s) for s in streams[:2] + streams[3:]
+    )
+    source = build_source(scenario, arrivals_rng, lengths_rng)
+    setups = pool_setups(scenario, profile)
+    total = sum(s.replicas for s in setups)
+    acceptance_rngs = [np.random.default_rng(s) for s in streams[2].spawn(total)]
+
+    env = simpy.Environment()
+    limits = scenario.slo.limits() if scenario.slo else {}
+    path = None if records_path is None else Path(records_path)
+    sink = RecordSink([s.name for s in setups], limits, path)
+    counter = [0]
+    clients: ClosedLoopClients | None = None
+
+    def on_finish(request, now):
+        if clients is not None:
+            clients.on_finish(request, now)
+
+    replicas: list[Replica] = []
+    for pool_index, setup in enumerate(setups):
+        for _ in range(setup.replicas):
+            index = len(replicas)
+            policy = build_policy(
+                setup.speculation,
+                scenario.engine.max_batch,
+                setup.acceptance.expected_emitted,
+                setup.costs.decode_step_estimate_s,
+            )
+            replicas.append(
+                Replica(
+                    index,
+                    pool_index,
+                    scenario.engine,
+                    setup.costs,
+                    setup.acceptance,
+                    policy,
+                    setup.kv_capacity,
+                    acceptance_rngs[index],
+                    sink,
+                    on_finish,
+                )
+            )
+    fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+    for replica in replicas:
+        env.process(replica.process(env))
+    if source.closed_loop:
+        clients = ClosedLoopClients(env, source, fleet, counter)
+        clients.start()
+    else:
+        env.process(open_loop_arrivals(env, source, fleet, counter))
+    try:
+        env.run()
+    finally:
+        sink.close()
+    if sink.count == 0:
+        raise SpecsimError(
+            "the workload issued no requests",
+            file=str(scenario.source) if scenario.source else None,
+            key="workload",
+            fix="lengthen workload.duration_s or raise workload.rate",
+        )
+    for replica in replicas:
+        replica.close()
+    summary = _summary(scenario, profile, setups, replicas, sink)
+    return SimulationResult(round_floats(summary), path, scenario)
+
+
+def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
+    price = profile.profile.hardware.price_per_hour_usd
+    fleet_requests = RequestStats()
+    fleet_engine = EngineStats(0, 0, 0)
+    pool_summaries = {}
+    duration = max(stats.last_finish_s for stats in sink.stats)
+    for pool_index, setup in enumerate(setups):
+        engine = EngineStats(0, 0, 0)
+        for replica in replicas:
+            if replica.pool_index == pool_index:
+                engine.merge(replica.stats)
+        requests = sink.stats[pool_index]
+        pool_summaries[setup.name] = {
+            **_echo_speculation(setup),
+            "replicas": setup.replicas,
+            "kv_capacity_tokens": setup.kv_capacity,
+            **summarise(
+                requests,
+                engine,
+                replicas=setup.replicas,
+                price_per_hour_usd=price,
+                duration_s=duration,
+            ),
+        }
+        fleet_requests.merge(requests)
+        fleet_engine.merge(engine)
+    summary = summarise(
+        fleet_requests,
+        fleet_engine,
+        replicas=len(replicas),
+        price_per_hour_usd=price,
+        duration_s=duration,
+    )
+    lossy = any(s.speculation.enabled and s.speculation.verifier in LOSSY_VERIFIERS for s in setups)
+    main = setups[0]
+    summary["scenario"] = {
+        "name": scenario.name,
+        "profile": scenario.profile,
+        "profile_name": profile.name,
+        "profile_source": profile.profile.provenance.source,
+        **_echo_speculation(main),
+        "workload": scenario.workload.kind,
+        "replicas": len(replicas),
+        "router": scenario.fleet.router,
+        "seed": scenario.seed,
+    }
+    summary["kv_capacity_tokens"] = main.kv_capacity
+    summary["slo"] = scenario.slo.limits() if scenario.slo else None
+    summary["lossy"] = lossy
+    summary["lossy_note"] = LOSSY_NOTE if lossy else None
+    summary["pools"] = pool_summaries
+    return summary
+
+
+def _echo_speculation(setup: PoolSetup) -> dict[str, Any]:
+    spec = setup.speculation
+    return {
+        "drafter": spec.drafter if spec.enabled else None,
+        "k": spec.k if spec.enabled else 0,
+        "verifier": spec.verifier,
+        "temperature": spec.temperature,
+        "policy": spec.policy,
+        "acceptance_model": spec.acceptance,
+    }

@@ -1,0 +1,146 @@
+"""Request sources: open-loop arrival processes, trace replay and closed-loop clients.
+
+Open-loop sources yield requests in chunks (arrival times, prompt and output tokens as numpy
+arrays), so a run of millions of requests never holds them all. Arrival times come from the
+arrivals stream and lengths from the lengths stream, so changing speculation settings leaves the
+traffic unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from specsim.scenario import Workload
+from specsim.workload.lengths import LengthPairs
+from specsim.workload.traces import Trace
+
+CHUNK = 4096
+
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def interarrival_gaps(workload: Workload, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` gaps between arrivals for an open-loop process with mean ``1 / rate``."""
+    mean = 1.0 / workload.rate
+    if workload.kind == "poisson":
+        return rng.exponential(mean, size=n)
+    if workload.kind == "bursty":
+        # Gamma with shape 1/cv^2 has coefficient of variation cv; scale keeps the mean.
+        shape = 1.0 / workload.cv**2
+        return rng.gamma(shape, mean / shape, size=n)
+    return np.full(n, mean)
+
+
+class OpenLoopSource:
+    """Poisson, bursty (gamma) or fixed-rate arrivals with drawn lengths."""
+
+    closed_loop = False
+
+    def __init__(
+        self,
+        workload: Workload,
+        lengths: LengthPairs,
+        arrivals_rng: np.random.Generator,
+        lengths_rng: np.random.Generator,
+    ):
+        self.workload = workload
+        self.lengths = lengths
+        self.arrivals_rng = arrivals_rng
+        self.lengths_rng = lengths_rng
+
+    def chunks(self) -> Iterator[Chunk]:
+        limit = self.workload.requests
+        horizon = self.workload.duration_s
+        issued = 0
+        clock = 0.0
+        while limit is None or issued < limit:
+            n = CHUNK if limit is None else min(CHUNK, limit - issued)
+            times = clock + np.cumsum(interarrival_gaps(self.workload, self.arrivals_rng, n))
+            prompt, output = self.lengths.draw(self.lengths_rng, n)
+            if horizon is not None and times[-1] >= horizon:
+                keep = int(np.searchsorted(times, horizon, side="left"))
+                if keep:
+                    yield times[:keep], prompt[:keep], output[:keep]
+                return
+            clock = float(times[-1])
+            issued += n
+            yield times, prompt, output
+
+
+class TraceSource:
+    """Replay of a trace's arrival times (scaled by ``time_scale``) and lengths."""
+
+    closed_loop = False
+
+    def __init__(self, workload: Workload, trace: Trace):
+        self.workload = workload
+        self.trace = trace
+
+    def chunks(self) -> Iterator[Chunk]:
+        times = self.trace.arrival_s * self.workload.time_scale
+        count = len(self.trace)
+        if self.workload.requests is not None:
+            count = min(count, self.workload.requests)
+        if self.workload.duration_s is not None:
+            count = min(count, int(np.searchsorted(times, self.workload.duration_s, side="left")))
+        for start in range(0, count, CHUNK):
+            stop = min(count, start + CHUNK)
+            yield (
+                times[start:stop],
+                self.trace.prompt_tokens[start:stop],
+                self.trace.output_tokens[start:stop],
+            )
+
+
+class ClosedLoopSource:
+    """``concurrency`` clients, each sending its next request after the previous one completes.
+
+    Lengths and think times are drawn in chunks and handed out one at a time.
+    """
+
+    closed_loop = True
+
+    def __init__(
+        self,
+        workload: Workload,
+        lengths: LengthPairs,
+        arrivals_rng: np.random.Generator,
+        lengths_rng: np.random.Generator,
+    ):
+        self.workload = workload
+        self.concurrency = workload.concurrency
+        self.limit = workload.requests
+        self.horizon = workload.duration_s
+        self.think_mean = workload.think_time_s
+        self.lengths = lengths
+        self.arrivals_rng = arrivals_rng
+        self.lengths_rng = lengths_rng
+        self.issued = 0
+        self._prompts: list[int] = []
+        self._outputs: list[int] = []
+        self._thinks: list[float] = []
+
+    def may_issue(self, now: float) -> bool:
+        """Whether a client may send another request at simulated time ``now``."""
+        if self.limit is not None and self.issued >= self.limit:
+            return False
+        return self.horizon is None or now < self.horizon
+
+    def next_lengths(self) -> tuple[int, int]:
+        """The next request's (prompt, output) tokens; counts the request as issued."""
+        if not self._prompts:
+            prompt, output = self.lengths.draw(self.lengths_rng, CHUNK)
+            # Reversed so that pop() hands them out in draw order.
+            self._prompts = prompt[::-1].tolist()
+            self._outputs = output[::-1].tolist()
+        self.issued += 1
+        return self._prompts.pop(), self._outputs.pop()
+
+    def think_time(self) -> float:
+        if self.think_mean <= 0:
+            return 0.0
+        if not self._thinks:
+            self._thinks = self.arrivals_rng.exponential(self.think_mean, CHUNK)[::-1].tolist()
+        return self._thinks.pop()
