@@ -64,7 +64,19 @@ def run_monte_carlo(
     n_tokens: int = 2,
     ragged: bool = False,
 ) -> np.ndarray:
-    """Counts ``[V]*n_tokens`` (int64) of the first emitted tokens over ``samples`` generations."""
+    """Counts ``[V]*n_tokens`` (int64) of the first emitted tokens over ``samples`` generations.
+
+    Runs on one thread: the tensors are small (V <= 16), so intra-op threads only add contention.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _count(verifier, tables, prompt, k, samples, seed, n_tokens, ragged)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _count(verifier, tables, prompt, k, samples, seed, n_tokens, ragged) -> np.ndarray:
     vocab = tables.p.shape[-1]
     generator = torch.Generator().manual_seed(seed)
     counts = torch.zeros(vocab**n_tokens, dtype=torch.long)
