@@ -204,12 +204,12 @@ def load_shape(path: str | Path, name: str | None = None) -> ModelShape:
     return shape_from_config(config, label, str(path))
 
 
-def shape_from_object(config: Any, name: str) -> ModelShape:
+def shape_from_object(config: Any, name: str = "") -> ModelShape:
     """A ``ModelShape`` from an object with the built-in models' attribute names."""
     heads = int(config.num_heads)
     hidden = int(config.hidden_size)
     return ModelShape(
-        name=name,
+        name=name or str(getattr(config, "name", "") or "model"),
         vocab_size=int(config.vocab_size),
         num_layers=int(config.num_layers),
         hidden_size=hidden,
@@ -217,7 +217,9 @@ def shape_from_object(config: Any, name: str) -> ModelShape:
         num_kv_heads=int(getattr(config, "num_kv_heads", heads) or heads),
         head_dim=int(getattr(config, "head_dim", hidden // heads) or hidden // heads),
         intermediate_size=int(config.intermediate_size),
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        tie_word_embeddings=bool(
+            getattr(config, "tie_word_embeddings", getattr(config, "tie_embeddings", False))
+        ),
         gated_mlp=bool(getattr(config, "gated_mlp", True)),
         attention_bias=bool(getattr(config, "attention_bias", False)),
     )

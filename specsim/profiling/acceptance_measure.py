@@ -1,0 +1,174 @@
+"""Measuring acceptance on a prompt set: generate with the target, score every drafter, and
+turn the scores into the profile's acceptance entries (and optional per-request sequences).
+
+Greedy verification is measured on greedy (T = 0) text; exact rejection sampling and typical
+acceptance at each requested temperature T > 0 on text sampled at T. Rejection at T = 0 equals
+greedy verification and is written only when T = 0 is requested explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.profiling.acceptance import (
+    MAX_K,
+    Scored,
+    chain_statistics,
+    format_sequences,
+    request_concentration,
+    run_lengths,
+    run_lengths_from_matches,
+)
+from specsim.profiling.specs import DrafterArg
+
+CHUNK = 16  # prompts generated together
+
+
+@dataclass
+class AcceptanceResult:
+    entries: list[dict]
+    side_files: dict[str, str] = field(default_factory=dict)
+    tokens_scored: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _verifier_runs(temperatures: Sequence[float]) -> list[tuple[float, list[str]]]:
+    """(temperature, verifiers measured on text sampled at it)."""
+    runs = {0.0: ["greedy"]}
+    for t in sorted(set(temperatures)):
+        if t == 0:
+            runs[0.0] = ["greedy", "rejection"]
+        else:
+            runs[float(t)] = ["rejection", "typical"]
+    return sorted(runs.items())
+
+
+SCORE_OF = {"greedy": "match", "rejection": "beta", "typical": "typical"}
+
+
+def _entry(
+    drafter: str, verifier: str, temperature: float, scored: list[Scored], firsts: list[np.ndarray]
+) -> dict | None:
+    stats = chain_statistics(scored, MAX_K)
+    if stats is None:
+        return None
+    entry = {
+        "drafter": drafter,
+        "verifier": verifier,
+        "temperature": temperature,
+        "per_position": stats.per_position,
+        "mean_acceptance_length": stats.mean_acceptance_length,
+        "proposal_rate": max(stats.proposal_rate, 1e-6),
+        "token_beta_mean": float(np.mean(np.concatenate(firsts))) if firsts else None,
+        "source": "measured",
+        "tokens_scored": stats.positions,
+    }
+    concentration = request_concentration(firsts)
+    if concentration is not None:
+        entry["request_concentration"] = concentration
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def measure_acceptance(
+    target,
+    draft_models: dict,
+    drafters: Sequence[DrafterArg],
+    prompt_ids: Sequence[list[int]],
+    temperatures: Sequence[float],
+    *,
+    max_new_tokens: int,
+    seed: int,
+    eos_id: int | None,
+    sequences_prefix: str | None = None,
+    progress=None,
+) -> AcceptanceResult:
+    """Acceptance entries for every drafter x verifier x temperature (see module docstring)."""
+    import torch
+
+    from specsim.profiling.ngram import proposals
+    from specsim.profiling.scoring import draft_model_scores, drafter_logits, generate, ngram_scores
+
+    result = AcceptanceResult(entries=[])
+    for temperature, verifiers in _verifier_runs(temperatures):
+        generator = torch.Generator().manual_seed(seed)
+        generations = []
+        for start in range(0, len(prompt_ids), CHUNK):
+            chunk = list(prompt_ids[start : start + CHUNK])
+            generations += generate(
+                target, chunk, temperature, max_new_tokens, generator, eos_id=eos_id
+            )
+            if progress is not None:
+                progress.update(len(chunk))
+        generations = [g for g in generations if len(g.tokens) >= 2]
+        if not generations:
+            raise SpecsimError(
+                "the target generated fewer than 2 tokens for every prompt",
+                file="--prompts",
+                fix="use longer prompts or a larger --max-new-tokens",
+            )
+        result.tokens_scored += sum(len(g.tokens) for g in generations)
+        # per drafter: score name -> list of per-request score arrays
+        per_drafter: dict[str, dict[str, list]] = {}
+        for d in drafters:
+            if d.is_ngram:
+                rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "drafts": []}
+                for g in generations:
+                    tokens, lengths = proposals(g.prompt, g.tokens, d.ngram, MAX_K)
+                    for key, value in ngram_scores(g.logits, tokens, lengths, temperature).items():
+                        rows[key].append(value)
+                    rows["drafts"].append(lengths)
+            else:
+                rows = {"beta": [], "match": [], "typical": []}
+                for start in range(0, len(generations), CHUNK):
+                    chunk = generations[start : start + CHUNK]
+                    for g, q in zip(
+                        chunk, drafter_logits(draft_models[d.name], chunk), strict=True
+                    ):
+                        for key, value in draft_model_scores(g.logits, q, temperature).items():
+                            rows[key].append(value)
+            per_drafter[d.name] = rows
+        for d in drafters:
+            rows = per_drafter[d.name]
+            for verifier in verifiers:
+                key = SCORE_OF[verifier]
+                if d.is_ngram:
+                    scored = [
+                        Scored(a, dr) for a, dr in zip(rows[key], rows["drafts"], strict=True)
+                    ]
+                    firsts = [a[dr > 0, 0] for a, dr in zip(rows[key], rows["drafts"], strict=True)]
+                    firsts = [f for f in firsts if len(f)]
+                else:
+                    scored = [Scored.from_beta(b) for b in rows[key]]
+                    firsts = list(rows[key])
+                entry = _entry(d.name, verifier, temperature, scored, firsts)
+                if entry is None:
+                    result.notes.append(
+                        f"{d.name} never proposed a draft at T={temperature:g}: no "
+                        f"{verifier} entry written."
+                    )
+                    continue
+                if sequences_prefix is not None:
+                    _add_sequences(result, entry, d, rows, key, sequences_prefix)
+                result.entries.append(entry)
+    return result
+
+
+def _add_sequences(result, entry, d: DrafterArg, rows, key: str, prefix: str) -> None:
+    """Per-request sequences: greedy as run lengths; exact rejection of a draft model as beta."""
+    if entry["verifier"] == "greedy":
+        if d.is_ngram:
+            values = [run_lengths(a, dr) for a, dr in zip(rows[key], rows["drafts"], strict=True)]
+        else:
+            values = [run_lengths_from_matches(m) for m in rows[key]]
+        kind = "run_length"
+    elif entry["verifier"] == "rejection" and not d.is_ngram:
+        values, kind = rows[key], "beta"
+    else:
+        return
+    name = f"{prefix}.{d.name}.{entry['verifier']}.T{entry['temperature']:g}.txt"
+    result.side_files[name] = format_sequences(values, kind)
+    entry["sequences"] = {"path": name, "kind": kind, "requests": len(values)}

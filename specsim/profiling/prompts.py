@@ -1,0 +1,61 @@
+"""Reading a prompt set: JSONL (``{"prompt": ...}`` per line) or plain text.
+
+Plain text holds one prompt per paragraph (paragraphs separated by blank lines); a file without
+blank lines holds one prompt per line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+from specsim.fileio import read_text
+
+PROMPT_KEYS = ("prompt", "text")
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    path = Path(path)
+    text = read_text(path, "prompt file")
+    if path.suffix in (".jsonl", ".ndjson"):
+        prompts = _jsonl(text, str(path))
+    else:
+        blocks = [b.strip() for b in text.replace("\r\n", "\n").split("\n\n")]
+        blocks = [b for b in blocks if b]
+        if len(blocks) <= 1:
+            blocks = [line.strip() for line in text.splitlines() if line.strip()]
+        prompts = blocks
+    if not prompts:
+        raise SpecsimError(
+            "the prompt file holds no prompts",
+            file=str(path),
+            fix='write one prompt per line or paragraph, or JSONL lines {"prompt": ...}',
+        )
+    return prompts
+
+
+def _jsonl(text: str, source: str) -> list[str]:
+    prompts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecsimError(
+                f"invalid JSON: {exc.msg}",
+                file=source,
+                key=f"line {number}",
+                fix='write one JSON object per line, e.g. {"prompt": "..."}',
+            ) from None
+        value = next((row[k] for k in PROMPT_KEYS if isinstance(row, dict) and k in row), None)
+        if not isinstance(value, str) or not value.strip():
+            raise SpecsimError(
+                "no non-empty 'prompt' string",
+                file=source,
+                key=f"line {number}",
+                fix='give each line a "prompt" string',
+            )
+        prompts.append(value)
+    return prompts

@@ -1,0 +1,152 @@
+"""Scoring drafters on the target's own text (torch).
+
+The target generates a continuation of each prompt at temperature T; its next-token
+distributions p along that text come with the generation. A draft model is run once over the same
+text (one batched pass) for its distributions q. At every generated position that gives:
+
+* exact rejection sampling: beta = sum_x min(p(x), q(x)), the probability a draft x ~ q is
+  accepted (at T = 0 both are one-hot, so beta is 1 where the argmaxes agree);
+* greedy verification: whether argmax q == argmax p;
+* typical acceptance (lossy): the probability that x ~ q passes p(x) > min(eps, delta exp(-H(p))).
+
+A prompt-lookup drafter's proposal from each position is one-hot, so its i-th token x is accepted
+with probability p(x) at that position (exact), if it is argmax p (greedy), or if it passes the
+typical test. All scores are taken along the target's text: once an exact verifier accepts a
+draft that differs from the text, later positions would see a different prefix, which this walk
+approximates by the text's own prefix (the usual assumption behind acceptance-rate estimates).
+
+Distributions are temperature-only (softmax(logits / T)); top-k/top-p are not profiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+TYPICAL_EPSILON = 0.09
+TYPICAL_DELTA = 0.3
+
+
+@dataclass
+class Generation:
+    """One request: prompt ids, generated ids, and the target's logits at each generated step."""
+
+    prompt: list[int]
+    tokens: list[int]
+    logits: torch.Tensor  # [L, V] float32
+
+
+def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T); at T = 0 the one-hot argmax."""
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def typical_threshold(p: torch.Tensor) -> torch.Tensor:
+    """Medusa's typical-acceptance threshold min(eps, delta exp(-H(p))) per position."""
+    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
+    return torch.minimum(
+        torch.full_like(entropy, TYPICAL_EPSILON), TYPICAL_DELTA * torch.exp(-entropy)
+    )
+
+
+@torch.no_grad()
+def generate(
+    target,
+    prompts: Sequence[list[int]],
+    temperature: float,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    eos_id: int | None = None,
+) -> list[Generation]:
+    """Batched generation with a KV cache (ragged prompts); stops each row at EOS."""
+    batch = len(prompts)
+    longest = max(len(p) for p in prompts)
+    device = target.device
+    cache = target.new_cache(batch, longest + max_new_tokens)
+    padded = torch.zeros(batch, longest, dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        padded[row, : len(ids)] = torch.tensor(ids)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    logits = target(padded.to(device), cache, n_new=lengths)
+    last = logits[torch.arange(batch, device=device), lengths - 1]
+    steps_logits, steps_tokens = [], []
+    for _ in range(max_new_tokens):
+        probs = probabilities(last, temperature)
+        if temperature == 0:
+            token = probs.argmax(-1)
+        else:
+            token = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(device)
+        steps_logits.append(last.cpu())
+        steps_tokens.append(token.cpu())
+        last = target(token[:, None], cache)[:, 0]
+    all_logits = torch.stack(steps_logits, dim=1)  # [B, L, V]
+    all_tokens = torch.stack(steps_tokens, dim=1)  # [B, L]
+    result = []
+    for row in range(batch):
+        ids = all_tokens[row].tolist()
+        end = ids.index(eos_id) + 1 if eos_id is not None and eos_id in ids else len(ids)
+        result.append(Generation(list(prompts[row]), ids[:end], all_logits[row, :end]))
+    return result
+
+
+@torch.no_grad()
+def drafter_logits(drafter, generations: Sequence[Generation]) -> list[torch.Tensor]:
+    """The drafter's logits at every generated position, from one pass over prompt + text."""
+    rows = [g.prompt + g.tokens[:-1] for g in generations]
+    longest = max(len(r) for r in rows)
+    padded = torch.zeros(len(rows), longest, dtype=torch.long)
+    for i, ids in enumerate(rows):
+        padded[i, : len(ids)] = torch.tensor(ids)
+    cache = drafter.new_cache(len(rows), longest)
+    n_new = torch.tensor([len(r) for r in rows], device=drafter.device)
+    logits = drafter(padded.to(drafter.device), cache, n_new=n_new).cpu()
+    return [
+        logits[i, len(g.prompt) - 1 : len(g.prompt) - 1 + len(g.tokens)]
+        for i, g in enumerate(generations)
+    ]
+
+
+def draft_model_scores(
+    p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float
+) -> dict[str, np.ndarray]:
+    """Per-position scores of a draft model: ``beta`` (exact), ``match`` (greedy), ``typical``."""
+    p = probabilities(p_logits.float(), temperature)
+    q = probabilities(q_logits.float(), temperature)
+    beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0)
+    match = (p_logits.argmax(-1) == q_logits.argmax(-1)).double()
+    passes = p > typical_threshold(p)[:, None]
+    typical = (q * passes).sum(-1).clamp(0.0, 1.0)
+    return {
+        "beta": beta.double().numpy(),
+        "match": match.numpy(),
+        "typical": typical.double().numpy(),
+    }
+
+
+def ngram_scores(
+    p_logits: torch.Tensor,
+    proposal_tokens: np.ndarray,
+    proposal_lengths: np.ndarray,
+    temperature: float,
+) -> dict[str, np.ndarray]:
+    """Acceptance matrices ``[L, k]`` of one-hot proposals (entries past a proposal are 0)."""
+    length, width = proposal_tokens.shape
+    p = probabilities(p_logits.float(), temperature)
+    argmax = p_logits.argmax(-1)
+    threshold = typical_threshold(p)
+    beta = np.zeros((length, width))
+    match = np.zeros((length, width))
+    typical = np.zeros((length, width))
+    for s in range(length):
+        for i in range(min(int(proposal_lengths[s]), length - s)):
+            token = int(proposal_tokens[s, i])
+            prob = float(p[s + i, token])
+            beta[s, i] = prob
+            match[s, i] = float(int(argmax[s + i]) == token)
+            typical[s, i] = float(prob > float(threshold[s + i]))
+    return {"beta": beta, "match": match, "typical": typical}

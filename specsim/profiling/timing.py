@@ -1,0 +1,264 @@
+"""Timing real forward passes with a real KV cache: the measured half of a latency profile.
+
+Each grid point is (batch, context, new tokens per sequence): 1 new token is a decode pass,
+k + 1 a verification pass, a prompt length with no context a prefill. The cache is allocated at
+its full size and its row lengths are set to the context, so attention really reads ``context``
+cached keys per row (their values do not change the time). Every point gets warm-up passes, then
+timed repeats; the sample is their median with the interquartile range as spread.
+
+On CPU a pass is timed with ``time.perf_counter_ns`` (CPU torch ops are synchronous: they return
+when the work is done). On CUDA it is timed with CUDA events recorded around the pass and a
+device synchronisation before reading them, which excludes host-side queueing jitter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.profile.schema import LatencySample
+
+DEFAULT_CPU_GRID = {
+    "batch": (1, 2, 4, 8),
+    "context": (16, 128, 512),
+    "new": (1, 3, 5, 9),
+    "prefill": (32, 128),
+}
+DEFAULT_CUDA_GRID = {
+    "batch": (1, 4, 16, 64),
+    "context": (128, 1024, 4096),
+    "new": (1, 3, 5, 9),
+    "prefill": (256, 1024),
+}
+GRID_AXES = ("batch", "context", "new", "prefill")
+
+
+@dataclass(frozen=True, order=True)
+class GridPoint:
+    batch: int
+    context: int
+    new_tokens: int
+
+    @property
+    def phase(self) -> str:
+        if self.new_tokens == 1:
+            return "decode"
+        return "prefill" if self.context == 0 else "verify"
+
+
+def grid_points(axes: dict[str, Sequence[int]]) -> list[GridPoint]:
+    """Decode/verify points (batch x context x new) plus prefill points (batch x prompt)."""
+    points = {
+        GridPoint(b, c, n) for b in axes["batch"] for c in axes["context"] for n in axes["new"]
+    }
+    points |= {GridPoint(b, 0, p) for b in axes["batch"] for p in axes.get("prefill", ())}
+    return sorted(points)
+
+
+def parse_grid(texts: Iterable[str], device: str) -> dict[str, tuple[int, ...]]:
+    """``["batch=1,2,4", "new=1,5"]`` over the device's default grid."""
+    axes = dict(DEFAULT_CUDA_GRID if device.startswith("cuda") else DEFAULT_CPU_GRID)
+    for text in texts:
+        axis, _, values = text.partition("=")
+        axis = axis.strip()
+        if axis not in GRID_AXES:
+            raise SpecsimError(
+                f"unknown grid axis {axis!r}",
+                file="--grid",
+                key=axis,
+                fix=f"use one of {', '.join(GRID_AXES)}: --grid batch=1,2,4",
+            )
+        try:
+            parsed = tuple(sorted({int(v) for v in values.split(",") if v.strip()}))
+        except ValueError:
+            raise SpecsimError(
+                f"grid values {values!r} are not integers",
+                file="--grid",
+                key=axis,
+                fix="write comma-separated integers, e.g. --grid batch=1,2,4",
+            ) from None
+        low = 0 if axis == "context" else 1
+        if any(v < low for v in parsed):
+            raise SpecsimError(
+                f"grid values must be >= {low}", file="--grid", key=axis, fix="use larger values"
+            )
+        axes[axis] = parsed
+    for axis in ("batch", "context", "new"):
+        if not axes[axis]:
+            raise SpecsimError(
+                f"grid axis {axis!r} has no values, so the grid has no points",
+                file="--grid",
+                key=axis,
+                fix=f"give at least one value: --grid {axis}=...",
+            )
+    return axes
+
+
+class PassTimer:
+    """Times one kind of pass: warm-ups, then ``repeats`` timed runs (median and IQR)."""
+
+    def __init__(self, device: str, warmup: int = 2, repeats: int = 5):
+        if repeats < 1 or warmup < 0:
+            raise SpecsimError(
+                "repeats must be >= 1 and warm-ups >= 0", key="--repeats", fix="use 1 or more"
+            )
+        self.device = device
+        self.warmup = warmup
+        self.repeats = repeats
+
+    def time_once(self, run: Callable[[], object]) -> float:
+        import torch
+
+        if self.device.startswith("cuda"):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(self.device)
+            start.record()
+            run()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            return start.elapsed_time(end) / 1e3
+        begin = time.perf_counter_ns()
+        run()
+        return (time.perf_counter_ns() - begin) / 1e9
+
+    def measure(self, run: Callable[[], object], reset: Callable[[], object]) -> np.ndarray:
+        """Seconds of ``repeats`` runs of ``run``, each after ``reset`` (not timed)."""
+        for _ in range(self.warmup):
+            reset()
+            run()
+        times = np.empty(self.repeats)
+        for i in range(self.repeats):
+            reset()
+            times[i] = self.time_once(run)
+        return times
+
+
+@dataclass
+class TimingRun:
+    samples: list[LatencySample]
+    planned: int
+    stopped_early: bool
+    seconds: float
+
+
+def _check_fits(model, points: Sequence[GridPoint]) -> None:
+    limit = model.config.max_position
+    for point in points:
+        if point.context + point.new_tokens > limit:
+            raise SpecsimError(
+                f"grid point context {point.context} + new {point.new_tokens} exceeds the "
+                f"model's max_position {limit}",
+                file="--grid",
+                key="context",
+                fix=f"keep context + new tokens <= {limit}",
+            )
+
+
+def time_grid(
+    model,
+    points: Sequence[GridPoint],
+    timer: PassTimer,
+    *,
+    seed: int = 0,
+    deadline: float = math.inf,
+    progress=None,
+) -> TimingRun:
+    """Measure ``points`` of ``model`` (a ``specsim.models`` model) until done or until
+    ``time.monotonic()`` passes ``deadline``.
+
+    Repeats run in rounds: every point once per round (warm-up rounds first, untimed). A burst of
+    load from other processes then costs many points one slow repeat each, which the median
+    drops, instead of spoiling every repeat of one point or of one region of the grid. Within a
+    round points go by batch size, smallest first, with one cache per batch size at a time (sized
+    for its longest point; the model attends only up to each row's length, so the longer
+    allocation costs nothing). A time budget thus cuts the expensive end of the grid first, and
+    the valid range records what was measured.
+    """
+    import torch
+
+    _check_fits(model, points)
+    ordered = sorted(points)
+    generator = torch.Generator().manual_seed(seed)
+    tokens = {
+        p: torch.randint(0, model.config.vocab_size, (p.batch, p.new_tokens), generator=generator)
+        for p in ordered
+    }
+    batches = {p.batch for p in ordered}
+    longest = {b: max(p.context + p.new_tokens for p in ordered if p.batch == b) for b in batches}
+    tokens = {p: t.to(model.device) for p, t in tokens.items()}
+    started = time.monotonic()
+    times: dict[GridPoint, list[float]] = {}
+    out_of_time = False
+    for round_index in range(timer.warmup + timer.repeats):
+        timed = round_index >= timer.warmup
+        cache = None
+        for point in ordered:
+            if timed and time.monotonic() >= deadline:
+                out_of_time = True
+                break
+            fresh = cache is None or cache.batch_size != point.batch
+            if fresh:
+                cache = None  # free the previous batch size's cache first
+                cache = model.new_cache(point.batch, longest[point.batch])
+
+            def run(point=point, cache=cache):
+                cache.lengths.fill_(point.context)
+                with torch.inference_mode():
+                    model(tokens[point], cache)
+
+            if fresh or not timed:
+                run()  # a fresh cache's first touch pays page faults: keep it out of the timing
+            if not timed:
+                continue
+            times.setdefault(point, []).append(timer.time_once(run))
+            if progress is not None:
+                progress.update(1)
+        if out_of_time:
+            break
+    samples = [_sample(point, np.asarray(t)) for point, t in sorted(times.items())]
+    return TimingRun(
+        samples=samples,
+        planned=len(points),
+        stopped_early=out_of_time,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _sample(point: GridPoint, times: np.ndarray) -> LatencySample:
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    return LatencySample(
+        batch=point.batch,
+        context=point.context,
+        new_tokens=point.new_tokens,
+        seconds=float(median),
+        spread_s=float(q3 - q1),
+        repeats=len(times),
+        phase=point.phase,
+    )
+
+
+def measure_sampling_overhead(
+    vocab_size: int, device: str, timer: PassTimer, batches: Sequence[int] = (1, 4, 16)
+) -> tuple[float, float]:
+    """(per step, per sequence) seconds of turning logits into tokens (softmax + a draw), the
+    engine work outside the forward passes that a profile can measure; fitted as a line."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    medians = []
+    for batch in batches:
+        logits = torch.randn(batch, vocab_size, device=device, generator=generator)
+
+        def run(logits=logits):
+            probs = torch.softmax(logits, dim=-1)
+            return torch.multinomial(probs, 1, generator=generator)
+
+        medians.append(float(np.median(timer.measure(run, lambda: None))))
+    slope, intercept = np.polyfit(np.asarray(batches, dtype=float), medians, 1)
+    return max(float(intercept), 0.0), max(float(slope), 0.0)
