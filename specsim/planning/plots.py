@@ -22,6 +22,7 @@ class Series:
     marker: str = "o"
     linestyle: str = "-"
     color: Any = None
+    legend: bool = True  # False: drawn, but not listed in the legend (still in the CSV)
 
 
 @dataclass
@@ -96,7 +97,7 @@ def _draw_panel(ax, panel: Panel) -> None:
             ys,
             marker=series.marker,
             linestyle=series.linestyle,
-            label=series.label,
+            label=series.label if series.legend else "_nolegend_",
             color=series.color,
             markersize=4,
             linewidth=1.4,
@@ -107,12 +108,24 @@ def _draw_panel(ax, panel: Panel) -> None:
     ax.set_xlabel(panel.xlabel)
     ax.set_ylabel(panel.ylabel)
     if panel.logy:
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("log")
+        # Plain numbers (0.5, 2, 20) rather than 5x10^-1: the readers are operators.
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain if _few_decades(ax) else FuncFormatter(lambda v, _: ""))
     if panel.xticks is not None:
         ax.set_xticks(panel.xticks[0], panel.xticks[1])
     ax.grid(True, alpha=0.3)
     if len(panel.series) + len(panel.hlines) > 1:
         ax.legend(fontsize=7, frameon=False)
+
+
+def _few_decades(ax) -> bool:
+    """Label minor ticks too when the axis spans less than a decade (else it has no labels)."""
+    low, high = ax.get_ylim()
+    return low > 0 and high / low < 10
 
 
 def gradient(n: int, cmap: str = "viridis") -> list[Any]:

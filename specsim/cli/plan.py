@@ -1,0 +1,193 @@
+"""Plan from simulations: the best k per load, or the replicas a target rate needs.
+
+  specsim plan window SCENARIO.yaml [--k 0..8] [--loads 1,2,4] --out DIR
+      every k and the adaptive policy at every load: best static k per load, the load where
+      speculation stops paying, and a k-by-batch-size table for the serving engine
+  specsim plan capacity SCENARIO.yaml --target-rps R --out DIR
+      the highest rate one replica sustains within the SLO (bisection), with and without
+      speculation and for each k / drafter; the replicas and cost for R, confirmed by one
+      fleet simulation at R
+
+Sweeps run on a local process pool (--workers N) or a Dask cluster (--cluster HOST:PORT; the
+workers need specsim installed and the scenario and profile files at the same paths). Results are
+kept per simulation under DIR/points: rerunning an interrupted command with the same --out
+computes only what is missing. Exit codes: 0 done, 1 done but some simulations failed (listed),
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specsim.cli.common import add_json, add_out, add_set, emit
+
+
+def add_sweep_options(parser: argparse.ArgumentParser) -> None:
+    """Options every sweeping command shares (also used by ``specsim report``)."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="local worker processes (default: the CPUs available to this process)",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="run the sweep on a Dask distributed scheduler at HOST:PORT instead",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed for every simulation (default: the scenario's seed)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="plan", metavar="WHAT", required=True)
+    window = sub.add_parser(
+        "window",
+        help="choose k per load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    window.add_argument("scenario", help="scenario YAML file")
+    window.add_argument(
+        "--k",
+        default=None,
+        metavar="K",
+        help="window sizes to try, e.g. 0..8 or 0,2,4 (default 0..8, capped by the profile)",
+    )
+    window.add_argument(
+        "--loads",
+        nargs="+",
+        default=None,
+        metavar="LOAD",
+        help="load levels: arrival rates (req/s) for an open-loop workload, client counts for a "
+        "closed loop, speed factors for a trace (default: a ladder around the scenario's load)",
+    )
+    _common(window)
+
+    capacity = sub.add_parser(
+        "capacity",
+        help="replicas for a target rate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    capacity.add_argument("scenario", help="scenario YAML file (open-loop workload, with an slo)")
+    capacity.add_argument(
+        "--target-rps",
+        type=float,
+        required=True,
+        metavar="R",
+        help="the arrival rate the fleet must sustain (requests per second)",
+    )
+    capacity.add_argument(
+        "--drafter",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="drafter to consider (repeatable; default: the scenario's)",
+    )
+    capacity.add_argument(
+        "--k",
+        default=None,
+        metavar="K",
+        help="window sizes to consider, e.g. 1..4 (default 1..8, capped by the profile)",
+    )
+    capacity.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.02,
+        help="relative width at which the bisection stops (default 0.02 = 2%%)",
+    )
+    capacity.add_argument(
+        "--attainment",
+        type=float,
+        default=0.99,
+        help="share of requests that must meet the SLO for a rate to count as sustained "
+        "(default 0.99)",
+    )
+    _common(capacity)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    add_sweep_options(parser)
+    add_set(parser)
+    add_out(parser)
+    add_json(parser)
+
+
+def make_sweeper(args: argparse.Namespace, identity: dict[str, Any]):
+    from specsim.planning.sweep import Sweeper
+
+    return Sweeper(
+        args.out,
+        identity,
+        workers=args.workers,
+        cluster=args.cluster,
+        progress=not args.no_progress,
+    )
+
+
+def finish(args, sweeper, summary: dict[str, Any], human: str, report) -> int:
+    """Write the report files atomically, print the summary, and pick the exit code."""
+    from specsim.fileio import atomic_output_dir, dump_json
+    from specsim.planning.report import write_report
+
+    with atomic_output_dir(args.out) as staging:
+        write_report(report, staging)
+        (staging / "summary.json").write_text(dump_json(summary), encoding="utf-8")
+    if summary["failed"]:
+        human += f"\n{len(summary['failed'])} simulations failed (listed in summary.json)"
+    emit(args, summary, human + f"\nreport: {args.out}/report.html")
+    return 1 if summary["failed"] else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plan == "window":
+        return _window(args)
+    return _capacity(args)
+
+
+def _window(args: argparse.Namespace) -> int:
+    from specsim.planning import window, window_report
+    from specsim.planning.common import parse_k_values, parse_loads
+
+    plan = window.prepare(
+        args.scenario,
+        args.overrides,
+        parse_k_values(args.k),
+        parse_loads(args.loads),
+        args.seed,
+    )
+    with make_sweeper(args, plan.identity()) as sweeper:
+        outcome = window.run(plan, sweeper)
+        summary = window.json_summary(plan, outcome, sweeper)
+    report = window_report.build(plan, outcome, summary)
+    return finish(args, sweeper, summary, window_report.human(plan, summary), report)
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from specsim.planning import capacity, capacity_report
+    from specsim.planning.common import parse_k_values
+
+    plan = capacity.prepare(
+        args.scenario,
+        args.overrides,
+        args.target_rps,
+        args.drafter,
+        parse_k_values(args.k),
+        args.tolerance,
+        args.attainment,
+        args.seed,
+    )
+    with make_sweeper(args, plan.identity()) as sweeper:
+        outcome = capacity.run(plan, sweeper)
+        summary = capacity.json_summary(plan, outcome, sweeper)
+    report = capacity_report.build(plan, outcome, summary)
+    return finish(args, sweeper, summary, capacity_report.human(plan, summary), report)

@@ -1,0 +1,370 @@
+"""``plan capacity``: the highest arrival rate one replica sustains within the SLO, per candidate.
+
+Candidates are speculation off, every (drafter, k) asked for and each drafter's adaptive policy.
+Each gets a ``Bisection`` on ``workload.rate``; the searches advance together, one batch of
+probes per round through the sweep engine. A rate is sustained when at least ``attainment`` of its
+requests meet every SLO limit. From each capacity follow the replicas needed for the target rate
+and their cost (one device per replica, at the profile's price). The cheapest candidate is then
+confirmed by one fleet simulation at the target rate; if that fleet misses the SLO (a router
+spreads load unevenly), one more replica is tried, up to ``MAX_EXTRA_REPLICAS``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.planning.common import (
+    OPEN_LOOP,
+    answerable_k,
+    check_k_values,
+    metric,
+    scenario_identity,
+)
+from specsim.planning.points import SweepPoint
+from specsim.planning.search import Bisection
+from specsim.planning.sweep import PointResult, Sweeper
+
+MAX_EXTRA_REPLICAS = 3
+RANGE_FACTOR = 1024.0
+OFF = "speculation off"  # the search looks between start / 1024 and start * 1024
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str
+    drafter: str | None
+    k: int
+    policy: str = "fixed"
+
+    def overrides(self) -> list[str]:
+        if self.drafter is None:
+            return ["speculation.k=0", "speculation.policy=fixed"]
+        return [
+            f"speculation.drafter={self.drafter}",
+            f"speculation.k={self.k}",
+            f"speculation.policy={self.policy}",
+        ]
+
+
+@dataclass
+class CapacityPlan:
+    scenario_path: str
+    base_overrides: list[str]
+    scenario: Any
+    profile: Any
+    target_rps: float
+    candidates: list[Candidate]
+    tolerance: float
+    attainment: float
+    seed: int
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "command": "plan capacity",
+            **scenario_identity(self.scenario_path, self.base_overrides),
+            "target_rps": self.target_rps,
+            "candidates": [c.label for c in self.candidates],
+            "tolerance": self.tolerance,
+            "attainment": self.attainment,
+            "seed": self.seed,
+        }
+
+    def point(self, candidate: Candidate, rate: float, extra: Sequence[str] = ()) -> SweepPoint:
+        overrides = [
+            *self.base_overrides,
+            f"seed={self.seed}",
+            *candidate.overrides(),
+            f"workload.rate={rate!r}",
+            *extra,
+        ]
+        return SweepPoint.make(self.scenario_path, overrides, candidate=candidate.label, rate=rate)
+
+
+def prepare(
+    scenario_path: str,
+    overrides: Sequence[str],
+    target_rps: float,
+    drafters: list[str] | None,
+    ks: list[int] | None,
+    tolerance: float,
+    attainment: float,
+    seed: int | None,
+) -> CapacityPlan:
+    from specsim.profile import load_profile
+    from specsim.scenario import load_scenario
+
+    scenario = load_scenario(scenario_path, list(overrides))
+    if scenario.workload.kind not in OPEN_LOOP:
+        raise SpecsimError(
+            f"capacity is an arrival rate, but the workload is {scenario.workload.kind!r}",
+            file=scenario_path,
+            key="workload.kind",
+            fix="use an open-loop workload (poisson, bursty, fixed_rate), "
+            "e.g. --set workload.kind=poisson --set workload.rate=1",
+        )
+    if scenario.slo is None:
+        raise SpecsimError(
+            "capacity within the SLO needs an SLO",
+            file=scenario_path,
+            key="slo",
+            fix="add an slo section or e.g. --set slo.tpot_s=0.05",
+        )
+    if set(scenario.slo.limits()) == {"tpot_s"}:
+        raise SpecsimError(
+            "an SLO on TPOT alone does not bound queueing, so an overloaded replica would "
+            "still meet it",
+            file=scenario_path,
+            key="slo",
+            fix="add slo.ttft_s, slo.e2e_s or slo.queueing_s",
+        )
+    if not (math.isfinite(target_rps) and target_rps > 0):
+        raise SpecsimError(
+            f"target rate must be positive (got {target_rps:g})",
+            key="--target-rps",
+            fix="give requests per second above 0",
+        )
+    if not 0 < tolerance < 0.5:
+        raise SpecsimError("tolerance must be in (0, 0.5)", key="--tolerance", fix="e.g. 0.02")
+    if not 0 < attainment <= 1:
+        raise SpecsimError("attainment must be in (0, 1]", key="--attainment", fix="e.g. 0.99")
+    profile = load_profile(scenario.resolve(scenario.profile))
+    spec = scenario.speculation
+    drafters = drafters or ([spec.drafter] if spec.drafter else [])
+    candidates = [Candidate(OFF, None, 0)]
+    for drafter in drafters:
+        profile.drafter(drafter)
+        settings = spec.model_copy(update={"drafter": drafter})
+        limit = answerable_k(profile, settings)
+        chosen = ks if ks is not None else list(range(1, min(8, limit) + 1))
+        check_k_values(chosen, limit, drafter, profile.path)
+        for k in [k for k in chosen if k > 0]:
+            candidates.append(Candidate(f"{drafter} k={k}", drafter, k))
+        if chosen and max(chosen) > 0:
+            candidates.append(Candidate(f"{drafter} adaptive", drafter, max(chosen), "adaptive"))
+    return CapacityPlan(
+        scenario_path=str(scenario_path),
+        base_overrides=list(overrides),
+        scenario=scenario,
+        profile=profile,
+        target_rps=float(target_rps),
+        candidates=candidates,
+        tolerance=tolerance,
+        attainment=attainment,
+        seed=scenario.seed if seed is None else seed,
+    )
+
+
+def attainment_of(summary: dict[str, Any] | None) -> float | None:
+    """Share of requests that met the SLO: the summary's own figure, or goodput x time / count."""
+    if summary is None:
+        return None
+    direct = metric(summary, "slo_attainment")
+    if direct is not None:
+        return direct
+    goodput, duration = metric(summary, "goodput_requests_per_s"), metric(summary, "duration_s")
+    requests = metric(summary, "requests")
+    if None in (goodput, duration, requests) or not requests:
+        return None
+    return min(1.0, goodput * duration / requests)
+
+
+def meets_slo(summary: dict[str, Any] | None, attainment: float) -> bool:
+    share = attainment_of(summary)
+    return share is not None and share >= attainment - 1e-12
+
+
+@dataclass
+class CandidateResult:
+    candidate: Candidate
+    search: Bisection
+    at_capacity: dict[str, Any] | None = None  # summary of the highest sustained probe
+    error: str | None = None
+    replicas: int | None = None
+    cost_per_hour: float | None = None
+    cost_per_million: float | None = None
+    probes: list[tuple[float, bool]] = field(default_factory=list)
+    # (rate, share of requests meeting the SLO) for every probe, sorted by rate.
+    attainment_curve: list[tuple[float, float | None]] = field(default_factory=list)
+
+    @property
+    def capacity(self) -> float | None:
+        return self.search.estimate
+
+
+def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResult]:
+    start = float(plan.scenario.workload.rate)
+    results = {
+        c.label: CandidateResult(
+            c,
+            Bisection(
+                start=start,
+                rel_tol=plan.tolerance,
+                lower_limit=start / RANGE_FACTOR,
+                upper_limit=start * RANGE_FACTOR,
+            ),
+        )
+        for c in plan.candidates
+    }
+    summaries: dict[tuple[str, float], dict[str, Any]] = {}
+    rounds = 0
+    while True:
+        active = [r for r in results.values() if not r.search.done and r.error is None]
+        if not active:
+            break
+        rounds += 1
+        per_search = max(1, sweeper.parallelism // len(active))
+        points = [
+            plan.point(r.candidate, rate)
+            for r in active
+            for rate in r.search.next_probes(per_search)
+        ]
+        outcomes: dict[str, list[tuple[float, bool]]] = {}
+        for result in sweeper.run(points, desc=f"capacity round {rounds}"):
+            label, rate = result.tags["candidate"], result.tags["rate"]
+            if not result.ok:
+                results[label].error = result.error
+                continue
+            summaries[(label, rate)] = result.summary
+            outcomes.setdefault(label, []).append(
+                (rate, meets_slo(result.summary, plan.attainment))
+            )
+        for label, probes in outcomes.items():
+            if results[label].error is None:
+                results[label].search.record_all(probes)
+    for entry in results.values():
+        entry.probes = list(entry.search.probes)
+        entry.attainment_curve = sorted(
+            (rate, attainment_of(summary))
+            for (label, rate), summary in summaries.items()
+            if label == entry.candidate.label
+        )
+        if entry.capacity is not None:
+            entry.at_capacity = summaries.get((entry.candidate.label, entry.capacity))
+        _price(plan, entry)
+    return list(results.values())
+
+
+def tokens_per_request(summary: dict[str, Any] | None) -> float | None:
+    throughput, duration = metric(summary, "throughput_tokens_per_s"), metric(summary, "duration_s")
+    requests = metric(summary, "requests")
+    if None in (throughput, duration, requests) or not requests:
+        return None
+    return throughput * duration / requests
+
+
+def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
+    if not entry.capacity:
+        return
+    price = plan.profile.profile.hardware.price_per_hour_usd
+    entry.replicas = math.ceil(plan.target_rps / entry.capacity - 1e-9)
+    entry.cost_per_hour = entry.replicas * price
+    per_request = tokens_per_request(entry.at_capacity)
+    if per_request:
+        tokens_per_hour = plan.target_rps * per_request * 3600
+        entry.cost_per_million = entry.cost_per_hour / tokens_per_hour * 1e6
+
+
+def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
+    """Fewest replicas, then the highest per-replica capacity, then the simpler candidate."""
+    order = {id(r): i for i, r in enumerate(results)}
+    usable = [r for r in results if r.replicas is not None]
+    if not usable:
+        return None
+    return min(usable, key=lambda r: (r.replicas, -r.capacity, order[id(r)]))
+
+
+def fleet_point(plan: CapacityPlan, chosen: CandidateResult, replicas: int) -> SweepPoint:
+    extra = [f"fleet.replicas={replicas}"]
+    requests = plan.scenario.workload.requests
+    if requests is not None:
+        # Keep each replica's share of requests as long as in the one-replica runs.
+        extra.append(f"workload.requests={requests * replicas}")
+    point = plan.point(chosen.candidate, plan.target_rps, extra)
+    return SweepPoint(point.scenario, point.overrides, {**point.tags, "replicas": replicas})
+
+
+def confirm(
+    plan: CapacityPlan, chosen: CandidateResult, sweeper: Sweeper
+) -> list[tuple[int, PointResult]]:
+    """Fleet simulations at the target rate: the planned size, then more until the SLO holds."""
+    runs = []
+    for replicas in range(chosen.replicas, chosen.replicas + MAX_EXTRA_REPLICAS + 1):
+        (result,) = sweeper.run([fleet_point(plan, chosen, replicas)], desc="fleet check")
+        runs.append((replicas, result))
+        if result.ok and meets_slo(result.summary, plan.attainment):
+            break
+        if not result.ok:
+            break
+    return runs
+
+
+def run(plan: CapacityPlan, sweeper: Sweeper) -> dict[str, Any]:
+    results = find_capacities(plan, sweeper)
+    chosen = choose_candidate(results)
+    fleet = confirm(plan, chosen, sweeper) if chosen is not None else []
+    return {"candidates": results, "chosen": chosen, "fleet": fleet}
+
+
+def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
+    chosen: CandidateResult | None = outcome["chosen"]
+    off = next(r for r in outcome["candidates"] if r.candidate.drafter is None)
+    fleet = outcome["fleet"]
+    final = fleet[-1] if fleet else None
+    fleet_ok = bool(final and final[1].ok and meets_slo(final[1].summary, plan.attainment))
+    return {
+        "command": "plan capacity",
+        "scenario": plan.scenario_path,
+        "target_rps": plan.target_rps,
+        "tolerance": plan.tolerance,
+        "attainment": plan.attainment,
+        "candidates": [
+            {
+                "label": r.candidate.label,
+                "drafter": r.candidate.drafter,
+                "k": r.candidate.k,
+                "policy": r.candidate.policy,
+                "capacity_rps": r.capacity,
+                "bracket_rps": [r.search.lo, r.search.hi],
+                "status": "failed" if r.error else r.search.status,
+                "error": r.error,
+                "probes": len(r.probes),
+                "replicas": r.replicas,
+                "cost_usd_per_hour": r.cost_per_hour,
+                "cost_usd_per_million_tokens": r.cost_per_million,
+            }
+            for r in outcome["candidates"]
+        ],
+        "recommendation": None
+        if chosen is None
+        else {
+            "candidate": chosen.candidate.label,
+            "replicas": final[0] if fleet_ok else None,
+            "planned_replicas": chosen.replicas,
+            "replicas_without_speculation": off.replicas,
+            "cost_usd_per_hour": None
+            if not fleet_ok
+            else final[0] * plan.profile.profile.hardware.price_per_hour_usd,
+            "fleet_meets_slo": fleet_ok,
+            "fleet": _fleet_figures(final[1].summary) if final and final[1].ok else None,
+        },
+        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
+        "failed": [
+            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
+        ],
+    }
+
+
+def _fleet_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    figures = {
+        f"{name}_{stat}": metric(summary, name, stat)
+        for name in ("ttft_s", "tpot_s", "e2e_s")
+        for stat in ("p50", "p90", "p99")
+    }
+    figures["slo_attainment"] = attainment_of(summary)
+    figures["throughput_tokens_per_s"] = metric(summary, "throughput_tokens_per_s")
+    figures["cost_usd_per_million_tokens"] = metric(summary, "cost_usd_per_million_tokens")
+    return figures

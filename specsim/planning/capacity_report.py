@@ -1,0 +1,267 @@
+"""The ``plan capacity`` report: capacity per candidate, replicas and cost, the fleet check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specsim.planning.capacity import (
+    OFF,
+    CandidateResult,
+    CapacityPlan,
+    attainment_of,
+    meets_slo,
+)
+from specsim.planning.common import metric, slo_text
+from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.report import Callout, Paragraph, Report, Section, Table
+
+PERCENTILE_COLUMNS = [
+    (f"{label} {stat} (s)", name, stat)
+    for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "e2e"))
+    for stat in ("p50", "p90", "p99")
+]
+
+
+def _by_drafter(results: list[CandidateResult]) -> dict[str, list[CandidateResult]]:
+    groups: dict[str, list[CandidateResult]] = {}
+    for r in results:
+        if r.candidate.drafter is not None:
+            groups.setdefault(r.candidate.drafter, []).append(r)
+    return groups
+
+
+def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]:
+    off = next(r for r in results if r.candidate.drafter is None)
+    groups = _by_drafter(results)
+    top = max([r.candidate.k for r in results] + [0])
+    xticks = (
+        [float(k) for k in range(top + 1)] + [top + 1.0],
+        [str(k) for k in range(top + 1)] + ["adapt."],
+    )
+    capacity = Panel(
+        "Sustained rate per replica", "k (0 = speculation off)", "requests/s", xticks=xticks
+    )
+    replicas = Panel(
+        f"Replicas for {plan.target_rps:g} req/s",
+        "k (0 = speculation off)",
+        "replicas",
+        xticks=xticks,
+    )
+    for colour, (drafter, entries) in zip(
+        gradient(len(groups), "tab10"), groups.items(), strict=True
+    ):
+        xs = [0.0] + [
+            float(r.candidate.k) if r.candidate.policy == "fixed" else top + 1.0 for r in entries
+        ]
+        capacity.series.append(
+            Series(drafter, xs, [off.capacity] + [r.capacity for r in entries], color=colour)
+        )
+        replicas.series.append(
+            Series(drafter, xs, [off.replicas] + [r.replicas for r in entries], color=colour)
+        )
+    curve = Panel(
+        "SLO attainment against arrival rate (every probe)",
+        "arrival rate (req/s)",
+        "share of requests meeting the SLO",
+        hlines=[(plan.attainment, f"required {plan.attainment:g}")],
+    )
+    for colour, entry in zip(gradient(len(results), "viridis"), results, strict=True):
+        if entry.attainment_curve:
+            xs, ys = zip(*entry.attainment_curve, strict=True)
+            curve.series.append(
+                Series(entry.candidate.label, list(xs), list(ys), color=colour, marker=".")
+            )
+    return [
+        Figure(
+            "capacity_vs_k",
+            "Capacity of one replica and replicas needed, per drafter and k",
+            [capacity, replicas],
+        ),
+        Figure(
+            "attainment_vs_rate",
+            "How each candidate's SLO attainment falls with load; "
+            "its capacity is the last rate above the line",
+            [curve],
+            ncols=1,
+        ),
+    ]
+
+
+def _candidate_table(plan: CapacityPlan, results: list[CandidateResult]) -> Table:
+    rows = []
+    for r in results:
+        s = r.at_capacity
+        rows.append(
+            [
+                r.candidate.label,
+                r.capacity,
+                r.search.hi,
+                (r.error and f"failed: {r.error}") or r.search.status,
+                len(r.probes),
+                r.replicas,
+                r.cost_per_hour,
+                r.cost_per_million,
+                metric(s, "tpot_s", "p99"),
+                metric(s, "e2e_s", "p99"),
+                metric(s, "mean_acceptance_length"),
+            ]
+        )
+    return Table(
+        "capacity",
+        [
+            "candidate",
+            "capacity (req/s)",
+            "first failing (req/s)",
+            "search",
+            "probes",
+            "replicas",
+            "$/hour",
+            "$/M tokens",
+            "TPOT p99 at capacity (s)",
+            "e2e p99 at capacity (s)",
+            "accept. length",
+        ],
+        rows,
+        f"Highest sustained rate per replica (bisection to {plan.tolerance:g} relative), and "
+        f"what {plan.target_rps:g} req/s then needs",
+    )
+
+
+def _fleet_table(plan: CapacityPlan, fleet) -> Table:
+    rows = []
+    for replicas, result in fleet:
+        s = result.summary if result.ok else None
+        rows.append(
+            [
+                replicas,
+                attainment_of(s),
+                "yes" if meets_slo(s, plan.attainment) else ("failed" if not result.ok else "no"),
+                *[metric(s, n, st) for _, n, st in PERCENTILE_COLUMNS],
+                metric(s, "throughput_tokens_per_s"),
+                metric(s, "cost_usd_per_million_tokens"),
+            ]
+        )
+    return Table(
+        "fleet",
+        [
+            "replicas",
+            "SLO attainment",
+            "meets SLO",
+            *[c[0] for c in PERCENTILE_COLUMNS],
+            "throughput (tok/s)",
+            "$/M tokens",
+        ],
+        rows,
+        f"Fleet simulation at {plan.target_rps:g} req/s",
+    )
+
+
+def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
+    results: list[CandidateResult] = outcome["candidates"]
+    rec = summary["recommendation"]
+    answer = [
+        Paragraph(
+            f"Target **{plan.target_rps:g} req/s** with the SLO {slo_text(plan.scenario)} met by "
+            f"at least {plan.attainment:.0%} of requests; one device per replica at "
+            f"${plan.profile.profile.hardware.price_per_hour_usd:g}/hour "
+            f"({plan.profile.profile.hardware.name})."
+        )
+    ]
+    if rec is None:
+        answer.append(
+            Callout("no candidate sustains any rate within the SLO in the range searched")
+        )
+    else:
+        chosen = outcome["chosen"]
+        if rec["fleet_meets_slo"]:
+            answer.append(
+                Paragraph(
+                    f"**Run {rec['replicas']} replicas with {rec['candidate']}** "
+                    f"(${rec['cost_usd_per_hour']:,.2f}/hour"
+                    + (
+                        f", ${chosen.cost_per_million:.3g} per million tokens"
+                        if chosen.cost_per_million
+                        else ""
+                    )
+                    + f"); {_fleet_words(plan, rec)}."
+                )
+            )
+        else:
+            answer.append(
+                Callout(
+                    f"{rec['candidate']} needs {rec['planned_replicas']} replicas by capacity, "
+                    "but the fleet simulation missed the SLO even with "
+                    f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
+                )
+            )
+        if rec["candidate"] == OFF:
+            answer.append(
+                Paragraph("Speculation does not reduce the replicas needed at this target.")
+            )
+        elif rec["replicas_without_speculation"] is not None:
+            answer.append(
+                Paragraph(
+                    "Without speculation, capacity alone calls for "
+                    f"{rec['replicas_without_speculation']} replicas."
+                )
+            )
+    if plan.scenario.speculation.verifier == "typical":
+        answer.append(Callout("the verifier is typical acceptance, which is lossy."))
+    sections = [
+        Section("Answer", answer),
+        Section(
+            "Capacity per candidate", [_candidate_table(plan, results), *_figures(plan, results)]
+        ),
+    ]
+    if outcome["fleet"]:
+        sections.append(Section("Fleet check", [_fleet_table(plan, outcome["fleet"])]))
+    return Report(
+        title=f"Capacity plan: {plan.scenario.name}",
+        subtitle=f"{len(results)} candidates, bisection on the arrival rate; seed {plan.seed}.",
+        sections=sections,
+    )
+
+
+def _fleet_words(plan: CapacityPlan, rec: dict[str, Any]) -> str:
+    if rec["replicas"] == rec["planned_replicas"]:
+        return f"the fleet simulation at {plan.target_rps:g} req/s meets the SLO"
+    return (
+        f"capacity alone suggested {rec['planned_replicas']}, but the fleet simulation at "
+        f"{plan.target_rps:g} req/s needed {rec['replicas']} to meet the SLO"
+    )
+
+
+def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
+    sims = summary["simulations"]
+    lines = [
+        f"plan capacity: {plan.scenario.name} for {plan.target_rps:g} req/s "
+        f"({len(plan.candidates)} candidates, {sims['computed']} simulated, "
+        f"{sims['cached']} reused)"
+    ]
+    for item in summary["candidates"]:
+        cap = item["capacity_rps"]
+        lines.append(
+            f"  {item['label']:<24} "
+            + (
+                f"{cap:8.3g} req/s/replica -> {item['replicas']} replicas"
+                if cap
+                else item["status"]
+            )
+        )
+    rec = summary["recommendation"]
+    if rec and rec["fleet_meets_slo"]:
+        lines.append(
+            f"recommendation: {rec['replicas']} replicas with {rec['candidate']} "
+            f"(${rec['cost_usd_per_hour']:,.2f}/h); {_fleet_words(plan, rec)}"
+        )
+        if rec["candidate"] != OFF:
+            lines.append(
+                f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"
+            )
+    elif rec:
+        lines.append(
+            f"recommendation unconfirmed: the fleet check missed the SLO ({rec['candidate']})"
+        )
+    else:
+        lines.append("no candidate sustains a rate within the SLO")
+    return "\n".join(lines)

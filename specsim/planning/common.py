@@ -1,0 +1,213 @@
+"""What the three planner commands share: the load axis, k ranges, metrics and the choice rule.
+
+The load axis follows the scenario's workload: an open-loop workload is loaded by its arrival
+rate (``workload.rate``), a closed loop by its concurrency (``workload.concurrency``) and a trace
+replay by its speed (``workload.time_scale`` = 1 / speed). The choice rule: with an SLO, the
+highest goodput (SLO-meeting requests per second) wins, and goodputs within ``GOODPUT_TIE`` of the
+best count as equal; then, and without an SLO, the lowest mean end-to-end latency; then the
+smaller k. Only this module knows these rules, so the three commands agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+# Goodputs within 1 % of the best are treated as equal (at low load every k meets the SLO and
+# goodput differs only by when the last request happens to finish).
+GOODPUT_TIE = 0.01
+DEFAULT_K = tuple(range(9))
+OPEN_LOOP = ("poisson", "bursty", "fixed_rate")
+
+
+@dataclass(frozen=True)
+class LoadAxis:
+    """How a load level becomes overrides, and what to call it in tables."""
+
+    kind: str  # "rate", "concurrency" or "speed"
+    label: str
+    unit: str
+    base: float  # the scenario's own load on this axis
+
+    def overrides(self, load: float) -> list[str]:
+        if self.kind == "rate":
+            return [f"workload.rate={_plain(load)}"]
+        if self.kind == "concurrency":
+            return [f"workload.concurrency={round(load)}"]
+        return [f"workload.time_scale={_plain(1.0 / load)}"]
+
+    def fmt(self, load: float) -> str:
+        if self.kind == "concurrency":
+            return f"{round(load)} clients"
+        return f"{load:g} {self.unit}"
+
+
+def _plain(value: float) -> str:
+    """A float as a short, exact-enough override text (repr keeps it round-trippable)."""
+    return repr(float(value))
+
+
+def load_axis(scenario) -> LoadAxis:
+    kind = scenario.workload.kind
+    if kind in OPEN_LOOP:
+        return LoadAxis("rate", "arrival rate (req/s)", "req/s", float(scenario.workload.rate))
+    if kind == "closed_loop":
+        return LoadAxis(
+            "concurrency", "concurrency (clients)", "clients", float(scenario.workload.concurrency)
+        )
+    return LoadAxis(
+        "speed", "trace speed (x recorded rate)", "x", 1.0 / scenario.workload.time_scale
+    )
+
+
+def default_loads(axis: LoadAxis, max_batch: int) -> list[float]:
+    """A ladder around the scenario's load, wide enough to show where speculation stops paying."""
+    if axis.kind == "concurrency":
+        ladder, c = [], 1
+        while c <= max_batch:
+            ladder.append(float(c))
+            c *= 2
+        return ladder
+    return [round(axis.base * f, 6) for f in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)]
+
+
+def parse_loads(values: Sequence[str] | None, option: str = "--loads") -> list[float] | None:
+    """``--loads 1 2 4`` or ``--loads 1,2,4``: positive numbers, sorted, duplicates dropped."""
+    if values is None:
+        return None
+    items = [t for v in values for t in re.split(r"[,\s]+", str(v).strip()) if t]
+    if not items:
+        raise SpecsimError("the load list is empty", key=option, fix="give loads, e.g. 1,2,4")
+    loads = []
+    for item in items:
+        try:
+            load = float(item)
+        except ValueError:
+            raise SpecsimError(
+                f"load {item!r} is not a number", key=option, fix="give numbers, e.g. 1,2,4"
+            ) from None
+        if not math.isfinite(load) or load <= 0:
+            raise SpecsimError(
+                f"load {item} must be positive", key=option, fix="give loads above 0"
+            )
+        loads.append(load)
+    return sorted(set(loads))
+
+
+def parse_k_values(text: str | None, option: str = "--k") -> list[int] | None:
+    """``0..8``, ``0-8``, ``0,2,4`` or a mix (``0,2..4``): distinct window sizes, sorted."""
+    if text is None:
+        return None
+    ks: set[int] = set()
+    for part in [p for p in re.split(r"[,\s]+", text.strip()) if p]:
+        match = re.fullmatch(r"(\d+)(?:(?:\.\.|-)(\d+))?", part)
+        if not match:
+            raise SpecsimError(
+                f"cannot read {part!r} as k values", key=option, fix="write e.g. 0..8 or 0,2,4"
+            )
+        lo = int(match.group(1))
+        hi = int(match.group(2)) if match.group(2) is not None else lo
+        if hi < lo:
+            raise SpecsimError(f"empty k range {part!r}", key=option, fix="write low..high")
+        ks.update(range(lo, hi + 1))
+    if not ks:
+        raise SpecsimError("no k values given", key=option, fix="write e.g. 0..8")
+    return sorted(ks)
+
+
+def answerable_k(profile, speculation) -> int:
+    """The largest k the profile can answer for the scenario's drafter and verifier.
+
+    Per-position acceptance is measured for ``len(per_position)`` positions; beyond them the
+    simulator would repeat the last rate, which is a guess, not a measurement. One i.i.d. rate and
+    replayed sequences answer any k. A target latency fit that refuses queries outside its
+    measured range also caps k at its largest measured new-token count - 1 (verification width).
+    """
+    entry = profile.acceptance(speculation.drafter, speculation.verifier, speculation.temperature)
+    limit = 32 if speculation.acceptance in ("iid", "sequences") else len(entry.per_position)
+    latency = profile.profile.target.latency
+    if latency is not None and latency.outside_range == "error" and latency.valid_range:
+        limit = min(limit, latency.valid_range.new_tokens[1] - 1)
+    return limit
+
+
+def check_k_values(ks: list[int], limit: int, drafter: str, profile_path: Path | str) -> None:
+    too_big = [k for k in ks if k > limit]
+    if too_big:
+        raise SpecsimError(
+            f"k = {too_big[0]} is beyond what the profile can answer for drafter {drafter!r} "
+            f"(acceptance measured for k up to {limit})",
+            file=str(profile_path),
+            key="acceptance.per_position",
+            fix=f"use --k 0..{limit} or profile more positions",
+        )
+
+
+# -- metrics --------------------------------------------------------------------------------------
+
+
+def metric(summary: Mapping[str, Any] | None, name: str, stat: str | None = None) -> float | None:
+    """``metric(s, "e2e_s", "p99")``; None where the summary lacks it (a failed point)."""
+    if summary is None:
+        return None
+    value = summary.get(name)
+    if stat is not None:
+        value = value.get(stat) if isinstance(value, Mapping) else None
+    elif isinstance(value, Mapping):
+        value = value.get("mean")
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def choose(candidates: Sequence[tuple[Any, Mapping[str, Any] | None]], use_slo: bool) -> Any:
+    """The label of the best candidate by the module's rule; candidates in tie-break order."""
+    scored = [(label, s) for label, s in candidates if s is not None]
+    if not scored:
+        return None
+    if use_slo:
+        best = max(metric(s, "goodput_requests_per_s") or 0.0 for _, s in scored)
+        scored = [
+            (label, s)
+            for label, s in scored
+            if (metric(s, "goodput_requests_per_s") or 0.0) >= best * (1 - GOODPUT_TIE)
+        ]
+    return min(enumerate(scored), key=lambda item: (_mean_e2e(item[1][1]), item[0]))[1][0]
+
+
+def _mean_e2e(summary: Mapping[str, Any]) -> float:
+    value = metric(summary, "e2e_s", "mean")
+    return math.inf if value is None else value
+
+
+def slo_text(scenario) -> str:
+    if scenario.slo is None:
+        return "none"
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "end-to-end", "queueing_s": "queueing"}
+    return ", ".join(f"{names[k]} ≤ {v:g} s" for k, v in scenario.slo.limits().items())
+
+
+def scenario_identity(path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """The part of a sweep's identity that names its inputs (content, not only the path)."""
+    from specsim.planning.points import referenced_digest
+
+    return {
+        "scenario": str(Path(path).resolve()),
+        "content": referenced_digest(path, list(overrides)),
+        "overrides": list(overrides),
+    }
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

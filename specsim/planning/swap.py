@@ -1,0 +1,253 @@
+"""``report drafter-swap``: two or more drafters side by side, and which to run.
+
+Each drafter gets the ``plan window`` grid (every k at every load, no adaptive policy) with its own
+profile when one is given, so its best k per load is chosen by the same rule as ``plan window``.
+The drafters are then compared load by load at their best k; the recommendation is the drafter
+that wins the most loads (ties: the lower mean end-to-end latency averaged over loads), with the
+margins behind it. A lossy verifier is flagged next to the speed it buys, with the profile's
+``tv_distance`` or a clear "not measured".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.planning import window
+from specsim.planning.common import choose, metric, scenario_identity
+from specsim.planning.sweep import Sweeper
+from specsim.profile import LOSSY_VERIFIERS
+
+
+@dataclass
+class DrafterPlan:
+    name: str
+    profile_path: str | None  # None: the scenario's own profile
+    plan: window.WindowPlan
+
+    @property
+    def acceptance(self):
+        spec = self.plan.scenario.speculation
+        return self.plan.profile.acceptance(self.name, spec.verifier, spec.temperature)
+
+    @property
+    def lossy(self) -> bool:
+        return self.plan.scenario.speculation.verifier in LOSSY_VERIFIERS
+
+    @property
+    def tv_distance(self) -> float | None:
+        return self.acceptance.tv_distance
+
+
+@dataclass
+class SwapPlan:
+    scenario_path: str
+    base_overrides: list[str]
+    drafters: list[DrafterPlan]
+    loads: list[float]
+    ks: list[int]
+    seed: int
+
+    @property
+    def first(self) -> window.WindowPlan:
+        return self.drafters[0].plan
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "command": "report drafter-swap",
+            **scenario_identity(self.scenario_path, self.base_overrides),
+            "drafters": [d.name for d in self.drafters],
+            "profiles": [d.profile_path for d in self.drafters],
+            "loads": self.loads,
+            "k": self.ks,
+            "seed": self.seed,
+        }
+
+
+def prepare(
+    scenario_path: str,
+    overrides: Sequence[str],
+    drafters: list[str],
+    profiles: list[str] | None,
+    ks: list[int] | None,
+    loads: list[float] | None,
+    seed: int | None,
+) -> SwapPlan:
+    if len(drafters) < 2 or len(set(drafters)) != len(drafters):
+        raise SpecsimError(
+            "a drafter swap needs at least two different drafters",
+            key="--drafter",
+            fix="give --drafter A --drafter B",
+        )
+    profiles = profiles or []
+    if len(profiles) not in (0, 1, len(drafters)):
+        raise SpecsimError(
+            f"{len(profiles)} --profile options for {len(drafters)} drafters",
+            key="--profile",
+            fix="give one profile for all drafters, or one per drafter in the same order",
+        )
+    if len(profiles) == 1:
+        profiles = profiles * len(drafters)
+    plans = []
+    for i, name in enumerate(drafters):
+        profile = str(Path(profiles[i]).resolve()) if profiles else None
+        if profile is not None and not Path(profile).is_file():
+            raise SpecsimError(
+                "profile not found", file=profiles[i], key="--profile", fix="check the path"
+            )
+        extra = [
+            *overrides,
+            *([f"profile={profile}"] if profile else []),
+            f"speculation.drafter={name}",
+        ]
+        plan = window.prepare(scenario_path, extra, ks, loads, seed)
+        plan.adaptive = False
+        plans.append(DrafterPlan(name, profile, plan))
+    # One grid for all: the k values every drafter can answer, the same loads.
+    ks = (
+        plans[0].plan.ks
+        if ks is not None
+        else sorted(set.intersection(*(set(p.plan.ks) for p in plans)))
+    )
+    for p in plans:
+        p.plan.ks = ks
+    return SwapPlan(
+        scenario_path=str(scenario_path),
+        base_overrides=list(overrides),
+        drafters=plans,
+        loads=plans[0].plan.loads,
+        ks=ks,
+        seed=plans[0].plan.seed,
+    )
+
+
+def run(plan: SwapPlan, sweeper: Sweeper) -> dict[str, Any]:
+    points = [p for d in plan.drafters for p in _tagged(d)]
+    results = sweeper.run(points, desc="drafter swap")
+    per_drafter: dict[str, list[window.LoadResult]] = {}
+    for d in plan.drafters:
+        mine = [r for r in results if r.tags["drafter"] == d.name]
+        per_drafter[d.name] = window.analyse(d.plan, mine)
+    return {"per_drafter": per_drafter, **compare(plan, per_drafter)}
+
+
+def _tagged(d: DrafterPlan):
+    for point in d.plan.grid():
+        yield type(point)(point.scenario, point.overrides, {**point.tags, "drafter": d.name})
+
+
+def compare(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -> dict[str, Any]:
+    """Winner per load (the drafters at their best k), then the overall recommendation."""
+    use_slo = plan.first.use_slo
+    winners = []
+    for i, load in enumerate(plan.loads):
+        candidates = [(d.name, per_drafter[d.name][i].best) for d in plan.drafters]
+        winners.append({"load": load, "drafter": choose(candidates, use_slo)})
+    wins = {d.name: sum(w["drafter"] == d.name for w in winners) for d in plan.drafters}
+
+    def mean_e2e(name: str) -> float:
+        values = [metric(e.best, "e2e_s", "mean") for e in per_drafter[name]]
+        values = [v for v in values if v is not None]
+        return statistics.fmean(values) if values else float("inf")
+
+    order = sorted(plan.drafters, key=lambda d: (-wins[d.name], mean_e2e(d.name)))
+    best = order[0].name
+    return {
+        "winners": winners,
+        "wins": wins,
+        "recommended": best,
+        "reasons": reasons(plan, per_drafter, best, winners),
+    }
+
+
+def _ratio_median(per_drafter, a: str, b: str, name: str, stat: str | None) -> float | None:
+    """Median over loads of metric(b) / metric(a) at each drafter's best k."""
+    ratios = []
+    for ea, eb in zip(per_drafter[a], per_drafter[b], strict=True):
+        va, vb = metric(ea.best, name, stat), metric(eb.best, name, stat)
+        if va and vb:
+            ratios.append(vb / va)
+    return statistics.median(ratios) if ratios else None
+
+
+def reasons(plan: SwapPlan, per_drafter, best: str, winners) -> list[str]:
+    """Short sentences behind the recommendation, one per comparison that matters."""
+    out = []
+    n = len(plan.loads)
+    axis = plan.first.axis
+    won = [w["load"] for w in winners if w["drafter"] == best]
+    out.append(f"{best} is best at {len(won)} of {n} loads.")
+    for other in [d.name for d in plan.drafters if d.name != best]:
+        parts = []
+        for label, name, stat in (
+            ("mean end-to-end latency", "e2e_s", "mean"),
+            ("p99 end-to-end latency", "e2e_s", "p99"),
+            ("p99 TPOT", "tpot_s", "p99"),
+            ("cost per million tokens", "cost_usd_per_million_tokens", None),
+        ):
+            ratio = _ratio_median(per_drafter, best, other, name, stat)
+            if ratio is not None and abs(ratio - 1) >= 0.005:
+                word = "higher" if ratio > 1 else "lower"
+                parts.append(f"{label} {abs(ratio - 1):.0%} {word}")
+        if parts:
+            out.append(f"With {other} instead (median over loads): " + ", ".join(parts) + ".")
+        theirs = [w["load"] for w in winners if w["drafter"] == other]
+        if theirs:
+            out.append(f"{other} is better at {', '.join(axis.fmt(x) for x in theirs)}.")
+    wasted = {
+        d: statistics.median(
+            [
+                v
+                for e in per_drafter[d]
+                if (v := metric(e.best, "flops_wasted_fraction")) is not None
+            ]
+            or [float("nan")]
+        )
+        for d in per_drafter
+    }
+    out.append(
+        "Wasted FLOPs at the best k (median over loads): "
+        + ", ".join(f"{d} {w:.0%}" for d, w in wasted.items() if w == w)
+        + "."
+    )
+    return out
+
+
+def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
+    drafters = []
+    for d in plan.drafters:
+        loads = outcome["per_drafter"][d.name]
+        drafters.append(
+            {
+                "drafter": d.name,
+                "profile": d.profile_path or str(d.plan.profile.path),
+                "verifier": d.plan.scenario.speculation.verifier,
+                "lossy": d.lossy,
+                "tv_distance": d.tv_distance,
+                "best_k": [{"load": e.load, "k": e.best_k} for e in loads],
+                "crossover_load": window.crossover(loads)["load"],
+                "mean_acceptance_length_by_k": {
+                    str(k): metric(loads[0].summary(f"k={k}"), "mean_acceptance_length")
+                    for k in plan.ks
+                    if k > 0
+                },
+            }
+        )
+    return {
+        "command": "report drafter-swap",
+        "scenario": plan.scenario_path,
+        "load_axis": plan.first.axis.kind,
+        "loads": plan.loads,
+        "k_values": plan.ks,
+        "drafters": drafters,
+        "winner_per_load": outcome["winners"],
+        "recommendation": {"drafter": outcome["recommended"], "reasons": outcome["reasons"]},
+        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
+        "failed": [
+            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
+        ],
+    }

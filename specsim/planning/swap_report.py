@@ -1,0 +1,267 @@
+"""The drafter-swap report: acceptance, latency across load, throughput, waste, cost, best k."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from specsim.planning.common import metric, slo_text
+from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.report import Callout, Paragraph, Report, Section, Table
+from specsim.planning.swap import DrafterPlan, SwapPlan
+from specsim.planning.window import LoadResult
+
+SWEEP_COLUMNS = [
+    ("throughput (tok/s)", "throughput_tokens_per_s", None),
+    ("goodput (req/s)", "goodput_requests_per_s", None),
+    ("TTFT p99 (s)", "ttft_s", "p99"),
+    ("TPOT p50 (s)", "tpot_s", "p50"),
+    ("TPOT p99 (s)", "tpot_s", "p99"),
+    ("e2e mean (s)", "e2e_s", "mean"),
+    ("e2e p99 (s)", "e2e_s", "p99"),
+    ("accept. length", "mean_acceptance_length", None),
+    ("wasted FLOPs", "flops_wasted_fraction", None),
+    ("$/M tokens", "cost_usd_per_million_tokens", None),
+]
+
+
+def distribution_note(d: DrafterPlan) -> str:
+    """'exact' or 'lossy (...)' with the distance from p, or a clear 'not measured'."""
+    if not d.lossy:
+        return "exact (output distributed as p)"
+    if d.tv_distance is None:
+        return "LOSSY: distance from p not measured (profile has no tv_distance)"
+    return f"LOSSY: TV distance from p = {d.tv_distance:.3g}"
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _speedups(loads: list[LoadResult]) -> list[float | None]:
+    out = []
+    for e in loads:
+        zero, best = metric(e.summary("k=0"), "e2e_s", "mean"), metric(e.best, "e2e_s", "mean")
+        out.append(zero / best if zero and best else None)
+    return out
+
+
+def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
+    colours = dict(zip(per, gradient(len(per), "tab10"), strict=True))
+    axis = plan.first.axis
+    loads = plan.loads
+    conditional = Panel(
+        "Acceptance per position (profile, conditional)",
+        "draft position",
+        "P(accept | earlier accepted)",
+    )
+    length = Panel("Mean acceptance length (simulated, lowest load)", "k", "tokens per step")
+    for d in plan.drafters:
+        rates = d.acceptance.per_position
+        conditional.series.append(
+            Series(d.name, list(range(1, len(rates) + 1)), list(rates), color=colours[d.name])
+        )
+        ks = [k for k in plan.ks if k > 0]
+        length.series.append(
+            Series(
+                d.name,
+                ks,
+                [metric(per[d.name][0].summary(f"k={k}"), "mean_acceptance_length") for k in ks],
+                color=colours[d.name],
+            )
+        )
+    acceptance = Figure("acceptance", "Acceptance of each drafter", [conditional, length])
+
+    def across(title, ylabel, name, stat, logy=False, baseline=True) -> Panel:
+        panel = Panel(title, axis.label, ylabel, logy=logy)
+        for d in plan.drafters:
+            panel.series.append(
+                Series(
+                    f"{d.name} (best k)",
+                    loads,
+                    [metric(e.best, name, stat) for e in per[d.name]],
+                    color=colours[d.name],
+                )
+            )
+        if baseline:
+            first = per[plan.drafters[0].name]
+            panel.series.append(
+                Series(
+                    "k = 0",
+                    loads,
+                    [metric(e.summary("k=0"), name, stat) for e in first],
+                    linestyle="--",
+                    marker="x",
+                    color="0.45",
+                )
+            )
+        return panel
+
+    latency = Figure(
+        "latency_vs_load",
+        "Latency across load, each drafter at its best k per load (dashed: speculation off)",
+        [
+            across("End-to-end p50", "seconds", "e2e_s", "p50", True),
+            across("End-to-end p99", "seconds", "e2e_s", "p99", True),
+            across("TPOT p99", "seconds", "tpot_s", "p99", True),
+            across("TTFT p99", "seconds", "ttft_s", "p99", True),
+        ],
+    )
+    best_k = Panel("Best k", axis.label, "k")
+    for d in plan.drafters:
+        best_k.series.append(
+            Series(
+                d.name, loads, [e.best_k for e in per[d.name]], color=colours[d.name], marker="s"
+            )
+        )
+    economics = Figure(
+        "throughput_waste_cost",
+        "Throughput, wasted FLOPs, cost per million tokens and the best k, across load",
+        [
+            across("Throughput", "tokens/s", "throughput_tokens_per_s", None),
+            across(
+                "Wasted FLOPs (rejected drafts)",
+                "fraction of FLOPs",
+                "flops_wasted_fraction",
+                None,
+                baseline=False,
+            ),
+            across("Cost per million tokens", "USD", "cost_usd_per_million_tokens", None),
+            best_k,
+        ],
+    )
+    return [acceptance, latency, economics]
+
+
+def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
+    rows = []
+    top = max(plan.ks)
+    for d in plan.drafters:
+        loads = per[d.name]
+        rows.append(
+            [
+                d.name,
+                d.plan.scenario.speculation.verifier,
+                distribution_note(d),
+                d.acceptance.per_position[0],
+                metric(loads[0].summary(f"k={top}"), "mean_acceptance_length"),
+                outcome["wins"][d.name],
+                _median(_speedups(loads)),
+                _median([metric(e.best, "flops_wasted_fraction") for e in loads]),
+                _median([metric(e.best, "cost_usd_per_million_tokens") for e in loads]),
+            ]
+        )
+    return Table(
+        "drafters",
+        [
+            "drafter",
+            "verifier",
+            "output distribution",
+            "acceptance, position 1",
+            f"accept. length at k={top}",
+            f"loads won (of {len(plan.loads)})",
+            "median speed-up vs k=0",
+            "median wasted FLOPs",
+            "median $/M tokens",
+        ],
+        rows,
+        "Side by side (medians over the loads, each drafter at its best k)",
+    )
+
+
+def _per_load(plan: SwapPlan, per, outcome) -> Table:
+    columns = [plan.first.axis.label]
+    for d in plan.drafters:
+        columns += [f"{d.name}: best k", f"{d.name}: e2e p99 (s)", f"{d.name}: tok/s"]
+    columns.append("best drafter")
+    rows = []
+    for i, load in enumerate(plan.loads):
+        row: list[Any] = [load]
+        for d in plan.drafters:
+            e = per[d.name][i]
+            row += [
+                e.best_k,
+                metric(e.best, "e2e_s", "p99"),
+                metric(e.best, "throughput_tokens_per_s"),
+            ]
+        row.append(outcome["winners"][i]["drafter"])
+        rows.append(row)
+    return Table("per_load", columns, rows, "Each load: the drafters at their best k")
+
+
+def _all(plan: SwapPlan, per) -> Table:
+    rows = []
+    for d in plan.drafters:
+        for e in per[d.name]:
+            for k in plan.ks:
+                result = e.by_config.get(f"k={k}")
+                s = result.summary if result is not None and result.ok else None
+                rows.append([d.name, e.load, k, *[metric(s, n, st) for _, n, st in SWEEP_COLUMNS]])
+    return Table(
+        "sweep",
+        ["drafter", plan.first.axis.label, "k", *[c[0] for c in SWEEP_COLUMNS]],
+        rows,
+        "Every simulation of the sweep",
+    )
+
+
+def build(plan: SwapPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
+    per = outcome["per_drafter"]
+    first = plan.first
+    rule = (
+        f"goodput under the SLO ({slo_text(first.scenario)}), then mean end-to-end latency"
+        if first.use_slo
+        else "mean end-to-end latency"
+    )
+    best = outcome["recommended"]
+    rec = [
+        Paragraph(
+            f"**Recommendation: {best}.** Drafters compared at their best k per load, "
+            f"chosen by {rule}."
+        ),
+        *[Paragraph(text) for text in outcome["reasons"]],
+    ]
+    for d in plan.drafters:
+        if d.lossy:
+            gain = _median(_speedups(per[d.name]))
+            gain_text = f"its median speed-up over k = 0 is {gain:.2f}x, but " if gain else ""
+            rec.append(
+                Callout(
+                    f"{d.name} runs with the {d.plan.scenario.speculation.verifier} verifier: "
+                    f"{gain_text}the output is not the target's distribution "
+                    f"({distribution_note(d)})."
+                )
+            )
+    if summary["failed"]:
+        rec.append(Callout(f"{len(summary['failed'])} simulations failed; see the sweep table."))
+    sections = [
+        Section("Recommendation", rec),
+        Section("Side by side", [_side_by_side(plan, per, outcome), _per_load(plan, per, outcome)]),
+    ]
+    figures = _figures(plan, per)
+    sections.append(Section("Acceptance", [figures[0]]))
+    sections.append(Section("Latency across load", [figures[1]]))
+    sections.append(Section("Throughput, waste, cost and best k", [figures[2]]))
+    sections.append(Section("All simulations", [_all(plan, per)]))
+    names = " vs ".join(d.name for d in plan.drafters)
+    return Report(
+        title=f"Drafter swap: {names}",
+        subtitle=f"Scenario `{first.scenario.name}`; k {plan.ks[0]}..{plan.ks[-1]} at "
+        f"{len(plan.loads)} loads ({first.axis.label}); seed {plan.seed}.",
+        sections=sections,
+    )
+
+
+def human(plan: SwapPlan, summary: dict[str, Any]) -> str:
+    sims = summary["simulations"]
+    lines = [
+        f"report drafter-swap: {' vs '.join(d.name for d in plan.drafters)} on "
+        f"{plan.first.scenario.name} ({sims['computed']} simulated, {sims['cached']} reused)",
+        f"recommendation: {summary['recommendation']['drafter']}",
+        *[f"  {r}" for r in summary["recommendation"]["reasons"][:3]],
+    ]
+    for d in plan.drafters:
+        if d.lossy:
+            lines.append(f"note: {d.name}: {distribution_note(d)}")
+    return "\n".join(lines)

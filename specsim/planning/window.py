@@ -1,0 +1,270 @@
+"""``plan window``: which k to run at each load, and where speculation stops paying.
+
+For every load level the sweep simulates each static k and the goodput-adaptive policy. The
+analysis picks the best static k per load (``common.choose``), finds the crossover load from
+which k = 0 wins, and turns the (observed batch size, best k) pairs into a k-by-batch-size table
+in the two forms engines take: specsim's ``speculation.k_by_batch`` and vLLM's
+``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]``. A second, small sweep
+then runs that table (``policy: by_batch``) at every load, so the table is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsim.planning.common import (
+    LoadAxis,
+    answerable_k,
+    check_k_values,
+    choose,
+    default_loads,
+    load_axis,
+    metric,
+    scenario_identity,
+)
+from specsim.planning.points import SweepPoint
+from specsim.planning.sweep import PointResult, Sweeper
+
+ADAPTIVE = "adaptive"
+BY_BATCH = "by_batch"
+
+
+@dataclass
+class WindowPlan:
+    """What the sweep will run (validated inputs), before anything is written."""
+
+    scenario_path: str
+    base_overrides: list[str]
+    scenario: Any
+    profile: Any
+    axis: LoadAxis
+    loads: list[float]
+    ks: list[int]
+    seed: int
+    adaptive: bool = True
+
+    @property
+    def use_slo(self) -> bool:
+        return self.scenario.slo is not None
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "command": "plan window",
+            **scenario_identity(self.scenario_path, self.base_overrides),
+            "loads": self.loads,
+            "k": self.ks,
+            "seed": self.seed,
+        }
+
+    def point(self, load: float, config: str, extra: list[str]) -> SweepPoint:
+        overrides = [*self.base_overrides, f"seed={self.seed}", *self.axis.overrides(load), *extra]
+        return SweepPoint.make(self.scenario_path, overrides, load=load, config=config)
+
+    def grid(self) -> list[SweepPoint]:
+        points = []
+        for load in self.loads:
+            for k in self.ks:
+                points.append(
+                    self.point(load, f"k={k}", [f"speculation.k={k}", "speculation.policy=fixed"])
+                )
+            top = max(self.ks)
+            if top > 0 and self.adaptive:
+                points.append(
+                    self.point(
+                        load, ADAPTIVE, [f"speculation.k={top}", "speculation.policy=adaptive"]
+                    )
+                )
+        return points
+
+
+def prepare(
+    scenario_path: str,
+    overrides: Sequence[str],
+    ks: list[int] | None,
+    loads: list[float] | None,
+    seed: int | None,
+) -> WindowPlan:
+    """Validate everything (one-line errors) and fix the grid; nothing is written."""
+    from specsim.errors import SpecsimError
+    from specsim.profile import load_profile
+    from specsim.scenario import load_scenario
+
+    scenario = load_scenario(scenario_path, list(overrides))
+    spec = scenario.speculation
+    if spec.drafter is None:
+        raise SpecsimError(
+            "the scenario has no drafter, so there is no k to choose",
+            file=scenario_path,
+            key="speculation.drafter",
+            fix="set one, e.g. --set speculation.drafter=NAME",
+        )
+    profile = load_profile(scenario.resolve(scenario.profile))
+    limit = answerable_k(profile, spec)
+    if ks is None:
+        ks = list(range(min(8, limit) + 1))
+    check_k_values(ks, limit, spec.drafter, profile.path)
+    axis = load_axis(scenario)
+    loads = loads if loads is not None else default_loads(axis, scenario.engine.max_batch)
+    return WindowPlan(
+        scenario_path=str(scenario_path),
+        base_overrides=list(overrides),
+        scenario=scenario,
+        profile=profile,
+        axis=axis,
+        loads=loads,
+        ks=ks,
+        seed=scenario.seed if seed is None else seed,
+    )
+
+
+# -- analysis -------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadResult:
+    load: float
+    by_config: dict[str, PointResult] = field(default_factory=dict)
+    best_k: int | None = None
+
+    def summary(self, config: str) -> dict[str, Any] | None:
+        result = self.by_config.get(config)
+        return result.summary if result is not None and result.ok else None
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return None if self.best_k is None else self.summary(f"k={self.best_k}")
+
+
+def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
+    per_load = {load: LoadResult(load) for load in plan.loads}
+    for result in results:
+        per_load[result.tags["load"]].by_config[result.tags["config"]] = result
+    for entry in per_load.values():
+        candidates = [(k, entry.summary(f"k={k}")) for k in plan.ks]
+        entry.best_k = choose(candidates, plan.use_slo)
+    return [per_load[load] for load in plan.loads]
+
+
+def crossover(loads: list[LoadResult]) -> dict[str, float | None]:
+    """The lowest load from which k = 0 is best at it and every higher load swept.
+
+    ``last_paying`` is the highest load where speculation still won below it. Both None when
+    the answer lies outside the loads swept (or a load failed).
+    """
+    known = [entry for entry in loads if entry.best_k is not None]
+    start = None
+    for entry in reversed(known):
+        if entry.best_k != 0:
+            break
+        start = entry.load
+    paying = [e.load for e in known if e.best_k and (start is None or e.load < start)]
+    return {"load": start, "last_paying": max(paying) if paying else None}
+
+
+def batch_size(summary: dict[str, Any] | None) -> float | None:
+    """Mean running batch of a run (the summary's ``batch_size`` mean, or the value itself)."""
+    return metric(summary, "batch_size")
+
+
+def k_by_batch(loads: list[LoadResult], max_batch: int) -> list[dict[str, int]]:
+    """Rows ``{max_batch, k}`` (specsim's by_batch form) covering batch sizes 1..max_batch.
+
+    Each load contributes (the mean batch it ran at with its best k, that k). Sorted by batch
+    size, equal neighbouring k merge; a boundary sits halfway between the neighbours' batch sizes.
+    """
+    pairs = sorted(
+        (batch_size(entry.best), entry.best_k)
+        for entry in loads
+        if entry.best_k is not None and batch_size(entry.best) is not None
+    )
+    if not pairs:
+        return []
+    groups: list[list[Any]] = []  # [first batch, last batch, k]
+    for size, k in pairs:
+        if groups and groups[-1][2] == k:
+            groups[-1][1] = size
+        else:
+            groups.append([size, size, k])
+    rows: list[dict[str, int]] = []
+    for current, following in itertools.pairwise(groups):
+        edge = max(1, math.floor((current[1] + following[0]) / 2))
+        edge = min(edge, max_batch - 1)
+        if rows and edge <= rows[-1]["max_batch"]:
+            continue  # the two groups ran at the same batch size: the later one wins
+        rows.append({"max_batch": edge, "k": int(current[2])})
+    rows.append({"max_batch": max_batch, "k": int(groups[-1][2])})
+    return rows
+
+
+def vllm_ranges(rows: list[dict[str, int]]) -> list[list[int]]:
+    """The same table as vLLM's ``num_speculative_tokens_per_batch_size``: [start, end, k]."""
+    ranges, start = [], 1
+    for row in rows:
+        ranges.append([start, row["max_batch"], row["k"]])
+        start = row["max_batch"] + 1
+    return ranges
+
+
+def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepPoint]:
+    """Run the derived table at every load (nothing to check when it is k = 0 throughout)."""
+    if not rows or all(row["k"] == 0 for row in rows):
+        return []
+    table = "[" + ", ".join(f"{{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows) + "]"
+    extra = ["speculation.policy=by_batch", f"speculation.k_by_batch={table}"]
+    return [plan.point(load, BY_BATCH, extra) for load in plan.loads]
+
+
+def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
+    """Run the grid and the table check; return everything the report and summary need."""
+    results = sweeper.run(plan.grid(), desc="plan window")
+    loads = analyse(plan, results)
+    rows = k_by_batch(loads, plan.scenario.engine.max_batch)
+    check = sweeper.run(by_batch_points(plan, rows), desc="k-by-batch check")
+    for result in check:
+        next(e for e in loads if e.load == result.tags["load"]).by_config[BY_BATCH] = result
+    return {"loads": loads, "rows": rows, "crossover": crossover(loads)}
+
+
+def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
+    loads: list[LoadResult] = outcome["loads"]
+    best = []
+    for entry in loads:
+        summary = entry.best
+        zero = entry.summary("k=0")
+        gain = None
+        if summary and zero and metric(summary, "e2e_s", "mean"):
+            gain = metric(zero, "e2e_s", "mean") / metric(summary, "e2e_s", "mean")
+        best.append(
+            {
+                "load": entry.load,
+                "best_k": entry.best_k,
+                "e2e_speedup_vs_k0": gain,
+                "batch_size": batch_size(summary),
+                "goodput_requests_per_s": metric(summary, "goodput_requests_per_s"),
+                "adaptive_e2e_mean_s": metric(entry.summary(ADAPTIVE), "e2e_s", "mean"),
+                "best_e2e_mean_s": metric(summary, "e2e_s", "mean"),
+            }
+        )
+    spec = plan.scenario.speculation
+    return {
+        "command": "plan window",
+        "scenario": plan.scenario_path,
+        "drafter": spec.drafter,
+        "verifier": spec.verifier,
+        "load_axis": plan.axis.kind,
+        "chosen_by": "goodput under the SLO" if plan.use_slo else "mean end-to-end latency",
+        "k_values": plan.ks,
+        "best_k": best,
+        "crossover_load": outcome["crossover"]["load"],
+        "last_load_where_speculation_pays": outcome["crossover"]["last_paying"],
+        "k_by_batch": outcome["rows"],
+        "num_speculative_tokens_per_batch_size": vllm_ranges(outcome["rows"]),
+        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
+        "failed": [
+            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
+        ],
+    }

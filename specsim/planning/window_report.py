@@ -1,0 +1,327 @@
+"""The ``plan window`` report: tables and figures from the analysed sweep."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specsim.planning.common import metric, slo_text
+from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.report import Callout, Paragraph, Report, Section, Table
+from specsim.planning.window import (
+    ADAPTIVE,
+    BY_BATCH,
+    LoadResult,
+    WindowPlan,
+    batch_size,
+    vllm_ranges,
+)
+
+METRIC_COLUMNS = [
+    ("throughput (tok/s)", "throughput_tokens_per_s", None),
+    ("goodput (req/s)", "goodput_requests_per_s", None),
+    ("TTFT p50 (s)", "ttft_s", "p50"),
+    ("TTFT p99 (s)", "ttft_s", "p99"),
+    ("TPOT p50 (s)", "tpot_s", "p50"),
+    ("TPOT p99 (s)", "tpot_s", "p99"),
+    ("e2e mean (s)", "e2e_s", "mean"),
+    ("e2e p50 (s)", "e2e_s", "p50"),
+    ("e2e p99 (s)", "e2e_s", "p99"),
+    ("accept. length", "mean_acceptance_length", None),
+    ("batch size", "batch_size", None),
+    ("wasted FLOPs", "flops_wasted_fraction", None),
+    ("$/M tokens", "cost_usd_per_million_tokens", None),
+]
+
+
+def _configs(plan: WindowPlan) -> list[str]:
+    configs = [f"k={k}" for k in plan.ks]
+    if max(plan.ks) > 0:
+        configs.append(ADAPTIVE)
+    return configs
+
+
+def _x_of(plan: WindowPlan, config: str) -> float:
+    """Static k at its value; the adaptive policy one step to the right of the largest k."""
+    return float(config[2:]) if config.startswith("k=") else float(max(plan.ks) + 1)
+
+
+def _xticks(plan: WindowPlan) -> tuple[list[float], list[str]]:
+    positions = [float(k) for k in plan.ks]
+    labels = [str(k) for k in plan.ks]
+    if max(plan.ks) > 0:
+        positions.append(float(max(plan.ks) + 1))
+        labels.append("adapt.")
+    return positions, labels
+
+
+def _against_k(plan, loads, title, ylabel, name, stat, logy=False) -> Panel:
+    colours = gradient(len(loads))
+    panel = Panel(title, "k (drafted tokens per step)", ylabel, xticks=_xticks(plan), logy=logy)
+    statics = [f"k={k}" for k in plan.ks]
+    for colour, entry in zip(colours, loads, strict=True):
+        xs = [_x_of(plan, c) for c in statics]
+        ys = [metric(entry.summary(c), name, stat) for c in statics]
+        label = plan.axis.fmt(entry.load)
+        panel.series.append(Series(label, xs, ys, color=colour))
+        if ADAPTIVE in _configs(plan):
+            # The adaptive policy is not a k: a lone marker to the right, no line to it.
+            y = metric(entry.summary(ADAPTIVE), name, stat)
+            panel.series.append(
+                Series(
+                    f"{label} adaptive",
+                    [_x_of(plan, ADAPTIVE)],
+                    [y],
+                    marker="^",
+                    linestyle="none",
+                    color=colour,
+                    legend=False,
+                )
+            )
+    return panel
+
+
+def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
+    lat = []
+    for metric_name, label in (("e2e_s", "end-to-end"), ("tpot_s", "TPOT"), ("ttft_s", "TTFT")):
+        lat.append(
+            Figure(
+                name=f"{metric_name[:-2]}_vs_k",
+                caption=f"{label} latency (p50 and p99) against k, one line per load "
+                "(the last point is the adaptive policy)",
+                panels=[
+                    _against_k(plan, loads, f"{label} p50", "seconds", metric_name, "p50", True),
+                    _against_k(plan, loads, f"{label} p99", "seconds", metric_name, "p99", True),
+                ],
+            )
+        )
+    throughput = Figure(
+        name="throughput_vs_k",
+        caption="Throughput and goodput against k, one line per load",
+        panels=[
+            _against_k(plan, loads, "Throughput", "tokens/s", "throughput_tokens_per_s", None),
+            _against_k(
+                plan, loads, "Goodput (SLO-meeting)", "requests/s", "goodput_requests_per_s", None
+            ),
+        ],
+    )
+    xs = [entry.load for entry in loads]
+    speedup = []
+    for entry in loads:
+        zero, best = (
+            metric(entry.summary("k=0"), "e2e_s", "mean"),
+            metric(entry.best, "e2e_s", "mean"),
+        )
+        speedup.append(zero / best if zero and best else None)
+    adaptive = []
+    for entry in loads:
+        zero = metric(entry.summary("k=0"), "e2e_s", "mean")
+        value = metric(entry.summary(ADAPTIVE), "e2e_s", "mean")
+        adaptive.append(zero / value if zero and value else None)
+    best_k = Figure(
+        name="best_k_vs_load",
+        caption="Best static k per load, and the mean end-to-end speed-up over k = 0 "
+        "(above 1: speculation pays)",
+        panels=[
+            Panel(
+                "Best static k",
+                plan.axis.label,
+                "k",
+                [Series("best k", xs, [e.best_k for e in loads], linestyle="-", marker="s")],
+            ),
+            Panel(
+                "Speed-up over k = 0 (mean e2e)",
+                plan.axis.label,
+                "× faster",
+                [
+                    Series("best static k", xs, speedup),
+                    Series("adaptive", xs, adaptive, linestyle="--", marker="^"),
+                ],
+                hlines=[(1.0, "break-even")],
+            ),
+        ],
+    )
+    return [*lat, throughput, best_k]
+
+
+def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
+    columns = [plan.axis.label, "config", *[c[0] for c in METRIC_COLUMNS]]
+    rows = []
+    for entry in loads:
+        for config in [*_configs(plan), BY_BATCH]:
+            result = entry.by_config.get(config)
+            if result is None:
+                continue
+            if not result.ok:
+                rows.append([entry.load, f"{config} (failed)", *[None] * len(METRIC_COLUMNS)])
+                continue
+            s = result.summary
+            rows.append([entry.load, config, *[metric(s, n, st) for _, n, st in METRIC_COLUMNS]])
+    return Table("sweep", columns, rows, "Every simulation of the sweep")
+
+
+def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
+    loads: list[LoadResult] = outcome["loads"]
+    rows: list[dict[str, int]] = outcome["rows"]
+    spec = plan.scenario.speculation
+    cross = outcome["crossover"]
+    axis = plan.axis
+    rule = (
+        f"goodput under the SLO ({slo_text(plan.scenario)}), then mean end-to-end latency"
+        if plan.use_slo
+        else "mean end-to-end latency (the scenario sets no SLO)"
+    )
+    answer = [
+        Paragraph(
+            f"Scenario `{plan.scenario.name}`, drafter **{spec.drafter}**, verifier "
+            f"**{spec.verifier}** at temperature {spec.temperature:g}; k chosen by {rule}."
+        )
+    ]
+    if cross["load"] is not None:
+        below = (
+            f" (it still pays at {axis.fmt(cross['last_paying'])})"
+            if cross["last_paying"] is not None
+            else ""
+        )
+        answer.append(
+            Paragraph(
+                f"**Speculation stops paying at {axis.fmt(cross['load'])}**{below}: "
+                "from there on k = 0 is best at every load swept."
+            )
+        )
+    elif any(e.best_k for e in loads):
+        answer.append(Paragraph("Speculation pays at every load swept (k = 0 never wins)."))
+    if rows:
+        answer.append(
+            Paragraph(
+                "k by running batch size, for the serving engine: vLLM "
+                f"`num_speculative_tokens_per_batch_size: {json.dumps(vllm_ranges(rows))}`; "
+                "specsim `speculation.k_by_batch` in `k_by_batch.yaml`."
+            )
+        )
+    if spec.verifier == "typical":
+        answer.append(
+            Callout(
+                "the verifier is typical acceptance, which is lossy: the output is not the "
+                "target model's distribution. Its speed-up is not free."
+            )
+        )
+    if summary["failed"]:
+        answer.append(Callout(f"{len(summary['failed'])} simulations failed; see the sweep table."))
+
+    best_rows = []
+    for entry, item in zip(loads, summary["best_k"], strict=True):
+        check = entry.summary(BY_BATCH)
+        best_rows.append(
+            [
+                entry.load,
+                entry.best_k,
+                batch_size(entry.best),
+                item["e2e_speedup_vs_k0"],
+                metric(entry.best, "e2e_s", "p99"),
+                metric(entry.best, "goodput_requests_per_s"),
+                item["adaptive_e2e_mean_s"],
+                metric(check, "e2e_s", "mean"),
+                item["best_e2e_mean_s"],
+            ]
+        )
+    best_table = Table(
+        "best_k",
+        [
+            axis.label,
+            "best k",
+            "batch size",
+            "speed-up vs k=0",
+            "e2e p99 (s)",
+            "goodput (req/s)",
+            "adaptive e2e mean (s)",
+            "k-by-batch e2e mean (s)",
+            "best static e2e mean (s)",
+        ],
+        best_rows,
+        "Best static k per load, with the adaptive policy and the derived k-by-batch table "
+        "run at the same load",
+    )
+    table_rows = [[r[0], r[1], r[2]] for r in vllm_ranges(rows)]
+    sections = [
+        Section("Answer", answer),
+        Section("Best k per load", [best_table]),
+        Section(
+            "k by batch size",
+            [
+                Paragraph(
+                    "Derived from the mean running batch each load ran at with its best k; "
+                    "boundaries sit halfway between neighbouring loads."
+                ),
+                Table(
+                    "k_by_batch",
+                    ["batch from", "batch to", "k"],
+                    table_rows,
+                    "Window size by running batch size",
+                ),
+            ],
+        ),
+        Section("Latency and throughput against k", _figures(plan, loads)),
+        Section("All simulations", [_sweep_table(plan, loads)]),
+    ]
+    report = Report(
+        title=f"Choosing k: {plan.scenario.name}",
+        subtitle=f"{len(plan.ks)} values of k and the adaptive policy at {len(loads)} loads "
+        f"({axis.label}); seed {plan.seed}.",
+        sections=sections,
+    )
+    report.attachments["k_by_batch.yaml"] = serving_config(plan, rows)
+    return report
+
+
+def serving_config(plan: WindowPlan, rows: list[dict[str, int]]) -> str:
+    """The k-by-batch table as a YAML file with both engine forms, ready to paste."""
+    spec = plan.scenario.speculation
+    ranges = vllm_ranges(rows)
+    vllm = {
+        "num_speculative_tokens": max([r["k"] for r in rows], default=0),
+        "num_speculative_tokens_per_batch_size": ranges,
+    }
+    lines = [
+        f"# k by running batch size for drafter {spec.drafter} ({spec.verifier} verifier),",
+        f"# derived by 'specsim plan window' from scenario {plan.scenario.name!r}.",
+        "# specsim scenario form (under speculation:):",
+        "specsim:",
+        "  speculation:",
+        "    policy: by_batch",
+        "    k_by_batch:",
+        *[f"    - {{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows],
+        "# vLLM --speculative-config fields (add method and model); ranges are",
+        "# [first batch size, last batch size, k]:",
+        f"vllm: {{speculative_config: {json.dumps(vllm)}}}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
+    """A few lines for the terminal."""
+    axis = plan.axis
+    sims = summary["simulations"]
+    lines = [
+        f"plan window: {plan.scenario.name}, drafter {summary['drafter']}, verifier "
+        f"{summary['verifier']}; k {plan.ks[0]}..{plan.ks[-1]} at {len(plan.loads)} loads "
+        f"({sims['computed']} simulated, {sims['cached']} reused); "
+        f"chosen by {summary['chosen_by']}",
+        "best k: "
+        + ", ".join(
+            f"{axis.fmt(item['load'])} -> {'?' if item['best_k'] is None else item['best_k']}"
+            for item in summary["best_k"]
+        ),
+    ]
+    if summary["crossover_load"] is not None:
+        lines.append(f"speculation stops paying at {axis.fmt(summary['crossover_load'])}")
+    else:
+        lines.append("speculation stops paying: not within the loads swept")
+    if summary["num_speculative_tokens_per_batch_size"]:
+        lines.append(
+            "num_speculative_tokens_per_batch_size: "
+            + json.dumps(summary["num_speculative_tokens_per_batch_size"])
+        )
+    if summary["verifier"] == "typical":
+        lines.append("note: typical acceptance is lossy (output is not the target's distribution)")
+    return "\n".join(lines)
