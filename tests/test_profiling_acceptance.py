@@ -1,0 +1,211 @@
+"""Acceptance statistics: the chain walk against hand-computed cases and Monte Carlo, prompt
+lookup proposals, and the per-position scores of the torch scorer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specsim.profiling.acceptance import (
+    Scored,
+    chain_statistics,
+    format_sequences,
+    request_concentration,
+    run_lengths,
+    run_lengths_from_matches,
+    walk,
+    walk_all,
+)
+from specsim.profiling.ngram import proposals
+
+# Greedy matches along a 9-token text; with k = 2 the steps are (hand-walked):
+#   s=0: drafts at 0,1 both accepted -> emits 3, next s=3
+#   s=3: 3 accepted, 4 rejected      -> emits 2, next s=5
+#   s=5: 5 rejected                  -> emits 1, next s=6
+#   s=6: 6,7 accepted                -> emits 3, next s=9 (end)
+MATCHES = np.array([1, 1, 0, 1, 0, 0, 1, 1, 1], dtype=float)
+
+
+def test_greedy_walk_matches_the_hand_walked_steps():
+    totals = walk(Scored.from_beta(MATCHES, max_k=2), k=2)
+    assert totals.steps == 4
+    assert totals.accepted == 5
+    assert totals.mean_acceptance_length == 1 + 5 / 4
+    assert list(totals.tried) == [4, 3]  # every step tries draft 1; s=0,3,6 try draft 2
+    assert list(totals.passed) == [3, 2]
+    assert totals.conditional_rates() == [0.75, 2 / 3]
+    assert totals.unconditional_rates() == [0.75, 0.5]
+    # Averaging over every position gives 6/9 for draft 1: not what the steps see.
+    assert MATCHES.mean() != pytest.approx(0.75)
+
+
+def test_fractional_walk_carries_the_exact_start_probabilities():
+    # beta = [0.5, 0.5], k = 1. Step at 0 always (w=1): tries 1, accepts 0.5; the next step
+    # starts at 1 with probability 0.5 (rejection) or at 2 (end) with 0.5. The step at 1 has
+    # w = 0.5: tries 0.5, accepts 0.25. Steps 1.5, accepted 0.75.
+    totals = walk(Scored.from_beta([0.5, 0.5], max_k=1), k=1)
+    assert totals.steps == pytest.approx(1.5)
+    assert totals.accepted == pytest.approx(0.75)
+    assert totals.mean_acceptance_length == pytest.approx(1.5)
+
+
+def test_windows_running_past_the_text_are_not_counted():
+    # With k = 4 on a 5-token text of matches, the step at 0 emits 5 tokens and ends the text.
+    assert walk(Scored.from_beta(np.ones(5), max_k=4), k=4).steps == 1
+    # A step starting at position 3 with k = 4 would need positions 3..6: not counted.
+    totals = walk(Scored.from_beta(np.array([0, 0, 0, 0, 1.0]), max_k=4), k=4)
+    assert totals.steps == 2  # starts 0 and 1 fit; 2, 3, 4 run past the end
+    assert totals.accepted == 0
+
+
+def test_chain_statistics_mean_acceptance_length_per_k():
+    stats = chain_statistics([Scored.from_beta(MATCHES, max_k=8)], max_k=2)
+    assert stats.mean_acceptance_length[2] == 2.25
+    # k = 1: steps at 0 (acc) ->2 (rej) ->3 (acc) ->5 (rej) ->6 (acc) ->8 (acc) -> end:
+    # 6 steps, 4 accepted.
+    assert stats.mean_acceptance_length[1] == pytest.approx(1 + 4 / 6)
+    assert stats.per_position == [0.75, 2 / 3]
+    assert stats.proposal_rate == 1.0
+
+
+def _monte_carlo_mean_acceptance_length(beta, k, runs, rng):
+    """Simulate the actual step process with explicit uniforms (the ground truth)."""
+    steps = accepted = 0
+    n = len(beta)
+    for _ in range(runs):
+        s = 0
+        while s + k <= n:
+            a = 0
+            while a < k and rng.random() < beta[s + a]:
+                a += 1
+            steps += 1
+            accepted += a
+            s += a + 1
+        # a final window that would run past the text is not counted (as in the walk)
+    return 1 + accepted / steps
+
+
+def _independent_positions(scored, k):
+    """Planted bug: treat positions as independent, with the rate averaged over the text."""
+    m = scored[0].accept[:, 0].mean()
+    return 1 + sum(m**i for i in range(1, k + 1))
+
+
+def _always_full_window(scored, k):
+    """Planted bug: advance every step by k + 1, as if no draft were ever rejected."""
+    beta = scored[0].accept[:, 0]
+    steps = accepted = 0.0
+    for s in range(0, len(beta) - k + 1, k + 1):
+        steps += 1
+        accepted += sum(np.prod(beta[s : s + i]) for i in range(1, k + 1))
+    return 1 + accepted / steps
+
+
+@pytest.mark.parametrize(
+    "method, agrees",
+    [
+        (lambda scored, k: walk_all(scored, k).mean_acceptance_length, True),
+        (_independent_positions, False),
+        (_always_full_window, False),
+    ],
+)
+def test_walk_agrees_with_monte_carlo_and_planted_bugs_do_not(method, agrees):
+    # 60 positions in easy and hard stretches (acceptance is correlated along a text). Monte
+    # Carlo: 4000 runs (seed 7), about 2300 steps each, so the estimate's standard error is
+    # below 0.003; the tolerance of 0.03 (10 standard errors) still detects the planted bugs,
+    # which are off by 0.1 or more here.
+    rng = np.random.default_rng(7)
+    beta = np.concatenate([np.full(20, 0.95), np.full(20, 0.15), np.full(20, 0.8)])
+    beta = np.clip(beta + rng.normal(0, 0.03, beta.size), 0, 1)
+    k = 4
+    truth = _monte_carlo_mean_acceptance_length(beta, k, 4000, rng)
+    estimate = method([Scored.from_beta(beta, max_k=8)], k)
+    assert bool(abs(estimate - truth) < 0.03) == agrees, (estimate, truth)
+
+
+def test_run_lengths_and_sequences_format():
+    assert run_lengths_from_matches(MATCHES).tolist() == [3, 2, 1, 2, 1, 1, 4, 3, 2]
+    accept = np.array([[1, 1, 0], [1, 0, 1], [0, 1, 1]], dtype=float)
+    assert run_lengths(accept, np.array([3, 3, 0])).tolist() == [3, 2, 1]
+    assert run_lengths(accept, np.array([1, 3, 3])).tolist() == [2, 2, 1]
+    text = format_sequences([np.array([3, 1]), np.array([2])], "run_length")
+    assert text == "3 1\n2\n"
+    assert format_sequences([np.array([0.25, 1.0])], "beta") == "0.2500 1.0000\n"
+
+
+def test_request_concentration_recovers_a_beta_mixture():
+    # 400 requests whose rates are drawn from Beta with concentration 10 (mean 0.7), each with
+    # 200 Bernoulli positions (seed 3). Method of moments recovers 10 within 30%; with all
+    # requests alike it reports None.
+    rng = np.random.default_rng(3)
+    rates = rng.beta(7, 3, size=400)
+    betas = [(rng.random(200) < r).astype(float) for r in rates]
+    assert request_concentration(betas) == pytest.approx(10, rel=0.3)
+    alike = [(rng.random(200) < 0.7).astype(float) for _ in range(400)]
+    estimate = request_concentration(alike)
+    assert estimate is None or estimate > 100
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
+    tokens, lengths = proposals([1, 2, 3, 4, 1, 2], [3, 4, 9, 1, 2, 3], n=2, k=3)
+    assert lengths.tolist() == [3, 3, 3, 0, 0, 3]
+    assert tokens[0].tolist() == [3, 4, 1]  # (1, 2) earlier at 0..1, followed by 3 4 1
+    assert tokens[1].tolist() == [4, 1, 2]
+    assert tokens[2].tolist() == [1, 2, 3]
+    assert tokens[5].tolist() == [3, 4, 9]  # the latest (1, 2) is at 4..5 now
+    # A match at the very end offers only what follows it.
+    short, short_len = proposals([5, 6, 5], [6], n=1, k=4)
+    assert short_len.tolist() == [2] and short[0, :2].tolist() == [6, 5]
+
+
+def test_prompt_lookup_walk_is_conditional_on_a_proposal():
+    # Proposals at 2 of 4 starts; accepted drafts per proposal as given.
+    accept = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=float)
+    drafts = np.array([3, 0, 0, 0])
+    stats = chain_statistics([Scored(accept, drafts)], max_k=2)
+    # k = 2: s=0 proposes 2 drafts, both accepted -> next s=3: no proposal -> end. Steps 2,
+    # proposing 1; draft 1 tried once, passed once; draft 2 tried once, passed once.
+    assert stats.proposal_rate == 0.5
+    assert stats.per_position == [1.0, 1.0]
+    assert stats.mean_acceptance_length[2] == 1 + 2 / 2
+
+
+torch = pytest.importorskip("torch")
+
+
+def test_draft_model_scores_match_hand_computed_values():
+    from specsim.profiling.scoring import draft_model_scores
+
+    p = torch.tensor([[0.5, 0.3, 0.2], [0.9, 0.05, 0.05]])
+    q = torch.tensor([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
+    scores = draft_model_scores(p.log(), q.log(), temperature=1.0)
+    # beta = sum min(p, q); typical threshold min(0.09, 0.3 exp(-H(p))) is 0.09 for both rows:
+    # row 1 all tokens pass (typical = 1); row 2 only token 0 does (typical = q(0) = 0.2).
+    assert scores["beta"] == pytest.approx([0.7, 0.3])
+    assert scores["match"].tolist() == [0.0, 0.0]
+    assert scores["typical"] == pytest.approx([1.0, 0.2])
+    # Temperature 2 flattens both: p ~ sqrt(p), q ~ sqrt(q).
+    hot = draft_model_scores(p.log(), q.log(), temperature=2.0)
+    ps, qs = p.sqrt(), q.sqrt()
+    ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)
+    assert hot["beta"] == pytest.approx(torch.minimum(ps, qs).sum(-1).numpy(), rel=1e-6)
+    # Temperature 0: one-hot argmax, so beta is 1 exactly where the argmaxes agree.
+    cold = draft_model_scores(p.log(), torch.tensor([[0.6, 0.3, 0.1], [0.1, 0.8, 0.1]]).log(), 0)
+    assert cold["beta"].tolist() == [1.0, 0.0] == cold["match"].tolist()
+
+
+def test_ngram_scores_use_p_of_the_proposed_token():
+    from specsim.profiling.scoring import ngram_scores
+
+    p = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.34, 0.33, 0.33]])
+    tokens = np.array([[0, 2], [1, 0], [2, 0]])
+    lengths = np.array([2, 1, 2])
+    scores = ngram_scores(p.log(), tokens, lengths, temperature=1.0)
+    assert scores["beta"][0] == pytest.approx([0.6, 0.1])
+    assert scores["beta"][1] == pytest.approx([0.7, 0.0])  # proposal of length 1
+    assert scores["beta"][2] == pytest.approx([0.33, 0.0])  # the text ends after one
+    assert scores["match"][0].tolist() == [1.0, 0.0]
+    assert scores["typical"][0].tolist() == [1.0, 1.0]  # 0.1 > threshold 0.09
+    assert math.isclose(scores["typical"][2][0], 1.0)
