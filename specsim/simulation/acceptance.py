@@ -69,6 +69,7 @@ class RateAcceptance:
             np.ascontiguousarray(1.0 - survival[:, :k]) for k in range(self.k_max + 1)
         ]
         self._homogeneous = self.levels == 1
+        self._row_thresholds = [t[0] for t in self._thresholds]
 
     def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._homogeneous:
@@ -87,11 +88,10 @@ class RateAcceptance:
         """Raw accepted counts per row, and which rows proposed (None: all of them)."""
         rows = level.shape[0]
         w = rng.random(rows)
-        thresholds = self._thresholds[k]
         if self._homogeneous:
-            accepted = np.searchsorted(thresholds[0], w, side="left")
+            accepted = self._row_thresholds[k].searchsorted(w)
         else:
-            accepted = (w[:, None] > thresholds[level]).sum(axis=1)
+            accepted = (w[:, None] > self._thresholds[k][level]).sum(axis=1)
         if self.proposal_rate >= 1.0:
             return accepted, None
         proposed = rng.random(rows) < self.proposal_rate

@@ -47,6 +47,7 @@ class StepCosts:
         self._check_draft = (
             self.draft_latency is not None and self.draft_latency.latency.valid_range is not None
         )
+        self.checks_ranges = self._check_target or self._check_draft
         t = self.target_spec
         self.target_flops_per_token = t.flops_per_token
         self.target_attn_flops = t.attention_flops_per_context_token

@@ -29,6 +29,9 @@ from specsim.scenario import Engine
 from specsim.simulation.costs import StepCosts
 
 BUFFER_ITERATIONS = 1024
+_ONE = np.float64(1.0)
+_minimum = np.minimum
+_sum = np.add.reduce
 
 
 class Request:
@@ -104,25 +107,30 @@ class Replica:
         self.on_finish = on_finish
         self.stats = EngineStats(self.k_max, kv_capacity, engine.max_batch)
         cap = engine.max_batch
-        self.context = np.zeros(cap, dtype=np.float64)
-        self.remaining = np.zeros(cap, dtype=np.int64)
-        self.output = np.zeros(cap, dtype=np.int64)
+        # Batch arrays (float64 throughout, so dot products need no conversions).
+        self.context = np.zeros(cap)  # tokens in the KV cache per decoding row
+        self.remaining = np.zeros(cap)  # tokens still to emit; 0 marks an empty slot
+        self.output = np.zeros(cap)
         self.level = np.zeros(cap, dtype=np.int64)
-        self.row_drafted = np.zeros(cap, dtype=np.int64)
-        self.row_accepted = np.zeros(cap, dtype=np.int64)
+        self.row_drafted = np.zeros(cap)
         self.admit_order = np.full(cap, -1, dtype=np.int64)
         self.join_step = [0] * cap
+        self.join_remaining = [0] * cap
         self.slot_request: list[Request | None] = [None] * cap
         self.free_slots = list(range(cap - 1, -1, -1))
         self.decoding = 0
+        self.decode_kv = 0.0  # sum of context over decoding rows, kept exactly (integers)
         self.prefilling: list[Request] = []
         self.prefill_reserved = 0.0
+        self.prefill_pending = 0.0  # prompt tokens admitted but not yet processed
         self.queue: deque[Request] = deque()
         self.outstanding = 0
         self.idle_event = None
         self.decode_steps = 0
         self.admissions = 0
         self.last_decode_end = 0.0
+        self._levels: list[int] = []
+        self._k_plus_1 = [np.float64(k + 1) for k in range(self.k_max + 1)]
         self._buf_dt = np.zeros(BUFFER_ITERATIONS)
         self._buf_batch = np.zeros(BUFFER_ITERATIONS, dtype=np.int64)
         self._buf_kv = np.zeros(BUFFER_ITERATIONS)
@@ -132,6 +140,12 @@ class Replica:
         self._buf_draft = np.zeros((BUFFER_ITERATIONS, cap), dtype=np.int8)
         self._n_iter = 0
         self._n_steps = 0
+        # Hot-path accumulators, folded into ``stats`` by close().
+        self.verification_flops = 0.0
+        self.drafter_flops = 0.0
+        self.wasted_positions_flops = 0.0
+        self.window_rows = 0.0
+        self.decode_rows = 0.0
         self._joined = 0  # rows that started decoding since the last decode iteration
 
     # ---- queue -----------------------------------------------------------------------------
@@ -175,15 +189,20 @@ class Replica:
     def _kv_in_use(self, decode_kv: float) -> float:
         return decode_kv + self.decoding * self.lookahead + self.prefill_reserved
 
+    def _next_level(self) -> int:
+        """The next request's acceptance level, drawn in chunks from this replica's stream."""
+        if not self._levels:
+            self._levels = self.acceptance.assign_levels(self.rng, 4096)[::-1].tolist()
+        return self._levels.pop()
+
     def _admit(self, now: float) -> None:
         queue = self.queue
         if not queue:
             return
         running = self.decoding + len(self.prefilling)
-        used = self._kv_in_use(float(self.context.sum()))
-        pending = sum(r.prefill_target - r.prefilled for r in self.prefilling)
+        used = self._kv_in_use(self.decode_kv)
         while queue and running < self.max_batch:
-            if self.chunked and pending >= self.token_budget:
+            if self.chunked and self.prefill_pending >= self.token_budget:
                 break
             request = queue[0]
             need = request.prefill_target + self.lookahead
@@ -192,13 +211,13 @@ class Replica:
             queue.popleft()
             if request.scheduled < 0:
                 request.scheduled = now
-                request.level = int(self.acceptance.assign_levels(self.rng, 1)[0])
+                request.level = self._next_level()
             request.prefilled = 0
             request.admit_order = self.admissions
             self.admissions += 1
             self.prefilling.append(request)
             self.prefill_reserved += need
-            pending += request.prefill_target
+            self.prefill_pending += request.prefill_target
             used += need
             running += 1
 
@@ -206,27 +225,25 @@ class Replica:
         if self.prefilling:
             request = self.prefilling.pop()
             self.prefill_reserved -= request.prefill_target + self.lookahead
+            self.prefill_pending -= request.prefill_target - request.prefilled
         else:
             slot = int(np.argmax(self.admit_order))
             request = self.slot_request[slot]
-            request.generated = request.output - int(self.remaining[slot])
             self._bank_row(slot, request)
+            request.generated = request.output - int(self.remaining[slot])
             self._free_slot(slot)
             request.prefill_target = request.prompt + request.generated
         request.prefilled = 0
         request.preemptions += 1
         self.queue.appendleft(request)
 
-    def _make_room(self) -> float:
-        decode_kv = float(self.context.sum())
-        while self._kv_in_use(decode_kv) > self.kv_capacity:
+    def _make_room(self) -> None:
+        while self._kv_in_use(self.decode_kv) > self.kv_capacity:
             if self.decoding + len(self.prefilling) <= 1:
                 raise SpecsimError(
                     "one sequence outgrew the whole KV cache", key="engine", fix="add memory"
                 )
             self._preempt_youngest()
-            decode_kv = float(self.context.sum())
-        return decode_kv
 
     # ---- planning ----------------------------------------------------------------------------
     def _plan_prefill_only(self):
@@ -255,7 +272,9 @@ class Replica:
 
     def _plan_mixed(self):
         costs = self.costs
-        decode_kv = self._make_room()
+        if self._kv_in_use(self.decode_kv) > self.kv_capacity:
+            self._make_room()
+        decode_kv = self.decode_kv
         rows = self.decoding
         k = self.policy.choose(rows, decode_kv)
         dt = 0.0
@@ -264,51 +283,67 @@ class Replica:
         pairs = 0.0
         if rows:
             remaining = self.remaining
-            drafts = np.minimum(remaining - 1, k)
+            # min(remaining - 1, k) drafts; empty slots (remaining 0) get -1, accept -1 and so
+            # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
+            drafts = _minimum(remaining, self._k_plus_1[k])
+            drafts -= _ONE
             position = (self.output - remaining) if self.acceptance.needs_position else None
             accepted, proposed = self.acceptance.draw(self.rng, k, self.level, position)
             if proposed is not None:
-                drafts = np.minimum(drafts, proposed * k)
-            accepted = np.minimum(accepted, drafts)
-            new = drafts + 1
-            new_tokens = float(new.sum())
-            pairs = float(new @ self.context) + 0.5 * float(new @ (new + 1))
-            dt += costs.draft_s(rows, k, decode_kv)
+                drafts = _minimum(drafts, proposed * k)
+            accepted = _minimum(accepted, drafts)
+            new = drafts + _ONE
+            new_tokens = float(_sum(new))
+            # sum_i new_i (context_i + (new_i + 1) / 2): query-key pairs of the verification.
+            pairs = float(new.dot(self.context)) + 0.5 * (float(new.dot(new)) + new_tokens)
+            if k:
+                dt += costs.draft_s(rows, k, decode_kv)
             decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
             self._joined = 0
-        # Prompt chunks fill what the decoding rows leave of the token budget.
-        budget = self.token_budget - new_tokens
-        chunks = []
-        p_rows = p_tokens = p_kv = p_pairs = 0.0
-        for request in self.prefilling:
-            if budget <= 0:
-                break
-            chunk = min(request.prefill_target - request.prefilled, budget)
-            chunks.append((request, chunk))
-            budget -= chunk
-            p_rows += 1
-            p_tokens += chunk
-            p_kv += request.prefilled
-            p_pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
-        batch = rows + int(p_rows)
-        if costs._check_target or costs._check_draft:
-            top = float(self.context.max()) if rows else 0.0
-            if chunks:
-                top = max(top, max(float(r.prefilled) for r, _ in chunks))
-            low = 1.0 if rows else min(c for _, c in chunks)
-            high = max([k + 1.0 if rows else 1.0] + [float(c) for _, c in chunks])
-            costs.check_ranges(batch, top, high, low)
-        dt += costs.target_pass_s(batch, new_tokens + p_tokens, decode_kv + p_kv, pairs + p_pairs)
-        dt += costs.draft_prefill_s(int(p_rows), p_tokens, p_kv, p_pairs)
-        dt += costs.overhead_s(batch)
-        flops = self.stats.flops
-        if rows:
-            flops["verification"] += costs.target_flops(new_tokens, pairs)
-            flops["drafter"] += costs.draft_flops(rows, k, decode_kv)
-        if chunks:
-            flops["prefill"] += costs.target_flops(p_tokens, p_pairs)
-            flops["prefill"] += costs.draft_prefill_flops(p_tokens, p_pairs)
+        decode_pairs = pairs
+        chunks = None
+        batch = rows
+        if self.prefilling:
+            # Prompt chunks fill what the decoding rows leave of the token budget.
+            budget = self.token_budget - new_tokens
+            chunks = []
+            p_tokens = p_kv = p_pairs = 0.0
+            for request in self.prefilling:
+                if budget <= 0:
+                    break
+                chunk = min(request.prefill_target - request.prefilled, budget)
+                chunks.append((request, chunk))
+                budget -= chunk
+                p_tokens += chunk
+                p_kv += request.prefilled
+                p_pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
+            p_rows = len(chunks)
+            batch += p_rows
+            new_tokens += p_tokens
+            decode_kv += p_kv
+            pairs += p_pairs
+            if p_rows and costs.draft_kind == "draft_model":
+                dt += costs.draft_prefill_s(p_rows, p_tokens, p_kv, p_pairs)
+                self.stats.flops["prefill"] += costs.draft_prefill_flops(p_tokens, p_pairs)
+            self.stats.flops["prefill"] += costs.target_flops(p_tokens, p_pairs)
+        if costs.checks_ranges:
+            self._check_ranges(rows, k, chunks or ())
+        dt += costs.target_pass_s(batch, new_tokens, decode_kv, pairs) + costs.overhead_s(batch)
+        if decode is not None:
+            self.verification_flops += costs.target_flops(decode[3], decode_pairs)
+            if k:
+                self.drafter_flops += costs.draft_flops(rows, k, decode[4])
         return dt, (decode, chunks, batch)
+
+    def _check_ranges(self, rows: int, k: int, chunks) -> None:
+        top = float(self.context.max()) if rows else 0.0
+        sizes = [float(c) for _, c in chunks]
+        if chunks:
+            top = max(top, max(float(r.prefilled) for r, _ in chunks))
+        decode_sizes = [1.0, k + 1.0] if rows else []
+        low = min(decode_sizes + sizes)
+        high = max(decode_sizes + sizes)
+        self.costs.check_ranges(rows + len(sizes), top, high, low)
 
     # ---- applying an iteration ---------------------------------------------------------------
     def _apply_mixed(self, plan, now: float, start: float) -> None:
@@ -316,26 +351,31 @@ class Replica:
         finished = ()
         if decode is not None:
             k, drafts, accepted, new_tokens, decode_kv, _ = decode
-            emitted = accepted + 1
-            self.remaining -= emitted
-            self.context += emitted
-            self.row_drafted += drafts
-            self.row_accepted += accepted
-            self.decode_steps += 1
-            rows = self.decoding
-            wasted = new_tokens - float(emitted.sum())
-            if wasted:
-                per_position = self.costs.wasted_flops_per_position(decode_kv / rows)
-                self.stats.flops["wasted"] += wasted * per_position
-            self.stats.window_rows += k * rows
-            self.stats.decode_rows += rows
             i = self._n_steps
             self._buf_acc[i] = accepted
             self._buf_draft[i] = drafts
             self._n_steps = i + 1
-            if self._n_steps == BUFFER_ITERATIONS:
+            if i + 1 == BUFFER_ITERATIONS:
                 self._flush_steps()
-            finished = np.flatnonzero((self.remaining == 0) & (emitted > 0)).tolist()
+            emitted = accepted
+            emitted += _ONE
+            remaining = self.remaining
+            remaining -= emitted
+            self.context += emitted
+            self.row_drafted += drafts
+            emitted_total = float(_sum(emitted))
+            self.decode_kv += emitted_total
+            self.decode_steps += 1
+            rows = self.decoding
+            wasted = new_tokens - emitted_total
+            if wasted:
+                self.wasted_positions_flops += wasted * self.costs.wasted_flops_per_position(
+                    decode_kv / rows
+                )
+            self.window_rows += k * rows
+            self.decode_rows += rows
+            # Finished rows emitted something and have nothing left (k + 1 <= 64 tokens a step).
+            finished = (emitted > remaining * 64.0).nonzero()[0].tolist()
         self._record_iteration(now - start, batch, decode, now)
         if decode is not None:
             self.last_decode_end = now
@@ -353,6 +393,7 @@ class Replica:
         done = []
         for request, chunk in chunks:
             request.prefilled += chunk
+            self.prefill_pending -= chunk
             if request.prefilled >= request.prefill_target:
                 done.append(request)
         if not done:
@@ -367,25 +408,31 @@ class Replica:
                 self._finish(request, now)
                 continue
             slot = self.free_slots.pop()
+            left = request.output - request.generated
             self.slot_request[slot] = request
             self.context[slot] = request.prefill_target
-            self.remaining[slot] = request.output - request.generated
+            self.decode_kv += request.prefill_target
+            self.remaining[slot] = left
             self.output[slot] = request.output
             self.level[slot] = request.level
-            self.row_drafted[slot] = 0
-            self.row_accepted[slot] = 0
+            self.row_drafted[slot] = 0.0
             self.admit_order[slot] = request.admit_order
             self.join_step[slot] = self.decode_steps
+            self.join_remaining[slot] = left
             self.decoding += 1
             self._joined += 1
 
     def _bank_row(self, slot: int, request: Request) -> None:
-        request.steps += self.decode_steps - self.join_step[slot]
+        """Add a row's step counts to its request (before the slot is freed)."""
+        steps = self.decode_steps - self.join_step[slot]
+        emitted = self.join_remaining[slot] - int(self.remaining[slot])
+        request.steps += steps
         request.drafted += int(self.row_drafted[slot])
-        request.accepted += int(self.row_accepted[slot])
+        request.accepted += emitted - steps  # each step emits its accepted drafts + 1
 
     def _free_slot(self, slot: int) -> None:
-        self.remaining[slot] = 0
+        self.decode_kv -= float(self.context[slot])
+        self.remaining[slot] = 0.0
         self.context[slot] = 0.0
         self.level[slot] = 0
         self.admit_order[slot] = -1
@@ -420,7 +467,7 @@ class Replica:
         i = self._n_iter
         self._buf_dt[i] = dt
         self._buf_batch[i] = batch
-        self._buf_kv[i] = self._kv_in_use(float(self.context.sum()))
+        self._buf_kv[i] = self._kv_in_use(self.decode_kv)
         if decode is not None:
             # Rows that decoded in the previous decode iteration waited since it ended (longer
             # than dt when prefill-only iterations came between); rows that joined since got
@@ -456,3 +503,11 @@ class Replica:
         """Fold the buffered statistics in (call once the simulation has ended)."""
         self._flush_iterations()
         self._flush_steps()
+        flops = self.stats.flops
+        flops["verification"] += self.verification_flops
+        flops["drafter"] += self.drafter_flops
+        flops["wasted"] += self.wasted_positions_flops
+        self.stats.window_rows += self.window_rows
+        self.stats.decode_rows += self.decode_rows
+        self.verification_flops = self.drafter_flops = self.wasted_positions_flops = 0.0
+        self.window_rows = self.decode_rows = 0.0
