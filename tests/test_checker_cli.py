@@ -1,0 +1,120 @@
+"""`specsim check sampler`: verdicts, JSON keys and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specsim.cli import main
+from specsim.sampling import checker
+
+JSON_KEYS = {
+    "verifier", "lossless", "closed_form_max_abs_error", "tv_distance", "p_value", "samples",
+    "detectable_tv", "alpha", "seed", "power", "dof", "reference", "lossy_by_design",
+}  # fmt: skip
+
+
+def run_json(capsys, *args):
+    code = main(["check", "sampler", *args, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_rejection_is_lossless_in_json(capsys):
+    code, summary = run_json(capsys, "--verifier", "rejection", "--samples", "50000")
+    assert code == 0
+    assert set(summary) >= JSON_KEYS
+    assert summary["lossless"] is True and summary["verifier"] == "rejection"
+    assert summary["closed_form_max_abs_error"] <= 1e-12
+    assert summary["samples"] == 50_000 and summary["seed"] == 0 and summary["alpha"] == 0.01
+    assert 0 < summary["detectable_tv"] < 0.05
+
+
+def test_typical_is_reported_lossy_with_exit_zero(capsys):
+    code, summary = run_json(capsys, "--verifier", "typical", "--samples", "20000", "--seed", "3")
+    assert code == 0
+    assert summary["lossless"] is False and summary["lossy_by_design"] is True
+    assert summary["tv_distance"] > 0.05 and summary["p_value"] < 0.01 and summary["seed"] == 3
+
+
+def test_human_output_states_the_verdict_and_the_evidence(capsys):
+    assert main(["check", "sampler", "--verifier", "typical", "--samples", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: LOSSY by design, TV distance" in out
+    assert "closed form" in out and "p-value" in out and "99% power" in out
+    assert main(["check", "sampler", "--samples", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: LOSSLESS" in out and "skipped (--samples 0)" in out
+
+
+def test_control_through_the_cli_is_flagged(capsys):
+    code, summary = run_json(capsys, "--control", "raw-q", "--top-k", "5", "--samples", "100000")
+    assert code == 0 and summary["verifier"] == "raw-q"
+    assert summary["lossless"] is False and summary["p_value"] < 0.01
+
+
+def test_greedy_options_and_ragged(capsys):
+    code, summary = run_json(
+        capsys, "--verifier", "greedy", "--drafter", "greedy", "--ragged", "--vocab", "5",
+        "--k", "4", "--temperature", "0.5", "--top-p", "0.9", "--samples", "10000",
+    )  # fmt: skip
+    assert code == 0 and summary["lossless"] is True
+    assert summary["reference"] == "target greedy decoding"
+    assert (summary["vocab"], summary["k"], summary["ragged"]) == (5, 4, True)
+
+
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--vocab", "17"], "--vocab"),
+        (["--vocab", "1"], "--vocab"),
+        (["--k", "5"], "--k"),
+        (["--k", "0"], "--k"),
+        (["--samples", "-1"], "--samples"),
+        (["--top-p", "0"], "--top-p"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--top-k", "-1"], "--top-k"),
+        (["--temperature", "-0.1"], "--temperature"),
+        (["--temperature", "nan"], "--temperature"),
+        (["--alpha", "1"], "--alpha"),
+        (["--control", "raw-q"], "--control raw-q"),
+        (["--control", "resample-p", "--verifier", "rejection"], "--control"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, args, key):
+    quick = [] if "--samples" in args else ["--samples", "0"]
+    assert main(["check", "sampler", *args, *quick]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and key in err and "fix:" in err
+
+
+def test_unknown_verifier_name_is_an_argparse_error():
+    with pytest.raises(SystemExit) as info:
+        main(["check", "sampler", "--verifier", "nonsense"])
+    assert info.value.code == 2
+
+
+def test_library_rejects_unknown_verifier_names():
+    with pytest.raises(checker.SpecsimError):
+        checker.check_sampler("nonsense")
+
+
+def test_subprocess_exit_code_2_without_traceback():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsim", "check", "sampler", "--vocab", "32"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "--vocab" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_check_needs_a_sub_check():
+    with pytest.raises(SystemExit) as info:
+        main(["check"])
+    assert info.value.code == 2
