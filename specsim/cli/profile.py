@@ -132,7 +132,58 @@ def _run_roofline(args, out: Path, name: str, drafters) -> int:
 
 
 def _run_calibrate(args, out: Path, name: str) -> int:
-    raise SpecsimError("calibration is not available yet", file="--calibrate")
+    from specsim.profiling.calibrate import calibrate_profile
+    from specsim.profiling.writer import write_profile
+
+    _need(args, "into", "drafter", "verifier", "temperature", mode="--calibrate")
+    if len(args.drafter) != 1 or "=" in args.drafter[0]:
+        raise SpecsimError(
+            "--calibrate takes one --drafter NAME (a drafter of the --into profile)",
+            file="command line",
+            key="--drafter",
+            fix="give exactly one --drafter NAME",
+        )
+    if len(args.temperature) != 1:
+        raise SpecsimError("--calibrate takes one --temperature", file="command line")
+    labels = {}
+    for text in args.label:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise SpecsimError(f"label {text!r} is not KEY=VALUE", file="--label")
+        labels[key] = value
+    profile, counters = calibrate_profile(
+        args.into,
+        args.calibrate,
+        args.drafter[0],
+        args.verifier,
+        args.temperature[0],
+        out,
+        labels,
+    )
+    write_profile(profile, out)
+    entry = profile.acceptance[-1]
+    summary = {
+        "out": str(out),
+        "drafter": entry.drafter,
+        "verifier": entry.verifier,
+        "temperature": entry.temperature,
+        "k": counters.k,
+        "speculative_steps": counters.drafts,
+        "label_sets": counters.series,
+        "mean_acceptance_length": counters.mean_acceptance_length,
+        "draft_acceptance_rate": counters.draft_acceptance_rate,
+        "per_position_unconditional": counters.unconditional_rates(),
+        "per_position_conditional": entry.per_position,
+    }
+    rates = ", ".join(f"{r:.3f}" for r in entry.per_position)
+    human = (
+        f"wrote {out}: {entry.drafter}/{entry.verifier} at T={entry.temperature:g} calibrated "
+        f"from {counters.drafts:.0f} steps ({counters.series} label sets), k={counters.k}\n"
+        f"  mean acceptance length {counters.mean_acceptance_length:.3f}, draft acceptance rate "
+        f"{counters.draft_acceptance_rate:.3f}, conditional per-position rates [{rates}]"
+    )
+    emit(args, summary, human)
+    return 0
 
 
 def _run_measure(args, out: Path, name: str, drafters) -> int:
