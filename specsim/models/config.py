@@ -41,7 +41,8 @@ class ModelConfig:
     tie_embeddings: bool = False
     model_type: str = "llama"
     name: str = ""
-    attention_bias: bool = False
+    attention_bias: bool = False  # biases on the q/k/v projections (Qwen2; Llama's flag)
+    attention_out_bias: bool = False  # a bias on the output projection too (Llama's flag only)
     # None, or a Hugging Face rope_scaling mapping with rope_type "linear" or "llama3".
     rope_scaling: dict[str, Any] | None = None
     bos_id: int | None = None
@@ -58,11 +59,10 @@ class ModelConfig:
         return attention + 3 * self.hidden_size * self.intermediate_size
 
     def _layer_params(self) -> int:
-        bias = (
-            (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
-        )
-        norms = 2 * self.hidden_size
-        return self._layer_matmul_params() + bias + norms
+        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        bias = (q_out + 2 * kv_out) if self.attention_bias else 0
+        bias += self.hidden_size if self.attention_out_bias else 0
+        return self._layer_matmul_params() + bias + 2 * self.hidden_size  # two norms
 
     def param_count(self) -> int:
         """Stored parameters (a tied output projection counts once)."""
@@ -122,7 +122,7 @@ class ModelConfig:
             "hidden_act": "silu",
             "torch_dtype": "float16",
         }
-        if self.model_type == "llama":
+        if self.model_type != "qwen2":
             data["attention_bias"] = self.attention_bias
         if self.rope_scaling is not None:
             data["rope_scaling"] = dict(self.rope_scaling)
@@ -195,20 +195,35 @@ def _token_id(data: dict[str, Any], key: str, source: str) -> int | None:
     return value
 
 
-def _rope_scaling(data: dict[str, Any], source: str) -> dict[str, Any] | None:
-    scaling = data.get("rope_scaling")
-    if scaling is None:
-        return None
-    if not isinstance(scaling, dict):
-        raise SpecsimError(
-            "expected a mapping", file=source, key="rope_scaling", fix="give a mapping or null"
+def _rope(data: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None]:
+    """(rope_theta, scaling). Older configs have ``rope_theta`` and ``rope_scaling``; newer
+    ones (transformers 5) one ``rope_parameters`` mapping holding both."""
+    if data.get("rope_parameters") is not None:
+        params, key = data["rope_parameters"], "rope_parameters"
+        if not isinstance(params, dict):
+            raise SpecsimError("expected a mapping", file=source, key=key, fix="give a mapping")
+        theta = _get(
+            {f"{key}.rope_theta": params.get("rope_theta")},
+            f"{key}.rope_theta",
+            float,
+            source,
+            10000.0,
         )
+        return theta, _rope_scaling(params, source, key)
+    theta = _get(data, "rope_theta", float, source, 10000.0)
+    scaling = data.get("rope_scaling")
+    return theta, None if scaling is None else _rope_scaling(scaling, source, "rope_scaling")
+
+
+def _rope_scaling(scaling: Any, source: str, key: str) -> dict[str, Any] | None:
+    if not isinstance(scaling, dict):
+        raise SpecsimError("expected a mapping", file=source, key=key, fix="give a mapping or null")
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type not in SUPPORTED_ROPE_SCALING:
         raise SpecsimError(
             f"rope scaling {rope_type!r} is not supported",
             file=source,
-            key="rope_scaling.rope_type",
+            key=f"{key}.rope_type",
             fix=f"use one of {', '.join(SUPPORTED_ROPE_SCALING)} or remove rope_scaling",
         )
     if rope_type == "default":
@@ -218,20 +233,21 @@ def _rope_scaling(data: dict[str, Any], source: str) -> dict[str, Any] | None:
         raise SpecsimError(
             f"expected a positive factor, got {factor!r}",
             file=source,
-            key="rope_scaling.factor",
+            key=f"{key}.factor",
             fix="give a positive number",
         )
     if rope_type == "llama3":
-        for key in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-            value = scaling.get(key)
+        for name in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            value = scaling.get(name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise SpecsimError(
                     f"expected a positive number, got {value!r}",
                     file=source,
-                    key=f"rope_scaling.{key}",
-                    fix="copy rope_scaling from the model's original config.json",
+                    key=f"{key}.{name}",
+                    fix=f"copy {key} from the model's original config.json",
                 )
-    return {**scaling, "rope_type": rope_type}
+    kept = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    return {"rope_type": rope_type, **{k: scaling[k] for k in kept if k in scaling}}
 
 
 def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfig:
@@ -266,8 +282,10 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
             key="num_key_value_heads",
             fix="give a key/value head count that divides the head count",
         )
-    # Qwen2 always has q/k/v biases; Llama and Mistral say so in attention_bias (default off).
-    bias = model_type == "qwen2" or _get(data, "attention_bias", bool, source, False)
+    # Qwen2 always has q/k/v biases and none on the output projection; Llama's attention_bias
+    # (default off) puts biases on all four projections.
+    llama_bias = model_type != "qwen2" and _get(data, "attention_bias", bool, source, False)
+    rope_theta, rope_scaling = _rope(data, source)
     tokenizer = data.get("specsim_tokenizer")
     if tokenizer not in (None, "bytes"):
         raise SpecsimError(
@@ -285,13 +303,14 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
         head_dim=head_dim,
         intermediate_size=_get(data, "intermediate_size", int, source),
         max_position=_get(data, "max_position_embeddings", int, source, 4096),
-        rope_theta=_get(data, "rope_theta", float, source, 10000.0),
+        rope_theta=rope_theta,
         norm_eps=_get(data, "rms_norm_eps", float, source, 1e-6),
         tie_embeddings=_get(data, "tie_word_embeddings", bool, source, False),
         model_type=model_type,
         name=name,
-        attention_bias=bias,
-        rope_scaling=_rope_scaling(data, source),
+        attention_bias=model_type == "qwen2" or llama_bias,
+        attention_out_bias=llama_bias,
+        rope_scaling=rope_scaling,
         bos_id=_token_id(data, "bos_token_id", source),
         eos_id=_token_id(data, "eos_token_id", source),
         tokenizer=tokenizer,

@@ -78,7 +78,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(h, q_out, bias=bias, **factory)
         self.k_proj = nn.Linear(h, kv_out, bias=bias, **factory)
         self.v_proj = nn.Linear(h, kv_out, bias=bias, **factory)
-        self.o_proj = nn.Linear(q_out, h, bias=False, **factory)
+        self.o_proj = nn.Linear(q_out, h, bias=config.attention_out_bias, **factory)
 
     def _attend(self, q, k, v, mask=None, causal=False) -> torch.Tensor:
         if self.num_kv_heads == self.num_heads:
