@@ -1,0 +1,272 @@
+"""The measured profiler on tiny random-weight models: timing grid, acceptance pipeline, the CLI
+end to end, and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specsim.cli import main  # noqa: E402
+from specsim.errors import SpecsimError  # noqa: E402
+from specsim.profile import load_profile  # noqa: E402
+from specsim.profiling import timing  # noqa: E402
+from specsim.profiling.specs import parse_drafters  # noqa: E402
+
+
+def tiny_config(hidden=32, layers=2, vocab=258, max_position=512):
+    return {
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_attention_heads": 4,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": 2,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_position,
+        "specsim_tokenizer": "bytes",
+        "bos_token_id": 256,
+        "eos_token_id": 257,
+    }
+
+
+@pytest.fixture
+def configs(tmp_path):
+    paths = {}
+    for name, cfg in {
+        "target": tiny_config(48, 2),
+        "draft": tiny_config(16, 1),
+        "othervocab": tiny_config(16, 1, vocab=300),
+    }.items():
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(cfg))
+        paths[name] = str(path)
+    return paths
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text(
+        "the cat sat on the mat, the cat sat on the mat\n\n"
+        "one two three one two three one two\n\n"
+        "a quick brown fox jumps over the lazy dog\n"
+    )
+    return str(path)
+
+
+SMALL_GRID = [
+    "--grid",
+    "batch=1,2",
+    "--grid",
+    "context=8,32",
+    "--grid",
+    "new=1,3",
+    "--grid",
+    "prefill=16",
+]
+
+
+def test_time_grid_measures_every_point_with_repeats(configs):
+    from specsim.models import load_model
+
+    model = load_model(configs["target"])
+    points = timing.grid_points(
+        {"batch": (1, 2), "context": (0, 16), "new": (1, 4), "prefill": (8,)}
+    )
+    run = timing.time_grid(model, points, timing.PassTimer("cpu", warmup=1, repeats=3))
+    assert not run.stopped_early
+    assert [(s.batch, s.context, s.new_tokens) for s in run.samples] == [
+        (p.batch, p.context, p.new_tokens) for p in sorted(points)
+    ]
+    assert all(s.repeats == 3 and s.seconds > 0 and s.spread_s >= 0 for s in run.samples)
+    phases = {(s.context, s.new_tokens): s.phase for s in run.samples}
+    assert phases[(16, 1)] == "decode" and phases[(16, 4)] == "verify"
+    assert phases[(0, 8)] == "prefill"
+
+
+def test_time_budget_stops_the_grid_and_keeps_what_was_measured(configs, monkeypatch):
+    from specsim.models import load_model
+
+    model = load_model(configs["target"])
+    points = timing.grid_points({"batch": (1, 2), "context": (8,), "new": (1, 2, 3)})
+    clock = iter(range(10_000))  # a fake clock: one tick per look
+    monkeypatch.setattr(timing.time, "monotonic", lambda: next(clock))
+    run = timing.time_grid(model, points, timing.PassTimer("cpu", warmup=0, repeats=2), deadline=5)
+    assert run.stopped_early
+    assert 0 < len(run.samples) < len(points)
+    # The cut falls in the first round, so the measured points are a prefix of the grid in
+    # order (small batches first) and the expensive end is what is lost.
+    measured = [timing.GridPoint(s.batch, s.context, s.new_tokens) for s in run.samples]
+    assert measured == sorted(points)[: len(measured)]
+
+
+@pytest.mark.parametrize(
+    "grid, words",
+    [
+        (["batch="], ["batch", "no points"]),
+        (["speed=1"], ["unknown grid axis"]),
+        (["context=a,b"], ["not integers"]),
+        (["new=0"], ["new", ">= 1"]),
+    ],
+)
+def test_bad_grids_are_errors(grid, words):
+    with pytest.raises(SpecsimError) as err:
+        timing.parse_grid(grid, "cpu")
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_a_drafter_identical_to_the_target_is_always_accepted(configs):
+    """beta = 1 and greedy match everywhere, so each window-k step emits k + 1 tokens."""
+    from specsim.models import load_model
+    from specsim.profiling.acceptance_measure import measure_acceptance
+
+    model = load_model(configs["target"])
+    ids = [[256, *b"abcabcabc"], [256, *b"hello there"]]
+    drafters = parse_drafters(["same=x", "ngram:2"])
+    drafters = [drafters[0].__class__(name="same", spec="x"), drafters[1]]
+    result = measure_acceptance(
+        model,
+        {"same": model},
+        drafters,
+        ids,
+        [1.0],
+        max_new_tokens=24,
+        seed=0,
+        eos_id=None,
+        sequences_prefix="p",
+    )
+    same = [e for e in result.entries if e["drafter"] == "same"]
+    assert {(e["verifier"], e["temperature"]) for e in same} == {
+        ("greedy", 0.0),
+        ("rejection", 1.0),
+        ("typical", 1.0),
+    }
+    for entry in same:
+        assert entry["per_position"] == pytest.approx([1.0] * 8)
+        assert entry["mean_acceptance_length"] == {k: pytest.approx(k + 1) for k in range(1, 9)}
+        assert entry["tokens_scored"] == 48
+    ngram = [e for e in result.entries if e["drafter"] == "ngram"]
+    assert all(0 < e["proposal_rate"] <= 1 for e in ngram)
+    greedy = next(e for e in same if e["verifier"] == "greedy")
+    lines = result.side_files[greedy["sequences"]["path"]].splitlines()
+    assert len(lines) == 2
+    # Unlimited k on an always-accepted text: a step at t accepts the 24 - t drafts left, plus
+    # the bonus token.
+    assert [int(v) for v in lines[0].split()] == list(range(25, 1, -1))
+
+
+def test_measure_cli_writes_a_profile_that_loads_and_answers(configs, prompts, tmp_path, capsys):
+    out = tmp_path / "prof" / "tiny.yaml"
+    argv = [
+        "profile",
+        "--target",
+        configs["target"],
+        "--drafter",
+        f"small={configs['draft']}",
+        "--drafter",
+        "ngram:2",
+        "--prompts",
+        prompts,
+        *SMALL_GRID,
+        "--repeats",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--temperature",
+        "0.7",
+        "--sequences",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["source"] == "measured"
+    loaded = load_profile(out)
+    profile = loaded.profile
+    assert profile.provenance.profiling_seconds > 0
+    assert "torch" in profile.provenance.software
+    target = profile.target.latency
+    assert len(target.samples) == 2 * 2 * 2 + 2  # batch x context x new + prefill per batch
+    assert target.valid_range.batch == (1, 2) and target.valid_range.context == (0, 32)
+    assert target.fit.held_out.points == len(target.samples)
+    assert loaded.latency_model("small").pass_seconds(np.array([8, 30]), 3) > 0
+    assert profile.target.flops_per_token > profile.drafters["small"].flops_per_token
+    assert profile.overhead.source == "measured"
+    verifiers = {(a.drafter, a.verifier, a.temperature) for a in profile.acceptance}
+    assert ("small", "greedy", 0.0) in verifiers and ("small", "rejection", 0.7) in verifiers
+    assert ("small", "typical", 0.7) in verifiers
+    for entry in profile.acceptance:
+        if entry.sequences is None:
+            continue
+        lines = loaded.sequences_path(entry).read_text().splitlines()
+        assert len(lines) == entry.sequences.requests == 3
+        values = [float(v) for line in lines for v in line.split()]
+        if entry.sequences.kind == "run_length":
+            assert all(v >= 1 and v == int(v) for v in values)
+        else:
+            assert all(0 <= v <= 1 for v in values)
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"--target": "no/such/model"}, ["no/such/model", "not found"]),
+        ({"--drafter": "big=specsim-draft-huge"}, ["specsim-draft-huge", "not found"]),
+        ({"--drafter": "bad name=x"}, ["not a plain name"]),
+        ({"--grid": "batch="}, ["no points"]),
+        ({"prompts": b""}, ["no prompts"]),
+        ({"prompts": b"caf\xe9 au lait\n"}, ["not UTF-8"]),
+        ({"prompts.jsonl": b'{"prompt": "a"}\n{"text": 3}\n'}, ["line 2"]),
+        ({"--device": "tpu"}, ["unknown device"]),
+        ({"othervocab": True}, ["vocabulary", "vocab_size"]),
+        ({"--temperature": "-1"}, ["temperature"]),
+    ],
+)
+def test_measure_cli_bad_input_exit_2_nothing_written(
+    configs, prompts, tmp_path, capsys, change, words
+):
+    args = {
+        "--target": configs["target"],
+        "--drafter": f"small={configs['draft']}",
+        "--prompts": prompts,
+    }
+    extra = []
+    for key, value in change.items():
+        if key.startswith("prompts"):
+            path = tmp_path / ("bad." + ("jsonl" if key.endswith("jsonl") else "txt"))
+            path.write_bytes(value)
+            args["--prompts"] = str(path)
+        elif key == "othervocab":
+            args["--drafter"] = f"small={configs['othervocab']}"
+        elif key == "--grid":
+            extra += ["--grid", value]
+        else:
+            args[key] = value
+    out = tmp_path / "out" / "p.yaml"
+    argv = ["profile", "--out", str(out), "--repeats", "1", *SMALL_GRID, *extra]
+    for key, value in args.items():
+        argv += [key, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    for word in words:
+        assert word in err
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+@pytest.mark.gpu
+def test_cuda_timing_with_events(configs):
+    from specsim.models import load_model
+
+    model = load_model(configs["target"], device="cuda", dtype=torch.bfloat16)
+    points = timing.grid_points({"batch": (1, 4), "context": (64,), "new": (1, 5)})
+    run = timing.time_grid(model, points, timing.PassTimer("cuda", warmup=2, repeats=5))
+    assert len(run.samples) == 4
+    assert all(0 < s.seconds < 1 for s in run.samples)
