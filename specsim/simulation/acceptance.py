@@ -139,6 +139,7 @@ class SequenceAcceptance:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         base = self.base[level]
         length = self.length[level]
+        position = position.astype(np.int64)
         if self.kind == "run_length":
             values = self.flat[base + position % length]
             return values.astype(np.int64) - 1, None

@@ -146,6 +146,7 @@ class Replica:
         self.wasted_positions_flops = 0.0
         self.window_rows = 0.0
         self.decode_rows = 0.0
+        self._kv_planned = 0.0
         self._joined = 0  # rows that started decoding since the last decode iteration
 
     # ---- queue -----------------------------------------------------------------------------
@@ -247,6 +248,7 @@ class Replica:
 
     # ---- planning ----------------------------------------------------------------------------
     def _plan_prefill_only(self):
+        self._kv_planned = self._kv_in_use(self.decode_kv)
         rows = tokens = kv = pairs = 0.0
         chunks = []
         for request in self.prefilling:
@@ -275,6 +277,7 @@ class Replica:
         if self._kv_in_use(self.decode_kv) > self.kv_capacity:
             self._make_room()
         decode_kv = self.decode_kv
+        self._kv_planned = self._kv_in_use(decode_kv)
         rows = self.decoding
         k = self.policy.choose(rows, decode_kv)
         dt = 0.0
@@ -467,7 +470,7 @@ class Replica:
         i = self._n_iter
         self._buf_dt[i] = dt
         self._buf_batch[i] = batch
-        self._buf_kv[i] = self._kv_in_use(self.decode_kv)
+        self._buf_kv[i] = self._kv_planned  # allocated during the iteration
         if decode is not None:
             # Rows that decoded in the previous decode iteration waited since it ended (longer
             # than dt when prefill-only iterations came between); rows that joined since got

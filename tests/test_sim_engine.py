@@ -1,0 +1,273 @@
+"""The replica engine: determinism, conservation of tokens, KV cache, preemption, prefill modes,
+drafter kinds, acceptance models, window policies, fleets and pools."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.profile import load_profile
+from specsim.scenario import Scenario
+from specsim.simulation import run_simulation
+from specsim.simulation.costs import kv_capacity_tokens
+from specsim.simulation.records import read_records
+
+DATA = Path(__file__).parent / "data"
+
+BASE = {
+    "seed": 3,
+    "profile": "sim_profile.yaml",
+    "workload": {
+        "kind": "poisson",
+        "rate": 20.0,
+        "requests": 300,
+        "prompt": {"dist": "uniform", "low": 50, "high": 400},
+        "output": {"dist": "uniform", "low": 20, "high": 120},
+    },
+    "engine": {"max_batch": 32},
+    "speculation": {"drafter": "c05", "k": 3},
+}
+
+
+def make(**changes) -> Scenario:
+    data = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+
+
+def run(scenario: Scenario, tmp_path: Path, name: str = "r"):
+    path = tmp_path / f"{name}.csv"
+    result = run_simulation(scenario, records_path=path)
+    return result.summary, read_records(path)
+
+
+def test_same_seed_gives_byte_identical_records_and_summary(tmp_path):
+    a = run_simulation(make(), records_path=tmp_path / "a.csv")
+    b = run_simulation(make(), records_path=tmp_path / "b.csv")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert a.summary == b.summary
+    run_simulation(make(seed=4), records_path=tmp_path / "c.csv")
+    assert (tmp_path / "a.csv").read_bytes() != (tmp_path / "c.csv").read_bytes()
+
+
+def test_changing_k_leaves_arrivals_and_lengths_unchanged(tmp_path):
+    _, r3 = run(make(), tmp_path, "k3")
+    _, r1 = run(make(speculation__k=1), tmp_path, "k1")
+    _, r0 = run(make(speculation__k=0), tmp_path, "k0")
+    for other in (r1, r0):
+        order_a, order_b = np.argsort(r3["id"]), np.argsort(other["id"])
+        for column in ("arrival_s", "prompt_tokens", "output_tokens"):
+            np.testing.assert_array_equal(r3[column][order_a], other[column][order_b])
+    # ... while the timing does change.
+    assert not np.array_equal(np.sort(r3["finish_s"]), np.sort(r1["finish_s"]))
+
+
+def test_tokens_are_conserved_per_request(tmp_path):
+    summary, rec = run(make(), tmp_path)
+    assert summary["requests"] == 300 == rec["id"].shape[0]
+    assert sorted(rec["id"].tolist()) == list(range(300))
+    # The prefill emits the first token; every decode step emits its accepted drafts + 1.
+    np.testing.assert_array_equal(rec["output_tokens"] - 1, rec["steps"] + rec["accepted"])
+    assert np.all(rec["accepted"] <= rec["drafted"])
+    assert np.all(rec["drafted"] <= 3 * rec["steps"])
+    assert np.all(rec["arrival_s"] <= rec["scheduled_s"])
+    assert np.all(rec["scheduled_s"] <= rec["first_token_s"])
+    assert np.all(rec["first_token_s"] <= rec["finish_s"])
+    assert summary["output_tokens"] == rec["output_tokens"].sum()
+
+
+def test_summary_acceptance_matches_records(tmp_path):
+    summary, rec = run(make(), tmp_path)
+    assert summary["draft_acceptance_rate"] == pytest.approx(
+        rec["accepted"].sum() / rec["drafted"].sum(), rel=1e-5
+    )
+    # Every step drafts (c05 always proposes) except those capped to 0 drafts at the very end.
+    assert summary["mean_acceptance_length"] >= 1 + rec["accepted"].sum() / rec["steps"].sum()
+    ppa = summary["per_position_acceptance"]
+    assert len(ppa) == 3 and ppa[0] >= ppa[1] >= ppa[2]
+    # Per-position rates (0.8, 0.7, 0.6) chain to 0.8, 0.56, 0.336 unconditional.
+    assert ppa == pytest.approx([0.8, 0.56, 0.336], abs=0.03)
+
+
+def test_k0_is_the_plain_decoding_baseline(tmp_path):
+    summary, rec = run(make(speculation__k=0), tmp_path)
+    assert rec["drafted"].sum() == 0 and rec["accepted"].sum() == 0
+    np.testing.assert_array_equal(rec["steps"], rec["output_tokens"] - 1)
+    assert summary["flops_drafter"] == 0 and summary["flops_wasted"] == 0
+    assert summary["mean_acceptance_length"] == 1.0
+    assert summary["scenario"]["drafter"] is None
+
+
+def test_kv_capacity_formula_counts_target_and_drafter():
+    profile = load_profile(DATA / "sim_profile.yaml")
+    engine = make().engine
+    with_draft = kv_capacity_tokens(profile, "c05", True, engine)
+    assert with_draft == int((80e9 - 16e9 - 2e9) // (131072 + 32768))
+    assert kv_capacity_tokens(profile, "c05", False, engine) == int((80e9 - 16e9) // 131072)
+    half = make(engine__memory_utilisation=0.5).engine
+    assert kv_capacity_tokens(profile, "c05", True, half) == int((40e9 - 18e9) // 163840)
+
+
+def test_preemption_when_the_cache_runs_out(tmp_path):
+    tight = make(
+        engine__kv_capacity_tokens=3000,
+        workload__rate=200.0,
+        workload__prompt={"dist": "fixed", "value": 200},
+        workload__output={"dist": "fixed", "value": 400},
+        workload__requests=60,
+    )
+    summary, rec = run(tight, tmp_path)
+    assert summary["preemptions"] > 0
+    assert summary["preemptions"] == rec["preemptions"].sum()
+    assert summary["requests"] == 60
+    # Recomputation still conserves tokens: each recompute prefill emits one token too.
+    np.testing.assert_array_equal(
+        rec["output_tokens"] - 1 - rec["preemptions"], rec["steps"] + rec["accepted"]
+    )
+    assert summary["kv_cache_utilisation"]["max"] <= 1.0
+    roomy, _ = run(
+        make(
+            workload__rate=200.0,
+            workload__prompt={"dist": "fixed", "value": 200},
+            workload__output={"dist": "fixed", "value": 400},
+            workload__requests=60,
+        ),
+        tmp_path,
+        "roomy",
+    )
+    assert roomy["preemptions"] == 0
+
+
+def test_a_request_larger_than_the_cache_is_an_error():
+    from specsim.errors import SpecsimError
+
+    with pytest.raises(SpecsimError, match="KV-cache tokens"):
+        run_simulation(make(engine__kv_capacity_tokens=100))
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_prefill_modes_both_complete_and_differ(tmp_path, chunked):
+    summary, rec = run(make(engine__chunked_prefill=chunked), tmp_path)
+    assert summary["requests"] == 300
+    assert np.all(rec["first_token_s"] > rec["arrival_s"])
+
+
+def test_separate_prefill_iterations_stall_decoding(tmp_path):
+    busy = {"workload__rate": 60.0, "workload__requests": 400}
+    chunked, _ = run(make(engine__chunked_prefill=True, **busy), tmp_path, "a")
+    separate, _ = run(make(engine__chunked_prefill=False, **busy), tmp_path, "b")
+    # Separate prefill iterations interrupt decoding, so inter-token gaps grow at the tail.
+    assert separate["itl_s"]["p99"] > chunked["itl_s"]["p99"]
+
+
+def test_small_token_budget_chunks_long_prompts(tmp_path):
+    long_prompts = {"workload__prompt": {"dist": "fixed", "value": 3000}, "workload__requests": 40}
+    small, _ = run(make(engine__max_batched_tokens=256, **long_prompts), tmp_path, "s")
+    large, _ = run(make(engine__max_batched_tokens=8192, **long_prompts), tmp_path, "l")
+    # With memory-bound passes, a 256-token budget needs ~12 iterations per prompt.
+    assert small["ttft_s"]["mean"] > 5 * large["ttft_s"]["mean"]
+
+
+def test_ngram_drafts_are_ragged_and_follow_the_proposal_rate(tmp_path):
+    summary, rec = run(make(speculation__drafter="ngram", speculation__k=4), tmp_path)
+    steps_with_drafts = rec["drafted"].sum() / 4  # a proposing row drafts 4 (bar end caps)
+    share = steps_with_drafts / rec["steps"].sum()
+    assert share == pytest.approx(0.25, abs=0.03)  # proposal_rate 0.25, ~9,000 steps
+    # Conditional on proposing, i.i.d. tail 0.9 -> per position 0.9, 0.81, ...
+    assert summary["per_position_acceptance"][0] == pytest.approx(0.9, abs=0.03)
+    assert summary["flops_drafter"] == 0
+
+
+def test_typical_acceptance_is_flagged_lossy(tmp_path):
+    summary, _ = run(make(speculation__verifier="typical"), tmp_path)
+    assert summary["lossy"] is True and "lossy" in summary["lossy_note"]
+    exact, _ = run(make(), tmp_path, "exact")
+    assert exact["lossy"] is False and exact["lossy_note"] is None
+
+
+def test_heterogeneity_spreads_acceptance_across_requests(tmp_path):
+    common = {
+        "speculation__drafter": "c20",
+        "workload__output": {"dist": "fixed", "value": 200},
+        "workload__requests": 200,
+    }
+    _, hetero = run(make(**common), tmp_path, "h")
+    _, homo = run(make(speculation__heterogeneity=False, **common), tmp_path, "o")
+
+    def spread(rec):
+        return np.std(rec["accepted"] / rec["drafted"])
+
+    # Concentration 4 makes per-request rates vary far more than sampling noise alone.
+    assert spread(hetero) > 2 * spread(homo)
+
+
+def test_sequence_replay_uses_profiled_run_lengths(tmp_path):
+    scenario = make(
+        speculation__drafter="c20",
+        speculation__temperature=0.0,
+        speculation__acceptance="sequences",
+        speculation__k=5,
+        workload__requests=200,
+    )
+    summary, rec = run(scenario, tmp_path)
+    # Sequences: all-ones (accept nothing), all-sixes (accept 5 of 5), and 3 1 2.
+    rates = rec["accepted"] / np.maximum(rec["drafted"], 1)
+    assert np.any(rates == 0) and np.any(rates > 0.95)
+    assert 0 < summary["draft_acceptance_rate"] < 1
+
+
+def test_iid_rate_override(tmp_path):
+    summary, _ = run(
+        make(speculation__acceptance="iid", speculation__acceptance_rate=0.5), tmp_path
+    )
+    assert summary["per_position_acceptance"] == pytest.approx([0.5, 0.25, 0.125], abs=0.03)
+
+
+def test_by_batch_policy_uses_the_table(tmp_path):
+    table = [{"max_batch": 2, "k": 3}, {"max_batch": 1000, "k": 1}]
+    low, _ = run(
+        make(
+            speculation__policy="by_batch",
+            speculation__k_by_batch=table,
+            workload__rate=0.5,
+            workload__requests=30,
+        ),
+        tmp_path,
+        "low",
+    )
+    high, _ = run(
+        make(speculation__policy="by_batch", speculation__k_by_batch=table, workload__rate=200.0),
+        tmp_path,
+        "high",
+    )
+    assert low["mean_window"] > 2.5
+    assert high["mean_window"] < 1.5
+
+
+def test_fleet_spreads_requests_and_reports_pools(tmp_path):
+    pools = [
+        {"name": "a", "replicas": 2, "speculation": {"k": 1}},
+        {"name": "b", "replicas": 1, "speculation": {"drafter": "c20", "k": 3}},
+    ]
+    summary, rec = run(make(fleet__pools=pools, fleet__router="round_robin"), tmp_path)
+    assert set(summary["pools"]) == {"a", "b"}
+    assert summary["pools"]["a"]["requests"] == 200 and summary["pools"]["b"]["requests"] == 100
+    assert summary["pools"]["b"]["drafter"] == "c20" and summary["pools"]["b"]["k"] == 3
+    assert sorted(set(rec["replica"].tolist())) == [0, 1, 2]
+    assert set(rec["pool"].tolist()) == {"a", "b"}
+    assert summary["scenario"]["replicas"] == 3
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "random"])
+def test_routers_use_every_replica(tmp_path, router):
+    summary, rec = run(make(fleet__replicas=3, fleet__router=router), tmp_path)
+    counts = np.bincount(rec["replica"], minlength=3)
+    assert summary["requests"] == 300 and np.all(counts > 60)
