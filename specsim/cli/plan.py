@@ -139,9 +139,11 @@ def finish(args, sweeper, summary: dict[str, Any], human: str, report) -> int:
     from specsim.fileio import atomic_output_dir, dump_json
     from specsim.planning.report import write_report
 
+    # How many simulations this run computed or reused varies between runs; the files must not.
+    stored = {key: value for key, value in summary.items() if key != "simulations"}
     with atomic_output_dir(args.out) as staging:
         write_report(report, staging)
-        (staging / "summary.json").write_text(dump_json(summary), encoding="utf-8")
+        (staging / "summary.json").write_text(dump_json(stored), encoding="utf-8")
     if summary["failed"]:
         human += f"\n{len(summary['failed'])} simulations failed (listed in summary.json)"
     emit(args, summary, human + f"\nreport: {args.out}/report.html")
