@@ -8,6 +8,7 @@ greedy verification and is written only when T = 0 is requested explicitly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,12 @@ class AcceptanceResult:
     side_files: dict[str, str] = field(default_factory=dict)
     tokens_scored: int = 0
     notes: list[str] = field(default_factory=list)
+    # prompt-lookup drafter -> [seconds spent proposing, positions proposed for]
+    lookup_cost: dict[str, list[float]] = field(default_factory=dict)
+
+    def lookup_seconds_per_step(self, drafter: str) -> float:
+        seconds, positions = self.lookup_cost.get(drafter, (0.0, 0))
+        return seconds / positions if positions else 0.0
 
 
 def _verifier_runs(temperatures: Sequence[float]) -> list[tuple[float, list[str]]]:
@@ -116,8 +123,12 @@ def measure_acceptance(
         for d in drafters:
             if d.is_ngram:
                 rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "drafts": []}
+                cost = result.lookup_cost.setdefault(d.name, [0.0, 0])
                 for g in generations:
+                    t0 = time.perf_counter()
                     tokens, lengths = proposals(g.prompt, g.tokens, d.ngram, MAX_K)
+                    cost[0] += time.perf_counter() - t0
+                    cost[1] += len(g.tokens)
                     for key, value in ngram_scores(g.logits, tokens, lengths, temperature).items():
                         rows[key].append(value)
                     rows["drafts"].append(lengths)

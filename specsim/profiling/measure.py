@@ -181,13 +181,12 @@ def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureRe
         shape = shape_from_object(models[name].config, models[name].config.name or name)
         return model_spec(shape, kind, dtype_bytes, sections[name], shape.name)
 
-    drafter_specs = {}
-    for d in opts.drafters:
-        drafter_specs[d.name] = (
-            ngram_spec(d.ngram, 0.0) if d.is_ngram else spec_of(d.name, "draft_model")
-        )
+    drafter_specs = {
+        d.name: spec_of(d.name, "draft_model") for d in opts.drafters if not d.is_ngram
+    }
     acceptance = []
     side_files: dict[str, str] = {}
+    result = None
     if opts.acceptance and opts.drafters:
         from specsim.profiling.acceptance_measure import measure_acceptance
 
@@ -229,11 +228,16 @@ def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureRe
             f"  acceptance: {result.tokens_scored} positions scored in {scoring_s:.0f} s "
             f"({result.tokens_scored / max(scoring_s, 1e-9):.0f} per s)"
         )
-    ngram_names = [d.name for d in opts.drafters if d.is_ngram]
-    if ngram_names:
+    for d in opts.drafters:
+        if d.is_ngram:
+            step_s = result.lookup_seconds_per_step(d.name) if result is not None else 0.0
+            drafter_specs[d.name] = ngram_spec(d.ngram, step_s)
+    if any(d.is_ngram for d in opts.drafters):
         notes.append(
-            "Prompt lookup draft_step_s 0 (a host-side n-gram search; set it if yours is not "
-            "negligible)."
+            "Prompt lookup draft_step_s: this implementation's host-side n-gram search per "
+            "sequence per step, measured over the scored text"
+            + ("" if result is not None else " (not measured with --no-acceptance: 0)")
+            + "; vLLM's own lookup differs, edit it if yours is not negligible."
         )
     notes.insert(
         0,

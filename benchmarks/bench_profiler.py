@@ -1,0 +1,141 @@
+"""Profiler benchmark: wall time of the default CPU grid, the latency fit's held-out error, and
+the acceptance scorer's throughput.
+
+Timings are also given as ratios against one plain target decode pass (batch 1, context 128)
+measured in the same process, because the machine is shared and absolute times drift. Uses the
+built-in target and small drafter when they are installed, otherwise random-weight models of a
+similar shape (the output says which).
+
+    python benchmarks/bench_profiler.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+import torch
+
+from specsim.models import load_model
+from specsim.profiling.acceptance_measure import measure_acceptance
+from specsim.profiling.fit import fit_latency
+from specsim.profiling.specs import parse_drafters
+from specsim.profiling.timing import (
+    DEFAULT_CPU_GRID,
+    PassTimer,
+    grid_points,
+    time_grid,
+)
+
+FALLBACK = {
+    "target": {"hidden_size": 256, "num_hidden_layers": 6, "intermediate_size": 704},
+    "drafter": {"hidden_size": 96, "num_hidden_layers": 2, "intermediate_size": 256},
+}
+
+
+def _models():
+    try:
+        return (
+            load_model("specsim-target"),
+            load_model("specsim-draft-small"),
+            "built-in specsim-target / specsim-draft-small",
+        )
+    except Exception:  # the built-ins are not installed: same code path, random weights
+        folder = Path(tempfile.mkdtemp())
+        made = []
+        for name, shape in FALLBACK.items():
+            config = {
+                "model_type": "llama",
+                "num_attention_heads": 8 if name == "target" else 4,
+                "num_key_value_heads": 4 if name == "target" else 2,
+                "vocab_size": 258,
+                "max_position_embeddings": 2048,
+                **shape,
+            }
+            path = folder / name / "config.json"
+            path.parent.mkdir()
+            path.write_text(json.dumps(config))
+            made.append(load_model(str(path)))
+        return made[0], made[1], "random-weight stand-ins (built-ins not installed)"
+
+
+def _decode_pass_seconds(model, repeats: int = 30) -> float:
+    cache = model.new_cache(1, 256)
+    tokens = torch.zeros(1, 1, dtype=torch.long)
+    timer = PassTimer("cpu", warmup=3, repeats=repeats)
+
+    def reset():
+        cache.lengths.fill_(128)
+
+    def run():
+        with torch.inference_mode():
+            model(tokens, cache)
+
+    return float(np.median(timer.measure(run, reset)))
+
+
+def main() -> None:
+    target, drafter, which = _models()
+    baseline = _decode_pass_seconds(target)
+
+    points = grid_points(DEFAULT_CPU_GRID)
+    timer = PassTimer("cpu", warmup=2, repeats=7)
+    t0 = time.perf_counter()
+    run = time_grid(target, points, timer)
+    grid_s = time.perf_counter() - t0
+    fit = fit_latency(run.samples)
+
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(0, 256, size=48)] for _ in range(8)]
+    drafters = parse_drafters([f"small={which}", "ngram"])
+    drafters = [drafters[0].__class__(name="small", spec="-"), drafters[1]]
+    t0 = time.perf_counter()
+    result = measure_acceptance(
+        target,
+        {"small": drafter},
+        drafters,
+        prompts,
+        [1.0],
+        max_new_tokens=48,
+        seed=0,
+        eos_id=None,
+    )
+    scoring_s = time.perf_counter() - t0
+    tokens_per_s = result.tokens_scored / scoring_s
+    after = _decode_pass_seconds(target)  # drift check: the baseline measured again
+
+    figures = {
+        "models": which,
+        "grid_points": len(points),
+        "grid_passes": len(points) * (timer.warmup + timer.repeats),
+        "grid_wall_s": round(grid_s, 3),
+        "grid_wall_in_decode_passes": round(grid_s / baseline, 1),
+        "fit_held_out_median_rel_error": round(fit.held_out.median_rel_error, 4),
+        "fit_held_out_max_rel_error": round(fit.held_out.max_rel_error, 4),
+        "fit_median_target_met": fit.held_out.median_rel_error <= 0.05,
+        "acceptance_tokens_scored": result.tokens_scored,
+        "acceptance_tokens_per_s": round(tokens_per_s, 1),
+        "acceptance_s_per_token_in_decode_passes": round(1 / tokens_per_s / baseline, 3),
+        "baseline_decode_pass_s": baseline,
+        "baseline_drift_ratio": round(after / baseline, 3),
+    }
+    print(
+        json.dumps(
+            {
+                "name": "profiler",
+                "figures": figures,
+                "baseline": "one target decode pass (batch 1, context 128) in the same process",
+                "ratio": figures["grid_wall_in_decode_passes"],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
