@@ -1,0 +1,40 @@
+"""The real speculative serving engine (torch): continuous batching over real models.
+
+Public API::
+
+    from specsim.engine import run_engine, write_run
+    run = run_engine(scenario, target="specsim-target", drafters={"small": "specsim-draft-small"})
+    run.records      # per-request columns, the simulator's record format plus quality columns
+    run.summary      # summary.json keys, computed by specsim.metrics
+
+    from specsim.engine.step import speculative_step, Sampling, Faults, Rows
+    from specsim.engine.engine import ServingEngine, EngineOptions
+
+- ``step``: one speculative step (k draft passes, one verification pass, per-row rollback of
+  both caches); ``Faults`` plants rollback bugs for the end-to-end tests.
+- ``batch``: preallocated caches with live rows packed at the front.
+- ``engine``: the continuous-batching loop in wall-clock time.
+- ``workload``: the simulator's traffic from the same seed, and prompts from a prompt set.
+- ``records``: requests.csv / summary.json in the simulator's format (no torch needed to read).
+
+Importing this package does not import torch; ``run_engine`` loads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def run_engine(*args: Any, **kwargs: Any):
+    from specsim.engine.run import run_engine as _run
+
+    return _run(*args, **kwargs)
+
+
+def write_run(*args: Any, **kwargs: Any):
+    from specsim.engine.run import write_run as _write
+
+    return _write(*args, **kwargs)
+
+
+__all__ = ["run_engine", "write_run"]

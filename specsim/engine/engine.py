@@ -1,0 +1,279 @@
+"""The real serving engine: continuous batching with speculative decoding, in wall-clock time.
+
+One loop, one iteration at a time, the same schedule as the simulator's replica with
+``chunked_prefill: false`` (so the two can be compared):
+
+1. release requests whose arrival time has passed into the FCFS queue (sleep when idle);
+2. admit from the head of the queue while the batch has room;
+3. if admitted prompts wait, run a prefill iteration over as many of them as the token budget
+   holds (the first always): one target pass and one drafter pass over the prompts, and the first
+   token sampled from the target; that token is the request's first token (TTFT);
+4. otherwise run one speculative step over every live row (``step.speculative_step``) with the
+   window the policy picks and ``min(k, tokens still owed - 1)`` drafts per row, then retire rows
+   that reached their output length (or EOS, unless ``ignore_eos``).
+
+Timestamps are seconds since the run started, taken after each iteration's work, as the
+simulator's ``env.now``. Only one replica; preemption never happens (the cache is preallocated
+for ``max_batch`` full-length rows).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from specsim.engine.batch import Batch
+from specsim.engine.ngram import PromptLookup
+from specsim.engine.step import Faults, Sampling, speculative_step
+from specsim.engine.workload import EngineRequest, PromptBank
+from specsim.errors import SpecsimError
+from specsim.models import DecoderModel
+from specsim.sampling.logits import sample_from_probs
+
+
+@dataclass
+class EngineOptions:
+    max_batch: int = 8
+    max_batched_tokens: int = 8192
+    sampling: Sampling = field(default_factory=Sampling)
+    window: Callable[[int], int] = lambda rows: 0
+    k_max: int = 0
+    ngram: int | None = None  # prompt-lookup n-gram size when the drafter is prompt lookup
+    ignore_eos: bool = True
+    eos_id: int | None = None
+    seed: int = 0
+    faults: Faults = field(default_factory=Faults)
+
+
+@dataclass
+class IterationLog:
+    """Per-iteration and per-step figures for the engine statistics."""
+
+    dt: list[float] = field(default_factory=list)
+    batch: list[int] = field(default_factory=list)
+    kv_tokens: list[int] = field(default_factory=list)
+    accepted: list[np.ndarray] = field(default_factory=list)
+    drafted: list[np.ndarray] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    decode_rows: int = 0
+    window_rows: int = 0
+
+
+class ServingEngine:
+    """Serve requests on a target (and drafter) with continuous batching, in real time."""
+
+    def __init__(
+        self,
+        target: DecoderModel,
+        drafter: DecoderModel | None,
+        prompts: PromptBank,
+        options: EngineOptions,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.target = target
+        self.drafter = drafter
+        self.prompts = prompts
+        self.opt = options
+        self.clock = clock
+        self.sleep = sleep
+        self.max_len = min(
+            target.config.max_position,
+            drafter.config.max_position if drafter is not None else target.config.max_position,
+        )
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self, requests: list[EngineRequest] | None = None, clients=None) -> list[EngineRequest]:
+        """Serve an open-loop list of requests, or closed-loop ``clients`` (a workload source
+        with ``concurrency``, ``may_issue``, ``next_lengths`` and ``think_time``)."""
+        self.generator = torch.Generator().manual_seed(self.opt.seed)
+        self.batch = Batch(self.target, self.drafter, self.opt.max_batch, self.max_len)
+        self.live: list[EngineRequest] = []
+        self.lookups: list[PromptLookup | None] = []
+        self.log = IterationLog()
+        self.done: list[EngineRequest] = []
+        self.clients = clients
+        self.issued = 0
+        self.pending: list[tuple[float, int, EngineRequest]] = []
+        for request in requests or []:
+            self._enqueue(request)
+        self.waiting: deque[EngineRequest] = deque()
+        self.prefilling: list[EngineRequest] = []
+        self.t0 = self.clock()
+        if clients is not None:
+            for client in range(clients.concurrency):
+                self._issue(client, 0.0)
+        with torch.inference_mode():
+            while self.pending or self.waiting or self.prefilling or self.batch.size:
+                start = self._now()
+                self._release(start)
+                if not (self.waiting or self.prefilling or self.batch.size):
+                    self.sleep(max(0.0, self.pending[0][0] - start))
+                    continue
+                self._admit(start)
+                if self.prefilling:
+                    self._prefill_iteration(start)
+                else:
+                    self._decode_iteration(start)
+        self.done.sort(key=lambda r: r.rid)
+        return self.done
+
+    def _now(self) -> float:
+        return self.clock() - self.t0
+
+    def _enqueue(self, request: EngineRequest) -> None:
+        need = request.prompt_len + request.output_len + self.opt.k_max + 1
+        if need > self.max_len:
+            raise SpecsimError(
+                f"request {request.rid} needs {need} tokens (prompt {request.prompt_len} + "
+                f"output {request.output_len} + lookahead) but the models hold {self.max_len}",
+                key="workload",
+                fix="cap workload.prompt and workload.output lengths for the real engine",
+            )
+        request.prompt_ids = self.prompts.prompt(request.rid, request.prompt_len)
+        heapq.heappush(self.pending, (request.arrival, request.rid, request))
+
+    def _issue(self, client: int, at: float) -> None:
+        """A closed-loop client sends its next request at time ``at``."""
+        if not self.clients.may_issue(at):
+            return
+        prompt, output = self.clients.next_lengths()
+        self._enqueue(EngineRequest(self.issued, at, int(prompt), int(output), client))
+        self.issued += 1
+
+    def _release(self, now: float) -> None:
+        while self.pending and self.pending[0][0] <= now:
+            self.waiting.append(heapq.heappop(self.pending)[2])
+
+    def _admit(self, now: float) -> None:
+        while self.waiting and self.batch.size + len(self.prefilling) < self.opt.max_batch:
+            request = self.waiting.popleft()
+            request.scheduled = now
+            self.prefilling.append(request)
+
+    # ---- prefill -----------------------------------------------------------------------------
+    def _prefill_iteration(self, start: float) -> None:
+        chosen, tokens = [], 0
+        for request in self.prefilling:
+            if chosen and tokens + request.prompt_len > self.opt.max_batched_tokens:
+                break
+            chosen.append(request)
+            tokens += request.prompt_len
+        self.prefilling = self.prefilling[len(chosen) :]
+        first, stop = self.batch.add([r.prompt_ids for r in chosen])
+        rows = self.batch.rows(first, stop)
+        lengths = rows.s_len.clone()
+        ids = rows.seq[:, : int(lengths.max())]
+        logits = self.target(ids, rows.target_cache, lengths)
+        if self.drafter is not None:
+            self.drafter(ids, rows.draft_cache, lengths)
+        last = logits[torch.arange(len(chosen)), lengths - 1]
+        probs = self.opt.sampling.probs(last)
+        uniforms = torch.rand(len(chosen), generator=self.generator, dtype=torch.float64)
+        new = sample_from_probs(probs, uniforms, validate=False)
+        logprob = torch.log_softmax(last.double(), dim=-1).gather(1, new[:, None]).squeeze(1)
+        now = self._now()
+        self._log_iteration(now - start, len(chosen))
+        finished = []
+        for i, request in enumerate(chosen):
+            slot = first + i
+            self.live.append(request)
+            self.lookups.append(
+                None if self.opt.ngram is None else PromptLookup(self.opt.ngram, request.prompt_ids)
+            )
+            request.first_token = request.last_emit = now
+            self._emit(slot, request, [int(new[i])], [float(logprob[i])])
+            if self._is_done(request):
+                finished.append(slot)
+        self._retire(finished, now)
+
+    # ---- decode ------------------------------------------------------------------------------
+    def _decode_iteration(self, start: float) -> None:
+        size = self.batch.size
+        k = self.opt.window(size)
+        owed = torch.tensor([r.output_len - r.generated for r in self.live], dtype=torch.long)
+        n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
+        proposals = None
+        if self.opt.ngram is not None and k:
+            proposals = torch.zeros((size, k), dtype=torch.long)
+            for slot, lookup in enumerate(self.lookups):
+                found = lookup.propose(int(n_drafts[slot]))
+                proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
+                n_drafts[slot] = len(found)
+        result = speculative_step(
+            self.target,
+            self.drafter,
+            self.batch.rows(),
+            n_drafts,
+            self.opt.sampling,
+            self.generator,
+            self.opt.faults,
+            proposals,
+        )
+        now = self._now()
+        self._log_iteration(now - start, size)
+        tokens = result.tokens.tolist()
+        accepted = result.accepted.tolist()
+        logprob = result.logprob.tolist()
+        drafted = n_drafts.tolist()
+        self.log.accepted.append(result.accepted.numpy().copy())
+        self.log.drafted.append(n_drafts.numpy().copy())
+        self.log.decode_rows += size
+        self.log.window_rows += k * size
+        finished = []
+        for slot, request in enumerate(self.live):
+            emitted = tokens[slot][: accepted[slot] + 1]
+            self.log.itl.append(now - request.last_emit)
+            request.last_emit = now
+            request.steps += 1
+            request.drafted += drafted[slot]
+            kept = self._emit(slot, request, emitted, logprob[slot])
+            request.accepted += min(accepted[slot], kept - 1)
+            if self._is_done(request):
+                finished.append(slot)
+        self._retire(finished, now)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def _emit(
+        self, slot: int, request: EngineRequest, tokens: list[int], logprobs: list[float]
+    ) -> int:
+        """Append emitted tokens (cut after EOS unless ignored); returns how many were kept.
+        ``logprobs[i]`` is the target's raw log-probability of ``tokens[i]``."""
+        eos = self.opt.eos_id
+        if not self.opt.ignore_eos and eos is not None and eos in tokens:
+            tokens = tokens[: tokens.index(eos) + 1]
+            request.eos = True
+        self.batch.append(slot, tokens)
+        if self.lookups[slot] is not None:
+            self.lookups[slot].extend(tokens)
+        request.generated += len(tokens)
+        request.logprob_sum += sum(logprobs[: len(tokens)])
+        return len(tokens)
+
+    def _is_done(self, request: EngineRequest) -> bool:
+        return request.eos or request.generated >= request.output_len
+
+    def _retire(self, slots: list[int], now: float) -> None:
+        for slot in sorted(slots, reverse=True):
+            request = self.live[slot]
+            request.finish = now
+            self.done.append(request)
+            moved = self.batch.remove(slot)
+            if moved is not None:
+                self.live[slot] = self.live[moved]
+                self.lookups[slot] = self.lookups[moved]
+            self.live.pop()
+            self.lookups.pop()
+            if self.clients is not None and request.client >= 0:
+                self._issue(request.client, now + self.clients.think_time())
+
+    def _log_iteration(self, dt: float, batch: int) -> None:
+        self.log.dt.append(dt)
+        self.log.batch.append(batch)
+        self.log.kv_tokens.append(int(self.batch.target_cache.lengths[: self.batch.size].sum()))

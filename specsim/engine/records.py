@@ -1,0 +1,153 @@
+"""The engine's per-request records and summary, in the simulator's format.
+
+``requests.csv`` holds the simulator's columns (``specsim.simulation.records.COLUMNS``) in the
+same order, then the engine's quality columns: ``target_logprob_mean`` (mean raw log-probability,
+in nats, that the target gives the generated tokens) and ``eos`` (1 when the request stopped at
+EOS). ``summary.json`` is built by the same metric functions (``specsim.metrics.summarise``), so
+every key means what it means in a simulation's summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specsim.engine.workload import EngineRequest
+from specsim.errors import SpecsimError
+from specsim.fileio import read_text
+from specsim.metrics import EngineStats, LogHistogram, RequestStats, round_floats, summarise
+from specsim.simulation.records import COLUMNS
+
+if TYPE_CHECKING:  # the engine loop imports torch; reading records must not
+    from specsim.engine.engine import IterationLog
+
+QUALITY_COLUMNS = ("target_logprob_mean", "eos")
+ENGINE_COLUMNS = (*COLUMNS, *QUALITY_COLUMNS)
+_FLOAT_COLUMNS = {"arrival_s", "scheduled_s", "first_token_s", "finish_s", "target_logprob_mean"}
+
+
+def record_columns(requests: list[EngineRequest]) -> dict[str, np.ndarray]:
+    """Record columns (numpy) of finished requests, as the metric functions take them."""
+    rows = {
+        "id": [r.rid for r in requests],
+        "arrival_s": [r.arrival for r in requests],
+        "scheduled_s": [r.scheduled for r in requests],
+        "first_token_s": [r.first_token for r in requests],
+        "finish_s": [r.finish for r in requests],
+        "prompt_tokens": [r.prompt_len for r in requests],
+        "output_tokens": [r.generated for r in requests],
+        "steps": [r.steps for r in requests],
+        "drafted": [r.drafted for r in requests],
+        "accepted": [r.accepted for r in requests],
+        "preemptions": [0 for _ in requests],
+        "replica": [0 for _ in requests],
+        "target_logprob_mean": [r.logprob_sum / max(r.generated, 1) for r in requests],
+        "eos": [int(r.eos) for r in requests],
+    }
+    out = {
+        name: np.asarray(values, dtype=np.float64 if name in _FLOAT_COLUMNS else np.int64)
+        for name, values in rows.items()
+    }
+    out["pool"] = np.asarray(["main"] * len(requests), dtype=str)
+    return out
+
+
+def engine_summary(
+    records: dict[str, np.ndarray], log: IterationLog, k_max: int, max_batch: int, kv_capacity: int
+) -> dict[str, Any]:
+    """summary.json of an engine run: ``specsim.metrics.summarise`` over its records and steps."""
+    requests = RequestStats()
+    requests.add(records)
+    engine = EngineStats(k_max, kv_capacity, max_batch)
+    engine.add_iterations(
+        np.asarray(log.dt, dtype=np.float64),
+        np.asarray(log.batch, dtype=np.int64),
+        np.asarray(log.kv_tokens, dtype=np.float64),
+    )
+    if log.accepted:
+        engine.add_steps(np.concatenate(log.accepted), np.concatenate(log.drafted))
+    itl = LogHistogram()
+    itl.add(np.asarray(log.itl, dtype=np.float64))
+    engine.itl = itl
+    engine.window_rows = float(log.window_rows)
+    engine.decode_rows = float(log.decode_rows)
+    summary = summarise(requests, engine, replicas=1, price_per_hour_usd=0.0)
+    summary["target_logprob_mean"] = float(records["target_logprob_mean"].mean())
+    summary["eos_stops"] = int(records["eos"].sum())
+    return round_floats(summary)
+
+
+def format_csv(records: dict[str, np.ndarray]) -> str:
+    """requests.csv text: the simulator's columns, then the quality columns."""
+    lines = [",".join(ENGINE_COLUMNS)]
+    n = records["id"].shape[0]
+    for i in range(n):
+        cells = []
+        for name in ENGINE_COLUMNS:
+            value = records[name][i]
+            if name == "target_logprob_mean":
+                cells.append(f"{float(value):.9g}")
+            elif name in _FLOAT_COLUMNS:
+                cells.append(f"{float(value):.6f}")
+            else:
+                cells.append(str(value))
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def read_engine_records(path: str | Path) -> dict[str, np.ndarray]:
+    """Read an engine's requests.csv; a missing column or malformed row is a one-line error."""
+    path = Path(path)
+    lines = read_text(path, "requests.csv").splitlines()
+    if not lines:
+        raise SpecsimError("file is empty", file=str(path), fix="point at an engine run's folder")
+    header = lines[0].strip().split(",")
+    missing = [c for c in ENGINE_COLUMNS if c not in header]
+    if missing:
+        raise SpecsimError(
+            f"column {missing[0]!r} missing ({len(missing)} in all)",
+            file=str(path),
+            key=missing[0],
+            fix="give the folder of a real-engine run (specsim validate writes engine/)",
+        )
+    columns: dict[str, list[str]] = {name: [] for name in header}
+    for number, line in enumerate(lines[1:], start=2):
+        cells = line.split(",")
+        if len(cells) != len(header):
+            raise SpecsimError(
+                f"expected {len(header)} cells, found {len(cells)}",
+                file=str(path),
+                key=f"line {number}",
+                fix="the file is damaged; run the engine again",
+            )
+        for name, cell in zip(header, cells, strict=True):
+            columns[name].append(cell)
+    out: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        if name == "pool":
+            out[name] = np.asarray(values, dtype=str)
+            continue
+        dtype = np.float64 if name in _FLOAT_COLUMNS or name.endswith("_s") else np.int64
+        try:
+            out[name] = np.asarray(values, dtype=dtype)
+        except ValueError:
+            bad = next(v for v in values if not _parses(v, dtype))
+            raise SpecsimError(
+                f"value {bad!r} is not a number",
+                file=str(path),
+                key=name,
+                fix="the file is damaged; run the engine again",
+            ) from None
+        if dtype is np.float64 and not np.isfinite(out[name]).all():
+            raise SpecsimError("non-finite value", file=str(path), key=name)
+    return out
+
+
+def _parses(value: str, dtype) -> bool:
+    try:
+        dtype(value)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,168 @@
+"""Run the real engine on a scenario: models, traffic, window policy, records and summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
+from specsim.engine.records import engine_summary, format_csv, record_columns
+from specsim.engine.step import Faults, Sampling
+from specsim.engine.workload import PromptBank, build_engine_source, open_loop_requests
+from specsim.errors import SpecsimError
+from specsim.fileio import dump_json, write_text_atomic
+from specsim.scenario import Scenario
+
+DEFAULT_TARGET = "specsim-target"
+# Drafter names the shipped scenarios and profiles use, and the models behind them.
+DEFAULT_DRAFTERS = {
+    "small": "specsim-draft-small",
+    "tiny": "specsim-draft-tiny",
+    "ngram": "ngram",
+}
+
+
+@dataclass
+class EngineRun:
+    records: dict[str, np.ndarray]
+    summary: dict[str, Any]
+    log: IterationLog
+
+
+def window_policy(scenario: Scenario):
+    """(rows -> k, k_max) for the scenario's speculation settings."""
+    spec = scenario.speculation
+    if not spec.enabled:
+        return (lambda rows: 0), 0
+    if spec.policy == "fixed":
+        return (lambda rows: spec.k), spec.k
+    if spec.policy == "by_batch":
+        table = [(row.max_batch, row.k) for row in spec.k_by_batch]
+        return (lambda rows: next((k for limit, k in table if rows <= limit), 0)), spec.max_k
+    raise SpecsimError(
+        "the real engine supports window policies 'fixed' and 'by_batch'",
+        file=str(scenario.source) if scenario.source else None,
+        key="speculation.policy",
+        fix="use policy fixed or by_batch for validation",
+    )
+
+
+def check_supported(scenario: Scenario) -> None:
+    where = str(scenario.source) if scenario.source else None
+    if scenario.engine.chunked_prefill:
+        raise SpecsimError(
+            "the real engine prefills whole prompts in their own iteration",
+            file=where,
+            key="engine.chunked_prefill",
+            fix="set engine.chunked_prefill: false (or --set engine.chunked_prefill=false)",
+        )
+    if scenario.fleet.total_replicas != 1 or scenario.fleet.pools:
+        raise SpecsimError(
+            "the real engine runs one replica",
+            file=where,
+            key="fleet",
+            fix="validate with fleet.replicas 1 and no pools",
+        )
+
+
+def resolve_drafter(name: str | None, drafters: dict[str, str], where: str | None) -> str | None:
+    """The model spec (or ``ngram[:N]``) behind a scenario's drafter name."""
+    if name is None:
+        return None
+    if name in drafters:
+        return drafters[name]
+    raise SpecsimError(
+        f"no model known for drafter {name!r}",
+        file=where,
+        key="speculation.drafter",
+        fix=f"pass --drafter {name}=MODEL (known: {', '.join(sorted(drafters))})",
+    )
+
+
+def run_engine(
+    scenario: Scenario,
+    *,
+    target: str = DEFAULT_TARGET,
+    drafters: dict[str, str] | None = None,
+    prompts: str | Path | None = None,
+    device: str = "cpu",
+    ignore_eos: bool = True,
+    faults: Faults | None = None,
+) -> EngineRun:
+    """Serve the scenario's workload on real models in wall-clock time."""
+    import torch
+
+    from specsim.models import load_model, load_tokenizer
+    from specsim.profiling.specs import parse_ngram
+
+    check_supported(scenario)
+    where = str(scenario.source) if scenario.source else None
+    spec = scenario.speculation
+    window, k_max = window_policy(scenario)
+    drafter_spec = resolve_drafter(spec.drafter, drafters or DEFAULT_DRAFTERS, where)
+    ngram = parse_ngram(drafter_spec) if (drafter_spec and spec.enabled) else None
+    target_model = load_model(target, device, torch.float32)
+    drafter_model = None
+    if spec.enabled and ngram is None:
+        drafter_model = load_model(drafter_spec, device, torch.float32)
+        if drafter_model.config.vocab_size != target_model.config.vocab_size:
+            raise SpecsimError(
+                "drafter and target vocabularies differ",
+                file=drafter_spec,
+                key="vocab_size",
+                fix="pair the target with a drafter that shares its tokenizer",
+            )
+    tokenizer = load_tokenizer(target)
+    bank = PromptBank.from_file(prompts, tokenizer)
+    options = EngineOptions(
+        max_batch=scenario.engine.max_batch,
+        max_batched_tokens=scenario.engine.max_batched_tokens,
+        sampling=Sampling(temperature=spec.temperature, verifier=spec.verifier),
+        window=window,
+        k_max=k_max,
+        ngram=ngram,
+        ignore_eos=ignore_eos,
+        eos_id=tokenizer.eos_id,
+        seed=scenario.seed,
+        faults=faults or Faults(),
+    )
+    engine = ServingEngine(target_model, drafter_model, bank, options)
+    source = build_engine_source(scenario)
+    if source.closed_loop:
+        done = engine.run(clients=source)
+    else:
+        done = engine.run(open_loop_requests(source))
+    if not done:
+        raise SpecsimError(
+            "the workload issued no requests",
+            file=where,
+            key="workload",
+            fix="lengthen workload.duration_s or raise workload.rate",
+        )
+    records = record_columns(done)
+    capacity = scenario.engine.max_batch * engine.max_len
+    summary = engine_summary(records, engine.log, k_max, scenario.engine.max_batch, capacity)
+    summary["scenario"] = {
+        "name": scenario.name,
+        "drafter": spec.drafter if spec.enabled else None,
+        "k": spec.k if spec.enabled else 0,
+        "verifier": spec.verifier,
+        "temperature": spec.temperature,
+        "policy": spec.policy,
+        "target_model": target,
+        "drafter_model": drafter_spec if spec.enabled else None,
+        "device": device,
+        "seed": scenario.seed,
+        "ignore_eos": ignore_eos,
+    }
+    return EngineRun(records, summary, engine.log)
+
+
+def write_run(run: EngineRun, folder: Path) -> None:
+    """requests.csv and summary.json of an engine run into ``folder`` (inside a staging dir)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / "requests.csv", format_csv(run.records))
+    write_text_atomic(folder / "summary.json", dump_json(run.summary))
