@@ -270,3 +270,28 @@ def test_cuda_timing_with_events(configs):
     run = timing.time_grid(model, points, timing.PassTimer("cuda", warmup=2, repeats=5))
     assert len(run.samples) == 4
     assert all(0 < s.seconds < 1 for s in run.samples)
+
+
+def test_acceptance_is_deterministic_for_a_seed(configs):
+    from specsim.models import load_model
+    from specsim.profiling.acceptance_measure import measure_acceptance
+
+    target, draft = load_model(configs["target"]), load_model(configs["draft"])
+    ids = [[256, *b"the cat sat"], [256, *b"on the mat"]]
+    drafters = parse_drafters([f"small={configs['draft']}", "ngram"])
+
+    def entries(seed):
+        return measure_acceptance(
+            target,
+            {"small": draft},
+            drafters,
+            ids,
+            [0.8],
+            max_new_tokens=12,
+            seed=seed,
+            eos_id=None,
+        ).entries
+
+    assert entries(3) == entries(3)
+    sampled = [e for e in entries(3) if e["verifier"] == "rejection"]
+    assert sampled != [e for e in entries(4) if e["verifier"] == "rejection"]

@@ -229,3 +229,13 @@ def test_roofline_bad_input_is_one_line_exit_2_and_writes_nothing(
     for word in words:
         assert word in err
     assert not out.exists()
+
+
+def test_roofline_output_is_byte_identical_for_the_same_inputs(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # pins the provenance date
+    first, second = tmp_path / "a" / "p.yaml", tmp_path / "b" / "p.yaml"
+    assert main(_roofline_argv(repo, first)) == 0
+    assert main(_roofline_argv(repo, second)) == 0
+    text = first.read_text()
+    assert "date: '2026-01-01'" in text
+    assert text.replace(str(first), "") == second.read_text().replace(str(second), "")
