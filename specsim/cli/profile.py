@@ -225,7 +225,7 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
 
 
 def _summarise(args, profile, out: Path, extra: list[str] | None = None) -> None:
-    from specsim.profile import LatencyModel
+    from specsim.profile import LOSSY_VERIFIERS, LatencyModel
 
     context = _summary_context(profile.target.latency)
     target = LatencyModel(profile.target.latency, "target")
@@ -258,7 +258,8 @@ def _summarise(args, profile, out: Path, extra: list[str] | None = None) -> None
         k = 4 if 4 in mal else max(mal)
         lines.append(
             f"  acceptance {entry.drafter}/{entry.verifier}@T={entry.temperature:g} "
-            f"({entry.source}): mean acceptance length at k={k}: {mal[k]:.2f}"
+            f"({entry.source}{', lossy' if entry.verifier in LOSSY_VERIFIERS else ''}): "
+            f"mean acceptance length at k={k}: {mal[k]:.2f}"
         )
     emit(args, summary, "\n".join(lines))
 

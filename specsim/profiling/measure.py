@@ -222,7 +222,8 @@ def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureRe
             f"Acceptance: {len(ids)} of {available} prompts from {Path(source).name}, up to "
             f"{max_new} generated tokens each, scored along the target's own text (greedy on "
             "T=0 text; exact rejection and typical at each T>0 on text sampled at T), chain "
-            "rates from walking the text in windows of 8."
+            "rates from walking the text in windows of 8. Typical acceptance is lossy: its "
+            "output is not distributed as the target's."
         )
         lines.append(
             f"  acceptance: {result.tokens_scored} positions scored in {scoring_s:.0f} s "
