@@ -118,6 +118,25 @@ def test_ragged_padding_is_neither_attended_nor_kept(model):
 
 
 @torch.no_grad()
+def test_padding_never_overwrites_a_row_that_ends_at_max_len(model):
+    """Row 1 holds 4 tokens and gets 2 more plus 4 padding columns in a cache of 6: the padding
+    lies past max_len and must go to the spare slot, not onto the row's last real token."""
+    tokens = tokens_for(2, 6, seed=12)
+    cache = model.new_cache(2, 6)
+    model(tokens[:, :4], cache, n_new=torch.tensor([0, 4]))
+    model(torch.cat([tokens[:1], tokens[1:, 4:].repeat(1, 3)]), cache, torch.tensor([6, 2]))
+    assert cache.lengths.tolist() == [6, 6]
+    for row in (0, 1):
+        single = model.new_cache(1, 6)
+        model(tokens[row : row + 1], single)
+        for layer in range(model.config.num_layers):
+            torch.testing.assert_close(cache.keys[layer][row, :, :6], single.keys[layer][0, :, :6])
+            torch.testing.assert_close(
+                cache.values[layer][row, :, :6], single.values[layer][0, :, :6]
+            )
+
+
+@torch.no_grad()
 def test_rollback_forgets_rejected_tokens_per_row(model):
     prefix = tokens_for(3, 8, seed=5)
     clean = model.new_cache(3, 32)
@@ -234,7 +253,8 @@ def test_sizes_follow_the_parameters(model):
     assert c.flops_per_token() == 2 * matmul
     assert c.weight_bytes(2) == 2 * c.param_count()
     cache = model.new_cache(3, 10)
-    assert cache.nbytes() == 3 * 10 * c.kv_bytes_per_token(4)  # float32 cache
+    # float32, plus one spare slot per row that receives padding
+    assert cache.nbytes() == 3 * (10 + 1) * c.kv_bytes_per_token(4)
     assert c.attention_flops_per_context_token() == 4 * c.num_layers * c.num_heads * c.head_dim
     # One new token after 9 cached ones attends to 10 positions.
     assert c.forward_flops(1, 9) == c.flops_per_token() + 10 * c.attention_flops_per_context_token()

@@ -14,7 +14,7 @@ from specsim.errors import SpecsimError
 
 
 class KVCache:
-    """Keys and values of every layer, ``[batch, kv_heads, max_len, head_dim]`` each."""
+    """Keys and values of every layer, ``[batch, kv_heads, max_len + 1, head_dim]`` each."""
 
     def __init__(
         self,
@@ -33,7 +33,8 @@ class KVCache:
                 key="new_cache",
                 fix="give a positive batch size and length",
             )
-        shape = (batch_size, num_kv_heads, max_len, head_dim)
+        # One spare slot past max_len receives padding tokens' keys; nothing ever attends to it.
+        shape = (batch_size, num_kv_heads, max_len + 1, head_dim)
         # Zeros, not empty: masked-out slots still enter the attention matmul, so they must be
         # finite numbers (a NaN times a zero weight is still NaN).
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -83,17 +84,9 @@ class KVCache:
         else:
             self.lengths[torch.as_tensor(rows, dtype=torch.long, device=self.device)] = 0
 
-    def write(
-        self,
-        layer: int,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        rows: torch.Tensor,
-        steps: torch.Tensor,
-        positions: torch.Tensor,
-    ) -> None:
-        """Store new keys/values ``[batch, kv_heads, T, head_dim]``: entry (rows[i], steps[i])
-        of the new tokens goes to slot positions[i] of its row. Only real tokens are listed, so
-        padding is never stored and never overruns ``max_len``."""
-        self.keys[layer][rows, :, positions] = keys[rows, :, steps]
-        self.values[layer][rows, :, positions] = values[rows, :, steps]
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor):
+        """Store new keys/values ``[batch, kv_heads, T, head_dim]``; token t of row b goes to
+        slot ``slots[b, t]`` of its row (the spare slot ``max_len`` for padding)."""
+        rows = torch.arange(self.batch_size, device=self.device)[:, None]
+        self.keys[layer][rows, :, slots] = keys.transpose(1, 2)
+        self.values[layer][rows, :, slots] = values.transpose(1, 2)

@@ -101,7 +101,7 @@ class Attention(nn.Module):
         if cache is None:
             out = self._attend(q, k, v, causal=True)
         else:
-            cache.write(self.layer, k, v, step.rows, step.steps, step.positions)
+            cache.write(self.layer, k, v, step.slots)
             keys = cache.keys[self.layer][:, :, : step.kv_len]
             values = cache.values[self.layer][:, :, : step.kv_len]
             out = self._attend(q, keys, values, mask=step.mask)
@@ -144,20 +144,22 @@ class Backbone(nn.Module):
 
 
 class _CacheStep:
-    """Where one call's real tokens go in the cache, and what each query may attend to."""
+    """Where one call's tokens go in the cache, and what each query may attend to.
 
-    def __init__(self, cache: KVCache, n_new: torch.Tensor, t: int):
-        device = cache.device
-        offsets = torch.arange(t, device=device)
-        self.positions_bt = cache.lengths[:, None] + offsets[None, :]
-        real = offsets[None, :] < n_new[:, None]
-        self.rows, self.steps = real.nonzero(as_tuple=True)
-        self.positions = self.positions_bt[self.rows, self.steps]
-        # Slots past every row's new end hold nothing anyone may see; slice them off. At least
-        # one slot, so a query that is all padding still has a (finite) key to attend to.
-        self.kv_len = max(int((cache.lengths + n_new).max()), 1)
-        slots = torch.arange(self.kv_len, device=device)
-        self.mask = (slots[None, None, :] <= self.positions_bt[:, :, None])[:, None]
+    Real tokens go to their row's next slots; padding goes to the cache's spare slot (index
+    ``max_len``), which no query ever sees. So writing needs no data-dependent indexing and the
+    whole call costs one device-to-host sync (``kv_len``, read together with the input checks).
+    """
+
+    def __init__(self, cache: KVCache, real: torch.Tensor, kv_len: int):
+        t = real.shape[1]
+        self.positions_bt = cache.lengths[:, None] + torch.arange(t, device=cache.device)
+        self.slots = torch.where(real, self.positions_bt, cache.max_len)
+        # Attend up to the longest row's new end; at least one slot, so a query that is all
+        # padding still has a (finite) key and no NaN appears.
+        self.kv_len = max(kv_len, 1)
+        visible = torch.arange(self.kv_len, device=cache.device)
+        self.mask = (visible[None, None, :] <= self.positions_bt[:, :, None])[:, None]
 
 
 class DecoderModel(nn.Module):
@@ -237,25 +239,28 @@ class DecoderModel(nn.Module):
                 fix="pass a LongTensor of shape [batch, T]",
             )
 
-    def _check_range(self, tokens: torch.Tensor, n_new: torch.Tensor | None) -> None:
-        real = tokens if n_new is None else tokens[_real_mask(n_new, tokens.shape[1])]
-        if real.numel() and bool(((real < 0) | (real >= self.config.vocab_size)).any()):
-            bad = real[(real < 0) | (real >= self.config.vocab_size)][0].item()
+    def _check_values(
+        self, tokens: torch.Tensor, n_new: torch.Tensor, real: torch.Tensor, ends: torch.Tensor
+    ) -> int:
+        """Validate counts and token ids; return the longest row end. One host sync in all."""
+        t = tokens.shape[1]
+        outside = ((tokens < 0) | (tokens >= self.config.vocab_size)) & real
+        bad_count = ((n_new < 0) | (n_new > t)).any()
+        flags = torch.stack([bad_count.long(), outside.any().long(), ends.max()]).tolist()
+        if flags[0]:
             raise SpecsimError(
-                f"token id {bad} is outside the vocabulary of {self.config.vocab_size}",
-                key="tokens",
-                fix="encode the text with this model's tokenizer",
-            )
-
-    def _check_n_new(self, n_new: torch.Tensor, batch: int, t: int) -> torch.Tensor:
-        n_new = torch.as_tensor(n_new, dtype=torch.long, device=self.device)
-        if n_new.shape != (batch,) or bool(((n_new < 0) | (n_new > t)).any()):
-            raise SpecsimError(
-                f"n_new must hold {batch} counts between 0 and {t}, got {n_new.tolist()}",
+                f"n_new must hold counts between 0 and {t}, got {n_new.tolist()}",
                 key="n_new",
                 fix="give one count per row, at most the number of token columns",
             )
-        return n_new
+        if flags[1]:
+            raise SpecsimError(
+                f"token id {tokens[outside][0].item()} is outside the vocabulary of "
+                f"{self.config.vocab_size}",
+                key="tokens",
+                fix="encode the text with this model's tokenizer",
+            )
+        return int(flags[2])
 
     def forward(
         self,
@@ -273,32 +278,37 @@ class DecoderModel(nn.Module):
         self._check_shape(tokens)
         tokens = tokens.to(self.device, torch.long)
         batch, t = tokens.shape
-        if n_new is not None:
-            n_new = self._check_n_new(n_new, batch, t)
-        self._check_range(tokens, n_new)
-        if n_new is not None:  # padding may hold any id; keep the embedding lookup in range
-            tokens = tokens.masked_fill(~_real_mask(n_new, t), 0)
+        if n_new is None:
+            n_new = torch.full((batch,), t, dtype=torch.long, device=self.device)
+        else:
+            n_new = torch.as_tensor(n_new, dtype=torch.long).to(self.device)
+            if n_new.shape != (batch,):
+                raise SpecsimError(
+                    f"n_new must hold {batch} counts, got shape {tuple(n_new.shape)}",
+                    key="n_new",
+                    fix="give one count per row",
+                )
+        if cache is not None and cache.batch_size != batch:
+            raise SpecsimError(
+                f"cache has {cache.batch_size} rows but tokens have {batch}",
+                key="cache",
+                fix="use a cache made with new_cache(batch_size=len(tokens), ...)",
+            )
+        real = torch.arange(t, device=self.device)[None, :] < n_new[:, None]
+        ends = n_new if cache is None else cache.lengths + n_new
+        longest = self._check_values(tokens, n_new, real, ends)
+        tokens = tokens.masked_fill(~real, 0)  # padding may hold any id; keep the lookup in range
         if cache is None:
             positions = torch.arange(t, device=self.device).expand(batch, t)
             step = None
         else:
-            if cache.batch_size != batch:
+            if longest > cache.max_len:
                 raise SpecsimError(
-                    f"cache has {cache.batch_size} rows but tokens have {batch}",
-                    key="cache",
-                    fix="use a cache made with new_cache(batch_size=len(tokens), ...)",
-                )
-            if n_new is None:
-                n_new = torch.full((batch,), t, dtype=torch.long, device=self.device)
-            ends = cache.lengths + n_new
-            if bool((ends > cache.max_len).any()):
-                raise SpecsimError(
-                    f"rows would hold {ends.max().item()} tokens, past the cache's max_len "
-                    f"{cache.max_len}",
+                    f"rows would hold {longest} tokens, past the cache's max_len {cache.max_len}",
                     key="max_len",
                     fix="make the cache longer or stop generating earlier",
                 )
-            step = _CacheStep(cache, n_new, t)
+            step = _CacheStep(cache, real, longest)
             positions = step.positions_bt
         cos, sin = self._rotary(positions)
         x = self.model.embed_tokens(tokens)
@@ -310,7 +320,3 @@ class DecoderModel(nn.Module):
         if cache is not None:
             cache.lengths += n_new
         return logits
-
-
-def _real_mask(n_new: torch.Tensor, t: int) -> torch.Tensor:
-    return torch.arange(t, device=n_new.device)[None, :] < n_new[:, None]
