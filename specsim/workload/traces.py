@@ -56,9 +56,12 @@ def detect_format(header: list[str], path: Path) -> str:
     )
 
 
+_EPOCH = dt.date(2000, 1, 1).toordinal()  # near epoch: keeps sub-microsecond float precision
+
+
 @lru_cache(maxsize=64)
 def _day_seconds(date_text: str) -> float:
-    return dt.date.fromisoformat(date_text).toordinal() * 86400.0
+    return (dt.date.fromisoformat(date_text).toordinal() - _EPOCH) * 86400.0
 
 
 def parse_timestamp(text: str) -> float:
