@@ -11,10 +11,11 @@ from specsim.planning.sweep import PointResult
 from specsim.planning.window import LoadResult, crossover, k_by_batch, vllm_ranges
 
 
-def summary(e2e: float, goodput: float = 1.0, batch: float = 4.0) -> dict:
+def summary(e2e: float, goodput: float = 1.0, batch: float = 4.0, served: float = 0.0) -> dict:
     return {
         "e2e_s": {"mean": e2e, "p50": e2e, "p90": e2e, "p99": e2e},
         "goodput_requests_per_s": goodput,
+        "throughput_requests_per_s": max(served, goodput),
         "batch_size": {"mean": batch, "p50": batch},
     }
 
@@ -39,6 +40,16 @@ def test_goodputs_within_one_percent_are_a_tie_broken_by_latency():
     candidates = [(0, summary(2.0, goodput=10.0)), (4, summary(1.0, goodput=9.95))]
     assert choose(candidates, use_slo=True) == 4
     candidates = [(0, summary(2.0, goodput=10.0)), (4, summary(1.0, goodput=9.8))]
+    assert choose(candidates, use_slo=True) == 0
+
+
+def test_deep_in_overload_a_sliver_of_goodput_does_not_decide():
+    # 16 req/s offered and served ~14; nobody meets the SLO: goodput differences of 0.005 req/s
+    # are noise, so the lower latency (k = 0, which drains the backlog fastest) wins.
+    candidates = [
+        (0, summary(24.0, goodput=0.335, served=14.0)),
+        (2, summary(34.0, goodput=0.339, served=13.2)),
+    ]
     assert choose(candidates, use_slo=True) == 0
 
 

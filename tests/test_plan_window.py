@@ -4,42 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 import yaml
+from test_plan_support import write_scenario
 
 from specsim.cli import main
-
-PROFILE = "profiles/llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
-
-
-def write_scenario(folder: Path, repo: Path, **changes) -> Path:
-    """A small chat scenario on the shipped H100 roofline profile (600 short requests: long
-    enough for an overload to build up, short enough to simulate in well under a second)."""
-    data = {
-        "name": "plan-test",
-        "seed": 11,
-        "profile": str(repo / PROFILE),
-        "workload": {
-            "kind": "poisson",
-            "rate": 4.0,
-            "requests": 600,
-            "prompt": {"dist": "lognormal", "median": 300, "sigma": 0.5, "high": 1500},
-            "output": {"dist": "lognormal", "median": 80, "sigma": 0.4, "high": 300},
-        },
-        "engine": {"max_batch": 96},
-        "speculation": {"drafter": "llama3.2-1b", "k": 3},
-    }
-    for dotted, value in changes.items():
-        node = data
-        *parents, last = dotted.split("__")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    path = folder / "scenario.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +129,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, repo, capsys
 
 
 def test_a_scenario_without_a_drafter_has_no_k_to_choose(tmp_path, repo, capsys):
-    scenario = write_scenario(tmp_path, repo, speculation__drafter=None)
+    scenario = write_scenario(tmp_path, repo, drafter=None)
     code = main(["plan", "window", str(scenario), "--out", str(tmp_path / "out")])
     assert code == 2
     assert "speculation.drafter" in capsys.readouterr().err

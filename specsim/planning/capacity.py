@@ -23,6 +23,7 @@ from specsim.planning.common import (
     check_k_values,
     metric,
     scenario_identity,
+    without_pools,
 )
 from specsim.planning.points import SweepPoint
 from specsim.planning.search import Bisection
@@ -98,6 +99,9 @@ def prepare(
     from specsim.scenario import load_scenario
 
     scenario = load_scenario(scenario_path, list(overrides))
+    # Capacity is per replica: pools go, one replica is searched, the fleet check sets its size.
+    overrides = [*overrides, *without_pools(scenario), "fleet.replicas=1"]
+    scenario = load_scenario(scenario_path, overrides)
     if scenario.workload.kind not in OPEN_LOOP:
         raise SpecsimError(
             f"capacity is an arrival rate, but the workload is {scenario.workload.kind!r}",

@@ -3,9 +3,10 @@
 The load axis follows the scenario's workload: an open-loop workload is loaded by its arrival
 rate (``workload.rate``), a closed loop by its concurrency (``workload.concurrency``) and a trace
 replay by its speed (``workload.time_scale`` = 1 / speed). The choice rule: with an SLO, the
-highest goodput (SLO-meeting requests per second) wins, and goodputs within ``GOODPUT_TIE`` of the
-best count as equal; then, and without an SLO, the lowest mean end-to-end latency; then the
-smaller k. Only this module knows these rules, so the three commands agree.
+highest goodput (SLO-meeting requests per second) wins, and goodputs closer to the best than
+``GOODPUT_TIE`` of the served request rate count as equal; then, and without an SLO, the lowest
+mean end-to-end latency; then the smaller k. Only this module knows these rules, so the three
+commands agree.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 
-# Goodputs within 1 % of the best are treated as equal (at low load every k meets the SLO and
-# goodput differs only by when the last request happens to finish).
+# Goodputs less than 1 % of the served request rate apart are treated as equal: at low load every
+# k meets the SLO and goodput differs only by when the last request happens to finish; deep in
+# overload every k misses it and a sliver of goodput says nothing (the latency then decides).
 GOODPUT_TIE = 0.01
 DEFAULT_K = tuple(range(9))
 OPEN_LOOP = ("poisson", "bursty", "fixed_rate")
@@ -177,18 +179,28 @@ def choose(candidates: Sequence[tuple[Any, Mapping[str, Any] | None]], use_slo: 
     if not scored:
         return None
     if use_slo:
-        best = max(metric(s, "goodput_requests_per_s") or 0.0 for _, s in scored)
-        scored = [
-            (label, s)
-            for label, s in scored
-            if (metric(s, "goodput_requests_per_s") or 0.0) >= best * (1 - GOODPUT_TIE)
-        ]
+        goodput = [metric(s, "goodput_requests_per_s") or 0.0 for _, s in scored]
+        served = [metric(s, "throughput_requests_per_s") or 0.0 for _, s in scored]
+        band = GOODPUT_TIE * max(*served, *goodput)
+        best = max(goodput)
+        scored = [item for item, g in zip(scored, goodput, strict=True) if g >= best - band]
     return min(enumerate(scored), key=lambda item: (_mean_e2e(item[1][1]), item[0]))[1][0]
 
 
 def _mean_e2e(summary: Mapping[str, Any]) -> float:
     value = metric(summary, "e2e_s", "mean")
     return math.inf if value is None else value
+
+
+def without_pools(scenario) -> list[str]:
+    """Overrides that replace a scenario's pools by plain replicas running the swept settings.
+
+    A pool's own speculation settings would override what the planner sweeps, so the planner
+    runs the scenario's top-level settings on the same number of replicas instead.
+    """
+    if not scenario.fleet.pools:
+        return []
+    return ["fleet.pools=[]", f"fleet.replicas={scenario.fleet.total_replicas}"]
 
 
 def slo_text(scenario) -> str:

@@ -387,7 +387,9 @@ def identity_difference(theirs: Any, ours: dict[str, Any]) -> str:
     shown = []
     for key in keys[:3]:
         old, new = json.dumps(theirs.get(key)), json.dumps(ours.get(key))
-        if len(old) + len(new) > 80:
+        if key == "content":
+            shown.append("the scenario or a file it refers to has changed since")
+        elif len(old) + len(new) > 80:
             shown.append(f"{key} differs")
         else:
             shown.append(f"{key}: {old} there, {new} here")

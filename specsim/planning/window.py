@@ -25,6 +25,7 @@ from specsim.planning.common import (
     load_axis,
     metric,
     scenario_identity,
+    without_pools,
 )
 from specsim.planning.points import SweepPoint
 from specsim.planning.sweep import PointResult, Sweeper
@@ -94,6 +95,10 @@ def prepare(
     from specsim.scenario import load_scenario
 
     scenario = load_scenario(scenario_path, list(overrides))
+    pools = without_pools(scenario)
+    if pools:
+        overrides = [*overrides, *pools]
+        scenario = load_scenario(scenario_path, list(overrides))
     spec = scenario.speculation
     if spec.drafter is None:
         raise SpecsimError(

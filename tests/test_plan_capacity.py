@@ -1,0 +1,112 @@
+"""``specsim plan capacity`` on the simulator: the bisection bracket, replicas, fleet check."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+from test_plan_support import write_scenario
+
+from specsim.cli import main
+from specsim.planning.capacity import meets_slo
+
+SLO = {"ttft_s": 0.5, "tpot_s": 0.04}
+
+
+@pytest.fixture(scope="module")
+def capacity_run(tmp_path_factory, repo):
+    folder = tmp_path_factory.mktemp("capacity")
+    scenario = write_scenario(folder, repo, requests=300, slo=SLO, rate=10.0)
+    out = folder / "out"
+    args = [
+        "plan",
+        "capacity",
+        str(scenario),
+        "--target-rps",
+        "70",
+        "--k",
+        "2",
+        "--tolerance",
+        "0.05",
+        "--workers",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+    code = main([*args, "--json"])
+    summary = json.loads((out / "summary.json").read_text())
+    return {"code": code, "out": out, "scenario": scenario, "summary": summary}
+
+
+@pytest.mark.slow
+def test_each_capacity_is_a_bracket_the_simulator_confirms(capacity_run):
+    from specsim.scenario import load_scenario
+    from specsim.simulation import run_simulation
+
+    assert capacity_run["code"] == 0
+    candidates = {c["label"]: c for c in capacity_run["summary"]["candidates"]}
+    assert set(candidates) == {"speculation off", "llama3.2-1b k=2", "llama3.2-1b adaptive"}
+    off = candidates["speculation off"]
+    lo, hi = off["bracket_rps"]
+    assert off["status"] == "converged" and lo == off["capacity_rps"]
+    assert hi - lo <= 0.05 * hi
+    # Independent runs at both ends: the capacity meets the SLO, the first failing rate does not.
+    base = ["seed=11", "fleet.replicas=1", "speculation.k=0", "speculation.policy=fixed"]
+
+    def run(rate: float) -> dict:
+        scenario = load_scenario(capacity_run["scenario"], [*base, f"workload.rate={rate!r}"])
+        return run_simulation(scenario).summary
+
+    assert meets_slo(run(lo), 0.99)
+    assert not meets_slo(run(hi), 0.99)
+
+
+@pytest.mark.slow
+def test_replicas_cost_and_the_confirming_fleet_simulation(capacity_run, repo):
+    summary = capacity_run["summary"]
+    profile = yaml.safe_load(
+        (repo / "profiles/llama3.1-8b_llama3.2-1b_h100-roofline.yaml").read_text()
+    )
+    price = profile["hardware"]["price_per_hour_usd"]
+    for candidate in summary["candidates"]:
+        assert candidate["replicas"] == math.ceil(70 / candidate["capacity_rps"])
+        assert candidate["cost_usd_per_hour"] == pytest.approx(candidate["replicas"] * price)
+        assert candidate["cost_usd_per_million_tokens"] > 0
+    rec = summary["recommendation"]
+    fewest = min(c["replicas"] for c in summary["candidates"])
+    assert rec["planned_replicas"] == fewest
+    assert rec["fleet_meets_slo"] is True
+    assert rec["replicas"] >= rec["planned_replicas"]
+    assert rec["fleet"]["slo_attainment"] >= 0.99
+    assert rec["fleet"]["e2e_s_p50"] <= rec["fleet"]["e2e_s_p99"]
+    out = capacity_run["out"]
+    fleet = (out / "fleet.csv").read_text().splitlines()
+    assert len(fleet) - 1 == rec["replicas"] - rec["planned_replicas"] + 1
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "Fleet check" in html
+
+
+@pytest.mark.parametrize(
+    ("changes", "extra", "message"),
+    [
+        ({"slo": None}, [], "needs an SLO"),
+        ({"slo": {"tpot_s": 0.05}}, [], "TPOT alone does not bound queueing"),
+        ({"kind": "closed_loop"}, [], "capacity is an arrival rate"),
+        ({}, ["--target-rps", "0"], "target rate must be positive"),
+        ({}, ["--tolerance", "0.9"], "tolerance must be in"),
+        ({}, ["--drafter", "nope"], "no drafter 'nope'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, repo, capsys, changes, extra, message):
+    settings = {"slo": SLO, **changes}
+    scenario = write_scenario(tmp_path, repo, **settings)
+    target = [] if "--target-rps" in extra else ["--target-rps", "10"]
+    code = main(
+        ["plan", "capacity", str(scenario), *target, *extra, "--out", str(tmp_path / "out")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
