@@ -80,16 +80,28 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, kv_out, bias=bias, **factory)
         self.o_proj = nn.Linear(q_out, h, bias=config.attention_out_bias, **factory)
 
-    def _attend(self, q, k, v, mask=None, causal=False) -> torch.Tensor:
+    def _attend_causal(self, q, k, v) -> torch.Tensor:
+        """Cache-free causal attention (training, evaluation) from position 0."""
         if self.num_kv_heads == self.num_heads:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         if _SDPA_HAS_GQA:
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True
-            )
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         group = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def _attend_cached(self, q, k, v, mask) -> torch.Tensor:
+        """Masked attention over the cache. Grouped heads are folded into the query axis (heads
+        g·kv .. g·kv+group-1 share key/value head kv), so keys and values are read in place,
+        never repeated per head, and any SDPA kernel that takes a mask can run."""
+        group = self.num_heads // self.num_kv_heads
+        if group == 1:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        b, _, t, d = q.shape
+        q = q.reshape(b, self.num_kv_heads, group * t, d)
+        mask = mask.expand(b, group, t, mask.shape[-1]).reshape(b, 1, group * t, -1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.reshape(b, self.num_heads, t, d)
 
     def forward(self, x, cos, sin, cache: KVCache | None, step: _CacheStep | None):
         b, t, _ = x.shape
@@ -99,12 +111,12 @@ class Attention(nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is None:
-            out = self._attend(q, k, v, causal=True)
+            out = self._attend_causal(q, k, v)
         else:
             cache.write(self.layer, k, v, step.slots)
             keys = cache.keys[self.layer][:, :, : step.kv_len]
             values = cache.values[self.layer][:, :, : step.kv_len]
-            out = self._attend(q, keys, values, mask=step.mask)
+            out = self._attend_cached(q, keys, values, step.mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
