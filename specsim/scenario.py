@@ -242,15 +242,27 @@ class Speculation(StrictModel):
 class SpeculationOverride(StrictModel):
     """A pool's changes to the scenario's speculation settings (unset fields are inherited)."""
 
-    drafter: str | None = None
-    k: Annotated[int, Field(ge=0, le=32)] | None = None
-    verifier: Literal["rejection", "greedy", "typical"] | None = None
-    temperature: NonNegFloat | None = None
-    policy: Literal["fixed", "by_batch", "adaptive"] | None = None
-    k_by_batch: list[KByBatch] | None = None
-    acceptance: Literal["per_position", "iid", "sequences"] | None = None
-    acceptance_rate: Annotated[float, Field(ge=0, le=1)] | None = None
-    heterogeneity: bool | None = None
+    drafter: str | None = Field(default=None, description="see speculation.drafter")
+    k: Annotated[int, Field(ge=0, le=32)] | None = Field(
+        default=None, description="see speculation.k"
+    )
+    verifier: Literal["rejection", "greedy", "typical"] | None = Field(
+        default=None, description="see speculation.verifier"
+    )
+    temperature: NonNegFloat | None = Field(default=None, description="see speculation.temperature")
+    policy: Literal["fixed", "by_batch", "adaptive"] | None = Field(
+        default=None, description="see speculation.policy"
+    )
+    k_by_batch: list[KByBatch] | None = Field(
+        default=None, description="see speculation.k_by_batch"
+    )
+    acceptance: Literal["per_position", "iid", "sequences"] | None = Field(
+        default=None, description="see speculation.acceptance"
+    )
+    acceptance_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None, description="see speculation.acceptance_rate"
+    )
+    heterogeneity: bool | None = Field(default=None, description="see speculation.heterogeneity")
 
 
 class Pool(StrictModel):
@@ -332,10 +344,12 @@ class Scenario(StrictModel):
         default=0, description="one seed for every random stream (arrivals, lengths, acceptance)"
     )
     profile: str = Field(description="profile YAML file, relative to the scenario file")
-    workload: Workload
-    engine: Engine = Field(default_factory=Engine)
-    speculation: Speculation = Field(default_factory=Speculation)
-    fleet: Fleet = Field(default_factory=Fleet)
+    workload: Workload = Field(description="arrival process and request lengths")
+    engine: Engine = Field(default_factory=Engine, description="one replica's scheduler")
+    speculation: Speculation = Field(
+        default_factory=Speculation, description="drafter, window size k and verifier"
+    )
+    fleet: Fleet = Field(default_factory=Fleet, description="replicas, router and pools")
     slo: Slo | None = Field(default=None, description="objective for goodput; absent = none")
 
     _source: Path | None = PrivateAttr(default=None)
