@@ -107,53 +107,43 @@ def _prompt_ids(opts: MeasureOptions, tokenizer, max_position: int, max_new: int
     return [i for i in ids if i], str(path), len(texts)
 
 
-def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureReport:
+def _load_models(opts: MeasureOptions, dtype) -> dict:
+    from specsim.models import load_model
+
+    models = {"target": load_model(opts.target, opts.device, dtype, seed=opts.seed)}
+    vocab = models["target"].config.vocab_size
+    for d in opts.drafters:
+        if d.is_ngram:
+            continue
+        models[d.name] = load_model(d.spec, opts.device, dtype, seed=opts.seed)
+        if models[d.name].config.vocab_size != vocab:
+            raise SpecsimError(
+                f"drafter vocabulary {models[d.name].config.vocab_size} differs from the "
+                f"target's {vocab}",
+                file=d.spec,
+                key="vocab_size",
+                fix="pair the target with a drafter that shares its tokenizer",
+            )
+    return models
+
+
+def _time_models(opts, models, points, timer, progress_file):
+    """Latency sections per model, summary lines and notes. One budget for all models, split
+    evenly over those still to time; drafters first (cheap), so a cut falls on the target's
+    largest points."""
     from tqdm import tqdm
 
-    from specsim.models import load_model, load_tokenizer
     from specsim.profiling.fit import latency_section
-    from specsim.profiling.flops import shape_from_object
-    from specsim.profiling.timing import (
-        PassTimer,
-        grid_points,
-        measure_sampling_overhead,
-        parse_grid,
-        time_grid,
-    )
-    from specsim.profiling.writer import build_profile, model_spec, ngram_spec, today
+    from specsim.profiling.timing import time_grid
 
-    started = time.monotonic()
-    dtype_name, dtype = _check_device(opts)
-    axes = parse_grid(opts.grid, opts.device)
-    points = grid_points(axes)
-    models = {"target": load_model(opts.target, opts.device, dtype, seed=opts.seed)}
-    for d in opts.drafters:
-        if not d.is_ngram:
-            models[d.name] = load_model(d.spec, opts.device, dtype, seed=opts.seed)
-            if models[d.name].config.vocab_size != models["target"].config.vocab_size:
-                raise SpecsimError(
-                    f"drafter vocabulary {models[d.name].config.vocab_size} differs from the "
-                    f"target's {models['target'].config.vocab_size}",
-                    file=d.spec,
-                    key="vocab_size",
-                    fix="pair the target with a drafter that shares its tokenizer",
-                )
-    repeats = opts.repeats or (7 if opts.device == "cpu" else 20)
-    timer = PassTimer(opts.device, warmup=2, repeats=repeats)
     budget = opts.time_budget if opts.time_budget is not None else math.inf
     deadline = time.monotonic() + budget
-    lines, notes = [], []
-    sections = {}
-    # Drafters first: cheap, and a budget cut then falls on the target's largest points.
     order = [n for n in models if n != "target"] + ["target"]
-    bar = tqdm(
-        total=len(points) * repeats * len(order),
-        desc="timing passes",
-        unit="pass",
-        file=progress_file,
-        disable=None,
-    )
-    with bar:
+    sections, lines, notes = {}, [], []
+    total = len(points) * timer.repeats * len(order)
+    with tqdm(
+        total=total, desc="timing passes", unit="pass", file=progress_file, disable=None
+    ) as bar:
         for i, name in enumerate(order):
             share = time.monotonic() + (deadline - time.monotonic()) / (len(order) - i)
             run = time_grid(
@@ -172,87 +162,120 @@ def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureRe
                 f"  {name}: {status} in {run.seconds:.0f} s; held-out error median "
                 f"{held.median_rel_error:.1%}, max {held.max_rel_error:.1%}"
             )
+    return sections, lines, notes
+
+
+def _acceptance(opts, models, tokenizer, progress_file):
+    """(AcceptanceResult, summary line, note) for the prompt set."""
+    from tqdm import tqdm
+
+    from specsim.profiling.acceptance_measure import measure_acceptance
+
+    max_new = opts.max_new_tokens or (CPU_MAX_NEW if opts.device == "cpu" else CUDA_MAX_NEW)
+    limit = min(m.config.max_position for m in models.values())
+    ids, source, available = _prompt_ids(opts, tokenizer, limit, max_new)
+    runs = len({0.0, *opts.temperatures})
+    with tqdm(
+        total=len(ids) * runs,
+        desc="scoring acceptance",
+        unit="prompt",
+        file=progress_file,
+        disable=None,
+    ) as bar:
+        t0 = time.monotonic()
+        result = measure_acceptance(
+            models["target"],
+            models,
+            opts.drafters,
+            ids,
+            opts.temperatures,
+            max_new_tokens=max_new,
+            seed=opts.seed,
+            eos_id=getattr(tokenizer, "eos_id", None),
+            sequences_prefix=opts.sequences_prefix,
+            progress=bar,
+        )
+        seconds = time.monotonic() - t0
+    note = (
+        f"Acceptance: {len(ids)} of {available} prompts from {Path(source).name}, up to "
+        f"{max_new} generated tokens each, scored along the target's own text (greedy on "
+        "T=0 text; exact rejection and typical at each T>0 on text sampled at T), chain "
+        "rates from walking the text in windows of 8. Typical acceptance is lossy: its "
+        "output is not distributed as the target's."
+    )
+    line = (
+        f"  acceptance: {result.tokens_scored} positions scored in {seconds:.0f} s "
+        f"({result.tokens_scored / max(seconds, 1e-9):.0f} per s)"
+    )
+    return result, line, note
+
+
+def _timing_note(opts, axes, timer, dtype_name) -> str:
+    method = (
+        "CUDA events with synchronisation."
+        if opts.device != "cpu"
+        else "synchronous CPU passes timed with perf_counter_ns."
+    )
+    return (
+        f"Latency measured on {opts.device} ({dtype_name}): grid batch {list(axes['batch'])} x "
+        f"context {list(axes['context'])} x new tokens {list(axes['new'])}, prefill "
+        f"{list(axes.get('prefill', ()))}; {timer.warmup} warm-up rounds and {timer.repeats} "
+        f"timed rounds (every point once per round), median and IQR per point; {method} "
+        "Overhead: softmax and a draw per sequence, measured."
+    )
+
+
+def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureReport:
+    """Measure everything and return the validated profile, its side files and summary lines."""
+    from specsim.models import load_tokenizer
+    from specsim.profiling.flops import shape_from_object
+    from specsim.profiling.timing import (
+        PassTimer,
+        grid_points,
+        measure_sampling_overhead,
+        parse_grid,
+    )
+    from specsim.profiling.writer import build_profile, model_spec, ngram_spec, today
+
+    started = time.monotonic()
+    dtype_name, dtype = _check_device(opts)
+    axes = parse_grid(opts.grid, opts.device)
+    points = grid_points(axes)
+    models = _load_models(opts, dtype)
+    measure_accept = opts.acceptance and bool(opts.drafters)
+    # Fail on a missing tokenizer before minutes of timing, not after.
+    tokenizer = load_tokenizer(opts.target) if measure_accept else None
+    timer = PassTimer(
+        opts.device, warmup=2, repeats=opts.repeats or (7 if opts.device == "cpu" else 20)
+    )
+    sections, lines, notes = _time_models(opts, models, points, timer, progress_file)
     per_step, per_seq = measure_sampling_overhead(
         models["target"].config.vocab_size, opts.device, timer
     )
-    dtype_bytes = DTYPES[dtype_name]
 
     def spec_of(name: str, kind: str):
         shape = shape_from_object(models[name].config, models[name].config.name or name)
-        return model_spec(shape, kind, dtype_bytes, sections[name], shape.name)
+        return model_spec(shape, kind, DTYPES[dtype_name], sections[name], shape.name)
 
-    drafter_specs = {
-        d.name: spec_of(d.name, "draft_model") for d in opts.drafters if not d.is_ngram
-    }
-    acceptance = []
-    side_files: dict[str, str] = {}
     result = None
-    if opts.acceptance and opts.drafters:
-        from specsim.profiling.acceptance_measure import measure_acceptance
-
-        tokenizer = load_tokenizer(opts.target)
-        max_new = opts.max_new_tokens or (CPU_MAX_NEW if opts.device == "cpu" else CUDA_MAX_NEW)
-        limit = min(m.config.max_position for m in models.values())
-        ids, source, available = _prompt_ids(opts, tokenizer, limit, max_new)
-        runs = len({0.0, *opts.temperatures})
-        with tqdm(
-            total=len(ids) * runs,
-            desc="scoring acceptance",
-            unit="prompt",
-            file=progress_file,
-            disable=None,
-        ) as bar:
-            t0 = time.monotonic()
-            result = measure_acceptance(
-                models["target"],
-                models,
-                opts.drafters,
-                ids,
-                opts.temperatures,
-                max_new_tokens=max_new,
-                seed=opts.seed,
-                eos_id=getattr(tokenizer, "eos_id", None),
-                sequences_prefix=opts.sequences_prefix,
-                progress=bar,
-            )
-            scoring_s = time.monotonic() - t0
-        acceptance, side_files = result.entries, result.side_files
-        notes += result.notes
-        notes.append(
-            f"Acceptance: {len(ids)} of {available} prompts from {Path(source).name}, up to "
-            f"{max_new} generated tokens each, scored along the target's own text (greedy on "
-            "T=0 text; exact rejection and typical at each T>0 on text sampled at T), chain "
-            "rates from walking the text in windows of 8. Typical acceptance is lossy: its "
-            "output is not distributed as the target's."
-        )
-        lines.append(
-            f"  acceptance: {result.tokens_scored} positions scored in {scoring_s:.0f} s "
-            f"({result.tokens_scored / max(scoring_s, 1e-9):.0f} per s)"
-        )
+    if measure_accept:
+        result, line, note = _acceptance(opts, models, tokenizer, progress_file)
+        lines.append(line)
+        notes += [*result.notes, note]
+    drafter_specs = {}
     for d in opts.drafters:
         if d.is_ngram:
             step_s = result.lookup_seconds_per_step(d.name) if result is not None else 0.0
             drafter_specs[d.name] = ngram_spec(d.ngram, step_s)
+        else:
+            drafter_specs[d.name] = spec_of(d.name, "draft_model")
     if any(d.is_ngram for d in opts.drafters):
         notes.append(
             "Prompt lookup draft_step_s: this implementation's host-side n-gram search per "
             "sequence per step, measured over the scored text"
-            + ("" if result is not None else " (not measured with --no-acceptance: 0)")
+            + ("" if result is not None else " (not measured without acceptance: 0)")
             + "; vLLM's own lookup differs, edit it if yours is not negligible."
         )
-    notes.insert(
-        0,
-        f"Latency measured on {opts.device} ({dtype_name}): grid batch {list(axes['batch'])} x "
-        f"context {list(axes['context'])} x new tokens {list(axes['new'])}, prefill "
-        f"{list(axes.get('prefill', ()))}; {timer.warmup} warm-up rounds and {repeats} timed "
-        "rounds (every point once per round), median and IQR per point; "
-        + (
-            "CUDA events with synchronisation."
-            if opts.device != "cpu"
-            else "synchronous CPU passes timed with perf_counter_ns."
-        )
-        + " Overhead: softmax and a draw per sequence, measured.",
-    )
     data = {
         "version": 1,
         "name": opts.name,
@@ -262,17 +285,18 @@ def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureRe
             "date": today(),
             "software": _software(),
             "command": opts.command,
-            "notes": " ".join(notes),
+            "notes": " ".join([_timing_note(opts, axes, timer, dtype_name), *notes]),
             "profiling_seconds": time.monotonic() - started,
         },
         "hardware": _hardware(opts.device),
         "target": spec_of("target", "target"),
         "drafters": drafter_specs,
         "overhead": {"per_step_s": per_step, "per_sequence_s": per_seq, "source": "measured"},
-        "acceptance": acceptance,
+        "acceptance": result.entries if result is not None else [],
     }
     profile = build_profile(data, opts.name)
     lines.insert(0, f"profiled in {data['provenance']['profiling_seconds']:.0f} s")
+    side_files = result.side_files if result is not None else {}
     return MeasureReport(profile=profile, side_files=side_files, lines=lines)
 
 
