@@ -25,7 +25,7 @@ import torch
 from specsim.models import load_model
 from specsim.profiling.acceptance_measure import measure_acceptance
 from specsim.profiling.fit import fit_latency
-from specsim.profiling.specs import parse_drafters
+from specsim.profiling.specs import DrafterArg, parse_drafter
 from specsim.profiling.timing import (
     DEFAULT_CPU_GRID,
     PassTimer,
@@ -33,9 +33,22 @@ from specsim.profiling.timing import (
     time_grid,
 )
 
+# The built-ins' shapes (see specsim/models/train.py), for random-weight stand-ins.
 FALLBACK = {
-    "target": {"hidden_size": 256, "num_hidden_layers": 6, "intermediate_size": 704},
-    "drafter": {"hidden_size": 96, "num_hidden_layers": 2, "intermediate_size": 256},
+    "target": {
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "intermediate_size": 704,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    "drafter": {
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "intermediate_size": 352,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    },
 }
 
 
@@ -52,8 +65,6 @@ def _models():
         for name, shape in FALLBACK.items():
             config = {
                 "model_type": "llama",
-                "num_attention_heads": 8 if name == "target" else 4,
-                "num_key_value_heads": 4 if name == "target" else 2,
                 "vocab_size": 258,
                 "max_position_embeddings": 2048,
                 **shape,
@@ -93,8 +104,7 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     prompts = [[int(t) for t in rng.integers(0, 256, size=48)] for _ in range(8)]
-    drafters = parse_drafters([f"small={which}", "ngram"])
-    drafters = [drafters[0].__class__(name="small", spec="-"), drafters[1]]
+    drafters = [DrafterArg(name="small", spec="specsim-draft-small"), parse_drafter("ngram")]
     t0 = time.perf_counter()
     result = measure_acceptance(
         target,
