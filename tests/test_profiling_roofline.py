@@ -239,3 +239,9 @@ def test_roofline_output_is_byte_identical_for_the_same_inputs(repo, tmp_path, m
     text = first.read_text()
     assert "date: '2026-01-01'" in text
     assert text.replace(str(first), "") == second.read_text().replace(str(second), "")
+
+
+def test_out_may_be_a_folder(repo, tmp_path):
+    folder = tmp_path / "runs"
+    assert main([*_roofline_argv(repo, folder), "--name", "h100"]) == 0
+    assert load_profile(folder / "h100.yaml").name == "h100"

@@ -40,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="a drafter: NAME=MODEL, NAME=ngram or NAME=ngram:N (repeatable)",
     )
-    parser.add_argument("--out", metavar="FILE", required=True, help="profile YAML to write")
+    parser.add_argument(
+        "--out",
+        metavar="FILE|DIR",
+        required=True,
+        help="profile YAML to write (a path ending in .yaml), or a folder to write NAME.yaml in",
+    )
     parser.add_argument("--name", help="profile name (default: the output file's stem)")
     add_json(parser)
 
@@ -85,6 +90,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _out_path(out: str, name: str | None) -> tuple[Path, str]:
+    """``--out x.yaml`` is the file; any other ``--out`` is a folder for ``NAME.yaml``."""
+    path = Path(out)
+    if path.suffix in (".yaml", ".yml"):
+        return path, name or path.stem
+    name = name or "profile"
+    return path / f"{name}.yaml", name
+
+
 def _need(args: argparse.Namespace, *names: str, mode: str) -> None:
     for name in names:
         if getattr(args, name.replace("-", "_")) in (None, [], ""):
@@ -101,8 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.roofline and args.calibrate:
         raise SpecsimError("choose --roofline or --calibrate, not both", file="command line")
-    out = Path(args.out)
-    name = args.name or out.stem
+    out, name = _out_path(args.out, args.name)
     if args.roofline:
         return _run_roofline(args, out, name, parse_drafters(args.drafter))
     if args.calibrate:
