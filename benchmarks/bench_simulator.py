@@ -1,0 +1,133 @@
+"""Simulator speed and memory: a saturated replica (max batch 64, k = 4, chat-like lengths).
+
+Figures:
+- ``requests_per_s``: simulated requests per wall-clock second on one core (target >= 20,000);
+- ``simulated_s_per_wall_s``: simulated seconds per wall second;
+- ``us_per_iteration``: wall microseconds per engine iteration;
+- ``peak_rss_mb_100k`` / ``peak_rss_mb_1m``: peak resident memory of a child process that
+  simulates 100,000 and 1,000,000 requests, streaming records to disk; ``memory_growth`` is their
+  ratio (flat = close to 1).
+
+Timing is noisy on a shared machine, so ``ratio`` compares one engine iteration with one
+iteration of a plain numpy loop run in the same process just before (five numpy calls on
+batch-sized arrays: the floor of any per-iteration vectorised engine).
+
+    python benchmarks/bench_simulator.py            # full (about two minutes)
+    python benchmarks/bench_simulator.py --quick    # smaller request counts
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
+
+
+def scenario_data(requests: int) -> dict:
+    return {
+        "name": "bench-saturated",
+        "seed": 1,
+        "profile": str(PROFILE),
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 80,  # more clients than batch slots: the replica never idles
+            "requests": requests,
+            "prompt": {"dist": "lognormal", "median": 1000, "sigma": 0.8, "low": 16, "high": 8192},
+            "output": {"dist": "lognormal", "median": 130, "sigma": 0.9, "low": 4, "high": 1024},
+        },
+        "engine": {"max_batch": 64},
+        "speculation": {"drafter": "llama3.2-1b", "k": 4},
+    }
+
+
+def simulate(requests: int, records: Path | None) -> tuple[dict, float]:
+    from specsim.scenario import Scenario
+    from specsim.simulation import run_simulation
+
+    scenario = Scenario.model_validate(scenario_data(requests))
+    start = time.perf_counter()
+    summary = run_simulation(scenario, records_path=records).summary
+    return summary, time.perf_counter() - start
+
+
+def numpy_loop(iterations: int) -> float:
+    """The same number of iterations of five numpy calls on 64-element arrays."""
+    rng = np.random.default_rng(0)
+    a = np.full(64, 100.0)
+    b = np.full(64, 3.0)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        w = rng.random(64)
+        c = np.minimum(a, b)
+        c += w
+        a += c
+        float(a.dot(b))
+    return time.perf_counter() - start
+
+
+def child(requests: int) -> None:
+    """Run in a subprocess: simulate, then print peak RSS (MB) and the request count."""
+    with tempfile.TemporaryDirectory() as tmp:
+        summary, seconds = simulate(requests, Path(tmp) / "requests.csv")
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_mb": peak_kb / 1024, "requests": summary["requests"], "s": seconds}))
+
+
+def peak_memory(requests: int) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(requests)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--child"]:
+        child(int(argv[1]))
+        return
+    quick = "--quick" in argv
+    timed_requests = 20_000 if quick else 100_000
+    simulate(2_000, None)  # warm-up: imports, profile parsing
+    summary, seconds = simulate(timed_requests, None)
+    iterations = summary["engine_iterations"]
+    baseline = min(numpy_loop(iterations) for _ in range(2))
+    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
+    mem_small = peak_memory(small)
+    mem_large = peak_memory(large)
+    figures = {
+        "requests_per_s": round(summary["requests"] / seconds),
+        "simulated_s_per_wall_s": round(summary["duration_s"] / seconds, 1),
+        "us_per_iteration": round(seconds / iterations * 1e6, 1),
+        "baseline_us_per_iteration": round(baseline / iterations * 1e6, 1),
+        "engine_iterations": iterations,
+        "mean_batch": summary["batch_size"]["mean"],
+        f"peak_rss_mb_{small // 1000}k": round(mem_small["peak_mb"], 1),
+        f"peak_rss_mb_{large // 1000}k": round(mem_large["peak_mb"], 1),
+        "memory_growth": round(mem_large["peak_mb"] / mem_small["peak_mb"], 3),
+        "requests_per_s_in_memory_run": round(mem_large["requests"] / mem_large["s"]),
+    }
+    print(
+        json.dumps(
+            {
+                "name": "simulator",
+                "figures": figures,
+                "baseline": "one iteration of a five-call numpy loop on 64-element arrays",
+                "ratio": round(seconds / baseline, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
