@@ -57,26 +57,95 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="AXIS=V1,V2,...",
         action="append",
         default=[],
-        help="grid axis values: batch=..., context=..., new=... (repeatable)",
+        help="grid axis values: batch=, context=, new= (tokens per sequence: 1 decode, k+1 "
+        "verify) or prefill= (prompt lengths); repeatable; default on CPU batch=1,2,4,8 "
+        "context=16,128,512 new=1,3,5,9 prefill=32,128",
     )
-    measure.add_argument("--prompts", metavar="FILE", help="prompts: .jsonl or text")
     measure.add_argument(
-        "--temperature", type=float, action="append", default=None, help="repeatable"
+        "--prompts",
+        metavar="FILE",
+        help='prompt set: .jsonl lines {"prompt": ...}, or text with one prompt per '
+        "paragraph or line (default: the built-in set)",
     )
-    measure.add_argument("--time-budget", type=float, metavar="S", help="stop the grid after S s")
-    measure.add_argument("--repeats", type=int, default=None, help="timed repeats per point")
-    measure.add_argument("--seed", type=int, default=0)
-    measure.add_argument("--max-new-tokens", type=int, default=None, help="per prompt")
-    measure.add_argument("--max-prompts", type=int, default=None)
+    measure.add_argument(
+        "--temperature",
+        metavar="T",
+        type=float,
+        action="append",
+        default=None,
+        help="temperature for exact and typical acceptance (repeatable; default 1.0; greedy "
+        "verification is always measured at 0)",
+    )
+    measure.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="S",
+        help="stop the timing grid after S seconds (largest points go last) and fit on what "
+        "was measured",
+    )
+    measure.add_argument(
+        "--repeats",
+        metavar="N",
+        type=int,
+        default=None,
+        help="timed repeats per point (default 7 on CPU, 20 on CUDA)",
+    )
+    measure.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="weights of config-only models, grid tokens and sampled text (default 0)",
+    )
+    measure.add_argument(
+        "--max-new-tokens",
+        metavar="N",
+        type=int,
+        default=None,
+        help="tokens generated per prompt (default 48 on CPU, 128 on CUDA)",
+    )
+    measure.add_argument(
+        "--max-prompts",
+        metavar="N",
+        type=int,
+        default=None,
+        help="prompts scored (default 24 on CPU, 64 on CUDA)",
+    )
     measure.add_argument("--no-acceptance", action="store_true", help="latency only")
-    measure.add_argument("--sequences", action="store_true", help="write per-request sequences")
+    measure.add_argument(
+        "--sequences",
+        action="store_true",
+        help="also write per-request acceptance sequences beside the profile (for "
+        "trace-driven simulation)",
+    )
 
     roof = parser.add_argument_group("roofline")
-    roof.add_argument("--hardware", metavar="HW.yaml", help="hardware spec")
-    roof.add_argument("--acceptance-from", metavar="FILE", help="copy acceptance entries")
-    roof.add_argument("--ngram-step-s", type=float, default=1.0e-4)
-    roof.add_argument("--overhead-step-s", type=float, default=5.0e-4)
-    roof.add_argument("--overhead-sequence-s", type=float, default=1.0e-5)
+    roof.add_argument("--hardware", metavar="HW.yaml", help="hardware spec (profiles/hardware)")
+    roof.add_argument(
+        "--acceptance-from",
+        metavar="FILE",
+        help="copy acceptance entries from an acceptance file or another profile",
+    )
+    roof.add_argument(
+        "--ngram-step-s",
+        metavar="S",
+        type=float,
+        default=1.0e-4,
+        help="stated prompt-lookup cost per step (default 1e-4)",
+    )
+    roof.add_argument(
+        "--overhead-step-s",
+        metavar="S",
+        type=float,
+        default=5.0e-4,
+        help="stated engine overhead per step (default 5e-4)",
+    )
+    roof.add_argument(
+        "--overhead-sequence-s",
+        metavar="S",
+        type=float,
+        default=1.0e-5,
+        help="stated engine overhead per sequence per step (default 1e-5)",
+    )
 
     cal = parser.add_argument_group("calibration")
     cal.add_argument("--into", metavar="PROFILE", help="profile to add the acceptance to")
