@@ -172,10 +172,8 @@ def test_prompt_lookup_walk_is_conditional_on_a_proposal():
     assert stats.mean_acceptance_length[2] == 1 + 2 / 2
 
 
-torch = pytest.importorskip("torch")
-
-
 def test_draft_model_scores_match_hand_computed_values():
+    torch = pytest.importorskip("torch")
     from specsim.profiling.scoring import draft_model_scores
 
     p = torch.tensor([[0.5, 0.3, 0.2], [0.9, 0.05, 0.05]])
@@ -197,6 +195,7 @@ def test_draft_model_scores_match_hand_computed_values():
 
 
 def test_ngram_scores_use_p_of_the_proposed_token():
+    torch = pytest.importorskip("torch")
     from specsim.profiling.scoring import ngram_scores
 
     p = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.34, 0.33, 0.33]])
@@ -209,3 +208,17 @@ def test_ngram_scores_use_p_of_the_proposed_token():
     assert scores["match"][0].tolist() == [1.0, 0.0]
     assert scores["typical"][0].tolist() == [1.0, 1.0]  # 0.1 > threshold 0.09
     assert math.isclose(scores["typical"][2][0], 1.0)
+
+
+def test_prompt_files_by_paragraph_line_or_jsonl(tmp_path):
+    from specsim.profiling.prompts import read_prompts
+
+    paragraphs = tmp_path / "a.txt"
+    paragraphs.write_text("first line\nstill first\n\n\nsecond\n")
+    assert read_prompts(paragraphs) == ["first line\nstill first", "second"]
+    lines = tmp_path / "b.txt"
+    lines.write_text("one\ntwo\n\n")
+    assert read_prompts(lines) == ["one", "two"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text('{"prompt": "x"}\n\n{"text": "y", "id": 2}\n')
+    assert read_prompts(jsonl) == ["x", "y"]
