@@ -208,14 +208,15 @@ def time_grid(
                 cache = model.new_cache(point.batch, longest[point.batch])
 
             def run(point=point, cache=cache):
-                cache.lengths.fill_(point.context)
                 with torch.inference_mode():
                     model(tokens[point], cache)
 
             if fresh or not timed:
+                cache.lengths.fill_(point.context)
                 run()  # a fresh cache's first touch pays page faults: keep it out of the timing
             if not timed:
                 continue
+            cache.lengths.fill_(point.context)  # back to the point's context, untimed
             times.setdefault(point, []).append(timer.time_once(run))
             if progress is not None:
                 progress.update(1)
