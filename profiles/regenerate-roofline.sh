@@ -12,3 +12,4 @@ roofline h100-sxm llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_ll
 roofline a100-sxm-80gb llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_a100
 roofline h100-sxm qwen2.5-7b qwen2.5-0.5b qwen2.5-7b_qwen2.5-0.5b qwen2.5-7b_qwen2.5-0.5b_h100
 roofline l40s llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_l40s
+roofline h200-sxm llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_h200
