@@ -69,7 +69,18 @@ class RateAcceptance:
             np.ascontiguousarray(1.0 - survival[:, :k]) for k in range(self.k_max + 1)
         ]
         self._homogeneous = self.levels == 1
-        self._row_thresholds = [t[0] for t in self._thresholds]
+        # Flat search tables: level l's thresholds shifted by 2 l, then a sentinel above any
+        # uniform, so searchsorted(2 l + w) - l (k + 1) counts the accepted drafts; counts[k]
+        # maps a search index straight to that count. One search serves every level at once.
+        self.flat_thresholds = []
+        self.flat_counts = []
+        for k in range(self.k_max + 1):
+            shifted = self._thresholds[k] + 2.0 * np.arange(self.levels)[:, None]
+            sentinel = 2.0 * np.arange(self.levels)[:, None] + 1.5
+            self.flat_thresholds.append(np.concatenate([shifted, sentinel], axis=1).ravel())
+            self.flat_counts.append(np.tile(np.arange(k + 1, dtype=np.float64), self.levels))
+        # The engine's fast path needs a proposal every step.
+        self.fast = self.proposal_rate >= 1.0
 
     def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._homogeneous:
@@ -87,11 +98,8 @@ class RateAcceptance:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Raw accepted counts per row, and which rows proposed (None: all of them)."""
         rows = level.shape[0]
-        w = rng.random(rows)
-        if self._homogeneous:
-            accepted = self._row_thresholds[k].searchsorted(w)
-        else:
-            accepted = (w[:, None] > self._thresholds[k][level]).sum(axis=1)
+        index = self.flat_thresholds[k].searchsorted(2.0 * level + rng.random(rows))
+        accepted = self.flat_counts[k][index]
         if self.proposal_rate >= 1.0:
             return accepted, None
         proposed = rng.random(rows) < self.proposal_rate

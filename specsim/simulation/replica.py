@@ -131,6 +131,17 @@ class Replica:
         self.last_decode_end = 0.0
         self._levels: list[int] = []
         self._k_plus_1 = [np.float64(k + 1) for k in range(self.k_max + 1)]
+        self.capacity = cap
+        self._fast = getattr(acceptance, "fast", False)
+        self._flat_thresholds = getattr(acceptance, "flat_thresholds", None)
+        self._flat_counts = getattr(acceptance, "flat_counts", None)
+        self.level_shift = np.zeros(cap)  # 2 x level, for the flat acceptance search
+        # Bound methods and constants the hot path would otherwise look up every iteration.
+        self._target_seconds = costs.target.seconds_from_totals
+        self._overhead_step_s = costs.overhead_step_s
+        self._overhead_seq_s = costs.overhead_seq_s
+        self._flops_per_token = costs.target_flops_per_token
+        self._attn_flops = costs.target_attn_flops
         self._buf_dt = np.zeros(BUFFER_ITERATIONS)
         self._buf_batch = np.zeros(BUFFER_ITERATIONS, dtype=np.int64)
         self._buf_kv = np.zeros(BUFFER_ITERATIONS)
@@ -290,11 +301,19 @@ class Replica:
             # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
             drafts = _minimum(remaining, self._k_plus_1[k])
             drafts -= _ONE
-            position = (self.output - remaining) if self.acceptance.needs_position else None
-            accepted, proposed = self.acceptance.draw(self.rng, k, self.level, position)
-            if proposed is not None:
-                drafts = _minimum(drafts, proposed * k)
-            accepted = _minimum(accepted, drafts)
+            if self._fast:
+                # One uniform per row, one search for every row's acceptance level (see
+                # RateAcceptance): the count of leading accepted drafts.
+                index = self._flat_thresholds[k].searchsorted(
+                    self.level_shift + self.rng.random(self.capacity)
+                )
+                accepted = _minimum(self._flat_counts[k][index], drafts)
+            else:
+                position = (self.output - remaining) if self.acceptance.needs_position else None
+                accepted, proposed = self.acceptance.draw(self.rng, k, self.level, position)
+                if proposed is not None:
+                    drafts = _minimum(drafts, proposed * k)
+                accepted = _minimum(accepted, drafts)
             new = drafts + _ONE
             new_tokens = float(_sum(new))
             # sum_i new_i (context_i + (new_i + 1) / 2): query-key pairs of the verification.
@@ -331,9 +350,15 @@ class Replica:
             self.stats.flops["prefill"] += costs.target_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        dt += costs.target_pass_s(batch, new_tokens, decode_kv, pairs) + costs.overhead_s(batch)
+        dt += (
+            self._target_seconds(batch, new_tokens, decode_kv, pairs)
+            + self._overhead_step_s
+            + self._overhead_seq_s * batch
+        )
         if decode is not None:
-            self.verification_flops += costs.target_flops(decode[3], decode_pairs)
+            self.verification_flops += (
+                self._flops_per_token * decode[3] + self._attn_flops * decode_pairs
+            )
             if k:
                 self.drafter_flops += costs.draft_flops(rows, k, decode[4])
         return dt, (decode, chunks, batch)
@@ -418,6 +443,7 @@ class Replica:
             self.remaining[slot] = left
             self.output[slot] = request.output
             self.level[slot] = request.level
+            self.level_shift[slot] = 2.0 * request.level
             self.row_drafted[slot] = 0.0
             self.admit_order[slot] = request.admit_order
             self.join_step[slot] = self.decode_steps
@@ -438,6 +464,7 @@ class Replica:
         self.remaining[slot] = 0.0
         self.context[slot] = 0.0
         self.level[slot] = 0
+        self.level_shift[slot] = 0.0
         self.admit_order[slot] = -1
         self.slot_request[slot] = None
         self.free_slots.append(slot)
