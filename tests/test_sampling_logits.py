@@ -155,3 +155,32 @@ def test_randomness_has_documented_shapes_and_is_reproducible():
     assert not torch.equal(first.accept, other.accept)
     assert bool(((first.accept >= 0) & (first.accept < 1)).all())
     assert torch.equal(first.rows(2).accept, first.accept[2:3])
+
+
+# ---- the two-level inverse CDF used for large vocabularies -----------------------------------
+
+
+def test_block_inverse_cdf_equals_one_cumsum():
+    from specsim.sampling.logits import inverse_cdf
+
+    gen = torch.Generator().manual_seed(2)
+    weights = torch.rand(300, 1000, generator=gen, dtype=torch.float64) ** 4  # tail of 232
+    weights[:, 500:700] = 0.0  # whole zero blocks
+    weights[::7, -1] = 0.0
+    u = torch.rand(300, generator=gen, dtype=torch.float64)
+    u[:3] = torch.tensor([0.0, 1 - 2**-53, 0.5])
+    blocked, mass = inverse_cdf(weights, u, block=64)
+    plain, _ = inverse_cdf(weights, u, block=4096)  # one cumsum
+    assert torch.equal(blocked, plain)
+    assert torch.allclose(mass, weights.sum(dim=-1))
+    assert bool((weights.gather(1, blocked[:, None]) > 0).all())
+
+
+def test_block_inverse_cdf_frequencies_follow_the_weights():
+    from specsim.sampling.logits import inverse_cdf
+
+    weights = torch.tensor([1.0, 0.0, 3.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0, 0.0, 4.0])  # V = 11
+    u = (torch.arange(1200, dtype=torch.float64) + 0.5) / 1200
+    tokens, _ = inverse_cdf(weights.expand(1200, 11), u, block=2)
+    counts = torch.bincount(tokens, minlength=11)
+    assert counts.tolist() == [100, 0, 300, 0, 0, 0, 200, 200, 0, 0, 400]

@@ -272,3 +272,35 @@ def test_greedy_and_typical_validate_too(verify):
         verify(p * 2, q, d, n, r)
     with pytest.raises(SamplingInputError):
         verify(p, q, torch.full_like(d, 99), torch.full((3,), 2), r)
+
+
+def straightforward_rejection(p, q, draft, randomness):
+    """Direct transcription: residual and its inverse-CDF sample at every position."""
+    k = q.shape[1]
+    p_x = p[:, :k].gather(-1, draft[..., None])[..., 0]
+    q_x = q.gather(-1, draft[..., None])[..., 0]
+    mask = torch.cumprod((randomness.accept * q_x < p_x).long(), dim=1).bool()
+    accepted = mask.sum(dim=1)
+    residual = torch.clamp(p[:, :k] - q, min=0)
+    candidates = torch.cat([residual, p[:, k:]], dim=1)  # [B, k+1, V]
+    cdf = candidates.cumsum(-1)
+    u = randomness.sample[:, None, None] * cdf[..., -1:]
+    picks = torch.searchsorted(cdf, u, right=True)[..., 0]
+    final = picks.gather(1, accepted[:, None])[:, 0]
+    tokens = torch.full((p.shape[0], k + 1), -1, dtype=torch.long)
+    tokens[:, :k] = torch.where(mask, draft, tokens[:, :k])
+    tokens.scatter_(1, accepted[:, None], final[:, None])
+    return tokens
+
+
+def test_large_vocabulary_matches_the_straightforward_transcription():
+    # V = 5000 takes the two-level inverse CDF; float64 keeps both sides' sums equal to ~1e-16.
+    gen = torch.Generator().manual_seed(6)
+    logits = torch.randn(64, 4, 5000, generator=gen, dtype=torch.float64) * 3
+    p = torch.softmax(logits, dim=-1)
+    q = torch.softmax(logits[:, :3] + torch.randn(64, 3, 5000, generator=gen), dim=-1)
+    d = sample_from_probs(q, torch.rand(64, 3, generator=gen, dtype=torch.float64))
+    r = draw_randomness(gen, 64, 3)
+    result = verify_rejection(p, q, d, None, r)
+    assert torch.equal(result.tokens, straightforward_rejection(p, q, d, r))
+    assert 0 < int(result.accepted.sum()) < 64 * 3  # both accepts and rejections occurred

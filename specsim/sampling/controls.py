@@ -36,19 +36,17 @@ def _control_verifier(residual_name: str, shared_uniform: bool = False) -> Calla
 
         from specsim.sampling import verifiers as v
 
-        step = v._prepare(p, q, draft_tokens, n_drafts, randomness, validate, needs_uniforms=True)
         residual = {
             "exact": v._exact_residual,
             "p": lambda p_rows, q_rows: p_rows,
             "argmax": lambda p_rows, q_rows: torch.zeros_like(p_rows).scatter_(
                 -1, p_rows.argmax(dim=-1, keepdim=True), 1.0
             ),
-            "0.8q": lambda p_rows, q_rows: torch.clamp(p_rows - 0.8 * q_rows, min=0),
+            "0.8q": lambda p_rows, q_rows: p_rows.sub_(q_rows, alpha=0.8).clamp_(min=0),
         }[residual_name]
-        accept_uniforms = None
-        if shared_uniform:
-            accept_uniforms = randomness.accept[:, :1].expand_as(randomness.accept)
-        return v._speculative_step(step, randomness, residual, validate, accept_uniforms)
+        return v._speculative_rows(
+            p, q, draft_tokens, n_drafts, randomness, validate, residual, shared_uniform
+        )
 
     return verify
 

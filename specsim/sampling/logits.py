@@ -123,14 +123,68 @@ def sample_from_probs(
         require_float(probs, "probs", max(probs.ndim, 1), "probabilities [..., V]")
         check_uniforms(uniforms, "uniforms", tuple(probs.shape[:-1]))
         check_non_negative(probs, "probs")
-    cdf = probs.cumsum(dim=-1)
-    total = cdf[..., -1:]
+    tokens, total = inverse_cdf(probs, uniforms)
+    tokens, total = tokens.reshape(uniforms.shape), total.reshape(uniforms.shape)
     if validate and not bool((torch.isfinite(total) & (total > 0)).all()):
         raise SamplingInputError(
             "a row has no probability mass (or NaN/inf)", key="probs", fix="check the inputs"
         )
-    target = uniforms.to(cdf.dtype).unsqueeze(-1) * total
+    return tokens
+
+
+INVERSE_CDF_BLOCK = 256
+
+
+def inverse_cdf(
+    weights: torch.Tensor, uniforms: torch.Tensor, block: int = INVERSE_CDF_BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unchecked inverse-CDF sample of non-negative weight rows ``[R, V]``; also each row's mass.
+
+    For a large vocabulary a full cumulative sum over every row is the slow part (a sequential
+    scan), so it is done in two levels: sums of blocks of ``block`` tokens (a fast reduction),
+    the block holding ``u * total``, then the cumulative sum inside that one block. The result
+    is the smallest token whose cumulative weight exceeds ``u * total``, as with one cumsum.
+    """
+    weights = weights.reshape(-1, weights.shape[-1])
+    uniforms = uniforms.reshape(-1)
+    rows, vocab = weights.shape
+    if vocab <= 2 * block:
+        cdf = weights.cumsum(dim=-1)
+        target = _target(cdf[:, -1], uniforms, cdf.dtype)
+        tokens = torch.searchsorted(cdf, target.unsqueeze(-1), right=True).squeeze(-1)
+        # A NaN or zero total would search past the end; callers check the mass returned.
+        return tokens.clamp_(max=vocab - 1), cdf[:, -1]
+    full = vocab // block
+    sums = weights[:, : full * block].view(rows, full, block).sum(dim=-1)
+    if full * block < vocab:
+        sums = torch.cat([sums, weights[:, full * block :].sum(dim=-1, keepdim=True)], dim=1)
+    block_cdf = sums.cumsum(dim=-1)
+    total = block_cdf[:, -1]
+    target = _target(total, uniforms, block_cdf.dtype)
+    chosen = torch.searchsorted(block_cdf, target.unsqueeze(-1), right=True).squeeze(-1)
+    chosen = chosen.clamp_(max=block_cdf.shape[1] - 1)
+    offset = torch.where(
+        chosen > 0,
+        block_cdf.gather(1, (chosen - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1),
+        torch.zeros_like(total),
+    )
+    index = chosen.unsqueeze(-1) * block + torch.arange(block, device=weights.device)
+    inside = index < vocab
+    in_block = torch.where(inside, weights.gather(1, index.clamp(max=vocab - 1)), 0.0)
+    inner_cdf = in_block.cumsum(dim=-1) + offset.unsqueeze(-1)
+    position = torch.searchsorted(inner_cdf, target.unsqueeze(-1), right=True).squeeze(-1)
+    past_end = position >= block
+    if bool(past_end.any()):
+        # Block sums and the in-block scan round differently; a target within rounding of the
+        # block's end takes the block's last token of positive weight.
+        positive = (in_block[past_end] > 0).flip(-1).to(torch.int8)
+        position[past_end] = block - 1 - positive.argmax(dim=-1)
+    tokens = chosen * block + position
+    return tokens.clamp_(max=vocab - 1), total
+
+
+def _target(total: torch.Tensor, uniforms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # u < 1, but u * total can round up to total; the largest float below it keeps the search
     # inside the support (it then lands on the last token with positive probability).
-    target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True).squeeze(-1)
+    target = uniforms.to(dtype) * total
+    return torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))

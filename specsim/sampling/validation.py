@@ -62,14 +62,19 @@ def check_row_sums(probs: torch.Tensor, name: str, valid: torch.Tensor | None = 
 
 
 def check_non_negative(values: torch.Tensor, name: str) -> None:
-    if values.numel() and bool((values < 0).any()):
+    # amin is one cheap reduction; (values < 0).any() would build a bool tensor first. NaN
+    # propagates through amin and is reported too.
+    if values.numel() and not bool(values.amin() >= 0):
         raise SamplingInputError(
-            "has negative probabilities", key=name, fix="pass probabilities, not logits"
+            "has negative (or NaN) probabilities", key=name, fix="pass probabilities, not logits"
         )
 
 
 def check_tokens(
-    tokens: torch.Tensor, vocab: int, name: str, valid: torch.Tensor | None = None
+    tokens: torch.Tensor,
+    vocab: int,
+    name: str,
+    valid: torch.Tensor | None = None,
 ) -> None:
     """Token ids at ``valid`` positions must lie in [0, vocab)."""
     if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.is_complex():
@@ -81,8 +86,9 @@ def check_tokens(
         outside &= valid
     if bool(outside.any()):
         index = tuple(int(i) for i in outside.nonzero()[0])
+        token = int(tokens[index])
         raise SamplingInputError(
-            f"token {int(tokens[index])} at {list(index)} is outside the vocabulary [0, {vocab})",
+            f"token {token} at {list(index)} is outside the vocabulary [0, {vocab})",
             key=name,
             fix="draft tokens must index the last axis of p; pad unused positions with -1",
         )

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specsim.sampling.logits import sample_from_probs
+from specsim.sampling.logits import inverse_cdf, sample_from_probs
 from specsim.sampling.randomness import VerifierRandomness
 from specsim.sampling.validation import (
     SamplingInputError,
@@ -35,7 +35,8 @@ from specsim.sampling.validation import (
 TYPICAL_EPSILON = 0.09
 TYPICAL_DELTA = 0.3
 
-# (p rows [R, V], q rows [R, V]) -> unnormalised residual rows [R, V], all >= 0.
+# (p rows [R, V], q rows [R, V]) -> unnormalised residual rows [R, V], all >= 0. The p rows are
+# a private copy that the function may overwrite.
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -98,8 +99,19 @@ def verify_rejection(
     to within rounding; the row then falls back to p, which is then equal to the exact answer up
     to that rounding.
     """
-    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, needs_uniforms=True)
-    return _speculative_step(step, randomness, _exact_residual, validate)
+    return _speculative_rows(
+        p, q, draft_tokens, n_drafts, randomness, validate, residual=_exact_residual
+    )
+
+
+def _speculative_rows(
+    p, q, draft_tokens, n_drafts, randomness, validate, residual, shared_uniform=False
+) -> VerifyResult:
+    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
+    accept_uniforms = None
+    if shared_uniform:
+        accept_uniforms = randomness.accept[:, :1].expand_as(randomness.accept)
+    return _speculative_step(step, randomness, residual, validate, accept_uniforms)
 
 
 def verify_greedy(
@@ -117,12 +129,24 @@ def verify_greedy(
     at every step), whatever the drafter. q and ``randomness`` are accepted for a uniform
     signature and ignored. Ties in argmax go to the lowest token id, as ``torch.argmax``.
     """
-    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, needs_uniforms=False)
-    best = step.p.argmax(dim=-1)  # [B, k+1]
-    ok = (step.draft == best[:, : step.k]) & step.drafted
-    accepted, mask = _accepted_prefix(ok)
-    final = best.gather(1, accepted.unsqueeze(1)).squeeze(1)
-    return _assemble(step, accepted, mask, final)
+    return _greedy_rows(p, q, draft_tokens, n_drafts, randomness, validate)
+
+
+def _greedy_rows(p, q, draft_tokens, n_drafts, randomness, validate) -> VerifyResult:
+    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, False)
+    final = torch.empty_like(step.n_drafts)
+
+    def decide(position, rows, p_rows):
+        best = p_rows.argmax(dim=-1)
+        passed = torch.zeros_like(rows, dtype=torch.bool)
+        if position < step.k:
+            drafting = position < step.n_drafts[rows]
+            passed = drafting & (best == step.draft[rows, position])
+        final[rows[~passed]] = best[~passed]
+        return passed
+
+    accepted = _walk_positions(step, decide, validate)
+    return _assemble(step, accepted, _prefix_mask(accepted, step.k), final)
 
 
 def verify_typical(
@@ -143,24 +167,67 @@ def verify_typical(
     token from p (as vLLM does). It trades exactness for acceptance; the checker reports its
     total-variation distance from the target. q is ignored.
     """
-    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, needs_uniforms=True)
-    drafted_p = step.p[:, : step.k]
-    entropy = torch.special.entr(drafted_p).sum(dim=-1)  # [B, k], 0 log 0 = 0
-    threshold = torch.clamp(delta * torch.exp(-entropy), max=epsilon)
-    p_x = drafted_p.gather(-1, step.draft.unsqueeze(-1)).squeeze(-1)
-    ok = (p_x > threshold) & step.drafted
-    accepted, mask = _accepted_prefix(ok)
-    final_p = _final_rows(step.p, accepted)
-    if validate:
-        check_non_negative(final_p, "p")
-    rejected = accepted < step.n_drafts
-    bonus = sample_from_probs(final_p, randomness.sample, validate=False)
-    final = torch.where(rejected, final_p.argmax(dim=-1), bonus)
-    return _assemble(step, accepted, mask, final)
+    return _typical_rows(p, q, draft_tokens, n_drafts, randomness, validate, epsilon, delta)
+
+
+def _typical_rows(
+    p, q, draft_tokens, n_drafts, randomness, validate, epsilon, delta
+) -> VerifyResult:
+    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
+    final = torch.empty_like(step.n_drafts)
+    tiny = torch.finfo(p.dtype).tiny
+
+    def decide(position, rows, p_rows):
+        is_last = position == step.n_drafts[rows]
+        if bool(is_last.any()):
+            last = rows[is_last]
+            final[last] = sample_from_probs(
+                p_rows[is_last], randomness.sample[last], validate=False
+            )
+        drafting = ~is_last
+        out = torch.zeros_like(is_last)
+        if not bool(drafting.any()):
+            return out
+        rows, p_rows = rows[drafting], p_rows[drafting]
+        # Entropy in nats; 0 * log(tiny) = 0 gives 0 log 0 = 0 without a NaN.
+        entropy = -(p_rows * p_rows.clamp_min(tiny).log()).sum(dim=-1)
+        threshold = torch.clamp(delta * torch.exp(-entropy), max=epsilon)
+        x = step.draft[rows, position]
+        passed = p_rows.gather(-1, x.unsqueeze(-1)).squeeze(-1) > threshold
+        failed = rows[~passed]
+        final[failed] = p_rows[~passed].argmax(dim=-1)
+        out[drafting] = passed
+        return out
+
+    accepted = _walk_positions(step, decide, validate)
+    return _assemble(step, accepted, _prefix_mask(accepted, step.k), final)
 
 
 # ----------------------------------------------------------------------------------------------
 # Shared machinery (also used by the negative controls).
+
+
+def _walk_positions(step: _Step, decide, validate: bool) -> torch.Tensor:
+    """Visit positions 0..k, each only for the rows still accepting: ``decide(position, rows,
+    p_rows)`` returns which of ``rows`` pass (and records the final token of those that stop).
+    A row stops at its first failure or at position n_drafts[b]; p is read only where visited.
+    Returns the accepted counts."""
+    accepted = torch.zeros_like(step.n_drafts)
+    rows = torch.arange(step.p.shape[0], device=step.p.device)
+    for position in range(step.k + 1):
+        if rows.numel() == 0:
+            break
+        p_rows = _rows_at(step.p, rows, torch.full_like(rows, position))
+        if validate:
+            check_non_negative(p_rows, "p")
+        passed = decide(position, rows, p_rows)
+        rows = rows[passed]
+        accepted[rows] += 1
+    return accepted
+
+
+def _prefix_mask(accepted: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.arange(k, device=accepted.device) < accepted.unsqueeze(1)
 
 
 def _speculative_step(
@@ -170,14 +237,19 @@ def _speculative_step(
     validate: bool,
     accept_uniforms: torch.Tensor | None = None,
 ) -> VerifyResult:
-    """Rejection-sampling skeleton with a pluggable residual (the controls swap it)."""
+    """Rejection-sampling skeleton with a pluggable residual (the controls swap it).
+
+    The accept test needs only p(x) and q(x), gathered; full rows of p (and q) are read once per
+    row, at its final position: the bonus rows sample p there, the rejected rows build and
+    sample the residual there.
+    """
     p, k = step.p, step.k
     u = randomness.accept if accept_uniforms is None else accept_uniforms
     p_x = p[:, :k].gather(-1, step.draft.unsqueeze(-1)).squeeze(-1)  # [B, k]
     q_x = (
         torch.ones_like(p_x)
         if step.q is None
-        else step.q.gather(-1, step.draft.unsqueeze(-1)).squeeze(-1).to(p.dtype)
+        else step.q.gather(-1, step.draft.unsqueeze(-1)).squeeze(-1)
     )
     if validate:
         check_non_negative(p_x[step.drafted], "p")
@@ -186,40 +258,66 @@ def _speculative_step(
     # become 1.0 and reject a draft with p(x) = q(x).
     ok = (u.double() * q_x.double() < p_x.double()) & step.drafted
     accepted, mask = _accepted_prefix(ok)
-    final_p = _final_rows(p, accepted)  # [B, V]: position accepted[b] of each row
-    if validate:
-        check_non_negative(final_p, "p")
-    rejected_rows = (accepted < step.n_drafts).nonzero().squeeze(-1)
+    final = torch.empty_like(accepted)
+    rejected = accepted < step.n_drafts
+    bonus_rows = (~rejected).nonzero().squeeze(-1)
+    if bonus_rows.numel():
+        p_bonus = _rows_at(p, bonus_rows, accepted[bonus_rows])
+        if validate:
+            check_non_negative(p_bonus, "p")
+        final[bonus_rows] = sample_from_probs(
+            p_bonus, randomness.sample[bonus_rows], validate=False
+        )
+    rejected_rows = rejected.nonzero().squeeze(-1)
     if rejected_rows.numel():
-        at = accepted[rejected_rows]
-        p_rej = final_p[rejected_rows]
-        if step.q is None:
-            q_rej = torch.zeros_like(p_rej)
-            q_rej.scatter_(-1, step.draft[rejected_rows, at].unsqueeze(-1), 1.0)
-        else:
-            q_rej = step.q[rejected_rows, at].to(p.dtype)
-            if validate:
-                check_non_negative(q_rej, "q")
-        res = residual(p_rej, q_rej)
-        mass = res.sum(dim=-1, keepdim=True)
-        res = torch.where((mass > 0) & torch.isfinite(mass), res, p_rej)
-        final_p[rejected_rows] = res
-    final = sample_from_probs(final_p, randomness.sample, validate=False)
+        final[rejected_rows] = _sample_residual(
+            step, rejected_rows, accepted, randomness, residual, validate
+        )
     return _assemble(step, accepted, mask, final)
 
 
+def _sample_residual(step, rows, accepted, randomness, residual, validate) -> torch.Tensor:
+    at = accepted[rows]
+    p_rej = _rows_at(step.p, rows, at)  # a fresh copy: the residual may overwrite it
+    if validate:
+        check_non_negative(p_rej, "p")
+    x = step.draft[rows, at].unsqueeze(-1)
+    if step.q is None and residual is _exact_residual:
+        # max(0, p - onehot(x)) is p with x removed, since p(x) <= 1.
+        res = p_rej.scatter_(-1, x, 0.0)
+    else:
+        if step.q is None:
+            q_rej = torch.zeros_like(p_rej).scatter_(-1, x, 1.0)
+        else:
+            q_rej = _rows_at(step.q, rows, at).to(p_rej.dtype)
+            if validate:
+                check_non_negative(q_rej, "q")
+        res = residual(p_rej, q_rej)
+    u = randomness.sample[rows]
+    tokens, mass = inverse_cdf(res, u)
+    # Guard: an all-zero residual (p and q equal up to rounding) falls back to p; see
+    # verify_rejection. Rare, so only those rows are read again.
+    degenerate = ~((mass > 0) & torch.isfinite(mass))
+    if bool(degenerate.any()):
+        fallback = _rows_at(step.p, rows[degenerate], at[degenerate])
+        tokens[degenerate] = sample_from_probs(fallback, u[degenerate], validate=False)
+    return tokens
+
+
+def _rows_at(x: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``x[rows, positions]`` as a fresh ``[R, V]`` tensor (index_select is the fast gather)."""
+    if not x.is_contiguous():
+        return x[rows, positions]
+    return x.view(-1, x.shape[-1]).index_select(0, rows * x.shape[1] + positions)
+
+
 def _exact_residual(p_rows: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:
-    return torch.clamp(p_rows - q_rows, min=0)
+    return p_rows.sub_(q_rows).clamp_(min=0)
 
 
 def _accepted_prefix(ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     mask = torch.cumprod(ok.to(torch.int8), dim=1).bool()
     return mask.sum(dim=1), mask
-
-
-def _final_rows(p: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
-    rows = torch.arange(p.shape[0], device=p.device)
-    return p[rows, accepted]  # advanced indexing copies: safe to modify in place
 
 
 def _assemble(
