@@ -57,7 +57,13 @@ class IterationLog:
 
     dt: list[float] = field(default_factory=list)
     batch: list[int] = field(default_factory=list)
-    kv_tokens: list[int] = field(default_factory=list)
+    kv_tokens: list[int] = field(default_factory=list)  # target cache tokens after the iteration
+    # What each pass did, so a latency model can be asked what it should have cost:
+    kind: list[str] = field(default_factory=list)  # "prefill" or "decode"
+    window: list[int] = field(default_factory=list)  # k of a decode iteration (0 for prefill)
+    new_tokens: list[int] = field(default_factory=list)  # target pass: tokens fed
+    context: list[int] = field(default_factory=list)  # target pass: cached tokens read
+    pairs: list[float] = field(default_factory=list)  # target pass: query-key pairs
     accepted: list[np.ndarray] = field(default_factory=list)
     drafted: list[np.ndarray] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
@@ -105,6 +111,7 @@ class ServingEngine:
             self._enqueue(request)
         self.waiting: deque[EngineRequest] = deque()
         self.prefilling: list[EngineRequest] = []
+        self.warm_up()
         self.t0 = self.clock()
         if clients is not None:
             for client in range(clients.concurrency):
@@ -123,6 +130,17 @@ class ServingEngine:
                     self._decode_iteration(start)
         self.done.sort(key=lambda r: r.rid)
         return self.done
+
+    def warm_up(self) -> None:
+        """A few passes through the serving path before the clock starts, as a server warms up
+        before taking traffic (first calls pay for allocations and lazy initialisation)."""
+        from specsim.engine.generate import generate
+
+        rows = min(2, self.opt.max_batch)
+        prompt = self.prompts.prompt(0, 16)
+        k = self.opt.k_max if self.drafter is not None else 0
+        seed = self.opt.seed + 1  # its own stream: the served requests' draws do not move
+        generate(self.target, self.drafter, [prompt] * rows, 3, k, self.opt.sampling, seed)
 
     def _now(self) -> float:
         return self.clock() - self.t0
@@ -170,6 +188,7 @@ class ServingEngine:
         rows = self.batch.rows(first, stop)
         lengths = rows.s_len.clone()
         ids = rows.seq[:, : int(lengths.max())]
+        pass_shape = (int(lengths.sum()), 0, float((lengths * (lengths + 1)).sum()) / 2)
         logits = self.target(ids, rows.target_cache, lengths)
         if self.drafter is not None:
             self.drafter(ids, rows.draft_cache, lengths)
@@ -179,7 +198,7 @@ class ServingEngine:
         new = sample_from_probs(probs, uniforms, validate=False)
         logprob = torch.log_softmax(last.double(), dim=-1).gather(1, new[:, None]).squeeze(1)
         now = self._now()
-        self._log_iteration(now - start, len(chosen))
+        self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape)
         finished = []
         for i, request in enumerate(chosen):
             slot = first + i
@@ -206,6 +225,10 @@ class ServingEngine:
                 found = lookup.propose(int(n_drafts[slot]))
                 proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
                 n_drafts[slot] = len(found)
+        new = n_drafts + 1
+        context = self.batch.target_cache.lengths[:size]
+        pairs = float((new * context).sum()) + float((new * (new + 1)).sum()) / 2
+        pass_shape = (int(new.sum()), int(context.sum()), pairs)
         result = speculative_step(
             self.target,
             self.drafter,
@@ -217,7 +240,7 @@ class ServingEngine:
             proposals,
         )
         now = self._now()
-        self._log_iteration(now - start, size)
+        self._log_iteration(now - start, size, "decode", k, pass_shape)
         tokens = result.tokens.tolist()
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
@@ -273,7 +296,13 @@ class ServingEngine:
             if self.clients is not None and request.client >= 0:
                 self._issue(request.client, now + self.clients.think_time())
 
-    def _log_iteration(self, dt: float, batch: int) -> None:
-        self.log.dt.append(dt)
-        self.log.batch.append(batch)
+    def _log_iteration(self, dt: float, batch: int, kind: str, k: int, shape: tuple) -> None:
+        log = self.log
+        log.dt.append(dt)
+        log.batch.append(batch)
+        log.kind.append(kind)
+        log.window.append(k)
+        log.new_tokens.append(shape[0])
+        log.context.append(shape[1])
+        log.pairs.append(shape[2])
         self.log.kv_tokens.append(int(self.batch.target_cache.lengths[: self.batch.size].sum()))

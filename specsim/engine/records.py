@@ -151,3 +151,17 @@ def _parses(value: str, dtype) -> bool:
     except ValueError:
         return False
     return True
+
+
+ITERATION_COLUMNS = ("kind", "window", "batch", "new_tokens", "context", "pairs", "seconds")
+
+
+def format_iterations(log: IterationLog) -> str:
+    """iterations.csv: one row per engine iteration (what the target pass did, and its time)."""
+    lines = [",".join(ITERATION_COLUMNS)]
+    for row in zip(
+        log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt, strict=True
+    ):
+        kind, k, batch, new, context, pairs, dt = row
+        lines.append(f"{kind},{k},{batch},{new},{context},{pairs:.1f},{dt:.6f}")
+    return "\n".join(lines) + "\n"

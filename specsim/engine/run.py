@@ -9,7 +9,12 @@ from typing import Any
 import numpy as np
 
 from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
-from specsim.engine.records import engine_summary, format_csv, record_columns
+from specsim.engine.records import (
+    engine_summary,
+    format_csv,
+    format_iterations,
+    record_columns,
+)
 from specsim.engine.step import Faults, Sampling
 from specsim.engine.workload import PromptBank, build_engine_source, open_loop_requests
 from specsim.errors import SpecsimError
@@ -162,7 +167,8 @@ def run_engine(
 
 
 def write_run(run: EngineRun, folder: Path) -> None:
-    """requests.csv and summary.json of an engine run into ``folder`` (inside a staging dir)."""
+    """requests.csv, summary.json and iterations.csv of an engine run, into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "requests.csv", format_csv(run.records))
     write_text_atomic(folder / "summary.json", dump_json(run.summary))
+    write_text_atomic(folder / "iterations.csv", format_iterations(run.log))

@@ -1,0 +1,62 @@
+"""The validation plot: relative error per metric against its threshold, and latency CDFs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specsim.metrics import request_latencies
+from specsim.validation.compare import Comparison
+
+
+def plot_validation(
+    comparison: Comparison,
+    predicted_records: dict[str, np.ndarray],
+    measured_records: dict[str, np.ndarray],
+    title: str,
+    path: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    _errors(axes[0], comparison)
+    predicted = request_latencies(predicted_records)
+    measured = request_latencies(measured_records)
+    for ax, name, label in ((axes[1], "e2e_s", "E2E latency"), (axes[2], "tpot_s", "TPOT")):
+        for values, style, who in ((predicted, "--", "simulator"), (measured, "-", "engine")):
+            x = np.sort(values[name])
+            if x.size:
+                ax.step(x, np.arange(1, x.size + 1) / x.size, style, where="post", label=who)
+        ax.set_xlabel(f"{label} (s)")
+        ax.set_ylabel("share of requests")
+        ax.set_title(f"{label}: distribution")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    # Fixed metadata keeps the PNG byte-identical for identical figures.
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _errors(ax, comparison: Comparison) -> None:
+    rows = [r for r in comparison.rows if r.relative_error is not None]
+    y = np.arange(len(rows))
+    errors = np.array([100 * r.relative_error for r in rows])
+    colors = ["tab:gray" if r.ok is None else ("tab:green" if r.ok else "tab:red") for r in rows]
+    ax.barh(y, errors, color=colors)
+    for i, r in enumerate(rows):
+        if r.threshold is not None:
+            t = 100 * r.threshold
+            ax.plot([-t, -t], [i - 0.4, i + 0.4], "k:", lw=1)
+            ax.plot([t, t], [i - 0.4, i + 0.4], "k:", lw=1)
+    ax.set_yticks(y, [r.metric for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel("simulator vs engine (%); dotted: threshold")
+    ax.set_title("relative error (green ok, red exceeded, grey reported)")
+    ax.grid(axis="x", alpha=0.3)

@@ -1,0 +1,70 @@
+"""Where a prediction misses: each engine iteration's measured time against the profile's cost.
+
+For every iteration the engine ran, ask the simulator's cost model (``StepCosts``, the same
+formulas the simulated replica charges) what that exact pass should have cost: the target pass
+over its tokens, context and query-key pairs, the drafter's k passes (or its prompt pass), and the
+per-step overhead. Grouped by kind (prefill, decode at each k), the median ratio measured /
+predicted and the median gap in milliseconds say which part of the model is off, and by how much
+per iteration: a constant gap is a fixed per-iteration cost the profile lacks; a ratio that grows
+with batch is a per-sequence cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any]]:
+    """Per (kind, k, batch) group: iterations, median measured and predicted ms, ratio, gap."""
+    from specsim.simulation.costs import StepCosts
+
+    costs = StepCosts(profile, drafter)
+    groups: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
+    for kind, k, batch, new, context, pairs, dt in zip(
+        log.kind,
+        log.window,
+        log.batch,
+        log.new_tokens,
+        log.context,
+        log.pairs,
+        log.dt,
+        strict=True,
+    ):
+        predicted = costs.target_pass_s(batch, new, context, pairs) + costs.overhead_s(batch)
+        if kind == "prefill":
+            predicted += costs.draft_prefill_s(batch, new, context, pairs)
+        elif k:
+            predicted += costs.draft_s(batch, k, context)
+        groups.setdefault((kind, k, batch), []).append((dt, predicted))
+    out = []
+    for (kind, k, batch), pairs_ in sorted(groups.items()):
+        measured = np.array([m for m, _ in pairs_])
+        predicted = np.array([p for _, p in pairs_])
+        out.append(
+            {
+                "kind": kind,
+                "k": k,
+                "batch": batch,
+                "iterations": len(pairs_),
+                "measured_ms": float(np.median(measured) * 1e3),
+                "predicted_ms": float(np.median(predicted) * 1e3),
+                "ratio": float(np.median(measured / predicted)),
+                "gap_ms": float(np.median(measured - predicted) * 1e3),
+            }
+        )
+    return out
+
+
+def residual_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'iteration':<18}{'n':>6}{'measured ms':>13}{'predicted ms':>14}{'ratio':>8}{'gap ms':>9}"
+    ]
+    for r in rows:
+        label = f"{r['kind']} k={r['k']} b={r['batch']}"
+        lines.append(
+            f"{label:<18}{r['iterations']:>6}{r['measured_ms']:>13.2f}{r['predicted_ms']:>14.2f}"
+            f"{r['ratio']:>8.2f}{r['gap_ms']:>9.2f}"
+        )
+    return "\n".join(lines)

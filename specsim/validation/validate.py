@@ -1,0 +1,194 @@
+"""``specsim validate``: the simulator's prediction against the real engine, on one scenario.
+
+1. Profile: take ``--profile`` or measure the scenario's target and drafter on this machine
+   (``specsim.profiling.measure``), written to ``OUT/profile.yaml``.
+2. Run the real engine (``specsim.engine``) on the scenario's workload, in wall-clock time.
+3. Simulate the same scenario (same seed, so the same arrivals and lengths) with that profile.
+4. Compare the two summaries (``compare``), plot, and write everything atomically:
+   ``OUT/engine/`` and ``OUT/simulation/`` (requests.csv + summary.json each),
+   ``OUT/comparison.json``, ``OUT/comparison.md``, ``OUT/validation.png``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.fileio import atomic_output_dir, dump_json
+from specsim.scenario import Scenario
+from specsim.validation.compare import Comparison, compare, table
+
+
+@dataclass
+class ValidationResult:
+    comparison: Comparison
+    engine_summary: dict[str, Any]
+    simulation_summary: dict[str, Any]
+    profile_path: str
+    report: str
+    residuals: list[dict[str, Any]]
+
+
+@dataclass
+class ValidateOptions:
+    profile: str | None = None
+    target: str = "specsim-target"
+    drafters: dict[str, str] | None = None
+    prompts: str | None = None
+    device: str = "cpu"
+    profile_budget_s: float | None = None
+    profile_repeats: int | None = None
+
+
+def _length_range(dist) -> tuple[int, int]:
+    if dist is None:
+        return 16, 256
+    if dist.dist == "fixed":
+        return dist.value, dist.value
+    if dist.dist == "uniform":
+        return dist.low, dist.high
+    if dist.dist == "lognormal":
+        return dist.low, dist.high or int(3 * dist.median)
+    return 16, 256  # empirical lengths: the default span
+
+
+def scenario_grid(scenario: Scenario, max_position: int) -> list[str]:
+    """A timing grid over the region the scenario's engine runs in: batch sizes up to
+    ``max_batch``, contexts from the shortest prompt to the longest prompt plus output, new
+    tokens 1 .. k+1 (decode and verification), prefill at the prompt lengths."""
+    spec = scenario.speculation
+    k = spec.max_k
+    max_batch = scenario.engine.max_batch
+    batches = sorted({b for b in (1, 2, 4, 8, 16, 32, 64) if b < max_batch} | {max_batch})
+    p_lo, p_hi = _length_range(scenario.workload.prompt)
+    _, o_hi = _length_range(scenario.workload.output)
+    top = min(p_hi + o_hi, max_position - k - 1)
+    contexts = sorted({min(p_lo, top), min((p_lo + top) // 2, top), top})
+    news = sorted({1, 2, k // 2 + 1, k + 1})
+    prefill = sorted({min(p_lo, max_position), min(p_hi, max_position)})
+    return [
+        "batch=" + ",".join(map(str, batches)),
+        "context=" + ",".join(map(str, contexts)),
+        "new=" + ",".join(map(str, news)),
+        "prefill=" + ",".join(map(str, prefill)),
+    ]
+
+
+def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | None, name: str):
+    """Measure the scenario's target and drafter on this machine; returns the report."""
+    from specsim.models import load_config
+    from specsim.profiling.measure import MeasureOptions, measure_profile
+    from specsim.profiling.specs import DrafterArg, parse_ngram
+
+    spec = scenario.speculation
+    max_position = load_config(opts.target).max_position
+    drafters = []
+    if spec.drafter is not None:
+        drafters.append(DrafterArg(spec.drafter, drafter_spec, parse_ngram(drafter_spec)))
+    options = MeasureOptions(
+        target=opts.target,
+        drafters=drafters,
+        name=name,
+        device=opts.device,
+        prompts=opts.prompts,
+        temperatures=[spec.temperature] if spec.temperature > 0 else [1.0],
+        grid=scenario_grid(scenario, max_position),
+        time_budget=opts.profile_budget_s,
+        repeats=opts.profile_repeats,
+        seed=scenario.seed,
+        command="specsim validate (profiling step)",
+    )
+    return measure_profile(options)
+
+
+def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> ValidationResult:
+    from specsim.engine.run import (
+        DEFAULT_DRAFTERS,
+        check_supported,
+        resolve_drafter,
+        run_engine,
+        write_run,
+    )
+    from specsim.profile import load_profile
+    from specsim.simulation import run_simulation
+    from specsim.simulation.records import read_records
+    from specsim.validation.plot import plot_validation
+    from specsim.validation.residuals import iteration_residuals, residual_table
+
+    check_supported(scenario)
+    where = str(scenario.source) if scenario.source else None
+    drafters = opts.drafters or DEFAULT_DRAFTERS
+    drafter_spec = resolve_drafter(scenario.speculation.drafter, drafters, where)
+    with atomic_output_dir(out) as staging:
+        if opts.profile is None:
+            from specsim.profiling.writer import write_profile
+
+            report = measure_for(scenario, opts, drafter_spec, f"{scenario.name}-measured")
+            profile_path = staging / "profile.yaml"
+            write_profile(report.profile, profile_path, report.side_files)
+            final_profile = str(Path(out) / "profile.yaml")
+        else:
+            profile_path = Path(opts.profile)
+            if not profile_path.is_file():
+                raise SpecsimError(
+                    "profile not found", file=str(profile_path), fix="check the path"
+                )
+            final_profile = str(profile_path)
+        run = run_engine(
+            scenario,
+            target=opts.target,
+            drafters=drafters,
+            prompts=opts.prompts,
+            device=opts.device,
+        )
+        write_run(run, staging / "engine")
+        simulated = scenario.model_copy(update={"profile": str(profile_path.resolve())})
+        simulated.with_source(scenario.source)
+        (staging / "simulation").mkdir()
+        sim_records = staging / "simulation" / "requests.csv"
+        result = run_simulation(simulated, records_path=sim_records)
+        (staging / "simulation" / "summary.json").write_text(
+            dump_json(result.summary), encoding="utf-8"
+        )
+        comparison = compare(result.summary, run.summary)
+        residuals = iteration_residuals(
+            run.log,
+            load_profile(profile_path),
+            scenario.speculation.drafter if scenario.speculation.enabled else None,
+        )
+        text = _report(scenario, comparison, final_profile) + "\n\n" + residual_table(residuals)
+        plot_validation(
+            comparison,
+            read_records(sim_records),
+            run.records,
+            f"{scenario.name}: simulator (profile {Path(final_profile).name}) vs real engine",
+            staging / "validation.png",
+        )
+        payload = {
+            "scenario": scenario.name,
+            "profile": final_profile,
+            **comparison.to_dict(),
+            "iteration_residuals": residuals,
+        }
+        (staging / "comparison.json").write_text(dump_json(payload), encoding="utf-8")
+        (staging / "comparison.md").write_text(
+            f"# {scenario.name}\n\n```\n{text}\n```\n", encoding="utf-8"
+        )
+    return ValidationResult(comparison, run.summary, result.summary, final_profile, text, residuals)
+
+
+def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:
+    spec = scenario.speculation
+    what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
+    head = (
+        f"{scenario.name}: {what}, verifier {spec.verifier}, T={spec.temperature:g}, "
+        f"max_batch {scenario.engine.max_batch}; profile {profile}"
+    )
+    verdict = (
+        "PASS"
+        if comparison.passed
+        else ("FAIL: " + ", ".join(r.metric for r in comparison.failures) + " beyond threshold")
+    )
+    return f"{head}\n{table(comparison)}\n{verdict}"
