@@ -133,3 +133,23 @@ def test_a_scenario_without_a_drafter_has_no_k_to_choose(tmp_path, repo, capsys)
     code = main(["plan", "window", str(scenario), "--out", str(tmp_path / "out")])
     assert code == 2
     assert "speculation.drafter" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_same_plan_on_a_dask_cluster_writes_identical_files(window_run, tmp_path):
+    from dask.distributed import LocalCluster
+
+    out = tmp_path / "dask"
+    args = [a for a in window_run["args"] if a not in ("--workers", "2")]
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        code = main(
+            ["plan", "window", *args, "--cluster", cluster.scheduler_address, "--out", str(out)]
+        )
+    assert code == 0
+    local = window_run["out"]
+    names = sorted(p.name for p in local.iterdir() if p.is_file())
+    assert names == sorted(p.name for p in out.iterdir() if p.is_file())
+    for name in names:
+        assert (out / name).read_bytes() == (local / name).read_bytes(), name

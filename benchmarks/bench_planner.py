@@ -1,0 +1,134 @@
+"""Planner sweep throughput: 3 drafters x 9 values of k x 9 loads, 2,000 requests per simulation.
+
+Measures, in one process on this machine:
+
+- the wall time of the full 243-simulation drafter-swap sweep on a local pool of 2 workers
+  (target: under 60 s on 2 cores), and its speed-up over running the same simulations one after
+  another (estimated from a stratified sample of them run serially in this process);
+- the speed-up of the Dask path with 2 worker processes over 1 (``LocalCluster``), on the same
+  24 simulations.
+
+The third drafter is a benchmark fixture: a copy of the 1B drafter with acceptance raised by 0.05
+per position, so that the sweep has three drafters on the shipped profile. The last stdout line is
+the JSON record ``benchmarks/run.py`` reads.
+
+    python benchmarks/bench_planner.py            # the full measurement (several minutes)
+    python benchmarks/bench_planner.py --quick    # 200 requests per simulation, for a smoke run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
+LOADS = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
+DRAFTERS = ["llama3.2-1b", "ngram", "llama3.2-1b-tuned"]
+SERIAL_SAMPLE = 12
+DASK_POINTS = 24
+
+
+def write_inputs(folder: Path, requests: int) -> Path:
+    profile = yaml.safe_load(PROFILE.read_text())
+    profile["drafters"]["llama3.2-1b-tuned"] = dict(profile["drafters"]["llama3.2-1b"])
+    tuned = []
+    for entry in profile["acceptance"]:
+        if entry["drafter"] == "llama3.2-1b":
+            copy = dict(entry, drafter="llama3.2-1b-tuned")
+            copy["per_position"] = [min(0.95, a + 0.05) for a in entry["per_position"]]
+            copy.pop("mean_acceptance_length", None)
+            tuned.append(copy)
+    profile["acceptance"] += tuned
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    scenario = {
+        "name": "bench-planner",
+        "seed": 1,
+        "profile": "profile.yaml",
+        "workload": {
+            "kind": "poisson",
+            "rate": 4.0,
+            "requests": requests,
+            "prompt": {"dist": "lognormal", "median": 1000, "sigma": 0.8, "low": 16, "high": 8192},
+            "output": {"dist": "lognormal", "median": 130, "sigma": 0.9, "low": 4, "high": 1024},
+        },
+        "engine": {"max_batch": 256},
+        "speculation": {"drafter": "llama3.2-1b", "k": 4, "verifier": "rejection"},
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+    }
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    return path
+
+
+def timed_sweep(out: Path, points, **options) -> tuple[float, int]:
+    from specsim.planning.sweep import Sweeper
+
+    started = time.perf_counter()
+    with Sweeper(out, {"command": "bench"}, progress=False, **options) as sweeper:
+        results = sweeper.run(points)
+    return time.perf_counter() - started, sum(not r.ok for r in results)
+
+
+def main(argv: list[str]) -> dict:
+    from dask.distributed import LocalCluster
+
+    from specsim.planning import swap
+
+    requests = 200 if "--quick" in argv else 2000
+    with tempfile.TemporaryDirectory(prefix="bench-planner-") as tmp:
+        folder = Path(tmp)
+        scenario = write_inputs(folder, requests)
+        plan = swap.prepare(str(scenario), [], DRAFTERS, None, list(range(9)), LOADS, None)
+        points = [p for d in plan.drafters for p in swap._tagged(d)]
+        assert len(points) == 243, len(points)
+
+        # Baseline: a stratified sample of the same simulations, one after another, here.
+        sample = points[:: len(points) // SERIAL_SAMPLE][:SERIAL_SAMPLE]
+        serial_s, _ = timed_sweep(folder / "serial", sample, workers=1)
+        serial_estimate = serial_s / len(sample) * len(points)
+
+        wall, failed = timed_sweep(folder / "pool", points, workers=2)
+
+        subset = points[:: len(points) // DASK_POINTS][:DASK_POINTS]
+        dask_wall = {}
+        for workers in (1, 2):
+            with LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster:
+                dask_wall[workers], _ = timed_sweep(
+                    folder / f"dask{workers}", subset, cluster=cluster.scheduler_address
+                )
+    dask_speedup = dask_wall[1] / dask_wall[2]
+    return {
+        "name": "planner",
+        "figures": {
+            "simulations": len(points),
+            "requests_per_simulation": requests,
+            "pool_workers": 2,
+            "sweep_wall_s": round(wall, 2),
+            "target_wall_s": 60.0,
+            "simulations_per_s": round(len(points) / wall, 3),
+            "serial_estimate_s": round(serial_estimate, 2),
+            "pool_speedup_vs_serial": round(serial_estimate / wall, 3),
+            "failed_points": failed,
+            "dask_points": len(subset),
+            "dask_1_worker_s": round(dask_wall[1], 2),
+            "dask_2_workers_s": round(dask_wall[2], 2),
+            "cpus": len(os.sched_getaffinity(0)),
+        },
+        "baseline": f"Dask LocalCluster with 1 worker on the same {len(subset)} simulations",
+        "ratio": round(dask_speedup, 3),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1:])), flush=True)
