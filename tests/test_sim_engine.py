@@ -271,3 +271,24 @@ def test_routers_use_every_replica(tmp_path, router):
     summary, rec = run(make(fleet__replicas=3, fleet__router=router), tmp_path)
     counts = np.bincount(rec["replica"], minlength=3)
     assert summary["requests"] == 300 and np.all(counts > 60)
+
+
+def test_heads_cost_a_fixed_draft_step(tmp_path):
+    """Heads draft all k tokens for draft_step_s (2 ms) per step: at batch 1 a token costs
+    (10 ms + 2 ms) / E[tokens per step], with E = 1 + 0.6 + 0.6 x 0.4 = 1.84 (~2,000 steps)."""
+    scenario = make(
+        speculation__drafter="heads",
+        speculation__k=2,
+        speculation__heterogeneity=False,
+        workload={
+            "kind": "closed_loop",
+            "concurrency": 1,
+            "requests": 5,
+            "prompt": {"dist": "fixed", "value": 16},
+            "output": {"dist": "fixed", "value": 800},
+        },
+    )
+    summary, rec = run(scenario, tmp_path)
+    assert summary["tpot_s"]["mean"] == pytest.approx(0.012 / 1.84, rel=0.04)
+    # Heads FLOPs: k = 2 draft tokens per step at 1e8 FLOPs each (one row per step here).
+    assert summary["flops_drafter"] == pytest.approx(2e8 * rec["steps"].sum(), rel=1e-5)
