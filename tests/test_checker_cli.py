@@ -118,3 +118,49 @@ def test_check_needs_a_sub_check():
     with pytest.raises(SystemExit) as info:
         main(["check"])
     assert info.value.code == 2
+
+
+def test_cli_choices_match_the_sampling_registries():
+    from specsim.cli import check
+    from specsim.sampling.controls import CONTROLS
+
+    assert set(check.VERIFIER_CHOICES) == set(checker.VERIFIERS)
+    assert set(check.CONTROL_CHOICES) == set(CONTROLS)
+    assert (check.MAX_VOCAB, check.MAX_K) == (checker.MAX_VOCAB, checker.MAX_K)
+
+
+HIDE_TORCH = """
+import sys
+class HideTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError("No module named 'torch'")
+sys.meta_path.insert(0, HideTorch())
+from specsim.cli import main
+code = main(["check", "sampler", "--verifier", "rejection", "--json"])
+assert "torch" not in sys.modules
+raise SystemExit(code)
+"""
+
+
+def test_base_install_without_torch_still_gives_the_closed_form_verdict():
+    # The README's main job installs specsim without torch and runs this command.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", HIDE_TORCH], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["lossless"] is True and summary["p_value"] is None
+    assert summary["closed_form_max_abs_error"] <= 1e-12
+    assert "torch is not installed" in summary["monte_carlo_note"]
+
+
+def test_building_the_check_parser_does_not_import_scipy_or_torch():
+    code = (
+        "import argparse, sys; from specsim.cli import check; "
+        "check.add_arguments(argparse.ArgumentParser()); "
+        "print(sorted(m for m in ('numpy', 'scipy', 'torch') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
