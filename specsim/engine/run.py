@@ -95,9 +95,15 @@ def run_engine(
     prompts: str | Path | None = None,
     device: str = "cpu",
     ignore_eos: bool = True,
+    eos_id: int | None = None,
     faults: Faults | None = None,
 ) -> EngineRun:
-    """Serve the scenario's workload on real models in wall-clock time."""
+    """Serve the scenario's workload on real models in wall-clock time.
+
+    Output lengths come from the workload, so EOS is ignored by default (as serving benchmarks
+    do, and as the simulator assumes); with ``ignore_eos=False`` a request also stops at the
+    tokenizer's EOS, or at ``eos_id`` when given.
+    """
     import torch
 
     from specsim.models import load_model, load_tokenizer
@@ -130,7 +136,7 @@ def run_engine(
         k_max=k_max,
         ngram=ngram,
         ignore_eos=ignore_eos,
-        eos_id=tokenizer.eos_id,
+        eos_id=tokenizer.eos_id if eos_id is None else eos_id,
         seed=scenario.seed,
         faults=faults or Faults(),
     )

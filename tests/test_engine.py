@@ -1,0 +1,201 @@
+"""The real engine: batch packing, prompt lookup, the serving loop's records, input errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from test_engine_common import drafter_map, model, model_spec, prompt_bank, prompts_path
+
+from specsim.engine.batch import Batch
+from specsim.engine.generate import audit_caches
+from specsim.engine.ngram import PromptLookup
+from specsim.engine.records import read_engine_records
+from specsim.engine.run import run_engine, write_run
+from specsim.engine.workload import build_engine_source, open_loop_requests
+from specsim.errors import SpecsimError
+from specsim.metrics import request_latencies
+from specsim.profiling.ngram import proposals
+from specsim.scenario import load_scenario
+from specsim.simulation.records import COLUMNS
+
+
+def scenario_file(tmp_path, **changes):
+    data = {
+        "name": "engine-test",
+        "seed": 5,
+        "profile": "unused.yaml",
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 3,
+            "requests": 7,
+            "prompt": {"dist": "uniform", "low": 12, "high": 30},
+            "output": {"dist": "uniform", "low": 1, "high": 14},
+        },
+        "engine": {"max_batch": 3, "chunked_prefill": False},
+        "speculation": {"drafter": "small", "k": 3},
+    }
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        if name:
+            data[section][name] = value
+        else:
+            data[section] = value
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_scenario(path)
+
+
+def serve(scenario, **kw):
+    return run_engine(
+        scenario,
+        target=model_spec("specsim-target"),
+        drafters=drafter_map(),
+        prompts=prompts_path(),
+        **kw,
+    )
+
+
+def test_removing_a_row_moves_the_last_row_with_its_caches():
+    target, drafter = model("specsim-target"), model("specsim-draft-small")
+    batch = Batch(target, drafter, 4, 64)
+    prompts = [prompt_bank().prompt(i, 8 + 3 * i) for i in range(3)]
+    batch.add(prompts)
+    rows = batch.rows()
+    lengths = rows.s_len.clone()
+    ids = rows.seq[:, : int(lengths.max())]
+    with torch.inference_mode():
+        target(ids, rows.target_cache, lengths)
+        drafter(ids, rows.draft_cache, lengths)
+        for slot in range(3):
+            batch.append(slot, [65 + slot])
+        assert audit_caches(target, drafter, batch.rows()) == []
+        assert batch.remove(0) == 2
+        assert batch.size == 2
+        assert batch.tokens(0) == [*prompts[2], 67]
+        assert audit_caches(target, drafter, batch.rows()) == []
+
+
+def test_prompt_lookup_matches_the_profilers_proposals():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        prompt = rng.integers(0, 5, size=int(rng.integers(1, 30))).tolist()
+        generated = rng.integers(0, 5, size=25).tolist()
+        n, k = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        tokens, lengths = proposals(prompt, generated, n, k)
+        lookup = PromptLookup(n, prompt)
+        for t, token in enumerate(generated):
+            found = lookup.propose(k)
+            assert found == tokens[t, : lengths[t]].tolist()
+            lookup.extend([token])
+
+
+def check_records(records, scenario):
+    """Invariants every engine run must satisfy."""
+    n = records["id"].shape[0]
+    assert list(records["id"]) == list(range(n))
+    assert (records["scheduled_s"] >= records["arrival_s"]).all()
+    assert (records["first_token_s"] > records["scheduled_s"]).all()
+    assert (records["finish_s"] >= records["first_token_s"]).all()
+    # The prefill emits one token; each step emits its accepted drafts plus one.
+    out = records["output_tokens"]
+    assert (out == 1 + records["steps"] + records["accepted"]).all()
+    assert (records["accepted"] <= records["drafted"]).all()
+    assert (records["drafted"] <= scenario.speculation.max_k * records["steps"]).all()
+    assert np.isfinite(records["target_logprob_mean"]).all()
+    assert (records["target_logprob_mean"] < 0).all()
+
+
+def test_engine_serves_the_simulators_workload(tmp_path):
+    scenario = scenario_file(tmp_path, workload__kind="poisson", workload__rate=40.0)
+    run = serve(scenario)
+    expected = open_loop_requests(build_engine_source(scenario))
+    records = run.records
+    check_records(records, scenario)
+    assert np.allclose(records["arrival_s"], [r.arrival for r in expected])
+    assert list(records["prompt_tokens"]) == [r.prompt_len for r in expected]
+    assert list(records["output_tokens"]) == [r.output_len for r in expected]  # EOS ignored
+    assert run.summary["requests"] == len(expected)
+    assert 1.0 <= run.summary["mean_acceptance_length"] <= 4.0
+    assert run.summary["batch_size"]["max"] <= 3
+    write_run(run, tmp_path / "run")
+    back = read_engine_records(tmp_path / "run" / "requests.csv")
+    header = (tmp_path / "run" / "requests.csv").read_text().splitlines()[0].split(",")
+    assert header[: len(COLUMNS)] == list(COLUMNS)
+    for name, values in request_latencies(back).items():
+        assert np.allclose(values, request_latencies(records)[name], atol=2e-6)
+
+
+def test_closed_loop_batch_one_tokens_do_not_depend_on_timing(tmp_path):
+    scenario = scenario_file(
+        tmp_path, workload__concurrency=1, engine={"max_batch": 1, "chunked_prefill": False}
+    )
+    first, second = serve(scenario).records, serve(scenario).records
+    check_records(first, scenario)
+    for name in ("steps", "drafted", "accepted", "target_logprob_mean", "output_tokens"):
+        assert np.array_equal(first[name], second[name]), name
+
+
+def test_plain_decoding_and_prompt_lookup(tmp_path):
+    plain = scenario_file(tmp_path, speculation={"drafter": None, "k": 0})
+    records = serve(plain).records
+    check_records(records, plain)
+    assert records["drafted"].sum() == 0 and records["accepted"].sum() == 0
+    lookup = scenario_file(tmp_path, speculation={"drafter": "ngram", "k": 3})
+    records = serve(lookup).records
+    check_records(records, lookup)
+    # Prompt lookup proposes only where the context repeats: fewer drafts than 3 per step.
+    assert records["drafted"].sum() < 3 * records["steps"].sum()
+
+
+def test_by_batch_window_policy(tmp_path):
+    table = [{"max_batch": 1, "k": 3}, {"max_batch": 2, "k": 1}]
+    scenario = scenario_file(
+        tmp_path, speculation={"drafter": "small", "policy": "by_batch", "k_by_batch": table}
+    )
+    run = serve(scenario)
+    check_records(run.records, scenario)
+    windows = {
+        (b, k)
+        for b, k, kind in zip(run.log.batch, run.log.window, run.log.kind, strict=True)
+        if kind == "decode"
+    }
+    assert all(k == {1: 3, 2: 1, 3: 0}[b] for b, k in windows)
+
+
+def test_eos_stops_a_request_when_not_ignored(tmp_path):
+    scenario = scenario_file(
+        tmp_path,
+        workload__concurrency=1,
+        engine={"max_batch": 1, "chunked_prefill": False},
+        speculation={"drafter": "small", "k": 2, "temperature": 0.0, "verifier": "greedy"},
+    )
+    free = serve(scenario).records
+    # Greedy output is fixed, so the first request's first token serves as a stop token.
+    prompt = prompt_bank().prompt(0, int(free["prompt_tokens"][0]))
+    with torch.inference_mode():
+        first = int(model("specsim-target")(torch.tensor([prompt]))[0, -1].argmax())
+    stopped = serve(scenario, ignore_eos=False, eos_id=first).records
+    check_records(stopped, scenario)
+    assert stopped["eos"][0] == 1 and stopped["output_tokens"][0] == 1
+    assert (stopped["output_tokens"] <= free["output_tokens"]).all()
+    assert free["eos"].sum() == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"engine": {"max_batch": 2, "chunked_prefill": True}}, "engine.chunked_prefill"),
+        ({"fleet": {"replicas": 2}}, "fleet"),
+        ({"speculation": {"drafter": "small", "policy": "adaptive"}}, "speculation.policy"),
+        ({"speculation": {"drafter": "medium", "k": 2}}, "speculation.drafter"),
+        ({"workload__output": {"dist": "fixed", "value": 600}}, "workload"),
+    ],
+)
+def test_unsupported_or_bad_scenarios_are_one_line_errors(tmp_path, changes, key):
+    scenario = scenario_file(tmp_path, **changes)
+    with pytest.raises(SpecsimError) as info:
+        serve(scenario)
+    assert info.value.key == key
+    assert "\n" not in info.value.one_line()
