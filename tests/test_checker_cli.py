@@ -164,3 +164,9 @@ def test_building_the_check_parser_does_not_import_scipy_or_torch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_typical_at_temperature_zero_is_lossless_here_but_still_called_lossy_in_general(capsys):
+    assert main(["check", "sampler", "--verifier", "typical", "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "LOSSLESS on this problem" in out and "lossy in general" in out

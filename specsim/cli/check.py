@@ -134,7 +134,12 @@ def _human(r) -> str:
         f"problem: vocab {r.vocab}, {window}, {r.drafter} drafter, {processing}, "
         f"problem seed {r.problem_seed}; reference: {r.reference}",
     ]
-    if r.lossless:
+    if r.lossless and r.lossy_by_design:
+        lines.append(
+            f"verdict: LOSSLESS on this problem (output matches {r.reference}), but this "
+            "verifier is lossy in general (e.g. at temperature > 0)"
+        )
+    elif r.lossless:
         lines.append(f"verdict: LOSSLESS (output matches {r.reference})")
     else:
         tv = "" if r.tv_distance is None else f", TV distance {r.tv_distance:.4g} from the target"

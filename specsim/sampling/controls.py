@@ -10,6 +10,10 @@ verifiers, run by the Monte Carlo test) and its closed form (run by the exact en
   softmax q — the harness plants it by handing the verifier the raw q;
 - ``shared-uniform``: one uniform reused for the accept test at every position.
 
+Whether a bug changes the first two emitted tokens depends on the problem: a shared uniform, for
+instance, is invisible where every acceptance probability is 0 or 1 (possible with top-k on a
+tiny vocabulary). The checker's default problem (problem seed 0) shows every control.
+
 Importing this module does not import torch; the torch verifiers import it when called.
 """
 

@@ -10,8 +10,15 @@ Every verifier is a pure function of explicit inputs, batched over rows ``b``:
   positions (ragged windows); positions beyond it may hold padding (token -1, any p/q values);
 - ``randomness``: a ``VerifierRandomness`` (``accept`` ``[B, k]``, ``sample`` ``[B]``).
 
-They return a ``VerifyResult``. Only the row's final position (the first rejection, or the bonus
-position) is read in full; the residual is built and sampled only for rows that rejected.
+They return a ``VerifyResult``. Apart from validation, a row's p (and q) is read in full only at
+its final position (the first rejection, or the bonus position); the residual is built and sampled
+only for rows that rejected.
+
+``validate=True`` (the default) checks shapes, token ids, the window counts and the uniforms, that
+every used row of p and q sums to 1 (which exposes NaN, inf, logits and unnormalised rows), and
+the sign of every value read. The row sums are one read of p and q, about as much as the
+verification itself; ``validate=False`` skips all of it for inputs known to be good (e.g. straight
+from ``process_logits``).
 """
 
 from __future__ import annotations
@@ -107,6 +114,8 @@ def verify_rejection(
 def _speculative_rows(
     p, q, draft_tokens, n_drafts, randomness, validate, residual, shared_uniform=False
 ) -> VerifyResult:
+    """verify_rejection with a swappable residual and optionally one shared accept uniform:
+    the negative controls are built from it."""
     step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
     accept_uniforms = None
     if shared_uniform:
@@ -129,10 +138,6 @@ def verify_greedy(
     at every step), whatever the drafter. q and ``randomness`` are accepted for a uniform
     signature and ignored. Ties in argmax go to the lowest token id, as ``torch.argmax``.
     """
-    return _greedy_rows(p, q, draft_tokens, n_drafts, randomness, validate)
-
-
-def _greedy_rows(p, q, draft_tokens, n_drafts, randomness, validate) -> VerifyResult:
     step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, False)
     final = torch.empty_like(step.n_drafts)
 
@@ -167,12 +172,6 @@ def verify_typical(
     token from p (as vLLM does). It trades exactness for acceptance; the checker reports its
     total-variation distance from the target. q is ignored.
     """
-    return _typical_rows(p, q, draft_tokens, n_drafts, randomness, validate, epsilon, delta)
-
-
-def _typical_rows(
-    p, q, draft_tokens, n_drafts, randomness, validate, epsilon, delta
-) -> VerifyResult:
     step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
     final = torch.empty_like(step.n_drafts)
     tiny = torch.finfo(p.dtype).tiny
