@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import yaml
-from test_plan_support import write_scenario
+from test_plan_support import PROFILE, write_scenario
 
 from specsim.cli import main
 from specsim.planning.capacity import meets_slo
@@ -110,3 +111,49 @@ def test_bad_input_is_one_line_exit_2(tmp_path, repo, capsys, changes, extra, me
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_offers_rows_in_its_window_per_second_and_the_inverse_finds_the_speed():
+    from specsim.errors import SpecsimError
+    from specsim.planning.common import LoadAxis
+    from specsim.planning.rates import ArrivalScale
+
+    axis = LoadAxis("speed", "trace speed", "x", 1.0)
+    scale = ArrivalScale(axis, times=np.arange(100.0), duration_s=50.0)  # one row a second
+    assert scale.rate(1.0) == 1.0
+    assert scale.rate(1.5) == 75 / 50
+    assert scale.rate(4.0) == 2.0  # every row fits: the trace runs out
+    speed = scale.knob(1.5)
+    assert scale.rate(speed) >= 1.5 and scale.rate(speed * 0.99) < 1.5
+    with pytest.raises(SpecsimError, match="cannot offer 3 req/s"):
+        scale.knob(3.0)
+    capped = ArrivalScale(axis, times=np.arange(100.0), duration_s=50.0, requests=20)
+    assert capped.rate(1.0) == 20 / 50
+    open_loop = ArrivalScale(LoadAxis("rate", "rate", "req/s", 4.0))
+    assert open_loop.rate(7.5) == 7.5 and open_loop.knob(7.5) == 7.5
+
+
+def test_capacity_of_a_trace_replay_is_searched_on_its_speed(tmp_path, repo, traces_dir):
+    from specsim.planning import capacity
+
+    scenario = tmp_path / "trace.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "seed": 2,
+                "profile": str(repo / PROFILE),
+                "workload": {
+                    "kind": "trace",
+                    "trace": str(traces_dir / "AzureLLMInferenceTrace_conv.csv"),
+                    "duration_s": 20,
+                },
+                "speculation": {"drafter": "llama3.2-1b", "k": 2},
+                "slo": SLO,
+            }
+        )
+    )
+    plan = capacity.prepare(str(scenario), [], 30.0, None, [2], 0.1, 0.99, None)
+    assert plan.scale.axis.kind == "speed"
+    point = plan.point(plan.candidates[1], 2.0)
+    assert "workload.time_scale=0.5" in point.overrides
+    assert "fleet.replicas=1" in point.overrides

@@ -1,12 +1,13 @@
 """``plan capacity``: the highest arrival rate one replica sustains within the SLO, per candidate.
 
 Candidates are speculation off, every (drafter, k) asked for and each drafter's adaptive policy.
-Each gets a ``Bisection`` on ``workload.rate``; the searches advance together, one batch of
-probes per round through the sweep engine. A rate is sustained when at least ``attainment`` of its
-requests meet every SLO limit. From each capacity follow the replicas needed for the target rate
-and their cost (one device per replica, at the profile's price). The cheapest candidate is then
-confirmed by one fleet simulation at the target rate; if that fleet misses the SLO (a router
-spreads load unevenly), one more replica is tried, up to ``MAX_EXTRA_REPLICAS``.
+Each gets a ``Bisection`` on the load knob (``workload.rate``, or a trace's speed; see ``rates``);
+the searches advance together, one batch of probes per round through the sweep engine. A load is
+sustained when at least ``attainment`` of its requests meet every SLO limit. From each capacity
+follow the replicas needed for the target rate and their cost (one device per replica, at the
+profile's price). The candidate needing the fewest replicas (then: the most headroom) is confirmed
+by one fleet simulation at the target rate; if that fleet misses the SLO (a router spreads load
+unevenly), one more replica is tried, up to ``MAX_EXTRA_REPLICAS``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.planning.common import (
-    OPEN_LOOP,
     answerable_k,
     check_k_values,
+    load_axis,
     metric,
     scenario_identity,
     without_pools,
 )
 from specsim.planning.points import SweepPoint
+from specsim.planning.rates import ArrivalScale
 from specsim.planning.search import Bisection
 from specsim.planning.sweep import PointResult, Sweeper
 
@@ -62,6 +64,7 @@ class CapacityPlan:
     tolerance: float
     attainment: float
     seed: int
+    scale: ArrivalScale
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -74,15 +77,16 @@ class CapacityPlan:
             "seed": self.seed,
         }
 
-    def point(self, candidate: Candidate, rate: float, extra: Sequence[str] = ()) -> SweepPoint:
+    def point(self, candidate: Candidate, knob: float, extra: Sequence[str] = ()) -> SweepPoint:
+        """A simulation of ``candidate`` at load ``knob`` (an arrival rate or a trace speed)."""
         overrides = [
             *self.base_overrides,
             f"seed={self.seed}",
             *candidate.overrides(),
-            f"workload.rate={rate!r}",
+            *self.scale.axis.overrides(knob),
             *extra,
         ]
-        return SweepPoint.make(self.scenario_path, overrides, candidate=candidate.label, rate=rate)
+        return SweepPoint.make(self.scenario_path, overrides, candidate=candidate.label, knob=knob)
 
 
 def prepare(
@@ -102,13 +106,15 @@ def prepare(
     # Capacity is per replica: pools go, one replica is searched, the fleet check sets its size.
     overrides = [*overrides, *without_pools(scenario), "fleet.replicas=1"]
     scenario = load_scenario(scenario_path, overrides)
-    if scenario.workload.kind not in OPEN_LOOP:
+    axis = load_axis(scenario)
+    if axis.kind == "concurrency":
         raise SpecsimError(
-            f"capacity is an arrival rate, but the workload is {scenario.workload.kind!r}",
+            "capacity is an arrival rate, but a closed loop has none (its clients wait for "
+            "each other)",
             file=scenario_path,
             key="workload.kind",
-            fix="use an open-loop workload (poisson, bursty, fixed_rate), "
-            "e.g. --set workload.kind=poisson --set workload.rate=1",
+            fix="use an open-loop workload or a trace, e.g. --set workload.kind=poisson "
+            "--set workload.rate=1",
         )
     if scenario.slo is None:
         raise SpecsimError(
@@ -149,6 +155,8 @@ def prepare(
             candidates.append(Candidate(f"{drafter} k={k}", drafter, k))
         if chosen and max(chosen) > 0:
             candidates.append(Candidate(f"{drafter} adaptive", drafter, max(chosen), "adaptive"))
+    scale = ArrivalScale.for_scenario(scenario, axis)
+    scale.knob(target_rps)  # a trace too short for the target fails here, before any simulation
     return CapacityPlan(
         scenario_path=str(scenario_path),
         base_overrides=list(overrides),
@@ -159,6 +167,7 @@ def prepare(
         tolerance=tolerance,
         attainment=attainment,
         seed=scenario.seed if seed is None else seed,
+        scale=scale,
     )
 
 
@@ -183,8 +192,11 @@ def meets_slo(summary: dict[str, Any] | None, attainment: float) -> bool:
 
 @dataclass
 class CandidateResult:
+    """One candidate's search. The search runs on the load knob; ``capacity`` is in req/s."""
+
     candidate: Candidate
     search: Bisection
+    scale: ArrivalScale
     at_capacity: dict[str, Any] | None = None  # summary of the highest sustained probe
     error: str | None = None
     replicas: int | None = None
@@ -196,15 +208,22 @@ class CandidateResult:
 
     @property
     def capacity(self) -> float | None:
-        return self.search.estimate
+        knob = self.search.estimate
+        return None if knob is None else self.scale.rate(knob)
+
+    @property
+    def first_failing(self) -> float | None:
+        knob = self.search.hi
+        return None if knob is None else self.scale.rate(knob)
 
 
 def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResult]:
-    start = float(plan.scenario.workload.rate)
+    start = plan.scale.axis.base
     results = {
         c.label: CandidateResult(
             c,
-            Bisection(
+            scale=plan.scale,
+            search=Bisection(
                 start=start,
                 rel_tol=plan.tolerance,
                 lower_limit=start / RANGE_FACTOR,
@@ -222,19 +241,19 @@ def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResul
         rounds += 1
         per_search = max(1, sweeper.parallelism // len(active))
         points = [
-            plan.point(r.candidate, rate)
+            plan.point(r.candidate, knob)
             for r in active
-            for rate in r.search.next_probes(per_search)
+            for knob in r.search.next_probes(per_search)
         ]
         outcomes: dict[str, list[tuple[float, bool]]] = {}
         for result in sweeper.run(points, desc=f"capacity round {rounds}"):
-            label, rate = result.tags["candidate"], result.tags["rate"]
+            label, knob = result.tags["candidate"], result.tags["knob"]
             if not result.ok:
                 results[label].error = result.error
                 continue
-            summaries[(label, rate)] = result.summary
+            summaries[(label, knob)] = result.summary
             outcomes.setdefault(label, []).append(
-                (rate, meets_slo(result.summary, plan.attainment))
+                (knob, meets_slo(result.summary, plan.attainment))
             )
         for label, probes in outcomes.items():
             if results[label].error is None:
@@ -242,12 +261,12 @@ def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResul
     for entry in results.values():
         entry.probes = list(entry.search.probes)
         entry.attainment_curve = sorted(
-            (rate, attainment_of(summary))
-            for (label, rate), summary in summaries.items()
+            (plan.scale.rate(knob), attainment_of(summary))
+            for (label, knob), summary in summaries.items()
             if label == entry.candidate.label
         )
-        if entry.capacity is not None:
-            entry.at_capacity = summaries.get((entry.candidate.label, entry.capacity))
+        if entry.search.estimate is not None:
+            entry.at_capacity = summaries.get((entry.candidate.label, entry.search.estimate))
         _price(plan, entry)
     return list(results.values())
 
@@ -284,10 +303,10 @@ def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
 def fleet_point(plan: CapacityPlan, chosen: CandidateResult, replicas: int) -> SweepPoint:
     extra = [f"fleet.replicas={replicas}"]
     requests = plan.scenario.workload.requests
-    if requests is not None:
+    if requests is not None and plan.scale.times is None:
         # Keep each replica's share of requests as long as in the one-replica runs.
         extra.append(f"workload.requests={requests * replicas}")
-    point = plan.point(chosen.candidate, plan.target_rps, extra)
+    point = plan.point(chosen.candidate, plan.scale.knob(plan.target_rps), extra)
     return SweepPoint(point.scenario, point.overrides, {**point.tags, "replicas": replicas})
 
 
@@ -332,7 +351,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
                 "k": r.candidate.k,
                 "policy": r.candidate.policy,
                 "capacity_rps": r.capacity,
-                "bracket_rps": [r.search.lo, r.search.hi],
+                "bracket_rps": [r.capacity, r.first_failing],
                 "status": "failed" if r.error else r.search.status,
                 "error": r.error,
                 "probes": len(r.probes),

@@ -95,7 +95,7 @@ def _candidate_table(plan: CapacityPlan, results: list[CandidateResult]) -> Tabl
             [
                 r.candidate.label,
                 r.capacity,
-                r.search.hi,
+                r.first_failing,
                 (r.error and f"failed: {r.error}") or r.search.status,
                 len(r.probes),
                 r.replicas,
