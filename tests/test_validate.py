@@ -1,0 +1,147 @@
+"""specsim validate: the comparison rules, the output folder, exit codes and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from test_engine_common import drafter_map, model_spec, prompts_path
+
+from specsim.cli import main
+from specsim.validation.compare import THRESHOLDS, compare, metric_names, table
+
+
+def summary(scale: float = 1.0, acceptance: float = 2.0, throughput: float = 100.0) -> dict:
+    lat = {"mean": 1.0 * scale, "p50": 0.9 * scale, "p90": 1.5 * scale, "p99": 2.0 * scale}
+    return {
+        "ttft_s": lat,
+        "tpot_s": lat,
+        "e2e_s": lat,
+        "throughput_tokens_per_s": throughput,
+        "mean_acceptance_length": acceptance,
+    }
+
+
+def test_relative_error_sign_and_thresholds():
+    same = compare(summary(), summary())
+    assert same.passed and all(r.relative_error == 0 for r in same.rows)
+    assert len(same.rows) == len(metric_names()) == 14
+    slower = compare(summary(scale=1.08), summary())  # simulator predicts 8 % more latency
+    e2e = next(r for r in slower.rows if r.metric == "e2e_s.mean")
+    assert e2e.relative_error == pytest.approx(0.08)
+    assert not e2e.ok  # 8 % > 5 %
+    p90 = next(r for r in slower.rows if r.metric == "e2e_s.p90")
+    assert p90.ok  # 8 % < 10 %
+    assert [r.metric for r in slower.failures] == ["e2e_s.mean"]
+    accept = compare(summary(acceptance=2.07), summary(acceptance=2.0))
+    assert [r.metric for r in accept.failures] == ["mean_acceptance_length"]  # 3.5 % > 3 %
+    assert "EXCEEDED" in table(accept)
+    assert set(THRESHOLDS) <= set(metric_names())
+
+
+def hand_profile(path, slow: float = 1.0):
+    """A profile in the shape the profiler writes, with round numbers (``slow`` scales time)."""
+
+    def latency(fixed, per_token):
+        return {"fit": {"fixed_s": fixed * slow, "per_batched_token_s": per_token * slow}}
+
+    spec = {"kv_bytes_per_token": 4096, "weight_bytes": 10_000_000}
+    data = {
+        "version": 1,
+        "name": "hand",
+        "provenance": {"source": "measured", "device": "test", "date": "2026-01-01"},
+        "hardware": {"name": "cpu", "memory_bytes": 8e9, "price_per_hour_usd": 0.0},
+        "target": {"kind": "target", **spec, "latency": latency(0.01, 1e-4)},
+        "drafters": {"small": {"kind": "draft_model", **spec, "latency": latency(0.001, 1e-5)}},
+        "overhead": {"per_step_s": 1e-4},
+        "acceptance": [
+            {
+                "drafter": "small",
+                "verifier": "rejection",
+                "temperature": 1.0,
+                "per_position": [0.8, 0.7],
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def write_scenario(tmp_path, **engine):
+    data = {
+        "name": "validate-test",
+        "seed": 3,
+        "profile": "unused.yaml",
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 2,
+            "requests": 6,
+            "prompt": {"dist": "fixed", "value": 24},
+            "output": {"dist": "fixed", "value": 12},
+        },
+        "engine": {"max_batch": 2, "chunked_prefill": False, **engine},
+        "speculation": {"drafter": "small", "k": 2},
+    }
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def validate_argv(scenario, profile, out) -> list[str]:
+    drafters = [f"--drafter={name}={spec}" for name, spec in drafter_map().items()]
+    return [
+        "validate",
+        str(scenario),
+        "--profile",
+        str(profile),
+        "--out",
+        str(out),
+        "--target",
+        model_spec("specsim-target"),
+        "--prompts",
+        prompts_path(),
+        *drafters,
+        "--json",
+    ]
+
+
+@pytest.mark.slow
+def test_validate_writes_everything_and_exit_code_follows_the_verdict(tmp_path, capsys):
+    scenario = write_scenario(tmp_path)
+    out = tmp_path / "out"
+    code = main(validate_argv(scenario, hand_profile(tmp_path / "p.yaml"), out))
+    result = json.loads(capsys.readouterr().out)
+    assert code == (0 if result["passed"] else 1)
+    for name in ("comparison.json", "comparison.md", "validation.png"):
+        assert (out / name).is_file()
+    for part in ("engine", "simulation"):
+        assert (out / part / "requests.csv").is_file()
+        assert json.loads((out / part / "summary.json").read_text())["requests"] == 6
+    assert (out / "validation.png").read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((out / "comparison.json").read_text())
+    assert saved["iteration_residuals"] and saved["rows"] == result["rows"]
+    kinds = {r["kind"] for r in saved["iteration_residuals"]}
+    assert kinds == {"prefill", "decode"}
+
+
+def test_a_wrong_profile_fails_validation_with_exit_1(tmp_path, capsys):
+    scenario = write_scenario(tmp_path)
+    slow = hand_profile(tmp_path / "slow.yaml", slow=50.0)  # predicts 50x the real pass times
+    code = main(validate_argv(scenario, slow, tmp_path / "out"))
+    result = json.loads(capsys.readouterr().out)
+    assert code == 1 and not result["passed"]
+    failed = {r["metric"] for r in result["rows"] if r["ok"] is False}
+    assert {"e2e_s.mean", "throughput_tokens_per_s"} <= failed
+
+
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+    profile = hand_profile(tmp_path / "p.yaml")
+    out = tmp_path / "out"
+    chunked = write_scenario(tmp_path, chunked_prefill=True)
+    assert main(validate_argv(chunked, profile, out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "engine.chunked_prefill" in err and len(err.splitlines()) == 1
+    assert main(validate_argv(write_scenario(tmp_path), tmp_path / "none.yaml", out)) == 2
+    assert "profile not found" in capsys.readouterr().err
+    assert not out.exists()
