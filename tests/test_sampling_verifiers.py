@@ -304,3 +304,24 @@ def test_large_vocabulary_matches_the_straightforward_transcription():
     result = verify_rejection(p, q, d, None, r)
     assert torch.equal(result.tokens, straightforward_rejection(p, q, d, r))
     assert 0 < int(result.accepted.sum()) < 64 * 3  # both accepts and rejections occurred
+
+
+@pytest.mark.parametrize("verify", VERIFIERS)
+def test_window_zero_emits_one_token_sampled_from_p(verify):
+    # k = 0 (speculation off): p [B, 1, V], q [B, 0, V]; the token comes from p by inverse CDF.
+    p = torch.tensor([[[0.25, 0.0, 0.75]]] * 3, dtype=torch.float64)
+    result = verify(
+        p, torch.zeros(3, 0, 3), torch.zeros(3, 0, dtype=torch.long), None,
+        uniforms([[], [], []], [0.1, 0.3, 0.9]),
+    )  # fmt: skip
+    expected = [[2], [2], [2]] if verify is verify_greedy else [[0], [2], [2]]
+    assert result.tokens.tolist() == expected and result.accepted.tolist() == [0, 0, 0]
+
+
+def test_half_precision_inputs_are_sampled_in_float32():
+    p, q, d, n, r = random_step(batch=32, k=3, vocab=300, seed=8)
+    full = verify_rejection(p.float(), q.float(), d, n, r)
+    half = verify_rejection(p.bfloat16(), q.bfloat16(), d, n, r)
+    assert bool((half.tokens[half.tokens >= 0] < 300).all())
+    # bfloat16 rounding moves a few decisions, not most of them.
+    assert float((half.tokens == full.tokens).float().mean()) > 0.8

@@ -146,6 +146,8 @@ def inverse_cdf(
     is the smallest token whose cumulative weight exceeds ``u * total``, as with one cumsum.
     """
     weights = weights.reshape(-1, weights.shape[-1])
+    if weights.dtype in (torch.float16, torch.bfloat16):
+        weights = weights.float()  # a half-precision running sum loses the tail of the CDF
     uniforms = uniforms.reshape(-1)
     rows, vocab = weights.shape
     if vocab <= 2 * block:

@@ -45,7 +45,7 @@ def require_float(x: torch.Tensor, name: str, ndim: int, shape_doc: str) -> None
 
 def check_row_sums(probs: torch.Tensor, name: str, valid: torch.Tensor | None = None) -> None:
     """Every row (last axis) selected by ``valid`` must be finite and sum to 1 within tolerance."""
-    sums = probs.sum(dim=-1, dtype=torch.float64 if probs.dtype == torch.float64 else None)
+    sums = probs.sum(dim=-1, dtype=torch.float64 if probs.dtype == torch.float64 else torch.float32)
     bad = ~(sums - 1.0).abs().le(sum_tolerance(probs.dtype))  # NaN compares False: flagged too
     if valid is not None:
         bad &= valid
