@@ -209,9 +209,9 @@ class Replica:
 
     def _admit(self, now: float) -> None:
         queue = self.queue
-        if not queue:
-            return
         running = self.decoding + len(self.prefilling)
+        if not queue or running >= self.max_batch:
+            return
         used = self._kv_in_use(self.decode_kv)
         while queue and running < self.max_batch:
             if self.chunked and self.prefill_pending >= self.token_budget:
@@ -314,10 +314,16 @@ class Replica:
                 if proposed is not None:
                     drafts = _minimum(drafts, proposed * k)
                 accepted = _minimum(accepted, drafts)
-            new = drafts + _ONE
-            new_tokens = float(_sum(new))
-            # sum_i new_i (context_i + (new_i + 1) / 2): query-key pairs of the verification.
-            pairs = float(new.dot(self.context)) + 0.5 * (float(new.dot(new)) + new_tokens)
+            # Each row verifies new = drafts + 1 positions (0 for empty slots, whose drafts are
+            # -1 and context 0). Query-key pairs: sum new (context + (new + 1) / 2), expanded in
+            # drafts so that no temporary array is needed.
+            drafted = float(_sum(drafts))
+            new_tokens = drafted + self.capacity
+            pairs = (
+                float(drafts.dot(self.context))
+                + decode_kv
+                + 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + self.capacity + new_tokens)
+            )
             if k:
                 dt += costs.draft_s(rows, k, decode_kv)
             decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
@@ -426,7 +432,8 @@ class Replica:
                 done.append(request)
         if not done:
             return
-        self.prefilling = [r for r in self.prefilling if r.prefilled < r.prefill_target]
+        # Chunks go out in queue order and only the last can be partial: done is a prefix.
+        del self.prefilling[: len(done)]
         for request in done:
             self.prefill_reserved -= request.prefill_target + self.lookahead
             if request.first_token < 0:
