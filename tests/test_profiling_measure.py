@@ -294,3 +294,22 @@ def test_acceptance_is_deterministic_for_a_seed(configs):
     assert entries(3) == entries(3)
     sampled = [e for e in entries(3) if e["verifier"] == "rejection"]
     assert sampled != [e for e in entries(4) if e["verifier"] == "rejection"]
+
+
+def test_a_budget_too_short_to_fit_is_a_clear_error(configs, tmp_path, capsys):
+    out = tmp_path / "p.yaml"
+    argv = [
+        "profile",
+        "--target",
+        configs["target"],
+        "--no-acceptance",
+        *SMALL_GRID,
+        "--time-budget",
+        "1e-6",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "need at least 7" in err and "--time-budget" in err
+    assert not out.exists()

@@ -245,3 +245,15 @@ def test_out_may_be_a_folder(repo, tmp_path):
     folder = tmp_path / "runs"
     assert main([*_roofline_argv(repo, folder), "--name", "h100"]) == 0
     assert load_profile(folder / "h100.yaml").name == "h100"
+
+
+def test_mean_acceptance_lengths_follow_from_chain_rates():
+    from specsim.profiling.writer import chain_mean_acceptance_lengths, complete_acceptance
+
+    lengths = chain_mean_acceptance_lengths([0.5, 0.4], proposal_rate=1.0, max_k=3)
+    # 1 + 0.5; + 0.5 x 0.4; + 0.5 x 0.4 x 0.4 (the last rate repeats)
+    assert lengths == pytest.approx({1: 1.5, 2: 1.7, 3: 1.78})
+    sparse = chain_mean_acceptance_lengths([0.5], proposal_rate=0.2, max_k=2)
+    assert sparse == pytest.approx({1: 1.1, 2: 1.15})
+    measured = {"per_position": [0.5], "mean_acceptance_length": {4: 2.0}}
+    assert complete_acceptance(measured)["mean_acceptance_length"] == {4: 2.0}
