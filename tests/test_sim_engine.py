@@ -292,3 +292,40 @@ def test_heads_cost_a_fixed_draft_step(tmp_path):
     assert summary["tpot_s"]["mean"] == pytest.approx(0.012 / 1.84, rel=0.04)
     # Heads FLOPs: k = 2 draft tokens per step at 1e8 FLOPs each (one row per step here).
     assert summary["flops_drafter"] == pytest.approx(2e8 * rec["steps"].sum(), rel=1e-5)
+
+
+def test_step_times_and_flops_match_the_profile_pass_by_pass(tmp_path):
+    """Acceptance rate 1 makes a lone request deterministic; replaying it by hand with the
+    profile's own LatencyModel.pass_seconds gives the same first-token and finish times and the
+    same verification FLOPs (prompt 100, output 20, k = 3: windows of 3, 3, 3, 3 and 2 drafts)."""
+    profile = load_profile(DATA / "sim_profile_compute.yaml")
+    target, draft = profile.latency_model("target"), profile.latency_model("small")
+    overhead = profile.profile.overhead.per_step_s
+    data = {
+        "profile": "sim_profile_compute.yaml",
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 1,
+            "requests": 1,
+            "prompt": {"dist": "fixed", "value": 100},
+            "output": {"dist": "fixed", "value": 20},
+        },
+        "speculation": {"drafter": "small", "k": 3, "acceptance": "iid", "acceptance_rate": 1.0},
+    }
+    scenario = Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+    summary, rec = run(scenario, tmp_path)
+    # Prefill: both models read the 100-token prompt; the pass samples the first token.
+    clock = target.pass_seconds([0], [100]) + draft.pass_seconds([0], [100]) + overhead
+    assert rec["first_token_s"][0] == pytest.approx(clock, abs=1e-6)  # CSV keeps microseconds
+    context, remaining, flops = 100, 19, 0.0
+    while remaining:
+        drafts = min(3, remaining - 1)
+        new = drafts + 1
+        clock += target.pass_seconds([context], [new]) + overhead
+        clock += sum(draft.pass_seconds([context + j], [1]) for j in range(3))
+        flops += 16e9 * new + 524288 * new * (context + (new + 1) / 2)
+        context += new
+        remaining -= new
+    assert rec["finish_s"][0] == pytest.approx(clock, abs=1e-6)
+    assert summary["flops_verification"] == pytest.approx(flops, rel=1e-5)
+    assert rec["steps"][0] == 5 and rec["accepted"][0] == 14 and rec["drafted"][0] == 14
