@@ -47,7 +47,7 @@ def test_greedy_passes_against_greedy_decoding_and_is_flagged_against_sampling()
     assert report.lossless and report.reference == "target greedy decoding"
     assert report.detectable_tv < 1e-4
     # The same verifier judged against target *sampling* (as a user callable) is flagged.
-    as_sampler = check_sampler(checker_verifier("verify_greedy"), samples=50_000, seed=1)
+    as_sampler = check_sampler(checker.VERIFIERS["greedy"].load(), samples=50_000, seed=1)
     assert not as_sampler.lossless and as_sampler.p_value < 1e-6
 
 
@@ -87,20 +87,14 @@ def test_torch_implementation_follows_its_closed_form(name):
             CONTROLS[name].verify_with_raw_q,
         )
     else:
-        spec = checker.VERIFIERS[name]
-        verifier, rule, raw = checker_verifier(spec.function), spec.rule, False
+        subject = checker.VERIFIERS[name]
+        verifier, rule, raw = subject.load(), subject.rule, False
     predicted = ref.first_tokens_distribution(
         models.tables(processing, verify_with_raw_q=raw), models.prompt, (0, 1, 2, 3), rule
     )
     tables = torch_tables(models, processing, verify_with_raw_q=raw)
     counts = run_monte_carlo(verifier, tables, models.prompt, 3, 100_000, 3, ragged=True)
     assert g_test(counts, predicted).p_value > 1e-3
-
-
-def checker_verifier(function_name):
-    from specsim.sampling import verifiers
-
-    return getattr(verifiers, function_name)
 
 
 def test_same_seed_same_counts():
@@ -201,6 +195,14 @@ def test_malformed_verifier_output_is_a_clear_error():
         with pytest.raises(SpecsimError) as info:
             check_sampler(bad, samples=1000)
         assert info.value.key == "verifier"
+
+
+def test_a_callable_needs_monte_carlo_samples(monkeypatch):
+    with pytest.raises(SpecsimError, match="no closed form"):
+        check_sampler(verify_rejection, samples=0)
+    monkeypatch.setattr(checker, "torch_available", lambda: False)
+    with pytest.raises(SpecsimError, match="nothing could be run"):
+        check_sampler(verify_rejection, samples=1000)
 
 
 def test_without_torch_the_closed_form_still_gives_a_verdict(monkeypatch):

@@ -63,63 +63,82 @@ N_TOKENS = 2
 
 
 @dataclass(frozen=True)
-class BuiltinVerifier:
+class Subject:
+    """What is being checked: a built-in verifier, a negative control, or a user callable."""
+
     name: str
-    function: str  # attribute of specsim.sampling.verifiers
-    rule: reference.ClosedFormRule
-    greedy_reference: bool
-    lossy_by_design: bool
     description: str
+    rule: reference.ClosedFormRule | None  # None: no closed form (a user callable)
+    greedy_reference: bool  # judged against target greedy decoding instead of sampling
+    lossy_by_design: bool
+    verify_with_raw_q: bool  # the raw-q control: hand the verifier softmax(raw drafter logits)
+    load: Callable[[], Callable]  # returns the torch verifier (imports torch)
 
 
-VERIFIERS = {
-    v.name: v
-    for v in (
-        BuiltinVerifier(
-            "rejection",
-            "verify_rejection",
-            reference.REJECTION,
-            False,
-            False,
+def _builtin(name: str, function: str, rule, greedy: bool, lossy: bool, what: str) -> Subject:
+    def load():
+        from specsim.sampling import verifiers
+
+        return getattr(verifiers, function)
+
+    return Subject(name, what, rule, greedy, lossy, False, load)
+
+
+VERIFIERS: dict[str, Subject] = {
+    s.name: s
+    for s in (
+        _builtin(
+            "rejection", "verify_rejection", reference.REJECTION, False, False,
             "exact modified rejection sampling",
         ),
-        BuiltinVerifier(
-            "greedy",
-            "verify_greedy",
-            reference.GREEDY,
-            True,
-            False,
+        _builtin(
+            "greedy", "verify_greedy", reference.GREEDY, True, False,
             "greedy verification (lossless means: equals target-only greedy decoding)",
         ),
-        BuiltinVerifier(
-            "typical",
-            "verify_typical",
-            reference.TYPICAL,
-            False,
-            True,
+        _builtin(
+            "typical", "verify_typical", reference.TYPICAL, False, True,
             "Medusa typical acceptance (lossy by design)",
         ),
     )
-}
+}  # fmt: skip
+
+
+def subject_for(verifier: str | Callable, greedy_reference: bool = False) -> Subject:
+    """The Subject for a built-in name, a control name, or a verifier callable."""
+    if callable(verifier):
+        name = getattr(verifier, "__name__", type(verifier).__name__)
+        return Subject(
+            name, "user-supplied verifier", None, greedy_reference, False, False, lambda: verifier
+        )
+    if verifier in VERIFIERS:
+        return VERIFIERS[verifier]
+    if verifier in CONTROLS:
+        c = CONTROLS[verifier]
+        return Subject(
+            c.name, f"negative control: {c.description}", c.rule, False, False,
+            c.verify_with_raw_q, lambda: c.verifier,
+        )  # fmt: skip
+    names = ", ".join([*VERIFIERS, *CONTROLS])
+    raise SpecsimError(f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names}")
 
 
 @dataclass(frozen=True)
 class SamplerCheck:
-    """The verdict and the evidence. ``lossless`` is None only if nothing could be run."""
+    """The verdict and the evidence (closed form, then Monte Carlo), and the set-up."""
 
     verifier: str
     description: str
     lossless: bool
     lossy_by_design: bool
     reference: str  # "target sampling" or "target greedy decoding"
-    closed_form_max_abs_error: float | None
+    closed_form_max_abs_error: float | None  # None: no closed form for a user callable
     tv_distance: float | None  # closed form, exact
-    p_value: float | None
-    g_statistic: float | None
+    p_value: float | None  # None: Monte Carlo skipped (see monte_carlo_note)
+    g_statistic: float | None  # None also when an impossible outcome was seen (infinite)
     dof: int | None
-    impossible_samples: int | None
+    impossible_samples: int | None  # samples outside the target's support
     monte_carlo_tv: float | None  # plug-in TV of the empirical distribution (biased upwards)
-    detectable_tv: float | None
+    detectable_tv: float | None  # smallest TV detected with `power` at level `alpha`
     power: float
     alpha: float
     samples: int
@@ -160,60 +179,46 @@ def check_sampler(
     ``verifier``: "rejection", "greedy", "typical", a control name from ``controls.CONTROLS``
     (``resample-p``, ``argmax-on-reject``, ``residual-0.8q``, ``raw-q``, ``shared-uniform``), or
     a callable with the verifier signature (``greedy_reference=True`` judges a callable against
-    greedy decoding instead of sampling). ``samples=0`` skips the Monte Carlo test; it is also
-    skipped, with a note, when torch is not installed.
+    greedy decoding instead of sampling). ``ragged=True`` draws each step's number of drafts
+    uniformly from 0..k. ``samples=0`` skips the Monte Carlo test; it is also skipped, with a
+    note, when torch is not installed. The verdict is lossless only if every test that ran
+    passed: the closed form within 1e-12 and the G-test at level ``alpha``.
     """
-    _validate(verifier, vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power)
-    name, description, rule, greedy_ref, lossy_by_design, raw_q, torch_fn = _resolve(
-        verifier, greedy_reference
-    )
-    if raw_q and Processing(temperature, top_k, top_p).is_identity:
-        raise SpecsimError(
-            "the raw-q control needs logits processing, else raw and processed q coincide",
-            key="--control raw-q",
-            fix="add --top-k, --top-p or a temperature other than 1",
-        )
-    if raw_q and drafter != "sample":
-        raise SpecsimError("the raw-q control needs a sampling drafter", key="--drafter")
+    _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power)
+    subject = subject_for(verifier, greedy_reference)
     processing = Processing(float(temperature), int(top_k), float(top_p))
+    _check_subject_fits(subject, processing, drafter, samples)
     models = ToyModels.make(vocab, problem_seed)
     target = reference.target_distribution(
-        models.tables(processing).p, models.prompt, N_TOKENS, greedy=greedy_ref
+        models.tables(processing).p, models.prompt, N_TOKENS, greedy=subject.greedy_reference
     )
 
     max_error = tv = None
-    if rule is not None:
-        tables = models.tables(processing, drafter, verify_with_raw_q=raw_q)
+    if subject.rule is not None:
+        tables = models.tables(processing, drafter, verify_with_raw_q=subject.verify_with_raw_q)
         counts = tuple(range(k + 1)) if ragged else (k,)
-        produced = reference.first_tokens_distribution(tables, models.prompt, counts, rule)
+        produced = reference.first_tokens_distribution(tables, models.prompt, counts, subject.rule)
         max_error = float(np.abs(produced - target).max())
         tv = reference.total_variation(produced, target)
 
-    mc = _monte_carlo(
-        torch_fn,
-        models,
-        processing,
-        drafter,
-        raw_q,
-        k,
-        samples,
-        seed,
-        ragged,
-        target,
-        alpha,
-        power,
-    )
-    verdicts = []
-    if max_error is not None:
-        verdicts.append(max_error <= EXACT_TOLERANCE)
+    mc = _monte_carlo(subject, models, processing, drafter, k, samples, seed, ragged, target)
+    if mc["p_value"] is not None:
+        mc["detectable_tv"] = stats.detectable_tv(target, samples, alpha, power)
+    verdicts = [] if max_error is None else [max_error <= EXACT_TOLERANCE]
     if mc["p_value"] is not None:
         verdicts.append(mc["p_value"] >= alpha)
+    if not verdicts:
+        raise SpecsimError(
+            "nothing could be run: a verifier callable has no closed form and torch is missing",
+            key="verifier",
+            fix="install torch (pip install 'specsim-llm[torch]')",
+        )
     return SamplerCheck(
-        verifier=name,
-        description=description,
-        lossless=bool(verdicts) and all(verdicts),
-        lossy_by_design=lossy_by_design,
-        reference="target greedy decoding" if greedy_ref else "target sampling",
+        verifier=subject.name,
+        description=subject.description,
+        lossless=all(verdicts),
+        lossy_by_design=subject.lossy_by_design,
+        reference="target greedy decoding" if subject.greedy_reference else "target sampling",
         closed_form_max_abs_error=max_error,
         tv_distance=tv,
         power=power,
@@ -223,24 +228,13 @@ def check_sampler(
         problem_seed=problem_seed,
         vocab=vocab,
         k=k,
-        temperature=float(temperature),
-        top_k=int(top_k),
-        top_p=float(top_p),
+        temperature=processing.temperature,
+        top_k=processing.top_k,
+        top_p=processing.top_p,
         drafter=drafter,
         ragged=ragged,
-        **{key: mc[key] for key in _MC_KEYS},
+        **mc,
     )
-
-
-_MC_KEYS = (
-    "p_value",
-    "g_statistic",
-    "dof",
-    "impossible_samples",
-    "monte_carlo_tv",
-    "detectable_tv",
-    "monte_carlo_note",
-)
 
 
 def torch_available() -> bool:
@@ -252,90 +246,65 @@ def torch_available() -> bool:
     return True
 
 
-def _monte_carlo(
-    torch_fn, models, processing, drafter, raw_q, k, samples, seed, ragged, target, alpha, power
-) -> dict[str, Any]:
-    empty: dict[str, Any] = dict.fromkeys(_MC_KEYS)
+def _monte_carlo(subject, models, processing, drafter, k, samples, seed, ragged, target) -> dict:
+    result: dict[str, Any] = dict.fromkeys(
+        ("p_value", "g_statistic", "dof", "impossible_samples", "monte_carlo_tv", "detectable_tv")
+    )
     if samples == 0:
-        return {**empty, "monte_carlo_note": "skipped (--samples 0)"}
+        return {**result, "monte_carlo_note": "skipped (--samples 0)"}
     if not torch_available():
-        return {
-            **empty,
-            "monte_carlo_note": "skipped: torch is not installed "
-            "(pip install 'specsim-llm[torch]')",
-        }
+        note = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
+        return {**result, "monte_carlo_note": note}
     from specsim.sampling import montecarlo
 
-    verifier = torch_fn()
-    tables = montecarlo.torch_tables(models, processing, drafter, raw_q)
+    tables = montecarlo.torch_tables(models, processing, drafter, subject.verify_with_raw_q)
     counts = montecarlo.run_monte_carlo(
-        verifier, tables, models.prompt, k, samples, seed, n_tokens=N_TOKENS, ragged=ragged
+        subject.load(), tables, models.prompt, k, samples, seed, n_tokens=N_TOKENS, ragged=ragged
     )
     test = stats.g_test(counts, target)
     return {
+        **result,
         "p_value": test.p_value,
         "g_statistic": test.statistic,
         "dof": test.dof,
         "impossible_samples": test.impossible_count,
         "monte_carlo_tv": reference.total_variation(counts / samples, target),
-        "detectable_tv": stats.detectable_tv(target, samples, alpha, power),
         "monte_carlo_note": None,
     }
 
 
-def _resolve(verifier, greedy_reference):
-    """(name, description, rule, greedy ref, lossy by design, raw q, torch verifier factory)."""
-    if callable(verifier):
-        name = getattr(verifier, "__name__", type(verifier).__name__)
-        return (
-            name,
-            "user-supplied verifier",
-            None,
-            greedy_reference,
-            False,
-            False,
-            lambda: verifier,
+def _check_subject_fits(subject: Subject, processing: Processing, drafter: str, samples: int):
+    if subject.verify_with_raw_q and processing.is_identity:
+        raise SpecsimError(
+            "the raw-q control needs logits processing, else raw and processed q coincide",
+            key="--control raw-q",
+            fix="add --top-k, --top-p or a temperature other than 1",
         )
-    if verifier in VERIFIERS:
-        v = VERIFIERS[verifier]
-
-        def load():
-            from specsim.sampling import verifiers
-
-            return getattr(verifiers, v.function)
-
-        return v.name, v.description, v.rule, v.greedy_reference, v.lossy_by_design, False, load
-    c = CONTROLS[verifier]
-    return (
-        c.name,
-        f"negative control: {c.description}",
-        c.rule,
-        False,
-        False,
-        c.verify_with_raw_q,
-        lambda: c.verifier,
-    )
+    if subject.verify_with_raw_q and drafter != "sample":
+        raise SpecsimError(
+            "the raw-q control needs a sampling drafter", key="--drafter", fix="use sample"
+        )
+    if subject.rule is None and samples == 0:
+        raise SpecsimError(
+            "a verifier callable has no closed form, so it needs Monte Carlo samples",
+            key="samples",
+            fix="pass samples > 0",
+        )
 
 
-def _validate(verifier, vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power):
-    if not callable(verifier) and verifier not in VERIFIERS and verifier not in CONTROLS:
-        names = ", ".join([*VERIFIERS, *CONTROLS])
-        raise SpecsimError(f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names}")
+def _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power) -> None:
     checks = [
-        (
-            2 <= vocab <= MAX_VOCAB,
-            "--vocab",
-            f"use 2..{MAX_VOCAB}: the closed form enumerates every draft path",
-        ),
+        (2 <= vocab <= MAX_VOCAB, "--vocab",
+         f"use 2..{MAX_VOCAB}: the closed form enumerates every draft path"),
         (1 <= k <= MAX_K, "--k", f"use 1..{MAX_K}: the closed form enumerates V^k draft paths"),
         (samples >= 0, "--samples", "use 0 (closed form only) or a positive count"),
         (temperature >= 0 and np.isfinite(temperature), "--temperature", "use >= 0 (0: greedy)"),
-        (top_k >= 0, "--top-k", "use >= 0 (0: off)"),
+        (top_k >= 0 and float(top_k).is_integer(), "--top-k", "use a whole number >= 0 (0: off)"),
         (0 < top_p <= 1, "--top-p", "use a value in (0, 1] (1: off)"),
         (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
         (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
         (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
-    ]
+    ]  # fmt: skip
     for ok, key, fix in checks:
         if not ok:
             raise SpecsimError("value out of range", key=key, fix=fix)
