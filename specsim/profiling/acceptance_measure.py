@@ -93,79 +93,100 @@ def measure_acceptance(
     sequences_prefix: str | None = None,
     progress=None,
 ) -> AcceptanceResult:
-    """Acceptance entries for every drafter x verifier x temperature (see module docstring)."""
-    import torch
+    """Acceptance entries for every drafter x verifier x temperature (see module docstring).
 
-    from specsim.profiling.ngram import proposals
-    from specsim.profiling.scoring import draft_model_scores, drafter_logits, generate, ngram_scores
-
+    ``draft_models`` maps drafter names to loaded models (prompt-lookup drafters need none).
+    """
     result = AcceptanceResult(entries=[])
     for temperature, verifiers in _verifier_runs(temperatures):
-        generator = torch.Generator().manual_seed(seed)
-        generations = []
-        for start in range(0, len(prompt_ids), CHUNK):
-            chunk = list(prompt_ids[start : start + CHUNK])
-            generations += generate(
-                target, chunk, temperature, max_new_tokens, generator, eos_id=eos_id
-            )
-            if progress is not None:
-                progress.update(len(chunk))
-        generations = [g for g in generations if len(g.tokens) >= 2]
-        if not generations:
-            raise SpecsimError(
-                "the target generated fewer than 2 tokens for every prompt",
-                file="--prompts",
-                fix="use longer prompts or a larger --max-new-tokens",
-            )
+        generations = _generate_all(
+            target, prompt_ids, temperature, max_new_tokens, seed, eos_id, progress
+        )
         result.tokens_scored += sum(len(g.tokens) for g in generations)
-        # per drafter: score name -> list of per-request score arrays
-        per_drafter: dict[str, dict[str, list]] = {}
         for d in drafters:
             if d.is_ngram:
-                rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "drafts": []}
-                cost = result.lookup_cost.setdefault(d.name, [0.0, 0])
-                for g in generations:
-                    t0 = time.perf_counter()
-                    tokens, lengths = proposals(g.prompt, g.tokens, d.ngram, MAX_K)
-                    cost[0] += time.perf_counter() - t0
-                    cost[1] += len(g.tokens)
-                    for key, value in ngram_scores(g.logits, tokens, lengths, temperature).items():
-                        rows[key].append(value)
-                    rows["drafts"].append(lengths)
+                rows = _score_prompt_lookup(d, generations, temperature, result)
             else:
-                rows = {"beta": [], "match": [], "typical": []}
-                for start in range(0, len(generations), CHUNK):
-                    chunk = generations[start : start + CHUNK]
-                    for g, q in zip(
-                        chunk, drafter_logits(draft_models[d.name], chunk), strict=True
-                    ):
-                        for key, value in draft_model_scores(g.logits, q, temperature).items():
-                            rows[key].append(value)
-            per_drafter[d.name] = rows
-        for d in drafters:
-            rows = per_drafter[d.name]
+                rows = _score_draft_model(draft_models[d.name], generations, temperature)
             for verifier in verifiers:
-                key = SCORE_OF[verifier]
-                if d.is_ngram:
-                    scored = [
-                        Scored(a, dr) for a, dr in zip(rows[key], rows["drafts"], strict=True)
-                    ]
-                    firsts = [a[dr > 0, 0] for a, dr in zip(rows[key], rows["drafts"], strict=True)]
-                    firsts = [f for f in firsts if len(f)]
-                else:
-                    scored = [Scored.from_beta(b) for b in rows[key]]
-                    firsts = list(rows[key])
-                entry = _entry(d.name, verifier, temperature, scored, firsts)
-                if entry is None:
-                    result.notes.append(
-                        f"{d.name} never proposed a draft at T={temperature:g}: no "
-                        f"{verifier} entry written."
-                    )
-                    continue
-                if sequences_prefix is not None:
-                    _add_sequences(result, entry, d, rows, key, sequences_prefix)
-                result.entries.append(entry)
+                _add_entry(result, d, verifier, temperature, rows, sequences_prefix)
     return result
+
+
+def _generate_all(target, prompt_ids, temperature, max_new_tokens, seed, eos_id, progress):
+    """The target's continuations of every prompt (one seeded generator per temperature)."""
+    import torch
+
+    from specsim.profiling.scoring import generate
+
+    generator = torch.Generator().manual_seed(seed)
+    generations = []
+    for start in range(0, len(prompt_ids), CHUNK):
+        chunk = list(prompt_ids[start : start + CHUNK])
+        generations += generate(target, chunk, temperature, max_new_tokens, generator, eos_id)
+        if progress is not None:
+            progress.update(len(chunk))
+    generations = [g for g in generations if len(g.tokens) >= 2]
+    if not generations:
+        raise SpecsimError(
+            "the target generated fewer than 2 tokens for every prompt",
+            file="--prompts",
+            fix="use longer prompts or a larger --max-new-tokens",
+        )
+    return generations
+
+
+def _score_draft_model(model, generations, temperature) -> dict[str, list]:
+    """Per-request arrays of beta, greedy match and typical pass probability per position."""
+    from specsim.profiling.scoring import draft_model_scores, drafter_logits
+
+    rows: dict[str, list] = {"beta": [], "match": [], "typical": []}
+    for start in range(0, len(generations), CHUNK):
+        chunk = generations[start : start + CHUNK]
+        for g, q in zip(chunk, drafter_logits(model, chunk), strict=True):
+            for key, value in draft_model_scores(g.logits, q, temperature).items():
+                rows[key].append(value)
+    return rows
+
+
+def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dict[str, list]:
+    """Per-request acceptance matrices of the lookup's proposals, and their lengths; also
+    times the lookup itself (its cost per step goes into the profile)."""
+    from specsim.profiling.ngram import proposals
+    from specsim.profiling.scoring import ngram_scores
+
+    rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "drafts": []}
+    cost = result.lookup_cost.setdefault(d.name, [0.0, 0])
+    for g in generations:
+        t0 = time.perf_counter()
+        tokens, lengths = proposals(g.prompt, g.tokens, d.ngram, MAX_K)
+        cost[0] += time.perf_counter() - t0
+        cost[1] += len(g.tokens)
+        for key, value in ngram_scores(g.logits, tokens, lengths, temperature).items():
+            rows[key].append(value)
+        rows["drafts"].append(lengths)
+    return rows
+
+
+def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_prefix) -> None:
+    key = SCORE_OF[verifier]
+    if d.is_ngram:
+        pairs = list(zip(rows[key], rows["drafts"], strict=True))
+        scored = [Scored(a, dr) for a, dr in pairs]
+        firsts = [a[dr > 0, 0] for a, dr in pairs]
+        firsts = [f for f in firsts if len(f)]
+    else:
+        scored = [Scored.from_beta(b) for b in rows[key]]
+        firsts = list(rows[key])
+    entry = _entry(d.name, verifier, temperature, scored, firsts)
+    if entry is None:
+        result.notes.append(
+            f"{d.name} never proposed a draft at T={temperature:g}: no {verifier} entry written."
+        )
+        return
+    if sequences_prefix is not None:
+        _add_sequences(result, entry, d, rows, key, sequences_prefix)
+    result.entries.append(entry)
 
 
 def _add_sequences(result, entry, d: DrafterArg, rows, key: str, prefix: str) -> None:
