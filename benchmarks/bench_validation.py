@@ -1,0 +1,137 @@
+"""How well the simulator predicts the real engine: the shipped validation scenarios.
+
+Profiles the built-in target and both drafters once on this machine (a grid covering every
+scenario), then for each ``scenarios/validate-*.yaml`` runs the real engine and the simulator with
+that profile, in this process, and reports the simulator's relative error per metric (predicted /
+measured - 1) and the per-iteration residuals. Also the measured against the predicted speed-up
+of speculation (validate-b8-small-k2 against the k = 0 baseline on the same traffic).
+
+The last stdout line is one JSON object: ``name``, ``figures`` (per scenario: errors, verdict),
+``baseline`` (the real engine's measurement, in the same process) and ``ratio`` (the largest
+|error| / threshold over every thresholded metric and scenario: <= 1 means every target is met).
+
+    python benchmarks/bench_validation.py [--models DIR] [--only WORD] [--budget S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NAMES = {"target": "specsim-target", "small": "specsim-draft-small", "tiny": "specsim-draft-tiny"}
+
+
+def models(folder: str | None) -> dict[str, str]:
+    if folder is None:
+        return dict(NAMES)
+    return {key: str(Path(folder) / name) for key, name in NAMES.items()}
+
+
+def profile_all(specs: dict[str, str], prompts: str | None, budget: float | None, out: Path):
+    from specsim.profiling.measure import MeasureOptions, measure_profile
+    from specsim.profiling.specs import DrafterArg
+    from specsim.profiling.writer import write_profile
+
+    options = MeasureOptions(
+        target=specs["target"],
+        drafters=[DrafterArg("small", specs["small"]), DrafterArg("tiny", specs["tiny"])],
+        name="bench-validation",
+        prompts=prompts,
+        grid=["batch=1,2,4,8", "context=96,160,224", "new=1,2,3,5", "prefill=96,128"],
+        temperatures=[1.0],
+        time_budget=budget,
+        command="benchmarks/bench_validation.py",
+    )
+    report = measure_profile(options, progress_file=sys.stderr)
+    write_profile(report.profile, out, report.side_files)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", help="folder with the three model folders (default built-in)")
+    parser.add_argument("--prompts", help="prompt set (default built-in)")
+    parser.add_argument("--only", action="append", default=[], help="scenario name filter")
+    parser.add_argument("--budget", type=float, default=None, help="profiling time budget (s)")
+    args = parser.parse_args()
+
+    from specsim.scenario import load_scenario
+    from specsim.validation.compare import THRESHOLDS
+    from specsim.validation.validate import ValidateOptions, validate
+
+    specs = models(args.models)
+    prompts = args.prompts or (str(Path(args.models) / "prompts.jsonl") if args.models else None)
+    scenarios = sorted((REPO / "scenarios").glob("validate-*.yaml"))
+    if args.only:
+        scenarios = [s for s in scenarios if any(w in s.stem for w in args.only)]
+    figures: dict[str, dict] = {}
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.monotonic()
+        profile = profile_all(specs, prompts, args.budget, Path(tmp) / "profile.yaml")
+        figures["profiling_s"] = round(time.monotonic() - started, 1)
+        options = ValidateOptions(
+            profile=str(profile),
+            target=specs["target"],
+            drafters={"small": specs["small"], "tiny": specs["tiny"], "ngram": "ngram"},
+            prompts=prompts,
+        )
+        for path in scenarios:
+            scenario = load_scenario(path)
+            t0 = time.monotonic()
+            result = validate(scenario, options, Path(tmp) / scenario.name)
+            print(result.report, file=sys.stderr, flush=True)
+            errors = {}
+            for row in result.comparison.rows:
+                if row.relative_error is not None:
+                    errors[row.metric] = round(row.relative_error, 4)
+                if row.threshold is not None and row.relative_error is not None:
+                    worst = max(worst, abs(row.relative_error) / row.threshold)
+            figures[scenario.name] = {
+                "passed": result.comparison.passed,
+                "relative_error": errors,
+                "measured": {
+                    "e2e_mean_s": result.engine_summary["e2e_s"]["mean"],
+                    "throughput_tokens_per_s": result.engine_summary["throughput_tokens_per_s"],
+                    "mean_acceptance_length": result.engine_summary["mean_acceptance_length"],
+                },
+                "decode_iteration_ratio_measured_over_predicted": [
+                    round(r["ratio"], 3) for r in result.residuals if r["kind"] == "decode"
+                ],
+                "wall_s": round(time.monotonic() - t0, 1),
+            }
+    spec, base = figures.get("validate-b8-small-k2"), figures.get("validate-b8-k0")
+    if spec and base:
+        measured = (
+            spec["measured"]["throughput_tokens_per_s"]
+            / base["measured"]["throughput_tokens_per_s"]
+        )
+        predicted = measured * (
+            (1 + spec["relative_error"]["throughput_tokens_per_s"])
+            / (1 + base["relative_error"]["throughput_tokens_per_s"])
+        )
+        figures["speculation_speedup_b8"] = {
+            "measured": round(measured, 3),
+            "predicted": round(predicted, 3),
+        }
+    print(
+        json.dumps(
+            {
+                "name": "validation",
+                "figures": figures,
+                "baseline": "the real engine's measurements on the same workload, same process",
+                "ratio": round(worst, 3),
+                "thresholds": THRESHOLDS,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
