@@ -325,3 +325,27 @@ def test_half_precision_inputs_are_sampled_in_float32():
     assert bool((half.tokens[half.tokens >= 0] < 300).all())
     # bfloat16 rounding moves a few decisions, not most of them.
     assert float((half.tokens == full.tokens).float().mean()) > 0.8
+
+
+def test_acceptance_probabilities_match_the_observed_acceptance_rate():
+    # beta = sum min(p, q) at position 0 of 20000 identical rows: the share of accepted first
+    # drafts over 20000 rows (seed 10) must lie within 4.5 binomial standard deviations.
+    from specsim.sampling import acceptance_probabilities
+
+    p_row = torch.tensor([[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
+    q_row = torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64)
+    beta = acceptance_probabilities(p_row[None], q_row[None])
+    assert beta.tolist() == [[pytest.approx(0.7)]]
+    gen = torch.Generator().manual_seed(10)
+    rows = 20_000
+    p, q = p_row.expand(rows, 2, 3), q_row.expand(rows, 1, 3)
+    drafts = sample_from_probs(q, torch.rand(rows, 1, generator=gen, dtype=torch.float64))
+    randomness = draw_randomness(gen, rows, 1)
+    rate = float(verify_rejection(p, q, drafts, None, randomness).accepted.float().mean())
+    band = 4.5 * (0.7 * 0.3 / rows) ** 0.5
+    assert abs(rate - 0.7) < band
+    # Planted bug, same uniforms: accepting with probability p(x) (forgetting q) is caught.
+    p_x = p_row[0].gather(0, drafts[:, 0])
+    assert abs(float((randomness.accept[:, 0] < p_x).float().mean()) - 0.7) > band
+    one_hot = acceptance_probabilities(p_row[None], None, torch.tensor([[1]]))
+    assert one_hot.tolist() == [[pytest.approx(0.3)]]

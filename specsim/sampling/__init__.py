@@ -25,8 +25,11 @@ Verifiers (torch), all ``f(p, q, draft_tokens, n_drafts=None, randomness=None, *
 - ``verify_rejection``: exact modified rejection sampling (lossless: output distributed as p).
 - ``verify_greedy``: accept while draft == argmax p; lossless w.r.t. target greedy decoding.
 - ``verify_typical``: Medusa typical acceptance, p(x) > min(0.09, 0.3 exp(-H(p))). LOSSY.
-- Bad input (wrong shape, NaN, rows not summing to 1, tokens outside [0, V), ...) raises
-  ``SamplingInputError``, a ``SpecsimError`` and a ``ValueError``.
+- ``validate=True`` (default) checks every input (one extra read of p and q: row sums); bad
+  input (wrong shape, NaN, rows not summing to 1, tokens outside [0, V), ...) raises
+  ``SamplingInputError``, both a ``SpecsimError`` and a ``ValueError``.
+- ``acceptance_probabilities(p, q, draft_tokens=None) -> [B, k]``: beta_i = sum min(p_i, q_i)
+  (1 - TV), or p_i(x_i) for a deterministic drafter (``q=None``).
 
 Checker (numpy closed form; torch for the Monte Carlo part):
 - ``check_sampler(verifier="rejection" | control name | callable, *, vocab=8, k=3,
@@ -53,6 +56,7 @@ _LAZY = {
     "verify_rejection": "verifiers",
     "verify_greedy": "verifiers",
     "verify_typical": "verifiers",
+    "acceptance_probabilities": "verifiers",
     "SamplingInputError": "validation",
     "check_sampler": "checker",
     "SamplerCheck": "checker",

@@ -202,6 +202,28 @@ def verify_typical(
     return _assemble(step, accepted, _prefix_mask(accepted, step.k), final)
 
 
+def acceptance_probabilities(
+    p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-position acceptance probability of exact verification, ``[..., k]``.
+
+    beta_i = sum_x min(p_i(x), q_i(x)) = 1 - TV(p_i, q_i): the chance that a draft sampled from
+    q_i passes at position i, given the prefix. ``p`` ``[..., k(+1), V]`` (a bonus position is
+    ignored), ``q`` ``[..., k, V]``; with ``q=None`` (deterministic drafter) it is p_i(x_i) for
+    the drafted ``draft_tokens`` ``[..., k]``. Chaining these along real steps (not averaging
+    over a text) gives the per-position rates the simulator needs.
+    """
+    if q is None:
+        if draft_tokens is None:
+            raise SamplingInputError(
+                "a deterministic drafter needs its draft tokens", key="draft_tokens"
+            )
+        k = draft_tokens.shape[-1]
+        return p[..., :k, :].gather(-1, draft_tokens.long().unsqueeze(-1)).squeeze(-1)
+    k = q.shape[-2]
+    return torch.minimum(p[..., :k, :], q).sum(dim=-1)
+
+
 # ----------------------------------------------------------------------------------------------
 # Shared machinery (also used by the negative controls).
 
