@@ -349,3 +349,21 @@ def test_acceptance_probabilities_match_the_observed_acceptance_rate():
     assert abs(float((randomness.accept[:, 0] < p_x).float().mean()) - 0.7) > band
     one_hot = acceptance_probabilities(p_row[None], None, torch.tensor([[1]]))
     assert one_hot.tolist() == [[pytest.approx(0.3)]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("verify", VERIFIERS)
+def test_cuda_gives_the_cpu_result(verify):
+    # Same inputs and uniforms on the GPU; float64 keeps both sides' sums equal to ~1e-16.
+    p, q, d, n, r = random_step(batch=64, k=4, vocab=5000, seed=12)
+    cpu = verify(p, q, d, n, r)
+    cuda = verify(
+        p.cuda(), q.cuda(), d.cuda(), n.cuda(),
+        VerifierRandomness(r.accept.cuda(), r.sample.cuda()),
+    )  # fmt: skip
+    assert torch.equal(cpu.tokens, cuda.tokens.cpu())
+    logits = torch.randn(8, 5000, dtype=torch.float64)
+    on_gpu = process_logits(logits.cuda(), 0.7, 50, 0.9).cpu()
+    assert torch.allclose(process_logits(logits, 0.7, 50, 0.9), on_gpu, atol=1e-12)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    assert draw_randomness(gen, 4, 2, device="cuda").accept.is_cuda
