@@ -19,21 +19,22 @@ is lossy by design; the checker reports how far it is from the target.
 A third-party verifier is checked by wrapping it in the verifier signature
 ``verifier(p, q, draft_tokens, n_drafts, randomness) -> result`` where ``result`` has
 ``.accepted`` ``[B]`` and ``.tokens`` ``[B, k+1]`` (see ``specsim.sampling`` for shapes). For
-example, for a function that takes (target probs, draft probs, draft ids, one uniform per
-position) and returns a list of emitted ids per row::
+example, a sampler that takes time-major tensors (target probs ``[k+1, B, V]``, draft probs
+``[k, B, V]``, draft ids ``[k, B]``, one uniform per position ``[k+1, B]``) and returns ids
+``[B, k+1]`` padded with V plus lengths ``[B]`` is wrapped as (tested in
+``tests/test_checker_monte_carlo.py``)::
 
     import torch
     from specsim.sampling import VerifyResult, check_sampler
 
     def adapter(p, q, draft_tokens, n_drafts, randomness):
-        u = torch.cat([randomness.accept, randomness.sample[:, None]], dim=1)
-        lists = their_sampler(p, q, draft_tokens, u)          # list of lists of ids
+        coins = torch.cat([randomness.accept, randomness.sample[:, None]], dim=1)
+        ids, length = their_sampler(
+            p.transpose(0, 1), q.transpose(0, 1), draft_tokens.t(), coins.t()
+        )
+        tokens = torch.where(ids == p.shape[-1], -1, ids)   # their padding -> ours
         k = draft_tokens.shape[1]
-        tokens = torch.full((len(lists), k + 1), -1, dtype=torch.long)
-        for b, ids in enumerate(lists):
-            tokens[b, : len(ids)] = torch.tensor(ids)
-        accepted = torch.tensor([len(ids) - 1 for ids in lists])
-        return VerifyResult(accepted, tokens, tokens[:, :k] >= 0)
+        return VerifyResult(length - 1, tokens, tokens[:, :k] >= 0)
 
     report = check_sampler(adapter, k=3, samples=200_000)
     print(report.lossless, report.p_value, report.detectable_tv)
