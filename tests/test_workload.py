@@ -159,8 +159,11 @@ def test_closed_loop_source_hands_out_lengths_and_think_times():
     drawn = [source.next_lengths() for _ in range(5)]
     assert all(p == 10 and 5 <= o <= 9 for p, o in drawn)
     assert not source.may_issue(0.0)  # five issued: the limit
+    # 4,000 exponential think times: the mean is within 4 standard errors (6 %) of 2 s; a
+    # rate/mean mix-up (mean 0.5 s) would be caught.
     thinks = np.array([source.think_time() for _ in range(4000)])
     assert abs(thinks.mean() - 2.0) < 4 * 2.0 / math.sqrt(4000)
+    assert abs(0.5 - 2.0) > 4 * 2.0 / math.sqrt(4000)
 
 
 # ---- lengths ------------------------------------------------------------------------------------
@@ -178,8 +181,11 @@ def test_length_distributions():
     )
     values = lognormal.draw(rng, n)
     assert values.min() >= 10 and values.max() <= 1000
-    # Median within 4 standard errors (sd of the median ~ 1.25 sigma * median / sqrt(n)).
-    assert abs(np.median(values) - 200) < 4 * 1.25 * 0.5 * 200 / math.sqrt(n)
+    # Median within 4 standard errors (sd of the median ~ 1.25 sigma * median / sqrt(n), 1.8 %
+    # here); reading `median` as the mean (a median of 200 e^-0.125 = 176) would be caught.
+    tolerance = 4 * 1.25 * 0.5 * 200 / math.sqrt(n)
+    assert abs(np.median(values) - 200) < tolerance
+    assert abs(np.median(values) - 200 * math.exp(-0.125)) > tolerance
 
 
 def test_empirical_lengths_from_one_trace_are_drawn_jointly(traces_dir):
