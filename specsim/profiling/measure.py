@@ -225,8 +225,9 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
     )
 
 
-def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureReport:
-    """Measure everything and return the validated profile, its side files and summary lines."""
+def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
+    """Measure everything and return the validated profile, its side files and summary lines.
+    Progress bars go to ``progress_file`` (default: the current ``sys.stderr``)."""
     from specsim.models import load_tokenizer
     from specsim.profiling.flops import shape_from_object
     from specsim.profiling.timing import (
@@ -238,6 +239,7 @@ def measure_profile(opts: MeasureOptions, progress_file=sys.stderr) -> MeasureRe
     from specsim.profiling.writer import build_profile, model_spec, ngram_spec, today
 
     started = time.monotonic()
+    progress_file = progress_file if progress_file is not None else sys.stderr
     dtype_name, dtype = _check_device(opts)
     axes = parse_grid(opts.grid, opts.device)
     points = grid_points(axes)
