@@ -30,7 +30,7 @@ import torch
 
 from specsim.engine.batch import Batch
 from specsim.engine.ngram import PromptLookup
-from specsim.engine.step import Faults, Sampling, speculative_step
+from specsim.engine.step import Faults, Sampling, StepUniforms, speculative_step
 from specsim.engine.workload import EngineRequest, PromptBank
 from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
@@ -98,9 +98,9 @@ class ServingEngine:
     def run(self, requests: list[EngineRequest] | None = None, clients=None) -> list[EngineRequest]:
         """Serve an open-loop list of requests, or closed-loop ``clients`` (a workload source
         with ``concurrency``, ``may_issue``, ``next_lengths`` and ``think_time``)."""
-        self.generator = torch.Generator().manual_seed(self.opt.seed)
         self.batch = Batch(self.target, self.drafter, self.opt.max_batch, self.max_len)
         self.live: list[EngineRequest] = []
+        self.streams: list[torch.Generator] = []  # per live row: its request's random stream
         self.lookups: list[PromptLookup | None] = []
         self.log = IterationLog()
         self.done: list[EngineRequest] = []
@@ -141,6 +141,12 @@ class ServingEngine:
         k = self.opt.k_max if self.drafter is not None else 0
         seed = self.opt.seed + 1  # its own stream: the served requests' draws do not move
         generate(self.target, self.drafter, [prompt] * rows, 3, k, self.opt.sampling, seed)
+
+    def _stream(self, rid: int) -> torch.Generator:
+        """Request ``rid``'s own random stream: its tokens depend on the seed and its id, not
+        on which requests it shared a batch with (up to batched floating-point rounding)."""
+        seed = np.random.SeedSequence([self.opt.seed, rid]).generate_state(1, np.uint64)[0]
+        return torch.Generator().manual_seed(int(seed))
 
     def _now(self) -> float:
         return self.clock() - self.t0
@@ -194,7 +200,9 @@ class ServingEngine:
             self.drafter(ids, rows.draft_cache, lengths)
         last = logits[torch.arange(len(chosen)), lengths - 1]
         probs = self.opt.sampling.probs(last)
-        uniforms = torch.rand(len(chosen), generator=self.generator, dtype=torch.float64)
+        streams = [self._stream(r.rid) for r in chosen]
+        uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
+        uniforms = uniforms[:, 0]
         new = sample_from_probs(probs, uniforms, validate=False)
         logprob = torch.log_softmax(last.double(), dim=-1).gather(1, new[:, None]).squeeze(1)
         now = self._now()
@@ -203,6 +211,7 @@ class ServingEngine:
         for i, request in enumerate(chosen):
             slot = first + i
             self.live.append(request)
+            self.streams.append(streams[i])
             self.lookups.append(
                 None if self.opt.ngram is None else PromptLookup(self.opt.ngram, request.prompt_ids)
             )
@@ -235,7 +244,7 @@ class ServingEngine:
             self.batch.rows(),
             n_drafts,
             self.opt.sampling,
-            self.generator,
+            StepUniforms.per_row(self.streams, self.opt.k_max),
             self.opt.faults,
             proposals,
         )
@@ -291,8 +300,10 @@ class ServingEngine:
             if moved is not None:
                 self.live[slot] = self.live[moved]
                 self.lookups[slot] = self.lookups[moved]
+                self.streams[slot] = self.streams[moved]
             self.live.pop()
             self.lookups.pop()
+            self.streams.pop()
             if self.clients is not None and request.client >= 0:
                 self._issue(request.client, now + self.clients.think_time())
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from specsim.engine.batch import Batch
-from specsim.engine.step import Faults, Rows, Sampling, speculative_step
+from specsim.engine.step import Faults, Rows, Sampling, StepUniforms, speculative_step
 from specsim.models import DecoderModel
 from specsim.sampling.logits import sample_from_probs
 
@@ -75,7 +75,13 @@ def generate(
         n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
         n_drafts = torch.where(active, n_drafts, torch.zeros_like(n_drafts))
         result = speculative_step(
-            target, drafter if k else None, batch.rows(), n_drafts, sampling, generator, faults
+            target,
+            drafter if k else None,
+            batch.rows(),
+            n_drafts,
+            sampling,
+            StepUniforms.draw(generator, rows_n, k),
+            faults,
         )
         emitted = torch.where(active, result.accepted + 1, torch.zeros_like(result.accepted))
         _append(batch, result.tokens, emitted)

@@ -30,7 +30,7 @@ import torch
 
 from specsim.models import DecoderModel, KVCache
 from specsim.sampling.logits import process_logits, sample_from_probs
-from specsim.sampling.randomness import draw_randomness
+from specsim.sampling.randomness import VerifierRandomness
 from specsim.sampling.verifiers import verify_greedy, verify_rejection, verify_typical
 
 VERIFIERS = {"rejection": verify_rejection, "greedy": verify_greedy, "typical": verify_typical}
@@ -62,6 +62,32 @@ class Faults:
     target_rollback_extra: int = 0
 
 
+@dataclass(frozen=True)
+class StepUniforms:
+    """The random numbers of one step, per row: ``draft [B, w]`` to sample drafts from q,
+    ``accept [B, w]`` for the accept tests, ``sample [B]`` for the corrected or bonus token.
+    ``w`` may exceed the step's k (only the first k columns are used), so a row can draw the
+    same count every step from its own stream whatever the rest of the batch does."""
+
+    draft: torch.Tensor
+    accept: torch.Tensor
+    sample: torch.Tensor
+
+    @staticmethod
+    def draw(generator: torch.Generator, batch: int, width: int) -> StepUniforms:
+        """One generator for the whole batch (offline generation)."""
+        u = torch.rand((batch, 2 * width + 1), generator=generator, dtype=torch.float64)
+        return StepUniforms(u[:, :width], u[:, width : 2 * width], u[:, 2 * width])
+
+    @staticmethod
+    def per_row(generators: list[torch.Generator], width: int) -> StepUniforms:
+        """One generator per row (per request): a request's draws do not depend on its batch."""
+        u = torch.stack(
+            [torch.rand(2 * width + 1, generator=g, dtype=torch.float64) for g in generators]
+        )
+        return StepUniforms(u[:, :width], u[:, width : 2 * width], u[:, 2 * width])
+
+
 @dataclass
 class Rows:
     """The rows taking part in a step: sequences, their lengths and both caches (views)."""
@@ -89,15 +115,17 @@ def speculative_step(
     rows: Rows,
     n_drafts: torch.Tensor,
     sampling: Sampling,
-    generator: torch.Generator,
-    faults: Faults = Faults(),
+    uniforms: StepUniforms,
+    faults: Faults | None = None,
     proposals: torch.Tensor | None = None,
 ) -> StepResult:
     """One step for every row; ``n_drafts [B]`` caps each row's drafts (its window).
 
-    ``proposals [B, k]`` are prompt-lookup drafts (deterministic drafter; ``n_drafts`` then
-    says how many are real); otherwise ``drafter`` samples them.
+    ``uniforms`` must be at least ``max(n_drafts)`` wide. ``proposals [B, k]`` are prompt-lookup
+    drafts (deterministic drafter; ``n_drafts`` then says how many are real); otherwise
+    ``drafter`` samples them.
     """
+    faults = faults or Faults()
     k = int(n_drafts.max()) if n_drafts.numel() else 0
     batch = rows.seq.shape[0]
     index = torch.arange(batch)
@@ -107,13 +135,13 @@ def speculative_step(
     elif proposals is not None:
         drafts = proposals[:, :k]
     else:
-        drafts, q = _draft(drafter, rows, n_drafts, k, sampling, generator)
+        drafts, q = _draft(drafter, rows, n_drafts, k, sampling, uniforms.draft)
 
     last = rows.seq[index, rows.s_len - 1]
     base = rows.target_cache.lengths.clone()
     logits = target(torch.cat([last[:, None], drafts], dim=1), rows.target_cache, n_drafts + 1)
     p = sampling.probs(logits)
-    randomness = draw_randomness(generator, batch, k)
+    randomness = VerifierRandomness(uniforms.accept[:, :k], uniforms.sample)
     verify = VERIFIERS[sampling.verifier]
     result = verify(p, q, drafts, n_drafts, randomness, validate=False)
 
@@ -136,12 +164,11 @@ def _draft(
     n_drafts: torch.Tensor,
     k: int,
     sampling: Sampling,
-    generator: torch.Generator,
+    uniforms: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """k drafter passes; returns drafts ``[B, k]`` and their processed q ``[B, k, V]``."""
     cache = rows.draft_cache
     batch = rows.seq.shape[0]
-    uniforms = torch.rand((batch, k), generator=generator, dtype=torch.float64)
     # The first pass feeds what the drafter has not seen yet: 1 token, or 2 after a full accept.
     missing = torch.clamp(rows.s_len - cache.lengths, min=1)
     width = int(missing.max())
