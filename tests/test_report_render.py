@@ -132,3 +132,9 @@ def test_cell_formatting():
     assert format_cell(2.5e-5) == "2.50e-05"
     assert format_cell(True) == "yes"
     assert format_cell(float("nan")) == "—"
+
+
+def test_markdown_escapes_pipes_in_headers_and_cells():
+    table = Table("t", ["P(a | b)", "x"], [["1 | 2", 3]])
+    text = to_markdown(Report("r", sections=[Section("s", [table])]))
+    assert "| P(a \\| b) | x |" in text and "| 1 \\| 2 | 3 |" in text

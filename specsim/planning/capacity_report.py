@@ -11,7 +11,7 @@ from specsim.planning.capacity import (
     attainment_of,
     meets_slo,
 )
-from specsim.planning.common import metric, slo_text
+from specsim.planning.common import lossy_note, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 
@@ -167,6 +167,12 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
             f"({plan.profile.profile.hardware.name})."
         )
     ]
+    answer.append(
+        Paragraph(
+            "Candidates are ranked by the replicas they need, then by their headroom (capacity "
+            "per replica); a rate counts as sustained when the share above meets the SLO."
+        )
+    )
     if rec is None:
         answer.append(
             Callout("no candidate sustains any rate within the SLO in the range searched")
@@ -205,8 +211,14 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
                     f"{rec['replicas_without_speculation']} replicas."
                 )
             )
-    if plan.scenario.speculation.verifier == "typical":
-        answer.append(Callout("the verifier is typical acceptance, which is lossy."))
+    notes = {
+        lossy_note(plan.profile, plan.scenario.speculation.model_copy(update={"drafter": d}))
+        for d in {c.drafter for c in plan.candidates if c.drafter is not None}
+    }
+    for note in sorted(n for n in notes if n):
+        answer.append(
+            Callout(f"{note}; the capacities with speculation assume that is acceptable.")
+        )
     sections = [
         Section("Answer", answer),
         Section(

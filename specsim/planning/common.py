@@ -47,8 +47,19 @@ class LoadAxis:
 
     def fmt(self, load: float) -> str:
         if self.kind == "concurrency":
-            return f"{round(load)} clients"
+            n = round(load)
+            return f"{n} client{'s' if n != 1 else ''}"
+        if self.kind == "speed":
+            return f"{load:g}x trace speed"
         return f"{load:g} {self.unit}"
+
+
+def k_text(ks: Sequence[int]) -> str:
+    """``[0, 1, 2, 3]`` -> ``"0..3"``; ``[0, 2, 4]`` -> ``"0, 2, 4"``."""
+    ks = sorted(ks)
+    if len(ks) > 2 and ks == list(range(ks[0], ks[-1] + 1)):
+        return f"{ks[0]}..{ks[-1]}"
+    return ", ".join(str(k) for k in ks)
 
 
 def _plain(value: float) -> str:
@@ -201,6 +212,28 @@ def without_pools(scenario) -> list[str]:
     if not scenario.fleet.pools:
         return []
     return ["fleet.pools=[]", f"fleet.replicas={scenario.fleet.total_replicas}"]
+
+
+def lossy_note(profile, speculation) -> str | None:
+    """None for an exact verifier; for a lossy one, what it costs in distribution distance.
+
+    The distance is the profile's ``tv_distance`` for that drafter and verifier. The planner does
+    not compute one (that would need the models and torch); it says so when the profile lacks it.
+    """
+    from specsim.profile import LOSSY_VERIFIERS
+
+    if speculation.drafter is None or speculation.verifier not in LOSSY_VERIFIERS:
+        return None
+    entry = profile.acceptance(speculation.drafter, speculation.verifier, speculation.temperature)
+    distance = (
+        f"TV distance from p = {entry.tv_distance:.3g} (profile)"
+        if entry.tv_distance is not None
+        else "distance from p not measured (the profile has no tv_distance)"
+    )
+    return (
+        f"{speculation.verifier} acceptance is lossy: the output is not the target model's "
+        f"distribution; {distance}"
+    )
 
 
 def slo_text(scenario) -> str:

@@ -125,7 +125,7 @@ def _md_block(block) -> list[str]:
         lines = []
         if block.caption:
             lines += [f"*{block.caption}* (data: `{block.name}.csv`)", ""]
-        lines.append("| " + " | ".join(block.columns) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in block.columns) + " |")
         lines.append("|" + "|".join("---" for _ in block.columns) + "|")
         for row in block.rows:
             cells = [format_cell(v).replace("|", "\\|") for v in row]

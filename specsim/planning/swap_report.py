@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from specsim.planning.common import metric, slo_text
+from specsim.planning.common import k_text, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.swap import DrafterPlan, SwapPlan
@@ -170,6 +170,35 @@ def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
     )
 
 
+def _acceptance_table(plan: SwapPlan, per) -> Table:
+    """Per position: the profile's chain rate, what it implies, and what the simulation saw."""
+    top = max(plan.ks)
+    rows = []
+    for d in plan.drafters:
+        rates = d.acceptance.per_position
+        simulated = (per[d.name][0].summary(f"k={top}") or {}).get("per_position_acceptance") or []
+        chained = 1.0
+        for i in range(top):
+            rate = rates[min(i, len(rates) - 1)]
+            chained *= rate
+            seen = simulated[i] if i < len(simulated) else None
+            rows.append([d.name, i + 1, rate, chained, seen])
+    return Table(
+        "acceptance_per_position",
+        [
+            "drafter",
+            "position",
+            "profile: P(accept, given earlier accepted)",
+            "profile: P(first i accepted)",
+            f"simulated at k={top}: P(first i accepted)",
+        ],
+        rows,
+        "Per-position acceptance (vLLM's per-position metric is the unconditional one; the "
+        "simulation includes request heterogeneity and, for prompt lookup, steps without a "
+        "proposal)",
+    )
+
+
 def _per_load(plan: SwapPlan, per, outcome) -> Table:
     columns = [plan.first.axis.label]
     for d in plan.drafters:
@@ -240,14 +269,14 @@ def build(plan: SwapPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> R
         Section("Side by side", [_side_by_side(plan, per, outcome), _per_load(plan, per, outcome)]),
     ]
     figures = _figures(plan, per)
-    sections.append(Section("Acceptance", [figures[0]]))
+    sections.append(Section("Acceptance", [figures[0], _acceptance_table(plan, per)]))
     sections.append(Section("Latency across load", [figures[1]]))
     sections.append(Section("Throughput, waste, cost and best k", [figures[2]]))
     sections.append(Section("All simulations", [_all(plan, per)]))
     names = " vs ".join(d.name for d in plan.drafters)
     return Report(
         title=f"Drafter swap: {names}",
-        subtitle=f"Scenario `{first.scenario.name}`; k {plan.ks[0]}..{plan.ks[-1]} at "
+        subtitle=f"Scenario `{first.scenario.name}`; k {k_text(plan.ks)} at "
         f"{len(plan.loads)} loads ({first.axis.label}); seed {plan.seed}.",
         sections=sections,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specsim.planning.common import metric, slo_text
+from specsim.planning.common import k_text, lossy_note, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.window import (
@@ -199,13 +199,9 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
                 "specsim `speculation.k_by_batch` in `k_by_batch.yaml`."
             )
         )
-    if spec.verifier == "typical":
-        answer.append(
-            Callout(
-                "the verifier is typical acceptance, which is lossy: the output is not the "
-                "target model's distribution. Its speed-up is not free."
-            )
-        )
+    note = lossy_note(plan.profile, spec)
+    if note:
+        answer.append(Callout(f"{note}. The speed-ups above are not free."))
     if summary["failed"]:
         answer.append(Callout(f"{len(summary['failed'])} simulations failed; see the sweep table."))
 
@@ -304,7 +300,7 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
     sims = summary["simulations"]
     lines = [
         f"plan window: {plan.scenario.name}, drafter {summary['drafter']}, verifier "
-        f"{summary['verifier']}; k {plan.ks[0]}..{plan.ks[-1]} at {len(plan.loads)} loads "
+        f"{summary['verifier']}; k {k_text(plan.ks)} at {len(plan.loads)} loads "
         f"({sims['computed']} simulated, {sims['cached']} reused); "
         f"chosen by {summary['chosen_by']}",
         "best k: "
@@ -322,6 +318,7 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
             "num_speculative_tokens_per_batch_size: "
             + json.dumps(summary["num_speculative_tokens_per_batch_size"])
         )
-    if summary["verifier"] == "typical":
-        lines.append("note: typical acceptance is lossy (output is not the target's distribution)")
+    note = lossy_note(plan.profile, plan.scenario.speculation)
+    if note:
+        lines.append(f"note: {note}")
     return "\n".join(lines)
