@@ -1,10 +1,10 @@
 """Input checks for the sampling core: bad tensors fail loudly, never give a silent wrong answer.
 
 The checks are cheap enough for the hot path: one reduction over each probability tensor (the row
-sums, which also expose NaN and ±inf) plus checks on the few values a verifier actually reads. A
-negative entry hidden elsewhere in a row whose sum is still 1 is not searched for, because that
-would cost another full pass over p and q and cannot change the verifier's output.
-"""
+sums, which also expose NaN, ±inf, logits and unnormalised rows) plus checks on the few values a
+verifier tests (p(x), q(x), token ids, uniforms). A negative entry hidden in a row whose sum is
+still 1 is not searched for: no realistic producer makes one, and it would cost another full pass
+over p and q."""
 
 from __future__ import annotations
 

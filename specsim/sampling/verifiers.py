@@ -15,8 +15,10 @@ its final position (the first rejection, or the bonus position); the residual is
 only for rows that rejected.
 
 ``validate=True`` (the default) checks shapes, token ids, the window counts and the uniforms, that
-every used row of p and q sums to 1 (which exposes NaN, inf, logits and unnormalised rows), and
-the sign of every value read. The row sums are one read of p and q, about as much as the
+every used row of p and q sums to 1 (which exposes NaN, inf, logits, log-probabilities and
+unnormalised rows), and the sign of p(x) and q(x) at every tested draft. A negative entry hidden
+in a row that still sums to 1 is not searched for: no realistic producer makes one, and finding
+it would cost another pass over the rows. The row sums are one read of p and q, about as much as the
 verification itself; ``validate=False`` skips all of it for inputs known to be good (e.g. straight
 from ``process_logits``).
 """
@@ -239,8 +241,6 @@ def _walk_positions(step: _Step, decide, validate: bool) -> torch.Tensor:
         if rows.numel() == 0:
             break
         p_rows = _rows_at(step.p, rows, torch.full_like(rows, position))
-        if validate:
-            check_non_negative(p_rows, "p")
         passed = decide(position, rows, p_rows)
         rows = rows[passed]
         accepted[rows] += 1
@@ -284,8 +284,6 @@ def _speculative_step(
     bonus_rows = (~rejected).nonzero().squeeze(-1)
     if bonus_rows.numel():
         p_bonus = _rows_at(p, bonus_rows, accepted[bonus_rows])
-        if validate:
-            check_non_negative(p_bonus, "p")
         final[bonus_rows] = sample_from_probs(
             p_bonus, randomness.sample[bonus_rows], validate=False
         )
@@ -300,8 +298,6 @@ def _speculative_step(
 def _sample_residual(step, rows, accepted, randomness, residual, validate) -> torch.Tensor:
     at = accepted[rows]
     p_rej = _rows_at(step.p, rows, at)  # a fresh copy: the residual may overwrite it
-    if validate:
-        check_non_negative(p_rej, "p")
     x = step.draft[rows, at].unsqueeze(-1)
     if step.q is None and residual is _exact_residual:
         # max(0, p - onehot(x)) is p with x removed, since p(x) <= 1.
@@ -311,8 +307,6 @@ def _sample_residual(step, rows, accepted, randomness, residual, validate) -> to
             q_rej = torch.zeros_like(p_rej).scatter_(-1, x, 1.0)
         else:
             q_rej = _rows_at(step.q, rows, at).to(p_rej.dtype)
-            if validate:
-                check_non_negative(q_rej, "q")
         res = residual(p_rej, q_rej)
     u = randomness.sample[rows]
     tokens, mass = inverse_cdf(res, u)
