@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.simulation.replica import Replica, Request
+from specsim.simulation.replica import Replica
+from specsim.simulation.request import Request
 
 
 class Fleet:

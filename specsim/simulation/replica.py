@@ -27,52 +27,12 @@ from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.costs import StepCosts
+from specsim.simulation.request import Request
+from specsim.simulation.steplog import StepLog
 
-BUFFER_ITERATIONS = 1024
 _ONE = np.float64(1.0)
 _minimum = np.minimum
 _sum = np.add.reduce
-
-
-class Request:
-    """A request's state outside the batch arrays (and across preemptions)."""
-
-    __slots__ = (
-        "accepted",
-        "admit_order",
-        "arrival",
-        "client",
-        "drafted",
-        "first_token",
-        "generated",
-        "level",
-        "output",
-        "preemptions",
-        "prefill_target",
-        "prefilled",
-        "prompt",
-        "rid",
-        "scheduled",
-        "steps",
-    )
-
-    def __init__(self, rid: int, arrival: float, prompt: int, output: int, client: int = -1):
-        self.rid = rid
-        self.arrival = arrival
-        self.prompt = prompt
-        self.output = output
-        self.client = client
-        self.scheduled = -1.0
-        self.first_token = -1.0
-        self.generated = 0
-        self.steps = 0
-        self.drafted = 0
-        self.accepted = 0
-        self.preemptions = 0
-        self.level = -1
-        self.prefill_target = prompt
-        self.prefilled = 0
-        self.admit_order = -1
 
 
 class Replica:
@@ -142,21 +102,7 @@ class Replica:
         self._overhead_seq_s = costs.overhead_seq_s
         self._flops_per_token = costs.target_flops_per_token
         self._attn_flops = costs.target_attn_flops
-        self._buf_dt = np.zeros(BUFFER_ITERATIONS)
-        self._buf_batch = np.zeros(BUFFER_ITERATIONS, dtype=np.int64)
-        self._buf_kv = np.zeros(BUFFER_ITERATIONS)
-        self._buf_itl = np.zeros(2 * BUFFER_ITERATIONS)
-        self._buf_itl_w = np.zeros(2 * BUFFER_ITERATIONS)
-        self._buf_acc = np.zeros((BUFFER_ITERATIONS, cap), dtype=np.int8)
-        self._buf_draft = np.zeros((BUFFER_ITERATIONS, cap), dtype=np.int8)
-        self._n_iter = 0
-        self._n_steps = 0
-        # Hot-path accumulators, folded into ``stats`` by close().
-        self.verification_flops = 0.0
-        self.drafter_flops = 0.0
-        self.wasted_positions_flops = 0.0
-        self.window_rows = 0.0
-        self.decode_rows = 0.0
+        self.log = StepLog(self.stats, cap)
         self._kv_planned = 0.0
         self._joined = 0  # rows that started decoding since the last decode iteration
 
@@ -362,11 +308,11 @@ class Replica:
             + self._overhead_seq_s * batch
         )
         if decode is not None:
-            self.verification_flops += (
+            self.log.verification_flops += (
                 self._flops_per_token * decode[3] + self._attn_flops * decode_pairs
             )
             if k:
-                self.drafter_flops += costs.draft_flops(rows, k, decode[4])
+                self.log.drafter_flops += costs.draft_flops(rows, k, decode[4])
         return dt, (decode, chunks, batch)
 
     def _check_ranges(self, rows: int, k: int, chunks) -> None:
@@ -385,12 +331,8 @@ class Replica:
         finished = ()
         if decode is not None:
             k, drafts, accepted, new_tokens, decode_kv, _ = decode
-            i = self._n_steps
-            self._buf_acc[i] = accepted
-            self._buf_draft[i] = drafts
-            self._n_steps = i + 1
-            if i + 1 == BUFFER_ITERATIONS:
-                self._flush_steps()
+            log = self.log
+            log.record_step(accepted, drafts)
             emitted = accepted
             emitted += _ONE
             remaining = self.remaining
@@ -403,11 +345,9 @@ class Replica:
             rows = self.decoding
             wasted = new_tokens - emitted_total
             if wasted:
-                self.wasted_positions_flops += wasted * self.costs.wasted_flops_per_position(
-                    decode_kv / rows
-                )
-            self.window_rows += k * rows
-            self.decode_rows += rows
+                log.wasted_flops += wasted * self.costs.wasted_flops_per_position(decode_kv / rows)
+            log.window_rows += k * rows
+            log.decode_rows += rows
             # Finished rows emitted something and have nothing left (k + 1 <= 64 tokens a step).
             finished = (emitted > remaining * 64.0).nonzero()[0].tolist()
         self._record_iteration(now - start, batch, decode, now)
@@ -500,51 +440,17 @@ class Replica:
 
     # ---- statistics buffers ------------------------------------------------------------------
     def _record_iteration(self, dt: float, batch: int, decode, now: float = 0.0) -> None:
-        """Buffer one iteration's duration, batch, KV use and inter-token gaps."""
-        i = self._n_iter
-        self._buf_dt[i] = dt
-        self._buf_batch[i] = batch
-        self._buf_kv[i] = self._kv_planned  # allocated during the iteration
-        if decode is not None:
-            # Rows that decoded in the previous decode iteration waited since it ended (longer
-            # than dt when prefill-only iterations came between); rows that joined since got
-            # their first token when this iteration started.
-            joined = decode[5]
-            self._buf_itl[2 * i] = now - self.last_decode_end
-            self._buf_itl_w[2 * i] = self.decoding - joined
-            self._buf_itl[2 * i + 1] = dt
-            self._buf_itl_w[2 * i + 1] = joined
-        else:
-            self._buf_itl_w[2 * i] = 0.0
-            self._buf_itl_w[2 * i + 1] = 0.0
-        self._n_iter = i + 1
-        if self._n_iter == BUFFER_ITERATIONS:
-            self._flush_iterations()
-
-    def _flush_iterations(self) -> None:
-        n = self._n_iter
-        if n:
-            itl_w = self._buf_itl_w[: 2 * n]
-            keep = itl_w > 0
-            self.stats.add_iterations(self._buf_dt[:n], self._buf_batch[:n], self._buf_kv[:n])
-            self.stats.itl.add(self._buf_itl[: 2 * n][keep], itl_w[keep])
-        self._n_iter = 0
-
-    def _flush_steps(self) -> None:
-        n = self._n_steps
-        if n:
-            self.stats.add_steps(self._buf_acc[:n].ravel(), self._buf_draft[:n].ravel())
-        self._n_steps = 0
+        """Log one iteration's duration, batch, KV use and inter-token gaps."""
+        if decode is None:
+            self.log.record_iteration(dt, batch, self._kv_planned, 0.0, 0, 0)
+            return
+        # Rows that decoded in the previous decode iteration waited since it ended (longer than
+        # dt when prefill-only iterations came between); rows that joined since got their first
+        # token when this iteration started.
+        joined = decode[5]
+        gap = now - self.last_decode_end
+        self.log.record_iteration(dt, batch, self._kv_planned, gap, self.decoding - joined, joined)
 
     def close(self) -> None:
         """Fold the buffered statistics in (call once the simulation has ended)."""
-        self._flush_iterations()
-        self._flush_steps()
-        flops = self.stats.flops
-        flops["verification"] += self.verification_flops
-        flops["drafter"] += self.drafter_flops
-        flops["wasted"] += self.wasted_positions_flops
-        self.stats.window_rows += self.window_rows
-        self.stats.decode_rows += self.decode_rows
-        self.verification_flops = self.drafter_flops = self.wasted_positions_flops = 0.0
-        self.window_rows = self.decode_rows = 0.0
+        self.log.close()
