@@ -46,19 +46,30 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         "k (0 = speculation off)",
         "replicas",
         xticks=xticks,
+        integer_y=True,
     )
     for colour, (drafter, entries) in zip(
         gradient(len(groups), "tab10"), groups.items(), strict=True
     ):
-        xs = [0.0] + [
-            float(r.candidate.k) if r.candidate.policy == "fixed" else top + 1.0 for r in entries
-        ]
-        capacity.series.append(
-            Series(drafter, xs, [off.capacity] + [r.capacity for r in entries], color=colour)
-        )
-        replicas.series.append(
-            Series(drafter, xs, [off.replicas] + [r.replicas for r in entries], color=colour)
-        )
+        static = [r for r in entries if r.candidate.policy == "fixed"]
+        adaptive = [r for r in entries if r.candidate.policy != "fixed"]
+        xs = [0.0] + [float(r.candidate.k) for r in static]
+        for panel, value in ((capacity, "capacity"), (replicas, "replicas")):
+            ys = [getattr(off, value)] + [getattr(r, value) for r in static]
+            panel.series.append(Series(drafter, xs, ys, color=colour))
+            if adaptive:
+                # The adaptive policy is not a k: a lone marker at the right.
+                panel.series.append(
+                    Series(
+                        f"{drafter} adaptive",
+                        [top + 1.0],
+                        [getattr(adaptive[0], value)],
+                        marker="^",
+                        linestyle="none",
+                        color=colour,
+                        legend=False,
+                    )
+                )
     curve = Panel(
         "SLO attainment against arrival rate (every probe)",
         "arrival rate (req/s)",

@@ -33,6 +33,7 @@ class Panel:
     series: list[Series] = field(default_factory=list)
     xticks: tuple[list[float], list[str]] | None = None
     logy: bool = False
+    integer_y: bool = False  # counts (replicas, k): whole-number ticks only
     hlines: list[tuple[float, str]] = field(default_factory=list)
 
 
@@ -115,6 +116,10 @@ def _draw_panel(ax, panel: Panel) -> None:
         plain = FuncFormatter(lambda value, _: f"{value:g}")
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(plain if _few_decades(ax) else FuncFormatter(lambda v, _: ""))
+    if panel.integer_y:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if panel.xticks is not None:
         ax.set_xticks(panel.xticks[0], panel.xticks[1])
     ax.grid(True, alpha=0.3)

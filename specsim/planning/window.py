@@ -28,6 +28,7 @@ from specsim.planning.common import (
     without_pools,
 )
 from specsim.planning.points import SweepPoint
+from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep import PointResult, Sweeper
 
 ADAPTIVE = "adaptive"
@@ -47,6 +48,10 @@ class WindowPlan:
     ks: list[int]
     seed: int
     adaptive: bool = True
+    scale: ArrivalScale | None = None  # offered req/s per load (None for a closed loop)
+
+    def offered_rps(self, load: float) -> float | None:
+        return None if self.scale is None else self.scale.rate(load)
 
     @property
     def use_slo(self) -> bool:
@@ -123,6 +128,7 @@ def prepare(
         loads=loads,
         ks=ks,
         seed=scenario.seed if seed is None else seed,
+        scale=None if axis.kind == "concurrency" else ArrivalScale.for_scenario(scenario, axis),
     )
 
 
@@ -246,6 +252,7 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
         best.append(
             {
                 "load": entry.load,
+                "offered_rps": plan.offered_rps(entry.load),
                 "best_k": entry.best_k,
                 "e2e_speedup_vs_k0": gain,
                 "batch_size": batch_size(summary),

@@ -128,6 +128,7 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
                 plan.axis.label,
                 "k",
                 [Series("best k", xs, [e.best_k for e in loads], linestyle="-", marker="s")],
+                integer_y=True,
             ),
             Panel(
                 "Speed-up over k = 0 (mean e2e)",
@@ -211,6 +212,7 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
         best_rows.append(
             [
                 entry.load,
+                *([item["offered_rps"]] if axis.kind == "speed" else []),
                 entry.best_k,
                 batch_size(entry.best),
                 item["e2e_speedup_vs_k0"],
@@ -225,6 +227,7 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
         "best_k",
         [
             axis.label,
+            *(["offered (req/s)"] if axis.kind == "speed" else []),
             "best k",
             "batch size",
             "speed-up vs k=0",
