@@ -49,8 +49,9 @@ class Batch:
         self.draft_cache = (
             None if drafter is None else drafter.new_cache(capacity, draft_max_len or max_len)
         )
-        self.seq = torch.zeros((capacity, max_len), dtype=torch.long)
-        self.s_len = torch.zeros(capacity, dtype=torch.long)
+        device = target.device
+        self.seq = torch.zeros((capacity, max_len), dtype=torch.long, device=device)
+        self.s_len = torch.zeros(capacity, dtype=torch.long, device=device)
         self.size = 0  # live rows, in slots 0..size-1
 
     def rows(self, start: int = 0, stop: int | None = None) -> Rows:

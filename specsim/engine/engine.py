@@ -198,11 +198,11 @@ class ServingEngine:
         logits = self.target(ids, rows.target_cache, lengths)
         if self.drafter is not None:
             self.drafter(ids, rows.draft_cache, lengths)
-        last = logits[torch.arange(len(chosen)), lengths - 1]
+        last = logits[torch.arange(len(chosen), device=logits.device), lengths - 1]
         probs = self.opt.sampling.probs(last)
         streams = [self._stream(r.rid) for r in chosen]
         uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
-        uniforms = uniforms[:, 0]
+        uniforms = uniforms[:, 0].to(logits.device)
         new = sample_from_probs(probs, uniforms, validate=False)
         logprob = torch.log_softmax(last.double(), dim=-1).gather(1, new[:, None]).squeeze(1)
         now = self._now()
@@ -235,7 +235,7 @@ class ServingEngine:
                 proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
                 n_drafts[slot] = len(found)
         new = n_drafts + 1
-        context = self.batch.target_cache.lengths[:size]
+        context = self.batch.target_cache.lengths[:size].cpu()
         pairs = float((new * context).sum()) + float((new * (new + 1)).sum()) / 2
         pass_shape = (int(new.sum()), int(context.sum()), pairs)
         result = speculative_step(
@@ -254,8 +254,8 @@ class ServingEngine:
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
         drafted = n_drafts.tolist()
-        self.log.accepted.append(result.accepted.numpy().copy())
-        self.log.drafted.append(n_drafts.numpy().copy())
+        self.log.accepted.append(np.asarray(accepted))
+        self.log.drafted.append(np.asarray(drafted))
         self.log.decode_rows += size
         self.log.window_rows += k * size
         finished = []

@@ -62,10 +62,10 @@ def generate(
     logits = target(ids, rows.target_cache, lengths)
     if rows.draft_cache is not None:
         drafter(ids, rows.draft_cache, lengths)
-    last = logits[torch.arange(rows_n), lengths - 1]
-    uniforms = torch.rand(rows_n, generator=generator, dtype=torch.float64)
+    last = logits[torch.arange(rows_n, device=logits.device), lengths - 1]
+    uniforms = torch.rand(rows_n, generator=generator, dtype=torch.float64).to(logits.device)
     first = sample_from_probs(sampling.probs(last), uniforms, validate=False)
-    _append(batch, first[:, None], torch.ones(rows_n, dtype=torch.long))
+    _append(batch, first[:, None].cpu(), torch.ones(rows_n, dtype=torch.long))
     produced = torch.ones(rows_n, dtype=torch.long)
     steps = drafted = accepted = 0
     problems: list[str] = []
@@ -83,12 +83,13 @@ def generate(
             StepUniforms.draw(generator, rows_n, k),
             faults,
         )
-        emitted = torch.where(active, result.accepted + 1, torch.zeros_like(result.accepted))
-        _append(batch, result.tokens, emitted)
+        accepted_rows = result.accepted.cpu()
+        emitted = torch.where(active, accepted_rows + 1, torch.zeros_like(accepted_rows))
+        _append(batch, result.tokens.cpu(), emitted)
         produced += emitted
         steps += int(active.sum())
         drafted += int(n_drafts[active].sum())
-        accepted += int(result.accepted[active].sum())
+        accepted += int(accepted_rows[active].sum())
         # Finished rows still ride along (a uniform batch keeps the loop simple); their
         # caches are rolled back to where they were, so nothing they compute is kept.
         if not bool(active.all()):
@@ -97,7 +98,7 @@ def generate(
             problems += audit_caches(target, drafter if k else None, batch.rows())
     tokens = torch.stack(
         [batch.seq[b, len(prompts[b]) : len(prompts[b]) + n_tokens] for b in range(rows_n)]
-    )
+    ).cpu()
     return Generation(tokens, steps, drafted, accepted, problems)
 
 
@@ -113,7 +114,8 @@ def _freeze(batch: Batch, rows: torch.Tensor) -> None:
     s_len = batch.s_len
     for cache in (batch.target_cache, batch.draft_cache):
         if cache is not None:
-            keep = torch.where(rows, torch.minimum(cache.lengths, s_len - 1), cache.lengths)
+            mask = rows.to(cache.device)
+            keep = torch.where(mask, torch.minimum(cache.lengths, s_len - 1), cache.lengths)
             cache.rollback(keep)
 
 

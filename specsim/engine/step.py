@@ -73,6 +73,9 @@ class StepUniforms:
     accept: torch.Tensor
     sample: torch.Tensor
 
+    def to(self, device: torch.device) -> StepUniforms:
+        return StepUniforms(self.draft.to(device), self.accept.to(device), self.sample.to(device))
+
     @staticmethod
     def draw(generator: torch.Generator, batch: int, width: int) -> StepUniforms:
         """One generator for the whole batch (offline generation)."""
@@ -128,12 +131,15 @@ def speculative_step(
     faults = faults or Faults()
     k = int(n_drafts.max()) if n_drafts.numel() else 0
     batch = rows.seq.shape[0]
-    index = torch.arange(batch)
+    device = rows.seq.device
+    index = torch.arange(batch, device=device)
+    n_drafts = n_drafts.to(device)
+    uniforms = uniforms.to(device)
     q = None
     if k == 0:
-        drafts = torch.zeros((batch, 0), dtype=torch.long)
+        drafts = torch.zeros((batch, 0), dtype=torch.long, device=device)
     elif proposals is not None:
-        drafts = proposals[:, :k]
+        drafts = proposals[:, :k].to(device)
     else:
         drafts, q = _draft(drafter, rows, n_drafts, k, sampling, uniforms.draft)
 
@@ -172,7 +178,7 @@ def _draft(
     # The first pass feeds what the drafter has not seen yet: 1 token, or 2 after a full accept.
     missing = torch.clamp(rows.s_len - cache.lengths, min=1)
     width = int(missing.max())
-    offsets = cache.lengths[:, None] + torch.arange(width)[None, :]
+    offsets = cache.lengths[:, None] + torch.arange(width, device=cache.device)[None, :]
     # Clamped to the last token: real inputs never reach it, and a drafter cache that was not
     # rolled back (a planted fault) is then fed just the newest token, as such a bug would.
     tokens = rows.seq.gather(1, torch.minimum(offsets, rows.s_len[:, None] - 1))
@@ -180,7 +186,7 @@ def _draft(
     drafts, qs = [], []
     for i in range(k):
         logits = drafter(tokens, cache, n_new)
-        last = logits[torch.arange(batch), (n_new - 1).clamp(min=0)]
+        last = logits[torch.arange(batch, device=logits.device), (n_new - 1).clamp(min=0)]
         q = sampling.probs(last)
         draft = sample_from_probs(q, uniforms[:, i], validate=False)
         drafts.append(draft)
