@@ -367,3 +367,16 @@ def test_cuda_gives_the_cpu_result(verify):
     assert torch.allclose(process_logits(logits, 0.7, 50, 0.9), on_gpu, atol=1e-12)
     gen = torch.Generator(device="cuda").manual_seed(0)
     assert draw_randomness(gen, 4, 2, device="cuda").accept.is_cuda
+
+
+def test_typical_accepts_a_low_probability_draft_when_p_is_flat():
+    # Uniform p over 20 tokens: p(x) = 0.05 <= epsilon, but H = ln 20 gives a threshold of
+    # 0.3 / 20 = 0.015, so the draft passes; a peaked p with the same p(x) = 0.05 fails.
+    flat = torch.full((1, 2, 20), 1 / 20, dtype=torch.float64)
+    q = torch.full((1, 1, 20), 1 / 20, dtype=torch.float64)
+    r = uniforms([[0.0]], [0.0])
+    assert verify_typical(flat, q, torch.tensor([[7]]), None, r).tokens.tolist() == [[7, 0]]
+    peaked = flat.clone()
+    peaked[0, 0] = torch.tensor([0.05, 0.0] + [0.0] * 17 + [0.95], dtype=torch.float64)
+    result = verify_typical(peaked, q, torch.tensor([[0]]), None, r)
+    assert result.tokens.tolist() == [[19, -1]]  # H = 0.199: threshold min(0.09, 0.246) = 0.09

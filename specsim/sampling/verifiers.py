@@ -143,8 +143,8 @@ def verify_greedy(
     step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, False)
     final = torch.empty_like(step.n_drafts)
 
-    def decide(position, rows, p_rows):
-        best = p_rows.argmax(dim=-1)
+    def decide(position, rows):
+        best = _rows_at(step.p, rows, torch.full_like(rows, position)).argmax(dim=-1)
         passed = torch.zeros_like(rows, dtype=torch.bool)
         if position < step.k:
             drafting = position < step.n_drafts[rows]
@@ -152,7 +152,7 @@ def verify_greedy(
         final[rows[~passed]] = best[~passed]
         return passed
 
-    accepted = _walk_positions(step, decide, validate)
+    accepted = _walk_positions(step, decide)
     return _assemble(step, accepted, _prefix_mask(accepted, step.k), final)
 
 
@@ -178,29 +178,38 @@ def verify_typical(
     final = torch.empty_like(step.n_drafts)
     tiny = torch.finfo(p.dtype).tiny
 
-    def decide(position, rows, p_rows):
+    def read(rows, position):
+        return _rows_at(step.p, rows, torch.full_like(rows, position))
+
+    def decide(position, rows):
+        passed = torch.zeros_like(rows, dtype=torch.bool)
         is_last = position == step.n_drafts[rows]
         if bool(is_last.any()):
             last = rows[is_last]
-            final[last] = sample_from_probs(
-                p_rows[is_last], randomness.sample[last], validate=False
-            )
-        drafting = ~is_last
-        out = torch.zeros_like(is_last)
-        if not bool(drafting.any()):
-            return out
-        rows, p_rows = rows[drafting], p_rows[drafting]
-        # Entropy in nats; 0 * log(tiny) = 0 gives 0 log 0 = 0 without a NaN.
-        entropy = -(p_rows * p_rows.clamp_min(tiny).log()).sum(dim=-1)
-        threshold = torch.clamp(delta * torch.exp(-entropy), max=epsilon)
-        x = step.draft[rows, position]
-        passed = p_rows.gather(-1, x.unsqueeze(-1)).squeeze(-1) > threshold
-        failed = rows[~passed]
-        final[failed] = p_rows[~passed].argmax(dim=-1)
-        out[drafting] = passed
-        return out
+            bonus = sample_from_probs(read(last, position), randomness.sample[last], validate=False)
+            final[last] = bonus
+        drafting = (~is_last).nonzero().squeeze(-1)
+        if drafting.numel() == 0:
+            return passed
+        draft_rows = rows[drafting]
+        x = step.draft[draft_rows, position]
+        p_x = step.p[draft_rows, position, x]
+        # The threshold never exceeds epsilon, so p(x) > epsilon passes without the entropy:
+        # full rows are read only for the undecided drafts.
+        ok = p_x > epsilon
+        undecided = (~ok).nonzero().squeeze(-1)
+        if undecided.numel():
+            p_rows = read(draft_rows[undecided], position)
+            # Entropy in nats; 0 * log(tiny) = 0 gives 0 log 0 = 0 without a NaN.
+            entropy = -(p_rows * p_rows.clamp_min(tiny).log()).sum(dim=-1)
+            threshold = torch.clamp(delta * torch.exp(-entropy), max=epsilon)
+            ok_here = p_x[undecided] > threshold
+            ok[undecided] = ok_here
+            final[draft_rows[undecided][~ok_here]] = p_rows[~ok_here].argmax(dim=-1)
+        passed[drafting] = ok
+        return passed
 
-    accepted = _walk_positions(step, decide, validate)
+    accepted = _walk_positions(step, decide)
     return _assemble(step, accepted, _prefix_mask(accepted, step.k), final)
 
 
@@ -230,19 +239,17 @@ def acceptance_probabilities(
 # Shared machinery (also used by the negative controls).
 
 
-def _walk_positions(step: _Step, decide, validate: bool) -> torch.Tensor:
-    """Visit positions 0..k, each only for the rows still accepting: ``decide(position, rows,
-    p_rows)`` returns which of ``rows`` pass (and records the final token of those that stop).
-    A row stops at its first failure or at position n_drafts[b]; p is read only where visited.
+def _walk_positions(step: _Step, decide) -> torch.Tensor:
+    """Visit positions 0..k, each only for the rows still accepting: ``decide(position, rows)``
+    returns which of ``rows`` pass (and records the final token of those that stop). A row stops
+    at its first failure or at position n_drafts[b], so p is read only where a row gets to.
     Returns the accepted counts."""
     accepted = torch.zeros_like(step.n_drafts)
     rows = torch.arange(step.p.shape[0], device=step.p.device)
     for position in range(step.k + 1):
         if rows.numel() == 0:
             break
-        p_rows = _rows_at(step.p, rows, torch.full_like(rows, position))
-        passed = decide(position, rows, p_rows)
-        rows = rows[passed]
+        rows = rows[decide(position, rows)]
         accepted[rows] += 1
     return accepted
 
