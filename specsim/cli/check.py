@@ -26,6 +26,7 @@ class SubCheck:
     """One ``specsim check <name>``: its help, its options and what it runs."""
 
     help: str
+    description: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
 
@@ -33,7 +34,12 @@ class SubCheck:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="check", metavar="CHECK", required=True)
     for name, check in CHECKS.items():
-        cmd = sub.add_parser(name, help=check.help, description=check.help)
+        cmd = sub.add_parser(
+            name,
+            help=check.help,
+            description=check.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         check.add_arguments(cmd)
         cmd.set_defaults(_check_run=check.run)
 
@@ -92,7 +98,10 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
         help="sample drafts from q, or draft argmax q (a deterministic drafter, one-hot q)",
     )
     parser.add_argument(
-        "--ragged", action="store_true", help="draw each row's number of drafts from 0..k"
+        "--ragged",
+        action="store_true",
+        help="draw each step's number of drafts uniformly from 0..k (ragged windows, as an "
+        "n-gram drafter makes)",
     )
     parser.add_argument(
         "--alpha", type=float, default=0.01, help="level of the Monte Carlo test (default 0.01)"
@@ -169,11 +178,29 @@ def _human(r) -> str:
     return "\n".join(lines)
 
 
+SAMPLER_DESCRIPTION = """\
+Check a verifier for losslessness on a seeded toy target p and drafter q that depend on the
+prefix (order-2 context tables), processed by the shared temperature / top-k / top-p.
+
+1. Closed form (numpy, float64): the exact joint distribution of the first two emitted tokens,
+   enumerating every draft path and accept/reject outcome; lossless needs <= 1e-12 from the
+   target alone. Its TV distance is reported either way.
+2. Monte Carlo (torch): the real batched verifier over --samples generations; a G-test of the
+   first two tokens against the target (sparse cells pooled), with the p-value, the seed and the
+   smallest TV distance it detects with 99% power.
+
+Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
+decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,
+which the check must flag. Exit 0 when a verdict is computed (lossless or not), 2 on bad input.
+"""
+
+
 # To add a check (e.g. ``rollout``), write its add_arguments/run pair (here or in its own
 # module) and register it below; ``specsim check <name>`` then picks it up.
 CHECKS: dict[str, SubCheck] = {
     "sampler": SubCheck(
         "check a verifier for losslessness (exact enumeration + Monte Carlo G-test)",
+        SAMPLER_DESCRIPTION,
         _add_sampler_arguments,
         _run_sampler,
     ),
