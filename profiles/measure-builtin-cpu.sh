@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Measure the built-in models on this machine's CPU and write profiles/builtin-cpu.yaml (plus its
+# per-request acceptance sequences). Run from the repository root; a few minutes on 2 cores.
+# The shipped file was measured on the project's 2-core development machine (see its
+# provenance): re-run this on your own machine for numbers that describe it.
+set -euo pipefail
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+specsim profile --target specsim-target \
+  --drafter small=specsim-draft-small --drafter tiny=specsim-draft-tiny --drafter ngram \
+  --device cpu --temperature 1.0 --temperature 0.7 --sequences \
+  --out profiles/builtin-cpu.yaml "$@"
