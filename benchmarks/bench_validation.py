@@ -52,6 +52,21 @@ def profile_all(specs: dict[str, str], prompts: str | None, budget: float | None
     return out
 
 
+def step_overheads(specs: dict[str, str]) -> dict[str, float]:
+    """The engine's step time beyond its forward passes, per drafter, batch and k (ms)."""
+    from specsim.engine.overhead import step_overhead
+    from specsim.models import load_model
+
+    target = load_model(specs["target"])
+    out = {}
+    for name in ("small", "tiny"):
+        drafter = load_model(specs[name])
+        for batch, k in ((1, 0), (1, 2), (1, 4), (8, 2), (8, 4)):
+            result = step_overhead(target, drafter, batch, k, context=160)
+            out[f"{name} b={batch} k={k}"] = round(result.overhead_s * 1e3, 2)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", help="folder with the three model folders (default built-in)")
@@ -105,6 +120,7 @@ def main() -> int:
                 ],
                 "wall_s": round(time.monotonic() - t0, 1),
             }
+    figures["step_overhead_ms"] = step_overheads(specs)
     spec, base = figures.get("validate-b8-small-k2"), figures.get("validate-b8-k0")
     if spec and base:
         measured = (
