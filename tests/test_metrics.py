@@ -121,3 +121,42 @@ def test_batch_summary_and_rounding():
         "a": [1.23457, 2e-9],
         "b": 3,
     }
+
+
+def test_summary_recomputes_from_the_records_file(tmp_path):
+    """Metrics are pure functions of the records: folding requests.csv back in reproduces the
+    run's latency summary (to the CSV's microsecond rounding)."""
+    from pathlib import Path
+
+    from specsim.scenario import Scenario
+    from specsim.simulation import run_simulation
+    from specsim.simulation.records import NUMERIC, read_records
+
+    data = Path(__file__).parent / "data"
+    scenario = Scenario.model_validate(
+        {
+            "seed": 2,
+            "profile": "sim_profile.yaml",
+            "workload": {
+                "kind": "poisson",
+                "rate": 30.0,
+                "requests": 400,
+                "prompt": {"dist": "uniform", "low": 50, "high": 500},
+                "output": {"dist": "uniform", "low": 5, "high": 100},
+            },
+            "speculation": {"drafter": "c05", "k": 3},
+            "slo": {"ttft_s": 0.012},
+        }
+    ).with_source(data / "scenario.yaml")
+    summary = run_simulation(scenario, records_path=tmp_path / "r.csv").summary
+    rec = read_records(tmp_path / "r.csv")
+    stats = RequestStats({"ttft_s": 0.012})
+    stats.add({name: rec[name].astype(np.float64) for name in NUMERIC})
+    assert stats.requests == summary["requests"] and stats.output_tokens == summary["output_tokens"]
+    for key in RequestStats.LATENCIES:
+        for stat, value in stats.hist[key].summary().items():
+            assert value == pytest.approx(summary[key][stat], rel=3e-3, abs=2e-6), (key, stat)
+    assert 0 < stats.slo_met < stats.requests
+    assert stats.slo_met / summary["duration_s"] == pytest.approx(
+        summary["goodput_requests_per_s"], rel=1e-3
+    )
