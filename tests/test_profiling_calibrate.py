@@ -147,3 +147,42 @@ def test_calibrate_cli_bad_input_exit_2(dump, into, tmp_path, capsys, change, wo
     for word in words:
         assert word in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (("  per_step_s:", "  per_step_seconds:"), ["overhead.per_step_seconds", "remove the key"]),
+        (("  price_per_hour_usd: 3.0", "  price_per_hour_usd: cheap"), ["price_per_hour_usd"]),
+        (("version: 1\n", ""), ["version", "add the key"]),
+    ],
+)
+def test_a_profile_with_missing_or_mistyped_keys_is_refused(
+    dump, into, tmp_path, capsys, edit, words
+):
+    broken = tmp_path / "broken.yaml"
+    text = into.read_text()
+    assert edit[0] in text
+    broken.write_text(text.replace(edit[0], edit[1], 1))
+    out = tmp_path / "c.yaml"
+    argv = [
+        "profile",
+        "--calibrate",
+        str(dump),
+        "--into",
+        str(broken),
+        "--drafter",
+        "ngram",
+        "--verifier",
+        "greedy",
+        "--temperature",
+        "0",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(broken) in err
+    for word in words:
+        assert word in err
+    assert not out.exists()
