@@ -30,16 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
+from specsim.sampling.inputs import Step, prepare
 from specsim.sampling.logits import inverse_cdf, sample_from_probs
 from specsim.sampling.randomness import VerifierRandomness
-from specsim.sampling.validation import (
-    SamplingInputError,
-    check_non_negative,
-    check_row_sums,
-    check_tokens,
-    check_uniforms,
-    require_float,
-)
+from specsim.sampling.validation import SamplingInputError, check_non_negative
 
 TYPICAL_EPSILON = 0.09
 TYPICAL_DELTA = 0.3
@@ -68,21 +62,6 @@ class VerifyResult:
     def emitted(self) -> torch.Tensor:
         """Tokens emitted per row, ``accepted + 1``."""
         return self.accepted + 1
-
-
-@dataclass(frozen=True)
-class _Step:
-    """Validated inputs plus the quantities every verifier needs."""
-
-    p: torch.Tensor
-    q: torch.Tensor | None
-    draft: torch.Tensor  # padding replaced by 0 so it can index
-    n_drafts: torch.Tensor
-    drafted: torch.Tensor  # [B, k] bool: position i < n_drafts[b]
-
-    @property
-    def k(self) -> int:
-        return self.draft.shape[1]
 
 
 def verify_rejection(
@@ -118,7 +97,7 @@ def _speculative_rows(
 ) -> VerifyResult:
     """verify_rejection with a swappable residual and optionally one shared accept uniform:
     the negative controls are built from it."""
-    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
+    step = prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
     accept_uniforms = None
     if shared_uniform:
         accept_uniforms = randomness.accept[:, :1].expand_as(randomness.accept)
@@ -140,7 +119,7 @@ def verify_greedy(
     at every step), whatever the drafter. q and ``randomness`` are accepted for a uniform
     signature and ignored. Ties in argmax go to the lowest token id, as ``torch.argmax``.
     """
-    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, False)
+    step = prepare(p, q, draft_tokens, n_drafts, randomness, validate, False)
     final = torch.empty_like(step.n_drafts)
 
     def decide(position, rows):
@@ -174,7 +153,7 @@ def verify_typical(
     token from p (as vLLM does). It trades exactness for acceptance; the checker reports its
     total-variation distance from the target. q is ignored.
     """
-    step = _prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
+    step = prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
     final = torch.empty_like(step.n_drafts)
     tiny = torch.finfo(p.dtype).tiny
 
@@ -239,7 +218,7 @@ def acceptance_probabilities(
 # Shared machinery (also used by the negative controls).
 
 
-def _walk_positions(step: _Step, decide) -> torch.Tensor:
+def _walk_positions(step: Step, decide) -> torch.Tensor:
     """Visit positions 0..k, each only for the rows still accepting: ``decide(position, rows)``
     returns which of ``rows`` pass (and records the final token of those that stop). A row stops
     at its first failure or at position n_drafts[b], so p is read only where a row gets to.
@@ -259,7 +238,7 @@ def _prefix_mask(accepted: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _speculative_step(
-    step: _Step,
+    step: Step,
     randomness: VerifierRandomness,
     residual: ResidualFn,
     validate: bool,
@@ -296,13 +275,11 @@ def _speculative_step(
         )
     rejected_rows = rejected.nonzero().squeeze(-1)
     if rejected_rows.numel():
-        final[rejected_rows] = _sample_residual(
-            step, rejected_rows, accepted, randomness, residual, validate
-        )
+        final[rejected_rows] = _sample_residual(step, rejected_rows, accepted, randomness, residual)
     return _assemble(step, accepted, mask, final)
 
 
-def _sample_residual(step, rows, accepted, randomness, residual, validate) -> torch.Tensor:
+def _sample_residual(step: Step, rows, accepted, randomness, residual) -> torch.Tensor:
     at = accepted[rows]
     p_rej = _rows_at(step.p, rows, at)  # a fresh copy: the residual may overwrite it
     x = step.draft[rows, at].unsqueeze(-1)
@@ -343,78 +320,10 @@ def _accepted_prefix(ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _assemble(
-    step: _Step, accepted: torch.Tensor, mask: torch.Tensor, final: torch.Tensor
+    step: Step, accepted: torch.Tensor, mask: torch.Tensor, final: torch.Tensor
 ) -> VerifyResult:
     batch, k = step.draft.shape
     tokens = torch.full((batch, k + 1), -1, dtype=torch.long, device=step.draft.device)
     tokens[:, :k] = torch.where(mask, step.draft, tokens[:, :k])
     tokens.scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
     return VerifyResult(accepted=accepted, tokens=tokens, accepted_mask=mask)
-
-
-def _prepare(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    n_drafts: torch.Tensor | int | None,
-    randomness: VerifierRandomness | None,
-    validate: bool,
-    needs_uniforms: bool,
-) -> _Step:
-    require_float(p, "p", 3, "p as [B, k+1, V]")
-    batch, positions, vocab = p.shape
-    k = positions - 1
-    if not isinstance(draft_tokens, torch.Tensor) or tuple(draft_tokens.shape) != (batch, k):
-        shape = getattr(draft_tokens, "shape", None)
-        raise SamplingInputError(
-            f"expected shape {(batch, k)} to match p {tuple(p.shape)}, got {shape}",
-            key="draft_tokens",
-            fix="p has one more position than there are drafts: [B, k+1, V] vs [B, k]",
-        )
-    if q is not None:
-        require_float(q, "q", 3, "q as [B, k, V], or None for a deterministic drafter")
-        if tuple(q.shape) != (batch, k, vocab):
-            raise SamplingInputError(
-                f"expected shape {(batch, k, vocab)} to match p {tuple(p.shape)}, "
-                f"got {tuple(q.shape)}",
-                key="q",
-                fix="q covers the k drafted positions: [B, k, V]",
-            )
-    n = _n_drafts(n_drafts, batch, k, p.device)
-    drafted = torch.arange(k, device=p.device) < n.unsqueeze(1)
-    if validate:
-        check_tokens(draft_tokens, vocab, "draft_tokens", drafted)
-        scored = torch.arange(k + 1, device=p.device) <= n.unsqueeze(1)
-        check_row_sums(p, "p", scored)
-        if q is not None:
-            check_row_sums(q, "q", drafted)
-    if needs_uniforms:
-        if randomness is None:
-            raise SamplingInputError(
-                "this verifier needs its random numbers",
-                key="randomness",
-                fix="pass draw_randomness(generator, B, k)",
-            )
-        if validate:
-            check_uniforms(randomness.accept, "randomness.accept", (batch, k))
-            check_uniforms(randomness.sample, "randomness.sample", (batch,))
-    draft = torch.where(drafted, draft_tokens.long(), torch.zeros_like(draft_tokens.long()))
-    return _Step(p=p, q=q, draft=draft, n_drafts=n, drafted=drafted)
-
-
-def _n_drafts(
-    n_drafts: torch.Tensor | int | None, batch: int, k: int, device: torch.device
-) -> torch.Tensor:
-    if n_drafts is None:
-        return torch.full((batch,), k, dtype=torch.long, device=device)
-    n = torch.as_tensor(n_drafts, device=device)
-    if n.is_floating_point() or n.is_complex():
-        raise SamplingInputError("expected integers", key="n_drafts", fix="pass int64 counts")
-    n = n.long().expand(batch) if n.ndim == 0 else n.long()
-    if tuple(n.shape) != (batch,) or bool(((n < 0) | (n > k)).any()):
-        raise SamplingInputError(
-            f"expected {batch} counts in [0, {k}]",
-            key="n_drafts",
-            fix="one count per row, at most the window k",
-        )
-    return n
