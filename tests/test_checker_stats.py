@@ -51,12 +51,15 @@ def test_p_values_are_uniform_under_the_null():
     # 1000 multinomial samples of N = 2000 (seed 0) from REFERENCE itself. The rejection count at
     # alpha = 0.05 must lie in the binomial(1000, 0.05) 99.9% range [28, 74], and a KS test of
     # the p-values against uniform must not reject at 0.001 (pooling keeps them near-uniform).
+    # Planted bug on the same draws: a test that forgets the pooling-reduced dof (uses dof + 5)
+    # is over-conservative, and the same two checks catch it.
     rng = np.random.default_rng(0)
-    p_values = np.array(
-        [g_test(rng.multinomial(2000, REFERENCE), REFERENCE).p_value for _ in range(1000)]
-    )
+    results = [g_test(rng.multinomial(2000, REFERENCE), REFERENCE) for _ in range(1000)]
+    p_values = np.array([r.p_value for r in results])
     assert 28 <= int((p_values < 0.05).sum()) <= 74
     assert sps.kstest(p_values, "uniform").pvalue > 1e-3
+    wrong = np.array([sps.chi2.sf(r.statistic, r.dof + 5) for r in results])
+    assert int((wrong < 0.05).sum()) < 28 and sps.kstest(wrong, "uniform").pvalue < 1e-3
 
 
 def worst_case_alternative(reference: np.ndarray, tv: float, n: int) -> np.ndarray:
