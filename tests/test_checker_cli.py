@@ -81,6 +81,8 @@ def test_greedy_options_and_ragged(capsys):
         (["--temperature", "-0.1"], "--temperature"),
         (["--temperature", "nan"], "--temperature"),
         (["--alpha", "1"], "--alpha"),
+        (["--seed", "-1"], "--seed"),
+        (["--problem-seed", "-3"], "--problem-seed"),
         (["--control", "raw-q"], "--control raw-q"),
         (["--control", "resample-p", "--verifier", "rejection"], "--control"),
     ],

@@ -186,6 +186,9 @@ def check_sampler(
     passed: the closed form within 1e-12 and the G-test at level ``alpha``.
     """
     _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power)
+    for key, value in (("--seed", seed), ("--problem-seed", problem_seed)):
+        if not (float(value).is_integer() and value >= 0):
+            raise SpecsimError("value out of range", key=key, fix="use a whole number >= 0")
     subject = subject_for(verifier, greedy_reference)
     processing = Processing(float(temperature), int(top_k), float(top_p))
     _check_subject_fits(subject, processing, drafter, samples)
