@@ -360,3 +360,39 @@ def test_step_times_and_flops_match_the_profile_pass_by_pass(tmp_path):
     assert rec["finish_s"][0] == pytest.approx(clock, abs=1e-6)
     assert summary["flops_verification"] == pytest.approx(flops, rel=1e-5)
     assert rec["steps"][0] == 5 and rec["accepted"][0] == 14 and rec["drafted"][0] == 14
+
+
+LENGTHS = {
+    "prompt": {"dist": "uniform", "low": 20, "high": 200},
+    "output": {"dist": "uniform", "low": 5, "high": 60},
+}
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {"kind": "fixed_rate", "rate": 4.0, "requests": 50, **LENGTHS},
+        {"kind": "bursty", "rate": 4.0, "cv": 3.0, "duration_s": 20.0, **LENGTHS},
+        {"kind": "closed_loop", "concurrency": 3, "requests": 40, "think_time_s": 0.5, **LENGTHS},
+        {"kind": "trace", "trace": "vidur_small.csv", "time_scale": 2.0},
+    ],
+    ids=["fixed_rate", "bursty", "closed_loop_think", "trace"],
+)
+def test_every_workload_kind_runs_end_to_end(tmp_path, workload):
+    summary, rec = run(make(workload=workload), tmp_path)
+    arrivals = np.sort(rec["arrival_s"])
+    kind = workload["kind"]
+    if kind == "fixed_rate":
+        assert summary["requests"] == 50
+        np.testing.assert_allclose(np.diff(arrivals), 0.25, atol=2e-6)
+    elif kind == "bursty":
+        assert np.all(arrivals < 20.0) and summary["requests"] > 20
+    elif kind == "closed_loop":
+        assert summary["requests"] == 40
+        # A client's next request arrives after its previous one finished (plus think time).
+        order = np.argsort(rec["arrival_s"], kind="stable")
+        in_flight = np.searchsorted(np.sort(rec["finish_s"]), rec["arrival_s"][order])
+        assert np.all(np.arange(40) - in_flight < 3)  # never more than 3 outstanding
+    else:
+        assert arrivals.tolist() == [0.0, 1.0, 3.0]  # 0, 0.5, 1.5 s scaled by 2
+        assert rec["prompt_tokens"][np.argsort(rec["arrival_s"])].tolist() == [100, 200, 50]
