@@ -205,6 +205,7 @@ class ServingEngine:
         uniforms = uniforms[:, 0].to(logits.device)
         new = sample_from_probs(probs, uniforms, validate=False)
         logprob = torch.log_softmax(last.double(), dim=-1).gather(1, new[:, None]).squeeze(1)
+        new_tokens, logprobs = new.tolist(), logprob.tolist()  # on a GPU this waits for the work
         now = self._now()
         self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape)
         finished = []
@@ -216,7 +217,7 @@ class ServingEngine:
                 None if self.opt.ngram is None else PromptLookup(self.opt.ngram, request.prompt_ids)
             )
             request.first_token = request.last_emit = now
-            self._emit(slot, request, [int(new[i])], [float(logprob[i])])
+            self._emit(slot, request, [new_tokens[i]], [logprobs[i]])
             if self._is_done(request):
                 finished.append(slot)
         self._retire(finished, now)
@@ -248,11 +249,11 @@ class ServingEngine:
             self.opt.faults,
             proposals,
         )
-        now = self._now()
-        self._log_iteration(now - start, size, "decode", k, pass_shape)
-        tokens = result.tokens.tolist()
+        tokens = result.tokens.tolist()  # on a GPU these wait for the step to finish
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
+        now = self._now()
+        self._log_iteration(now - start, size, "decode", k, pass_shape)
         drafted = n_drafts.tolist()
         self.log.accepted.append(np.asarray(accepted))
         self.log.drafted.append(np.asarray(drafted))
