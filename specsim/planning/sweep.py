@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -33,8 +34,7 @@ from specsim.planning.points import SweepPoint
 MANIFEST = "sweep.json"
 POINTS = "points"
 MANIFEST_FORMAT = 1
-# A point whose worker process died this many times is recorded as failed, not retried again.
-MAX_POOL_ATTEMPTS = 2
+WORKER_DIED = "the worker process running it died (a crash or out of memory)"
 CLUSTER_CONNECT_TIMEOUT_S = 5.0
 
 # task(scenario_path, overrides) -> summary dict. Module-level, so it pickles by reference.
@@ -272,36 +272,62 @@ class Sweeper:
             yield from self._compute_pool(todo)
 
     def _compute_pool(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
-        attempts = dict.fromkeys(todo, 0)
-        remaining = dict(todo)
-        while remaining:
+        """At most ``workers`` points in flight, so a dying worker implicates only those.
+
+        When a worker dies (out of memory, a crash in native code) the pool breaks and every
+        point in flight is lost. Those points become suspects and are rerun one at a time in a
+        fresh pool: the one that kills its worker when alone is recorded as failed, the others
+        complete, and the sweep goes on in parallel.
+        """
+        queue = deque(todo)
+        suspects: deque[str] = deque()
+        while queue or suspects:
             pool = self._ensure_pool()
-            futures: dict[Future, str] = {}
-            for key, point in remaining.items():
-                attempts[key] += 1
-                future = pool.submit(run_point, self.task, point.scenario, list(point.overrides))
-                futures[future] = key
+            if suspects:
+                key = suspects.popleft()
+                point = todo[key]
+                try:
+                    record = pool.submit(
+                        run_point, self.task, point.scenario, list(point.overrides)
+                    ).result()
+                except BrokenProcessPool:
+                    self._drop_pool()
+                    record = {"ok": False, "error": WORKER_DIED}
+                except Exception as exc:  # the result could not come back (e.g. unpicklable)
+                    record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                yield key, record
+                continue
+            in_flight: dict[Future, str] = {}
             broken = False
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            while (queue or in_flight) and not broken:
+                while queue and len(in_flight) < self.workers:
+                    key = queue.popleft()
+                    point = todo[key]
+                    future = pool.submit(
+                        run_point, self.task, point.scenario, list(point.overrides)
+                    )
+                    in_flight[future] = key
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
-                    key = futures[future]
-                    try:
-                        record = future.result()
-                    except BrokenProcessPool:
+                    key = in_flight.pop(future)
+                    if future.exception() is not None:  # BrokenProcessPool: run_point never raises
                         broken = True
-                        continue
-                    remaining.pop(key)
-                    yield key, record
+                        suspects.append(key)
+                    else:
+                        yield key, future.result()
             if broken:
-                # A worker died (out of memory, a crash in native code). Start a fresh pool and
-                # retry what was lost; a point that keeps killing workers is recorded as failed.
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-                for key in [k for k in remaining if attempts[k] >= MAX_POOL_ATTEMPTS]:
-                    remaining.pop(key)
-                    yield key, {"ok": False, "error": "the worker process running it died"}
+                for future, key in in_flight.items():
+                    finished = future.done() and future.exception() is None
+                    if finished:
+                        yield key, future.result()
+                    else:
+                        suspects.append(key)
+                self._drop_pool()
+
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
