@@ -152,10 +152,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fp32", action="store_true", help="train without bfloat16 autocast")
     parser.add_argument("--eval-windows", type=int, default=48)
+    parser.add_argument(
+        "--models",
+        default=",".join(FAMILY),
+        help="comma-separated subset to train (the models train independently, so they can run "
+        "in separate processes; the evaluation runs once all are in --out)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     settings = TrainSettings(steps=args.steps, bf16=not args.fp32)
+    chosen = [name.strip() for name in args.models.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(FAMILY))
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(FAMILY)}")
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -175,12 +185,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(held_files)} held out ({held_stream.numel()} bytes)"
     )
 
-    timings = {}
-    for name, config in FAMILY.items():
+    timings_file = out / "train_seconds.json"
+    for name in chosen:
         started = time.perf_counter()
-        model = train_model(config, train_stream, settings, log)
-        timings[name] = round(time.perf_counter() - started, 1)
+        model = train_model(FAMILY[name], train_stream, settings, log)
+        seconds = round(time.perf_counter() - started, 1)
         save_model(model, out / name, dtype=torch.float16)
+        timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
+        timings[name] = seconds
+        write_text_atomic(timings_file, dump_json(timings))
+    missing = [name for name in FAMILY if not (out / name / "model.safetensors").is_file()]
+    if missing:
+        log(f"trained {', '.join(chosen)}; evaluation waits for {', '.join(missing)}")
+        return 0
+    timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
 
     # Evaluate what ships: the float16 files, loaded back as float32 through the public loader.
     shipped = {name: load_model(out / name) for name in FAMILY}
