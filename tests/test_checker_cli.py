@@ -172,3 +172,10 @@ def test_typical_at_temperature_zero_is_lossless_here_but_still_called_lossy_in_
     assert main(["check", "sampler", "--verifier", "typical", "--temperature", "0"]) == 0
     out = capsys.readouterr().out
     assert "LOSSLESS on this problem" in out and "lossy in general" in out
+
+
+def test_a_control_that_coincides_with_the_exact_verifier_says_so(capsys):
+    # One position: a shared uniform is the same as one uniform per position.
+    assert main(["check", "sampler", "--control", "shared-uniform", "--k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "LOSSLESS on this problem" in out and "coincides with the exact verifier" in out

@@ -148,6 +148,12 @@ def _human(r) -> str:
             f"verdict: LOSSLESS on this problem (output matches {r.reference}), but this "
             "verifier is lossy in general (e.g. at temperature > 0)"
         )
+    elif r.lossless and r.negative_control:
+        lines.append(
+            f"verdict: LOSSLESS on this problem (output matches {r.reference}): here the control "
+            "coincides with the exact verifier (e.g. one-hot p, or k = 1 for shared-uniform); "
+            "the default problem shows the bug"
+        )
     elif r.lossless:
         lines.append(f"verdict: LOSSLESS (output matches {r.reference})")
     else:

@@ -74,6 +74,7 @@ class Subject:
     lossy_by_design: bool
     verify_with_raw_q: bool  # the raw-q control: hand the verifier softmax(raw drafter logits)
     load: Callable[[], Callable]  # returns the torch verifier (imports torch)
+    negative_control: bool = False
 
 
 def _builtin(name: str, function: str, rule, greedy: bool, lossy: bool, what: str) -> Subject:
@@ -117,7 +118,7 @@ def subject_for(verifier: str | Callable, greedy_reference: bool = False) -> Sub
         c = CONTROLS[verifier]
         return Subject(
             c.name, f"negative control: {c.description}", c.rule, False, False,
-            c.verify_with_raw_q, lambda: c.verifier,
+            c.verify_with_raw_q, lambda: c.verifier, negative_control=True,
         )  # fmt: skip
     names = ", ".join([*VERIFIERS, *CONTROLS])
     raise SpecsimError(f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names}")
@@ -131,6 +132,7 @@ class SamplerCheck:
     description: str
     lossless: bool
     lossy_by_design: bool
+    negative_control: bool  # a known-wrong verifier that the check must flag
     reference: str  # "target sampling" or "target greedy decoding"
     closed_form_max_abs_error: float | None  # None: no closed form for a user callable
     tv_distance: float | None  # closed form, exact
@@ -222,6 +224,7 @@ def check_sampler(
         description=subject.description,
         lossless=all(verdicts),
         lossy_by_design=subject.lossy_by_design,
+        negative_control=subject.negative_control,
         reference="target greedy decoding" if subject.greedy_reference else "target sampling",
         closed_form_max_abs_error=max_error,
         tv_distance=tv,
