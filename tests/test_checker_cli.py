@@ -179,3 +179,12 @@ def test_a_control_that_coincides_with_the_exact_verifier_says_so(capsys):
     assert main(["check", "sampler", "--control", "shared-uniform", "--k", "1"]) == 0
     out = capsys.readouterr().out
     assert "LOSSLESS on this problem" in out and "coincides with the exact verifier" in out
+
+
+def test_same_seed_gives_byte_identical_json(capsys):
+    args = ["check", "sampler", "--ragged", "--top-k", "5", "--samples", "20000", "--json"]
+    outputs = []
+    for _ in range(2):
+        assert main(args) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
