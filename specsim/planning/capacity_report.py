@@ -11,7 +11,7 @@ from specsim.planning.capacity import (
     attainment_of,
     meets_slo,
 )
-from specsim.planning.common import lossy_note, metric, slo_text
+from specsim.planning.common import lossy_note, method_text, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 
@@ -238,6 +238,22 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
     ]
     if outcome["fleet"]:
         sections.append(Section("Fleet check", [_fleet_table(plan, outcome["fleet"])]))
+    sections.append(
+        Section(
+            "Method",
+            [
+                Paragraph(method_text(plan.scenario, plan.seed)),
+                Paragraph(
+                    f"Each candidate's rate is found by bisection on one replica, from "
+                    f"{plan.scale.axis.fmt(plan.scale.axis.base)} outwards, until the highest "
+                    f"sustained and the lowest failing load are within {plan.tolerance:.0%} of "
+                    "each other; the sustained one is reported. The fleet check runs the chosen "
+                    "candidate on the planned number of replicas behind the scenario's router "
+                    f"({plan.scenario.fleet.router})."
+                ),
+            ],
+        )
+    )
     return Report(
         title=f"Capacity plan: {plan.scenario.name}",
         subtitle=f"{len(results)} candidates, bisection on the arrival rate; seed {plan.seed}.",

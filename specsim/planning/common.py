@@ -236,6 +236,20 @@ def lossy_note(profile, speculation) -> str | None:
     )
 
 
+def method_text(scenario, seed: int) -> str:
+    """One paragraph on how the numbers were made, shared by the three reports."""
+    w = scenario.workload
+    size = f"{w.requests} requests" if w.requests else f"{w.duration_s:g} s of arrivals"
+    if w.requests and w.duration_s:
+        size = f"{w.requests} requests or {w.duration_s:g} s of arrivals, whichever ends first"
+    return (
+        f"Each point is one simulation of {size} ({w.kind} workload) on the profile "
+        f"`{scenario.profile}`. Every point uses seed {seed}, so arrivals and lengths are the "
+        "same across k and drafters and differences come from the setting compared (common "
+        "random numbers); latency percentiles are per request, throughput is over the run."
+    )
+
+
 def slo_text(scenario) -> str:
     if scenario.slo is None:
         return "none"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from specsim.planning.common import k_text, metric, slo_text
+from specsim.planning.common import k_text, method_text, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.swap import DrafterPlan, SwapPlan
@@ -272,7 +272,11 @@ def build(plan: SwapPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> R
     sections.append(Section("Acceptance", [figures[0], _acceptance_table(plan, per)]))
     sections.append(Section("Latency across load", [figures[1]]))
     sections.append(Section("Throughput, waste, cost and best k", [figures[2]]))
-    sections.append(Section("All simulations", [_all(plan, per)]))
+    sections.append(
+        Section(
+            "All simulations", [Paragraph(method_text(first.scenario, plan.seed)), _all(plan, per)]
+        )
+    )
     names = " vs ".join(d.name for d in plan.drafters)
     return Report(
         title=f"Drafter swap: {names}",

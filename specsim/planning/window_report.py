@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specsim.planning.common import k_text, lossy_note, metric, slo_text
+from specsim.planning.common import k_text, lossy_note, method_text, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.window import (
@@ -261,7 +261,10 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
             ],
         ),
         Section("Latency and throughput against k", _figures(plan, loads)),
-        Section("All simulations", [_sweep_table(plan, loads)]),
+        Section(
+            "All simulations",
+            [Paragraph(method_text(plan.scenario, plan.seed)), _sweep_table(plan, loads)],
+        ),
     ]
     report = Report(
         title=f"Choosing k: {plan.scenario.name}",
