@@ -39,6 +39,15 @@ Checker (numpy closed form; torch for the Monte Carlo part):
 - ``CONTROLS``: known-wrong verifiers the checker must flag (see ``controls``).
 - ``reference``: the closed-form enumeration; ``stats``: the G-test and its power.
 
+One verification step of an engine (the generator lives on p's device)::
+
+    p = process_logits(target_logits, temperature, top_k, top_p)    # [B, k+1, V]
+    q = process_logits(drafter_logits, temperature, top_k, top_p)   # [B, k, V]; drafts came from it
+    gen = torch.Generator(device=p.device).manual_seed(seed)
+    randomness = draw_randomness(gen, B, k, device=p.device)
+    step = verify_rejection(p, q, draft_tokens, n_drafts, randomness)
+    new_tokens = step.tokens[step.tokens >= 0]   # per row: step.tokens[b, : step.accepted[b] + 1]
+
 Importing this package does not import torch; the torch functions load on first use.
 """
 
