@@ -188,3 +188,14 @@ def test_same_seed_gives_byte_identical_json(capsys):
         assert main(args) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
+
+
+def test_out_writes_the_report_atomically(tmp_path, capsys):
+    out = tmp_path / "check"
+    assert main(["check", "sampler", "--samples", "2000", "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "sampler_check.json").read_text()) == printed
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["check", "sampler", "--samples", "0", "--out", str(blocker)]) == 2
+    assert "not a folder" in capsys.readouterr().err

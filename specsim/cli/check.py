@@ -18,7 +18,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specsim.cli.common import add_json, emit
+from specsim.cli.common import add_json, add_out, emit
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,7 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alpha", type=float, default=0.01, help="level of the Monte Carlo test (default 0.01)"
     )
+    add_out(parser, required=False, help="also write the report to DIR/sampler_check.json")
     add_json(parser)
 
 
@@ -131,7 +132,13 @@ def _run_sampler(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         problem_seed=args.problem_seed,
     )
-    emit(args, report.to_json(), _human(report))
+    summary = report.to_json()
+    if args.out:
+        from specsim.fileio import atomic_output_dir, dump_json
+
+        with atomic_output_dir(args.out) as staging:
+            (staging / "sampler_check.json").write_text(dump_json(summary), encoding="utf-8")
+    emit(args, summary, _human(report))
     return 0
 
 
