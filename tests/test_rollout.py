@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from specsim.cli import main
 from specsim.engine.records import format_csv
@@ -142,3 +143,49 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     (nocol / "requests.csv").write_text("id,arrival_s\n1,0.5\n")
     with pytest.raises(SpecsimError, match="missing"):
         load_run(nocol)
+
+
+def engine_run(tmp_path, name: str, speculation: dict):
+    """64 requests through the real engine (8 closed-loop clients, seed 21), as a run folder."""
+    from test_engine_common import drafter_map, model_spec, prompts_path
+
+    from specsim.engine.run import run_engine, write_run
+    from specsim.scenario import load_scenario
+
+    data = {
+        "name": name,
+        "seed": 21,
+        "profile": "unused.yaml",
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 8,
+            "requests": 64,
+            "prompt": {"dist": "fixed", "value": 32},
+            "output": {"dist": "fixed", "value": 24},
+        },
+        "engine": {"max_batch": 8, "chunked_prefill": False},
+        "speculation": speculation,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = run_engine(
+        load_scenario(path),
+        target=model_spec("specsim-target"),
+        drafters=drafter_map(),
+        prompts=prompts_path(),
+    )
+    write_run(run, tmp_path / name)
+    return tmp_path / name
+
+
+@pytest.mark.slow
+def test_engine_rollouts_exact_passes_lossy_typical_is_flagged(tmp_path):
+    # n = 64 per side; the lossless candidate must not be flagged (false alarm <= alpha = 0.01),
+    # typical acceptance with the weak drafter moves the target log-likelihood and must be.
+    base = engine_run(tmp_path, "base", {"drafter": None, "k": 0})
+    exact = engine_run(tmp_path, "exact", {"drafter": "small", "k": 3})
+    lossy = engine_run(tmp_path, "lossy", {"drafter": "tiny", "k": 3, "verifier": "typical"})
+    assert not check_rollout(load_run(base), load_run(exact)).shifted
+    check = check_rollout(load_run(base), load_run(lossy))
+    print("\n" + "\n".join(f"{t.signal} {t.test} p={t.p_value:.3g}" for t in check.tests))
+    assert check.shifted

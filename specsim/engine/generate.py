@@ -52,7 +52,9 @@ def generate(
     faults = faults or Faults()
     rows_n = len(prompts)
     max_len = max(len(p) for p in prompts) + n_tokens + k + 1
+    # Planted faults leave extra tokens in a cache every step; give them the room.
     draft_len = max_len + (n_tokens * k if faults.skip_draft_rollback else 0)
+    max_len += n_tokens * faults.target_rollback_extra
     batch = Batch(target, drafter if k else None, rows_n, max_len, draft_len)
     generator = torch.Generator().manual_seed(seed)
     batch.add(prompts)
