@@ -313,3 +313,24 @@ def test_a_budget_too_short_to_fit_is_a_clear_error(configs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "need at least 7" in err and "--time-budget" in err
     assert not out.exists()
+
+
+def test_cpu_clock_times_the_process_and_needs_one_thread(configs, monkeypatch):
+    from specsim.models import load_model
+
+    timer = timing.PassTimer("cpu", warmup=0, repeats=2, clock="cpu")
+    model = load_model(configs["target"])
+    run = timing.time_grid(
+        model, timing.grid_points({"batch": (1,), "context": (8,), "new": (1, 2)}), timer
+    )
+    assert all(s.seconds > 0 for s in run.samples)
+    # A process that sleeps uses no CPU time: the cpu clock leaves it out, the wall clock not.
+    import time as _time
+
+    assert timer.time_once(lambda: _time.sleep(0.05)) < 0.02
+    assert timing.PassTimer("cpu", clock="wall").time_once(lambda: _time.sleep(0.05)) >= 0.05
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    with pytest.raises(SpecsimError, match="one torch thread"):
+        timing.PassTimer("cpu", clock="cpu")
+    with pytest.raises(SpecsimError, match="CUDA events"):
+        timing.PassTimer("cuda", clock="cpu")

@@ -91,6 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="timed repeats per point (default 7 on CPU, 20 on CUDA)",
     )
     measure.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="CPU passes: wall-clock time (default), or the process's CPU time, which leaves out "
+        "time taken by other processes on a shared machine (needs OMP_NUM_THREADS=1)",
+    )
+    measure.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -289,6 +296,7 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
         temperatures=temperatures,
         time_budget=args.time_budget,
         repeats=args.repeats,
+        clock=args.clock,
         seed=args.seed,
         max_new_tokens=args.max_new_tokens,
         max_prompts=args.max_prompts,

@@ -35,6 +35,7 @@ class MeasureOptions:
     temperatures: list[float] = field(default_factory=lambda: [1.0])
     time_budget: float | None = None
     repeats: int | None = None
+    clock: str = "wall"
     seed: int = 0
     max_new_tokens: int | None = None
     max_prompts: int | None = None
@@ -211,11 +212,15 @@ def _acceptance(opts, models, tokenizer, progress_file):
 
 
 def _timing_note(opts, axes, timer, dtype_name) -> str:
-    method = (
-        "CUDA events with synchronisation."
-        if opts.device != "cpu"
-        else "synchronous CPU passes timed with perf_counter_ns."
-    )
+    if opts.device != "cpu":
+        method = "CUDA events with synchronisation."
+    elif timer.clock == "cpu":
+        method = (
+            "synchronous CPU passes timed by the process's CPU time (one torch thread), which "
+            "leaves out time given to other processes: the latency of a dedicated core."
+        )
+    else:
+        method = "synchronous CPU passes timed with perf_counter_ns (wall clock)."
     return (
         f"Latency measured on {opts.device} ({dtype_name}): grid batch {list(axes['batch'])} x "
         f"context {list(axes['context'])} x new tokens {list(axes['new'])}, prefill "
@@ -247,9 +252,8 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     measure_accept = opts.acceptance and bool(opts.drafters)
     # Fail on a missing tokenizer before minutes of timing, not after.
     tokenizer = load_tokenizer(opts.target) if measure_accept else None
-    timer = PassTimer(
-        opts.device, warmup=2, repeats=opts.repeats or (7 if opts.device == "cpu" else 20)
-    )
+    repeats = opts.repeats or (7 if opts.device == "cpu" else 20)
+    timer = PassTimer(opts.device, warmup=2, repeats=repeats, clock=opts.clock)
     sections, lines, notes = _time_models(opts, models, points, timer, progress_file)
     per_step, per_seq = measure_sampling_overhead(
         models["target"].config.vocab_size, opts.device, timer

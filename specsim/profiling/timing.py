@@ -7,8 +7,9 @@ cached keys per row (their values do not change the time). Every point gets warm
 timed repeats; the sample is their median with the interquartile range as spread.
 
 On CPU a pass is timed with ``time.perf_counter_ns`` (CPU torch ops are synchronous: they return
-when the work is done). On CUDA it is timed with CUDA events recorded around the pass and a
-device synchronisation before reading them, which excludes host-side queueing jitter.
+when the work is done), or with the process's CPU time (``clock="cpu"``) on a shared machine. On
+CUDA it is timed with CUDA events recorded around the pass and a device synchronisation before
+reading them, which excludes host-side queueing jitter.
 """
 
 from __future__ import annotations
@@ -99,17 +100,44 @@ def parse_grid(texts: Iterable[str], device: str) -> dict[str, tuple[int, ...]]:
     return axes
 
 
-class PassTimer:
-    """Times one kind of pass: warm-ups, then ``repeats`` timed runs (median and IQR)."""
+CLOCKS = ("wall", "cpu")
 
-    def __init__(self, device: str, warmup: int = 2, repeats: int = 5):
+
+class PassTimer:
+    """Times one kind of pass: warm-ups, then ``repeats`` timed runs (median and IQR).
+
+    ``clock`` (CPU only): ``wall`` times elapsed time; ``cpu`` times the process's CPU time,
+    which leaves out the time the operating system gave to other processes, so it measures what
+    a dedicated core would take even on a shared machine. It is only meaningful with one torch
+    thread (several threads add their CPU times up), which the timer checks.
+    """
+
+    def __init__(self, device: str, warmup: int = 2, repeats: int = 5, clock: str = "wall"):
         if repeats < 1 or warmup < 0:
             raise SpecsimError(
                 "repeats must be >= 1 and warm-ups >= 0", key="--repeats", fix="use 1 or more"
             )
+        if clock not in CLOCKS:
+            raise SpecsimError(f"unknown clock {clock!r}", file="--clock", fix="wall or cpu")
+        if clock == "cpu":
+            import torch
+
+            if device.startswith("cuda"):
+                raise SpecsimError(
+                    "--clock cpu times CPU passes; CUDA passes are timed with CUDA events",
+                    file="--clock",
+                    fix="drop --clock cpu for --device cuda",
+                )
+            if torch.get_num_threads() != 1:
+                raise SpecsimError(
+                    f"--clock cpu needs one torch thread (have {torch.get_num_threads()})",
+                    file="--clock",
+                    fix="set OMP_NUM_THREADS=1, or use --clock wall",
+                )
         self.device = device
         self.warmup = warmup
         self.repeats = repeats
+        self.clock = clock
 
     def time_once(self, run: Callable[[], object]) -> float:
         import torch
@@ -123,9 +151,10 @@ class PassTimer:
             end.record()
             torch.cuda.synchronize(self.device)
             return start.elapsed_time(end) / 1e3
-        begin = time.perf_counter_ns()
+        now = time.process_time_ns if self.clock == "cpu" else time.perf_counter_ns
+        begin = now()
         run()
-        return (time.perf_counter_ns() - begin) / 1e9
+        return (now() - begin) / 1e9
 
     def measure(self, run: Callable[[], object], reset: Callable[[], object]) -> np.ndarray:
         """Seconds of ``repeats`` runs of ``run``, each after ``reset`` (not timed)."""
