@@ -88,40 +88,53 @@ class WalkTotals:
 
 def walk(scored: Scored, k: int, totals: WalkTotals | None = None) -> WalkTotals:
     """Add the expected counts of window-``k`` steps over one request to ``totals``."""
+    return walk_all([scored], k, totals)
+
+
+def _stack(requests: Sequence[Scored], k: int):
+    """Requests padded to one array: accept [R, L, k], drafts [R, L], lengths [R]."""
+    longest = max(r.length for r in requests)
+    accept = np.zeros((len(requests), longest, k))
+    drafts = np.zeros((len(requests), longest), dtype=np.int64)
+    for row, r in enumerate(requests):
+        width = min(k, r.accept.shape[1])
+        accept[row, : r.length, :width] = r.accept[:, :width]
+        drafts[row, : r.length] = np.minimum(r.drafts, width)
+    return accept, drafts, np.array([r.length for r in requests])
+
+
+def walk_all(requests: Sequence[Scored], k: int, totals: WalkTotals | None = None) -> WalkTotals:
+    """Expected counts of window-``k`` steps over ``requests``, all walked together (the loop
+    runs over positions and depths; requests are the vectorised axis)."""
     totals = totals or WalkTotals(k)
-    n = scored.length
-    start = np.zeros(n + k + 2)
-    start[0] = 1.0
-    for s in range(n):
-        w = start[s]
-        if w == 0.0:
-            continue
-        offered = int(min(k, scored.drafts[s]))
-        d = min(offered, n - s)
-        counted = d == offered  # the window fits in the scored text
-        reach = 1.0
-        if counted:
-            totals.steps += w
-            totals.proposing_steps += w * (d > 0)
-            totals.drafted += w * d
-        for i in range(d):
-            a = float(scored.accept[s, i])
-            stop = reach * (1.0 - a)
-            start[s + i + 1] += w * stop
-            if counted:
-                totals.tried[i] += w * reach
-            reach *= a
-            if counted:
-                totals.passed[i] += w * reach
-                totals.accepted += w * reach
-        start[s + d + 1] += w * reach
-    return totals
-
-
-def walk_all(requests: Sequence[Scored], k: int) -> WalkTotals:
-    totals = WalkTotals(k)
-    for scored in requests:
-        walk(scored, k, totals)
+    if not requests:
+        return totals
+    accept, drafts, lengths = _stack(requests, k)
+    rows, longest = drafts.shape
+    start = np.zeros((rows, longest + k + 2))
+    start[:, 0] = 1.0
+    every = np.arange(rows)
+    for s in range(longest):
+        active = s < lengths
+        w = np.where(active, start[:, s], 0.0)
+        offered = np.minimum(k, drafts[:, s])
+        d = np.clip(np.minimum(offered, lengths - s), 0, None)
+        counted = active & (d == offered)  # the window fits in the scored text
+        wc = np.where(counted, w, 0.0)
+        totals.steps += wc.sum()
+        totals.proposing_steps += wc[d > 0].sum()
+        totals.drafted += (wc * d).sum()
+        reach = np.ones(rows)
+        for i in range(k):
+            has = i < d
+            a = accept[:, s, i]
+            start[:, s + i + 1] += np.where(has, w * reach * (1.0 - a), 0.0)
+            totals.tried[i] += np.where(has, wc * reach, 0.0).sum()
+            reach = np.where(has, reach * a, reach)
+            passed = np.where(has, wc * reach, 0.0).sum()
+            totals.passed[i] += passed
+            totals.accepted += passed
+        start[every, s + d + 1] += w * reach
     return totals
 
 

@@ -136,17 +136,18 @@ def ngram_scores(
 ) -> dict[str, np.ndarray]:
     """Acceptance matrices ``[L, k]`` of one-hot proposals (entries past a proposal are 0)."""
     length, width = proposal_tokens.shape
-    p = probabilities(p_logits.float(), temperature)
-    argmax = p_logits.argmax(-1)
-    threshold = typical_threshold(p)
-    beta = np.zeros((length, width))
-    match = np.zeros((length, width))
-    typical = np.zeros((length, width))
-    for s in range(length):
-        for i in range(min(int(proposal_lengths[s]), length - s)):
-            token = int(proposal_tokens[s, i])
-            prob = float(p[s + i, token])
-            beta[s, i] = prob
-            match[s, i] = float(int(argmax[s + i]) == token)
-            typical[s, i] = float(prob > float(threshold[s + i]))
+    p = probabilities(p_logits.float(), temperature).double().numpy()
+    argmax = p_logits.argmax(-1).numpy()
+    threshold = typical_threshold(torch.from_numpy(p)).numpy()
+    # Draft i of the step at s is scored at position s + i, if the proposal has it and the text
+    # goes that far.
+    offset = np.arange(width)[None, :]
+    position = np.arange(length)[:, None] + offset
+    real = (offset < proposal_lengths[:, None]) & (position < length)
+    at = np.where(real, position, 0)
+    token = np.where(real, proposal_tokens, 0)
+    prob = np.where(real, p[at, token], 0.0)
+    beta = prob
+    match = np.where(real, (argmax[at] == token).astype(float), 0.0)
+    typical = np.where(real, (prob > threshold[at]).astype(float), 0.0)
     return {"beta": beta, "match": match, "typical": typical}
