@@ -55,7 +55,13 @@ def test_each_capacity_is_a_bracket_the_simulator_confirms(capacity_run):
     assert off["status"] == "converged" and lo == off["capacity_rps"]
     assert hi - lo <= 0.05 * hi
     # Independent runs at both ends: the capacity meets the SLO, the first failing rate does not.
-    base = ["seed=11", "fleet.replicas=1", "speculation.k=0", "speculation.policy=fixed"]
+    base = [
+        "seed=11",
+        "fleet.replicas=1",
+        "speculation.drafter=null",
+        "speculation.k=0",
+        "speculation.policy=fixed",
+    ]
 
     def run(rate: float) -> dict:
         scenario = load_scenario(capacity_run["scenario"], [*base, f"workload.rate={rate!r}"])

@@ -45,7 +45,8 @@ class Candidate:
 
     def overrides(self) -> list[str]:
         if self.drafter is None:
-            return ["speculation.k=0", "speculation.policy=fixed"]
+            # No drafter at all: its weights would otherwise take KV-cache memory.
+            return ["speculation.drafter=null", "speculation.k=0", "speculation.policy=fixed"]
         return [
             f"speculation.drafter={self.drafter}",
             f"speculation.k={self.k}",

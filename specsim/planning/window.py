@@ -6,6 +6,10 @@ which k = 0 wins, and turns the (observed batch size, best k) pairs into a k-by-
 in the two forms engines take: specsim's ``speculation.k_by_batch`` and vLLM's
 ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]``. A second, small sweep
 then runs that table (``policy: by_batch``) at every load, so the table is checked, not assumed.
+
+k = 0 here keeps the drafter deployed but idle (its weights still take KV-cache memory), which is
+what an engine running a k-by-batch table does when it turns speculation off at large batches.
+``plan capacity``'s "speculation off" candidate has no drafter at all.
 """
 
 from __future__ import annotations
