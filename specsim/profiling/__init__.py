@@ -1,13 +1,19 @@
 """Profiling: measure (or estimate) drafter/target pairs and write profile files.
 
+Pure (numpy, no torch):
+
 - ``flops``: parameters, FLOPs and bytes per pass from a model configuration.
 - ``roofline``: latency estimates from datasheet numbers (``profiles/hardware/*.yaml``).
 - ``fit``: fitting the profile's latency form to measured passes, with held-out error.
-- ``timing``: timing real forward passes with a real KV cache (torch).
-- ``acceptance``: acceptance statistics (pure functions) and the torch scorer.
-- ``ngram``: the prompt-lookup drafter, measured on the same text.
+- ``acceptance``: chain statistics from scored text (the walk, per-position rates, sequences).
+- ``ngram``: the prompt-lookup drafter's proposals.
 - ``calibrate``: acceptance from a production vLLM's Prometheus counters.
-- ``writer``: assembling, validating and atomically writing profiles.
+- ``prompts``, ``specs``, ``writer``: prompt sets, ``--drafter`` arguments, writing profiles.
 
-Only ``timing``, the scorer in ``acceptance`` and ``measure`` import torch, and only when called.
+With torch (imported only when called):
+
+- ``timing``: timing real forward passes with a real KV cache over a grid.
+- ``scoring``: generating with the target and scoring drafters along its text.
+- ``acceptance_measure``: acceptance entries for every drafter x verifier x temperature.
+- ``measure``: the whole measured profile (``specsim profile``).
 """
