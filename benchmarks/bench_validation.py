@@ -44,6 +44,8 @@ def profile_all(specs: dict[str, str], prompts: str | None, budget: float | None
         prompts=prompts,
         grid=["batch=1,2,4,8", "context=96,160,224", "new=1,2,3,5", "prefill=96,128"],
         temperatures=[1.0],
+        max_prompts=64,
+        max_new_tokens=128,
         time_budget=budget,
         command="benchmarks/bench_validation.py",
     )
