@@ -257,3 +257,24 @@ def test_mean_acceptance_lengths_follow_from_chain_rates():
     assert sparse == pytest.approx({1: 1.1, 2: 1.15})
     measured = {"per_position": [0.5], "mean_acceptance_length": {4: 2.0}}
     assert complete_acceptance(measured)["mean_acceptance_length"] == {4: 2.0}
+
+
+def test_roofline_and_calibration_work_without_torch(repo, tmp_path):
+    """Estimating and calibrating need no torch (the base install has none)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "p.yaml"
+    script = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from specsim.cli import main\n"
+        f"argv = {_roofline_argv(repo, out)!r}\n"
+        "assert main(argv) == 0\n"
+        "assert main(['profile', '--calibrate', "
+        f"{str(repo / 'profiles/examples/vllm-spec-decode-metrics.txt')!r}, '--into', "
+        f"{str(out)!r}, '--drafter', 'ngram', '--verifier', 'greedy', '--temperature', '0', "
+        f"'--out', {str(tmp_path / 'c.yaml')!r}]) == 0\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "c.yaml").exists()
