@@ -22,7 +22,6 @@ from specsim.fileio import atomic_output_dir, dump_json
 from specsim.scenario import Scenario
 from specsim.validation.compare import Comparison, compare, table
 
-
 ACCEPTANCE_PROMPTS = 64
 
 
