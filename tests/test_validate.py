@@ -145,3 +145,28 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
     assert main(validate_argv(write_scenario(tmp_path), tmp_path / "none.yaml", out)) == 2
     assert "profile not found" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
+    from specsim.engine.engine import IterationLog
+    from specsim.profile import load_profile
+    from specsim.validation.residuals import iteration_residuals
+
+    profile = load_profile(hand_profile(tmp_path / "p.yaml"))
+    log = IterationLog(
+        dt=[0.05, 0.02, 0.03],
+        batch=[2, 2, 2],
+        kind=["prefill", "decode", "decode"],
+        window=[0, 2, 2],
+        new_tokens=[48, 6, 6],
+        context=[0, 50, 56],
+        pairs=[600.0, 320.0, 356.0],
+    )
+    rows = iteration_residuals(log, profile, "small")
+    assert [(r["kind"], r["iterations"]) for r in rows] == [("decode", 2), ("prefill", 1)]
+    # decode: target 0.01 + 6e-4, drafter 2 x (0.001 + 2e-5), overhead 1e-4 (all in seconds)
+    decode = 0.01 + 6e-4 + 2 * (0.001 + 2e-5) + 1e-4
+    assert rows[0]["predicted_ms"] == pytest.approx(decode * 1e3)
+    assert rows[0]["ratio"] == pytest.approx(0.025 / decode)
+    prefill = 0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4
+    assert rows[1]["predicted_ms"] == pytest.approx(prefill * 1e3)
