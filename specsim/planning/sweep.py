@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -29,38 +29,16 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, write_text_atomic
+from specsim.planning.cluster import CLUSTER_CONNECT_TIMEOUT_S, connect_cluster, run_on_cluster
 from specsim.planning.points import SweepPoint
+from specsim.planning.tasks import Task, run_point, simulate_point
+
+__all__ = ["PointResult", "SweepStats", "Sweeper", "run_point", "simulate_point"]
 
 MANIFEST = "sweep.json"
 POINTS = "points"
 MANIFEST_FORMAT = 1
 WORKER_DIED = "the worker process running it died (a crash or out of memory)"
-CLUSTER_CONNECT_TIMEOUT_S = 5.0
-
-# task(scenario_path, overrides) -> summary dict. Module-level, so it pickles by reference.
-Task = Callable[[str, list[str]], dict[str, Any]]
-
-
-def simulate_point(scenario: str, overrides: list[str]) -> dict[str, Any]:
-    """The default task: run the simulator on one point and return its summary."""
-    from specsim.scenario import load_scenario
-    from specsim.simulation import run_simulation
-
-    return run_simulation(load_scenario(scenario, overrides)).summary
-
-
-def run_point(task: Task, scenario: str, overrides: list[str]) -> dict[str, Any]:
-    """Run ``task`` and turn any failure into a record, so one bad point cannot stop a sweep."""
-    try:
-        summary = task(scenario, list(overrides))
-        # Fail here, in the worker, if the summary cannot be stored as JSON.
-        json.dumps(summary, allow_nan=False)
-        return {"ok": True, "summary": summary}
-    except SpecsimError as exc:
-        return {"ok": False, "error": exc.one_line()}
-    except Exception as exc:
-        text = " ".join(str(exc).split()) or "no message"
-        return {"ok": False, "error": f"{type(exc).__name__}: {text}"}
 
 
 @dataclass
@@ -264,7 +242,7 @@ class Sweeper:
 
     def _compute(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
         if self._client is not None:
-            yield from self._compute_dask(todo)
+            yield from run_on_cluster(self._client, self.task, todo)
         elif self.workers == 1 or len(todo) == 1:
             for key, point in todo.items():
                 yield key, run_point(self.task, point.scenario, list(point.overrides))
@@ -338,60 +316,6 @@ class Sweeper:
                 context.set_forkserver_preload(["specsim.planning.sweep"])
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
         return self._pool
-
-    def _compute_dask(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
-        from dask.distributed import as_completed
-
-        futures = {}
-        for key, point in todo.items():
-            future = self._client.submit(
-                run_point,
-                self.task,
-                point.scenario,
-                list(point.overrides),
-                key=f"specsim-point-{key}",
-                pure=False,
-            )
-            futures[future] = key
-        for future in as_completed(list(futures), loop=self._client.loop):
-            key = futures[future]
-            try:
-                record = future.result()
-            except Exception as exc:  # the worker died repeatedly (KilledWorker) or was lost
-                text = " ".join(str(exc).split())
-                record = {"ok": False, "error": f"cluster: {type(exc).__name__}: {text}"}
-            yield key, record
-
-
-def connect_cluster(address: str, timeout_s: float):
-    """A Dask client for ``address``, or a one-line error within about ``timeout_s`` seconds."""
-    from dask.distributed import Client
-
-    fix = "start a scheduler and workers there (dask scheduler / dask worker ADDRESS) or check it"
-    if "://" not in address and ":" not in address:
-        raise SpecsimError(
-            f"cluster address {address!r} has no port",
-            key="--cluster",
-            fix="write HOST:PORT or tcp://HOST:PORT",
-        )
-    try:
-        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
-    except Exception as exc:
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise SpecsimError(
-            f"cannot reach a Dask scheduler at {address} within {timeout_s:g} s ({reason})",
-            key="--cluster",
-            fix=fix,
-        ) from None
-    try:
-        client.wait_for_workers(1, timeout=timeout_s)
-    except Exception:
-        with contextlib.suppress(Exception):
-            client.close(timeout=2)
-        raise SpecsimError(
-            f"the Dask scheduler at {address} has no workers", key="--cluster", fix=fix
-        ) from None
-    return client
 
 
 def _retag(result: PointResult, point: SweepPoint) -> PointResult:
