@@ -134,3 +134,21 @@ def test_slo_attainment_prefers_the_summary_figure_and_falls_back_to_goodput():
     assert attainment_of(None) is None
     assert meets_slo({"slo_attainment": 0.99}, 0.99)
     assert not meets_slo({"slo_attainment": 0.9899}, 0.99)
+
+
+def test_the_planner_never_imports_torch(repo):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import specsim.cli.plan, specsim.cli.report\n"
+        "from specsim.planning import capacity, swap, swap_report, window, window_report\n"
+        "from specsim.planning.sweep import simulate_point\n"
+        "simulate_point('scenarios/poisson.yaml', ['workload.duration_s=2'])\n"
+        "print('torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
