@@ -203,3 +203,20 @@ def test_unsupported_or_bad_scenarios_are_one_line_errors(tmp_path, changes, key
         serve(scenario)
     assert info.value.key == key
     assert "\n" not in info.value.one_line()
+
+
+def test_cpu_clock_skips_idle_waits(tmp_path):
+    from specsim.engine.clock import ProcessClock, make_clock
+
+    clock = ProcessClock()
+    before = clock.now()
+    clock.sleep(5.0)
+    assert clock.now() - before >= 5.0
+    with pytest.raises(SpecsimError, match="applies to CPU"):
+        make_clock("cpu", "cuda")
+    # Arrivals spread over ~14 s of engine time are served without sleeping through the gaps.
+    scenario = scenario_file(tmp_path, workload__kind="poisson", workload__rate=0.5)
+    run = serve(scenario, clock="cpu")
+    check_records(run.records, scenario)
+    assert run.records["arrival_s"][-1] > 5.0
+    assert run.summary["duration_s"] >= run.records["arrival_s"][-1]

@@ -4,10 +4,14 @@
   specsim validate SCENARIO --profile profiles/builtin-cpu.yaml --out DIR   # skip profiling
 
 Without --profile the scenario's target and drafter are profiled on this machine first (a few
-minutes on a CPU; --profile-budget caps the timing grid). The engine serves the scenario's
-workload (same seed, so the same arrivals and lengths as the simulation) on the built-in models,
-or on --target / --drafter NAME=MODEL. The engine prefills whole prompts in their own iteration,
-so the scenario needs engine.chunked_prefill: false, one replica, and a fixed or by_batch window.
+minutes on a CPU; --profile-budget caps the timing grid). On a shared machine, --clock cpu times
+both the profiling and the engine by this process's CPU time (idle waits for arrivals are
+skipped, not slept), so other processes' load does not enter either side.
+
+The engine serves the scenario's workload (same seed, so the same arrivals and lengths as the
+simulation) on the built-in models, or on --target / --drafter NAME=MODEL. The engine prefills
+whole prompts in their own iteration, so the scenario needs engine.chunked_prefill: false, one
+replica, and a fixed or by_batch window.
 
 Writes DIR/engine/ and DIR/simulation/ (requests.csv, summary.json), DIR/comparison.json,
 DIR/comparison.md, DIR/validation.png (and DIR/profile.yaml when it profiled). Exit 0 when every
@@ -40,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument(
         "--profile-budget", type=float, metavar="S", help="cap the profiling grid's time"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="time the engine (and the profiling) by wall-clock time (default), or by this "
+        "process's CPU time on a machine shared with other busy processes (one torch thread)",
     )
     add_json(parser)
 
@@ -74,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         prompts=args.prompts,
         device=args.device,
         profile_budget_s=args.profile_budget,
+        clock=args.clock,
     )
     result = validate(scenario, options, args.out)
     summary = {

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.engine.clock import make_clock
 from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
 from specsim.engine.records import (
     engine_summary,
@@ -97,12 +98,14 @@ def run_engine(
     ignore_eos: bool = True,
     eos_id: int | None = None,
     faults: Faults | None = None,
+    clock: str = "wall",
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
     Output lengths come from the workload, so EOS is ignored by default (as serving benchmarks
     do, and as the simulator assumes); with ``ignore_eos=False`` a request also stops at the
-    tokenizer's EOS, or at ``eos_id`` when given.
+    tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall`` or ``cpu`` (see
+    ``specsim.engine.clock``).
     """
     import torch
 
@@ -140,7 +143,8 @@ def run_engine(
         seed=scenario.seed,
         faults=faults or Faults(),
     )
-    engine = ServingEngine(target_model, drafter_model, bank, options)
+    timer = make_clock(clock, device)
+    engine = ServingEngine(target_model, drafter_model, bank, options, timer.now, timer.sleep)
     source = build_engine_source(scenario)
     if source.closed_loop:
         done = engine.run(clients=source)
@@ -168,6 +172,7 @@ def run_engine(
         "device": device,
         "seed": scenario.seed,
         "ignore_eos": ignore_eos,
+        "clock": clock,
     }
     return EngineRun(records, summary, engine.log)
 

@@ -28,12 +28,16 @@ class SpeedCheck:
         return self.measured_s / self.predicted_s
 
 
-def speed_check(target_spec: str, latency_model, device: str = "cpu") -> SpeedCheck:
-    """Median of ``REPEATS`` reference decode passes against the profile's prediction."""
+def speed_check(
+    target_spec: str, latency_model, device: str = "cpu", clock: str = "wall"
+) -> SpeedCheck:
+    """Median of ``REPEATS`` reference decode passes against the profile's prediction, timed
+    with the engine's clock (``wall`` or the process's ``cpu`` time)."""
     import torch
 
     from specsim.models import load_model
 
+    now = time.process_time if clock == "cpu" else time.perf_counter
     model = load_model(target_spec, device)
     context = min(CONTEXT, model.config.max_position - 1)
     cache = model.new_cache(1, context + 1)
@@ -45,11 +49,11 @@ def speed_check(target_spec: str, latency_model, device: str = "cpu") -> SpeedCh
         for i in range(REPEATS + 2):
             cache.rollback([context])
             _sync(model.device)
-            began = time.perf_counter()
+            began = now()
             model(one, cache)
             _sync(model.device)
             if i >= 2:  # two warm-up passes
-                times.append(time.perf_counter() - began)
+                times.append(now() - began)
     predicted = latency_model.seconds_from_totals(1, 1, context, context + 1)
     return SpeedCheck(float(np.median(times)), float(predicted))
 

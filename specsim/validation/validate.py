@@ -33,6 +33,7 @@ class ValidationResult:
     profile_path: str
     report: str
     residuals: list[dict[str, Any]]
+    speed: dict[str, Any]
 
 
 @dataclass
@@ -44,6 +45,7 @@ class ValidateOptions:
     device: str = "cpu"
     profile_budget_s: float | None = None
     profile_repeats: int | None = None
+    clock: str = "wall"
 
 
 def _length_range(dist) -> tuple[int, int]:
@@ -106,6 +108,7 @@ def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | N
         max_prompts=ACCEPTANCE_PROMPTS,
         max_new_tokens=min(_length_range(scenario.workload.output)[1], max_position // 2),
         repeats=opts.profile_repeats,
+        clock=opts.clock,
         seed=scenario.seed,
         command="specsim validate (profiling step)",
     )
@@ -148,15 +151,16 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             final_profile = str(profile_path)
         profile = load_profile(profile_path)
         target_latency = profile.latency_model("target")
-        before = speed_check(opts.target, target_latency, opts.device)
+        before = speed_check(opts.target, target_latency, opts.device, opts.clock)
         run = run_engine(
             scenario,
             target=opts.target,
             drafters=drafters,
             prompts=opts.prompts,
             device=opts.device,
+            clock=opts.clock,
         )
-        after = speed_check(opts.target, target_latency, opts.device)
+        after = speed_check(opts.target, target_latency, opts.device, opts.clock)
         write_run(run, staging / "engine")
         simulated = scenario.model_copy(update={"profile": str(profile_path.resolve())})
         simulated.with_source(scenario.source)
@@ -172,6 +176,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         )
         speed = {
             "reference_pass": f"target decode, batch 1, context {CONTEXT}",
+            "clock": opts.clock,
             "profile_predicts_s": before.predicted_s,
             "measured_before_s": before.measured_s,
             "measured_after_s": after.measured_s,
@@ -199,7 +204,9 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         (staging / "comparison.md").write_text(
             f"# {scenario.name}\n\n```\n{text}\n```\n", encoding="utf-8"
         )
-    return ValidationResult(comparison, run.summary, result.summary, final_profile, text, residuals)
+    return ValidationResult(
+        comparison, run.summary, result.summary, final_profile, text, residuals, speed
+    )
 
 
 def _speed(speed: dict[str, Any]) -> str:
