@@ -334,9 +334,13 @@ def _option_rows(actions: list[argparse.Action]) -> list[list[str]]:
         if action.required and action.option_strings:
             shown = "**required**"
         allowed = ", ".join(f"`{c}`" for c in action.choices) if action.choices else ""
-        help_text = (action.help or "") % {"default": default, "prog": ""}
-        rows.append([name, value, shown, allowed, help_text])
+        rows.append([name, value, shown, allowed, option_help(action)])
     return rows
+
+
+def option_help(action: argparse.Action) -> str:
+    """The help text as ``--help`` shows it (``%(default)s`` expanded, ``%%`` unescaped)."""
+    return (action.help or "") % {"default": action.default, "prog": "", "dest": action.dest}
 
 
 GROUP_TITLES = {"positional arguments": "Arguments", "options": "Options"}
