@@ -346,11 +346,15 @@ def option_help(action: argparse.Action) -> str:
 GROUP_TITLES = {"positional arguments": "Arguments", "options": "Options"}
 
 
-def command_section(prog: str, parser: argparse.ArgumentParser, level: int) -> str:
+def command_section(
+    prog: str, parser: argparse.ArgumentParser, level: int, parent_description: str | None = None
+) -> str:
     lines = [f"{'#' * level} `{prog}`", f"```text\n{synopsis(prog, parser)}\n```"]
-    described = help_markdown(parser.description)
-    if described:
-        lines.append(described)
+    # A subcommand that shares its parent's description would repeat it word for word.
+    if parser.description != parent_description:
+        described = help_markdown(parser.description)
+        if described:
+            lines.append(described)
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
         actions = [a for a in actions if not isinstance(a, argparse._SubParsersAction)]
@@ -364,7 +368,7 @@ def command_section(prog: str, parser: argparse.ArgumentParser, level: int) -> s
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                lines.append(command_section(f"{prog} {name}", sub, level + 1))
+                lines.append(command_section(f"{prog} {name}", sub, level + 1, parser.description))
     return "\n\n".join(lines)
 
 
