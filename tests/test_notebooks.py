@@ -29,6 +29,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SHIPPED = ("profiles", "scenarios")
 NOTEBOOK_BUDGET_S = 300  # all cells of one notebook; each takes well under a minute on 2 cores
 KERNEL_NAME = "specsim-test-python"
+FIGURES = {"01-quickstart": 2, "02-choosing-k": 2, "03-drafter-swap": 2}  # at least, per notebook
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +103,13 @@ def test_notebook_is_committed_without_outputs(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, checkout, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend shows figures
     nb = execute(path, checkout, NOTEBOOK_BUDGET_S)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any(o.output_type == "stream" for o in outputs), "a notebook shows its results"
+    figures = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(figures) >= FIGURES.get(path.stem, 0), "a figure is missing"
     # Nothing was written into the shipped inputs: outputs stay under notebooks/runs.
     for name in SHIPPED:
         copied = sorted(p.relative_to(checkout / name) for p in (checkout / name).rglob("*"))
