@@ -42,28 +42,31 @@ SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean", type
 
 
 def docstring_markdown(text: str | None) -> str:
-    """A docstring as Markdown: paragraphs kept, indented (``::``) blocks fenced, ``x`` -> `x`."""
+    """A docstring as Markdown: paragraphs kept, ``::`` blocks fenced, double backticks single."""
     if not text:
         return ""
-    blocks, current, in_code = [], [], False
+    blocks: list[str] = []
+    prose: list[str] = []
+    code: list[str] | None = None
     for line in [*inspect.cleandoc(text).splitlines(), ""]:
-        indented = line.startswith("    ")
-        if in_code and (indented or not line.strip()):
-            current.append(line[4:])
+        if code is not None:
+            if line.startswith("    ") or not line.strip():
+                code.append(line[4:])
+                continue
+            blocks.append("```text\n" + "\n".join(code).strip("\n") + "\n```")
+            code = None
+        if line.strip():
+            prose.append(line.replace("``", "`"))
             continue
-        if in_code:
-            blocks.append("```text\n" + "\n".join(current).strip("\n") + "\n```")
-            current, in_code = [], False
-        if not line.strip():
-            if current:
-                blocks.append("\n".join(current))
-                current = []
-        elif indented and blocks and blocks[-1].endswith(":") and not current:
-            in_code, current = True, [line[4:]]
-        else:
-            current.append(line)
-    text = "\n\n".join(blocks).replace("``", "`").replace("::\n", ":\n")
-    return text
+        if prose:
+            paragraph = "\n".join(prose)
+            if paragraph.endswith("::"):  # reST: the indented block that follows is literal
+                paragraph, code = paragraph[:-1], []
+            blocks.append(paragraph)
+            prose = []
+    if code:
+        blocks.append("```text\n" + "\n".join(code).strip("\n") + "\n```")
+    return "\n\n".join(blocks)
 
 
 def help_markdown(text: str | None) -> str:

@@ -117,6 +117,20 @@ def test_schema_page_renders_types_defaults_and_constraints():
     assert "An inner part, `documented`." in page
 
 
+def test_docstring_literal_blocks_become_fenced_code():
+    doc = """Title line.
+
+    The formula::
+
+        y = a * x  # ``literal``
+
+    After, ``code``.
+    """
+    assert docs.docstring_markdown(doc) == (
+        "Title line.\n\nThe formula:\n\n```text\ny = a * x  # ``literal``\n```\n\nAfter, `code`."
+    )
+
+
 def _commands(parser: argparse.ArgumentParser, prog: str):
     yield prog, parser
     for action in parser._actions:
