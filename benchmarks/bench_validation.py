@@ -58,7 +58,7 @@ def profile_all(
     return out
 
 
-def step_overheads(specs: dict[str, str]) -> dict[str, float]:
+def step_overheads(specs: dict[str, str], clock: str) -> dict[str, float]:
     """The engine's step time beyond its forward passes, per drafter, batch and k (ms)."""
     from specsim.engine.overhead import step_overhead
     from specsim.models import load_model
@@ -68,7 +68,7 @@ def step_overheads(specs: dict[str, str]) -> dict[str, float]:
     for name in ("small", "tiny"):
         drafter = load_model(specs[name])
         for batch, k in ((1, 0), (1, 2), (1, 4), (8, 2), (8, 4)):
-            result = step_overhead(target, drafter, batch, k, context=160)
+            result = step_overhead(target, drafter, batch, k, context=160, clock=clock)
             out[f"{name} b={batch} k={k}"] = round(result.overhead_s * 1e3, 2)
     return out
 
@@ -135,7 +135,7 @@ def main() -> int:
                 "machine_speed_ratio": round(result.speed["ratio_after"], 3),
                 "wall_s": round(time.monotonic() - t0, 1),
             }
-    figures["step_overhead_ms"] = step_overheads(specs)
+    figures["step_overhead_ms"] = step_overheads(specs, args.clock)
     spec, base = figures.get("validate-b8-small-k2"), figures.get("validate-b8-k0")
     if spec and base:
         measured = (

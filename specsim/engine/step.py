@@ -175,7 +175,8 @@ def _draft(
     """k drafter passes; returns drafts ``[B, k]`` and their processed q ``[B, k, V]``."""
     cache = rows.draft_cache
     batch = rows.seq.shape[0]
-    # The first pass feeds what the drafter has not seen yet: 1 token, or 2 after a full accept.
+    # The first pass feeds what the drafter has not seen yet: 1 token, 2 after a full accept,
+    # more after steps that drafted nothing (a window policy may pick k = 0 for a while).
     missing = torch.clamp(rows.s_len - cache.lengths, min=1)
     width = int(missing.max())
     offsets = cache.lengths[:, None] + torch.arange(width, device=cache.device)[None, :]
