@@ -58,6 +58,15 @@ def test_stale_and_leftover_pages_are_detected(tmp_path):
     assert not (tmp_path / "cli" / "retired.md").exists()
 
 
+def test_docs_command_refuses_a_file_as_its_folder(tmp_path, capsys):
+    target = tmp_path / "reference"
+    target.write_text("not a folder\n", encoding="utf-8")
+    assert docs.main(["--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(target) in err and "fix: give a folder" in err
+    assert target.read_text(encoding="utf-8") == "not a folder\n"
+
+
 def _models(root: type[pydantic.BaseModel]) -> list[type[pydantic.BaseModel]]:
     found, todo = [], [root]
     while todo:
