@@ -372,6 +372,25 @@ def test_tour_quick_commands_run(tmp_path, monkeypatch):
         assert out.exists()
 
 
+def test_readme_transcripts_match_what_the_cli_prints(tmp_path, monkeypatch, capsys):
+    """A ```text block opening with ``$ specsim ...`` shows that command's exact output."""
+    for name in ("profiles", "scenarios"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    monkeypatch.chdir(tmp_path)
+    transcripts = [b for b in fenced_blocks(README, "text") if b.startswith("$ specsim ")]
+    assert transcripts
+    for block in transcripts:
+        command, *expected = block.rstrip("\n").splitlines()
+        argv = shlex.split(command[2:])
+        code = specsim(argv[1:])
+        captured = capsys.readouterr()
+        assert (captured.out + captured.err).rstrip("\n").splitlines() == expected, command
+        if any(": error: " in line for line in expected):
+            assert code == 2
+            out = Path(argv[argv.index("--out") + 1])
+            assert not out.exists(), "nothing is written on bad input"
+
+
 def test_readme_scenario_example_is_valid_and_runs(tmp_path):
     from specsim.scenario import load_scenario
     from specsim.simulation import run_simulation
