@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
 import shutil
@@ -320,7 +321,7 @@ def tour_problems(commands: list[list[str]], root: Path) -> list[str]:
             problems.append(f"does not parse: {shlex.join(argv)}")
             continue
         for option, path in _path_values(argv):
-            resolved = Path(path).resolve().relative_to(Path.cwd().resolve())
+            resolved = Path(os.path.normpath(path))  # scenarios/../runs/x -> runs/x
             made_earlier = any(resolved.is_relative_to(w) for w in written)
             if not (root / resolved).exists() and not made_earlier:
                 problems.append(f"{shlex.join(argv[:3])}: {option} {path} does not exist")
