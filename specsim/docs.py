@@ -98,7 +98,7 @@ def help_markdown(text: str | None) -> str:
             code.append(line)
             continue
         close_code()
-        if code == [] and out and out[-1].startswith("```") and line.strip():
+        if out and out[-1].startswith("```") and line.strip():  # prose right after an example
             out.append("")
         out.append(line)
     close_code()
@@ -333,7 +333,7 @@ def _option_rows(actions: list[argparse.Action]) -> list[list[str]]:
         if isinstance(action, argparse._AppendAction):
             value += " (repeatable)"
         default = action.default
-        unset = default is None or default is False or default == [] or default == "==SUPPRESS=="
+        unset = default is None or default is False or default == [] or default == argparse.SUPPRESS
         shown = "" if unset else f"`{default}`"
         if action.required and action.option_strings:
             shown = "**required**"
