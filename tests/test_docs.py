@@ -206,6 +206,14 @@ def test_simulate_outputs_match_the_reference(tmp_path):
     assert list(summary) == list(docs.SUMMARY_KEYS) + list(docs.BASELINE_KEYS)
 
 
+def test_outputs_page_covers_the_commands_that_write_files():
+    page = docs.reference_pages()["outputs.md"]
+    for command in docs.COMMAND_OUTPUTS:
+        assert (f"## `{command}`" in page) == (command in docs.command_names())
+    for command in ("specsim plan window", "specsim report drafter-swap", "specsim validate"):
+        assert command in docs.command_names()
+
+
 def test_every_documented_output_file_is_named_in_the_code():
     """Catches a renamed output for the commands too slow to run here (validate, profile)."""
     source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "specsim").rglob("*.py"))
