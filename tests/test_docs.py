@@ -415,6 +415,29 @@ def test_readme_scenario_example_is_valid_and_runs(tmp_path):
     assert summary["requests"] > 50 and summary["mean_acceptance_length"] > 1
 
 
+def test_readme_profile_example_is_valid_and_drives_a_scenario(tmp_path):
+    from specsim.profile import load_profile
+    from specsim.scenario import load_scenario
+    from specsim.simulation import run_simulation
+
+    section = readme_section("Write your own profile")
+    (block,) = fenced_blocks(section, "yaml")
+    (tmp_path / "profiles").mkdir()
+    # A real folder, not a link: scenarios/../profiles must lead to the copy's profiles.
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    (tmp_path / "profiles" / "mine.yaml").write_text(block, encoding="utf-8")
+    profile = load_profile(tmp_path / "profiles" / "mine.yaml")
+    assert profile.profile.provenance.source == "published"
+    (command,) = re.findall(r"`(specsim simulate [^`]+)`", " ".join(section.split()))
+    argv = shlex.split(command)[2:]
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert "profile=../profiles/mine.yaml" in overrides
+    scenario = load_scenario(tmp_path / argv[0], [*overrides, "workload.duration_s=20"])
+    summary = run_simulation(scenario).summary
+    assert summary["scenario"]["profile_name"] == "h100-published"
+    assert summary["scenario"]["drafter"] == "ngram" and summary["mean_acceptance_length"] > 1
+
+
 def test_readme_links_resolve_and_attribution_is_kept():
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     local = [link for link in links if not link.startswith(("http://", "https://"))]
