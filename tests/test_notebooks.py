@@ -29,7 +29,12 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SHIPPED = ("profiles", "scenarios")
 NOTEBOOK_BUDGET_S = 300  # all cells of one notebook; each takes well under a minute on 2 cores
 KERNEL_NAME = "specsim-test-python"
-FIGURES = {"01-quickstart": 2, "02-choosing-k": 2, "03-drafter-swap": 2}  # at least, per notebook
+FIGURES = {
+    "01-quickstart": 2,
+    "02-choosing-k": 2,
+    "03-drafter-swap": 2,
+    "04-losslessness": 1,
+}  # at least, per notebook
 
 
 @pytest.fixture(scope="module")
