@@ -144,14 +144,15 @@ def speculative_step(
         drafts, q = _draft(drafter, rows, n_drafts, k, sampling, uniforms.draft)
 
     last = rows.seq[index, rows.s_len - 1]
-    base = rows.target_cache.lengths.clone()
     logits = target(torch.cat([last[:, None], drafts], dim=1), rows.target_cache, n_drafts + 1)
     p = sampling.probs(logits)
     randomness = VerifierRandomness(uniforms.accept[:, :k], uniforms.sample)
     verify = VERIFIERS[sampling.verifier]
     result = verify(p, q, drafts, n_drafts, randomness, validate=False)
 
-    keep = base + 1 + result.accepted
+    # Both caches keep the row's sequence after this step but its last token: the sequence is
+    # the truth, so one cache's state never leaks into the other's rollback.
+    keep = rows.s_len + result.accepted
     extra = keep + faults.target_rollback_extra
     rows.target_cache.rollback(torch.minimum(extra, rows.target_cache.lengths))
     if rows.draft_cache is not None and not faults.skip_draft_rollback:
