@@ -1,9 +1,10 @@
-"""Check a verifier for losslessness (and, later, compare rollouts).
+"""Check a verifier for losslessness, or compare two rollouts' output quality.
 
 specsim check sampler --verifier rejection
 specsim check sampler --verifier typical --json      # lossy: reports its TV distance from p
 specsim check sampler --control resample-p           # a known-wrong verifier, flagged
 specsim check sampler --verifier rejection --top-k 4 --temperature 0.7 --ragged
+specsim check rollout --baseline runs/before/engine --candidate runs/after/engine
 
 "sampler" judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
 prefix: an exact enumeration of every draft path (numpy, float64) and a Monte Carlo G-test of the
@@ -208,8 +209,17 @@ which the check must flag. Exit 0 when a verdict is computed (lossless or not), 
 """
 
 
-# To add a check (e.g. ``rollout``), write its add_arguments/run pair (here or in its own
-# module) and register it below; ``specsim check <name>`` then picks it up.
+def _rollout() -> SubCheck:
+    from specsim.cli import check_rollout
+
+    doc = check_rollout.__doc__ or ""
+    return SubCheck(
+        doc.strip().splitlines()[0], doc, check_rollout.add_arguments, check_rollout.run
+    )
+
+
+# To add a check, write its add_arguments/run pair (here or in its own module) and register it
+# below; ``specsim check <name>`` then picks it up.
 CHECKS: dict[str, SubCheck] = {
     "sampler": SubCheck(
         "check a verifier for losslessness (exact enumeration + Monte Carlo G-test)",
@@ -217,4 +227,5 @@ CHECKS: dict[str, SubCheck] = {
         _add_sampler_arguments,
         _run_sampler,
     ),
+    "rollout": _rollout(),
 }
