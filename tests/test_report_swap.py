@@ -152,6 +152,7 @@ def test_a_lossy_verifier_is_flagged_next_to_its_speed_gain(tmp_path, repo):
         ([*DRAFTERS, "--profile", "missing.yaml"], "profile not found"),
         (["--drafter", "llama3.2-1b", "--drafter", "eagle"], "no drafter 'eagle'"),
         ([*DRAFTERS, "--loads", "0"], "must be positive"),
+        ([*DRAFTERS, "--k", "0"], "nothing to compare"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, repo, capsys, extra, message):

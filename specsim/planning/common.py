@@ -54,6 +54,10 @@ class LoadAxis:
         return f"{load:g} {self.unit}"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def k_text(ks: Sequence[int]) -> str:
     """``[0, 1, 2, 3]`` -> ``"0..3"``; ``[0, 2, 4]`` -> ``"0, 2, 4"``."""
     ks = sorted(ks)

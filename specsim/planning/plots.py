@@ -123,7 +123,8 @@ def _draw_panel(ax, panel: Panel) -> None:
     if panel.xticks is not None:
         ax.set_xticks(panel.xticks[0], panel.xticks[1])
     ax.grid(True, alpha=0.3)
-    if len(panel.series) + len(panel.hlines) > 1:
+    listed = [s for s in panel.series if s.legend and any(y is not None for y in s.y)]
+    if len(listed) + len(panel.hlines) > 1:
         ax.legend(fontsize=7, frameon=False)
 
 

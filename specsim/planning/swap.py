@@ -92,6 +92,12 @@ def prepare(
         )
     if len(profiles) == 1:
         profiles = profiles * len(drafters)
+    if ks is not None and max(ks) == 0:
+        raise SpecsimError(
+            "with k = 0 only, no drafter is ever used, so there is nothing to compare",
+            key="--k",
+            fix="include some k above 0, e.g. --k 0..4",
+        )
     plans = []
     for i, name in enumerate(drafters):
         profile = str(Path(profiles[i]).resolve()) if profiles else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from specsim.planning.common import k_text, method_text, metric, slo_text
+from specsim.planning.common import k_text, method_text, metric, plural, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.swap import DrafterPlan, SwapPlan
@@ -281,7 +281,7 @@ def build(plan: SwapPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> R
     return Report(
         title=f"Drafter swap: {names}",
         subtitle=f"Scenario `{first.scenario.name}`; k {k_text(plan.ks)} at "
-        f"{len(plan.loads)} loads ({first.axis.label}); seed {plan.seed}.",
+        f"{plural(len(plan.loads), 'load')} ({first.axis.label}); seed {plan.seed}.",
         sections=sections,
     )
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specsim.planning.common import k_text, lossy_note, method_text, metric, slo_text
+from specsim.planning.common import (
+    k_text,
+    lossy_note,
+    method_text,
+    metric,
+    plural,
+    slo_text,
+)
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.window import (
@@ -268,8 +275,9 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
     ]
     report = Report(
         title=f"Choosing k: {plan.scenario.name}",
-        subtitle=f"{len(plan.ks)} values of k and the adaptive policy at {len(loads)} loads "
-        f"({axis.label}); seed {plan.seed}.",
+        subtitle=f"{plural(len(plan.ks), 'value')} of k"
+        + (" and the adaptive policy" if ADAPTIVE in _configs(plan) else "")
+        + f" at {plural(len(loads), 'load')} ({axis.label}); seed {plan.seed}.",
         sections=sections,
     )
     report.attachments["k_by_batch.yaml"] = serving_config(plan, rows)
@@ -306,7 +314,7 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
     sims = summary["simulations"]
     lines = [
         f"plan window: {plan.scenario.name}, drafter {summary['drafter']}, verifier "
-        f"{summary['verifier']}; k {k_text(plan.ks)} at {len(plan.loads)} loads "
+        f"{summary['verifier']}; k {k_text(plan.ks)} at {plural(len(plan.loads), 'load')} "
         f"({sims['computed']} simulated, {sims['cached']} reused); "
         f"chosen by {summary['chosen_by']}",
         "best k: "
