@@ -113,7 +113,18 @@ def test_acceptance_is_one_minus_total_variation():
 
 def test_family_sizes_are_clearly_different():
     sizes = [c.param_count() for c in FAMILY.values()]
-    assert sizes[0] > 4 * sizes[1] > 16 * sizes[2]
+    assert sizes[0] > 10 * sizes[1] > 30 * sizes[2]
     assert all(isinstance(c, ModelConfig) and c.tokenizer == "bytes" for c in FAMILY.values())
     total_fp16 = sum(c.weight_bytes(2) for c in FAMILY.values())
     assert total_fp16 < 10 * 1024 * 1024
+
+
+def test_evaluation_windows_spread_over_the_whole_stream():
+    from specsim.models.evaluate import windows
+
+    stream = torch.arange(1001)
+    picked = windows(stream, 10, 5)
+    assert picked.shape == (5, 11)
+    assert picked[:, 0].tolist() == [0, 250, 500, 740, 990]  # evenly from first to last window
+    assert torch.equal(picked[1], torch.arange(250, 261))
+    assert windows(stream, 10, 1000).shape[0] == 100  # never more than the stream holds

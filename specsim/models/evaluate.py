@@ -15,10 +15,12 @@ from specsim.models.transformer import DecoderModel
 
 
 def windows(stream: torch.Tensor, length: int, max_windows: int) -> torch.Tensor:
-    """Non-overlapping windows of ``length + 1`` ids (inputs plus next-token targets)."""
-    n = min((stream.numel() - 1) // length, max_windows)
-    starts = torch.arange(n) * length
-    return torch.stack([stream[s : s + length + 1] for s in starts.tolist()])
+    """Up to ``max_windows`` non-overlapping windows of ``length + 1`` ids (inputs plus
+    next-token targets), spread evenly over the whole stream so that no single file (some are
+    mostly data tables) dominates the figure."""
+    available = (stream.numel() - 1) // length
+    picks = torch.linspace(0, available - 1, min(available, max_windows)).round().long()
+    return torch.stack([stream[i * length : i * length + length + 1] for i in picks.tolist()])
 
 
 @torch.no_grad()
