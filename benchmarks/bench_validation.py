@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -80,6 +79,11 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], help="scenario name filter")
     parser.add_argument("--budget", type=float, default=None, help="profiling time budget (s)")
     parser.add_argument(
+        "--out",
+        default=str(REPO / "runs" / "bench-validation"),
+        help="where the profile and each scenario's validation folder are kept",
+    )
+    parser.add_argument(
         "--clock",
         choices=["wall", "cpu"],
         default="cpu",
@@ -99,42 +103,43 @@ def main() -> int:
         scenarios = [s for s in scenarios if any(w in s.stem for w in args.only)]
     figures: dict[str, dict] = {}
     worst = 0.0
-    with tempfile.TemporaryDirectory() as tmp:
-        started = time.monotonic()
-        profile = profile_all(specs, prompts, args.budget, Path(tmp) / "profile.yaml", args.clock)
-        figures["profiling_s"] = round(time.monotonic() - started, 1)
-        options = ValidateOptions(
-            profile=str(profile),
-            target=specs["target"],
-            drafters={"small": specs["small"], "tiny": specs["tiny"], "ngram": "ngram"},
-            prompts=prompts,
-            clock=args.clock,
-        )
-        for path in scenarios:
-            scenario = load_scenario(path)
-            t0 = time.monotonic()
-            result = validate(scenario, options, Path(tmp) / scenario.name)
-            print(result.report, file=sys.stderr, flush=True)
-            errors = {}
-            for row in result.comparison.rows:
-                if row.relative_error is not None:
-                    errors[row.metric] = round(row.relative_error, 4)
-                if row.threshold is not None and row.relative_error is not None:
-                    worst = max(worst, abs(row.relative_error) / row.threshold)
-            figures[scenario.name] = {
-                "passed": result.comparison.passed,
-                "relative_error": errors,
-                "measured": {
-                    "e2e_mean_s": result.engine_summary["e2e_s"]["mean"],
-                    "throughput_tokens_per_s": result.engine_summary["throughput_tokens_per_s"],
-                    "mean_acceptance_length": result.engine_summary["mean_acceptance_length"],
-                },
-                "decode_iteration_ratio_measured_over_predicted": [
-                    round(r["ratio"], 3) for r in result.residuals if r["kind"] == "decode"
-                ],
-                "machine_speed_ratio": round(result.speed["ratio_after"], 3),
-                "wall_s": round(time.monotonic() - t0, 1),
-            }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    profile = profile_all(specs, prompts, args.budget, out / "profile.yaml", args.clock)
+    figures["profiling_s"] = round(time.monotonic() - started, 1)
+    options = ValidateOptions(
+        profile=str(profile),
+        target=specs["target"],
+        drafters={"small": specs["small"], "tiny": specs["tiny"], "ngram": "ngram"},
+        prompts=prompts,
+        clock=args.clock,
+    )
+    for path in scenarios:
+        scenario = load_scenario(path)
+        t0 = time.monotonic()
+        result = validate(scenario, options, out / scenario.name)
+        print(result.report, file=sys.stderr, flush=True)
+        errors = {}
+        for row in result.comparison.rows:
+            if row.relative_error is not None:
+                errors[row.metric] = round(row.relative_error, 4)
+            if row.threshold is not None and row.relative_error is not None:
+                worst = max(worst, abs(row.relative_error) / row.threshold)
+        figures[scenario.name] = {
+            "passed": result.comparison.passed,
+            "relative_error": errors,
+            "measured": {
+                "e2e_mean_s": result.engine_summary["e2e_s"]["mean"],
+                "throughput_tokens_per_s": result.engine_summary["throughput_tokens_per_s"],
+                "mean_acceptance_length": result.engine_summary["mean_acceptance_length"],
+            },
+            "decode_iteration_ratio_measured_over_predicted": [
+                round(r["ratio"], 3) for r in result.residuals if r["kind"] == "decode"
+            ],
+            "machine_speed_ratio": round(result.speed["ratio_after"], 3),
+            "wall_s": round(time.monotonic() - t0, 1),
+        }
     figures["step_overhead_ms"] = step_overheads(specs, args.clock)
     spec, base = figures.get("validate-b8-small-k2"), figures.get("validate-b8-k0")
     if spec and base:
