@@ -309,3 +309,19 @@ def test_half_precision_cache_follows_the_model_dtype():
     assert cache.keys[0].dtype == torch.bfloat16
     out = model(tokens_for(1, 4), cache)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+@torch.no_grad()
+def test_a_view_of_some_rows_shares_the_cache():
+    model = make_model(small_config())
+    tokens = tokens_for(4, 5, seed=13)
+    cache = model.new_cache(4, 16)
+    model(tokens[:, :3], cache)
+    view = cache.view(1, 3)
+    out = model(tokens[1:3, 3:], view)
+    assert cache.lengths.tolist() == [3, 5, 5, 3]
+    view.rollback([4, 5])
+    assert cache.lengths.tolist() == [3, 4, 5, 3]
+    reference = model.new_cache(2, 16)
+    torch.testing.assert_close(out, model(tokens[1:3], reference)[:, 3:], atol=ATOL, rtol=0)
+    torch.testing.assert_close(cache.keys[0][1:3, :, :5], reference.keys[0][:, :, :5])

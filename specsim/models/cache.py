@@ -84,6 +84,16 @@ class KVCache:
         else:
             self.lengths[torch.as_tensor(rows, dtype=torch.long, device=self.device)] = 0
 
+    def view(self, start: int, stop: int) -> KVCache:
+        """Rows ``start:stop`` as a cache sharing this one's storage (and its lengths): passes
+        and rollbacks on the view act on those rows here, with no copy."""
+        view = KVCache.__new__(KVCache)
+        view.keys = [k[start:stop] for k in self.keys]
+        view.values = [v[start:stop] for v in self.values]
+        view.lengths = self.lengths[start:stop]
+        view.max_len = self.max_len
+        return view
+
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor):
         """Store new keys/values ``[batch, kv_heads, T, head_dim]``; token t of row b goes to
         slot ``slots[b, t]`` of its row (the spare slot ``max_len`` for padding)."""
