@@ -43,6 +43,7 @@ VARIANTS = {
     "llama-gqa-untied": small_config("llama"),
     "qwen2-bias-tied": small_config("qwen2"),
     "mistral-mha": small_config("mistral", num_kv_heads=4),
+    "mistral-sliding-window": small_config("mistral", sliding_window=5),
     "llama3-rope-scaling": small_config(
         "llama",
         rope_scaling={
@@ -203,14 +204,15 @@ def reference_forward(model: DecoderModel, tokens: list[int]) -> torch.Tensor:
         new_xs = []
         for t, x in enumerate(xs):
             heads = []
+            window = range(max(0, t - (c.sliding_window or t + 1) + 1), t + 1)
             for h in range(c.num_heads):
                 kv = h // group
                 q = rope(qs[t][h], t)
                 scores = torch.stack(
-                    [q @ rope(ks[s][kv], s) / math.sqrt(c.head_dim) for s in range(t + 1)]
+                    [q @ rope(ks[s][kv], s) / math.sqrt(c.head_dim) for s in window]
                 )
                 weights = torch.softmax(scores, 0)
-                heads.append(sum(weights[s] * vs[s][kv] for s in range(t + 1)))
+                heads.append(sum(w_s * vs[s][kv] for w_s, s in zip(weights, window, strict=True)))
             x = x + w[pre + "self_attn.o_proj.weight"] @ torch.cat(heads)
             m = rms(x, w[pre + "post_attention_layernorm.weight"])
             gate = w[pre + "mlp.gate_proj.weight"] @ m
@@ -225,11 +227,12 @@ def reference_forward(model: DecoderModel, tokens: list[int]) -> torch.Tensor:
 
 @torch.no_grad()
 def test_decoder_matches_a_direct_transcription_of_the_equations(model):
-    tokens = tokens_for(1, 7, seed=8)
+    tokens = tokens_for(1, 9, seed=8)  # longer than the sliding window of 5
     expected = reference_forward(model, tokens[0].tolist())
     cache = model.new_cache(1, 16)
     got = torch.cat([model(tokens[:, :3], cache), model(tokens[:, 3:], cache)], 1)[0]
     torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(model(tokens)[0].double(), expected, atol=1e-4, rtol=0)
 
 
 def test_llama3_scaling_keeps_fast_divides_slow_and_blends_between():
@@ -257,7 +260,11 @@ def test_sizes_follow_the_parameters(model):
     assert cache.nbytes() == 3 * (10 + 1) * c.kv_bytes_per_token(4)
     assert c.attention_flops_per_context_token() == 4 * c.num_layers * c.num_heads * c.head_dim
     # One new token after 9 cached ones attends to 10 positions.
-    assert c.forward_flops(1, 9) == c.flops_per_token() + 10 * c.attention_flops_per_context_token()
+    window = c.sliding_window or 10**9
+    for n, context in ((1, 9), (3, 0), (4, 2), (2, 7)):
+        attended = sum(min(context + i, window) for i in range(1, n + 1))
+        expected = n * c.flops_per_token() + attended * c.attention_flops_per_context_token()
+        assert c.forward_flops(n, context) == expected
 
 
 @torch.no_grad()

@@ -188,6 +188,7 @@ def test_directory_without_config_or_weights(tmp_path):
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4}}, "rope_scaling.rope_type", "yarn"),
         ({"rope_scaling": {"rope_type": "llama3", "factor": 8}}, "low_freq_factor", "positive"),
         ({"specsim_tokenizer": "sentencepiece"}, "specsim_tokenizer", "unknown tokenizer"),
+        ({"model_type": "mistral", "sliding_window": 0}, "sliding_window", "must be positive"),
     ],
 )
 def test_bad_config_keys(tmp_path, change, key, message):
@@ -322,3 +323,17 @@ def test_llama_attention_bias_covers_all_four_projections():
     assert config.param_count() == sum(p.numel() for p in model.parameters())
     qwen = make_model(small_config("qwen2"))
     assert not any("o_proj.bias" in n for n, _ in qwen.named_parameters())
+
+
+def test_sliding_window_is_read_for_mistral_and_refused_for_qwen2():
+    data = small_config("mistral").to_hf_dict()
+    data["sliding_window"] = 4096
+    assert ModelConfig.from_hf_dict(data, "m.json").sliding_window == 4096
+    data["sliding_window"] = None  # Mistral v0.2 and later
+    assert ModelConfig.from_hf_dict(data, "m.json").sliding_window is None
+    qwen = small_config("qwen2").to_hf_dict()
+    qwen.update(use_sliding_window=False, sliding_window=4096)
+    assert ModelConfig.from_hf_dict(qwen, "q.json").sliding_window is None
+    qwen["use_sliding_window"] = True
+    with pytest.raises(SpecsimError, match="use_sliding_window: Qwen2 sliding-window"):
+        ModelConfig.from_hf_dict(qwen, "q.json")

@@ -8,11 +8,22 @@ Public API::
     logits = model(tokens, cache, n_new=None)      # [B, T, V] float32; rows append at their own
                                                    # positions; n_new[b] real tokens per row
     cache.rollback(new_lengths)                    # drop rejected tokens, O(batch)
+    cache.view(start, stop)                        # rows start:stop, sharing storage
+    cache.reset(rows)                              # empty rows for new sequences
     tok = load_tokenizer(spec)                     # encode / decode / bos_id / eos_id
+    load_config(spec)                              # ModelConfig without building the model
+    save_model(model, directory, dtype)            # config.json + model.safetensors (HF layout)
+    BUILTIN_PROMPTS                                # 64 held-out prompts, {"prompt": ...} per line
 
 ``spec`` is a built-in name (``specsim-target``, ``specsim-draft-small``, ``specsim-draft-tiny``),
 a Hugging Face model directory (``config.json`` + ``model.safetensors`` or a sharded index;
-model_type llama, mistral or qwen2), or a ``config.json`` alone (seeded random weights).
+model_type llama, mistral or qwen2; both the ``rope_theta``/``rope_scaling`` keys and
+transformers 5's ``rope_parameters``; default, linear and llama3 RoPE scaling), or a
+``config.json`` alone (seeded random weights). Mistral's sliding window is applied; Qwen2's
+(off in the released models) is refused.
+
+Each call validates its inputs with one device-to-host sync; padding columns of a ragged call
+write to a spare cache slot, so no row's real tokens are ever overwritten.
 
 Sizes and FLOPs come from ``model.config`` (a ``ModelConfig``), from the architecture alone:
 

@@ -49,6 +49,8 @@ class ModelConfig:
     eos_id: int | None = None
     # "bytes" for the built-in byte-level tokenizer; None means "look for tokenizer.json".
     tokenizer: str | None = None
+    # Mistral's sliding-window attention: each token sees only the last this-many positions.
+    sliding_window: int | None = None
 
     # ---- sizes -------------------------------------------------------------------------------
 
@@ -94,11 +96,14 @@ class ModelConfig:
 
     def forward_flops(self, new_tokens: int, context_len: int) -> float:
         """FLOPs of one row's pass that appends ``new_tokens`` to ``context_len`` cached tokens
-        (causal: the i-th new token attends to context_len + i + 1 positions)."""
-        attended = new_tokens * context_len + new_tokens * (new_tokens + 1) / 2
-        return new_tokens * self.flops_per_token() + (
-            self.attention_flops_per_context_token() * attended
-        )
+        (causal: the i-th new token attends to context_len + i positions, at most the sliding
+        window)."""
+        n, c = new_tokens, context_len
+        uncapped = n if self.sliding_window is None else max(0, min(n, self.sliding_window - c))
+        attended = uncapped * c + uncapped * (uncapped + 1) / 2
+        if self.sliding_window is not None:
+            attended += (n - uncapped) * self.sliding_window
+        return n * self.flops_per_token() + self.attention_flops_per_context_token() * attended
 
     # ---- Hugging Face config.json ------------------------------------------------------------
 
@@ -132,6 +137,8 @@ class ModelConfig:
             data["eos_token_id"] = self.eos_id
         if self.tokenizer is not None:
             data["specsim_tokenizer"] = self.tokenizer
+        if self.sliding_window is not None:
+            data["sliding_window"] = self.sliding_window
         return data
 
     @classmethod
@@ -286,6 +293,16 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
     # (default off) puts biases on all four projections.
     llama_bias = model_type != "qwen2" and _get(data, "attention_bias", bool, source, False)
     rope_theta, rope_scaling = _rope(data, source)
+    sliding_window = None
+    if model_type == "mistral":
+        sliding_window = _get(data, "sliding_window", int, source, None)
+    elif model_type == "qwen2" and data.get("use_sliding_window"):
+        raise SpecsimError(
+            "Qwen2 sliding-window attention is not supported",
+            file=source,
+            key="use_sliding_window",
+            fix="set use_sliding_window to false (the released Qwen2 models do)",
+        )
     tokenizer = data.get("specsim_tokenizer")
     if tokenizer not in (None, "bytes"):
         raise SpecsimError(
@@ -314,4 +331,5 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
         bos_id=_token_id(data, "bos_token_id", source),
         eos_id=_token_id(data, "eos_token_id", source),
         tokenizer=tokenizer,
+        sliding_window=sliding_window,
     )

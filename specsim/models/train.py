@@ -8,6 +8,10 @@ for every model. The drafters are trained on the same data as the target (no dis
 weights are written in the Hugging Face layout (float16) together with ``training.json`` (losses,
 pairwise acceptance β, timings) and ``prompts.jsonl`` (prompts from held-out files). Never run in
 tests or CI: tests load the committed weights.
+
+``--models NAME,...`` trains a subset (models are independent, so they can train in separate
+processes into the same ``--out``); the evaluation runs once all three are there, and
+``--models ""`` only evaluates. See builtin/README.md for the figures and the runtime.
 """
 
 from __future__ import annotations

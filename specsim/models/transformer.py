@@ -103,15 +103,17 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return out.reshape(b, self.num_heads, t, d)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, step: _CacheStep | None):
+    def forward(self, x, cos, sin, cache: KVCache | None, step):
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        if cache is None:
+        if cache is None and step is None:
             out = self._attend_causal(q, k, v)
+        elif cache is None:  # a sliding window shorter than the sequence
+            out = self._attend_cached(q, k, v, step.mask)
         else:
             cache.write(self.layer, k, v, step.slots)
             keys = cache.keys[self.layer][:, :, : step.kv_len]
@@ -163,7 +165,7 @@ class _CacheStep:
     whole call costs one device-to-host sync (``kv_len``, read together with the input checks).
     """
 
-    def __init__(self, cache: KVCache, real: torch.Tensor, kv_len: int):
+    def __init__(self, cache: KVCache, real: torch.Tensor, kv_len: int, window: int | None):
         t = real.shape[1]
         self.positions_bt = cache.lengths[:, None] + torch.arange(t, device=cache.device)
         self.slots = torch.where(real, self.positions_bt, cache.max_len)
@@ -171,7 +173,22 @@ class _CacheStep:
         # padding still has a (finite) key and no NaN appears.
         self.kv_len = max(kv_len, 1)
         visible = torch.arange(self.kv_len, device=cache.device)
-        self.mask = (visible[None, None, :] <= self.positions_bt[:, :, None])[:, None]
+        self.mask = _visible(visible[None, None, :], self.positions_bt[:, :, None], window)[:, None]
+
+
+class _WindowMask:
+    """A cache-free pass over more tokens than the sliding window: an explicit mask."""
+
+    def __init__(self, t: int, window: int, device: torch.device):
+        positions = torch.arange(t, device=device)
+        self.mask = _visible(positions[None, :], positions[:, None], window)[None, None]
+
+
+def _visible(key_pos: torch.Tensor, query_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """Causal visibility; with a sliding window, only the last ``window`` positions (the query's
+    own included), as Mistral defines it."""
+    seen = key_pos <= query_pos
+    return seen if window is None else seen & (key_pos > query_pos - window)
 
 
 class DecoderModel(nn.Module):
@@ -312,7 +329,8 @@ class DecoderModel(nn.Module):
         tokens = tokens.masked_fill(~real, 0)  # padding may hold any id; keep the lookup in range
         if cache is None:
             positions = torch.arange(t, device=self.device).expand(batch, t)
-            step = None
+            window = self.config.sliding_window
+            step = None if window is None or t <= window else _WindowMask(t, window, self.device)
         else:
             if longest > cache.max_len:
                 raise SpecsimError(
@@ -320,7 +338,7 @@ class DecoderModel(nn.Module):
                     key="max_len",
                     fix="make the cache longer or stop generating earlier",
                 )
-            step = _CacheStep(cache, real, longest)
+            step = _CacheStep(cache, real, longest, self.config.sliding_window)
             positions = step.positions_bt
         cos, sin = self._rotary(positions)
         x = self.model.embed_tokens(tokens)
