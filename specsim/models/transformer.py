@@ -90,10 +90,11 @@ class Attention(nn.Module):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    def _attend_cached(self, q, k, v, mask) -> torch.Tensor:
-        """Masked attention over the cache. Grouped heads are folded into the query axis (heads
-        g·kv .. g·kv+group-1 share key/value head kv), so keys and values are read in place,
-        never repeated per head, and any SDPA kernel that takes a mask can run."""
+    def _attend_masked(self, q, k, v, mask) -> torch.Tensor:
+        """Attention under an explicit mask (the cache's, or a sliding window's). Grouped heads
+        are folded into the query axis (heads g·kv .. g·kv+group-1 share key/value head kv), so
+        keys and values are read in place, never repeated per head, and any SDPA kernel that
+        takes a mask can run."""
         group = self.num_heads // self.num_kv_heads
         if group == 1:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -113,12 +114,12 @@ class Attention(nn.Module):
         if cache is None and step is None:
             out = self._attend_causal(q, k, v)
         elif cache is None:  # a sliding window shorter than the sequence
-            out = self._attend_cached(q, k, v, step.mask)
+            out = self._attend_masked(q, k, v, step.mask)
         else:
             cache.write(self.layer, k, v, step.slots)
             keys = cache.keys[self.layer][:, :, : step.kv_len]
             values = cache.values[self.layer][:, :, : step.kv_len]
-            out = self._attend_cached(q, keys, values, step.mask)
+            out = self._attend_masked(q, keys, values, step.mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
