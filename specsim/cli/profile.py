@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="grid axis values: batch=, context=, new= (tokens per sequence: 1 decode, k+1 "
         "verify) or prefill= (prompt lengths); repeatable; default on CPU batch=1,2,4,8 "
-        "context=16,128,512 new=1,3,5,9 prefill=32,128",
+        "context=16,128,384 new=1,3,5,9 prefill=32,128",
     )
     measure.add_argument(
         "--prompts",

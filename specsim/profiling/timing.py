@@ -26,7 +26,7 @@ from specsim.profile.schema import LatencySample
 
 DEFAULT_CPU_GRID = {
     "batch": (1, 2, 4, 8),
-    "context": (16, 128, 512),
+    "context": (16, 128, 384),
     "new": (1, 3, 5, 9),
     "prefill": (32, 128),
 }
