@@ -93,6 +93,19 @@ class RateAcceptance:
             return 1.0
         return 1.0 + self.proposal_rate * float(self.survival[:, :k].sum(axis=1).mean())
 
+    def row_expected_emitted(self, k: int) -> float:
+        """Mean tokens a step of window k emits for a row of the running batch.
+
+        Requests that accept poorly need more steps for the same output, so they stay in the
+        batch longer: a level's share of the batch is proportional to 1 / its tokens per step,
+        and the batch's mean is the harmonic mean over levels (equal to ``expected_emitted``
+        when requests are homogeneous). This is what a window policy should expect per row.
+        """
+        if k == 0:
+            return 1.0
+        per_level = 1.0 + self.proposal_rate * self.survival[:, :k].sum(axis=1)
+        return float(1.0 / np.mean(1.0 / per_level))
+
     def draw(
         self, rng: np.random.Generator, k: int, level: np.ndarray, position: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -121,26 +134,35 @@ class SequenceAcceptance:
         self.base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         self.length = lengths
         self._offsets = np.arange(max(k_max, 1), dtype=np.int64)
-        self._expected = [self._mean_emitted(k) for k in range(k_max + 1)]
+        per_sequence = [self._per_sequence_emitted(k) for k in range(k_max + 1)]
+        self._expected = [float((m * self.length).sum() / self.length.sum()) for m in per_sequence]
+        # Per-row mean in the running batch: the harmonic mean over sequences (a request that
+        # emits fewer tokens per step stays longer; see RateAcceptance.row_expected_emitted).
+        self._row_expected = [float(1.0 / np.mean(1.0 / m)) for m in per_sequence]
 
-    def _mean_emitted(self, k: int) -> float:
+    def _per_sequence_emitted(self, k: int) -> np.ndarray:
+        """Each sequence's mean tokens per step of window k, over its start positions."""
         if k == 0:
-            return 1.0
-        if self.kind == "run_length":
-            return float(np.minimum(self.flat, k + 1).mean())
-        # beta: average over every start position of 1 + sum_i prod_{j<=i} beta_j.
-        total = 0.0
+            return np.ones(self.levels)
+        means = []
         for base, length in zip(self.base.tolist(), self.length.tolist(), strict=True):
             seq = self.flat[base : base + length]
+            if self.kind == "run_length":
+                means.append(float(np.minimum(seq, k + 1).mean()))
+                continue
+            # beta: average over every start position of 1 + sum_i prod_{j<=i} beta_j.
             idx = (np.arange(length)[:, None] + np.arange(k)[None, :]) % length
-            total += float((1.0 + np.cumprod(seq[idx], axis=1).sum(axis=1)).sum())
-        return total / float(self.flat.shape[0])
+            means.append(float((1.0 + np.cumprod(seq[idx], axis=1).sum(axis=1)).mean()))
+        return np.asarray(means)
 
     def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.integers(0, self.levels, size=n, dtype=np.int64)
 
     def expected_emitted(self, k: int) -> float:
         return self._expected[k]
+
+    def row_expected_emitted(self, k: int) -> float:
+        return self._row_expected[k]
 
     def draw(
         self, rng: np.random.Generator, k: int, level: np.ndarray, position: np.ndarray | None

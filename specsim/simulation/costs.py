@@ -91,15 +91,43 @@ class StepCosts:
         if self._check_draft and self.draft_kind == "draft_model":
             self.draft_latency.check_range(batch, max_context, 1, 1)
 
+    def iteration_s(
+        self,
+        k: int,
+        rows: int,
+        new: float,
+        kv: float,
+        pairs: float,
+        p_rows: int = 0,
+        p_tokens: float = 0.0,
+        p_kv: float = 0.0,
+        p_pairs: float = 0.0,
+    ) -> float:
+        """Seconds of one engine iteration: the cost the engine charges and the adaptive window
+        policy maximises against (one function, so the two cannot drift apart).
+
+        ``rows`` decoding sequences verify ``new`` positions in all over ``kv`` cached tokens
+        (``pairs`` query-key pairs) after k draft passes; ``p_rows`` prompt chunks of
+        ``p_tokens`` tokens ride in the same target pass (and a draft model builds its own cache
+        for them). One target pass, then the per-step and per-sequence overhead.
+        """
+        batch = rows + p_rows
+        seconds = (
+            self.target.seconds_from_totals(batch, new + p_tokens, kv + p_kv, pairs + p_pairs)
+            + self.overhead_step_s
+            + self.overhead_seq_s * batch
+        )
+        if k and rows:
+            seconds += self.draft_s(rows, k, kv)
+        if p_rows and self.draft_kind == "draft_model":
+            seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
+        return seconds
+
     def decode_step_estimate_s(self, rows: int, k: int, kv: float) -> float:
-        """Seconds of a decode-only step with every row drafting k (for window policies)."""
+        """Seconds of a decode-only iteration with every row verifying k + 1 positions."""
         new = rows * (k + 1.0)
         pairs = (k + 1.0) * kv + rows * (k + 1.0) * (k + 2.0) / 2.0
-        return (
-            self.target_pass_s(rows, new, kv, pairs)
-            + (self.draft_s(rows, k, kv) if k else 0.0)
-            + self.overhead_s(rows)
-        )
+        return self.iteration_s(k, rows, new, kv, pairs)
 
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:

@@ -2,18 +2,29 @@
 
 - ``FixedWindow``: always k.
 - ``BatchTableWindow``: k from a table by running batch size (above the table: k = 0).
-- ``GoodputWindow``: before each iteration, the k in 0..k_max that maximises expected emitted
-  tokens per second of step time, using the profile's latency model and the acceptance model's
-  expected tokens per step. Choices are cached per batch size and KV bucket.
+- ``GoodputWindow`` (``policy: adaptive``): before each iteration, the k in 0..k_max with the most
+  expected emitted tokens per second of step time that the decoding rows add. It evaluates the
+  engine's own cost function (``StepCosts.iteration_s``) on the batch as it stands: each row's
+  ragged window near the end of its request, and the prompt chunks riding in the same pass. When
+  a prompt chunk rides along, the pass's fixed cost (weights read, launch overhead) is paid for
+  the chunk anyway, so the decoding rows are charged only what they add; speculating then has to
+  pay for itself in per-token work. Expected tokens per row are the acceptance model's running-
+  batch mean (``row_expected_emitted``), not the per-request mean: poorly accepting requests
+  stay in the batch longer, so a batch holds more of them than the arrivals do.
+
+What no per-iteration choice of k can avoid is the cost of having a drafter deployed at all: its
+weights and KV cache take memory (fewer KV-cache tokens) and a draft model prefills every prompt.
+Static k = 0 (``speculation.k: 0``) deploys no drafter, so near saturation it can beat any policy
+that keeps one, adaptive included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from specsim.scenario import Speculation
+import numpy as np
 
-KV_BUCKET_TOKENS = 2048
+from specsim.scenario import Speculation
 
 
 class FixedWindow:
@@ -39,35 +50,99 @@ class BatchTableWindow:
 
 
 class GoodputWindow:
-    """argmax over k of rows x E[tokens per step](k) / step_seconds(k, rows, kv)."""
+    """argmax over k of E[tokens emitted by the decoding rows](k) / seconds they add(k).
 
-    def __init__(
-        self,
-        k_max: int,
-        expected_emitted: Callable[[int], float],
-        step_seconds: Callable[[int, int, float], float],
-    ):
+    ``attach`` binds the engine's cost model and acceptance model (the replica does it);
+    ``choose_batch`` is called before every iteration with the batch's arrays.
+    """
+
+    def __init__(self, k_max: int):
         self.k_max = k_max
-        self._tokens = [expected_emitted(k) for k in range(k_max + 1)]
-        self._step_seconds = step_seconds
-        self._cache: dict[tuple[int, int], int] = {}
+        self.costs = None
+        self._row_tokens: list[float] = []
+        self._proposal = 1.0
 
-    def best(self, rows: int, kv_tokens: float) -> int:
-        rates = [
-            self._tokens[k] / self._step_seconds(rows, k, kv_tokens) for k in range(self.k_max + 1)
-        ]
-        return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+    def attach(self, costs, acceptance) -> None:
+        self.costs = costs
+        self._row_tokens = [acceptance.row_expected_emitted(k) for k in range(self.k_max + 1)]
+        self._proposal = float(acceptance.proposal_rate)
 
     def choose(self, rows: int, kv_tokens: float) -> int:
+        """k for a decode-only batch of ``rows`` sequences far from their ends."""
         if rows == 0:
             return 0
-        bucket = int(kv_tokens // KV_BUCKET_TOKENS)
-        key = (rows, bucket)
-        k = self._cache.get(key)
-        if k is None:
-            # Evaluate at the bucket's midpoint so the choice does not depend on cache order.
-            k = self._cache[key] = self.best(rows, (bucket + 0.5) * KV_BUCKET_TOKENS)
-        return k
+        context = np.full(rows, kv_tokens / rows)
+        return self.choose_batch(rows, kv_tokens, np.full(rows, np.inf), context, None, 0.0)
+
+    def choose_batch(
+        self,
+        rows: int,
+        kv_tokens: float,
+        remaining: np.ndarray,
+        context: np.ndarray,
+        prefill: Callable[[float], tuple[int, float, float, float]] | None,
+        token_budget: float,
+    ) -> int:
+        """The best k for this iteration (ties go to the smaller k).
+
+        ``remaining`` and ``context`` are the batch arrays (0 in empty slots); ``prefill(budget)``
+        gives the totals (rows, tokens, KV tokens, pairs) of the prompt chunks the engine would
+        schedule in what the decoding rows leave of ``token_budget`` (None: no chunks).
+        """
+        if rows == 0:
+            return 0
+        scores = self.scores(rows, kv_tokens, remaining, context, prefill, token_budget)
+        return max(range(self.k_max + 1), key=lambda k: (scores[k], -k))
+
+    def scores(self, rows, kv_tokens, remaining, context, prefill, token_budget) -> list[float]:
+        """Expected tokens per added second for each k in 0..k_max."""
+        k_max = self.k_max
+        # Rows within k_max tokens of their end draft fewer than k: min(k, remaining - 1).
+        short = np.flatnonzero((remaining > 0) & (remaining <= k_max))
+        short_left = remaining[short].tolist()
+        short_context = context[short].tolist()
+        long_rows = rows - len(short_left)
+        long_context = kv_tokens - sum(short_context)
+        costs = self.costs
+        p = self._proposal
+        fixed_prefill = None
+        scores = []
+        for k in range(k_max + 1):
+            tokens, new, pairs = self._expected_decode(
+                k, long_rows, long_context, short_left, short_context, p
+            )
+            if prefill is None:
+                chunk = (0, 0.0, 0.0, 0.0)
+            elif fixed_prefill is not None:
+                chunk = fixed_prefill
+            else:
+                chunk = prefill(token_budget - new)
+                if chunk[1] < token_budget - rows * (k_max + 1.0):
+                    fixed_prefill = chunk  # every window leaves room for all of it
+            seconds = costs.iteration_s(k, rows, new, kv_tokens, pairs, *chunk)
+            if chunk[0]:
+                seconds -= costs.iteration_s(0, 0, 0.0, 0.0, 0.0, *chunk)
+            scores.append(tokens / seconds)
+        return scores
+
+    def _expected_decode(self, k, long_rows, long_context, short_left, short_context, p):
+        """Expected (tokens emitted, positions verified, query-key pairs) of the decoding rows.
+
+        A row drafting d verifies 1 + d positions when it has a proposal (probability p) and 1
+        otherwise; its pairs are new x (context + (new + 1) / 2), as the engine counts them.
+        """
+        row_tokens = self._row_tokens
+        tokens = long_rows * row_tokens[k]
+        new = long_rows * (1.0 + p * k)
+        pairs = (1.0 + p * k) * long_context + long_rows * (
+            p * (k + 1.0) * (k + 2.0) / 2.0 + 1.0 - p
+        )
+        for left, ctx in zip(short_left, short_context, strict=True):
+            d = min(k, int(left) - 1)
+            tokens += row_tokens[d]
+            new += 1.0 + p * d
+            pairs += (1.0 + p * d) * ctx + p * (d + 1.0) * (d + 2.0) / 2.0 + 1.0 - p
+        return tokens, new, pairs
 
 
 def build_policy(
@@ -82,5 +157,7 @@ def build_policy(
         table = [(row.max_batch, row.k) for row in speculation.k_by_batch]
         return BatchTableWindow(table, max_batch)
     if speculation.policy == "adaptive":
-        return GoodputWindow(speculation.k, expected_emitted, step_seconds)
+        # The replica attaches its cost and acceptance models (``GoodputWindow.attach``), so
+        # the choice is made against exactly what the engine charges; the callables are unused.
+        return GoodputWindow(speculation.k)
     return FixedWindow(speculation.k)

@@ -96,14 +96,15 @@ class Replica:
         self._flat_thresholds = getattr(acceptance, "flat_thresholds", None)
         self._flat_counts = getattr(acceptance, "flat_counts", None)
         self.level_shift = np.zeros(cap)  # 2 x level, for the flat acceptance search
-        # Bound methods and constants the hot path would otherwise look up every iteration.
-        self._target_seconds = costs.target.seconds_from_totals
-        self._overhead_step_s = costs.overhead_step_s
-        self._overhead_seq_s = costs.overhead_seq_s
+        # Constants the hot path would otherwise look up every iteration.
         self._flops_per_token = costs.target_flops_per_token
         self._attn_flops = costs.target_attn_flops
         self.log = StepLog(self.stats, cap)
         self._kv_planned = 0.0
+        # A batch-aware policy (adaptive) evaluates the engine's own cost function on this batch.
+        self._batch_policy = hasattr(policy, "choose_batch")
+        if self._batch_policy:
+            policy.attach(costs, acceptance)
         self._joined = 0  # rows that started decoding since the last decode iteration
 
     # ---- queue -----------------------------------------------------------------------------
@@ -220,14 +221,38 @@ class Replica:
         costs = self.costs
         batch = int(rows)
         costs.check_ranges(batch, max(r.prefill_target for r, _ in chunks), tokens, 1)
-        dt = (
-            costs.target_pass_s(batch, tokens, kv, pairs)
-            + costs.draft_prefill_s(batch, tokens, kv, pairs)
-            + costs.overhead_s(batch)
-        )
+        dt = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, tokens, kv, pairs)
         flops = costs.target_flops(tokens, pairs) + costs.draft_prefill_flops(tokens, pairs)
         self.stats.flops["prefill"] += flops
         return dt, (chunks, batch)
+
+    def _prefill_chunks(self, budget: float):
+        """Prompt chunks for what the decoding rows leave of the token budget (chunked prefill):
+        the chunks and their totals (rows, tokens, KV tokens read, query-key pairs)."""
+        chunks = []
+        tokens = kv = pairs = 0.0
+        for request in self.prefilling:
+            if budget <= 0:
+                break
+            chunk = min(request.prefill_target - request.prefilled, budget)
+            chunks.append((request, chunk))
+            budget -= chunk
+            tokens += chunk
+            kv += request.prefilled
+            pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
+        return chunks, (len(chunks), tokens, kv, pairs)
+
+    def _prefill_totals(self, budget: float):
+        """The totals of the prompt chunks a budget would admit (for the window policy)."""
+        return self._prefill_chunks(budget)[1]
+
+    def _choose_window(self, rows: int, decode_kv: float) -> int:
+        if not self._batch_policy:
+            return self.policy.choose(rows, decode_kv)
+        prefill = self._prefill_totals if (self.chunked and self.prefilling) else None
+        return self.policy.choose_batch(
+            rows, decode_kv, self.remaining, self.context, prefill, self.token_budget
+        )
 
     def _plan_mixed(self):
         costs = self.costs
@@ -236,8 +261,7 @@ class Replica:
         decode_kv = self.decode_kv
         self._kv_planned = self._kv_in_use(decode_kv)
         rows = self.decoding
-        k = self.policy.choose(rows, decode_kv)
-        dt = 0.0
+        k = self._choose_window(rows, decode_kv)
         decode = None
         new_tokens = 0.0
         pairs = 0.0
@@ -270,50 +294,27 @@ class Replica:
                 + decode_kv
                 + 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + self.capacity + new_tokens)
             )
-            if k:
-                dt += costs.draft_s(rows, k, decode_kv)
             decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
             self._joined = 0
-        decode_pairs = pairs
         chunks = None
-        batch = rows
+        prefill = (0, 0.0, 0.0, 0.0)
         if self.prefilling:
-            # Prompt chunks fill what the decoding rows leave of the token budget.
-            budget = self.token_budget - new_tokens
-            chunks = []
-            p_tokens = p_kv = p_pairs = 0.0
-            for request in self.prefilling:
-                if budget <= 0:
-                    break
-                chunk = min(request.prefill_target - request.prefilled, budget)
-                chunks.append((request, chunk))
-                budget -= chunk
-                p_tokens += chunk
-                p_kv += request.prefilled
-                p_pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
-            p_rows = len(chunks)
-            batch += p_rows
-            new_tokens += p_tokens
-            decode_kv += p_kv
-            pairs += p_pairs
-            if p_rows and costs.draft_kind == "draft_model":
-                dt += costs.draft_prefill_s(p_rows, p_tokens, p_kv, p_pairs)
-                self.stats.flops["prefill"] += costs.draft_prefill_flops(p_tokens, p_pairs)
-            self.stats.flops["prefill"] += costs.target_flops(p_tokens, p_pairs)
+            chunks, prefill = self._prefill_chunks(self.token_budget - new_tokens)
+            p_rows, p_tokens, _, p_pairs = prefill
+            if p_rows:
+                self.stats.flops["prefill"] += costs.target_flops(
+                    p_tokens, p_pairs
+                ) + costs.draft_prefill_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        dt += (
-            self._target_seconds(batch, new_tokens, decode_kv, pairs)
-            + self._overhead_step_s
-            + self._overhead_seq_s * batch
-        )
+        dt = costs.iteration_s(k, rows, new_tokens, decode_kv, pairs, *prefill)
         if decode is not None:
             self.log.verification_flops += (
-                self._flops_per_token * decode[3] + self._attn_flops * decode_pairs
+                self._flops_per_token * new_tokens + self._attn_flops * pairs
             )
             if k:
-                self.log.drafter_flops += costs.draft_flops(rows, k, decode[4])
-        return dt, (decode, chunks, batch)
+                self.log.drafter_flops += costs.draft_flops(rows, k, decode_kv)
+        return dt, (decode, chunks, rows + prefill[0])
 
     def _check_ranges(self, rows: int, k: int, chunks) -> None:
         top = float(self.context.max()) if rows else 0.0
