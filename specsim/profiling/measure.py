@@ -152,13 +152,18 @@ def _time_models(opts, models, points, timer, progress_file):
             )
             sections[name] = latency_section(run.samples, source=f"{name} timing grid")
             held = sections[name].fit.held_out
-            status = (
-                f"stopped by the time budget after {len(run.samples)} of {run.planned} points"
-                if run.stopped_early
-                else f"{run.planned} points"
-            )
+            status = f"{run.planned} points"
             if run.stopped_early:
-                notes.append(f"{name}: grid {status}; the valid range records what was measured.")
+                repeats = sorted({s.repeats for s in run.samples})
+                status = (
+                    f"stopped by the time budget with {len(run.samples)} of {run.planned} points "
+                    f"measured, {repeats[0]}"
+                    + (f"-{repeats[-1]}" if len(repeats) > 1 else "")
+                    + f" of {timer.repeats} repeats each"
+                )
+                notes.append(
+                    f"{name}: timing grid {status}; the valid range records what was measured."
+                )
             lines.append(
                 f"  {name}: {status} in {run.seconds:.0f} s; held-out error median "
                 f"{held.median_rel_error:.1%}, max {held.max_rel_error:.1%}"
