@@ -25,8 +25,17 @@ from pydantic import Field
 
 from specsim.config import StrictModel, load_model
 from specsim.errors import SpecsimError
+from specsim.fileio import read_yaml
 from specsim.profile.schema import Hardware, Latency, LatencyFit
-from specsim.profiling.flops import ModelShape
+from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.writer import (
+    acceptance_entries,
+    build_profile,
+    model_spec,
+    ngram_spec,
+    software_versions,
+    today,
+)
 
 
 class Efficiency(StrictModel):
@@ -150,17 +159,6 @@ def roofline_profile(
     Acceptance entries are copied from ``acceptance_path`` (an acceptance file or another
     profile: acceptance does not depend on the hardware) and must name the given drafters.
     """
-    from specsim.fileio import read_yaml
-    from specsim.profiling.flops import load_shape
-    from specsim.profiling.writer import (
-        acceptance_entries,
-        build_profile,
-        model_spec,
-        ngram_spec,
-        software_versions,
-        today,
-    )
-
     hw = load_hardware(hardware_path)
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     target = load_shape(target_path)
@@ -188,18 +186,8 @@ def roofline_profile(
     )
     acceptance = []
     if acceptance_path is not None:
-        data = read_yaml(acceptance_path, "acceptance file")
-        acceptance = acceptance_entries(data, str(acceptance_path))
-        extra = data.get("notes") if isinstance(data.get("notes"), str) else ""
-        notes.append(f"Acceptance copied from {Path(acceptance_path).name}. {extra}".strip())
-        for i, entry in enumerate(acceptance):
-            if entry["drafter"] not in drafter_specs:
-                raise SpecsimError(
-                    f"acceptance names drafter {entry['drafter']!r}, not given with --drafter",
-                    file=str(acceptance_path),
-                    key=f"acceptance[{i}].drafter",
-                    fix=f"add --drafter {entry['drafter']}=... or use a matching file",
-                )
+        acceptance, note = copied_acceptance(acceptance_path, set(drafter_specs))
+        notes.append(note)
     data = {
         "version": 1,
         "name": name,
@@ -221,4 +209,21 @@ def roofline_profile(
         },
         "acceptance": acceptance,
     }
-    return build_profile(data, name)
+    return build_profile(data, f"{name} (from the command line)")
+
+
+def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:
+    """Acceptance entries of an acceptance file or another profile, checked against the given
+    drafter names, and a provenance note saying where they came from."""
+    data = read_yaml(path, "acceptance file")
+    entries = acceptance_entries(data, str(path))
+    for i, entry in enumerate(entries):
+        if entry["drafter"] not in drafters:
+            raise SpecsimError(
+                f"acceptance names drafter {entry['drafter']!r}, not given with --drafter",
+                file=str(path),
+                key=f"acceptance[{i}].drafter",
+                fix=f"add --drafter {entry['drafter']}=... or use a matching file",
+            )
+    extra = data.get("notes") if isinstance(data.get("notes"), str) else ""
+    return entries, f"Acceptance copied from {Path(path).name}. {extra}".strip()

@@ -19,6 +19,7 @@ import numpy as np
 
 from specsim import __version__
 from specsim.config import validate
+from specsim.errors import SpecsimError
 from specsim.fileio import dump_yaml, write_text_atomic
 from specsim.profile.schema import Acceptance, Latency, Profile
 from specsim.profiling.flops import ModelShape
@@ -154,8 +155,6 @@ def write_profile(
 
 def acceptance_entries(data: dict[str, Any], source: str) -> list[dict[str, Any]]:
     """Acceptance entries from a YAML mapping with an ``acceptance`` list, each validated."""
-    from specsim.errors import SpecsimError
-
     entries = data.get("acceptance")
     if not isinstance(entries, list) or not entries:
         raise SpecsimError(
