@@ -204,6 +204,9 @@ def test_draft_model_scores_match_hand_computed_values():
     assert scores["beta"] == pytest.approx([0.7, 0.3])
     assert scores["match"].tolist() == [0.0, 0.0]
     assert scores["typical"] == pytest.approx([1.0, 0.2])
+    # Typical's first emitted token: row 1 emits q itself (all pass): TV(q, p) = 0.3. Row 2 emits
+    # token 0 with 0.2 (passing draft) + 0.8 (fallback to argmax): one-hot 0, TV = 1 - 0.9.
+    assert scores["typical_tv"] == pytest.approx([0.3, 0.1])
     # Temperature 2 flattens both: p ~ sqrt(p), q ~ sqrt(q).
     hot = draft_model_scores(p.log(), q.log(), temperature=2.0)
     ps, qs = p.sqrt(), q.sqrt()
@@ -228,6 +231,8 @@ def test_ngram_scores_use_p_of_the_proposed_token():
     assert scores["match"][0].tolist() == [1.0, 0.0]
     assert scores["typical"][0].tolist() == [1.0, 1.0]  # 0.1 > threshold 0.09
     assert math.isclose(scores["typical"][2][0], 1.0)
+    # Passing one-hot proposals emit themselves: TV from p is 1 - p(x).
+    assert scores["typical_tv"] == pytest.approx([0.4, 0.3, 0.67])
 
 
 def test_prompt_files_by_paragraph_line_or_jsonl(tmp_path):

@@ -201,6 +201,8 @@ def test_measure_cli_writes_a_profile_that_loads_and_answers(configs, prompts, t
     verifiers = {(a.drafter, a.verifier, a.temperature) for a in profile.acceptance}
     assert ("small", "greedy", 0.0) in verifiers and ("small", "rejection", 0.7) in verifiers
     assert ("small", "typical", 0.7) in verifiers
+    typical = [a for a in profile.acceptance if a.verifier == "typical"]
+    assert typical and all(0 <= a.tv_distance <= 1 for a in typical)
     for entry in profile.acceptance:
         if entry.sequences is None:
             continue

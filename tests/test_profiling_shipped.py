@@ -63,6 +63,8 @@ def test_builtin_acceptance_entries_and_sequences(builtin):
     small, tiny = (builtin.acceptance(d, "rejection", 1.0) for d in ("small", "tiny"))
     assert small.token_beta_mean > tiny.token_beta_mean
     assert small.mean_acceptance_length[4] > tiny.mean_acceptance_length[4]
+    # Typical acceptance is lossy and says by how much.
+    assert 0 < builtin.acceptance("small", "typical", 1.0).tv_distance < 1
     # Prompt lookup only sometimes proposes.
     assert builtin.acceptance("ngram", "rejection", 1.0).proposal_rate < 1.0
     for entry in builtin.profile.acceptance:

@@ -140,7 +140,7 @@ def _score_draft_model(model, generations, temperature) -> dict[str, list]:
     """Per-request arrays of beta, greedy match and typical pass probability per position."""
     from specsim.profiling.scoring import draft_model_scores, drafter_logits
 
-    rows: dict[str, list] = {"beta": [], "match": [], "typical": []}
+    rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "typical_tv": []}
     for start in range(0, len(generations), CHUNK):
         chunk = generations[start : start + CHUNK]
         for g, q in zip(chunk, drafter_logits(model, chunk), strict=True):
@@ -155,7 +155,13 @@ def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dic
     from specsim.profiling.ngram import proposals
     from specsim.profiling.scoring import ngram_scores
 
-    rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "drafts": []}
+    rows: dict[str, list] = {
+        "beta": [],
+        "match": [],
+        "typical": [],
+        "typical_tv": [],
+        "drafts": [],
+    }
     cost = result.lookup_cost.setdefault(d.name, [0.0, 0])
     for g in generations:
         t0 = time.perf_counter()
@@ -179,6 +185,9 @@ def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_pre
         scored = [Scored.from_beta(b) for b in rows[key]]
         firsts = list(rows[key])
     entry = _entry(d.name, verifier, temperature, scored, firsts)
+    if entry is not None and verifier == "typical":
+        tv = np.concatenate(rows["typical_tv"])
+        entry["tv_distance"] = float(np.nanmean(tv)) if np.isfinite(tv).any() else 0.0
     if entry is None:
         result.notes.append(
             f"{d.name} never proposed a draft at T={temperature:g}: no {verifier} entry written."

@@ -207,7 +207,8 @@ def _acceptance(opts, models, tokenizer, progress_file):
         f"{max_new} generated tokens each, scored along the target's own text (greedy on "
         "T=0 text; exact rejection and typical at each T>0 on text sampled at T), chain "
         "rates from walking the text in windows of 8. Typical acceptance is lossy: its "
-        "output is not distributed as the target's."
+        "output is not distributed as the target's; its tv_distance is the total-variation "
+        "distance of the first token it emits from p, averaged over drafting positions."
     )
     line = (
         f"  acceptance: {result.tokens_scored} positions scored in {seconds:.0f} s "

@@ -7,7 +7,8 @@ text (one batched pass) for its distributions q. At every generated position tha
 * exact rejection sampling: beta = sum_x min(p(x), q(x)), the probability a draft x ~ q is
   accepted (at T = 0 both are one-hot, so beta is 1 where the argmaxes agree);
 * greedy verification: whether argmax q == argmax p;
-* typical acceptance (lossy): the probability that x ~ q passes p(x) > min(eps, delta exp(-H(p))).
+* typical acceptance (lossy): the probability that x ~ q passes p(x) > min(eps, delta exp(-H(p))),
+  and the total-variation distance of the token it emits first from p.
 
 A prompt-lookup drafter's proposal from each position is one-hot, so its i-th token x is accepted
 with probability p(x) at that position (exact), if it is argmax p (greedy), or if it passes the
@@ -121,10 +122,16 @@ def draft_model_scores(
     match = (p_logits.argmax(-1) == q_logits.argmax(-1)).double()
     passes = p > typical_threshold(p)[:, None]
     typical = (q * passes).sum(-1).clamp(0.0, 1.0)
+    # Typical acceptance is lossy: its first emitted token is the draft where it passes, else
+    # argmax p. Its distance from p, per position: TV(q * pass + (1 - typical) argmax, p).
+    emitted = q * passes
+    emitted[torch.arange(len(p)), p.argmax(-1)] += 1.0 - typical
+    tv = 0.5 * (emitted - p).abs().sum(-1)
     return {
         "beta": beta.double().numpy(),
         "match": match.numpy(),
         "typical": typical.double().numpy(),
+        "typical_tv": tv.double().numpy(),
     }
 
 
@@ -150,4 +157,13 @@ def ngram_scores(
     beta = prob
     match = np.where(real, (argmax[at] == token).astype(float), 0.0)
     typical = np.where(real, (prob > threshold[at]).astype(float), 0.0)
-    return {"beta": beta, "match": match, "typical": typical}
+    # Typical acceptance's first emitted token where the lookup proposes: the proposal if it
+    # passes (TV from p: 1 - p(x)), else argmax p (TV: 1 - max p).
+    first = real[:, 0]
+    tv = np.where(typical[:, 0] > 0, 1.0 - prob[:, 0], 1.0 - p.max(-1))
+    return {
+        "beta": beta,
+        "match": match,
+        "typical": typical,
+        "typical_tv": np.where(first, tv, np.nan),
+    }
