@@ -2,15 +2,17 @@
 
 - ``FixedWindow``: always k.
 - ``BatchTableWindow``: k from a table by running batch size (above the table: k = 0).
-- ``GoodputWindow`` (``policy: adaptive``): before each iteration, the k in 0..k_max with the most
-  expected emitted tokens per second of step time that the decoding rows add. It evaluates the
-  engine's own cost function (``StepCosts.iteration_s``) on the batch as it stands: each row's
-  ragged window near the end of its request, and the prompt chunks riding in the same pass. When
-  a prompt chunk rides along, the pass's fixed cost (weights read, launch overhead) is paid for
-  the chunk anyway, so the decoding rows are charged only what they add; speculating then has to
-  pay for itself in per-token work. Expected tokens per row are the acceptance model's running-
-  batch mean (``row_expected_emitted``), not the per-request mean: poorly accepting requests
-  stay in the batch longer, so a batch holds more of them than the arrivals do.
+- ``GoodputWindow`` (``policy: adaptive``): before each iteration, the k in 0..k_max that saves
+  the most time. It evaluates the engine's own cost function (``StepCosts.iteration_s``) on the
+  batch as it stands, with each row's ragged window near the end of its request. A decode-only
+  iteration takes the k with the most expected tokens per second of step time. When prompt
+  chunks ride in the same pass, the pass's fixed cost is paid for them anyway and verification
+  tokens land past the compute knee, so the choice weighs the seconds the decoding rows add
+  against what their tokens are worth: the seconds per token of the batch decoding on its own at
+  its best window (what those tokens would cost in a later iteration). Expected tokens per row
+  are the acceptance model's running-batch mean (``row_expected_emitted``), not the per-request
+  mean: poorly accepting requests stay in the batch longer, so a batch holds more of them than
+  the arrivals do.
 
 What no per-iteration choice of k can avoid is the cost of having a drafter deployed at all: its
 weights and KV cache take memory (fewer KV-cache tokens) and a draft model prefills every prompt.
@@ -50,7 +52,7 @@ class BatchTableWindow:
 
 
 class GoodputWindow:
-    """argmax over k of E[tokens emitted by the decoding rows](k) / seconds they add(k).
+    """argmax over k of mu x E[tokens emitted by the decoding rows](k) - seconds they add(k).
 
     ``attach`` binds the engine's cost model and acceptance model (the replica does it);
     ``choose_batch`` is called before every iteration with the batch's arrays.
@@ -95,7 +97,14 @@ class GoodputWindow:
         return max(range(self.k_max + 1), key=lambda k: (scores[k], -k))
 
     def scores(self, rows, kv_tokens, remaining, context, prefill, token_budget) -> list[float]:
-        """Expected tokens per added second for each k in 0..k_max."""
+        """Expected seconds saved by each k in 0..k_max (the policy takes the largest).
+
+        An emitted token is worth ``mu``, the seconds per token of this batch decoding on its own
+        at its best window (the price of producing the token in a later, decode-only
+        iteration); a window saves mu x its expected tokens minus the seconds the decoding rows
+        add to this iteration. Without prompt chunks the rows pay the whole pass and the argmax
+        is the k with the most tokens per second of step time.
+        """
         k_max = self.k_max
         # Rows within k_max tokens of their end draft fewer than k: min(k, remaining - 1).
         short = np.flatnonzero((remaining > 0) & (remaining <= k_max))
@@ -105,24 +114,26 @@ class GoodputWindow:
         long_context = kv_tokens - sum(short_context)
         costs = self.costs
         p = self._proposal
-        fixed_prefill = None
-        scores = []
+        windows = []
         for k in range(k_max + 1):
             tokens, new, pairs = self._expected_decode(
                 k, long_rows, long_context, short_left, short_context, p
             )
-            if prefill is None:
-                chunk = (0, 0.0, 0.0, 0.0)
-            elif fixed_prefill is not None:
-                chunk = fixed_prefill
-            else:
-                chunk = prefill(token_budget - new)
-                if chunk[1] < token_budget - rows * (k_max + 1.0):
-                    fixed_prefill = chunk  # every window leaves room for all of it
-            seconds = costs.iteration_s(k, rows, new, kv_tokens, pairs, *chunk)
+            alone = costs.iteration_s(k, rows, new, kv_tokens, pairs)
+            windows.append((tokens, new, pairs, alone))
+        mu = min(alone / tokens for tokens, _, _, alone in windows)
+        if prefill is None:
+            return [mu * tokens - alone for tokens, _, _, alone in windows]
+        scores = []
+        fixed_chunk = None
+        for k, (tokens, new, pairs, _) in enumerate(windows):
+            chunk = fixed_chunk or prefill(token_budget - new)
+            if chunk[1] < token_budget - rows * (k_max + 1.0):
+                fixed_chunk = chunk  # every window leaves room for all of it
+            added = costs.iteration_s(k, rows, new, kv_tokens, pairs, *chunk)
             if chunk[0]:
-                seconds -= costs.iteration_s(0, 0, 0.0, 0.0, 0.0, *chunk)
-            scores.append(tokens / seconds)
+                added -= costs.iteration_s(0, 0, 0.0, 0.0, 0.0, *chunk)
+            scores.append(mu * tokens - added)
         return scores
 
     def _expected_decode(self, k, long_rows, long_context, short_left, short_context, p):
