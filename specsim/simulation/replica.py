@@ -10,10 +10,10 @@ operation runs on the whole array without masks. One SimPy event per engine iter
    one (its KV is dropped; it goes back to the head of the queue and later recomputes its prompt
    and generated tokens);
 3. plan the iteration: the window policy picks k (the adaptive one against this batch and the
-   same cost function the engine charges, ``StepCosts.iteration_s``); each decoding row drafts min(k, tokens it still
-   needs - 1) tokens (n-gram rows without a proposal draft none), the acceptance model draws
-   accepted counts, and prompt chunks fill the rest of the token budget (chunked prefill) — or,
-   without chunked prefill, waiting prompts run as their own iteration;
+   same cost function the engine charges, ``StepCosts.iteration_s``); each decoding row drafts
+   min(k, tokens it still needs - 1) tokens (n-gram rows without a proposal draft none), the
+   acceptance model draws accepted counts, and prompt chunks fill the rest of the token budget
+   (chunked prefill) — or, without chunked prefill, waiting prompts run as their own iteration;
 4. wait the iteration's duration (``StepCosts.iteration_s``: target pass + k draft passes + a
    draft model's pass over the prompt chunks + overhead, from the profile);
 5. apply: every decoding row emits accepted + 1 tokens; finished rows become records.
