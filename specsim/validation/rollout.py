@@ -14,8 +14,8 @@ exact test for the EOS share. Each of the ``m`` tests runs at ``alpha / m`` (Bon
 chance of a false alarm over the whole check is at most ``alpha``. The report gives each effect
 (difference of means with a 95 % interval) and the smallest mean shift the Mann-Whitney test would
 detect with 80 % power at these sample sizes, so "no shift detected" says how small a shift could
-hide. Runs with a length cap and ``ignore_eos`` have a constant length: that signal is reported as
-such and not tested.
+hide. When no request in either run stopped at EOS (the engine ignores EOS by default, as
+serving benchmarks do), every length is the workload's cap: the length signal is then not tested.
 """
 
 from __future__ import annotations
@@ -171,15 +171,15 @@ def check_rollout(
         ("target_logprob_mean", baseline["target_logprob_mean"], candidate["target_logprob_mean"])
     )
     lengths = (baseline["output_tokens"].astype(float), candidate["output_tokens"].astype(float))
-    if np.ptp(np.concatenate(lengths)) == 0:
+    eos_a, eos_b = baseline["eos"], candidate["eos"]
+    test_eos = bool(eos_a.any() or eos_b.any())
+    if not test_eos or np.ptp(np.concatenate(lengths)) == 0:
         notes.append(
-            "every request has the same output length (EOS ignored or never reached): "
-            "the length signal carries no information and is not tested"
+            "every request ran to its length cap (EOS ignored or never reached): the lengths "
+            "are the workload's, not the model's, and are not tested"
         )
     else:
         plan.append(("output_tokens", *lengths))
-    eos_a, eos_b = baseline["eos"], candidate["eos"]
-    test_eos = bool(eos_a.any() or eos_b.any())
     m = 2 * len(plan) + int(test_eos)
     per_test = alpha / m
     tests: list[SignalTest] = []
