@@ -345,3 +345,36 @@ def test_adaptive_is_never_materially_worse_than_the_best_static_k(heads_dir, mo
     monkeypatch.setattr(policy_module, "GoodputWindow", _ForgetsVerificationCost)
     planted, planted_table = worst_shortfall(heads_dir)
     assert planted > TOLERANCE, planted_table
+
+
+# ---- a deployed draft model at k = 0 --------------------------------------------------------
+
+
+def test_a_deployed_draft_model_keeps_its_cache_in_step_at_k0():
+    """An adaptive or by-batch engine that turns speculation off for a step still runs the draft
+    model once over the step's token (its KV cache must follow the target's); heads and n-gram
+    lookup have nothing to keep in step."""
+    replica = h100_replica()
+    costs = replica.costs
+    one_pass = costs.draft_latency.seconds_from_totals(8, 8, 8000.0, 8008.0)
+    assert costs.draft_s(8, 0, 8000.0) == pytest.approx(one_pass)
+    assert 0 < costs.draft_s(8, 0, 8000.0) < costs.draft_s(8, 1, 8000.0) + 1e-12
+    assert costs.draft_flops(8, 0, 8000.0) > 0
+    setup = pool_setups(
+        Scenario.model_validate(
+            {
+                "profile": str(H100),
+                "workload": {
+                    "kind": "poisson",
+                    "rate": 1.0,
+                    "requests": 1,
+                    "prompt": {"dist": "fixed", "value": 100},
+                    "output": {"dist": "fixed", "value": 100},
+                },
+                "speculation": {"drafter": "ngram", "k": 4, "policy": "adaptive"},
+            }
+        ).with_source(REPO / "scenarios" / "x.yaml"),
+        load_profile(H100),
+    )[0]
+    assert setup.costs.draft_s(8, 0, 8000.0) == 0.0
+    assert setup.costs.draft_flops(8, 0, 8000.0) == 0.0

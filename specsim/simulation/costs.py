@@ -62,12 +62,19 @@ class StepCosts:
         """Drafting cost of one step for ``rows`` decoding sequences with ``kv`` context in all.
 
         A draft model runs k sequential one-token passes (context grows by one per pass; the sum
-        is exact because the fit is linear in context). N-gram lookup and heads cost their
-        ``draft_step_s`` per step, or one pass of their own fit when they have one.
+        is exact because the fit is linear in context). At k = 0 a deployed draft model still
+        runs one pass over the step's token so its KV cache stays in step with the target's
+        (as vLLM does when it turns speculation off; without it the drafter could not resume).
+        N-gram lookup and heads cost their ``draft_step_s`` per step, or one pass of their own
+        fit when they have one, and nothing at k = 0.
         """
-        if k == 0 or rows == 0 or self.drafter_spec is None:
+        if rows == 0 or self.drafter_spec is None:
             return 0.0
         latency = self.draft_latency
+        if k == 0:
+            if self.draft_kind != "draft_model":
+                return 0.0
+            return latency.seconds_from_totals(rows, rows, kv, kv + rows)
         if self.draft_kind == "draft_model":
             mean_kv = kv + rows * (k - 1) / 2.0
             return k * latency.seconds_from_totals(rows, rows, mean_kv, mean_kv + rows)
@@ -117,7 +124,7 @@ class StepCosts:
             + self.overhead_step_s
             + self.overhead_seq_s * batch
         )
-        if k and rows:
+        if rows:
             seconds += self.draft_s(rows, k, kv)
         if p_rows and self.draft_kind == "draft_model":
             seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
@@ -134,8 +141,13 @@ class StepCosts:
         return self.target_flops_per_token * new + self.target_attn_flops * pairs
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
-        if k == 0 or rows == 0 or self.drafter_spec is None or self.draft_kind == "ngram":
+        if rows == 0 or self.drafter_spec is None or self.draft_kind == "ngram":
             return 0.0
+        if k == 0:
+            if self.draft_kind != "draft_model":
+                return 0.0
+            # The KV-sync pass (see draft_s).
+            return self.draft_flops_per_token * rows + self.draft_attn_flops * (kv + rows)
         if self.draft_kind == "heads":
             return self.draft_flops_per_token * rows * k
         mean_kv = kv + rows * (k - 1) / 2.0

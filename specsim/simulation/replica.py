@@ -314,8 +314,7 @@ class Replica:
             self.log.verification_flops += (
                 self._flops_per_token * new_tokens + self._attn_flops * pairs
             )
-            if k:
-                self.log.drafter_flops += costs.draft_flops(rows, k, decode_kv)
+            self.log.drafter_flops += costs.draft_flops(rows, k, decode_kv)
         return dt, (decode, chunks, rows + prefill[0])
 
     def _check_ranges(self, rows: int, k: int, chunks) -> None:
