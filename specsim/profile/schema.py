@@ -139,10 +139,22 @@ class ModelSpec(StrictModel):
 
 
 class Overhead(StrictModel):
-    """Per-iteration engine cost outside the forward passes (scheduling, sampling)."""
+    """Per-iteration engine cost outside the forward passes (scheduling, sampling, verifying,
+    cache rollback, the serving loop's bookkeeping).
+
+    An iteration over ``B`` sequences with window ``k`` (k draft passes) is charged::
+
+        per_step_s + per_sequence_s * B + k * (per_draft_step_s + per_draft_token_s * B)
+
+    on top of its forward passes. The draft terms are what each draft pass adds outside the
+    drafter's forward pass (processing q and sampling a draft, and the verifier's work per
+    position); they default to 0 so profiles written before them stay valid.
+    """
 
     per_step_s: NonNeg = 0.0
     per_sequence_s: NonNeg = 0.0
+    per_draft_step_s: NonNeg = 0.0
+    per_draft_token_s: NonNeg = 0.0
     source: Literal["measured", "stated", "roofline"] = "stated"
 
 

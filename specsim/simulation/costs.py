@@ -43,6 +43,8 @@ class StepCosts:
         overhead = profile.profile.overhead
         self.overhead_step_s = overhead.per_step_s
         self.overhead_seq_s = overhead.per_sequence_s
+        self.overhead_draft_step_s = overhead.per_draft_step_s
+        self.overhead_draft_token_s = overhead.per_draft_token_s
         self._check_target = self.target.latency.valid_range is not None
         self._check_draft = (
             self.draft_latency is not None and self.draft_latency.latency.valid_range is not None
@@ -88,8 +90,13 @@ class StepCosts:
             return 0.0
         return self.draft_latency.seconds_from_totals(rows, tokens, kv, pairs)
 
-    def overhead_s(self, sequences: int) -> float:
-        return self.overhead_step_s + self.overhead_seq_s * sequences
+    def overhead_s(self, sequences: int, k: int = 0, drafting: int = 0) -> float:
+        """The profile's overhead formula (see ``Overhead``): ``sequences`` in the iteration,
+        ``drafting`` of them through ``k`` draft passes."""
+        seconds = self.overhead_step_s + self.overhead_seq_s * sequences
+        if k and drafting:
+            seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * drafting)
+        return seconds
 
     def check_ranges(self, batch: int, max_context: float, max_new: float, min_new: float) -> None:
         """The profile's rule for queries outside the measured range (no-op without a range)."""
@@ -119,11 +126,9 @@ class StepCosts:
         for them). One target pass, then the per-step and per-sequence overhead.
         """
         batch = rows + p_rows
-        seconds = (
-            self.target.seconds_from_totals(batch, new + p_tokens, kv + p_kv, pairs + p_pairs)
-            + self.overhead_step_s
-            + self.overhead_seq_s * batch
-        )
+        seconds = self.target.seconds_from_totals(
+            batch, new + p_tokens, kv + p_kv, pairs + p_pairs
+        ) + self.overhead_s(batch, k, rows)
         if rows:
             seconds += self.draft_s(rows, k, kv)
         if p_rows and self.draft_kind == "draft_model":

@@ -96,5 +96,13 @@ def read_records(path: str | Path) -> dict[str, np.ndarray]:
         elif name.endswith("_s"):
             out[name] = np.asarray(values, dtype=np.float64)
         else:
-            out[name] = np.asarray(values, dtype=np.int64)
+            out[name] = _numbers(values)
     return out
+
+
+def _numbers(values: list[str]) -> np.ndarray:
+    """Integers when every value is one, else floats (e.g. the engine's target_logprob_mean)."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except ValueError:
+        return np.asarray(values, dtype=np.float64)
