@@ -329,6 +329,7 @@ def worst_shortfall(folder: Path) -> tuple[float, dict]:
     return worst, table
 
 
+@pytest.mark.slow
 def test_adaptive_is_never_materially_worse_than_the_best_static_k(heads_dir, monkeypatch):
     """Closed loop (throughput = tokens/s, no open-loop backlog artefact) at concurrency
     1, 16, 64 and 200, k in 0..4; one seed per point (seed 3, 8 x concurrency requests).

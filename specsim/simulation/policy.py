@@ -69,13 +69,6 @@ class GoodputWindow:
         self._row_tokens = [acceptance.row_expected_emitted(k) for k in range(self.k_max + 1)]
         self._proposal = float(acceptance.proposal_rate)
 
-    def choose(self, rows: int, kv_tokens: float) -> int:
-        """k for a decode-only batch of ``rows`` sequences far from their ends."""
-        if rows == 0:
-            return 0
-        context = np.full(rows, kv_tokens / rows)
-        return self.choose_batch(rows, kv_tokens, np.full(rows, np.inf), context, None, 0.0)
-
     def choose_batch(
         self,
         rows: int,
