@@ -1,9 +1,12 @@
-"""What a speculative step costs beyond its forward passes (sampling, verification, rollback).
+"""What an engine iteration costs beyond its forward passes (sampling, verification, rollback,
+the serving loop's bookkeeping).
 
-The simulator charges a step as target pass + k drafter passes + the profile's per-step
-overhead. ``step_overhead`` measures, on this machine, the engine's whole step and the same
-forward passes alone (same shapes, same caches) in interleaved rounds, and reports the
-difference: the part of a step a latency fit of bare passes cannot see.
+The simulator charges a step as target pass + k drafter passes + the profile's overhead.
+``step_overhead`` measures, on this machine, one decode iteration as the serving loop runs it
+(per-request random streams, the speculative step, reading the results back, appending each
+row's emitted tokens) and the same forward passes alone (same shapes, same caches) in
+interleaved rounds, and reports the difference: the part of an iteration a latency fit of bare
+passes cannot see. The profiler fits the profile's overhead terms to it over batch and k.
 """
 
 from __future__ import annotations
@@ -55,8 +58,6 @@ def step_overhead(
         drafter(ids[:, :-1], rows.draft_cache, lengths - 1)
     base_t = rows.target_cache.lengths.clone()
     base_d = None if rows.draft_cache is None else rows.draft_cache.lengths.clone()
-    n_drafts = torch.full((batch,), k, dtype=torch.long)
-    generator = torch.Generator().manual_seed(0)
     window = torch.zeros((batch, k + 1), dtype=torch.long, device=target.device)
     one = torch.zeros((batch, 1), dtype=torch.long, device=target.device)
 
@@ -64,16 +65,34 @@ def step_overhead(
         rows.target_cache.rollback(base_t)
         if base_d is not None:
             rows.draft_cache.rollback(base_d)
+        state.s_len[:batch] = base_len[:batch]
+
+    streams = [torch.Generator().manual_seed(row) for row in range(batch)]
+    base_len = state.s_len.clone()
 
     def whole_step():
-        speculative_step(
+        # As ServingEngine._decode_iteration: window bookkeeping, per-row uniforms, the step,
+        # the results read back to the host and each row's emitted tokens appended.
+        owed = torch.tensor([10_000] * batch, dtype=torch.long)
+        drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
+        lengths = state.target_cache.lengths[:batch].cpu()
+        new = drafts + 1
+        _pairs = float((new * lengths).sum()) + float((new * (new + 1)).sum()) / 2
+        result = speculative_step(
             target,
             drafter if k else None,
             rows,
-            n_drafts,
+            drafts,
             sampling,
-            StepUniforms.draw(generator, batch, k),
+            StepUniforms.per_row(streams, k),
         )
+        tokens = result.tokens.tolist()
+        accepted = result.accepted.tolist()
+        logprob = result.logprob.tolist()
+        for slot in range(batch):
+            kept = accepted[slot] + 1
+            state.append(slot, tokens[slot][:kept])
+            _logprob_sum = sum(logprob[slot][:kept])
 
     def passes_only():
         for _ in range(k):

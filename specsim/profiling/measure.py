@@ -217,6 +217,25 @@ def _acceptance(opts, models, tokenizer, progress_file):
     return result, line, note
 
 
+def _overhead(opts, models, axes, timer):
+    """The engine's serving iteration beyond its passes, over batch x k, fitted; summary line.
+    Batches span the grid's (smallest, middle, largest); the context is the grid's middle one."""
+    from specsim.profiling.overhead import measure_overhead
+
+    batches = sorted(axes["batch"])
+    batches = sorted({batches[0], batches[len(batches) // 2], batches[-1]})
+    contexts = sorted(axes["context"])
+    context = max(contexts[len(contexts) // 2], 8)
+    drafters = [models[d.name] for d in opts.drafters if not d.is_ngram]
+    started = time.monotonic()
+    fit = measure_overhead(models["target"], drafters, context, batches=batches, clock=timer.clock)
+    line = (
+        f"  overhead: {fit.describe()}; {len(fit.points)} points in "
+        f"{time.monotonic() - started:.0f} s, fit within {fit.max_abs_error_s * 1e3:.2f} ms"
+    )
+    return fit, line
+
+
 def _timing_note(opts, axes, timer, dtype_name) -> str:
     if opts.device != "cpu":
         method = "CUDA events with synchronisation."
@@ -232,7 +251,10 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         f"context {list(axes['context'])} x new tokens {list(axes['new'])}, prefill "
         f"{list(axes.get('prefill', ()))}; {timer.warmup} warm-up rounds and {timer.repeats} "
         f"timed rounds (every point once per round), median and IQR per point; {method} "
-        "Overhead: softmax and a draw per sequence, measured."
+        "Overhead: the engine's decode iteration (per-request draws, drafting, verifying, "
+        "rollback, reading back, appending tokens) minus the same passes alone, timed "
+        "interleaved over batch x k at the grid's middle context for each draft model, fitted "
+        "by non-negative least squares."
     )
 
 
@@ -244,7 +266,6 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     from specsim.profiling.timing import (
         PassTimer,
         grid_points,
-        measure_sampling_overhead,
         parse_grid,
     )
     from specsim.profiling.writer import build_profile, model_spec, ngram_spec, today
@@ -252,18 +273,19 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     started = time.monotonic()
     progress_file = progress_file if progress_file is not None else sys.stderr
     dtype_name, dtype = _check_device(opts)
-    axes = parse_grid(opts.grid, opts.device)
-    points = grid_points(axes)
+    parse_grid(opts.grid, opts.device)  # a malformed grid fails before the models load
     models = _load_models(opts, dtype)
+    max_position = min(m.config.max_position for m in models.values())
+    axes = parse_grid(opts.grid, opts.device, max_position)
+    points = grid_points(axes)
     measure_accept = opts.acceptance and bool(opts.drafters)
     # Fail on a missing tokenizer before minutes of timing, not after.
     tokenizer = load_tokenizer(opts.target) if measure_accept else None
     repeats = opts.repeats or (7 if opts.device == "cpu" else 20)
     timer = PassTimer(opts.device, warmup=2, repeats=repeats, clock=opts.clock)
     sections, lines, notes = _time_models(opts, models, points, timer, progress_file)
-    per_step, per_seq = measure_sampling_overhead(
-        models["target"].config.vocab_size, opts.device, timer
-    )
+    overhead, overhead_line = _overhead(opts, models, axes, timer)
+    lines.append(overhead_line)
 
     def spec_of(name: str, kind: str):
         shape = shape_from_object(models[name].config, models[name].config.name or name)
@@ -303,7 +325,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         "hardware": _hardware(opts.device),
         "target": spec_of("target", "target"),
         "drafters": drafter_specs,
-        "overhead": {"per_step_s": per_step, "per_sequence_s": per_seq, "source": "measured"},
+        "overhead": {**overhead.terms, "source": "measured"},
         "acceptance": result.entries if result is not None else [],
     }
     profile = build_profile(data, opts.name)

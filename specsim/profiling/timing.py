@@ -61,9 +61,14 @@ def grid_points(axes: dict[str, Sequence[int]]) -> list[GridPoint]:
     return sorted(points)
 
 
-def parse_grid(texts: Iterable[str], device: str) -> dict[str, tuple[int, ...]]:
-    """``["batch=1,2,4", "new=1,5"]`` over the device's default grid."""
+def parse_grid(
+    texts: Iterable[str], device: str, max_position: int | None = None
+) -> dict[str, tuple[int, ...]]:
+    """``["batch=1,2,4", "new=1,5"]`` over the device's default grid. With the models'
+    ``max_position``, the default context and prefill values are fitted to it (see
+    ``fit_to_positions``) and a given value past it is an error."""
     axes = dict(DEFAULT_CUDA_GRID if device.startswith("cuda") else DEFAULT_CPU_GRID)
+    given = set()
     for text in texts:
         axis, _, values = text.partition("=")
         axis = axis.strip()
@@ -89,6 +94,7 @@ def parse_grid(texts: Iterable[str], device: str) -> dict[str, tuple[int, ...]]:
                 f"grid values must be >= {low}", file="--grid", key=axis, fix="use larger values"
             )
         axes[axis] = parsed
+        given.add(axis)
     for axis in ("batch", "context", "new"):
         if not axes[axis]:
             raise SpecsimError(
@@ -97,7 +103,43 @@ def parse_grid(texts: Iterable[str], device: str) -> dict[str, tuple[int, ...]]:
                 key=axis,
                 fix=f"give at least one value: --grid {axis}=...",
             )
+    if max_position is not None:
+        axes = fit_to_positions(axes, max_position, given)
     return axes
+
+
+def fit_to_positions(
+    axes: dict[str, tuple[int, ...]], max_position: int, given: set[str]
+) -> dict[str, tuple[int, ...]]:
+    """Keep every pass within ``max_position`` (context + new tokens, or the prompt length).
+
+    Default values that do not fit give way to the largest that does (the grid still reaches
+    the models' longest context); a value the user gave that does not fit is an error."""
+    longest_new = max(axes["new"])
+    limits = {"context": max_position - longest_new, "prefill": max_position}
+    if limits["context"] < 0:
+        raise SpecsimError(
+            f"{longest_new} new tokens per pass exceed the models' {max_position} positions",
+            file="--grid",
+            key="new",
+            fix=f"use new values of at most {max_position}",
+        )
+    out = dict(axes)
+    for axis, limit in limits.items():
+        values = axes.get(axis, ())
+        too_long = [v for v in values if v > limit]
+        if not too_long:
+            continue
+        if axis in given:
+            raise SpecsimError(
+                f"grid {axis} {too_long[0]} does not fit the models' {max_position} positions"
+                + (f" with {longest_new} new tokens" if axis == "context" else ""),
+                file="--grid",
+                key=axis,
+                fix=f"use {axis} values of at most {limit}",
+            )
+        out[axis] = tuple(sorted({v for v in values if v <= limit} | {limit}))
+    return out
 
 
 CLOCKS = ("wall", "cpu")
@@ -271,24 +313,3 @@ def _sample(point: GridPoint, times: np.ndarray) -> LatencySample:
         repeats=len(times),
         phase=point.phase,
     )
-
-
-def measure_sampling_overhead(
-    vocab_size: int, device: str, timer: PassTimer, batches: Sequence[int] = (1, 4, 16)
-) -> tuple[float, float]:
-    """(per step, per sequence) seconds of turning logits into tokens (softmax + a draw), the
-    engine work outside the forward passes that a profile can measure; fitted as a line."""
-    import torch
-
-    generator = torch.Generator(device=device).manual_seed(0)
-    medians = []
-    for batch in batches:
-        logits = torch.randn(batch, vocab_size, device=device, generator=generator)
-
-        def run(logits=logits):
-            probs = torch.softmax(logits, dim=-1)
-            return torch.multinomial(probs, 1, generator=generator)
-
-        medians.append(float(np.median(timer.measure(run, lambda: None))))
-    slope, intercept = np.polyfit(np.asarray(batches, dtype=float), medians, 1)
-    return max(float(intercept), 0.0), max(float(slope), 0.0)

@@ -1,0 +1,144 @@
+"""The engine overhead: the fit of its terms, the measurement on the real serving iteration, the
+grid fitted to the models' positions, and the simulator charging every term."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from specsim.errors import SpecsimError
+from specsim.profiling.overhead import OverheadPoint, fit_overhead
+from specsim.profiling.timing import parse_grid
+
+TRUE = {
+    "per_step_s": 7e-4,
+    "per_sequence_s": 2e-5,
+    "per_draft_step_s": 3e-4,
+    "per_draft_token_s": 5e-5,
+}
+
+
+def formula(batch: int, k: int, terms: dict[str, float] = TRUE) -> float:
+    return (
+        terms["per_step_s"]
+        + terms["per_sequence_s"] * batch
+        + k * (terms["per_draft_step_s"] + terms["per_draft_token_s"] * batch)
+    )
+
+
+def test_fit_recovers_every_term_from_exact_points():
+    points = [OverheadPoint(b, k, formula(b, k)) for b in (1, 4, 8) for k in (0, 2, 4)]
+    fit = fit_overhead(points)
+    for name, value in TRUE.items():
+        assert fit.terms[name] == pytest.approx(value, rel=1e-6), name
+    assert fit.max_abs_error_s < 1e-9
+    assert fit.predict(3, 5) == pytest.approx(formula(3, 5))
+
+
+def test_fit_without_drafting_leaves_the_draft_terms_at_zero_and_never_goes_negative():
+    target_only = [OverheadPoint(b, 0, formula(b, 0)) for b in (1, 4, 8)]
+    fit = fit_overhead(target_only)
+    assert fit.terms["per_draft_step_s"] == fit.terms["per_draft_token_s"] == 0.0
+    assert fit.terms["per_step_s"] == pytest.approx(TRUE["per_step_s"], rel=1e-6)
+    # A per-sequence cost that falls with batch (noise) is clamped at 0, not fitted negative.
+    falling = [OverheadPoint(1, 0, 1e-3), OverheadPoint(8, 0, 5e-4)]
+    assert fit_overhead(falling).terms["per_sequence_s"] == 0.0
+    assert min(fit_overhead(falling).terms.values()) >= 0.0
+
+
+def test_measured_overhead_covers_every_batch_and_window():
+    torch = pytest.importorskip("torch")
+    from specsim.models import load_model
+    from specsim.profiling.overhead import measure_overhead
+
+    torch.manual_seed(0)
+    target = load_model("specsim-target")
+    drafter = load_model("specsim-draft-tiny")
+    fit = measure_overhead(target, [drafter], 32, batches=(1, 2), windows=(0, 2), repeats=2)
+    assert sorted((p.batch, p.k) for p in fit.points) == [(1, 0), (1, 2), (2, 0), (2, 2)]
+    assert all(v >= 0 for v in fit.terms.values())
+    alone = measure_overhead(target, [], 32, batches=(1, 2), repeats=2)
+    assert sorted((p.batch, p.k) for p in alone.points) == [(1, 0), (2, 0)]
+    assert alone.terms["per_draft_step_s"] == alone.terms["per_draft_token_s"] == 0.0
+
+
+def test_default_grid_fits_the_models_positions_and_given_values_must():
+    axes = parse_grid([], "cpu", max_position=256)
+    assert max(axes["context"]) + max(axes["new"]) <= 256
+    assert max(axes["context"]) == 256 - max(axes["new"])  # still reaches the longest context
+    assert max(axes["prefill"]) <= 256
+    assert parse_grid([], "cpu") == parse_grid([], "cpu", max_position=100_000)
+    with pytest.raises(SpecsimError) as err:
+        parse_grid(["context=16,300"], "cpu", max_position=256)
+    assert "context" in str(err.value) and "at most 247" in str(err.value)
+    with pytest.raises(SpecsimError) as err:
+        parse_grid(["new=300"], "cpu", max_position=256)
+    assert "new" in str(err.value)
+
+
+def overhead_profile(path, overhead: dict) -> None:
+    """Round numbers: target 10 ms + 0.1 ms per token, drafter 1 ms + 0.01 ms per token."""
+
+    def latency(fixed, per_token):
+        return {"fit": {"fixed_s": fixed, "per_batched_token_s": per_token}}
+
+    spec = {"kv_bytes_per_token": 4096, "weight_bytes": 10_000_000}
+    data = {
+        "version": 1,
+        "name": "hand",
+        "provenance": {"source": "measured", "device": "test", "date": "2026-01-01"},
+        "hardware": {"name": "cpu", "memory_bytes": 8e9, "price_per_hour_usd": 0.0},
+        "target": {"kind": "target", **spec, "latency": latency(0.01, 1e-4)},
+        "drafters": {"small": {"kind": "draft_model", **spec, "latency": latency(0.001, 1e-5)}},
+        "overhead": overhead,
+        "acceptance": [
+            {
+                "drafter": "small",
+                "verifier": "rejection",
+                "temperature": 1.0,
+                "per_position": [1.0, 1.0],
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(data))
+
+
+def simulated_tpot(tmp_path) -> float:
+    """One request at batch 1, k = 2, every draft accepted: 1 prefill token + 2 steps of 3
+    tokens, so its time per output token is a third of one step."""
+    from specsim.scenario import load_scenario
+    from specsim.simulation.run import run_simulation
+
+    scenario = {
+        "name": "overhead-charge",
+        "seed": 1,
+        "profile": "profile.yaml",
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 1,
+            "requests": 1,
+            "prompt": {"dist": "fixed", "value": 16},
+            "output": {"dist": "fixed", "value": 7},
+        },
+        "engine": {"max_batch": 1, "chunked_prefill": False},
+        "speculation": {"drafter": "small", "k": 2},
+    }
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    return run_simulation(load_scenario(path)).summary["tpot_s"]["mean"]
+
+
+def test_simulator_charges_every_overhead_term_at_batch_one(tmp_path, monkeypatch):
+    overhead_profile(tmp_path / "profile.yaml", {**TRUE, "source": "measured"})
+    # Target pass over 3 positions, 2 drafter passes of 1 token, overhead at B = 1, k = 2.
+    step = (0.01 + 3e-4) + 2 * (0.001 + 1e-5) + formula(1, 2)
+    assert simulated_tpot(tmp_path) == pytest.approx(step / 3, rel=1e-9)
+
+    # Planted bug: the draft terms left out of the charge (the formula before them).
+    from specsim.simulation import costs
+
+    def without_draft_terms(self, sequences, k=0, drafting=0):
+        return self.overhead_step_s + self.overhead_seq_s * sequences
+
+    monkeypatch.setattr(costs.StepCosts, "overhead_s", without_draft_terms)
+    assert simulated_tpot(tmp_path) != pytest.approx(step / 3, rel=1e-3)
