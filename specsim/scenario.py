@@ -187,8 +187,9 @@ class Speculation(StrictModel):
     policy: Literal["fixed", "by_batch", "adaptive"] = Field(
         default="fixed",
         description="'fixed': always k; 'by_batch': k from `k_by_batch` by running batch size; "
-        "'adaptive': before each iteration, the k in 0..k that maximises expected emitted "
-        "tokens per second of step time, from the profile",
+        "'adaptive': before each iteration, the k in 0..k that saves the most step time for "
+        "this batch, from the engine's own cost model (see specsim.simulation.policy); it cannot "
+        "remove the cost of having a drafter deployed",
     )
     k_by_batch: list[KByBatch] = Field(
         default_factory=list,

@@ -124,12 +124,7 @@ def h100_replica(k_max: int = 4) -> Replica:
     }
     scenario = Scenario.model_validate(data).with_source(REPO / "scenarios" / "x.yaml")
     setup = pool_setups(scenario, load_profile(H100))[0]
-    policy = build_policy(
-        setup.speculation,
-        scenario.engine.max_batch,
-        setup.acceptance.expected_emitted,
-        setup.costs.decode_step_estimate_s,
-    )
+    policy = build_policy(setup.speculation, scenario.engine.max_batch)
     return Replica(
         0,
         0,

@@ -7,9 +7,9 @@ in the two forms engines take: specsim's ``speculation.k_by_batch`` and vLLM's
 ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]``. A second, small sweep
 then runs that table (``policy: by_batch``) at every load, so the table is checked, not assumed.
 
-k = 0 here keeps the drafter deployed but idle (its weights still take KV-cache memory), which is
-what an engine running a k-by-batch table does when it turns speculation off at large batches.
-``plan capacity``'s "speculation off" candidate has no drafter at all.
+Static k = 0 is speculation off: no drafter is deployed, so its weights free KV-cache memory and
+no drafter prefill runs. A k-by-batch table keeps the drafter deployed, so its k = 0 rows still
+pay the drafter's KV-sync pass; that is why the derived table is simulated rather than assumed.
 """
 
 from __future__ import annotations

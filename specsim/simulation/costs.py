@@ -135,12 +135,6 @@ class StepCosts:
             seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
         return seconds
 
-    def decode_step_estimate_s(self, rows: int, k: int, kv: float) -> float:
-        """Seconds of a decode-only iteration with every row verifying k + 1 positions."""
-        new = rows * (k + 1.0)
-        pairs = (k + 1.0) * kv + rows * (k + 1.0) * (k + 2.0) / 2.0
-        return self.iteration_s(k, rows, new, kv, pairs)
-
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:
         return self.target_flops_per_token * new + self.target_attn_flops * pairs

@@ -149,12 +149,7 @@ class GoodputWindow:
         return tokens, new, pairs
 
 
-def build_policy(
-    speculation: Speculation,
-    max_batch: int,
-    expected_emitted: Callable[[int], float],
-    step_seconds: Callable[[int, int, float], float],
-):
+def build_policy(speculation: Speculation, max_batch: int):
     if not speculation.enabled:
         return FixedWindow(0)
     if speculation.policy == "by_batch":
@@ -162,6 +157,6 @@ def build_policy(
         return BatchTableWindow(table, max_batch)
     if speculation.policy == "adaptive":
         # The replica attaches its cost and acceptance models (``GoodputWindow.attach``), so
-        # the choice is made against exactly what the engine charges; the callables are unused.
+        # the choice is made against exactly what the engine charges.
         return GoodputWindow(speculation.k)
     return FixedWindow(speculation.k)

@@ -222,7 +222,9 @@ class Replica:
             pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
         costs = self.costs
         batch = int(rows)
-        costs.check_ranges(batch, max(r.prefill_target for r, _ in chunks), tokens, 1)
+        # The measured range is per sequence: the largest cached context and the chunk sizes.
+        sizes = [chunk for _, chunk in chunks]
+        costs.check_ranges(batch, max(r.prefilled for r, _ in chunks), max(sizes), min(sizes))
         dt = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, tokens, kv, pairs)
         flops = costs.target_flops(tokens, pairs) + costs.draft_prefill_flops(tokens, pairs)
         self.stats.flops["prefill"] += flops

@@ -109,12 +109,7 @@ def run_simulation(scenario: Scenario, records_path: str | Path | None = None) -
     for pool_index, setup in enumerate(setups):
         for _ in range(setup.replicas):
             index = len(replicas)
-            policy = build_policy(
-                setup.speculation,
-                scenario.engine.max_batch,
-                setup.acceptance.expected_emitted,
-                setup.costs.decode_step_estimate_s,
-            )
+            policy = build_policy(setup.speculation, scenario.engine.max_batch)
             replicas.append(
                 Replica(
                     index,
