@@ -36,6 +36,7 @@ _FIXES = {
     "less_than_equal": "use a smaller value",
     "literal_error": "use one of the allowed values",
     "enum": "use one of the allowed values",
+    "value_error": "set the keys the message names so that they agree",
 }
 
 
@@ -54,11 +55,15 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError:
     """The first problem of a pydantic error as a one-line ``SpecsimError``."""
     err = exc.errors(include_url=False)[0]
-    # Tagged unions and function validators add loc entries that are not keys; drop them.
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or "-" in p)))
+    # Function validators and tagged unions add loc entries such as "function-after[...]" that
+    # are not keys; drop them. A key may itself hold a hyphen (a drafter named "qwen2.5-0.5b").
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
     key = _dotted(loc) or None
     message = err["msg"]
-    if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
+    if err["type"] == "value_error":
+        # A model validator's own sentence; pydantic prefixes it with "Value error, ".
+        message = message.removeprefix("Value error, ")
+    if err["type"] not in ("missing", "extra_forbidden", "value_error") and "input" in err:
         shown = repr(err["input"])
         if len(shown) <= 60:
             message += f" (got {shown})"
@@ -80,7 +85,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     dotted, raw = text.split("=", 1)
     path = [p.strip() for p in dotted.strip().split(".")]
     if not all(path):
-        raise SpecsimError(f"override key {dotted!r} is empty or has an empty part", file="--set")
+        raise SpecsimError(
+            f"override key {dotted!r} is empty or has an empty part",
+            file="--set",
+            fix="write --set section.key=value",
+        )
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -101,7 +110,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
             if not isinstance(child, dict):
                 where = ".".join(path[: i + 1])
                 raise SpecsimError(
-                    f"{where} is a value, not a section", file="--set", key=".".join(path)
+                    f"{where} is a value, not a section",
+                    file="--set",
+                    key=".".join(path),
+                    fix=f"set {where}=VALUE itself, or a key of a section",
                 )
             node = child
         node[path[-1]] = value

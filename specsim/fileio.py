@@ -27,7 +27,9 @@ def read_text(path: str | Path, what: str = "file") -> str:
     if not path.exists():
         raise SpecsimError(f"{what} not found", file=str(path), fix="check the path")
     if path.is_dir():
-        raise SpecsimError(f"expected a {what}, found a folder", file=str(path))
+        raise SpecsimError(
+            f"expected a {what}, found a folder", file=str(path), fix="give the path of a file"
+        )
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -45,12 +47,19 @@ def read_yaml(path: str | Path, what: str = "YAML file") -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecsimError(f"invalid YAML: {problem}", file=str(path), key=where) from None
+        raise SpecsimError(
+            f"invalid YAML: {problem}",
+            file=str(path),
+            key=where,
+            fix="correct the YAML syntax there (indentation, quotes, brackets)",
+        ) from None
     if data is None:
         raise SpecsimError("file is empty", file=str(path), fix=f"write a {what}")
     if not isinstance(data, dict):
         raise SpecsimError(
-            f"expected a mapping at the top level, found {type(data).__name__}", file=str(path)
+            f"expected a mapping at the top level, found {type(data).__name__}",
+            file=str(path),
+            fix=f"write a {what} as 'key: value' lines",
         )
     return data
 
@@ -89,7 +98,11 @@ def atomic_output_dir(out: str | Path) -> Iterator[Path]:
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise SpecsimError("output path exists and is not a folder", file=str(out))
+        raise SpecsimError(
+            "output path exists and is not a folder",
+            file=str(out),
+            fix="choose another --out, or remove that file",
+        )
     parent = out.parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))

@@ -8,10 +8,11 @@ import sys
 import warnings
 
 import numpy as np
+import pydantic
 import pytest
 
 from specsim.cli import main
-from specsim.config import StrictModel, apply_overrides, load_model, parse_override
+from specsim.config import StrictModel, apply_overrides, load_model, parse_override, validate
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, read_yaml, write_text_atomic
 from specsim.profile import Latency, LatencyFit, LatencyModel, OutOfRangeWarning, ValidRange
@@ -76,6 +77,30 @@ def test_override_parsing_and_errors():
     assert original == {"a": {"b": 1}}
 
 
+class Named(StrictModel):
+    drafters: dict[str, Inner] = pydantic.Field(default_factory=dict)
+
+    @pydantic.model_validator(mode="after")
+    def _at_most_two(self):
+        if len(self.drafters) > 2:
+            raise ValueError("at most two drafters")
+        return self
+
+
+def test_hyphenated_keys_stay_in_the_dotted_key():
+    # A drafter named like a Hugging Face model holds hyphens: its name is part of the key.
+    with pytest.raises(SpecsimError) as info:
+        validate(Named, {"drafters": {"qwen2.5-0.5b": {"kk": 1}}}, "p.yaml")
+    assert info.value.key == "drafters.qwen2.5-0.5b.kk"
+
+
+def test_model_validator_message_reads_as_a_sentence_with_a_fix():
+    with pytest.raises(SpecsimError) as info:
+        validate(Named, {"drafters": {"a": {}, "b": {}, "c": {}}}, "p.yaml")
+    assert info.value.message == "at most two drafters"
+    assert info.value.fix
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [("", "empty"), ("- 1\n- 2\n", "mapping"), ("a: [1\n", "invalid YAML")],
@@ -83,8 +108,22 @@ def test_override_parsing_and_errors():
 def test_bad_yaml_files(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(SpecsimError, match=message):
+    with pytest.raises(SpecsimError, match=message) as info:
         read_yaml(path)
+    assert info.value.file == str(path) and info.value.fix
+
+
+def test_folder_and_bad_override_errors_name_a_fix(tmp_path):
+    with pytest.raises(SpecsimError, match="found a folder") as info:
+        read_yaml(tmp_path)
+    assert info.value.fix
+    for override in ("=3", "a..b=1"):
+        with pytest.raises(SpecsimError, match="empty") as info:
+            parse_override(override)
+        assert info.value.file == "--set" and info.value.fix
+    with pytest.raises(SpecsimError, match="not a section") as info:
+        apply_overrides({"a": 1}, ["a.b=2"])
+    assert info.value.key == "a.b" and info.value.fix
 
 
 def test_missing_and_non_utf8_files(tmp_path):
