@@ -232,3 +232,20 @@ def test_cli_help_and_bad_input_exit_code(tmp_path, capsys):
         check=False,
     )
     assert proc.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bogus"],
+        ["check", "sampler", "--verifier", "nosuch"],
+        ["plan", "window", "s.yaml", "--k", "-1..2", "--loads", "2", "--out", "x"],
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage" not in err
+    assert "error:" in err and "fix: see specsim" in err

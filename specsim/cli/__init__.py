@@ -29,8 +29,19 @@ COMMANDS = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line with a fix, like every other bad input.
+
+    Subcommand parsers are made by ``add_subparsers``, which uses the parent's class, so the
+    whole tree reports this way.
+    """
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; fix: see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="specsim",
         description="Profile, simulate and plan speculative decoding for LLM serving fleets.",
     )
