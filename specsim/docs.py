@@ -563,11 +563,11 @@ def outputs_page() -> str:
 def reference_pages() -> dict[str, str]:
     """Every generated page: path relative to docs/reference -> Markdown text."""
     pages = {**schema_pages(), **cli_pages(), "outputs.md": outputs_page()}
-    pages["README.md"] = index_page(pages)
+    pages["README.md"] = index_page()
     return pages
 
 
-def index_page(pages: dict[str, str]) -> str:
+def index_page() -> str:
     rows = [
         ["[scenario.md](scenario.md)", "every key of a scenario file"],
         ["[profile.md](profile.md)", "every key of a profile file"],

@@ -216,7 +216,7 @@ def test_out_of_range_error_rule():
     assert info.value.key == "drafters.small.latency.valid_range"
 
 
-def test_cli_help_and_bad_input_exit_code(tmp_path, capsys):
+def test_cli_help_and_bad_input_exit_code(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0

@@ -24,7 +24,7 @@ def window_run(tmp_path_factory, repo):
 
 
 @pytest.mark.slow
-def test_speculation_wins_at_low_load_and_stops_paying_past_a_crossover(window_run, capsys):
+def test_speculation_wins_at_low_load_and_stops_paying_past_a_crossover(window_run):
     assert window_run["code"] == 0
     summary = json.loads((window_run["out"] / "summary.json").read_text())
     best = {item["load"]: item["best_k"] for item in summary["best_k"]}

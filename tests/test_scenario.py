@@ -30,7 +30,7 @@ def test_every_shipped_scenario_validates_and_names_an_existing_profile():
             assert scenario.resolve(scenario.workload.trace).is_file(), path
 
 
-def test_overrides_are_type_checked(tmp_path):
+def test_overrides_are_type_checked():
     chat = REPO / "scenarios" / "poisson.yaml"
     scenario = load_scenario(chat, ["speculation.k=2", "workload.rate=4.5", "fleet.replicas=3"])
     assert scenario.speculation.k == 2 and scenario.workload.rate == 4.5

@@ -124,7 +124,7 @@ def test_missing_scenario_file(workdir, capsys):
     assert "nope.yaml" in capsys.readouterr().err
 
 
-def test_bundled_chat_scenario_runs(repo, tmp_path, capsys):
+def test_bundled_chat_scenario_runs(repo, tmp_path):
     out = tmp_path / "chat"
     assert main(["simulate", str(repo / "scenarios" / "chat.yaml"), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())

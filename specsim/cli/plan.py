@@ -134,7 +134,7 @@ def make_sweeper(args: argparse.Namespace, identity: dict[str, Any]):
     )
 
 
-def finish(args, sweeper, summary: dict[str, Any], human: str, report) -> int:
+def finish(args, summary: dict[str, Any], human: str, report) -> int:
     """Write the report files atomically, print the summary, and pick the exit code."""
     from specsim.fileio import atomic_output_dir, dump_json
     from specsim.planning.report import write_report
@@ -171,7 +171,7 @@ def _window(args: argparse.Namespace) -> int:
         outcome = window.run(plan, sweeper)
         summary = window.json_summary(plan, outcome, sweeper)
     report = window_report.build(plan, outcome, summary)
-    return finish(args, sweeper, summary, window_report.human(plan, summary), report)
+    return finish(args, summary, window_report.human(plan, summary), report)
 
 
 def _capacity(args: argparse.Namespace) -> int:
@@ -192,4 +192,4 @@ def _capacity(args: argparse.Namespace) -> int:
         outcome = capacity.run(plan, sweeper)
         summary = capacity.json_summary(plan, outcome, sweeper)
     report = capacity_report.build(plan, outcome, summary)
-    return finish(args, sweeper, summary, capacity_report.human(plan, summary), report)
+    return finish(args, summary, capacity_report.human(plan, summary), report)

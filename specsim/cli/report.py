@@ -74,4 +74,4 @@ def run(args: argparse.Namespace) -> int:
         outcome = swap.run(plan, sweeper)
         summary = swap.json_summary(plan, outcome, sweeper)
     report = swap_report.build(plan, outcome, summary)
-    return finish(args, sweeper, summary, swap_report.human(plan, summary), report)
+    return finish(args, summary, swap_report.human(plan, summary), report)
