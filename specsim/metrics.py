@@ -85,34 +85,33 @@ def exact_summary(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(values.mean()), "p50": p[0], "p90": p[1], "p99": p[2]}
 
 
-def request_latencies(records: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-request latency columns from record columns (pure)."""
+def _latency_columns(records: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Every request's latencies (TPOT 0 for 1-token outputs) and the mask of those with >= 2."""
     arrival = records["arrival_s"]
     first = records["first_token_s"]
-    finish = records["finish_s"]
     output = records["output_tokens"]
     multi = output >= 2
-    return {
+    decode_s = records["finish_s"] - first
+    values = {
         "ttft_s": first - arrival,
-        "tpot_s": (finish[multi] - first[multi]) / (output[multi] - 1),
-        "e2e_s": finish - arrival,
+        "tpot_s": np.where(multi, decode_s / np.maximum(output - 1, 1), 0.0),
+        "e2e_s": records["finish_s"] - arrival,
         "queueing_s": records["scheduled_s"] - arrival,
     }
+    return values, multi
+
+
+def request_latencies(records: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-request latency columns from record columns (pure); TPOT over >= 2-token outputs."""
+    values, multi = _latency_columns(records)
+    values["tpot_s"] = values["tpot_s"][multi]
+    return values
 
 
 def meets_slo(records: dict[str, np.ndarray], limits: dict[str, float]) -> np.ndarray:
     """Boolean per request: every given limit holds (TPOT of 1-token outputs counts as 0)."""
-    arrival = records["arrival_s"]
-    first = records["first_token_s"]
-    finish = records["finish_s"]
-    output = records["output_tokens"]
-    values = {
-        "ttft_s": first - arrival,
-        "tpot_s": np.where(output >= 2, (finish - first) / np.maximum(output - 1, 1), 0.0),
-        "e2e_s": finish - arrival,
-        "queueing_s": records["scheduled_s"] - arrival,
-    }
-    ok = np.ones(arrival.shape, dtype=bool)
+    values, _ = _latency_columns(records)
+    ok = np.ones(records["arrival_s"].shape, dtype=bool)
     for name, limit in limits.items():
         ok &= values[name] <= limit
     return ok
