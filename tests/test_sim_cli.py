@@ -70,6 +70,19 @@ def test_rerun_is_byte_identical_and_json_goes_to_stdout(workdir, capsys):
     assert printed["scenario"]["k"] == 2
 
 
+def test_k_beyond_the_measured_positions_warns_once_on_one_line(workdir, capsys):
+    # sim_profile.yaml measured c05/rejection for 3 positions: k = 3 is silent, k = 5 is not.
+    scenario = str(workdir / "s.yaml")
+    assert main(["simulate", scenario, "--out", str(workdir / "k3")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert (
+        main(["simulate", scenario, "--out", str(workdir / "k5"), "--set", "speculation.k=5"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert err.count("specsim: warning:") == 1 and err.count("\n") == 1
+    assert "k = 5 is beyond the 3 positions" in err and "'c05'" in err
+
+
 def test_compare_baseline_adds_the_k0_run(workdir):
     out = workdir / "cmp"
     assert main(["simulate", str(workdir / "s.yaml"), "--out", str(out), "--compare-baseline"]) == 0

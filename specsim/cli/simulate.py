@@ -89,12 +89,40 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
     return "\n".join(lines)
 
 
+def warn_beyond_measured_k(scenario) -> None:
+    """Warn where a pool's k reaches past the positions the profile measured acceptance for.
+
+    The simulator then repeats the last measured rate (a guess); the planner refuses such k.
+    """
+    import warnings
+
+    from specsim.planning.common import answerable_k
+    from specsim.profile import load_profile
+
+    profile = load_profile(scenario.resolve(scenario.profile))
+    for pool in scenario.fleet.pools or [None]:
+        spec = scenario.pool_speculation(pool)
+        if not spec.enabled:
+            continue
+        limit = answerable_k(profile, spec)
+        if spec.max_k > limit:
+            where = f"pool {pool.name}: " if pool is not None else ""
+            warnings.warn(
+                f"{where}k = {spec.max_k} is beyond the {limit} positions the profile measured "
+                f"acceptance for (drafter {spec.drafter!r}); the positions past {limit} repeat "
+                "its last rate, a guess: profile more positions, or use acceptance: iid or "
+                "sequences",
+                stacklevel=2,
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     from specsim.fileio import atomic_output_dir, dump_json, write_text_atomic
     from specsim.scenario import load_scenario
     from specsim.simulation import run_simulation
 
     scenario = load_scenario(args.scenario, args.overrides)
+    warn_beyond_measured_k(scenario)
     baseline_scenario = None
     if args.compare_baseline:
         baseline_scenario = load_scenario(
