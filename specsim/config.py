@@ -37,6 +37,7 @@ _FIXES = {
     "literal_error": "use one of the allowed values",
     "enum": "use one of the allowed values",
     "value_error": "set the keys the message names so that they agree",
+    "int_from_float": "give a whole number",
 }
 
 
@@ -68,8 +69,9 @@ def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError
         if len(shown) <= 60:
             message += f" (got {shown})"
     fix = _FIXES.get(err["type"])
-    if fix is None and err["type"].endswith(("_type", "_parsing")):
-        fix = "give a value of the expected type"
+    if fix is None:
+        # Type and parsing errors (and any other kind): the schema pages list what each key takes.
+        fix = "give a value of the expected type (see docs/reference)"
     more = len(exc.errors()) - 1
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''})"

@@ -50,7 +50,11 @@ def test_wrong_type_is_reported_with_value(tmp_path):
     with pytest.raises(SpecsimError) as info:
         load_model(Outer, path)
     assert info.value.key == "inner.k"
-    assert "'three'" in str(info.value)
+    assert "'three'" in str(info.value) and info.value.fix
+    path.write_text("name: a\ninner:\n  k: 1.5\n")
+    with pytest.raises(SpecsimError) as info:
+        load_model(Outer, path)
+    assert info.value.key == "inner.k" and info.value.fix == "give a whole number"
 
 
 def test_overrides_are_type_checked(tmp_path):
