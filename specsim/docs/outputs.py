@@ -1,0 +1,143 @@
+"""What each output file holds: described here once; tests/test_docs.py checks the names
+against real runs."""
+
+from __future__ import annotations
+
+from specsim.docs.cli import command_names
+from specsim.docs.markdown import GENERATED, table
+
+REQUEST_COLUMNS = {
+    "id": "request number, in arrival order",
+    "arrival_s": "arrival time (simulated seconds from the start)",
+    "scheduled_s": "when the engine first admitted it (queueing = scheduled_s - arrival_s)",
+    "first_token_s": "when its first output token was emitted (TTFT = first_token_s - arrival_s)",
+    "finish_s": "when its last token was emitted (E2E = finish_s - arrival_s)",
+    "prompt_tokens": "prompt length in tokens",
+    "output_tokens": "generated tokens",
+    "steps": "speculative steps (engine iterations) that emitted tokens for it after prefill",
+    "drafted": "draft tokens proposed for it",
+    "accepted": "draft tokens accepted (the accepted prefix of each step only)",
+    "preemptions": "times it was evicted from the KV cache and recomputed",
+    "replica": "replica index that served it",
+    "pool": "name of its pool (`main` without pools)",
+}
+
+SUMMARY_KEYS = {
+    "requests": "requests completed",
+    "duration_s": "simulated seconds until the last request finished",
+    "throughput_tokens_per_s": "output tokens per second over the run",
+    "throughput_requests_per_s": "completed requests per second",
+    "prompt_tokens": "prompt tokens processed in all",
+    "output_tokens": "output tokens generated in all",
+    "ttft_s": "time to first token {mean, p50, p90, p99}",
+    "tpot_s": "time per output token after the first {mean, p50, p90, p99} (requests with 2+ "
+    "tokens)",
+    "e2e_s": "end-to-end latency {mean, p50, p90, p99}",
+    "queueing_s": "arrival to first admission {mean, p50, p90, p99}",
+    "itl_s": "inter-token latency, the gaps between a request's emissions {mean, p50, p90, p99}",
+    "mean_acceptance_length": "1 + accepted / steps with drafts (vLLM's definition; 1 = off)",
+    "draft_acceptance_rate": "accepted / drafted, counted causally",
+    "per_position_acceptance": "for i = 1..k, the share of steps whose first i drafts were all "
+    "accepted (unconditional, as vLLM reports it)",
+    "mean_window": "mean k over decoding rows (differs from k under by_batch or adaptive policies)",
+    "flops_total": "FLOPs of every forward pass: prefill + verification + drafter",
+    "flops_prefill": "FLOPs of prompt processing",
+    "flops_verification": "FLOPs of the target's decode/verification passes",
+    "flops_drafter": "FLOPs of the drafter's passes",
+    "flops_wasted": "FLOPs spent on rejected positions (target verification + drafting)",
+    "flops_wasted_fraction": "flops_wasted / flops_total",
+    "cost_usd_per_million_tokens": "replicas x the profile's price per hour x duration, per "
+    "million output tokens",
+    "goodput_requests_per_s": "requests meeting every SLO limit, per second",
+    "slo_attainment": "share of requests meeting every SLO limit (1 without an slo)",
+    "kv_cache_utilisation": "KV-cache share in use {mean (time-weighted), max}",
+    "batch_size": "running sequences per engine iteration {mean, p50, p90, p99, max}",
+    "preemptions": "KV-cache evictions in all",
+    "engine_iterations": "engine iterations (one target pass each) over all replicas",
+    "busy_fraction": "share of replica time spent in iterations",
+    "scenario": "what ran: name, profile, drafter, k, verifier, temperature, policy, "
+    "acceptance model, workload kind, replicas, router, seed",
+    "kv_capacity_tokens": "KV-cache capacity of one replica, in tokens",
+    "slo": "the SLO limits applied (null without an slo)",
+    "lossy": "true when a verifier is lossy (typical acceptance)",
+    "lossy_note": "why the figures then describe a different sampler (null when exact)",
+    "pools": "the same metrics per pool, with the pool's speculation settings",
+}
+
+BASELINE_KEYS = {
+    "baseline": "with --compare-baseline: the same metrics with speculation off (k = 0)",
+    "speedup_vs_baseline": "with --compare-baseline: k = 0 latency over speculative latency "
+    "(ttft/tpot/e2e mean, p50, p99), throughput ratio and cost ratio (> 1 = speculation better)",
+}
+
+REPORT_FILES = {
+    "report.html": "the report, self-contained (figures inlined; opens with no network)",
+    "report.md": "the same report as Markdown, next to its PNG figures",
+    "summary.json": "the command's --json summary: the answer in machine-readable form",
+    "sweep.json": "every simulation of the sweep: its settings and its summary",
+    "*.png": "the report's figures",
+    "*.csv": "every number in each figure and table, one CSV per figure or table",
+    "points/": "one JSON per simulation: a rerun with the same --out reuses them",
+}
+
+COMMAND_OUTPUTS = {
+    "specsim plan window": {
+        **REPORT_FILES,
+        "best_k.csv": "best static k per load, with the adaptive and k-by-batch results",
+        "k_by_batch.yaml": "the derived k-by-batch-size table as a scenario `speculation` "
+        "section and as vLLM `num_speculative_tokens_per_batch_size`",
+        "sweep.csv": "one row per simulation (load x k, adaptive, by_batch)",
+    },
+    "specsim plan capacity": {
+        **REPORT_FILES,
+        "capacity.csv": "per candidate (k = 0, each drafter x k, adaptive): the highest rate "
+        "one replica sustains within the SLO, replicas and cost for the target rate",
+        "fleet.csv": "the fleet simulation at the target rate that confirms the choice",
+    },
+    "specsim report drafter-swap": {
+        **REPORT_FILES,
+        "drafters.csv": "the drafters side by side (medians over the loads, each at its best k)",
+        "per_load.csv": "each load: every drafter at its best k, and the winner",
+        "sweep.csv": "one row per simulation (drafter x load x k)",
+    },
+    "specsim validate": {
+        "engine/": "the real engine's run: requests.csv (the columns above, plus "
+        "target_logprob_mean and eos) and summary.json (the same keys as a simulation)",
+        "simulation/": "the simulator's prediction of the same workload: requests.csv, "
+        "summary.json",
+        "comparison.json": "each metric: engine, simulation, relative error, threshold, pass",
+        "comparison.md": "the same comparison as a table",
+        "validation.png": "engine against simulation, figure",
+        "profile.yaml": "the profile measured on this machine (without --profile)",
+    },
+    "specsim profile": {
+        "FILE.yaml": "the profile (schema: [profile.md](profile.md)); with --sequences, the "
+        "per-request acceptance sequences beside it",
+    },
+    "specsim check rollout": {"rollout.json": "with --out: the tests and the verdict"},
+}
+
+
+def outputs_page() -> str:
+    available = command_names()
+    parts = [
+        "# Output files",
+        GENERATED,
+        "Every command writes into `--out DIR` atomically: the files appear only once the "
+        "whole run succeeded. Times are simulated seconds; latency statistics `{mean, p50, p90, "
+        "p99}` follow vLLM's definitions (see the README's notation).",
+        "## `specsim simulate`: `requests.csv`",
+        "One row per completed request, in completion order.",
+        table(["column", "meaning"], [[f"`{k}`", v] for k, v in REQUEST_COLUMNS.items()]),
+        "## `specsim simulate`: `summary.json`",
+        table(
+            ["key", "meaning"],
+            [[f"`{k}`", v] for k, v in {**SUMMARY_KEYS, **BASELINE_KEYS}.items()],
+        ),
+    ]
+    for command, files in COMMAND_OUTPUTS.items():
+        if command not in available:  # a command not wired into the CLI (yet) is not documented
+            continue
+        parts.append(f"## `{command}`")
+        parts.append(table(["file", "what it holds"], [[f"`{k}`", v] for k, v in files.items()]))
+    return "\n\n".join(parts) + "\n"
