@@ -171,87 +171,10 @@ def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
 def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
     loads: list[LoadResult] = outcome["loads"]
     rows: list[dict[str, int]] = outcome["rows"]
-    spec = plan.scenario.speculation
-    cross = outcome["crossover"]
-    axis = plan.axis
-    rule = (
-        f"goodput under the SLO ({slo_text(plan.scenario)}), then mean end-to-end latency"
-        if plan.use_slo
-        else "mean end-to-end latency (the scenario sets no SLO)"
-    )
-    answer = [
-        Paragraph(
-            f"Scenario `{plan.scenario.name}`, drafter **{spec.drafter}**, verifier "
-            f"**{spec.verifier}** at temperature {spec.temperature:g}; k chosen by {rule}."
-        )
-    ]
-    if cross["load"] is not None:
-        below = (
-            f" (it still pays at {axis.fmt(cross['last_paying'])})"
-            if cross["last_paying"] is not None
-            else ""
-        )
-        answer.append(
-            Paragraph(
-                f"**Speculation stops paying at {axis.fmt(cross['load'])}**{below}: "
-                "from there on k = 0 is best at every load swept."
-            )
-        )
-    elif any(e.best_k for e in loads):
-        answer.append(Paragraph("Speculation pays at every load swept (k = 0 never wins)."))
-    if rows:
-        answer.append(
-            Paragraph(
-                "k by running batch size, for the serving engine: vLLM "
-                f"`num_speculative_tokens_per_batch_size: {json.dumps(vllm_ranges(rows))}`; "
-                "specsim `speculation.k_by_batch` in `k_by_batch.yaml`."
-            )
-        )
-    note = lossy_note(plan.profile, spec)
-    if note:
-        answer.append(Callout(f"{note}. The speed-ups above are not free."))
-    if summary["failed"]:
-        answer.append(Callout(f"{len(summary['failed'])} simulations failed; see the sweep table."))
-
-    best_rows = []
-    for entry, item in zip(loads, summary["best_k"], strict=True):
-        check = entry.summary(BY_BATCH)
-        best_rows.append(
-            [
-                entry.load,
-                *([item["offered_rps"]] if axis.kind == "speed" else []),
-                entry.best_k,
-                batch_size(entry.best),
-                item["e2e_speedup_vs_k0"],
-                metric(entry.best, "e2e_s", "p99"),
-                metric(entry.best, "goodput_requests_per_s"),
-                item["adaptive_e2e_mean_s"],
-                metric(check, "e2e_s", "mean"),
-                item["best_e2e_mean_s"],
-            ]
-        )
-    best_table = Table(
-        "best_k",
-        [
-            axis.label,
-            *(["offered (req/s)"] if axis.kind == "speed" else []),
-            "best k",
-            "batch size",
-            "speed-up vs k=0",
-            "e2e p99 (s)",
-            "goodput (req/s)",
-            "adaptive e2e mean (s)",
-            "k-by-batch e2e mean (s)",
-            "best static e2e mean (s)",
-        ],
-        best_rows,
-        "Best static k per load, with the adaptive policy and the derived k-by-batch table "
-        "run at the same load",
-    )
     table_rows = [[r[0], r[1], r[2]] for r in vllm_ranges(rows)]
     sections = [
-        Section("Answer", answer),
-        Section("Best k per load", [best_table]),
+        Section("Answer", _answer(plan, outcome, summary)),
+        Section("Best k per load", [_best_k_table(plan, loads, summary)]),
         Section(
             "k by batch size",
             [
@@ -277,11 +200,99 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
         title=f"Choosing k: {plan.scenario.name}",
         subtitle=f"{plural(len(plan.ks), 'value')} of k"
         + (" and the adaptive policy" if ADAPTIVE in _configs(plan) else "")
-        + f" at {plural(len(loads), 'load')} ({axis.label}); seed {plan.seed}.",
+        + f" at {plural(len(loads), 'load')} ({plan.axis.label}); seed {plan.seed}.",
         sections=sections,
     )
     report.attachments["k_by_batch.yaml"] = serving_config(plan, rows)
     return report
+
+
+def _answer(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> list:
+    """The answer in words: the choice rule, where speculation stops paying, the serving table."""
+    loads: list[LoadResult] = outcome["loads"]
+    spec = plan.scenario.speculation
+    cross = outcome["crossover"]
+    axis = plan.axis
+    rule = (
+        f"goodput under the SLO ({slo_text(plan.scenario)}), then mean end-to-end latency"
+        if plan.use_slo
+        else "mean end-to-end latency (the scenario sets no SLO)"
+    )
+    answer: list = [
+        Paragraph(
+            f"Scenario `{plan.scenario.name}`, drafter **{spec.drafter}**, verifier "
+            f"**{spec.verifier}** at temperature {spec.temperature:g}; k chosen by {rule}."
+        )
+    ]
+    if cross["load"] is not None:
+        below = (
+            f" (it still pays at {axis.fmt(cross['last_paying'])})"
+            if cross["last_paying"] is not None
+            else ""
+        )
+        answer.append(
+            Paragraph(
+                f"**Speculation stops paying at {axis.fmt(cross['load'])}**{below}: "
+                "from there on k = 0 is best at every load swept."
+            )
+        )
+    elif any(e.best_k for e in loads):
+        answer.append(Paragraph("Speculation pays at every load swept (k = 0 never wins)."))
+    if outcome["rows"]:
+        answer.append(
+            Paragraph(
+                "k by running batch size, for the serving engine: vLLM "
+                f"`num_speculative_tokens_per_batch_size: "
+                f"{json.dumps(vllm_ranges(outcome['rows']))}`; "
+                "specsim `speculation.k_by_batch` in `k_by_batch.yaml`."
+            )
+        )
+    note = lossy_note(plan.profile, spec)
+    if note:
+        answer.append(Callout(f"{note}. The speed-ups above are not free."))
+    if summary["failed"]:
+        answer.append(Callout(f"{len(summary['failed'])} simulations failed; see the sweep table."))
+    return answer
+
+
+def _best_k_table(plan: WindowPlan, loads: list[LoadResult], summary: dict[str, Any]) -> Table:
+    """Per load: the best static k, beside the adaptive policy and the derived k-by-batch table."""
+    speed_axis = plan.axis.kind == "speed"
+    best_rows = []
+    for entry, item in zip(loads, summary["best_k"], strict=True):
+        check = entry.summary(BY_BATCH)
+        best_rows.append(
+            [
+                entry.load,
+                *([item["offered_rps"]] if speed_axis else []),
+                entry.best_k,
+                batch_size(entry.best),
+                item["e2e_speedup_vs_k0"],
+                metric(entry.best, "e2e_s", "p99"),
+                metric(entry.best, "goodput_requests_per_s"),
+                item["adaptive_e2e_mean_s"],
+                metric(check, "e2e_s", "mean"),
+                item["best_e2e_mean_s"],
+            ]
+        )
+    return Table(
+        "best_k",
+        [
+            plan.axis.label,
+            *(["offered (req/s)"] if speed_axis else []),
+            "best k",
+            "batch size",
+            "speed-up vs k=0",
+            "e2e p99 (s)",
+            "goodput (req/s)",
+            "adaptive e2e mean (s)",
+            "k-by-batch e2e mean (s)",
+            "best static e2e mean (s)",
+        ],
+        best_rows,
+        "Best static k per load, with the adaptive policy and the derived k-by-batch table "
+        "run at the same load",
+    )
 
 
 def serving_config(plan: WindowPlan, rows: list[dict[str, int]]) -> str:
