@@ -170,3 +170,19 @@ def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
     assert rows[0]["ratio"] == pytest.approx(0.025 / decode)
     prefill = 0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4
     assert rows[1]["predicted_ms"] == pytest.approx(prefill * 1e3)
+
+
+def test_read_records_parses_the_engines_float_columns(tmp_path):
+    from specsim.simulation.records import read_records
+
+    path = tmp_path / "requests.csv"
+    path.write_text(
+        "id,arrival_s,output_tokens,target_logprob_mean,pool\n"
+        "0,0.5,12,-1.49564636,main\n"
+        "1,0.75,7,-2,main\n"
+    )
+    records = read_records(path)
+    assert records["id"].dtype.kind == "i" and records["output_tokens"].tolist() == [12, 7]
+    assert records["target_logprob_mean"].dtype.kind == "f"
+    assert records["target_logprob_mean"].tolist() == [-1.49564636, -2.0]
+    assert records["pool"].tolist() == ["main", "main"]
