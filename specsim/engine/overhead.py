@@ -27,7 +27,7 @@ class StepOverhead:
     batch: int
     k: int
     context: int
-    step_s: float  # median of the engine's whole step
+    step_s: float  # median of the engine's serving iteration (see step_overhead)
     passes_s: float  # median of the same forward passes alone
     overhead_s: float  # step - passes
 
@@ -61,14 +61,14 @@ def step_overhead(
     window = torch.zeros((batch, k + 1), dtype=torch.long, device=target.device)
     one = torch.zeros((batch, 1), dtype=torch.long, device=target.device)
 
+    base_len = state.s_len.clone()
+    streams = [torch.Generator().manual_seed(row) for row in range(batch)]  # one per request
+
     def reset():
         rows.target_cache.rollback(base_t)
         if base_d is not None:
             rows.draft_cache.rollback(base_d)
-        state.s_len[:batch] = base_len[:batch]
-
-    streams = [torch.Generator().manual_seed(row) for row in range(batch)]
-    base_len = state.s_len.clone()
+        state.s_len.copy_(base_len)
 
     def whole_step():
         # As ServingEngine._decode_iteration: window bookkeeping, per-row uniforms, the step,
