@@ -169,8 +169,42 @@ def _fleet_table(plan: CapacityPlan, fleet) -> Table:
 
 def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
     results: list[CandidateResult] = outcome["candidates"]
+    answer = _answer(plan, outcome, summary)
+    sections = [
+        Section("Answer", answer),
+        Section(
+            "Capacity per candidate", [_candidate_table(plan, results), *_figures(plan, results)]
+        ),
+    ]
+    if outcome["fleet"]:
+        sections.append(Section("Fleet check", [_fleet_table(plan, outcome["fleet"])]))
+    sections.append(
+        Section(
+            "Method",
+            [
+                Paragraph(method_text(plan.scenario, plan.seed)),
+                Paragraph(
+                    f"Each candidate's rate is found by bisection on one replica, from "
+                    f"{plan.scale.axis.fmt(plan.scale.axis.base)} outwards, until the highest "
+                    f"sustained and the lowest failing load are within {plan.tolerance:.0%} of "
+                    "each other; the sustained one is reported. The fleet check runs the chosen "
+                    "candidate on the planned number of replicas behind the scenario's router "
+                    f"({plan.scenario.fleet.router})."
+                ),
+            ],
+        )
+    )
+    return Report(
+        title=f"Capacity plan: {plan.scenario.name}",
+        subtitle=f"{len(results)} candidates, bisection on the arrival rate; seed {plan.seed}.",
+        sections=sections,
+    )
+
+
+def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> list:
+    """The answer in words: the target, the recommendation, its confirmation, lossy notes."""
     rec = summary["recommendation"]
-    answer = [
+    answer: list = [
         Paragraph(
             f"Target **{plan.target_rps:g} req/s** with the SLO {slo_text(plan.scenario)} met by "
             f"at least {plan.attainment:.0%} of requests; one device per replica at "
@@ -230,35 +264,7 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
         answer.append(
             Callout(f"{note}; the capacities with speculation assume that is acceptable.")
         )
-    sections = [
-        Section("Answer", answer),
-        Section(
-            "Capacity per candidate", [_candidate_table(plan, results), *_figures(plan, results)]
-        ),
-    ]
-    if outcome["fleet"]:
-        sections.append(Section("Fleet check", [_fleet_table(plan, outcome["fleet"])]))
-    sections.append(
-        Section(
-            "Method",
-            [
-                Paragraph(method_text(plan.scenario, plan.seed)),
-                Paragraph(
-                    f"Each candidate's rate is found by bisection on one replica, from "
-                    f"{plan.scale.axis.fmt(plan.scale.axis.base)} outwards, until the highest "
-                    f"sustained and the lowest failing load are within {plan.tolerance:.0%} of "
-                    "each other; the sustained one is reported. The fleet check runs the chosen "
-                    "candidate on the planned number of replicas behind the scenario's router "
-                    f"({plan.scenario.fleet.router})."
-                ),
-            ],
-        )
-    )
-    return Report(
-        title=f"Capacity plan: {plan.scenario.name}",
-        subtitle=f"{len(results)} candidates, bisection on the arrival rate; seed {plan.seed}.",
-        sections=sections,
-    )
+    return answer
 
 
 def _fleet_words(plan: CapacityPlan, rec: dict[str, Any]) -> str:
