@@ -6,6 +6,7 @@ check the engine's bookkeeping quickly; the planner tests run it on the real sim
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -197,3 +198,13 @@ def test_the_dask_path_runs_on_a_local_cluster_with_two_worker_processes(tmp_pat
     assert [r.ok for r in distributed] == [r.ok for r in serial]
     assert [r.summary for r in distributed] == [r.summary for r in serial]
     assert distributed[5].error == "ValueError: planted failure"
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_the_progress_bar_is_drawn_only_on_a_terminal(tmp_path, scenario, monkeypatch, terminal):
+    stderr = io.StringIO()
+    stderr.isatty = lambda: terminal
+    monkeypatch.setattr(sys, "stderr", stderr)
+    with Sweeper(tmp_path / "out", IDENTITY, task=square_task, workers=1) as sweeper:
+        sweeper.run(_points(scenario, 3))
+    assert ("\r" in stderr.getvalue()) == terminal

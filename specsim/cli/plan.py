@@ -44,7 +44,11 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="seed for every simulation (default: the scenario's seed)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar on stderr (there is none when stderr is not a terminal)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -359,7 +359,8 @@ class _NoBar:
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):
-    if not enabled:
+    # A bar redrawn with carriage returns is noise in a log file or a CI transcript.
+    if not enabled or not sys.stderr.isatty():
         return _NoBar()
     from tqdm import tqdm
 
