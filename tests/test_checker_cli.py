@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -55,6 +56,22 @@ def test_control_through_the_cli_is_flagged(capsys):
     code, summary = run_json(capsys, "--control", "raw-q", "--top-k", "5", "--samples", "100000")
     assert code == 0 and summary["verifier"] == "raw-q"
     assert summary["lossless"] is False and summary["p_value"] < 0.01
+
+
+def test_an_exact_verifier_found_lossy_exits_1(capsys, monkeypatch):
+    # Planted regression: the "rejection" verifier behaves like the resample-p control. The
+    # verdict is still printed; the exit code tells a CI job the check failed.
+    from specsim.sampling import checker
+
+    real = checker.check_sampler
+
+    def regressed(verifier, **options):
+        report = real("resample-p", **options)
+        return dataclasses.replace(report, verifier=verifier, negative_control=False)
+
+    monkeypatch.setattr(checker, "check_sampler", regressed)
+    assert main(["check", "sampler", "--verifier", "rejection", "--samples", "0"]) == 1
+    assert "verdict: LOSSY, TV distance" in capsys.readouterr().out
 
 
 def test_greedy_options_and_ragged(capsys):

@@ -9,8 +9,9 @@ specsim check rollout --baseline runs/before/engine --candidate runs/after/engin
 "sampler" judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
 prefix: an exact enumeration of every draft path (numpy, float64) and a Monte Carlo G-test of the
 real batched torch implementation, reporting the sample size, seed, p-value and the smallest TV
-distance the test detects with 99% power. Exit 0 whenever a verdict is computed (lossless or
-not), 2 on bad input.
+distance the test detects with 99% power. Exit 0 when the verdict is the expected one (an exact
+verifier lossless; typical acceptance and the negative controls flagged or explained), 1 when an
+exact verifier is found lossy, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -140,7 +141,15 @@ def _run_sampler(args: argparse.Namespace) -> int:
         with atomic_output_dir(args.out) as staging:
             (staging / "sampler_check.json").write_text(dump_json(summary), encoding="utf-8")
     emit(args, summary, _human(report))
-    return 0
+    return 1 if exact_verifier_failed(report) else 0
+
+
+def exact_verifier_failed(report) -> bool:
+    """An exact verifier (rejection, greedy) found lossy: the one verdict that is a failure.
+
+    Typical acceptance is lossy by design, and a negative control is meant to be flagged.
+    """
+    return not (report.lossless or report.lossy_by_design or report.negative_control)
 
 
 def _human(r) -> str:
@@ -205,7 +214,8 @@ prefix (order-2 context tables), processed by the shared temperature / top-k / t
 
 Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
 decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,
-which the check must flag. Exit 0 when a verdict is computed (lossless or not), 2 on bad input.
+which the check must flag. Exit 1 when an exact verifier is found lossy (a regression), else 0;
+2 on bad input.
 """
 
 
