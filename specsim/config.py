@@ -38,6 +38,8 @@ _FIXES = {
     "enum": "use one of the allowed values",
     "value_error": "set the keys the message names so that they agree",
     "int_from_float": "give a whole number",
+    "too_short": "give more items",
+    "too_long": "give fewer items",
 }
 
 

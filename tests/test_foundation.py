@@ -91,6 +91,18 @@ class Named(StrictModel):
         return self
 
 
+def test_list_length_errors_say_which_way_to_fix():
+    class Rates(StrictModel):
+        per_position: list[float] = pydantic.Field(min_length=1, max_length=2)
+
+    with pytest.raises(SpecsimError) as info:
+        validate(Rates, {"per_position": []}, "p.yaml")
+    assert info.value.key == "per_position" and info.value.fix == "give more items"
+    with pytest.raises(SpecsimError) as info:
+        validate(Rates, {"per_position": [0.1, 0.2, 0.3]}, "p.yaml")
+    assert info.value.fix == "give fewer items"
+
+
 def test_hyphenated_keys_stay_in_the_dotted_key():
     # A drafter named like a Hugging Face model holds hyphens: its name is part of the key.
     with pytest.raises(SpecsimError) as info:
