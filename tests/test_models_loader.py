@@ -189,6 +189,7 @@ def test_directory_without_config_or_weights(tmp_path):
         ({"rope_scaling": {"rope_type": "llama3", "factor": 8}}, "low_freq_factor", "positive"),
         ({"specsim_tokenizer": "sentencepiece"}, "specsim_tokenizer", "unknown tokenizer"),
         ({"model_type": "mistral", "sliding_window": 0}, "sliding_window", "must be positive"),
+        ({"mlp_bias": True}, "mlp_bias", "not supported"),
     ],
 )
 def test_bad_config_keys(tmp_path, change, key, message):

@@ -289,6 +289,13 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
             key="num_key_value_heads",
             fix="give a key/value head count that divides the head count",
         )
+    if _get(data, "mlp_bias", bool, source, False):
+        raise SpecsimError(
+            "MLP biases (mlp_bias: true) are not supported",
+            file=source,
+            key="mlp_bias",
+            fix="use a model without MLP biases (the released Llama, Qwen2 and Mistral models)",
+        )
     # Qwen2 always has q/k/v biases and none on the output projection; Llama's attention_bias
     # (default off) puts biases on all four projections.
     llama_bias = model_type != "qwen2" and _get(data, "attention_bias", bool, source, False)
