@@ -53,9 +53,3 @@ def optimal_k(alpha: float, c: float, k_max: int = 32) -> int:
     """The k in 0..k_max with the largest walltime improvement (ties go to the smaller k)."""
     gains = [walltime_improvement(alpha, k, c) for k in range(k_max + 1)]
     return int(np.argmax(gains))
-
-
-def per_position_tokens_per_step(rates: list[float], k: int) -> float:
-    """Expected tokens per step with conditional per-position rates a_1..a_k (chain rule)."""
-    survival = np.cumprod(np.asarray(rates[:k], dtype=np.float64))
-    return 1.0 + float(survival.sum())

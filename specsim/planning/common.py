@@ -11,7 +11,6 @@ commands agree.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,6 @@ from specsim.errors import SpecsimError
 # k meets the SLO and goodput differs only by when the last request happens to finish; deep in
 # overload every k misses it and a sliver of goodput says nothing (the latency then decides).
 GOODPUT_TIE = 0.01
-DEFAULT_K = tuple(range(9))
 OPEN_LOOP = ("poisson", "bursty", "fixed_rate")
 
 
@@ -270,7 +268,3 @@ def scenario_identity(path: str | Path, overrides: Sequence[str]) -> dict[str, A
         "content": referenced_digest(path, list(overrides)),
         "overrides": list(overrides),
     }
-
-
-def short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
