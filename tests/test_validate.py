@@ -172,6 +172,32 @@ def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
     assert rows[1]["predicted_ms"] == pytest.approx(prefill * 1e3)
 
 
+def test_iteration_residuals_charge_the_per_draft_overhead(tmp_path):
+    """Decode at k = 2 over 2 rows pays 2 x (per draft pass + 2 x per drafting sequence) more;
+    a prefill pays none of it."""
+    from specsim.engine.engine import IterationLog
+    from specsim.profile import load_profile
+    from specsim.validation.residuals import iteration_residuals
+
+    path = hand_profile(tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["overhead"].update(per_draft_step_s=3e-4, per_draft_token_s=5e-5)
+    path.write_text(yaml.safe_dump(data))
+    log = IterationLog(
+        dt=[0.05, 0.02],
+        batch=[2, 2],
+        kind=["prefill", "decode"],
+        window=[0, 2],
+        new_tokens=[48, 6],
+        context=[0, 50],
+        pairs=[600.0, 320.0],
+    )
+    decode, prefill = iteration_residuals(log, load_profile(path), "small")
+    charged = 0.01 + 6e-4 + 2 * (0.001 + 2e-5) + 1e-4 + 2 * (3e-4 + 2 * 5e-5)
+    assert decode["predicted_ms"] == pytest.approx(charged * 1e3)
+    assert prefill["predicted_ms"] == pytest.approx((0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4) * 1e3)
+
+
 def test_read_records_parses_the_engines_float_columns(tmp_path):
     from specsim.simulation.records import read_records
 

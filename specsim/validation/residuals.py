@@ -3,7 +3,8 @@
 For every iteration the engine ran, ask the simulator's cost model (``StepCosts``, the same
 formulas the simulated replica charges) what that exact pass should have cost: the target pass
 over its tokens, context and query-key pairs, the drafter's k passes (or its prompt pass), and the
-per-step overhead. Grouped by kind (prefill, decode at each k), the median ratio measured /
+overhead (per step, per sequence and, for each of the k draft passes, per draft pass and per
+drafting sequence). Grouped by kind (prefill, decode at each k), the median ratio measured /
 predicted and the median gap in milliseconds say which part of the model is off, and by how much
 per iteration: a constant gap is a fixed per-iteration cost the profile lacks; a ratio that grows
 with batch is a per-sequence cost.
@@ -32,11 +33,13 @@ def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any
         log.dt,
         strict=True,
     ):
-        predicted = costs.target_pass_s(batch, new, context, pairs) + costs.overhead_s(batch)
+        predicted = costs.target_pass_s(batch, new, context, pairs)
         if kind == "prefill":
-            predicted += costs.draft_prefill_s(batch, new, context, pairs)
-        elif k:
-            predicted += costs.draft_s(batch, k, context)
+            predicted += costs.overhead_s(batch) + costs.draft_prefill_s(batch, new, context, pairs)
+        else:
+            predicted += costs.overhead_s(batch, k, batch)
+            if k:
+                predicted += costs.draft_s(batch, k, context)
         groups.setdefault((kind, k, batch), []).append((dt, predicted))
     out = []
     for (kind, k, batch), pairs_ in sorted(groups.items()):
