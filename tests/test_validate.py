@@ -150,7 +150,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
 def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
-    from specsim.validation.residuals import iteration_residuals
+    from specsim.validation.residuals import iteration_residuals, residual_table
 
     profile = load_profile(hand_profile(tmp_path / "p.yaml"))
     log = IterationLog(
@@ -168,6 +168,9 @@ def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
     decode = 0.01 + 6e-4 + 2 * (0.001 + 2e-5) + 1e-4
     assert rows[0]["predicted_ms"] == pytest.approx(decode * 1e3)
     assert rows[0]["ratio"] == pytest.approx(0.025 / decode)
+    assert rows[0]["measured_p10_ms"] == pytest.approx(21.0)  # 20 and 30 ms, interpolated
+    assert rows[0]["measured_p90_ms"] == pytest.approx(29.0)
+    assert "21.0..29.0" in residual_table(rows)
     prefill = 0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4
     assert rows[1]["predicted_ms"] == pytest.approx(prefill * 1e3)
 

@@ -7,7 +7,8 @@ overhead (per step, per sequence and, for each of the k draft passes, per draft 
 drafting sequence). Grouped by kind (prefill, decode at each k), the median ratio measured /
 predicted and the median gap in milliseconds say which part of the model is off, and by how much
 per iteration: a constant gap is a fixed per-iteration cost the profile lacks; a ratio that grows
-with batch is a per-sequence cost.
+with batch is a per-sequence cost. The measured p10..p90 of identical iterations shows how much
+of a miss is the machine's own noise (a shared machine's speed can change during a run).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any
                 "batch": batch,
                 "iterations": len(pairs_),
                 "measured_ms": float(np.median(measured) * 1e3),
+                # The spread of identical iterations: machine noise the profile cannot model.
+                "measured_p10_ms": float(np.percentile(measured, 10) * 1e3),
+                "measured_p90_ms": float(np.percentile(measured, 90) * 1e3),
                 "predicted_ms": float(np.median(predicted) * 1e3),
                 "ratio": float(np.median(measured / predicted)),
                 "gap_ms": float(np.median(measured - predicted) * 1e3),
@@ -62,12 +66,14 @@ def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any
 
 def residual_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        f"{'iteration':<18}{'n':>6}{'measured ms':>13}{'predicted ms':>14}{'ratio':>8}{'gap ms':>9}"
+        f"{'iteration':<18}{'n':>6}{'measured ms':>13}{'p10..p90 ms':>15}{'predicted ms':>14}"
+        f"{'ratio':>8}{'gap ms':>9}"
     ]
     for r in rows:
         label = f"{r['kind']} k={r['k']} b={r['batch']}"
+        spread = f"{r['measured_p10_ms']:.1f}..{r['measured_p90_ms']:.1f}"
         lines.append(
-            f"{label:<18}{r['iterations']:>6}{r['measured_ms']:>13.2f}{r['predicted_ms']:>14.2f}"
-            f"{r['ratio']:>8.2f}{r['gap_ms']:>9.2f}"
+            f"{label:<18}{r['iterations']:>6}{r['measured_ms']:>13.2f}{spread:>15}"
+            f"{r['predicted_ms']:>14.2f}{r['ratio']:>8.2f}{r['gap_ms']:>9.2f}"
         )
     return "\n".join(lines)
