@@ -63,14 +63,17 @@ def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
     key = _dotted(loc) or None
     message = err["msg"]
+    own_fix = None
     if err["type"] == "value_error":
-        # A model validator's own sentence; pydantic prefixes it with "Value error, ".
+        # A model validator's own sentence; pydantic prefixes it with "Value error, ". A
+        # validator may end it with "; fix: ..." to give a more precise fix than the generic one.
         message = message.removeprefix("Value error, ")
+        message, _, own_fix = message.partition("; fix: ")
     if err["type"] not in ("missing", "extra_forbidden", "value_error") and "input" in err:
         shown = repr(err["input"])
         if len(shown) <= 60:
             message += f" (got {shown})"
-    fix = _FIXES.get(err["type"])
+    fix = own_fix or _FIXES.get(err["type"])
     if fix is None:
         # Type and parsing errors (and any other kind): the schema pages list what each key takes.
         fix = "give a value of the expected type (see docs/reference)"

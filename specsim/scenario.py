@@ -9,6 +9,7 @@ type-checked by the same schema.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -21,6 +22,10 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
 
 TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
+
+# The most requests (or closed-loop clients) one simulation takes on: hours of simulated serving
+# at production rates, and far past what a typo-free scenario asks for.
+MAX_REQUESTS = 10_000_000
 
 
 class LengthDist(StrictModel):
@@ -120,9 +125,24 @@ class Workload(StrictModel):
                 raise ValueError(f"a {kind!r} workload needs 'rate' (requests per second)")
             if self.duration_s is None and self.requests is None:
                 raise ValueError(f"a {kind!r} workload needs 'duration_s' or 'requests'")
+            expected = min(
+                self.requests if self.requests is not None else math.inf,
+                self.rate * self.duration_s if self.duration_s is not None else math.inf,
+            )
+            if expected > MAX_REQUESTS:
+                # A slip such as rate: 1e9 would otherwise run until memory runs out.
+                raise ValueError(
+                    f"about {expected:.3g} requests (rate x duration_s) is more than one run "
+                    f"simulates ({MAX_REQUESTS:,}); fix: lower rate or duration_s, or set requests"
+                )
         if kind == "closed_loop":
             if self.concurrency is None:
                 raise ValueError("a 'closed_loop' workload needs 'concurrency'")
+            if self.concurrency > MAX_REQUESTS:
+                raise ValueError(
+                    f"concurrency {self.concurrency:,} is more clients than one run simulates "
+                    f"({MAX_REQUESTS:,}); fix: lower it"
+                )
             if self.duration_s is None and self.requests is None:
                 raise ValueError("a 'closed_loop' workload needs 'duration_s' or 'requests'")
         if kind == "trace":

@@ -88,6 +88,8 @@ class Named(StrictModel):
     def _at_most_two(self):
         if len(self.drafters) > 2:
             raise ValueError("at most two drafters")
+        if "x" in self.drafters:
+            raise ValueError("'x' is reserved; fix: rename it")
         return self
 
 
@@ -115,6 +117,9 @@ def test_model_validator_message_reads_as_a_sentence_with_a_fix():
         validate(Named, {"drafters": {"a": {}, "b": {}, "c": {}}}, "p.yaml")
     assert info.value.message == "at most two drafters"
     assert info.value.fix
+    with pytest.raises(SpecsimError) as info:
+        validate(Named, {"drafters": {"x": {}}}, "p.yaml")
+    assert (info.value.message, info.value.fix) == ("'x' is reserved", "rename it")
 
 
 @pytest.mark.parametrize(

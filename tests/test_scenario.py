@@ -61,6 +61,24 @@ def test_workload_requirements():
         )  # fmt: skip
 
 
+def test_a_runaway_request_count_is_refused_before_simulating():
+    # rate 1e9 for 300 s would run until memory ran out; requests caps it, so that is allowed.
+    base = {"profile": "p.yaml"}
+    fixed = {"dist": "fixed", "value": 1}
+    lengths = {"prompt": fixed, "output": fixed}
+    with pytest.raises(ValueError, match=r"about 3e\+11 requests"):
+        Scenario.model_validate(
+            {**base, "workload": {"kind": "poisson", "rate": 1e9, "duration_s": 300, **lengths}}
+        )
+    capped = {"kind": "poisson", "rate": 1e9, "duration_s": 300, "requests": 100, **lengths}
+    assert Scenario.model_validate({**base, "workload": capped}).workload.requests == 100
+    with pytest.raises(ValueError, match="concurrency 20,000,000"):
+        Scenario.model_validate(
+            {**base, "workload": {"kind": "closed_loop", "concurrency": 20_000_000,
+                                  "requests": 5, **lengths}}
+        )  # fmt: skip
+
+
 def test_pools_inherit_and_override_speculation():
     scenario = load_scenario(REPO / "scenarios" / "drafter_swap.yaml")
     pools = scenario.fleet.pools
