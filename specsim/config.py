@@ -9,6 +9,7 @@ type-checked by the same schema.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +44,9 @@ _FIXES = {
 }
 
 
+_PYDANTIC_LOC = re.compile(r"^[a-z]+(-[a-z]+)+\[")
+
+
 def _dotted(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for item in loc:
@@ -59,8 +63,9 @@ def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError
     """The first problem of a pydantic error as a one-line ``SpecsimError``."""
     err = exc.errors(include_url=False)[0]
     # Function validators and tagged unions add loc entries such as "function-after[...]" that
-    # are not keys; drop them. A key may itself hold a hyphen (a drafter named "qwen2.5-0.5b").
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+    # are not keys; drop them. A key may itself hold a hyphen (a drafter named "qwen2.5-0.5b")
+    # or a bracket (a mistyped "pools[0]").
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _PYDANTIC_LOC.match(p)))
     key = _dotted(loc) or None
     message = err["msg"]
     own_fix = None
@@ -105,25 +110,41 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
-    """A copy of ``data`` with each ``key.path=value`` override applied."""
+    """A copy of ``data`` with each ``key.path=value`` override applied.
+
+    A numeric part indexes a list that is already there: ``fleet.pools.1.speculation.k=2``.
+    """
     result = copy.deepcopy(data)
     for text in overrides or []:
         path, value = parse_override(text)
-        node = result
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(path[: i + 1])
+        node: Any = result
+        for i, part in enumerate(path):
+            parent = ".".join(path[:i])
+            if isinstance(node, list):
+                if not (part.isdigit() and int(part) < len(node)):
+                    raise SpecsimError(
+                        f"{parent} is a list of {len(node)}; {part!r} is not an index in it",
+                        file="--set",
+                        key=".".join(path),
+                        fix=f"use an index from 0 to {len(node) - 1}"
+                        if node
+                        else f"the list is empty: set {parent}=[...] instead",
+                    )
+                part = int(part)
+            elif not isinstance(node, dict):
                 raise SpecsimError(
-                    f"{where} is a value, not a section",
+                    f"{parent} is a value, not a section",
                     file="--set",
                     key=".".join(path),
-                    fix=f"set {where}=VALUE itself, or a key of a section",
+                    fix=f"set {parent}=VALUE itself, or a key of a section",
                 )
-            node = child
-        node[path[-1]] = value
+            if i == len(path) - 1:
+                node[part] = value
+            elif isinstance(node, dict) and node.get(part) is None:
+                node[part] = {}
+                node = node[part]
+            else:
+                node = node[part]
     return result
 
 

@@ -81,6 +81,27 @@ def test_override_parsing_and_errors():
     assert original == {"a": {"b": 1}}
 
 
+def test_overrides_index_lists_that_exist():
+    pools = {"fleet": {"pools": [{"name": "a", "k": 1}, {"name": "b"}]}}
+    changed = apply_overrides(pools, ["fleet.pools.1.k=3", "fleet.pools.0.spec.t=0.5"])
+    assert changed["fleet"]["pools"] == [
+        {"name": "a", "k": 1, "spec": {"t": 0.5}},
+        {"name": "b", "k": 3},
+    ]
+    for bad in ("fleet.pools.2.k=3", "fleet.pools.x.k=3", "fleet.pools.-1.k=3"):
+        with pytest.raises(SpecsimError, match="not an index") as info:
+            apply_overrides(pools, [bad])
+        assert info.value.fix == "use an index from 0 to 1"
+
+
+def test_a_bracketed_key_is_named_in_full(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: a\n")
+    with pytest.raises(SpecsimError) as info:
+        load_model(Outer, path, ["inner[0].k=1"])
+    assert info.value.key == "inner[0]"
+
+
 class Named(StrictModel):
     drafters: dict[str, Inner] = pydantic.Field(default_factory=dict)
 

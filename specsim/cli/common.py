@@ -30,7 +30,8 @@ def add_set(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         dest="overrides",
-        help="override a scenario value, e.g. --set speculation.k=3 (repeatable; type-checked)",
+        help="override a scenario value, e.g. --set speculation.k=3, or a list item by its index, "
+        "e.g. --set fleet.pools.1.speculation.k=2 (repeatable; type-checked)",
     )
 
 
