@@ -79,8 +79,6 @@ class RateAcceptance:
             sentinel = 2.0 * np.arange(self.levels)[:, None] + 1.5
             self.flat_thresholds.append(np.concatenate([shifted, sentinel], axis=1).ravel())
             self.flat_counts.append(np.tile(np.arange(k + 1, dtype=np.float64), self.levels))
-        # The engine's fast path needs a proposal every step.
-        self.fast = self.proposal_rate >= 1.0
 
     def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._homogeneous:
@@ -110,12 +108,24 @@ class RateAcceptance:
         self, rng: np.random.Generator, k: int, level: np.ndarray, position: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Raw accepted counts per row, and which rows proposed (None: all of them)."""
-        rows = level.shape[0]
-        index = self.flat_thresholds[k].searchsorted(2.0 * level + rng.random(rows))
+        return self.draw_slots(rng, k, 2.0 * level, level.shape[0])
+
+    def draw_slots(
+        self, rng: np.random.Generator, k: int, shift: np.ndarray, capacity: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``draw`` for the first ``len(shift)`` slots of a batch of ``capacity`` slots, with
+        ``shift`` = 2 x each slot's level (0 in empty slots).
+
+        The uniforms are drawn for every slot and the unused tail is dropped: a row's uniform
+        then depends on its slot only, so the engine can work on the occupied prefix of its batch
+        arrays and still draw exactly what a whole-array step draws.
+        """
+        used = shift.shape[0]
+        index = self.flat_thresholds[k].searchsorted(shift + rng.random(capacity)[:used])
         accepted = self.flat_counts[k][index]
         if self.proposal_rate >= 1.0:
             return accepted, None
-        proposed = rng.random(rows) < self.proposal_rate
+        proposed = rng.random(capacity)[:used] < self.proposal_rate
         return accepted, proposed
 
 

@@ -34,7 +34,7 @@ from specsim.simulation.steplog import StepLog
 
 _ONE = np.float64(1.0)
 _minimum = np.minimum
-_sum = np.add.reduce
+_count_nonzero = np.count_nonzero
 
 
 class Replica:
@@ -94,10 +94,16 @@ class Replica:
         self._levels: list[int] = []
         self._k_plus_1 = [np.float64(k + 1) for k in range(self.k_max + 1)]
         self.capacity = cap
-        self._fast = getattr(acceptance, "fast", False)
-        self._flat_thresholds = getattr(acceptance, "flat_thresholds", None)
-        self._flat_counts = getattr(acceptance, "flat_counts", None)
+        # Rate models draw for the occupied prefix of the batch (``draw_slots``); replayed
+        # sequences need every row's position and draw over the whole arrays.
+        self._by_slot = not acceptance.needs_position
         self.level_shift = np.zeros(cap)  # 2 x level, for the flat acceptance search
+        # Occupied slots all lie below ``high``; the per-row arithmetic runs on views of that
+        # prefix. At low load a 256-slot engine holds a handful of rows, and numpy's cost per
+        # call grows with the array, so this keeps small batches cheap. Empty slots inside the
+        # prefix stay harmless as before (remaining 0, context 0: drafts -1, emitted 0).
+        self.high = 0
+        self._prefix_views: dict[int, tuple[np.ndarray, ...]] = {}
         # Constants the hot path would otherwise look up every iteration.
         self._flops_per_token = costs.target_flops_per_token
         self._attn_flops = costs.target_attn_flops
@@ -270,33 +276,33 @@ class Replica:
         new_tokens = 0.0
         pairs = 0.0
         if rows:
-            remaining = self.remaining
+            remaining, context, shift, _, ones = self._prefix(self.high)
+            used = remaining.shape[0]  # slots the step covers: every occupied one
             # min(remaining - 1, k) drafts; empty slots (remaining 0) get -1, accept -1 and so
             # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
             drafts = _minimum(remaining, self._k_plus_1[k])
             drafts -= _ONE
-            if self._fast:
-                # One uniform per row, one search for every row's acceptance level (see
+            if self._by_slot:
+                # One uniform per slot, one search for every row's acceptance level (see
                 # RateAcceptance): the count of leading accepted drafts.
-                index = self._flat_thresholds[k].searchsorted(
-                    self.level_shift + self.rng.random(self.capacity)
-                )
-                accepted = _minimum(self._flat_counts[k][index], drafts)
+                accepted, proposed = self.acceptance.draw_slots(self.rng, k, shift, self.capacity)
             else:
-                position = (self.output - remaining) if self.acceptance.needs_position else None
+                position = self.output - self.remaining
                 accepted, proposed = self.acceptance.draw(self.rng, k, self.level, position)
-                if proposed is not None:
-                    drafts = _minimum(drafts, proposed * k)
-                accepted = _minimum(accepted, drafts)
+                accepted = accepted[:used]
+            if proposed is not None:
+                drafts = _minimum(drafts, proposed[:used] * k)
+            accepted = _minimum(accepted, drafts)
             # Each row verifies new = drafts + 1 positions (0 for empty slots, whose drafts are
             # -1 and context 0). Query-key pairs: sum new (context + (new + 1) / 2), expanded in
-            # drafts so that no temporary array is needed.
-            drafted = float(_sum(drafts))
-            new_tokens = drafted + self.capacity
+            # drafts so that no temporary array is needed. Every term is a whole number well
+            # below 2^53, so these sums are exact whatever the summation order or prefix length.
+            drafted = float(drafts.dot(ones))
+            new_tokens = drafted + used
             pairs = (
-                float(drafts.dot(self.context))
+                float(drafts.dot(context))
                 + decode_kv
-                + 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + self.capacity + new_tokens)
+                + 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + used + new_tokens)
             )
             decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
             self._joined = 0
@@ -337,13 +343,13 @@ class Replica:
             k, drafts, accepted, new_tokens, decode_kv, _ = decode
             log = self.log
             log.record_step(accepted, drafts)
+            remaining, context, _, row_drafted, ones = self._prefix(drafts.shape[0])
             emitted = accepted
             emitted += _ONE
-            remaining = self.remaining
             remaining -= emitted
-            self.context += emitted
-            self.row_drafted += drafts
-            emitted_total = float(_sum(emitted))
+            context += emitted
+            row_drafted += drafts
+            emitted_total = float(emitted.dot(ones))
             self.decode_kv += emitted_total
             self.decode_steps += 1
             rows = self.decoding
@@ -353,7 +359,9 @@ class Replica:
             log.window_rows += k * rows
             log.decode_rows += rows
             # Finished rows emitted something and have nothing left (k + 1 <= 64 tokens a step).
-            finished = (emitted > remaining * 64.0).nonzero()[0].tolist()
+            # Most iterations finish no row: one count of the rows still going says so.
+            if _count_nonzero(remaining) < rows:
+                finished = (emitted > remaining * 64.0).nonzero()[0].tolist()
         self._record_iteration(now - start, batch, decode, now)
         if decode is not None:
             self.last_decode_end = now
@@ -387,6 +395,8 @@ class Replica:
                 self._finish(request, now)
                 continue
             slot = self.free_slots.pop()
+            if slot >= self.high:
+                self.high = slot + 1
             left = request.output - request.generated
             self.slot_request[slot] = request
             self.context[slot] = request.prefill_target
@@ -420,6 +430,25 @@ class Replica:
         self.slot_request[slot] = None
         self.free_slots.append(slot)
         self.decoding -= 1
+        high = self.high
+        while high and self.slot_request[high - 1] is None:
+            high -= 1
+        self.high = high
+
+    def _prefix(self, high: int) -> tuple[np.ndarray, ...]:
+        """Views of the batch arrays' first ``high`` slots: (remaining, context, level shift,
+        drafted, ones), made once per prefix length (views share memory with the arrays)."""
+        views = self._prefix_views.get(high)
+        if views is None:
+            views = (
+                self.remaining[:high],
+                self.context[:high],
+                self.level_shift[:high],
+                self.row_drafted[:high],
+                np.ones(high),
+            )
+            self._prefix_views[high] = views
+        return views
 
     def _finish(self, request: Request, now: float) -> None:
         self.outstanding -= 1

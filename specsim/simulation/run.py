@@ -10,7 +10,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
-from specsim.profile import LOSSY_VERIFIERS, LoadedProfile, load_profile
+from specsim.profile import LOSSY_VERIFIERS, LoadedProfile, Profile, load_profile
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
 from specsim.simulation.costs import StepCosts, kv_capacity_tokens
@@ -76,6 +76,31 @@ def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
     ]
 
 
+# Parsed profiles by (resolved path, mtime, size). A planner sweep runs hundreds of simulations
+# on one profile in each worker process; parsing and validating the YAML every time costs more
+# than a low-load simulation's engine iterations. Only the immutable parsed model is shared: each
+# run wraps it in a fresh ``LoadedProfile`` (whose latency models carry per-run warning state).
+_PROFILE_CACHE: dict[tuple[str, int, int], Profile] = {}
+_PROFILE_CACHE_SIZE = 8
+
+
+def cached_profile(path: Path) -> LoadedProfile:
+    """``load_profile(path)``, parsing a file again only when it has changed on disk."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return load_profile(path)  # let the loader report the missing file
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    parsed = _PROFILE_CACHE.get(key)
+    if parsed is None:
+        loaded = load_profile(path)
+        if len(_PROFILE_CACHE) >= _PROFILE_CACHE_SIZE:
+            _PROFILE_CACHE.pop(next(iter(_PROFILE_CACHE)))
+        _PROFILE_CACHE[key] = loaded.profile
+        return loaded
+    return LoadedProfile(parsed, path)
+
+
 def run_simulation(scenario: Scenario, records_path: str | Path | None = None) -> SimulationResult:
     """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
 
@@ -84,7 +109,7 @@ def run_simulation(scenario: Scenario, records_path: str | Path | None = None) -
     """
     import simpy
 
-    profile = load_profile(scenario.resolve(scenario.profile))
+    profile = cached_profile(scenario.resolve(scenario.profile))
     streams = np.random.SeedSequence(scenario.seed).spawn(4)
     arrivals_rng, lengths_rng, routing_rng = (
         np.random.default_rng(s) for s in streams[:2] + streams[3:]

@@ -1,8 +1,9 @@
 """Per-iteration statistics of one replica, buffered in arrays and folded in batches.
 
 The engine writes a few scalars per iteration and one row of accepted and drafted counts per
-decode step; every ``BUFFER_ITERATIONS`` iterations the buffers are folded into the replica's
-``EngineStats`` with a handful of vectorised calls, so statistics cost almost nothing per step.
+decode step (the occupied prefix of its batch); every ``BUFFER_ITERATIONS`` iterations the
+buffers are folded into the replica's ``EngineStats`` with a handful of vectorised calls, so
+statistics cost almost nothing per step.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ class StepLog:
         # Two inter-token gap samples per iteration: (gap, rows that waited it), (dt, joiners).
         self._itl = np.zeros(2 * BUFFER_ITERATIONS)
         self._itl_weight = np.zeros(2 * BUFFER_ITERATIONS)
-        self._accepted = np.zeros((BUFFER_ITERATIONS, capacity), dtype=np.int8)
-        self._drafted = np.zeros((BUFFER_ITERATIONS, capacity), dtype=np.int8)
+        # Steps log only the occupied prefix of the batch, so rows are packed end to end.
+        self._accepted = np.zeros(BUFFER_ITERATIONS * capacity, dtype=np.int8)
+        self._drafted = np.zeros(BUFFER_ITERATIONS * capacity, dtype=np.int8)
+        self._step_limit = (BUFFER_ITERATIONS - 1) * capacity  # room left for one more step
         self._iterations = 0
-        self._steps = 0
+        self._filled = 0
         # Hot-path accumulators, folded into ``stats`` by close().
         self.verification_flops = 0.0
         self.drafter_flops = 0.0
@@ -36,11 +39,12 @@ class StepLog:
 
     def record_step(self, accepted: np.ndarray, drafted: np.ndarray) -> None:
         """Per-row accepted and drafted counts of one decode step (-1 marks empty slots)."""
-        i = self._steps
-        self._accepted[i] = accepted
-        self._drafted[i] = drafted
-        self._steps = i + 1
-        if self._steps == BUFFER_ITERATIONS:
+        start = self._filled
+        end = start + accepted.shape[0]
+        self._accepted[start:end] = accepted
+        self._drafted[start:end] = drafted
+        self._filled = end
+        if end > self._step_limit:
             self._flush_steps()
 
     def record_iteration(
@@ -68,10 +72,10 @@ class StepLog:
         self._iterations = 0
 
     def _flush_steps(self) -> None:
-        n = self._steps
+        n = self._filled
         if n:
-            self.stats.add_steps(self._accepted[:n].ravel(), self._drafted[:n].ravel())
-        self._steps = 0
+            self.stats.add_steps(self._accepted[:n], self._drafted[:n])
+        self._filled = 0
 
     def close(self) -> None:
         self._flush_iterations()
