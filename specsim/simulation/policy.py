@@ -63,11 +63,20 @@ class GoodputWindow:
         self.costs = None
         self._row_tokens: list[float] = []
         self._proposal = 1.0
+        self._row_new: list[float] = []
+        self._row_pairs: list[float] = []
+        self._bonus_pairs: list[float] = []
 
     def attach(self, costs, acceptance) -> None:
         self.costs = costs
         self._row_tokens = [acceptance.row_expected_emitted(k) for k in range(self.k_max + 1)]
-        self._proposal = float(acceptance.proposal_rate)
+        p = self._proposal = float(acceptance.proposal_rate)
+        # Per-window terms of ``_expected_decode``, computed once with the same operations (so
+        # the sums below are bit-for-bit what evaluating them each iteration would give).
+        windows = range(self.k_max + 1)
+        self._row_new = [1.0 + p * k for k in windows]
+        self._bonus_pairs = [p * (k + 1.0) * (k + 2.0) / 2.0 for k in windows]
+        self._row_pairs = [b + 1.0 - p for b in self._bonus_pairs]
 
     def choose_batch(
         self,
@@ -136,16 +145,16 @@ class GoodputWindow:
         otherwise; its pairs are new x (context + (new + 1) / 2), as the engine counts them.
         """
         row_tokens = self._row_tokens
+        row_new = self._row_new
+        bonus = self._bonus_pairs
         tokens = long_rows * row_tokens[k]
-        new = long_rows * (1.0 + p * k)
-        pairs = (1.0 + p * k) * long_context + long_rows * (
-            p * (k + 1.0) * (k + 2.0) / 2.0 + 1.0 - p
-        )
+        new = long_rows * row_new[k]
+        pairs = row_new[k] * long_context + long_rows * self._row_pairs[k]
         for left, ctx in zip(short_left, short_context, strict=True):
             d = min(k, int(left) - 1)
             tokens += row_tokens[d]
-            new += 1.0 + p * d
-            pairs += (1.0 + p * d) * ctx + p * (d + 1.0) * (d + 2.0) / 2.0 + 1.0 - p
+            new += row_new[d]
+            pairs += row_new[d] * ctx + bonus[d] + 1.0 - p
         return tokens, new, pairs
 
 

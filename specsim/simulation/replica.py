@@ -260,8 +260,9 @@ class Replica:
         if not self._batch_policy:
             return self.policy.choose(rows, decode_kv)
         prefill = self._prefill_totals if (self.chunked and self.prefilling) else None
+        remaining, context = self._prefix(self.high)[:2]
         return self.policy.choose_batch(
-            rows, decode_kv, self.remaining, self.context, prefill, self.token_budget
+            rows, decode_kv, remaining, context, prefill, self.token_budget
         )
 
     def _plan_mixed(self):
