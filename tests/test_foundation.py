@@ -10,12 +10,20 @@ import warnings
 import numpy as np
 import pydantic
 import pytest
+import yaml
 
 from specsim.cli import main
 from specsim.config import StrictModel, apply_overrides, load_model, parse_override, validate
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, read_yaml, write_text_atomic
-from specsim.profile import Latency, LatencyFit, LatencyModel, OutOfRangeWarning, ValidRange
+from specsim.profile import (
+    Latency,
+    LatencyFit,
+    LatencyModel,
+    OutOfRangeWarning,
+    ValidRange,
+    load_profile,
+)
 
 
 class Inner(StrictModel):
@@ -291,3 +299,17 @@ def test_usage_errors_are_one_line_with_exit_2(argv, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "usage" not in err
     assert "error:" in err and "fix: see specsim" in err
+
+
+def test_profile_refuses_duplicate_acceptance_entries(repo, tmp_path):
+    data = read_yaml(repo / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml")
+    data["acceptance"].append(dict(data["acceptance"][0]))
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecsimError) as info:
+        load_profile(path)
+    assert "two acceptance entries" in str(info.value)
+    assert str(path) in str(info.value)
+    data["acceptance"].pop()
+    path.write_text(yaml.safe_dump(data))
+    assert load_profile(path).name == data["name"]

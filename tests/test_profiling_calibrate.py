@@ -38,8 +38,16 @@ def test_counters_are_summed_over_engines_and_filtered_by_label(dump):
     assert counters.draft_acceptance_rate == pytest.approx(2550 / 4500)
     assert counters.unconditional_rates() == pytest.approx([1150 / 1500, 850 / 1500, 550 / 1500])
     assert counters.conditional_rates() == pytest.approx([1150 / 1500, 850 / 1150, 550 / 850])
-    everything = read_counters(dump)
-    assert everything.drafts == 10500 and everything.series == 3
+
+
+def test_counters_of_different_deployments_are_not_mixed(dump):
+    # Without --label the dump's second model would be added in: drafts 10500 and a draft
+    # acceptance rate of 3450 / 31500 = 0.11 that describes neither deployment.
+    with pytest.raises(SpecsimError) as err:
+        read_counters(dump)
+    assert err.value.key == "model_name"
+    assert "--label model_name=" in str(err.value)
+    assert MODEL in str(err.value) and "other" in str(err.value)
 
 
 def test_parser_reads_labels_with_escapes_and_skips_comments():

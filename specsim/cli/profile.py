@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     if args.roofline:
         return _run_roofline(args, out, name, parse_drafters(args.drafter))
     if args.calibrate:
-        return _run_calibrate(args, out, name)
+        return _run_calibrate(args, out)
     return _run_measure(args, out, name, parse_drafters(args.drafter))
 
 
@@ -220,7 +220,7 @@ def _run_roofline(args, out: Path, name: str, drafters) -> int:
     return 0
 
 
-def _run_calibrate(args, out: Path, name: str) -> int:
+def _run_calibrate(args, out: Path) -> int:
     from specsim.profiling.calibrate import calibrate_profile
     from specsim.profiling.writer import write_profile
 

@@ -222,7 +222,16 @@ class Profile(StrictModel):
         for name, spec in self.drafters.items():
             if spec.kind == "target":
                 raise ValueError(f"drafter {name!r} has kind 'target'; use draft_model/ngram/heads")
+        seen = set()
         for entry in self.acceptance:
+            key = (entry.drafter, entry.verifier, entry.temperature)
+            if key in seen:
+                # A lookup would silently take one of them.
+                raise ValueError(
+                    f"two acceptance entries for drafter {entry.drafter!r}, verifier "
+                    f"{entry.verifier!r} at temperature {entry.temperature:g}; keep one"
+                )
+            seen.add(key)
             if entry.drafter not in self.drafters:
                 known = ", ".join(sorted(self.drafters)) or "none"
                 raise ValueError(

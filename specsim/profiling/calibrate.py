@@ -130,6 +130,33 @@ def _base(name: str) -> str | None:
     return rest if rest in COUNTERS else None
 
 
+# Labels whose values are summed over (one deployment's engines); any other label that varies
+# among the matched series means counters of different deployments would be mixed.
+SUMMED_LABELS = ("engine",)
+
+
+def _refuse_mixed_series(series: set[tuple[tuple[str, str], ...]], source: str) -> None:
+    values: dict[str, set[str]] = {}
+    for labels in series:
+        for key, value in labels:
+            if key not in SUMMED_LABELS:
+                values.setdefault(key, set()).add(value)
+    keys = {k for k in values if len(values[k]) > 1}
+    if not keys:
+        return
+    for labels in series:  # a label missing from some series also splits them
+        keys |= {k for k in values if k not in dict(labels)}
+    key = sorted(keys)[0]
+    shown = ", ".join(sorted(values[key]))
+    raise SpecsimError(
+        f"the counters come from several deployments ({key} = {shown}); adding them together "
+        "would mix different drafters and models",
+        file=source,
+        key=key,
+        fix=f"pick one with --label {key}=VALUE",
+    )
+
+
 def read_counters(
     path: str | Path, label_filter: dict[str, str] | None = None
 ) -> SpecDecodeCounters:
@@ -159,6 +186,7 @@ def read_counters(
             per_pos[position] = per_pos.get(position, 0.0) + sample.value
         else:
             totals[base] += sample.value
+    _refuse_mixed_series(series, source)
     if totals["num_drafts"] <= 0:
         what = f" with labels {label_filter}" if label_filter else ""
         raise SpecsimError(

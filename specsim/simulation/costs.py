@@ -8,21 +8,9 @@ operations per iteration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
 from specsim.scenario import Engine
-
-
-@dataclass(frozen=True)
-class PassTotals:
-    """Totals of one forward pass: sequences, new tokens, KV tokens read, query-key pairs."""
-
-    batch: int
-    new_tokens: float
-    kv_tokens: float
-    pairs: float
 
 
 class StepCosts:
