@@ -6,7 +6,11 @@ Figures:
 - ``us_per_iteration``: wall microseconds per engine iteration;
 - ``peak_rss_mb_100k`` / ``peak_rss_mb_1m``: peak resident memory of a child process that
   simulates 100,000 and 1,000,000 requests, streaming records to disk; ``memory_growth`` is their
-  ratio (flat = close to 1).
+  ratio (flat = close to 1);
+- ``low_load_*``: the planner's typical point at low load (Poisson at 2 requests/s into a
+  256-slot engine, 2,000 requests, mean batch about 2): requests per CPU-second and CPU
+  microseconds per engine iteration for fixed k = 4 and for the adaptive window policy. Here an
+  iteration emits a few tokens, so its fixed cost decides the speed.
 
 Timing is noisy on a shared machine, so ``ratio`` compares one engine iteration with one
 iteration of a plain numpy loop run in the same process just before (five numpy calls on
@@ -60,6 +64,33 @@ def simulate(requests: int, records: Path | None) -> tuple[dict, float, float]:
     return summary, time.perf_counter() - wall, time.process_time() - cpu
 
 
+def low_load_data(policy: str) -> dict:
+    data = scenario_data(2_000)
+    data["name"] = f"bench-low-load-{policy}"
+    data["workload"] = {**data["workload"], "kind": "poisson", "rate": 2.0}
+    del data["workload"]["concurrency"]
+    data["engine"] = {"max_batch": 256}
+    data["speculation"] = {"drafter": "llama3.2-1b", "k": 4, "policy": policy}
+    return data
+
+
+def low_load(policy: str) -> dict:
+    """Requests per CPU-second and CPU microseconds per iteration of one low-load run."""
+    from specsim.scenario import Scenario
+    from specsim.simulation import run_simulation
+
+    scenario = Scenario.model_validate(low_load_data(policy))
+    cpu = time.process_time()
+    summary = run_simulation(scenario).summary
+    cpu = time.process_time() - cpu
+    iterations = summary["engine_iterations"]
+    return {
+        f"low_load_{policy}_requests_per_cpu_s": round(summary["requests"] / cpu),
+        f"low_load_{policy}_us_per_iteration": round(cpu / iterations * 1e6, 1),
+        f"low_load_{policy}_mean_batch": summary["batch_size"]["mean"],
+    }
+
+
 def numpy_loop(iterations: int) -> float:
     """Wall seconds for the same number of iterations of five numpy calls on 64-element arrays."""
     rng = np.random.default_rng(0)
@@ -104,6 +135,7 @@ def main(argv: list[str]) -> None:
     iterations = summary["engine_iterations"]
     baseline = min(numpy_loop(iterations) for _ in range(2))
     small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
+    low = {**low_load("fixed"), **low_load("adaptive")}
     mem_small = peak_memory(small)
     mem_large = peak_memory(large)
     figures = {
@@ -120,6 +152,7 @@ def main(argv: list[str]) -> None:
         f"peak_rss_mb_{large // 1000}k": round(mem_large["peak_mb"], 1),
         "memory_growth": round(mem_large["peak_mb"] / mem_small["peak_mb"], 3),
         "requests_per_s_in_memory_run": round(mem_large["requests"] / mem_large["s"]),
+        **low,
     }
     print(
         json.dumps(
