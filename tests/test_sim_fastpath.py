@@ -5,6 +5,7 @@
   must give byte-identical records and summaries, across every acceptance model, preemption and
   both prefill modes; a planted bug in the prefix bookkeeping must break that equality.
 - ``high`` is exactly one past the highest occupied slot after every iteration.
+- A step at k = 0 (speculation switched off for one iteration) draws no acceptance uniforms.
 - The parsed-profile cache returns the file's current content after the file changes on disk.
 """
 
@@ -19,6 +20,7 @@ import pytest
 from specsim.scenario import Scenario
 from specsim.simulation import run as run_module
 from specsim.simulation import run_simulation
+from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.replica import Replica
 
 DATA = Path(__file__).parent / "data"
@@ -55,6 +57,15 @@ VARIANTS = {
     "no chunked prefill": {"engine": {"max_batch": 48, "chunked_prefill": False}},
     "adaptive": {"speculation": {"drafter": "c05", "k": 3, "policy": "adaptive"}},
     "bursty load": {"workload": {"rate": 40.0}},
+    "by batch": {
+        "speculation": {
+            "drafter": "c20",
+            "k": 3,
+            "policy": "by_batch",
+            "k_by_batch": [{"max_batch": 3, "k": 3}],
+        },
+        "workload": {"rate": 40.0},
+    },
 }
 
 
@@ -165,3 +176,29 @@ def test_a_cached_profile_is_a_fresh_loaded_profile_each_run(tmp_path):
     assert a is not b
     assert a.latency_model("target") is not b.latency_model("target")
     assert a.profile is b.profile
+
+
+def test_a_step_without_drafts_draws_nothing(monkeypatch):
+    """by_batch turns speculation off above 3 rows: those steps must not touch the stream."""
+    draw = RateAcceptance.draw_slots
+    windows = []
+
+    def recording_draw(self, rng, k, shift, capacity):
+        windows.append(k)
+        return draw(self, rng, k, shift, capacity)
+
+    plan = Replica._plan_mixed
+    planned = []
+
+    def recording_plan(self):
+        dt, step = plan(self)
+        if step[0] is not None:
+            planned.append(step[0][0])
+        return dt, step
+
+    monkeypatch.setattr(RateAcceptance, "draw_slots", recording_draw)
+    monkeypatch.setattr(Replica, "_plan_mixed", recording_plan)
+    run_simulation(make(VARIANTS["by batch"]))
+    assert 0 in planned and 3 in planned  # both kinds of step happened
+    assert 0 not in windows
+    assert len(windows) == planned.count(3)

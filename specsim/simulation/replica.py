@@ -283,7 +283,11 @@ class Replica:
             # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
             drafts = _minimum(remaining, self._k_plus_1[k])
             drafts -= _ONE
-            if self._by_slot:
+            if k == 0:
+                # Nothing drafted, nothing to accept: no draws. (Window policies that switch
+                # speculation off for some iterations leave the stream to the steps that use it.)
+                accepted, proposed = drafts.copy(), None
+            elif self._by_slot:
                 # One uniform per slot, one search for every row's acceptance level (see
                 # RateAcceptance): the count of leading accepted drafts.
                 accepted, proposed = self.acceptance.draw_slots(self.rng, k, shift, self.capacity)
