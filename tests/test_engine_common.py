@@ -10,6 +10,8 @@ import functools
 import os
 from pathlib import Path
 
+import yaml
+
 NAMES = ("specsim-target", "specsim-draft-small", "specsim-draft-tiny")
 
 
@@ -48,3 +50,32 @@ def drafter_map() -> dict[str, str]:
         "tiny": model_spec("specsim-draft-tiny"),
         "ngram": "ngram",
     }
+
+
+def hand_profile(path, slow: float = 1.0, overhead=None, per_position=(0.8, 0.7)):
+    """A profile in the shape the profiler writes, with round numbers: target 10 ms + 0.1 ms per
+    token, drafter 1 ms + 0.01 ms per token (``slow`` scales time)."""
+
+    def latency(fixed, per_token):
+        return {"fit": {"fixed_s": fixed * slow, "per_batched_token_s": per_token * slow}}
+
+    spec = {"kv_bytes_per_token": 4096, "weight_bytes": 10_000_000}
+    data = {
+        "version": 1,
+        "name": "hand",
+        "provenance": {"source": "measured", "device": "test", "date": "2026-01-01"},
+        "hardware": {"name": "cpu", "memory_bytes": 8e9, "price_per_hour_usd": 0.0},
+        "target": {"kind": "target", **spec, "latency": latency(0.01, 1e-4)},
+        "drafters": {"small": {"kind": "draft_model", **spec, "latency": latency(0.001, 1e-5)}},
+        "overhead": overhead or {"per_step_s": 1e-4},
+        "acceptance": [
+            {
+                "drafter": "small",
+                "verifier": "rejection",
+                "temperature": 1.0,
+                "per_position": list(per_position),
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from test_engine_common import hand_profile
 
 from specsim.errors import SpecsimError
 from specsim.profiling.overhead import OverheadPoint, fit_overhead
@@ -76,33 +77,6 @@ def test_default_grid_fits_the_models_positions_and_given_values_must():
     assert "new" in str(err.value)
 
 
-def overhead_profile(path, overhead: dict) -> None:
-    """Round numbers: target 10 ms + 0.1 ms per token, drafter 1 ms + 0.01 ms per token."""
-
-    def latency(fixed, per_token):
-        return {"fit": {"fixed_s": fixed, "per_batched_token_s": per_token}}
-
-    spec = {"kv_bytes_per_token": 4096, "weight_bytes": 10_000_000}
-    data = {
-        "version": 1,
-        "name": "hand",
-        "provenance": {"source": "measured", "device": "test", "date": "2026-01-01"},
-        "hardware": {"name": "cpu", "memory_bytes": 8e9, "price_per_hour_usd": 0.0},
-        "target": {"kind": "target", **spec, "latency": latency(0.01, 1e-4)},
-        "drafters": {"small": {"kind": "draft_model", **spec, "latency": latency(0.001, 1e-5)}},
-        "overhead": overhead,
-        "acceptance": [
-            {
-                "drafter": "small",
-                "verifier": "rejection",
-                "temperature": 1.0,
-                "per_position": [1.0, 1.0],
-            }
-        ],
-    }
-    path.write_text(yaml.safe_dump(data))
-
-
 def simulated_tpot(tmp_path) -> float:
     """One request at batch 1, k = 2, every draft accepted: 1 prefill token + 2 steps of 3
     tokens, so its time per output token is a third of one step."""
@@ -129,7 +103,11 @@ def simulated_tpot(tmp_path) -> float:
 
 
 def test_simulator_charges_every_overhead_term_at_batch_one(tmp_path, monkeypatch):
-    overhead_profile(tmp_path / "profile.yaml", {**TRUE, "source": "measured"})
+    hand_profile(
+        tmp_path / "profile.yaml",
+        overhead={**TRUE, "source": "measured"},
+        per_position=(1.0, 1.0),
+    )
     # Target pass over 3 positions, 2 drafter passes of 1 token, overhead at B = 1, k = 2.
     step = (0.01 + 3e-4) + 2 * (0.001 + 1e-5) + formula(1, 2)
     assert simulated_tpot(tmp_path) == pytest.approx(step / 3, rel=1e-9)

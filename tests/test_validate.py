@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from test_engine_common import drafter_map, model_spec, prompts_path
+from test_engine_common import drafter_map, hand_profile, model_spec, prompts_path
 
 from specsim.cli import main
 from specsim.validation.compare import THRESHOLDS, compare, metric_names, table
@@ -38,34 +38,6 @@ def test_relative_error_sign_and_thresholds():
     assert [r.metric for r in accept.failures] == ["mean_acceptance_length"]  # 3.5 % > 3 %
     assert "EXCEEDED" in table(accept)
     assert set(THRESHOLDS) <= set(metric_names())
-
-
-def hand_profile(path, slow: float = 1.0):
-    """A profile in the shape the profiler writes, with round numbers (``slow`` scales time)."""
-
-    def latency(fixed, per_token):
-        return {"fit": {"fixed_s": fixed * slow, "per_batched_token_s": per_token * slow}}
-
-    spec = {"kv_bytes_per_token": 4096, "weight_bytes": 10_000_000}
-    data = {
-        "version": 1,
-        "name": "hand",
-        "provenance": {"source": "measured", "device": "test", "date": "2026-01-01"},
-        "hardware": {"name": "cpu", "memory_bytes": 8e9, "price_per_hour_usd": 0.0},
-        "target": {"kind": "target", **spec, "latency": latency(0.01, 1e-4)},
-        "drafters": {"small": {"kind": "draft_model", **spec, "latency": latency(0.001, 1e-5)}},
-        "overhead": {"per_step_s": 1e-4},
-        "acceptance": [
-            {
-                "drafter": "small",
-                "verifier": "rejection",
-                "temperature": 1.0,
-                "per_position": [0.8, 0.7],
-            }
-        ],
-    }
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def write_scenario(tmp_path, **engine):
