@@ -273,6 +273,7 @@ def test_roofline_and_calibration_work_without_torch(repo, tmp_path):
         "assert main(['profile', '--calibrate', "
         f"{str(repo / 'profiles/examples/vllm-spec-decode-metrics.txt')!r}, '--into', "
         f"{str(out)!r}, '--drafter', 'ngram', '--verifier', 'greedy', '--temperature', '0', "
+        "'--label', 'model_name=meta-llama/Llama-3.1-8B-Instruct', "
         f"'--out', {str(tmp_path / 'c.yaml')!r}]) == 0\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
