@@ -58,9 +58,10 @@ def test_control_through_the_cli_is_flagged(capsys):
     assert summary["lossless"] is False and summary["p_value"] < 0.01
 
 
-def test_an_exact_verifier_found_lossy_exits_1(capsys, monkeypatch):
+def test_an_exact_verifier_found_lossy_exits_1_with_fail_on_lossy(capsys, monkeypatch):
     # Planted regression: the "rejection" verifier behaves like the resample-p control. The
-    # verdict is still printed; the exit code tells a CI job the check failed.
+    # verdict is printed and the command exits 0 (a verdict was computed); with --fail-on-lossy
+    # the exit code tells a CI job the check failed.
     from specsim.sampling import checker
 
     real = checker.check_sampler
@@ -70,8 +71,15 @@ def test_an_exact_verifier_found_lossy_exits_1(capsys, monkeypatch):
         return dataclasses.replace(report, verifier=verifier, negative_control=False)
 
     monkeypatch.setattr(checker, "check_sampler", regressed)
-    assert main(["check", "sampler", "--verifier", "rejection", "--samples", "0"]) == 1
+    argv = ["check", "sampler", "--verifier", "rejection", "--samples", "0"]
+    assert main(argv) == 0
     assert "verdict: LOSSY, TV distance" in capsys.readouterr().out
+    assert main([*argv, "--fail-on-lossy"]) == 1
+    assert "verdict: LOSSY, TV distance" in capsys.readouterr().out
+    # Flagging a negative control is the expected verdict, not a regression.
+    monkeypatch.undo()
+    control = ["check", "sampler", "--control", "resample-p", "--samples", "0", "--fail-on-lossy"]
+    assert main(control) == 0
 
 
 def test_greedy_options_and_ragged(capsys):

@@ -9,9 +9,8 @@ specsim check rollout --baseline runs/before/engine --candidate runs/after/engin
 "sampler" judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
 prefix: an exact enumeration of every draft path (numpy, float64) and a Monte Carlo G-test of the
 real batched torch implementation, reporting the sample size, seed, p-value and the smallest TV
-distance the test detects with 99% power. Exit 0 when the verdict is the expected one (an exact
-verifier lossless; typical acceptance and the negative controls flagged or explained), 1 when an
-exact verifier is found lossy, 2 on bad input.
+distance the test detects with 99% power. Exit 0 whenever a verdict is computed (lossless or
+not), 2 on bad input; with --fail-on-lossy, 1 when an exact verifier is found lossy (for CI jobs).
 """
 
 from __future__ import annotations
@@ -109,6 +108,12 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
         "--alpha", type=float, default=0.01, help="level of the Monte Carlo test (default 0.01)"
     )
     add_out(parser, required=False, help="also write the report to DIR/sampler_check.json")
+    parser.add_argument(
+        "--fail-on-lossy",
+        action="store_true",
+        help="exit 1 when an exact verifier (rejection, greedy) is found lossy, so a CI job "
+        "catches a regression (typical acceptance and the negative controls still exit 0)",
+    )
     add_json(parser)
 
 
@@ -141,7 +146,7 @@ def _run_sampler(args: argparse.Namespace) -> int:
         with atomic_output_dir(args.out) as staging:
             (staging / "sampler_check.json").write_text(dump_json(summary), encoding="utf-8")
     emit(args, summary, _human(report))
-    return 1 if exact_verifier_failed(report) else 0
+    return 1 if args.fail_on_lossy and exact_verifier_failed(report) else 0
 
 
 def exact_verifier_failed(report) -> bool:
@@ -214,8 +219,8 @@ prefix (order-2 context tables), processed by the shared temperature / top-k / t
 
 Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
 decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,
-which the check must flag. Exit 1 when an exact verifier is found lossy (a regression), else 0;
-2 on bad input.
+which the check must flag. Exit 0 when a verdict is computed (lossless or not), 2 on bad input;
+--fail-on-lossy makes an exact verifier found lossy exit 1.
 """
 
 
