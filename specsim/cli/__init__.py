@@ -48,8 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
-        if importlib.util.find_spec(f"specsim.cli.{name}") is None:
-            continue
         module = importlib.import_module(f"specsim.cli.{name}")
         cmd = sub.add_parser(
             name,
