@@ -220,3 +220,23 @@ def test_cpu_clock_skips_idle_waits(tmp_path):
     check_records(run.records, scenario)
     assert run.records["arrival_s"][-1] > 5.0
     assert run.summary["duration_s"] >= run.records["arrival_s"][-1]
+
+
+def test_reference_clock_run_reports_the_machine_drift(tmp_path, monkeypatch):
+    from specsim.engine import speed
+
+    # A machine that turns twice as slow after the reference was taken: every probe after the
+    # first takes twice the reference's time, so the engine's CPU time counts half.
+    probes = iter([1e-3] + [2e-3] * 10_000)
+    monkeypatch.setattr(speed.ReferencePass, "median_s", lambda self, passes=5: next(probes))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        scenario = scenario_file(tmp_path)
+        run = serve(scenario, clock="reference")
+    finally:
+        torch.set_num_threads(threads)
+    check_records(run.records, scenario)
+    drift = run.summary["machine_speed"]
+    assert drift["reference_pass_s"] == 1e-3 and drift["slowdown_median"] == pytest.approx(2.0)
+    assert run.summary["scenario"]["clock"] == "reference"

@@ -198,6 +198,9 @@ def test_measure_cli_writes_a_profile_that_loads_and_answers(configs, prompts, t
     assert loaded.latency_model("small").pass_seconds(np.array([8, 30]), 3) > 0
     assert profile.target.flops_per_token > profile.drafters["small"].flops_per_token
     assert profile.overhead.source == "measured"
+    # The draft model's own draft terms, measured against the latency fits (see overhead.py).
+    assert profile.drafters["small"].overhead is not None
+    assert profile.provenance.reference_pass_s is None  # wall clock: no reference speed
     verifiers = {(a.drafter, a.verifier, a.temperature) for a in profile.acceptance}
     assert ("small", "greedy", 0.0) in verifiers and ("small", "rejection", 0.7) in verifiers
     assert ("small", "typical", 0.7) in verifiers
@@ -336,6 +339,21 @@ def test_cpu_clock_times_the_process_and_needs_one_thread(configs, monkeypatch):
         timing.PassTimer("cpu", clock="cpu")
     with pytest.raises(SpecsimError, match="CUDA events"):
         timing.PassTimer("cuda", clock="cpu")
+
+
+def test_reference_clock_profile_records_the_speed_it_rescaled_to(configs, tmp_path):
+    out = tmp_path / "p.yaml"
+    argv = ["profile", "--target", configs["target"], "--drafter", f"small={configs['draft']}"]
+    argv += ["--no-acceptance", *SMALL_GRID, "--repeats", "2", "--clock", "reference"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([*argv, "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    profile = load_profile(out).profile
+    assert 0 < profile.provenance.reference_pass_s < 1.0
+    assert "rescaled to the machine's speed" in profile.provenance.notes
 
 
 def test_generation_stops_each_row_at_eos(configs):

@@ -120,3 +120,61 @@ def test_simulator_charges_every_overhead_term_at_batch_one(tmp_path, monkeypatc
 
     monkeypatch.setattr(costs.StepCosts, "overhead_s", without_draft_terms)
     assert simulated_tpot(tmp_path) != pytest.approx(step / 3, rel=1e-3)
+
+
+def test_each_drafter_gets_its_own_draft_terms():
+    # The bigger drafter's passes lose more in the loop: its draft terms are twice the other's.
+    small = {**TRUE, "per_draft_step_s": 6e-4, "per_draft_token_s": 1e-4}
+    points = [
+        OverheadPoint(b, k, formula(b, k, terms), name)
+        for name, terms in (("small", small), ("tiny", TRUE))
+        for b in (1, 4, 8)
+        for k in (0, 2, 4)
+    ]
+    fit = fit_overhead(points)
+    for name, terms in (("small", small), ("tiny", TRUE)):
+        for term in ("per_draft_step_s", "per_draft_token_s"):
+            assert fit.drafters[name][term] == pytest.approx(terms[term], rel=1e-6), (name, term)
+    # The shared terms sit between the two; the shared step and sequence terms stay exact.
+    assert 3e-4 < fit.terms["per_draft_step_s"] < 6e-4
+    assert fit.terms["per_step_s"] == pytest.approx(TRUE["per_step_s"], rel=1e-6)
+    assert "small: k x (0.600 ms" in fit.describe()
+    # Unlabelled points (a profile of one anonymous drafter) give no per-drafter terms.
+    assert fit_overhead([OverheadPoint(p.batch, p.k, p.seconds) for p in points]).drafters == {}
+
+
+def test_simulator_charges_a_drafters_own_draft_terms(tmp_path):
+    path = hand_profile(
+        tmp_path / "profile.yaml", overhead={**TRUE, "source": "measured"}, per_position=(1.0, 1.0)
+    )
+    shared = simulated_tpot(tmp_path)
+    own = {"per_draft_step_s": 9e-4, "per_draft_token_s": 0.0}
+    data = yaml.safe_load(path.read_text())
+    data["drafters"]["small"]["overhead"] = own
+    path.write_text(yaml.safe_dump(data))
+    step = (0.01 + 3e-4) + 2 * (0.001 + 1e-5) + formula(1, 2, {**TRUE, **own})
+    assert simulated_tpot(tmp_path) == pytest.approx(step / 3, rel=1e-5)  # summary: 6 digits
+    assert simulated_tpot(tmp_path) != pytest.approx(shared, rel=1e-3)
+
+
+def test_overhead_against_the_fits_is_the_step_minus_their_prediction():
+    torch = pytest.importorskip("torch")
+    from specsim.models import load_model
+    from specsim.profiling.overhead import measure_overhead
+
+    torch.manual_seed(0)
+    target = load_model("specsim-target")
+    drafter = load_model("specsim-draft-tiny")
+    calls = []
+
+    def predict(index, batch, k, context):
+        calls.append((index, batch, k, context))
+        return 1e3  # far above any step: every point is then clamped to 0
+
+    fit = measure_overhead(
+        target, [drafter], 32, (1,), (0, 2), repeats=1, predict_passes=predict, names=["tiny"]
+    )
+    assert calls == [(0, 1, 0, 32), (0, 1, 2, 32)]
+    assert [p.drafter for p in fit.points] == ["tiny", "tiny"]
+    assert all(p.seconds < 0 for p in fit.points)
+    assert all(v == 0.0 for v in fit.terms.values())

@@ -6,7 +6,13 @@
 Without --profile the scenario's target and drafter are profiled on this machine first (a few
 minutes on a CPU; --profile-budget caps the timing grid). On a shared machine, --clock cpu times
 both the profiling and the engine by this process's CPU time (idle waits for arrivals are
-skipped, not slept), so other processes' load does not enter either side.
+skipped, not slept), so other processes' load does not enter either side. Other tenants still
+slow this process's own CPU time (caches, memory bandwidth: 1.6x within seconds was seen), so
+--clock reference also times the target's decode pass every quarter second and rescales both
+sides to the machine's speed when profiling began (the profile's reference_pass_s):
+
+  OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \
+      --out runs/v1
 
 The engine serves the scenario's workload (same seed, so the same arrivals and lengths as the
 simulation) on the built-in models, or on --target / --drafter NAME=MODEL. The engine prefills
@@ -47,10 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--clock",
-        choices=["wall", "cpu"],
+        choices=["wall", "cpu", "reference"],
         default="wall",
-        help="time the engine (and the profiling) by wall-clock time (default), or by this "
-        "process's CPU time on a machine shared with other busy processes (one torch thread)",
+        help="time the engine (and the profiling) by wall-clock time (default), by this "
+        "process's CPU time on a machine shared with other busy processes (one torch thread), "
+        "or by CPU time rescaled to a reference pass's speed (reference: for machines whose "
+        "speed drifts)",
     )
     add_json(parser)
 

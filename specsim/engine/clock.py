@@ -13,7 +13,7 @@ import time
 
 from specsim.errors import SpecsimError
 
-CLOCKS = ("wall", "cpu")
+CLOCKS = ("wall", "cpu", "reference")
 
 
 class WallClock:
@@ -37,21 +37,54 @@ class ProcessClock:
         self.skipped += max(0.0, seconds)
 
 
-def make_clock(name: str, device: str = "cpu"):
+class ReferenceClock(ProcessClock):
+    """CPU time at the reference speed: each stretch of CPU time between two readings counts
+    times the normaliser's factor (``specsim.engine.speed.SpeedNormaliser``), and the speed
+    probes the normaliser runs every quarter second stay off the clock."""
+
+    def __init__(self, normaliser):
+        super().__init__()
+        self.normaliser = normaliser
+        self.elapsed = 0.0
+        self._last: float | None = None
+        self._factor = 1.0
+
+    def now(self) -> float:
+        raw = time.process_time()
+        if self._last is not None:
+            self.elapsed += (raw - self._last) * self._factor
+        self._factor = self.normaliser.factor()  # may probe: read the clock again after it
+        self._last = time.process_time()
+        return self.elapsed + self.skipped
+
+
+def check_clock(name: str, device: str = "cpu") -> None:
+    """The CPU clocks need a CPU run on one torch thread (several threads add up)."""
     if name == "wall":
-        return WallClock()
-    if name != "cpu":
-        raise SpecsimError(f"unknown clock {name!r}", file="--clock", fix="wall or cpu")
+        return
+    if name not in CLOCKS:
+        raise SpecsimError(f"unknown clock {name!r}", file="--clock", fix="wall, cpu or reference")
     import torch
 
     if device != "cpu":
         raise SpecsimError(
-            "--clock cpu applies to CPU runs", file="--clock", fix="use --clock wall on a GPU"
+            f"--clock {name} applies to CPU runs", file="--clock", fix="use --clock wall on a GPU"
         )
     if torch.get_num_threads() != 1:
         raise SpecsimError(
-            f"--clock cpu needs one torch thread (have {torch.get_num_threads()})",
+            f"--clock {name} needs one torch thread (have {torch.get_num_threads()})",
             file="--clock",
             fix="set OMP_NUM_THREADS=1, or use --clock wall",
         )
-    return ProcessClock()
+
+
+def make_clock(name: str, device: str = "cpu", normaliser=None):
+    """``wall``, ``cpu``, or ``reference`` (needs ``normaliser``)."""
+    check_clock(name, device)
+    if name == "wall":
+        return WallClock()
+    if name == "cpu":
+        return ProcessClock()
+    if normaliser is None:
+        raise ValueError("the reference clock needs a SpeedNormaliser")
+    return ReferenceClock(normaliser)

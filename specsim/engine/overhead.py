@@ -12,6 +12,7 @@ passes cannot see. The profiler fits the profile's overhead terms to it over bat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +43,12 @@ def step_overhead(
     repeats: int = 15,
     sampling: Sampling | None = None,
     clock: str = "wall",
+    normalise: Callable[[], float] | None = None,
 ) -> StepOverhead:
     """Median step and bare-pass times over ``repeats`` interleaved rounds (``clock``: ``wall``
-    or this process's ``cpu`` time)."""
-    now = time.process_time if clock == "cpu" else time.perf_counter
+    or this process's ``cpu`` time; ``reference``: CPU time times ``normalise()``, see
+    ``specsim.engine.speed``)."""
+    now = time.perf_counter if clock == "wall" else time.process_time
     sampling = sampling or Sampling()
     max_len = context + k + 2
     state = Batch(target, drafter if k else None, batch, max_len)
@@ -107,11 +110,12 @@ def step_overhead(
     for _ in range(repeats):
         for fn, out in timings.items():
             reset()
+            factor = normalise() if normalise is not None else 1.0
             _sync(target.device)
             began = now()
             fn()
             _sync(target.device)
-            out.append(now() - began)
+            out.append((now() - began) * factor)
     reset()
     step = float(np.median(timings[whole_step]))
     passes = float(np.median(timings[passes_only]))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.engine.clock import make_clock
+from specsim.engine.clock import check_clock, make_clock
 from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
 from specsim.engine.records import (
     engine_summary,
@@ -99,13 +99,16 @@ def run_engine(
     eos_id: int | None = None,
     faults: Faults | None = None,
     clock: str = "wall",
+    reference_s: float | None = None,
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
     Output lengths come from the workload, so EOS is ignored by default (as serving benchmarks
     do, and as the simulator assumes); with ``ignore_eos=False`` a request also stops at the
-    tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall`` or ``cpu`` (see
-    ``specsim.engine.clock``).
+    tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall``, ``cpu`` or
+    ``reference`` (see ``specsim.engine.clock``); the reference clock rescales to the speed at
+    which the target's reference pass takes ``reference_s`` (a profile's
+    ``provenance.reference_pass_s``; without it, the machine's speed at the start).
     """
     import torch
 
@@ -143,7 +146,13 @@ def run_engine(
         seed=scenario.seed,
         faults=faults or Faults(),
     )
-    timer = make_clock(clock, device)
+    normaliser = None
+    if clock == "reference":
+        from specsim.engine.speed import ReferencePass, SpeedNormaliser
+
+        check_clock(clock, device)
+        normaliser = SpeedNormaliser(ReferencePass(target_model), reference_s)
+    timer = make_clock(clock, device, normaliser)
     engine = ServingEngine(target_model, drafter_model, bank, options, timer.now, timer.sleep)
     source = build_engine_source(scenario)
     if source.closed_loop:
@@ -174,6 +183,8 @@ def run_engine(
         "ignore_eos": ignore_eos,
         "clock": clock,
     }
+    if normaliser is not None:
+        summary["machine_speed"] = normaliser.drift()
     return EngineRun(records, summary, engine.log)
 
 

@@ -32,6 +32,12 @@ class Provenance(StrictModel):
     command: str | None = Field(default=None, description="the command that wrote the profile")
     notes: str = ""
     profiling_seconds: NonNeg | None = Field(default=None, description="wall time of profiling")
+    reference_pass_s: Pos | None = Field(
+        default=None,
+        description="profiled with --clock reference: the target's decode pass (batch 1, 128 "
+        "cached tokens) at the speed every timing is rescaled to; specsim validate --clock "
+        "reference rescales the engine's time to it too",
+    )
 
 
 class Hardware(StrictModel):
@@ -105,6 +111,16 @@ class Latency(StrictModel):
     samples: list[LatencySample] = Field(default_factory=list)
 
 
+class DraftOverhead(StrictModel):
+    """A drafter's own per-draft-pass overhead terms (see ``Overhead``), when it was measured:
+    what one of its draft passes adds to a serving iteration beyond the latency fits (sampling,
+    and its passes running cache-cold after the target's inside the loop, which grows with the
+    drafter's size)."""
+
+    per_draft_step_s: NonNeg = 0.0
+    per_draft_token_s: NonNeg = 0.0
+
+
 class ModelSpec(StrictModel):
     """A target or drafter. FLOPs are forward-pass FLOPs (2 x multiply-adds)."""
 
@@ -128,6 +144,11 @@ class ModelSpec(StrictModel):
         description="fixed drafting cost per speculative step (n-gram lookup, heads) when the "
         "drafter has no latency fit of its own",
     )
+    overhead: DraftOverhead | None = Field(
+        default=None,
+        description="draft models: this drafter's per-draft-pass overhead terms, in place of "
+        "the profile's overhead.per_draft_step_s and per_draft_token_s",
+    )
 
     @model_validator(mode="after")
     def _needs_a_cost(self) -> ModelSpec:
@@ -148,7 +169,8 @@ class Overhead(StrictModel):
 
     on top of its forward passes. The draft terms are what each draft pass adds outside the
     drafter's forward pass (processing q and sampling a draft, and the verifier's work per
-    position); they default to 0 so profiles written before them stay valid.
+    position); they default to 0 so profiles written before them stay valid, and a drafter's
+    own ``overhead`` section, when it has one, replaces them for that drafter.
     """
 
     per_step_s: NonNeg = 0.0

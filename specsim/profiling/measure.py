@@ -217,18 +217,40 @@ def _acceptance(opts, models, tokenizer, progress_file):
     return result, line, note
 
 
-def _overhead(opts, models, axes, timer):
-    """The engine's serving iteration beyond its passes, over batch x k, fitted; summary line.
-    Batches span the grid's (smallest, middle, largest); the context is the grid's middle one."""
+def _overhead(opts, models, axes, timer, passes_profile):
+    """The engine's serving iteration beyond what the latency fits (``passes_profile``: the
+    profile so far) predict for its passes, over batch x k, fitted; summary line. Batches span
+    the grid's (smallest, middle, largest); the context is the grid's middle one."""
     from specsim.profiling.overhead import measure_overhead
+    from specsim.simulation.costs import StepCosts
 
     batches = sorted(axes["batch"])
     batches = sorted({batches[0], batches[len(batches) // 2], batches[-1]})
     contexts = sorted(axes["context"])
     context = max(contexts[len(contexts) // 2], 8)
-    drafters = [models[d.name] for d in opts.drafters if not d.is_ngram]
+    names = [d.name for d in opts.drafters if not d.is_ngram]
+    costs = [StepCosts(passes_profile, name) for name in names] or [StepCosts(passes_profile, None)]
+
+    def predict_passes(index: int, batch: int, k: int, context: int) -> float:
+        # As the engine's iteration log describes the step (see ServingEngine): the target
+        # holds context - 1 tokens per row and verifies k + 1 positions.
+        kv = batch * (context - 1.0)
+        new = batch * (k + 1.0)
+        pairs = batch * (k + 1.0) * (context - 1.0) + batch * (k + 1.0) * (k + 2.0) / 2.0
+        cost = costs[index]
+        return cost.target_pass_s(batch, new, kv, pairs) + (cost.draft_s(batch, k, kv) if k else 0)
+
     started = time.monotonic()
-    fit = measure_overhead(models["target"], drafters, context, batches=batches, clock=timer.clock)
+    fit = measure_overhead(
+        models["target"],
+        [models[name] for name in names],
+        context,
+        batches=batches,
+        clock=timer.clock,
+        normalise=timer.normalise,
+        predict_passes=predict_passes,
+        names=names,
+    )
     line = (
         f"  overhead: {fit.describe()}; {len(fit.points)} points in "
         f"{time.monotonic() - started:.0f} s, fit within {fit.max_abs_error_s * 1e3:.2f} ms"
@@ -244,6 +266,12 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
             "synchronous CPU passes timed by the process's CPU time (one torch thread), which "
             "leaves out time given to other processes: the latency of a dedicated core."
         )
+    elif timer.clock == "reference":
+        method = (
+            "synchronous CPU passes timed by the process's CPU time (one torch thread), each "
+            "rescaled to the machine's speed at the start (provenance.reference_pass_s: the "
+            "target's decode at batch 1 after 128 tokens, re-timed every 0.25 s of profiling)."
+        )
     else:
         method = "synchronous CPU passes timed with perf_counter_ns (wall clock)."
     return (
@@ -252,8 +280,9 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         f"{list(axes.get('prefill', ()))}; {timer.warmup} warm-up rounds and {timer.repeats} "
         f"timed rounds (every point once per round), median and IQR per point; {method} "
         "Overhead: the engine's decode iteration (per-request draws, drafting, verifying, "
-        "rollback, reading back, appending tokens) minus the same passes alone, timed "
-        "interleaved over batch x k at the grid's middle context for each draft model, fitted "
+        "rollback, reading back, appending tokens) beyond what the latency fits predict for "
+        "its passes, timed over batch x k at the grid's middle context for each draft model, "
+        "fitted "
         "by non-negative least squares."
     )
 
@@ -262,6 +291,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     """Measure everything and return the validated profile, its side files and summary lines.
     Progress bars go to ``progress_file`` (default: the current ``sys.stderr``)."""
     from specsim.models import load_tokenizer
+    from specsim.profile import LoadedProfile
     from specsim.profiling.flops import shape_from_object
     from specsim.profiling.timing import (
         PassTimer,
@@ -282,14 +312,42 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     # Fail on a missing tokenizer before minutes of timing, not after.
     tokenizer = load_tokenizer(opts.target) if measure_accept else None
     repeats = opts.repeats or (7 if opts.device == "cpu" else 20)
-    timer = PassTimer(opts.device, warmup=2, repeats=repeats, clock=opts.clock)
+    normaliser = None
+    if opts.clock == "reference":
+        from specsim.engine.speed import ReferencePass, SpeedNormaliser
+
+        normaliser = SpeedNormaliser(ReferencePass(models["target"]))
+    timer = PassTimer(
+        opts.device,
+        warmup=2,
+        repeats=repeats,
+        clock=opts.clock,
+        normalise=normaliser.factor if normaliser is not None else None,
+    )
     sections, lines, notes = _time_models(opts, models, points, timer, progress_file)
-    overhead, overhead_line = _overhead(opts, models, axes, timer)
-    lines.append(overhead_line)
 
     def spec_of(name: str, kind: str):
         shape = shape_from_object(models[name].config, models[name].config.name or name)
         return model_spec(shape, kind, DTYPES[dtype_name], sections[name], shape.name)
+
+    model_specs = {d.name: spec_of(d.name, "draft_model") for d in opts.drafters if not d.is_ngram}
+    passes = build_profile(
+        {
+            "version": 1,
+            "name": opts.name,
+            "provenance": {"source": "measured", "device": opts.device, "date": today()},
+            "hardware": _hardware(opts.device),
+            "target": spec_of("target", "target"),
+            "drafters": model_specs,
+        },
+        opts.name,
+    )
+    overhead, overhead_line = _overhead(
+        opts, models, axes, timer, LoadedProfile(passes, "<the latency fits>")
+    )
+    lines.append(overhead_line)
+    for name, terms in overhead.drafters.items():
+        model_specs[name] = {**model_specs[name], "overhead": terms}
 
     result = None
     if measure_accept:
@@ -302,7 +360,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             step_s = result.lookup_seconds_per_step(d.name) if result is not None else 0.0
             drafter_specs[d.name] = ngram_spec(d.ngram, step_s)
         else:
-            drafter_specs[d.name] = spec_of(d.name, "draft_model")
+            drafter_specs[d.name] = model_specs[d.name]
     if any(d.is_ngram for d in opts.drafters):
         notes.append(
             "Prompt lookup draft_step_s: this implementation's host-side n-gram search per "
@@ -321,6 +379,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "command": opts.command,
             "notes": " ".join([_timing_note(opts, axes, timer, dtype_name), *notes]),
             "profiling_seconds": time.monotonic() - started,
+            "reference_pass_s": normaliser.reference_s if normaliser is not None else None,
         },
         "hardware": _hardware(opts.device),
         "target": spec_of("target", "target"),

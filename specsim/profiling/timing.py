@@ -142,7 +142,7 @@ def fit_to_positions(
     return out
 
 
-CLOCKS = ("wall", "cpu")
+CLOCKS = ("wall", "cpu", "reference")
 
 
 class PassTimer:
@@ -151,35 +151,48 @@ class PassTimer:
     ``clock`` (CPU only): ``wall`` times elapsed time; ``cpu`` times the process's CPU time,
     which leaves out the time the operating system gave to other processes, so it measures what
     a dedicated core would take even on a shared machine. It is only meaningful with one torch
-    thread (several threads add their CPU times up), which the timer checks.
+    thread (several threads add their CPU times up), which the timer checks. ``reference`` is
+    CPU time rescaled by ``normalise()`` (a ``SpeedNormaliser.factor``, called before each timed
+    pass) to the machine's speed at a reference moment: other tenants also slow this process's
+    own CPU time down, by up to 1.6x within seconds (see ``specsim.engine.speed``).
     """
 
-    def __init__(self, device: str, warmup: int = 2, repeats: int = 5, clock: str = "wall"):
+    def __init__(
+        self,
+        device: str,
+        warmup: int = 2,
+        repeats: int = 5,
+        clock: str = "wall",
+        normalise: Callable[[], float] | None = None,
+    ):
         if repeats < 1 or warmup < 0:
             raise SpecsimError(
                 "repeats must be >= 1 and warm-ups >= 0", key="--repeats", fix="use 1 or more"
             )
         if clock not in CLOCKS:
             raise SpecsimError(f"unknown clock {clock!r}", file="--clock", fix="wall or cpu")
-        if clock == "cpu":
+        if clock != "wall":
             import torch
 
             if device.startswith("cuda"):
                 raise SpecsimError(
-                    "--clock cpu times CPU passes; CUDA passes are timed with CUDA events",
+                    f"--clock {clock} times CPU passes; CUDA passes are timed with CUDA events",
                     file="--clock",
-                    fix="drop --clock cpu for --device cuda",
+                    fix=f"drop --clock {clock} for --device cuda",
                 )
             if torch.get_num_threads() != 1:
                 raise SpecsimError(
-                    f"--clock cpu needs one torch thread (have {torch.get_num_threads()})",
+                    f"--clock {clock} needs one torch thread (have {torch.get_num_threads()})",
                     file="--clock",
                     fix="set OMP_NUM_THREADS=1, or use --clock wall",
                 )
+        if (clock == "reference") != (normalise is not None):
+            raise ValueError("the reference clock, and only it, needs a normalise function")
         self.device = device
         self.warmup = warmup
         self.repeats = repeats
         self.clock = clock
+        self.normalise = normalise
 
     def time_once(self, run: Callable[[], object]) -> float:
         import torch
@@ -193,10 +206,12 @@ class PassTimer:
             end.record()
             torch.cuda.synchronize(self.device)
             return start.elapsed_time(end) / 1e3
-        now = time.process_time_ns if self.clock == "cpu" else time.perf_counter_ns
+        # Read before the pass: a speed probe, when one is due, stays out of the timing.
+        factor = self.normalise() if self.normalise is not None else 1.0
+        now = time.perf_counter_ns if self.clock == "wall" else time.process_time_ns
         begin = now()
         run()
-        return (now() - begin) / 1e9
+        return (now() - begin) / 1e9 * factor
 
     def measure(self, run: Callable[[], object], reset: Callable[[], object]) -> np.ndarray:
         """Seconds of ``repeats`` runs of ``run``, each after ``reset`` (not timed)."""

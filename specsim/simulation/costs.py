@@ -31,8 +31,10 @@ class StepCosts:
         overhead = profile.profile.overhead
         self.overhead_step_s = overhead.per_step_s
         self.overhead_seq_s = overhead.per_sequence_s
-        self.overhead_draft_step_s = overhead.per_draft_step_s
-        self.overhead_draft_token_s = overhead.per_draft_token_s
+        own = spec.overhead if spec is not None else None
+        draft_terms = own if own is not None else overhead
+        self.overhead_draft_step_s = draft_terms.per_draft_step_s
+        self.overhead_draft_token_s = draft_terms.per_draft_token_s
         self._check_target = self.target.latency.valid_range is not None
         self._check_draft = (
             self.draft_latency is not None and self.draft_latency.latency.valid_range is not None
@@ -80,7 +82,8 @@ class StepCosts:
 
     def overhead_s(self, sequences: int, k: int = 0, drafting: int = 0) -> float:
         """The profile's overhead formula (see ``Overhead``): ``sequences`` in the iteration,
-        ``drafting`` of them through ``k`` draft passes."""
+        ``drafting`` of them through ``k`` draft passes (the drafter's own draft terms when its
+        spec has them)."""
         seconds = self.overhead_step_s + self.overhead_seq_s * sequences
         if k and drafting:
             seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * drafting)

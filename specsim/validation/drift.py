@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import numpy as np
+from specsim.engine.speed import REFERENCE_CONTEXT
 
-CONTEXT = 128
+CONTEXT = REFERENCE_CONTEXT  # the reference pass's context, named in reports
+
 REPEATS = 21
 
 
@@ -32,34 +33,14 @@ def speed_check(
     target_spec: str, latency_model, device: str = "cpu", clock: str = "wall"
 ) -> SpeedCheck:
     """Median of ``REPEATS`` reference decode passes against the profile's prediction, timed
-    with the engine's clock (``wall`` or the process's ``cpu`` time)."""
-    import torch
-
+    with the engine's clock (``wall``, or the process's CPU time for ``cpu`` and ``reference``:
+    raw, so that it shows the drift the reference clock takes out)."""
+    from specsim.engine.speed import ReferencePass
     from specsim.models import load_model
 
-    now = time.process_time if clock == "cpu" else time.perf_counter
-    model = load_model(target_spec, device)
-    context = min(CONTEXT, model.config.max_position - 1)
-    cache = model.new_cache(1, context + 1)
-    prompt = torch.ones((1, context), dtype=torch.long, device=model.device)
-    one = torch.ones((1, 1), dtype=torch.long, device=model.device)
-    times = []
-    with torch.inference_mode():
-        model(prompt, cache)
-        for i in range(REPEATS + 2):
-            cache.rollback([context])
-            _sync(model.device)
-            began = now()
-            model(one, cache)
-            _sync(model.device)
-            if i >= 2:  # two warm-up passes
-                times.append(now() - began)
+    now = time.perf_counter if clock == "wall" else time.process_time
+    reference = ReferencePass(load_model(target_spec, device), now)
+    measured = reference.median_s(REPEATS)
+    context = reference.context
     predicted = latency_model.seconds_from_totals(1, 1, context, context + 1)
-    return SpeedCheck(float(np.median(times)), float(predicted))
-
-
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return SpeedCheck(measured, float(predicted))

@@ -159,6 +159,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             prompts=opts.prompts,
             device=opts.device,
             clock=opts.clock,
+            reference_s=profile.profile.provenance.reference_pass_s,
         )
         after = speed_check(opts.target, target_latency, opts.device, opts.clock)
         write_run(run, staging / "engine")
@@ -183,6 +184,8 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             "ratio_before": before.ratio,
             "ratio_after": after.ratio,
         }
+        if "machine_speed" in run.summary:
+            speed["reference_clock"] = run.summary["machine_speed"]
         text = "\n\n".join(
             [_report(scenario, comparison, final_profile), residual_table(residuals), _speed(speed)]
         )
@@ -210,12 +213,21 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
 
 
 def _speed(speed: dict[str, Any]) -> str:
-    return (
+    text = (
         f"machine speed: {speed['reference_pass']} took {speed['measured_before_s'] * 1e3:.2f} ms "
         f"before and {speed['measured_after_s'] * 1e3:.2f} ms after the engine run; the profile "
         f"predicts {speed['profile_predicts_s'] * 1e3:.2f} ms (x{speed['ratio_before']:.2f}, "
         f"x{speed['ratio_after']:.2f}). Far from 1, the machine's speed drifted since profiling."
     )
+    ref = speed.get("reference_clock")
+    if ref:
+        text += (
+            f"\nreference clock: {ref['probes']} probes during the run found the machine "
+            f"x{ref['slowdown_median']:.2f} as slow as at the reference "
+            f"({ref['reference_pass_s'] * 1e3:.2f} ms; p10..p90 x{ref['slowdown_p10']:.2f}.."
+            f"x{ref['slowdown_p90']:.2f}); the engine's times are rescaled to the reference."
+        )
+    return text
 
 
 def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:

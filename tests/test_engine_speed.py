@@ -1,0 +1,125 @@
+"""The reference clock: a shared machine's drift measured with a reference pass and taken out
+of the profiler's and the engine's times (``specsim.engine.speed``, ``ReferenceClock``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specsim.engine.clock import ReferenceClock, make_clock  # noqa: E402
+from specsim.engine.speed import ReferencePass, SpeedNormaliser  # noqa: E402
+from specsim.errors import SpecsimError  # noqa: E402
+from specsim.profiling import timing  # noqa: E402
+
+
+class ScriptedPass:
+    """A reference pass whose probes take the given seconds, one after another."""
+
+    def __init__(self, *seconds):
+        self.seconds = list(seconds)
+        self.calls = []
+
+    def median_s(self, passes=5):
+        self.calls.append(passes)
+        return self.seconds.pop(0)
+
+
+class FakeCpu:
+    """A process clock that only moves when told to."""
+
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch):
+    cpu = FakeCpu()
+    monkeypatch.setattr(time, "process_time", cpu)
+    probe = ScriptedPass(2e-3, 4e-3, 1e-3)
+    normaliser = SpeedNormaliser(probe, reference_s=2e-3, interval_s=0.25)
+    assert normaliser.factor() == pytest.approx(1.0)  # first call probes: as fast as the reference
+    cpu.t += 0.1
+    assert normaliser.factor() == pytest.approx(1.0)  # within the interval: no new probe
+    cpu.t += 0.2
+    assert normaliser.factor() == pytest.approx(0.5)  # twice as slow: times count half
+    cpu.t += 0.3
+    assert normaliser.factor() == pytest.approx(2.0)
+    assert normaliser.probes_s == [2e-3, 4e-3, 1e-3]
+    drift = normaliser.drift()
+    assert drift["probes"] == 3 and drift["slowdown_median"] == pytest.approx(1.0)
+    assert drift["slowdown_p90"] > 1.5 and drift["slowdown_p10"] < 0.8
+    # Without a reference, a longer first burst sets it.
+    calibrated = SpeedNormaliser(ScriptedPass(3e-3, 6e-3), interval_s=0.25)
+    assert calibrated.reference_s == 3e-3 and calibrated.reference.calls == [31]
+    assert calibrated.factor() == pytest.approx(0.5)
+
+
+def test_reference_clock_counts_cpu_time_times_the_factor_and_leaves_probes_out(monkeypatch):
+    cpu = FakeCpu()
+    monkeypatch.setattr(time, "process_time", cpu)
+
+    class Normaliser:
+        def __init__(self):
+            self.value = 1.0
+
+        def factor(self):
+            cpu.t += 0.01  # a probe costs CPU time that must not reach the clock
+            return self.value
+
+    normaliser = Normaliser()
+    clock = ReferenceClock(normaliser)
+    start = clock.now()
+    cpu.t += 1.0
+    assert clock.now() - start == pytest.approx(1.0)
+    normaliser.value = 0.5  # the machine turned twice as slow: the next stretch counts half
+    clock.now()
+    before = clock.now()
+    cpu.t += 1.0
+    assert clock.now() - before == pytest.approx(0.5)
+    clock.sleep(2.0)  # idle waits are skipped, as on the plain CPU clock
+    assert clock.now() - before == pytest.approx(2.5)
+
+
+def test_the_cpu_clocks_need_a_cpu_and_one_thread(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    with pytest.raises(SpecsimError, match="one torch thread"):
+        make_clock("reference", "cpu", normaliser=object())
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    with pytest.raises(SpecsimError, match="applies to CPU"):
+        make_clock("reference", "cuda", normaliser=object())
+    with pytest.raises(SpecsimError, match="unknown clock"):
+        make_clock("sundial")
+    with pytest.raises(ValueError, match="SpeedNormaliser"):
+        make_clock("reference", "cpu")
+    assert isinstance(make_clock("reference", "cpu", normaliser=object()), ReferenceClock)
+
+
+def test_pass_timer_multiplies_each_pass_by_the_factor_read_before_it(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    ticks = iter([0, 4_000_000])  # the pass takes 4 ms of CPU time
+    monkeypatch.setattr(time, "process_time_ns", lambda: next(ticks))
+    order = []
+    timer = timing.PassTimer("cpu", clock="reference", normalise=lambda: order.append("f") or 0.5)
+    assert timer.time_once(lambda: order.append("run")) == pytest.approx(2e-3)
+    assert order == ["f", "run"]  # a due probe runs before the timed pass, never inside it
+    with pytest.raises(ValueError):
+        timing.PassTimer("cpu", clock="reference")
+    with pytest.raises(ValueError):
+        timing.PassTimer("cpu", clock="cpu", normalise=lambda: 1.0)
+
+
+def test_reference_pass_times_the_model_and_leaves_its_cache_as_it_found_it():
+    from specsim.models import load_model
+
+    model = load_model("specsim-target")
+    reference = ReferencePass(model)
+    first = reference.median_s(3)
+    assert 0 < first < 1.0
+    assert int(reference._cache.lengths[0]) == reference.context + 1  # the pass's own token
+    reference.median_s(3)
+    assert int(reference._cache.lengths[0]) == reference.context + 1  # rolled back each time
