@@ -86,17 +86,25 @@ def test_reference_clock_counts_cpu_time_times_the_factor_and_leaves_probes_out(
 
 
 def test_the_cpu_clocks_need_a_cpu_and_one_thread(monkeypatch):
+    from specsim.models import load_model
+
+    model = load_model("specsim-draft-tiny")
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     with pytest.raises(SpecsimError, match="one torch thread"):
-        make_clock("reference", "cpu", normaliser=object())
+        make_clock("reference", "cpu", model)
+    with pytest.raises(SpecsimError, match="one torch thread"):
+        timing.PassTimer("cpu", clock="reference", normalise=lambda: 1.0)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     with pytest.raises(SpecsimError, match="applies to CPU"):
-        make_clock("reference", "cuda", normaliser=object())
+        make_clock("reference", "cuda", model)
     with pytest.raises(SpecsimError, match="unknown clock"):
         make_clock("sundial")
-    with pytest.raises(ValueError, match="SpeedNormaliser"):
+    with pytest.raises(SpecsimError, match="unknown clock"):
+        timing.PassTimer("cpu", clock="sundial")
+    with pytest.raises(ValueError, match="reference"):
         make_clock("reference", "cpu")
-    assert isinstance(make_clock("reference", "cpu", normaliser=object()), ReferenceClock)
+    clock = make_clock("reference", "cpu", model, reference_s=1e-3)
+    assert isinstance(clock, ReferenceClock) and clock.normaliser.reference_s == 1e-3
 
 
 def test_pass_timer_multiplies_each_pass_by_the_factor_read_before_it(monkeypatch):

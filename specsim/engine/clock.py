@@ -78,13 +78,17 @@ def check_clock(name: str, device: str = "cpu") -> None:
         )
 
 
-def make_clock(name: str, device: str = "cpu", normaliser=None):
-    """``wall``, ``cpu``, or ``reference`` (needs ``normaliser``)."""
+def make_clock(name: str, device: str = "cpu", reference_model=None, reference_s=None):
+    """``wall``, ``cpu``, or ``reference``: rescaled to the speed at which ``reference_model``'s
+    reference pass takes ``reference_s`` (see ``specsim.engine.speed``; without ``reference_s``,
+    the speed now). Checked before the reference pass is first timed."""
     check_clock(name, device)
     if name == "wall":
         return WallClock()
     if name == "cpu":
         return ProcessClock()
-    if normaliser is None:
-        raise ValueError("the reference clock needs a SpeedNormaliser")
-    return ReferenceClock(normaliser)
+    if reference_model is None:
+        raise ValueError("the reference clock needs the model whose pass is the reference")
+    from specsim.engine.speed import ReferencePass, SpeedNormaliser
+
+    return ReferenceClock(SpeedNormaliser(ReferencePass(reference_model), reference_s))

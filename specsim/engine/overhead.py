@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from specsim.engine.batch import Batch
+from specsim.engine.speed import sync
 from specsim.engine.step import Sampling, StepUniforms, speculative_step
 from specsim.models import DecoderModel
 
@@ -111,17 +112,12 @@ def step_overhead(
         for fn, out in timings.items():
             reset()
             factor = normalise() if normalise is not None else 1.0
-            _sync(target.device)
+            sync(target.device)
             began = now()
             fn()
-            _sync(target.device)
+            sync(target.device)
             out.append((now() - began) * factor)
     reset()
     step = float(np.median(timings[whole_step]))
     passes = float(np.median(timings[passes_only]))
     return StepOverhead(batch, k, context, step, passes, step - passes)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

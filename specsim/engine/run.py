@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.engine.clock import check_clock, make_clock
+from specsim.engine.clock import ReferenceClock, make_clock
 from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
 from specsim.engine.records import (
     engine_summary,
@@ -146,13 +146,7 @@ def run_engine(
         seed=scenario.seed,
         faults=faults or Faults(),
     )
-    normaliser = None
-    if clock == "reference":
-        from specsim.engine.speed import ReferencePass, SpeedNormaliser
-
-        check_clock(clock, device)
-        normaliser = SpeedNormaliser(ReferencePass(target_model), reference_s)
-    timer = make_clock(clock, device, normaliser)
+    timer = make_clock(clock, device, target_model, reference_s)
     engine = ServingEngine(target_model, drafter_model, bank, options, timer.now, timer.sleep)
     source = build_engine_source(scenario)
     if source.closed_loop:
@@ -183,8 +177,8 @@ def run_engine(
         "ignore_eos": ignore_eos,
         "clock": clock,
     }
-    if normaliser is not None:
-        summary["machine_speed"] = normaliser.drift()
+    if isinstance(timer, ReferenceClock):
+        summary["machine_speed"] = timer.normaliser.drift()
     return EngineRun(records, summary, engine.log)
 
 

@@ -48,10 +48,10 @@ class ReferencePass:
 
     def _pass(self) -> float:
         self._cache.rollback([self.context])
-        _sync(self.model.device)
+        sync(self.model.device)
         began = self.now()
         self.model(self._one, self._cache)
-        _sync(self.model.device)
+        sync(self.model.device)
         return self.now() - began
 
     def median_s(self, passes: int = BURST) -> float:
@@ -105,6 +105,7 @@ class SpeedNormaliser:
         }
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for a CUDA device's queued work (CPU passes return when done)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)

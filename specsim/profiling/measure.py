@@ -330,6 +330,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         shape = shape_from_object(models[name].config, models[name].config.name or name)
         return model_spec(shape, kind, DTYPES[dtype_name], sections[name], shape.name)
 
+    target_spec = spec_of("target", "target")
     model_specs = {d.name: spec_of(d.name, "draft_model") for d in opts.drafters if not d.is_ngram}
     passes = build_profile(
         {
@@ -337,7 +338,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "name": opts.name,
             "provenance": {"source": "measured", "device": opts.device, "date": today()},
             "hardware": _hardware(opts.device),
-            "target": spec_of("target", "target"),
+            "target": target_spec,
             "drafters": model_specs,
         },
         opts.name,
@@ -382,7 +383,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "reference_pass_s": normaliser.reference_s if normaliser is not None else None,
         },
         "hardware": _hardware(opts.device),
-        "target": spec_of("target", "target"),
+        "target": target_spec,
         "drafters": drafter_specs,
         "overhead": {**overhead.terms, "source": "measured"},
         "acceptance": result.entries if result is not None else [],
