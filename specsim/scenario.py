@@ -177,6 +177,12 @@ class Engine(StrictModel):
         description="override the KV-cache capacity in tokens (default: memory left after the "
         "target's and drafter's weights, divided by their KV bytes per token)",
     )
+    jitter: bool = Field(
+        default=True,
+        description="true: each iteration's time is its median times a seeded draw from the "
+        "profile's measured spread (`jitter`), when the profile has one; false: every "
+        "iteration takes its median time",
+    )
 
 
 class KByBatch(StrictModel):

@@ -225,8 +225,9 @@ def test_cpu_clock_skips_idle_waits(tmp_path):
 def test_reference_clock_run_reports_the_machine_drift(tmp_path, monkeypatch):
     from specsim.engine import speed
 
-    # A machine that turns twice as slow after the reference was taken: every probe after the
-    # first takes twice the reference's time, so the engine's CPU time counts half.
+    # A machine whose decodes turn twice as slow after the references were taken (the decode's
+    # 1 ms, then the prefill's 2 ms): every later probe takes 2 ms, so a decode's CPU time
+    # counts half and a prefill's in full.
     probes = iter([1e-3] + [2e-3] * 10_000)
     monkeypatch.setattr(speed.ReferencePass, "median_s", lambda self, passes=5: next(probes))
     threads = torch.get_num_threads()
@@ -239,4 +240,21 @@ def test_reference_clock_run_reports_the_machine_drift(tmp_path, monkeypatch):
     check_records(run.records, scenario)
     drift = run.summary["machine_speed"]
     assert drift["reference_pass_s"] == 1e-3 and drift["slowdown_median"] == pytest.approx(2.0)
+    assert drift["reference_prefill_s"] == 2e-3
+    assert drift["prefill_slowdown_median"] == pytest.approx(1.0)
     assert run.summary["scenario"]["clock"] == "reference"
+
+
+def test_the_engine_tells_the_clock_what_each_iteration_fed(tmp_path, monkeypatch):
+    # The reference clock rescales an iteration by the factor for its target pass's width, so
+    # the engine must weigh every iteration, right before reading the clock at its end.
+    from specsim.engine import clock as clocks
+
+    calls = []
+    monkeypatch.setattr(clocks.WallClock, "weigh", lambda self, tokens: calls.append(tokens))
+    run = serve(scenario_file(tmp_path))
+    assert calls == run.log.new_tokens
+    prefill = [
+        n for n, kind in zip(run.log.new_tokens, run.log.kind, strict=True) if kind == "prefill"
+    ]
+    assert min(prefill) >= 12  # whole prompts: 12..30 tokens each

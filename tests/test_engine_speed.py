@@ -18,9 +18,10 @@ from specsim.profiling import timing  # noqa: E402
 class ScriptedPass:
     """A reference pass whose probes take the given seconds, one after another."""
 
-    def __init__(self, *seconds):
+    def __init__(self, *seconds, tokens=1):
         self.seconds = list(seconds)
         self.calls = []
+        self.tokens = tokens
 
     def median_s(self, passes=5):
         self.calls.append(passes)
@@ -41,7 +42,10 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
     cpu = FakeCpu()
     monkeypatch.setattr(time, "process_time", cpu)
     probe = ScriptedPass(2e-3, 4e-3, 1e-3)
-    normaliser = SpeedNormaliser(probe, reference_s=2e-3, interval_s=0.25)
+    prefill = ScriptedPass(8e-3, 8e-3, 8e-3, tokens=96)
+    normaliser = SpeedNormaliser(
+        probe, reference_s=2e-3, interval_s=0.25, prefill=prefill, reference_prefill_s=8e-3
+    )
     assert normaliser.factor() == pytest.approx(1.0)  # first call probes: as fast as the reference
     cpu.t += 0.1
     assert normaliser.factor() == pytest.approx(1.0)  # within the interval: no new probe
@@ -54,9 +58,34 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
     assert drift["probes"] == 3 and drift["slowdown_median"] == pytest.approx(1.0)
     assert drift["slowdown_p90"] > 1.5 and drift["slowdown_p10"] < 0.8
     # Without a reference, a longer first burst sets it.
-    calibrated = SpeedNormaliser(ScriptedPass(3e-3, 6e-3), interval_s=0.25)
+    calibrated = SpeedNormaliser(
+        ScriptedPass(3e-3, 6e-3), interval_s=0.25, prefill=ScriptedPass(9e-3, 9e-3, tokens=96)
+    )
     assert calibrated.reference_s == 3e-3 and calibrated.reference.calls == [31]
+    assert calibrated.reference_prefill_s == 9e-3 and calibrated.prefill.calls == [31]
     assert calibrated.factor() == pytest.approx(0.5)
+
+
+def test_the_factor_moves_from_the_decode_probes_to_the_prefill_probes_with_the_tokens_fed(
+    monkeypatch,
+):
+    monkeypatch.setattr(time, "process_time", FakeCpu())
+    # Decodes as fast as at the reference, prefills twice as slow.
+    normaliser = SpeedNormaliser(
+        ScriptedPass(2e-3),
+        reference_s=2e-3,
+        prefill=ScriptedPass(16e-3, tokens=96),
+        reference_prefill_s=8e-3,
+    )
+    assert normaliser.factor(1) == pytest.approx(1.0)
+    assert normaliser.current(96) == pytest.approx(0.5)
+    assert normaliser.current(4096) == pytest.approx(0.5)  # wider than the probe: its factor
+    # Between them, geometric in log(tokens): sqrt(96) tokens sit halfway.
+    assert normaliser.current(96**0.5) == pytest.approx(0.5**0.5)
+    assert normaliser.current(1) > normaliser.current(8) > normaliser.current(40) > 0.5
+    drift = normaliser.drift()
+    assert drift["slowdown_median"] == pytest.approx(1.0)
+    assert drift["prefill_slowdown_median"] == pytest.approx(2.0)
 
 
 def test_reference_clock_counts_cpu_time_times_the_factor_and_leaves_probes_out(monkeypatch):
@@ -65,24 +94,36 @@ def test_reference_clock_counts_cpu_time_times_the_factor_and_leaves_probes_out(
 
     class Normaliser:
         def __init__(self):
-            self.value = 1.0
+            self.value = {1.0: 1.0, 96.0: 1.0}
 
-        def factor(self):
+        def refresh(self):
             cpu.t += 0.01  # a probe costs CPU time that must not reach the clock
-            return self.value
+
+        def current(self, tokens=1.0):
+            return self.value[float(tokens)]
 
     normaliser = Normaliser()
     clock = ReferenceClock(normaliser)
     start = clock.now()
     cpu.t += 1.0
     assert clock.now() - start == pytest.approx(1.0)
-    normaliser.value = 0.5  # the machine turned twice as slow: the next stretch counts half
-    clock.now()
+    normaliser.value[1.0] = 0.5  # the machine turned twice as slow: the next stretch counts half
     before = clock.now()
     cpu.t += 1.0
     assert clock.now() - before == pytest.approx(0.5)
+    # A stretch the engine weighs as a 96-token pass counts at that width's factor, once: the
+    # next stretch is a decode's again.
+    normaliser.value[96.0] = 0.25
+    before = clock.now()
+    cpu.t += 1.0
+    clock.weigh(96)
+    assert clock.now() - before == pytest.approx(0.25)
+    before = clock.now()
+    cpu.t += 1.0
+    assert clock.now() - before == pytest.approx(0.5)
+    before = clock.now()
     clock.sleep(2.0)  # idle waits are skipped, as on the plain CPU clock
-    assert clock.now() - before == pytest.approx(2.5)
+    assert clock.now() - before == pytest.approx(2.0)
 
 
 def test_the_cpu_clocks_need_a_cpu_and_one_thread(monkeypatch):
@@ -93,7 +134,7 @@ def test_the_cpu_clocks_need_a_cpu_and_one_thread(monkeypatch):
     with pytest.raises(SpecsimError, match="one torch thread"):
         make_clock("reference", "cpu", model)
     with pytest.raises(SpecsimError, match="one torch thread"):
-        timing.PassTimer("cpu", clock="reference", normalise=lambda: 1.0)
+        timing.PassTimer("cpu", clock="reference", normalise=lambda tokens: 1.0)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     with pytest.raises(SpecsimError, match="applies to CPU"):
         make_clock("reference", "cuda", model)
@@ -112,13 +153,15 @@ def test_pass_timer_multiplies_each_pass_by_the_factor_read_before_it(monkeypatc
     ticks = iter([0, 4_000_000])  # the pass takes 4 ms of CPU time
     monkeypatch.setattr(time, "process_time_ns", lambda: next(ticks))
     order = []
-    timer = timing.PassTimer("cpu", clock="reference", normalise=lambda: order.append("f") or 0.5)
-    assert timer.time_once(lambda: order.append("run")) == pytest.approx(2e-3)
-    assert order == ["f", "run"]  # a due probe runs before the timed pass, never inside it
+    timer = timing.PassTimer(
+        "cpu", clock="reference", normalise=lambda tokens: order.append(tokens) or 0.5
+    )
+    assert timer.time_once(lambda: order.append("run"), 24) == pytest.approx(2e-3)
+    assert order == [24, "run"]  # a due probe runs before the timed pass, never inside it
     with pytest.raises(ValueError):
         timing.PassTimer("cpu", clock="reference")
     with pytest.raises(ValueError):
-        timing.PassTimer("cpu", clock="cpu", normalise=lambda: 1.0)
+        timing.PassTimer("cpu", clock="cpu", normalise=lambda tokens: 1.0)
 
 
 def test_reference_pass_times_the_model_and_leaves_its_cache_as_it_found_it():
@@ -131,3 +174,9 @@ def test_reference_pass_times_the_model_and_leaves_its_cache_as_it_found_it():
     assert int(reference._cache.lengths[0]) == reference.context + 1  # the pass's own token
     reference.median_s(3)
     assert int(reference._cache.lengths[0]) == reference.context + 1  # rolled back each time
+    prefill = ReferencePass(model, kind="prefill")
+    assert prefill.context == 0 and prefill.tokens == 96
+    assert prefill.median_s(3) > first  # 96 tokens cost more than one
+    assert int(prefill._cache.lengths[0]) == 96
+    with pytest.raises(ValueError):
+        ReferencePass(model, kind="sideways")

@@ -19,6 +19,15 @@ TRUE = {
 }
 
 
+def target_and_tiny():
+    """The built-in target and tiny drafter, loaded as a user's models are."""
+    torch = pytest.importorskip("torch")
+    from specsim.models import load_model
+
+    torch.manual_seed(0)
+    return load_model("specsim-target"), load_model("specsim-draft-tiny")
+
+
 def formula(batch: int, k: int, terms: dict[str, float] = TRUE) -> float:
     return (
         terms["per_step_s"]
@@ -48,13 +57,9 @@ def test_fit_without_drafting_leaves_the_draft_terms_at_zero_and_never_goes_nega
 
 
 def test_measured_overhead_covers_every_batch_and_window():
-    torch = pytest.importorskip("torch")
-    from specsim.models import load_model
     from specsim.profiling.overhead import measure_overhead
 
-    torch.manual_seed(0)
-    target = load_model("specsim-target")
-    drafter = load_model("specsim-draft-tiny")
+    target, drafter = target_and_tiny()
     fit = measure_overhead(target, [drafter], 32, batches=(1, 2), windows=(0, 2), repeats=2)
     assert sorted((p.batch, p.k) for p in fit.points) == [(1, 0), (1, 2), (2, 0), (2, 2)]
     assert all(v >= 0 for v in fit.terms.values())
@@ -158,13 +163,9 @@ def test_simulator_charges_a_drafters_own_draft_terms(tmp_path):
 
 
 def test_overhead_against_the_fits_is_the_step_minus_their_prediction():
-    torch = pytest.importorskip("torch")
-    from specsim.models import load_model
     from specsim.profiling.overhead import measure_overhead
 
-    torch.manual_seed(0)
-    target = load_model("specsim-target")
-    drafter = load_model("specsim-draft-tiny")
+    target, drafter = target_and_tiny()
     calls = []
 
     def predict(index, batch, k, context):
@@ -178,3 +179,99 @@ def test_overhead_against_the_fits_is_the_step_minus_their_prediction():
     assert [p.drafter for p in fit.points] == ["tiny", "tiny"]
     assert all(p.seconds < 0 for p in fit.points)
     assert all(v == 0.0 for v in fit.terms.values())
+
+
+PREFILL = {"per_prefill_s": 4e-4, "per_prefill_token_s": 2e-6}
+
+
+def prefill_seconds(batch: int, prompt: int, prefill=PREFILL) -> float:
+    """What a prefill point measures beyond its passes: the decode formula at k = 0 plus the
+    prefill terms."""
+    return (
+        formula(batch, 0)
+        + prefill["per_prefill_s"]
+        + prefill["per_prefill_token_s"] * (batch * prompt)
+    )
+
+
+def test_fit_recovers_the_prefill_terms_shared_and_per_drafter():
+    tiny = {"per_prefill_s": 1e-3, "per_prefill_token_s": 5e-6}
+    decode = [OverheadPoint(b, k, formula(b, k), "tiny") for b in (1, 4, 8) for k in (0, 2, 4)]
+    prefill = [
+        OverheadPoint(b, 0, prefill_seconds(b, n, terms), name, b * n)
+        for name, terms in ((None, PREFILL), ("tiny", tiny))
+        for b in (1, 4, 8)
+        for n in (32, 128)
+    ]
+    fit = fit_overhead(decode + prefill)
+    for name, value in {**TRUE, **PREFILL}.items():
+        assert fit.terms[name] == pytest.approx(value, rel=1e-6), name
+    for name, value in tiny.items():
+        assert fit.drafters["tiny"][name] == pytest.approx(value, rel=1e-6), name
+    # The prefill points do not move the decode fit.
+    assert fit.max_abs_error_s < 1e-9
+    # Without prefill points the prefill terms stay 0 (profiles measured before them).
+    assert fit_overhead(decode).terms["per_prefill_s"] == 0.0
+
+
+def test_simulator_charges_the_prefill_terms_on_a_prefill_iteration(tmp_path):
+    from specsim.scenario import load_scenario
+    from specsim.simulation.run import run_simulation
+
+    path = hand_profile(
+        tmp_path / "profile.yaml", overhead={**TRUE, "source": "measured"}, per_position=(1.0, 1.0)
+    )
+    simulated_tpot(tmp_path)  # writes scenario.yaml: one 16-token prompt at batch 1
+
+    def ttft() -> float:
+        return run_simulation(load_scenario(tmp_path / "scenario.yaml")).summary["ttft_s"]["mean"]
+
+    # Target and drafter prompt passes of 16 tokens, the decode formula at B = 1, k = 0.
+    bare = (0.01 + 16e-4) + (0.001 + 16e-5) + formula(1, 0)
+    assert ttft() == pytest.approx(bare, rel=1e-5)
+    data = yaml.safe_load(path.read_text())
+    data["overhead"].update(PREFILL)
+    path.write_text(yaml.safe_dump(data))
+    assert ttft() == pytest.approx(bare + 4e-4 + 16 * 2e-6, rel=1e-5)
+    # A drafter's own prefill terms replace the shared ones for a deployment with it.
+    data["drafters"]["small"]["overhead"] = {"per_prefill_s": 2e-3}
+    path.write_text(yaml.safe_dump(data))
+    assert ttft() == pytest.approx(bare + 2e-3, rel=1e-5)
+
+
+def test_measured_prefill_points_cover_the_target_alone_and_each_drafter():
+    from specsim.profiling.overhead import measure_overhead
+
+    target, drafter = target_and_tiny()
+    calls = []
+
+    def predict_prefill(index, batch, prompt):
+        calls.append((index, batch, prompt))
+        return 0.0
+
+    fit = measure_overhead(
+        target,
+        [drafter],
+        32,
+        (1, 2),
+        (0,),
+        repeats=3,
+        names=["tiny"],
+        prompts=(16,),
+        predict_prefill=predict_prefill,
+    )
+    assert calls == [(None, 1, 16), (None, 2, 16), (0, 1, 16), (0, 2, 16)]
+    prefill = [p for p in fit.points if p.is_prefill]
+    assert [(p.drafter, p.batch, p.prompt_tokens) for p in prefill] == [
+        (None, 1, 16),
+        (None, 2, 32),
+        ("tiny", 1, 16),
+        ("tiny", 2, 32),
+    ]
+    # Against a prediction of 0 the whole iteration is overhead: positive, fitted.
+    assert all(p.seconds > 0 for p in prefill)
+    assert fit.terms["per_prefill_s"] + fit.terms["per_prefill_token_s"] > 0
+    # Every timed iteration left its spread: 3 repeats per point, over the others' median.
+    assert all(len(p.spread) == 3 for p in fit.points)
+    assert len(fit.jitter) == 21 and fit.jitter == sorted(fit.jitter)
+    assert fit.jitter[0] < 1.0 < fit.jitter[-1]

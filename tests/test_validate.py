@@ -9,7 +9,13 @@ import yaml
 from test_engine_common import drafter_map, hand_profile, model_spec, prompts_path
 
 from specsim.cli import main
-from specsim.validation.compare import THRESHOLDS, compare, metric_names, table
+from specsim.validation.compare import (
+    THRESHOLDS,
+    compare,
+    explain_failures,
+    metric_names,
+    table,
+)
 
 
 def summary(scale: float = 1.0, acceptance: float = 2.0, throughput: float = 100.0) -> dict:
@@ -38,6 +44,61 @@ def test_relative_error_sign_and_thresholds():
     assert [r.metric for r in accept.failures] == ["mean_acceptance_length"]  # 3.5 % > 3 %
     assert "EXCEEDED" in table(accept)
     assert set(THRESHOLDS) <= set(metric_names())
+
+
+def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
+    # The simulator's own spread: ten replicas at 0.90x .. 1.35x the measured latencies.
+    replicas = [summary(scale=0.90 + 0.05 * i) for i in range(10)]
+    result = compare(summary(scale=0.88), summary(), replicas)
+    e2e = next(r for r in result.rows if r.metric == "e2e_s.mean")
+    # Over the prediction and its replicas (0.88, 0.90 .. 1.35): 10th and 90th percentiles.
+    assert e2e.band == pytest.approx((0.90, 1.30))
+    assert not e2e.ok and e2e.in_band  # a 12 % miss, inside the workload's spread
+    lines = explain_failures(result, 11)
+    assert len(lines) == len(result.failures)
+    assert all("inside" in line and "11 replications" in line for line in lines)
+    assert "sim p10..p90" in table(result)
+    far = compare(summary(scale=0.5), summary(), [summary(scale=0.5)] * 3)
+    assert all(not r.in_band for r in far.failures)
+    assert all("outside" in line for line in explain_failures(far, 4))
+    # Without replicas: no band, no explanation, the table as before.
+    plain = compare(summary(scale=0.88), summary())
+    assert all(r.band is None and r.in_band is None for r in plain.rows)
+    assert explain_failures(plain, 0) == [] and "sim p10" not in table(plain)
+
+
+def test_a_replication_serves_the_same_requests_with_other_draws(tmp_path):
+    from specsim.scenario import load_scenario
+    from specsim.simulation import run_simulation
+    from specsim.simulation.records import read_records
+
+    hand_profile(tmp_path / "p.yaml")
+    data = yaml.safe_load(write_scenario(tmp_path).read_text())
+    data["profile"] = "p.yaml"
+    data["workload"] = {
+        "kind": "poisson",
+        "rate": 20.0,
+        "requests": 40,
+        "prompt": {"dist": "uniform", "low": 8, "high": 40},
+        "output": {"dist": "uniform", "low": 4, "high": 30},
+    }
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(data))
+    scenario = load_scenario(tmp_path / "scenario.yaml")
+    runs = {}
+    for replication in (0, 0, 1, 2):
+        path = tmp_path / f"r{replication}.csv"
+        run_simulation(scenario, path, replication=replication)
+        records = read_records(path)
+        order = records["id"].argsort()  # written as requests finish
+        runs.setdefault(replication, []).append({c: v[order] for c, v in records.items()})
+    base, again = runs[0]
+    assert all((base[c] == again[c]).all() for c in ("arrival_s", "first_token_s", "accepted"))
+    for replication in (1, 2):
+        other = runs[replication][0]
+        for column in ("arrival_s", "prompt_tokens", "output_tokens"):
+            assert (other[column] == base[column]).all(), column  # the same requests
+        assert not (other["accepted"] == base["accepted"]).all()  # other acceptance draws
+    assert not (runs[1][0]["accepted"] == runs[2][0]["accepted"]).all()
 
 
 def write_scenario(tmp_path, **engine):

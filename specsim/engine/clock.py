@@ -20,6 +20,9 @@ class WallClock:
     def now(self) -> float:
         return time.perf_counter()
 
+    def weigh(self, tokens: float) -> None:
+        """What the stretch up to the next reading ran (the reference clock's concern)."""
+
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
@@ -36,24 +39,32 @@ class ProcessClock:
     def sleep(self, seconds: float) -> None:
         self.skipped += max(0.0, seconds)
 
+    def weigh(self, tokens: float) -> None:
+        """What the stretch up to the next reading ran (the reference clock's concern)."""
+
 
 class ReferenceClock(ProcessClock):
     """CPU time at the reference speed: each stretch of CPU time between two readings counts
-    times the normaliser's factor (``specsim.engine.speed.SpeedNormaliser``), and the speed
-    probes the normaliser runs every quarter second stay off the clock."""
+    times the normaliser's factor (``specsim.engine.speed.SpeedNormaliser``) for the tokens its
+    passes fed (``weigh``: the engine's target pass; 1 when not told), and the speed probes the
+    normaliser runs every quarter second stay off the clock."""
 
     def __init__(self, normaliser):
         super().__init__()
         self.normaliser = normaliser
         self.elapsed = 0.0
         self._last: float | None = None
-        self._factor = 1.0
+        self._tokens = 1.0
+
+    def weigh(self, tokens: float) -> None:
+        self._tokens = tokens
 
     def now(self) -> float:
         raw = time.process_time()
         if self._last is not None:
-            self.elapsed += (raw - self._last) * self._factor
-        self._factor = self.normaliser.factor()  # may probe: read the clock again after it
+            self.elapsed += (raw - self._last) * self.normaliser.current(self._tokens)
+        self._tokens = 1.0
+        self.normaliser.refresh()  # may probe: read the clock again after it
         self._last = time.process_time()
         return self.elapsed + self.skipped
 
@@ -78,10 +89,17 @@ def check_clock(name: str, device: str = "cpu") -> None:
         )
 
 
-def make_clock(name: str, device: str = "cpu", reference_model=None, reference_s=None):
+def make_clock(
+    name: str,
+    device: str = "cpu",
+    reference_model=None,
+    reference_s: float | None = None,
+    reference_prefill_s: float | None = None,
+):
     """``wall``, ``cpu``, or ``reference``: rescaled to the speed at which ``reference_model``'s
-    reference pass takes ``reference_s`` (see ``specsim.engine.speed``; without ``reference_s``,
-    the speed now). Checked before the reference pass is first timed."""
+    reference passes take ``reference_s`` (decode) and ``reference_prefill_s`` (see
+    ``specsim.engine.speed``; without them, the speed now). Checked before the reference
+    passes are first timed."""
     check_clock(name, device)
     if name == "wall":
         return WallClock()
@@ -91,4 +109,7 @@ def make_clock(name: str, device: str = "cpu", reference_model=None, reference_s
         raise ValueError("the reference clock needs the model whose pass is the reference")
     from specsim.engine.speed import ReferencePass, SpeedNormaliser
 
-    return ReferenceClock(SpeedNormaliser(ReferencePass(reference_model), reference_s))
+    normaliser = SpeedNormaliser(
+        ReferencePass(reference_model), reference_s, reference_prefill_s=reference_prefill_s
+    )
+    return ReferenceClock(normaliser)

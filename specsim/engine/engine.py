@@ -30,11 +30,16 @@ import torch
 
 from specsim.engine.batch import Batch
 from specsim.engine.ngram import PromptLookup
-from specsim.engine.step import Faults, Sampling, StepUniforms, speculative_step
+from specsim.engine.step import (
+    Faults,
+    Sampling,
+    StepUniforms,
+    prefill_step,
+    speculative_step,
+)
 from specsim.engine.workload import EngineRequest, PromptBank
 from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
-from specsim.sampling.logits import sample_from_probs
 
 
 @dataclass
@@ -82,6 +87,7 @@ class ServingEngine:
         options: EngineOptions,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
+        weigh: Callable[[float], None] = lambda tokens: None,
     ):
         self.target = target
         self.drafter = drafter
@@ -89,6 +95,7 @@ class ServingEngine:
         self.opt = options
         self.clock = clock
         self.sleep = sleep
+        self.weigh = weigh  # tells the clock how many tokens an iteration's target pass fed
         self.max_len = min(
             target.config.max_position,
             drafter.config.max_position if drafter is not None else target.config.max_position,
@@ -193,19 +200,13 @@ class ServingEngine:
         first, stop = self.batch.add([r.prompt_ids for r in chosen])
         rows = self.batch.rows(first, stop)
         lengths = rows.s_len.clone()
-        ids = rows.seq[:, : int(lengths.max())]
         pass_shape = (int(lengths.sum()), 0, float((lengths * (lengths + 1)).sum()) / 2)
-        logits = self.target(ids, rows.target_cache, lengths)
-        if self.drafter is not None:
-            self.drafter(ids, rows.draft_cache, lengths)
-        last = logits[torch.arange(len(chosen), device=logits.device), lengths - 1]
-        probs = self.opt.sampling.probs(last)
         streams = [self._stream(r.rid) for r in chosen]
         uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
-        uniforms = uniforms[:, 0].to(logits.device)
-        new = sample_from_probs(probs, uniforms, validate=False)
-        logprob = torch.log_softmax(last.double(), dim=-1).gather(1, new[:, None]).squeeze(1)
-        new_tokens, logprobs = new.tolist(), logprob.tolist()  # on a GPU this waits for the work
+        result = prefill_step(self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0])
+        new_tokens = result.tokens.tolist()  # on a GPU this waits for the work
+        logprobs = result.logprob.tolist()
+        self.weigh(pass_shape[0])
         now = self._now()
         self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape)
         finished = []
@@ -252,6 +253,7 @@ class ServingEngine:
         tokens = result.tokens.tolist()  # on a GPU these wait for the step to finish
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
+        self.weigh(pass_shape[0])
         now = self._now()
         self._log_iteration(now - start, size, "decode", k, pass_shape)
         drafted = n_drafts.tolist()

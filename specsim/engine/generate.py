@@ -16,9 +16,15 @@ from dataclasses import dataclass
 import torch
 
 from specsim.engine.batch import Batch
-from specsim.engine.step import Faults, Rows, Sampling, StepUniforms, speculative_step
+from specsim.engine.step import (
+    Faults,
+    Rows,
+    Sampling,
+    StepUniforms,
+    prefill_step,
+    speculative_step,
+)
 from specsim.models import DecoderModel
-from specsim.sampling.logits import sample_from_probs
 
 
 @dataclass
@@ -59,14 +65,8 @@ def generate(
     generator = torch.Generator().manual_seed(seed)
     batch.add(prompts)
     rows = batch.rows()
-    lengths = rows.s_len.clone()
-    ids = rows.seq[:, : int(lengths.max())]
-    logits = target(ids, rows.target_cache, lengths)
-    if rows.draft_cache is not None:
-        drafter(ids, rows.draft_cache, lengths)
-    last = logits[torch.arange(rows_n, device=logits.device), lengths - 1]
-    uniforms = torch.rand(rows_n, generator=generator, dtype=torch.float64).to(logits.device)
-    first = sample_from_probs(sampling.probs(last), uniforms, validate=False)
+    uniforms = torch.rand(rows_n, generator=generator, dtype=torch.float64)
+    first = prefill_step(target, drafter, rows, sampling, uniforms).tokens
     _append(batch, first[:, None].cpu(), torch.ones(rows_n, dtype=torch.long))
     produced = torch.ones(rows_n, dtype=torch.long)
     steps = drafted = accepted = 0

@@ -20,18 +20,57 @@ import torch
 
 from specsim.engine.batch import Batch
 from specsim.engine.speed import sync
-from specsim.engine.step import Sampling, StepUniforms, speculative_step
+from specsim.engine.step import Sampling, StepUniforms, prefill_step, speculative_step
 from specsim.models import DecoderModel
 
 
 @dataclass(frozen=True)
 class StepOverhead:
     batch: int
-    k: int
-    context: int
+    k: int  # the window of a decode iteration; 0 for a prefill
+    context: int  # cached tokens per row (decode), or the prompt length (prefill)
     step_s: float  # median of the engine's serving iteration (see step_overhead)
     passes_s: float  # median of the same forward passes alone
     overhead_s: float  # step - passes
+    samples_s: tuple[float, ...] = ()  # every timed serving iteration, for its spread
+
+
+def _interleaved(
+    whole: Callable[[], object],
+    passes: Callable[[], object],
+    reset: Callable[[], object],
+    device: torch.device,
+    repeats: int,
+    clock: str,
+    normalise: Callable[[float], float] | None,
+    tokens: int,
+) -> tuple[list[float], list[float]]:
+    """Two warm-up rounds, then ``repeats`` rounds timing ``whole`` and ``passes`` in turn
+    (interleaved, so a change in the machine's speed hits both alike), each after ``reset``.
+    ``tokens``: what the target's pass feeds (for the reference clock's factor)."""
+    now = time.perf_counter if clock == "wall" else time.process_time
+    timings: dict[Callable, list[float]] = {whole: [], passes: []}
+    for _ in range(2):
+        for fn in timings:
+            reset()
+            fn()
+    for _ in range(repeats):
+        for fn, out in timings.items():
+            reset()
+            # Read before the pass: a speed probe, when one is due, stays out of the timing.
+            factor = normalise(tokens) if normalise is not None else 1.0
+            sync(device)
+            began = now()
+            fn()
+            sync(device)
+            out.append((now() - began) * factor)
+    reset()
+    return timings[whole], timings[passes]
+
+
+def _result(batch: int, k: int, context: int, whole: list[float], passes: list[float]):
+    step, alone = float(np.median(whole)), float(np.median(passes))
+    return StepOverhead(batch, k, context, step, alone, step - alone, tuple(whole))
 
 
 @torch.inference_mode()
@@ -44,12 +83,11 @@ def step_overhead(
     repeats: int = 15,
     sampling: Sampling | None = None,
     clock: str = "wall",
-    normalise: Callable[[], float] | None = None,
+    normalise: Callable[[float], float] | None = None,
 ) -> StepOverhead:
-    """Median step and bare-pass times over ``repeats`` interleaved rounds (``clock``: ``wall``
-    or this process's ``cpu`` time; ``reference``: CPU time times ``normalise()``, see
-    ``specsim.engine.speed``)."""
-    now = time.perf_counter if clock == "wall" else time.process_time
+    """Median decode-iteration and bare-pass times over ``repeats`` interleaved rounds
+    (``clock``: ``wall`` or this process's ``cpu`` time; ``reference``: CPU time times
+    ``normalise()``, see ``specsim.engine.speed``)."""
     sampling = sampling or Sampling()
     max_len = context + k + 2
     state = Batch(target, drafter if k else None, batch, max_len)
@@ -103,21 +141,63 @@ def step_overhead(
             drafter(one, rows.draft_cache)
         target(window, rows.target_cache)
 
-    timings = {whole_step: [], passes_only: []}
-    for _ in range(2):  # warm-up
-        for fn in timings:
-            reset()
-            fn()
-    for _ in range(repeats):
-        for fn, out in timings.items():
-            reset()
-            factor = normalise() if normalise is not None else 1.0
-            sync(target.device)
-            began = now()
-            fn()
-            sync(target.device)
-            out.append((now() - began) * factor)
-    reset()
-    step = float(np.median(timings[whole_step]))
-    passes = float(np.median(timings[passes_only]))
-    return StepOverhead(batch, k, context, step, passes, step - passes)
+    whole, passes = _interleaved(
+        whole_step, passes_only, reset, target.device, repeats, clock, normalise, batch * (k + 1)
+    )
+    return _result(batch, k, context, whole, passes)
+
+
+@torch.inference_mode()
+def prefill_overhead(
+    target: DecoderModel,
+    drafter: DecoderModel | None,
+    batch: int,
+    prompt: int,
+    repeats: int = 15,
+    sampling: Sampling | None = None,
+    clock: str = "wall",
+    normalise: Callable[[float], float] | None = None,
+) -> StepOverhead:
+    """As ``step_overhead`` for a prefill iteration of ``batch`` prompts of ``prompt`` tokens:
+    the serving loop's (the prompts put into free slots, per-request streams, both models'
+    passes, the first token sampled and read back) against the two prompt passes alone."""
+    sampling = sampling or Sampling()
+    state = Batch(target, drafter, batch, prompt + 1)
+    prompts = [[1 + (i + row) % 200 for i in range(prompt)] for row in range(batch)]
+    state.add(prompts)
+    rows = state.rows()
+    lengths = rows.s_len.clone()
+    ids = rows.seq[:, :prompt]
+
+    def reset():
+        state.size = 0
+        rows.target_cache.reset()
+        if rows.draft_cache is not None:
+            rows.draft_cache.reset()
+
+    def whole_iteration():
+        # As ServingEngine._prefill_iteration.
+        first, stop = state.add(prompts)
+        view = state.rows(first, stop)
+        streams = [torch.Generator().manual_seed(row) for row in range(batch)]
+        uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
+        result = prefill_step(target, drafter, view, sampling, uniforms[:, 0])
+        result.tokens.tolist()
+        result.logprob.tolist()
+
+    def passes_only():
+        target(ids, rows.target_cache, lengths)
+        if drafter is not None:
+            drafter(ids, rows.draft_cache, lengths)
+
+    whole, passes = _interleaved(
+        whole_iteration,
+        passes_only,
+        reset,
+        target.device,
+        repeats,
+        clock,
+        normalise,
+        batch * prompt,
+    )
+    return _result(batch, 0, prompt, whole, passes)

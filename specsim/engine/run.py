@@ -100,6 +100,7 @@ def run_engine(
     faults: Faults | None = None,
     clock: str = "wall",
     reference_s: float | None = None,
+    reference_prefill_s: float | None = None,
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
@@ -107,8 +108,9 @@ def run_engine(
     do, and as the simulator assumes); with ``ignore_eos=False`` a request also stops at the
     tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall``, ``cpu`` or
     ``reference`` (see ``specsim.engine.clock``); the reference clock rescales to the speed at
-    which the target's reference pass takes ``reference_s`` (a profile's
-    ``provenance.reference_pass_s``; without it, the machine's speed at the start).
+    which the target's reference passes take ``reference_s`` and ``reference_prefill_s`` (a
+    profile's ``provenance.reference_pass_s`` and ``reference_prefill_s``; without them, the
+    machine's speed at the start).
     """
     import torch
 
@@ -146,8 +148,10 @@ def run_engine(
         seed=scenario.seed,
         faults=faults or Faults(),
     )
-    timer = make_clock(clock, device, target_model, reference_s)
-    engine = ServingEngine(target_model, drafter_model, bank, options, timer.now, timer.sleep)
+    timer = make_clock(clock, device, target_model, reference_s, reference_prefill_s)
+    engine = ServingEngine(
+        target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.weigh
+    )
     source = build_engine_source(scenario)
     if source.closed_loop:
         done = engine.run(clients=source)

@@ -1,14 +1,24 @@
-"""How fast the machine is right now, from a reference pass: timing on a shared machine.
+"""How fast the machine is right now, from reference passes: timing on a shared machine.
 
 On a shared machine the same forward pass can take 1.9 ms now and 3.1 ms a few seconds later,
-even counted in this process's CPU time (other tenants compete for caches and memory
-bandwidth). A profile measured in one such phase and an engine run in another then differ by the
-machine, not by the model. ``SpeedNormaliser`` measures that drift as it happens: every
-``interval_s`` it times a short burst of one fixed pass (the target's decode at batch 1 after a
-128-token context) and rescales the CPU time measured since by ``reference_s / burst median``,
-so that times read as if the machine ran at its speed when ``reference_s`` was taken. The
-profiler records its ``reference_s`` in the profile (``provenance.reference_pass_s``); the
-engine's ``reference`` clock normalises to the same number, so both sides are in one unit.
+even counted in this process's CPU time (other tenants compete for caches, memory bandwidth and
+the core's execution units). A profile measured in one such phase and an engine run in another
+then differ by the machine, not by the model. ``SpeedNormaliser`` measures that drift as it
+happens: every ``interval_s`` it times a short burst of two fixed passes of the target, a decode
+(batch 1 after a 128-token context: memory-bound) and a prefill (a 96-token prompt:
+compute-bound), and rescales the CPU time measured since so that times read as if the machine
+ran at its speed when the references were taken.
+
+Other tenants do not slow every pass alike: over a minute on a 2-core machine, the prefill's
+time over the decode's moved by +-10 % (p10..p90) while each moved by 0.75x..1.5x. So the
+factor for a pass depends on how many tokens it feeds: the decode probe's for 1 token, the
+prefill probe's from ``PREFILL_TOKENS`` up, and between them geometric interpolation in
+log(tokens). Measured against the probes taken at the same time, that left a batch-8 k = 4
+verification pass within 0.96..1.05 (p10..p90), where the decode probe alone left 0.86..1.10.
+
+The profiler records both references (``provenance.reference_pass_s``,
+``reference_prefill_s``); the engine's ``reference`` clock normalises to the same numbers, so
+both sides are in one unit.
 """
 
 from __future__ import annotations
@@ -20,29 +30,38 @@ import numpy as np
 import torch
 
 REFERENCE_CONTEXT = 128
+PREFILL_TOKENS = 96  # the prefill probe's prompt; passes this wide or wider take its factor
 BURST = 5  # passes per probe: the median of a few is steady, the probe stays ~10 ms
 CALIBRATION = 31  # passes for the reference itself
 INTERVAL_S = 0.25  # the machine's speed moves on a scale of seconds
 
 
 class ReferencePass:
-    """One decode pass of ``model`` at batch 1 after ``REFERENCE_CONTEXT`` cached tokens."""
+    """One pass of ``model`` at batch 1: a decode after ``REFERENCE_CONTEXT`` cached tokens
+    (``kind="decode"``) or a prefill of ``PREFILL_TOKENS`` (``kind="prefill"``)."""
 
-    def __init__(self, model, now: Callable[[], float] = time.process_time):
+    def __init__(self, model, now: Callable[[], float] = time.process_time, kind="decode"):
+        if kind not in ("decode", "prefill"):
+            raise ValueError(f"unknown reference pass {kind!r}")
         self.model = model
         self.now = now
-        self.context = min(REFERENCE_CONTEXT, model.config.max_position - 1)
+        self.kind = kind
+        top = model.config.max_position - 1
+        self.context = min(REFERENCE_CONTEXT, top) if kind == "decode" else 0
+        self.tokens = 1 if kind == "decode" else min(PREFILL_TOKENS, top)
         self._cache = None
-        self._one = None
+        self._input = None
 
     def _ready(self) -> None:
         if self._cache is not None:
             return
         model = self.model
-        self._cache = model.new_cache(1, self.context + 1)
-        self._one = torch.ones((1, 1), dtype=torch.long, device=model.device)
+        self._cache = model.new_cache(1, self.context + self.tokens)
+        self._input = torch.ones((1, self.tokens), dtype=torch.long, device=model.device)
         with torch.inference_mode():
-            model(torch.ones((1, self.context), dtype=torch.long, device=model.device), self._cache)
+            if self.context:
+                ids = torch.ones((1, self.context), dtype=torch.long, device=model.device)
+                model(ids, self._cache)
             for _ in range(2):  # warm-up: first calls pay for allocation
                 self._pass()
 
@@ -50,7 +69,7 @@ class ReferencePass:
         self._cache.rollback([self.context])
         sync(self.model.device)
         began = self.now()
-        self.model(self._one, self._cache)
+        self.model(self._input, self._cache)
         sync(self.model.device)
         return self.now() - began
 
@@ -64,10 +83,12 @@ class ReferencePass:
 class SpeedNormaliser:
     """The factor that turns CPU seconds measured now into seconds at the reference speed.
 
-    ``reference_s`` is the reference pass's time at the reference speed (a profile's
-    ``provenance.reference_pass_s``); without one, the speed at construction is the reference.
-    ``factor()`` re-probes once ``interval_s`` of process time has passed since the last probe
-    and keeps every probe in ``probes_s`` (the drift over the run, for reports).
+    ``reference_s`` and ``reference_prefill_s`` are the decode and prefill passes' times at the
+    reference speed (a profile's ``provenance``); without one, the speed at construction is
+    that pass's reference. ``factor(tokens)`` re-probes once ``interval_s`` of process time
+    has passed since the last probe (``refresh``) and keeps every probe in ``probes_s`` and
+    ``prefill_probes_s`` (the drift over the run, for reports); ``current(tokens)`` is the
+    factor from the latest probes, without probing.
     """
 
     def __init__(
@@ -75,34 +96,56 @@ class SpeedNormaliser:
         reference: ReferencePass,
         reference_s: float | None = None,
         interval_s: float = INTERVAL_S,
+        prefill: ReferencePass | None = None,
+        reference_prefill_s: float | None = None,
     ):
         self.reference = reference
+        self.prefill = prefill or ReferencePass(reference.model, reference.now, "prefill")
         self.interval_s = interval_s
         self.reference_s = reference_s or reference.median_s(CALIBRATION)
+        self.reference_prefill_s = reference_prefill_s or self.prefill.median_s(CALIBRATION)
         self.probes_s: list[float] = []
-        self._factor = 1.0
+        self.prefill_probes_s: list[float] = []
+        self._decode_factor = self._prefill_factor = 1.0
         self._next = -float("inf")
 
-    def factor(self) -> float:
-        now = time.process_time()
-        if now >= self._next:
-            seconds = self.reference.median_s()
-            self.probes_s.append(seconds)
-            self._factor = self.reference_s / seconds
-            self._next = time.process_time() + self.interval_s
-        return self._factor
+    def refresh(self) -> None:
+        if time.process_time() < self._next:
+            return
+        decode, prefill = self.reference.median_s(), self.prefill.median_s()
+        self.probes_s.append(decode)
+        self.prefill_probes_s.append(prefill)
+        self._decode_factor = self.reference_s / decode
+        self._prefill_factor = self.reference_prefill_s / prefill
+        self._next = time.process_time() + self.interval_s
+
+    def current(self, tokens: float = 1.0) -> float:
+        """The factor for a pass feeding ``tokens`` tokens, from the latest probes."""
+        weight = min(max(np.log(max(tokens, 1.0)) / np.log(self.prefill.tokens), 0.0), 1.0)
+        return float(self._decode_factor ** (1.0 - weight) * self._prefill_factor**weight)
+
+    def factor(self, tokens: float = 1.0) -> float:
+        self.refresh()
+        return self.current(tokens)
 
     def drift(self) -> dict[str, float]:
         """The machine's speed over the probes, relative to the reference (1 = as fast; 2 = a
-        pass took twice as long): median, 10th and 90th percentile."""
-        ratios = np.asarray(self.probes_s or [self.reference_s]) / self.reference_s
-        return {
+        pass took twice as long): median, 10th and 90th percentile, of the decode probe and
+        (``prefill_``) of the prefill probe."""
+        out: dict[str, float] = {
             "reference_pass_s": self.reference_s,
+            "reference_prefill_s": self.reference_prefill_s,
             "probes": len(self.probes_s),
-            "slowdown_median": float(np.median(ratios)),
-            "slowdown_p10": float(np.percentile(ratios, 10)),
-            "slowdown_p90": float(np.percentile(ratios, 90)),
         }
+        for prefix, probes, reference in (
+            ("", self.probes_s, self.reference_s),
+            ("prefill_", self.prefill_probes_s, self.reference_prefill_s),
+        ):
+            ratios = np.asarray(probes or [reference]) / reference
+            out[f"{prefix}slowdown_median"] = float(np.median(ratios))
+            out[f"{prefix}slowdown_p10"] = float(np.percentile(ratios, 10))
+            out[f"{prefix}slowdown_p90"] = float(np.percentile(ratios, 90))
+        return out
 
 
 def sync(device: torch.device) -> None:

@@ -112,6 +112,35 @@ class StepResult:
     logprob: torch.Tensor
 
 
+@dataclass(frozen=True)
+class PrefillResult:
+    """``tokens [B]``: each row's first generated token; ``logprob [B]``: its raw target
+    log-probability."""
+
+    tokens: torch.Tensor
+    logprob: torch.Tensor
+
+
+def prefill_step(
+    target: DecoderModel,
+    drafter: DecoderModel | None,
+    rows: Rows,
+    sampling: Sampling,
+    uniforms: torch.Tensor,
+) -> PrefillResult:
+    """Feed each row's prompt (``seq[b, :s_len[b]]``, empty caches) through the target and the
+    drafter, and sample the first token from the target with ``uniforms [B]``."""
+    lengths = rows.s_len
+    ids = rows.seq[:, : int(lengths.max())]
+    logits = target(ids, rows.target_cache, lengths)
+    if rows.draft_cache is not None:
+        drafter(ids, rows.draft_cache, lengths)
+    last = logits[torch.arange(ids.shape[0], device=logits.device), lengths - 1]
+    tokens = sample_from_probs(sampling.probs(last), uniforms.to(logits.device), validate=False)
+    logprob = torch.log_softmax(last.double(), dim=-1).gather(1, tokens[:, None]).squeeze(1)
+    return PrefillResult(tokens, logprob)
+
+
 def speculative_step(
     target: DecoderModel,
     drafter: DecoderModel | None,

@@ -38,6 +38,12 @@ class Provenance(StrictModel):
         "cached tokens) at the speed every timing is rescaled to; specsim validate --clock "
         "reference rescales the engine's time to it too",
     )
+    reference_prefill_s: Pos | None = Field(
+        default=None,
+        description="profiled with --clock reference: the target's prefill pass (batch 1, a "
+        "96-token prompt) at the reference speed; passes feeding more tokens than a decode are "
+        "rescaled between the two references (see specsim.engine.speed)",
+    )
 
 
 class Hardware(StrictModel):
@@ -112,13 +118,16 @@ class Latency(StrictModel):
 
 
 class DraftOverhead(StrictModel):
-    """A drafter's own per-draft-pass overhead terms (see ``Overhead``), when it was measured:
-    what one of its draft passes adds to a serving iteration beyond the latency fits (sampling,
-    and its passes running cache-cold after the target's inside the loop, which grows with the
-    drafter's size)."""
+    """A drafter's own overhead terms (see ``Overhead``), when it was measured: what one of its
+    draft passes adds to a serving iteration beyond the latency fits (sampling, and its passes
+    running cache-cold after the target's inside the loop, which grows with the drafter's size),
+    and what a prefill iteration of a deployment with it adds. They replace the shared draft
+    and prefill terms for this drafter."""
 
     per_draft_step_s: NonNeg = 0.0
     per_draft_token_s: NonNeg = 0.0
+    per_prefill_s: NonNeg = 0.0
+    per_prefill_token_s: NonNeg = 0.0
 
 
 class ModelSpec(StrictModel):
@@ -167,17 +176,45 @@ class Overhead(StrictModel):
 
         per_step_s + per_sequence_s * B + k * (per_draft_step_s + per_draft_token_s * B)
 
-    on top of its forward passes. The draft terms are what each draft pass adds outside the
-    drafter's forward pass (processing q and sampling a draft, and the verifier's work per
-    position); they default to 0 so profiles written before them stay valid, and a drafter's
-    own ``overhead`` section, when it has one, replaces them for that drafter.
+    on top of its forward passes, and one that carries ``T`` prompt tokens (a prefill, or
+    chunks riding in a decode step) also ``per_prefill_s + per_prefill_token_s * T``. The draft
+    terms are what each draft pass adds outside the drafter's forward pass (processing q and
+    sampling a draft, and the verifier's work per position); the prefill terms what the
+    serving loop's prefill adds (slots, first-token sampling, passes cache-cold after the other
+    model's). All but the first two default to 0 so profiles written before them stay valid,
+    and a drafter's own ``overhead`` section, when it has one, replaces the draft and prefill
+    terms for that drafter.
     """
 
     per_step_s: NonNeg = 0.0
     per_sequence_s: NonNeg = 0.0
     per_draft_step_s: NonNeg = 0.0
     per_draft_token_s: NonNeg = 0.0
+    per_prefill_s: NonNeg = 0.0
+    per_prefill_token_s: NonNeg = 0.0
     source: Literal["measured", "stated", "roofline"] = "stated"
+
+
+class IterationJitter(StrictModel):
+    """How much one serving iteration's time varies around its median on the profiled machine.
+
+    ``quantiles[i]`` is the multiplier at probability ``i / (n - 1)``: the distribution of one
+    timed iteration over the median of its shape, pooled over the profiler's repeated serving
+    iterations. The latency fits and overhead give the median; the simulator multiplies each
+    iteration by an independent draw from this distribution (inverse transform of a seeded
+    uniform), so latency tails (TTFT p90) and queueing feel the spread the machine has. Without
+    it every iteration takes exactly its median.
+    """
+
+    quantiles: list[Annotated[float, Field(gt=0)]] = Field(min_length=2)
+    samples: Annotated[int, Field(ge=2)]
+    source: Literal["measured", "stated"] = "measured"
+
+    @model_validator(mode="after")
+    def _sorted(self) -> IterationJitter:
+        if any(b < a for a, b in zip(self.quantiles, self.quantiles[1:], strict=False)):
+            raise ValueError("jitter.quantiles must not decrease")
+        return self
 
 
 class AcceptanceSequences(StrictModel):
@@ -235,6 +272,7 @@ class Profile(StrictModel):
     target: ModelSpec
     drafters: dict[str, ModelSpec] = Field(default_factory=dict)
     overhead: Overhead = Field(default_factory=Overhead)
+    jitter: IterationJitter | None = None
     acceptance: list[Acceptance] = Field(default_factory=list)
 
     @model_validator(mode="after")

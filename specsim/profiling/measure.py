@@ -218,9 +218,11 @@ def _acceptance(opts, models, tokenizer, progress_file):
 
 
 def _overhead(opts, models, axes, timer, passes_profile):
-    """The engine's serving iteration beyond what the latency fits (``passes_profile``: the
-    profile so far) predict for its passes, over batch x k, fitted; summary line. Batches span
-    the grid's (smallest, middle, largest); the context is the grid's middle one."""
+    """The engine's serving iterations beyond what the latency fits (``passes_profile``: the
+    profile so far) predict for their passes, over batch x k (decode) and batch x prompt
+    (prefill), fitted, with the iterations' spread; summary line. Batches span the grid's
+    (smallest, middle, largest); the context is the grid's middle one; prompts the grid's
+    shortest and longest prefill."""
     from specsim.profiling.overhead import measure_overhead
     from specsim.simulation.costs import StepCosts
 
@@ -228,8 +230,11 @@ def _overhead(opts, models, axes, timer, passes_profile):
     batches = sorted({batches[0], batches[len(batches) // 2], batches[-1]})
     contexts = sorted(axes["context"])
     context = max(contexts[len(contexts) // 2], 8)
+    prompts = sorted(axes.get("prefill", ()))
+    prompts = sorted({prompts[0], prompts[-1]}) if prompts else []
     names = [d.name for d in opts.drafters if not d.is_ngram]
-    costs = [StepCosts(passes_profile, name) for name in names] or [StepCosts(passes_profile, None)]
+    alone = StepCosts(passes_profile, None)
+    costs = [StepCosts(passes_profile, name) for name in names] or [alone]
 
     def predict_passes(index: int, batch: int, k: int, context: int) -> float:
         # As the engine's iteration log describes the step (see ServingEngine): the target
@@ -239,6 +244,13 @@ def _overhead(opts, models, axes, timer, passes_profile):
         pairs = batch * (k + 1.0) * (context - 1.0) + batch * (k + 1.0) * (k + 2.0) / 2.0
         cost = costs[index]
         return cost.target_pass_s(batch, new, kv, pairs) + (cost.draft_s(batch, k, kv) if k else 0)
+
+    def predict_prefill(index: int | None, batch: int, prompt: int) -> float:
+        cost = alone if index is None else costs[index]
+        tokens, pairs = batch * prompt, batch * prompt * (prompt + 1.0) / 2.0
+        return cost.target_pass_s(batch, tokens, 0.0, pairs) + cost.draft_prefill_s(
+            batch, tokens, 0.0, pairs
+        )
 
     started = time.monotonic()
     fit = measure_overhead(
@@ -250,6 +262,8 @@ def _overhead(opts, models, axes, timer, passes_profile):
         normalise=timer.normalise,
         predict_passes=predict_passes,
         names=names,
+        prompts=prompts,
+        predict_prefill=predict_prefill,
     )
     line = (
         f"  overhead: {fit.describe()}; {len(fit.points)} points in "
@@ -381,17 +395,28 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "notes": " ".join([_timing_note(opts, axes, timer, dtype_name), *notes]),
             "profiling_seconds": time.monotonic() - started,
             "reference_pass_s": normaliser.reference_s if normaliser is not None else None,
+            "reference_prefill_s": (
+                normaliser.reference_prefill_s if normaliser is not None else None
+            ),
         },
         "hardware": _hardware(opts.device),
         "target": target_spec,
         "drafters": drafter_specs,
         "overhead": {**overhead.terms, "source": "measured"},
+        "jitter": _jitter(overhead),
         "acceptance": result.entries if result is not None else [],
     }
     profile = build_profile(data, opts.name)
     lines.insert(0, f"profiled in {data['provenance']['profiling_seconds']:.0f} s")
     side_files = result.side_files if result is not None else {}
     return MeasureReport(profile=profile, side_files=side_files, lines=lines)
+
+
+def _jitter(overhead) -> dict | None:
+    if not overhead.jitter:
+        return None
+    samples = sum(len(p.spread) for p in overhead.points)
+    return {"quantiles": overhead.jitter, "samples": samples, "source": "measured"}
 
 
 def _software() -> dict[str, str]:

@@ -150,9 +150,10 @@ class PassTimer:
     which leaves out the time the operating system gave to other processes, so it measures what
     a dedicated core would take even on a shared machine. It is only meaningful with one torch
     thread (several threads add their CPU times up), which the timer checks. ``reference`` is
-    CPU time rescaled by ``normalise()`` (a ``SpeedNormaliser.factor``, called before each timed
-    pass) to the machine's speed at a reference moment: other tenants also slow this process's
-    own CPU time down, by up to 1.6x within seconds (see ``specsim.engine.speed``).
+    CPU time rescaled by ``normalise(tokens)`` (a ``SpeedNormaliser.factor``, called before each
+    timed pass with the tokens it feeds) to the machine's speed at a reference moment: other
+    tenants also slow this process's own CPU time down, by up to 1.6x within seconds (see
+    ``specsim.engine.speed``).
     """
 
     def __init__(
@@ -161,7 +162,7 @@ class PassTimer:
         warmup: int = 2,
         repeats: int = 5,
         clock: str = "wall",
-        normalise: Callable[[], float] | None = None,
+        normalise: Callable[[float], float] | None = None,
     ):
         if repeats < 1 or warmup < 0:
             raise SpecsimError(
@@ -182,7 +183,9 @@ class PassTimer:
         self.clock = clock
         self.normalise = normalise
 
-    def time_once(self, run: Callable[[], object]) -> float:
+    def time_once(self, run: Callable[[], object], tokens: int = 1) -> float:
+        """Seconds of one ``run``; ``tokens``: how many tokens its pass feeds (the reference
+        clock's factor depends on it)."""
         import torch
 
         if self.device.startswith("cuda"):
@@ -195,13 +198,15 @@ class PassTimer:
             torch.cuda.synchronize(self.device)
             return start.elapsed_time(end) / 1e3
         # Read before the pass: a speed probe, when one is due, stays out of the timing.
-        factor = self.normalise() if self.normalise is not None else 1.0
+        factor = self.normalise(tokens) if self.normalise is not None else 1.0
         now = time.perf_counter_ns if self.clock == "wall" else time.process_time_ns
         begin = now()
         run()
         return (now() - begin) / 1e9 * factor
 
-    def measure(self, run: Callable[[], object], reset: Callable[[], object]) -> np.ndarray:
+    def measure(
+        self, run: Callable[[], object], reset: Callable[[], object], tokens: int = 1
+    ) -> np.ndarray:
         """Seconds of ``repeats`` runs of ``run``, each after ``reset`` (not timed)."""
         for _ in range(self.warmup):
             reset()
@@ -209,7 +214,7 @@ class PassTimer:
         times = np.empty(self.repeats)
         for i in range(self.repeats):
             reset()
-            times[i] = self.time_once(run)
+            times[i] = self.time_once(run, tokens)
         return times
 
 
@@ -291,7 +296,8 @@ def time_grid(
             if not timed:
                 continue
             cache.lengths.fill_(point.context)  # back to the point's context, untimed
-            times.setdefault(point, []).append(timer.time_once(run))
+            fed = point.batch * point.new_tokens
+            times.setdefault(point, []).append(timer.time_once(run, fed))
             if progress is not None:
                 progress.update(1)
         if out_of_time:

@@ -35,6 +35,8 @@ class StepCosts:
         draft_terms = own if own is not None else overhead
         self.overhead_draft_step_s = draft_terms.per_draft_step_s
         self.overhead_draft_token_s = draft_terms.per_draft_token_s
+        self.overhead_prefill_s = draft_terms.per_prefill_s
+        self.overhead_prefill_token_s = draft_terms.per_prefill_token_s
         self._check_target = self.target.latency.valid_range is not None
         self._check_draft = (
             self.draft_latency is not None and self.draft_latency.latency.valid_range is not None
@@ -114,7 +116,8 @@ class StepCosts:
         ``rows`` decoding sequences verify ``new`` positions in all over ``kv`` cached tokens
         (``pairs`` query-key pairs) after k draft passes; ``p_rows`` prompt chunks of
         ``p_tokens`` tokens ride in the same target pass (and a draft model builds its own cache
-        for them). One target pass, then the per-step and per-sequence overhead.
+        for them). One target pass, then the overhead (with the prefill terms when prompt chunks
+        ride along).
         """
         batch = rows + p_rows
         seconds = self.target.seconds_from_totals(
@@ -122,8 +125,10 @@ class StepCosts:
         ) + self.overhead_s(batch, k, rows)
         if rows:
             seconds += self.draft_s(rows, k, kv)
-        if p_rows and self.draft_kind == "draft_model":
-            seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
+        if p_rows:
+            seconds += self.overhead_prefill_s + self.overhead_prefill_token_s * p_tokens
+            if self.draft_kind == "draft_model":
+                seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
         return seconds
 
     # ---- FLOPs ---------------------------------------------------------------------------

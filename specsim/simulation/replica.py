@@ -15,7 +15,9 @@ operation runs on the whole array without masks. One SimPy event per engine iter
    acceptance model draws accepted counts, and prompt chunks fill the rest of the token budget
    (chunked prefill) — or, without chunked prefill, waiting prompts run as their own iteration;
 4. wait the iteration's duration (``StepCosts.iteration_s``: target pass + k draft passes + a
-   draft model's pass over the prompt chunks + overhead, from the profile);
+   draft model's pass over the prompt chunks + overhead, from the profile; times a seeded
+   multiplier from the profile's measured spread when it has one and the scenario keeps
+   ``engine.jitter`` on, see ``jitter.py``);
 5. apply: every decoding row emits accepted + 1 tokens; finished rows become records.
 """
 
@@ -52,6 +54,7 @@ class Replica:
         rng: np.random.Generator,
         sink,
         on_finish,
+        jitter=None,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -65,6 +68,7 @@ class Replica:
         self.lookahead = self.k_max + 1
         self.kv_capacity = kv_capacity
         self.rng = rng
+        self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
         self.on_finish = on_finish
         self.stats = EngineStats(self.k_max, kv_capacity, engine.max_batch)
@@ -144,11 +148,15 @@ class Replica:
             self._admit(start)
             if not self.chunked and self.prefilling:
                 dt, plan = self._plan_prefill_only()
+                if self.jitter is not None:
+                    dt *= self.jitter.factor()
                 yield env.timeout(dt)
                 self._finish_prefills(plan, env.now)
                 self._record_iteration(dt, plan[1], None)
                 continue
             dt, plan = self._plan_mixed()
+            if self.jitter is not None:
+                dt *= self.jitter.factor()
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
 

@@ -15,6 +15,7 @@ from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
 from specsim.simulation.costs import StepCosts, kv_capacity_tokens
 from specsim.simulation.fleet import ClosedLoopClients, Fleet, open_loop_arrivals
+from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
@@ -101,23 +102,39 @@ def cached_profile(path: Path) -> LoadedProfile:
     return LoadedProfile(parsed, path)
 
 
-def run_simulation(scenario: Scenario, records_path: str | Path | None = None) -> SimulationResult:
+def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> Jitter | None:
+    spec = setup.costs.profile.profile.jitter
+    if spec is None or not scenario.engine.jitter:
+        return None
+    return Jitter(spec, rng)
+
+
+def run_simulation(
+    scenario: Scenario, records_path: str | Path | None = None, replication: int = 0
+) -> SimulationResult:
     """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
 
     The profile path resolves relative to the scenario file. The result is deterministic for a
-    given scenario (its seed drives every random stream).
+    given scenario (its seed drives every random stream). ``replication`` > 0 keeps the
+    requests (arrivals, lengths, routing) and draws acceptance and iteration jitter from other
+    streams: the same traffic served again, to see how much the rest alone moves a metric.
     """
     import simpy
 
     profile = cached_profile(scenario.resolve(scenario.profile))
-    streams = np.random.SeedSequence(scenario.seed).spawn(4)
+    # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
+    streams = np.random.SeedSequence(scenario.seed).spawn(5)
     arrivals_rng, lengths_rng, routing_rng = (
-        np.random.default_rng(s) for s in streams[:2] + streams[3:]
+        np.random.default_rng(s) for s in streams[:2] + streams[3:4]
     )
+    serving = streams
+    if replication:
+        serving = np.random.SeedSequence([scenario.seed, replication]).spawn(5)
     source = build_source(scenario, arrivals_rng, lengths_rng)
     setups = pool_setups(scenario, profile)
     total = sum(s.replicas for s in setups)
-    acceptance_rngs = [np.random.default_rng(s) for s in streams[2].spawn(total)]
+    acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
+    jitter_rngs = [np.random.default_rng(s) for s in serving[4].spawn(total)]
 
     env = simpy.Environment()
     limits = scenario.slo.limits() if scenario.slo else {}
@@ -147,6 +164,7 @@ def run_simulation(scenario: Scenario, records_path: str | Path | None = None) -
                     acceptance_rngs[index],
                     sink,
                     on_finish,
+                    _jitter(scenario, setup, jitter_rngs[index]),
                 )
             )
     fleet = Fleet(replicas, scenario.fleet.router, routing_rng)

@@ -20,7 +20,7 @@ from typing import Any
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json
 from specsim.scenario import Scenario
-from specsim.validation.compare import Comparison, compare, table
+from specsim.validation.compare import Comparison, compare, explain_failures, table
 
 ACCEPTANCE_PROMPTS = 64
 
@@ -46,6 +46,7 @@ class ValidateOptions:
     profile_budget_s: float | None = None
     profile_repeats: int | None = None
     clock: str = "wall"
+    replications: int = 20  # simulator runs of the same requests for each metric's band
 
 
 def _length_range(dist) -> tuple[int, int]:
@@ -160,6 +161,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             device=opts.device,
             clock=opts.clock,
             reference_s=profile.profile.provenance.reference_pass_s,
+            reference_prefill_s=profile.profile.provenance.reference_prefill_s,
         )
         after = speed_check(opts.target, target_latency, opts.device, opts.clock)
         write_run(run, staging / "engine")
@@ -171,7 +173,10 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         (staging / "simulation" / "summary.json").write_text(
             dump_json(result.summary), encoding="utf-8"
         )
-        comparison = compare(result.summary, run.summary)
+        replicas = [
+            run_simulation(simulated, replication=i).summary for i in range(1, opts.replications)
+        ]
+        comparison = compare(result.summary, run.summary, replicas)
         residuals = iteration_residuals(
             run.log, profile, scenario.speculation.drafter if scenario.speculation.enabled else None
         )
@@ -187,7 +192,11 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         if "machine_speed" in run.summary:
             speed["reference_clock"] = run.summary["machine_speed"]
         text = "\n\n".join(
-            [_report(scenario, comparison, final_profile), residual_table(residuals), _speed(speed)]
+            [
+                _report(scenario, comparison, final_profile, opts.replications),
+                residual_table(residuals),
+                _speed(speed),
+            ]
         )
         plot_validation(
             comparison,
@@ -223,14 +232,17 @@ def _speed(speed: dict[str, Any]) -> str:
     if ref:
         text += (
             f"\nreference clock: {ref['probes']} probes during the run found the machine "
-            f"x{ref['slowdown_median']:.2f} as slow as at the reference "
+            f"x{ref['slowdown_median']:.2f} as slow as at the reference for a decode "
             f"({ref['reference_pass_s'] * 1e3:.2f} ms; p10..p90 x{ref['slowdown_p10']:.2f}.."
-            f"x{ref['slowdown_p90']:.2f}); the engine's times are rescaled to the reference."
+            f"x{ref['slowdown_p90']:.2f}) and x{ref['prefill_slowdown_median']:.2f} for a "
+            f"prefill ({ref['reference_prefill_s'] * 1e3:.2f} ms; p10..p90 "
+            f"x{ref['prefill_slowdown_p10']:.2f}..x{ref['prefill_slowdown_p90']:.2f}); the "
+            "engine's times are rescaled to the references."
         )
     return text
 
 
-def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:
+def _report(scenario: Scenario, comparison: Comparison, profile: str, replications: int) -> str:
     spec = scenario.speculation
     what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
     head = (
@@ -242,4 +254,5 @@ def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:
         if comparison.passed
         else ("FAIL: " + ", ".join(r.metric for r in comparison.failures) + " beyond threshold")
     )
-    return f"{head}\n{table(comparison)}\n{verdict}"
+    notes = explain_failures(comparison, replications)
+    return "\n".join([head, table(comparison), verdict, *notes])
