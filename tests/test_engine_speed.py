@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specsim.engine import speed  # noqa: E402
 from specsim.engine.clock import ReferenceClock, make_clock  # noqa: E402
 from specsim.engine.speed import ReferencePass, SpeedNormaliser  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
@@ -58,11 +59,16 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
     assert drift["probes"] == 3 and drift["slowdown_median"] == pytest.approx(1.0)
     assert drift["slowdown_p90"] > 1.5 and drift["slowdown_p10"] < 0.8
     # Without a reference, a longer first burst sets it.
+    # Without references, the quiet speed: the fastest of 7 bursts (a slow phase at the start
+    # does not become the reference).
+    monkeypatch.setattr(speed.time, "sleep", lambda s: None)
     calibrated = SpeedNormaliser(
-        ScriptedPass(3e-3, 6e-3), interval_s=0.25, prefill=ScriptedPass(9e-3, 9e-3, tokens=96)
+        ScriptedPass(9e-3, 9e-3, 3e-3, 4e-3, 3.5e-3, 5e-3, 6e-3, 6e-3),
+        interval_s=0.25,
+        prefill=ScriptedPass(*[9e-3] * 8, tokens=96),
     )
-    assert calibrated.reference_s == 3e-3 and calibrated.reference.calls == [31]
-    assert calibrated.reference_prefill_s == 9e-3 and calibrated.prefill.calls == [31]
+    assert calibrated.reference_s == 3e-3 and calibrated.reference.calls == [5] * 7
+    assert calibrated.reference_prefill_s == 9e-3 and calibrated.prefill.calls == [5] * 7
     assert calibrated.factor() == pytest.approx(0.5)
 
 

@@ -3,6 +3,7 @@ grid fitted to the models' positions, and the simulator charging every term."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import yaml
 from test_engine_common import hand_profile
@@ -271,7 +272,12 @@ def test_measured_prefill_points_cover_the_target_alone_and_each_drafter():
     # Against a prediction of 0 the whole iteration is overhead: positive, fitted.
     assert all(p.seconds > 0 for p in prefill)
     assert fit.terms["per_prefill_s"] + fit.terms["per_prefill_token_s"] > 0
-    # Every timed iteration left its spread: 3 repeats per point, over the others' median.
-    assert all(len(p.spread) == 3 for p in fit.points)
-    assert len(fit.jitter) == 21 and fit.jitter == sorted(fit.jitter)
+    # The spread: back-to-back runs of decodes at the middle batch and largest k, and of
+    # prefills at the smallest batch and prompt, for each model set.
+    runs = {(p.drafter, p.batch, p.is_prefill): len(p.spread) for p in fit.points if p.spread}
+    assert runs == {("tiny", 2, False): 60, (None, 1, True): 30, ("tiny", 1, True): 30}
+    spread = np.concatenate([p.spread for p in fit.points])
+    assert np.median(spread[:60]) == pytest.approx(1.0)  # each run over its own median
+    assert len(fit.jitter) == 101 and fit.jitter == sorted(fit.jitter)
     assert fit.jitter[0] < 1.0 < fit.jitter[-1]
+    assert fit.jitter == pytest.approx(np.quantile(spread, np.linspace(0, 1, 101)), abs=1e-4)

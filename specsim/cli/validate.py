@@ -8,8 +8,9 @@ minutes on a CPU; --profile-budget caps the timing grid). On a shared machine, -
 both the profiling and the engine by this process's CPU time (idle waits for arrivals are
 skipped, not slept), so other processes' load does not enter either side. Other tenants still
 slow this process's own CPU time (caches, memory bandwidth: 1.6x within seconds was seen), so
---clock reference also times the target's decode pass every quarter second and rescales both
-sides to the machine's speed when profiling began (the profile's reference_pass_s):
+--clock reference also times a decode and a prefill pass of the target every quarter second and
+rescales both sides to the machine's speed when profiling began (the profile's
+reference_pass_s and reference_prefill_s; wide passes slow down differently from decodes):
 
   OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \
       --out runs/v1

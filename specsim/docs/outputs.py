@@ -105,7 +105,8 @@ COMMAND_OUTPUTS = {
         "target_logprob_mean and eos) and summary.json (the same keys as a simulation)",
         "simulation/": "the simulator's prediction of the same workload: requests.csv, "
         "summary.json",
-        "comparison.json": "each metric: engine, simulation, relative error, threshold, pass",
+        "comparison.json": "each metric: engine, simulation, relative error, threshold, pass, "
+        "and band: the simulator's p10..p90 over --replications runs of the same requests",
         "comparison.md": "the same comparison as a table",
         "validation.png": "engine against simulation, figure",
         "profile.yaml": "the profile measured on this machine (without --profile)",

@@ -32,7 +32,9 @@ class StepOverhead:
     step_s: float  # median of the engine's serving iteration (see step_overhead)
     passes_s: float  # median of the same forward passes alone
     overhead_s: float  # step - passes
-    samples_s: tuple[float, ...] = ()  # every timed serving iteration, for its spread
+    # ``consecutive`` serving iterations timed back to back after the rounds, as the serving
+    # loop runs them (no bare passes in between): their spread around their median.
+    samples_s: tuple[float, ...] = ()
 
 
 def _interleaved(
@@ -68,9 +70,33 @@ def _interleaved(
     return timings[whole], timings[passes]
 
 
-def _result(batch: int, k: int, context: int, whole: list[float], passes: list[float]):
+def _back_to_back(
+    whole: Callable[[], object],
+    reset: Callable[[], object],
+    device: torch.device,
+    count: int,
+    clock: str,
+    normalise: Callable[[float], float] | None,
+    tokens: int,
+) -> list[float]:
+    """``count`` runs of ``whole``, timed one after another (each after ``reset``)."""
+    now = time.perf_counter if clock == "wall" else time.process_time
+    out = []
+    for _ in range(count):
+        reset()
+        factor = normalise(tokens) if normalise is not None else 1.0
+        sync(device)
+        began = now()
+        whole()
+        sync(device)
+        out.append((now() - began) * factor)
+    reset()
+    return out
+
+
+def _result(batch, k, context, whole, passes, samples=()) -> StepOverhead:
     step, alone = float(np.median(whole)), float(np.median(passes))
-    return StepOverhead(batch, k, context, step, alone, step - alone, tuple(whole))
+    return StepOverhead(batch, k, context, step, alone, step - alone, tuple(samples))
 
 
 @torch.inference_mode()
@@ -84,10 +110,12 @@ def step_overhead(
     sampling: Sampling | None = None,
     clock: str = "wall",
     normalise: Callable[[float], float] | None = None,
+    consecutive: int = 0,
 ) -> StepOverhead:
     """Median decode-iteration and bare-pass times over ``repeats`` interleaved rounds
     (``clock``: ``wall`` or this process's ``cpu`` time; ``reference``: CPU time times
-    ``normalise()``, see ``specsim.engine.speed``)."""
+    ``normalise(tokens)``, see ``specsim.engine.speed``), then ``consecutive`` iterations back
+    to back for their spread."""
     sampling = sampling or Sampling()
     max_len = context + k + 2
     state = Batch(target, drafter if k else None, batch, max_len)
@@ -141,10 +169,11 @@ def step_overhead(
             drafter(one, rows.draft_cache)
         target(window, rows.target_cache)
 
-    whole, passes = _interleaved(
-        whole_step, passes_only, reset, target.device, repeats, clock, normalise, batch * (k + 1)
-    )
-    return _result(batch, k, context, whole, passes)
+    fed = batch * (k + 1)
+    timing = (target.device, repeats, clock, normalise, fed)
+    whole, passes = _interleaved(whole_step, passes_only, reset, *timing)
+    samples = _back_to_back(whole_step, reset, target.device, consecutive, clock, normalise, fed)
+    return _result(batch, k, context, whole, passes, samples)
 
 
 @torch.inference_mode()
@@ -157,6 +186,7 @@ def prefill_overhead(
     sampling: Sampling | None = None,
     clock: str = "wall",
     normalise: Callable[[float], float] | None = None,
+    consecutive: int = 0,
 ) -> StepOverhead:
     """As ``step_overhead`` for a prefill iteration of ``batch`` prompts of ``prompt`` tokens:
     the serving loop's (the prompts put into free slots, per-request streams, both models'
@@ -190,14 +220,10 @@ def prefill_overhead(
         if drafter is not None:
             drafter(ids, rows.draft_cache, lengths)
 
-    whole, passes = _interleaved(
-        whole_iteration,
-        passes_only,
-        reset,
-        target.device,
-        repeats,
-        clock,
-        normalise,
-        batch * prompt,
+    fed = batch * prompt
+    timing = (target.device, repeats, clock, normalise, fed)
+    whole, passes = _interleaved(whole_iteration, passes_only, reset, *timing)
+    samples = _back_to_back(
+        whole_iteration, reset, target.device, consecutive, clock, normalise, fed
     )
-    return _result(batch, 0, prompt, whole, passes)
+    return _result(batch, 0, prompt, whole, passes, samples)

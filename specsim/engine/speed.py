@@ -16,6 +16,12 @@ prefill probe's from ``PREFILL_TOKENS`` up, and between them geometric interpola
 log(tokens). Measured against the probes taken at the same time, that left a batch-8 k = 4
 verification pass within 0.96..1.05 (p10..p90), where the decode probe alone left 0.86..1.10.
 
+Without given references the normaliser calibrates to the machine's quiet speed: the fastest of
+``CALIBRATION_BURSTS`` bursts spread over about a second. A reference caught in a slow phase
+(a decode at 1.7x its usual time was seen) would make every later factor large, and scale
+passes the slow phase had not slowed alike (a drafter small enough for the caches); from the
+quiet speed the factors stay near 1 and only slow phases are scaled.
+
 The profiler records both references (``provenance.reference_pass_s``,
 ``reference_prefill_s``); the engine's ``reference`` clock normalises to the same numbers, so
 both sides are in one unit.
@@ -32,7 +38,8 @@ import torch
 REFERENCE_CONTEXT = 128
 PREFILL_TOKENS = 96  # the prefill probe's prompt; passes this wide or wider take its factor
 BURST = 5  # passes per probe: the median of a few is steady, the probe stays ~10 ms
-CALIBRATION = 31  # passes for the reference itself
+CALIBRATION_BURSTS = 7  # bursts for the reference itself, QUIET_GAP_S apart
+QUIET_GAP_S = 0.1
 INTERVAL_S = 0.25  # the machine's speed moves on a scale of seconds
 
 
@@ -84,8 +91,8 @@ class SpeedNormaliser:
     """The factor that turns CPU seconds measured now into seconds at the reference speed.
 
     ``reference_s`` and ``reference_prefill_s`` are the decode and prefill passes' times at the
-    reference speed (a profile's ``provenance``); without one, the speed at construction is
-    that pass's reference. ``factor(tokens)`` re-probes once ``interval_s`` of process time
+    reference speed (a profile's ``provenance``); without one, that pass's quiet speed now
+    (``quiet_s``). ``factor(tokens)`` re-probes once ``interval_s`` of process time
     has passed since the last probe (``refresh``) and keeps every probe in ``probes_s`` and
     ``prefill_probes_s`` (the drift over the run, for reports); ``current(tokens)`` is the
     factor from the latest probes, without probing.
@@ -102,8 +109,8 @@ class SpeedNormaliser:
         self.reference = reference
         self.prefill = prefill or ReferencePass(reference.model, reference.now, "prefill")
         self.interval_s = interval_s
-        self.reference_s = reference_s or reference.median_s(CALIBRATION)
-        self.reference_prefill_s = reference_prefill_s or self.prefill.median_s(CALIBRATION)
+        self.reference_s = reference_s or quiet_s(reference)
+        self.reference_prefill_s = reference_prefill_s or quiet_s(self.prefill)
         self.probes_s: list[float] = []
         self.prefill_probes_s: list[float] = []
         self._decode_factor = self._prefill_factor = 1.0
@@ -146,6 +153,17 @@ class SpeedNormaliser:
             out[f"{prefix}slowdown_p10"] = float(np.percentile(ratios, 10))
             out[f"{prefix}slowdown_p90"] = float(np.percentile(ratios, 90))
         return out
+
+
+def quiet_s(reference: ReferencePass, sleep: Callable[[float], None] = time.sleep) -> float:
+    """The fastest of ``CALIBRATION_BURSTS`` burst medians of ``reference``, ``QUIET_GAP_S``
+    of wall time apart: the pass's time when the machine is quiet."""
+    bursts = []
+    for i in range(CALIBRATION_BURSTS):
+        if i:
+            sleep(QUIET_GAP_S)
+        bursts.append(reference.median_s())
+    return min(bursts)
 
 
 def sync(device: torch.device) -> None:

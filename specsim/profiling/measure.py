@@ -283,8 +283,10 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
     elif timer.clock == "reference":
         method = (
             "synchronous CPU passes timed by the process's CPU time (one torch thread), each "
-            "rescaled to the machine's speed at the start (provenance.reference_pass_s: the "
-            "target's decode at batch 1 after 128 tokens, re-timed every 0.25 s of profiling)."
+            "rescaled to the machine's speed at the start, by a factor between the target's "
+            "decode at batch 1 after 128 tokens (provenance.reference_pass_s) and its prefill "
+            "of a 96-token prompt (reference_prefill_s), by the tokens the pass feeds; both "
+            "re-timed every 0.25 s of profiling."
         )
     else:
         method = "synchronous CPU passes timed with perf_counter_ns (wall clock)."
@@ -296,8 +298,11 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         "Overhead: the engine's decode iteration (per-request draws, drafting, verifying, "
         "rollback, reading back, appending tokens) beyond what the latency fits predict for "
         "its passes, timed over batch x k at the grid's middle context for each draft model, "
-        "fitted "
-        "by non-negative least squares."
+        "and its prefill iteration over batch x the grid's shortest and longest prompt, for "
+        "the target alone and with each draft model, fitted by non-negative least squares; "
+        "jitter: runs of serving iterations timed back to back (decode at the middle batch "
+        "and largest k per draft model, prefill at the smallest batch and prompt), each over "
+        "its run's median, pooled."
     )
 
 
