@@ -37,59 +37,43 @@ class StepOverhead:
     samples_s: tuple[float, ...] = ()
 
 
-def _interleaved(
-    whole: Callable[[], object],
-    passes: Callable[[], object],
-    reset: Callable[[], object],
-    device: torch.device,
-    repeats: int,
-    clock: str,
-    normalise: Callable[[float], float] | None,
-    tokens: int,
-) -> tuple[list[float], list[float]]:
-    """Two warm-up rounds, then ``repeats`` rounds timing ``whole`` and ``passes`` in turn
-    (interleaved, so a change in the machine's speed hits both alike), each after ``reset``.
-    ``tokens``: what the target's pass feeds (for the reference clock's factor)."""
-    now = time.perf_counter if clock == "wall" else time.process_time
-    timings: dict[Callable, list[float]] = {whole: [], passes: []}
-    for _ in range(2):
-        for fn in timings:
-            reset()
-            fn()
-    for _ in range(repeats):
-        for fn, out in timings.items():
-            reset()
-            # Read before the pass: a speed probe, when one is due, stays out of the timing.
-            factor = normalise(tokens) if normalise is not None else 1.0
-            sync(device)
-            began = now()
-            fn()
-            sync(device)
-            out.append((now() - began) * factor)
-    reset()
-    return timings[whole], timings[passes]
+@dataclass(frozen=True)
+class _Timing:
+    """How to time one run: on which device and clock, and the reference factor's inputs
+    (``tokens``: what the target's pass feeds)."""
 
+    device: torch.device
+    clock: str
+    normalise: Callable[[float], float] | None
+    tokens: int
 
-def _back_to_back(
-    whole: Callable[[], object],
-    reset: Callable[[], object],
-    device: torch.device,
-    count: int,
-    clock: str,
-    normalise: Callable[[float], float] | None,
-    tokens: int,
-) -> list[float]:
-    """``count`` runs of ``whole``, timed one after another (each after ``reset``)."""
-    now = time.perf_counter if clock == "wall" else time.process_time
-    out = []
-    for _ in range(count):
+    def seconds(self, fn: Callable[[], object], reset: Callable[[], object]) -> float:
         reset()
-        factor = normalise(tokens) if normalise is not None else 1.0
-        sync(device)
+        now = time.perf_counter if self.clock == "wall" else time.process_time
+        # Read before the pass: a speed probe, when one is due, stays out of the timing.
+        factor = self.normalise(self.tokens) if self.normalise is not None else 1.0
+        sync(self.device)
         began = now()
-        whole()
-        sync(device)
-        out.append((now() - began) * factor)
+        fn()
+        sync(self.device)
+        return (now() - began) * factor
+
+
+def _interleaved(whole, passes, reset, timing: _Timing, repeats: int):
+    """Two warm-up rounds, then ``repeats`` rounds timing ``whole`` and ``passes`` in turn
+    (interleaved, so a change in the machine's speed hits both alike), each after ``reset``."""
+    for _ in range(2):
+        for fn in (whole, passes):
+            reset()
+            fn()
+    rounds = [(timing.seconds(whole, reset), timing.seconds(passes, reset)) for _ in range(repeats)]
+    reset()
+    return [w for w, _ in rounds], [p for _, p in rounds]
+
+
+def _back_to_back(whole, reset, timing: _Timing, count: int) -> list[float]:
+    """``count`` runs of ``whole``, timed one after another (each after ``reset``)."""
+    out = [timing.seconds(whole, reset) for _ in range(count)]
     reset()
     return out
 
@@ -169,10 +153,9 @@ def step_overhead(
             drafter(one, rows.draft_cache)
         target(window, rows.target_cache)
 
-    fed = batch * (k + 1)
-    timing = (target.device, repeats, clock, normalise, fed)
-    whole, passes = _interleaved(whole_step, passes_only, reset, *timing)
-    samples = _back_to_back(whole_step, reset, target.device, consecutive, clock, normalise, fed)
+    timing = _Timing(target.device, clock, normalise, batch * (k + 1))
+    whole, passes = _interleaved(whole_step, passes_only, reset, timing, repeats)
+    samples = _back_to_back(whole_step, reset, timing, consecutive)
     return _result(batch, k, context, whole, passes, samples)
 
 
@@ -220,10 +203,7 @@ def prefill_overhead(
         if drafter is not None:
             drafter(ids, rows.draft_cache, lengths)
 
-    fed = batch * prompt
-    timing = (target.device, repeats, clock, normalise, fed)
-    whole, passes = _interleaved(whole_iteration, passes_only, reset, *timing)
-    samples = _back_to_back(
-        whole_iteration, reset, target.device, consecutive, clock, normalise, fed
-    )
+    timing = _Timing(target.device, clock, normalise, batch * prompt)
+    whole, passes = _interleaved(whole_iteration, passes_only, reset, timing, repeats)
+    samples = _back_to_back(whole_iteration, reset, timing, consecutive)
     return _result(batch, 0, prompt, whole, passes, samples)
