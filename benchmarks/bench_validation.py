@@ -187,6 +187,8 @@ def main() -> int:
             },
             "machine_speed_ratio": round(result.speed["ratio_after"], 3),
             "reference_clock": result.speed.get("reference_clock"),
+            # False: the machine ran >10 % away from the reference speed (see validate.py).
+            "steady_machine": result.speed.get("steady"),
             "wall_s": round(time.monotonic() - t0, 1),
         }
     figures["step_overhead_ms"] = step_overheads(specs, args.clock)

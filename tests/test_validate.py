@@ -248,3 +248,33 @@ def test_read_records_parses_the_engines_float_columns(tmp_path):
     assert records["target_logprob_mean"].dtype.kind == "f"
     assert records["target_logprob_mean"].tolist() == [-1.49564636, -2.0]
     assert records["pool"].tolist() == ["main", "main"]
+
+
+def test_a_run_far_from_the_reference_speed_is_flagged():
+    from specsim.validation.validate import _speed, steady
+
+    drift = {
+        "reference_pass_s": 2e-3,
+        "reference_prefill_s": 8e-3,
+        "probes": 30,
+        "slowdown_median": 1.02,
+        "slowdown_p10": 0.95,
+        "slowdown_p90": 1.3,
+        "prefill_slowdown_median": 0.97,
+        "prefill_slowdown_p10": 0.9,
+        "prefill_slowdown_p90": 1.1,
+    }
+    assert steady(drift)
+    assert not steady({**drift, "slowdown_median": 1.17})
+    assert not steady({**drift, "prefill_slowdown_median": 0.85})
+    speed = {
+        "reference_pass": "target decode",
+        "measured_before_s": 2e-3,
+        "measured_after_s": 2e-3,
+        "profile_predicts_s": 2e-3,
+        "ratio_before": 1.0,
+        "ratio_after": 1.0,
+        "reference_clock": drift,
+    }
+    assert "warning" not in _speed({**speed, "steady": True})
+    assert "warning: the machine ran more than 10 %" in _speed({**speed, "steady": False})

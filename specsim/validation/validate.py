@@ -191,6 +191,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         }
         if "machine_speed" in run.summary:
             speed["reference_clock"] = run.summary["machine_speed"]
+            speed["steady"] = steady(run.summary["machine_speed"])
         text = "\n\n".join(
             [
                 _report(scenario, comparison, final_profile, opts.replications),
@@ -239,7 +240,22 @@ def _speed(speed: dict[str, Any]) -> str:
             f"x{ref['prefill_slowdown_p10']:.2f}..x{ref['prefill_slowdown_p90']:.2f}); the "
             "engine's times are rescaled to the references."
         )
+        if not speed.get("steady", True):
+            text += (
+                "\nwarning: the machine ran more than 10 % away from the reference speed for "
+                "most of the run; the rescaling then rests on how the reference passes' slowdown "
+                "carries over to the engine's passes, which on a shared 2-core machine held to "
+                "5-10 %: errors of that size may be the machine's, rerun when it is quieter."
+            )
     return text
+
+
+def steady(drift: dict[str, float], tolerance: float = 0.1) -> bool:
+    """Whether both reference passes ran within ``tolerance`` of the reference speed for most
+    of the run (their median slowdowns)."""
+    return all(
+        abs(drift[key] - 1.0) <= tolerance for key in ("slowdown_median", "prefill_slowdown_median")
+    )
 
 
 def _report(scenario: Scenario, comparison: Comparison, profile: str, replications: int) -> str:
