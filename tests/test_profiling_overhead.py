@@ -57,16 +57,41 @@ def test_fit_without_drafting_leaves_the_draft_terms_at_zero_and_never_goes_nega
     assert min(fit_overhead(falling).terms.values()) >= 0.0
 
 
-def test_measured_overhead_covers_every_batch_and_window():
+def hand_costs(tmp_path):
+    """Latency fits of round numbers (no overhead): what the engine's iterations are measured
+    against in these tests."""
+    from specsim.profile import load_profile
+    from specsim.simulation.costs import StepCosts
+
+    profile = load_profile(hand_profile(tmp_path / "fits.yaml", overhead={"per_step_s": 0.0}))
+    return lambda index: StepCosts(profile, None if index is None else "small")
+
+
+def test_measured_overhead_serves_every_batch_and_window_on_the_real_engine(tmp_path):
     from specsim.profiling.overhead import measure_overhead
 
     target, drafter = target_and_tiny()
-    fit = measure_overhead(target, [drafter], 32, batches=(1, 2), windows=(0, 2), repeats=2)
-    assert sorted((p.batch, p.k) for p in fit.points) == [(1, 0), (1, 2), (2, 0), (2, 2)]
+    fit = measure_overhead(
+        target,
+        [drafter],
+        hand_costs(tmp_path),
+        batches=(1, 2),
+        windows=(0, 2),
+        prompt=16,
+        output=12,
+        waves=2,
+        names=["tiny"],
+    )
+    decode = {(p.drafter, p.batch, p.k) for p in fit.points if not p.is_prefill}
+    prefill = {(p.drafter, p.batch, p.prompt_tokens) for p in fit.points if p.is_prefill}
+    # k = 0 with the target alone, k = 2 with the drafter (k = 0 is not a drafter's window).
+    assert {(None, 1, 0), (None, 2, 0), ("tiny", 1, 2), ("tiny", 2, 2)} <= decode
+    assert {(None, 1, 16), (None, 2, 32), ("tiny", 1, 16), ("tiny", 2, 32)} <= prefill
     assert all(v >= 0 for v in fit.terms.values())
-    alone = measure_overhead(target, [], 32, batches=(1, 2), repeats=2)
-    assert sorted((p.batch, p.k) for p in alone.points) == [(1, 0), (2, 0)]
-    assert alone.terms["per_draft_step_s"] == alone.terms["per_draft_token_s"] == 0.0
+    assert set(fit.drafters) == {"tiny"}
+    # The spread: every iteration of a group over the group's median, pooled.
+    assert len(fit.jitter) == 101 and fit.jitter == sorted(fit.jitter)
+    assert fit.jitter[0] <= 1.0 <= fit.jitter[-1]
 
 
 def test_default_grid_fits_the_models_positions_and_given_values_must():
@@ -163,25 +188,6 @@ def test_simulator_charges_a_drafters_own_draft_terms(tmp_path):
     assert simulated_tpot(tmp_path) != pytest.approx(shared, rel=1e-3)
 
 
-def test_overhead_against_the_fits_is_the_step_minus_their_prediction():
-    from specsim.profiling.overhead import measure_overhead
-
-    target, drafter = target_and_tiny()
-    calls = []
-
-    def predict(index, batch, k, context):
-        calls.append((index, batch, k, context))
-        return 1e3  # far above any step: every point is then clamped to 0
-
-    fit = measure_overhead(
-        target, [drafter], 32, (1,), (0, 2), repeats=1, predict_passes=predict, names=["tiny"]
-    )
-    assert calls == [(0, 1, 0, 32), (0, 1, 2, 32)]
-    assert [p.drafter for p in fit.points] == ["tiny", "tiny"]
-    assert all(p.seconds < 0 for p in fit.points)
-    assert all(v == 0.0 for v in fit.terms.values())
-
-
 PREFILL = {"per_prefill_s": 4e-4, "per_prefill_token_s": 2e-6}
 
 
@@ -240,44 +246,51 @@ def test_simulator_charges_the_prefill_terms_on_a_prefill_iteration(tmp_path):
     assert ttft() == pytest.approx(bare + 2e-3, rel=1e-5)
 
 
-def test_measured_prefill_points_cover_the_target_alone_and_each_drafter():
+class Log:
+    """An engine iteration log with the fields the profiler reads."""
+
+    def __init__(self, rows):
+        fields = ("kind", "window", "batch", "new_tokens", "context", "pairs", "dt")
+        for i, name in enumerate(fields):
+            setattr(self, name, [row[i] for row in rows])
+
+
+class Costs:
+    """Predicts 1 ms per token fed."""
+
+    def engine_iteration_s(self, kind, k, batch, new, context, pairs):
+        return 1e-3 * new
+
+
+def test_log_points_take_the_median_gap_per_group_and_the_spread_of_its_ratio():
+    from specsim.profiling.overhead import log_points
+
+    gaps = (1e-3, 2e-3, 2e-3, 3e-3, 9e-3)
+    decodes = [("decode", 2, 4, 12, 400, 0.0, 12e-3 + gap) for gap in gaps]
+    ragged = [("decode", 2, 3, 9, 300, 0.0, 20e-3)] * 4  # a wave's tail: too few to fit
+    prefills = [("prefill", 0, 4, 64, 0, 0.0, 70e-3), ("prefill", 0, 4, 64, 0, 0.0, 66e-3)]
+    points = log_points(Log(decodes + ragged + prefills), Costs(), "tiny")
+    decode, prefill = sorted(points, key=lambda p: p.is_prefill)
+    assert (decode.batch, decode.k, decode.drafter) == (4, 2, "tiny")
+    assert decode.seconds == pytest.approx(2e-3)  # the median gap: not moved by the 9 ms one
+    assert len(decode.spread) == 5 and np.median(decode.spread) == pytest.approx(1.0)
+    assert max(decode.spread) == pytest.approx(21 / 14)  # 21 ms / 12 ms over the median 14 / 12
+    assert (prefill.batch, prefill.prompt_tokens) == (4, 64)
+    assert prefill.seconds == pytest.approx(4e-3)
+    assert len(points) == 2  # the 4-iteration group at batch 3 is left out
+
+
+def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):
+    pytest.importorskip("torch")
     from specsim.profiling.overhead import measure_overhead
 
+    class Far:
+        def engine_iteration_s(self, *shape):
+            return 1e3  # far above any iteration: every point is then clamped to 0
+
     target, drafter = target_and_tiny()
-    calls = []
-
-    def predict_prefill(index, batch, prompt):
-        calls.append((index, batch, prompt))
-        return 0.0
-
     fit = measure_overhead(
-        target,
-        [drafter],
-        32,
-        (1, 2),
-        (0,),
-        repeats=3,
-        names=["tiny"],
-        prompts=(16,),
-        predict_prefill=predict_prefill,
+        target, [drafter], lambda i: Far(), (1,), (2,), prompt=8, output=6, waves=1
     )
-    assert calls == [(None, 1, 16), (None, 2, 16), (0, 1, 16), (0, 2, 16)]
-    prefill = [p for p in fit.points if p.is_prefill]
-    assert [(p.drafter, p.batch, p.prompt_tokens) for p in prefill] == [
-        (None, 1, 16),
-        (None, 2, 32),
-        ("tiny", 1, 16),
-        ("tiny", 2, 32),
-    ]
-    # Against a prediction of 0 the whole iteration is overhead: positive, fitted.
-    assert all(p.seconds > 0 for p in prefill)
-    assert fit.terms["per_prefill_s"] + fit.terms["per_prefill_token_s"] > 0
-    # The spread: back-to-back runs of decodes at the middle batch and largest k, and of
-    # prefills at the smallest batch and prompt, for each model set.
-    runs = {(p.drafter, p.batch, p.is_prefill): len(p.spread) for p in fit.points if p.spread}
-    assert runs == {("tiny", 2, False): 60, (None, 1, True): 30, ("tiny", 1, True): 30}
-    spread = np.concatenate([p.spread for p in fit.points])
-    assert np.median(spread[:60]) == pytest.approx(1.0)  # each run over its own median
-    assert len(fit.jitter) == 101 and fit.jitter == sorted(fit.jitter)
-    assert fit.jitter[0] < 1.0 < fit.jitter[-1]
-    assert fit.jitter == pytest.approx(np.quantile(spread, np.linspace(0, 1, 101)), abs=1e-4)
+    assert fit.points and all(p.seconds < 0 for p in fit.points)
+    assert all(v == 0.0 for v in fit.terms.values())

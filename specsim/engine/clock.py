@@ -89,6 +89,17 @@ def check_clock(name: str, device: str = "cpu") -> None:
         )
 
 
+def clock_for(name: str, normaliser=None):
+    """The clock called ``name``; ``reference`` needs the ``SpeedNormaliser`` to rescale by."""
+    if name == "wall":
+        return WallClock()
+    if name == "cpu":
+        return ProcessClock()
+    if normaliser is None:
+        raise ValueError("the reference clock needs a speed normaliser")
+    return ReferenceClock(normaliser)
+
+
 def make_clock(
     name: str,
     device: str = "cpu",
@@ -101,10 +112,8 @@ def make_clock(
     ``specsim.engine.speed``; without them, the speed now). Checked before the reference
     passes are first timed."""
     check_clock(name, device)
-    if name == "wall":
-        return WallClock()
-    if name == "cpu":
-        return ProcessClock()
+    if name != "reference":
+        return clock_for(name)
     if reference_model is None:
         raise ValueError("the reference clock needs the model whose pass is the reference")
     from specsim.engine.speed import ReferencePass, SpeedNormaliser
@@ -112,4 +121,4 @@ def make_clock(
     normaliser = SpeedNormaliser(
         ReferencePass(reference_model), reference_s, reference_prefill_s=reference_prefill_s
     )
-    return ReferenceClock(normaliser)
+    return clock_for(name, normaliser)

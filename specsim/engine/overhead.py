@@ -1,12 +1,14 @@
 """What an engine iteration costs beyond its forward passes (sampling, verification, rollback,
-the serving loop's bookkeeping).
+the serving loop's bookkeeping), measured on the real serving loop.
 
 The simulator charges a step as target pass + k drafter passes + the profile's overhead.
-``step_overhead`` measures, on this machine, one decode iteration as the serving loop runs it
-(per-request random streams, the speculative step, reading the results back, appending each
-row's emitted tokens) and the same forward passes alone (same shapes, same caches) in
-interleaved rounds, and reports the difference: the part of an iteration a latency fit of bare
-passes cannot see. The profiler fits the profile's overhead terms to it over batch and k.
+``serve_fixed_batch`` runs the real ``ServingEngine`` on waves of identical requests at one
+batch size and window and returns its iteration log: every prefill and decode iteration as the
+loop runs it (ragged contexts, padded attention, retirements, per-request streams, the drafter's
+passes cache-cold after the target's). The profiler compares each iteration with what the latency
+fits predict for its passes and fits the profile's overhead terms to the difference
+(``specsim.profiling.overhead``). ``step_overhead`` is a diagnostic: one decode iteration against
+the same forward passes alone, in interleaved rounds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 
 from specsim.engine.batch import Batch
 from specsim.engine.speed import sync
-from specsim.engine.step import Sampling, StepUniforms, prefill_step, speculative_step
+from specsim.engine.step import Sampling, StepUniforms, speculative_step
 from specsim.models import DecoderModel
 
 
@@ -32,9 +34,6 @@ class StepOverhead:
     step_s: float  # median of the engine's serving iteration (see step_overhead)
     passes_s: float  # median of the same forward passes alone
     overhead_s: float  # step - passes
-    # ``consecutive`` serving iterations timed back to back after the rounds, as the serving
-    # loop runs them (no bare passes in between): their spread around their median.
-    samples_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,16 +70,9 @@ def _interleaved(whole, passes, reset, timing: _Timing, repeats: int):
     return [w for w, _ in rounds], [p for _, p in rounds]
 
 
-def _back_to_back(whole, reset, timing: _Timing, count: int) -> list[float]:
-    """``count`` runs of ``whole``, timed one after another (each after ``reset``)."""
-    out = [timing.seconds(whole, reset) for _ in range(count)]
-    reset()
-    return out
-
-
-def _result(batch, k, context, whole, passes, samples=()) -> StepOverhead:
+def _result(batch, k, context, whole, passes) -> StepOverhead:
     step, alone = float(np.median(whole)), float(np.median(passes))
-    return StepOverhead(batch, k, context, step, alone, step - alone, tuple(samples))
+    return StepOverhead(batch, k, context, step, alone, step - alone)
 
 
 @torch.inference_mode()
@@ -94,12 +86,10 @@ def step_overhead(
     sampling: Sampling | None = None,
     clock: str = "wall",
     normalise: Callable[[float], float] | None = None,
-    consecutive: int = 0,
 ) -> StepOverhead:
     """Median decode-iteration and bare-pass times over ``repeats`` interleaved rounds
     (``clock``: ``wall`` or this process's ``cpu`` time; ``reference``: CPU time times
-    ``normalise(tokens)``, see ``specsim.engine.speed``), then ``consecutive`` iterations back
-    to back for their spread."""
+    ``normalise(tokens)``, see ``specsim.engine.speed``)."""
     sampling = sampling or Sampling()
     max_len = context + k + 2
     state = Batch(target, drafter if k else None, batch, max_len)
@@ -155,55 +145,50 @@ def step_overhead(
 
     timing = _Timing(target.device, clock, normalise, batch * (k + 1))
     whole, passes = _interleaved(whole_step, passes_only, reset, timing, repeats)
-    samples = _back_to_back(whole_step, reset, timing, consecutive)
-    return _result(batch, k, context, whole, passes, samples)
+    return _result(batch, k, context, whole, passes)
 
 
-@torch.inference_mode()
-def prefill_overhead(
+class SyntheticPrompts:
+    """Prompt ids for calibration runs, without a tokenizer: request i's prompt is a fixed
+    pseudo-random walk over the vocabulary (what the ids are does not change a pass's time)."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def prompt(self, index: int, length: int) -> list[int]:
+        return [1 + (index * 7919 + i * 104729) % (self.vocab_size - 1) for i in range(length)]
+
+
+def serve_fixed_batch(
     target: DecoderModel,
     drafter: DecoderModel | None,
     batch: int,
+    k: int,
     prompt: int,
-    repeats: int = 15,
-    sampling: Sampling | None = None,
-    clock: str = "wall",
-    normalise: Callable[[float], float] | None = None,
-    consecutive: int = 0,
-) -> StepOverhead:
-    """As ``step_overhead`` for a prefill iteration of ``batch`` prompts of ``prompt`` tokens:
-    the serving loop's (the prompts put into free slots, per-request streams, both models'
-    passes, the first token sampled and read back) against the two prompt passes alone."""
-    sampling = sampling or Sampling()
-    state = Batch(target, drafter, batch, prompt + 1)
-    prompts = [[1 + (i + row) % 200 for i in range(prompt)] for row in range(batch)]
-    state.add(prompts)
-    rows = state.rows()
-    lengths = rows.s_len.clone()
-    ids = rows.seq[:, :prompt]
+    output: int,
+    waves: int = 3,
+    clock=None,
+    seed: int = 0,
+):
+    """Serve ``waves`` x ``batch`` requests of ``prompt`` + ``output`` tokens, all arriving at
+    once, on the real engine with ``max_batch = batch`` and window k (the drafter only when
+    k > 0): each wave is a prefill of ``batch`` prompts, then decode steps at that batch until
+    its rows finish. ``clock``: a ``specsim.engine.clock`` clock (default wall). Returns the
+    engine's ``IterationLog``."""
+    from specsim.engine.clock import WallClock
+    from specsim.engine.engine import EngineOptions, ServingEngine
+    from specsim.engine.workload import EngineRequest
 
-    def reset():
-        state.size = 0
-        rows.target_cache.reset()
-        if rows.draft_cache is not None:
-            rows.draft_cache.reset()
-
-    def whole_iteration():
-        # As ServingEngine._prefill_iteration.
-        first, stop = state.add(prompts)
-        view = state.rows(first, stop)
-        streams = [torch.Generator().manual_seed(row) for row in range(batch)]
-        uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
-        result = prefill_step(target, drafter, view, sampling, uniforms[:, 0])
-        result.tokens.tolist()
-        result.logprob.tolist()
-
-    def passes_only():
-        target(ids, rows.target_cache, lengths)
-        if drafter is not None:
-            drafter(ids, rows.draft_cache, lengths)
-
-    timing = _Timing(target.device, clock, normalise, batch * prompt)
-    whole, passes = _interleaved(whole_iteration, passes_only, reset, timing, repeats)
-    samples = _back_to_back(whole_iteration, reset, timing, consecutive)
-    return _result(batch, 0, prompt, whole, passes, samples)
+    clock = clock or WallClock()
+    options = EngineOptions(max_batch=batch, window=lambda rows: k, k_max=k, seed=seed)
+    engine = ServingEngine(
+        target,
+        drafter if k else None,
+        SyntheticPrompts(target.config.vocab_size),
+        options,
+        clock.now,
+        clock.sleep,
+        clock.weigh,
+    )
+    engine.run([EngineRequest(rid, 0.0, prompt, output) for rid in range(waves * batch)])
+    return engine.log

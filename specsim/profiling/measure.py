@@ -217,53 +217,39 @@ def _acceptance(opts, models, tokenizer, progress_file):
     return result, line, note
 
 
-def _overhead(opts, models, axes, timer, passes_profile):
+def _overhead(opts, models, axes, clock, passes_profile):
     """The engine's serving iterations beyond what the latency fits (``passes_profile``: the
-    profile so far) predict for their passes, over batch x k (decode) and batch x prompt
-    (prefill), fitted, with the iterations' spread; summary line. Batches span the grid's
-    (smallest, middle, largest); the context is the grid's middle one; prompts the grid's
-    shortest and longest prefill."""
+    profile so far) predict for their passes, fitted, with the iterations' spread; summary
+    line. The real engine serves waves of requests at the grid's smallest, middle and largest
+    batch, prompts of the grid's shortest prefill and 48 generated tokens (fewer when the
+    models' positions end sooner), k = 0 alone and k = 2, 4 with each draft model."""
     from specsim.profiling.overhead import measure_overhead
     from specsim.simulation.costs import StepCosts
 
     batches = sorted(axes["batch"])
     batches = sorted({batches[0], batches[len(batches) // 2], batches[-1]})
-    contexts = sorted(axes["context"])
-    context = max(contexts[len(contexts) // 2], 8)
-    prompts = sorted(axes.get("prefill", ()))
-    prompts = sorted({prompts[0], prompts[-1]}) if prompts else []
+    windows = (2, 4)
+    max_position = min(m.config.max_position for m in models.values())
+    prompt = max(min(axes.get("prefill") or (32,)), 8)
+    output = max(min(48, max_position - prompt - max(windows) - 2), 2)
     names = [d.name for d in opts.drafters if not d.is_ngram]
     alone = StepCosts(passes_profile, None)
-    costs = [StepCosts(passes_profile, name) for name in names] or [alone]
+    per_drafter = [StepCosts(passes_profile, name) for name in names]
 
-    def predict_passes(index: int, batch: int, k: int, context: int) -> float:
-        # As the engine's iteration log describes the step (see ServingEngine): the target
-        # holds context - 1 tokens per row and verifies k + 1 positions.
-        kv = batch * (context - 1.0)
-        new = batch * (k + 1.0)
-        pairs = batch * (k + 1.0) * (context - 1.0) + batch * (k + 1.0) * (k + 2.0) / 2.0
-        cost = costs[index]
-        return cost.target_pass_s(batch, new, kv, pairs) + (cost.draft_s(batch, k, kv) if k else 0)
-
-    def predict_prefill(index: int | None, batch: int, prompt: int) -> float:
-        cost = alone if index is None else costs[index]
-        tokens, pairs = batch * prompt, batch * prompt * (prompt + 1.0) / 2.0
-        return cost.target_pass_s(batch, tokens, 0.0, pairs) + cost.draft_prefill_s(
-            batch, tokens, 0.0, pairs
-        )
+    def costs(index: int | None) -> StepCosts:
+        return alone if index is None else per_drafter[index]
 
     started = time.monotonic()
     fit = measure_overhead(
         models["target"],
         [models[name] for name in names],
-        context,
+        costs,
         batches=batches,
-        clock=timer.clock,
-        normalise=timer.normalise,
-        predict_passes=predict_passes,
+        windows=windows,
+        prompt=prompt,
+        output=output,
+        clock=clock,
         names=names,
-        prompts=prompts,
-        predict_prefill=predict_prefill,
     )
     line = (
         f"  overhead: {fit.describe()}; {len(fit.points)} points in "
@@ -295,20 +281,18 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         f"context {list(axes['context'])} x new tokens {list(axes['new'])}, prefill "
         f"{list(axes.get('prefill', ()))}; {timer.warmup} warm-up rounds and {timer.repeats} "
         f"timed rounds (every point once per round), median and IQR per point; {method} "
-        "Overhead: the engine's decode iteration (per-request draws, drafting, verifying, "
-        "rollback, reading back, appending tokens) beyond what the latency fits predict for "
-        "its passes, timed over batch x k at the grid's middle context for each draft model, "
-        "and its prefill iteration over batch x the grid's shortest and longest prompt, for "
-        "the target alone and with each draft model, fitted by non-negative least squares; "
-        "jitter: runs of serving iterations timed back to back (decode at the middle batch "
-        "and largest k per draft model, prefill at the smallest batch and prompt), each over "
-        "its run's median, pooled."
+        "Overhead: the real serving engine's prefill and decode iterations beyond what the "
+        "latency fits predict for their passes, served in waves at the grid's smallest, "
+        "middle and largest batch (k = 0 with the target alone, k = 2 and 4 with each draft "
+        "model), median per batch and k, fitted by non-negative least squares; jitter: each "
+        "iteration's measured / predicted time over its group's median, pooled."
     )
 
 
 def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     """Measure everything and return the validated profile, its side files and summary lines.
     Progress bars go to ``progress_file`` (default: the current ``sys.stderr``)."""
+    from specsim.engine.clock import clock_for
     from specsim.models import load_tokenizer
     from specsim.profile import LoadedProfile
     from specsim.profiling.flops import shape_from_object
@@ -363,7 +347,11 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         opts.name,
     )
     overhead, overhead_line = _overhead(
-        opts, models, axes, timer, LoadedProfile(passes, "<the latency fits>")
+        opts,
+        models,
+        axes,
+        clock_for(opts.clock, normaliser),
+        LoadedProfile(passes, "<the latency fits>"),
     )
     lines.append(overhead_line)
     for name, terms in overhead.drafters.items():

@@ -1,28 +1,27 @@
 """The engine's overhead per iteration, measured on the real serving loop and fitted (torch).
 
 A latency fit predicts bare forward passes; the engine's iteration also samples, verifies, rolls
-its caches back and does the serving loop's bookkeeping. ``measure_overhead`` times the engine's
-own serving iterations (``step_overhead``, ``prefill_overhead``) at a few batch sizes and windows
-k, for every draft model, and takes away what the latency fits predict for their passes
-(``predict_passes``; without it, the same passes timed alone). Against the fits, the overhead
-also holds what the fits miss inside the serving loop: passes there run cache-cold after the
-other model's and after sampling, which a grid that times each model on its own cannot see (on a
-CPU the drafter's passes in the loop took about 1.2x their isolated time). ``fit_overhead`` fits
-the profile's formula (see ``specsim.profile.schema.Overhead``)::
+its caches back and does the serving loop's bookkeeping, and its passes run as the loop runs
+them: rows of different lengths padded to the longest, the drafter's passes cache-cold after the
+target's (on a CPU about 1.2x their isolated time). ``measure_overhead`` serves waves of
+identical requests on the real engine at a few batch sizes and windows k, for the target alone
+and with every draft model (``specsim.engine.overhead.serve_fixed_batch``), and compares each
+iteration in its log with what the latency fits predict for its passes (``StepCosts`` of a
+profile without overhead). ``fit_overhead`` fits the profile's formula (see
+``specsim.profile.schema.Overhead``)::
 
     decode:  per_step + per_sequence * B + k * (per_draft_step + per_draft_token * B)
     prefill: the same at k = 0, + per_prefill + per_prefill_token * prompt tokens
 
-by non-negative least squares, relative to each point's size so large batches do not drown the
-small ones. The iteration-time spread (``jitter_quantiles``) comes from runs of serving
-iterations timed back to back, as the loop runs them (decode at the middle batch and the largest
-k for each draft model; prefill at the smallest batch and prompt): each over its run's median,
-pooled.
+to the median difference per (kind, batch, k) by non-negative least squares, relative to each
+point's size so large batches do not drown the small ones. The same iterations give the
+iteration-time spread (``jitter_quantiles``): each iteration's measured / predicted time over
+its group's median, pooled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,8 +33,7 @@ PREFILL_TERMS = ("per_prefill_s", "per_prefill_token_s")
 # the last step spreads its mass linearly up to the largest sample: at 0.05 steps one 2.3x
 # outlier in 200 iterations put 5 % of the mass near 1.7x and the mean 3 % too high.
 JITTER_QUANTILES = 101
-SPREAD_DECODES = 60  # back-to-back decode iterations per draft model, for the spread
-SPREAD_PREFILLS = 30  # back-to-back prefill iterations per model set
+MIN_DECODES = 5  # decode iterations at one batch size for a point (waves end ragged)
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class OverheadPoint:
     seconds: float  # the iteration's time beyond its forward passes
     drafter: str | None = None  # the draft model the point ran with (None: target alone)
     prompt_tokens: int = 0  # > 0: a prefill iteration over this many prompt tokens in all
-    spread: tuple[float, ...] = ()  # back-to-back iterations, each over their median
+    spread: tuple[float, ...] = ()  # each iteration's measured / predicted over their median
 
     @property
     def is_prefill(self) -> bool:
@@ -185,62 +183,52 @@ def _fit_terms(points: Sequence[OverheadPoint]) -> OverheadFit:
 def measure_overhead(
     target,
     drafters: Sequence,
-    context: int,
+    costs: Callable[[int | None], object],
     batches: Sequence[int] = (1, 4, 8),
-    windows: Sequence[int] = (0, 2, 4),
-    repeats: int = 9,
-    clock: str = "wall",
-    normalise=None,
-    predict_passes=None,
+    windows: Sequence[int] = (2, 4),
+    prompt: int = 32,
+    output: int = 48,
+    waves: int = 3,
+    clock=None,
     names: Sequence[str] | None = None,
-    prompts: Sequence[int] = (),
-    predict_prefill=None,
 ) -> OverheadFit:
-    """Time the engine's serving iteration at every batch x k, for each draft model in
-    ``drafters`` (k = 0 alone without one), and fit the overhead terms to what it takes beyond
-    ``predict_passes(drafter_index, batch, k, context)`` (the latency fits' seconds for its
-    passes; by default the passes timed alone). ``names`` label the drafters' points, so each
-    gets its own draft terms. With ``prompts`` (prompt lengths), also prefill iterations of
-    every batch x prompt, for the target alone and with each draft model, beyond
-    ``predict_prefill(drafter_index or None, batch, prompt)``."""
-    from specsim.engine.overhead import prefill_overhead, step_overhead
+    """Serve on the real engine at every batch (k = 0 with the target alone; every k in
+    ``windows`` with each draft model in ``drafters``) and fit the overhead terms to what its
+    iterations take beyond ``costs(drafter_index or None)`` (a ``StepCosts`` of the latency
+    fits alone) predicts. ``names`` label the drafters' points, so each gets its own terms;
+    ``clock``: the engine's clock (``specsim.engine.clock``; default wall)."""
+    from specsim.engine.overhead import serve_fixed_batch
 
-    timing = {"repeats": repeats, "clock": clock, "normalise": normalise}
-    middle = sorted(batches)[len(batches) // 2]
-    points = []
-    for index, drafter in enumerate(drafters or [None]):
-        name = names[index] if names and drafter is not None else None
-        ks = windows if drafter is not None else (0,)
-        for batch in batches:
-            for k in ks:
-                run = SPREAD_DECODES if (batch, k) == (middle, max(ks)) else 0
-                result = step_overhead(
-                    target, drafter, batch, k, context, **timing, consecutive=run
-                )
-                if predict_passes is None:
-                    seconds = result.overhead_s
-                else:
-                    seconds = result.step_s - predict_passes(index, batch, k, context)
-                points.append(OverheadPoint(batch, k, seconds, name, spread=_spread(result)))
-    models = [(None, None)] + [(i, d) for i, d in enumerate(drafters) if d is not None]
-    for index, drafter in models if prompts else ():
+    points: list[OverheadPoint] = []
+    drafting = tuple(k for k in windows if k)
+    runs = [(None, None, (0,))] + [(i, d, drafting) for i, d in enumerate(drafters)]
+    for index, drafter, ks in runs:
         name = None if index is None else (names[index] if names else f"drafter-{index}")
         for batch in batches:
-            for prompt in prompts:
-                run = SPREAD_PREFILLS if (batch, prompt) == (min(batches), min(prompts)) else 0
-                result = prefill_overhead(target, drafter, batch, prompt, **timing, consecutive=run)
-                if predict_prefill is None:
-                    seconds = result.overhead_s
-                else:
-                    seconds = result.step_s - predict_prefill(index, batch, prompt)
-                points.append(
-                    OverheadPoint(batch, 0, seconds, name, batch * prompt, _spread(result))
-                )
+            for k in ks:
+                log = serve_fixed_batch(target, drafter, batch, k, prompt, output, waves, clock)
+                points += log_points(log, costs(index), name)
     return fit_overhead(points)
 
 
-def _spread(result) -> tuple[float, ...]:
-    samples = np.asarray(result.samples_s, dtype=float)
-    if samples.size < 2:
-        return ()
-    return tuple(float(v) for v in samples / np.median(samples))
+def log_points(log, costs, name: str | None) -> list[OverheadPoint]:
+    """Overhead points from an engine iteration log: per (kind, batch, k), the median of
+    measured - predicted (decode groups of ``MIN_DECODES`` iterations or more; every prefill
+    group), with each iteration's measured / predicted over the group's median as its spread."""
+    groups: dict[tuple[str, int, int], list[tuple[float, float, int]]] = {}
+    for kind, k, batch, new, context, pairs, dt in zip(
+        log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt, strict=True
+    ):
+        predicted = costs.engine_iteration_s(kind, k, batch, new, context, pairs)
+        groups.setdefault((kind, batch, k), []).append((dt, predicted, new))
+    points = []
+    for (kind, batch, k), rows in sorted(groups.items()):
+        if kind == "decode" and len(rows) < MIN_DECODES:
+            continue
+        measured, predicted, new = (np.asarray(c, dtype=float) for c in zip(*rows, strict=True))
+        ratio = measured / predicted
+        spread = tuple(float(v) for v in ratio / np.median(ratio)) if len(rows) > 1 else ()
+        gap = float(np.median(measured - predicted))
+        tokens = int(np.median(new)) if kind == "prefill" else 0
+        points.append(OverheadPoint(batch, k, gap, name, tokens, spread))
+    return points

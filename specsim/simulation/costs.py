@@ -131,6 +131,24 @@ class StepCosts:
                 seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
         return seconds
 
+    def engine_iteration_s(
+        self, kind: str, k: int, batch: int, new: float, context: float, pairs: float
+    ) -> float:
+        """What one iteration of the real engine (``specsim.engine``) should cost, from its log
+        entry: a prefill of ``batch`` whole prompts (``new`` tokens in all), or a decode step
+        over ``batch`` rows with window k feeding ``new`` tokens over ``context`` cached ones."""
+        seconds = self.target_pass_s(batch, new, context, pairs)
+        if kind == "prefill":
+            return (
+                seconds
+                + self.overhead_s(batch)
+                + self.overhead_prefill_s
+                + self.overhead_prefill_token_s * new
+                + self.draft_prefill_s(batch, new, context, pairs)
+            )
+        seconds += self.overhead_s(batch, k, batch)
+        return seconds + (self.draft_s(batch, k, context) if k else 0.0)
+
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:
         return self.target_flops_per_token * new + self.target_attn_flops * pairs

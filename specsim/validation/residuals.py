@@ -34,13 +34,7 @@ def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any
         log.dt,
         strict=True,
     ):
-        predicted = costs.target_pass_s(batch, new, context, pairs)
-        if kind == "prefill":
-            predicted += costs.overhead_s(batch) + costs.draft_prefill_s(batch, new, context, pairs)
-        else:
-            predicted += costs.overhead_s(batch, k, batch)
-            if k:
-                predicted += costs.draft_s(batch, k, context)
+        predicted = costs.engine_iteration_s(kind, k, batch, new, context, pairs)
         groups.setdefault((kind, k, batch), []).append((dt, predicted))
     out = []
     for (kind, k, batch), pairs_ in sorted(groups.items()):
