@@ -89,6 +89,38 @@ def test_time_grid_measures_every_point_with_repeats(configs):
     assert phases[(0, 8)] == "prefill"
 
 
+class Recording:
+    """A model that notes its name in ``calls`` on every pass."""
+
+    def __init__(self, model, name, calls):
+        self.model, self.name, self.calls = model, name, calls
+        self.config, self.device = model.config, model.device
+
+    def new_cache(self, *args):
+        return self.model.new_cache(*args)
+
+    def __call__(self, *args):
+        self.calls.append(self.name)
+        return self.model(*args)
+
+
+def test_several_models_are_timed_in_interleaved_rounds(configs):
+    from specsim.models import load_model
+
+    calls = []
+    models = {
+        name: Recording(load_model(configs[name]), name, calls) for name in ("draft", "target")
+    }
+    points = timing.grid_points({"batch": (1,), "context": (8,), "new": (1, 2)})
+    timer = timing.PassTimer("cpu", warmup=0, repeats=3)
+    runs = timing.time_grids(models, points, timer)
+    assert all(s.repeats == 3 for run in runs.values() for s in run.samples)
+    # Each round: the fresh cache's untimed first pass, then every point once, per model.
+    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
+    assert [r[0] for r in rounds] == ["draft", "target"] * 3
+    assert all(len(set(r)) == 1 for r in rounds)
+
+
 def test_time_budget_stops_the_grid_and_keeps_what_was_measured(configs, monkeypatch):
     from specsim.models import load_model
 

@@ -129,13 +129,13 @@ def _load_models(opts: MeasureOptions, dtype) -> dict:
 
 
 def _time_models(opts, models, points, timer, progress_file):
-    """Latency sections per model, summary lines and notes. One budget for all models, split
-    evenly over those still to time; drafters first (cheap), so a cut falls on the target's
-    largest points."""
+    """Latency sections per model, summary lines and notes. All models in interleaved rounds
+    (``time_grids``) under one budget; drafters first in a round (cheap), so a cut falls on the
+    target's largest points."""
     from tqdm import tqdm
 
     from specsim.profiling.fit import latency_section
-    from specsim.profiling.timing import time_grid
+    from specsim.profiling.timing import time_grids
 
     budget = opts.time_budget if opts.time_budget is not None else math.inf
     deadline = time.monotonic() + budget
@@ -145,29 +145,34 @@ def _time_models(opts, models, points, timer, progress_file):
     with tqdm(
         total=total, desc="timing passes", unit="pass", file=progress_file, disable=None
     ) as bar:
-        for i, name in enumerate(order):
-            share = time.monotonic() + (deadline - time.monotonic()) / (len(order) - i)
-            run = time_grid(
-                models[name], points, timer, seed=opts.seed, deadline=share, progress=bar
+        runs = time_grids(
+            {name: models[name] for name in order},
+            points,
+            timer,
+            seed=opts.seed,
+            deadline=deadline,
+            progress=bar,
+        )
+    for name in order:
+        run = runs[name]
+        sections[name] = latency_section(run.samples, source=f"{name} timing grid")
+        held = sections[name].fit.held_out
+        status = f"{run.planned} points"
+        if run.stopped_early:
+            repeats = sorted({s.repeats for s in run.samples})
+            status = (
+                f"stopped by the time budget with {len(run.samples)} of {run.planned} points "
+                f"measured, {repeats[0]}"
+                + (f"-{repeats[-1]}" if len(repeats) > 1 else "")
+                + f" of {timer.repeats} repeats each"
             )
-            sections[name] = latency_section(run.samples, source=f"{name} timing grid")
-            held = sections[name].fit.held_out
-            status = f"{run.planned} points"
-            if run.stopped_early:
-                repeats = sorted({s.repeats for s in run.samples})
-                status = (
-                    f"stopped by the time budget with {len(run.samples)} of {run.planned} points "
-                    f"measured, {repeats[0]}"
-                    + (f"-{repeats[-1]}" if len(repeats) > 1 else "")
-                    + f" of {timer.repeats} repeats each"
-                )
-                notes.append(
-                    f"{name}: timing grid {status}; the valid range records what was measured."
-                )
-            lines.append(
-                f"  {name}: {status} in {run.seconds:.0f} s; held-out error median "
-                f"{held.median_rel_error:.1%}, max {held.max_rel_error:.1%}"
+            notes.append(
+                f"{name}: timing grid {status}; the valid range records what was measured."
             )
+        lines.append(
+            f"  {name}: {status} in {run.seconds:.0f} s; held-out error median "
+            f"{held.median_rel_error:.1%}, max {held.max_rel_error:.1%}"
+        )
     return sections, lines, notes
 
 

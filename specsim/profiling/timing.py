@@ -259,56 +259,107 @@ def time_grid(
     allocation costs nothing). A time budget thus cuts the expensive end of the grid first, and
     the valid range records what was measured.
     """
-    import torch
+    return time_grids(
+        {"model": model}, points, timer, seed=seed, deadline=deadline, progress=progress
+    )["model"]
 
-    _check_fits(model, points)
-    ordered = sorted(points)
-    generator = torch.Generator().manual_seed(seed)
-    tokens = {
-        p: torch.randint(0, model.config.vocab_size, (p.batch, p.new_tokens), generator=generator)
-        for p in ordered
-    }
-    batches = {p.batch for p in ordered}
-    longest = {b: max(p.context + p.new_tokens for p in ordered if p.batch == b) for b in batches}
-    tokens = {p: t.to(model.device) for p, t in tokens.items()}
+
+def time_grids(
+    models: dict,
+    points: Sequence[GridPoint],
+    timer: PassTimer,
+    *,
+    seed: int = 0,
+    deadline: float = math.inf,
+    progress=None,
+) -> dict[str, TimingRun]:
+    """``time_grid`` for several models at once, their rounds interleaved (a round of the
+    first, then of the next, ...): each model's repeats then span the whole measurement, and on
+    a machine whose speed drifts no model's fit comes from one phase of it alone (a drafter's
+    grid takes about a second on a CPU: on its own it would catch just one phase). The
+    deadline cuts the last rounds, the last model's (put the target last) largest points
+    first."""
+    grids = {name: _ModelGrid(model, points, seed) for name, model in models.items()}
     started = time.monotonic()
-    times: dict[GridPoint, list[float]] = {}
     out_of_time = False
     for round_index in range(timer.warmup + timer.repeats):
         timed = round_index >= timer.warmup
-        cache = None
-        for point in ordered:
-            if timed and time.monotonic() >= deadline:
+        for grid in grids.values():
+            if not grid.round(timer, timed, deadline, progress):
                 out_of_time = True
                 break
-            fresh = cache is None or cache.batch_size != point.batch
-            if fresh:
-                cache = None  # free the previous batch size's cache first
-                cache = model.new_cache(point.batch, longest[point.batch])
-
-            def run(point=point, cache=cache):
-                with torch.inference_mode():
-                    model(tokens[point], cache)
-
-            if fresh or not timed:
-                cache.lengths.fill_(point.context)
-                run()  # a fresh cache's first touch pays page faults: keep it out of the timing
-            if not timed:
-                continue
-            cache.lengths.fill_(point.context)  # back to the point's context, untimed
-            fed = point.batch * point.new_tokens
-            times.setdefault(point, []).append(timer.time_once(run, fed))
-            if progress is not None:
-                progress.update(1)
         if out_of_time:
             break
-    samples = [_sample(point, np.asarray(t)) for point, t in sorted(times.items())]
-    return TimingRun(
-        samples=samples,
-        planned=len(points),
-        stopped_early=out_of_time,
-        seconds=time.monotonic() - started,
-    )
+    seconds = time.monotonic() - started
+    return {
+        name: TimingRun(
+            samples=grid.samples(),
+            planned=len(points),
+            stopped_early=out_of_time,
+            seconds=grid.seconds if len(grids) > 1 else seconds,
+        )
+        for name, grid in grids.items()
+    }
+
+
+class _ModelGrid:
+    """One model's grid: its inputs, its cache, and the times measured so far."""
+
+    def __init__(self, model, points: Sequence[GridPoint], seed: int):
+        import torch
+
+        _check_fits(model, points)
+        self.model = model
+        self.ordered = sorted(points)
+        generator = torch.Generator().manual_seed(seed)
+        vocab = model.config.vocab_size
+        tokens = {
+            p: torch.randint(0, vocab, (p.batch, p.new_tokens), generator=generator)
+            for p in self.ordered
+        }
+        self.tokens = {p: t.to(model.device) for p, t in tokens.items()}
+        batches = {p.batch for p in self.ordered}
+        self.longest = {
+            b: max(p.context + p.new_tokens for p in self.ordered if p.batch == b) for b in batches
+        }
+        self.times: dict[GridPoint, list[float]] = {}
+        self.seconds = 0.0  # time spent in this model's rounds
+
+    def round(self, timer: PassTimer, timed: bool, deadline: float, progress) -> bool:
+        """Every point once (timed or warm-up); False when the deadline cut it short."""
+        import torch
+
+        began = time.monotonic()
+        cache = None
+        try:
+            for point in self.ordered:
+                if timed and time.monotonic() >= deadline:
+                    return False
+                fresh = cache is None or cache.batch_size != point.batch
+                if fresh:
+                    cache = None  # free the previous batch size's cache first
+                    cache = self.model.new_cache(point.batch, self.longest[point.batch])
+
+                def run(point=point, cache=cache):
+                    with torch.inference_mode():
+                        self.model(self.tokens[point], cache)
+
+                if fresh or not timed:
+                    cache.lengths.fill_(point.context)
+                    run()  # a fresh cache's first touch pays page faults: keep it out
+                if not timed:
+                    continue
+                cache.lengths.fill_(point.context)  # back to the point's context, untimed
+                fed = point.batch * point.new_tokens
+                self.times.setdefault(point, []).append(timer.time_once(run, fed))
+                if progress is not None:
+                    progress.update(1)
+            return True
+        finally:
+            self.seconds += time.monotonic() - began
+
+    def samples(self) -> list[LatencySample]:
+        return [_sample(point, np.asarray(t)) for point, t in sorted(self.times.items())]
 
 
 def _sample(point: GridPoint, times: np.ndarray) -> LatencySample:
