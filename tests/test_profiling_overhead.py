@@ -256,10 +256,10 @@ class Log:
 
 
 class Costs:
-    """Predicts 1 ms per token fed."""
+    """Predicts 1 ms per token fed (decoding rows' or prompt chunks')."""
 
-    def engine_iteration_s(self, kind, k, batch, new, context, pairs):
-        return 1e-3 * new
+    def iteration_s(self, k, rows, new, kv, pairs, p_rows=0, p_tokens=0.0, p_kv=0.0, p_pairs=0.0):
+        return 1e-3 * (new + p_tokens)
 
 
 def test_log_points_take_the_median_gap_per_group_and_the_spread_of_its_ratio():
@@ -285,7 +285,7 @@ def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):
     from specsim.profiling.overhead import measure_overhead
 
     class Far:
-        def engine_iteration_s(self, *shape):
+        def iteration_s(self, *shape):
             return 1e3  # far above any iteration: every point is then clamped to 0
 
     target, drafter = target_and_tiny()

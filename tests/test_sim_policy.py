@@ -108,8 +108,8 @@ class _Sink:
         pass
 
 
-def h100_replica(k_max: int = 4) -> Replica:
-    """An adaptive replica on the H100 roofline profile (8B target, 1B draft model)."""
+def h100_scenario(speculation: dict) -> Scenario:
+    """One request on the H100 roofline profile (8B target, 1B draft model)."""
     data = {
         "profile": str(H100),
         "workload": {
@@ -120,9 +120,14 @@ def h100_replica(k_max: int = 4) -> Replica:
             "output": {"dist": "fixed", "value": 100},
         },
         "engine": {"max_batch": 256, "max_batched_tokens": 8192},
-        "speculation": {"drafter": "llama3.2-1b", "k": k_max, "policy": "adaptive"},
+        "speculation": speculation,
     }
-    scenario = Scenario.model_validate(data).with_source(REPO / "scenarios" / "x.yaml")
+    return Scenario.model_validate(data).with_source(REPO / "scenarios" / "x.yaml")
+
+
+def h100_replica(k_max: int = 4) -> Replica:
+    """An adaptive replica on the H100 roofline profile (8B target, 1B draft model)."""
+    scenario = h100_scenario({"drafter": "llama3.2-1b", "k": k_max, "policy": "adaptive"})
     setup = pool_setups(scenario, load_profile(H100))[0]
     policy = build_policy(setup.speculation, scenario.engine.max_batch)
     return Replica(
@@ -356,21 +361,7 @@ def test_a_deployed_draft_model_keeps_its_cache_in_step_at_k0():
     assert costs.draft_s(8, 0, 8000.0) == pytest.approx(one_pass)
     assert 0 < costs.draft_s(8, 0, 8000.0) < costs.draft_s(8, 1, 8000.0) + 1e-12
     assert costs.draft_flops(8, 0, 8000.0) > 0
-    setup = pool_setups(
-        Scenario.model_validate(
-            {
-                "profile": str(H100),
-                "workload": {
-                    "kind": "poisson",
-                    "rate": 1.0,
-                    "requests": 1,
-                    "prompt": {"dist": "fixed", "value": 100},
-                    "output": {"dist": "fixed", "value": 100},
-                },
-                "speculation": {"drafter": "ngram", "k": 4, "policy": "adaptive"},
-            }
-        ).with_source(REPO / "scenarios" / "x.yaml"),
-        load_profile(H100),
-    )[0]
+    ngram = h100_scenario({"drafter": "ngram", "k": 4, "policy": "adaptive"})
+    setup = pool_setups(ngram, load_profile(H100))[0]
     assert setup.costs.draft_s(8, 0, 8000.0) == 0.0
     assert setup.costs.draft_flops(8, 0, 8000.0) == 0.0

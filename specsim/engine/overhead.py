@@ -29,50 +29,11 @@ from specsim.models import DecoderModel
 @dataclass(frozen=True)
 class StepOverhead:
     batch: int
-    k: int  # the window of a decode iteration; 0 for a prefill
-    context: int  # cached tokens per row (decode), or the prompt length (prefill)
+    k: int
+    context: int
     step_s: float  # median of the engine's serving iteration (see step_overhead)
     passes_s: float  # median of the same forward passes alone
     overhead_s: float  # step - passes
-
-
-@dataclass(frozen=True)
-class _Timing:
-    """How to time one run: on which device and clock, and the reference factor's inputs
-    (``tokens``: what the target's pass feeds)."""
-
-    device: torch.device
-    clock: str
-    normalise: Callable[[float], float] | None
-    tokens: int
-
-    def seconds(self, fn: Callable[[], object], reset: Callable[[], object]) -> float:
-        reset()
-        now = time.perf_counter if self.clock == "wall" else time.process_time
-        # Read before the pass: a speed probe, when one is due, stays out of the timing.
-        factor = self.normalise(self.tokens) if self.normalise is not None else 1.0
-        sync(self.device)
-        began = now()
-        fn()
-        sync(self.device)
-        return (now() - began) * factor
-
-
-def _interleaved(whole, passes, reset, timing: _Timing, repeats: int):
-    """Two warm-up rounds, then ``repeats`` rounds timing ``whole`` and ``passes`` in turn
-    (interleaved, so a change in the machine's speed hits both alike), each after ``reset``."""
-    for _ in range(2):
-        for fn in (whole, passes):
-            reset()
-            fn()
-    rounds = [(timing.seconds(whole, reset), timing.seconds(passes, reset)) for _ in range(repeats)]
-    reset()
-    return [w for w, _ in rounds], [p for _, p in rounds]
-
-
-def _result(batch, k, context, whole, passes) -> StepOverhead:
-    step, alone = float(np.median(whole)), float(np.median(passes))
-    return StepOverhead(batch, k, context, step, alone, step - alone)
 
 
 @torch.inference_mode()
@@ -143,9 +104,26 @@ def step_overhead(
             drafter(one, rows.draft_cache)
         target(window, rows.target_cache)
 
-    timing = _Timing(target.device, clock, normalise, batch * (k + 1))
-    whole, passes = _interleaved(whole_step, passes_only, reset, timing, repeats)
-    return _result(batch, k, context, whole, passes)
+    now = time.perf_counter if clock == "wall" else time.process_time
+    timings = {whole_step: [], passes_only: []}
+    for _ in range(2):  # warm-up
+        for fn in timings:
+            reset()
+            fn()
+    for _ in range(repeats):
+        for fn, out in timings.items():
+            reset()
+            # Read before the pass: a speed probe, when one is due, stays out of the timing.
+            factor = normalise(batch * (k + 1)) if normalise is not None else 1.0
+            sync(target.device)
+            began = now()
+            fn()
+            sync(target.device)
+            out.append((now() - began) * factor)
+    reset()
+    step = float(np.median(timings[whole_step]))
+    passes = float(np.median(timings[passes_only]))
+    return StepOverhead(batch, k, context, step, passes, step - passes)
 
 
 class SyntheticPrompts:

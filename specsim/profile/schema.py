@@ -8,6 +8,7 @@ speed or price: it all comes from here. ``specsim schema profile`` prints the JS
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -212,7 +213,7 @@ class IterationJitter(StrictModel):
 
     @model_validator(mode="after")
     def _sorted(self) -> IterationJitter:
-        if any(b < a for a, b in zip(self.quantiles, self.quantiles[1:], strict=False)):
+        if any(b < a for a, b in itertools.pairwise(self.quantiles)):
             raise ValueError("jitter.quantiles must not decrease")
         return self
 

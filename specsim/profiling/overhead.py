@@ -212,22 +212,17 @@ def measure_overhead(
 
 
 def log_points(log, costs, name: str | None) -> list[OverheadPoint]:
-    """Overhead points from an engine iteration log: per (kind, batch, k), the median of
+    """Overhead points from an engine iteration log: per (kind, k, batch), the median of
     measured - predicted (decode groups of ``MIN_DECODES`` iterations or more; every prefill
     group), with each iteration's measured / predicted over the group's median as its spread."""
-    groups: dict[tuple[str, int, int], list[tuple[float, float, int]]] = {}
-    for kind, k, batch, new, context, pairs, dt in zip(
-        log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt, strict=True
-    ):
-        predicted = costs.engine_iteration_s(kind, k, batch, new, context, pairs)
-        groups.setdefault((kind, batch, k), []).append((dt, predicted, new))
+    from specsim.simulation.costs import engine_log_groups
+
     points = []
-    for (kind, batch, k), rows in sorted(groups.items()):
-        if kind == "decode" and len(rows) < MIN_DECODES:
+    for (kind, k, batch), (measured, predicted, new) in engine_log_groups(log, costs).items():
+        if kind == "decode" and len(measured) < MIN_DECODES:
             continue
-        measured, predicted, new = (np.asarray(c, dtype=float) for c in zip(*rows, strict=True))
         ratio = measured / predicted
-        spread = tuple(float(v) for v in ratio / np.median(ratio)) if len(rows) > 1 else ()
+        spread = tuple(float(v) for v in ratio / np.median(ratio)) if len(ratio) > 1 else ()
         gap = float(np.median(measured - predicted))
         tokens = int(np.median(new)) if kind == "prefill" else 0
         points.append(OverheadPoint(batch, k, gap, name, tokens, spread))

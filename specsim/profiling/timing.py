@@ -280,7 +280,6 @@ def time_grids(
     deadline cuts the last rounds, the last model's (put the target last) largest points
     first."""
     grids = {name: _ModelGrid(model, points, seed) for name, model in models.items()}
-    started = time.monotonic()
     out_of_time = False
     for round_index in range(timer.warmup + timer.repeats):
         timed = round_index >= timer.warmup
@@ -290,13 +289,12 @@ def time_grids(
                 break
         if out_of_time:
             break
-    seconds = time.monotonic() - started
     return {
         name: TimingRun(
             samples=grid.samples(),
             planned=len(points),
             stopped_early=out_of_time,
-            seconds=grid.seconds if len(grids) > 1 else seconds,
+            seconds=grid.seconds,
         )
         for name, grid in grids.items()
     }

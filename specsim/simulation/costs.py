@@ -8,6 +8,8 @@ operations per iteration.
 
 from __future__ import annotations
 
+import numpy as np
+
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
 from specsim.scenario import Engine
@@ -131,24 +133,6 @@ class StepCosts:
                 seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
         return seconds
 
-    def engine_iteration_s(
-        self, kind: str, k: int, batch: int, new: float, context: float, pairs: float
-    ) -> float:
-        """What one iteration of the real engine (``specsim.engine``) should cost, from its log
-        entry: a prefill of ``batch`` whole prompts (``new`` tokens in all), or a decode step
-        over ``batch`` rows with window k feeding ``new`` tokens over ``context`` cached ones."""
-        seconds = self.target_pass_s(batch, new, context, pairs)
-        if kind == "prefill":
-            return (
-                seconds
-                + self.overhead_s(batch)
-                + self.overhead_prefill_s
-                + self.overhead_prefill_token_s * new
-                + self.draft_prefill_s(batch, new, context, pairs)
-            )
-        seconds += self.overhead_s(batch, k, batch)
-        return seconds + (self.draft_s(batch, k, context) if k else 0.0)
-
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:
         return self.target_flops_per_token * new + self.target_attn_flops * pairs
@@ -180,6 +164,26 @@ class StepCosts:
         if self.draft_kind == "draft_model":
             draft += self.draft_attn_flops * mean_context
         return target + draft
+
+
+def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], tuple]:
+    """The real engine's iteration log (``specsim.engine``) against the cost model, grouped by
+    (kind, k, batch): arrays of the measured seconds, of what ``costs.iteration_s`` charges for
+    the same iteration (a prefill of whole prompts, or a decode step with window k), and of the
+    tokens fed."""
+    rows: dict[tuple[str, int, int], list[tuple[float, float, float]]] = {}
+    for kind, k, batch, new, context, pairs, dt in zip(
+        log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt, strict=True
+    ):
+        if kind == "prefill":
+            predicted = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, new, context, pairs)
+        else:
+            predicted = costs.iteration_s(k, batch, new, context, pairs)
+        rows.setdefault((kind, k, batch), []).append((dt, predicted, new))
+    return {
+        key: tuple(np.asarray(column, dtype=float) for column in zip(*values, strict=True))
+        for key, values in sorted(rows.items())
+    }
 
 
 def kv_capacity_tokens(

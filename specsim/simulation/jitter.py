@@ -30,8 +30,3 @@ class Jitter:
             draws = np.interp(self.rng.random(_CHUNK), self.probs, self.quantiles)
             self._next = draws[::-1].tolist()
         return self._next.pop()
-
-    def mean(self) -> float:
-        """The multiplier's mean (the trapezoid over the quantile function)."""
-        q = self.quantiles
-        return float(np.mean((q[1:] + q[:-1]) / 2.0))

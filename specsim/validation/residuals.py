@@ -20,32 +20,17 @@ import numpy as np
 
 def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any]]:
     """Per (kind, k, batch) group: iterations, median measured and predicted ms, ratio, gap."""
-    from specsim.simulation.costs import StepCosts
+    from specsim.simulation.costs import StepCosts, engine_log_groups
 
-    costs = StepCosts(profile, drafter)
-    groups: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
-    for kind, k, batch, new, context, pairs, dt in zip(
-        log.kind,
-        log.window,
-        log.batch,
-        log.new_tokens,
-        log.context,
-        log.pairs,
-        log.dt,
-        strict=True,
-    ):
-        predicted = costs.engine_iteration_s(kind, k, batch, new, context, pairs)
-        groups.setdefault((kind, k, batch), []).append((dt, predicted))
     out = []
-    for (kind, k, batch), pairs_ in sorted(groups.items()):
-        measured = np.array([m for m, _ in pairs_])
-        predicted = np.array([p for _, p in pairs_])
+    groups = engine_log_groups(log, StepCosts(profile, drafter))
+    for (kind, k, batch), (measured, predicted, _) in groups.items():
         out.append(
             {
                 "kind": kind,
                 "k": k,
                 "batch": batch,
-                "iterations": len(pairs_),
+                "iterations": len(measured),
                 "measured_ms": float(np.median(measured) * 1e3),
                 # The spread of identical iterations: machine noise the profile cannot model.
                 "measured_p10_ms": float(np.percentile(measured, 10) * 1e3),
