@@ -245,16 +245,35 @@ def test_reference_clock_run_reports_the_machine_drift(tmp_path, monkeypatch):
     assert run.summary["scenario"]["clock"] == "reference"
 
 
-def test_the_engine_tells_the_clock_what_each_iteration_fed(tmp_path, monkeypatch):
-    # The reference clock rescales an iteration by the factor for its target pass's width, so
-    # the engine must weigh every iteration, right before reading the clock at its end.
+def test_the_engine_marks_every_pass_with_its_model_and_width(tmp_path, monkeypatch):
+    # The reference clock weighs each pass by its own model's factor for its width, so every
+    # pass of the served iterations must be marked, start and end, on the real model.
     from specsim.engine import clock as clocks
 
-    calls = []
-    monkeypatch.setattr(clocks.WallClock, "weigh", lambda self, tokens: calls.append(tokens))
-    run = serve(scenario_file(tmp_path))
-    assert calls == run.log.new_tokens
-    prefill = [
-        n for n, kind in zip(run.log.new_tokens, run.log.kind, strict=True) if kind == "prefill"
-    ]
-    assert min(prefill) >= 12  # whole prompts: 12..30 tokens each
+    events = []
+    reading = clocks.WallClock.now
+    monkeypatch.setattr(clocks.WallClock, "now", lambda self: events.append("now") or reading(self))
+    monkeypatch.setattr(
+        clocks.WallClock, "mark", lambda self, m, tokens=1.0: events.append((m, tokens))
+    )
+    run = serve(scenario_file(tmp_path), clock="wall")
+    marks = events[events.index("now") :]  # from the clock's start: warm-up passes left out
+    passes = [e for e in marks if e != "now"]
+    starts, ends = passes[0::2], passes[1::2]
+    assert all(end == (None, 1.0) for end in ends) and len(starts) == len(ends)
+    models = {type(m).__name__ for m, _ in starts}
+    assert models == {"DecoderModel"}  # the models themselves, not their wrappers
+    by_model = {}
+    for m, tokens in starts:
+        by_model.setdefault(id(m), []).append(tokens)
+    assert len(by_model) == 2
+    target_widths = max(by_model.values(), key=lambda widths: max(widths))
+    assert len(target_widths) == len(run.log.kind)  # one target pass per iteration
+    drafted = iter(run.log.drafted)
+    for kind, width in zip(run.log.kind, target_widths, strict=True):
+        if kind == "decode":
+            rows = next(drafted)
+            assert width == len(rows) * (rows.max() + 1)  # the verification's [B, k + 1]
+    decodes = sum(int(rows.max()) for rows in run.log.drafted)
+    prefills = run.log.kind.count("prefill")
+    assert sum(map(len, by_model.values())) - len(target_widths) == decodes + prefills

@@ -4,6 +4,7 @@ of the profiler's and the engine's times (``specsim.engine.speed``, ``ReferenceC
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
     assert normaliser.factor() == pytest.approx(0.5)  # twice as slow: times count half
     cpu.t += 0.3
     assert normaliser.factor() == pytest.approx(2.0)
-    assert normaliser.probes_s == [2e-3, 4e-3, 1e-3]
+    assert normaliser.target.probes_s == [2e-3, 4e-3, 1e-3]
     drift = normaliser.drift()
     assert drift["probes"] == 3 and drift["slowdown_median"] == pytest.approx(1.0)
     assert drift["slowdown_p90"] > 1.5 and drift["slowdown_p10"] < 0.8
@@ -67,8 +68,8 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
         interval_s=0.25,
         prefill=ScriptedPass(*[9e-3] * 8, tokens=96),
     )
-    assert calibrated.reference_s == 3e-3 and calibrated.reference.calls == [5] * 7
-    assert calibrated.reference_prefill_s == 9e-3 and calibrated.prefill.calls == [5] * 7
+    assert calibrated.reference_s == 3e-3 and calibrated.target.decode.calls == [5] * 7
+    assert calibrated.reference_prefill_s == 9e-3 and calibrated.target.prefill.calls == [5] * 7
     assert calibrated.factor() == pytest.approx(0.5)
 
 
@@ -94,39 +95,82 @@ def test_the_factor_moves_from_the_decode_probes_to_the_prefill_probes_with_the_
     assert drift["prefill_slowdown_median"] == pytest.approx(2.0)
 
 
-def test_reference_clock_counts_cpu_time_times_the_factor_and_leaves_probes_out(monkeypatch):
+def test_a_tracked_drafter_is_rescaled_by_its_own_probes(monkeypatch):
+    monkeypatch.setattr(time, "process_time", FakeCpu())
+    target, drafter = (SimpleNamespace(config=SimpleNamespace(max_position=256)) for _ in "td")
+    probe = ScriptedPass(4e-3, 4e-3)  # the target's decodes run twice as slow ...
+    probe.model, probe.now = target, time.process_time
+    normaliser = SpeedNormaliser(
+        probe, 2e-3, prefill=ScriptedPass(8e-3, tokens=96), reference_prefill_s=8e-3
+    )
+    own = normaliser.track(drafter, "small", reference_s=1e-3, reference_prefill_s=3e-3)
+    own.decode = ScriptedPass(1e-3)  # ... the drafter's as fast as at its reference
+    own.prefill = ScriptedPass(6e-3, tokens=96)  # and its prefills twice as slow
+    assert normaliser.factor(1) == pytest.approx(0.5)
+    assert normaliser.current(1, drafter) == pytest.approx(1.0)
+    assert normaliser.current(96, drafter) == pytest.approx(0.5)
+    assert normaliser.current(1, target) == normaliser.current(1)  # None is the target
+    assert normaliser.track(target, "target") is normaliser.target
+    with pytest.raises(ValueError, match="track"):
+        normaliser.current(1, object())
+    drift = normaliser.drift()
+    assert drift["slowdown_median"] == pytest.approx(2.0)
+    assert drift["models"]["small"] == pytest.approx(
+        {
+            "decode_s": 1e-3,
+            "prefill_s": 3e-3,
+            "slowdown_median": 1.0,
+            "slowdown_p10": 1.0,
+            "slowdown_p90": 1.0,
+            "prefill_slowdown_median": 2.0,
+            "prefill_slowdown_p10": 2.0,
+            "prefill_slowdown_p90": 2.0,
+        }
+    )
+
+
+def test_reference_clock_counts_each_pass_at_its_models_factor_and_leaves_probes_out(
+    monkeypatch,
+):
     cpu = FakeCpu()
     monkeypatch.setattr(time, "process_time", cpu)
+    target, drafter = object(), object()
 
     class Normaliser:
         def __init__(self):
-            self.value = {1.0: 1.0, 96.0: 1.0}
+            self.value = {(None, 1.0): 1.0, (target, 96.0): 1.0, (drafter, 8.0): 0.8}
 
         def refresh(self):
             cpu.t += 0.01  # a probe costs CPU time that must not reach the clock
 
-        def current(self, tokens=1.0):
-            return self.value[float(tokens)]
+        def current(self, tokens=1.0, model=None):
+            return self.value[model, float(tokens)]
 
     normaliser = Normaliser()
     clock = ReferenceClock(normaliser)
     start = clock.now()
     cpu.t += 1.0
     assert clock.now() - start == pytest.approx(1.0)
-    normaliser.value[1.0] = 0.5  # the machine turned twice as slow: the next stretch counts half
+    normaliser.value[None, 1.0] = 0.5  # twice as slow now: the next stretch counts half
     before = clock.now()
     cpu.t += 1.0
     assert clock.now() - before == pytest.approx(0.5)
-    # A stretch the engine weighs as a 96-token pass counts at that width's factor, once: the
-    # next stretch is a decode's again.
-    normaliser.value[96.0] = 0.25
+    # An iteration: engine work (the target's decode factor), a drafter pass of 8 tokens (the
+    # drafter's factor), a 96-token target pass (that width's), engine work again.
+    normaliser.value[target, 96.0] = 0.25
     before = clock.now()
     cpu.t += 1.0
-    clock.weigh(96)
-    assert clock.now() - before == pytest.approx(0.25)
+    clock.mark(drafter, 8)
+    cpu.t += 1.0
+    clock.mark(None)
+    clock.mark(target, 96)
+    cpu.t += 1.0
+    clock.mark(None)
+    cpu.t += 1.0
+    assert clock.now() - before == pytest.approx(0.5 + 0.8 + 0.25 + 0.5)
     before = clock.now()
     cpu.t += 1.0
-    assert clock.now() - before == pytest.approx(0.5)
+    assert clock.now() - before == pytest.approx(0.5)  # a reading ends the last mark
     before = clock.now()
     clock.sleep(2.0)  # idle waits are skipped, as on the plain CPU clock
     assert clock.now() - before == pytest.approx(2.0)
@@ -160,10 +204,12 @@ def test_pass_timer_multiplies_each_pass_by_the_factor_read_before_it(monkeypatc
     monkeypatch.setattr(time, "process_time_ns", lambda: next(ticks))
     order = []
     timer = timing.PassTimer(
-        "cpu", clock="reference", normalise=lambda tokens: order.append(tokens) or 0.5
+        "cpu",
+        clock="reference",
+        normalise=lambda tokens, model: order.append((tokens, model)) or 0.5,
     )
-    assert timer.time_once(lambda: order.append("run"), 24) == pytest.approx(2e-3)
-    assert order == [24, "run"]  # a due probe runs before the timed pass, never inside it
+    assert timer.time_once(lambda: order.append("run"), 24, "drafter") == pytest.approx(2e-3)
+    assert order == [(24, "drafter"), "run"]  # a due probe runs before the pass, never inside
     with pytest.raises(ValueError):
         timing.PassTimer("cpu", clock="reference")
     with pytest.raises(ValueError):

@@ -20,8 +20,8 @@ class WallClock:
     def now(self) -> float:
         return time.perf_counter()
 
-    def weigh(self, tokens: float) -> None:
-        """What the stretch up to the next reading ran (the reference clock's concern)."""
+    def mark(self, model, tokens: float = 1.0) -> None:
+        """What runs from now on (the reference clock's concern)."""
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
@@ -39,34 +39,62 @@ class ProcessClock:
     def sleep(self, seconds: float) -> None:
         self.skipped += max(0.0, seconds)
 
-    def weigh(self, tokens: float) -> None:
-        """What the stretch up to the next reading ran (the reference clock's concern)."""
+    def mark(self, model, tokens: float = 1.0) -> None:
+        """What runs from now on (the reference clock's concern)."""
 
 
 class ReferenceClock(ProcessClock):
-    """CPU time at the reference speed: each stretch of CPU time between two readings counts
-    times the normaliser's factor (``specsim.engine.speed.SpeedNormaliser``) for the tokens its
-    passes fed (``weigh``: the engine's target pass; 1 when not told), and the speed probes the
-    normaliser runs every quarter second stay off the clock."""
+    """CPU time at the reference speed. The engine marks where each model pass starts and ends
+    (``mark``; ``MeteredModel`` does it); each stretch of CPU time counts times the normaliser's
+    factor (``specsim.engine.speed.SpeedNormaliser``) for what ran in it: a pass of a model
+    feeding some tokens takes that model's factor for that width, and the engine's own work
+    between passes the target's decode factor. Per pass, not per iteration: in a speculative
+    step the drafter's narrow passes and the target's wide verification do not slow alike. The
+    speed probes the normaliser runs every quarter second stay off the clock."""
 
     def __init__(self, normaliser):
         super().__init__()
         self.normaliser = normaliser
         self.elapsed = 0.0
         self._last: float | None = None
-        self._tokens = 1.0
+        self._running: tuple[object, float] = (None, 1.0)  # (model or None, tokens)
 
-    def weigh(self, tokens: float) -> None:
-        self._tokens = tokens
-
-    def now(self) -> float:
+    def _close_stretch(self) -> None:
         raw = time.process_time()
         if self._last is not None:
-            self.elapsed += (raw - self._last) * self.normaliser.current(self._tokens)
-        self._tokens = 1.0
+            model, tokens = self._running
+            self.elapsed += (raw - self._last) * self.normaliser.current(tokens, model)
+        self._last = raw
+
+    def mark(self, model, tokens: float = 1.0) -> None:
+        self._close_stretch()
+        self._running = (model, tokens if model is not None else 1.0)
+
+    def now(self) -> float:
+        self._close_stretch()
+        self._running = (None, 1.0)
         self.normaliser.refresh()  # may probe: read the clock again after it
         self._last = time.process_time()
         return self.elapsed + self.skipped
+
+
+class MeteredModel:
+    """``model``, telling ``mark`` when each of its passes starts (with the tokens it feeds)
+    and ends; everything else passes through to the model."""
+
+    def __init__(self, model, mark):
+        self.model = model
+        self._mark = mark
+
+    def __call__(self, ids, *args, **kwargs):
+        self._mark(self.model, float(ids.numel()))
+        try:
+            return self.model(ids, *args, **kwargs)
+        finally:
+            self._mark(None)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
 
 
 def check_clock(name: str, device: str = "cpu") -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from specsim.engine.batch import Batch
+from specsim.engine.clock import MeteredModel
 from specsim.engine.ngram import PromptLookup
 from specsim.engine.step import (
     Faults,
@@ -87,15 +88,17 @@ class ServingEngine:
         options: EngineOptions,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
-        weigh: Callable[[float], None] = lambda tokens: None,
+        mark: Callable[..., None] | None = None,
     ):
-        self.target = target
-        self.drafter = drafter
+        # With a clock that weighs each pass by its model and width (the reference clock),
+        # every pass marks its start and end on it.
+        metered = (lambda m: m) if mark is None else (lambda m: MeteredModel(m, mark))
+        self.target = metered(target)
+        self.drafter = None if drafter is None else metered(drafter)
         self.prompts = prompts
         self.opt = options
         self.clock = clock
         self.sleep = sleep
-        self.weigh = weigh  # tells the clock how many tokens an iteration's target pass fed
         self.max_len = min(
             target.config.max_position,
             drafter.config.max_position if drafter is not None else target.config.max_position,
@@ -206,7 +209,6 @@ class ServingEngine:
         result = prefill_step(self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0])
         new_tokens = result.tokens.tolist()  # on a GPU this waits for the work
         logprobs = result.logprob.tolist()
-        self.weigh(pass_shape[0])
         now = self._now()
         self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape)
         finished = []
@@ -253,7 +255,6 @@ class ServingEngine:
         tokens = result.tokens.tolist()  # on a GPU these wait for the step to finish
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
-        self.weigh(pass_shape[0])
         now = self._now()
         self._log_iteration(now - start, size, "decode", k, pass_shape)
         drafted = n_drafts.tolist()

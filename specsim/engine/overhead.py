@@ -166,7 +166,7 @@ def serve_fixed_batch(
         options,
         clock.now,
         clock.sleep,
-        clock.weigh,
+        clock.mark,
     )
     engine.run([EngineRequest(rid, 0.0, prompt, output) for rid in range(waves * batch)])
     return engine.log

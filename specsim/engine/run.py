@@ -101,6 +101,7 @@ def run_engine(
     clock: str = "wall",
     reference_s: float | None = None,
     reference_prefill_s: float | None = None,
+    drafter_references: dict[str, float] | None = None,
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
@@ -110,7 +111,9 @@ def run_engine(
     ``reference`` (see ``specsim.engine.clock``); the reference clock rescales to the speed at
     which the target's reference passes take ``reference_s`` and ``reference_prefill_s`` (a
     profile's ``provenance.reference_pass_s`` and ``reference_prefill_s``; without them, the
-    machine's speed at the start).
+    machine's speed at the start), and a drafter's passes to the speed at which its own take
+    ``drafter_references`` (``decode_s``, ``prefill_s``: the profile's
+    ``provenance.drafter_references`` for it).
     """
     import torch
 
@@ -149,8 +152,13 @@ def run_engine(
         faults=faults or Faults(),
     )
     timer = make_clock(clock, device, target_model, reference_s, reference_prefill_s)
+    if isinstance(timer, ReferenceClock) and drafter_model is not None:
+        references = drafter_references or {}
+        timer.normaliser.track(
+            drafter_model, spec.drafter, references.get("decode_s"), references.get("prefill_s")
+        )
     engine = ServingEngine(
-        target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.weigh
+        target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.mark
     )
     source = build_engine_source(scenario)
     if source.closed_loop:

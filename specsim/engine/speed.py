@@ -22,9 +22,14 @@ Without given references the normaliser calibrates to the machine's quiet speed:
 passes the slow phase had not slowed alike (a drafter small enough for the caches); from the
 quiet speed the factors stay near 1 and only slow phases are scaled.
 
-The profiler records both references (``provenance.reference_pass_s``,
-``reference_prefill_s``); the engine's ``reference`` clock normalises to the same numbers, so
-both sides are in one unit.
+Nor do other tenants slow every model alike, so each draft model has probes of its own
+(``track``) and its passes take its own factor: a drafter small enough for the caches, timed
+with the target's factor, was over-corrected whenever the target's probes ran slow, and the
+profile then predicted its passes too cheap.
+
+The profiler records every reference (``provenance.reference_pass_s``, ``reference_prefill_s``
+and each drafter's in ``drafter_references``); the engine's ``reference`` clock normalises to
+the same numbers, so both sides are in one unit.
 """
 
 from __future__ import annotations
@@ -87,15 +92,65 @@ class ReferencePass:
             return float(np.median([self._pass() for _ in range(passes)]))
 
 
+class ModelSpeed:
+    """One model's two probes (decode and prefill), their times at the reference speed (without
+    them, the quiet speed now: ``quiet_s``), every probe taken, and the factors from the latest."""
+
+    def __init__(
+        self,
+        decode: ReferencePass,
+        reference_s: float | None = None,
+        prefill: ReferencePass | None = None,
+        reference_prefill_s: float | None = None,
+        name: str = "target",
+    ):
+        self.name = name
+        self.decode = decode
+        self.prefill = prefill or ReferencePass(decode.model, decode.now, "prefill")
+        self.reference_s = reference_s or quiet_s(decode)
+        self.reference_prefill_s = reference_prefill_s or quiet_s(self.prefill)
+        self.probes_s: list[float] = []
+        self.prefill_probes_s: list[float] = []
+        self._decode_factor = self._prefill_factor = 1.0
+
+    def probe(self) -> None:
+        decode, prefill = self.decode.median_s(), self.prefill.median_s()
+        self.probes_s.append(decode)
+        self.prefill_probes_s.append(prefill)
+        self._decode_factor = self.reference_s / decode
+        self._prefill_factor = self.reference_prefill_s / prefill
+
+    def factor(self, tokens: float) -> float:
+        weight = min(max(np.log(max(tokens, 1.0)) / np.log(self.prefill.tokens), 0.0), 1.0)
+        return float(self._decode_factor ** (1.0 - weight) * self._prefill_factor**weight)
+
+    def references(self) -> dict[str, float]:
+        return {"decode_s": self.reference_s, "prefill_s": self.reference_prefill_s}
+
+    def drift(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for prefix, probes, reference in (
+            ("", self.probes_s, self.reference_s),
+            ("prefill_", self.prefill_probes_s, self.reference_prefill_s),
+        ):
+            ratios = np.asarray(probes or [reference]) / reference
+            out[f"{prefix}slowdown_median"] = float(np.median(ratios))
+            out[f"{prefix}slowdown_p10"] = float(np.percentile(ratios, 10))
+            out[f"{prefix}slowdown_p90"] = float(np.percentile(ratios, 90))
+        return out
+
+
 class SpeedNormaliser:
     """The factor that turns CPU seconds measured now into seconds at the reference speed.
 
-    ``reference_s`` and ``reference_prefill_s`` are the decode and prefill passes' times at the
-    reference speed (a profile's ``provenance``); without one, that pass's quiet speed now
-    (``quiet_s``). ``factor(tokens)`` re-probes once ``interval_s`` of process time
-    has passed since the last probe (``refresh``) and keeps every probe in ``probes_s`` and
-    ``prefill_probes_s`` (the drift over the run, for reports); ``current(tokens)`` is the
-    factor from the latest probes, without probing.
+    ``reference_s`` and ``reference_prefill_s`` are the target's decode and prefill passes'
+    times at the reference speed (a profile's ``provenance``); without one, that pass's quiet
+    speed now (``quiet_s``). ``track`` adds a drafter with probes of its own: other tenants do
+    not slow a drafter small enough for the caches as they slow the target, so a drafter's
+    passes take its own probes' factor. ``factor(tokens, model)`` re-probes every model once
+    ``interval_s`` of process time has passed since the last probe (``refresh``) and keeps
+    every probe (the drift over the run, for reports); ``current(tokens, model)`` is the factor
+    from the latest probes, without probing; ``model`` None is the target.
     """
 
     def __init__(
@@ -106,52 +161,76 @@ class SpeedNormaliser:
         prefill: ReferencePass | None = None,
         reference_prefill_s: float | None = None,
     ):
-        self.reference = reference
-        self.prefill = prefill or ReferencePass(reference.model, reference.now, "prefill")
+        self.target = ModelSpeed(reference, reference_s, prefill, reference_prefill_s)
         self.interval_s = interval_s
-        self.reference_s = reference_s or quiet_s(reference)
-        self.reference_prefill_s = reference_prefill_s or quiet_s(self.prefill)
-        self.probes_s: list[float] = []
-        self.prefill_probes_s: list[float] = []
-        self._decode_factor = self._prefill_factor = 1.0
+        self.tracked: dict[int, ModelSpeed] = {}  # by id(model): models need not be hashable
         self._next = -float("inf")
+
+    def track(
+        self,
+        model,
+        name: str,
+        reference_s: float | None = None,
+        reference_prefill_s: float | None = None,
+    ) -> ModelSpeed:
+        """Probe ``model`` (called ``name`` in reports) too, at the references given (without
+        them, its quiet speed now)."""
+        if model is self.target.decode.model:
+            return self.target
+        decode = ReferencePass(model, self.target.decode.now)
+        speed = ModelSpeed(decode, reference_s, None, reference_prefill_s, name)
+        self.tracked[id(model)] = speed
+        return speed
+
+    def speed_of(self, model=None) -> ModelSpeed:
+        if model is None or model is self.target.decode.model:
+            return self.target
+        try:
+            return self.tracked[id(model)]
+        except KeyError:
+            raise ValueError("the normaliser does not track this model: track() it") from None
 
     def refresh(self) -> None:
         if time.process_time() < self._next:
             return
-        decode, prefill = self.reference.median_s(), self.prefill.median_s()
-        self.probes_s.append(decode)
-        self.prefill_probes_s.append(prefill)
-        self._decode_factor = self.reference_s / decode
-        self._prefill_factor = self.reference_prefill_s / prefill
+        for speed in (self.target, *self.tracked.values()):
+            speed.probe()
         self._next = time.process_time() + self.interval_s
 
-    def current(self, tokens: float = 1.0) -> float:
-        """The factor for a pass feeding ``tokens`` tokens, from the latest probes."""
-        weight = min(max(np.log(max(tokens, 1.0)) / np.log(self.prefill.tokens), 0.0), 1.0)
-        return float(self._decode_factor ** (1.0 - weight) * self._prefill_factor**weight)
+    def current(self, tokens: float = 1.0, model=None) -> float:
+        """The factor for a pass of ``model`` feeding ``tokens`` tokens, from the latest probes:
+        the decode probe's for 1 token, the prefill probe's from its width up, and geometric
+        in log(tokens) between."""
+        return self.speed_of(model).factor(tokens)
 
-    def factor(self, tokens: float = 1.0) -> float:
+    def factor(self, tokens: float = 1.0, model=None) -> float:
         self.refresh()
-        return self.current(tokens)
+        return self.current(tokens, model)
 
-    def drift(self) -> dict[str, float]:
+    @property
+    def reference_s(self) -> float:
+        return self.target.reference_s
+
+    @property
+    def reference_prefill_s(self) -> float:
+        return self.target.reference_prefill_s
+
+    def drift(self) -> dict:
         """The machine's speed over the probes, relative to the reference (1 = as fast; 2 = a
-        pass took twice as long): median, 10th and 90th percentile, of the decode probe and
-        (``prefill_``) of the prefill probe."""
-        out: dict[str, float] = {
+        pass took twice as long): median, 10th and 90th percentile, of the target's decode probe
+        and (``prefill_``) of its prefill probe; under ``models``, each tracked model's by name,
+        with its references."""
+        out: dict = {
             "reference_pass_s": self.reference_s,
             "reference_prefill_s": self.reference_prefill_s,
-            "probes": len(self.probes_s),
+            "probes": len(self.target.probes_s),
+            **self.target.drift(),
         }
-        for prefix, probes, reference in (
-            ("", self.probes_s, self.reference_s),
-            ("prefill_", self.prefill_probes_s, self.reference_prefill_s),
-        ):
-            ratios = np.asarray(probes or [reference]) / reference
-            out[f"{prefix}slowdown_median"] = float(np.median(ratios))
-            out[f"{prefix}slowdown_p10"] = float(np.percentile(ratios, 10))
-            out[f"{prefix}slowdown_p90"] = float(np.percentile(ratios, 90))
+        if self.tracked:
+            out["models"] = {
+                speed.name: {**speed.references(), **speed.drift()}
+                for speed in self.tracked.values()
+            }
         return out
 
 

@@ -23,6 +23,11 @@ Verifier = Literal["rejection", "greedy", "typical"]
 LOSSY_VERIFIERS = frozenset({"typical"})
 
 
+class ReferencePasses(StrictModel):
+    decode_s: Pos = Field(description="the decode pass (batch 1, 128 cached tokens)")
+    prefill_s: Pos = Field(description="the prefill pass (batch 1, a 96-token prompt)")
+
+
 class Provenance(StrictModel):
     source: Literal["measured", "published", "roofline"] = Field(
         description="measured on a device, taken from a publication, or a roofline estimate"
@@ -44,6 +49,11 @@ class Provenance(StrictModel):
         description="profiled with --clock reference: the target's prefill pass (batch 1, a "
         "96-token prompt) at the reference speed; passes feeding more tokens than a decode are "
         "rescaled between the two references (see specsim.engine.speed)",
+    )
+    drafter_references: dict[str, ReferencePasses] | None = Field(
+        default=None,
+        description="profiled with --clock reference: each draft model's own decode and prefill "
+        "reference passes at the reference speed; its passes are rescaled by its own probes",
     )
 
 

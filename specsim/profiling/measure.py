@@ -274,10 +274,10 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
     elif timer.clock == "reference":
         method = (
             "synchronous CPU passes timed by the process's CPU time (one torch thread), each "
-            "rescaled to the machine's speed at the start, by a factor between the target's "
-            "decode at batch 1 after 128 tokens (provenance.reference_pass_s) and its prefill "
-            "of a 96-token prompt (reference_prefill_s), by the tokens the pass feeds; both "
-            "re-timed every 0.25 s of profiling."
+            "rescaled to the machine's quiet speed, by a factor between the model's own "
+            "decode at batch 1 after 128 tokens (the target's: provenance.reference_pass_s; a "
+            "drafter's: drafter_references) and its prefill of a 96-token prompt, by the "
+            "tokens the pass feeds; all re-timed every 0.25 s of profiling."
         )
     else:
         method = "synchronous CPU passes timed with perf_counter_ns (wall clock)."
@@ -325,6 +325,9 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         from specsim.engine.speed import ReferencePass, SpeedNormaliser
 
         normaliser = SpeedNormaliser(ReferencePass(models["target"]))
+        for name, model in models.items():
+            if name != "target":
+                normaliser.track(model, name)
     timer = PassTimer(
         opts.device,
         warmup=2,
@@ -395,6 +398,11 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "reference_pass_s": normaliser.reference_s if normaliser is not None else None,
             "reference_prefill_s": (
                 normaliser.reference_prefill_s if normaliser is not None else None
+            ),
+            "drafter_references": (
+                {s.name: s.references() for s in normaliser.tracked.values()}
+                if normaliser is not None and normaliser.tracked
+                else None
             ),
         },
         "hardware": _hardware(opts.device),

@@ -150,8 +150,9 @@ class PassTimer:
     which leaves out the time the operating system gave to other processes, so it measures what
     a dedicated core would take even on a shared machine. It is only meaningful with one torch
     thread (several threads add their CPU times up), which the timer checks. ``reference`` is
-    CPU time rescaled by ``normalise(tokens)`` (a ``SpeedNormaliser.factor``, called before each
-    timed pass with the tokens it feeds) to the machine's speed at a reference moment: other
+    CPU time rescaled by ``normalise(tokens, model)`` (a ``SpeedNormaliser.factor``, called
+    before each timed pass with the tokens it feeds and the model that runs it) to the
+    machine's speed at a reference moment: other
     tenants also slow this process's own CPU time down, by up to 1.6x within seconds (see
     ``specsim.engine.speed``).
     """
@@ -162,7 +163,7 @@ class PassTimer:
         warmup: int = 2,
         repeats: int = 5,
         clock: str = "wall",
-        normalise: Callable[[float], float] | None = None,
+        normalise: Callable[..., float] | None = None,
     ):
         if repeats < 1 or warmup < 0:
             raise SpecsimError(
@@ -183,9 +184,9 @@ class PassTimer:
         self.clock = clock
         self.normalise = normalise
 
-    def time_once(self, run: Callable[[], object], tokens: int = 1) -> float:
-        """Seconds of one ``run``; ``tokens``: how many tokens its pass feeds (the reference
-        clock's factor depends on it)."""
+    def time_once(self, run: Callable[[], object], tokens: int = 1, model=None) -> float:
+        """Seconds of one ``run``; ``tokens``: how many tokens its pass feeds, ``model``: whose
+        pass it is (None: the target; the reference clock's factor depends on both)."""
         import torch
 
         if self.device.startswith("cuda"):
@@ -198,14 +199,14 @@ class PassTimer:
             torch.cuda.synchronize(self.device)
             return start.elapsed_time(end) / 1e3
         # Read before the pass: a speed probe, when one is due, stays out of the timing.
-        factor = self.normalise(tokens) if self.normalise is not None else 1.0
+        factor = self.normalise(tokens, model) if self.normalise is not None else 1.0
         now = time.perf_counter_ns if self.clock == "wall" else time.process_time_ns
         begin = now()
         run()
         return (now() - begin) / 1e9 * factor
 
     def measure(
-        self, run: Callable[[], object], reset: Callable[[], object], tokens: int = 1
+        self, run: Callable[[], object], reset: Callable[[], object], tokens: int = 1, model=None
     ) -> np.ndarray:
         """Seconds of ``repeats`` runs of ``run``, each after ``reset`` (not timed)."""
         for _ in range(self.warmup):
@@ -214,7 +215,7 @@ class PassTimer:
         times = np.empty(self.repeats)
         for i in range(self.repeats):
             reset()
-            times[i] = self.time_once(run, tokens)
+            times[i] = self.time_once(run, tokens, model)
         return times
 
 
@@ -349,7 +350,7 @@ class _ModelGrid:
                     continue
                 cache.lengths.fill_(point.context)  # back to the point's context, untimed
                 fed = point.batch * point.new_tokens
-                self.times.setdefault(point, []).append(timer.time_once(run, fed))
+                self.times.setdefault(point, []).append(timer.time_once(run, fed, self.model))
                 if progress is not None:
                     progress.update(1)
             return True

@@ -162,6 +162,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             clock=opts.clock,
             reference_s=profile.profile.provenance.reference_pass_s,
             reference_prefill_s=profile.profile.provenance.reference_prefill_s,
+            drafter_references=_drafter_references(profile, scenario),
         )
         after = speed_check(opts.target, target_latency, opts.device, opts.clock)
         write_run(run, staging / "engine")
@@ -240,6 +241,13 @@ def _speed(speed: dict[str, Any]) -> str:
             f"x{ref['prefill_slowdown_p10']:.2f}..x{ref['prefill_slowdown_p90']:.2f}); the "
             "engine's times are rescaled to the references."
         )
+        for name, own in ref.get("models", {}).items():
+            text += (
+                f"\n  drafter {name}, its own probes: x{own['slowdown_median']:.2f} for a "
+                f"decode ({own['decode_s'] * 1e3:.2f} ms), x{own['prefill_slowdown_median']:.2f} "
+                f"for a prefill ({own['prefill_s'] * 1e3:.2f} ms); its passes are rescaled by "
+                "them."
+            )
         if not speed.get("steady", True):
             text += (
                 "\nwarning: the machine ran more than 10 % away from the reference speed for "
@@ -250,12 +258,23 @@ def _speed(speed: dict[str, Any]) -> str:
     return text
 
 
-def steady(drift: dict[str, float], tolerance: float = 0.1) -> bool:
-    """Whether both reference passes ran within ``tolerance`` of the reference speed for most
-    of the run (their median slowdowns)."""
+def steady(drift: dict, tolerance: float = 0.1) -> bool:
+    """Whether every reference pass (the target's and each drafter's) ran within ``tolerance``
+    of the reference speed for most of the run (their median slowdowns)."""
+    keys = ("slowdown_median", "prefill_slowdown_median")
     return all(
-        abs(drift[key] - 1.0) <= tolerance for key in ("slowdown_median", "prefill_slowdown_median")
+        abs(probes[key] - 1.0) <= tolerance
+        for probes in (drift, *drift.get("models", {}).values())
+        for key in keys
     )
+
+
+def _drafter_references(profile, scenario: Scenario) -> dict[str, float] | None:
+    """The scenario's drafter's own reference passes in the profile, when it has them."""
+    references = profile.profile.provenance.drafter_references or {}
+    spec = scenario.speculation
+    found = references.get(spec.drafter) if spec.enabled and spec.drafter else None
+    return found.model_dump() if found is not None else None
 
 
 def _report(scenario: Scenario, comparison: Comparison, profile: str, replications: int) -> str:
