@@ -221,6 +221,20 @@ def test_fit_recovers_the_prefill_terms_shared_and_per_drafter():
     assert fit_overhead(decode).terms["per_prefill_s"] == 0.0
 
 
+def test_decode_and_prefill_iterations_give_spreads_of_their_own():
+    wide = (0.8, 0.9, 1.0, 1.1, 1.3)
+    narrow = (0.97, 1.0, 1.04)
+    decode = [OverheadPoint(b, 2, 1e-3, spread=wide) for b in (1, 4, 8)]
+    prefill = [OverheadPoint(b, 0, 2e-3, None, 32 * b, narrow) for b in (1, 2, 4, 8) * 2]
+    fit = fit_overhead(decode + prefill)  # 24 prefill iterations: enough for their own
+    assert (fit.jitter[0], fit.jitter[-1]) == (0.8, 1.3)  # the decodes' alone
+    assert (fit.prefill_jitter[0], fit.prefill_jitter[-1]) == (0.97, 1.04)
+    assert "prefill iteration time p10..p90 x0.97..x1.04" in fit.describe()
+    # Fewer than MIN_PREFILL_SPREAD prefill iterations: no spread of their own (the decodes'
+    # is used for them).
+    assert fit_overhead(decode + prefill[:6]).prefill_jitter == []
+
+
 def test_simulator_charges_the_prefill_terms_on_a_prefill_iteration(tmp_path):
     from specsim.scenario import load_scenario
     from specsim.simulation.run import run_simulation

@@ -46,8 +46,8 @@ def test_the_draws_follow_the_profiles_quantile_function():
 class NearestQuantile(Jitter):
     """Planted bug: the listed quantiles drawn without interpolating between them."""
 
-    def factor(self) -> float:
-        return float(self.quantiles[self.rng.integers(0, len(self.quantiles))])
+    def factor(self, prefill: bool = False) -> float:
+        return float(self.kinds[0][self.rng.integers(0, len(self.kinds[0]))])
 
 
 def test_the_ks_check_fails_on_a_planted_sampler_bug():
@@ -64,15 +64,16 @@ def test_decreasing_quantiles_are_rejected():
         IterationJitter(quantiles=[1.0, 0.9], samples=10)
 
 
-def run(tmp_path, jitter=None, engine_jitter=True, seed=1):
+def run(tmp_path, jitter=None, engine_jitter=True, seed=1, prefill_jitter=None):
     from specsim.scenario import load_scenario
     from specsim.simulation.run import run_simulation
 
     path = hand_profile(tmp_path / "profile.yaml")
-    if jitter is not None:
-        data = yaml.safe_load(path.read_text())
-        data["jitter"] = {"quantiles": jitter, "samples": 100}
-        path.write_text(yaml.safe_dump(data))
+    data = yaml.safe_load(path.read_text())
+    for key, quantiles in (("jitter", jitter), ("prefill_jitter", prefill_jitter)):
+        if quantiles is not None:
+            data[key] = {"quantiles": quantiles, "samples": 100}
+    path.write_text(yaml.safe_dump(data))
     scenario = {
         "name": "jitter",
         "seed": seed,
@@ -88,7 +89,7 @@ def run(tmp_path, jitter=None, engine_jitter=True, seed=1):
         "speculation": {"drafter": "small", "k": 2},
     }
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    out = tmp_path / f"records-{seed}-{engine_jitter}-{jitter is not None}.csv"
+    out = tmp_path / f"records-{seed}-{engine_jitter}-{jitter}-{prefill_jitter}.csv"
     result = run_simulation(load_scenario(tmp_path / "scenario.yaml"), out)
     return result.summary, out.read_bytes()
 
@@ -119,3 +120,30 @@ def test_jitter_moves_times_only_and_stays_deterministic(tmp_path):
 def ttfts(records: bytes) -> list[float]:
     rows = list(csv.DictReader(io.StringIO(records.decode())))
     return [float(r["first_token_s"]) - float(r["arrival_s"]) for r in rows]
+
+
+def test_prefill_iterations_take_the_prefill_spread_and_decodes_the_other(tmp_path):
+    plain, plain_records = run(tmp_path)
+    median = float(np.median(ttfts(plain_records)))
+    # Decodes spread, prefills not: every TTFT (one prefill iteration) is its median, and the
+    # decode-only figures move.
+    calm_prefill, records = run(tmp_path, jitter=[0.5, 1.5], prefill_jitter=[1.0, 1.0])
+    assert ttfts(records) == pytest.approx([median] * 200, abs=2e-6)
+    assert calm_prefill["tpot_s"]["p90"] != plain["tpot_s"]["p90"]
+    # Prefills spread, decodes not: the TTFTs cover [0.5, 1.5] x median, the TPOTs are the
+    # plain run's (no draw reaches a decode iteration).
+    calm_decode, records = run(tmp_path, jitter=[1.0, 1.0], prefill_jitter=[0.5, 1.5])
+    spread = np.asarray(ttfts(records)) / median
+    assert spread.min() < 0.55 and spread.max() > 1.45
+    assert calm_decode["tpot_s"] == plain["tpot_s"]
+
+
+def test_a_prefill_spread_needs_the_decode_spread(tmp_path):
+    from specsim.profile.schema import Profile
+
+    data = yaml.safe_load(hand_profile(tmp_path / "profile.yaml").read_text())
+    data["prefill_jitter"] = {"quantiles": [1.0, 1.1], "samples": 30}
+    with pytest.raises(ValueError, match="prefill_jitter needs jitter"):
+        Profile.model_validate(data)
+    data["jitter"] = {"quantiles": [0.9, 1.2], "samples": 30}
+    assert Profile.model_validate(data).prefill_jitter.quantiles == [1.0, 1.1]

@@ -284,6 +284,11 @@ class Profile(StrictModel):
     drafters: dict[str, ModelSpec] = Field(default_factory=dict)
     overhead: Overhead = Field(default_factory=Overhead)
     jitter: IterationJitter | None = None
+    prefill_jitter: IterationJitter | None = Field(
+        default=None,
+        description="the spread of iterations that only prefill (long, compute-bound: they vary "
+        "less than decodes); without it they take `jitter`'s",
+    )
     acceptance: list[Acceptance] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -293,6 +298,8 @@ class Profile(StrictModel):
         for name, spec in self.drafters.items():
             if spec.kind == "target":
                 raise ValueError(f"drafter {name!r} has kind 'target'; use draft_model/ngram/heads")
+        if self.prefill_jitter is not None and self.jitter is None:
+            raise ValueError("prefill_jitter needs jitter (the decode iterations' spread) too")
         seen = set()
         for entry in self.acceptance:
             key = (entry.drafter, entry.verifier, entry.temperature)

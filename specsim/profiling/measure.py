@@ -290,7 +290,8 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         "latency fits predict for their passes, served in waves at the grid's smallest, "
         "middle and largest batch (k = 0 with the target alone, k = 2 and 4 with each draft "
         "model), median per batch and k, fitted by non-negative least squares; jitter: each "
-        "iteration's measured / predicted time over its group's median, pooled."
+        "iteration's measured / predicted time over its group's median, pooled, decode and "
+        "prefill iterations apart."
     )
 
 
@@ -409,7 +410,8 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         "target": target_spec,
         "drafters": drafter_specs,
         "overhead": {**overhead.terms, "source": "measured"},
-        "jitter": _jitter(overhead),
+        "jitter": _jitter(overhead.jitter, overhead.points, prefill=False),
+        "prefill_jitter": _jitter(overhead.prefill_jitter, overhead.points, prefill=True),
         "acceptance": result.entries if result is not None else [],
     }
     profile = build_profile(data, opts.name)
@@ -418,11 +420,11 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     return MeasureReport(profile=profile, side_files=side_files, lines=lines)
 
 
-def _jitter(overhead) -> dict | None:
-    if not overhead.jitter:
+def _jitter(quantiles: list[float], points, prefill: bool) -> dict | None:
+    if not quantiles:
         return None
-    samples = sum(len(p.spread) for p in overhead.points)
-    return {"quantiles": overhead.jitter, "samples": samples, "source": "measured"}
+    samples = sum(len(p.spread) for p in points if p.is_prefill == prefill)
+    return {"quantiles": quantiles, "samples": samples, "source": "measured"}
 
 
 def _software() -> dict[str, str]:

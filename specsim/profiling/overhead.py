@@ -16,7 +16,8 @@ profile without overhead). ``fit_overhead`` fits the profile's formula (see
 to the median difference per (kind, batch, k) by non-negative least squares, relative to each
 point's size so large batches do not drown the small ones. The same iterations give the
 iteration-time spread (``jitter_quantiles``): each iteration's measured / predicted time over
-its group's median, pooled.
+its group's median, pooled, for decode iterations and apart from them for prefill iterations
+(which vary less: see ``specsim.simulation.jitter``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ PREFILL_TERMS = ("per_prefill_s", "per_prefill_token_s")
 # outlier in 200 iterations put 5 % of the mass near 1.7x and the mean 3 % too high.
 JITTER_QUANTILES = 101
 MIN_DECODES = 5  # decode iterations at one batch size for a point (waves end ragged)
+MIN_PREFILL_SPREAD = 20  # prefill iterations for a spread of their own (3 per wave group)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class OverheadFit:
     # drafter's passes lose more to running cache-cold in the loop, so one shared term misfits
     # both.
     drafters: dict[str, dict[str, float]] = field(default_factory=dict)
-    jitter: list[float] = field(default_factory=list)  # see jitter_quantiles
+    jitter: list[float] = field(default_factory=list)  # decode iterations: jitter_quantiles
+    prefill_jitter: list[float] = field(default_factory=list)  # prefill iterations
 
     def predict(self, batch: int, k: int) -> float:
         return float((_design([batch], [k]) @ np.asarray([self.terms[t] for t in TERMS]))[0])
@@ -80,12 +83,12 @@ class OverheadFit:
                 f"{own['per_prefill_s'] * 1e3:.3f} ms + "
                 f"{own['per_prefill_token_s'] * 1e6:.2f} us per token"
             )
-        if self.jitter:
-            q = self.jitter
-            text += (
-                f"; iteration time p10..p90 x{np.interp(0.1, _probs(q), q):.2f}.."
-                f"x{np.interp(0.9, _probs(q), q):.2f} of its median"
-            )
+        for kind, q in (("iteration", self.jitter), ("prefill iteration", self.prefill_jitter)):
+            if q:
+                text += (
+                    f"; {kind} time p10..p90 x{np.interp(0.1, _probs(q), q):.2f}.."
+                    f"x{np.interp(0.9, _probs(q), q):.2f} of its median"
+                )
         return text
 
 
@@ -134,8 +137,14 @@ def fit_overhead(points: Sequence[OverheadPoint]) -> OverheadFit:
             if own_prefill
             else {t: terms[t] for t in PREFILL_TERMS}
         )
+    prefill_spread = sum(len(p.spread) for p in prefill)
     return OverheadFit(
-        terms, list(points), shared.max_abs_error_s, drafters, jitter_quantiles(points)
+        terms,
+        list(points),
+        shared.max_abs_error_s,
+        drafters,
+        jitter_quantiles(decode),
+        jitter_quantiles(prefill) if prefill_spread >= MIN_PREFILL_SPREAD else [],
     )
 
 

@@ -149,14 +149,14 @@ class Replica:
             if not self.chunked and self.prefilling:
                 dt, plan = self._plan_prefill_only()
                 if self.jitter is not None:
-                    dt *= self.jitter.factor()
+                    dt *= self.jitter.factor(prefill=True)
                 yield env.timeout(dt)
                 self._finish_prefills(plan, env.now)
                 self._record_iteration(dt, plan[1], None)
                 continue
             dt, plan = self._plan_mixed()
             if self.jitter is not None:
-                dt *= self.jitter.factor()
+                dt *= self.jitter.factor(prefill=plan[0] is None)  # no decode rows rode
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
 

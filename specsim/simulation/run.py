@@ -103,10 +103,10 @@ def cached_profile(path: Path) -> LoadedProfile:
 
 
 def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> Jitter | None:
-    spec = setup.costs.profile.profile.jitter
-    if spec is None or not scenario.engine.jitter:
+    profile = setup.costs.profile.profile
+    if profile.jitter is None or not scenario.engine.jitter:
         return None
-    return Jitter(spec, rng)
+    return Jitter(profile.jitter, rng, profile.prefill_jitter)
 
 
 def run_simulation(
