@@ -34,6 +34,12 @@ REPO = Path(__file__).resolve().parent.parent
 NAMES = {"target": "specsim-target", "small": "specsim-draft-small", "tiny": "specsim-draft-tiny"}
 
 
+def _part_ratio(part: dict) -> float | None:
+    if part["predicted_ms"] <= 0:
+        return None
+    return round(part["measured_ms"] / part["predicted_ms"], 3)
+
+
 def models(folder: str | None) -> dict[str, str]:
     if folder is None:
         return dict(NAMES)
@@ -176,6 +182,13 @@ def main() -> int:
             },
             "decode_iteration_ratio_measured_over_predicted": [
                 round(r["ratio"], 3) for r in result.residuals if r["kind"] == "decode"
+            ],
+            # Per decode group with the engine's split: batch, then measured / predicted of
+            # the target pass, the drafter passes and the engine's own work (see residuals.py).
+            "decode_part_ratios": [
+                [r["batch"], *(_part_ratio(r["parts"][p]) for p in ("target", "drafter", "host"))]
+                for r in result.residuals
+                if r["kind"] == "decode" and "parts" in r
             ],
             # Metrics beyond threshold whose measured value lies inside the simulator's own
             # p10..p90 over replications of the same requests (last run; see compare.py).

@@ -245,6 +245,27 @@ def test_reference_clock_run_reports_the_machine_drift(tmp_path, monkeypatch):
     assert run.summary["scenario"]["clock"] == "reference"
 
 
+def test_a_cpu_clock_run_logs_each_iterations_passes_apart(tmp_path):
+    from specsim.engine.run import write_run
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = serve(scenario_file(tmp_path), clock="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    log = run.log
+    assert len(log.target_s) == len(log.drafter_s) == len(log.dt)
+    for dt, target, drafter in zip(log.dt, log.target_s, log.drafter_s, strict=True):
+        assert target > 0 and drafter > 0 and target + drafter < dt  # the rest: own work
+    write_run(run, tmp_path / "run")
+    header, first = (tmp_path / "run" / "iterations.csv").read_text().splitlines()[:2]
+    assert header.endswith(",seconds,target_s,drafter_s")
+    assert all(first.split(","))  # every column filled
+    wall = serve(scenario_file(tmp_path))
+    assert wall.log.target_s == [] and wall.log.drafter_s == []
+
+
 def test_the_engine_marks_every_pass_with_its_model_and_width(tmp_path, monkeypatch):
     # The reference clock weighs each pass by its own model's factor for its width, so every
     # pass of the served iterations must be marked, start and end, on the real model.
@@ -254,26 +275,27 @@ def test_the_engine_marks_every_pass_with_its_model_and_width(tmp_path, monkeypa
     reading = clocks.WallClock.now
     monkeypatch.setattr(clocks.WallClock, "now", lambda self: events.append("now") or reading(self))
     monkeypatch.setattr(
-        clocks.WallClock, "mark", lambda self, m, tokens=1.0: events.append((m, tokens))
+        clocks.WallClock,
+        "mark",
+        lambda self, m, tokens=1.0, role="host": events.append((m, tokens, role)),
     )
     run = serve(scenario_file(tmp_path), clock="wall")
     marks = events[events.index("now") :]  # from the clock's start: warm-up passes left out
     passes = [e for e in marks if e != "now"]
     starts, ends = passes[0::2], passes[1::2]
-    assert all(end == (None, 1.0) for end in ends) and len(starts) == len(ends)
-    models = {type(m).__name__ for m, _ in starts}
-    assert models == {"DecoderModel"}  # the models themselves, not their wrappers
-    by_model = {}
-    for m, tokens in starts:
-        by_model.setdefault(id(m), []).append(tokens)
-    assert len(by_model) == 2
-    target_widths = max(by_model.values(), key=lambda widths: max(widths))
-    assert len(target_widths) == len(run.log.kind)  # one target pass per iteration
+    assert all(end == (None, 1.0, "host") for end in ends) and len(starts) == len(ends)
+    assert {type(m).__name__ for m, _, _ in starts} == {"DecoderModel"}  # not the wrappers
+    by_role = {}
+    for m, tokens, role in starts:
+        by_role.setdefault(role, []).append((id(m), tokens))
+    assert set(by_role) == {"target", "drafter"}
+    assert len({m for m, _ in by_role["target"]} | {m for m, _ in by_role["drafter"]}) == 2
+    widths = [tokens for _, tokens in by_role["target"]]
+    assert len(widths) == len(run.log.kind)  # one target pass per iteration
     drafted = iter(run.log.drafted)
-    for kind, width in zip(run.log.kind, target_widths, strict=True):
+    for kind, width in zip(run.log.kind, widths, strict=True):
         if kind == "decode":
             rows = next(drafted)
             assert width == len(rows) * (rows.max() + 1)  # the verification's [B, k + 1]
     decodes = sum(int(rows.max()) for rows in run.log.drafted)
-    prefills = run.log.kind.count("prefill")
-    assert sum(map(len, by_model.values())) - len(target_widths) == decodes + prefills
+    assert len(by_role["drafter"]) == decodes + run.log.kind.count("prefill")

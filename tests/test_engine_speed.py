@@ -176,6 +176,43 @@ def test_reference_clock_counts_each_pass_at_its_models_factor_and_leaves_probes
     assert clock.now() - before == pytest.approx(2.0)
 
 
+def test_the_cpu_clocks_split_their_time_by_what_ran(monkeypatch):
+    from specsim.engine.clock import ProcessClock, WallClock
+
+    cpu = FakeCpu()
+    monkeypatch.setattr(time, "process_time", cpu)
+    target, drafter = object(), object()
+
+    class Normaliser:
+        def refresh(self):
+            pass
+
+        def current(self, tokens=1.0, model=None):
+            return {None: 1.0, target: 0.5, drafter: 2.0}[model]
+
+    plain = {None: 1.0, target: 1.0, drafter: 1.0}
+    weighed = {None: 1.0, target: 0.5, drafter: 2.0}
+    for clock, scale in ((ProcessClock(), plain), (ReferenceClock(Normaliser()), weighed)):
+        start = clock.now()
+        cpu.t += 0.001  # the engine's own work
+        clock.mark(drafter, 8, "drafter")
+        cpu.t += 0.002
+        clock.mark(None)
+        clock.mark(target, 24, "target")
+        cpu.t += 0.004
+        clock.mark(None)
+        cpu.t += 0.003
+        total = clock.now() - start
+        expected = {
+            "target": 0.004 * scale[target],
+            "drafter": 0.002 * scale[drafter],
+            "host": 0.004 * scale[None],
+        }
+        assert clock.split == pytest.approx(expected)
+        assert total == pytest.approx(sum(expected.values()))
+    assert WallClock().split is None  # GPU passes return before their work is done
+
+
 def test_the_cpu_clocks_need_a_cpu_and_one_thread(monkeypatch):
     from specsim.models import load_model
 

@@ -267,13 +267,16 @@ class Log:
         fields = ("kind", "window", "batch", "new_tokens", "context", "pairs", "dt")
         for i, name in enumerate(fields):
             setattr(self, name, [row[i] for row in rows])
+        self.target_s = self.drafter_s = []  # a wall-clock run: no split
 
 
 class Costs:
-    """Predicts 1 ms per token fed (decoding rows' or prompt chunks')."""
+    """Predicts 1 ms per token fed (decoding rows' or prompt chunks'), all the target pass's."""
 
-    def iteration_s(self, k, rows, new, kv, pairs, p_rows=0, p_tokens=0.0, p_kv=0.0, p_pairs=0.0):
-        return 1e-3 * (new + p_tokens)
+    def iteration_parts(
+        self, k, rows, new, kv, pairs, p_rows=0, p_tokens=0.0, p_kv=0.0, p_pairs=0.0
+    ):
+        return 1e-3 * (new + p_tokens), 0.0, 0.0
 
 
 def test_log_points_take_the_median_gap_per_group_and_the_spread_of_its_ratio():
@@ -299,8 +302,8 @@ def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):
     from specsim.profiling.overhead import measure_overhead
 
     class Far:
-        def iteration_s(self, *shape):
-            return 1e3  # far above any iteration: every point is then clamped to 0
+        def iteration_parts(self, *shape):
+            return 1e3, 0.0, 0.0  # far above any iteration: every point is then clamped to 0
 
     target, drafter = target_and_tiny()
     fit = measure_overhead(

@@ -208,6 +208,31 @@ def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
     assert rows[1]["predicted_ms"] == pytest.approx(prefill * 1e3)
 
 
+def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
+    from specsim.engine.engine import IterationLog
+    from specsim.profile import load_profile
+    from specsim.simulation.costs import StepCosts
+    from specsim.validation.residuals import iteration_residuals, split_table
+
+    profile = load_profile(hand_profile(tmp_path / "p.yaml"))
+    shape = dict(batch=[2, 2], kind=["decode"] * 2, window=[2, 2], new_tokens=[6, 6])
+    shape.update(context=[50, 50], pairs=[320.0, 320.0])
+    log = IterationLog(dt=[0.02, 0.03], target_s=[0.012, 0.014], drafter_s=[0.004, 0.006], **shape)
+    (row,) = iteration_residuals(log, profile, "small")
+    target, draft, host = StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0)
+    assert target + draft + host == pytest.approx(row["predicted_ms"] / 1e3)
+    assert row["parts"]["target"] == pytest.approx(
+        {"measured_ms": 13.0, "predicted_ms": target * 1e3}
+    )
+    assert row["parts"]["drafter"]["measured_ms"] == pytest.approx(5.0)
+    # The engine's own work: the rest of each iteration (4 and 10 ms).
+    assert row["parts"]["host"] == pytest.approx({"measured_ms": 7.0, "predicted_ms": host * 1e3})
+    assert "13.00 / " in split_table([row])
+    # Without the split (a wall-clock run) the groups have no parts and there is no table.
+    (plain,) = iteration_residuals(IterationLog(dt=[0.02, 0.03], **shape), profile, "small")
+    assert "parts" not in plain and split_table([plain]) == ""
+
+
 def test_iteration_residuals_charge_the_per_draft_overhead(tmp_path):
     """Decode at k = 2 over 2 rows pays 2 x (per draft pass + 2 x per drafting sequence) more;
     a prefill pays none of it."""

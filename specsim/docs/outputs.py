@@ -102,12 +102,18 @@ COMMAND_OUTPUTS = {
     },
     "specsim validate": {
         "engine/": "the real engine's run: requests.csv (the columns above, plus "
-        "target_logprob_mean and eos) and summary.json (the same keys as a simulation)",
+        "target_logprob_mean and eos), summary.json (the same keys as a simulation, plus "
+        "machine_speed with --clock reference: the probes' slowdowns, the target's and each "
+        "drafter's) and iterations.csv (one row per iteration: kind, window, batch, the target "
+        "pass's new_tokens, context and pairs, seconds, and with --clock cpu or reference "
+        "target_s and drafter_s, the part of seconds in each model's passes)",
         "simulation/": "the simulator's prediction of the same workload: requests.csv, "
         "summary.json",
         "comparison.json": "each metric: engine, simulation, relative error, threshold, pass, "
         "and band: the simulator's p10..p90 over --replications runs of the same requests",
-        "comparison.md": "the same comparison as a table",
+        "comparison.md": "the same comparison as a table, each iteration group's measured "
+        "against predicted time, and with the CPU clocks the same split into the target pass, "
+        "the drafter passes and the engine's own work",
         "validation.png": "engine against simulation, figure",
         "profile.yaml": "the profile measured on this machine (without --profile)",
     },

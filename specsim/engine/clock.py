@@ -16,78 +16,96 @@ from specsim.errors import SpecsimError
 CLOCKS = ("wall", "cpu", "reference")
 
 
+ROLES = ("target", "drafter", "host")  # what a stretch of the engine's time ran
+
+
 class WallClock:
+    """Elapsed time. It keeps no split: a GPU's passes return before their work is done."""
+
+    split = None
+
     def now(self) -> float:
         return time.perf_counter()
 
-    def mark(self, model, tokens: float = 1.0) -> None:
-        """What runs from now on (the reference clock's concern)."""
+    def mark(self, model, tokens: float = 1.0, role: str = "host") -> None:
+        """What runs from now on (the CPU clocks' concern)."""
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
 
 class ProcessClock:
-    """CPU time of this process, plus the idle waits it skipped."""
+    """CPU time of this process, plus the idle waits it skipped. The engine marks where each
+    model pass starts and ends (``mark``; ``MeteredModel`` does it), and the clock keeps the
+    time split by what ran (``split``: the target's passes, the drafter's, and the engine's own
+    work between them), so a validation can say which part of an iteration the profile
+    mispredicts."""
 
     def __init__(self):
         self.skipped = 0.0
-
-    def now(self) -> float:
-        return time.process_time() + self.skipped
-
-    def sleep(self, seconds: float) -> None:
-        self.skipped += max(0.0, seconds)
-
-    def mark(self, model, tokens: float = 1.0) -> None:
-        """What runs from now on (the reference clock's concern)."""
-
-
-class ReferenceClock(ProcessClock):
-    """CPU time at the reference speed. The engine marks where each model pass starts and ends
-    (``mark``; ``MeteredModel`` does it); each stretch of CPU time counts times the normaliser's
-    factor (``specsim.engine.speed.SpeedNormaliser``) for what ran in it: a pass of a model
-    feeding some tokens takes that model's factor for that width, and the engine's own work
-    between passes the target's decode factor. Per pass, not per iteration: in a speculative
-    step the drafter's narrow passes and the target's wide verification do not slow alike. The
-    speed probes the normaliser runs every quarter second stay off the clock."""
-
-    def __init__(self, normaliser):
-        super().__init__()
-        self.normaliser = normaliser
         self.elapsed = 0.0
+        self.split = dict.fromkeys(ROLES, 0.0)
         self._last: float | None = None
-        self._running: tuple[object, float] = (None, 1.0)  # (model or None, tokens)
+        self._running: tuple[object, float, str] = (None, 1.0, "host")  # model, tokens, role
+
+    def _factor(self, model, tokens: float) -> float:
+        return 1.0
 
     def _close_stretch(self) -> None:
         raw = time.process_time()
         if self._last is not None:
-            model, tokens = self._running
-            self.elapsed += (raw - self._last) * self.normaliser.current(tokens, model)
+            model, tokens, role = self._running
+            seconds = (raw - self._last) * self._factor(model, tokens)
+            self.elapsed += seconds
+            self.split[role] += seconds
         self._last = raw
 
-    def mark(self, model, tokens: float = 1.0) -> None:
+    def mark(self, model, tokens: float = 1.0, role: str = "host") -> None:
         self._close_stretch()
-        self._running = (model, tokens if model is not None else 1.0)
+        self._running = (model, tokens, role) if model is not None else (None, 1.0, "host")
 
     def now(self) -> float:
         self._close_stretch()
-        self._running = (None, 1.0)
-        self.normaliser.refresh()  # may probe: read the clock again after it
-        self._last = time.process_time()
+        self._running = (None, 1.0, "host")
         return self.elapsed + self.skipped
+
+    def sleep(self, seconds: float) -> None:
+        self.skipped += max(0.0, seconds)
+
+
+class ReferenceClock(ProcessClock):
+    """CPU time at the reference speed: each stretch counts times the normaliser's factor
+    (``specsim.engine.speed.SpeedNormaliser``) for what ran in it: a pass of a model feeding
+    some tokens takes that model's factor for that width, and the engine's own work between
+    passes the target's decode factor. Per pass, not per iteration: in a speculative step the
+    drafter's narrow passes and the target's wide verification do not slow alike. The speed
+    probes the normaliser runs every quarter second stay off the clock."""
+
+    def __init__(self, normaliser):
+        super().__init__()
+        self.normaliser = normaliser
+
+    def _factor(self, model, tokens: float) -> float:
+        return self.normaliser.current(tokens, model)
+
+    def now(self) -> float:
+        reading = super().now()
+        self.normaliser.refresh()  # may probe: restart the stretch after it
+        self._last = time.process_time()
+        return reading
 
 
 class MeteredModel:
-    """``model``, telling ``mark`` when each of its passes starts (with the tokens it feeds)
-    and ends; everything else passes through to the model."""
+    """``model`` in ``role`` (target or drafter), telling ``mark`` when each of its passes
+    starts (with the tokens it feeds) and ends; everything else passes through to the model."""
 
-    def __init__(self, model, mark):
+    def __init__(self, model, role: str, mark):
         self.model = model
+        self.role = role
         self._mark = mark
 
     def __call__(self, ids, *args, **kwargs):
-        self._mark(self.model, float(ids.numel()))
+        self._mark(self.model, float(ids.numel()), self.role)
         try:
             return self.model(ids, *args, **kwargs)
         finally:

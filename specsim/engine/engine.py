@@ -70,6 +70,10 @@ class IterationLog:
     new_tokens: list[int] = field(default_factory=list)  # target pass: tokens fed
     context: list[int] = field(default_factory=list)  # target pass: cached tokens read
     pairs: list[float] = field(default_factory=list)  # target pass: query-key pairs
+    # Of dt, the target's and the drafter's passes (CPU clocks only: empty on the wall clock);
+    # the rest is the engine's own work.
+    target_s: list[float] = field(default_factory=list)
+    drafter_s: list[float] = field(default_factory=list)
     accepted: list[np.ndarray] = field(default_factory=list)
     drafted: list[np.ndarray] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
@@ -89,12 +93,17 @@ class ServingEngine:
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
         mark: Callable[..., None] | None = None,
+        split: dict[str, float] | None = None,
     ):
-        # With a clock that weighs each pass by its model and width (the reference clock),
-        # every pass marks its start and end on it.
-        metered = (lambda m: m) if mark is None else (lambda m: MeteredModel(m, mark))
-        self.target = metered(target)
-        self.drafter = None if drafter is None else metered(drafter)
+        # With a CPU clock every pass marks its start and end on it: the reference clock
+        # weighs each pass by its model and width, and both keep the time ``split`` by role
+        # (cumulative seconds, read at each iteration's ends for the log).
+        metered = (
+            (lambda m, role: m) if mark is None else (lambda m, role: MeteredModel(m, role, mark))
+        )
+        self.target = metered(target, "target")
+        self.drafter = None if drafter is None else metered(drafter, "drafter")
+        self.split = split
         self.prompts = prompts
         self.opt = options
         self.clock = clock
@@ -129,6 +138,7 @@ class ServingEngine:
         with torch.inference_mode():
             while self.pending or self.waiting or self.prefilling or self.batch.size:
                 start = self._now()
+                self._split_at_start = dict(self.split) if self.split is not None else None
                 self._release(start)
                 if not (self.waiting or self.prefilling or self.batch.size):
                     self.sleep(max(0.0, self.pending[0][0] - start))
@@ -321,3 +331,7 @@ class ServingEngine:
         log.context.append(shape[1])
         log.pairs.append(shape[2])
         self.log.kv_tokens.append(int(self.batch.target_cache.lengths[: self.batch.size].sum()))
+        if self.split is not None:
+            began = self._split_at_start
+            log.target_s.append(self.split["target"] - began["target"])
+            log.drafter_s.append(self.split["drafter"] - began["drafter"])

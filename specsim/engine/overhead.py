@@ -167,6 +167,7 @@ def serve_fixed_batch(
         clock.now,
         clock.sleep,
         clock.mark,
+        clock.split,
     )
     engine.run([EngineRequest(rid, 0.0, prompt, output) for rid in range(waves * batch)])
     return engine.log

@@ -153,15 +153,27 @@ def _parses(value: str, dtype) -> bool:
     return True
 
 
-ITERATION_COLUMNS = ("kind", "window", "batch", "new_tokens", "context", "pairs", "seconds")
+ITERATION_COLUMNS = (
+    "kind",
+    "window",
+    "batch",
+    "new_tokens",
+    "context",
+    "pairs",
+    "seconds",
+    "target_s",
+    "drafter_s",
+)
 
 
 def format_iterations(log: IterationLog) -> str:
-    """iterations.csv: one row per engine iteration (what the target pass did, and its time)."""
+    """iterations.csv: one row per engine iteration (what the target pass did, its time, and
+    of it the target's and the drafter's passes: empty on the wall clock)."""
     lines = [",".join(ITERATION_COLUMNS)]
-    for row in zip(
-        log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt, strict=True
-    ):
+    split = zip(log.target_s, log.drafter_s, strict=True) if log.target_s else [None] * len(log.dt)
+    columns = (log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt)
+    for *row, parts in zip(*columns, split, strict=True):
         kind, k, batch, new, context, pairs, dt = row
-        lines.append(f"{kind},{k},{batch},{new},{context},{pairs:.1f},{dt:.6f}")
+        passes = f"{parts[0]:.6f},{parts[1]:.6f}" if parts else ","
+        lines.append(f"{kind},{k},{batch},{new},{context},{pairs:.1f},{dt:.6f},{passes}")
     return "\n".join(lines) + "\n"

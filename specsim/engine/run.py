@@ -158,7 +158,7 @@ def run_engine(
             drafter_model, spec.drafter, references.get("decode_s"), references.get("prefill_s")
         )
     engine = ServingEngine(
-        target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.mark
+        target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.mark, timer.split
     )
     source = build_engine_source(scenario)
     if source.closed_loop:

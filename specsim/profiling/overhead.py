@@ -227,7 +227,8 @@ def log_points(log, costs, name: str | None) -> list[OverheadPoint]:
     from specsim.simulation.costs import engine_log_groups
 
     points = []
-    for (kind, k, batch), (measured, predicted, new) in engine_log_groups(log, costs).items():
+    for (kind, k, batch), group in engine_log_groups(log, costs).items():
+        measured, predicted, new = group.measured, group.predicted, group.new
         if kind == "decode" and len(measured) < MIN_DECODES:
             continue
         ratio = measured / predicted

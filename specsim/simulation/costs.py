@@ -8,6 +8,8 @@ operations per iteration.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from specsim.errors import SpecsimError
@@ -100,7 +102,14 @@ class StepCosts:
         if self._check_draft and self.draft_kind == "draft_model":
             self.draft_latency.check_range(batch, max_context, 1, 1)
 
-    def iteration_s(
+    def iteration_s(self, *shape) -> float:
+        """Seconds of one engine iteration of ``shape`` (see ``iteration_parts``): the cost the
+        engine charges and the adaptive window policy maximises against (one function, so the
+        two cannot drift apart)."""
+        target, draft, host = self.iteration_parts(*shape)
+        return target + draft + host
+
+    def iteration_parts(
         self,
         k: int,
         rows: int,
@@ -111,27 +120,24 @@ class StepCosts:
         p_tokens: float = 0.0,
         p_kv: float = 0.0,
         p_pairs: float = 0.0,
-    ) -> float:
-        """Seconds of one engine iteration: the cost the engine charges and the adaptive window
-        policy maximises against (one function, so the two cannot drift apart).
+    ) -> tuple[float, float, float]:
+        """One engine iteration's seconds in parts: the target's pass, the drafter's passes,
+        and the engine's own work (the overhead terms).
 
         ``rows`` decoding sequences verify ``new`` positions in all over ``kv`` cached tokens
         (``pairs`` query-key pairs) after k draft passes; ``p_rows`` prompt chunks of
         ``p_tokens`` tokens ride in the same target pass (and a draft model builds its own cache
-        for them). One target pass, then the overhead (with the prefill terms when prompt chunks
-        ride along).
+        for them, and the prefill overhead terms apply).
         """
         batch = rows + p_rows
-        seconds = self.target.seconds_from_totals(
-            batch, new + p_tokens, kv + p_kv, pairs + p_pairs
-        ) + self.overhead_s(batch, k, rows)
-        if rows:
-            seconds += self.draft_s(rows, k, kv)
+        target = self.target.seconds_from_totals(batch, new + p_tokens, kv + p_kv, pairs + p_pairs)
+        host = self.overhead_s(batch, k, rows)
+        draft = self.draft_s(rows, k, kv) if rows else 0.0
         if p_rows:
-            seconds += self.overhead_prefill_s + self.overhead_prefill_token_s * p_tokens
+            host += self.overhead_prefill_s + self.overhead_prefill_token_s * p_tokens
             if self.draft_kind == "draft_model":
-                seconds += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
-        return seconds
+                draft += self.draft_latency.seconds_from_totals(p_rows, p_tokens, p_kv, p_pairs)
+        return target, draft, host
 
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:
@@ -166,24 +172,54 @@ class StepCosts:
         return target + draft
 
 
-def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], tuple]:
+@dataclass(frozen=True)
+class LogGroup:
+    """One (kind, k, batch) group of the real engine's iterations: per iteration the measured
+    seconds, what ``StepCosts.iteration_s`` charges for it, the tokens fed, and both split into
+    (target pass, drafter passes, the engine's own work): ``predicted_parts`` always,
+    ``measured_parts`` when the engine's clock kept the split (None otherwise)."""
+
+    measured: np.ndarray
+    predicted: np.ndarray
+    new: np.ndarray
+    predicted_parts: np.ndarray  # [iterations, 3]
+    measured_parts: np.ndarray | None  # [iterations, 3]
+
+
+def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], LogGroup]:
     """The real engine's iteration log (``specsim.engine``) against the cost model, grouped by
-    (kind, k, batch): arrays of the measured seconds, of what ``costs.iteration_s`` charges for
-    the same iteration (a prefill of whole prompts, or a decode step with window k), and of the
-    tokens fed."""
-    rows: dict[tuple[str, int, int], list[tuple[float, float, float]]] = {}
-    for kind, k, batch, new, context, pairs, dt in zip(
-        log.kind, log.window, log.batch, log.new_tokens, log.context, log.pairs, log.dt, strict=True
+    (kind, k, batch): a prefill of whole prompts, or a decode step with window k."""
+    rows: dict[tuple[str, int, int], list] = {}
+    split = bool(log.target_s)
+    passes = zip(log.target_s, log.drafter_s, strict=True) if split else [None] * len(log.dt)
+    for kind, k, batch, new, context, pairs, dt, measured in zip(
+        log.kind,
+        log.window,
+        log.batch,
+        log.new_tokens,
+        log.context,
+        log.pairs,
+        log.dt,
+        passes,
+        strict=True,
     ):
         if kind == "prefill":
-            predicted = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, new, context, pairs)
+            parts = costs.iteration_parts(0, 0, 0.0, 0.0, 0.0, batch, new, context, pairs)
         else:
-            predicted = costs.iteration_s(k, batch, new, context, pairs)
-        rows.setdefault((kind, k, batch), []).append((dt, predicted, new))
-    return {
-        key: tuple(np.asarray(column, dtype=float) for column in zip(*values, strict=True))
-        for key, values in sorted(rows.items())
-    }
+            parts = costs.iteration_parts(k, batch, new, context, pairs)
+        own = None if measured is None else (*measured, dt - sum(measured))
+        rows.setdefault((kind, k, batch), []).append((dt, sum(parts), new, parts, own))
+    groups = {}
+    for key, values in sorted(rows.items()):
+        dt, predicted, new, parts, own = zip(*values, strict=True)
+        groups[key] = LogGroup(
+            np.asarray(dt, dtype=float),
+            np.asarray(predicted, dtype=float),
+            np.asarray(new, dtype=float),
+            np.asarray(parts, dtype=float),
+            np.asarray(own, dtype=float) if split else None,
+        )
+    return groups
 
 
 def kv_capacity_tokens(

@@ -129,7 +129,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
     from specsim.simulation.records import read_records
     from specsim.validation.drift import CONTEXT, speed_check
     from specsim.validation.plot import plot_validation
-    from specsim.validation.residuals import iteration_residuals, residual_table
+    from specsim.validation.residuals import iteration_residuals, residual_table, split_table
 
     check_supported(scenario)
     where = str(scenario.source) if scenario.source else None
@@ -197,6 +197,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             [
                 _report(scenario, comparison, final_profile, opts.replications),
                 residual_table(residuals),
+                *filter(None, [split_table(residuals)]),
                 _speed(speed),
             ]
         )
