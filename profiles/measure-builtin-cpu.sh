@@ -2,7 +2,7 @@
 # Measure the built-in models on this machine's CPU and write profiles/builtin-cpu.yaml (plus its
 # per-request acceptance sequences). Run from the repository root; a few minutes on 2 cores.
 # --clock reference times passes by process CPU time, rescaled to the machine's quiet speed by
-# decode and prefill reference passes re-timed every 0.25 s: the shared development machine runs
+# decode and prefill reference passes of each model re-timed every 0.25 s: the shared development machine runs
 # other processes, which inflate wall-clock passes at random and slow this process's own CPU
 # time too (see specsim/engine/speed.py).
 # The shipped file was measured on the project's 2-core development machine (see its

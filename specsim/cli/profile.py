@@ -96,9 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="wall",
         help="CPU passes: wall-clock time (default), the process's CPU time, which leaves out "
         "time taken by other processes on a shared machine (needs OMP_NUM_THREADS=1), or "
-        "reference: CPU time rescaled to the machine's speed at the start, re-measured every "
-        "0.25 s with a decode and a prefill reference pass (records "
-        "provenance.reference_pass_s and reference_prefill_s)",
+        "reference: CPU time rescaled to the machine's quiet speed, re-measured every 0.25 s "
+        "with a decode and a prefill reference pass of each model (records "
+        "provenance.reference_pass_s, reference_prefill_s and drafter_references)",
     )
     measure.add_argument(
         "--seed",

@@ -8,9 +8,10 @@ minutes on a CPU; --profile-budget caps the timing grid). On a shared machine, -
 both the profiling and the engine by this process's CPU time (idle waits for arrivals are
 skipped, not slept), so other processes' load does not enter either side. Other tenants still
 slow this process's own CPU time (caches, memory bandwidth: 1.6x within seconds was seen), so
---clock reference also times a decode and a prefill pass of the target every quarter second and
-rescales both sides to the machine's speed when profiling began (the profile's
-reference_pass_s and reference_prefill_s; wide passes slow down differently from decodes):
+--clock reference also times a decode and a prefill pass of the target and of the drafter every
+quarter second and rescales both sides, pass by pass, to the machine's speed when profiling
+began (the profile's reference_pass_s, reference_prefill_s and drafter_references; wide passes
+slow down differently from decodes, and a drafter differently from the target):
 
   OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \
       --out runs/v1
@@ -21,7 +22,9 @@ whole prompts in their own iteration, so the scenario needs engine.chunked_prefi
 replica, and a fixed or by_batch window.
 
 Writes DIR/engine/ and DIR/simulation/ (requests.csv, summary.json), DIR/comparison.json,
-DIR/comparison.md, DIR/validation.png (and DIR/profile.yaml when it profiled). Beside each
+DIR/comparison.md, DIR/validation.png (and DIR/profile.yaml when it profiled). With --clock cpu
+or reference, comparison.md also splits every iteration group's time into the target pass, the
+drafter passes and the engine's own work, measured against predicted. Beside each
 metric, the simulator's p10..p90 over --replications runs of the same requests with other
 acceptance and jitter draws (default 20): a miss inside it is one this workload's own randomness
 can produce (a p90 of ~100 requests can hinge on a few that finished in the same step). Exit 0
