@@ -24,6 +24,8 @@ class ScriptedPass:
         self.seconds = list(seconds)
         self.calls = []
         self.tokens = tokens
+        self.model = object()  # the model the pass runs: identifies the target
+        self.now = time.process_time
 
     def median_s(self, passes=5):
         self.calls.append(passes)
@@ -45,21 +47,31 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
     monkeypatch.setattr(time, "process_time", cpu)
     probe = ScriptedPass(2e-3, 4e-3, 1e-3)
     prefill = ScriptedPass(8e-3, 8e-3, 8e-3, tokens=96)
+    host = ScriptedPass(5e-4, 5e-4, 1e-3)
     normaliser = SpeedNormaliser(
-        probe, reference_s=2e-3, interval_s=0.25, prefill=prefill, reference_prefill_s=8e-3
+        probe,
+        reference_s=2e-3,
+        interval_s=0.25,
+        prefill=prefill,
+        reference_prefill_s=8e-3,
+        host=host,
+        reference_host_s=5e-4,
     )
-    assert normaliser.factor() == pytest.approx(1.0)  # first call probes: as fast as the reference
+    target = probe.model
+    assert normaliser.factor(1, target) == pytest.approx(1.0)  # first call probes
     cpu.t += 0.1
-    assert normaliser.factor() == pytest.approx(1.0)  # within the interval: no new probe
+    assert normaliser.factor(1, target) == pytest.approx(1.0)  # within the interval: no probe
     cpu.t += 0.2
-    assert normaliser.factor() == pytest.approx(0.5)  # twice as slow: times count half
+    assert normaliser.factor(1, target) == pytest.approx(0.5)  # twice as slow: times count half
+    assert normaliser.current() == pytest.approx(1.0)  # the engine's own work: the host probe's
     cpu.t += 0.3
-    assert normaliser.factor() == pytest.approx(2.0)
+    assert normaliser.factor(1, target) == pytest.approx(2.0)
+    assert normaliser.current() == pytest.approx(0.5)
     assert normaliser.target.probes_s == [2e-3, 4e-3, 1e-3]
     drift = normaliser.drift()
     assert drift["probes"] == 3 and drift["slowdown_median"] == pytest.approx(1.0)
     assert drift["slowdown_p90"] > 1.5 and drift["slowdown_p10"] < 0.8
-    # Without a reference, a longer first burst sets it.
+    assert drift["reference_host_s"] == 5e-4 and drift["host_slowdown_median"] == 1.0
     # Without references, the quiet speed: the fastest of 7 bursts (a slow phase at the start
     # does not become the reference).
     monkeypatch.setattr(speed.time, "sleep", lambda s: None)
@@ -67,10 +79,13 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
         ScriptedPass(9e-3, 9e-3, 3e-3, 4e-3, 3.5e-3, 5e-3, 6e-3, 6e-3),
         interval_s=0.25,
         prefill=ScriptedPass(*[9e-3] * 8, tokens=96),
+        host=ScriptedPass(2e-3, 1e-3, *[3e-3] * 6),
     )
     assert calibrated.reference_s == 3e-3 and calibrated.target.decode.calls == [5] * 7
     assert calibrated.reference_prefill_s == 9e-3 and calibrated.target.prefill.calls == [5] * 7
-    assert calibrated.factor() == pytest.approx(0.5)
+    assert calibrated.host.reference_s == 1e-3 and calibrated.host.pass_.calls == [5] * 7
+    assert calibrated.factor(1, calibrated.target.decode.model) == pytest.approx(0.5)
+    assert calibrated.current() == pytest.approx(1 / 3)
 
 
 def test_the_factor_moves_from_the_decode_probes_to_the_prefill_probes_with_the_tokens_fed(
@@ -78,18 +93,23 @@ def test_the_factor_moves_from_the_decode_probes_to_the_prefill_probes_with_the_
 ):
     monkeypatch.setattr(time, "process_time", FakeCpu())
     # Decodes as fast as at the reference, prefills twice as slow.
+    decode = ScriptedPass(2e-3)
     normaliser = SpeedNormaliser(
-        ScriptedPass(2e-3),
+        decode,
         reference_s=2e-3,
         prefill=ScriptedPass(16e-3, tokens=96),
         reference_prefill_s=8e-3,
+        host=ScriptedPass(1e-3),
+        reference_host_s=1e-3,
     )
-    assert normaliser.factor(1) == pytest.approx(1.0)
-    assert normaliser.current(96) == pytest.approx(0.5)
-    assert normaliser.current(4096) == pytest.approx(0.5)  # wider than the probe: its factor
+    target = decode.model
+    assert normaliser.factor(1, target) == pytest.approx(1.0)
+    assert normaliser.current(96, target) == pytest.approx(0.5)
+    assert normaliser.current(4096, target) == pytest.approx(0.5)  # wider: the probe's factor
     # Between them, geometric in log(tokens): sqrt(96) tokens sit halfway.
-    assert normaliser.current(96**0.5) == pytest.approx(0.5**0.5)
-    assert normaliser.current(1) > normaliser.current(8) > normaliser.current(40) > 0.5
+    assert normaliser.current(96**0.5, target) == pytest.approx(0.5**0.5)
+    factors = [normaliser.current(tokens, target) for tokens in (1, 8, 40)]
+    assert factors[0] > factors[1] > factors[2] > 0.5
     drift = normaliser.drift()
     assert drift["slowdown_median"] == pytest.approx(1.0)
     assert drift["prefill_slowdown_median"] == pytest.approx(2.0)
@@ -101,15 +121,20 @@ def test_a_tracked_drafter_is_rescaled_by_its_own_probes(monkeypatch):
     probe = ScriptedPass(4e-3, 4e-3)  # the target's decodes run twice as slow ...
     probe.model, probe.now = target, time.process_time
     normaliser = SpeedNormaliser(
-        probe, 2e-3, prefill=ScriptedPass(8e-3, tokens=96), reference_prefill_s=8e-3
+        probe,
+        2e-3,
+        prefill=ScriptedPass(8e-3, tokens=96),
+        reference_prefill_s=8e-3,
+        host=ScriptedPass(1e-3),
+        reference_host_s=1e-3,
     )
     own = normaliser.track(drafter, "small", reference_s=1e-3, reference_prefill_s=3e-3)
     own.decode = ScriptedPass(1e-3)  # ... the drafter's as fast as at its reference
     own.prefill = ScriptedPass(6e-3, tokens=96)  # and its prefills twice as slow
-    assert normaliser.factor(1) == pytest.approx(0.5)
+    assert normaliser.factor(1, target) == pytest.approx(0.5)
     assert normaliser.current(1, drafter) == pytest.approx(1.0)
     assert normaliser.current(96, drafter) == pytest.approx(0.5)
-    assert normaliser.current(1, target) == normaliser.current(1)  # None is the target
+    assert normaliser.current(1) == pytest.approx(1.0)  # None: the engine's own work
     assert normaliser.track(target, "target") is normaliser.target
     with pytest.raises(ValueError, match="track"):
         normaliser.current(1, object())
@@ -269,3 +294,16 @@ def test_reference_pass_times_the_model_and_leaves_its_cache_as_it_found_it():
     assert int(prefill._cache.lengths[0]) == 96
     with pytest.raises(ValueError):
         ReferencePass(model, kind="sideways")
+
+
+def test_the_host_pass_times_the_engines_own_work_the_same_each_time():
+    from specsim.engine.speed import HostPass
+
+    host = HostPass()
+    first = host.median_s(3)
+    assert 0 < first < 0.1
+    # Its streams move on, but a pass's work does not change with them: the same ops each time.
+    assert 0.2 < host.median_s(3) / first < 5
+    calls = []
+    timed = HostPass(now=lambda: calls.append(1) or 0.0)
+    assert timed.median_s(4) == 0.0 and len(calls) == 2 * 5  # a warm-up, then 4 timed passes

@@ -385,6 +385,7 @@ def test_reference_clock_profile_records_the_speed_it_rescaled_to(configs, tmp_p
         torch.set_num_threads(threads)
     profile = load_profile(out).profile
     assert 0 < profile.provenance.reference_pass_s < 1.0
+    assert 0 < profile.provenance.reference_host_s < 1.0  # the engine's own work's probe
     own = profile.provenance.drafter_references["small"]  # the drafter's own probes
     assert 0 < own.decode_s < 1.0 and 0 < own.prefill_s < 1.0
     assert "rescaled to the machine's quiet speed" in profile.provenance.notes

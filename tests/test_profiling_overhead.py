@@ -229,6 +229,7 @@ def test_decode_and_prefill_iterations_give_spreads_of_their_own():
     fit = fit_overhead(decode + prefill)  # 24 prefill iterations: enough for their own
     assert (fit.jitter[0], fit.jitter[-1]) == (0.8, 1.3)  # the decodes' alone
     assert (fit.prefill_jitter[0], fit.prefill_jitter[-1]) == (0.97, 1.04)
+    assert "decode iteration time p10..p90 x0.80..x1.30" in fit.describe()
     assert "prefill iteration time p10..p90 x0.97..x1.04" in fit.describe()
     # Fewer than MIN_PREFILL_SPREAD prefill iterations: no spread of their own (the decodes'
     # is used for them).

@@ -288,10 +288,25 @@ def test_a_run_far_from_the_reference_speed_is_flagged():
         "prefill_slowdown_median": 0.97,
         "prefill_slowdown_p10": 0.9,
         "prefill_slowdown_p90": 1.1,
+        "reference_host_s": 4e-4,
+        "host_slowdown_median": 1.05,
+        "host_slowdown_p10": 0.98,
+        "host_slowdown_p90": 1.2,
+        "models": {
+            "small": {
+                "decode_s": 8e-4,
+                "prefill_s": 1.6e-3,
+                "slowdown_median": 0.95,
+                "prefill_slowdown_median": 1.0,
+            }
+        },
     }
     assert steady(drift)
     assert not steady({**drift, "slowdown_median": 1.17})
     assert not steady({**drift, "prefill_slowdown_median": 0.85})
+    assert not steady({**drift, "host_slowdown_median": 1.2})
+    drafter_slow = {"small": {**drift["models"]["small"], "slowdown_median": 1.3}}
+    assert not steady({**drift, "models": drafter_slow})
     speed = {
         "reference_pass": "target decode",
         "measured_before_s": 2e-3,
@@ -302,4 +317,6 @@ def test_a_run_far_from_the_reference_speed_is_flagged():
         "reference_clock": drift,
     }
     assert "warning" not in _speed({**speed, "steady": True})
+    assert "x1.05 for the engine's own work (0.40 ms" in _speed(speed)
+    assert "drafter small, its own probes: x0.95 for a decode (0.80 ms)" in _speed(speed)
     assert "warning: the machine ran more than 10 %" in _speed({**speed, "steady": False})

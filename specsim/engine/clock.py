@@ -152,11 +152,12 @@ def make_clock(
     reference_model=None,
     reference_s: float | None = None,
     reference_prefill_s: float | None = None,
+    reference_host_s: float | None = None,
 ):
     """``wall``, ``cpu``, or ``reference``: rescaled to the speed at which ``reference_model``'s
-    reference passes take ``reference_s`` (decode) and ``reference_prefill_s`` (see
-    ``specsim.engine.speed``; without them, the speed now). Checked before the reference
-    passes are first timed."""
+    reference passes take ``reference_s`` (decode) and ``reference_prefill_s``, and the host
+    pass ``reference_host_s`` (see ``specsim.engine.speed``; without them, the quiet speed
+    now). Checked before the reference passes are first timed."""
     check_clock(name, device)
     if name != "reference":
         return clock_for(name)
@@ -165,6 +166,9 @@ def make_clock(
     from specsim.engine.speed import ReferencePass, SpeedNormaliser
 
     normaliser = SpeedNormaliser(
-        ReferencePass(reference_model), reference_s, reference_prefill_s=reference_prefill_s
+        ReferencePass(reference_model),
+        reference_s,
+        reference_prefill_s=reference_prefill_s,
+        reference_host_s=reference_host_s,
     )
     return clock_for(name, normaliser)

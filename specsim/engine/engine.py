@@ -95,14 +95,13 @@ class ServingEngine:
         mark: Callable[..., None] | None = None,
         split: dict[str, float] | None = None,
     ):
-        # With a CPU clock every pass marks its start and end on it: the reference clock
-        # weighs each pass by its model and width, and both keep the time ``split`` by role
-        # (cumulative seconds, read at each iteration's ends for the log).
-        metered = (
-            (lambda m, role: m) if mark is None else (lambda m, role: MeteredModel(m, role, mark))
-        )
-        self.target = metered(target, "target")
-        self.drafter = None if drafter is None else metered(drafter, "drafter")
+        # With a CPU clock every pass marks its start and end on it (the reference clock
+        # weighs each pass by its model and width), and the clock keeps the time ``split`` by
+        # role (cumulative seconds, read at each iteration's ends for the log).
+        if mark is not None:
+            target = MeteredModel(target, "target", mark)
+            drafter = None if drafter is None else MeteredModel(drafter, "drafter", mark)
+        self.target, self.drafter = target, drafter
         self.split = split
         self.prompts = prompts
         self.opt = options

@@ -46,7 +46,7 @@ def step_overhead(
     repeats: int = 15,
     sampling: Sampling | None = None,
     clock: str = "wall",
-    normalise: Callable[[float], float] | None = None,
+    normalise: Callable[..., float] | None = None,
 ) -> StepOverhead:
     """Median decode-iteration and bare-pass times over ``repeats`` interleaved rounds
     (``clock``: ``wall`` or this process's ``cpu`` time; ``reference``: CPU time times
@@ -114,7 +114,7 @@ def step_overhead(
         for fn, out in timings.items():
             reset()
             # Read before the pass: a speed probe, when one is due, stays out of the timing.
-            factor = normalise(batch * (k + 1)) if normalise is not None else 1.0
+            factor = normalise(batch * (k + 1), target) if normalise is not None else 1.0
             sync(target.device)
             began = now()
             fn()

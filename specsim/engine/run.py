@@ -102,6 +102,7 @@ def run_engine(
     reference_s: float | None = None,
     reference_prefill_s: float | None = None,
     drafter_references: dict[str, float] | None = None,
+    reference_host_s: float | None = None,
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
@@ -113,7 +114,8 @@ def run_engine(
     profile's ``provenance.reference_pass_s`` and ``reference_prefill_s``; without them, the
     machine's speed at the start), and a drafter's passes to the speed at which its own take
     ``drafter_references`` (``decode_s``, ``prefill_s``: the profile's
-    ``provenance.drafter_references`` for it).
+    ``provenance.drafter_references`` for it), and the engine's own work to the speed at which
+    the host pass takes ``reference_host_s``.
     """
     import torch
 
@@ -151,7 +153,9 @@ def run_engine(
         seed=scenario.seed,
         faults=faults or Faults(),
     )
-    timer = make_clock(clock, device, target_model, reference_s, reference_prefill_s)
+    timer = make_clock(
+        clock, device, target_model, reference_s, reference_prefill_s, reference_host_s
+    )
     if isinstance(timer, ReferenceClock) and drafter_model is not None:
         references = drafter_references or {}
         timer.normaliser.track(

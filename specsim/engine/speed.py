@@ -92,6 +92,54 @@ class ReferencePass:
             return float(np.median([self._pass() for _ in range(passes)]))
 
 
+class HostPass:
+    """The engine's own work in one speculative step, without a model pass: per-row uniforms,
+    processing the drafter's and the target's logits, sampling the drafts, exact rejection
+    verification and reading the result back, at batch 4, k = 2 over the built-in vocabulary.
+    Small torch operations and Python: other tenants slow them unlike a model's pass."""
+
+    kind = "host"
+    tokens = 1
+
+    def __init__(self, now: Callable[[], float] = time.process_time, batch=4, k=2, vocab=258):
+        self.now = now
+        self.k = k
+        generator = torch.Generator().manual_seed(0)
+        self.q_logits = torch.randn((batch, k, vocab), generator=generator)
+        self.p_logits = torch.randn((batch, k + 1, vocab), generator=generator)
+        self.n_drafts = torch.full((batch,), k, dtype=torch.long)
+        self.streams = [torch.Generator().manual_seed(i) for i in range(batch)]
+
+    def _pass(self) -> float:
+        from specsim.engine.step import VERIFIERS, Sampling, StepUniforms
+        from specsim.sampling.logits import sample_from_probs
+        from specsim.sampling.randomness import VerifierRandomness
+
+        sampling = Sampling()
+        began = self.now()
+        uniforms = StepUniforms.per_row(self.streams, self.k)
+        q = sampling.probs(self.q_logits)
+        drafts = torch.stack(
+            [
+                sample_from_probs(q[:, i], uniforms.draft[:, i], validate=False)
+                for i in range(self.k)
+            ],
+            dim=1,
+        )
+        randomness = VerifierRandomness(uniforms.accept, uniforms.sample)
+        p = sampling.probs(self.p_logits)
+        result = VERIFIERS["rejection"](p, q, drafts, self.n_drafts, randomness, validate=False)
+        result.tokens.tolist()
+        result.accepted.tolist()
+        return self.now() - began
+
+    def median_s(self, passes: int = BURST) -> float:
+        """Median seconds of ``passes`` host passes, back to back."""
+        with torch.inference_mode():
+            self._pass()  # warm-up: first calls pay for allocation
+            return float(np.median([self._pass() for _ in range(passes)]))
+
+
 class ModelSpeed:
     """One model's two probes (decode and prefill), their times at the reference speed (without
     them, the quiet speed now: ``quiet_s``), every probe taken, and the factors from the latest."""
@@ -128,29 +176,53 @@ class ModelSpeed:
         return {"decode_s": self.reference_s, "prefill_s": self.reference_prefill_s}
 
     def drift(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for prefix, probes, reference in (
-            ("", self.probes_s, self.reference_s),
-            ("prefill_", self.prefill_probes_s, self.reference_prefill_s),
-        ):
-            ratios = np.asarray(probes or [reference]) / reference
-            out[f"{prefix}slowdown_median"] = float(np.median(ratios))
-            out[f"{prefix}slowdown_p10"] = float(np.percentile(ratios, 10))
-            out[f"{prefix}slowdown_p90"] = float(np.percentile(ratios, 90))
-        return out
+        return {
+            **slowdowns(self.probes_s, self.reference_s),
+            **slowdowns(self.prefill_probes_s, self.reference_prefill_s, "prefill_"),
+        }
+
+
+class HostSpeed:
+    """The engine's own work's probe (``HostPass``), its time at the reference speed (without
+    one, the quiet speed now), every probe taken, and the factor from the latest."""
+
+    def __init__(self, probe: HostPass, reference_s: float | None = None):
+        self.pass_ = probe
+        self.reference_s = reference_s or quiet_s(probe)
+        self.probes_s: list[float] = []
+        self._factor = 1.0
+
+    def probe(self) -> None:
+        seconds = self.pass_.median_s()
+        self.probes_s.append(seconds)
+        self._factor = self.reference_s / seconds
+
+    def factor(self, tokens: float) -> float:
+        return self._factor
+
+
+def slowdowns(probes: list[float], reference: float, prefix: str = "") -> dict[str, float]:
+    """Median, 10th and 90th percentile of the probes over their reference (1 = as fast)."""
+    ratios = np.asarray(probes or [reference]) / reference
+    return {
+        f"{prefix}slowdown_median": float(np.median(ratios)),
+        f"{prefix}slowdown_p10": float(np.percentile(ratios, 10)),
+        f"{prefix}slowdown_p90": float(np.percentile(ratios, 90)),
+    }
 
 
 class SpeedNormaliser:
     """The factor that turns CPU seconds measured now into seconds at the reference speed.
 
     ``reference_s`` and ``reference_prefill_s`` are the target's decode and prefill passes'
-    times at the reference speed (a profile's ``provenance``); without one, that pass's quiet
-    speed now (``quiet_s``). ``track`` adds a drafter with probes of its own: other tenants do
-    not slow a drafter small enough for the caches as they slow the target, so a drafter's
-    passes take its own probes' factor. ``factor(tokens, model)`` re-probes every model once
-    ``interval_s`` of process time has passed since the last probe (``refresh``) and keeps
+    times at the reference speed (a profile's ``provenance``), ``reference_host_s`` the host
+    pass's; without one, that pass's quiet speed now (``quiet_s``). ``track`` adds a drafter
+    with probes of its own: other tenants do not slow a drafter small enough for the caches as
+    they slow the target, so a drafter's passes take its own probes' factor; the engine's own
+    work between passes takes the host pass's. ``factor(tokens, model)`` re-probes everything
+    once ``interval_s`` of process time has passed since the last probe (``refresh``) and keeps
     every probe (the drift over the run, for reports); ``current(tokens, model)`` is the factor
-    from the latest probes, without probing; ``model`` None is the target.
+    from the latest probes, without probing; ``model`` None is the engine's own work.
     """
 
     def __init__(
@@ -160,8 +232,11 @@ class SpeedNormaliser:
         interval_s: float = INTERVAL_S,
         prefill: ReferencePass | None = None,
         reference_prefill_s: float | None = None,
+        host: HostPass | None = None,
+        reference_host_s: float | None = None,
     ):
         self.target = ModelSpeed(reference, reference_s, prefill, reference_prefill_s)
+        self.host = HostSpeed(host or HostPass(reference.now), reference_host_s)
         self.interval_s = interval_s
         self.tracked: dict[int, ModelSpeed] = {}  # by id(model): models need not be hashable
         self._next = -float("inf")
@@ -182,8 +257,10 @@ class SpeedNormaliser:
         self.tracked[id(model)] = speed
         return speed
 
-    def speed_of(self, model=None) -> ModelSpeed:
-        if model is None or model is self.target.decode.model:
+    def speed_of(self, model=None) -> ModelSpeed | HostSpeed:
+        if model is None:
+            return self.host
+        if model is self.target.decode.model:
             return self.target
         try:
             return self.tracked[id(model)]
@@ -193,14 +270,14 @@ class SpeedNormaliser:
     def refresh(self) -> None:
         if time.process_time() < self._next:
             return
-        for speed in (self.target, *self.tracked.values()):
+        for speed in (self.target, self.host, *self.tracked.values()):
             speed.probe()
         self._next = time.process_time() + self.interval_s
 
     def current(self, tokens: float = 1.0, model=None) -> float:
         """The factor for a pass of ``model`` feeding ``tokens`` tokens, from the latest probes:
         the decode probe's for 1 token, the prefill probe's from its width up, and geometric
-        in log(tokens) between."""
+        in log(tokens) between; for the engine's own work (``model`` None), the host probe's."""
         return self.speed_of(model).factor(tokens)
 
     def factor(self, tokens: float = 1.0, model=None) -> float:
@@ -218,13 +295,15 @@ class SpeedNormaliser:
     def drift(self) -> dict:
         """The machine's speed over the probes, relative to the reference (1 = as fast; 2 = a
         pass took twice as long): median, 10th and 90th percentile, of the target's decode probe
-        and (``prefill_``) of its prefill probe; under ``models``, each tracked model's by name,
-        with its references."""
+        and (``prefill_``) of its prefill probe, and (``host_``) of the host probe; under
+        ``models``, each tracked model's by name, with its references."""
         out: dict = {
             "reference_pass_s": self.reference_s,
             "reference_prefill_s": self.reference_prefill_s,
+            "reference_host_s": self.host.reference_s,
             "probes": len(self.target.probes_s),
             **self.target.drift(),
+            **slowdowns(self.host.probes_s, self.host.reference_s, "host_"),
         }
         if self.tracked:
             out["models"] = {

@@ -50,6 +50,12 @@ class Provenance(StrictModel):
         "96-token prompt) at the reference speed; passes feeding more tokens than a decode are "
         "rescaled between the two references (see specsim.engine.speed)",
     )
+    reference_host_s: Pos | None = Field(
+        default=None,
+        description="profiled with --clock reference: the engine's own work in one speculative "
+        "step without a model pass (see specsim.engine.speed.HostPass) at the reference speed; "
+        "the work between passes is rescaled by it",
+    )
     drafter_references: dict[str, ReferencePasses] | None = Field(
         default=None,
         description="profiled with --clock reference: each draft model's own decode and prefill "

@@ -277,7 +277,8 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
             "rescaled to the machine's quiet speed, by a factor between the model's own "
             "decode at batch 1 after 128 tokens (the target's: provenance.reference_pass_s; a "
             "drafter's: drafter_references) and its prefill of a 96-token prompt, by the "
-            "tokens the pass feeds; all re-timed every 0.25 s of profiling."
+            "tokens the pass feeds, and the engine's own work by a host pass of sampling and "
+            "verification (reference_host_s); all re-timed every 0.25 s of profiling."
         )
     else:
         method = "synchronous CPU passes timed with perf_counter_ns (wall clock)."
@@ -400,6 +401,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "reference_prefill_s": (
                 normaliser.reference_prefill_s if normaliser is not None else None
             ),
+            "reference_host_s": normaliser.host.reference_s if normaliser is not None else None,
             "drafter_references": (
                 {s.name: s.references() for s in normaliser.tracked.values()}
                 if normaliser is not None and normaliser.tracked

@@ -83,10 +83,10 @@ class OverheadFit:
                 f"{own['per_prefill_s'] * 1e3:.3f} ms + "
                 f"{own['per_prefill_token_s'] * 1e6:.2f} us per token"
             )
-        for kind, q in (("iteration", self.jitter), ("prefill iteration", self.prefill_jitter)):
+        for kind, q in (("decode", self.jitter), ("prefill", self.prefill_jitter)):
             if q:
                 text += (
-                    f"; {kind} time p10..p90 x{np.interp(0.1, _probs(q), q):.2f}.."
+                    f"; {kind} iteration time p10..p90 x{np.interp(0.1, _probs(q), q):.2f}.."
                     f"x{np.interp(0.9, _probs(q), q):.2f} of its median"
                 )
         return text

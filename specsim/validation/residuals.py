@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-PARTS = ("target", "drafter", "host")  # the columns of LogGroup's parts
+from specsim.engine.clock import ROLES as PARTS  # the columns of LogGroup's parts
 
 
 def iteration_residuals(log, profile, drafter: str | None) -> list[dict[str, Any]]:

@@ -163,6 +163,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             reference_s=profile.profile.provenance.reference_pass_s,
             reference_prefill_s=profile.profile.provenance.reference_prefill_s,
             drafter_references=_drafter_references(profile, scenario),
+            reference_host_s=profile.profile.provenance.reference_host_s,
         )
         after = speed_check(opts.target, target_latency, opts.device, opts.clock)
         write_run(run, staging / "engine")
@@ -239,8 +240,10 @@ def _speed(speed: dict[str, Any]) -> str:
             f"({ref['reference_pass_s'] * 1e3:.2f} ms; p10..p90 x{ref['slowdown_p10']:.2f}.."
             f"x{ref['slowdown_p90']:.2f}) and x{ref['prefill_slowdown_median']:.2f} for a "
             f"prefill ({ref['reference_prefill_s'] * 1e3:.2f} ms; p10..p90 "
-            f"x{ref['prefill_slowdown_p10']:.2f}..x{ref['prefill_slowdown_p90']:.2f}); the "
-            "engine's times are rescaled to the references."
+            f"x{ref['prefill_slowdown_p10']:.2f}..x{ref['prefill_slowdown_p90']:.2f}), and "
+            f"x{ref['host_slowdown_median']:.2f} for the engine's own work "
+            f"({ref['reference_host_s'] * 1e3:.2f} ms; p10..p90 x{ref['host_slowdown_p10']:.2f}.."
+            f"x{ref['host_slowdown_p90']:.2f}); the engine's times are rescaled to the references."
         )
         for name, own in ref.get("models", {}).items():
             text += (
@@ -260,13 +263,14 @@ def _speed(speed: dict[str, Any]) -> str:
 
 
 def steady(drift: dict, tolerance: float = 0.1) -> bool:
-    """Whether every reference pass (the target's and each drafter's) ran within ``tolerance``
-    of the reference speed for most of the run (their median slowdowns)."""
-    keys = ("slowdown_median", "prefill_slowdown_median")
+    """Whether every probe (the target's, the host pass and each drafter's) ran within
+    ``tolerance`` of the reference speed for most of the run (their median slowdowns)."""
+    keys = ("slowdown_median", "prefill_slowdown_median", "host_slowdown_median")
     return all(
         abs(probes[key] - 1.0) <= tolerance
         for probes in (drift, *drift.get("models", {}).values())
         for key in keys
+        if key in probes
     )
 
 
