@@ -10,7 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specsim.engine import speed  # noqa: E402
 from specsim.engine.clock import ReferenceClock, make_clock  # noqa: E402
 from specsim.engine.speed import ReferencePass, SpeedNormaliser  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
@@ -72,20 +71,28 @@ def test_normaliser_rescales_to_the_reference_and_probes_on_schedule(monkeypatch
     assert drift["probes"] == 3 and drift["slowdown_median"] == pytest.approx(1.0)
     assert drift["slowdown_p90"] > 1.5 and drift["slowdown_p10"] < 0.8
     assert drift["reference_host_s"] == 5e-4 and drift["host_slowdown_median"] == 1.0
-    # Without references, the quiet speed: the fastest of 7 bursts (a slow phase at the start
-    # does not become the reference).
-    monkeypatch.setattr(speed.time, "sleep", lambda s: None)
-    calibrated = SpeedNormaliser(
-        ScriptedPass(9e-3, 9e-3, 3e-3, 4e-3, 3.5e-3, 5e-3, 6e-3, 6e-3),
-        interval_s=0.25,
-        prefill=ScriptedPass(*[9e-3] * 8, tokens=96),
-        host=ScriptedPass(2e-3, 1e-3, *[3e-3] * 6),
-    )
-    assert calibrated.reference_s == 3e-3 and calibrated.target.decode.calls == [5] * 7
-    assert calibrated.reference_prefill_s == 9e-3 and calibrated.target.prefill.calls == [5] * 7
-    assert calibrated.host.reference_s == 1e-3 and calibrated.host.pass_.calls == [5] * 7
-    assert calibrated.factor(1, calibrated.target.decode.model) == pytest.approx(0.5)
-    assert calibrated.current() == pytest.approx(1 / 3)
+    # Without references, the quiet speed: the fastest of 10 bursts, in rounds over every probe
+    # (a slow phase at the start does not become the reference), before the first probe.
+    order = []
+
+    class Logged(ScriptedPass):
+        def median_s(self, passes=5):
+            order.append(self.label)
+            return super().median_s(passes)
+
+    decode = Logged(9e-3, 9e-3, 3e-3, 4e-3, 3.5e-3, *[5e-3] * 5, 6e-3)
+    prefill = Logged(*[9e-3] * 11, tokens=96)
+    host = Logged(2e-3, 1e-3, *[3e-3] * 9)
+    decode.label, prefill.label, host.label = "decode", "prefill", "host"
+    calibrated = SpeedNormaliser(decode, interval_s=0.25, prefill=prefill, host=host)
+    assert calibrated.reference_s is None  # nothing is timed on construction
+    assert calibrated.factor(1, decode.model) == pytest.approx(0.5)
+    assert calibrated.reference_s == 3e-3 and calibrated.reference_prefill_s == 9e-3
+    assert calibrated.host.reference_s == 1e-3 and calibrated.current() == pytest.approx(1 / 3)
+    assert order[:6] == ["decode", "prefill", "host"] * 2  # interleaved rounds
+    assert order.count("decode") == 11  # 10 calibration bursts, then the first probe
+    calibrated.calibrate()
+    assert order.count("decode") == 11  # calibrated once
 
 
 def test_the_factor_moves_from_the_decode_probes_to_the_prefill_probes_with_the_tokens_fed(

@@ -16,11 +16,14 @@ prefill probe's from ``PREFILL_TOKENS`` up, and between them geometric interpola
 log(tokens). Measured against the probes taken at the same time, that left a batch-8 k = 4
 verification pass within 0.96..1.05 (p10..p90), where the decode probe alone left 0.86..1.10.
 
-Without given references the normaliser calibrates to the machine's quiet speed: the fastest of
-``CALIBRATION_BURSTS`` bursts spread over about a second. A reference caught in a slow phase
+Without given references the normaliser calibrates to the machine's quiet speed (``calibrate``):
+the fastest of ``CALIBRATION_ROUNDS`` bursts of each probe, taken in rounds over every probe
+so that each probe's bursts spread over a second or more. A reference caught in a slow phase
 (a decode at 1.7x its usual time was seen) would make every later factor large, and scale
-passes the slow phase had not slowed alike (a drafter small enough for the caches); from the
-quiet speed the factors stay near 1 and only slow phases are scaled.
+passes the slow phase had not slowed alike; from the quiet speed the factors stay near 1 and
+only slow phases are scaled. The rounds run back to back: bursts 0.1 s apart with the process
+asleep between them found a decode 11 % slower than in a busy loop (the caches go cold), a
+speed the serving loop never runs at.
 
 Nor do other tenants slow every model alike, so each draft model has probes of its own
 (``track``) and its passes take its own factor: a drafter small enough for the caches, timed
@@ -43,8 +46,7 @@ import torch
 REFERENCE_CONTEXT = 128
 PREFILL_TOKENS = 96  # the prefill probe's prompt; passes this wide or wider take its factor
 BURST = 5  # passes per probe: the median of a few is steady, the probe stays ~10 ms
-CALIBRATION_BURSTS = 7  # bursts for the reference itself, QUIET_GAP_S apart
-QUIET_GAP_S = 0.1
+CALIBRATION_ROUNDS = 10  # bursts of each probe for its reference, in rounds over all probes
 INTERVAL_S = 0.25  # the machine's speed moves on a scale of seconds
 
 
@@ -141,8 +143,8 @@ class HostPass:
 
 
 class ModelSpeed:
-    """One model's two probes (decode and prefill), their times at the reference speed (without
-    them, the quiet speed now: ``quiet_s``), every probe taken, and the factors from the latest."""
+    """One model's two probes (decode and prefill), their times at the reference speed (None
+    until ``SpeedNormaliser.calibrate``), every probe taken, and the factors from the latest."""
 
     def __init__(
         self,
@@ -155,8 +157,8 @@ class ModelSpeed:
         self.name = name
         self.decode = decode
         self.prefill = prefill or ReferencePass(decode.model, decode.now, "prefill")
-        self.reference_s = reference_s or quiet_s(decode)
-        self.reference_prefill_s = reference_prefill_s or quiet_s(self.prefill)
+        self.reference_s = reference_s
+        self.reference_prefill_s = reference_prefill_s
         self.probes_s: list[float] = []
         self.prefill_probes_s: list[float] = []
         self._decode_factor = self._prefill_factor = 1.0
@@ -175,6 +177,13 @@ class ModelSpeed:
     def references(self) -> dict[str, float]:
         return {"decode_s": self.reference_s, "prefill_s": self.reference_prefill_s}
 
+    def unreferenced(self) -> list[tuple[str, object]]:
+        return [
+            (name, probe)
+            for name, probe in (("reference_s", self.decode), ("reference_prefill_s", self.prefill))
+            if getattr(self, name) is None
+        ]
+
     def drift(self) -> dict[str, float]:
         return {
             **slowdowns(self.probes_s, self.reference_s),
@@ -183,12 +192,12 @@ class ModelSpeed:
 
 
 class HostSpeed:
-    """The engine's own work's probe (``HostPass``), its time at the reference speed (without
-    one, the quiet speed now), every probe taken, and the factor from the latest."""
+    """The engine's own work's probe (``HostPass``), its time at the reference speed (None until
+    ``SpeedNormaliser.calibrate``), every probe taken, and the factor from the latest."""
 
     def __init__(self, probe: HostPass, reference_s: float | None = None):
         self.pass_ = probe
-        self.reference_s = reference_s or quiet_s(probe)
+        self.reference_s = reference_s
         self.probes_s: list[float] = []
         self._factor = 1.0
 
@@ -199,6 +208,9 @@ class HostSpeed:
 
     def factor(self, tokens: float) -> float:
         return self._factor
+
+    def unreferenced(self) -> list[tuple[str, object]]:
+        return [("reference_s", self.pass_)] if self.reference_s is None else []
 
 
 def slowdowns(probes: list[float], reference: float, prefix: str = "") -> dict[str, float]:
@@ -216,7 +228,7 @@ class SpeedNormaliser:
 
     ``reference_s`` and ``reference_prefill_s`` are the target's decode and prefill passes'
     times at the reference speed (a profile's ``provenance``), ``reference_host_s`` the host
-    pass's; without one, that pass's quiet speed now (``quiet_s``). ``track`` adds a drafter
+    pass's; without one, that pass's quiet speed (``calibrate``). ``track`` adds a drafter
     with probes of its own: other tenants do not slow a drafter small enough for the caches as
     they slow the target, so a drafter's passes take its own probes' factor; the engine's own
     work between passes takes the host pass's. ``factor(tokens, model)`` re-probes everything
@@ -249,7 +261,7 @@ class SpeedNormaliser:
         reference_prefill_s: float | None = None,
     ) -> ModelSpeed:
         """Probe ``model`` (called ``name`` in reports) too, at the references given (without
-        them, its quiet speed now)."""
+        them, its quiet speed, calibrated with the others')."""
         if model is self.target.decode.model:
             return self.target
         decode = ReferencePass(model, self.target.decode.now)
@@ -267,9 +279,25 @@ class SpeedNormaliser:
         except KeyError:
             raise ValueError("the normaliser does not track this model: track() it") from None
 
+    def calibrate(self) -> None:
+        """Every missing reference: the fastest of ``CALIBRATION_ROUNDS`` bursts of its probe,
+        in rounds over all such probes, back to back."""
+        missing = [
+            (speed, name, probe)
+            for speed in (self.target, self.host, *self.tracked.values())
+            for name, probe in speed.unreferenced()
+        ]
+        fastest = [float("inf")] * len(missing)
+        for _ in range(CALIBRATION_ROUNDS if missing else 0):
+            for i, (_, _, probe) in enumerate(missing):
+                fastest[i] = min(fastest[i], probe.median_s())
+        for (speed, name, _), seconds in zip(missing, fastest, strict=True):
+            setattr(speed, name, seconds)
+
     def refresh(self) -> None:
         if time.process_time() < self._next:
             return
+        self.calibrate()  # references first (a no-op once every probe has one)
         for speed in (self.target, self.host, *self.tracked.values()):
             speed.probe()
         self._next = time.process_time() + self.interval_s
@@ -311,17 +339,6 @@ class SpeedNormaliser:
                 for speed in self.tracked.values()
             }
         return out
-
-
-def quiet_s(reference: ReferencePass, sleep: Callable[[float], None] = time.sleep) -> float:
-    """The fastest of ``CALIBRATION_BURSTS`` burst medians of ``reference``, ``QUIET_GAP_S``
-    of wall time apart: the pass's time when the machine is quiet."""
-    bursts = []
-    for i in range(CALIBRATION_BURSTS):
-        if i:
-            sleep(QUIET_GAP_S)
-        bursts.append(reference.median_s())
-    return min(bursts)
 
 
 def sync(device: torch.device) -> None:
