@@ -312,3 +312,16 @@ def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):
     )
     assert fit.points and all(p.seconds < 0 for p in fit.points)
     assert all(v == 0.0 for v in fit.terms.values())
+
+
+def test_iteration_logs_of_two_runs_join_in_order():
+    pytest.importorskip("torch")
+    from specsim.engine.engine import IterationLog
+
+    first = IterationLog(dt=[0.01], batch=[2], target_s=[0.005], decode_rows=3, window_rows=6)
+    second = IterationLog(dt=[0.02, 0.03], batch=[4, 4], target_s=[0.01, 0.02], decode_rows=8)
+    assert first.extend(second) is first
+    assert first.dt == [0.01, 0.02, 0.03] and first.batch == [2, 4, 4]
+    assert first.target_s == [0.005, 0.01, 0.02]
+    assert (first.decode_rows, first.window_rows) == (11, 6)
+    assert second.dt == [0.02, 0.03]  # the other log is left as it was

@@ -80,6 +80,15 @@ class IterationLog:
     decode_rows: int = 0
     window_rows: int = 0
 
+    def extend(self, other: IterationLog) -> IterationLog:
+        """This log followed by ``other``'s iterations (another run's): returns self."""
+        for name, value in vars(other).items():
+            if isinstance(value, list):
+                getattr(self, name).extend(value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+        return self
+
 
 class ServingEngine:
     """Serve requests on a target (and drafter) with continuous batching, in real time."""

@@ -208,15 +208,23 @@ def measure_overhead(
     ``clock``: the engine's clock (``specsim.engine.clock``; default wall)."""
     from specsim.engine.overhead import serve_fixed_batch
 
-    points: list[OverheadPoint] = []
     drafting = tuple(k for k in windows if k)
     runs = [(None, None, (0,))] + [(i, d, drafting) for i, d in enumerate(drafters)]
-    for index, drafter, ks in runs:
+    configs = [(i, d, batch, k) for i, d, ks in runs for batch in batches for k in ks]
+    # One wave of every configuration per round (its own seed), ``waves`` rounds: each
+    # configuration's iterations then span the whole measurement, not one phase of a machine
+    # whose speed drifts (fitted overhead terms varied 0.2..1.2 ms per step between profiles
+    # whose waves ran back to back).
+    logs = {}
+    for wave in range(waves):
+        for config in configs:
+            index, drafter, batch, k = config
+            log = serve_fixed_batch(target, drafter, batch, k, prompt, output, 1, clock, wave)
+            logs[config] = logs[config].extend(log) if config in logs else log
+    points: list[OverheadPoint] = []
+    for (index, _, _, _), log in logs.items():
         name = None if index is None else (names[index] if names else f"drafter-{index}")
-        for batch in batches:
-            for k in ks:
-                log = serve_fixed_batch(target, drafter, batch, k, prompt, output, waves, clock)
-                points += log_points(log, costs(index), name)
+        points += log_points(log, costs(index), name)
     return fit_overhead(points)
 
 
