@@ -153,6 +153,45 @@ def test_simulator_charges_every_overhead_term_at_batch_one(tmp_path, monkeypatc
     assert simulated_tpot(tmp_path) != pytest.approx(step / 3, rel=1e-3)
 
 
+def test_a_drafters_cost_per_speculative_step_is_told_apart_from_its_draft_passes(tmp_path):
+    # The target's own steps (k = 0) and the small drafter's (k = 2, 4), which cost 0.8 ms and
+    # 0.05 ms per sequence more per step whatever k (the target's pass runs cache-cold).
+    extra = {"per_speculative_step_s": 8e-4, "per_speculative_sequence_s": 5e-5}
+    small = {**TRUE, "per_draft_step_s": 6e-4, "per_draft_token_s": 1e-4}
+    alone = [OverheadPoint(b, 0, formula(b, 0)) for b in (1, 4, 8)]
+    speculative = [
+        OverheadPoint(
+            b,
+            k,
+            formula(b, k, small)
+            + extra["per_speculative_step_s"]
+            + extra["per_speculative_sequence_s"] * b,
+            "small",
+        )
+        for b in (1, 4, 8)
+        for k in (2, 4)
+    ]
+    fit = fit_overhead(alone + speculative)
+    for name, value in {**extra, "per_draft_step_s": 6e-4, "per_draft_token_s": 1e-4}.items():
+        assert fit.drafters["small"][name] == pytest.approx(value, rel=1e-6, abs=1e-12), name
+    for name in ("per_step_s", "per_sequence_s"):  # the target's steps alone
+        assert fit.terms[name] == pytest.approx(TRUE[name], rel=1e-6), name
+    # The simulator charges the step's cost once whatever k, and only when drafting.
+    from specsim.profile import load_profile
+    from specsim.simulation.costs import StepCosts
+
+    path = hand_profile(tmp_path / "p.yaml", overhead={**TRUE, "source": "measured"})
+    data = yaml.safe_load(path.read_text())
+    data["drafters"]["small"]["overhead"] = fit.drafters["small"]
+    path.write_text(yaml.safe_dump(data))
+    costs = StepCosts(load_profile(path), "small")
+    for batch, k in ((1, 0), (4, 2), (8, 4)):
+        expected = formula(batch, k, small) if k else formula(batch, 0)
+        if k:
+            expected += 8e-4 + 5e-5 * batch
+        assert costs.overhead_s(batch, k, batch) == pytest.approx(expected, rel=1e-6)
+
+
 def test_each_drafter_gets_its_own_draft_terms():
     # The bigger drafter's passes lose more in the loop: its draft terms are twice the other's.
     small = {**TRUE, "per_draft_step_s": 6e-4, "per_draft_token_s": 1e-4}
@@ -169,7 +208,7 @@ def test_each_drafter_gets_its_own_draft_terms():
     # The shared terms sit between the two; the shared step and sequence terms stay exact.
     assert 3e-4 < fit.terms["per_draft_step_s"] < 6e-4
     assert fit.terms["per_step_s"] == pytest.approx(TRUE["per_step_s"], rel=1e-6)
-    assert "small: k x (0.600 ms" in fit.describe()
+    assert "small: 0.000 ms per step + 0.000 ms per sequence + k x (0.600 ms" in fit.describe()
     # Unlabelled points (a profile of one anonymous drafter) give no per-drafter terms.
     assert fit_overhead([OverheadPoint(p.batch, p.k, p.seconds) for p in points]).drafters == {}
 

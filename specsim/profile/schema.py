@@ -145,6 +145,14 @@ class DraftOverhead(StrictModel):
     per_draft_token_s: NonNeg = 0.0
     per_prefill_s: NonNeg = 0.0
     per_prefill_token_s: NonNeg = 0.0
+    per_speculative_step_s: NonNeg = Field(
+        default=0.0,
+        description="added once per step in which this drafter drafted (k > 0), whatever k: "
+        "the target's verification pass runs cache-cold after the drafter's passes",
+    )
+    per_speculative_sequence_s: NonNeg = Field(
+        default=0.0, description="the same, per drafting sequence"
+    )
 
 
 class ModelSpec(StrictModel):

@@ -23,12 +23,14 @@ its group's median, pooled, for decode iterations and apart from them for prefil
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 TERMS = ("per_step_s", "per_sequence_s", "per_draft_step_s", "per_draft_token_s")
 DRAFT_TERMS = ("per_draft_step_s", "per_draft_token_s")
+STEP_TERMS = ("per_step_s", "per_sequence_s")
+SPECULATIVE_TERMS = ("per_speculative_step_s", "per_speculative_sequence_s")
 PREFILL_TERMS = ("per_prefill_s", "per_prefill_token_s")
 # Multipliers at probabilities 0, 0.01, ..., 1. Finer than the sample needs in the middle, but
 # the last step spreads its mass linearly up to the largest sample: at 0.05 steps one 2.3x
@@ -78,7 +80,9 @@ class OverheadFit:
         )
         for name, own in self.drafters.items():
             text += (
-                f"; {name}: k x ({own['per_draft_step_s'] * 1e3:.3f} ms + "
+                f"; {name}: {own['per_speculative_step_s'] * 1e3:.3f} ms per step + "
+                f"{own['per_speculative_sequence_s'] * 1e3:.3f} ms per sequence + "
+                f"k x ({own['per_draft_step_s'] * 1e3:.3f} ms + "
                 f"{own['per_draft_token_s'] * 1e3:.3f} ms per sequence), prefill + "
                 f"{own['per_prefill_s'] * 1e3:.3f} ms + "
                 f"{own['per_prefill_token_s'] * 1e6:.2f} us per token"
@@ -123,14 +127,18 @@ def fit_overhead(points: Sequence[OverheadPoint]) -> OverheadFit:
     prefill = [p for p in points if p.is_prefill]
     shared = _fit_terms(decode)
     terms = dict(shared.terms)
+    # The per-step terms from the target's own steps where there are some: a drafter's steps
+    # carry costs of their own (below), which would otherwise leak into everyone's per step.
+    alone_decode = [p for p in decode if p.drafter is None]
+    if alone_decode and any(p.drafter is not None for p in decode):
+        steps = _fit_terms(alone_decode).terms
+        terms.update({t: steps[t] for t in STEP_TERMS})
     alone = [p for p in prefill if p.drafter is None] or prefill
     terms.update(_fit_prefill(alone, terms))
     names = sorted({p.drafter for p in points if p.drafter is not None})
     drafters = {}
     for name in names:
-        own_decode = [p for p in decode if p.drafter == name and p.k]
-        own = _fit_terms(own_decode).terms if own_decode else terms
-        drafters[name] = {t: own[t] for t in DRAFT_TERMS}
+        drafters[name] = _own_step_terms([p for p in decode if p.drafter == name], terms)
         own_prefill = [p for p in prefill if p.drafter == name]
         drafters[name].update(
             _fit_prefill(own_prefill, terms)
@@ -168,6 +176,24 @@ def _fit_prefill(points: Sequence[OverheadPoint], decode_terms: dict[str, float]
     full = np.zeros(2)
     full[: len(coef)] = coef
     return dict(zip(PREFILL_TERMS, map(float, full), strict=True))
+
+
+def _own_step_terms(points: Sequence[OverheadPoint], terms: dict) -> dict[str, float]:
+    """A drafter's draft terms and per-speculative-step terms: the same formula fitted to what
+    its speculative steps (k > 0) take beyond the shared per-step terms; a step's constant
+    (the target's pass running cache-cold after the drafter's) and its k-proportional part
+    (each draft pass) come apart because every batch is measured at two values of k."""
+    speculative = [p for p in points if p.k]
+    if not speculative:
+        return {**{t: terms[t] for t in DRAFT_TERMS}, **dict.fromkeys(SPECULATIVE_TERMS, 0.0)}
+    base = terms["per_step_s"], terms["per_sequence_s"]
+    beyond = [replace(p, seconds=p.seconds - base[0] - base[1] * p.batch) for p in speculative]
+    own = _fit_terms(beyond).terms
+    return {
+        **{t: own[t] for t in DRAFT_TERMS},
+        "per_speculative_step_s": own["per_step_s"],
+        "per_speculative_sequence_s": own["per_sequence_s"],
+    }
 
 
 def _fit_terms(points: Sequence[OverheadPoint]) -> OverheadFit:

@@ -41,6 +41,8 @@ class StepCosts:
         self.overhead_draft_token_s = draft_terms.per_draft_token_s
         self.overhead_prefill_s = draft_terms.per_prefill_s
         self.overhead_prefill_token_s = draft_terms.per_prefill_token_s
+        self.overhead_spec_step_s = own.per_speculative_step_s if own is not None else 0.0
+        self.overhead_spec_seq_s = own.per_speculative_sequence_s if own is not None else 0.0
         self._check_target = self.target.latency.valid_range is not None
         self._check_draft = (
             self.draft_latency is not None and self.draft_latency.latency.valid_range is not None
@@ -89,9 +91,10 @@ class StepCosts:
     def overhead_s(self, sequences: int, k: int = 0, drafting: int = 0) -> float:
         """The profile's overhead formula (see ``Overhead``): ``sequences`` in the iteration,
         ``drafting`` of them through ``k`` draft passes (the drafter's own draft terms when its
-        spec has them)."""
+        spec has them, and its terms per speculative step)."""
         seconds = self.overhead_step_s + self.overhead_seq_s * sequences
         if k and drafting:
+            seconds += self.overhead_spec_step_s + self.overhead_spec_seq_s * drafting
             seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * drafting)
         return seconds
 
