@@ -28,11 +28,14 @@ speed the serving loop never runs at.
 Nor do other tenants slow every model alike, so each draft model has probes of its own
 (``track``) and its passes take its own factor: a drafter small enough for the caches, timed
 with the target's factor, was over-corrected whenever the target's probes ran slow, and the
-profile then predicted its passes too cheap.
+profile then predicted its passes too cheap. The engine's own work between passes (sampling,
+verification, bookkeeping: small torch operations and Python) has a probe of its own too,
+``HostPass``: once, the target's decode probe ran at x0.53..0.63 of its reference while the host
+pass stayed at x0.93..1.03.
 
-The profiler records every reference (``provenance.reference_pass_s``, ``reference_prefill_s``
-and each drafter's in ``drafter_references``); the engine's ``reference`` clock normalises to
-the same numbers, so both sides are in one unit.
+The profiler records every reference (``provenance.reference_pass_s``, ``reference_prefill_s``,
+``reference_host_s`` and each drafter's in ``drafter_references``); the engine's ``reference``
+clock normalises to the same numbers, so both sides are in one unit.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+
+from specsim.engine.step import VERIFIERS, Sampling, StepUniforms
+from specsim.sampling.logits import sample_from_probs
+from specsim.sampling.randomness import VerifierRandomness
 
 REFERENCE_CONTEXT = 128
 PREFILL_TOKENS = 96  # the prefill probe's prompt; passes this wide or wider take its factor
@@ -100,9 +107,6 @@ class HostPass:
     verification and reading the result back, at batch 4, k = 2 over the built-in vocabulary.
     Small torch operations and Python: other tenants slow them unlike a model's pass."""
 
-    kind = "host"
-    tokens = 1
-
     def __init__(self, now: Callable[[], float] = time.process_time, batch=4, k=2, vocab=258):
         self.now = now
         self.k = k
@@ -113,10 +117,6 @@ class HostPass:
         self.streams = [torch.Generator().manual_seed(i) for i in range(batch)]
 
     def _pass(self) -> float:
-        from specsim.engine.step import VERIFIERS, Sampling, StepUniforms
-        from specsim.sampling.logits import sample_from_probs
-        from specsim.sampling.randomness import VerifierRandomness
-
         sampling = Sampling()
         began = self.now()
         uniforms = StepUniforms.per_row(self.streams, self.k)
