@@ -299,3 +299,38 @@ def test_the_engine_marks_every_pass_with_its_model_and_width(tmp_path, monkeypa
             assert width == len(rows) * (rows.max() + 1)  # the verification's [B, k + 1]
     decodes = sum(int(rows.max()) for rows in run.log.drafted)
     assert len(by_role["drafter"]) == decodes + run.log.kind.count("prefill")
+
+
+def test_busy_iterations_tile_the_time_bookkeeping_included(tmp_path):
+    # A profile is fitted to the iteration log and the simulator replays it back to back, so the
+    # log must account for every moment the engine is busy: the appends and retirements after
+    # each step included. A clock that charges 1 ms per reading makes any unlogged stretch
+    # visible: a reading outside the iterations would put the last finish past their sum.
+    from specsim.engine.engine import EngineOptions, ServingEngine
+    from specsim.engine.workload import EngineRequest
+
+    class TickingClock:
+        t = 0.0
+
+        def now(self):
+            self.t += 1e-3
+            return self.t
+
+        def sleep(self, seconds):
+            raise AssertionError("the requests all wait at the start: no idle waits")
+
+    clock = TickingClock()
+    options = EngineOptions(max_batch=3, window=lambda rows: 2, k_max=2, seed=1)
+    engine = ServingEngine(
+        model("specsim-target"), model("specsim-draft-small"), prompt_bank(), options,
+        clock.now, clock.sleep,
+    )  # fmt: skip
+    lengths = [(12, 9), (20, 3), (16, 14), (9, 6), (25, 1)]
+    done = engine.run([EngineRequest(i, 0.0, p, o) for i, (p, o) in enumerate(lengths)])
+    log = engine.log
+    assert log.kind.count("prefill") >= 2  # admissions between decode steps, too
+    assert max(r.finish for r in done) == pytest.approx(1e-3 + sum(log.dt), abs=1e-12)
+    # Each iteration's timestamps are its end: a request finishes when its last step does.
+    ends = set(np.round(1e-3 + np.cumsum(log.dt), 9))
+    assert {round(r.finish, 9) for r in done} <= ends
+    assert {round(r.first_token, 9) for r in done} <= ends

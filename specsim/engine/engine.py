@@ -12,9 +12,10 @@ One loop, one iteration at a time, the same schedule as the simulator's replica 
    window the policy picks and ``min(k, tokens still owed - 1)`` drafts per row, then retire rows
    that reached their output length (or EOS, unless ``ignore_eos``).
 
-Timestamps are seconds since the run started, taken after each iteration's work, as the
-simulator's ``env.now``. Only one replica; preemption never happens (the cache is preallocated
-for ``max_batch`` full-length rows).
+Timestamps are seconds since the run started, taken at the end of each iteration, its
+bookkeeping (emitted tokens appended, finished rows retired) included, as the simulator's
+``env.now``; busy iterations follow one another without gaps. Only one replica; preemption never
+happens (the cache is preallocated for ``max_batch`` full-length rows).
 """
 
 from __future__ import annotations
@@ -144,18 +145,22 @@ class ServingEngine:
             for client in range(clients.concurrency):
                 self._issue(client, 0.0)
         with torch.inference_mode():
+            # Busy iterations tile the time: each starts where the last one ended, so the log
+            # accounts for all of it, the bookkeeping after each step included (which a
+            # profile fitted to the log then charges, as it charges the step).
+            start = self._now()
             while self.pending or self.waiting or self.prefilling or self.batch.size:
-                start = self._now()
                 self._split_at_start = dict(self.split) if self.split is not None else None
                 self._release(start)
                 if not (self.waiting or self.prefilling or self.batch.size):
                     self.sleep(max(0.0, self.pending[0][0] - start))
+                    start = self._now()
                     continue
                 self._admit(start)
                 if self.prefilling:
-                    self._prefill_iteration(start)
+                    start = self._prefill_iteration(start)
                 else:
-                    self._decode_iteration(start)
+                    start = self._decode_iteration(start)
         self.done.sort(key=lambda r: r.rid)
         return self.done
 
@@ -210,7 +215,8 @@ class ServingEngine:
             self.prefilling.append(request)
 
     # ---- prefill -----------------------------------------------------------------------------
-    def _prefill_iteration(self, start: float) -> None:
+    def _prefill_iteration(self, start: float) -> float:
+        """Returns the time the iteration ended."""
         chosen, tokens = [], 0
         for request in self.prefilling:
             if chosen and tokens + request.prompt_len > self.opt.max_batched_tokens:
@@ -227,8 +233,6 @@ class ServingEngine:
         result = prefill_step(self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0])
         new_tokens = result.tokens.tolist()  # on a GPU this waits for the work
         logprobs = result.logprob.tolist()
-        now = self._now()
-        self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape)
         finished = []
         for i, request in enumerate(chosen):
             slot = first + i
@@ -237,14 +241,21 @@ class ServingEngine:
             self.lookups.append(
                 None if self.opt.ngram is None else PromptLookup(self.opt.ngram, request.prompt_ids)
             )
-            request.first_token = request.last_emit = now
             self._emit(slot, request, [new_tokens[i]], [logprobs[i]])
             if self._is_done(request):
                 finished.append(slot)
-        self._retire(finished, now)
+        kv_tokens = self._kv_tokens()
+        retired = self._retire(finished)
+        now = self._now()
+        self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape, kv_tokens)
+        for request in chosen:
+            request.first_token = request.last_emit = now
+        self._finish(retired, now)
+        return now
 
     # ---- decode ------------------------------------------------------------------------------
-    def _decode_iteration(self, start: float) -> None:
+    def _decode_iteration(self, start: float) -> float:
+        """Returns the time the iteration ended."""
         size = self.batch.size
         k = self.opt.window(size)
         owed = torch.tensor([r.output_len - r.generated for r in self.live], dtype=torch.long)
@@ -273,25 +284,30 @@ class ServingEngine:
         tokens = result.tokens.tolist()  # on a GPU these wait for the step to finish
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
-        now = self._now()
-        self._log_iteration(now - start, size, "decode", k, pass_shape)
         drafted = n_drafts.tolist()
         self.log.accepted.append(np.asarray(accepted))
         self.log.drafted.append(np.asarray(drafted))
         self.log.decode_rows += size
         self.log.window_rows += k * size
         finished = []
-        for slot, request in enumerate(self.live):
+        stepped = list(self.live)
+        for slot, request in enumerate(stepped):
             emitted = tokens[slot][: accepted[slot] + 1]
-            self.log.itl.append(now - request.last_emit)
-            request.last_emit = now
             request.steps += 1
             request.drafted += drafted[slot]
             kept = self._emit(slot, request, emitted, logprob[slot])
             request.accepted += min(accepted[slot], kept - 1)
             if self._is_done(request):
                 finished.append(slot)
-        self._retire(finished, now)
+        kv_tokens = self._kv_tokens()
+        retired = self._retire(finished)
+        now = self._now()
+        self._log_iteration(now - start, size, "decode", k, pass_shape, kv_tokens)
+        for request in stepped:
+            self.log.itl.append(now - request.last_emit)
+            request.last_emit = now
+        self._finish(retired, now)
+        return now
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _emit(
@@ -313,11 +329,11 @@ class ServingEngine:
     def _is_done(self, request: EngineRequest) -> bool:
         return request.eos or request.generated >= request.output_len
 
-    def _retire(self, slots: list[int], now: float) -> None:
+    def _retire(self, slots: list[int]) -> list[EngineRequest]:
+        """Free the finished rows' slots; returns their requests (``_finish`` stamps them)."""
+        retired = []
         for slot in sorted(slots, reverse=True):
-            request = self.live[slot]
-            request.finish = now
-            self.done.append(request)
+            retired.append(self.live[slot])
             moved = self.batch.remove(slot)
             if moved is not None:
                 self.live[slot] = self.live[moved]
@@ -326,10 +342,25 @@ class ServingEngine:
             self.live.pop()
             self.lookups.pop()
             self.streams.pop()
+        return retired
+
+    def _finish(self, retired: list[EngineRequest], now: float) -> None:
+        """Retired requests finish at the end of their last iteration; a closed-loop client
+        then thinks before its next request."""
+        for request in retired:
+            request.finish = now
+            self.done.append(request)
             if self.clients is not None and request.client >= 0:
                 self._issue(request.client, now + self.clients.think_time())
 
-    def _log_iteration(self, dt: float, batch: int, kind: str, k: int, shape: tuple) -> None:
+    def _kv_tokens(self) -> int:
+        """Target cache tokens held by the live rows (at an iteration's end, before any row
+        retires: its peak)."""
+        return int(self.batch.target_cache.lengths[: self.batch.size].sum())
+
+    def _log_iteration(
+        self, dt: float, batch: int, kind: str, k: int, shape: tuple, kv_tokens: int
+    ) -> None:
         log = self.log
         log.dt.append(dt)
         log.batch.append(batch)
@@ -338,7 +369,7 @@ class ServingEngine:
         log.new_tokens.append(shape[0])
         log.context.append(shape[1])
         log.pairs.append(shape[2])
-        self.log.kv_tokens.append(int(self.batch.target_cache.lengths[: self.batch.size].sum()))
+        log.kv_tokens.append(kv_tokens)
         if self.split is not None:
             began = self._split_at_start
             log.target_s.append(self.split["target"] - began["target"])
