@@ -99,9 +99,9 @@ class Recording:
     def new_cache(self, *args):
         return self.model.new_cache(*args)
 
-    def __call__(self, *args):
-        self.calls.append(self.name)
-        return self.model(*args)
+    def __call__(self, ids, cache, *args):
+        self.calls.append((self.name, tuple(ids.shape), int(cache.lengths[0])))
+        return self.model(ids, cache, *args)
 
 
 def test_several_models_are_timed_in_interleaved_rounds(configs):
@@ -115,10 +115,16 @@ def test_several_models_are_timed_in_interleaved_rounds(configs):
     timer = timing.PassTimer("cpu", warmup=0, repeats=3)
     runs = timing.time_grids(models, points, timer)
     assert all(s.repeats == 3 for run in runs.values() for s in run.samples)
-    # Each round: the fresh cache's untimed first pass, then every point once, per model.
-    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
-    assert [r[0] for r in rounds] == ["draft", "target"] * 3
-    assert all(len(set(r)) == 1 for r in rounds)
+    # Each round: every point once per model, each timed pass right after the same pass
+    # untimed (so it runs warm, as a serving loop's alike steps do).
+    rounds = [calls[i : i + 4] for i in range(0, len(calls), 4)]
+    assert len(calls) == 2 * 3 * 4
+    assert [r[0][0] for r in rounds] == ["draft", "target"] * 3
+    for r in rounds:
+        assert len({name for name, _, _ in r}) == 1
+        assert r[0] == r[1] and r[2] == r[3]  # primed: the timed pass follows its twin
+        assert [shape for _, shape, _ in r[::2]] == [(1, 1), (1, 2)]  # the points in order
+        assert {context for _, _, context in r} == {8}
 
 
 def test_time_budget_stops_the_grid_and_keeps_what_was_measured(configs, monkeypatch):

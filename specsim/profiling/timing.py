@@ -252,7 +252,9 @@ def time_grid(
     """Measure ``points`` of ``model`` (a ``specsim.models`` model) until done or until
     ``time.monotonic()`` passes ``deadline``.
 
-    Repeats run in rounds: every point once per round (warm-up rounds first, untimed). A burst of
+    Repeats run in rounds: every point once per round (warm-up rounds first, untimed), each timed
+    pass right after the same pass untimed, so it runs warm, as a serving loop's alike steps do
+    (cold after a different pass it can take 1.1x longer). A burst of
     load from other processes then costs many points one slow repeat each, which the median
     drops, instead of spoiling every repeat of one point or of one region of the grid. Within a
     round points go by batch size, smallest first, with one cache per batch size at a time (sized
@@ -343,9 +345,13 @@ class _ModelGrid:
                     with torch.inference_mode():
                         self.model(self.tokens[point], cache)
 
-                if fresh or not timed:
-                    cache.lengths.fill_(point.context)
-                    run()  # a fresh cache's first touch pays page faults: keep it out
+                # Each timed pass follows the same pass untimed, as a serving loop's steps
+                # follow steps alike. After the round's previous point instead (a 128-token
+                # prefill, say) a decode took 1.12x as long, and the fit read decodes at the
+                # shortest context 10-28 % slower than at longer ones in every profile. It also
+                # keeps a fresh cache's first touch (page faults) out.
+                cache.lengths.fill_(point.context)
+                run()
                 if not timed:
                     continue
                 cache.lengths.fill_(point.context)  # back to the point's context, untimed
