@@ -104,7 +104,7 @@ class Recording:
         return self.model(ids, cache, *args)
 
 
-def test_several_models_are_timed_in_interleaved_rounds(configs):
+def test_several_models_are_timed_in_interleaved_rounds(configs, monkeypatch):
     from specsim.models import load_model
 
     calls = []
@@ -112,18 +112,20 @@ def test_several_models_are_timed_in_interleaved_rounds(configs):
         name: Recording(load_model(configs[name]), name, calls) for name in ("draft", "target")
     }
     points = timing.grid_points({"batch": (1,), "context": (8,), "new": (1, 2)})
-    timer = timing.PassTimer("cpu", warmup=0, repeats=3)
+    ticks = iter(range(10_000))  # a fake clock: one tick per look, priming lasts two looks
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    timer = timing.PassTimer("cpu", warmup=0, repeats=3, prime_s=2)
     runs = timing.time_grids(models, points, timer)
     assert all(s.repeats == 3 for run in runs.values() for s in run.samples)
     # Each round: every point once per model, each timed pass right after the same pass
-    # untimed (so it runs warm, as a serving loop's alike steps do).
-    rounds = [calls[i : i + 4] for i in range(0, len(calls), 4)]
-    assert len(calls) == 2 * 3 * 4
+    # untimed for prime_s (so it runs warm, as a serving loop's alike steps do).
+    rounds = [calls[i : i + 6] for i in range(0, len(calls), 6)]
+    assert len(calls) == 2 * 3 * 6
     assert [r[0][0] for r in rounds] == ["draft", "target"] * 3
     for r in rounds:
         assert len({name for name, _, _ in r}) == 1
-        assert r[0] == r[1] and r[2] == r[3]  # primed: the timed pass follows its twin
-        assert [shape for _, shape, _ in r[::2]] == [(1, 1), (1, 2)]  # the points in order
+        assert r[0] == r[1] == r[2] and r[3] == r[4] == r[5]  # primed: after its twins
+        assert [shape for _, shape, _ in r[::3]] == [(1, 1), (1, 2)]  # the points in order
         assert {context for _, _, context in r} == {8}
 
 

@@ -164,6 +164,7 @@ class PassTimer:
         repeats: int = 5,
         clock: str = "wall",
         normalise: Callable[..., float] | None = None,
+        prime_s: float = 0.03,
     ):
         if repeats < 1 or warmup < 0:
             raise SpecsimError(
@@ -183,6 +184,7 @@ class PassTimer:
         self.repeats = repeats
         self.clock = clock
         self.normalise = normalise
+        self.prime_s = prime_s  # untimed passes of a grid point before its timed one
 
     def time_once(self, run: Callable[[], object], tokens: int = 1, model=None) -> float:
         """Seconds of one ``run``; ``tokens``: how many tokens its pass feeds, ``model``: whose
@@ -253,8 +255,9 @@ def time_grid(
     ``time.monotonic()`` passes ``deadline``.
 
     Repeats run in rounds: every point once per round (warm-up rounds first, untimed), each timed
-    pass right after the same pass untimed, so it runs warm, as a serving loop's alike steps do
-    (cold after a different pass it can take 1.1x longer). A burst of
+    pass right after ``timer.prime_s`` of the same pass untimed (one pass at least), so it runs
+    warm, as a serving loop's alike steps do (after a longer pass, a CPU runs the next few up to
+    1.35x slower). A burst of
     load from other processes then costs many points one slow repeat each, which the median
     drops, instead of spoiling every repeat of one point or of one region of the grid. Within a
     round points go by batch size, smallest first, with one cache per batch size at a time (sized
@@ -345,13 +348,19 @@ class _ModelGrid:
                     with torch.inference_mode():
                         self.model(self.tokens[point], cache)
 
-                # Each timed pass follows the same pass untimed, as a serving loop's steps
-                # follow steps alike. After the round's previous point instead (a 128-token
-                # prefill, say) a decode took 1.12x as long, and the fit read decodes at the
-                # shortest context 10-28 % slower than at longer ones in every profile. It also
-                # keeps a fresh cache's first touch (page faults) out.
-                cache.lengths.fill_(point.context)
-                run()
+                # Each timed pass follows the same pass untimed for ``timer.prime_s``, as a
+                # serving loop's steps follow steps alike. Right after a 128-token prefill the
+                # next decodes on a CPU took x1.33, x1.23, x1.09, x1.02 of their steady time
+                # (x1.35 down to x1.0 over seven passes, ~28 ms, on a busier machine), and
+                # every profile read decodes at the grid's shortest context (next after its
+                # prefills) 10-28 % slower than at longer ones. It also keeps a fresh cache's
+                # first touch (page faults) out.
+                priming = time.perf_counter()
+                while True:
+                    cache.lengths.fill_(point.context)
+                    run()
+                    if not timed or time.perf_counter() - priming >= timer.prime_s:
+                        break
                 if not timed:
                     continue
                 cache.lengths.fill_(point.context)  # back to the point's context, untimed
