@@ -129,6 +129,25 @@ def test_several_models_are_timed_in_interleaved_rounds(configs, monkeypatch):
         assert {context for _, _, context in r} == {8}
 
 
+def test_a_due_speed_probe_runs_before_the_priming_not_between_it_and_the_timing(
+    configs, monkeypatch
+):
+    # A probe's own passes (a prefill among them) would leave the timed pass cold, as a
+    # different pass before it does; so the normaliser gets its chance before the primers.
+    from specsim.models import load_model
+
+    calls = []
+    model = Recording(load_model(configs["target"]), "pass", calls)
+    timer = timing.PassTimer("cpu", warmup=0, repeats=2, clock="cpu", prime_s=0)
+    timer.normalise = lambda tokens, m: calls.append(("factor", tokens)) or 1.0
+    points = timing.grid_points({"batch": (2,), "context": (8,), "new": (1, 3)})
+    timing.time_grid(model, points, timer)
+    names = [c[0] for c in calls]
+    # Per timed point: a chance to probe, one primer, the factor read, the timed pass.
+    assert names == ["factor", "pass", "factor", "pass"] * 4
+    assert [c[1] for c in calls if c[0] == "factor"] == [2, 2, 6, 6] * 2
+
+
 def test_time_budget_stops_the_grid_and_keeps_what_was_measured(configs, monkeypatch):
     from specsim.models import load_model
 

@@ -355,6 +355,11 @@ class _ModelGrid:
                 # every profile read decodes at the grid's shortest context (next after its
                 # prefills) 10-28 % slower than at longer ones. It also keeps a fresh cache's
                 # first touch (page faults) out.
+                fed = point.batch * point.new_tokens
+                if timed and timer.normalise is not None:
+                    # A speed probe now due runs here, before the priming, so that the timed
+                    # pass follows its primers and not the probe's passes.
+                    timer.normalise(fed, self.model)
                 priming = time.perf_counter()
                 while True:
                     cache.lengths.fill_(point.context)
@@ -364,7 +369,6 @@ class _ModelGrid:
                 if not timed:
                     continue
                 cache.lengths.fill_(point.context)  # back to the point's context, untimed
-                fed = point.batch * point.new_tokens
                 self.times.setdefault(point, []).append(timer.time_once(run, fed, self.model))
                 if progress is not None:
                     progress.update(1)
