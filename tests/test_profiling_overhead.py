@@ -303,11 +303,12 @@ def test_simulator_charges_the_prefill_terms_on_a_prefill_iteration(tmp_path):
 class Log:
     """An engine iteration log with the fields the profiler reads."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, drafted=None):
         fields = ("kind", "window", "batch", "new_tokens", "context", "pairs", "dt")
         for i, name in enumerate(fields):
             setattr(self, name, [row[i] for row in rows])
         self.target_s = self.drafter_s = []  # a wall-clock run: no split
+        self.drafted = drafted or []  # per decode iteration, each row's drafts
 
 
 class Costs:
@@ -335,6 +336,43 @@ def test_log_points_take_the_median_gap_per_group_and_the_spread_of_its_ratio():
     assert (prefill.batch, prefill.prompt_tokens) == (4, 64)
     assert prefill.seconds == pytest.approx(4e-3)
     assert len(points) == 2  # the 4-iteration group at batch 3 is left out
+    assert decode.iteration_s == pytest.approx(14e-3)  # the median iteration, for the weights
+
+
+def test_steps_that_ran_fewer_drafter_passes_than_their_window_are_left_out():
+    # Rows near their ends draft fewer than k; when every row does, the step runs fewer
+    # drafter passes than the formula charges, and would read as cheap.
+    from specsim.profiling.overhead import log_points
+
+    steps = [("decode", 2, 4, 12, 400, 0.0, 14e-3)] * 5 + [("decode", 2, 4, 8, 400, 0.0, 9e-3)] * 4
+    drafted = [np.array([2, 1, 2, 0])] * 5 + [np.array([1, 1, 0, 1])] * 4
+    (point,) = log_points(Log(steps, drafted), Costs(), "tiny")
+    assert point.seconds == pytest.approx(2e-3)  # 14 ms - 12 ms: the short steps left out
+    assert len(point.spread) == 5
+    (unfiltered,) = log_points(Log(steps), Costs(), "tiny")  # no drafts logged: all count
+    assert len(unfiltered.spread) == 9
+    too_few = log_points(Log(steps[:3] + steps[5:], drafted[:3] + drafted[5:]), Costs(), "tiny")
+    assert too_few == []  # 3 full steps are fewer than a point needs
+
+
+def test_overhead_errors_are_weighed_against_the_iterations_time():
+    # Least squares of the gaps, each relative to its iterations' time (what a latency error
+    # is measured against), not to a stand-in for the gap's own size.
+    batches = np.array([1, 2, 4, 8])
+    gaps = np.array([1.0e-3, 1.6e-3, 1.7e-3, 1.8e-3])  # not a straight line in the batch
+    iterations = np.array([4e-3, 5e-3, 7e-3, 11e-3])
+    points = [
+        OverheadPoint(int(b), 0, float(g), iteration_s=float(t))
+        for b, g, t in zip(batches, gaps, iterations, strict=True)
+    ]
+    design = np.stack([np.ones(4), batches], axis=1) / iterations[:, None]
+    expected, *_ = np.linalg.lstsq(design, gaps / iterations, rcond=None)
+    assert (expected > 0).all()  # so non-negative least squares finds the same
+    terms = fit_overhead(points).terms
+    assert [terms["per_step_s"], terms["per_sequence_s"]] == pytest.approx(expected, rel=1e-9)
+    # Without the iterations' times, the stand-in weights give another answer.
+    stand_in = fit_overhead([OverheadPoint(p.batch, 0, p.seconds) for p in points]).terms
+    assert abs(stand_in["per_sequence_s"] - expected[1]) > 0.2 * expected[1]
 
 
 def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):

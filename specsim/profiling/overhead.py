@@ -13,8 +13,9 @@ profile without overhead). ``fit_overhead`` fits the profile's formula (see
     decode:  per_step + per_sequence * B + k * (per_draft_step + per_draft_token * B)
     prefill: the same at k = 0, + per_prefill + per_prefill_token * prompt tokens
 
-to the median difference per (kind, batch, k) by non-negative least squares, relative to each
-point's size so large batches do not drown the small ones. The same iterations give the
+to the median difference per (kind, batch, k) by non-negative least squares, relative to the
+iterations' time so large batches do not drown the small ones. Steps that ran fewer drafter
+passes than their window (every row near its end) are left out. The same iterations give the
 iteration-time spread (``jitter_quantiles``): each iteration's measured / predicted time over
 its group's median, pooled, for decode iterations and apart from them for prefill iterations
 (which vary less: see ``specsim.simulation.jitter``).
@@ -48,6 +49,7 @@ class OverheadPoint:
     drafter: str | None = None  # the draft model the point ran with (None: target alone)
     prompt_tokens: int = 0  # > 0: a prefill iteration over this many prompt tokens in all
     spread: tuple[float, ...] = ()  # each iteration's measured / predicted over their median
+    iteration_s: float = 0.0  # the iterations' median time (0: unknown)
 
     @property
     def is_prefill(self) -> bool:
@@ -206,8 +208,15 @@ def _fit_terms(points: Sequence[OverheadPoint]) -> OverheadFit:
     used = [i for i in range(len(TERMS)) if np.any(design[:, i] != design[0, i]) or i == 0]
     if not any(p.k for p in points):
         used = [i for i in used if i < 2]
-    # Each row weighted by 1 / its size (1 + B)(1 + k): errors count relative to the point.
-    weight = 1.0 / ((1.0 + design[:, 1]) * (1.0 + design[:, 2]))
+    # Errors count relative to the iterations the overhead is part of: each point weighted by
+    # 1 / their time, or by 1 / (1 + B)(1 + k), a stand-in for it, where that is not known.
+    # (The stand-in weighs a batch-8 k = 4 step 7.5x below a batch-1 k = 2 one, where their
+    # times differ 2-3x, and the fit missed the batch-8 steps by 5 % of their time.)
+    iteration = np.asarray([p.iteration_s for p in points], dtype=float)
+    if np.all(iteration > 0):
+        weight = 1.0 / iteration
+    else:
+        weight = 1.0 / ((1.0 + design[:, 1]) * (1.0 + design[:, 2]))
     coef, _ = nnls(design[:, used] * weight[:, None], seconds * weight)
     full = np.zeros(len(TERMS))
     full[used] = coef
@@ -262,12 +271,17 @@ def log_points(log, costs, name: str | None) -> list[OverheadPoint]:
 
     points = []
     for (kind, k, batch), group in engine_log_groups(log, costs).items():
-        measured, predicted, new = group.measured, group.predicted, group.new
+        # A step whose rows were all too near their ends to draft k tokens ran fewer drafter
+        # passes than the formula charges: its gap would read a k-pass step as cheap (at a
+        # wave's ragged end the tiny drafter's batch-1 k = 4 gap read 0.8 ms against 2.3 ms).
+        used = group.full
+        measured, predicted, new = group.measured[used], group.predicted[used], group.new[used]
         if kind == "decode" and len(measured) < MIN_DECODES:
             continue
         ratio = measured / predicted
         spread = tuple(float(v) for v in ratio / np.median(ratio)) if len(ratio) > 1 else ()
         gap = float(np.median(measured - predicted))
         tokens = int(np.median(new)) if kind == "prefill" else 0
-        points.append(OverheadPoint(batch, k, gap, name, tokens, spread))
+        iteration = float(np.median(measured))
+        points.append(OverheadPoint(batch, k, gap, name, tokens, spread, iteration))
     return points

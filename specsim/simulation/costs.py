@@ -180,13 +180,16 @@ class LogGroup:
     """One (kind, k, batch) group of the real engine's iterations: per iteration the measured
     seconds, what ``StepCosts.iteration_s`` charges for it, the tokens fed, and both split into
     (target pass, drafter passes, the engine's own work): ``predicted_parts`` always,
-    ``measured_parts`` when the engine's clock kept the split (None otherwise)."""
+    ``measured_parts`` when the engine's clock kept the split (None otherwise). ``full``: the
+    iteration ran the whole window, k drafter passes (False on a step whose every row was so
+    near its end that it drafted fewer, while the cost model charges k)."""
 
     measured: np.ndarray
     predicted: np.ndarray
     new: np.ndarray
     predicted_parts: np.ndarray  # [iterations, 3]
     measured_parts: np.ndarray | None  # [iterations, 3]
+    full: np.ndarray  # [iterations] bool
 
 
 def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], LogGroup]:
@@ -195,6 +198,7 @@ def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], LogGr
     rows: dict[tuple[str, int, int], list] = {}
     split = bool(log.target_s)
     passes = zip(log.target_s, log.drafter_s, strict=True) if split else [None] * len(log.dt)
+    drafted = iter(getattr(log, "drafted", None) or [])  # per decode iteration, when logged
     for kind, k, batch, new, context, pairs, dt, measured in zip(
         log.kind,
         log.window,
@@ -206,21 +210,25 @@ def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], LogGr
         passes,
         strict=True,
     ):
+        full = True
         if kind == "prefill":
             parts = costs.iteration_parts(0, 0, 0.0, 0.0, 0.0, batch, new, context, pairs)
         else:
             parts = costs.iteration_parts(k, batch, new, context, pairs)
+            rows_drafted = next(drafted, None)
+            full = rows_drafted is None or k == 0 or int(np.max(rows_drafted)) >= k
         own = None if measured is None else (*measured, dt - sum(measured))
-        rows.setdefault((kind, k, batch), []).append((dt, sum(parts), new, parts, own))
+        rows.setdefault((kind, k, batch), []).append((dt, sum(parts), new, parts, own, full))
     groups = {}
     for key, values in sorted(rows.items()):
-        dt, predicted, new, parts, own = zip(*values, strict=True)
+        dt, predicted, new, parts, own, full = zip(*values, strict=True)
         groups[key] = LogGroup(
             np.asarray(dt, dtype=float),
             np.asarray(predicted, dtype=float),
             np.asarray(new, dtype=float),
             np.asarray(parts, dtype=float),
             np.asarray(own, dtype=float) if split else None,
+            np.asarray(full, dtype=bool),
         )
     return groups
 
