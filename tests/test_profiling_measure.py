@@ -416,6 +416,39 @@ def test_reference_clock_profile_records_the_speed_it_rescaled_to(configs, tmp_p
     own = profile.provenance.drafter_references["small"]  # the drafter's own probes
     assert 0 < own.decode_s < 1.0 and 0 < own.prefill_s < 1.0
     assert "rescaled to the machine's quiet speed" in profile.provenance.notes
+    assert 0 < profile.provenance.reference_slowdown < 10  # the probes over the reference
+
+
+def test_a_profile_whose_references_were_taken_slow_says_so(configs, monkeypatch):
+    # References are the fastest bursts at the start; when the machine was slow then, later
+    # probes run faster than them throughout, and the profile says to profile again.
+    from specsim.engine import speed
+    from specsim.profiling import measure
+
+    calls = iter(range(1_000_000))
+    calibration = 2 * speed.CALIBRATION_ROUNDS  # the target's decode and prefill bursts
+    monkeypatch.setattr(
+        speed.ReferencePass,
+        "median_s",
+        lambda self, passes=5: 2e-3 if next(calls) < calibration else 1e-3,
+    )
+    options = measure.MeasureOptions(
+        target=configs["target"],
+        drafters=[],
+        name="slow-start",
+        grid=SMALL_GRID[1::2],
+        repeats=2,
+        clock="reference",
+        acceptance=False,
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = measure.measure_profile(options)
+    finally:
+        torch.set_num_threads(threads)
+    assert report.profile.provenance.reference_slowdown == pytest.approx(0.5)
+    assert any("profile again" in line for line in report.lines)
 
 
 def test_generation_stops_each_row_at_eos(configs):

@@ -61,6 +61,13 @@ class Provenance(StrictModel):
         description="profiled with --clock reference: each draft model's own decode and prefill "
         "reference passes at the reference speed; its passes are rescaled by its own probes",
     )
+    reference_slowdown: Pos | None = Field(
+        default=None,
+        description="profiled with --clock reference: the median of the target's decode probes "
+        "during profiling over its reference (1 = as fast). Well below 1, the references were "
+        "taken while the machine was slow and every pass was rescaled from far off: profile "
+        "again",
+    )
 
 
 class Hardware(StrictModel):

@@ -44,6 +44,12 @@ class MeasureOptions:
     command: str | None = None
 
 
+# A median probe below this fraction of the reference: the references were taken while the
+# machine was slow (seen at x0.56..0.9 through a whole validation run, with references 1.7x the
+# usual), so every factor was far from 1 and the rescaling carried over poorly.
+SLOW_REFERENCE = 0.9
+
+
 @dataclass
 class MeasureReport:
     profile: object
@@ -386,6 +392,16 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             + ("" if result is not None else " (not measured without acceptance: 0)")
             + "; vLLM's own lookup differs, edit it if yours is not negligible."
         )
+    slowdown = None
+    if normaliser is not None:
+        slowdown = round(normaliser.drift()["slowdown_median"], 4)
+        if slowdown < SLOW_REFERENCE:
+            lines.append(
+                f"  warning: the speed probes found the machine x{slowdown:.2f} as slow as at "
+                "its reference for most of the profiling: the references were taken while it "
+                "was slow, and every pass was rescaled from far off; profile again when it is "
+                "steadier"
+            )
     data = {
         "version": 1,
         "name": opts.name,
@@ -407,6 +423,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
                 if normaliser is not None and normaliser.tracked
                 else None
             ),
+            "reference_slowdown": slowdown,
         },
         "hardware": _hardware(opts.device),
         "target": target_spec,
