@@ -266,13 +266,32 @@ def test_decode_and_prefill_iterations_give_spreads_of_their_own():
     decode = [OverheadPoint(b, 2, 1e-3, spread=wide) for b in (1, 4, 8)]
     prefill = [OverheadPoint(b, 0, 2e-3, None, 32 * b, narrow) for b in (1, 2, 4, 8) * 2]
     fit = fit_overhead(decode + prefill)  # 24 prefill iterations: enough for their own
-    assert (fit.jitter[0], fit.jitter[-1]) == (0.8, 1.3)  # the decodes' alone
-    assert (fit.prefill_jitter[0], fit.prefill_jitter[-1]) == (0.97, 1.04)
-    assert "decode iteration time p10..p90 x0.80..x1.30" in fit.describe()
-    assert "prefill iteration time p10..p90 x0.97..x1.04" in fit.describe()
+    # Each kind's own spread (scaled to average 1, so compare the ends' ratio).
+    assert fit.jitter[-1] / fit.jitter[0] == pytest.approx(1.3 / 0.8, rel=1e-3)
+    assert fit.prefill_jitter[-1] / fit.prefill_jitter[0] == pytest.approx(1.04 / 0.97, rel=1e-3)
+    described = fit.describe()
+    assert "decode iteration time p10..p90 x0.79..x1.28 of its mean" in described
+    assert "prefill iteration time p10..p90 x0.97..x1.04 of its mean" in described
     # Fewer than MIN_PREFILL_SPREAD prefill iterations: no spread of their own (the decodes'
     # is used for them).
     assert fit_overhead(decode + prefill[:6]).prefill_jitter == []
+
+
+def test_the_spread_is_scaled_to_average_one_as_the_simulator_draws_it():
+    # Right-skewed ratios (median 1, mean above): the simulator's mean iteration must be the
+    # fitted one, so the written multipliers average 1 under linear interpolation.
+    from specsim.profile.schema import IterationJitter
+    from specsim.profiling.overhead import jitter_quantiles
+    from specsim.simulation.jitter import Jitter
+
+    skewed = tuple([0.95] * 40 + [1.0] * 20 + [1.05] * 25 + [1.3] * 15)
+    quantiles = jitter_quantiles([OverheadPoint(8, 2, 1e-3, spread=skewed)])
+    probs = np.linspace(0, 1, len(quantiles))
+    assert np.trapezoid(quantiles, probs) == pytest.approx(1.0, abs=1e-3)
+    assert np.interp(0.5, probs, quantiles) < 0.99  # the median sits below the mean
+    jitter = Jitter(IterationJitter(quantiles=quantiles, samples=100), np.random.default_rng(0))
+    draws = np.array([jitter.factor() for _ in range(200_000)])
+    assert draws.mean() == pytest.approx(1.0, abs=2e-3)  # what the simulator charges on average
 
 
 def test_simulator_charges_the_prefill_terms_on_a_prefill_iteration(tmp_path):

@@ -228,14 +228,16 @@ class Overhead(StrictModel):
 
 
 class IterationJitter(StrictModel):
-    """How much one serving iteration's time varies around its median on the profiled machine.
+    """How much one serving iteration's time varies on the profiled machine.
 
     ``quantiles[i]`` is the multiplier at probability ``i / (n - 1)``: the distribution of one
     timed iteration over the median of its shape, pooled over the profiler's repeated serving
-    iterations. The latency fits and overhead give the median; the simulator multiplies each
-    iteration by an independent draw from this distribution (inverse transform of a seeded
-    uniform), so latency tails (TTFT p90) and queueing feel the spread the machine has. Without
-    it every iteration takes exactly its median.
+    iterations, scaled so that a draw averages 1 (the profiler writes it so: its waves' spread
+    runs right-skewed). The latency fits and overhead give the typical time; the simulator
+    multiplies each iteration by an independent draw from this distribution (inverse transform
+    of a seeded uniform, linear between quantiles), so latency tails (TTFT p90) and queueing feel
+    the spread the machine has, and the mean iteration is the fitted time. Without it every
+    iteration takes exactly the fitted time.
     """
 
     quantiles: list[Annotated[float, Field(gt=0)]] = Field(min_length=2)

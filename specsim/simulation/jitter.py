@@ -1,6 +1,6 @@
 """Iteration-time spread: seeded multipliers drawn from a profile's measured distribution.
 
-The latency fits and the overhead predict an iteration's median time. A real serving loop
+The latency fits and the overhead predict an iteration's typical time. A real serving loop
 varies around it (the operating system, caches, allocator, other tenants), and latency tails
 follow that spread: a TTFT p90 is one prefill iteration's p90, not its median. ``Jitter`` draws
 independent multipliers by inverse transform of uniforms from the replica's own stream, in
