@@ -77,7 +77,7 @@ class ReferenceClock(ProcessClock):
     """CPU time at the reference speed: each stretch counts times the normaliser's factor
     (``specsim.engine.speed.SpeedNormaliser``) for what ran in it: a pass of a model feeding
     some tokens takes that model's factor for that width, and the engine's own work between
-    passes the target's decode factor. Per pass, not per iteration: in a speculative step the
+    passes the host pass's factor. Per pass, not per iteration: in a speculative step the
     drafter's narrow passes and the target's wide verification do not slow alike. The speed
     probes the normaliser runs every quarter second stay off the clock."""
 

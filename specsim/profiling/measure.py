@@ -298,7 +298,7 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         "middle and largest batch (k = 0 with the target alone, k = 2 and 4 with each draft "
         "model), median per batch and k, fitted by non-negative least squares; jitter: each "
         "iteration's measured / predicted time over its group's median, pooled, decode and "
-        "prefill iterations apart."
+        "prefill iterations apart, scaled to average 1."
     )
 
 

@@ -184,7 +184,7 @@ class PassTimer:
         self.repeats = repeats
         self.clock = clock
         self.normalise = normalise
-        self.prime_s = prime_s  # untimed passes of a grid point before its timed one
+        self.prime_s = prime_s  # seconds of untimed passes of a grid point before its timed one
 
     def time_once(self, run: Callable[[], object], tokens: int = 1, model=None) -> float:
         """Seconds of one ``run``; ``tokens``: how many tokens its pass feeds, ``model``: whose

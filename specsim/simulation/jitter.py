@@ -31,9 +31,10 @@ class Jitter:
         rng: np.random.Generator,
         prefill: IterationJitter | None = None,
     ):
-        self.kinds = [np.asarray(s.quantiles, dtype=float) for s in (spec, prefill or spec)]
+        # Decode's spread, and prefill's when the profile has one of its own.
+        self.kinds = [np.asarray(s.quantiles, dtype=float) for s in (spec, prefill) if s]
         self.rng = rng
-        self._next: list[list[float]] = [[], []]  # decode, prefill: the same uniforms mapped
+        self._next: list[list[float]] = [[] for _ in self.kinds]  # the same uniforms mapped
 
     def factor(self, prefill: bool = False) -> float:
         if not self._next[0]:
@@ -42,5 +43,5 @@ class Jitter:
                 np.interp(uniforms, np.linspace(0.0, 1.0, len(q)), q)[::-1].tolist()
                 for q in self.kinds
             ]
-        decode, only_prefill = self._next[0].pop(), self._next[1].pop()
-        return only_prefill if prefill else decode
+        draws = [kind.pop() for kind in self._next]  # one uniform used, whichever is asked
+        return draws[-1] if prefill else draws[0]
