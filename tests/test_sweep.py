@@ -167,6 +167,56 @@ def test_a_point_that_kills_its_worker_is_recorded_and_the_rest_finish(tmp_path,
     assert [r.summary["square"] for r in results if r.ok] == [0, 4, 9, 16]
 
 
+class RacingPool:
+    """A process pool whose crashing point's worker dies while another point finishes: the
+    next submission then finds the pool broken (``submit`` raises), before any wait says so.
+    A fresh pool fails the crashing point's future, as a real one does when it runs alone."""
+
+    pools = 0
+
+    def __init__(self):
+        RacingPool.pools += 1
+        self.first = RacingPool.pools == 1
+        self.broken = False
+
+    def submit(self, fn, task, scenario, overrides):
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self.broken:
+            raise BrokenProcessPool("a child process terminated abruptly")
+        future = Future()
+        if "crash=yes" not in overrides:
+            future.set_result(fn(task, scenario, overrides))
+        elif self.first:
+            self.broken = True  # its worker is dying: still running as far as waits can tell
+        else:
+            future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        return future
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+def test_a_pool_found_broken_at_submission_reruns_the_suspects(tmp_path, scenario, monkeypatch):
+    # The race CI once hit: a worker dies between two waits, and the next submit raises.
+    RacingPool.pools = 0
+    points = _points(scenario, 5, extra={1: "crash=yes"})
+    with _sweeper(tmp_path / "out", workers=2) as sweeper:
+
+        def racing_pool():
+            if sweeper._pool is None:
+                sweeper._pool = RacingPool()
+            return sweeper._pool
+
+        monkeypatch.setattr(sweeper, "_ensure_pool", racing_pool)
+        results = sweeper.run(points)
+    assert [r.ok for r in results] == [True, False, True, True, True]
+    assert "worker process" in results[1].error
+    assert [r.summary["square"] for r in results if r.ok] == [0, 4, 9, 16]
+    assert RacingPool.pools >= 2  # the broken pool was dropped for a fresh one
+
+
 def test_unreachable_cluster_is_a_one_line_error(tmp_path):
     sweeper = Sweeper(tmp_path / "out", IDENTITY, cluster="tcp://127.0.0.1:9", connect_timeout_s=2)
     with pytest.raises(SpecsimError, match=r"cannot reach a Dask scheduler at tcp://127.0.0.1:9"):

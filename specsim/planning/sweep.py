@@ -279,12 +279,19 @@ class Sweeper:
             broken = False
             while (queue or in_flight) and not broken:
                 while queue and len(in_flight) < self.workers:
-                    key = queue.popleft()
-                    point = todo[key]
-                    future = pool.submit(
-                        run_point, self.task, point.scenario, list(point.overrides)
-                    )
-                    in_flight[future] = key
+                    point = todo[queue[0]]
+                    try:
+                        future = pool.submit(
+                            run_point, self.task, point.scenario, list(point.overrides)
+                        )
+                    except BrokenProcessPool:
+                        # A worker died after the last wait returned: the pool refuses new
+                        # points. This one never ran; it stays queued for the next pool.
+                        broken = True
+                        break
+                    in_flight[future] = queue.popleft()
+                if broken:
+                    break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
                     key = in_flight.pop(future)
