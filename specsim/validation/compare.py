@@ -10,8 +10,11 @@ a single prefill pass, too short for a shared machine's timer noise to be judged
 A finite workload is one draw of its randomness: which drafts are accepted decides which
 requests finish in the same step, and a p90 over ~100 requests can hinge on two or three of
 them. ``compare`` takes the simulator's summaries of the same requests served again with other
-acceptance and jitter draws (``replicas``) and reports each metric's p10..p90 over them, so a
-miss can be told apart from the workload's own sampling noise. The verdict stays the thresholds'.
+acceptance and jitter draws (``replicas``) and reports each metric's p10..p90 over them and how
+many of them lie below the measured value, so a miss can be told apart from the workload's own
+sampling noise. The engine's run is one draw as well, and a seeded one: every run of the same
+scenario repeats it, so a miss that recurs run after run can still be that draw's luck. The
+verdict stays the thresholds'.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ class Row:
     threshold: float | None
     ok: bool | None  # None: reported only
     band: tuple[float, float] | None = None  # the simulator's p10..p90 over its replicas
+    # How many of the simulator's draws (the prediction and its replicas) lie below the
+    # measured value, out of how many: where the engine's one draw falls among them.
+    draws_below: int | None = None
+    draws: int | None = None
 
     @property
     def in_band(self) -> bool | None:
@@ -97,12 +104,13 @@ def compare(
             ok = p == 0
         else:
             ok = abs(error) <= threshold
-        band = None
+        band, below, draws = None, None, None
         if replicas:
-            values = [p, *(lookup(r, metric) for r in replicas)]
+            values = np.array([p, *(lookup(r, metric) for r in replicas)])
             low, high = np.quantile(values, [0.1, 0.9])
             band = (float(low), float(high))
-        rows.append(Row(metric, p, m, error, threshold, ok, band))
+            below, draws = int((values < m).sum()), len(values)
+        rows.append(Row(metric, p, m, error, threshold, ok, band, below, draws))
     return Comparison(rows)
 
 
@@ -127,21 +135,29 @@ def table(comparison: Comparison) -> str:
 
 
 def explain_failures(comparison: Comparison, replicas: int) -> list[str]:
-    """One line per metric beyond its threshold: whether the measured value lies inside the
-    simulator's own spread over its replicas of the same requests."""
+    """One line per metric beyond its threshold: where the measured value falls among the
+    simulator's draws of the same requests. The engine's run is one draw too: it lands outside
+    the p10..p90 band one time in five and beyond every one of n simulator draws about one time
+    in (n + 1) / 2 by chance alone, so only the latter points at the model or the machine."""
     lines = []
     for r in comparison.failures:
-        if r.band is None:
+        if r.band is None or r.draws is None or r.draws_below is None:
             continue
         where = "inside" if r.in_band else "outside"
-        meaning = (
-            "a miss this workload's own randomness can produce"
-            if r.in_band
-            else "beyond the workload's randomness: a modelling error or the machine's"
-        )
+        if 0 < r.draws_below < r.draws:
+            meaning = (
+                f"above {r.draws_below} of the {r.draws} draws: "
+                "a miss this workload's own randomness can produce"
+            )
+        else:
+            side = "above" if r.draws_below else "below"
+            meaning = (
+                f"{side} all {r.draws} draws: a modelling error or the machine's "
+                f"(chance alone puts a draw there 1 time in {(r.draws + 1) / 2:.3g})"
+            )
         lines.append(
             f"{r.metric}: measured {r.measured:.5g} lies {where} the simulator's p10..p90 over "
-            f"{replicas} replications of the same requests ({r.band[0]:.5g}..{r.band[1]:.5g}): "
+            f"{replicas} replications of the same requests ({r.band[0]:.5g}..{r.band[1]:.5g}), "
             f"{meaning}"
         )
     return lines
