@@ -51,9 +51,12 @@ def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
     replicas = [summary(scale=0.90 + 0.05 * i) for i in range(10)]
     result = compare(summary(scale=0.88), summary(), replicas)
     e2e = next(r for r in result.rows if r.metric == "e2e_s.mean")
-    # Over the prediction and its replicas (0.88, 0.90 .. 1.35): 10th and 90th percentiles.
+    # Over the first draw and its replicas (0.88, 0.90 .. 1.35): 10th and 90th percentiles,
+    # and the prediction is their median, not the first draw alone.
     assert e2e.band == pytest.approx((0.90, 1.30))
-    assert not e2e.ok and e2e.in_band  # a 12 % miss, inside the workload's spread
+    assert e2e.predicted == pytest.approx(1.10) and e2e.first_draw == pytest.approx(0.88)
+    assert e2e.relative_error == pytest.approx(0.10)
+    assert not e2e.ok and e2e.in_band  # a 10 % miss, inside the workload's spread
     lines = explain_failures(result, 11)
     assert len(lines) == len(result.failures)
     assert all("inside" in line and "11 replications" in line for line in lines)
@@ -70,6 +73,7 @@ def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
     # Without replicas: no band, no explanation, the table as before.
     plain = compare(summary(scale=0.88), summary())
     assert all(r.band is None and r.in_band is None for r in plain.rows)
+    assert all(r.predicted == r.first_draw for r in plain.rows)
     assert all(r.draws is None for r in plain.rows)
     assert explain_failures(plain, 0) == [] and "sim p10" not in table(plain)
 

@@ -24,12 +24,13 @@ replica, and a fixed or by_batch window.
 Writes DIR/engine/ and DIR/simulation/ (requests.csv, summary.json), DIR/comparison.json,
 DIR/comparison.md, DIR/validation.png (and DIR/profile.yaml when it profiled). With --clock cpu
 or reference, comparison.md also splits every iteration group's time into the target pass, the
-drafter passes and the engine's own work, measured against predicted. Beside each
-metric, the simulator's p10..p90 over --replications runs of the same requests with other
-acceptance and jitter draws (default 20): a miss inside it is one this workload's own randomness
+drafter passes and the engine's own work, measured against predicted. The simulator serves the
+same requests --replications times with other acceptance and jitter draws (default 20; the
+first is DIR/simulation/): the prediction is each metric's median over them, and beside it
+stand their p10..p90 and, for a miss, how many of them lie below the measured value. The
+engine's run is one draw as well: a miss inside the band is one this workload's own randomness
 can produce (a p90 of ~100 requests can hinge on a few that finished in the same step). Exit 0
-when every
-metric is within its threshold (mean E2E and throughput 5 %, p90 TTFT/TPOT/E2E 10 %, mean
+when every metric is within its threshold (mean E2E and throughput 5 %, p90 TTFT/TPOT/E2E 10 %, mean
 acceptance length 3 %), 1 when one is not, 2 on bad input.
 """
 

@@ -109,10 +109,11 @@ COMMAND_OUTPUTS = {
         "iteration, its bookkeeping included, so busy iterations add up to the busy time), "
         "and with --clock cpu or reference "
         "target_s and drafter_s, the part of seconds in each model's passes)",
-        "simulation/": "the simulator's prediction of the same workload: requests.csv, "
-        "summary.json",
-        "comparison.json": "each metric: engine, simulation, relative error, threshold, pass, "
-        "and band: the simulator's p10..p90 over --replications runs of the same requests",
+        "simulation/": "the simulator's first run of the same workload: requests.csv, summary.json",
+        "comparison.json": "each metric: measured (engine), predicted (the median over "
+        "--replications simulator runs of the same requests), relative error, threshold, ok, "
+        "band (their p10..p90), draws_below and draws (how many of them lie below the measured "
+        "value, of how many) and first_draw (simulation/'s value)",
         "comparison.md": "the same comparison as a table, each iteration group's measured "
         "against predicted time, and with the CPU clocks the same split into the target pass, "
         "the drafter passes and the engine's own work",
