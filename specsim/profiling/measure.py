@@ -270,6 +270,8 @@ def _overhead(opts, models, axes, clock, passes_profile):
 
 
 def _timing_note(opts, axes, timer, dtype_name) -> str:
+    from specsim.profiling.overhead import OVERHEAD_WAVES
+
     if opts.device != "cpu":
         method = "CUDA events with synchronisation."
     elif timer.clock == "cpu":
@@ -296,7 +298,8 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         "Overhead: the real serving engine's prefill and decode iterations beyond what the "
         "latency fits predict for their passes, served in waves at the grid's smallest, "
         "middle and largest batch (k = 0 with the target alone, k = 2 and 4 with each draft "
-        "model), median per batch and k, fitted by non-negative least squares; jitter: each "
+        f"model; {OVERHEAD_WAVES} rounds), median per batch and k, fitted by non-negative "
+        "least squares; jitter: each "
         "iteration's measured / predicted time over its group's median, pooled, decode and "
         "prefill iterations apart, scaled to average 1."
     )

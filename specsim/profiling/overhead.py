@@ -39,6 +39,11 @@ PREFILL_TERMS = ("per_prefill_s", "per_prefill_token_s")
 JITTER_QUANTILES = 101
 MIN_DECODES = 5  # decode iterations at one batch size for a point (waves end ragged)
 MIN_PREFILL_SPREAD = 20  # prefill iterations for a spread of their own (3 per wave group)
+# Rounds of waves. On this project's shared 2-core machine, three measurements back to back
+# against one profile's latency fits (its reference speeds, batches 1, 4, 8, k = 2, 4) put the
+# small drafter's batch-8 k = 2 overhead at 3.18, 1.99 and 2.72 ms with 3 rounds (one point read
+# -0.31 ms) and at 3.16, 3.09 and 3.45 ms with 8; the step it is part of takes about 9 ms.
+OVERHEAD_WAVES = 8
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,7 @@ def measure_overhead(
     windows: Sequence[int] = (2, 4),
     prompt: int = 32,
     output: int = 48,
-    waves: int = 3,
+    waves: int = OVERHEAD_WAVES,
     clock=None,
     names: Sequence[str] | None = None,
 ) -> OverheadFit:
