@@ -3,6 +3,8 @@ grid fitted to the models' positions, and the simulator charging every term."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import yaml
@@ -392,6 +394,29 @@ def test_overhead_errors_are_weighed_against_the_iterations_time():
     # Without the iterations' times, the stand-in weights give another answer.
     stand_in = fit_overhead([OverheadPoint(p.batch, 0, p.seconds) for p in points]).terms
     assert abs(stand_in["per_sequence_s"] - expected[1]) > 0.2 * expected[1]
+
+
+def test_overhead_points_weigh_by_how_many_iterations_their_median_is_over():
+    # The full batches' points (150 iterations each) lie on a line; a wave's ragged end adds
+    # points of 5 iterations at the batches in between, 1 ms above it. Weighed alike, they
+    # would pull the line up; weighed by sqrt(iterations), the full batches decide it.
+    def gap(b):
+        return 1e-3 + 0.1e-3 * b
+
+    full = [OverheadPoint(b, 0, gap(b), iteration_s=5e-3, iterations=150) for b in (1, 4, 8)]
+    ragged = [
+        OverheadPoint(b, 0, gap(b) + 1e-3, iteration_s=5e-3, iterations=5)
+        for b in (2, 3, 5, 6, 7)
+        for _ in range(4)
+    ]
+    terms = fit_overhead(full + ragged).terms
+    fitted = terms["per_step_s"] + terms["per_sequence_s"] * 1
+    # Weights sqrt(150) against sqrt(5): the 20 ragged points move the batch-1 fit by 0.16 ms,
+    # where weighed alike they move it by 0.84 ms.
+    assert fitted == pytest.approx(gap(1), abs=0.2e-3)
+    alike = [replace(p, iterations=1) for p in full + ragged]
+    alike_terms = fit_overhead(alike).terms
+    assert alike_terms["per_step_s"] + alike_terms["per_sequence_s"] > gap(1) + 0.8e-3
 
 
 def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):
