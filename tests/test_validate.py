@@ -57,7 +57,7 @@ def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
     assert e2e.predicted == pytest.approx(1.10) and e2e.first_draw == pytest.approx(0.88)
     assert e2e.relative_error == pytest.approx(0.10)
     assert not e2e.ok and e2e.in_band  # a 10 % miss, inside the workload's spread
-    lines = explain_failures(result, 11)
+    lines = explain_failures(result)
     assert len(lines) == len(result.failures)
     assert all("inside" in line and "11 replications" in line for line in lines)
     # The measured value (1.0) lies above 0.88, 0.90 and 0.95 of the eleven draws.
@@ -66,16 +66,16 @@ def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
     assert "sim p10..p90" in table(result)
     far = compare(summary(scale=0.5), summary(), [summary(scale=0.5)] * 3)
     assert all(not r.in_band for r in far.failures)
-    assert all("outside" in line for line in explain_failures(far, 4))
-    assert all("above all 4 draws" in line for line in explain_failures(far, 4))
+    assert all("outside" in line for line in explain_failures(far))
+    assert all("above all 4 draws" in line for line in explain_failures(far))
     low = compare(summary(scale=2.0), summary(), [summary(scale=2.0)] * 3)
-    assert all("below all 4 draws" in line for line in explain_failures(low, 4))
+    assert all("below all 4 draws" in line for line in explain_failures(low))
     # Without replicas: no band, no explanation, the table as before.
     plain = compare(summary(scale=0.88), summary())
     assert all(r.band is None and r.in_band is None for r in plain.rows)
     assert all(r.predicted == r.first_draw for r in plain.rows)
     assert all(r.draws is None for r in plain.rows)
-    assert explain_failures(plain, 0) == [] and "sim p10" not in table(plain)
+    assert explain_failures(plain) == [] and "sim p10" not in table(plain)
 
 
 def test_a_replication_serves_the_same_requests_with_other_draws(tmp_path):

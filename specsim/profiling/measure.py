@@ -299,9 +299,8 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         "latency fits predict for their passes, served in waves at the grid's smallest, "
         "middle and largest batch (k = 0 with the target alone, k = 2 and 4 with each draft "
         f"model; {OVERHEAD_WAVES} rounds), median per batch and k, fitted by non-negative "
-        "least squares; jitter: each "
-        "iteration's measured / predicted time over its group's median, pooled, decode and "
-        "prefill iterations apart, scaled to average 1."
+        "least squares; jitter: each iteration's measured / predicted time over its group's "
+        "median, pooled, decode and prefill iterations apart, scaled to average 1."
     )
 
 

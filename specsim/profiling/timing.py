@@ -257,13 +257,12 @@ def time_grid(
     Repeats run in rounds: every point once per round (warm-up rounds first, untimed), each timed
     pass right after ``timer.prime_s`` of the same pass untimed (one pass at least), so it runs
     warm, as a serving loop's alike steps do (after a longer pass, a CPU runs the next few up to
-    1.35x slower). A burst of
-    load from other processes then costs many points one slow repeat each, which the median
-    drops, instead of spoiling every repeat of one point or of one region of the grid. Within a
-    round points go by batch size, smallest first, with one cache per batch size at a time (sized
-    for its longest point; the model attends only up to each row's length, so the longer
-    allocation costs nothing). A time budget thus cuts the expensive end of the grid first, and
-    the valid range records what was measured.
+    1.35x slower). A burst of load from other processes then costs many points one slow repeat
+    each, which the median drops, instead of spoiling every repeat of one point or of one region
+    of the grid. Within a round points go by batch size, smallest first, with one cache per
+    batch size at a time (sized for its longest point; the model attends only up to each row's
+    length, so the longer allocation costs nothing). A time budget thus cuts the expensive end
+    of the grid first, and the valid range records what was measured.
     """
     return time_grids(
         {"model": model}, points, timer, seed=seed, deadline=deadline, progress=progress

@@ -47,8 +47,8 @@ class Row:
     threshold: float | None
     ok: bool | None  # None: reported only
     band: tuple[float, float] | None = None  # the simulator's p10..p90 over its replicas
-    # How many of the simulator's draws (the prediction and its replicas) lie below the
-    # measured value, out of how many: where the engine's one draw falls among them.
+    # How many of the simulator's draws (the first and its replicas) lie below the measured
+    # value, out of how many: where the engine's one draw falls among them.
     draws_below: int | None = None
     draws: int | None = None
     first_draw: float | None = None  # the first draw alone (the simulation's summary.json)
@@ -141,7 +141,7 @@ def table(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def explain_failures(comparison: Comparison, replicas: int) -> list[str]:
+def explain_failures(comparison: Comparison) -> list[str]:
     """One line per metric beyond its threshold: where the measured value falls among the
     simulator's draws of the same requests. The engine's run is one draw too: it lands outside
     the p10..p90 band one time in five and beyond every one of n simulator draws about one time
@@ -149,7 +149,7 @@ def explain_failures(comparison: Comparison, replicas: int) -> list[str]:
     lines = []
     for r in comparison.failures:
         if r.band is None or r.draws is None or r.draws_below is None:
-            continue
+            continue  # no replicas: nothing to place the measured value among
         where = "inside" if r.in_band else "outside"
         if 0 < r.draws_below < r.draws:
             meaning = (
@@ -164,7 +164,7 @@ def explain_failures(comparison: Comparison, replicas: int) -> list[str]:
             )
         lines.append(
             f"{r.metric}: measured {r.measured:.5g} lies {where} the simulator's p10..p90 over "
-            f"{replicas} replications of the same requests ({r.band[0]:.5g}..{r.band[1]:.5g}), "
+            f"{r.draws} replications of the same requests ({r.band[0]:.5g}..{r.band[1]:.5g}), "
             f"{meaning}"
         )
     return lines

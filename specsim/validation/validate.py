@@ -196,7 +196,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             speed["steady"] = steady(run.summary["machine_speed"])
         text = "\n\n".join(
             [
-                _report(scenario, comparison, final_profile, opts.replications),
+                _report(scenario, comparison, final_profile),
                 residual_table(residuals),
                 *filter(None, [split_table(residuals)]),
                 _speed(speed),
@@ -282,7 +282,7 @@ def _drafter_references(profile, scenario: Scenario) -> dict[str, float] | None:
     return found.model_dump() if found is not None else None
 
 
-def _report(scenario: Scenario, comparison: Comparison, profile: str, replications: int) -> str:
+def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:
     spec = scenario.speculation
     what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
     head = (
@@ -294,5 +294,5 @@ def _report(scenario: Scenario, comparison: Comparison, profile: str, replicatio
         if comparison.passed
         else ("FAIL: " + ", ".join(r.metric for r in comparison.failures) + " beyond threshold")
     )
-    notes = explain_failures(comparison, replications)
+    notes = explain_failures(comparison)
     return "\n".join([head, table(comparison), verdict, *notes])
