@@ -31,6 +31,9 @@ from specsim.engine.step import Faults, Sampling
 from specsim.sampling.stats import detectable_tv, g_test
 
 ALPHA = 0.01
+# The whole loop on the CPU, and (where there is one) on a CUDA device: models, caches, rollback
+# and verifier all on the GPU, checked against the same exact distribution.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 ROWS = 2000
 SEED = 11
 NEAR_TIE = 1e-4
@@ -43,8 +46,8 @@ def exact_joint(target, prompt: list[int], sampling: Sampling, depth: int) -> di
     with torch.inference_mode():
         for _ in range(depth):
             prefixes = list(probs)
-            x = torch.tensor([prompt + list(p) for p in prefixes])
-            p = sampling.probs(target(x)[:, -1]).double()
+            x = torch.tensor([prompt + list(p) for p in prefixes], device=target.device)
+            p = sampling.probs(target(x)[:, -1]).double().cpu()
             probs = {
                 (*prefix, v): probs[prefix] * float(p[i, v])
                 for i, prefix in enumerate(prefixes)
@@ -53,14 +56,14 @@ def exact_joint(target, prompt: list[int], sampling: Sampling, depth: int) -> di
     return probs
 
 
-def speculative_g_test(faults: Faults, drafter: str = "specsim-draft-tiny"):
-    target = model("specsim-target")
+def speculative_g_test(faults: Faults, device: str, drafter: str = "specsim-draft-tiny"):
+    target = model("specsim-target", device)
     prompt = prompt_bank().prompt(3, 12)
     joint = exact_joint(target, prompt, TOP_K, 3)
     cells = sorted(joint)
     index = {c: i for i, c in enumerate(cells)}
     expected = np.array([joint[c] for c in cells])
-    gen = generate(target, model(drafter), [prompt] * ROWS, 3, 1, TOP_K, SEED, faults)
+    gen = generate(target, model(drafter, device), [prompt] * ROWS, 3, 1, TOP_K, SEED, faults)
     counts = np.zeros(len(cells) + 1)  # the last cell: outcomes the target cannot produce
     for row in gen.tokens.tolist():
         counts[index.get(tuple(row), len(cells))] += 1
@@ -69,8 +72,9 @@ def speculative_g_test(faults: Faults, drafter: str = "specsim-draft-tiny"):
 
 
 @pytest.mark.slow
-def test_speculative_sampling_matches_the_target_distribution():
-    result, tv, gen = speculative_g_test(Faults())
+@pytest.mark.parametrize("device", DEVICES)
+def test_speculative_sampling_matches_the_target_distribution(device):
+    result, tv, gen = speculative_g_test(Faults(), device)
     print(f"p = {result.p_value:.3g}, cells {result.cells}, detectable TV {tv:.3f}")
     assert gen.steps > 0 and gen.accepted < gen.drafted  # both branches of the verifier ran
     assert tv < 0.1
@@ -78,8 +82,9 @@ def test_speculative_sampling_matches_the_target_distribution():
 
 
 @pytest.mark.slow
-def test_off_by_one_in_the_target_rollback_is_rejected():
-    result, _, _ = speculative_g_test(Faults(target_rollback_extra=1))
+@pytest.mark.parametrize("device", DEVICES)
+def test_off_by_one_in_the_target_rollback_is_rejected(device):
+    result, _, _ = speculative_g_test(Faults(target_rollback_extra=1), device)
     assert result.p_value < ALPHA
 
 
@@ -124,7 +129,7 @@ def greedy_reference(target, prompts: list[list[int]], n: int):
         for prompt in prompts:
             seq, row_margins = list(prompt), []
             for _ in range(n):
-                logits = target(torch.tensor([seq]))[0, -1]
+                logits = target(torch.tensor([seq], device=target.device))[0, -1].float().cpu()
                 top = torch.topk(logits, 2).values
                 row_margins.append(float(top[0] - top[1]))
                 seq.append(int(logits.argmax()))
@@ -144,22 +149,24 @@ def greedy_divergences(candidate: torch.Tensor, reference: torch.Tensor, margins
     return out
 
 
-def check_greedy(faults: Faults) -> list[tuple]:
-    target = model("specsim-target")
+def check_greedy(faults: Faults, device: str = "cpu") -> list[tuple]:
+    target = model("specsim-target", device)
     prompts = [prompt_bank().prompt(i, 12 + 3 * i) for i in range(6)]
     reference, margins = greedy_reference(target, prompts, 20)
     greedy = Sampling(temperature=0.0, verifier="greedy")
-    gen = generate(target, model("specsim-draft-small"), prompts, 20, 3, greedy, 0, faults)
+    gen = generate(target, model("specsim-draft-small", device), prompts, 20, 3, greedy, 0, faults)
     return greedy_divergences(gen.tokens, reference, margins)
 
 
-def test_speculative_greedy_equals_target_greedy():
-    divergences = check_greedy(Faults())
+@pytest.mark.parametrize("device", DEVICES)
+def test_speculative_greedy_equals_target_greedy(device):
+    divergences = check_greedy(Faults(), device)
     for row, position, margin in divergences:
         print(f"near-tie flip: row {row} position {position} logit margin {margin:.2e}")
     assert all(margin < NEAR_TIE for _, _, margin in divergences), divergences
 
 
-def test_greedy_check_flags_the_target_off_by_one():
-    divergences = check_greedy(Faults(target_rollback_extra=1))
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_check_flags_the_target_off_by_one(device):
+    divergences = check_greedy(Faults(target_rollback_extra=1), device)
     assert any(margin >= NEAR_TIE for _, _, margin in divergences)

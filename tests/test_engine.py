@@ -57,6 +57,16 @@ def serve(scenario, **kw):
     )
 
 
+def test_engine_runs_its_models_in_the_parameter_type_it_is_given(tmp_path):
+    # validate compares the engine with a profile; both must run the models in one type (a
+    # GPU profile defaults to bfloat16, the engine to float32).
+    scenario = scenario_file(tmp_path)
+    assert serve(scenario).summary["scenario"]["dtype"] == "float32"
+    run = serve(scenario, dtype="bfloat16")
+    assert run.summary["scenario"]["dtype"] == "bfloat16"
+    assert run.records["id"].shape[0] == 7
+
+
 def test_removing_a_row_moves_the_last_row_with_its_caches():
     target, drafter = model("specsim-target"), model("specsim-draft-small")
     batch = Batch(target, drafter, 4, 64)

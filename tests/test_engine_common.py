@@ -30,10 +30,10 @@ def prompts_path() -> str:
 
 
 @functools.cache
-def model(name: str):
+def model(name: str, device: str = "cpu"):
     from specsim.models import load_model
 
-    return load_model(model_spec(name))
+    return load_model(model_spec(name), device)
 
 
 @functools.cache

@@ -58,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", metavar="FILE", help="prompt set (default: built-in)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="the models' parameter type, in the profiling and in the engine (default float32; "
+        "with --profile, give the type that profile was measured in)",
+    )
+    parser.add_argument(
         "--profile-budget", type=float, metavar="S", help="cap the profiling grid's time"
     )
     parser.add_argument(
@@ -115,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         drafters=_drafters(args.drafter),
         prompts=args.prompts,
         device=args.device,
+        dtype=args.dtype,
         profile_budget_s=args.profile_budget,
         clock=args.clock,
         replications=args.replications,

@@ -103,6 +103,7 @@ def run_engine(
     reference_prefill_s: float | None = None,
     drafter_references: dict[str, float] | None = None,
     reference_host_s: float | None = None,
+    dtype: str = "float32",
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
@@ -115,7 +116,8 @@ def run_engine(
     machine's speed at the start), and a drafter's passes to the speed at which its own take
     ``drafter_references`` (``decode_s``, ``prefill_s``: the profile's
     ``provenance.drafter_references`` for it), and the engine's own work to the speed at which
-    the host pass takes ``reference_host_s``.
+    the host pass takes ``reference_host_s``. ``dtype`` is the models' parameter type: the
+    one the profile it is compared with was measured in.
     """
     import torch
 
@@ -128,10 +130,10 @@ def run_engine(
     window, k_max = window_policy(scenario)
     drafter_spec = resolve_drafter(spec.drafter, drafters or DEFAULT_DRAFTERS, where)
     ngram = parse_ngram(drafter_spec) if (drafter_spec and spec.enabled) else None
-    target_model = load_model(target, device, torch.float32)
+    target_model = load_model(target, device, getattr(torch, dtype))
     drafter_model = None
     if spec.enabled and ngram is None:
-        drafter_model = load_model(drafter_spec, device, torch.float32)
+        drafter_model = load_model(drafter_spec, device, getattr(torch, dtype))
         if drafter_model.config.vocab_size != target_model.config.vocab_size:
             raise SpecsimError(
                 "drafter and target vocabularies differ",
@@ -189,6 +191,7 @@ def run_engine(
         "target_model": target,
         "drafter_model": drafter_spec if spec.enabled else None,
         "device": device,
+        "dtype": str(next(target_model.parameters()).dtype).removeprefix("torch."),
         "seed": scenario.seed,
         "ignore_eos": ignore_eos,
         "clock": clock,

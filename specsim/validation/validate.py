@@ -43,6 +43,9 @@ class ValidateOptions:
     drafters: dict[str, str] | None = None
     prompts: str | None = None
     device: str = "cpu"
+    # One parameter type for the profiling and the engine: the profiler's default on a GPU
+    # (bfloat16) would otherwise time other passes than the engine runs.
+    dtype: str = "float32"
     profile_budget_s: float | None = None
     profile_repeats: int | None = None
     clock: str = "wall"
@@ -99,6 +102,7 @@ def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | N
         drafters=drafters,
         name=name,
         device=opts.device,
+        dtype=opts.dtype,
         prompts=opts.prompts,
         temperatures=[spec.temperature] if spec.temperature > 0 else [1.0],
         grid=scenario_grid(scenario, max_position),
@@ -152,7 +156,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             final_profile = str(profile_path)
         profile = load_profile(profile_path)
         target_latency = profile.latency_model("target")
-        before = speed_check(opts.target, target_latency, opts.device, opts.clock)
+        before = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
         run = run_engine(
             scenario,
             target=opts.target,
@@ -164,8 +168,9 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             reference_prefill_s=profile.profile.provenance.reference_prefill_s,
             drafter_references=_drafter_references(profile, scenario),
             reference_host_s=profile.profile.provenance.reference_host_s,
+            dtype=opts.dtype,
         )
-        after = speed_check(opts.target, target_latency, opts.device, opts.clock)
+        after = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
         write_run(run, staging / "engine")
         simulated = scenario.model_copy(update={"profile": str(profile_path.resolve())})
         simulated.with_source(scenario.source)
