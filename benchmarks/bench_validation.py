@@ -143,6 +143,7 @@ def main() -> int:
     args = parser.parse_args()
     args.clock = args.clock or ("reference" if args.device == "cpu" else "wall")
 
+    from specsim.profile import load_profile
     from specsim.scenario import load_scenario
     from specsim.validation.compare import THRESHOLDS
     from specsim.validation.validate import ValidateOptions, validate
@@ -169,6 +170,7 @@ def main() -> int:
         clock=args.clock,
     )
     figures["profile_overhead_ms"] = profile_overhead_ms(profile)
+    figures["overhead_pass_scale"] = load_profile(profile).profile.provenance.overhead_pass_scale
     for path in scenarios:
         scenario = load_scenario(path)
         t0 = time.monotonic()

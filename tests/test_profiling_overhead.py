@@ -324,11 +324,13 @@ def test_simulator_charges_the_prefill_terms_on_a_prefill_iteration(tmp_path):
 class Log:
     """An engine iteration log with the fields the profiler reads."""
 
-    def __init__(self, rows, drafted=None):
+    def __init__(self, rows, drafted=None, target_s=None):
         fields = ("kind", "window", "batch", "new_tokens", "context", "pairs", "dt")
         for i, name in enumerate(fields):
             setattr(self, name, [row[i] for row in rows])
-        self.target_s = self.drafter_s = []  # a wall-clock run: no split
+        # Without the target passes' times, a wall-clock run: no split.
+        self.target_s = list(target_s or [])
+        self.drafter_s = [0.0] * len(self.target_s)
         self.drafted = drafted or []  # per decode iteration, each row's drafts
 
 
@@ -358,6 +360,34 @@ def test_log_points_take_the_median_gap_per_group_and_the_spread_of_its_ratio():
     assert prefill.seconds == pytest.approx(4e-3)
     assert len(points) == 2  # the 4-iteration group at batch 3 is left out
     assert decode.iteration_s == pytest.approx(14e-3)  # the median iteration, for the weights
+
+
+def test_the_waves_drift_against_the_latency_fits_is_taken_out_of_every_gap():
+    # Passes in the waves ran 1.1x what the fits predict (the machine's drift between the two
+    # measurements). The target-alone steps' passes show it; a speculative step's gap is then
+    # its own work (2 ms), not that plus 10 % of its 12 ms of passes.
+    from specsim.profiling.overhead import log_points, wave_pass_scale
+
+    alone_rows = [("decode", 0, 4, 4, 400, 0.0, 4.4e-3 + 1e-3)] * 6
+    alone = Log(alone_rows, target_s=[4.4e-3] * 6)
+    scale = wave_pass_scale([alone], Costs())
+    assert scale == pytest.approx(1.1)
+    steps = [("decode", 2, 4, 12, 400, 0.0, 13.2e-3 + 2e-3)] * 5
+    (point,) = log_points(Log(steps, target_s=[13.2e-3] * 5), Costs(), "tiny", scale)
+    assert point.seconds == pytest.approx(2e-3)
+    (alone_point,) = log_points(alone, Costs(), None, scale)
+    assert alone_point.seconds == pytest.approx(1e-3)
+    (unscaled,) = log_points(Log(steps), Costs(), "tiny")
+    assert unscaled.seconds == pytest.approx(3.2e-3)
+    # A wave's opening prefill runs cold (80 ms against the fit's 64 here): its gap is the
+    # engine's own work alone (3 ms), neither the drift nor the cold start.
+    prefills = [("prefill", 0, 4, 64, 0, 0.0, 80e-3 + 3e-3)] * 3
+    log = Log(alone_rows + prefills, target_s=[4.4e-3] * 6 + [80e-3] * 3)
+    gaps = {p.is_prefill: p.seconds for p in log_points(log, Costs(), None, scale)}
+    assert gaps == {False: pytest.approx(1e-3), True: pytest.approx(3e-3)}
+    # A wall-clock run keeps no split: nothing is known of the drift.
+    assert wave_pass_scale([Log(alone_rows)], Costs()) is None
+    assert fit_overhead([point], scale).pass_scale == scale
 
 
 def test_steps_that_ran_fewer_drafter_passes_than_their_window_are_left_out():

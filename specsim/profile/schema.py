@@ -68,6 +68,13 @@ class Provenance(StrictModel):
         "taken while the machine was slow and every pass was rescaled from far off: profile "
         "again",
     )
+    overhead_pass_scale: Pos | None = Field(
+        default=None,
+        description="measured with a CPU clock: how fast the target's decode passes ran in the "
+        "overhead waves against the latency fits (the median of measured / predicted over "
+        "target-alone decodes). The overhead terms are fitted against the passes at this "
+        "speed, so that the machine's drift between the two measurements stays out of them",
+    )
 
 
 class Hardware(StrictModel):

@@ -426,6 +426,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
                 else None
             ),
             "reference_slowdown": slowdown,
+            "overhead_pass_scale": overhead.pass_scale,
         },
         "hardware": _hardware(opts.device),
         "target": target_spec,

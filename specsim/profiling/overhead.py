@@ -7,7 +7,9 @@ target's (on a CPU about 1.2x their isolated time). ``measure_overhead`` serves 
 identical requests on the real engine at a few batch sizes and windows k, for the target alone
 and with every draft model (``specsim.engine.overhead.serve_fixed_batch``), and compares each
 iteration in its log with what the latency fits predict for its passes (``StepCosts`` of a
-profile without overhead). ``fit_overhead`` fits the profile's formula (see
+profile without overhead), at the speed at which the waves' target-alone passes ran against
+those fits (``wave_pass_scale``: the machine's drift between the two measurements, which is
+not the engine's). ``fit_overhead`` fits the profile's formula (see
 ``specsim.profile.schema.Overhead``)::
 
     decode:  per_step + per_sequence * B + k * (per_draft_step + per_draft_token * B)
@@ -74,6 +76,9 @@ class OverheadFit:
     drafters: dict[str, dict[str, float]] = field(default_factory=dict)
     jitter: list[float] = field(default_factory=list)  # decode iterations: jitter_quantiles
     prefill_jitter: list[float] = field(default_factory=list)  # prefill iterations
+    # The waves' decode passes against the latency fits' prediction (see ``wave_pass_scale``),
+    # taken out of every decode point's gap (None: not known, on the wall clock).
+    pass_scale: float | None = None
 
     def predict(self, batch: int, k: int) -> float:
         return float((_design([batch], [k]) @ np.asarray([self.terms[t] for t in TERMS]))[0])
@@ -96,6 +101,8 @@ class OverheadFit:
                 f"{own['per_prefill_s'] * 1e3:.3f} ms + "
                 f"{own['per_prefill_token_s'] * 1e6:.2f} us per token"
             )
+        if self.pass_scale is not None:
+            text += f"; the waves' decode passes ran x{self.pass_scale:.3f} of the latency fits"
         for kind, q in (("decode", self.jitter), ("prefill", self.prefill_jitter)):
             if q:
                 text += (
@@ -136,7 +143,7 @@ def _design(batches: Sequence[int], ks: Sequence[int]) -> np.ndarray:
     return np.stack([np.ones_like(b), b, k, k * b], axis=1)
 
 
-def fit_overhead(points: Sequence[OverheadPoint]) -> OverheadFit:
+def fit_overhead(points: Sequence[OverheadPoint], pass_scale: float | None = None) -> OverheadFit:
     """Non-negative least squares of the overhead formula over all the decode points, and of
     each labelled draft model's points alone for its own draft terms; the prefill terms from
     the prefill points beyond what the decode formula already charges them (the shared ones
@@ -173,6 +180,7 @@ def fit_overhead(points: Sequence[OverheadPoint]) -> OverheadFit:
         drafters,
         jitter_quantiles(decode),
         jitter_quantiles(prefill) if prefill_spread >= MIN_PREFILL_SPREAD else [],
+        pass_scale,
     )
 
 
@@ -279,17 +287,54 @@ def measure_overhead(
             index, drafter, batch, k = config
             log = serve_fixed_batch(target, drafter, batch, k, prompt, output, 1, clock, wave)
             logs[config] = logs[config].extend(log) if config in logs else log
+    alone = [log for (index, *_), log in logs.items() if index is None]
+    scale = wave_pass_scale(alone, costs(None))
     points: list[OverheadPoint] = []
     for (index, _, _, _), log in logs.items():
         name = None if index is None else (names[index] if names else f"drafter-{index}")
-        points += log_points(log, costs(index), name)
-    return fit_overhead(points)
+        points += log_points(log, costs(index), name, scale)
+    return fit_overhead(points, scale)
 
 
-def log_points(log, costs, name: str | None) -> list[OverheadPoint]:
-    """Overhead points from an engine iteration log: per (kind, k, batch), the median of
-    measured - predicted (decode groups of ``MIN_DECODES`` iterations or more; every prefill
-    group), with each iteration's measured / predicted over the group's median as its spread."""
+def wave_pass_scale(logs, costs) -> float | None:
+    """How fast the waves' target passes ran against the latency fits' prediction: the median,
+    over the target-alone decode iterations, of the target pass's measured / predicted time
+    (None without the engine's split of its time, which only the CPU clocks keep).
+
+    The grid and the waves run minutes apart, and on a shared machine the speed references
+    that rescale both follow its drift only in part. A gap of iteration minus predicted passes
+    then holds that drift times the passes, several times the engine's own work: the fitted
+    k = 0 per-step term ranged 0.13..1.43 ms between profiles, where the engine's own work at
+    batch 1 measured 0.6-0.7 ms. Outside a speculative step a pass in the loop runs as it
+    does alone (the validation runs' k = 0 target passes came within 0.95..1.0 of the fits
+    at batch 1), so their ratio in the waves is the drift, and every point's gap is taken
+    against the passes at this speed. What stays is the engine's own work, and what a loop
+    costs the passes beyond that: a speculative step's cache-cold target pass, and its
+    growth with the batch."""
+    from specsim.simulation.costs import engine_log_groups
+
+    ratios = []
+    for log in logs:
+        for (kind, _, _), group in engine_log_groups(log, costs).items():
+            if kind != "decode" or group.measured_parts is None:
+                continue
+            ratios.append(group.measured_parts[:, 0] / group.predicted_parts[:, 0])
+    if not ratios:
+        return None
+    return float(np.median(np.concatenate(ratios)))
+
+
+def log_points(
+    log, costs, name: str | None, pass_scale: float | None = None
+) -> list[OverheadPoint]:
+    """Overhead points from an engine iteration log: per (kind, k, batch), the median gap
+    (decode groups of ``MIN_DECODES`` iterations or more; every prefill group), with each
+    iteration's measured / predicted over the group's median as its spread. A decode gap is
+    measured - predicted passes x ``pass_scale`` (1 when None). A prefill gap, where the
+    engine kept the split of its time, is its own work alone: each wave opens with a prefill
+    that runs cache-cold after the other configurations' waves (the built-in target's
+    one-prompt prefill ~1.3x the fit there, against ~1.0x in a validation run's continuous
+    serving), so the passes' gap would charge every prefill with the waves' cold start."""
     from specsim.simulation.costs import engine_log_groups
 
     points = []
@@ -303,7 +348,10 @@ def log_points(log, costs, name: str | None) -> list[OverheadPoint]:
             continue
         ratio = measured / predicted
         spread = tuple(float(v) for v in ratio / np.median(ratio)) if len(ratio) > 1 else ()
-        gap = float(np.median(measured - predicted))
+        if kind == "prefill" and group.measured_parts is not None:
+            gap = float(np.median(group.measured_parts[used, 2]))
+        else:
+            gap = float(np.median(measured - predicted * (pass_scale or 1.0)))
         tokens = int(np.median(new)) if kind == "prefill" else 0
         iteration = float(np.median(measured))
         points.append(OverheadPoint(batch, k, gap, name, tokens, spread, iteration, len(measured)))
