@@ -177,6 +177,14 @@ class Engine(StrictModel):
         description="override the KV-cache capacity in tokens (default: memory left after the "
         "target's and drafter's weights, divided by their KV bytes per token)",
     )
+    padded_attention: bool = Field(
+        default=False,
+        description="true: a batched pass pads every row to the longest one, so attention "
+        "reads each row's KV cache to the longest row's context, and a whole-prompt prefill "
+        "feeds every prompt at the longest prompt's length (specsim's own engine, Hugging Face "
+        "generate); false: each row attends over its own context (paged attention: vLLM, "
+        "SGLang)",
+    )
     jitter: bool = Field(
         default=True,
         description="true: each iteration's time is its median times a seeded draw from the "

@@ -67,6 +67,21 @@ def test_engine_runs_its_models_in_the_parameter_type_it_is_given(tmp_path):
     assert run.records["id"].shape[0] == 7
 
 
+def test_engine_logs_the_padded_pass_it_runs(tmp_path):
+    # The engine pads each batched pass to its longest row: at k = 0 a decode over B rows
+    # reads B x the longest context and pairs each row's one new token with as many (+1 for
+    # itself), which is what a padded-attention simulation charges. The rows' own contexts
+    # (kv_tokens, after the step) sum to less wherever their lengths differ.
+    run = serve(scenario_file(tmp_path, speculation={"drafter": None, "k": 0}))
+    log = run.log
+    decodes = [i for i, kind in enumerate(log.kind) if kind == "decode" and log.batch[i] > 1]
+    assert decodes
+    for i in decodes:
+        assert log.context[i] % log.batch[i] == 0
+        assert log.pairs[i] == log.context[i] + log.batch[i]
+    assert any(log.kv_tokens[i] < log.context[i] + log.batch[i] for i in decodes)
+
+
 def test_removing_a_row_moves_the_last_row_with_its_caches():
     target, drafter = model("specsim-target"), model("specsim-draft-small")
     batch = Batch(target, drafter, 4, 64)

@@ -396,3 +396,39 @@ def test_every_workload_kind_runs_end_to_end(tmp_path, workload):
     else:
         assert arrivals.tolist() == [0.0, 1.0, 3.0]  # 0, 0.5, 1.5 s scaled by 2
         assert rec["prompt_tokens"][np.argsort(rec["arrival_s"])].tolist() == [100, 200, 50]
+
+
+def padded_run(tmp_path, prompts: tuple[int, int], padded: bool):
+    """Two requests arriving together, 5 tokens each, k = 0, whole-prompt prefill, on the
+    compute fixture with attention costs scaled up (1e-5 s per cached token read, 1e-6 s per
+    query-key pair) so that the padding shows."""
+    import yaml
+
+    profile = yaml.safe_load((DATA / "sim_profile_compute.yaml").read_text())
+    profile["target"]["latency"]["fit"].update(per_kv_token_s=1e-5, per_attention_pair_s=1e-6)
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile))
+    rows = "".join(f"0.0,{p},5\n" for p in prompts)
+    (tmp_path / "trace.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + rows)
+    data = {
+        "profile": "profile.yaml",
+        "workload": {"kind": "trace", "trace": "trace.csv"},
+        "engine": {"chunked_prefill": False, "padded_attention": padded},
+        "speculation": {"drafter": None, "k": 0},
+    }
+    scenario = Scenario.model_validate(data).with_source(tmp_path / "scenario.yaml")
+    return run(scenario, tmp_path, f"{prompts[1]}-{padded}")[1]
+
+
+def test_padded_attention_charges_every_row_the_longest_rows_context(tmp_path):
+    # Prompts of 100 and 40 tokens. The prefill pays 2 x 100 x 101 / 2 query-key pairs
+    # instead of 5050 + 820 (4230 more; both prompts stay below the fixture's 256-token knee,
+    # so the padded tokens cost nothing by themselves). Each of the 4 decode steps reads
+    # 2 x the longer row's context instead of the two contexts (60 tokens more) and pairs its
+    # two new tokens with as many (60 more). 4230e-6 + 4 x 60 x (1e-5 + 1e-6) s in all.
+    paged = padded_run(tmp_path, (100, 40), padded=False)
+    padded = padded_run(tmp_path, (100, 40), padded=True)
+    extra = padded["finish_s"] - paged["finish_s"]
+    assert extra == pytest.approx([4230e-6 + 4 * 60 * 1.1e-5] * 2, abs=2e-6)
+    # Rows of one length pad nothing.
+    same = padded_run(tmp_path, (100, 100), padded=False)
+    assert list(padded_run(tmp_path, (100, 100), padded=True)["finish_s"]) == list(same["finish_s"])

@@ -105,7 +105,9 @@ COMMAND_OUTPUTS = {
         "target_logprob_mean and eos), summary.json (the same keys as a simulation, plus "
         "machine_speed with --clock reference: the probes' slowdowns, the target's and each "
         "drafter's) and iterations.csv (one row per iteration: kind, window, batch, the target "
-        "pass's new_tokens, context and pairs, seconds (from the end of the previous "
+        "pass's new_tokens, context and pairs as the padded batch runs them (every row to "
+        "the longest row's context; a prefill, every prompt at the longest one's length), "
+        "seconds (from the end of the previous "
         "iteration, its bookkeeping included, so busy iterations add up to the busy time), "
         "and with --clock cpu or reference "
         "target_s and drafter_s, the part of seconds in each model's passes)",

@@ -227,7 +227,10 @@ class ServingEngine:
         first, stop = self.batch.add([r.prompt_ids for r in chosen])
         rows = self.batch.rows(first, stop)
         lengths = rows.s_len.clone()
-        pass_shape = (int(lengths.sum()), 0, float((lengths * (lengths + 1)).sum()) / 2)
+        # The pass feeds every prompt at the longest one's length (a padded batch): that is the
+        # work it does, and what a padded-attention simulation charges.
+        fed = len(chosen) * int(lengths.max())
+        pass_shape = (fed, 0, fed * (int(lengths.max()) + 1) / 2)
         streams = [self._stream(r.rid) for r in chosen]
         uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
         result = prefill_step(self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0])
@@ -268,9 +271,11 @@ class ServingEngine:
                 proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
                 n_drafts[slot] = len(found)
         new = n_drafts + 1
-        context = self.batch.target_cache.lengths[:size].cpu()
-        pairs = float((new * context).sum()) + float((new * (new + 1)).sum()) / 2
-        pass_shape = (int(new.sum()), int(context.sum()), pairs)
+        # Attention runs over every row's cache to the longest row's length (a padded batch):
+        # the pass reads, and pairs each new token with, that many cached positions per row.
+        longest = int(self.batch.target_cache.lengths[:size].max())
+        pairs = float(new.sum()) * longest + float((new * (new + 1)).sum()) / 2
+        pass_shape = (int(new.sum()), size * longest, pairs)
         result = speculative_step(
             self.target,
             self.drafter,

@@ -59,6 +59,7 @@ class Replica:
         self.index = index
         self.pool_index = pool_index
         self.chunked = engine.chunked_prefill
+        self.padded = engine.padded_attention
         self.token_budget = engine.max_batched_tokens
         self.max_batch = engine.max_batch
         self.costs = costs
@@ -238,8 +239,14 @@ class Replica:
         batch = int(rows)
         # The measured range is per sequence: the largest cached context and the chunk sizes.
         sizes = [chunk for _, chunk in chunks]
-        costs.check_ranges(batch, max(r.prefilled for r, _ in chunks), max(sizes), min(sizes))
-        dt = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, tokens, kv, pairs)
+        reach = max(r.prefilled for r, _ in chunks)
+        costs.check_ranges(batch, reach, max(sizes), min(sizes))
+        if self.padded:  # every prompt fed at the longest one's length and cached context
+            longest = max(sizes)
+            charged = (rows * longest, rows * reach, rows * longest * (reach + (longest + 1) / 2))
+        else:
+            charged = (tokens, kv, pairs)
+        dt = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, *charged)
         flops = costs.target_flops(tokens, pairs) + costs.draft_prefill_flops(tokens, pairs)
         self.stats.flops["prefill"] += flops
         return dt, (chunks, batch)
@@ -283,7 +290,8 @@ class Replica:
         k = self._choose_window(rows, decode_kv)
         decode = None
         new_tokens = 0.0
-        pairs = 0.0
+        pairs = charged_pairs = 0.0
+        charged_kv = decode_kv
         if rows:
             remaining, context, shift, _, ones = self._prefix(self.high)
             used = remaining.shape[0]  # slots the step covers: every occupied one
@@ -312,11 +320,12 @@ class Replica:
             # below 2^53, so these sums are exact whatever the summation order or prefix length.
             drafted = float(drafts.dot(ones))
             new_tokens = drafted + used
-            pairs = (
-                float(drafts.dot(context))
-                + decode_kv
-                + 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + used + new_tokens)
-            )
+            own_span = 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + used + new_tokens)
+            pairs = charged_pairs = float(drafts.dot(context)) + decode_kv + own_span
+            if self.padded:  # every row's attention (and its cache read) runs to the longest
+                longest = float(context.max())
+                charged_kv = rows * longest
+                charged_pairs = new_tokens * longest + own_span
             decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
             self._joined = 0
         chunks = None
@@ -330,7 +339,7 @@ class Replica:
                 ) + costs.draft_prefill_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        dt = costs.iteration_s(k, rows, new_tokens, decode_kv, pairs, *prefill)
+        dt = costs.iteration_s(k, rows, new_tokens, charged_kv, charged_pairs, *prefill)
         if decode is not None:
             self.log.verification_flops += (
                 self._flops_per_token * new_tokens + self._attn_flops * pairs

@@ -172,7 +172,11 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         )
         after = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
         write_run(run, staging / "engine")
-        simulated = scenario.model_copy(update={"profile": str(profile_path.resolve())})
+        # The engine pads every batched pass to its longest row: simulate that engine.
+        padded = scenario.engine.model_copy(update={"padded_attention": True})
+        simulated = scenario.model_copy(
+            update={"profile": str(profile_path.resolve()), "engine": padded}
+        )
         simulated.with_source(scenario.source)
         (staging / "simulation").mkdir()
         sim_records = staging / "simulation" / "requests.csv"
