@@ -303,14 +303,14 @@ def wave_pass_scale(logs, costs) -> float | None:
 
     The grid and the waves run minutes apart, and on a shared machine the speed references
     that rescale both follow its drift only in part. A gap of iteration minus predicted passes
-    then holds that drift times the passes, several times the engine's own work: the fitted
-    k = 0 per-step term ranged 0.13..1.43 ms between profiles, where the engine's own work at
-    batch 1 measured 0.6-0.7 ms. Outside a speculative step a pass in the loop runs as it
-    does alone (the validation runs' k = 0 target passes came within 0.95..1.0 of the fits
-    at batch 1), so their ratio in the waves is the drift, and every point's gap is taken
-    against the passes at this speed. What stays is the engine's own work, and what a loop
-    costs the passes beyond that: a speculative step's cache-cold target pass, and its
-    growth with the batch."""
+    then also holds that drift times the passes, which can outweigh the engine's own work:
+    the fitted k = 0 per-step term ranged 0.13..1.43 ms between profiles, where the engine's
+    own work at batch 1 measured 0.6-0.7 ms. Outside a speculative step a pass in the loop
+    runs as it does alone (in validation runs on a steady machine, k = 0 target passes at
+    batch 1 came within 0.95..1.0 of the fits), so their ratio in the waves is the drift;
+    every gap is taken against the passes at this speed. What stays is the engine's own work,
+    and what a loop costs the passes beyond that: a speculative step's cache-cold target pass,
+    and its growth with the batch."""
     from specsim.simulation.costs import engine_log_groups
 
     ratios = []
@@ -332,9 +332,9 @@ def log_points(
     iteration's measured / predicted over the group's median as its spread. A decode gap is
     measured - predicted passes x ``pass_scale`` (1 when None). A prefill gap, where the
     engine kept the split of its time, is its own work alone: each wave opens with a prefill
-    that runs cache-cold after the other configurations' waves (the built-in target's
-    one-prompt prefill ~1.3x the fit there, against ~1.0x in a validation run's continuous
-    serving), so the passes' gap would charge every prefill with the waves' cold start."""
+    that runs cache-cold after the other configurations' waves (the target's prefills there
+    ran 1.09x and 1.18x the fit in two profiles, against 0.99-1.03x in validation runs'
+    continuous serving), so the passes' gap would charge every prefill with that cold start."""
     from specsim.simulation.costs import engine_log_groups
 
     points = []
