@@ -188,6 +188,10 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
     assert "engine.chunked_prefill" in err and len(err.splitlines()) == 1
     assert main(validate_argv(write_scenario(tmp_path), tmp_path / "none.yaml", out)) == 2
     assert "profile not found" in capsys.readouterr().err
+    # A device this machine lacks fails before any model loads (not deep in the engine).
+    assert main([*validate_argv(write_scenario(tmp_path), profile, out), "--device", "tpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown device 'tpu'" in err and len(err.splitlines()) == 1
     assert not out.exists()
 
 

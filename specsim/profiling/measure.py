@@ -73,18 +73,25 @@ def device_name(device: str) -> str:
     return f"CPU: {model}, {torch.get_num_threads()} torch threads"
 
 
-def _check_device(opts: MeasureOptions):
+def check_device(device: str) -> None:
+    """A clear error for a device this machine does not have (before any model loads)."""
     import torch
 
-    if opts.device.startswith("cuda"):
+    if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise SpecsimError(
                 "CUDA is not available on this machine",
                 file="--device",
                 fix="use --device cpu, or run on a machine with a GPU",
             )
-    elif opts.device != "cpu":
-        raise SpecsimError(f"unknown device {opts.device!r}", file="--device", fix="cpu or cuda")
+    elif device != "cpu":
+        raise SpecsimError(f"unknown device {device!r}", file="--device", fix="cpu or cuda")
+
+
+def _check_device(opts: MeasureOptions):
+    import torch
+
+    check_device(opts.device)
     dtype = opts.dtype or ("bfloat16" if opts.device.startswith("cuda") else "float32")
     if dtype not in DTYPES:
         raise SpecsimError(

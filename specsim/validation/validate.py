@@ -129,6 +129,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         write_run,
     )
     from specsim.profile import load_profile
+    from specsim.profiling.measure import check_device
     from specsim.simulation import run_simulation
     from specsim.simulation.records import read_records
     from specsim.validation.drift import CONTEXT, speed_check
@@ -136,6 +137,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
     from specsim.validation.residuals import iteration_residuals, residual_table, split_table
 
     check_supported(scenario)
+    check_device(opts.device)
     where = str(scenario.source) if scenario.source else None
     drafters = opts.drafters or DEFAULT_DRAFTERS
     drafter_spec = resolve_drafter(scenario.speculation.drafter, drafters, where)
