@@ -162,7 +162,7 @@ class DraftOverhead(StrictModel):
     per_speculative_step_s: NonNeg = Field(
         default=0.0,
         description="added once per step in which this drafter drafted (k > 0), whatever k: "
-        "the target's verification pass runs cache-cold after the drafter's passes",
+        "the target's verification pass runs slower inside such a step than alone",
     )
     per_speculative_sequence_s: NonNeg = Field(
         default=0.0, description="the same, per drafting sequence"

@@ -209,7 +209,7 @@ def _fit_prefill(points: Sequence[OverheadPoint], decode_terms: dict[str, float]
 def _own_step_terms(points: Sequence[OverheadPoint], terms: dict) -> dict[str, float]:
     """A drafter's draft terms and per-speculative-step terms: the same formula fitted to what
     its speculative steps (k > 0) take beyond the shared per-step terms; a step's constant
-    (the target's pass running cache-cold after the drafter's) and its k-proportional part
+    (the target's pass running slower in such a step than alone) and its k-proportional part
     (each draft pass) come apart because every batch is measured at two values of k."""
     speculative = [p for p in points if p.k]
     if not speculative:
@@ -309,8 +309,8 @@ def wave_pass_scale(logs, costs) -> float | None:
     runs as it does alone (in validation runs on a steady machine, k = 0 target passes at
     batch 1 came within 0.95..1.0 of the fits), so their ratio in the waves is the drift;
     every gap is taken against the passes at this speed. What stays is the engine's own work,
-    and what a loop costs the passes beyond that: a speculative step's cache-cold target pass,
-    and its growth with the batch."""
+    and what a loop costs the passes beyond that: a speculative step's slower target pass, and
+    its growth with the batch."""
     from specsim.simulation.costs import engine_log_groups
 
     ratios = []
