@@ -44,6 +44,8 @@ from specsim.errors import SpecsimError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from specsim.profiling.measure import DTYPES
+
     parser.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     parser.add_argument("--profile", metavar="P", help="use this profile instead of measuring")
     add_out(parser)
@@ -60,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16", "float16"],
+        choices=list(DTYPES),
         default="float32",
         help="the models' parameter type, in the profiling and in the engine (default float32; "
         "with --profile, give the type that profile was measured in)",

@@ -229,8 +229,8 @@ class ServingEngine:
         lengths = rows.s_len.clone()
         # The pass feeds every prompt at the longest one's length (a padded batch): that is the
         # work it does, and what a padded-attention simulation charges.
-        fed = len(chosen) * int(lengths.max())
-        pass_shape = (fed, 0, fed * (int(lengths.max()) + 1) / 2)
+        longest = int(lengths.max())
+        pass_shape = (len(chosen) * longest, 0, len(chosen) * longest * (longest + 1) / 2)
         streams = [self._stream(r.rid) for r in chosen]
         uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
         result = prefill_step(self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0])
