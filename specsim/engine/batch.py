@@ -14,16 +14,6 @@ from specsim.engine.step import Rows
 from specsim.models import DecoderModel, KVCache
 
 
-def cache_view(cache: KVCache, start: int, stop: int) -> KVCache:
-    """Rows ``start:stop`` of ``cache`` as a cache sharing its storage."""
-    view = KVCache.__new__(KVCache)
-    view.keys = [k[start:stop] for k in cache.keys]
-    view.values = [v[start:stop] for v in cache.values]
-    view.lengths = cache.lengths[start:stop]
-    view.max_len = cache.max_len
-    return view
-
-
 def _move_row(cache: KVCache, src: int, dst: int) -> None:
     used = int(cache.lengths[src])
     for keys, values in zip(cache.keys, cache.values, strict=True):
@@ -59,10 +49,8 @@ class Batch:
         return Rows(
             seq=self.seq[start:stop],
             s_len=self.s_len[start:stop],
-            target_cache=cache_view(self.target_cache, start, stop),
-            draft_cache=None
-            if self.draft_cache is None
-            else cache_view(self.draft_cache, start, stop),
+            target_cache=self.target_cache.view(start, stop),
+            draft_cache=None if self.draft_cache is None else self.draft_cache.view(start, stop),
         )
 
     def add(self, prompts: list[list[int]]) -> tuple[int, int]:

@@ -139,16 +139,10 @@ def _audit_one(name, model, cache, rows: Rows, exact_lag: bool, tol: float = 1e-
             continue
         seq = rows.seq[b : b + 1, :s_len]
         fresh = model(seq)[0, -1]
-        one = _row_cache(cache, b)
+        one = cache.view(b, b + 1)
         cached = model(seq[:, held:], one)[0, -1]
         one.rollback([held])
         gap = float((fresh - cached).abs().max())
         if gap > tol:
             problems.append(f"row {b}: {name} cached logits differ from a fresh pass by {gap:.3g}")
     return problems
-
-
-def _row_cache(cache, b: int):
-    from specsim.engine.batch import cache_view
-
-    return cache_view(cache, b, b + 1)
