@@ -10,6 +10,7 @@ from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.swap import DrafterPlan, SwapPlan
 from specsim.planning.window import LoadResult
+from specsim.simulation.acceptance import window_rates
 
 SWEEP_COLUMNS = [
     ("throughput (tok/s)", "throughput_tokens_per_s", None),
@@ -171,11 +172,12 @@ def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
 
 
 def _acceptance_table(plan: SwapPlan, per) -> Table:
-    """Per position: the profile's chain rate, what it implies, and what the simulation saw."""
+    """Per position: the rate the simulator chains (``window_rates``), what it implies, and what
+    the simulation saw."""
     top = max(plan.ks)
     rows = []
     for d in plan.drafters:
-        rates = d.acceptance.per_position
+        rates = window_rates(d.acceptance)
         simulated = (per[d.name][0].summary(f"k={top}") or {}).get("per_position_acceptance") or []
         chained = 1.0
         for i in range(top):

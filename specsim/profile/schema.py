@@ -279,6 +279,11 @@ class Acceptance(StrictModel):
     given drafts 1..i were (the chain statistic, walked over real steps). For drafters that do not
     always propose (n-gram lookup), the rates are conditional on a proposal and
     ``proposal_rate`` is the share of steps that propose at all.
+
+    ``per_position`` is walked with the widest window, whose steps start elsewhere than a
+    narrower window's; where ``mean_acceptance_length`` holds every k from 1 up, the simulator
+    chains the rates that reproduce each of those lengths instead
+    (``specsim.simulation.acceptance.window_rates``).
     """
 
     drafter: str

@@ -37,6 +37,38 @@ def extend_rates(per_position: list[float], k_max: int) -> np.ndarray:
     return np.asarray(rates, dtype=np.float64)
 
 
+def window_rates(entry: Acceptance) -> list[float]:
+    """The conditional rates the simulator chains: those that give every window k the mean
+    acceptance length the profile measured for it, where it measured one for each k from 1 up.
+
+    ``per_position`` comes from the widest window's walk, and a window's steps start elsewhere
+    than a narrower one's (after a rejection, or after k accepted drafts), so its chain
+    understates a narrower window: for the built-in models at T = 1 it gives the tiny drafter
+    2.10 tokens per step at k = 2 where the profile's own k = 2 walk measured 2.15 and the real
+    engine 2.14 (8 seeds, sd 0.025); greedy, the small drafter 2.42 against 2.64.
+
+    With ``L_k`` the measured lengths (``L_0 = 1``) and gains ``g_i = L_i - L_(i-1)``, the
+    chain's probability of accepting the first i drafts must be ``g_i``, so
+    ``a_i = g_i / (a_1 ... a_(i-1))``: ``1 + a_1 + a_1 a_2 + ... = L_k`` for every k at once,
+    and one list serves a window policy that changes k. Where a gain exceeds the one before (a
+    rate above 1: the per-k walks differ by a little noise) the rate is 1 and the chain stays
+    as close as it can. Drafters that do not always propose (prompt lookup, whose lengths mix
+    proposal sizes) and tables that do not start at k = 1 keep ``per_position``."""
+    lengths = entry.mean_acceptance_length
+    if entry.proposal_rate < 1.0 or 1 not in lengths:
+        return list(entry.per_position)
+    rates, reached, previous = [], 1.0, 1.0  # chain probability so far; L_(i-1)
+    k = 1
+    while k in lengths:
+        gain = lengths[k] - previous
+        rate = 0.0 if reached <= 0.0 else min(max(gain / reached, 0.0), 1.0)
+        rates.append(rate)
+        reached *= rate
+        previous = lengths[k]
+        k += 1
+    return rates + list(entry.per_position[len(rates) :])
+
+
 class RateAcceptance:
     """Rate-based acceptance: i.i.d. or per-position, optionally heterogeneous across requests."""
 
@@ -232,5 +264,5 @@ def build_acceptance(
         alpha = entry.per_position[0] if rate is None else rate
         rates = np.full(k_max, alpha, dtype=np.float64)
     else:
-        rates = extend_rates(entry.per_position, k_max)
+        rates = extend_rates(window_rates(entry), k_max)
     return RateAcceptance(rates, entry.proposal_rate, concentration)
