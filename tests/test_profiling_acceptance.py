@@ -198,7 +198,10 @@ def test_draft_model_scores_match_hand_computed_values():
 
     p = torch.tensor([[0.5, 0.3, 0.2], [0.9, 0.05, 0.05]])
     q = torch.tensor([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
-    scores = draft_model_scores(p.log(), q.log(), temperature=1.0)
+    scores = draft_model_scores(p.log(), q.log(), temperature=1.0, tokens=[2, 0])
+    # The text's tokens 2 and 0: the draft was accepted given them with min(1, q/p) there:
+    # min(1, 0.5 / 0.2) = 1 and 0.2 / 0.9. Averaged over tokens x ~ p that is beta.
+    assert scores["text_accept"] == pytest.approx([1.0, 0.2 / 0.9])
     # beta = sum min(p, q); typical threshold min(0.09, 0.3 exp(-H(p))) is 0.09 for both rows:
     # row 1 all tokens pass (typical = 1); row 2 only token 0 does (typical = q(0) = 0.2).
     assert scores["beta"] == pytest.approx([0.7, 0.3])
@@ -208,13 +211,15 @@ def test_draft_model_scores_match_hand_computed_values():
     # token 0 with 0.2 (passing draft) + 0.8 (fallback to argmax): one-hot 0, TV = 1 - 0.9.
     assert scores["typical_tv"] == pytest.approx([0.3, 0.1])
     # Temperature 2 flattens both: p ~ sqrt(p), q ~ sqrt(q).
-    hot = draft_model_scores(p.log(), q.log(), temperature=2.0)
+    hot = draft_model_scores(p.log(), q.log(), temperature=2.0, tokens=[0, 1])
     ps, qs = p.sqrt(), q.sqrt()
     ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)
     assert hot["beta"] == pytest.approx(torch.minimum(ps, qs).sum(-1).numpy(), rel=1e-6)
     # Temperature 0: one-hot argmax, so beta is 1 exactly where the argmaxes agree.
-    cold = draft_model_scores(p.log(), torch.tensor([[0.6, 0.3, 0.1], [0.1, 0.8, 0.1]]).log(), 0)
+    q_cold = torch.tensor([[0.6, 0.3, 0.1], [0.1, 0.8, 0.1]])
+    cold = draft_model_scores(p.log(), q_cold.log(), 0, tokens=[0, 0])
     assert cold["beta"].tolist() == [1.0, 0.0] == cold["match"].tolist()
+    assert cold["text_accept"].tolist() == [1.0, 0.0]  # greedy text: the same as a match
 
 
 def test_ngram_scores_use_p_of_the_proposed_token():
@@ -247,3 +252,86 @@ def test_prompt_files_by_paragraph_line_or_jsonl(tmp_path):
     jsonl = tmp_path / "c.jsonl"
     jsonl.write_text('{"prompt": "x"}\n\n{"text": "y", "id": 2}\n')
     assert read_prompts(jsonl) == ["x", "y"]
+
+
+# A pair of Markov "models" over tokens {0, 1}: the target's next token is uniform whatever came
+# before; the drafter, after a 0, proposes 0 with probability 0.95. A draft accepted there is a 0,
+# where the target's own text holds 0 or 1: the beta walk reads the next position after either.
+MARKOV_P = np.array([[0.5, 0.5], [0.5, 0.5]])
+MARKOV_Q = np.array([[0.95, 0.05], [0.5, 0.5]])
+
+
+def _speculative_loop_tokens_per_step(k, chains, steps, rng) -> float:
+    """The real loop, simulated: k drafts from q, each accepted with min(1, p/q), the first
+    rejected one replaced from the residual max(p - q, 0), a bonus token from p after k accepted.
+    Chains start from the stationary state (uniform)."""
+    p, q = MARKOV_P, MARKOV_Q
+    state = (rng.random(chains) < 0.5).astype(int)
+    emitted = 0
+    for _ in range(steps):
+        alive = np.ones(chains, dtype=bool)
+        for _ in range(k):
+            draft = (rng.random(chains) < q[state, 1]).astype(int)
+            accept = rng.random(chains) < np.minimum(1.0, p[state, draft] / q[state, draft])
+            residual = np.maximum(p[state] - q[state], 0.0)
+            fixed = (rng.random(chains) * residual.sum(1) < residual[:, 1]).astype(int)
+            emitted += int(alive.sum())
+            state = np.where(alive, np.where(accept, draft, fixed), state)
+            alive &= accept
+        bonus = (rng.random(chains) < p[state, 1]).astype(int)
+        emitted += int(alive.sum())
+        state = np.where(alive, bonus, state)
+    return emitted / (chains * steps)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_exact_rejection_walk_given_the_text_matches_the_real_loop(k):
+    """Seed 0. The real loop over 8,000 chains x 40 steps (320,000 steps: standard error up to
+    0.003 tokens per step) against the profiler's walk over 160 texts of 1,000 tokens sampled
+    from the target (up to 0.005, at k = 4); tolerance 0.025, about four standard errors at
+    k = 4. Walking beta instead (the expected acceptance over tokens the text did not emit)
+    reads 0.04 / 0.12 / 0.24 tokens per step low at k = 1 / 2 / 4: the same check rejects it."""
+    torch = pytest.importorskip("torch")
+    from specsim.profiling.scoring import draft_model_scores
+
+    rng = np.random.default_rng(0)
+    real = _speculative_loop_tokens_per_step(k, 8000, 40, rng)
+    walked = {"text_accept": [], "beta": []}
+    for _ in range(160):
+        text = (rng.random(1000) < 0.5).astype(int)
+        before = np.concatenate([[0], text[:-1]])
+        scores = draft_model_scores(
+            torch.tensor(np.log(MARKOV_P[before])),
+            torch.tensor(np.log(MARKOV_Q[before])),
+            1.0,
+            text.tolist(),
+        )
+        for key, values in walked.items():
+            values.append(Scored.from_beta(scores[key]))
+    given_text = walk_all(walked["text_accept"], k).mean_acceptance_length
+    chained_beta = walk_all(walked["beta"], k).mean_acceptance_length
+    assert given_text == pytest.approx(real, abs=0.025)
+    assert abs(chained_beta - real) > 0.025
+
+
+def test_a_draft_models_exact_rejection_entry_walks_the_acceptance_given_the_text():
+    """Text whose every token the drafter would have drafted as emitted (min(1, q/p) = 1) while
+    beta is 0.5: the rejection entry's lengths and its replayed sequences come from the former
+    (k + 1 tokens per step), its per-request statistics (token_beta_mean) from beta."""
+    from specsim.profiling.acceptance_measure import AcceptanceResult, _add_entry
+    from specsim.profiling.specs import DrafterArg
+
+    n = 64
+    rows = {
+        "beta": [np.full(n, 0.5)] * 3,
+        "text_accept": [np.ones(n)] * 3,
+        "match": [np.zeros(n)] * 3,
+        "typical": [np.full(n, 0.5)] * 3,
+        "typical_tv": [np.zeros(n)] * 3,
+    }
+    result = AcceptanceResult(entries=[])
+    _add_entry(result, DrafterArg("d", "model"), "rejection", 1.0, rows, "p")
+    entry = result.entries[0]
+    assert entry["mean_acceptance_length"] == {k: pytest.approx(k + 1) for k in range(1, 9)}
+    assert entry["token_beta_mean"] == pytest.approx(0.5)
+    assert {float(v) for v in result.side_files["p.d.rejection.T1.txt"].split()} == {1.0}

@@ -264,7 +264,8 @@ class AcceptanceSequences(StrictModel):
     One request per line, whitespace-separated values, one per generated position:
     ``run_length``: how many tokens a step starting there would emit with unlimited k (a window
     of k emits min(value, k + 1)); ``beta``: the probability that a draft at that position is
-    accepted.
+    accepted (the profiler writes, for exact rejection, the probability given the token the text
+    emits there: min(1, q / p) at it; see ``specsim.profiling.scoring``).
     """
 
     path: str = Field(description="relative to the profile file")

@@ -140,11 +140,17 @@ def _score_draft_model(model, generations, temperature) -> dict[str, list]:
     """Per-request arrays of beta, greedy match and typical pass probability per position."""
     from specsim.profiling.scoring import draft_model_scores, drafter_logits
 
-    rows: dict[str, list] = {"beta": [], "match": [], "typical": [], "typical_tv": []}
+    rows: dict[str, list] = {
+        "beta": [],
+        "text_accept": [],
+        "match": [],
+        "typical": [],
+        "typical_tv": [],
+    }
     for start in range(0, len(generations), CHUNK):
         chunk = generations[start : start + CHUNK]
         for g, q in zip(chunk, drafter_logits(model, chunk), strict=True):
-            for key, value in draft_model_scores(g.logits, q, temperature).items():
+            for key, value in draft_model_scores(g.logits, q, temperature, g.tokens).items():
                 rows[key].append(value)
     return rows
 
@@ -182,7 +188,10 @@ def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_pre
         firsts = [a[dr > 0, 0] for a, dr in pairs]
         firsts = [f for f in firsts if len(f)]
     else:
-        scored = [Scored.from_beta(b) for b in rows[key]]
+        # Exact rejection walks the acceptance given the emitted text (see scoring.py); its
+        # per-request means are beta's, which is the steadier estimate of them.
+        walked = rows["text_accept"] if verifier == "rejection" else rows[key]
+        scored = [Scored.from_beta(b) for b in walked]
         firsts = list(rows[key])
     entry = _entry(d.name, verifier, temperature, scored, firsts)
     if entry is not None and verifier == "typical":
@@ -207,7 +216,7 @@ def _add_sequences(result, entry, d: DrafterArg, rows, key: str, prefix: str) ->
             values = [run_lengths_from_matches(m) for m in rows[key]]
         kind = "run_length"
     elif entry["verifier"] == "rejection" and not d.is_ngram:
-        values, kind = rows[key], "beta"
+        values, kind = rows["text_accept"], "beta"  # replayed as the walk chains them
     else:
         return
     name = f"{prefix}.{d.name}.{entry['verifier']}.T{entry['temperature']:g}.txt"
