@@ -229,8 +229,10 @@ def test_ngram_scores_use_p_of_the_proposed_token():
     p = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.34, 0.33, 0.33]])
     tokens = np.array([[0, 2], [1, 0], [2, 0]])
     lengths = np.array([2, 1, 2])
-    scores = ngram_scores(p.log(), tokens, lengths, temperature=1.0)
+    scores = ngram_scores(p.log(), tokens, lengths, temperature=1.0, text=[0, 1, 0])
     assert scores["beta"][0] == pytest.approx([0.6, 0.1])
+    # Given the text 0 1 0, a proposal was accepted exactly where it is the text's token.
+    assert scores["text_accept"].tolist() == [[1.0, 0.0], [1.0, 0.0], [0.0, 0.0]]
     assert scores["beta"][1] == pytest.approx([0.7, 0.0])  # proposal of length 1
     assert scores["beta"][2] == pytest.approx([0.33, 0.0])  # the text ends after one
     assert scores["match"][0].tolist() == [1.0, 0.0]
@@ -335,3 +337,9 @@ def test_a_draft_models_exact_rejection_entry_walks_the_acceptance_given_the_tex
     assert entry["mean_acceptance_length"] == {k: pytest.approx(k + 1) for k in range(1, 9)}
     assert entry["token_beta_mean"] == pytest.approx(0.5)
     assert {float(v) for v in result.side_files["p.d.rejection.T1.txt"].split()} == {1.0}
+    # Prompt lookup: proposals of 8 everywhere, every one the text's token, beta 0.5.
+    rows["drafts"] = [np.full(n, 8)] * 3
+    for key in ("beta", "text_accept", "typical"):
+        rows[key] = [np.full((n, 8), v[0]) for v in rows[key]]
+    _add_entry(result, DrafterArg("lookup", "ngram", 3), "rejection", 1.0, rows, None)
+    assert result.entries[1]["mean_acceptance_length"][4] == pytest.approx(5.0)

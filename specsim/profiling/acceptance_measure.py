@@ -163,6 +163,7 @@ def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dic
 
     rows: dict[str, list] = {
         "beta": [],
+        "text_accept": [],
         "match": [],
         "typical": [],
         "typical_tv": [],
@@ -174,7 +175,7 @@ def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dic
         tokens, lengths = proposals(g.prompt, g.tokens, d.ngram, MAX_K)
         cost[0] += time.perf_counter() - t0
         cost[1] += len(g.tokens)
-        for key, value in ngram_scores(g.logits, tokens, lengths, temperature).items():
+        for key, value in ngram_scores(g.logits, tokens, lengths, temperature, g.tokens).items():
             rows[key].append(value)
         rows["drafts"].append(lengths)
     return rows
@@ -182,15 +183,15 @@ def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dic
 
 def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_prefix) -> None:
     key = SCORE_OF[verifier]
+    # Exact rejection walks the acceptance given the emitted text (see scoring.py); its
+    # per-request means are beta's, which is the steadier estimate of them.
+    walked = rows["text_accept"] if verifier == "rejection" else rows[key]
     if d.is_ngram:
         pairs = list(zip(rows[key], rows["drafts"], strict=True))
-        scored = [Scored(a, dr) for a, dr in pairs]
+        scored = [Scored(a, dr) for a, dr in zip(walked, rows["drafts"], strict=True)]
         firsts = [a[dr > 0, 0] for a, dr in pairs]
         firsts = [f for f in firsts if len(f)]
     else:
-        # Exact rejection walks the acceptance given the emitted text (see scoring.py); its
-        # per-request means are beta's, which is the steadier estimate of them.
-        walked = rows["text_accept"] if verifier == "rejection" else rows[key]
         scored = [Scored.from_beta(b) for b in walked]
         firsts = list(rows[key])
     entry = _entry(d.name, verifier, temperature, scored, firsts)

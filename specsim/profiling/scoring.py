@@ -24,10 +24,12 @@ small drafter at T = 1 and k = 4 the beta walk said 3.18 tokens per step; the re
 the same prompts 3.10).
 
 A prompt-lookup drafter's proposal from each position is one-hot, so its i-th token x is accepted
-with probability p(x) at that position (exact), if it is argmax p (greedy), or if it passes the
-typical test. These scores are taken along the target's text: once an exact verifier accepts a
-draft that differs from the text, later positions would see a different prefix, which this walk
-approximates by the text's own prefix (the usual assumption behind acceptance-rate estimates).
+with probability p(x) at that position (exact: beta), if it is argmax p (greedy), or if it passes
+the typical test; given the emitted text, exact rejection accepted it exactly where x is the
+text's token, and that is what its walk chains. Typical acceptance is scored along the target's
+text too: it is lossy, so its output is not that text's distribution, and once it accepts a
+draft that differs from the text later positions would see another prefix, which the walk
+approximates by the text's own (the usual assumption behind acceptance-rate estimates).
 
 Distributions are temperature-only (softmax(logits / T)); top-k/top-p are not profiled.
 """
@@ -159,8 +161,11 @@ def ngram_scores(
     proposal_tokens: np.ndarray,
     proposal_lengths: np.ndarray,
     temperature: float,
+    text: Sequence[int],
 ) -> dict[str, np.ndarray]:
-    """Acceptance matrices ``[L, k]`` of one-hot proposals (entries past a proposal are 0)."""
+    """Acceptance matrices ``[L, k]`` of one-hot proposals along the text ``text`` (entries past
+    a proposal are 0). Exact rejection's ``text_accept``: given the emitted text, a one-hot draft
+    x was accepted exactly where x is the text's token (min(p(t), 1[x = t]) / p(t))."""
     length, width = proposal_tokens.shape
     p = probabilities(p_logits.float(), temperature).double().numpy()
     argmax = p_logits.argmax(-1).numpy()
@@ -174,6 +179,7 @@ def ngram_scores(
     token = np.where(real, proposal_tokens, 0)
     prob = np.where(real, p[at, token], 0.0)
     beta = prob
+    text_accept = np.where(real, (np.asarray(text)[at] == token).astype(float), 0.0)
     match = np.where(real, (argmax[at] == token).astype(float), 0.0)
     typical = np.where(real, (prob > threshold[at]).astype(float), 0.0)
     # Typical acceptance's first emitted token where the lookup proposes: the proposal if it
@@ -182,6 +188,7 @@ def ngram_scores(
     tv = np.where(typical[:, 0] > 0, 1.0 - prob[:, 0], 1.0 - p.max(-1))
     return {
         "beta": beta,
+        "text_accept": text_accept,
         "match": match,
         "typical": typical,
         "typical_tv": np.where(first, tv, np.nan),
