@@ -77,5 +77,10 @@ def test_builtin_acceptance_entries_and_sequences(builtin):
             assert values.min() >= 1 and np.all(values == np.round(values))
         else:
             assert values.min() >= 0 and values.max() <= 1
-            # The per-position mean of the sequences is the entry's token-averaged beta.
-            assert values.mean() == pytest.approx(entry.token_beta_mean, abs=1e-3)
+            # Each value is min(1, q(t) / p(t)) at the text's own token t: exactly 1 wherever
+            # the drafter gave t at least the target's probability (19-30 % of the positions
+            # here; beta = sum min(p, q) is 1 only where q equals p). Over tokens t ~ p its
+            # mean is beta's: over 8,192 positions the two agree to sampling noise (standard
+            # error about 0.004; they differ by 0.001 to 0.0035).
+            assert np.mean(values == 1.0) > 0.1
+            assert values.mean() == pytest.approx(entry.token_beta_mean, abs=0.015)
