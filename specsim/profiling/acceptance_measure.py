@@ -137,7 +137,8 @@ def _generate_all(target, prompt_ids, temperature, max_new_tokens, seed, eos_id,
 
 
 def _score_draft_model(model, generations, temperature) -> dict[str, list]:
-    """Per-request arrays of beta, greedy match and typical pass probability per position."""
+    """Per-request arrays per position: beta and the acceptance given the text (exact), greedy
+    match, typical pass probability and its distance from p."""
     from specsim.profiling.scoring import draft_model_scores, drafter_logits
 
     rows: dict[str, list] = {
