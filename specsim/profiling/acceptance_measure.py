@@ -55,6 +55,8 @@ def _verifier_runs(temperatures: Sequence[float]) -> list[tuple[float, list[str]
 
 
 SCORE_OF = {"greedy": "match", "rejection": "beta", "typical": "typical"}
+# Per-position scores of a drafter along the text (``specsim.profiling.scoring``).
+SCORES = ("beta", "text_accept", "match", "typical", "typical_tv")
 
 
 def _entry(
@@ -141,13 +143,7 @@ def _score_draft_model(model, generations, temperature) -> dict[str, list]:
     match, typical pass probability and its distance from p."""
     from specsim.profiling.scoring import draft_model_scores, drafter_logits
 
-    rows: dict[str, list] = {
-        "beta": [],
-        "text_accept": [],
-        "match": [],
-        "typical": [],
-        "typical_tv": [],
-    }
+    rows: dict[str, list] = {key: [] for key in SCORES}
     for start in range(0, len(generations), CHUNK):
         chunk = generations[start : start + CHUNK]
         for g, q in zip(chunk, drafter_logits(model, chunk), strict=True):
@@ -162,14 +158,7 @@ def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dic
     from specsim.profiling.ngram import proposals
     from specsim.profiling.scoring import ngram_scores
 
-    rows: dict[str, list] = {
-        "beta": [],
-        "text_accept": [],
-        "match": [],
-        "typical": [],
-        "typical_tv": [],
-        "drafts": [],
-    }
+    rows: dict[str, list] = {key: [] for key in (*SCORES, "drafts")}
     cost = result.lookup_cost.setdefault(d.name, [0.0, 0])
     for g in generations:
         t0 = time.perf_counter()
@@ -188,9 +177,8 @@ def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_pre
     # per-request means are beta's, which is the steadier estimate of them.
     walked = rows["text_accept"] if verifier == "rejection" else rows[key]
     if d.is_ngram:
-        pairs = list(zip(rows[key], rows["drafts"], strict=True))
         scored = [Scored(a, dr) for a, dr in zip(walked, rows["drafts"], strict=True)]
-        firsts = [a[dr > 0, 0] for a, dr in pairs]
+        firsts = [a[dr > 0, 0] for a, dr in zip(rows[key], rows["drafts"], strict=True)]
         firsts = [f for f in firsts if len(f)]
     else:
         scored = [Scored.from_beta(b) for b in walked]
