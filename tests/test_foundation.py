@@ -288,7 +288,7 @@ def test_cli_help_and_bad_input_exit_code(capsys):
     "argv",
     [
         ["bogus"],
-        ["check", "sampler", "--verifier", "nosuch"],
+        ["check", "sampler", "--control", "nosuch"],
         ["plan", "window", "s.yaml", "--k", "-1..2", "--loads", "2", "--out", "x"],
     ],
 )

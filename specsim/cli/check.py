@@ -4,13 +4,15 @@ specsim check sampler --verifier rejection
 specsim check sampler --verifier typical --json      # lossy: reports its TV distance from p
 specsim check sampler --control resample-p           # a known-wrong verifier, flagged
 specsim check sampler --verifier rejection --top-k 4 --temperature 0.7 --ragged
+specsim check sampler --verifier mypkg.sampling:verify      # your own verifier, judged exactly
 specsim check rollout --baseline runs/before/engine --candidate runs/after/engine
 
 "sampler" judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
-prefix: an exact enumeration of every draft path (numpy, float64) and a Monte Carlo G-test of the
-real batched torch implementation, reporting the sample size, seed, p-value and the smallest TV
-distance the test detects with 99% power. Exit 0 whenever a verdict is computed (lossless or
-not), 2 on bad input; with --fail-on-lossy, 1 when an exact verifier is found lossy (for CI jobs).
+prefix, over the whole window of k + 1 emitted tokens: an exact result (a closed form, or the
+enumeration of your own function) and Monte Carlo G-tests of the real batched implementation,
+reporting the sample size, seed, p-values and the smallest TV distance each detects. Exit 0
+whenever a verdict is computed (lossless or not), 2 on bad input; with --fail-on-lossy, 1 when an
+exact verifier is found lossy (for CI jobs).
 """
 
 from __future__ import annotations
@@ -56,16 +58,20 @@ def run(args: argparse.Namespace) -> int:
 # Listed here, not imported, so that building the parser (every `specsim` call) stays free of
 # numpy/scipy imports; a test checks them against specsim.sampling's registries.
 VERIFIER_CHOICES = ("greedy", "rejection", "typical")
-CONTROL_CHOICES = ("argmax-on-reject", "raw-q", "resample-p", "residual-0.8q", "shared-uniform")
+CONTROL_CHOICES = (
+    "argmax-on-reject", "raw-q", "resample-p", "residual-0.8q", "shared-uniform", "stale-bonus",
+)  # fmt: skip
 MAX_VOCAB, MAX_K = 16, 4
 
 
 def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verifier",
-        choices=VERIFIER_CHOICES,
         default=None,
-        help="the verifier to check (default rejection); typical is lossy by design",
+        metavar="NAME|MODULE:FUNCTION",
+        help=f"the verifier to check: {', '.join(VERIFIER_CHOICES)} (default rejection; typical is "
+        "lossy by design), or your own function as package.module:function or "
+        "path/to/file.py:function (the signature is below)",
     )
     parser.add_argument(
         "--control",
@@ -74,14 +80,46 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
         help="run a known-wrong verifier instead (a negative control the check must flag)",
     )
     parser.add_argument(
+        "--lossy-by-design",
+        action="store_true",
+        help="your function is meant to be lossy (e.g. typical acceptance): report its distance "
+        "from the target, and --fail-on-lossy does not fail on it",
+    )
+    parser.add_argument(
+        "--reference",
+        choices=("sampling", "greedy"),
+        default="sampling",
+        help="what your function is judged against: sampling from p (default), or target-only "
+        "greedy decoding (for a greedy verifier)",
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=("probs", "logits"),
+        default="probs",
+        help="hand your function processed probabilities p and q (default), or the raw logits "
+        "plus temperature, top_k and top_p keywords so that its own processing is exercised",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float32",
+        help="dtype of the tensors the verifier is given (default float32)",
+    )
+    parser.add_argument(
         "--vocab", type=int, default=8, help=f"toy vocabulary size, 2..{MAX_VOCAB} (default 8)"
     )
-    parser.add_argument("--k", type=int, default=3, help=f"window size, 1..{MAX_K} (default 3)")
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=3,
+        help=f"window size, 1..{MAX_K} (default 3), with vocab^(k+1) <= 65536: the whole "
+        "window of k + 1 emitted tokens is judged",
+    )
     parser.add_argument(
         "--samples",
         type=int,
         default=200_000,
-        help="Monte Carlo generations (default 200000; 0 = closed form only)",
+        help="Monte Carlo generations (default 200000; 0 = exact result only)",
     )
     parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     parser.add_argument(
@@ -111,8 +149,9 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fail-on-lossy",
         action="store_true",
-        help="exit 1 when an exact verifier (rejection, greedy) is found lossy, so a CI job "
-        "catches a regression (typical acceptance and the negative controls still exit 0)",
+        help="exit 1 when a verifier meant to be exact is found lossy or breaks its output "
+        "contract, so a CI job catches a regression (typical acceptance, --lossy-by-design and "
+        "the negative controls still exit 0)",
     )
     add_json(parser)
 
@@ -125,6 +164,18 @@ def _run_sampler(args: argparse.Namespace) -> int:
         raise SpecsimError(
             "--verifier and --control are exclusive", key="--control", fix="give one of them"
         )
+    own = args.verifier is not None and ":" in args.verifier
+    for flag, used in (
+        ("--lossy-by-design", args.lossy_by_design),
+        ("--reference", args.reference != "sampling"),
+        ("--inputs", args.inputs != "probs"),
+    ):
+        if used and not own:
+            raise SpecsimError(
+                "applies to your own verifier only",
+                key=flag,
+                fix="give --verifier package.module:function, or drop the option",
+            )
     report = check_sampler(
         args.control or args.verifier or "rejection",
         vocab=args.vocab,
@@ -138,6 +189,10 @@ def _run_sampler(args: argparse.Namespace) -> int:
         ragged=args.ragged,
         alpha=args.alpha,
         problem_seed=args.problem_seed,
+        greedy_reference=args.reference == "greedy",
+        lossy_by_design=args.lossy_by_design,
+        inputs=args.inputs,
+        dtype=args.dtype,
     )
     summary = report.to_json()
     if args.out:
@@ -150,10 +205,9 @@ def _run_sampler(args: argparse.Namespace) -> int:
 
 
 def exact_verifier_failed(report) -> bool:
-    """An exact verifier (rejection, greedy) found lossy: the one verdict that is a failure.
-
-    Typical acceptance is lossy by design, and a negative control is meant to be flagged.
-    """
+    """A verifier meant to be exact found lossy (or malformed): the one verdict that is a
+    failure. Typical acceptance is lossy by design, and a negative control is meant to be
+    flagged."""
     return not (report.lossless or report.lossy_by_design or report.negative_control)
 
 
@@ -163,59 +217,105 @@ def _human(r) -> str:
     lines = [
         f"{r.verifier}: {r.description}",
         f"problem: vocab {r.vocab}, {window}, {r.drafter} drafter, {processing}, "
-        f"problem seed {r.problem_seed}; reference: {r.reference}",
+        f"problem seed {r.problem_seed}; inputs {r.inputs} in {r.dtype}; reference: "
+        f"{r.reference}; judged: the whole window, tokens 1-{r.judged_tokens}",
+        _verdict(r),
     ]
-    if r.lossless and r.lossy_by_design:
+    if r.malformed is not None:
+        lines.extend(_malformed_lines(r.malformed))
+    if r.closed_form_max_abs_error is not None:
         lines.append(
+            f"exact ({r.exact_method}: {r.exact_scope}): max |error| "
+            f"{r.closed_form_max_abs_error:.3g}, TV {r.tv_distance:.3g} (exact needs <= "
+            f"{r.exact_tolerance:.2g})"
+        )
+    else:
+        lines.append(f"exact: {r.exact_note or 'not available for this verifier'}")
+    if r.p_value is None:
+        lines.append(f"Monte Carlo: {r.monte_carlo_note}")
+    else:
+        tests = len(r.window_tests)
+        lines.append(
+            f"Monte Carlo: {r.samples:,} samples, seed {r.seed}: a G-test of tokens 1-j for each "
+            f"j = 1..{tests}, each at level {r.alpha / tests:.3g} (alpha {r.alpha:g} / {tests}); "
+            f"family p-value {r.p_value:.3g}"
+        )
+        for test in r.window_tests:
+            stat = "inf" if test["g_statistic"] is None else f"{test['g_statistic']:.1f}"
+            impossible = (
+                f", {test['impossible_samples']} samples outside the target's support"
+                if test["impossible_samples"]
+                else ""
+            )
+            lines.append(
+                f"  tokens 1-{test['tokens']}: {test['cells']:,} cells, G = {stat}, dof "
+                f"{test['dof']}, p {test['p_value']:.3g}{impossible}; detects TV >= "
+                f"{test['detectable_tv']:.2g} on tokens 1-{test['tokens']} with {r.power:.0%} "
+                "power"
+            )
+    return "\n".join(lines)
+
+
+def _verdict(r) -> str:
+    if r.malformed is not None:
+        return "verdict: NOT EXACT: the verifier's output breaks its contract"
+    if r.lossless and r.lossy_by_design:
+        return (
             f"verdict: LOSSLESS on this problem (output matches {r.reference}), but this "
             "verifier is lossy in general (e.g. at temperature > 0)"
         )
-    elif r.lossless and r.negative_control:
-        lines.append(
+    if r.lossless and r.negative_control:
+        return (
             f"verdict: LOSSLESS on this problem (output matches {r.reference}): here the control "
             "coincides with the exact verifier (e.g. one-hot p, or k = 1 for shared-uniform); "
             "the default problem shows the bug"
         )
-    elif r.lossless:
-        lines.append(f"verdict: LOSSLESS (output matches {r.reference})")
-    else:
-        tv = "" if r.tv_distance is None else f", TV distance {r.tv_distance:.4g} from the target"
-        why = " by design" if r.lossy_by_design else ""
-        lines.append(f"verdict: LOSSY{why}{tv}")
-    if r.closed_form_max_abs_error is not None:
+    if r.lossless:
+        return f"verdict: LOSSLESS (output matches {r.reference})"
+    tv = "" if r.tv_distance is None else f", TV distance {r.tv_distance:.4g} from the target"
+    why = " by design" if r.lossy_by_design else ""
+    return f"verdict: LOSSY{why}{tv}"
+
+
+def _malformed_lines(malformed: dict) -> list[str]:
+    lines = [f"  reason: {malformed['reason']}"]
+    for example in malformed["examples"]:
+        got = ""
+        if "tokens" in example:
+            got = f" -> accepted {example['accepted']}, tokens {example['tokens']}"
         lines.append(
-            f"closed form (first two tokens, exact): max |error| {r.closed_form_max_abs_error:.3g}"
-            f", TV {r.tv_distance:.3g} (lossless needs <= 1e-12)"
+            f"  row {example['row']}: drafts {example['draft_tokens']} (n_drafts "
+            f"{example['n_drafts']}), accept uniforms {example['accept_uniforms']}, sample "
+            f"uniform {example['sample_uniform']}{got}"
         )
-    else:
-        lines.append("closed form: not available for this verifier (Monte Carlo only)")
-    if r.p_value is None:
-        lines.append(f"Monte Carlo: {r.monte_carlo_note}")
-    else:
-        stat = "inf" if r.g_statistic is None else f"{r.g_statistic:.2f}"
-        impossible = (
-            f", {r.impossible_samples} samples outside the target's support"
-            if r.impossible_samples
-            else ""
-        )
-        lines.append(
-            f"Monte Carlo: {r.samples:,} samples, seed {r.seed}, G = {stat}, dof {r.dof}, "
-            f"p-value {r.p_value:.3g} (alpha {r.alpha:g}){impossible}; detects TV >= "
-            f"{r.detectable_tv:.2g} with {r.power:.0%} power"
-        )
-    return "\n".join(lines)
+    return lines
 
 
 SAMPLER_DESCRIPTION = """\
 Check a verifier for losslessness on a seeded toy target p and drafter q that depend on the
-prefix (order-2 context tables), processed by the shared temperature / top-k / top-p.
+prefix (order-2 context tables), processed by the shared temperature / top-k / top-p. The whole
+window is judged: the first k + 1 emitted tokens, so every draft position and the bonus token.
 
-1. Closed form (numpy, float64): the exact joint distribution of the first two emitted tokens,
-   enumerating every draft path and accept/reject outcome; lossless needs <= 1e-12 from the
-   target alone. Its TV distance is reported either way.
+1. Exact result (lossless needs max |error| <= 1e-12 in float64):
+   - a built-in verifier or control: its closed form (numpy, float64), the exact joint of the
+     first k + 1 tokens over every draft path and accept/reject outcome, chained over steps;
+   - your own function: an exact enumeration of its step from the prompt over every draft path
+     and every outcome of its uniforms (it is deterministic given them), continued by the
+     target (tolerance: the rounding of its input dtype).
 2. Monte Carlo (torch): the real batched verifier over --samples generations; a G-test of the
-   first two tokens against the target (sparse cells pooled), with the p-value, the seed and the
-   smallest TV distance it detects with 99% power.
+   first j tokens for each j = 1..k+1 (sparse cells pooled), each at level alpha / (k + 1), with
+   the p-values, the seed and the smallest TV distance each detects with 99% power.
+
+Your own verifier (--verifier package.module:function or path/to/file.py:function) is called as
+  f(p, q, draft_tokens, n_drafts, randomness)
+with p [B, k+1, V] and q [B, k, V] processed probabilities (q None for --drafter greedy),
+draft_tokens [B, k] int64 (-1 past n_drafts [B]), and randomness.accept [B, k] and
+randomness.sample [B], uniforms in [0, 1) it must use for all its random choices. With --inputs
+logits it gets the raw target and drafter logits instead, plus keywords temperature, top_k and
+top_p. It returns an object with .accepted [B] (drafts accepted) and .tokens [B, k+1] (the
+accepted drafts, then the corrected or bonus token), or the pair (accepted, tokens). An output
+that breaks this (an accepted prefix that differs from the drafts, a token outside [0, V), an
+exception) is reported as a verdict with the offending rows.
 
 Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
 decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,

@@ -31,13 +31,15 @@ Verifiers (torch), all ``f(p, q, draft_tokens, n_drafts=None, randomness=None, *
 - ``acceptance_probabilities(p, q, draft_tokens=None) -> [B, k]``: beta_i = sum min(p_i, q_i)
   (1 - TV), or p_i(x_i) for a deterministic drafter (``q=None``).
 
-Checker (numpy closed form; torch for the Monte Carlo part):
-- ``check_sampler(verifier="rejection" | control name | callable, *, vocab=8, k=3,
-  samples=200_000, seed=0, temperature=1.0, top_k=0, top_p=1.0, drafter="sample",
-  ragged=False, alpha=0.01) -> SamplerCheck`` with ``lossless``, ``closed_form_max_abs_error``,
-  ``tv_distance``, ``p_value``, ``detectable_tv`` ... (see ``checker``).
+Checker (numpy closed form; torch for callables and the Monte Carlo part):
+- ``check_sampler(verifier="rejection" | control name | "module:function" | callable, *,
+  vocab=8, k=3, samples=200_000, seed=0, temperature=1.0, top_k=0, top_p=1.0,
+  drafter="sample", ragged=False, alpha=0.01, inputs="probs", dtype="float32") -> SamplerCheck``
+  with ``lossless``, ``closed_form_max_abs_error``, ``tv_distance``, ``p_value``,
+  ``window_tests`` ... over the whole window of k + 1 emitted tokens (see ``checker``).
 - ``CONTROLS``: known-wrong verifiers the checker must flag (see ``controls``).
-- ``reference``: the closed-form enumeration; ``stats``: the G-test and its power.
+- ``reference``: the closed-form enumeration; ``enumeration``: the exact enumeration of a
+  callable; ``stats``: the G-tests and their power; ``harness``: the callable's signature.
 
 One verification step of an engine (the generator lives on p's device)::
 

@@ -1,28 +1,34 @@
-"""The losslessness checker: exact enumeration plus a Monte Carlo test of the real implementation.
+"""The losslessness checker: an exact result plus a Monte Carlo test of the real implementation.
 
 ``check_sampler`` judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
-prefix (``problem.ToyModels``):
+prefix (``problem.ToyModels``), over the whole window: the first k + 1 emitted tokens, so every
+draft position and the bonus token.
 
-1. **Closed form** (numpy, float64; built-in verifiers and controls): the exact joint
-   distribution of the first two emitted tokens, by enumerating every draft path and every
-   accept/reject outcome, against what the target alone produces. An exact verifier matches to
-   1e-12; the total-variation distance is reported either way.
-2. **Monte Carlo** (torch; any verifier callable): many generations at once through the real
-   batched implementation; a G-test of the first two emitted tokens against the target, with the
-   sample size, seed, level and the smallest TV distance detected with 99% power.
+1. **Exact result**, against what the target alone produces:
+   - a built-in verifier or control: its closed form (numpy, float64), the exact joint of the
+     window by enumerating every draft path and every accept/reject outcome, chained over steps
+     from the prompt; exact means within 1e-12;
+   - a callable: ``enumeration.enumerate_step``, the exact distribution of its step from the
+     prompt over every draft path and every outcome of its uniforms (it is deterministic given
+     them), continued by the target; exact means within the rounding of its input dtype
+     (``callable_tolerance``).
+   The total-variation distance is reported either way.
+2. **Monte Carlo** (torch; any verifier): many generations at once through the real batched
+   implementation; a G-test of the first j emitted tokens for each j = 1..k+1, each at level
+   alpha / (k + 1), with the sample size, seed and the smallest TV distance each detects with
+   99% power (``stats.window_tests``).
 
 What "lossless" means: for ``rejection`` (and any stochastic verifier), the emitted tokens are
 distributed exactly as sampling from the target's processed p. For ``greedy`` it means the output
 equals target-only greedy decoding (argmax at every step). ``typical`` (Medusa typical acceptance)
 is lossy by design; the checker reports how far it is from the target.
 
-A third-party verifier is checked by wrapping it in the verifier signature
-``verifier(p, q, draft_tokens, n_drafts, randomness) -> result`` where ``result`` has
-``.accepted`` ``[B]`` and ``.tokens`` ``[B, k+1]`` (see ``specsim.sampling`` for shapes). For
-example, a sampler that takes time-major tensors (target probs ``[k+1, B, V]``, draft probs
-``[k, B, V]``, draft ids ``[k, B]``, one uniform per position ``[k+1, B]``) and returns ids
-``[B, k+1]`` padded with V plus lengths ``[B]`` is wrapped as (tested in
-``tests/test_checker_monte_carlo.py``)::
+A third-party verifier is a callable with the signature ``harness`` documents (processed
+probabilities, or raw logits with ``inputs="logits"``), named in the CLI as
+``package.module:function``. One with other tensor conventions is wrapped; for example, a sampler
+that takes time-major tensors (target probs ``[k+1, B, V]``, draft probs ``[k, B, V]``, draft ids
+``[k, B]``, one uniform per position ``[k+1, B]``) and returns ids ``[B, k+1]`` padded with V plus
+lengths ``[B]`` is wrapped as (tested in ``tests/test_checker_monte_carlo.py``)::
 
     import torch
     from specsim.sampling import VerifyResult, check_sampler
@@ -37,11 +43,11 @@ example, a sampler that takes time-major tensors (target probs ``[k+1, B, V]``, 
         return VerifyResult(length - 1, tokens, tokens[:, :k] >= 0)
 
     report = check_sampler(adapter, k=3, samples=200_000)
-    print(report.lossless, report.p_value, report.detectable_tv)
+    print(report.lossless, report.closed_form_max_abs_error, report.window_tests)
 
-Such a verifier has no closed form, so it is judged by the Monte Carlo test alone (its
-``closed_form_max_abs_error`` is None); with ``ragged=False`` (the default) every row has
-``n_drafts == k``.
+A sampler that draws its own random numbers instead of using the uniforms it is given has no
+enumeration (the check says so) and is judged by the Monte Carlo test alone. An output that
+breaks the contract is a verdict (``malformed``), not an exception.
 """
 
 from __future__ import annotations
@@ -53,14 +59,15 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.sampling import reference, stats
+from specsim.sampling import plugin, reference, stats
 from specsim.sampling.controls import CONTROLS
 from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
 
 EXACT_TOLERANCE = 1e-12
 MAX_VOCAB = 16
 MAX_K = 4
-N_TOKENS = 2
+MAX_WINDOW_CELLS = 1 << 16  # vocab^(k+1): the whole window's joint table
+REFERENCES = ("sampling", "greedy")
 
 
 @dataclass(frozen=True)
@@ -105,13 +112,17 @@ VERIFIERS: dict[str, Subject] = {
 }  # fmt: skip
 
 
-def subject_for(verifier: str | Callable, greedy_reference: bool = False) -> Subject:
-    """The Subject for a built-in name, a control name, or a verifier callable."""
+def subject_for(
+    verifier: str | Callable, greedy_reference: bool = False, lossy_by_design: bool = False
+) -> Subject:
+    """The Subject for a built-in name, a control name, a ``module:function`` name or a
+    verifier callable."""
+    if isinstance(verifier, str) and plugin.is_plugin_spec(verifier):
+        loaded = plugin.load_verifier(verifier)
+        return _callable_subject(loaded, verifier, greedy_reference, lossy_by_design)
     if callable(verifier):
         name = getattr(verifier, "__name__", type(verifier).__name__)
-        return Subject(
-            name, "user-supplied verifier", None, greedy_reference, False, False, lambda: verifier
-        )
+        return _callable_subject(verifier, name, greedy_reference, lossy_by_design)
     if verifier in VERIFIERS:
         return VERIFIERS[verifier]
     if verifier in CONTROLS:
@@ -121,12 +132,19 @@ def subject_for(verifier: str | Callable, greedy_reference: bool = False) -> Sub
             c.verify_with_raw_q, lambda: c.verifier, negative_control=True,
         )  # fmt: skip
     names = ", ".join([*VERIFIERS, *CONTROLS])
-    raise SpecsimError(f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names}")
+    raise SpecsimError(
+        f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names} or MODULE:FUNCTION"
+    )
+
+
+def _callable_subject(function, name, greedy_reference, lossy_by_design) -> Subject:
+    what = "user-supplied verifier" + (" (lossy by design)" if lossy_by_design else "")
+    return Subject(name, what, None, greedy_reference, lossy_by_design, False, lambda: function)
 
 
 @dataclass(frozen=True)
 class SamplerCheck:
-    """The verdict and the evidence (closed form, then Monte Carlo), and the set-up."""
+    """The verdict and the evidence (exact result, then Monte Carlo), and the set-up."""
 
     verifier: str
     description: str
@@ -134,14 +152,21 @@ class SamplerCheck:
     lossy_by_design: bool
     negative_control: bool  # a known-wrong verifier that the check must flag
     reference: str  # "target sampling" or "target greedy decoding"
-    closed_form_max_abs_error: float | None  # None: no closed form for a user callable
-    tv_distance: float | None  # closed form, exact
-    p_value: float | None  # None: Monte Carlo skipped (see monte_carlo_note)
-    g_statistic: float | None  # None also when an impossible outcome was seen (infinite)
+    judged_tokens: int  # the whole window: k + 1 emitted tokens
+    exact_method: str | None  # "closed form", "enumeration", or None (not available)
+    exact_scope: str | None  # what the exact result covers
+    exact_tolerance: float  # largest |error| that counts as exact
+    closed_form_max_abs_error: float | None  # None: no exact result
+    tv_distance: float | None  # exact, on the whole window
+    exact_note: str | None  # why there is no exact result
+    enumeration_cases: int | None  # draft paths enumerated for a callable
+    malformed: dict[str, Any] | None  # the verifier broke its output contract: why, which rows
+    p_value: float | None  # the window tests' Bonferroni p-value; None: Monte Carlo skipped
+    g_statistic: float | None  # whole-window test; None also when an impossible outcome was seen
     dof: int | None
     impossible_samples: int | None  # samples outside the target's support
-    monte_carlo_tv: float | None  # plug-in TV of the empirical distribution (biased upwards)
-    detectable_tv: float | None  # smallest TV detected with `power` at level `alpha`
+    detectable_tv: float | None  # whole window: smallest TV detected with `power`
+    window_tests: list[dict[str, Any]] | None  # one G-test per prefix of the window
     power: float
     alpha: float
     samples: int
@@ -154,6 +179,8 @@ class SamplerCheck:
     top_p: float
     drafter: str
     ragged: bool
+    inputs: str  # "probs" or "logits": what the verifier was given
+    dtype: str  # the verifier's input dtype (Monte Carlo and enumeration)
     monte_carlo_note: str | None
 
     def to_json(self) -> dict[str, Any]:
@@ -176,49 +203,57 @@ def check_sampler(
     power: float = 0.99,
     problem_seed: int = 0,
     greedy_reference: bool = False,
+    lossy_by_design: bool = False,
+    inputs: str = "probs",
+    dtype: str = "float32",
 ) -> SamplerCheck:
-    """Check a verifier (a built-in or control name, or a callable) for losslessness.
+    """Check a verifier (a built-in or control name, ``module:function``, or a callable).
 
-    ``verifier``: "rejection", "greedy", "typical", a control name from ``controls.CONTROLS``
-    (``resample-p``, ``argmax-on-reject``, ``residual-0.8q``, ``raw-q``, ``shared-uniform``), or
-    a callable with the verifier signature (``greedy_reference=True`` judges a callable against
-    greedy decoding instead of sampling). ``ragged=True`` draws each step's number of drafts
-    uniformly from 0..k. ``samples=0`` skips the Monte Carlo test; it is also skipped, with a
-    note, when torch is not installed. The verdict is lossless only if every test that ran
-    passed: the closed form within 1e-12 and the G-test at level ``alpha``.
+    ``verifier``: "rejection", "greedy", "typical", a control name from ``controls.CONTROLS``,
+    a ``package.module:function`` (or ``file.py:function``) name, or a callable with the
+    verifier signature (``harness`` documents it; ``inputs="logits"`` hands it raw logits and
+    the processing). ``greedy_reference=True`` judges a callable against greedy decoding,
+    ``lossy_by_design=True`` marks it as meant to be lossy. ``ragged=True`` draws each step's
+    number of drafts uniformly from 0..k. ``samples=0`` skips the Monte Carlo test; it is also
+    skipped, with a note, when torch is not installed. The whole window of k + 1 emitted tokens
+    is judged. The verdict is lossless only if every test that ran passed: the exact result
+    within ``exact_tolerance`` and every window G-test at level alpha / (k + 1).
     """
-    _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power)
+    _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power, inputs, dtype)
     for key, value in (("--seed", seed), ("--problem-seed", problem_seed)):
         if not (float(value).is_integer() and value >= 0):
             raise SpecsimError("value out of range", key=key, fix="use a whole number >= 0")
-    subject = subject_for(verifier, greedy_reference)
+    subject = subject_for(verifier, greedy_reference, lossy_by_design)
     processing = Processing(float(temperature), int(top_k), float(top_p))
-    _check_subject_fits(subject, processing, drafter, samples)
+    _check_subject_fits(subject, processing, drafter, inputs)
     models = ToyModels.make(vocab, problem_seed)
+    window = k + 1
+    p_table = models.tables(processing).p
     target = reference.target_distribution(
-        models.tables(processing).p, models.prompt, N_TOKENS, greedy=subject.greedy_reference
+        p_table, models.prompt, window, greedy=subject.greedy_reference
     )
-
-    max_error = tv = None
-    if subject.rule is not None:
-        tables = models.tables(processing, drafter, verify_with_raw_q=subject.verify_with_raw_q)
-        counts = tuple(range(k + 1)) if ragged else (k,)
-        produced = reference.first_tokens_distribution(tables, models.prompt, counts, subject.rule)
-        max_error = float(np.abs(produced - target).max())
-        tv = reference.total_variation(produced, target)
-
-    mc = _monte_carlo(subject, models, processing, drafter, k, samples, seed, ragged, target)
-    if mc["p_value"] is not None:
-        mc["detectable_tv"] = stats.detectable_tv(target, samples, alpha, power)
-    verdicts = [] if max_error is None else [max_error <= EXACT_TOLERANCE]
+    counts = tuple(range(k + 1)) if ragged else (k,)
+    setup = _Setup(subject, models, processing, drafter, k, counts, inputs, dtype, seed)
+    exact = _exact(setup, target)
+    malformed = exact.pop("malformed")
+    if malformed is None:
+        mc = _monte_carlo(setup, samples, target, alpha, power)
+        malformed = mc.pop("malformed")
+    else:
+        mc = _skipped_monte_carlo("not run: the exact enumeration found a malformed output")
+    verdicts = [] if exact["closed_form_max_abs_error"] is None else [exact["exact_ok"]]
     if mc["p_value"] is not None:
         verdicts.append(mc["p_value"] >= alpha)
+    if malformed is not None:
+        verdicts.append(False)
     if not verdicts:
         raise SpecsimError(
-            "nothing could be run: a verifier callable has no closed form and torch is missing",
+            "nothing could be run: a verifier callable needs torch for its enumeration and its "
+            "Monte Carlo test",
             key="verifier",
             fix="install torch (pip install 'specsim-llm[torch]')",
         )
+    del exact["exact_ok"]
     return SamplerCheck(
         verifier=subject.name,
         description=subject.description,
@@ -226,8 +261,8 @@ def check_sampler(
         lossy_by_design=subject.lossy_by_design,
         negative_control=subject.negative_control,
         reference="target greedy decoding" if subject.greedy_reference else "target sampling",
-        closed_form_max_abs_error=max_error,
-        tv_distance=tv,
+        judged_tokens=window,
+        malformed=None if malformed is None else malformed.to_json(),
         power=power,
         alpha=alpha,
         samples=samples if mc["p_value"] is not None else 0,
@@ -240,8 +275,97 @@ def check_sampler(
         top_p=processing.top_p,
         drafter=drafter,
         ragged=ragged,
+        inputs=inputs,
+        dtype=dtype,
+        **exact,
         **mc,
     )
+
+
+@dataclass(frozen=True)
+class _Setup:
+    subject: Subject
+    models: ToyModels
+    processing: Processing
+    drafter: str
+    k: int
+    draft_counts: tuple[int, ...]
+    inputs: str
+    dtype: str
+    seed: int
+
+    def tables(self):
+        from specsim.sampling.harness import DTYPES, verifier_tables
+
+        return verifier_tables(
+            self.models, self.processing, self.drafter, self.subject.verify_with_raw_q,
+            self.inputs, DTYPES[self.dtype],
+        )  # fmt: skip
+
+
+def callable_tolerance(dtype: str, vocab: int, k: int) -> float:
+    """Largest |error| that counts as exact for a callable given ``dtype`` inputs: rounding the
+    tables to the dtype moves each probability by one unit of roundoff, and the window's
+    probabilities are products and sums of at most (k + 1) * vocab of them (the closed form of
+    a built-in rule runs in float64 and uses ``EXACT_TOLERANCE``)."""
+    import torch
+
+    from specsim.sampling.harness import DTYPES
+
+    eps = torch.finfo(DTYPES[dtype]).eps
+    return max(EXACT_TOLERANCE, 2.0 * (k + 1) * vocab * eps)
+
+
+def _exact(setup: _Setup, target: np.ndarray) -> dict[str, Any]:
+    """The exact window: the closed form of a built-in rule, or the enumeration of a callable."""
+    subject, models, window = setup.subject, setup.models, setup.k + 1
+    result: dict[str, Any] = dict(
+        exact_method=None, exact_scope=None, exact_tolerance=EXACT_TOLERANCE,
+        closed_form_max_abs_error=None, tv_distance=None, exact_note=None,
+        enumeration_cases=None, malformed=None, exact_ok=False,
+    )  # fmt: skip
+    if subject.rule is not None:
+        tables = models.tables(
+            setup.processing, setup.drafter, verify_with_raw_q=subject.verify_with_raw_q
+        )
+        produced = reference.first_tokens_distribution(
+            tables, models.prompt, setup.draft_counts, subject.rule, window
+        )
+        result.update(
+            exact_method="closed form",
+            exact_scope=f"chained steps from the prompt, tokens 1-{window}",
+        )
+    elif not torch_available():
+        result["exact_note"] = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
+        return result
+    else:
+        from specsim.sampling.enumeration import enumerate_step
+
+        enumerated = enumerate_step(
+            subject.load(), setup.tables(), models.prompt, setup.k, setup.draft_counts,
+            p_table=models.tables(setup.processing).p,
+            greedy_reference=subject.greedy_reference, seed=setup.seed,
+        )  # fmt: skip
+        paths = "path" if enumerated.cases == 1 else "paths"
+        result.update(
+            exact_method="enumeration",
+            exact_scope=f"one step from the prompt over its {enumerated.cases} draft {paths} "
+            f"and every outcome of its uniforms, then the target; tokens 1-{window}",
+            exact_tolerance=callable_tolerance(setup.dtype, models.vocab, setup.k),
+            enumeration_cases=enumerated.cases,
+            exact_note=enumerated.note,
+            malformed=enumerated.malformed,
+        )
+        if enumerated.window is None:
+            return result
+        produced = enumerated.window
+    error = float(np.abs(produced - target).max())
+    result.update(
+        closed_form_max_abs_error=error,
+        tv_distance=reference.total_variation(produced, target),
+        exact_ok=error <= result["exact_tolerance"],
+    )
+    return result
 
 
 def torch_available() -> bool:
@@ -253,34 +377,42 @@ def torch_available() -> bool:
     return True
 
 
-def _monte_carlo(subject, models, processing, drafter, k, samples, seed, ragged, target) -> dict:
-    result: dict[str, Any] = dict.fromkeys(
-        ("p_value", "g_statistic", "dof", "impossible_samples", "monte_carlo_tv", "detectable_tv")
-    )
+def _skipped_monte_carlo(note: str) -> dict[str, Any]:
+    keys = ("p_value", "g_statistic", "dof", "impossible_samples", "detectable_tv")
+    return {**dict.fromkeys(keys), "window_tests": None, "monte_carlo_note": note}
+
+
+def _monte_carlo(setup: _Setup, samples, target, alpha, power) -> dict[str, Any]:
     if samples == 0:
-        return {**result, "monte_carlo_note": "skipped (--samples 0)"}
+        return {**_skipped_monte_carlo("skipped (--samples 0)"), "malformed": None}
     if not torch_available():
         note = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
-        return {**result, "monte_carlo_note": note}
+        return {**_skipped_monte_carlo(note), "malformed": None}
     from specsim.sampling import montecarlo
+    from specsim.sampling.harness import Malformed
 
-    tables = montecarlo.torch_tables(models, processing, drafter, subject.verify_with_raw_q)
     counts = montecarlo.run_monte_carlo(
-        subject.load(), tables, models.prompt, k, samples, seed, n_tokens=N_TOKENS, ragged=ragged
-    )
-    test = stats.g_test(counts, target)
+        setup.subject.load(), setup.tables(), setup.models.prompt, setup.k, samples, setup.seed,
+        n_tokens=setup.k + 1, ragged=len(setup.draft_counts) > 1,
+    )  # fmt: skip
+    if isinstance(counts, Malformed):
+        note = "stopped: the verifier's output broke the contract"
+        return {**_skipped_monte_carlo(note), "malformed": counts}
+    tests, family = stats.window_tests(counts, target, alpha, power)
+    whole = tests[-1]
     return {
-        **result,
-        "p_value": test.p_value,
-        "g_statistic": test.statistic,
-        "dof": test.dof,
-        "impossible_samples": test.impossible_count,
-        "monte_carlo_tv": reference.total_variation(counts / samples, target),
+        "p_value": family,
+        "g_statistic": whole.g_statistic,
+        "dof": whole.dof,
+        "impossible_samples": whole.impossible_samples,
+        "detectable_tv": whole.detectable_tv,
+        "window_tests": [asdict(test) for test in tests],
         "monte_carlo_note": None,
+        "malformed": None,
     }
 
 
-def _check_subject_fits(subject: Subject, processing: Processing, drafter: str, samples: int):
+def _check_subject_fits(subject: Subject, processing: Processing, drafter: str, inputs: str):
     if subject.verify_with_raw_q and processing.is_identity:
         raise SpecsimError(
             "the raw-q control needs logits processing, else raw and processed q coincide",
@@ -291,27 +423,39 @@ def _check_subject_fits(subject: Subject, processing: Processing, drafter: str, 
         raise SpecsimError(
             "the raw-q control needs a sampling drafter", key="--drafter", fix="use sample"
         )
-    if subject.rule is None and samples == 0:
+    if inputs == "logits" and subject.rule is not None:
         raise SpecsimError(
-            "a verifier callable has no closed form, so it needs Monte Carlo samples",
-            key="samples",
-            fix="pass samples > 0",
+            "built-in verifiers and controls take processed probabilities",
+            key="--inputs",
+            fix="use --inputs logits only with a MODULE:FUNCTION verifier",
         )
 
 
-def _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power) -> None:
+def _validate(
+    vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power, inputs, dtype
+) -> None:
     checks = [
         (2 <= vocab <= MAX_VOCAB, "--vocab",
-         f"use 2..{MAX_VOCAB}: the closed form enumerates every draft path"),
-        (1 <= k <= MAX_K, "--k", f"use 1..{MAX_K}: the closed form enumerates V^k draft paths"),
-        (samples >= 0, "--samples", "use 0 (closed form only) or a positive count"),
+         f"use 2..{MAX_VOCAB}: the exact result enumerates every draft path"),
+        (1 <= k <= MAX_K, "--k", f"use 1..{MAX_K}: the exact result enumerates V^k draft paths"),
+        (samples >= 0, "--samples", "use 0 (exact result only) or a positive count"),
         (temperature >= 0 and np.isfinite(temperature), "--temperature", "use >= 0 (0: greedy)"),
         (top_k >= 0 and float(top_k).is_integer(), "--top-k", "use a whole number >= 0 (0: off)"),
         (0 < top_p <= 1, "--top-p", "use a value in (0, 1] (1: off)"),
         (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
         (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
         (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
+        (inputs in ("probs", "logits"), "--inputs", "use probs or logits"),
+        (dtype in ("float32", "float64"), "--dtype", "use float32 or float64"),
     ]  # fmt: skip
     for ok, key, fix in checks:
         if not ok:
             raise SpecsimError("value out of range", key=key, fix=fix)
+    if vocab ** (k + 1) > MAX_WINDOW_CELLS:
+        largest = max(v for v in range(2, MAX_VOCAB + 1) if v ** (k + 1) <= MAX_WINDOW_CELLS)
+        raise SpecsimError(
+            f"the whole window of {k + 1} tokens has {vocab}^{k + 1} = {vocab ** (k + 1):,} "
+            f"outcomes, more than {MAX_WINDOW_CELLS:,}",
+            key="--vocab",
+            fix=f"use --vocab <= {largest} at --k {k}, or a smaller --k",
+        )

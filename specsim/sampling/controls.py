@@ -8,11 +8,14 @@ verifiers, run by the Monte Carlo test) and its closed form (run by the exact en
 - ``residual-0.8q``: a mis-computed residual, norm(max(0, p - 0.8 q));
 - ``raw-q``: draft from the processed q (temperature/top-k/top-p) but verify against the raw
   softmax q — the harness plants it by handing the verifier the raw q;
-- ``shared-uniform``: one uniform reused for the accept test at every position.
+- ``shared-uniform``: one uniform reused for the accept test at every position;
+- ``stale-bonus``: when every draft passes, the bonus token is drawn from p at the last draft's
+  position instead of the position after it (an off-by-one in the bonus row).
 
-Whether a bug changes the first two emitted tokens depends on the problem: a shared uniform, for
-instance, is invisible where every acceptance probability is 0 or 1 (possible with top-k on a
-tiny vocabulary). The checker's default problem (problem seed 0) shows every control.
+Whether a bug changes the emitted tokens depends on the problem: a shared uniform, for instance,
+is invisible where every acceptance probability is 0 or 1 (possible with top-k on a tiny
+vocabulary), and a stale bonus shows only in the token after a full window. The checker judges
+the whole window (k + 1 tokens), and its default problem (problem seed 0) shows every control.
 
 Importing this module does not import torch; the torch verifiers import it when called.
 """
@@ -34,7 +37,9 @@ from specsim.sampling.reference import (
 )
 
 
-def _control_verifier(residual_name: str, shared_uniform: bool = False) -> Callable[..., Any]:
+def _control_verifier(
+    residual_name: str, shared_uniform: bool = False, stale_bonus: bool = False
+) -> Callable[..., Any]:
     def verify(p, q, draft_tokens, n_drafts=None, randomness=None, *, validate=True):
         import torch
 
@@ -49,8 +54,9 @@ def _control_verifier(residual_name: str, shared_uniform: bool = False) -> Calla
             "0.8q": lambda p_rows, q_rows: p_rows.sub_(q_rows, alpha=0.8).clamp_(min=0),
         }[residual_name]
         return v._speculative_rows(
-            p, q, draft_tokens, n_drafts, randomness, validate, residual, shared_uniform
-        )
+            p, q, draft_tokens, n_drafts, randomness, validate, residual, shared_uniform,
+            stale_bonus,
+        )  # fmt: skip
 
     return verify
 
@@ -101,6 +107,12 @@ CONTROLS: dict[str, NegativeControl] = {
             "one uniform reused for the accept test at every position",
             _control_verifier("exact", shared_uniform=True),
             ClosedFormRule("shared-uniform", exact_accept, REJECTION.residual, shared_uniform=True),
+        ),
+        NegativeControl(
+            "stale-bonus",
+            "the bonus token drawn at the last draft's position, not the one after it",
+            _control_verifier("exact", stale_bonus=True),
+            ClosedFormRule("stale-bonus", exact_accept, REJECTION.residual, stale_bonus=True),
         ),
     )
 }

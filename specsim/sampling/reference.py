@@ -97,6 +97,8 @@ class ClosedFormRule:
     ``bonus(p) -> [..., V]``: distribution of the token emitted when every draft passes.
     ``shared_uniform``: one uniform decides every position (a known bug, kept as a control);
     then P(accept the first j) = min(a_1..a_j) instead of a_1 * ... * a_j.
+    ``stale_bonus``: the bonus token is drawn at the last draft's position instead of the one
+    after it (a known bug, kept as a control).
     """
 
     name: str
@@ -104,6 +106,7 @@ class ClosedFormRule:
     residual: Callable[[np.ndarray, np.ndarray], np.ndarray]
     bonus: Callable[[np.ndarray], np.ndarray] = field(default=lambda p: p)
     shared_uniform: bool = False
+    stale_bonus: bool = False
 
 
 REJECTION = ClosedFormRule("rejection", exact_accept, exact_residual)
@@ -135,15 +138,98 @@ class Tables:
         return self.p.shape[-1]
 
 
-def _node_table(table: np.ndarray, context: tuple[int, int], depth: int) -> np.ndarray:
-    """Distribution after the context plus a free path x_1..x_depth: shape [V]*depth + [V]."""
+def _node_table(table: np.ndarray, context: tuple[int, int] | None, depth: int) -> np.ndarray:
+    """Distribution after the context plus a free path x_1..x_depth: shape [V]*depth + [V].
+
+    ``context=None`` leaves the context free too: two leading axes (a, b), shape
+    [V]*(depth + 2) + [V], so one enumeration covers every starting context at once.
+    """
+    vocab = table.shape[-1]
+    if context is None:
+        return table.reshape((1,) * depth + (vocab, vocab, vocab))
     a, b = context
     if depth == 0:
         return table[a, b]
     if depth == 1:
         return table[b]
-    vocab = table.shape[-1]
     return table.reshape((1,) * (depth - 2) + (vocab, vocab, vocab))
+
+
+@dataclass
+class Emitted:
+    """What one step emits, up to ``longest`` tokens: ``exact[L-1]`` is the probability of
+    emitting exactly the L tokens s (L < longest); ``at_least`` that of emitting ``longest`` or
+    more tokens that begin with s. Leading context axes come first when the context is free."""
+
+    exact: list[np.ndarray]
+    at_least: np.ndarray
+    longest: int
+
+    def truncated(self, longest: int) -> Emitted:
+        """The same step seen up to fewer tokens: longer emissions summed to their first ones."""
+        at_least = self.at_least
+        for part in reversed(self.exact[longest - 1 :]):
+            at_least = part + at_least.sum(axis=-1)
+        return Emitted(self.exact[: longest - 1], at_least, longest)
+
+    def mixed(self, other: Emitted, weight: float) -> Emitted:
+        exact = [a + weight * b for a, b in zip(self.exact, other.exact, strict=True)]
+        return Emitted(exact, self.at_least + weight * other.at_least, self.longest)
+
+
+def _first_tokens_of(part: np.ndarray, tail_axes: int, longest: int) -> np.ndarray:
+    """Sum the trailing token axes of ``part`` beyond the first ``longest`` emitted tokens."""
+    extra = part.ndim - tail_axes - longest if tail_axes else 0
+    return part.sum(axis=tuple(range(part.ndim - extra, part.ndim))) if extra > 0 else part
+
+
+def _step_parts(
+    tables: Tables,
+    context: tuple[int, int] | None,
+    n_drafts: int,
+    rule: ClosedFormRule,
+    longest: int,
+) -> Emitted:
+    """Enumerate one step's draft paths and outcomes (see ``step_distribution``), keeping the
+    emitted tokens up to ``longest``: longer emissions are summed before they are built, so
+    memory follows V^longest, not V^(k+1)."""
+    lead = 2 if context is None else 0
+    zero = np.zeros((tables.vocab,) * (lead + longest))
+    emitted = Emitted(
+        [np.zeros((tables.vocab,) * (lead + n)) for n in range(1, longest)], zero, longest
+    )
+
+    def record(mass: np.ndarray, token: np.ndarray) -> None:
+        """Add ``mass`` [.., path] times the last token's distribution ``token`` [.., V]."""
+        length = mass.ndim - lead + 1
+        if length < longest:
+            emitted.exact[length - 1] += mass[..., None] * token
+        elif length == longest:
+            emitted.at_least += mass[..., None] * token
+        else:
+            reduced = mass * token.sum(axis=-1)
+            emitted.at_least += reduced.sum(axis=tuple(range(lead + longest, reduced.ndim)))
+
+    path_q = np.ones((1,) * lead)  # P_q(x_1..x_d), shape [V]*d
+    path_accept = np.ones((1,) * lead)  # P(first d drafts accepted | path), shape [V]*d
+    for depth in range(n_drafts):
+        p_node = _node_table(tables.p, context, depth)
+        q_verify = _node_table(tables.q_verify, context, depth)
+        accept = rule.accept(p_node, q_verify)
+        next_q = path_q[..., None] * _node_table(tables.q_draft, context, depth)
+        if rule.shared_uniform:
+            next_accept = np.minimum(path_accept[..., None], accept)
+        else:
+            next_accept = path_accept[..., None] * accept
+        reject_here = (next_q * (path_accept[..., None] - next_accept)).sum(axis=-1)
+        record(reject_here, rule.residual(p_node, q_verify))
+        path_q, path_accept = next_q, next_accept
+    bonus_depth = n_drafts - 1 if rule.stale_bonus and n_drafts > 0 else n_drafts
+    bonus_p = _node_table(tables.p, context, bonus_depth)
+    if bonus_depth < n_drafts:
+        bonus_p = np.expand_dims(bonus_p, -2)  # the last draft's position, one step stale
+    record(path_q * path_accept, rule.bonus(bonus_p))
+    return emitted
 
 
 def step_distribution(
@@ -156,30 +242,38 @@ def step_distribution(
     j+1" (emit x_1..x_j then a residual token) and "all accepted" (emit the path and a bonus).
     The arrays sum to 1 over all L.
     """
-    path_q = np.ones(())  # P_q(x_1..x_d), shape [V]*d
-    path_accept = np.ones(())  # P(first d drafts accepted | path), shape [V]*d
-    emitted: list[np.ndarray] = []
-    for depth in range(n_drafts):
-        p_node = _node_table(tables.p, context, depth)
-        q_verify = _node_table(tables.q_verify, context, depth)
-        accept = rule.accept(p_node, q_verify)
-        residual = rule.residual(p_node, q_verify)
-        next_q = path_q[..., None] * _node_table(tables.q_draft, context, depth)
-        if rule.shared_uniform:
-            next_accept = np.minimum(path_accept[..., None], accept)
+    return _step_parts(tables, context, n_drafts, rule, n_drafts + 2).exact
+
+
+def _mixed_step(tables, context, draft_counts, rule, longest) -> Emitted:
+    """A step whose number of drafts is drawn uniformly from ``draft_counts``."""
+    steps = [_step_parts(tables, context, n, rule, longest) for n in draft_counts]
+    mixed = steps[0]
+    for step in steps[1:]:
+        mixed = mixed.mixed(step, 1.0)
+    scale = 1.0 / len(draft_counts)
+    return Emitted([part * scale for part in mixed.exact], mixed.at_least * scale, longest)
+
+
+def _continue(part: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """Emitted tokens ``part`` (its last two axes: the context the next step starts from)
+    followed by ``rest`` [V, V] + [V]*r, the next steps' first r tokens from each context."""
+    r = rest.ndim - 2
+    return part.reshape(part.shape + (1,) * r) * rest.reshape((1,) * (part.ndim - 2) + rest.shape)
+
+
+def chain_steps(step: Emitted, chained: dict[int, np.ndarray], context) -> np.ndarray:
+    """First ``step.longest`` tokens: the step's own, then the next steps' for what it left."""
+    m = step.longest
+    out = step.at_least.copy()
+    for length, part in enumerate(step.exact, start=1):
+        if context is not None and length == 1:
+            lifted = np.zeros((part.shape[-1],) * 2)  # the next step starts from (b, s_1)
+            lifted[context[1]] = part
+            out += _continue(lifted, chained[m - 1]).sum(axis=0)
         else:
-            next_accept = path_accept[..., None] * accept
-        reject_here = (next_q * (path_accept[..., None] - next_accept)).sum(axis=-1)
-        emitted.append(reject_here[..., None] * np.broadcast_to(residual, next_q.shape))
-        path_q, path_accept = next_q, next_accept
-    bonus = rule.bonus(_node_table(tables.p, context, n_drafts))
-    emitted.append((path_q * path_accept)[..., None] * bonus)
-    return emitted
-
-
-def _advance(context: tuple[int, int], tokens: tuple[int, ...]) -> tuple[int, int]:
-    full = context + tokens
-    return full[-2], full[-1]
+            out += _continue(part, chained[m - length])
+    return out
 
 
 def first_tokens_distribution(
@@ -193,34 +287,47 @@ def first_tokens_distribution(
 
     Each step drafts ``n`` tokens with n drawn uniformly from ``draft_counts`` (one value: a
     fixed window; several: ragged windows). A step that emits fewer than ``n_tokens`` tokens is
-    followed by further steps from the extended context.
+    followed by further steps from the extended context: the first j < n_tokens tokens from
+    every context are computed once, all contexts at a time, and chained.
     """
-    vocab = tables.vocab
-    cache: dict[tuple[tuple[int, int], int], np.ndarray] = {}
+    chained: dict[int, np.ndarray] = {}
+    if n_tokens > 1:
+        every = _mixed_step(tables, None, draft_counts, rule, n_tokens - 1)
+        for j in range(1, n_tokens):
+            chained[j] = chain_steps(every.truncated(j), chained, None)
+    here = _mixed_step(tables, context, draft_counts, rule, n_tokens)
+    return chain_steps(here, chained, context)
 
-    def step_mix(ctx: tuple[int, int]) -> list[np.ndarray]:
-        longest = max(draft_counts) + 1
-        mix = [np.zeros((vocab,) * length) for length in range(1, longest + 1)]
-        for n in draft_counts:
-            for i, part in enumerate(step_distribution(tables, ctx, n, rule)):
-                mix[i] += part / len(draft_counts)
-        return mix
 
-    def first(ctx: tuple[int, int], m: int) -> np.ndarray:
-        if (ctx, m) in cache:
-            return cache[(ctx, m)]
-        out = np.zeros((vocab,) * m)
-        for length, part in enumerate(step_mix(ctx), start=1):
-            if length >= m:
-                out += part.sum(axis=tuple(range(m, length)))
-                continue
-            for seq in zip(*np.nonzero(part), strict=True):
-                seq = tuple(int(t) for t in seq)
-                out[seq] += part[seq] * first(_advance(ctx, seq), m - length)
-        cache[(ctx, m)] = out
-        return out
+def target_every_context(p_table: np.ndarray, n_tokens: int, greedy: bool = False) -> np.ndarray:
+    """What the target alone emits first from every context: [V, V] + [V]*n_tokens."""
+    table = one_hot_argmax(p_table) if greedy else p_table
+    out = table
+    for depth in range(1, n_tokens):
+        out = out[..., None] * _node_table(table, None, depth)
+    return out
 
-    return first(context, n_tokens)
+
+def first_step_window(
+    step: Emitted, p_table: np.ndarray, context: tuple[int, int], greedy: bool = False
+) -> np.ndarray:
+    """The first ``step.longest`` tokens when this step starts from ``context`` and the target
+    alone continues: equal to ``target_distribution`` exactly when the step is lossless there."""
+    chained = {j: target_every_context(p_table, j, greedy) for j in range(1, step.longest)}
+    return chain_steps(step, chained, context)
+
+
+def rule_first_step_window(
+    tables: Tables,
+    context: tuple[int, int],
+    draft_counts: tuple[int, ...],
+    rule: ClosedFormRule,
+    n_tokens: int,
+    greedy: bool = False,
+) -> np.ndarray:
+    """``first_step_window`` of a closed-form rule's step (what enumerating it must give)."""
+    step = _mixed_step(tables, context, draft_counts, rule, n_tokens)
+    return first_step_window(step, tables.p, context, greedy)
 
 
 def target_distribution(

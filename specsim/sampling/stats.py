@@ -110,3 +110,49 @@ def detectable_tv(
         upper *= 2.0
     lam = optimize.brentq(shortfall, 0.0, upper, xtol=1e-9, rtol=1e-12)
     return float(min(1.0, np.sqrt(lam / (4.0 * n))))
+
+
+@dataclass(frozen=True)
+class PrefixTest:
+    """A G-test of the first ``tokens`` emitted tokens, one of a window's nested tests."""
+
+    tokens: int
+    cells: int  # test cells after pooling
+    dof: int
+    g_statistic: float | None
+    p_value: float
+    impossible_samples: int
+    detectable_tv: float  # smallest TV on these tokens detected with `power` at the test's level
+    plug_in_tv: float  # TV of the empirical distribution (biased upwards by sampling noise)
+
+
+def window_tests(
+    counts: np.ndarray, expected_probs: np.ndarray, alpha: float, power: float = 0.99
+) -> tuple[list[PrefixTest], float]:
+    """G-tests of the first 1, 2, ..., m emitted tokens of an m-token window, each at level
+    alpha / m, and the family's Bonferroni p-value min(1, m * min p_j): lossless at level alpha
+    needs every test to pass. The first tokens' tests keep the power of a small table; the last
+    one covers every position (a departure anywhere moves the joint of all m tokens)."""
+    m = counts.ndim
+    n = int(np.rint(counts.sum()))
+    level = alpha / m
+    tests = []
+    for j in range(1, m + 1):
+        observed = counts.sum(axis=tuple(range(j, m)))
+        expected = expected_probs.sum(axis=tuple(range(j, m)))
+        result = g_test(observed, expected)
+        plug_in = 0.5 * float(np.abs(observed / max(n, 1) - expected).sum())
+        tests.append(
+            PrefixTest(
+                tokens=j,
+                cells=result.cells,
+                dof=result.dof,
+                g_statistic=result.statistic,
+                p_value=result.p_value,
+                impossible_samples=result.impossible_count,
+                detectable_tv=detectable_tv(expected, n, level, power),
+                plug_in_tv=plug_in,
+            )
+        )
+    family = min(1.0, m * min(test.p_value for test in tests))
+    return tests, family

@@ -93,15 +93,24 @@ def verify_rejection(
 
 
 def _speculative_rows(
-    p, q, draft_tokens, n_drafts, randomness, validate, residual, shared_uniform=False
+    p,
+    q,
+    draft_tokens,
+    n_drafts,
+    randomness,
+    validate,
+    residual,
+    shared_uniform=False,
+    stale_bonus=False,
 ) -> VerifyResult:
-    """verify_rejection with a swappable residual and optionally one shared accept uniform:
-    the negative controls are built from it."""
+    """verify_rejection with a swappable residual, optionally one shared accept uniform, and
+    optionally the bonus drawn one position early: the negative controls are built from it."""
     step = prepare(p, q, draft_tokens, n_drafts, randomness, validate, True)
     accept_uniforms = None
     if shared_uniform:
         accept_uniforms = randomness.accept[:, :1].expand_as(randomness.accept)
-    return _speculative_step(step, randomness, residual, validate, accept_uniforms)
+    bonus_shift = 1 if stale_bonus else 0
+    return _speculative_step(step, randomness, residual, validate, accept_uniforms, bonus_shift)
 
 
 def verify_greedy(
@@ -243,6 +252,7 @@ def _speculative_step(
     residual: ResidualFn,
     validate: bool,
     accept_uniforms: torch.Tensor | None = None,
+    bonus_shift: int = 0,
 ) -> VerifyResult:
     """Rejection-sampling skeleton with a pluggable residual (the controls swap it).
 
@@ -269,7 +279,8 @@ def _speculative_step(
     rejected = accepted < step.n_drafts
     bonus_rows = (~rejected).nonzero().squeeze(-1)
     if bonus_rows.numel():
-        p_bonus = _rows_at(p, bonus_rows, accepted[bonus_rows])
+        at = (accepted[bonus_rows] - bonus_shift).clamp_(min=0)  # shift: the stale-bonus control
+        p_bonus = _rows_at(p, bonus_rows, at)
         final[bonus_rows] = sample_from_probs(
             p_bonus, randomness.sample[bonus_rows], validate=False
         )
