@@ -1,4 +1,5 @@
-"""The planner's decision rules on hand-made summaries: best k, crossover, k-by-batch table."""
+"""The planner's decision rules on hand-made summaries: best k, crossover, k-by-batch table
+and its verdict."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from specsim.errors import SpecsimError
 from specsim.planning.capacity import attainment_of, meets_slo
 from specsim.planning.common import choose, parse_k_values, parse_loads
 from specsim.planning.sweep import PointResult
-from specsim.planning.window import LoadResult, crossover, k_by_batch, vllm_ranges
+from specsim.planning.window import LoadResult, crossover, k_by_batch
+from specsim.planning.window_table import (
+    E2E_TIE,
+    NOT_RECOMMENDED,
+    RECOMMENDED,
+    LoadCheck,
+    compare,
+    judge,
+    vllm_ranges,
+)
+from specsim.planning.window_table_report import verdict_text
 
 
 def summary(e2e: float, goodput: float = 1.0, batch: float = 4.0, served: float = 0.0) -> dict:
@@ -84,28 +95,156 @@ def test_crossover_is_the_load_from_which_k0_wins_for_good(best, start, last_pay
     assert crossover(_loads(best)) == {"load": start, "last_paying": last_paying}
 
 
-def test_k_by_batch_puts_boundaries_between_the_loads_and_covers_every_batch():
-    rows = k_by_batch(_loads([4, 4, 2, 0], batches=[2.0, 6.0, 20.0, 60.0]), max_batch=128)
-    assert rows == [
-        {"max_batch": 13, "k": 4},  # halfway between batch 6 (k=4) and 20 (k=2)
-        {"max_batch": 40, "k": 2},
-        {"max_batch": 128, "k": 0},
-    ]
-    assert vllm_ranges(rows) == [[1, 13, 4], [14, 40, 2], [41, 128, 0]]
+def _plan(tmp_path, repo, ks=(0, 1, 2, 3, 4)):
+    from test_plan_support import write_scenario
+
+    from specsim.planning.window import prepare
+
+    return prepare(str(write_scenario(tmp_path, repo)), [], list(ks), [2.0, 60.0, 150.0], None)
 
 
-def test_k_by_batch_with_one_k_throughout_is_one_row():
-    rows = k_by_batch(_loads([3, 3, 3]), max_batch=64)
-    assert rows == [{"max_batch": 64, "k": 3}]
-    assert vllm_ranges(rows) == [[1, 64, 3]]
+def _with_context(summaries: dict, context: float) -> dict:
+    """A best-static summary whose running sequences hold ``context`` KV tokens each."""
+    batch = summaries["batch_size"]["mean"]
+    return {
+        **summaries,
+        "kv_cache_utilisation": {"mean": batch * context / 1e5},
+        "kv_capacity_tokens": 1e5,
+    }
 
 
-def test_k_by_batch_rows_validate_as_a_scenario_table():
+def _tokens_per_second(plan, k: int, batch: int, context: float) -> float:
+    """Expected tokens per second of a decode-only step, written out from the cost model."""
+    from specsim.simulation.acceptance import build_acceptance
+    from specsim.simulation.costs import StepCosts
+
+    spec = plan.scenario.speculation
+    entry = plan.profile.acceptance(spec.drafter, spec.verifier, spec.temperature)
+    acceptance = build_acceptance(plan.profile, entry, spec.acceptance, 4)
+    costs = StepCosts(plan.profile, spec.drafter)
+    new = batch * (k + 1.0)
+    pairs = new * context + batch * (k + 1.0) * (k + 2.0) / 2.0
+    seconds = costs.iteration_s(k, batch, new, batch * context, pairs)
+    return batch * acceptance.row_expected_emitted(k) / seconds
+
+
+def test_k_by_batch_takes_the_fastest_window_at_each_batch_with_the_drafter_deployed(
+    tmp_path, repo
+):
+    """Best static k 3, 3, 0: the 0 at 150 req/s is "no drafter", which no table row can be.
+    Each batch size's k is the one with the most tokens per second of step time."""
+    plan = _plan(tmp_path, repo)
+    loads = _loads([3, 3, 0], batches=[1.5, 20.0, 70.0])
+    for entry in loads:
+        result = entry.by_config[f"k={entry.best_k}"]
+        result.summary = _with_context(result.summary, 400.0)
+    rows, derivation = k_by_batch(plan, loads)
+    assert derivation == {
+        "context_tokens_per_sequence": pytest.approx(400.0),
+        "no_table_reason": None,
+    }
+    ranges = vllm_ranges(rows)
+    assert ranges[0][0] == 1 and ranges[-1][1] == plan.scenario.engine.max_batch == 96
+    assert all(k > 0 for _, _, k in ranges)
+    for first, last, k in ranges:
+        for batch in {first, (first + last) // 2, last}:
+            rates = {j: _tokens_per_second(plan, j, batch, 400.0) for j in plan.ks}
+            assert rates[k] == pytest.approx(max(rates.values()), rel=1e-12), (batch, rates)
+    # Larger batches make verification dearer: the window never grows with the batch.
+    assert [k for _, _, k in ranges] == sorted((k for _, _, k in ranges), reverse=True)
     from specsim.scenario import Speculation
 
-    rows = k_by_batch(_loads([5, 3, 1, 0], batches=[1.5, 3.0, 9.0, 30.0]), max_batch=256)
     spec = Speculation.model_validate({"drafter": "d", "policy": "by_batch", "k_by_batch": rows})
-    assert [r.k for r in spec.k_by_batch] == [5, 3, 1, 0]
+    assert [r.k for r in spec.k_by_batch] == [r["k"] for r in rows]
+
+
+def test_no_table_when_speculation_never_pays_or_only_k0_was_swept(tmp_path, repo):
+    plan = _plan(tmp_path, repo)
+    rows, derivation = k_by_batch(plan, _loads([0, 0, 0]))
+    assert rows == [] and "does not pay at any load" in derivation["no_table_reason"]
+    plan = _plan(tmp_path, repo, ks=[0])
+    rows, derivation = k_by_batch(plan, _loads([0, 0, 0]))
+    assert rows == [] and derivation["no_table_reason"] == "only k = 0 was swept"
+
+
+def _check(load: float, best_k: int, best: dict, table: dict | None) -> LoadCheck:
+    return LoadCheck(load, f"{load:g} req/s", best_k, best, table)
+
+
+ROWS = [{"max_batch": 50, "k": 3}, {"max_batch": 256, "k": 1}]
+
+
+def test_compare_counts_small_gaps_as_equal_and_goodput_first_under_an_slo():
+    static = summary(2.0, goodput=10.0, served=10.0)
+    assert compare(summary(2.0 * (1 + E2E_TIE / 2), goodput=10.0), static, True) == "equal"
+    assert compare(summary(2.0 * (1 + 2 * E2E_TIE), goodput=10.0), static, True) == "worse"
+    assert compare(summary(2.0 * (1 - 2 * E2E_TIE), goodput=10.0), static, False) == "better"
+    # Faster on average but fewer requests within the SLO: worse under an SLO only.
+    assert compare(summary(1.0, goodput=9.0), static, True) == "worse"
+    assert compare(summary(1.0, goodput=9.0), static, False) == "better"
+    assert compare(None, static, True) == "failed"
+
+
+def test_a_table_that_loses_below_the_crossover_is_not_recommended():
+    """The reported case: the table's goodput at 10 req/s is the lowest (9.78 against k = 3's
+    9.89 of 9.9 served, outside the 1 % band)."""
+    checks = [
+        _check(2.0, 3, summary(0.94, goodput=2.01), summary(0.94, goodput=2.01)),
+        _check(10.0, 3, summary(2.17, goodput=9.89, served=9.9), summary(2.47, goodput=9.78)),
+        _check(14.0, 0, summary(7.2, goodput=11.19, served=13.7), summary(31.9, goodput=0.40)),
+    ]
+    verdict = judge(checks, ROWS, {"load": 14.0, "last_paying": 10.0}, use_slo=True)
+    assert list(verdict) == ["verdict", "reason", "speculation_off_above_load", "per_load"]
+    assert verdict["verdict"] == NOT_RECOMMENDED
+    assert verdict["reason"] == (
+        "it loses to static k = 3 at 10 req/s: goodput 9.78 vs 9.89 req/s, mean E2E 2.47 vs "
+        "2.17 s; run the best static k per load instead; above 10 req/s turn speculation off"
+    )
+    assert verdict["speculation_off_above_load"] == 10.0
+    assert [item["outcome"] for item in verdict["per_load"]] == ["equal", "worse", "worse"]
+    assert [item["judged"] for item in verdict["per_load"]] == [True, True, False]
+    assert verdict["per_load"][1]["best_static"]["k"] == 3
+    assert verdict["per_load"][1]["table"]["goodput_requests_per_s"] == 9.78
+    text = verdict_text({"rows": ROWS, **verdict})
+    assert text.startswith("The k-by-batch table is not recommended: it loses to static k = 3")
+
+
+def test_a_table_that_matches_below_the_crossover_is_recommended_with_speculation_off_above():
+    checks = [
+        _check(2.0, 3, summary(0.94), summary(0.94)),
+        _check(10.0, 3, summary(2.17, goodput=9.89), summary(2.16, goodput=9.90)),
+        _check(14.0, 0, summary(7.2, goodput=11.19), summary(9.8, goodput=6.5)),
+    ]
+    verdict = judge(checks, ROWS, {"load": 14.0, "last_paying": 10.0}, use_slo=True)
+    assert verdict["verdict"] == RECOMMENDED
+    assert verdict["reason"] == (
+        "it matches the best static k at every load up to 10 req/s (a fixed k = 3 does as "
+        "well); above 10 req/s turn speculation off"
+    )
+    checks[1] = _check(10.0, 2, summary(2.17, goodput=9.89), summary(1.9, goodput=9.90))
+    verdict = judge(checks, ROWS, {"load": None, "last_paying": 14.0}, use_slo=False)
+    assert verdict["speculation_off_above_load"] is None
+    # Without a crossover every load is judged, and static k = 0 wins at 14 req/s.
+    assert verdict["verdict"] == NOT_RECOMMENDED
+    assert verdict["reason"].startswith("it loses to static k = 0 (no drafter) at 14 req/s: ")
+    checks[2] = _check(14.0, 1, summary(9.8), summary(9.7))
+    verdict = judge(checks, ROWS, {"load": None, "last_paying": 14.0}, use_slo=False)
+    assert verdict["verdict"] == RECOMMENDED
+    assert verdict["reason"] == (
+        "it beats the best static k at 10 req/s and matches it at every other load swept"
+    )
+
+
+def test_a_failed_table_run_or_no_table_is_not_recommended():
+    checks = [_check(2.0, 3, summary(0.94), None)]
+    verdict = judge(checks, ROWS, {"load": None, "last_paying": 2.0}, use_slo=False)
+    assert verdict["verdict"] == NOT_RECOMMENDED
+    assert verdict["reason"] == "its simulation at 2 req/s failed"
+    reason = "speculation does not pay at any load swept"
+    verdict = judge(checks, [], {"load": 2.0, "last_paying": None}, False, reason)
+    assert verdict["verdict"] == NOT_RECOMMENDED and verdict["reason"] == reason
+    assert verdict["per_load"][0]["judged"] is False and verdict["per_load"][0]["table"] is None
+    assert verdict_text({"rows": [], **verdict}) == f"No k-by-batch table: {reason}."
 
 
 def test_load_and_k_parsing():

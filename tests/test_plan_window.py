@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 
@@ -10,6 +11,7 @@ import yaml
 from test_plan_support import write_scenario
 
 from specsim.cli import main
+from specsim.planning.window_table import E2E_TIE
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,84 @@ def test_the_k_by_batch_table_is_pasteable_into_a_scenario_and_vllm(window_run):
     )
     assert [r.k for r in scenario.speculation.k_by_batch] == [r["k"] for r in rows]
     summary = json.loads((window_run["out"] / "summary.json").read_text())
-    assert summary["num_speculative_tokens_per_batch_size"] == ranges
+    assert summary["k_by_batch"]["num_speculative_tokens_per_batch_size"] == ranges
+    assert summary["k_by_batch"]["rows"] == rows
+
+
+def _sweep_e2e(out) -> dict[float, dict[str, float]]:
+    """Mean E2E latency per load and config, from sweep.csv."""
+    table: dict[float, dict[str, float]] = {}
+    with open(out / "sweep.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            table.setdefault(float(row["arrival rate (req/s)"]), {})[row["config"]] = float(
+                row["e2e mean (s)"]
+            )
+    return table
+
+
+@pytest.mark.slow
+def test_the_exported_table_never_loses_to_every_static_k(window_run):
+    """Past the crossover (60 and 150 req/s, batches of 60-80) a table read off the best k per
+    load has k = 0 rows at large batches with the drafter still deployed, and runs slower than
+    every static k. Derived per batch size, it runs as fast as the best static k that keeps the
+    drafter (within the verdict's tie band), at every load."""
+    for load, runs in _sweep_e2e(window_run["out"]).items():
+        static = {int(config[2:]): e2e for config, e2e in runs.items() if config.startswith("k=")}
+        assert runs["by_batch"] < max(static.values()), load
+        speculative = min(e2e for k, e2e in static.items() if k > 0)
+        assert runs["by_batch"] <= speculative * (1 + E2E_TIE), load
+
+
+@pytest.mark.slow
+def test_the_summary_carries_the_verdict_with_the_comparison_at_every_load(window_run):
+    from specsim.docs.outputs import K_BY_BATCH_KEYS, WINDOW_SUMMARY_KEYS
+
+    summary = json.loads((window_run["out"] / "summary.json").read_text())
+    assert list(summary) == [key for key in WINDOW_SUMMARY_KEYS if key != "simulations"]
+    table = summary["k_by_batch"]
+    assert list(table) == list(K_BY_BATCH_KEYS)
+    assert table["verdict"] in ("recommended", "not recommended") and table["reason"]
+    assert all(row["k"] > 0 for row in table["rows"])  # k = 0 is never a stand-in for "off"
+    best = {item["load"]: item["best_k"] for item in summary["best_k"]}
+    sweep = _sweep_e2e(window_run["out"])
+    assert [item["load"] for item in table["per_load"]] == list(best)
+    for item in table["per_load"]:
+        load = item["load"]
+        assert item["best_static"]["k"] == best[load]
+        assert item["best_static"]["e2e_mean_s"] == sweep[load][f"k={best[load]}"]
+        assert item["table"]["e2e_mean_s"] == sweep[load]["by_batch"]
+        assert item["outcome"] in ("better", "equal", "worse")
+        # Judged only below the crossover, where speculation still pays.
+        assert item["judged"] == (load < summary["crossover_load"])
+    judged = [item for item in table["per_load"] if item["judged"]]
+    assert judged
+    if table["verdict"] == "recommended":
+        assert all(item["outcome"] in ("better", "equal") for item in judged)
+    else:
+        assert any(item["outcome"] == "worse" for item in judged)
+
+
+@pytest.mark.slow
+def test_past_the_crossover_the_report_says_turn_speculation_off(window_run, capsys):
+    """k = 0 wins at 60 and 150 req/s and k = 3 at 2 req/s: the answer above 2 req/s is no
+    drafter, which the report says in words instead of a table row with k = 0."""
+    out = window_run["out"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["crossover_load"] == 60.0
+    assert summary["k_by_batch"]["speculation_off_above_load"] == 2.0
+    assert "above 2 req/s turn speculation off" in summary["k_by_batch"]["reason"]
+    report = (out / "report.md").read_text()
+    answer = report.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert "**Turn speculation off above 2 req/s**" in answer
+    html = (out / "report.html").read_text()
+    assert "Turn speculation off above 2 req/s" in html
+    config = (out / "k_by_batch.yaml").read_text()
+    assert config.startswith("# The k-by-batch table is ")
+    assert "turn speculation off" in config.split("specsim:", 1)[0]
+    capsys.readouterr()
+    code = main(["plan", "window", *window_run["args"], "--out", str(out)])
+    assert code == 0
+    assert "turn speculation off above 2 req/s" in capsys.readouterr().out
 
 
 @pytest.mark.slow

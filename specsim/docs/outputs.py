@@ -70,6 +70,47 @@ BASELINE_KEYS = {
     "(ttft/tpot/e2e mean, p50, p99), throughput ratio and cost ratio (> 1 = speculation better)",
 }
 
+WINDOW_SUMMARY_KEYS = {
+    "command": "`plan window`",
+    "scenario": "the scenario file",
+    "drafter": "the scenario's drafter",
+    "verifier": "the scenario's verifier",
+    "load_axis": "`rate`, `concurrency` or `speed`: what a load level sets",
+    "chosen_by": "the rule that picks the best k (goodput under the SLO, or mean E2E latency)",
+    "k_values": "the window sizes swept",
+    "best_k": "per load: the best static k, its E2E speed-up over k = 0, mean batch, goodput, "
+    "and the adaptive policy's and the best static k's mean E2E latency",
+    "crossover_load": "the lowest load from which k = 0 (no drafter) is best at it and every "
+    "higher load swept (null: not within the loads swept)",
+    "last_load_where_speculation_pays": "the highest load below the crossover where a k > 0 won",
+    "k_by_batch": "the k-by-batch-size table and its verdict (keys below)",
+    "simulations": "printed with --json only (it varies between reruns, the file must not): "
+    "{computed, cached}, simulations run now and reused from `points/`",
+    "failed": "simulations that failed: their overrides and error",
+}
+
+K_BY_BATCH_KEYS = {
+    "rows": "the table in specsim's form, `[{max_batch, k}]` covering batch sizes 1..max_batch "
+    "(empty when there is no table to offer): per running batch size, the k whose decode step "
+    "emits the most expected tokens per second with the drafter deployed",
+    "num_speculative_tokens_per_batch_size": "the same table as vLLM's ranges "
+    "`[first batch size, last batch size, k]`",
+    "context_tokens_per_sequence": "the context per running sequence the table was derived at "
+    "(the mean over the best static runs where speculation pays; null when it pays at none)",
+    "verdict": "`recommended` when the table's own simulation matches or beats the best static "
+    "k at every judged load, else `not recommended`",
+    "reason": "the verdict's reason in words (the load and figures it loses at, if any)",
+    "speculation_off_above_load": "the highest load where speculation still pays when k = 0 "
+    "(no drafter) is best at every load above it: turn speculation off above it, where the "
+    "table is not judged (null when speculation pays at the highest load swept, or at none)",
+    "per_load": "per load: `load`, `offered_rps`, `judged` (false from the crossover on), "
+    "`outcome` (`better`, `equal`, `worse` or `failed`: the table against the best static k, "
+    "null without a table or a static result; "
+    "goodput within 1 % of the served rate and mean E2E within 2 % counting as equal), "
+    "`table` and `best_static` (`k` and the figures: goodput, SLO attainment, throughput, E2E "
+    "mean and p99, TTFT p99, TPOT p99)",
+}
+
 REPORT_FILES = {
     "report.html": "the report, self-contained (figures inlined; opens with no network)",
     "report.md": "the same report as Markdown, next to its PNG figures",
@@ -85,7 +126,8 @@ COMMAND_OUTPUTS = {
         **REPORT_FILES,
         "best_k.csv": "best static k per load, with the adaptive and k-by-batch results",
         "k_by_batch.yaml": "the derived k-by-batch-size table as a scenario `speculation` "
-        "section and as vLLM `num_speculative_tokens_per_batch_size`",
+        "section and as vLLM `num_speculative_tokens_per_batch_size`, its verdict on top",
+        "k_by_batch_check.csv": "per load: the table's own simulation against the best static k",
         "sweep.csv": "one row per simulation (load x k, adaptive, by_batch)",
     },
     "specsim plan capacity": {
@@ -152,4 +194,11 @@ def outputs_page() -> str:
             continue
         parts.append(f"## `{command}`")
         parts.append(table(["file", "what it holds"], [[f"`{k}`", v] for k, v in files.items()]))
+        if command == "specsim plan window":
+            parts.append("### `summary.json`")
+            keys = {
+                **WINDOW_SUMMARY_KEYS,
+                **{f"k_by_batch.{k}": v for k, v in K_BY_BATCH_KEYS.items()},
+            }
+            parts.append(table(["key", "meaning"], [[f"`{k}`", v] for k, v in keys.items()]))
     return "\n\n".join(parts) + "\n"

@@ -1,21 +1,21 @@
 """``plan window``: which k to run at each load, and where speculation stops paying.
 
 For every load level the sweep simulates each static k and the goodput-adaptive policy. The
-analysis picks the best static k per load (``common.choose``), finds the crossover load from
-which k = 0 wins, and turns the (observed batch size, best k) pairs into a k-by-batch-size table
-in the two forms engines take: specsim's ``speculation.k_by_batch`` and vLLM's
+analysis picks the best static k per load (``common.choose``) and finds the crossover load from
+which k = 0 wins. It also derives a k-by-batch-size table (``window_table``) in the two forms
+engines take: specsim's ``speculation.k_by_batch`` and vLLM's
 ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]``. A second, small sweep
-then runs that table (``policy: by_batch``) at every load, so the table is checked, not assumed.
+then runs that table (``policy: by_batch``) at every load, and the verdict sets its result
+against the best static choice at each load, so the table is checked, not assumed.
 
 Static k = 0 is speculation off: no drafter is deployed, so its weights free KV-cache memory and
 no drafter prefill runs. A k-by-batch table keeps the drafter deployed, so its k = 0 rows still
-pay the drafter's KV-sync pass; that is why the derived table is simulated rather than assumed.
+pay the drafter's KV-sync pass: above the crossover the answer is to turn speculation off, not
+a table.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +34,13 @@ from specsim.planning.common import (
 from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep import PointResult, Sweeper
+from specsim.planning.window_table import (
+    LoadCheck,
+    best_window_by_batch,
+    context_per_sequence,
+    judge,
+    vllm_ranges,
+)
 
 ADAPTIVE = "adaptive"
 BY_BATCH = "by_batch"
@@ -185,43 +192,33 @@ def batch_size(summary: dict[str, Any] | None) -> float | None:
     return metric(summary, "batch_size")
 
 
-def k_by_batch(loads: list[LoadResult], max_batch: int) -> list[dict[str, int]]:
-    """Rows ``{max_batch, k}`` (specsim's by_batch form) covering batch sizes 1..max_batch.
+def k_by_batch(plan: WindowPlan, loads: list[LoadResult]) -> tuple[list[dict[str, int]], dict]:
+    """The table's rows (empty when there is none to offer) and how they were derived.
 
-    Each load contributes (the mean batch it ran at with its best k, that k). Sorted by batch
-    size, equal neighbouring k merge; a boundary sits halfway between the neighbours' batch sizes.
+    Derived per running batch size from the step costs with the drafter deployed, at the context
+    a running sequence held in the best static runs of the loads where speculation pays.
     """
-    pairs = sorted(
-        (batch_size(entry.best), entry.best_k)
-        for entry in loads
-        if entry.best_k is not None and batch_size(entry.best) is not None
-    )
-    if not pairs:
-        return []
-    groups: list[list[Any]] = []  # [first batch, last batch, k]
-    for size, k in pairs:
-        if groups and groups[-1][2] == k:
-            groups[-1][1] = size
-        else:
-            groups.append([size, size, k])
-    rows: list[dict[str, int]] = []
-    for current, following in itertools.pairwise(groups):
-        edge = max(1, math.floor((current[1] + following[0]) / 2))
-        edge = min(edge, max_batch - 1)
-        if rows and edge <= rows[-1]["max_batch"]:
-            continue  # the two groups ran at the same batch size: the later one wins
-        rows.append({"max_batch": edge, "k": int(current[2])})
-    rows.append({"max_batch": max_batch, "k": int(groups[-1][2])})
-    return rows
-
-
-def vllm_ranges(rows: list[dict[str, int]]) -> list[list[int]]:
-    """The same table as vLLM's ``num_speculative_tokens_per_batch_size``: [start, end, k]."""
-    ranges, start = [], 1
-    for row in rows:
-        ranges.append([start, row["max_batch"], row["k"]])
-        start = row["max_batch"] + 1
-    return ranges
+    paying = [entry.best for entry in loads if entry.best_k]
+    context = context_per_sequence(paying)
+    derivation: dict[str, Any] = {"context_tokens_per_sequence": context, "no_table_reason": None}
+    if max(plan.ks) == 0:
+        derivation["no_table_reason"] = "only k = 0 was swept"
+    elif all(entry.best_k is None for entry in loads):
+        derivation["no_table_reason"] = "no load has a result (its simulations failed)"
+    elif not paying or context is None:
+        derivation["no_table_reason"] = (
+            "speculation does not pay at any load swept: k = 0 (no drafter) is best at every one"
+        )
+    if derivation["no_table_reason"]:
+        return [], derivation
+    spec, max_batch = plan.scenario.speculation, plan.scenario.engine.max_batch
+    rows = best_window_by_batch(plan.profile, spec, plan.ks, max_batch, context)
+    if all(row["k"] == 0 for row in rows):
+        derivation["no_table_reason"] = (
+            "with the drafter deployed no window beats k = 0 at any batch size"
+        )
+        return [], derivation
+    return rows, derivation
 
 
 def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepPoint]:
@@ -237,11 +234,30 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
     """Run the grid and the table check; return everything the report and summary need."""
     results = sweeper.run(plan.grid(), desc="plan window")
     loads = analyse(plan, results)
-    rows = k_by_batch(loads, plan.scenario.engine.max_batch)
+    rows, derivation = k_by_batch(plan, loads)
     check = sweeper.run(by_batch_points(plan, rows), desc="k-by-batch check")
     for result in check:
         next(e for e in loads if e.load == result.tags["load"]).by_config[BY_BATCH] = result
-    return {"loads": loads, "rows": rows, "crossover": crossover(loads)}
+    cross = crossover(loads)
+    checks = [
+        LoadCheck(
+            load=entry.load,
+            label=plan.axis.fmt(entry.load),
+            best_k=entry.best_k,
+            best=entry.best,
+            table=entry.summary(BY_BATCH),
+            offered_rps=plan.offered_rps(entry.load),
+        )
+        for entry in loads
+    ]
+    verdict = judge(checks, rows, cross, plan.use_slo, derivation["no_table_reason"])
+    return {
+        "loads": loads,
+        "rows": rows,
+        "crossover": cross,
+        "context": derivation["context_tokens_per_sequence"],
+        "verdict": verdict,
+    }
 
 
 def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
@@ -277,8 +293,12 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
         "best_k": best,
         "crossover_load": outcome["crossover"]["load"],
         "last_load_where_speculation_pays": outcome["crossover"]["last_paying"],
-        "k_by_batch": outcome["rows"],
-        "num_speculative_tokens_per_batch_size": vllm_ranges(outcome["rows"]),
+        "k_by_batch": {
+            "rows": outcome["rows"],
+            "num_speculative_tokens_per_batch_size": vllm_ranges(outcome["rows"]),
+            "context_tokens_per_sequence": outcome["context"],
+            **outcome["verdict"],
+        },
         "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
         "failed": [
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures

@@ -21,7 +21,13 @@ from specsim.planning.window import (
     LoadResult,
     WindowPlan,
     batch_size,
-    vllm_ranges,
+)
+from specsim.planning.window_table import vllm_ranges
+from specsim.planning.window_table_report import (
+    off_text,
+    serving_config,
+    table_section,
+    verdict_text,
 )
 
 METRIC_COLUMNS = [
@@ -120,11 +126,12 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
             metric(entry.best, "e2e_s", "mean"),
         )
         speedup.append(zero / best if zero and best else None)
-    adaptive = []
+    adaptive, table = [], []
     for entry in loads:
         zero = metric(entry.summary("k=0"), "e2e_s", "mean")
-        value = metric(entry.summary(ADAPTIVE), "e2e_s", "mean")
-        adaptive.append(zero / value if zero and value else None)
+        for config, out in ((ADAPTIVE, adaptive), (BY_BATCH, table)):
+            value = metric(entry.summary(config), "e2e_s", "mean")
+            out.append(zero / value if zero and value else None)
     best_k = Figure(
         name="best_k_vs_load",
         caption="Best static k per load, and the mean end-to-end speed-up over k = 0 "
@@ -144,6 +151,11 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
                 [
                     Series("best static k", xs, speedup),
                     Series("adaptive", xs, adaptive, linestyle="--", marker="^"),
+                    *(
+                        [Series("k-by-batch table", xs, table, linestyle=":", marker="D")]
+                        if any(v is not None for v in table)
+                        else []
+                    ),
                 ],
                 hlines=[(1.0, "break-even")],
             ),
@@ -171,25 +183,10 @@ def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
 def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
     loads: list[LoadResult] = outcome["loads"]
     rows: list[dict[str, int]] = outcome["rows"]
-    table_rows = [[r[0], r[1], r[2]] for r in vllm_ranges(rows)]
     sections = [
         Section("Answer", _answer(plan, outcome, summary)),
         Section("Best k per load", [_best_k_table(plan, loads, summary)]),
-        Section(
-            "k by batch size",
-            [
-                Paragraph(
-                    "Derived from the mean running batch each load ran at with its best k; "
-                    "boundaries sit halfway between neighbouring loads."
-                ),
-                Table(
-                    "k_by_batch",
-                    ["batch from", "batch to", "k"],
-                    table_rows,
-                    "Window size by running batch size",
-                ),
-            ],
-        ),
+        Section("k by batch size", table_section(plan, outcome, summary)),
         Section("Latency and throughput against k", _figures(plan, loads)),
         Section(
             "All simulations",
@@ -203,7 +200,7 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
         + f" at {plural(len(loads), 'load')} ({plan.axis.label}); seed {plan.seed}.",
         sections=sections,
     )
-    report.attachments["k_by_batch.yaml"] = serving_config(plan, rows)
+    report.attachments["k_by_batch.yaml"] = serving_config(plan, rows, summary["k_by_batch"])
     return report
 
 
@@ -211,8 +208,6 @@ def _answer(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
     """The answer in words: the choice rule, where speculation stops paying, the serving table."""
     loads: list[LoadResult] = outcome["loads"]
     spec = plan.scenario.speculation
-    cross = outcome["crossover"]
-    axis = plan.axis
     rule = (
         f"goodput under the SLO ({slo_text(plan.scenario)}), then mean end-to-end latency"
         if plan.use_slo
@@ -224,29 +219,19 @@ def _answer(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
             f"**{spec.verifier}** at temperature {spec.temperature:g}; k chosen by {rule}."
         )
     ]
-    if cross["load"] is not None:
-        below = (
-            f" (it still pays at {axis.fmt(cross['last_paying'])})"
-            if cross["last_paying"] is not None
-            else ""
-        )
-        answer.append(
-            Paragraph(
-                f"**Speculation stops paying at {axis.fmt(cross['load'])}**{below}: "
-                "from there on k = 0 is best at every load swept."
-            )
-        )
+    off = off_text(plan, outcome)
+    if off is not None:
+        answer.append(Paragraph(off))
     elif any(e.best_k for e in loads):
         answer.append(Paragraph("Speculation pays at every load swept (k = 0 never wins)."))
+    verdict = f"**{verdict_text(summary['k_by_batch'])}**"
     if outcome["rows"]:
-        answer.append(
-            Paragraph(
-                "k by running batch size, for the serving engine: vLLM "
-                f"`num_speculative_tokens_per_batch_size: "
-                f"{json.dumps(vllm_ranges(outcome['rows']))}`; "
-                "specsim `speculation.k_by_batch` in `k_by_batch.yaml`."
-            )
+        ranges = json.dumps(vllm_ranges(outcome["rows"]))
+        verdict += (
+            f" Its ranges for vLLM: `num_speculative_tokens_per_batch_size: {ranges}`; specsim "
+            "`speculation.k_by_batch` in `k_by_batch.yaml`."
         )
+    answer.append(Paragraph(verdict))
     note = lossy_note(plan.profile, spec)
     if note:
         answer.append(Callout(f"{note}. The speed-ups above are not free."))
@@ -295,30 +280,6 @@ def _best_k_table(plan: WindowPlan, loads: list[LoadResult], summary: dict[str, 
     )
 
 
-def serving_config(plan: WindowPlan, rows: list[dict[str, int]]) -> str:
-    """The k-by-batch table as a YAML file with both engine forms, ready to paste."""
-    spec = plan.scenario.speculation
-    ranges = vllm_ranges(rows)
-    vllm = {
-        "num_speculative_tokens": max([r["k"] for r in rows], default=0),
-        "num_speculative_tokens_per_batch_size": ranges,
-    }
-    lines = [
-        f"# k by running batch size for drafter {spec.drafter} ({spec.verifier} verifier),",
-        f"# derived by 'specsim plan window' from scenario {plan.scenario.name!r}.",
-        "# specsim scenario form (under speculation:):",
-        "specsim:",
-        "  speculation:",
-        "    policy: by_batch",
-        "    k_by_batch:",
-        *[f"    - {{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows],
-        "# vLLM --speculative-config fields (add method and model); ranges are",
-        "# [first batch size, last batch size, k]:",
-        f"vllm: {{speculative_config: {json.dumps(vllm)}}}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
     """A few lines for the terminal."""
     axis = plan.axis
@@ -334,15 +295,23 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
             for item in summary["best_k"]
         ),
     ]
-    if summary["crossover_load"] is not None:
-        lines.append(f"speculation stops paying at {axis.fmt(summary['crossover_load'])}")
-    else:
+    table = summary["k_by_batch"]
+    off = table["speculation_off_above_load"]
+    if summary["crossover_load"] is None:
         lines.append("speculation stops paying: not within the loads swept")
-    if summary["num_speculative_tokens_per_batch_size"]:
+    elif off is None:
+        lines.append("turn speculation off: k = 0 (no drafter) is best at every load swept")
+    else:
+        lines.append(
+            f"turn speculation off above {axis.fmt(off)} "
+            f"(k = 0 is best from {axis.fmt(summary['crossover_load'])} on)"
+        )
+    if table["rows"]:
         lines.append(
             "num_speculative_tokens_per_batch_size: "
-            + json.dumps(summary["num_speculative_tokens_per_batch_size"])
+            + json.dumps(table["num_speculative_tokens_per_batch_size"])
         )
+    lines.append(verdict_text(table))
     note = lossy_note(plan.profile, plan.scenario.speculation)
     if note:
         lines.append(f"note: {note}")
