@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="profile YAML to write (a path ending in .yaml), or a folder to write NAME.yaml in",
     )
     parser.add_argument("--name", help="profile name (default: the output file's stem)")
+    parser.set_defaults(_check_out=_check_out_path)
     add_json(parser)
 
     measure = parser.add_argument_group("measuring")
@@ -176,6 +177,12 @@ def _out_path(out: str, name: str | None) -> tuple[Path, str]:
         return path, name or path.stem
     name = name or "profile"
     return path / f"{name}.yaml", name
+
+
+def _check_out_path(args: argparse.Namespace) -> None:
+    from specsim.fileio import check_output_file
+
+    check_output_file(_out_path(args.out, args.name)[0])
 
 
 def _need(args: argparse.Namespace, *names: str, mode: str) -> None:
