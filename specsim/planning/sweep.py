@@ -9,6 +9,9 @@ different sweep is refused.
 
 The local path is ``concurrent.futures.ProcessPoolExecutor``; the distributed path is
 ``dask.distributed.Client``. Neither is reimplemented here: this module only keeps the books.
+Each pool worker watches a pipe that only this process holds open: when the sweep ends early
+(an error, Ctrl-C, SIGTERM) it closes the pipe, and when this process is killed the kernel does,
+so the workers never outlive the sweep.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -39,6 +43,7 @@ MANIFEST = "sweep.json"
 POINTS = "points"
 MANIFEST_FORMAT = 1
 WORKER_DIED = "the worker process running it died (a crash or out of memory)"
+WORKER_STOPPED = 75  # exit status of a worker whose sweep has ended
 
 
 @dataclass
@@ -105,6 +110,7 @@ class Sweeper:
         self.connect_timeout_s = connect_timeout_s
         self.stats = SweepStats()
         self._pool: ProcessPoolExecutor | None = None
+        self._stop_pool = None  # the write end of the pool's stop pipe
         self._client = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -115,13 +121,18 @@ class Sweeper:
         self._write_manifest()
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.close(interrupted=exc_type is not None)
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
+        """Shut the pool down; ``interrupted`` ends its workers now, losing the points in flight
+        (a rerun computes them), rather than waiting for them."""
         if self._pool is not None:
+            if interrupted:
+                self._stop_workers()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+            self._stop_workers()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close(timeout=5)
@@ -313,6 +324,12 @@ class Sweeper:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+            self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        if self._stop_pool is not None:
+            self._stop_pool.close()
+            self._stop_pool = None
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -321,8 +338,30 @@ class Sweeper:
             context = multiprocessing.get_context(method)
             if method == "forkserver":
                 context.set_forkserver_preload(["specsim.planning.sweep"])
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+            watched, self._stop_pool = context.Pipe(duplex=False)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=context,
+                initializer=_exit_with_the_sweep,
+                initargs=(watched,),
+            )
         return self._pool
+
+
+def _exit_with_the_sweep(watched) -> None:
+    """Pool worker start-up: exit when the sweep closes the pipe or its process is gone.
+
+    Only the sweep's process holds the pipe's write end, so end-of-file comes exactly when it
+    closes it or dies (SIGKILL included); the worker has nothing of its own to save.
+    """
+
+    def wait_for_the_end() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                watched.recv_bytes()
+        os._exit(WORKER_STOPPED)
+
+    threading.Thread(target=wait_for_the_end, name="specsim-sweep-watch", daemon=True).start()
 
 
 def _retag(result: PointResult, point: SweepPoint) -> PointResult:
