@@ -33,7 +33,12 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, write_text_atomic
-from specsim.planning.cluster import CLUSTER_CONNECT_TIMEOUT_S, connect_cluster, run_on_cluster
+from specsim.planning.cluster import (
+    CLUSTER_CONNECT_TIMEOUT_S,
+    ClusterTls,
+    connect_cluster,
+    run_on_cluster,
+)
 from specsim.planning.points import SweepPoint
 from specsim.planning.tasks import Task, run_point, simulate_point
 
@@ -81,7 +86,8 @@ class Sweeper:
 
     ``identity`` is a JSON-able mapping naming the sweep (command, scenario digest, options): a
     folder whose ``sweep.json`` names another identity is refused. ``workers`` is the local pool
-    size (1 runs in this process); ``cluster`` a Dask scheduler address, which replaces the pool.
+    size (1 runs in this process); ``cluster`` a Dask scheduler address, which replaces the pool,
+    and ``cluster_tls`` the client's TLS files for it (see ``specsim.planning.cluster``).
     """
 
     def __init__(
@@ -91,6 +97,7 @@ class Sweeper:
         *,
         workers: int | None = None,
         cluster: str | None = None,
+        cluster_tls: ClusterTls | None = None,
         progress: bool = True,
         task: Task = simulate_point,
         connect_timeout_s: float = CLUSTER_CONNECT_TIMEOUT_S,
@@ -105,6 +112,13 @@ class Sweeper:
         self.identity = identity
         self.workers = workers or default_workers()
         self.cluster = cluster
+        self.cluster_tls = cluster_tls
+        if cluster_tls is not None and cluster_tls.given() and not cluster:
+            raise SpecsimError(
+                "the --cluster-tls-* options need --cluster",
+                key="--cluster",
+                fix="give --cluster tls://HOST:PORT, or drop the TLS options",
+            )
         self.progress = progress
         self.task = task
         self.connect_timeout_s = connect_timeout_s
@@ -117,7 +131,7 @@ class Sweeper:
     def __enter__(self) -> Sweeper:
         self.check_folder()
         if self.cluster:
-            self._client = connect_cluster(self.cluster, self.connect_timeout_s)
+            self._client = connect_cluster(self.cluster, self.connect_timeout_s, self.cluster_tls)
         self._write_manifest()
         return self
 
