@@ -29,8 +29,8 @@ except ImportError:  # not POSIX: staging folders carry no lock, and none is rea
     fcntl = None
 
 
-def read_text(path: str | Path, what: str = "file") -> str:
-    """Read a UTF-8 text file or fail with a one-line error."""
+def check_input_file(path: str | Path, what: str = "file") -> Path:
+    """``path`` names an existing file, or a one-line error says what it is instead."""
     path = Path(path)
     if not path.exists():
         raise SpecsimError(f"{what} not found", file=str(path), fix="check the path")
@@ -38,6 +38,12 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise SpecsimError(
             f"expected a {what}, found a folder", file=str(path), fix="give the path of a file"
         )
+    return path
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """Read a UTF-8 text file or fail with a one-line error."""
+    path = check_input_file(path, what)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
