@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 import yaml
@@ -27,6 +28,31 @@ class StrictModel(pydantic.BaseModel):
 
 
 M = TypeVar("M", bound=StrictModel)
+
+# A spreadsheet opening a CSV runs a cell that starts with one of these as a formula.
+FORMULA_STARTS = ("=", "+", "-", "@")
+
+
+def check_name(value: str) -> str:
+    """A name that reaches CSV cells, report titles or file names: printable, not a formula.
+
+    Control characters (and the Unicode line and paragraph separators) would break rows or
+    lines; a leading '=', '+', '-' or '@' would be run by a spreadsheet.
+    """
+    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise ValueError(
+            f"name {value!r} holds the control character {bad!r}; fix: use printable characters"
+        )
+    if value.startswith(FORMULA_STARTS):
+        raise ValueError(
+            f"name {value!r} starts with {value[0]!r}, which a spreadsheet runs as a formula; "
+            "fix: start it with a letter or a digit"
+        )
+    return value
+
+
+Name = Annotated[str, pydantic.AfterValidator(check_name)]
 
 _FIXES = {
     "extra_forbidden": "remove the key or check its spelling",

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from specsim.config import StrictModel, load_model
+from specsim.config import Name, StrictModel, load_model
 
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
@@ -203,7 +203,7 @@ class KByBatch(StrictModel):
 class Speculation(StrictModel):
     """Speculative decoding settings: which drafter, how many tokens per step, which verifier."""
 
-    drafter: str | None = Field(
+    drafter: Name | None = Field(
         default=None,
         description="a drafter named in the profile's `drafters`; none = speculation off",
     )
@@ -277,7 +277,7 @@ class Speculation(StrictModel):
 class SpeculationOverride(StrictModel):
     """A pool's changes to the scenario's speculation settings (unset fields are inherited)."""
 
-    drafter: str | None = Field(default=None, description="see speculation.drafter")
+    drafter: Name | None = Field(default=None, description="see speculation.drafter")
     k: Annotated[int, Field(ge=0, le=32)] | None = Field(
         default=None, description="see speculation.k"
     )
@@ -303,7 +303,7 @@ class SpeculationOverride(StrictModel):
 class Pool(StrictModel):
     """A group of replicas sharing speculation settings (an A/B arm), reported separately."""
 
-    name: str = Field(description="label in the records and the summary")
+    name: Name = Field(description="label in the records and the summary")
     replicas: PosInt = Field(default=1, description="replicas in this pool")
     speculation: SpeculationOverride = Field(
         default_factory=SpeculationOverride,
@@ -373,7 +373,7 @@ class Slo(StrictModel):
 class Scenario(StrictModel):
     """A simulation: profile, workload, engine, speculation, fleet, SLO and seed."""
 
-    name: str = Field(default="scenario", description="label for reports")
+    name: Name = Field(default="scenario", description="label for reports")
     description: str = Field(default="", description="free text")
     seed: Annotated[int, Field(ge=0)] = Field(
         default=0, description="one seed for every random stream (arrivals, lengths, acceptance)"

@@ -9,12 +9,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from specsim.errors import SpecsimError
+from specsim.planning.cluster import ClusterTls
 from specsim.planning.points import SweepPoint
 from specsim.planning.sweep import Sweeper, run_point
 
@@ -258,3 +260,97 @@ def test_the_progress_bar_is_drawn_only_on_a_terminal(tmp_path, scenario, monkey
     with Sweeper(tmp_path / "out", IDENTITY, task=square_task, workers=1) as sweeper:
         sweeper.run(_points(scenario, 3))
     assert ("\r" in stderr.getvalue()) == terminal
+
+
+def _tls_files(folder: Path):
+    """A throw-away CA and certificate (Dask's own ``Security.temporary``) written as PEM files,
+    with the in-memory Security that the test cluster itself uses."""
+    from distributed.security import Security
+
+    security = Security.temporary()
+    files = {"ca": security.tls_ca_file, "cert": security.tls_client_cert}
+    files["key"] = security.tls_client_key
+    paths = {}
+    for name, text in files.items():
+        paths[name] = folder / f"{name}.pem"
+        paths[name].write_text(text, encoding="utf-8")
+    return security, ClusterTls(str(paths["ca"]), str(paths["cert"]), str(paths["key"]))
+
+
+def test_the_tls_options_become_the_clients_security(tmp_path, monkeypatch):
+    import dask.distributed
+
+    _, tls = _tls_files(tmp_path)
+    seen = {}
+
+    class Refused(Exception):
+        pass
+
+    def fake_client(address, **kwargs):
+        seen.update(kwargs, address=address)
+        raise Refused("no scheduler here")
+
+    monkeypatch.setattr(dask.distributed, "Client", fake_client)
+    sweeper = Sweeper(tmp_path / "out", IDENTITY, cluster="127.0.0.1:8786", cluster_tls=tls)
+    with pytest.raises(SpecsimError, match=r"cannot reach a Dask scheduler at tls://127.0.0.1"):
+        sweeper.__enter__()
+    assert seen["address"] == "tls://127.0.0.1:8786"  # a bare HOST:PORT is dialled over TLS
+    security = seen["security"]
+    assert security.require_encryption
+    assert (security.tls_ca_file, security.tls_client_cert, security.tls_client_key) == (
+        tls.ca_file,
+        tls.cert,
+        tls.key,
+    )
+    seen.clear()
+    with pytest.raises(SpecsimError):
+        Sweeper(tmp_path / "out", IDENTITY, cluster="tcp://127.0.0.1:1").__enter__()
+    assert seen["security"] is None  # no options: Dask's own configuration applies
+
+
+@pytest.mark.parametrize(
+    ("cluster", "files", "message"),
+    [
+        ("tcp://127.0.0.1:1", ("ca", "cert", "key"), "need a tls:// address"),
+        ("127.0.0.1:1", ("ca",), "--cluster-tls-cert is missing"),
+        ("127.0.0.1:1", ("cert", "key"), "--cluster-tls-ca-file is missing"),
+        ("127.0.0.1:1", ("ca", "cert", "missing"), "--cluster-tls-key: file not found"),
+        (None, ("ca", "cert"), "need --cluster"),
+    ],
+)
+def test_tls_option_errors_are_one_line(tmp_path, cluster, files, message):
+    _, tls = _tls_files(tmp_path)
+    given = {"ca": tls.ca_file, "cert": tls.cert, "key": tls.key}
+    given["missing"] = str(tmp_path / "nope.pem")
+    chosen = ClusterTls(
+        given["ca"] if "ca" in files else None,
+        given["cert"] if "cert" in files else None,
+        given["missing"] if "missing" in files else given["key"] if "key" in files else None,
+    )
+    with pytest.raises(SpecsimError, match=re.escape(message)):
+        Sweeper(tmp_path / "out", IDENTITY, cluster=cluster, cluster_tls=chosen).__enter__()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_dask_path_runs_on_a_tls_cluster_given_the_files(tmp_path, scenario):
+    from dask.distributed import LocalCluster
+
+    security, tls = _tls_files(tmp_path)
+    points = _points(scenario, 3)
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tls://",
+        security=security,
+        dashboard_address=None,
+    ) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tls://")
+        plain = Sweeper(tmp_path / "plain", IDENTITY, cluster=address, connect_timeout_s=2)
+        with pytest.raises(SpecsimError, match="cannot reach a Dask scheduler"):
+            plain.__enter__()  # without the client's certificate the scheduler refuses it
+        with _sweeper(tmp_path / "tls", cluster=address, cluster_tls=tls) as sweeper:
+            results = sweeper.run(points)
+    assert [r.summary["square"] for r in results] == [0.0, 1.0, 4.0]

@@ -4,6 +4,8 @@ Each subcommand lives in its own module ``specsim.cli.<name>`` with two function
 ``add_arguments(parser)`` and ``run(args) -> int``. Command modules import heavy libraries (torch,
 SimPy, matplotlib) inside ``run`` only, so ``specsim --help`` stays fast and commands that do not
 need torch work without it. A ``SpecsimError`` anywhere becomes one line on stderr and exit 2.
+SIGTERM is handled as Ctrl-C is (exit 143 instead of 130): staging folders are removed and a
+sweep's worker processes are ended.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from specsim import __version__
+from specsim.cli.common import check_out
 from specsim.errors import EXIT_BAD_INPUT, SpecsimError
 
 # name -> one-line help. The module is specsim.cli.<name>.
@@ -60,25 +65,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so its clean-up runs as it does on Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    # A second SIGTERM during the clean-up ends the process at once, as a second Ctrl-C would.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with warnings.catch_warnings():
             # Library warnings (an extrapolated latency query, say) are one line, no source dump.
             warnings.showwarning = _one_line_warning
+            check_out(args)  # an unusable --out fails before any work
             return int(args._run(args) or 0)
     except SpecsimError as exc:
         print(f"specsim {args.command}: error: {exc.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print(f"specsim {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(
+            f"specsim {args.command}: {'terminated' if terminated else 'interrupted'}",
+            file=sys.stderr,
+        )
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     except BrokenPipeError:
         # The reader went away (``specsim ... --json | head``): not an error of ours. Point stdout
         # at devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

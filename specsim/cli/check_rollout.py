@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli.common import add_json, emit
+from specsim.cli.common import add_json, add_out, emit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alpha", type=float, default=0.01, help="false-alarm rate over all tests (0.01)"
     )
-    parser.add_argument("--out", metavar="DIR", help="also write DIR/rollout.json")
+    add_out(parser, required=False, help="also write DIR/rollout.json")
     parser.add_argument("--fail-on-shift", action="store_true", help="exit 1 when a shift is found")
     add_json(parser)
 

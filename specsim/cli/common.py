@@ -15,6 +15,22 @@ def add_out(parser: argparse.ArgumentParser, required: bool = True, help: str | 
         required=required,
         help=help or "folder for the output files (written atomically)",
     )
+    parser.set_defaults(_check_out=check_out_folder)
+
+
+def check_out_folder(args: argparse.Namespace) -> None:
+    """``--out DIR`` must be a folder this process can write in (checked before any work)."""
+    from specsim.fileio import check_output_folder
+
+    if args.out is not None:
+        check_output_folder(args.out)
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """Run the subcommand's check of its output path, if it has one (``specsim.cli.main``)."""
+    check = getattr(args, "_check_out", None)
+    if check is not None:
+        check(args)
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,10 @@
       fleet simulation at R
 
 Sweeps run on a local process pool (--workers N) or a Dask cluster (--cluster HOST:PORT; the
-workers need specsim installed and the scenario and profile files at the same paths). Results are
+workers need specsim installed and the scenario and profile files at the same paths). The
+cluster's results come back as pickles that this process unpickles, which runs whatever code
+the sender chose: use only a cluster you trust, over TLS (--cluster-tls-*) on a shared network.
+Results are
 kept per simulation under DIR/points: rerunning an interrupted command with the same --out
 computes only what is missing. Exit codes: 0 done, 1 done but some simulations failed (listed),
 2 bad input.
@@ -36,7 +39,27 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         metavar="ADDRESS",
         default=None,
-        help="run the sweep on a Dask distributed scheduler at HOST:PORT instead",
+        help="run the sweep on a Dask distributed scheduler at HOST:PORT, tcp://HOST:PORT or "
+        "tls://HOST:PORT instead; its results are unpickled here, so use only a cluster you "
+        "trust (a tls:// address without the options below takes Dask's TLS configuration)",
+    )
+    parser.add_argument(
+        "--cluster-tls-ca-file",
+        metavar="PEM",
+        default=None,
+        help="TLS to the cluster: the CA certificate that signed the cluster's certificates",
+    )
+    parser.add_argument(
+        "--cluster-tls-cert",
+        metavar="PEM",
+        default=None,
+        help="TLS to the cluster: this client's certificate (Dask's TLS is mutual)",
+    )
+    parser.add_argument(
+        "--cluster-tls-key",
+        metavar="PEM",
+        default=None,
+        help="TLS to the cluster: this client's private key, unless it is in the certificate",
     )
     parser.add_argument(
         "--seed",
@@ -127,6 +150,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def make_sweeper(args: argparse.Namespace, identity: dict[str, Any]):
+    from specsim.planning.cluster import ClusterTls
     from specsim.planning.sweep import Sweeper
 
     return Sweeper(
@@ -134,6 +158,9 @@ def make_sweeper(args: argparse.Namespace, identity: dict[str, Any]):
         identity,
         workers=args.workers,
         cluster=args.cluster,
+        cluster_tls=ClusterTls(
+            args.cluster_tls_ca_file, args.cluster_tls_cert, args.cluster_tls_key
+        ),
         progress=not args.no_progress,
     )
 

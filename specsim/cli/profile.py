@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="profile YAML to write (a path ending in .yaml), or a folder to write NAME.yaml in",
     )
     parser.add_argument("--name", help="profile name (default: the output file's stem)")
+    parser.set_defaults(_check_out=_check_out_path)
     add_json(parser)
 
     measure = parser.add_argument_group("measuring")
@@ -172,10 +173,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _out_path(out: str, name: str | None) -> tuple[Path, str]:
     """``--out x.yaml`` is the file; any other ``--out`` is a folder for ``NAME.yaml``."""
     path = Path(out)
+    option = "--name" if name else "--out"
     if path.suffix in (".yaml", ".yml"):
-        return path, name or path.stem
-    name = name or "profile"
+        return path, _profile_name(name or path.stem, option)
+    name = _profile_name(name or "profile", option)
     return path / f"{name}.yaml", name
+
+
+def _profile_name(name: str, option: str) -> str:
+    """The profile's name goes into its file name and its reports: a plain, printable one."""
+    from specsim.config import check_name
+
+    try:
+        check_name(name)
+    except ValueError as exc:
+        message, _, fix = str(exc).partition("; fix: ")
+        raise SpecsimError(message, file="command line", key=option, fix=fix) from None
+    if "/" in name or "\\" in name:
+        raise SpecsimError(
+            f"name {name!r} holds a path separator",
+            file="command line",
+            key=option,
+            fix="give the folder in --out and a plain name in --name",
+        )
+    return name
+
+
+def _check_out_path(args: argparse.Namespace) -> None:
+    from specsim.fileio import check_output_file
+
+    check_output_file(_out_path(args.out, args.name)[0])
 
 
 def _need(args: argparse.Namespace, *names: str, mode: str) -> None:

@@ -181,7 +181,8 @@ def outputs_page() -> str:
         "whole run succeeded. Times are simulated seconds; latency statistics `{mean, p50, p90, "
         "p99}` follow vLLM's definitions (see the README's notation).",
         "## `specsim simulate`: `requests.csv`",
-        "One row per completed request, in completion order.",
+        "One row per completed request, by request id (the order of arrival); standard CSV: a "
+        "cell holding a comma or a quote (a pool name) is quoted.",
         table(["column", "meaning"], [[f"`{k}`", v] for k, v in REQUEST_COLUMNS.items()]),
         "## `specsim simulate`: `summary.json`",
         table(

@@ -9,6 +9,8 @@ every key means what it means in a simulation's summary.
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,10 +82,11 @@ def engine_summary(
 
 
 def format_csv(records: dict[str, np.ndarray]) -> str:
-    """requests.csv text: the simulator's columns, then the quality columns."""
-    lines = [",".join(ENGINE_COLUMNS)]
-    n = records["id"].shape[0]
-    for i in range(n):
+    """requests.csv text, rows by request id: the simulator's columns, then the quality ones."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(ENGINE_COLUMNS)
+    for i in np.argsort(records["id"], kind="stable"):
         cells = []
         for name in ENGINE_COLUMNS:
             value = records[name][i]
@@ -93,17 +96,17 @@ def format_csv(records: dict[str, np.ndarray]) -> str:
                 cells.append(f"{float(value):.6f}")
             else:
                 cells.append(str(value))
-        lines.append(",".join(cells))
-    return "\n".join(lines) + "\n"
+        writer.writerow(cells)
+    return buf.getvalue()
 
 
 def read_engine_records(path: str | Path) -> dict[str, np.ndarray]:
     """Read an engine's requests.csv; a missing column or malformed row is a one-line error."""
     path = Path(path)
-    lines = read_text(path, "requests.csv").splitlines()
+    lines = list(csv.reader(io.StringIO(read_text(path, "requests.csv"), newline="")))
     if not lines:
         raise SpecsimError("file is empty", file=str(path), fix="point at an engine run's folder")
-    header = lines[0].strip().split(",")
+    header = [name.strip() for name in lines[0]]
     missing = [c for c in ENGINE_COLUMNS if c not in header]
     if missing:
         raise SpecsimError(
@@ -113,8 +116,7 @@ def read_engine_records(path: str | Path) -> dict[str, np.ndarray]:
             fix="give the folder of a real-engine run (specsim validate writes engine/)",
         )
     columns: dict[str, list[str]] = {name: [] for name in header}
-    for number, line in enumerate(lines[1:], start=2):
-        cells = line.split(",")
+    for number, cells in enumerate(lines[1:], start=2):
         if len(cells) != len(header):
             raise SpecsimError(
                 f"expected {len(header)} cells, found {len(cells)}",

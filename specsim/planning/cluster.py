@@ -2,12 +2,20 @@
 
 The workers need specsim installed and the scenario, profile and trace files at the same paths
 (a shared file system, or the same checkout on every machine).
+
+Trust: Dask moves tasks and results as pickles, and the client unpickles every result the
+cluster sends back, which runs whatever code the sender chose. Connect only to a scheduler you
+trust, over TLS where the network is shared: ``ClusterTls`` (the ``--cluster-tls-*`` options)
+gives the client its certificate and the CA that signed the cluster's; a ``tls://`` address
+with no such options takes them from Dask's own configuration (``distributed.comm.tls``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 from specsim.errors import SpecsimError
 from specsim.planning.points import SweepPoint
@@ -16,7 +24,64 @@ from specsim.planning.tasks import Task, run_point
 CLUSTER_CONNECT_TIMEOUT_S = 5.0
 
 
-def connect_cluster(address: str, timeout_s: float):
+@dataclass(frozen=True)
+class ClusterTls:
+    """The client's side of a TLS cluster (mutual TLS, as Dask does it): PEM file paths."""
+
+    ca_file: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def given(self) -> bool:
+        return any((self.ca_file, self.cert, self.key))
+
+    def security(self):
+        """A ``distributed.Security`` requiring encryption, or a one-line error."""
+        from distributed.security import Security
+
+        options = {
+            "--cluster-tls-ca-file": self.ca_file,
+            "--cluster-tls-cert": self.cert,
+            "--cluster-tls-key": self.key,
+        }
+        for option, path in options.items():
+            if path is not None and not Path(path).is_file():
+                raise SpecsimError(
+                    f"{option}: file not found", file=path, key=option, fix="check the path"
+                )
+        if not (self.ca_file and self.cert):
+            missing = "--cluster-tls-cert" if self.ca_file else "--cluster-tls-ca-file"
+            raise SpecsimError(
+                f"TLS to a Dask cluster needs both the CA file and a client certificate; "
+                f"{missing} is missing",
+                key=missing,
+                fix="give --cluster-tls-ca-file and --cluster-tls-cert (and --cluster-tls-key "
+                "unless the key is in the certificate file)",
+            )
+        return Security(
+            require_encryption=True,
+            tls_ca_file=self.ca_file,
+            tls_client_cert=self.cert,
+            tls_client_key=self.key,
+        )
+
+
+def tls_address(address: str, tls: ClusterTls | None) -> str:
+    """``address`` as the client will dial it: TLS options make a bare HOST:PORT ``tls://``."""
+    if tls is None or not tls.given():
+        return address
+    if "://" not in address:
+        return f"tls://{address}"
+    if not address.startswith("tls://"):
+        raise SpecsimError(
+            f"the --cluster-tls-* options need a tls:// address, not {address!r}",
+            key="--cluster",
+            fix="write tls://HOST:PORT (or HOST:PORT), or drop the TLS options",
+        )
+    return address
+
+
+def connect_cluster(address: str, timeout_s: float, tls: ClusterTls | None = None):
     """A Dask client for ``address``, or a one-line error within about ``timeout_s`` seconds."""
     from dask.distributed import Client
 
@@ -27,8 +92,10 @@ def connect_cluster(address: str, timeout_s: float):
             key="--cluster",
             fix="write HOST:PORT or tcp://HOST:PORT",
         )
+    address = tls_address(address, tls)
+    security = tls.security() if tls is not None and tls.given() else None
     try:
-        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+        client = Client(address, timeout=f"{timeout_s}s", security=security, set_as_default=False)
     except Exception as exc:
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise SpecsimError(

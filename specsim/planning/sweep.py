@@ -9,6 +9,9 @@ different sweep is refused.
 
 The local path is ``concurrent.futures.ProcessPoolExecutor``; the distributed path is
 ``dask.distributed.Client``. Neither is reimplemented here: this module only keeps the books.
+Each pool worker watches a pipe that only this process holds open: when the sweep ends early
+(an error, Ctrl-C, SIGTERM) it closes the pipe, and when this process is killed the kernel does,
+so the workers never outlive the sweep.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -29,7 +33,12 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, write_text_atomic
-from specsim.planning.cluster import CLUSTER_CONNECT_TIMEOUT_S, connect_cluster, run_on_cluster
+from specsim.planning.cluster import (
+    CLUSTER_CONNECT_TIMEOUT_S,
+    ClusterTls,
+    connect_cluster,
+    run_on_cluster,
+)
 from specsim.planning.points import SweepPoint
 from specsim.planning.tasks import Task, run_point, simulate_point
 
@@ -39,6 +48,7 @@ MANIFEST = "sweep.json"
 POINTS = "points"
 MANIFEST_FORMAT = 1
 WORKER_DIED = "the worker process running it died (a crash or out of memory)"
+WORKER_STOPPED = 75  # exit status of a worker whose sweep has ended
 
 
 @dataclass
@@ -76,7 +86,8 @@ class Sweeper:
 
     ``identity`` is a JSON-able mapping naming the sweep (command, scenario digest, options): a
     folder whose ``sweep.json`` names another identity is refused. ``workers`` is the local pool
-    size (1 runs in this process); ``cluster`` a Dask scheduler address, which replaces the pool.
+    size (1 runs in this process); ``cluster`` a Dask scheduler address, which replaces the pool,
+    and ``cluster_tls`` the client's TLS files for it (see ``specsim.planning.cluster``).
     """
 
     def __init__(
@@ -86,6 +97,7 @@ class Sweeper:
         *,
         workers: int | None = None,
         cluster: str | None = None,
+        cluster_tls: ClusterTls | None = None,
         progress: bool = True,
         task: Task = simulate_point,
         connect_timeout_s: float = CLUSTER_CONNECT_TIMEOUT_S,
@@ -100,28 +112,41 @@ class Sweeper:
         self.identity = identity
         self.workers = workers or default_workers()
         self.cluster = cluster
+        self.cluster_tls = cluster_tls
+        if cluster_tls is not None and cluster_tls.given() and not cluster:
+            raise SpecsimError(
+                "the --cluster-tls-* options need --cluster",
+                key="--cluster",
+                fix="give --cluster tls://HOST:PORT, or drop the TLS options",
+            )
         self.progress = progress
         self.task = task
         self.connect_timeout_s = connect_timeout_s
         self.stats = SweepStats()
         self._pool: ProcessPoolExecutor | None = None
+        self._stop_pool = None  # the write end of the pool's stop pipe
         self._client = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Sweeper:
         self.check_folder()
         if self.cluster:
-            self._client = connect_cluster(self.cluster, self.connect_timeout_s)
+            self._client = connect_cluster(self.cluster, self.connect_timeout_s, self.cluster_tls)
         self._write_manifest()
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.close(interrupted=exc_type is not None)
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
+        """Shut the pool down; ``interrupted`` ends its workers now, losing the points in flight
+        (a rerun computes them), rather than waiting for them."""
         if self._pool is not None:
+            if interrupted:
+                self._stop_workers()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+            self._stop_workers()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close(timeout=5)
@@ -313,6 +338,12 @@ class Sweeper:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+            self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        if self._stop_pool is not None:
+            self._stop_pool.close()
+            self._stop_pool = None
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -321,8 +352,30 @@ class Sweeper:
             context = multiprocessing.get_context(method)
             if method == "forkserver":
                 context.set_forkserver_preload(["specsim.planning.sweep"])
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+            watched, self._stop_pool = context.Pipe(duplex=False)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=context,
+                initializer=_exit_with_the_sweep,
+                initargs=(watched,),
+            )
         return self._pool
+
+
+def _exit_with_the_sweep(watched) -> None:
+    """Pool worker start-up: exit when the sweep closes the pipe or its process is gone.
+
+    Only the sweep's process holds the pipe's write end, so end-of-file comes exactly when it
+    closes it or dies (SIGKILL included); the worker has nothing of its own to save.
+    """
+
+    def wait_for_the_end() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                watched.recv_bytes()
+        os._exit(WORKER_STOPPED)
+
+    threading.Thread(target=wait_for_the_end, name="specsim-sweep-watch", daemon=True).start()
 
 
 def _retag(result: PointResult, point: SweepPoint) -> PointResult:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from specsim.config import StrictModel
+from specsim.config import Name, StrictModel
 
 NonNeg = Annotated[float, Field(ge=0)]
 Pos = Annotated[float, Field(gt=0)]
@@ -78,7 +78,7 @@ class Provenance(StrictModel):
 
 
 class Hardware(StrictModel):
-    name: str
+    name: Name
     memory_bytes: Pos = Field(description="device memory available to weights and KV cache")
     price_per_hour_usd: NonNeg = Field(description="what one device costs per hour (edit freely)")
     peak_flops: Pos | None = Field(default=None, description="peak FLOP/s at the profile's dtype")
@@ -287,7 +287,7 @@ class Acceptance(StrictModel):
     (``specsim.simulation.acceptance.window_rates``).
     """
 
-    drafter: str
+    drafter: Name
     verifier: Verifier
     temperature: NonNeg
     per_position: list[Prob] = Field(min_length=1)
@@ -313,11 +313,11 @@ class Acceptance(StrictModel):
 
 class Profile(StrictModel):
     version: Literal[1]
-    name: str
+    name: Name
     provenance: Provenance
     hardware: Hardware
     target: ModelSpec
-    drafters: dict[str, ModelSpec] = Field(default_factory=dict)
+    drafters: dict[Name, ModelSpec] = Field(default_factory=dict)
     overhead: Overhead = Field(default_factory=Overhead)
     jitter: IterationJitter | None = None
     prefill_jitter: IterationJitter | None = Field(

@@ -1,12 +1,16 @@
 """Per-request records: buffered CSV streaming and per-pool metric accumulation.
 
 Rows arrive as tuples when requests finish. Every ``FLUSH_ROWS`` rows the buffer is turned into
-numpy columns, folded into the pools' ``RequestStats`` and appended to ``requests.csv``, so memory
-stays flat however many requests a run simulates.
+numpy columns and folded into the pools' ``RequestStats``, so memory stays flat however many
+requests a run simulates. ``requests.csv`` is written in request-id order through the csv module:
+a finished row waits (in a heap) only until every earlier request has finished, so what is held
+is the requests overtaken by later ones, not the run.
 """
 
 from __future__ import annotations
 
+import csv
+import heapq
 from pathlib import Path
 from typing import TextIO
 
@@ -30,7 +34,7 @@ COLUMNS = (
     "pool",
 )
 NUMERIC = COLUMNS[:-1]
-_ROW_FORMAT = "%d,%.6f,%.6f,%.6f,%.6f,%d,%d,%d,%d,%d,%d,%d,%s\n"
+_CELL_FORMATS = ("%d", "%.6f", "%.6f", "%.6f", "%.6f", "%d", "%d", "%d", "%d", "%d", "%d", "%d")
 FLUSH_ROWS = 8192
 
 
@@ -47,12 +51,17 @@ class RecordSink:
         self.rows: list[tuple] = []
         self.count = 0
         self._fh: TextIO | None = None
+        self._waiting: list[tuple] = []  # finished rows not yet written, a heap by request id
+        self._next_id = 0
         if path is not None:
             self._fh = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
-            self._fh.write(",".join(COLUMNS) + "\n")
+            self._csv = csv.writer(self._fh, lineterminator="\n")
+            self._csv.writerow(COLUMNS)
 
     def add(self, row: tuple) -> None:
         self.rows.append(row)
+        if self._fh is not None:
+            heapq.heappush(self._waiting, row)
         if len(self.rows) >= FLUSH_ROWS:
             self.flush()
 
@@ -70,25 +79,38 @@ class RecordSink:
                 part = table[mask]
                 stats.add({name: part[:, i] for i, name in enumerate(NUMERIC)})
         if self._fh is not None:
-            names = self.pools
-            self._fh.write("".join(_ROW_FORMAT % (*row[:-1], names[row[-1]]) for row in rows))
+            self._write_ready()
+
+    def _write_ready(self, everything: bool = False) -> None:
+        """Write the waiting rows that continue the id sequence (all of them at the end)."""
+        waiting, ready = self._waiting, []
+        while waiting and (everything or waiting[0][0] == self._next_id):
+            row = heapq.heappop(waiting)
+            self._next_id = row[0] + 1
+            ready.append(row)
+        names = self.pools
+        self._csv.writerows(
+            [*(f % v for f, v in zip(_CELL_FORMATS, row, strict=False)), names[row[-1]]]
+            for row in ready
+        )
 
     def close(self) -> None:
         self.flush()
         if self._fh is not None:
+            self._write_ready(everything=True)
             self._fh.close()
             self._fh = None
 
 
 def read_records(path: str | Path) -> dict[str, np.ndarray]:
     """Read a ``requests.csv`` back as numpy columns (``pool`` as strings)."""
-    with open(path, encoding="utf-8") as fh:
-        header = fh.readline().strip().split(",")
-        lines = fh.read().splitlines()
-    columns: dict[str, list] = {name: [] for name in header}
-    for line in lines:
-        for name, value in zip(header, line.split(","), strict=True):
-            columns[name].append(value)
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        columns: dict[str, list] = {name: [] for name in header}
+        for row in reader:
+            for name, value in zip(header, row, strict=True):
+                columns[name].append(value)
     out: dict[str, np.ndarray] = {}
     for name, values in columns.items():
         if name == "pool":
