@@ -50,7 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="P", help="use this profile instead of measuring")
     add_out(parser)
     add_set(parser)
-    parser.add_argument("--target", default="specsim-target", metavar="MODEL")
+    parser.add_argument(
+        "--target",
+        default="specsim-target",
+        metavar="MODEL",
+        help="the target model the engine serves and the profiling measures: a built-in name "
+        "or a model directory (default: the built-in specsim-target)",
+    )
     parser.add_argument(
         "--drafter",
         action="append",
