@@ -68,6 +68,12 @@ BASELINE_KEYS = {
     "baseline": "with --compare-baseline: the same metrics with speculation off (k = 0)",
     "speedup_vs_baseline": "with --compare-baseline: k = 0 latency over speculative latency "
     "(ttft/tpot/e2e mean, p50, p99), throughput ratio and cost ratio (> 1 = speculation better)",
+    "compared_vs_baseline": "with --compare-baseline: the metrics compared with the baseline "
+    "(TTFT, TPOT and E2E mean, p50, p90, p99; throughput; goodput where there is an slo; cost "
+    "per million tokens)",
+    "regressions_vs_baseline": "with --compare-baseline: every compared metric that is worse "
+    "with speculation by 0.5 % or more, the largest first: metric, label, value, baseline and "
+    "worse_by (the relative change in the bad direction: 0.3 = 30 % worse); [] when none is",
 }
 
 REPORT_FILES = {
@@ -93,6 +99,9 @@ COMMAND_OUTPUTS = {
         "capacity.csv": "per candidate (k = 0, each drafter x k, adaptive): the highest rate "
         "one replica sustains within the SLO, replicas and cost for the target rate",
         "fleet.csv": "the fleet simulation at the target rate that confirms the choice",
+        "fleet_vs_off.csv": "the chosen fleet against speculation off on the replicas its "
+        "capacity calls for, at the target rate: every compared metric, which is worse and by "
+        "how much (absent when the choice is speculation off)",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsim.comparison import Change
+from specsim.metrics import round_floats
 from specsim.planning.capacity import (
     OFF,
     CandidateResult,
     CapacityPlan,
     attainment_of,
+    fleet_changes,
     meets_slo,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
@@ -167,6 +170,38 @@ def _fleet_table(plan: CapacityPlan, fleet) -> Table:
     )
 
 
+def _against_off_table(plan: CapacityPlan, outcome: dict[str, Any], changes) -> Table:
+    replicas = outcome["baseline_fleet"][0]
+    rows = [
+        [c.label, c.value, c.baseline, round_floats(c.worse_by), "worse" if c.worse else ""]
+        for c in changes
+    ]
+    return Table(
+        "fleet_vs_off",
+        ["metric", "chosen fleet", f"speculation off, {replicas} replicas", "worse by", "verdict"],
+        rows,
+        f"The chosen fleet against speculation off on the replicas its capacity calls for, both "
+        f"at {plan.target_rps:g} req/s (worse by: the relative change in the bad direction; "
+        "negative = better)",
+    )
+
+
+def _against_off_words(summary: dict[str, Any]) -> str | None:
+    """'Against speculation off on its N replicas: worse ...' for the answer and the summary."""
+    rec = summary["recommendation"]
+    worse = rec.get("regressions_vs_speculation_off") if rec else None
+    if worse is None:
+        return None
+    head = (
+        f"against speculation off on its {rec['speculation_off_fleet']['replicas']} replicas at "
+        "the target rate"
+    )
+    if not worse:
+        compared = len(rec["compared_vs_speculation_off"])
+        return f"{head}, none of the {compared} compared metrics is worse"
+    return f"{head}, worse: " + ", ".join(Change(**item).words() for item in worse)
+
+
 def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
     results: list[CandidateResult] = outcome["candidates"]
     answer = _answer(plan, outcome, summary)
@@ -177,7 +212,11 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
         ),
     ]
     if outcome["fleet"]:
-        sections.append(Section("Fleet check", [_fleet_table(plan, outcome["fleet"])]))
+        check = [_fleet_table(plan, outcome["fleet"])]
+        changes = fleet_changes(outcome)
+        if changes is not None:
+            check.append(_against_off_table(plan, outcome, changes))
+        sections.append(Section("Fleet check", check))
     sections.append(
         Section(
             "Method",
@@ -245,6 +284,9 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                     f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
                 )
             )
+        against = _against_off_words(summary)
+        if against is not None:
+            answer.append(Paragraph(against[0].upper() + against[1:] + "."))
         if rec["candidate"] == OFF:
             answer.append(
                 Paragraph("Speculation does not reduce the replicas needed at this target.")
@@ -303,6 +345,9 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
             lines.append(
                 f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"
             )
+        against = _against_off_words(summary)
+        if against is not None:
+            lines.append(against)
     elif rec:
         lines.append(
             f"recommendation unconfirmed: the fleet check missed the SLO ({rec['candidate']})"

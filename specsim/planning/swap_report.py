@@ -8,7 +8,7 @@ from typing import Any
 from specsim.planning.common import k_text, method_text, metric, plural, slo_text
 from specsim.planning.plots import Figure, Panel, Series, gradient
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
-from specsim.planning.swap import DrafterPlan, SwapPlan
+from specsim.planning.swap import DrafterPlan, SwapPlan, regression_sentences
 from specsim.planning.window import LoadResult
 from specsim.simulation.acceptance import window_rates
 
@@ -294,8 +294,12 @@ def human(plan: SwapPlan, summary: dict[str, Any]) -> str:
         f"report drafter-swap: {' vs '.join(d.name for d in plan.drafters)} on "
         f"{plan.first.scenario.name} ({sims['computed']} simulated, {sims['cached']} reused)",
         f"recommendation: {summary['recommendation']['drafter']}",
-        *[f"  {r}" for r in summary["recommendation"]["reasons"][:3]],
     ]
+    rec = summary["recommendation"]
+    shown = rec["reasons"][:3]
+    # What the recommendation costs is always printed, however many reasons come before it.
+    shown += [r for r in regression_sentences(rec["drafter"], rec["regressions"]) if r not in shown]
+    lines += [f"  {r}" for r in shown]
     for d in plan.drafters:
         if d.lossy:
             lines.append(f"note: {d.name}: {distribution_note(d)}")
