@@ -49,7 +49,8 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
     lines = [
         f"{sc['name']}: {summary['requests']} requests in {summary['duration_s']:.1f} s "
         f"simulated on {sc['replicas']} replica(s) ({sc['profile_name']}); speculation {spec}",
-        f"  throughput {summary['throughput_tokens_per_s']:.0f} tok/s, goodput "
+        f"  throughput {summary['throughput_tokens_per_s']:.0f} tok/s{_steady_text(summary)}, "
+        "goodput "
         f"{summary['goodput_requests_per_s']:.2f} req/s, "
         f"${summary['cost_usd_per_million_tokens']:.3f} per 1M output tokens",
     ]
@@ -83,6 +84,14 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
         lines.append(f"  WARNING: {summary['lossy_note']}")
     lines.append(f"  wrote {path}/requests.csv and {path}/summary.json")
     return "\n".join(lines)
+
+
+def _steady_text(summary: dict[str, Any]) -> str:
+    steady = summary.get("throughput_tokens_per_s_steady")
+    if steady is None:
+        return ""
+    start, end = summary["steady_window_s"]
+    return f" ({steady:.0f} tok/s steady, every client active from {start:.1f} to {end:.1f} s)"
 
 
 def baseline_lines(summary: dict[str, Any]) -> list[str]:

@@ -25,7 +25,14 @@ REQUEST_COLUMNS = {
 SUMMARY_KEYS = {
     "requests": "requests completed",
     "duration_s": "simulated seconds until the last request finished",
-    "throughput_tokens_per_s": "output tokens per second over the run",
+    "throughput_tokens_per_s": "output tokens per second over the run (duration_s: ramp-up and "
+    "drain included)",
+    "throughput_tokens_per_s_steady": "closed loops: output tokens the fleet emitted per second "
+    "within steady_window_s, the figure a load test compares (null for open-loop workloads and "
+    "for a closed loop with no steady window)",
+    "steady_window_s": "closed loops: [start, end] of the steady window, from the moment every "
+    "client's first request has finished to the first time a client is refused a new request "
+    "(the request limit or duration_s reached: the drain begins); null where there is none",
     "throughput_requests_per_s": "completed requests per second",
     "prompt_tokens": "prompt tokens processed in all",
     "output_tokens": "output tokens generated in all",
@@ -111,7 +118,8 @@ COMMAND_OUTPUTS = {
     },
     "specsim validate": {
         "engine/": "the real engine's run: requests.csv (the columns above, plus "
-        "target_logprob_mean and eos), summary.json (the same keys as a simulation, plus "
+        "target_logprob_mean and eos), summary.json (the same keys as a simulation, "
+        "without the steady-state throughput, plus "
         "machine_speed with --clock reference: the probes' slowdowns, the target's and each "
         "drafter's) and iterations.csv (one row per iteration: kind, window, batch, the target "
         "pass's new_tokens, context and pairs as the padded batch runs them (every row to "
