@@ -132,9 +132,15 @@ COMMAND_OUTPUTS = {
         "comparison.json": "each metric: measured (engine), predicted (the median over "
         "--replications simulator runs of the same requests), relative error, threshold, ok, "
         "band (their p10..p90), draws_below and draws (how many of them lie below the measured "
-        "value, of how many) and first_draw (simulation/'s value)",
-        "comparison.md": "the same comparison as a table, each iteration group's measured "
-        "against predicted time, and with the CPU clocks the same split into the target pass, "
+        "value, of how many) and first_draw (simulation/'s value); profile_fit (each latency "
+        "fit's held-out error, median and max, the limit on the median (10 %) and the models "
+        "flagged beyond it); iteration_residuals (per kind, k and batch: the measured and "
+        "predicted mean and median ms, ratio and gap of the means, the measured p10..p90; the "
+        "prediction is the cost model times the profile's iteration-time spread, as the "
+        "simulator charges it); machine_speed",
+        "comparison.md": "the same comparison as a table, a warning for a flagged profile fit, "
+        "each iteration group's measured against predicted time (mean against mean, median "
+        "against median), and with the CPU clocks the mean time split into the target pass, "
         "the drafter passes and the engine's own work",
         "validation.png": "engine against simulation, figure",
         "profile.yaml": "the profile measured on this machine (without --profile)",
