@@ -15,7 +15,7 @@ from specsim.planning.capacity import (
     meets_slo,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
-from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.plots import Figure, Panel, Series, palette
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 
 PERCENTILE_COLUMNS = [
@@ -37,10 +37,13 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
     off = next(r for r in results if r.candidate.drafter is None)
     groups = _by_drafter(results)
     top = max([r.candidate.k for r in results] + [0])
-    xticks = (
-        [float(k) for k in range(top + 1)] + [top + 1.0],
-        [str(k) for k in range(top + 1)] + ["adapt."],
-    )
+    # Ticks at the k values searched only: a tick at a k that did not run reads as a result.
+    tried = sorted({0, *(r.candidate.k for r in results if r.candidate.policy == "fixed")})
+    positions, labels = [float(k) for k in tried], [str(k) for k in tried]
+    if any(r.candidate.policy != "fixed" for r in results):
+        positions.append(top + 1.0)
+        labels.append("adapt.")
+    xticks = (positions, labels)
     capacity = Panel(
         "Sustained rate per replica", "k (0 = speculation off)", "requests/s", xticks=xticks
     )
@@ -51,9 +54,7 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         xticks=xticks,
         integer_y=True,
     )
-    for colour, (drafter, entries) in zip(
-        gradient(len(groups), "tab10"), groups.items(), strict=True
-    ):
+    for colour, (drafter, entries) in zip(palette(len(groups)), groups.items(), strict=True):
         static = [r for r in entries if r.candidate.policy == "fixed"]
         adaptive = [r for r in entries if r.candidate.policy != "fixed"]
         xs = [0.0] + [float(r.candidate.k) for r in static]
@@ -79,7 +80,7 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         "share of requests meeting the SLO",
         hlines=[(plan.attainment, f"required {plan.attainment:g}")],
     )
-    for colour, entry in zip(gradient(len(results), "viridis"), results, strict=True):
+    for colour, entry in zip(palette(len(results)), results, strict=True):
         if entry.attainment_curve:
             xs, ys = zip(*entry.attainment_curve, strict=True)
             curve.series.append(
