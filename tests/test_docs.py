@@ -170,6 +170,27 @@ def test_cli_pages_document_every_command_and_option():
                 assert docs.cell(docs.option_help(action)) in page
 
 
+def test_every_command_has_its_own_description_and_every_option_a_help_line():
+    """``--help`` of a subcommand says what it does, not what its parent does; every option
+    and positional says what it takes (walked over the whole parser tree)."""
+    missing = []
+    for prog, parser in _commands(build_parser(), "specsim"):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if not (sub.description or "").strip():
+                        missing.append(f"{prog} {name}: no description")
+                    elif sub.description == parser.description:
+                        missing.append(f"{prog} {name}: the description of {prog}")
+                continue
+            if not action.help or action.help == argparse.SUPPRESS:
+                name = "/".join(action.option_strings) or action.dest
+                missing.append(f"{prog} {name}: no help line")
+    assert missing == []
+
+
 def test_synopsis_and_description_rendering():
     parser = argparse.ArgumentParser(prog="specsim demo")
     parser.add_argument("scenario", metavar="SCENARIO")

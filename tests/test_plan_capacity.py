@@ -14,19 +14,23 @@ from specsim.cli import main
 from specsim.planning.capacity import meets_slo
 
 SLO = {"ttft_s": 0.5, "tpot_s": 0.04}
+# Tight on TPOT: speculation sustains more per replica, so the plan chooses it and sets its
+# fleet against speculation off's.
+FLEET_SLO = {"ttft_s": 0.5, "tpot_s": 0.01}
+TARGET = 30
 
 
 @pytest.fixture(scope="module")
 def capacity_run(tmp_path_factory, repo):
     folder = tmp_path_factory.mktemp("capacity")
-    scenario = write_scenario(folder, repo, requests=300, slo=SLO, rate=10.0)
+    scenario = write_scenario(folder, repo, requests=300, slo=FLEET_SLO, rate=10.0)
     out = folder / "out"
     args = [
         "plan",
         "capacity",
         str(scenario),
         "--target-rps",
-        "70",
+        str(TARGET),
         "--k",
         "2",
         "--tolerance",
@@ -79,7 +83,7 @@ def test_replicas_cost_and_the_confirming_fleet_simulation(capacity_run, repo):
     )
     price = profile["hardware"]["price_per_hour_usd"]
     for candidate in summary["candidates"]:
-        assert candidate["replicas"] == math.ceil(70 / candidate["capacity_rps"])
+        assert candidate["replicas"] == math.ceil(TARGET / candidate["capacity_rps"])
         assert candidate["cost_usd_per_hour"] == pytest.approx(candidate["replicas"] * price)
         assert candidate["cost_usd_per_million_tokens"] > 0
     rec = summary["recommendation"]
@@ -94,6 +98,49 @@ def test_replicas_cost_and_the_confirming_fleet_simulation(capacity_run, repo):
     assert len(fleet) - 1 == rec["replicas"] - rec["planned_replicas"] + 1
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 2 and "Fleet check" in html
+
+
+@pytest.mark.slow
+def test_the_chosen_fleet_is_set_against_speculation_off_metric_by_metric(capacity_run):
+    from specsim.scenario import load_scenario
+    from specsim.simulation import run_simulation
+
+    rec = capacity_run["summary"]["recommendation"]
+    assert rec["candidate"] == "llama3.2-1b k=2" and rec["fleet_meets_slo"]
+    off = rec["speculation_off_fleet"]
+    assert off["replicas"] == rec["replicas_without_speculation"] > rec["replicas"]
+    # The baseline is speculation off on its replicas at the target rate, simulated here apart.
+    n = off["replicas"]
+    overrides = ["seed=11", f"fleet.replicas={n}", f"workload.rate={TARGET}"]
+    overrides += [f"workload.requests={300 * n}", "speculation.drafter=null", "speculation.k=0"]
+    baseline = run_simulation(load_scenario(capacity_run["scenario"], overrides)).summary
+    assert off["fleet"]["ttft_s_p99"] == baseline["ttft_s"]["p99"]
+    # Every figure both fleets report that is worse with the chosen one is in the regressions.
+    worse = {item["metric"]: item for item in rec["regressions_vs_speculation_off"]}
+    higher_is_better = {"throughput_tokens_per_s"}
+    expected = set()
+    for key, value in rec["fleet"].items():
+        if key == "slo_attainment":
+            continue
+        base = off["fleet"][key]
+        change = (base - value if key in higher_is_better else value - base) / base
+        metric = (
+            key
+            if key in higher_is_better or key.startswith("cost")
+            else key[::-1].replace("_", ".", 1)[::-1]
+        )
+        if change >= 0.005:
+            expected.add(metric)
+            assert worse[metric]["worse_by"] == pytest.approx(change, rel=1e-9)
+        else:
+            assert metric not in worse
+    assert {"ttft_s.p50", "ttft_s.p99"} <= expected
+    answer = (capacity_run["out"] / "report.md").read_text().split("## Capacity per candidate")[0]
+    assert f"Against speculation off on its {n} replicas" in answer
+    for item in worse.values():
+        assert f"{item['label']} {item['worse_by']:.0%}" in answer
+    table = (capacity_run["out"] / "fleet_vs_off.csv").read_text().splitlines()
+    assert len(table) - 1 == len(rec["compared_vs_speculation_off"])
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,17 @@ def hand_costs(tmp_path):
 def test_measured_overhead_serves_every_batch_and_window_on_the_real_engine(tmp_path):
     from specsim.profiling.overhead import measure_overhead
 
+    class Progress:  # what a tqdm bar is told
+        total, count = None, 0
+
+        def reset(self, total):
+            self.total, self.count = total, 0
+
+        def update(self, n):
+            self.count += n
+
     target, drafter = target_and_tiny()
+    progress = Progress()
     fit = measure_overhead(
         target,
         [drafter],
@@ -83,7 +93,10 @@ def test_measured_overhead_serves_every_batch_and_window_on_the_real_engine(tmp_
         output=12,
         waves=2,
         names=["tiny"],
+        progress=progress,
     )
+    # 2 waves of (target alone at 2 batches + tiny at k = 2 at 2 batches), each one counted.
+    assert progress.total == progress.count == 2 * (2 + 2)
     decode = {(p.drafter, p.batch, p.k) for p in fit.points if not p.is_prefill}
     prefill = {(p.drafter, p.batch, p.prompt_tokens) for p in fit.points if p.is_prefill}
     # k = 0 with the target alone, k = 2 with the drafter (k = 0 is not a drafter's window).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from html.parser import HTMLParser
 
@@ -78,6 +79,52 @@ def test_side_by_side_report_with_a_reasoned_recommendation(swap_run):
         by_name["llama3.2-1b"]["mean_acceptance_length_by_k"]["3"]
         > by_name["ngram"]["mean_acceptance_length_by_k"]["3"]
     )
+
+
+@pytest.mark.slow
+def test_the_recommendation_states_what_is_worse_with_it(swap_run):
+    """The recommended drafter's TTFT p99 against the other drafter's and speculation off's,
+    load by load, recomputed from sweep.csv: every load where it is worse is in the
+    recommendation's regressions, and its reasons say so in words."""
+    summary = swap_run["summary"]
+    rec = summary["recommendation"]
+    best = rec["drafter"]
+    other = next(d["drafter"] for d in summary["drafters"] if d["drafter"] != best)
+    with open(swap_run["out"] / "sweep.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    load_column = next(c for c in rows[0] if c not in ("drafter", "k") and "req/s" in c)
+    ttft = {
+        (r["drafter"], float(r[load_column]), int(r["k"])): float(r["TTFT p99 (s)"]) for r in rows
+    }
+    best_k = {d["drafter"]: {b["load"]: b["k"] for b in d["best_k"]} for d in summary["drafters"]}
+    by_against = {item["against"]: item["metrics"] for item in rec["regressions"]}
+    assert set(by_against) == {other, "speculation off"}
+    found = 0
+    for against in (other, "speculation off"):
+        expected = {}
+        for load in summary["loads"]:
+            mine = ttft[(best, load, best_k[best][load])]
+            theirs = (
+                ttft[(other, load, best_k[other][load])]
+                if against == other
+                else ttft[(best, load, 0)]
+            )
+            if (mine - theirs) / theirs >= 0.005:
+                expected[load] = (mine - theirs) / theirs
+        entry = next((m for m in by_against[against] if m["metric"] == "ttft_s.p99"), None)
+        if not expected:
+            assert entry is None
+            continue
+        found += 1
+        # sweep.csv rounds each figure to 6 significant digits (5e-6 relative), which moves a
+        # ratio of two of them by at most ~1e-5 x (1 + worse_by).
+        got = {x["load"]: x["worse_by"] for x in entry["by_load"]}
+        assert got.keys() == expected.keys()
+        assert all(got[x] == pytest.approx(expected[x], abs=2e-5) for x in got)
+        than = "speculation off" if against == "speculation off" else other
+        sentence = next(r for r in rec["reasons"] if r.startswith("Worse with") and than in r)
+        assert "TTFT p99" in sentence and f"{entry['worse_by']['max']:.0%} higher" in sentence
+    assert found  # the drafter's prompt pass makes TTFT worse somewhere in this sweep
 
 
 @pytest.mark.slow

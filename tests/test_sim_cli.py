@@ -96,6 +96,33 @@ def test_compare_baseline_adds_the_k0_run(workdir):
     assert speedup["tpot_mean"] > 1.5  # memory-bound fixture, alpha ~0.8, c = 0.05
 
 
+def test_compare_baseline_states_every_metric_that_got_worse(workdir, capsys):
+    """TTFT gets worse with speculation on this fixture (the drafter's prompt pass lengthens
+    every prefill): the summary and the printed lines must say so, with the amounts."""
+    out = workdir / "cmp"
+    assert main(["simulate", str(workdir / "s.yaml"), "--out", str(out), "--compare-baseline"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    base = summary["baseline"]
+    assert "ttft_s.p99" in summary["compared_vs_baseline"]
+    assert "throughput_tokens_per_s" in summary["compared_vs_baseline"]
+    expected = {}
+    for name in summary["compared_vs_baseline"]:
+        key, _, stat = name.partition(".")
+        value, baseline = (s[key][stat] if stat else s[key] for s in (summary, base))
+        higher_is_better = key in ("throughput_tokens_per_s", "goodput_requests_per_s")
+        worse_by = (baseline - value if higher_is_better else value - baseline) / baseline
+        if worse_by >= 0.005:
+            expected[name] = worse_by
+    worse = {item["metric"]: item["worse_by"] for item in summary["regressions_vs_baseline"]}
+    assert worse.keys() == expected.keys() and "ttft_s.mean" in worse
+    # Both sides are the stored (6-significant-digit) figures; worse_by is rounded to 6 too.
+    assert all(worse[m] == pytest.approx(expected[m], rel=1e-5) for m in worse)
+    assert "TTFT" in printed.split("vs speculation off")[1].splitlines()[0]
+    for item in summary["regressions_vs_baseline"]:
+        assert f"{item['label']} {item['worse_by']:.0%} higher" in printed
+
+
 def test_typical_verifier_warns_in_the_human_summary(workdir, capsys):
     args = ["simulate", str(workdir / "s.yaml"), "--out", str(workdir / "t")]
     assert main([*args, "--set", "speculation.verifier=typical"]) == 0

@@ -99,6 +99,51 @@ def per_position_agrees(summary, rec, conditional, z: float = 4.0, steps=None) -
     )
 
 
+def _closed_loop(**changes) -> Scenario:
+    workload = {
+        "kind": "closed_loop",
+        "concurrency": 8,
+        "requests": 200,
+        "prompt": {"dist": "uniform", "low": 50, "high": 400},
+        "output": {"dist": "uniform", "low": 20, "high": 120},
+        **changes,
+    }
+    return make(workload=workload)
+
+
+def test_closed_loop_steady_throughput_counts_the_window_with_every_client_active(tmp_path):
+    """The window opens when the last client's first request finishes and closes when the first
+    client is refused a new one (here the finish that comes after the 200th request went out:
+    finish number 200 - 8 + 1 in time order). The fleet emits a request's tokens between its
+    first token and its finish, so the tokens of requests wholly inside the window bound the
+    count from below, and those of requests overlapping it from above."""
+    summary, rec = run(_closed_loop(), tmp_path)
+    # Summary figures carry 6 significant digits (5e-6 relative), records 1e-6 s.
+    start, end = summary["steady_window_s"]
+    assert start == pytest.approx(rec["finish_s"][rec["id"] < 8].max(), rel=1e-5)
+    assert end == pytest.approx(np.sort(rec["finish_s"])[200 - 8], rel=1e-5)
+    steady = summary["throughput_tokens_per_s_steady"]
+    inside = (rec["first_token_s"] >= start) & (rec["finish_s"] <= end)
+    overlapping = (rec["finish_s"] > start) & (rec["first_token_s"] <= end)
+    low, high = (rec["output_tokens"][m].sum() / (end - start) for m in (inside, overlapping))
+    assert low <= steady * (1 + 1e-5) and steady <= high * (1 + 1e-5)
+    assert low < high  # the bounds are not the same number: the check has room to fail
+    # The whole-run figure is unchanged: every output token over the time to the last finish.
+    assert summary["throughput_tokens_per_s"] == pytest.approx(
+        rec["output_tokens"].sum() / rec["finish_s"].max(), rel=1e-5
+    )
+    assert summary["throughput_tokens_per_s"] < steady  # ramp-up and drain run below capacity
+
+
+def test_steady_throughput_is_null_without_a_steady_window(tmp_path):
+    # As many requests as clients: the first refusal comes before every client has finished.
+    summary, _ = run(_closed_loop(requests=8), tmp_path, "short")
+    assert summary["throughput_tokens_per_s_steady"] is None
+    assert summary["steady_window_s"] is None
+    summary, _ = run(make(), tmp_path, "open")  # an open loop has no clients to wait for
+    assert summary["throughput_tokens_per_s_steady"] is None
+
+
 def test_summary_acceptance_matches_records(tmp_path):
     """Seed 3, 300 requests (~8,000 steps): per-position shares to within ~0.03."""
     summary, rec = run(make(), tmp_path)

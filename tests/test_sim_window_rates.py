@@ -84,3 +84,34 @@ def test_simulated_acceptance_follows_the_measured_window_lengths(tmp_path, wind
     summary, rec = run(scenario, tmp_path)
     assert per_position_agrees(summary, rec, [0.9, 0.8 / 0.9, 0.6 / 0.8])
     assert not per_position_agrees(summary, rec, [0.8, 0.7, 0.6])
+
+
+def test_a_length_table_with_a_gap_is_refused_at_load(tmp_path, window_profile, capsys):
+    """With k = 1 and 3 but not 2, the chain would stop at the gap and go on with the widest
+    window's rates (0.9, then 0.7, 0.6): 2.908 tokens per step at k = 3 against the 3.3 the
+    profile states. The profile is refused when it loads instead, in one line with the fix."""
+    from specsim.cli import main
+    from specsim.errors import SpecsimError
+    from specsim.profile import load_profile
+
+    data = yaml.safe_load(window_profile.read_text())
+    for index, item in enumerate(data["acceptance"]):
+        if item["drafter"] == "c05" and item["verifier"] == "rejection":
+            item["mean_acceptance_length"] = {1: 1.9, 3: 3.3}
+            where = f"acceptance[{index}]"
+    gapped = tmp_path / "gapped.yaml"
+    gapped.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecsimError) as info:
+        load_profile(gapped)
+    assert "k = 1, 3 but not k = 2" in info.value.message and "add k = 2" in info.value.fix
+    assert info.value.key == where
+    scenario = copy.deepcopy(BASE)
+    scenario["profile"] = str(gapped)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    assert main(["simulate", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "gapped.yaml" in err and "k = 2" in err
+    assert not (tmp_path / "out").exists()
+    # Tables without a gap stay valid: every k from 1, or one server's k (a calibration).
+    assert entry([0.9, 0.8], {3: 2.7}).mean_acceptance_length == {3: 2.7}
+    assert entry([0.9, 0.8], {1: 1.9, 2: 2.6}).mean_acceptance_length == {1: 1.9, 2: 2.6}

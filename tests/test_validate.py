@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 import yaml
@@ -150,29 +152,74 @@ def validate_argv(scenario, profile, out) -> list[str]:
     ]
 
 
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, so tqdm draws its bars into it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _with_held_out_errors(path, **median_by_model):
+    """The profile at ``path`` with these median held-out errors on its models' fits."""
+    data = yaml.safe_load(path.read_text())
+    for name, median in median_by_model.items():
+        model = data["target"] if name == "target" else data["drafters"][name]
+        model["latency"]["fit"]["held_out"] = {
+            "method": "leave-one-out relative error",
+            "points": 40,
+            "median_rel_error": median,
+            "max_rel_error": 2 * median,
+        }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 @pytest.mark.slow
-def test_validate_writes_everything_and_exit_code_follows_the_verdict(tmp_path, capsys):
+def test_validate_writes_everything_and_exit_code_follows_the_verdict(
+    tmp_path, capsys, monkeypatch
+):
     scenario = write_scenario(tmp_path)
     out = tmp_path / "out"
-    code = main(validate_argv(scenario, hand_profile(tmp_path / "p.yaml"), out))
-    result = json.loads(capsys.readouterr().out)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    profile = _with_held_out_errors(hand_profile(tmp_path / "p.yaml"), target=0.26, small=0.04)
+    argv = validate_argv(scenario, profile, out)
+    code = main([a for a in argv if a != "--json"])
+    result = json.loads((out / "comparison.json").read_text())
     assert code == (0 if result["passed"] else 1)
+    # The long phases show their progress on a terminal: every request, every replication.
+    bars = terminal.getvalue()
+    assert "engine run: 100%" in bars and "6/6" in bars
+    assert "simulations: 100%" in bars and "19/19" in bars
+    printed = capsys.readouterr().out
+    assert "mean ms" in printed  # the human report, iteration table included
+    # A target fit that misses its held-out points by 26 % (median) is flagged, the drafter's
+    # 4 % is not: in comparison.json, on stderr as the run starts, and in the report.
+    fit = result["profile_fit"]
+    assert fit["flagged"] == ["target"] and fit["limit_median_rel_error"] == 0.10
+    assert fit["models"]["small"]["exceeds"] is False
+    warning = "target latency fit misses its own held-out grid points by 26%"
+    assert warning in bars and warning in printed
+    assert warning in (out / "comparison.md").read_text()
     for name in ("comparison.json", "comparison.md", "validation.png"):
         assert (out / name).is_file()
     for part in ("engine", "simulation"):
         assert (out / part / "requests.csv").is_file()
         assert json.loads((out / part / "summary.json").read_text())["requests"] == 6
     assert (out / "validation.png").read_bytes()[:4] == b"\x89PNG"
-    saved = json.loads((out / "comparison.json").read_text())
-    assert saved["iteration_residuals"] and saved["rows"] == result["rows"]
+    saved = result
+    assert saved["iteration_residuals"] and saved["rows"]
     kinds = {r["kind"] for r in saved["iteration_residuals"]}
     assert kinds == {"prefill", "decode"}
 
 
-def test_a_wrong_profile_fails_validation_with_exit_1(tmp_path, capsys):
+def test_a_wrong_profile_fails_validation_with_exit_1(tmp_path, capsys, monkeypatch):
     scenario = write_scenario(tmp_path)
     slow = hand_profile(tmp_path / "slow.yaml", slow=50.0)  # predicts 50x the real pass times
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
     code = main(validate_argv(scenario, slow, tmp_path / "out"))
+    assert terminal.getvalue() == ""  # --json: no progress bars, even on a terminal
     result = json.loads(capsys.readouterr().out)
     assert code == 1 and not result["passed"]
     failed = {r["metric"] for r in result["rows"] if r["ok"] is False}
@@ -214,13 +261,48 @@ def test_iteration_residuals_ask_the_cost_model_for_each_pass(tmp_path):
     assert [(r["kind"], r["iterations"]) for r in rows] == [("decode", 2), ("prefill", 1)]
     # decode: target 0.01 + 6e-4, drafter 2 x (0.001 + 2e-5), overhead 1e-4 (all in seconds)
     decode = 0.01 + 6e-4 + 2 * (0.001 + 2e-5) + 1e-4
-    assert rows[0]["predicted_ms"] == pytest.approx(decode * 1e3)
+    # Without a spread in the profile the simulator charges the cost itself: mean = median.
+    assert rows[0]["predicted_mean_ms"] == pytest.approx(decode * 1e3)
+    assert rows[0]["predicted_median_ms"] == pytest.approx(decode * 1e3)
+    assert rows[0]["measured_mean_ms"] == pytest.approx(25.0)
     assert rows[0]["ratio"] == pytest.approx(0.025 / decode)
     assert rows[0]["measured_p10_ms"] == pytest.approx(21.0)  # 20 and 30 ms, interpolated
     assert rows[0]["measured_p90_ms"] == pytest.approx(29.0)
     assert "21.0..29.0" in residual_table(rows)
     prefill = 0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4
-    assert rows[1]["predicted_ms"] == pytest.approx(prefill * 1e3)
+    assert rows[1]["predicted_mean_ms"] == pytest.approx(prefill * 1e3)
+
+
+def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_path):
+    """With a skewed iteration-time spread in the profile the simulator's mean iteration is the
+    cost times the spread's mean (here 1.125) and its median the cost times its median (1.0):
+    the table must set each measured statistic against the same statistic predicted."""
+    from specsim.engine.engine import IterationLog
+    from specsim.profile import load_profile
+    from specsim.simulation.costs import StepCosts
+    from specsim.validation.residuals import iteration_residuals, residual_table
+
+    path = hand_profile(tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["jitter"] = {"quantiles": [0.5, 0.8, 1.0, 1.2, 2.5], "samples": 100}
+    path.write_text(yaml.safe_dump(data))
+    profile = load_profile(path)
+    cost = sum(StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0))
+    dt = [cost * f for f in (0.7, 1.0, 1.0, 2.9)]  # measured: median 1.0 x, mean 1.4 x
+    shape = dict(batch=[2] * 4, kind=["decode"] * 4, window=[2] * 4, new_tokens=[6] * 4)
+    log = IterationLog(dt=dt, context=[50] * 4, pairs=[320.0] * 4, **shape)
+    (row,) = iteration_residuals(log, profile, "small")
+    # Linear pieces sampled at midpoints: the mean is the trapezoid area, 0.25 x 4.5.
+    assert row["predicted_mean_ms"] == pytest.approx(cost * 1.125 * 1e3)
+    assert row["predicted_median_ms"] == pytest.approx(cost * 1.0 * 1e3, rel=1e-2)
+    assert row["measured_median_ms"] == pytest.approx(cost * 1.0 * 1e3)
+    assert row["measured_mean_ms"] == pytest.approx(cost * 1.4 * 1e3)
+    assert row["ratio"] == pytest.approx(1.4 / 1.125)
+    header = residual_table([row]).splitlines()[:2]
+    assert "mean ms" in header[0] and "median ms" in header[0]
+    # The engine config turns the simulator's spread off: both predictions are the cost.
+    (off,) = iteration_residuals(log, profile, "small", jitter=False)
+    assert off["predicted_mean_ms"] == pytest.approx(off["predicted_median_ms"])
 
 
 def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
@@ -235,13 +317,15 @@ def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
     log = IterationLog(dt=[0.02, 0.03], target_s=[0.012, 0.014], drafter_s=[0.004, 0.006], **shape)
     (row,) = iteration_residuals(log, profile, "small")
     target, draft, host = StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0)
-    assert target + draft + host == pytest.approx(row["predicted_ms"] / 1e3)
+    assert target + draft + host == pytest.approx(row["predicted_mean_ms"] / 1e3)
     assert row["parts"]["target"] == pytest.approx(
-        {"measured_ms": 13.0, "predicted_ms": target * 1e3}
+        {"measured_mean_ms": 13.0, "predicted_mean_ms": target * 1e3}
     )
-    assert row["parts"]["drafter"]["measured_ms"] == pytest.approx(5.0)
+    assert row["parts"]["drafter"]["measured_mean_ms"] == pytest.approx(5.0)
     # The engine's own work: the rest of each iteration (4 and 10 ms).
-    assert row["parts"]["host"] == pytest.approx({"measured_ms": 7.0, "predicted_ms": host * 1e3})
+    assert row["parts"]["host"] == pytest.approx(
+        {"measured_mean_ms": 7.0, "predicted_mean_ms": host * 1e3}
+    )
     assert "13.00 / " in split_table([row])
     # Without the split (a wall-clock run) the groups have no parts and there is no table.
     (plain,) = iteration_residuals(IterationLog(dt=[0.02, 0.03], **shape), profile, "small")
@@ -270,8 +354,10 @@ def test_iteration_residuals_charge_the_per_draft_overhead(tmp_path):
     )
     decode, prefill = iteration_residuals(log, load_profile(path), "small")
     charged = 0.01 + 6e-4 + 2 * (0.001 + 2e-5) + 1e-4 + 2 * (3e-4 + 2 * 5e-5)
-    assert decode["predicted_ms"] == pytest.approx(charged * 1e3)
-    assert prefill["predicted_ms"] == pytest.approx((0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4) * 1e3)
+    assert decode["predicted_mean_ms"] == pytest.approx(charged * 1e3)
+    assert prefill["predicted_mean_ms"] == pytest.approx(
+        (0.01 + 48e-4 + 0.001 + 48e-5 + 1e-4) * 1e3
+    )
 
 
 def test_read_records_parses_the_engines_float_columns(tmp_path):

@@ -25,6 +25,29 @@ from typing import Any
 
 from specsim.cli.common import add_json, add_out, add_set, emit
 
+WINDOW_DESCRIPTION = """Choose the window size k at each load.
+
+  specsim plan window SCENARIO.yaml [--k 0..8] [--loads 2 6 10 14] --out DIR
+
+Simulates every k (and the adaptive policy) at every load level: the best static k per load,
+the load where speculation stops paying, and a k-by-batch-size table for the serving engine
+(DIR/k_by_batch.yaml), checked by its own simulation at every load. Writes DIR/report.html,
+DIR/report.md, DIR/summary.json, the figures (PNG and CSV) and DIR/points (for resuming).
+Exit codes: 0 done, 1 done but some simulations failed (listed), 2 bad input.
+"""
+
+CAPACITY_DESCRIPTION = """The replicas a target arrival rate needs, with and without speculation.
+
+  specsim plan capacity SCENARIO.yaml --target-rps R [--drafter NAME ...] [--k 1..4] --out DIR
+
+For speculation off, each (drafter, k) and each drafter's adaptive policy: the highest rate one
+replica sustains with --attainment of its requests within the scenario's SLO (bisection to
+--tolerance), the replicas and cost R then needs, and one fleet simulation at R that confirms
+the cheapest candidate. The scenario needs an open-loop workload and an slo. Writes
+DIR/report.html, DIR/report.md, DIR/summary.json, the figures and DIR/points (for resuming).
+Exit codes: 0 done, 1 done but some simulations failed (listed), 2 bad input.
+"""
+
 
 def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     """Options every sweeping command shares (also used by ``specsim report``)."""
@@ -79,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     window = sub.add_parser(
         "window",
         help="choose k per load",
-        description=__doc__,
+        description=WINDOW_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     window.add_argument("scenario", help="scenario YAML file")
@@ -102,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     capacity = sub.add_parser(
         "capacity",
         help="replicas for a target rate",
-        description=__doc__,
+        description=CAPACITY_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     capacity.add_argument("scenario", help="scenario YAML file (open-loop workload, with an slo)")

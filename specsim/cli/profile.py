@@ -160,7 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     cal = parser.add_argument_group("calibration")
     cal.add_argument("--into", metavar="PROFILE", help="profile to add the acceptance to")
-    cal.add_argument("--verifier", choices=["rejection", "greedy", "typical"])
+    cal.add_argument(
+        "--verifier",
+        choices=["rejection", "greedy", "typical"],
+        help="the verifier the scraped server ran (the acceptance entry's verifier)",
+    )
     cal.add_argument(
         "--label",
         action="append",

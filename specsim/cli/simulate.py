@@ -49,7 +49,8 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
     lines = [
         f"{sc['name']}: {summary['requests']} requests in {summary['duration_s']:.1f} s "
         f"simulated on {sc['replicas']} replica(s) ({sc['profile_name']}); speculation {spec}",
-        f"  throughput {summary['throughput_tokens_per_s']:.0f} tok/s, goodput "
+        f"  throughput {summary['throughput_tokens_per_s']:.0f} tok/s{_steady_text(summary)}, "
+        "goodput "
         f"{summary['goodput_requests_per_s']:.2f} req/s, "
         f"${summary['cost_usd_per_million_tokens']:.3f} per 1M output tokens",
     ]
@@ -78,15 +79,54 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
                 f"E2E p99 {pool['e2e_s']['p99']:.2f} s"
             )
     if "speedup_vs_baseline" in summary:
-        sp = summary["speedup_vs_baseline"]
-        lines.append(
-            f"  vs speculation off: TPOT {sp['tpot_mean']:.2f}x, E2E {sp['e2e_mean']:.2f}x, "
-            f"throughput {sp['throughput']:.2f}x (>1 = speculation better)"
-        )
+        lines.extend(baseline_lines(summary))
     if summary["lossy"]:
         lines.append(f"  WARNING: {summary['lossy_note']}")
     lines.append(f"  wrote {path}/requests.csv and {path}/summary.json")
     return "\n".join(lines)
+
+
+def _steady_text(summary: dict[str, Any]) -> str:
+    steady = summary.get("throughput_tokens_per_s_steady")
+    if steady is None:
+        return ""
+    start, end = summary["steady_window_s"]
+    return f" ({steady:.0f} tok/s steady, every client active from {start:.1f} to {end:.1f} s)"
+
+
+def baseline_lines(summary: dict[str, Any]) -> list[str]:
+    """The speed-ups over speculation off, then every compared metric that got worse."""
+    from specsim.comparison import Change
+
+    sp = summary["speedup_vs_baseline"]
+    lines = [
+        f"  vs speculation off (means): TTFT {sp['ttft_mean']:.2f}x, TPOT {sp['tpot_mean']:.2f}x, "
+        f"E2E {sp['e2e_mean']:.2f}x, throughput {sp['throughput']:.2f}x, cost "
+        f"{sp['cost']:.2f}x (>1 = speculation better)"
+    ]
+    worse = summary["regressions_vs_baseline"]
+    compared = len(summary["compared_vs_baseline"])
+    if not worse:
+        lines.append(f"  worse with speculation: none of the {compared} compared metrics")
+        return lines
+    lines.append(f"  worse with speculation ({len(worse)} of {compared} compared metrics):")
+    for item in worse:
+        change = Change(**item)
+        lines.append(
+            f"    {change.words()} ({_value_text(change.metric, change.value)} against "
+            f"{_value_text(change.metric, change.baseline)})"
+        )
+    return lines
+
+
+def _value_text(metric: str, value: float) -> str:
+    if metric.split(".")[0] in SPEEDUP_KEYS:
+        return f"{value * 1e3:.1f} ms"
+    if metric == "throughput_tokens_per_s":
+        return f"{value:.0f} tok/s"
+    if metric == "goodput_requests_per_s":
+        return f"{value:.2f} req/s"
+    return f"${value:.3f}"
 
 
 def warn_beyond_measured_k(scenario) -> None:
@@ -117,7 +157,9 @@ def warn_beyond_measured_k(scenario) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specsim.comparison import compare, regressions_json
     from specsim.fileio import atomic_output_dir, dump_json, write_text_atomic
+    from specsim.metrics import round_floats
     from specsim.scenario import load_scenario
     from specsim.simulation import run_simulation
 
@@ -140,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
             summary["speedup_vs_baseline"] = {
                 k: round(v, 4) for k, v in speedups(summary, base).items()
             }
+            changes = compare(summary, base)
+            summary["compared_vs_baseline"] = [c.metric for c in changes]
+            summary["regressions_vs_baseline"] = round_floats(regressions_json(changes))
         write_text_atomic(staging / "summary.json", dump_json(summary))
     emit(args, summary, human_summary(summary, args.out))
     return 0

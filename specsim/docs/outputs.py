@@ -25,7 +25,14 @@ REQUEST_COLUMNS = {
 SUMMARY_KEYS = {
     "requests": "requests completed",
     "duration_s": "simulated seconds until the last request finished",
-    "throughput_tokens_per_s": "output tokens per second over the run",
+    "throughput_tokens_per_s": "output tokens per second over the run (duration_s: ramp-up and "
+    "drain included)",
+    "throughput_tokens_per_s_steady": "closed loops: output tokens the fleet emitted per second "
+    "within steady_window_s, the figure a load test compares (null for open-loop workloads and "
+    "for a closed loop with no steady window)",
+    "steady_window_s": "closed loops: [start, end] of the steady window, from the moment every "
+    "client's first request has finished to the first time a client is refused a new request "
+    "(the request limit or duration_s reached: the drain begins); null where there is none",
     "throughput_requests_per_s": "completed requests per second",
     "prompt_tokens": "prompt tokens processed in all",
     "output_tokens": "output tokens generated in all",
@@ -68,6 +75,12 @@ BASELINE_KEYS = {
     "baseline": "with --compare-baseline: the same metrics with speculation off (k = 0)",
     "speedup_vs_baseline": "with --compare-baseline: k = 0 latency over speculative latency "
     "(ttft/tpot/e2e mean, p50, p99), throughput ratio and cost ratio (> 1 = speculation better)",
+    "compared_vs_baseline": "with --compare-baseline: the metrics compared with the baseline "
+    "(TTFT, TPOT and E2E mean, p50, p90, p99; throughput; goodput where there is an slo; cost "
+    "per million tokens)",
+    "regressions_vs_baseline": "with --compare-baseline: every compared metric that is worse "
+    "with speculation by 0.5 % or more, the largest first: metric, label, value, baseline and "
+    "worse_by (the relative change in the bad direction: 0.3 = 30 % worse); [] when none is",
 }
 
 WINDOW_SUMMARY_KEYS = {
@@ -135,6 +148,9 @@ COMMAND_OUTPUTS = {
         "capacity.csv": "per candidate (k = 0, each drafter x k, adaptive): the highest rate "
         "one replica sustains within the SLO, replicas and cost for the target rate",
         "fleet.csv": "the fleet simulation at the target rate that confirms the choice",
+        "fleet_vs_off.csv": "the chosen fleet against speculation off on the replicas its "
+        "capacity calls for, at the target rate: every compared metric, which is worse and by "
+        "how much (absent when the choice is speculation off)",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,
@@ -144,7 +160,8 @@ COMMAND_OUTPUTS = {
     },
     "specsim validate": {
         "engine/": "the real engine's run: requests.csv (the columns above, plus "
-        "target_logprob_mean and eos), summary.json (the same keys as a simulation, plus "
+        "target_logprob_mean and eos), summary.json (the same keys as a simulation, "
+        "without the steady-state throughput, plus "
         "machine_speed with --clock reference: the probes' slowdowns, the target's and each "
         "drafter's) and iterations.csv (one row per iteration: kind, window, batch, the target "
         "pass's new_tokens, context and pairs as the padded batch runs them (every row to "
@@ -157,9 +174,15 @@ COMMAND_OUTPUTS = {
         "comparison.json": "each metric: measured (engine), predicted (the median over "
         "--replications simulator runs of the same requests), relative error, threshold, ok, "
         "band (their p10..p90), draws_below and draws (how many of them lie below the measured "
-        "value, of how many) and first_draw (simulation/'s value)",
-        "comparison.md": "the same comparison as a table, each iteration group's measured "
-        "against predicted time, and with the CPU clocks the same split into the target pass, "
+        "value, of how many) and first_draw (simulation/'s value); profile_fit (each latency "
+        "fit's held-out error, median and max, the limit on the median (10 %) and the models "
+        "flagged beyond it); iteration_residuals (per kind, k and batch: the measured and "
+        "predicted mean and median ms, ratio and gap of the means, the measured p10..p90; the "
+        "prediction is the cost model times the profile's iteration-time spread, as the "
+        "simulator charges it); machine_speed",
+        "comparison.md": "the same comparison as a table, a warning for a flagged profile fit, "
+        "each iteration group's measured against predicted time (mean against mean, median "
+        "against median), and with the CPU clocks the mean time split into the target pass, "
         "the drafter passes and the engine's own work",
         "validation.png": "engine against simulation, figure",
         "profile.yaml": "the profile measured on this machine (without --profile)",

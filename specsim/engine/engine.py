@@ -117,6 +117,9 @@ class ServingEngine:
         self.opt = options
         self.clock = clock
         self.sleep = sleep
+        # Told how many requests finished, at each iteration that finishes some. A tqdm bar
+        # redraws at most every 0.1 s: well under 0.1 % of the engine's time.
+        self.progress = None
         self.max_len = min(
             target.config.max_position,
             drafter.config.max_position if drafter is not None else target.config.max_position,
@@ -357,6 +360,8 @@ class ServingEngine:
             self.done.append(request)
             if self.clients is not None and request.client >= 0:
                 self._issue(request.client, now + self.clients.think_time())
+        if retired and self.progress is not None:
+            self.progress.update(len(retired))
 
     def _kv_tokens(self) -> int:
         """Target cache tokens held by the live rows (at an iteration's end, before any row

@@ -104,6 +104,7 @@ def run_engine(
     drafter_references: dict[str, float] | None = None,
     reference_host_s: float | None = None,
     dtype: str = "float32",
+    progress=None,
 ) -> EngineRun:
     """Serve the scenario's workload on real models in wall-clock time.
 
@@ -117,7 +118,8 @@ def run_engine(
     ``drafter_references`` (``decode_s``, ``prefill_s``: the profile's
     ``provenance.drafter_references`` for it), and the engine's own work to the speed at which
     the host pass takes ``reference_host_s``. ``dtype`` is the models' parameter type: the
-    one the profile it is compared with was measured in.
+    one the profile it is compared with was measured in. ``progress`` (a tqdm bar, say) is
+    updated with each batch of finished requests.
     """
     import torch
 
@@ -166,6 +168,7 @@ def run_engine(
     engine = ServingEngine(
         target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.mark, timer.split
     )
+    engine.progress = progress
     source = build_engine_source(scenario)
     if source.closed_loop:
         done = engine.run(clients=source)

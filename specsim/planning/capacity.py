@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specsim.comparison import Change, compare, regressions_json
 from specsim.errors import SpecsimError
 from specsim.planning.common import (
     answerable_k,
@@ -326,11 +327,33 @@ def confirm(
     return runs
 
 
+def baseline_fleet(
+    plan: CapacityPlan, results: list[CandidateResult], chosen: CandidateResult | None, sweeper
+) -> tuple[int, PointResult] | None:
+    """Speculation off on the replicas its capacity calls for, at the target rate: what the
+    chosen speculative candidate's fleet is compared with, metric by metric (None when the
+    choice is speculation off, or speculation off sustains no rate)."""
+    off = next(r for r in results if r.candidate.drafter is None)
+    if chosen is None or chosen is off or off.replicas is None:
+        return None
+    (result,) = sweeper.run([fleet_point(plan, off, off.replicas)], desc="speculation-off fleet")
+    return off.replicas, result
+
+
 def run(plan: CapacityPlan, sweeper: Sweeper) -> dict[str, Any]:
     results = find_capacities(plan, sweeper)
     chosen = choose_candidate(results)
     fleet = confirm(plan, chosen, sweeper) if chosen is not None else []
-    return {"candidates": results, "chosen": chosen, "fleet": fleet}
+    baseline = baseline_fleet(plan, results, chosen, sweeper)
+    return {"candidates": results, "chosen": chosen, "fleet": fleet, "baseline_fleet": baseline}
+
+
+def fleet_changes(outcome: dict[str, Any]) -> list[Change] | None:
+    """The chosen fleet against speculation off's, every compared metric (None: no pair)."""
+    baseline, fleet = outcome.get("baseline_fleet"), outcome["fleet"]
+    if baseline is None or not fleet or not (fleet[-1][1].ok and baseline[1].ok):
+        return None
+    return compare(fleet[-1][1].summary, baseline[1].summary)
 
 
 def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
@@ -374,11 +397,30 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             else final[0] * plan.profile.profile.hardware.price_per_hour_usd,
             "fleet_meets_slo": fleet_ok,
             "fleet": _fleet_figures(final[1].summary) if final and final[1].ok else None,
+            **_against_off(plan, outcome),
         },
         "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
         "failed": [
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
         ],
+    }
+
+
+def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:
+    """The speculation-off fleet at the target rate and what is worse with the chosen one."""
+    baseline = outcome.get("baseline_fleet")
+    changes = fleet_changes(outcome)
+    ok = baseline is not None and baseline[1].ok
+    return {
+        "speculation_off_fleet": None
+        if baseline is None
+        else {
+            "replicas": baseline[0],
+            "meets_slo": ok and meets_slo(baseline[1].summary, plan.attainment),
+            "fleet": _fleet_figures(baseline[1].summary) if ok else None,
+        },
+        "compared_vs_speculation_off": None if changes is None else [c.metric for c in changes],
+        "regressions_vs_speculation_off": None if changes is None else regressions_json(changes),
     }
 
 

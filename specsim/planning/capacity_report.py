@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsim.comparison import Change
+from specsim.metrics import round_floats
 from specsim.planning.capacity import (
     OFF,
     CandidateResult,
     CapacityPlan,
     attainment_of,
+    fleet_changes,
     meets_slo,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
-from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.plots import Figure, Panel, Series, palette
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 
 PERCENTILE_COLUMNS = [
@@ -34,10 +37,13 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
     off = next(r for r in results if r.candidate.drafter is None)
     groups = _by_drafter(results)
     top = max([r.candidate.k for r in results] + [0])
-    xticks = (
-        [float(k) for k in range(top + 1)] + [top + 1.0],
-        [str(k) for k in range(top + 1)] + ["adapt."],
-    )
+    # Ticks at the k values searched only: a tick at a k that did not run reads as a result.
+    tried = sorted({0, *(r.candidate.k for r in results if r.candidate.policy == "fixed")})
+    positions, labels = [float(k) for k in tried], [str(k) for k in tried]
+    if any(r.candidate.policy != "fixed" for r in results):
+        positions.append(top + 1.0)
+        labels.append("adapt.")
+    xticks = (positions, labels)
     capacity = Panel(
         "Sustained rate per replica", "k (0 = speculation off)", "requests/s", xticks=xticks
     )
@@ -48,9 +54,7 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         xticks=xticks,
         integer_y=True,
     )
-    for colour, (drafter, entries) in zip(
-        gradient(len(groups), "tab10"), groups.items(), strict=True
-    ):
+    for colour, (drafter, entries) in zip(palette(len(groups)), groups.items(), strict=True):
         static = [r for r in entries if r.candidate.policy == "fixed"]
         adaptive = [r for r in entries if r.candidate.policy != "fixed"]
         xs = [0.0] + [float(r.candidate.k) for r in static]
@@ -76,7 +80,7 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         "share of requests meeting the SLO",
         hlines=[(plan.attainment, f"required {plan.attainment:g}")],
     )
-    for colour, entry in zip(gradient(len(results), "viridis"), results, strict=True):
+    for colour, entry in zip(palette(len(results)), results, strict=True):
         if entry.attainment_curve:
             xs, ys = zip(*entry.attainment_curve, strict=True)
             curve.series.append(
@@ -167,6 +171,38 @@ def _fleet_table(plan: CapacityPlan, fleet) -> Table:
     )
 
 
+def _against_off_table(plan: CapacityPlan, outcome: dict[str, Any], changes) -> Table:
+    replicas = outcome["baseline_fleet"][0]
+    rows = [
+        [c.label, c.value, c.baseline, round_floats(c.worse_by), "worse" if c.worse else ""]
+        for c in changes
+    ]
+    return Table(
+        "fleet_vs_off",
+        ["metric", "chosen fleet", f"speculation off, {replicas} replicas", "worse by", "verdict"],
+        rows,
+        f"The chosen fleet against speculation off on the replicas its capacity calls for, both "
+        f"at {plan.target_rps:g} req/s (worse by: the relative change in the bad direction; "
+        "negative = better)",
+    )
+
+
+def _against_off_words(summary: dict[str, Any]) -> str | None:
+    """'Against speculation off on its N replicas: worse ...' for the answer and the summary."""
+    rec = summary["recommendation"]
+    worse = rec.get("regressions_vs_speculation_off") if rec else None
+    if worse is None:
+        return None
+    head = (
+        f"against speculation off on its {rec['speculation_off_fleet']['replicas']} replicas at "
+        "the target rate"
+    )
+    if not worse:
+        compared = len(rec["compared_vs_speculation_off"])
+        return f"{head}, none of the {compared} compared metrics is worse"
+    return f"{head}, worse: " + ", ".join(Change(**item).words() for item in worse)
+
+
 def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
     results: list[CandidateResult] = outcome["candidates"]
     answer = _answer(plan, outcome, summary)
@@ -177,7 +213,11 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
         ),
     ]
     if outcome["fleet"]:
-        sections.append(Section("Fleet check", [_fleet_table(plan, outcome["fleet"])]))
+        check = [_fleet_table(plan, outcome["fleet"])]
+        changes = fleet_changes(outcome)
+        if changes is not None:
+            check.append(_against_off_table(plan, outcome, changes))
+        sections.append(Section("Fleet check", check))
     sections.append(
         Section(
             "Method",
@@ -245,6 +285,9 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                     f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
                 )
             )
+        against = _against_off_words(summary)
+        if against is not None:
+            answer.append(Paragraph(against[0].upper() + against[1:] + "."))
         if rec["candidate"] == OFF:
             answer.append(
                 Paragraph("Speculation does not reduce the replicas needed at this target.")
@@ -303,6 +346,9 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
             lines.append(
                 f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"
             )
+        against = _against_off_words(summary)
+        if against is not None:
+            lines.append(against)
     elif rec:
         lines.append(
             f"recommendation unconfirmed: the fleet check missed the SLO ({rec['candidate']})"

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specsim.comparison import across_loads, across_loads_text
 from specsim.errors import SpecsimError
 from specsim.planning import window
 from specsim.planning.common import choose, metric, scenario_identity
 from specsim.planning.sweep import Sweeper
 from specsim.profile import LOSSY_VERIFIERS
+
+OFF = "speculation off"
 
 
 @dataclass
@@ -162,12 +165,46 @@ def compare(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -> 
 
     order = sorted(plan.drafters, key=lambda d: (-wins[d.name], mean_e2e(d.name)))
     best = order[0].name
+    worse = regressions(plan, per_drafter, best)
     return {
         "winners": winners,
         "wins": wins,
         "recommended": best,
-        "reasons": reasons(plan, per_drafter, best, winners),
+        "reasons": reasons(plan, per_drafter, best, winners) + regression_sentences(best, worse),
+        "regressions": worse,
     }
+
+
+def regressions(plan: SwapPlan, per_drafter, best: str) -> list[dict[str, Any]]:
+    """Every compared metric that is worse with ``best`` (at its best k, load by load) than with
+    each other drafter at its best k, and than with speculation off."""
+    mine = per_drafter[best]
+    out = []
+    for other in [d.name for d in plan.drafters if d.name != best]:
+        pairs = [
+            (e.load, e.best, theirs.best)
+            for e, theirs in zip(mine, per_drafter[other], strict=True)
+        ]
+        out.append({"against": other, "metrics": across_loads(pairs)})
+    pairs = [(e.load, e.best, e.summary("k=0")) for e in mine]
+    out.append({"against": OFF, "metrics": across_loads(pairs)})
+    return out
+
+
+def regression_sentences(best: str, worse: list[dict[str, Any]]) -> list[str]:
+    """One sentence per comparison: what is worse with ``best``, or that nothing is."""
+    out = []
+    for item in worse:
+        against = item["against"]
+        than = "speculation off" if against == OFF else against
+        subject = f"{best} at its best k" if against == OFF else best
+        if item["metrics"]:
+            out.append(
+                f"Worse with {subject} than with {than}: {across_loads_text(item['metrics'])}."
+            )
+        else:
+            out.append(f"No compared metric is worse with {subject} than with {than} at any load.")
+    return out
 
 
 def _ratio_median(per_drafter, a: str, b: str, name: str, stat: str | None) -> float | None:
@@ -251,7 +288,11 @@ def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> d
         "k_values": plan.ks,
         "drafters": drafters,
         "winner_per_load": outcome["winners"],
-        "recommendation": {"drafter": outcome["recommended"], "reasons": outcome["reasons"]},
+        "recommendation": {
+            "drafter": outcome["recommended"],
+            "reasons": outcome["reasons"],
+            "regressions": outcome["regressions"],
+        },
         "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
         "failed": [
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures

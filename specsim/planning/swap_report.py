@@ -6,9 +6,9 @@ import statistics
 from typing import Any
 
 from specsim.planning.common import k_text, method_text, metric, plural, slo_text
-from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.plots import Figure, Panel, Series, palette
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
-from specsim.planning.swap import DrafterPlan, SwapPlan
+from specsim.planning.swap import DrafterPlan, SwapPlan, regression_sentences
 from specsim.planning.window import LoadResult
 from specsim.simulation.acceptance import window_rates
 
@@ -49,15 +49,18 @@ def _speedups(loads: list[LoadResult]) -> list[float | None]:
 
 
 def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
-    colours = dict(zip(per, gradient(len(per), "tab10"), strict=True))
+    colours = dict(zip(per, palette(len(per)), strict=True))
     axis = plan.first.axis
     loads = plan.loads
     conditional = Panel(
         "Acceptance per position (profile, conditional)",
         "draft position",
         "P(accept | earlier accepted)",
+        integer_x=True,
     )
-    length = Panel("Mean acceptance length (simulated, lowest load)", "k", "tokens per step")
+    length = Panel(
+        "Mean acceptance length (simulated, lowest load)", "k", "tokens per step", integer_x=True
+    )
     for d in plan.drafters:
         rates = d.acceptance.per_position
         conditional.series.append(
@@ -109,7 +112,7 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
             across("TTFT p99", "seconds", "ttft_s", "p99", True),
         ],
     )
-    best_k = Panel("Best k", axis.label, "k")
+    best_k = Panel("Best k", axis.label, "k", integer_y=True)
     for d in plan.drafters:
         best_k.series.append(
             Series(
@@ -294,8 +297,12 @@ def human(plan: SwapPlan, summary: dict[str, Any]) -> str:
         f"report drafter-swap: {' vs '.join(d.name for d in plan.drafters)} on "
         f"{plan.first.scenario.name} ({sims['computed']} simulated, {sims['cached']} reused)",
         f"recommendation: {summary['recommendation']['drafter']}",
-        *[f"  {r}" for r in summary["recommendation"]["reasons"][:3]],
     ]
+    rec = summary["recommendation"]
+    shown = rec["reasons"][:3]
+    # What the recommendation costs is always printed, however many reasons come before it.
+    shown += [r for r in regression_sentences(rec["drafter"], rec["regressions"]) if r not in shown]
+    lines += [f"  {r}" for r in shown]
     for d in plan.drafters:
         if d.lossy:
             lines.append(f"note: {d.name}: {distribution_note(d)}")

@@ -292,7 +292,9 @@ class Acceptance(StrictModel):
     temperature: NonNeg
     per_position: list[Prob] = Field(min_length=1)
     mean_acceptance_length: dict[int, Annotated[float, Field(ge=1)]] = Field(
-        default_factory=dict, description="k -> 1 + accepted / steps, as measured"
+        default_factory=dict,
+        description="k -> 1 + accepted / steps, as measured; without gaps (every k from the "
+        "smallest given to the largest), or the profile is refused",
     )
     proposal_rate: Annotated[float, Field(gt=0, le=1)] = 1.0
     request_concentration: Pos | None = Field(
@@ -309,6 +311,23 @@ class Acceptance(StrictModel):
     sequences: AcceptanceSequences | None = None
     source: Literal["measured", "calibrated", "published", "assumed"] = "measured"
     tokens_scored: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _lengths_without_a_gap(self) -> Acceptance:
+        # The simulator chains the lengths from k = 1 up to the first missing k; past a gap a
+        # length would be silently ignored (and the chain contradict it), so refuse one.
+        ks = sorted(self.mean_acceptance_length)
+        missing = sorted(set(range(ks[0], ks[-1] + 1)) - set(ks)) if ks else []
+        if missing:
+            given = ", ".join(map(str, ks))
+            lacks = ", ".join(map(str, missing))
+            raise ValueError(
+                f"mean_acceptance_length for {self.drafter}/{self.verifier} has k = {given} but "
+                f"not k = {lacks}: the simulator chains every k from 1 up and would ignore the "
+                f"lengths past the gap; fix: add k = {lacks} (measure it), or remove the k "
+                "values past the gap"
+            )
+        return self
 
 
 class Profile(StrictModel):

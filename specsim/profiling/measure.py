@@ -235,12 +235,14 @@ def _acceptance(opts, models, tokenizer, progress_file):
     return result, line, note
 
 
-def _overhead(opts, models, axes, clock, passes_profile):
+def _overhead(opts, models, axes, clock, passes_profile, progress_file=None):
     """The engine's serving iterations beyond what the latency fits (``passes_profile``: the
     profile so far) predict for their passes, fitted, with the iterations' spread; summary
     line. The real engine serves waves of requests at the grid's smallest, middle and largest
     batch, prompts of the grid's shortest prefill and 48 generated tokens (fewer when the
     models' positions end sooner), k = 0 alone and k = 2, 4 with each draft model."""
+    from tqdm import tqdm
+
     from specsim.profiling.overhead import measure_overhead
     from specsim.simulation.costs import StepCosts
 
@@ -258,17 +260,19 @@ def _overhead(opts, models, axes, clock, passes_profile):
         return alone if index is None else per_drafter[index]
 
     started = time.monotonic()
-    fit = measure_overhead(
-        models["target"],
-        [models[name] for name in names],
-        costs,
-        batches=batches,
-        windows=windows,
-        prompt=prompt,
-        output=output,
-        clock=clock,
-        names=names,
-    )
+    with tqdm(desc="engine overhead waves", unit="wave", file=progress_file, disable=None) as bar:
+        fit = measure_overhead(
+            models["target"],
+            [models[name] for name in names],
+            costs,
+            batches=batches,
+            windows=windows,
+            prompt=prompt,
+            output=output,
+            clock=clock,
+            names=names,
+            progress=bar,
+        )
     line = (
         f"  overhead: {fit.describe()}; {len(fit.points)} points in "
         f"{time.monotonic() - started:.0f} s, fit within {fit.max_abs_error_s * 1e3:.2f} ms"
@@ -377,6 +381,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         axes,
         clock_for(opts.clock, normaliser),
         LoadedProfile(passes, "<the latency fits>"),
+        progress_file,
     )
     lines.append(overhead_line)
     for name, terms in overhead.drafters.items():

@@ -266,12 +266,14 @@ def measure_overhead(
     waves: int = OVERHEAD_WAVES,
     clock=None,
     names: Sequence[str] | None = None,
+    progress=None,
 ) -> OverheadFit:
     """Serve on the real engine at every batch (k = 0 with the target alone; every k in
     ``windows`` with each draft model in ``drafters``) and fit the overhead terms to what its
     iterations take beyond ``costs(drafter_index or None)`` (a ``StepCosts`` of the latency
     fits alone) predicts. ``names`` label the drafters' points, so each gets its own terms;
-    ``clock``: the engine's clock (``specsim.engine.clock``; default wall)."""
+    ``clock``: the engine's clock (``specsim.engine.clock``; default wall); ``progress`` (a
+    tqdm bar) is reset to the number of waves and updated after each."""
     from specsim.engine.overhead import serve_fixed_batch
 
     drafting = tuple(k for k in windows if k)
@@ -282,11 +284,15 @@ def measure_overhead(
     # whose speed drifts (fitted overhead terms varied 0.2..1.2 ms per step between profiles
     # whose waves ran back to back).
     logs = {}
+    if progress is not None:
+        progress.reset(total=waves * len(configs))
     for wave in range(waves):
         for config in configs:
             index, drafter, batch, k = config
             log = serve_fixed_batch(target, drafter, batch, k, prompt, output, 1, clock, wave)
             logs[config] = logs[config].extend(log) if config in logs else log
+            if progress is not None:
+                progress.update(1)
     alone = [log for (index, *_), log in logs.items() if index is None]
     scale = wave_pass_scale(alone, costs(None))
     points: list[OverheadPoint] = []

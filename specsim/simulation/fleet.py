@@ -52,27 +52,56 @@ def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):
 
 
 class ClosedLoopClients:
-    """``concurrency`` clients: each sends its next request when the previous one completes."""
+    """``concurrency`` clients: each sends its next request when the previous one completes.
+
+    They also mark the steady window a load test measures: it opens when every client's first
+    request has finished (the synchronised start is behind) and closes the first time a client
+    is refused a new request (the drain begins). ``steady`` gives the window and the output
+    tokens the fleet emitted within it.
+    """
 
     def __init__(self, env, source, fleet: Fleet, counter: list[int]):
         self.env = env
         self.source = source
         self.fleet = fleet
         self.counter = counter
+        self._initial = (0, 0)  # the ids of the clients' first requests: [first, last + 1)
+        self._first_requests = 0  # of those, still running
+        self._opened: tuple[float, float] | None = None  # (time, tokens emitted by then)
+        self._closed: tuple[float, float] | None = None
 
     def start(self) -> None:
+        first = self.counter[0]
         for client in range(self.source.concurrency):
             self._issue(client)
+        self._initial = (first, self.counter[0])
+        self._first_requests = self.counter[0] - first
+
+    def _emitted(self) -> float:
+        return sum(replica.emitted_tokens for replica in self.fleet.replicas)
 
     def _issue(self, client: int) -> None:
         now = self.env.now
         if not self.source.may_issue(now):
+            if self._closed is None:
+                self._closed = (now, self._emitted())
             return
         prompt, output = self.source.next_lengths()
         self.fleet.dispatch(Request(self.counter[0], now, prompt, output, client))
         self.counter[0] += 1
 
+    def steady(self) -> tuple[float, float, float] | None:
+        """(start, end, output tokens emitted in between), or None when the window is empty
+        (the drain began before every client's first request had finished)."""
+        if self._opened is None or self._closed is None or self._closed[0] <= self._opened[0]:
+            return None
+        return self._opened[0], self._closed[0], self._closed[1] - self._opened[1]
+
     def on_finish(self, request: Request, now: float) -> None:
+        if self._initial[0] <= request.rid < self._initial[1]:
+            self._first_requests -= 1
+            if self._first_requests == 0:
+                self._opened = (now, self._emitted())
         think = self.source.think_time()
         client = request.client
         if think <= 0:

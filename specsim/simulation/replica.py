@@ -86,6 +86,7 @@ class Replica:
         self.slot_request: list[Request | None] = [None] * cap
         self.free_slots = list(range(cap - 1, -1, -1))
         self.decoding = 0
+        self.emitted_tokens = 0.0  # output tokens emitted so far (for steady-state windows)
         self.decode_kv = 0.0  # sum of context over decoding rows, kept exactly (integers)
         self.prefilling: list[Request] = []
         self.prefill_reserved = 0.0
@@ -372,6 +373,7 @@ class Replica:
             context += emitted
             row_drafted += drafts
             emitted_total = float(emitted.dot(ones))
+            self.emitted_tokens += emitted_total
             self.decode_kv += emitted_total
             self.decode_steps += 1
             rows = self.decoding
@@ -413,6 +415,7 @@ class Replica:
             if request.first_token < 0:
                 request.first_token = now
             request.generated += 1  # the prefill pass samples the next token
+            self.emitted_tokens += 1.0
             if request.generated >= request.output:
                 self._finish(request, now)
                 continue

@@ -189,7 +189,23 @@ def run_simulation(
     for replica in replicas:
         replica.close()
     summary = _summary(scenario, profile, setups, replicas, sink)
+    summary = _with_steady(summary, clients.steady() if clients is not None else None)
     return SimulationResult(round_floats(summary), path, scenario)
+
+
+def _with_steady(summary: dict[str, Any], steady: tuple[float, float, float] | None):
+    """The summary with the steady-state throughput beside the whole run's (closed loops; null
+    for open-loop workloads and for a closed loop too short to have a steady window)."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        out[key] = value
+        if key == "throughput_tokens_per_s":
+            start, end, tokens = steady if steady is not None else (None, None, None)
+            out["throughput_tokens_per_s_steady"] = (
+                None if steady is None else tokens / (end - start)
+            )
+            out["steady_window_s"] = None if steady is None else [start, end]
+    return out
 
 
 def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:

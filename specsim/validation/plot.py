@@ -9,6 +9,11 @@ import numpy as np
 from specsim.metrics import request_latencies
 from specsim.validation.compare import Comparison
 
+# Okabe & Ito's colour-blind-safe blue and vermillion (red and green are not told apart by
+# the most common colour blindness), both at 3:1 contrast or more on white.
+WITHIN, EXCEEDED = "#0072B2", "#D55E00"
+SIMULATOR, ENGINE = "#0072B2", "#D55E00"
+
 
 def plot_validation(
     comparison: Comparison,
@@ -27,15 +32,19 @@ def plot_validation(
     predicted = request_latencies(predicted_records)
     measured = request_latencies(measured_records)
     for ax, name, label in ((axes[1], "e2e_s", "E2E latency"), (axes[2], "tpot_s", "TPOT")):
-        for values, style, who in ((predicted, "--", "simulator"), (measured, "-", "engine")):
+        for values, style, who, colour in (
+            (predicted, "--", "simulator", SIMULATOR),
+            (measured, "-", "engine", ENGINE),
+        ):
             x = np.sort(values[name])
             if x.size:
-                ax.step(x, np.arange(1, x.size + 1) / x.size, style, where="post", label=who)
+                y = np.arange(1, x.size + 1) / x.size
+                ax.step(x, y, style, where="post", label=who, color=colour, linewidth=1.5)
         ax.set_xlabel(f"{label} (s)")
         ax.set_ylabel("share of requests")
         ax.set_title(f"{label}: distribution")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(loc="lower right")  # a distribution's lower right is empty
     fig.suptitle(title)
     fig.tight_layout()
     # Fixed metadata keeps the PNG byte-identical for identical figures.
@@ -47,7 +56,7 @@ def _errors(ax, comparison: Comparison) -> None:
     rows = [r for r in comparison.rows if r.relative_error is not None]
     y = np.arange(len(rows))
     errors = np.array([100 * r.relative_error for r in rows])
-    colors = ["tab:gray" if r.ok is None else ("tab:green" if r.ok else "tab:red") for r in rows]
+    colors = ["0.6" if r.ok is None else (WITHIN if r.ok else EXCEEDED) for r in rows]
     ax.barh(y, errors, color=colors)
     for i, r in enumerate(rows):
         if r.threshold is not None:
@@ -58,5 +67,5 @@ def _errors(ax, comparison: Comparison) -> None:
     ax.invert_yaxis()
     ax.axvline(0, color="black", lw=0.8)
     ax.set_xlabel("simulator vs engine (%); dotted: threshold")
-    ax.set_title("relative error (green ok, red exceeded, grey reported)")
+    ax.set_title("relative error (blue ok, vermillion exceeded, grey reported)")
     ax.grid(axis="x", alpha=0.3)

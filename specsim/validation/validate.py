@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json
 from specsim.scenario import Scenario
 from specsim.validation.compare import Comparison, compare, explain_failures, table
+from specsim.validation.fit_check import fit_check, fit_warnings
 
 ACCEPTANCE_PROMPTS = 64
 
@@ -34,6 +38,7 @@ class ValidationResult:
     report: str
     residuals: list[dict[str, Any]]
     speed: dict[str, Any]
+    profile_fit: dict[str, Any]
 
 
 @dataclass
@@ -50,6 +55,7 @@ class ValidateOptions:
     profile_repeats: int | None = None
     clock: str = "wall"
     replications: int = 20  # simulator runs of the same requests for each metric's band
+    progress: bool = True  # progress bars on stderr (shown only when it is a terminal)
 
 
 def _length_range(dist) -> tuple[int, int]:
@@ -86,6 +92,17 @@ def scenario_grid(scenario: Scenario, max_position: int) -> list[str]:
     ]
 
 
+def progress_file(opts: ValidateOptions):
+    """Where the progress bars go: stderr, or nowhere (tqdm draws only on a terminal)."""
+    return sys.stderr if opts.progress else io.StringIO()
+
+
+def progress_bar(opts: ValidateOptions, total: int | None, desc: str, unit: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=progress_file(opts), disable=None)
+
+
 def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | None, name: str):
     """Measure the scenario's target and drafter on this machine; returns the report."""
     from specsim.models import load_config
@@ -117,7 +134,7 @@ def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | N
         seed=scenario.seed,
         command="specsim validate (profiling step)",
     )
-    return measure_profile(options)
+    return measure_profile(options, progress_file(opts))
 
 
 def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> ValidationResult:
@@ -157,21 +174,28 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
                 )
             final_profile = str(profile_path)
         profile = load_profile(profile_path)
+        spec = scenario.speculation
+        fit = fit_check(profile, spec.drafter if spec.enabled else None)
+        for line in fit_warnings(fit):
+            warnings.warn(line.removeprefix("warning: "), stacklevel=2)
         target_latency = profile.latency_model("target")
         before = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
-        run = run_engine(
-            scenario,
-            target=opts.target,
-            drafters=drafters,
-            prompts=opts.prompts,
-            device=opts.device,
-            clock=opts.clock,
-            reference_s=profile.profile.provenance.reference_pass_s,
-            reference_prefill_s=profile.profile.provenance.reference_prefill_s,
-            drafter_references=_drafter_references(profile, scenario),
-            reference_host_s=profile.profile.provenance.reference_host_s,
-            dtype=opts.dtype,
-        )
+        requests = scenario.workload.requests
+        with progress_bar(opts, requests, "engine run", "request") as engine_bar:
+            run = run_engine(
+                scenario,
+                target=opts.target,
+                drafters=drafters,
+                prompts=opts.prompts,
+                device=opts.device,
+                clock=opts.clock,
+                reference_s=profile.profile.provenance.reference_pass_s,
+                reference_prefill_s=profile.profile.provenance.reference_prefill_s,
+                drafter_references=_drafter_references(profile, scenario),
+                reference_host_s=profile.profile.provenance.reference_host_s,
+                dtype=opts.dtype,
+                progress=engine_bar,
+            )
         after = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
         write_run(run, staging / "engine")
         # The engine pads every batched pass to its longest row: simulate that engine.
@@ -186,12 +210,17 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         (staging / "simulation" / "summary.json").write_text(
             dump_json(result.summary), encoding="utf-8"
         )
-        replicas = [
-            run_simulation(simulated, replication=i).summary for i in range(1, opts.replications)
-        ]
+        replicas = []
+        with progress_bar(opts, max(opts.replications - 1, 0), "simulations", "run") as bar:
+            for i in range(1, opts.replications):
+                replicas.append(run_simulation(simulated, replication=i).summary)
+                bar.update(1)
         comparison = compare(result.summary, run.summary, replicas)
         residuals = iteration_residuals(
-            run.log, profile, scenario.speculation.drafter if scenario.speculation.enabled else None
+            run.log,
+            profile,
+            scenario.speculation.drafter if scenario.speculation.enabled else None,
+            jitter=scenario.engine.jitter,
         )
         speed = {
             "reference_pass": f"target decode, batch 1, context {CONTEXT}",
@@ -207,7 +236,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             speed["steady"] = steady(run.summary["machine_speed"])
         text = "\n\n".join(
             [
-                _report(scenario, comparison, final_profile),
+                "\n".join([_report(scenario, comparison, final_profile), *fit_warnings(fit)]),
                 residual_table(residuals),
                 *filter(None, [split_table(residuals)]),
                 _speed(speed),
@@ -224,6 +253,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             "scenario": scenario.name,
             "profile": final_profile,
             **comparison.to_dict(),
+            "profile_fit": fit,
             "iteration_residuals": residuals,
             "machine_speed": speed,
         }
@@ -232,7 +262,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             f"# {scenario.name}\n\n```\n{text}\n```\n", encoding="utf-8"
         )
     return ValidationResult(
-        comparison, run.summary, result.summary, final_profile, text, residuals, speed
+        comparison, run.summary, result.summary, final_profile, text, residuals, speed, fit
     )
 
 
