@@ -137,6 +137,37 @@ def test_past_the_crossover_the_report_says_turn_speculation_off(window_run, cap
 
 
 @pytest.mark.slow
+def test_what_the_best_k_makes_worse_than_speculation_off_is_stated(window_run, capsys):
+    """Recomputed from the saved points: each metric the best k makes worse than k = 0 at a
+    load where a k > 0 wins, in summary.json, the report's Answer and the terminal summary."""
+    from specsim.comparison import compare, regressions
+
+    out = window_run["out"]
+    summary = json.loads((out / "summary.json").read_text())
+    points = [json.loads(p.read_text()) for p in (out / "points").glob("*.json")]
+    by = {(p["tags"]["load"], p["tags"]["config"]): p["summary"] for p in points}
+    chosen = [item for item in summary["best_k"] if item["best_k"]]
+    assert chosen  # k = 3 wins at 2 req/s
+    expected = {}
+    for item in chosen:
+        best, off = by[(item["load"], f"k={item['best_k']}")], by[(item["load"], "k=0")]
+        for change in regressions(compare(best, off)):
+            expected.setdefault(change.metric, []).append(item["load"])
+    stated = summary["regressions_vs_k0"]
+    assert {e["metric"]: [b["load"] for b in e["by_load"]] for e in stated} == expected
+    assert expected  # speculation's drafter prefill makes TTFT worse here
+    assert all(e["loads_compared"] == len(chosen) for e in stated)
+    report = (out / "report.md").read_text()
+    answer = report.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert "Worse at the best k than with speculation off: " in answer
+    first = stated[0]["label"]
+    assert first in answer
+    capsys.readouterr()
+    assert main(["plan", "window", *window_run["args"], "--out", str(out)]) == 0
+    assert f"Worse at the best k than with speculation off: {first}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_report_files_and_every_plotted_number_as_csv(window_run):
     out = window_run["out"]
     html = (out / "report.html").read_text()

@@ -96,6 +96,10 @@ WINDOW_SUMMARY_KEYS = {
     "crossover_load": "the lowest load from which k = 0 (no drafter) is best at it and every "
     "higher load swept (null: not within the loads swept)",
     "last_load_where_speculation_pays": "the highest load below the crossover where a k > 0 won",
+    "regressions_vs_k0": "every compared metric (TTFT, TPOT and E2E mean/p50/p90/p99, "
+    "throughput, goodput, cost) that is worse at the best k than with speculation off, at the "
+    "loads where a k > 0 is chosen: `{metric, label, by_load: [{load, worse_by}], loads_worse, "
+    "loads_compared, worse_by: {min, median, max}}` (worse_by 0.3: 30 % worse); empty when none",
     "k_by_batch": "the k-by-batch-size table and its verdict (keys below)",
     "simulations": "printed with --json only (it varies between reruns, the file must not): "
     "{computed, cached}, simulations run now and reused from `points/`",

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specsim.comparison import across_loads, across_loads_text
 from specsim.planning.common import (
     LoadAxis,
     answerable_k,
@@ -260,6 +261,22 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
     }
 
 
+def regressions_vs_off(loads: list[LoadResult]) -> list[dict[str, Any]]:
+    """Every compared metric that is worse at the best k than with speculation off, at the
+    loads where speculation is chosen (``comparison.across_loads``)."""
+    pairs = [(e.load, e.best, e.summary("k=0")) for e in loads if e.best_k]
+    return across_loads(pairs)
+
+
+def regressions_text(regressions: list[dict[str, Any]], chosen_anywhere: bool) -> str:
+    """The sentence that states what the best k makes worse (or that nothing is)."""
+    if not chosen_anywhere:
+        return "Speculation is not chosen at any load, so nothing is compared with it off."
+    if not regressions:
+        return "No compared metric is worse at the best k than with speculation off, at any load."
+    return f"Worse at the best k than with speculation off: {across_loads_text(regressions)}."
+
+
 def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
     loads: list[LoadResult] = outcome["loads"]
     best = []
@@ -293,6 +310,7 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
         "best_k": best,
         "crossover_load": outcome["crossover"]["load"],
         "last_load_where_speculation_pays": outcome["crossover"]["last_paying"],
+        "regressions_vs_k0": regressions_vs_off(loads),
         "k_by_batch": {
             "rows": outcome["rows"],
             "num_speculative_tokens_per_batch_size": vllm_ranges(outcome["rows"]),
