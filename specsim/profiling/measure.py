@@ -331,6 +331,13 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     parse_grid(opts.grid, opts.device)  # a malformed grid fails before the models load
     models = _load_models(opts, dtype)
     max_position = min(m.config.max_position for m in models.values())
+    if opts.max_new_tokens is not None and opts.max_new_tokens >= max_position:
+        raise SpecsimError(
+            f"{opts.max_new_tokens} generated tokens per prompt leave no room for a prompt in "
+            f"the models' {max_position} positions",
+            file="--max-new-tokens",
+            fix=f"give fewer than {max_position}",
+        )
     axes = parse_grid(opts.grid, opts.device, max_position)
     points = grid_points(axes)
     measure_accept = opts.acceptance and bool(opts.drafters)
