@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim.bounds import MAX_SECONDS, MAX_TOKENS
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
 
@@ -73,10 +74,17 @@ def parse_timestamp(text: str) -> float:
     return _day_seconds(date_text) + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
+# The longest span of arrivals a trace may hold (3 years): far past any recorded trace, and
+# short of what would make a replay's arithmetic meaningless.
+MAX_SPAN_S = 100 * MAX_SECONDS
+
+
 def _tokens(text: str) -> int:
     value = float(text)
-    if not value >= 0 or value != int(value):
-        raise ValueError(f"token count {text.strip()!r} is not a whole number >= 0")
+    if not 0 <= value <= MAX_TOKENS or value != int(value):
+        raise ValueError(
+            f"token count {text.strip()!r} is not a whole number from 0 to {MAX_TOKENS:,}"
+        )
     return max(1, int(value))
 
 
@@ -135,9 +143,18 @@ def _read_trace_cached(path: Path, fmt: str, _mtime: int) -> Trace:
     arrival = np.asarray(times, dtype=np.float64)
     if not np.all(np.isfinite(arrival)):
         bad = int(np.flatnonzero(~np.isfinite(arrival))[0]) + 2
-        raise SpecsimError(f"line {bad}: time is not finite", file=str(path))
+        raise SpecsimError(
+            f"line {bad}: time is not finite", file=str(path), fix="repair or remove the row"
+        )
     order = np.argsort(arrival, kind="stable")  # some traces are not sorted by time
     arrival = arrival[order] - arrival[order[0]]
+    if arrival[-1] > MAX_SPAN_S:
+        raise SpecsimError(
+            f"line {int(order[0]) + 2} to line {int(order[-1]) + 2}: the arrivals span "
+            f"{arrival[-1]:.3g} s, more than {MAX_SPAN_S:.0e} s",
+            file=str(path),
+            fix="check the time column's unit (seconds) and rows far from the rest",
+        )
     for array in (arrival,):
         array.setflags(write=False)
     prompt = np.asarray(prompts, dtype=np.int64)[order]
