@@ -122,6 +122,30 @@ def test_bad_input_is_one_line_exit_2(tmp_path, repo, capsys, changes, extra, me
     assert not (tmp_path / "out").exists()
 
 
+def test_no_fleet_check_runs_past_max_replicas(monkeypatch):
+    """A fleet past MAX_REPLICAS would be refused as a scenario: its confirmation is capped
+    there, and none runs when the plan already needs more (the recommendation is unconfirmed)."""
+    from types import SimpleNamespace
+
+    from specsim.bounds import MAX_REPLICAS
+    from specsim.planning import capacity
+
+    tried = []
+
+    class Sweeper:  # every fleet misses the SLO, so confirm tries each size it may
+        def run(self, points, desc):
+            tried.extend(points)
+            return [SimpleNamespace(ok=True, summary={})]
+
+    monkeypatch.setattr(capacity, "fleet_point", lambda plan, chosen, replicas: replicas)
+    plan = SimpleNamespace(attainment=0.99)
+    capacity.confirm(plan, SimpleNamespace(replicas=MAX_REPLICAS - 1), Sweeper())
+    assert tried == [MAX_REPLICAS - 1, MAX_REPLICAS]
+    tried.clear()
+    assert capacity.confirm(plan, SimpleNamespace(replicas=MAX_REPLICAS + 1), Sweeper()) == []
+    assert tried == []
+
+
 def test_a_trace_offers_rows_in_its_window_per_second_and_the_inverse_finds_the_speed():
     from specsim.errors import SpecsimError
     from specsim.planning.common import LoadAxis

@@ -68,10 +68,12 @@ class Number:
         self.__name__ = "whole number" if kind is int else "number"
 
     def describe(self) -> str:
-        left = "above" if self.low_open else "from"
-        right = "below" if self.high_open else "to"
         low, high = (f"{v:,}" if self.kind is int else f"{v:g}" for v in (self.low, self.high))
-        return f"a {self.__name__} {left} {low} {right} {high}"
+        if not (self.low_open or self.high_open):
+            return f"a {self.__name__} from {low} to {high}"
+        left = f"above {low}" if self.low_open else f"from {low}"
+        right = f"below {high}" if self.high_open else f"at most {high}"
+        return f"a {self.__name__} {left} and {right}"
 
     def __call__(self, text: str):
         fix = f"; fix: give {self.describe()}"
