@@ -442,7 +442,7 @@ def hand_cases() -> Iterator[Case]:
         "profile:--max-new-tokens=past-positions",
         (*measure, "--max-new-tokens", "1000000"),
         (),
-        (("--max-new-tokens",),),
+        (("--max-new-tokens",), ("positions",)),
     )
 
 

@@ -48,6 +48,14 @@ class Hung(Exception):
     pass
 
 
+class ModelLoaded(Exception):
+    pass
+
+
+def refuse_model_load(*args, **kwargs):
+    raise ModelLoaded("a model loaded: the input was not refused before the work")
+
+
 @contextlib.contextmanager
 def hang_guard(seconds: float):
     def stop(signum, frame):
@@ -129,7 +137,9 @@ def run_case(case: Case, base: Path, folder: Path, capsys) -> list[str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_refused_cleanly(case, base_dir, tmp_path, capsys):
+def test_bad_input_is_refused_cleanly(case, base_dir, tmp_path, capsys, monkeypatch):
+    # Profiling and validation load models first of all their work: none may load.
+    monkeypatch.setattr("specsim.models.load_model", refuse_model_load)
     found = run_case(case, base_dir, tmp_path / "case", capsys)
     assert not found, "; ".join(found)
 
