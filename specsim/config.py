@@ -22,9 +22,12 @@ from specsim.fileio import read_yaml
 
 
 class StrictModel(pydantic.BaseModel):
-    """Base for configuration models: no unknown keys, no silent coercion of strings to numbers."""
+    """Base for configuration models: no unknown keys, and every number finite (a key that
+    takes nan or inf would say so in its description, and set ``allow_inf_nan`` itself)."""
 
-    model_config = pydantic.ConfigDict(extra="forbid", strict=False, frozen=False)
+    model_config = pydantic.ConfigDict(
+        extra="forbid", strict=False, frozen=False, allow_inf_nan=False
+    )
 
 
 M = TypeVar("M", bound=StrictModel)
@@ -65,6 +68,8 @@ _FIXES = {
     "enum": "use one of the allowed values",
     "value_error": "set the keys the message names so that they agree",
     "int_from_float": "give a whole number",
+    "int_parsing_size": "give a smaller whole number",
+    "finite_number": "give a finite number (not nan or inf)",
     "too_short": "give more items",
     "too_long": "give fewer items",
 }

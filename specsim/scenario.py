@@ -15,17 +15,30 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from specsim.bounds import (
+    MAX_COUNT,
+    MAX_CV,
+    MAX_FACTOR,
+    MAX_REPLICAS,
+    MAX_REQUESTS,
+    MAX_SIGMA,
+    MAX_TOKENS,
+    MIN_FACTOR,
+    BatchSize,
+    PositiveSeconds,
+    Probability,
+    Rate,
+    Replicas,
+    Requests,
+    Seconds,
+    Seed,
+    Temperature,
+    Tokens,
+    WindowSize,
+)
 from specsim.config import Name, StrictModel, load_model
 
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
-
 TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
-
-# The most requests (or closed-loop clients) one simulation takes on: hours of simulated serving
-# at production rates, and far past what a typo-free scenario asks for.
-MAX_REQUESTS = 10_000_000
 
 
 class LengthDist(StrictModel):
@@ -36,13 +49,15 @@ class LengthDist(StrictModel):
         "median `median` and log-space standard deviation `sigma`, clipped to [low, high]; "
         "'empirical': resample the matching column of a trace file (`trace`)"
     )
-    value: PosInt | None = Field(default=None, description="tokens, for 'fixed'")
-    low: PosInt = Field(default=1, description="smallest length (uniform, lognormal clip)")
-    high: PosInt | None = Field(
+    value: Tokens | None = Field(default=None, description="tokens, for 'fixed'")
+    low: Tokens = Field(default=1, description="smallest length (uniform, lognormal clip)")
+    high: Tokens | None = Field(
         default=None, description="largest length (uniform; lognormal clip, default unbounded)"
     )
-    median: PosFloat | None = Field(default=None, description="median tokens, for 'lognormal'")
-    sigma: NonNegFloat = Field(
+    median: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = Field(
+        default=None, description="median tokens, for 'lognormal'"
+    )
+    sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)] = Field(
         default=1.0, description="standard deviation of log(length), for 'lognormal'"
     )
     trace: str | None = Field(
@@ -77,22 +92,22 @@ class Workload(StrictModel):
     kind: Literal["poisson", "bursty", "fixed_rate", "closed_loop", "trace"] = Field(
         description="arrival process"
     )
-    rate: PosFloat | None = Field(
+    rate: Rate | None = Field(
         default=None, description="mean arrival rate in requests per second (open loop)"
     )
-    cv: PosFloat = Field(
+    cv: Annotated[float, Field(gt=0, le=MAX_CV)] = Field(
         default=2.0,
         description="'bursty': coefficient of variation of the gamma inter-arrival times "
         "(1 = Poisson, larger = burstier)",
     )
-    duration_s: PosFloat | None = Field(
+    duration_s: PositiveSeconds | None = Field(
         default=None, description="stop issuing requests after this many simulated seconds"
     )
-    requests: PosInt | None = Field(default=None, description="stop after this many requests")
-    concurrency: PosInt | None = Field(
+    requests: Requests | None = Field(default=None, description="stop after this many requests")
+    concurrency: Requests | None = Field(
         default=None, description="'closed_loop': number of concurrent clients"
     )
-    think_time_s: NonNegFloat = Field(
+    think_time_s: Seconds = Field(
         default=0.0,
         description="'closed_loop': mean think time between a response and the next request "
         "(exponentially distributed; 0 = send at once)",
@@ -105,7 +120,7 @@ class Workload(StrictModel):
         "Request tokens,Response tokens,Total tokens,Log Type)",
     )
     format: TraceFormat = Field(default="auto", description="trace format; 'auto' reads the header")
-    time_scale: PosFloat = Field(
+    time_scale: Annotated[float, Field(ge=MIN_FACTOR, le=MAX_FACTOR)] = Field(
         default=1.0,
         description="'trace': multiply the trace's inter-arrival times by this factor "
         "(0.5 replays twice as fast, i.e. double the rate)",
@@ -138,11 +153,6 @@ class Workload(StrictModel):
         if kind == "closed_loop":
             if self.concurrency is None:
                 raise ValueError("a 'closed_loop' workload needs 'concurrency'")
-            if self.concurrency > MAX_REQUESTS:
-                raise ValueError(
-                    f"concurrency {self.concurrency:,} is more clients than one run simulates "
-                    f"({MAX_REQUESTS:,}); fix: lower it"
-                )
             if self.duration_s is None and self.requests is None:
                 raise ValueError("a 'closed_loop' workload needs 'duration_s' or 'requests'")
         if kind == "trace":
@@ -156,13 +166,13 @@ class Workload(StrictModel):
 class Engine(StrictModel):
     """One serving replica: continuous batching with FCFS admission (vLLM-style scheduler)."""
 
-    max_batch: PosInt = Field(default=256, description="most sequences running at once")
+    max_batch: BatchSize = Field(default=256, description="most sequences running at once")
     chunked_prefill: bool = Field(
         default=True,
         description="true: prompts are processed in chunks inside the decode iterations, "
         "within `max_batched_tokens` per iteration; false: a prefill runs as its own iteration",
     )
-    max_batched_tokens: PosInt = Field(
+    max_batched_tokens: Tokens = Field(
         default=8192,
         description="token budget per iteration (verification positions plus prefill tokens); "
         "with chunked prefill, the share left after decoding rows goes to prompt chunks",
@@ -172,7 +182,7 @@ class Engine(StrictModel):
         description="fraction of the profile's hardware.memory_bytes given to weights and KV "
         "cache (the profile's figure is already what is available; lower it for headroom)",
     )
-    kv_capacity_tokens: PosInt | None = Field(
+    kv_capacity_tokens: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = Field(
         default=None,
         description="override the KV-cache capacity in tokens (default: memory left after the "
         "target's and drafter's weights, divided by their KV bytes per token)",
@@ -196,8 +206,8 @@ class Engine(StrictModel):
 class KByBatch(StrictModel):
     """A row of the 'by_batch' policy: use ``k`` while the batch is at most ``max_batch``."""
 
-    max_batch: PosInt = Field(description="largest running batch this row applies to")
-    k: Annotated[int, Field(ge=0, le=32)] = Field(description="window size for such batches")
+    max_batch: BatchSize = Field(description="largest running batch this row applies to")
+    k: WindowSize = Field(description="window size for such batches")
 
 
 class Speculation(StrictModel):
@@ -207,7 +217,7 @@ class Speculation(StrictModel):
         default=None,
         description="a drafter named in the profile's `drafters`; none = speculation off",
     )
-    k: Annotated[int, Field(ge=0, le=32)] = Field(
+    k: WindowSize = Field(
         default=4, description="window size: tokens drafted per step (0 = speculation off)"
     )
     verifier: Literal["rejection", "greedy", "typical"] = Field(
@@ -215,7 +225,7 @@ class Speculation(StrictModel):
         description="'rejection' (exact), 'greedy' (exact at temperature 0), 'typical' "
         "(Medusa's typical acceptance: lossy, output is not the target's distribution)",
     )
-    temperature: NonNegFloat = Field(
+    temperature: Temperature = Field(
         default=1.0, description="sampling temperature; picks the profile's acceptance entry"
     )
     policy: Literal["fixed", "by_batch", "adaptive"] = Field(
@@ -236,7 +246,7 @@ class Speculation(StrictModel):
         "'iid': one rate for every position (`acceptance_rate`, default the profile's first "
         "position); 'sequences': replay the profile's per-request sequences",
     )
-    acceptance_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+    acceptance_rate: Probability | None = Field(
         default=None, description="'iid': the per-draft acceptance rate (default: profile's)"
     )
     heterogeneity: bool = Field(
@@ -278,13 +288,11 @@ class SpeculationOverride(StrictModel):
     """A pool's changes to the scenario's speculation settings (unset fields are inherited)."""
 
     drafter: Name | None = Field(default=None, description="see speculation.drafter")
-    k: Annotated[int, Field(ge=0, le=32)] | None = Field(
-        default=None, description="see speculation.k"
-    )
+    k: WindowSize | None = Field(default=None, description="see speculation.k")
     verifier: Literal["rejection", "greedy", "typical"] | None = Field(
         default=None, description="see speculation.verifier"
     )
-    temperature: NonNegFloat | None = Field(default=None, description="see speculation.temperature")
+    temperature: Temperature | None = Field(default=None, description="see speculation.temperature")
     policy: Literal["fixed", "by_batch", "adaptive"] | None = Field(
         default=None, description="see speculation.policy"
     )
@@ -294,7 +302,7 @@ class SpeculationOverride(StrictModel):
     acceptance: Literal["per_position", "iid", "sequences"] | None = Field(
         default=None, description="see speculation.acceptance"
     )
-    acceptance_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+    acceptance_rate: Probability | None = Field(
         default=None, description="see speculation.acceptance_rate"
     )
     heterogeneity: bool | None = Field(default=None, description="see speculation.heterogeneity")
@@ -304,7 +312,7 @@ class Pool(StrictModel):
     """A group of replicas sharing speculation settings (an A/B arm), reported separately."""
 
     name: Name = Field(description="label in the records and the summary")
-    replicas: PosInt = Field(default=1, description="replicas in this pool")
+    replicas: Replicas = Field(default=1, description="replicas in this pool")
     speculation: SpeculationOverride = Field(
         default_factory=SpeculationOverride,
         description="changes to the scenario's speculation settings for this pool",
@@ -314,7 +322,7 @@ class Pool(StrictModel):
 class Fleet(StrictModel):
     """Replicas behind a router."""
 
-    replicas: PosInt | None = Field(
+    replicas: Replicas | None = Field(
         default=None,
         description="number of replicas (default 1); with pools, the total, which must match",
     )
@@ -336,6 +344,11 @@ class Fleet(StrictModel):
             if len(set(names)) != len(names):
                 raise ValueError("pool names must be unique")
             total = sum(p.replicas for p in self.pools)
+            if total > MAX_REPLICAS:
+                raise ValueError(
+                    f"the pools hold {total:,} replicas, more than one run simulates "
+                    f"({MAX_REPLICAS:,}); fix: lower pools' replicas"
+                )
             if self.replicas is not None and self.replicas != total:
                 raise ValueError(
                     f"fleet.replicas is {self.replicas} but the pools hold {total} replicas"
@@ -352,10 +365,10 @@ class Fleet(StrictModel):
 class Slo(StrictModel):
     """Per-request service-level objective; a request meets it when every given limit holds."""
 
-    ttft_s: PosFloat | None = Field(default=None, description="time to first token limit")
-    tpot_s: PosFloat | None = Field(default=None, description="time per output token limit")
-    e2e_s: PosFloat | None = Field(default=None, description="end-to-end latency limit")
-    queueing_s: PosFloat | None = Field(default=None, description="queueing delay limit")
+    ttft_s: PositiveSeconds | None = Field(default=None, description="time to first token limit")
+    tpot_s: PositiveSeconds | None = Field(default=None, description="time per output token limit")
+    e2e_s: PositiveSeconds | None = Field(default=None, description="end-to-end latency limit")
+    queueing_s: PositiveSeconds | None = Field(default=None, description="queueing delay limit")
 
     @model_validator(mode="after")
     def _has_a_metric(self) -> Slo:
@@ -375,7 +388,7 @@ class Scenario(StrictModel):
 
     name: Name = Field(default="scenario", description="label for reports")
     description: str = Field(default="", description="free text")
-    seed: Annotated[int, Field(ge=0)] = Field(
+    seed: Seed = Field(
         default=0, description="one seed for every random stream (arrivals, lengths, acceptance)"
     )
     profile: str = Field(description="profile YAML file, relative to the scenario file")

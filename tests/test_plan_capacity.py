@@ -149,8 +149,8 @@ def test_the_chosen_fleet_is_set_against_speculation_off_metric_by_metric(capaci
         ({"slo": None}, [], "needs an SLO"),
         ({"slo": {"tpot_s": 0.05}}, [], "TPOT alone does not bound queueing"),
         ({"kind": "closed_loop"}, [], "capacity is an arrival rate"),
-        ({}, ["--target-rps", "0"], "target rate must be positive"),
-        ({}, ["--tolerance", "0.9"], "tolerance must be in"),
+        ({}, ["--target-rps", "0"], "argument --target-rps: 0 is too small"),
+        ({}, ["--tolerance", "0.9"], "argument --tolerance: 0.9 is too large"),
         ({}, ["--drafter", "nope"], "no drafter 'nope'"),
     ],
 )
@@ -158,12 +158,39 @@ def test_bad_input_is_one_line_exit_2(tmp_path, repo, capsys, changes, extra, me
     settings = {"slo": SLO, **changes}
     scenario = write_scenario(tmp_path, repo, **settings)
     target = [] if "--target-rps" in extra else ["--target-rps", "10"]
-    code = main(
-        ["plan", "capacity", str(scenario), *target, *extra, "--out", str(tmp_path / "out")]
-    )
+    try:
+        code = main(
+            ["plan", "capacity", str(scenario), *target, *extra, "--out", str(tmp_path / "out")]
+        )
+    except SystemExit as exc:  # an option's own bounds, refused by argparse
+        code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_no_fleet_check_runs_past_max_replicas(monkeypatch):
+    """A fleet past MAX_REPLICAS would be refused as a scenario: its confirmation is capped
+    there, and none runs when the plan already needs more (the recommendation is unconfirmed)."""
+    from types import SimpleNamespace
+
+    from specsim.bounds import MAX_REPLICAS
+    from specsim.planning import capacity
+
+    tried = []
+
+    class Sweeper:  # every fleet misses the SLO, so confirm tries each size it may
+        def run(self, points, desc):
+            tried.extend(points)
+            return [SimpleNamespace(ok=True, summary={})]
+
+    monkeypatch.setattr(capacity, "fleet_point", lambda plan, chosen, replicas: replicas)
+    plan = SimpleNamespace(attainment=0.99)
+    capacity.confirm(plan, SimpleNamespace(replicas=MAX_REPLICAS - 1), Sweeper())
+    assert tried == [MAX_REPLICAS - 1, MAX_REPLICAS]
+    tried.clear()
+    assert capacity.confirm(plan, SimpleNamespace(replicas=MAX_REPLICAS + 1), Sweeper()) == []
+    assert tried == []
 
 
 def test_a_trace_offers_rows_in_its_window_per_second_and_the_inverse_finds_the_speed():

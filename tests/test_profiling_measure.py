@@ -170,7 +170,8 @@ def test_time_budget_stops_the_grid_and_keeps_what_was_measured(configs, monkeyp
         (["batch="], ["batch", "no points"]),
         (["speed=1"], ["unknown grid axis"]),
         (["context=a,b"], ["not integers"]),
-        (["new=0"], ["new", ">= 1"]),
+        (["new=0"], ["new", "from 1"]),
+        (["batch=99999999999"], ["batch", "to 65,536"]),
     ],
 )
 def test_bad_grids_are_errors(grid, words):
@@ -316,7 +317,11 @@ def test_measure_cli_bad_input_exit_2_nothing_written(
     argv = ["profile", "--out", str(out), "--repeats", "1", *SMALL_GRID, *extra]
     for key, value in args.items():
         argv += [key, value]
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # an option's own bounds, refused by argparse
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err
     for word in words:

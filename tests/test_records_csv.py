@@ -85,9 +85,13 @@ def test_the_sink_holds_only_rows_overtaken_by_later_ones(tmp_path, monkeypatch)
 
 def test_engine_records_are_quoted_and_by_id(tmp_path):
     n = 5
-    records = {name: np.arange(n)[::-1].astype(np.int64) for name in ENGINE_COLUMNS}
-    for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "target_logprob_mean"):
+    # Counts from 1 and EOS flags of 0/1, within what a real run's request holds.
+    records = {name: np.arange(1, n + 1)[::-1].astype(np.int64) for name in ENGINE_COLUMNS}
+    records["id"] = np.arange(n)[::-1].astype(np.int64)
+    records["eos"] = np.arange(n)[::-1] % 2
+    for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s"):
         records[name] = np.linspace(0.0, 1.0, n)
+    records["target_logprob_mean"] = -np.linspace(0.0, 1.0, n)
     records["pool"] = np.asarray(["a,b"] * n)
     path = tmp_path / "requests.csv"
     path.write_text(format_csv(records), encoding="utf-8")

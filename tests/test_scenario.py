@@ -62,17 +62,17 @@ def test_workload_requirements():
 
 
 def test_a_runaway_request_count_is_refused_before_simulating():
-    # rate 1e9 for 300 s would run until memory ran out; requests caps it, so that is allowed.
+    # rate 1e5 for 300 s would run until memory ran out; requests caps it, so that is allowed.
     base = {"profile": "p.yaml"}
     fixed = {"dist": "fixed", "value": 1}
     lengths = {"prompt": fixed, "output": fixed}
-    with pytest.raises(ValueError, match=r"about 3e\+11 requests"):
+    with pytest.raises(ValueError, match=r"about 3e\+07 requests"):
         Scenario.model_validate(
-            {**base, "workload": {"kind": "poisson", "rate": 1e9, "duration_s": 300, **lengths}}
+            {**base, "workload": {"kind": "poisson", "rate": 1e5, "duration_s": 300, **lengths}}
         )
-    capped = {"kind": "poisson", "rate": 1e9, "duration_s": 300, "requests": 100, **lengths}
+    capped = {"kind": "poisson", "rate": 1e5, "duration_s": 300, "requests": 100, **lengths}
     assert Scenario.model_validate({**base, "workload": capped}).workload.requests == 100
-    with pytest.raises(ValueError, match="concurrency 20,000,000"):
+    with pytest.raises(ValueError, match="less than or equal to 10000000"):
         Scenario.model_validate(
             {**base, "workload": {"kind": "closed_loop", "concurrency": 20_000_000,
                                   "requests": 5, **lengths}}

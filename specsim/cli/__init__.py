@@ -42,7 +42,9 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; fix: see {self.prog} --help\n")
+        if "; fix: " not in message:  # an option's own type may say how to fix it
+            message += f"; fix: see {self.prog} --help"
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

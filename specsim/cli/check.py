@@ -156,10 +156,34 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     add_json(parser)
 
 
+def _check_upper_bounds(args: argparse.Namespace) -> None:
+    """Values no check needs (the checker itself refuses the low ones): a huge --samples would
+    run for days, a huge seed or temperature overflows."""
+    from specsim.bounds import MAX_DIMENSION, MAX_SEED, MAX_TEMPERATURE
+    from specsim.errors import SpecsimError
+
+    limits = {
+        "samples": 100_000_000,
+        "seed": MAX_SEED,
+        "problem_seed": MAX_SEED,
+        "temperature": MAX_TEMPERATURE,
+        "top_k": MAX_DIMENSION,
+    }
+    for name, high in limits.items():
+        if getattr(args, name) > high:
+            option = "--" + name.replace("_", "-")
+            raise SpecsimError(
+                f"{getattr(args, name):g} is too large",
+                key=option,
+                fix=f"give {option} of at most {high:,}",
+            )
+
+
 def _run_sampler(args: argparse.Namespace) -> int:
     from specsim.errors import SpecsimError
     from specsim.sampling.checker import check_sampler
 
+    _check_upper_bounds(args)
     if args.verifier is not None and args.control is not None:
         raise SpecsimError(
             "--verifier and --control are exclusive", key="--control", fix="give one of them"

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli.common import add_json, add_out, emit
+from specsim.cli.common import Number, add_json, add_out, emit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="RUN", required=True, help="run before the change")
     parser.add_argument("--candidate", metavar="RUN", required=True, help="run after the change")
     parser.add_argument(
-        "--alpha", type=float, default=0.01, help="false-alarm rate over all tests (0.01)"
+        "--alpha",
+        type=Number(float, 0, 1, low_open=True, high_open=True),
+        default=0.01,
+        help="false-alarm rate over all tests (0.01)",
     )
     add_out(parser, required=False, help="also write DIR/rollout.json")
     parser.add_argument("--fail-on-shift", action="store_true", help="exit 1 when a shift is found")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
+
+from specsim.bounds import MAX_SECONDS, MAX_SEED
 
 
 def add_out(parser: argparse.ArgumentParser, required: bool = True, help: str | None = None):
@@ -58,3 +61,51 @@ def emit(args: argparse.Namespace, summary: dict[str, Any], human: str) -> None:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n")
+
+
+class Number:
+    """An argparse ``type``: a finite whole (``kind=int``) or real number within bounds.
+
+    ``low``/``high`` are inclusive unless ``low_open``/``high_open``; the error states them,
+    and argparse names the option: ``argument --repeats: 0 is below 1; fix: give ...``.
+    """
+
+    def __init__(
+        self,
+        kind: type,
+        low: float,
+        high: float,
+        *,
+        low_open: bool = False,
+        high_open: bool = False,
+    ):
+        self.kind, self.low, self.high = kind, low, high
+        self.low_open, self.high_open = low_open, high_open
+        self.__name__ = "whole number" if kind is int else "number"
+
+    def describe(self) -> str:
+        low, high = (f"{v:,}" if self.kind is int else f"{v:g}" for v in (self.low, self.high))
+        if not (self.low_open or self.high_open):
+            return f"a {self.__name__} from {low} to {high}"
+        left = f"above {low}" if self.low_open else f"from {low}"
+        right = f"below {high}" if self.high_open else f"at most {high}"
+        return f"a {self.__name__} {left} and {right}"
+
+    def __call__(self, text: str):
+        fix = f"; fix: give {self.describe()}"
+        try:
+            value = self.kind(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {self.__name__}{fix}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{fix}")
+        if value < self.low or (self.low_open and value == self.low):
+            raise argparse.ArgumentTypeError(f"{text} is too small{fix}")
+        if value > self.high or (self.high_open and value == self.high):
+            raise argparse.ArgumentTypeError(f"{text} is too large{fix}")
+        return value
+
+
+SEED = Number(int, 0, MAX_SEED)
+SECONDS = Number(float, 0, MAX_SECONDS)
+POSITIVE_SECONDS = Number(float, 0, MAX_SECONDS, low_open=True)

@@ -23,7 +23,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specsim.cli.common import add_json, add_out, add_set, emit
+from specsim.bounds import MAX_RATE
+from specsim.cli.common import SEED, Number, add_json, add_out, add_set, emit
+
+MAX_WORKERS = 4096
 
 WINDOW_DESCRIPTION = """Choose the window size k at each load.
 
@@ -53,7 +56,7 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     """Options every sweeping command shares (also used by ``specsim report``)."""
     parser.add_argument(
         "--workers",
-        type=int,
+        type=Number(int, 1, MAX_WORKERS),
         default=None,
         metavar="N",
         help="local worker processes (default: the CPUs available to this process)",
@@ -86,7 +89,7 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=SEED,
         default=None,
         help="seed for every simulation (default: the scenario's seed)",
     )
@@ -131,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     capacity.add_argument("scenario", help="scenario YAML file (open-loop workload, with an slo)")
     capacity.add_argument(
         "--target-rps",
-        type=float,
+        type=Number(float, 0, MAX_RATE, low_open=True),
         required=True,
         metavar="R",
         help="the arrival rate the fleet must sustain (requests per second)",
@@ -151,13 +154,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     capacity.add_argument(
         "--tolerance",
-        type=float,
+        type=Number(float, 0, 0.5, low_open=True, high_open=True),
         default=0.02,
         help="relative width at which the bisection stops (default 0.02 = 2%%)",
     )
     capacity.add_argument(
         "--attainment",
-        type=float,
+        type=Number(float, 0, 1, low_open=True),
         default=0.99,
         help="share of requests that must meet the SLO for a rate to count as sustained "
         "(default 0.99)",
@@ -212,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _window(args: argparse.Namespace) -> int:
     from specsim.planning import window, window_report
-    from specsim.planning.common import parse_k_values, parse_loads
+    from specsim.planning.common import check_loads, parse_k_values, parse_loads
 
     plan = window.prepare(
         args.scenario,
@@ -221,6 +224,7 @@ def _window(args: argparse.Namespace) -> int:
         parse_loads(args.loads),
         args.seed,
     )
+    check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     with make_sweeper(args, plan.identity()) as sweeper:
         outcome = window.run(plan, sweeper)
         summary = window.json_summary(plan, outcome, sweeper)

@@ -24,8 +24,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.cli.common import add_json, emit
+from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
+from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
 from specsim.errors import SpecsimError
+
+MAX_REPEATS = 10_000
+MAX_PROMPTS = 1_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     measure.add_argument(
         "--temperature",
         metavar="T",
-        type=float,
+        type=Number(float, 0, MAX_TEMPERATURE),
         action="append",
         default=None,
         help="temperature for exact and typical acceptance (repeatable; default 1.0; greedy "
@@ -79,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     measure.add_argument(
         "--time-budget",
-        type=float,
+        type=POSITIVE_SECONDS,
         metavar="S",
         help="stop the timing grid after S seconds (largest points go last) and fit on what "
         "was measured",
@@ -87,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     measure.add_argument(
         "--repeats",
         metavar="N",
-        type=int,
+        type=Number(int, 1, MAX_REPEATS),
         default=None,
         help="timed repeats per point (default 7 on CPU, 20 on CUDA)",
     )
@@ -103,21 +107,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     measure.add_argument(
         "--seed",
-        type=int,
+        type=SEED,
         default=0,
         help="weights of config-only models, grid tokens and sampled text (default 0)",
     )
     measure.add_argument(
         "--max-new-tokens",
         metavar="N",
-        type=int,
+        type=Number(int, 1, MAX_TOKENS),
         default=None,
         help="tokens generated per prompt (default 48 on CPU, 128 on CUDA)",
     )
     measure.add_argument(
         "--max-prompts",
         metavar="N",
-        type=int,
+        type=Number(int, 1, MAX_PROMPTS),
         default=None,
         help="prompts scored (default 24 on CPU, 64 on CUDA)",
     )
@@ -139,21 +143,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     roof.add_argument(
         "--ngram-step-s",
         metavar="S",
-        type=float,
+        type=SECONDS,
         default=1.0e-4,
         help="stated prompt-lookup cost per step (default 1e-4)",
     )
     roof.add_argument(
         "--overhead-step-s",
         metavar="S",
-        type=float,
+        type=SECONDS,
         default=5.0e-4,
         help="stated engine overhead per step (default 5e-4)",
     )
     roof.add_argument(
         "--overhead-sequence-s",
         metavar="S",
-        type=float,
+        type=SECONDS,
         default=1.0e-5,
         help="stated engine overhead per sequence per step (default 1e-5)",
     )
@@ -272,7 +276,11 @@ def _run_calibrate(args, out: Path) -> int:
     for text in args.label:
         key, sep, value = text.partition("=")
         if not sep or not key:
-            raise SpecsimError(f"label {text!r} is not KEY=VALUE", file="--label")
+            raise SpecsimError(
+                f"label {text!r} is not KEY=VALUE",
+                file="--label",
+                fix="write --label NAME=VALUE, e.g. --label model_name=my-model",
+            )
         labels[key] = value
     profile, counters = calibrate_profile(
         args.into,
@@ -315,10 +323,6 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
 
     _need(args, "target", mode="measuring")
     temperatures = args.temperature if args.temperature is not None else [1.0]
-    if any(t < 0 for t in temperatures):
-        raise SpecsimError("temperature must be >= 0", file="--temperature", fix="use 0 or more")
-    if args.time_budget is not None and args.time_budget <= 0:
-        raise SpecsimError("time budget must be positive", file="--time-budget")
     opts = MeasureOptions(
         target=args.target,
         drafters=drafters,

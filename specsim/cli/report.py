@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specsim.planning import swap, swap_report
-    from specsim.planning.common import parse_k_values, parse_loads
+    from specsim.planning.common import check_loads, parse_k_values, parse_loads
 
     plan = swap.prepare(
         args.scenario,
@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
         parse_loads(args.loads),
         args.seed,
     )
+    for drafter in plan.drafters:
+        p = drafter.plan
+        check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
     with make_sweeper(args, plan.identity()) as sweeper:
         outcome = swap.run(plan, sweeper)
         summary = swap.json_summary(plan, outcome, sweeper)

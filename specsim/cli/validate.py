@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli.common import add_json, add_out, add_set, emit
+from specsim.cli.common import POSITIVE_SECONDS, Number, add_json, add_out, add_set, emit
 from specsim.errors import SpecsimError
+
+MAX_REPLICATIONS = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with --profile, give the type that profile was measured in)",
     )
     parser.add_argument(
-        "--profile-budget", type=float, metavar="S", help="cap the profiling grid's time"
+        "--profile-budget", type=POSITIVE_SECONDS, metavar="S", help="cap the profiling grid's time"
     )
     parser.add_argument(
         "--clock",
@@ -91,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--replications",
-        type=int,
+        type=Number(int, 0, MAX_REPLICATIONS),
         default=20,
         metavar="N",
         help="simulate the same requests N times (other acceptance and jitter draws) for each "
@@ -121,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
     from specsim.validation.validate import ValidateOptions, validate
 
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.profile_budget is not None and args.profile_budget <= 0:
-        raise SpecsimError("must be positive", file="--profile-budget", fix="seconds, e.g. 120")
-    if args.replications < 0 or args.replications == 1:
+    if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
+        from specsim.profiling.prompts import read_prompts
+
+        read_prompts(args.prompts)
+    if args.replications == 1:
         raise SpecsimError(
             "needs 0 or at least 2 runs for a spread",
             file="--replications",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specsim.bounds import MAX_FACTOR, MAX_K, MAX_REPLICAS, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
 from specsim.engine.workload import EngineRequest
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
@@ -28,6 +29,24 @@ if TYPE_CHECKING:  # the engine loop imports torch; reading records must not
 QUALITY_COLUMNS = ("target_logprob_mean", "eos")
 ENGINE_COLUMNS = (*COLUMNS, *QUALITY_COLUMNS)
 _FLOAT_COLUMNS = {"arrival_s", "scheduled_s", "first_token_s", "finish_s", "target_logprob_mean"}
+# Column -> (type, lowest, highest): what a real run's request can hold. A value outside is a
+# damaged file (a count of -1, an EOS flag of 2), not a result to test.
+COLUMN_BOUNDS: dict[str, tuple[type, float, float]] = {
+    "id": (int, 0, MAX_REQUESTS),
+    "arrival_s": (float, 0.0, MAX_SECONDS),
+    "scheduled_s": (float, 0.0, MAX_SECONDS),
+    "first_token_s": (float, 0.0, MAX_SECONDS),
+    "finish_s": (float, 0.0, MAX_SECONDS),
+    "prompt_tokens": (int, 1, MAX_TOKENS),
+    "output_tokens": (int, 0, MAX_TOKENS),
+    "steps": (int, 0, MAX_TOKENS),
+    "drafted": (int, 0, MAX_K * MAX_TOKENS),
+    "accepted": (int, 0, MAX_K * MAX_TOKENS),
+    "preemptions": (int, 0, MAX_TOKENS),
+    "replica": (int, 0, MAX_REPLICAS),
+    "target_logprob_mean": (float, -MAX_FACTOR, 0.0),
+    "eos": (int, 0, 1),
+}
 
 
 def record_columns(requests: list[EngineRequest]) -> dict[str, np.ndarray]:
@@ -132,25 +151,46 @@ def read_engine_records(path: str | Path) -> dict[str, np.ndarray]:
             out[name] = np.asarray(values, dtype=str)
             continue
         dtype = np.float64 if name in _FLOAT_COLUMNS or name.endswith("_s") else np.int64
+        word = "a number" if dtype is np.float64 else "a whole number"
         try:
             out[name] = np.asarray(values, dtype=dtype)
-        except ValueError:
-            bad = next(v for v in values if not _parses(v, dtype))
+        except (ValueError, OverflowError):
+            line, bad = next((i, v) for i, v in enumerate(values, 2) if not _parses(v, dtype))
             raise SpecsimError(
-                f"value {bad!r} is not a number",
+                f"line {line}: {bad!r} is not {word}",
                 file=str(path),
                 key=name,
                 fix="the file is damaged; run the engine again",
             ) from None
-        if dtype is np.float64 and not np.isfinite(out[name]).all():
-            raise SpecsimError("non-finite value", file=str(path), key=name)
+        _check_range(out[name], name, str(path))
+    if "drafted" in out and "accepted" in out and (out["accepted"] > out["drafted"]).any():
+        line = int(np.flatnonzero(out["accepted"] > out["drafted"])[0]) + 2
+        raise SpecsimError(
+            f"line {line}: more tokens accepted than drafted",
+            file=str(path),
+            key="accepted",
+            fix="the file is damaged; run the engine again",
+        )
     return out
+
+
+def _check_range(values: np.ndarray, name: str, source: str) -> None:
+    low, high = COLUMN_BOUNDS.get(name, (float, -np.inf, np.inf))[1:]
+    bad = ~(np.isfinite(values) & (values >= low) & (values <= high))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SpecsimError(
+            f"line {i + 2}: {values[i].item()!r} is outside [{low:g}, {high:g}]",
+            file=source,
+            key=name,
+            fix="the file is damaged; run the engine again",
+        )
 
 
 def _parses(value: str, dtype) -> bool:
     try:
-        dtype(value)
-    except ValueError:
+        np.asarray([value], dtype=dtype)
+    except (ValueError, OverflowError):
         return False
     return True
 

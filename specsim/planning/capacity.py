@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specsim.bounds import MAX_REPLICAS
 from specsim.comparison import Change, compare, regressions_json
 from specsim.errors import SpecsimError
 from specsim.planning.common import (
     answerable_k,
     check_k_values,
+    check_loads,
     load_axis,
     metric,
     scenario_identity,
@@ -158,7 +160,8 @@ def prepare(
         if chosen and max(chosen) > 0:
             candidates.append(Candidate(f"{drafter} adaptive", drafter, max(chosen), "adaptive"))
     scale = ArrivalScale.for_scenario(scenario, axis)
-    scale.knob(target_rps)  # a trace too short for the target fails here, before any simulation
+    seed = scenario.seed if seed is None else seed
+    check_target(scenario_path, overrides, scale, target_rps, seed)
     return CapacityPlan(
         scenario_path=str(scenario_path),
         base_overrides=list(overrides),
@@ -168,9 +171,28 @@ def prepare(
         candidates=candidates,
         tolerance=tolerance,
         attainment=attainment,
-        seed=scenario.seed if seed is None else seed,
+        seed=seed,
         scale=scale,
     )
+
+
+def check_target(
+    scenario_path: str, overrides: Sequence[str], scale: ArrivalScale, target_rps: float, seed: int
+) -> None:
+    """A target no fleet within the bounds reaches is refused before any simulation (and so
+    before anything is written): one replica must run at the target's load (the fleet check
+    offers it), and the search's highest rate times ``MAX_REPLICAS`` must reach it."""
+    knob = scale.knob(target_rps)  # a trace too short for the target fails here
+    check_loads(scenario_path, overrides, scale.axis, [knob], seed, option="--target-rps")
+    top = scale.rate(scale.axis.base * RANGE_FACTOR)
+    if target_rps > MAX_REPLICAS * top:
+        raise SpecsimError(
+            f"{target_rps:g} req/s needs more than {MAX_REPLICAS:,} replicas even at "
+            f"{top:.4g} req/s each, the highest rate the search tries per replica",
+            key="--target-rps",
+            fix="lower --target-rps, or raise the scenario's own load (the search spans "
+            f"1/{RANGE_FACTOR:g} to {RANGE_FACTOR:g} times it)",
+        )
 
 
 def attainment_of(summary: dict[str, Any] | None) -> float | None:
@@ -317,7 +339,9 @@ def confirm(
 ) -> list[tuple[int, PointResult]]:
     """Fleet simulations at the target rate: the planned size, then more until the SLO holds."""
     runs = []
-    for replicas in range(chosen.replicas, chosen.replicas + MAX_EXTRA_REPLICAS + 1):
+    # A fleet past MAX_REPLICAS cannot be simulated: the recommendation stays unconfirmed.
+    last = min(chosen.replicas + MAX_EXTRA_REPLICAS, MAX_REPLICAS)
+    for replicas in range(chosen.replicas, last + 1):
         (result,) = sweeper.run([fleet_point(plan, chosen, replicas)], desc="fleet check")
         runs.append((replicas, result))
         if result.ok and meets_slo(result.summary, plan.attainment):

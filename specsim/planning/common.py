@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import MAX_K
 from specsim.errors import SpecsimError
 
 # Goodputs less than 1 % of the served request rate apart are treated as equal: at low load every
@@ -116,6 +117,31 @@ def parse_loads(values: Sequence[str] | None, option: str = "--loads") -> list[f
     return sorted(set(loads))
 
 
+def check_loads(
+    scenario_path: str | Path,
+    overrides: Sequence[str],
+    axis: LoadAxis,
+    loads: Sequence[float],
+    seed: int,
+    option: str = "--loads",
+) -> None:
+    """Refuse a load at which the scenario cannot run (a rate past the bound, too many
+    requests) before the sweep starts, so that nothing is written: as failed points, every
+    simulation at it would be recorded in --out."""
+    from specsim.scenario import load_scenario
+
+    for load in loads:
+        try:
+            load_scenario(scenario_path, [*overrides, f"seed={seed}", *axis.overrides(load)])
+        except SpecsimError as exc:
+            where = f"{exc.key}: " if exc.key else ""
+            raise SpecsimError(
+                f"at {axis.fmt(load)} the scenario cannot run ({where}{exc.message})",
+                key=option,
+                fix=f"give {option} within the scenario's bounds ({exc.fix or 'see the message'})",
+            ) from None
+
+
 def parse_k_values(text: str | None, option: str = "--k") -> list[int] | None:
     """``0..8``, ``0-8``, ``0,2,4`` or a mix (``0,2..4``): distinct window sizes, sorted."""
     if text is None:
@@ -131,6 +157,12 @@ def parse_k_values(text: str | None, option: str = "--k") -> list[int] | None:
         hi = int(match.group(2)) if match.group(2) is not None else lo
         if hi < lo:
             raise SpecsimError(f"empty k range {part!r}", key=option, fix="write low..high")
+        if hi > MAX_K:
+            raise SpecsimError(
+                f"k = {hi} is more than a window takes (at most {MAX_K})",
+                key=option,
+                fix=f"give k values from 0 to {MAX_K}",
+            )
         ks.update(range(lo, hi + 1))
     if not ks:
         raise SpecsimError("no k values given", key=option, fix="write e.g. 0..8")

@@ -13,19 +13,37 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from specsim.bounds import (
+    MAX_COUNT,
+    MAX_K,
+    MAX_TOKENS,
+    BatchSize,
+    ByteCount,
+    Bytes,
+    Count,
+    Dimension,
+    Factor,
+    Flops,
+    NonNegFactor,
+    PositiveFlops,
+    PositiveSeconds,
+    Price,
+    Probability,
+    Requests,
+    Seconds,
+    Temperature,
+    TokenCount,
+    Tokens,
+)
 from specsim.config import Name, StrictModel
-
-NonNeg = Annotated[float, Field(ge=0)]
-Pos = Annotated[float, Field(gt=0)]
-Prob = Annotated[float, Field(ge=0, le=1)]
 
 Verifier = Literal["rejection", "greedy", "typical"]
 LOSSY_VERIFIERS = frozenset({"typical"})
 
 
 class ReferencePasses(StrictModel):
-    decode_s: Pos = Field(description="the decode pass (batch 1, 128 cached tokens)")
-    prefill_s: Pos = Field(description="the prefill pass (batch 1, a 96-token prompt)")
+    decode_s: PositiveSeconds = Field(description="the decode pass (batch 1, 128 cached tokens)")
+    prefill_s: PositiveSeconds = Field(description="the prefill pass (batch 1, a 96-token prompt)")
 
 
 class Provenance(StrictModel):
@@ -37,20 +55,20 @@ class Provenance(StrictModel):
     software: dict[str, str] = Field(default_factory=dict, description="name -> version")
     command: str | None = Field(default=None, description="the command that wrote the profile")
     notes: str = ""
-    profiling_seconds: NonNeg | None = Field(default=None, description="wall time of profiling")
-    reference_pass_s: Pos | None = Field(
+    profiling_seconds: Seconds | None = Field(default=None, description="wall time of profiling")
+    reference_pass_s: PositiveSeconds | None = Field(
         default=None,
         description="profiled with --clock reference: the target's decode pass (batch 1, 128 "
         "cached tokens) at the speed every timing is rescaled to; specsim validate --clock "
         "reference rescales the engine's time to it too",
     )
-    reference_prefill_s: Pos | None = Field(
+    reference_prefill_s: PositiveSeconds | None = Field(
         default=None,
         description="profiled with --clock reference: the target's prefill pass (batch 1, a "
         "96-token prompt) at the reference speed; passes feeding more tokens than a decode are "
         "rescaled between the two references (see specsim.engine.speed)",
     )
-    reference_host_s: Pos | None = Field(
+    reference_host_s: PositiveSeconds | None = Field(
         default=None,
         description="profiled with --clock reference: the engine's own work in one speculative "
         "step without a model pass (see specsim.engine.speed.HostPass) at the reference speed; "
@@ -61,14 +79,14 @@ class Provenance(StrictModel):
         description="profiled with --clock reference: each draft model's own decode and prefill "
         "reference passes at the reference speed; its passes are rescaled by its own probes",
     )
-    reference_slowdown: Pos | None = Field(
+    reference_slowdown: Factor | None = Field(
         default=None,
         description="profiled with --clock reference: the median of the target's decode probes "
         "during profiling over its reference (1 = as fast). Well below 1, the references were "
         "taken while the machine was slow and every pass was rescaled from far off: profile "
         "again",
     )
-    overhead_pass_scale: Pos | None = Field(
+    overhead_pass_scale: Factor | None = Field(
         default=None,
         description="measured with a CPU clock: how fast the target's decode passes ran in the "
         "overhead waves against the latency fits (the median of measured / predicted over "
@@ -79,17 +97,19 @@ class Provenance(StrictModel):
 
 class Hardware(StrictModel):
     name: Name
-    memory_bytes: Pos = Field(description="device memory available to weights and KV cache")
-    price_per_hour_usd: NonNeg = Field(description="what one device costs per hour (edit freely)")
-    peak_flops: Pos | None = Field(default=None, description="peak FLOP/s at the profile's dtype")
-    memory_bandwidth_bytes_per_s: Pos | None = None
+    memory_bytes: Bytes = Field(description="device memory available to weights and KV cache")
+    price_per_hour_usd: Price = Field(description="what one device costs per hour (edit freely)")
+    peak_flops: PositiveFlops | None = Field(
+        default=None, description="peak FLOP/s at the profile's dtype"
+    )
+    memory_bandwidth_bytes_per_s: Bytes | None = None
 
 
 class HeldOutError(StrictModel):
     method: str = Field(description="how the error was measured, e.g. 'leave-one-out'")
-    points: Annotated[int, Field(ge=0)]
-    median_rel_error: NonNeg
-    max_rel_error: NonNeg
+    points: Count
+    median_rel_error: NonNegFactor
+    max_rel_error: NonNegFactor
 
 
 class LatencyFit(StrictModel):
@@ -106,33 +126,41 @@ class LatencyFit(StrictModel):
     with it at 0 the form is the plain linear one, easy to write by hand from a published fit.
     """
 
-    fixed_s: NonNeg
-    per_sequence_s: NonNeg = 0.0
-    per_batched_token_s: NonNeg = 0.0
-    knee_tokens: NonNeg = 0.0
-    per_kv_token_s: NonNeg = 0.0
-    per_attention_pair_s: NonNeg = 0.0
+    fixed_s: Seconds
+    per_sequence_s: Seconds = 0.0
+    per_batched_token_s: Seconds = 0.0
+    knee_tokens: Annotated[float, Field(ge=0, le=MAX_TOKENS)] = 0.0
+    per_kv_token_s: Seconds = 0.0
+    per_attention_pair_s: Seconds = 0.0
     held_out: HeldOutError | None = None
 
 
 class LatencySample(StrictModel):
     """One measured grid point: all sequences in the batch share context and new-token counts."""
 
-    batch: Annotated[int, Field(ge=1)]
-    context: Annotated[int, Field(ge=0)]
-    new_tokens: Annotated[int, Field(ge=1)]
-    seconds: Pos = Field(description="median of the repeats")
-    spread_s: NonNeg = Field(default=0.0, description="interquartile range of the repeats")
-    repeats: Annotated[int, Field(ge=1)] = 1
+    batch: BatchSize
+    context: TokenCount
+    new_tokens: Tokens
+    seconds: PositiveSeconds = Field(description="median of the repeats")
+    spread_s: Seconds = Field(default=0.0, description="interquartile range of the repeats")
+    repeats: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 1
     phase: Literal["prefill", "decode", "verify"] | None = None
 
 
 class ValidRange(StrictModel):
     """The measured region. Queries outside it follow ``Latency.outside_range``."""
 
-    batch: tuple[int, int]
-    context: tuple[int, int]
-    new_tokens: tuple[int, int]
+    batch: tuple[BatchSize, BatchSize]
+    context: tuple[TokenCount, TokenCount]
+    new_tokens: tuple[Tokens, Tokens]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValidRange:
+        for name in ("batch", "context", "new_tokens"):
+            low, high = getattr(self, name)
+            if high < low:
+                raise ValueError(f"{name} range [{low}, {high}] ends below its start")
+        return self
 
 
 class Latency(StrictModel):
@@ -155,16 +183,16 @@ class DraftOverhead(StrictModel):
     and what a prefill iteration of a deployment with it adds. They replace the shared draft
     and prefill terms for this drafter."""
 
-    per_draft_step_s: NonNeg = 0.0
-    per_draft_token_s: NonNeg = 0.0
-    per_prefill_s: NonNeg = 0.0
-    per_prefill_token_s: NonNeg = 0.0
-    per_speculative_step_s: NonNeg = Field(
+    per_draft_step_s: Seconds = 0.0
+    per_draft_token_s: Seconds = 0.0
+    per_prefill_s: Seconds = 0.0
+    per_prefill_token_s: Seconds = 0.0
+    per_speculative_step_s: Seconds = Field(
         default=0.0,
         description="added once per step in which this drafter drafted (k > 0), whatever k: "
         "the target's verification pass runs slower inside such a step than alone",
     )
-    per_speculative_sequence_s: NonNeg = Field(
+    per_speculative_sequence_s: Seconds = Field(
         default=0.0, description="the same, per drafting sequence"
     )
 
@@ -174,20 +202,20 @@ class ModelSpec(StrictModel):
 
     kind: Literal["target", "draft_model", "ngram", "heads"]
     description: str = ""
-    params: Annotated[int, Field(ge=0)] = 0
-    layers: Annotated[int, Field(ge=0)] = 0
-    hidden_size: Annotated[int, Field(ge=0)] = 0
-    vocab_size: Annotated[int, Field(ge=0)] = 0
-    kv_bytes_per_token: Annotated[int, Field(ge=0)] = 0
-    weight_bytes: Annotated[int, Field(ge=0)] = 0
-    flops_per_token: NonNeg = Field(default=0.0, description="weights part, ~2 x params")
-    attention_flops_per_context_token: NonNeg = Field(
+    params: Count = 0
+    layers: Dimension = 0
+    hidden_size: Dimension = 0
+    vocab_size: Dimension = 0
+    kv_bytes_per_token: ByteCount = 0
+    weight_bytes: ByteCount = 0
+    flops_per_token: Flops = Field(default=0.0, description="weights part, ~2 x params")
+    attention_flops_per_context_token: Flops = Field(
         default=0.0, description="extra FLOPs per new token per token of context it attends to"
     )
     latency: Latency | None = Field(
         default=None, description="pass latency; draft models and targets need it"
     )
-    draft_step_s: NonNeg | None = Field(
+    draft_step_s: Seconds | None = Field(
         default=None,
         description="fixed drafting cost per speculative step (n-gram lookup, heads) when the "
         "drafter has no latency fit of its own",
@@ -225,12 +253,12 @@ class Overhead(StrictModel):
     terms for that drafter.
     """
 
-    per_step_s: NonNeg = 0.0
-    per_sequence_s: NonNeg = 0.0
-    per_draft_step_s: NonNeg = 0.0
-    per_draft_token_s: NonNeg = 0.0
-    per_prefill_s: NonNeg = 0.0
-    per_prefill_token_s: NonNeg = 0.0
+    per_step_s: Seconds = 0.0
+    per_sequence_s: Seconds = 0.0
+    per_draft_step_s: Seconds = 0.0
+    per_draft_token_s: Seconds = 0.0
+    per_prefill_s: Seconds = 0.0
+    per_prefill_token_s: Seconds = 0.0
     source: Literal["measured", "stated", "roofline"] = "stated"
 
 
@@ -247,8 +275,8 @@ class IterationJitter(StrictModel):
     iteration takes exactly the fitted time.
     """
 
-    quantiles: list[Annotated[float, Field(gt=0)]] = Field(min_length=2)
-    samples: Annotated[int, Field(ge=2)]
+    quantiles: list[Factor] = Field(min_length=2)
+    samples: Annotated[int, Field(ge=2, le=MAX_COUNT)]
     source: Literal["measured", "stated"] = "measured"
 
     @model_validator(mode="after")
@@ -270,7 +298,7 @@ class AcceptanceSequences(StrictModel):
 
     path: str = Field(description="relative to the profile file")
     kind: Literal["run_length", "beta"]
-    requests: Annotated[int, Field(ge=1)]
+    requests: Requests
 
 
 class Acceptance(StrictModel):
@@ -289,28 +317,40 @@ class Acceptance(StrictModel):
 
     drafter: Name
     verifier: Verifier
-    temperature: NonNeg
-    per_position: list[Prob] = Field(min_length=1)
-    mean_acceptance_length: dict[int, Annotated[float, Field(ge=1)]] = Field(
+    temperature: Temperature
+    per_position: list[Probability] = Field(min_length=1)
+    mean_acceptance_length: dict[
+        Annotated[int, Field(ge=1, le=MAX_K)], Annotated[float, Field(ge=1, le=MAX_K + 1)]
+    ] = Field(
         default_factory=dict,
-        description="k -> 1 + accepted / steps, as measured; without gaps (every k from the "
-        "smallest given to the largest), or the profile is refused",
+        description="k -> 1 + accepted / steps, as measured (at most k + 1); without gaps "
+        "(every k from the smallest given to the largest), or the profile is refused",
     )
     proposal_rate: Annotated[float, Field(gt=0, le=1)] = 1.0
-    request_concentration: Pos | None = Field(
+    request_concentration: Factor | None = Field(
         default=None,
         description="heterogeneity across requests: each request's rate scale is drawn from a "
         "Beta with this concentration (larger = more alike); absent = all alike",
     )
-    token_beta_mean: Prob | None = Field(
+    token_beta_mean: Probability | None = Field(
         default=None, description="beta averaged over every position (overstates chains)"
     )
-    tv_distance: NonNeg | None = Field(
+    tv_distance: Probability | None = Field(
         default=None, description="lossy verifiers: distance of their output from p"
     )
     sequences: AcceptanceSequences | None = None
     source: Literal["measured", "calibrated", "published", "assumed"] = "measured"
-    tokens_scored: Annotated[int, Field(ge=0)] | None = None
+    tokens_scored: Count | None = None
+
+    @model_validator(mode="after")
+    def _lengths_within_windows(self) -> Acceptance:
+        for k, length in self.mean_acceptance_length.items():
+            if length > k + 1:
+                raise ValueError(
+                    f"mean_acceptance_length at k = {k} is {length:g}, more than the k + 1 = "
+                    f"{k + 1} tokens a step emits; fix: give 1 + accepted / steps"
+                )
+        return self
 
     @model_validator(mode="after")
     def _lengths_without_a_gap(self) -> Acceptance:

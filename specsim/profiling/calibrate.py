@@ -17,10 +17,12 @@ u_i / u_(i-1), and the mean acceptance length 1 + accepted / drafts at the deplo
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsim.bounds import MAX_COUNT, MAX_K
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
 
@@ -37,6 +39,7 @@ class Sample:
     name: str
     labels: dict[str, str]
     value: float
+    line: int = 0
 
 
 def parse_prometheus(text: str, source: str) -> list[Sample]:
@@ -76,7 +79,7 @@ def parse_prometheus(text: str, source: str) -> list[Sample]:
                 file=source,
                 key=f"line {number}",
             ) from None
-        samples.append(Sample(match.group("name"), labels, value))
+        samples.append(Sample(match.group("name"), labels, value, number))
     return samples
 
 
@@ -174,15 +177,30 @@ def read_counters(
             continue
         others = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "position"))
         series.add(others)
+        if not (math.isfinite(sample.value) and 0 <= sample.value <= MAX_COUNT):
+            raise SpecsimError(
+                f"counter value {sample.value:g} is not a count from 0 to {MAX_COUNT:.0e}",
+                file=source,
+                key=f"line {sample.line}",
+                fix="give the unmodified /metrics text of vLLM",
+            )
         if base == "num_accepted_tokens_per_pos":
             if "position" not in sample.labels or not sample.labels["position"].isdigit():
                 raise SpecsimError(
                     "per-position counter without an integer 'position' label",
                     file=source,
-                    key=sample.name,
+                    key=f"line {sample.line}",
                     fix="give the unmodified /metrics text of vLLM",
                 )
             position = int(sample.labels["position"])
+            if position >= MAX_K:
+                raise SpecsimError(
+                    f"position {position} is past the longest window specsim models "
+                    f"(k up to {MAX_K})",
+                    file=source,
+                    key=f"line {sample.line}",
+                    fix="give the unmodified /metrics text of vLLM",
+                )
             per_pos[position] = per_pos.get(position, 0.0) + sample.value
         else:
             totals[base] += sample.value
@@ -202,6 +220,7 @@ def read_counters(
             key=f"{PREFIX}num_accepted_tokens_per_pos",
             fix="use a vLLM version that exports per-position acceptance",
         )
+    _check_consistent(totals, per_pos, source)
     width = max(per_pos) + 1
     return SpecDecodeCounters(
         drafts=totals["num_drafts"],
@@ -210,6 +229,25 @@ def read_counters(
         per_position=[per_pos.get(i, 0.0) for i in range(width)],
         series=len(series),
     )
+
+
+def _check_consistent(totals: dict[str, float], per_pos: dict[int, float], source: str) -> None:
+    """Counters that no server can have produced: a damaged or hand-edited scrape."""
+    drafts = totals["num_drafts"]
+    problems = []
+    if totals["num_accepted_tokens"] > totals["num_draft_tokens"]:
+        problems.append("more tokens accepted than drafted")
+    if totals["num_draft_tokens"] > drafts * MAX_K:
+        problems.append(f"more than {MAX_K} draft tokens per speculative step")
+    if any(count > drafts for count in per_pos.values()):
+        problems.append("a position accepted in more steps than there were")
+    if problems:
+        raise SpecsimError(
+            f"the counters disagree: {problems[0]}",
+            file=source,
+            key=f"{PREFIX}num_accepted_tokens",
+            fix="give the unmodified /metrics text of vLLM, scraped at one moment",
+        )
 
 
 def calibrated_entry(

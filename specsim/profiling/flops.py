@@ -18,17 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
 
 # Hugging Face key aliases, first match wins: (our name, candidate keys).
-_ALIASES = {
+DIMENSION_KEYS = {
     "vocab_size": ("vocab_size", "padded_vocab_size"),
     "num_layers": ("num_hidden_layers", "num_layers", "n_layer"),
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
     "num_heads": ("num_attention_heads", "num_heads", "n_head"),
     "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner"),
 }
+# Read when present; absent or null, they follow from the above (no GQA, hidden / heads).
+OPTIONAL_DIMENSION_KEYS = ("num_key_value_heads", "num_kv_heads", "head_dim")
 
 
 @dataclass(frozen=True)
@@ -145,29 +148,37 @@ def pass_cost(
 def shape_from_config(config: dict[str, Any], name: str, source: str = "config") -> ModelShape:
     """A ``ModelShape`` from a Hugging Face ``config.json`` mapping."""
 
+    def checked(key: str) -> int:
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_DIMENSION:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+            raise SpecsimError(
+                f"expected a whole number from 1 to {MAX_DIMENSION:,}, got {shown}",
+                file=source,
+                key=key,
+                fix="give the model's integer size",
+            )
+        return value
+
     def need(ours: str) -> int:
-        for key in _ALIASES[ours]:
+        for key in DIMENSION_KEYS[ours]:
             if key in config:
-                value = config[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    raise SpecsimError(
-                        f"expected a positive integer, got {value!r}",
-                        file=source,
-                        key=key,
-                        fix="give the model's integer size",
-                    )
-                return value
+                return checked(key)
         raise SpecsimError(
             "missing model dimension",
             file=source,
-            key=_ALIASES[ours][0],
+            key=DIMENSION_KEYS[ours][0],
             fix="use a Hugging Face config.json of a decoder-only model",
         )
 
+    def optional(*keys: str) -> int | None:
+        # A null entry means "not set" in Hugging Face configs, as an absent one does.
+        return next((checked(k) for k in keys if config.get(k) is not None), None)
+
     hidden = need("hidden_size")
     heads = need("num_heads")
-    kv_heads = config.get("num_key_value_heads") or config.get("num_kv_heads") or heads
-    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = optional(*OPTIONAL_DIMENSION_KEYS[:2]) or heads
+    head_dim = optional(OPTIONAL_DIMENSION_KEYS[2]) or hidden // heads
     act = str(config.get("hidden_act", config.get("activation_function", "silu")))
     gated = config.get("gated_mlp", act in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
     model_type = str(config.get("model_type", ""))
@@ -196,10 +207,17 @@ def load_shape(path: str | Path, name: str | None = None) -> ModelShape:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecsimError(
-            f"invalid JSON: {exc.msg}", file=str(path), key=f"line {exc.lineno}"
+            f"invalid JSON: {exc.msg}" if text.strip() else "file is empty",
+            file=str(path),
+            key=f"line {exc.lineno}" if text.strip() else None,
+            fix="give a model's config.json: one JSON object of its sizes",
         ) from None
     if not isinstance(config, dict):
-        raise SpecsimError("expected a JSON object", file=str(path), fix="use a config.json")
+        raise SpecsimError(
+            f"expected a JSON object, found {type(config).__name__}",
+            file=str(path),
+            fix="give a model's config.json: one JSON object of its sizes",
+        )
     label = name or str(config.get("_name_or_path") or path.parent.name or path.stem)
     return shape_from_config(config, label, str(path))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from specsim.bounds import Bytes, PositiveFlops, Price, Seconds
 from specsim.config import StrictModel, load_model
 from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
@@ -43,8 +44,8 @@ class Efficiency(StrictModel):
 
     mfu: float = Field(default=0.5, gt=0, le=1, description="share of peak FLOP/s reached")
     bandwidth: float = Field(default=0.8, gt=0, le=1, description="share of peak bandwidth")
-    launch_s_per_layer: float = Field(
-        default=1.0e-5, ge=0, description="kernel-launch and framework cost per layer per pass"
+    launch_s_per_layer: Seconds = Field(
+        default=1.0e-5, description="kernel-launch and framework cost per layer per pass"
     )
     memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="share of device memory for weights and KV cache"
@@ -55,11 +56,11 @@ class HardwareSpec(StrictModel):
     """A device's datasheet numbers (``profiles/hardware/*.yaml``)."""
 
     name: str
-    memory_bytes: float = Field(gt=0)
-    peak_flops: float = Field(gt=0, description="dense FLOP/s at the profile dtype (bf16)")
-    memory_bandwidth_bytes_per_s: float = Field(gt=0)
+    memory_bytes: Bytes
+    peak_flops: PositiveFlops = Field(description="dense FLOP/s at the profile dtype (bf16)")
+    memory_bandwidth_bytes_per_s: Bytes
     dtype: str = "bfloat16"
-    price_per_hour_usd: float = Field(ge=0, description="example price; edit to your own")
+    price_per_hour_usd: Price = Field(description="example price; edit to your own")
     price_note: str = ""
     source: str = Field(default="", description="where the datasheet numbers come from")
     efficiency: Efficiency = Field(default_factory=Efficiency)

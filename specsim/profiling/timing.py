@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.bounds import MAX_BATCH, MAX_TOKENS
 from specsim.engine.clock import check_clock
 from specsim.errors import SpecsimError
 from specsim.profile.schema import LatencySample
@@ -90,9 +91,13 @@ def parse_grid(
                 fix="write comma-separated integers, e.g. --grid batch=1,2,4",
             ) from None
         low = 0 if axis == "context" else 1
-        if any(v < low for v in parsed):
+        high = MAX_BATCH if axis == "batch" else MAX_TOKENS
+        if any(not low <= v <= high for v in parsed):
             raise SpecsimError(
-                f"grid values must be >= {low}", file="--grid", key=axis, fix="use larger values"
+                f"grid values must be from {low} to {high:,}",
+                file="--grid",
+                key=axis,
+                fix="use values in that range",
             )
         axes[axis] = parsed
         given.add(axis)

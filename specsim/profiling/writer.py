@@ -166,7 +166,18 @@ def acceptance_entries(data: dict[str, Any], source: str) -> list[dict[str, Any]
     result = []
     for i, raw in enumerate(entries):
         if not isinstance(raw, dict):
-            raise SpecsimError("expected a mapping", file=source, key=f"acceptance[{i}]")
-        checked = validate(Acceptance, complete_acceptance(raw), f"{source} acceptance[{i}]")
+            raise SpecsimError(
+                "expected a mapping",
+                file=source,
+                key=f"acceptance[{i}]",
+                fix="write each entry as 'key: value' lines (see docs/reference/profile.md)",
+            )
+        try:
+            # Checked as given first: completing the lengths needs well-formed rates.
+            given = validate(Acceptance, raw, source).model_dump(mode="json", exclude_none=True)
+            checked = validate(Acceptance, complete_acceptance(given), source)
+        except SpecsimError as exc:
+            key = f"acceptance[{i}]" + (f".{exc.key}" if exc.key else "")
+            raise SpecsimError(exc.message, file=source, key=key, fix=exc.fix) from None
         result.append(checked.model_dump(mode="json", exclude_none=True))
     return result

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betaincinv
 
+from specsim.bounds import MAX_TOKENS
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
 from specsim.profile import Acceptance, LoadedProfile
@@ -232,16 +233,25 @@ def read_sequences(path, kind: str, profile_path: str) -> list[np.ndarray]:
             raise SpecsimError(
                 f"line {line_no}: values must be numbers", file=str(path), fix="repair the row"
             ) from None
-        bad = (values < 1) if kind == "run_length" else ((values < 0) | (values > 1))
-        if bad.any() or not np.all(np.isfinite(values)):
-            expect = "whole numbers >= 1" if kind == "run_length" else "probabilities in [0, 1]"
+        if kind == "run_length":
+            bad = ~((values >= 1) & (values <= MAX_TOKENS) & (values == np.round(values)))
+        else:
+            bad = ~((values >= 0) & (values <= 1))
+        if bad.any():
+            expect = (
+                f"whole numbers from 1 to {MAX_TOKENS:,}"
+                if kind == "run_length"
+                else "probabilities in [0, 1]"
+            )
             raise SpecsimError(
                 f"line {line_no}: {kind} values must be {expect}", file=str(path), fix="repair it"
             )
         sequences.append(values)
     if not sequences:
         raise SpecsimError(
-            "acceptance sequences file has no rows", file=str(path), key=profile_path
+            f"acceptance sequences file has no rows (named by {profile_path})",
+            file=str(path),
+            fix="write one request per line: its values, one per generated position",
         )
     return sequences
 

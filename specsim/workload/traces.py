@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim.bounds import MAX_SECONDS, MAX_TOKENS
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file, read_text
 
@@ -86,10 +87,17 @@ def parse_timestamp(text: str) -> float:
     return _day_seconds(date_text) + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
+# The longest span of arrivals a trace may hold (3 years): far past any recorded trace, and
+# short of what would make a replay's arithmetic meaningless.
+MAX_SPAN_S = 100 * MAX_SECONDS
+
+
 def _tokens(text: str) -> int:
     value = float(text)
-    if not value >= 0 or value != int(value):
-        raise ValueError(f"token count {text.strip()!r} is not a whole number >= 0")
+    if not 0 <= value <= MAX_TOKENS or value != int(value):
+        raise ValueError(
+            f"token count {text.strip()!r} is not a whole number from 0 to {MAX_TOKENS:,}"
+        )
     return max(1, int(value))
 
 
@@ -122,6 +130,13 @@ def _read_trace_cached(path: Path, fmt: str, _mtime: int) -> Trace:
     order = np.argsort(arrival, kind="stable")  # some traces are not sorted by time
     arrival = arrival[order]
     arrival -= arrival[0]
+    if arrival[-1] > MAX_SPAN_S:
+        raise SpecsimError(
+            f"line {int(order[0]) + 2} to line {int(order[-1]) + 2}: the arrivals span "
+            f"{arrival[-1]:.3g} s, more than {MAX_SPAN_S:.0e} s",
+            file=str(path),
+            fix="check the time column's unit (seconds) and rows far from the rest",
+        )
     prompt, output = prompt[order], output[order]
     for column in (arrival, prompt, output):
         column.setflags(write=False)
@@ -184,7 +199,7 @@ def _token_counts(cells) -> np.ndarray:
     """``_tokens`` of every cell, vectorised: ``float()`` of each, then whole and >= 0."""
     values = cells.to_numpy(dtype=object).astype(np.float64)
     if not (
-        np.all(values >= 0) and np.all(values < 2.0**53) and np.all(values == np.floor(values))
+        np.all(values >= 0) and np.all(values <= MAX_TOKENS) and np.all(values == np.floor(values))
     ):
         raise _Irregular
     return np.maximum(values, 1).astype(np.int64)
@@ -267,7 +282,9 @@ def _read_rows(path: Path, fmt: str, width: int, cols: tuple[int, int, int]):
     arrival = np.frombuffer(times, dtype=np.float64).copy()
     if not np.all(np.isfinite(arrival)):
         bad = int(np.flatnonzero(~np.isfinite(arrival))[0]) + 2
-        raise SpecsimError(f"line {bad}: time is not finite", file=str(path))
+        raise SpecsimError(
+            f"line {bad}: time is not finite", file=str(path), fix="repair or remove the row"
+        )
     prompt = np.frombuffer(prompts, dtype=np.int64).copy()
     output = np.frombuffer(outputs, dtype=np.int64).copy()
     return arrival, prompt, output
