@@ -9,15 +9,14 @@ import yaml
 from numerics import decoder_tolerance
 from test_engine_common import drafter_map, model, model_spec, prompt_bank, prompts_path
 
+from specsim.drafters import PromptLookup, proposals
 from specsim.engine.batch import Batch
 from specsim.engine.generate import audit_caches
-from specsim.engine.ngram import PromptLookup
 from specsim.engine.records import read_engine_records
 from specsim.engine.run import run_engine, write_run
 from specsim.engine.workload import build_engine_source, open_loop_requests
 from specsim.errors import SpecsimError
 from specsim.metrics import request_latencies
-from specsim.profiling.ngram import proposals
 from specsim.scenario import load_scenario
 from specsim.simulation.records import COLUMNS
 

@@ -115,8 +115,8 @@ def _with_context(summaries: dict, context: float) -> dict:
 
 def _tokens_per_second(plan, k: int, batch: int, context: float) -> float:
     """Expected tokens per second of a decode-only step, written out from the cost model."""
+    from specsim.costs import StepCosts
     from specsim.simulation.acceptance import build_acceptance
-    from specsim.simulation.costs import StepCosts
 
     spec = plan.scenario.speculation
     entry = plan.profile.acceptance(spec.drafter, spec.verifier, spec.temperature)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from specsim.drafters import proposals
 from specsim.profiling.acceptance import (
     Scored,
     chain_statistics,
@@ -18,7 +19,6 @@ from specsim.profiling.acceptance import (
     walk,
     walk_all,
 )
-from specsim.profiling.ngram import proposals
 
 # Greedy matches along a 9-token text; with k = 2 the steps are (hand-walked):
 #   s=0: drafts at 0,1 both accepted -> emits 3, next s=3
@@ -243,7 +243,7 @@ def test_ngram_scores_use_p_of_the_proposed_token():
 
 
 def test_prompt_files_by_paragraph_line_or_jsonl(tmp_path):
-    from specsim.profiling.prompts import read_prompts
+    from specsim.workload.prompts import read_prompts
 
     paragraphs = tmp_path / "a.txt"
     paragraphs.write_text("first line\nstill first\n\n\nsecond\n")

@@ -62,8 +62,8 @@ def test_fit_without_drafting_leaves_the_draft_terms_at_zero_and_never_goes_nega
 def hand_costs(tmp_path):
     """Latency fits of round numbers (no overhead): what the engine's iterations are measured
     against in these tests."""
+    from specsim.costs import StepCosts
     from specsim.profile import load_profile
-    from specsim.simulation.costs import StepCosts
 
     profile = load_profile(hand_profile(tmp_path / "fits.yaml", overhead={"per_step_s": 0.0}))
     return lambda index: StepCosts(profile, None if index is None else "small")
@@ -159,7 +159,7 @@ def test_simulator_charges_every_overhead_term_at_batch_one(tmp_path, monkeypatc
     assert simulated_tpot(tmp_path) == pytest.approx(step / 3, rel=1e-9)
 
     # Planted bug: the draft terms left out of the charge (the formula before them).
-    from specsim.simulation import costs
+    from specsim import costs
 
     def without_draft_terms(self, sequences, k=0, drafting=0):
         return self.overhead_step_s + self.overhead_seq_s * sequences
@@ -192,8 +192,8 @@ def test_a_drafters_cost_per_speculative_step_is_told_apart_from_its_draft_passe
     for name in ("per_step_s", "per_sequence_s"):  # the target's steps alone
         assert fit.terms[name] == pytest.approx(TRUE[name], rel=1e-6), name
     # The simulator charges the step's cost once whatever k, and only when drafting.
+    from specsim.costs import StepCosts
     from specsim.profile import load_profile
-    from specsim.simulation.costs import StepCosts
 
     path = hand_profile(tmp_path / "p.yaml", overhead={**TRUE, "source": "measured"})
     data = yaml.safe_load(path.read_text())

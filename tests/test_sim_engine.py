@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specsim.costs import kv_capacity_tokens
 from specsim.profile import load_profile
 from specsim.scenario import Scenario
 from specsim.simulation import run_simulation
-from specsim.simulation.costs import kv_capacity_tokens
 from specsim.simulation.records import read_records
 
 DATA = Path(__file__).parent / "data"

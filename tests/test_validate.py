@@ -277,9 +277,9 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
     """With a skewed iteration-time spread in the profile the simulator's mean iteration is the
     cost times the spread's mean (here 1.125) and its median the cost times its median (1.0):
     the table must set each measured statistic against the same statistic predicted."""
+    from specsim.costs import StepCosts
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
-    from specsim.simulation.costs import StepCosts
     from specsim.validation.residuals import iteration_residuals, residual_table
 
     path = hand_profile(tmp_path / "p.yaml")
@@ -306,9 +306,9 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
 
 
 def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
+    from specsim.costs import StepCosts
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
-    from specsim.simulation.costs import StepCosts
     from specsim.validation.residuals import iteration_residuals, split_table
 
     profile = load_profile(hand_profile(tmp_path / "p.yaml"))

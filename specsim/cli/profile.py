@@ -343,7 +343,7 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
         command=command_line(),
     )
     if args.prompts is not None:  # fail on a bad prompt file before minutes of timing
-        from specsim.profiling.prompts import read_prompts
+        from specsim.workload.prompts import read_prompts
 
         read_prompts(args.prompts)
     report = measure_profile(opts)

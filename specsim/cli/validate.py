@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, args.overrides)
     if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
-        from specsim.profiling.prompts import read_prompts
+        from specsim.workload.prompts import read_prompts
 
         read_prompts(args.prompts)
     if args.replications == 1:

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from specsim.drafters import PromptLookup
 from specsim.engine.batch import Batch
 from specsim.engine.clock import MeteredModel
-from specsim.engine.ngram import PromptLookup
 from specsim.engine.step import (
     Faults,
     Sampling,

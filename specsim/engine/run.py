@@ -123,8 +123,8 @@ def run_engine(
     """
     import torch
 
+    from specsim.drafters import parse_ngram
     from specsim.models import load_model, load_tokenizer
-    from specsim.profiling.specs import parse_ngram
 
     check_supported(scenario)
     where = str(scenario.source) if scenario.source else None

@@ -53,7 +53,7 @@ class PromptBank:
 
     @classmethod
     def from_file(cls, path: str | Path | None, tokenizer) -> PromptBank:
-        from specsim.profiling.prompts import read_prompts
+        from specsim.workload.prompts import read_prompts
 
         if path is None:
             from specsim.models import BUILTIN_PROMPTS

@@ -68,8 +68,8 @@ def best_window_by_batch(
     decode-only step of that many sequences at ``context`` tokens each, the drafter deployed
     (ties go to the smaller k).
     """
+    from specsim.costs import StepCosts
     from specsim.simulation.acceptance import build_acceptance
-    from specsim.simulation.costs import StepCosts
     from specsim.simulation.policy import GoodputWindow
 
     top = max(ks)

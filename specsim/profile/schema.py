@@ -36,6 +36,7 @@ from specsim.bounds import (
     Tokens,
 )
 from specsim.config import Name, StrictModel
+from specsim.profile.kinds import DRAFTER_KINDS, MODEL_KINDS
 
 Verifier = Literal["rejection", "greedy", "typical"]
 LOSSY_VERIFIERS = frozenset({"typical"})
@@ -200,7 +201,9 @@ class DraftOverhead(StrictModel):
 class ModelSpec(StrictModel):
     """A target or drafter. FLOPs are forward-pass FLOPs (2 x multiply-adds)."""
 
-    kind: Literal["target", "draft_model", "ngram", "heads"]
+    kind: Literal[tuple(MODEL_KINDS)] = Field(  # type: ignore[valid-type]
+        description="; ".join(f"{k.name}: {k.description}" for k in MODEL_KINDS.values())
+    )
     description: str = ""
     params: Count = 0
     layers: Dimension = 0
@@ -228,9 +231,10 @@ class ModelSpec(StrictModel):
 
     @model_validator(mode="after")
     def _needs_a_cost(self) -> ModelSpec:
-        if self.kind in ("target", "draft_model") and self.latency is None:
+        needs_latency = MODEL_KINDS[self.kind].needs_latency
+        if needs_latency and self.latency is None:
             raise ValueError(f"a {self.kind} needs a 'latency' section")
-        if self.kind in ("ngram", "heads") and self.latency is None and self.draft_step_s is None:
+        if not needs_latency and self.latency is None and self.draft_step_s is None:
             raise ValueError(f"a {self.kind} drafter needs 'draft_step_s' or a 'latency' section")
         return self
 
@@ -392,7 +396,8 @@ class Profile(StrictModel):
             raise ValueError("target.kind must be 'target'")
         for name, spec in self.drafters.items():
             if spec.kind == "target":
-                raise ValueError(f"drafter {name!r} has kind 'target'; use draft_model/ngram/heads")
+                kinds = "/".join(DRAFTER_KINDS)
+                raise ValueError(f"drafter {name!r} has kind 'target'; use {kinds}")
         if self.prefill_jitter is not None and self.jitter is None:
             raise ValueError("prefill_jitter needs jitter (the decode iterations' spread) too")
         seen = set()

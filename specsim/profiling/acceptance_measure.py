@@ -155,7 +155,7 @@ def _score_draft_model(model, generations, temperature) -> dict[str, list]:
 def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dict[str, list]:
     """Per-request acceptance matrices of the lookup's proposals, and their lengths; also
     times the lookup itself (its cost per step goes into the profile)."""
-    from specsim.profiling.ngram import proposals
+    from specsim.drafters import proposals
     from specsim.profiling.scoring import ngram_scores
 
     rows: dict[str, list] = {key: [] for key in (*SCORES, "drafts")}

@@ -101,7 +101,7 @@ def _check_device(opts: MeasureOptions):
 
 
 def _prompt_ids(opts: MeasureOptions, tokenizer, max_position: int, max_new: int):
-    from specsim.profiling.prompts import read_prompts
+    from specsim.workload.prompts import read_prompts
 
     path = opts.prompts
     if path is None:
@@ -260,8 +260,8 @@ def _overhead(opts, models, axes, clock, passes_profile, progress_file=None):
     models' positions end sooner), k = 0 alone and k = 2, 4 with each draft model."""
     from tqdm import tqdm
 
+    from specsim.costs import StepCosts
     from specsim.profiling.overhead import measure_overhead
-    from specsim.simulation.costs import StepCosts
 
     batches = sorted(axes["batch"])
     batches = sorted({batches[0], batches[len(batches) // 2], batches[-1]})

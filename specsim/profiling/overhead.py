@@ -317,7 +317,7 @@ def wave_pass_scale(logs, costs) -> float | None:
     every gap is taken against the passes at this speed. What stays is the engine's own work,
     and what a loop costs the passes beyond that: a speculative step's slower target pass, and
     its growth with the batch."""
-    from specsim.simulation.costs import engine_log_groups
+    from specsim.engine.log_groups import engine_log_groups
 
     ratios = []
     for log in logs:
@@ -341,7 +341,7 @@ def log_points(
     that runs cache-cold after the other configurations' waves (the target's prefills there
     ran 1.09x and 1.18x the fit in two profiles, against 0.99-1.03x in validation runs'
     continuous serving), so the passes' gap would charge every prefill with that cold start."""
-    from specsim.simulation.costs import engine_log_groups
+    from specsim.engine.log_groups import engine_log_groups
 
     points = []
     for (kind, k, batch), group in engine_log_groups(log, costs).items():

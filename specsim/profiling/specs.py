@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsim.drafters import parse_ngram
 from specsim.errors import SpecsimError
 
-DEFAULT_NGRAM = 3
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -26,22 +26,6 @@ class DrafterArg:
     @property
     def is_ngram(self) -> bool:
         return self.ngram is not None
-
-
-def parse_ngram(spec: str) -> int | None:
-    """``ngram`` -> 3, ``ngram:N`` -> N, anything else -> None."""
-    if spec == "ngram":
-        return DEFAULT_NGRAM
-    if spec.startswith("ngram:"):
-        tail = spec.split(":", 1)[1]
-        if not tail.isdigit() or not 1 <= int(tail) <= 16:
-            raise SpecsimError(
-                f"bad n-gram size in {spec!r}",
-                file="--drafter",
-                fix="write ngram:N with N between 1 and 16",
-            )
-        return int(tail)
-    return None
 
 
 def default_name(spec: str) -> str:

@@ -27,10 +27,10 @@ from collections import deque
 
 import numpy as np
 
+from specsim.costs import StepCosts
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
-from specsim.simulation.costs import StepCosts
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from specsim.costs import StepCosts, kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
 from specsim.profile import LOSSY_VERIFIERS, LoadedProfile, Profile, load_profile
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
-from specsim.simulation.costs import StepCosts, kv_capacity_tokens
 from specsim.simulation.fleet import ClosedLoopClients, Fleet, open_loop_arrivals
 from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy

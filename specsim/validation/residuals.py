@@ -51,7 +51,8 @@ def iteration_residuals(log, profile, drafter: str | None, jitter: bool = True) 
     the cost model times the profile's spread. The spread averages 1, so the predicted mean is
     the cost model's mean; the predicted median is the median of the cost times the spread's
     multipliers. Mean stands against mean and median against median."""
-    from specsim.simulation.costs import StepCosts, engine_log_groups
+    from specsim.costs import StepCosts
+    from specsim.engine.log_groups import engine_log_groups
 
     out = []
     groups = engine_log_groups(log, StepCosts(profile, drafter))

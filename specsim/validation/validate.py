@@ -105,9 +105,10 @@ def progress_bar(opts: ValidateOptions, total: int | None, desc: str, unit: str)
 
 def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | None, name: str):
     """Measure the scenario's target and drafter on this machine; returns the report."""
+    from specsim.drafters import parse_ngram
     from specsim.models import load_config
     from specsim.profiling.measure import MeasureOptions, measure_profile
-    from specsim.profiling.specs import DrafterArg, parse_ngram
+    from specsim.profiling.specs import DrafterArg
 
     spec = scenario.speculation
     max_position = load_config(opts.target).max_position

@@ -1,0 +1,122 @@
+"""Step costs and FLOPs of one replica's engine iterations, from the profile.
+
+A speculative step = k draft passes + one target pass over k + 1 positions per row + per-step
+overhead. Chunked prefill rides in the same target pass. All costs are scalar arithmetic on batch
+totals (tokens, KV tokens read, query-key pairs), so the engine pays a handful of float
+operations per iteration.
+"""
+
+from __future__ import annotations
+
+from specsim.costs.drafters import drafter_cost
+from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
+
+
+class StepCosts:
+    """Seconds and FLOPs of engine iterations for one target (+ drafter) on one device: built
+    once per pool, and charged by the simulator, fitted against by the profiler's overhead fit,
+    and compared with the real engine's log."""
+
+    def __init__(self, profile: LoadedProfile, drafter: str | None):
+        self.profile = profile
+        self.target_spec: ModelSpec = profile.profile.target
+        self.target: LatencyModel = profile.latency_model("target")
+        self.drafter_name = drafter
+        self.drafter = drafter_cost(profile, drafter)
+        self.draft_latency: LatencyModel | None = self.drafter.latency
+        overhead = profile.profile.overhead
+        self.overhead_step_s = overhead.per_step_s
+        self.overhead_seq_s = overhead.per_sequence_s
+        own = self.drafter.spec.overhead if self.drafter.spec is not None else None
+        draft_terms = own if own is not None else overhead
+        self.overhead_draft_step_s = draft_terms.per_draft_step_s
+        self.overhead_draft_token_s = draft_terms.per_draft_token_s
+        self.overhead_prefill_s = draft_terms.per_prefill_s
+        self.overhead_prefill_token_s = draft_terms.per_prefill_token_s
+        self.overhead_spec_step_s = own.per_speculative_step_s if own is not None else 0.0
+        self.overhead_spec_seq_s = own.per_speculative_sequence_s if own is not None else 0.0
+        self._check_target = self.target.latency.valid_range is not None
+        self.checks_ranges = self._check_target or self.drafter.checks_range
+        t = self.target_spec
+        self.target_flops_per_token = t.flops_per_token
+        self.target_attn_flops = t.attention_flops_per_context_token
+
+    # ---- seconds -------------------------------------------------------------------------
+    def target_pass_s(self, batch: int, new: float, kv: float, pairs: float) -> float:
+        return self.target.seconds_from_totals(batch, new, kv, pairs)
+
+    def draft_s(self, rows: int, k: int, kv: float) -> float:
+        """Drafting cost of one step for ``rows`` decoding sequences with ``kv`` context in all
+        (see the drafter kinds in ``specsim.costs.drafters``)."""
+        return self.drafter.draft_s(rows, k, kv)
+
+    def draft_prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
+        """A draft model also builds its own KV cache for prompt chunks."""
+        return self.drafter.prefill_s(rows, tokens, kv, pairs)
+
+    def overhead_s(self, sequences: int, k: int = 0, drafting: int = 0) -> float:
+        """The profile's overhead formula (see ``Overhead``): ``sequences`` in the iteration,
+        ``drafting`` of them through ``k`` draft passes (the drafter's own draft terms when its
+        spec has them, and its terms per speculative step)."""
+        seconds = self.overhead_step_s + self.overhead_seq_s * sequences
+        if k and drafting:
+            seconds += self.overhead_spec_step_s + self.overhead_spec_seq_s * drafting
+            seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * drafting)
+        return seconds
+
+    def check_ranges(self, batch: int, max_context: float, max_new: float, min_new: float) -> None:
+        """The profile's rule for queries outside the measured range (no-op without a range)."""
+        if self._check_target:
+            self.target.check_range(batch, max_context, max_new, min_new)
+        self.drafter.check_range(batch, max_context)
+
+    def iteration_s(self, *shape) -> float:
+        """Seconds of one engine iteration of ``shape`` (see ``iteration_parts``): the cost the
+        engine charges and the adaptive window policy maximises against (one function, so the
+        two cannot drift apart)."""
+        target, draft, host = self.iteration_parts(*shape)
+        return target + draft + host
+
+    def iteration_parts(
+        self,
+        k: int,
+        rows: int,
+        new: float,
+        kv: float,
+        pairs: float,
+        p_rows: int = 0,
+        p_tokens: float = 0.0,
+        p_kv: float = 0.0,
+        p_pairs: float = 0.0,
+    ) -> tuple[float, float, float]:
+        """One engine iteration's seconds in parts: the target's pass, the drafter's passes,
+        and the engine's own work (the overhead terms).
+
+        ``rows`` decoding sequences verify ``new`` positions in all over ``kv`` cached tokens
+        (``pairs`` query-key pairs) after k draft passes; ``p_rows`` prompt chunks of
+        ``p_tokens`` tokens ride in the same target pass (and a draft model builds its own cache
+        for them, and the prefill overhead terms apply).
+        """
+        batch = rows + p_rows
+        target = self.target.seconds_from_totals(batch, new + p_tokens, kv + p_kv, pairs + p_pairs)
+        host = self.overhead_s(batch, k, rows)
+        draft = self.drafter.draft_s(rows, k, kv) if rows else 0.0
+        if p_rows:
+            host += self.overhead_prefill_s + self.overhead_prefill_token_s * p_tokens
+            draft += self.drafter.prefill_s(p_rows, p_tokens, p_kv, p_pairs)
+        return target, draft, host
+
+    # ---- FLOPs ---------------------------------------------------------------------------
+    def target_flops(self, new: float, pairs: float) -> float:
+        return self.target_flops_per_token * new + self.target_attn_flops * pairs
+
+    def draft_flops(self, rows: int, k: int, kv: float) -> float:
+        return self.drafter.draft_flops(rows, k, kv)
+
+    def draft_prefill_flops(self, tokens: float, pairs: float) -> float:
+        return self.drafter.prefill_flops(tokens, pairs)
+
+    def wasted_flops_per_position(self, mean_context: float) -> float:
+        """FLOPs of one rejected position: the target's verification plus the draft's pass."""
+        target = self.target_flops_per_token + self.target_attn_flops * mean_context
+        return target + self.drafter.wasted_flops_per_position(mean_context)

@@ -1,0 +1,34 @@
+"""The order of specsim's parts, lowest first: each imports only from parts before it.
+
+The flow runs one way (profile -> costs -> simulation -> metrics -> planning); the sampling core
+and the models sit low because the profiler, the real engine and the checker all use them. A
+part is a package under ``specsim/`` or a module at its top level. ``tests/test_layers.py``
+walks every import, at module level and inside functions alike, and fails on one that reaches
+a later part.
+"""
+
+from __future__ import annotations
+
+LAYERS: tuple[str, ...] = (
+    "errors",  # SpecsimError: the one-line error every part raises
+    "bounds",  # the limits every number is held to
+    "fileio",  # atomic writes, checked reads
+    "config",  # strict YAML models, --set overrides
+    "sampling",  # verifiers, the exact checker (torch; the closed form in numpy)
+    "models",  # the decoder, its KV cache, loading model folders (torch)
+    "profile",  # the profile file: schema, latency fits, model kinds
+    "scenario",  # the scenario file
+    "workload",  # traffic: arrivals, lengths, traces, prompt sets
+    "drafters",  # proposal rules that need no model (prompt lookup)
+    "costs",  # what an iteration costs: StepCosts, KV capacity, drafter kinds
+    "metrics",  # pure functions of per-request records
+    "comparison",  # a summary against a baseline's
+    "analytic",  # closed forms for speculation's speed-up
+    "simulation",  # the SimPy serving engine
+    "engine",  # the real engine on the built-in models (torch)
+    "profiling",  # measuring and fitting profiles (torch), rooflines, calibration
+    "validation",  # the real engine against the simulator
+    "planning",  # sweeps, plans and reports
+    "cli",  # the specsim command
+    "docs",  # reference pages generated from the code
+)
