@@ -37,6 +37,7 @@ from specsim.bounds import (
     WindowSize,
 )
 from specsim.config import Name, StrictModel, load_model
+from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 
 TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
 
@@ -220,11 +221,7 @@ class Speculation(StrictModel):
     k: WindowSize = Field(
         default=4, description="window size: tokens drafted per step (0 = speculation off)"
     )
-    verifier: Literal["rejection", "greedy", "typical"] = Field(
-        default="rejection",
-        description="'rejection' (exact), 'greedy' (exact at temperature 0), 'typical' "
-        "(Medusa's typical acceptance: lossy, output is not the target's distribution)",
-    )
+    verifier: VerifierName = Field(default=DEFAULT_VERIFIER, description=verifier_descriptions())
     temperature: Temperature = Field(
         default=1.0, description="sampling temperature; picks the profile's acceptance entry"
     )
@@ -289,9 +286,7 @@ class SpeculationOverride(StrictModel):
 
     drafter: Name | None = Field(default=None, description="see speculation.drafter")
     k: WindowSize | None = Field(default=None, description="see speculation.k")
-    verifier: Literal["rejection", "greedy", "typical"] | None = Field(
-        default=None, description="see speculation.verifier"
-    )
+    verifier: VerifierName | None = Field(default=None, description="see speculation.verifier")
     temperature: Temperature | None = Field(default=None, description="see speculation.temperature")
     policy: Literal["fixed", "by_batch", "adaptive"] | None = Field(
         default=None, description="see speculation.policy"

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specsim.cli.common import add_json, add_out, emit
+from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
 # specsim check sampler
 
 
-# Listed here, not imported, so that building the parser (every `specsim` call) stays free of
-# numpy/scipy imports; a test checks them against specsim.sampling's registries.
-VERIFIER_CHOICES = ("greedy", "rejection", "typical")
+# The controls are listed here, not imported, so that building the parser (every `specsim` call)
+# stays free of numpy/scipy imports; a test checks them against specsim.sampling's registry.
+VERIFIER_CHOICES = tuple(VERIFIER_KINDS)
 CONTROL_CHOICES = (
     "argmax-on-reject", "raw-q", "resample-p", "residual-0.8q", "shared-uniform", "stale-bonus",
 )  # fmt: skip
@@ -65,12 +66,13 @@ MAX_VOCAB, MAX_K = 16, 4
 
 
 def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
+    lossy = " and ".join(sorted(LOSSY_VERIFIERS)) + (" is" if len(LOSSY_VERIFIERS) == 1 else " are")
     parser.add_argument(
         "--verifier",
         default=None,
         metavar="NAME|MODULE:FUNCTION",
-        help=f"the verifier to check: {', '.join(VERIFIER_CHOICES)} (default rejection; typical is "
-        "lossy by design), or your own function as package.module:function or "
+        help=f"the verifier to check: {', '.join(VERIFIER_CHOICES)} (default {DEFAULT_VERIFIER}; "
+        f"{lossy} lossy by design), or your own function as package.module:function or "
         "path/to/file.py:function (the signature is below)",
     )
     parser.add_argument(
@@ -201,7 +203,7 @@ def _run_sampler(args: argparse.Namespace) -> int:
                 fix="give --verifier package.module:function, or drop the option",
             )
     report = check_sampler(
-        args.control or args.verifier or "rejection",
+        args.control or args.verifier or DEFAULT_VERIFIER,
         vocab=args.vocab,
         k=args.k,
         samples=args.samples,

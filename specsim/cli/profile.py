@@ -27,6 +27,7 @@ from pathlib import Path
 from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
 from specsim.errors import SpecsimError
+from specsim.sampling.kinds import LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
 MAX_PROMPTS = 1_000_000
@@ -166,7 +167,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cal.add_argument("--into", metavar="PROFILE", help="profile to add the acceptance to")
     cal.add_argument(
         "--verifier",
-        choices=["rejection", "greedy", "typical"],
+        choices=tuple(VERIFIER_KINDS),
         help="the verifier the scraped server ran (the acceptance entry's verifier)",
     )
     cal.add_argument(
@@ -353,7 +354,7 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
 
 
 def _summarise(args, profile, out: Path, extra: list[str] | None = None) -> None:
-    from specsim.profile import LOSSY_VERIFIERS, LatencyModel
+    from specsim.profile import LatencyModel
 
     context = _summary_context(profile.target.latency)
     target = LatencyModel(profile.target.latency, "target")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from specsim.docs.cli import command_names
 from specsim.docs.markdown import GENERATED, table
+from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 REQUEST_COLUMNS = {
     "id": "request number, in arrival order",
@@ -66,7 +67,7 @@ SUMMARY_KEYS = {
     "acceptance model, workload kind, replicas, router, seed",
     "kv_capacity_tokens": "KV-cache capacity of one replica, in tokens",
     "slo": "the SLO limits applied (null without an slo)",
-    "lossy": "true when a verifier is lossy (typical acceptance)",
+    "lossy": f"true when a verifier is lossy ({', '.join(sorted(LOSSY_VERIFIERS))})",
     "lossy_note": "why the figures then describe a different sampler (null when exact)",
     "pools": "the same metrics per pool, with the pool's speculation settings",
 }

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import torch
 
 from specsim.models import DecoderModel, KVCache
+from specsim.sampling.kinds import DEFAULT_VERIFIER, VERIFIER_KINDS
 from specsim.sampling.logits import process_logits, sample_from_probs
 from specsim.sampling.randomness import VerifierRandomness
-from specsim.sampling.verifiers import verify_greedy, verify_rejection, verify_typical
 
-VERIFIERS = {"rejection": verify_rejection, "greedy": verify_greedy, "typical": verify_typical}
+VERIFIERS = {name: kind.load() for name, kind in VERIFIER_KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Sampling:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    verifier: str = "rejection"
+    verifier: str = DEFAULT_VERIFIER
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         return process_logits(logits, self.temperature, self.top_k, self.top_p)

@@ -20,6 +20,7 @@ from typing import Any
 
 from specsim.bounds import MAX_K
 from specsim.errors import SpecsimError
+from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 # Goodputs less than 1 % of the served request rate apart are treated as equal: at low load every
 # k meets the SLO and goodput differs only by when the last request happens to finish; deep in
@@ -254,8 +255,6 @@ def lossy_note(profile, speculation) -> str | None:
     The distance is the profile's ``tv_distance`` for that drafter and verifier. The planner does
     not compute one (that would need the models and torch); it says so when the profile lacks it.
     """
-    from specsim.profile import LOSSY_VERIFIERS
-
     if speculation.drafter is None or speculation.verifier not in LOSSY_VERIFIERS:
         return None
     entry = profile.acceptance(speculation.drafter, speculation.verifier, speculation.temperature)

@@ -21,7 +21,7 @@ from specsim.errors import SpecsimError
 from specsim.planning import window
 from specsim.planning.common import choose, metric, scenario_identity
 from specsim.planning.sweep import Sweeper
-from specsim.profile import LOSSY_VERIFIERS
+from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 OFF = "speculation off"
 

@@ -8,7 +8,6 @@ from specsim.config import load_model
 from specsim.errors import SpecsimError
 from specsim.profile.latency import LatencyModel, OutOfRangeWarning
 from specsim.profile.schema import (
-    LOSSY_VERIFIERS,
     Acceptance,
     AcceptanceSequences,
     Hardware,
@@ -21,9 +20,9 @@ from specsim.profile.schema import (
     Provenance,
     ValidRange,
 )
+from specsim.sampling.kinds import VERIFIER_KINDS
 
 __all__ = [
-    "LOSSY_VERIFIERS",
     "Acceptance",
     "AcceptanceSequences",
     "Hardware",
@@ -84,8 +83,8 @@ class LoadedProfile:
     def acceptance(self, drafter: str, verifier: str, temperature: float) -> Acceptance:
         """The acceptance entry for drafter x verifier at the closest profiled temperature.
 
-        Greedy verification does not depend on temperature; other verifiers need an entry within
-        0.05 of the requested temperature.
+        A greedy-reference verifier (greedy verification) does not depend on temperature; other
+        verifiers need an entry within 0.05 of the requested temperature.
         """
         self.drafter(drafter)
         entries = [
@@ -101,7 +100,8 @@ class LoadedProfile:
                 fix="choose a profiled verifier or profile this pair with it",
             )
         best = min(entries, key=lambda a: abs(a.temperature - temperature))
-        if verifier != "greedy" and abs(best.temperature - temperature) > 0.05:
+        temperature_free = VERIFIER_KINDS[verifier].greedy_reference
+        if not temperature_free and abs(best.temperature - temperature) > 0.05:
             temps = ", ".join(f"{a.temperature:g}" for a in entries)
             raise SpecsimError(
                 f"no {verifier!r} acceptance for drafter {drafter!r} at temperature "

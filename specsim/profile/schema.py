@@ -37,9 +37,7 @@ from specsim.bounds import (
 )
 from specsim.config import Name, StrictModel
 from specsim.profile.kinds import DRAFTER_KINDS, MODEL_KINDS
-
-Verifier = Literal["rejection", "greedy", "typical"]
-LOSSY_VERIFIERS = frozenset({"typical"})
+from specsim.sampling.kinds import VerifierName, verifier_descriptions
 
 
 class ReferencePasses(StrictModel):
@@ -320,7 +318,7 @@ class Acceptance(StrictModel):
     """
 
     drafter: Name
-    verifier: Verifier
+    verifier: VerifierName = Field(description=verifier_descriptions())
     temperature: Temperature
     per_position: list[Probability] = Field(min_length=1)
     mean_acceptance_length: dict[

@@ -1,9 +1,11 @@
 """Measuring acceptance on a prompt set: generate with the target, score every drafter, and
 turn the scores into the profile's acceptance entries (and optional per-request sequences).
 
-Greedy verification is measured on greedy (T = 0) text; exact rejection sampling and typical
-acceptance at each requested temperature T > 0 on text sampled at T. Rejection at T = 0 equals
-greedy verification and is written only when T = 0 is requested explicitly.
+Which scores make each verifier's entry is the verifier registry's ``scoring``
+(``specsim.sampling.kinds``). A greedy-reference verifier (greedy verification) is measured on
+greedy (T = 0) text; the others (exact rejection sampling, typical acceptance) at each requested
+temperature T > 0 on text sampled at T. Rejection at T = 0 equals greedy verification and is
+written only when T = 0 is requested explicitly.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from specsim.profiling.acceptance import (
     run_lengths_from_matches,
 )
 from specsim.profiling.specs import DrafterArg
+from specsim.sampling.kinds import VERIFIER_KINDS
 
 CHUNK = 16  # prompts generated together
 
@@ -45,16 +48,15 @@ class AcceptanceResult:
 
 def _verifier_runs(temperatures: Sequence[float]) -> list[tuple[float, list[str]]]:
     """(temperature, verifiers measured on text sampled at it)."""
-    runs = {0.0: ["greedy"]}
+    greedy = [k.name for k in VERIFIER_KINDS.values() if k.greedy_reference]
+    sampled = [k.name for k in VERIFIER_KINDS.values() if not k.greedy_reference]
+    at_zero = [name for name in sampled if VERIFIER_KINDS[name].scoring.at_zero]
+    runs = {0.0: greedy}
     for t in sorted(set(temperatures)):
-        if t == 0:
-            runs[0.0] = ["greedy", "rejection"]
-        else:
-            runs[float(t)] = ["rejection", "typical"]
+        runs[float(t)] = greedy + at_zero if t == 0 else sampled
     return sorted(runs.items())
 
 
-SCORE_OF = {"greedy": "match", "rejection": "beta", "typical": "typical"}
 # Per-position scores of a drafter along the text (``specsim.profiling.scoring``).
 SCORES = ("beta", "text_accept", "match", "typical", "typical_tv")
 
@@ -172,10 +174,9 @@ def _score_prompt_lookup(d: DrafterArg, generations, temperature, result) -> dic
 
 
 def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_prefix) -> None:
-    key = SCORE_OF[verifier]
-    # Exact rejection walks the acceptance given the emitted text (see scoring.py); its
-    # per-request means are beta's, which is the steadier estimate of them.
-    walked = rows["text_accept"] if verifier == "rejection" else rows[key]
+    scoring = VERIFIER_KINDS[verifier].scoring
+    key = scoring.score
+    walked = rows[scoring.walk]
     if d.is_ngram:
         scored = [Scored(a, dr) for a, dr in zip(walked, rows["drafts"], strict=True)]
         firsts = [a[dr > 0, 0] for a, dr in zip(rows[key], rows["drafts"], strict=True)]
@@ -184,8 +185,8 @@ def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_pre
         scored = [Scored.from_beta(b) for b in walked]
         firsts = list(rows[key])
     entry = _entry(d.name, verifier, temperature, scored, firsts)
-    if entry is not None and verifier == "typical":
-        tv = np.concatenate(rows["typical_tv"])
+    if entry is not None and scoring.tv is not None:
+        tv = np.concatenate(rows[scoring.tv])
         entry["tv_distance"] = float(np.nanmean(tv)) if np.isfinite(tv).any() else 0.0
     if entry is None:
         result.notes.append(
@@ -198,15 +199,17 @@ def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_pre
 
 
 def _add_sequences(result, entry, d: DrafterArg, rows, key: str, prefix: str) -> None:
-    """Per-request sequences: greedy as run lengths; exact rejection of a draft model as beta."""
-    if entry["verifier"] == "greedy":
+    """Per-request sequences, of the verifier's ``scoring.sequences`` kind: run lengths (greedy),
+    or the walked acceptance of a draft model (exact rejection's beta)."""
+    scoring = VERIFIER_KINDS[entry["verifier"]].scoring
+    kind = scoring.sequences
+    if kind == "run_length":
         if d.is_ngram:
             values = [run_lengths(a, dr) for a, dr in zip(rows[key], rows["drafts"], strict=True)]
         else:
             values = [run_lengths_from_matches(m) for m in rows[key]]
-        kind = "run_length"
-    elif entry["verifier"] == "rejection" and not d.is_ngram:
-        values, kind = rows["text_accept"], "beta"  # replayed as the walk chains them
+    elif kind == "beta" and not d.is_ngram:
+        values = rows[scoring.walk]  # replayed as the walk chains them
     else:
         return
     name = f"{prefix}.{d.name}.{entry['verifier']}.T{entry['temperature']:g}.txt"

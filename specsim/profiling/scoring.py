@@ -43,8 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-TYPICAL_EPSILON = 0.09
-TYPICAL_DELTA = 0.3
+from specsim.sampling.reference import TYPICAL_DELTA, TYPICAL_EPSILON
 
 
 @dataclass

@@ -25,6 +25,9 @@ Verifiers (torch), all ``f(p, q, draft_tokens, n_drafts=None, randomness=None, *
 - ``verify_rejection``: exact modified rejection sampling (lossless: output distributed as p).
 - ``verify_greedy``: accept while draft == argmax p; lossless w.r.t. target greedy decoding.
 - ``verify_typical``: Medusa typical acceptance, p(x) > min(0.09, 0.3 exp(-H(p))). LOSSY.
+- ``kinds.VERIFIER_KINDS``: the registry of these verifiers (name, description, lossy and
+  greedy-reference flags, the torch function and closed form by name, how the profiler scores
+  it); every other part takes the names from it. Importing it imports neither torch nor numpy.
 - ``validate=True`` (default) checks every input (one extra read of p and q: row sums); bad
   input (wrong shape, NaN, rows not summing to 1, tokens outside [0, V), ...) raises
   ``SamplingInputError``, both a ``SpecsimError`` and a ``ValueError``.

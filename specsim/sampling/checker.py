@@ -61,6 +61,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.sampling import plugin, reference, stats
 from specsim.sampling.controls import CONTROLS
+from specsim.sampling.kinds import DEFAULT_VERIFIER, VERIFIER_KINDS, VerifierKind
 from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
 
 EXACT_TOLERANCE = 1e-12
@@ -84,32 +85,14 @@ class Subject:
     negative_control: bool = False
 
 
-def _builtin(name: str, function: str, rule, greedy: bool, lossy: bool, what: str) -> Subject:
-    def load():
-        from specsim.sampling import verifiers
-
-        return getattr(verifiers, function)
-
-    return Subject(name, what, rule, greedy, lossy, False, load)
+def _builtin(kind: VerifierKind) -> Subject:
+    return Subject(
+        kind.name, kind.description, kind.closed_form(), kind.greedy_reference, kind.lossy,
+        False, kind.load,
+    )  # fmt: skip
 
 
-VERIFIERS: dict[str, Subject] = {
-    s.name: s
-    for s in (
-        _builtin(
-            "rejection", "verify_rejection", reference.REJECTION, False, False,
-            "exact modified rejection sampling",
-        ),
-        _builtin(
-            "greedy", "verify_greedy", reference.GREEDY, True, False,
-            "greedy verification (lossless means: equals target-only greedy decoding)",
-        ),
-        _builtin(
-            "typical", "verify_typical", reference.TYPICAL, False, True,
-            "Medusa typical acceptance (lossy by design)",
-        ),
-    )
-}  # fmt: skip
+VERIFIERS: dict[str, Subject] = {name: _builtin(kind) for name, kind in VERIFIER_KINDS.items()}
 
 
 def subject_for(
@@ -188,7 +171,7 @@ class SamplerCheck:
 
 
 def check_sampler(
-    verifier: str | Callable = "rejection",
+    verifier: str | Callable = DEFAULT_VERIFIER,
     *,
     vocab: int = 8,
     k: int = 3,
@@ -209,7 +192,7 @@ def check_sampler(
 ) -> SamplerCheck:
     """Check a verifier (a built-in or control name, ``module:function``, or a callable).
 
-    ``verifier``: "rejection", "greedy", "typical", a control name from ``controls.CONTROLS``,
+    ``verifier``: a name from ``kinds.VERIFIER_KINDS``, a control name from ``controls.CONTROLS``,
     a ``package.module:function`` (or ``file.py:function``) name, or a callable with the
     verifier signature (``harness`` documents it; ``inputs="logits"`` hands it raw logits and
     the processing). ``greedy_reference=True`` judges a callable against greedy decoding,

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# Medusa's typical-acceptance threshold min(epsilon, delta exp(-H(p))): this closed form, the
+# torch verifier and the profiler's scoring all read it from here.
 TYPICAL_EPSILON = 0.09
 TYPICAL_DELTA = 0.3
 

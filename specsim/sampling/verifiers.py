@@ -33,10 +33,8 @@ import torch
 from specsim.sampling.inputs import Step, prepare
 from specsim.sampling.logits import inverse_cdf, sample_from_probs
 from specsim.sampling.randomness import VerifierRandomness
+from specsim.sampling.reference import TYPICAL_DELTA, TYPICAL_EPSILON
 from specsim.sampling.validation import SamplingInputError, check_non_negative
-
-TYPICAL_EPSILON = 0.09
-TYPICAL_DELTA = 0.3
 
 # (p rows [R, V], q rows [R, V]) -> unnormalised residual rows [R, V], all >= 0. The p rows are
 # a private copy that the function may overwrite.

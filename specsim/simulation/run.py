@@ -11,7 +11,8 @@ import numpy as np
 from specsim.costs import StepCosts, kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
-from specsim.profile import LOSSY_VERIFIERS, LoadedProfile, Profile, load_profile
+from specsim.profile import LoadedProfile, Profile, load_profile
+from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
 from specsim.simulation.fleet import ClosedLoopClients, Fleet, open_loop_arrivals
