@@ -38,8 +38,7 @@ from specsim.bounds import (
 )
 from specsim.config import Name, StrictModel, load_model
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
-
-TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
+from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
 
 
 class LengthDist(StrictModel):
@@ -66,7 +65,7 @@ class LengthDist(StrictModel):
         description="trace file for 'empirical' (relative to the scenario file); prompt and "
         "output read from the same trace are drawn jointly, row by row",
     )
-    format: TraceFormat = Field(default="auto", description="trace column layout (see workload)")
+    format: TraceFormatName = Field(default=AUTO, description="trace column layout (see workload)")
 
     @model_validator(mode="after")
     def _complete(self) -> LengthDist:
@@ -115,12 +114,12 @@ class Workload(StrictModel):
     )
     trace: str | None = Field(
         default=None,
-        description="'trace': the trace file, relative to the scenario file. Formats: Azure LLM "
-        "inference (TIMESTAMP,ContextTokens,GeneratedTokens), Vidur "
-        "(arrived_at,num_prefill_tokens,num_decode_tokens), BurstGPT (Timestamp,Model,"
-        "Request tokens,Response tokens,Total tokens,Log Type)",
+        description="'trace': the trace file, relative to the scenario file. Formats (other "
+        f"columns are ignored): {trace_format_descriptions()}",
     )
-    format: TraceFormat = Field(default="auto", description="trace format; 'auto' reads the header")
+    format: TraceFormatName = Field(
+        default=AUTO, description="trace format; 'auto' reads the header"
+    )
     time_scale: Annotated[float, Field(ge=MIN_FACTOR, le=MAX_FACTOR)] = Field(
         default=1.0,
         description="'trace': multiply the trace's inter-arrival times by this factor "

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
+from specsim.trace_formats import TRACE_FORMATS
 from specsim.workload import traces
-from specsim.workload.traces import FORMATS, read_trace
+from specsim.workload.traces import read_trace
 
 DATA = Path(__file__).parent / "data"
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -21,7 +22,7 @@ VIDUR = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
 def _both_readers(path: Path, fmt: str):
     """(vectorised, row by row) columns of one file; the vectorised one may decline (None)."""
     names = [h.strip() for h in traces._header(path)]
-    cols = tuple(names.index(c) for c in FORMATS[fmt])
+    cols = tuple(names.index(c) for c in TRACE_FORMATS[fmt].columns)
     try:
         fast = traces._read_columns(path, fmt, len(names), cols)
     except traces._Irregular:

@@ -7,10 +7,9 @@ import numpy as np
 from specsim.scenario import Scenario
 from specsim.workload.lengths import LengthPairs, LengthSampler
 from specsim.workload.sources import ClosedLoopSource, OpenLoopSource, TraceSource
-from specsim.workload.traces import FORMATS, Trace, read_trace
+from specsim.workload.traces import Trace, read_trace
 
 __all__ = [
-    "FORMATS",
     "ClosedLoopSource",
     "LengthPairs",
     "LengthSampler",

@@ -1,4 +1,5 @@
-"""Request trace readers: Azure LLM inference, Vidur and BurstGPT layouts.
+"""Request trace readers, for every layout in ``specsim.trace_formats`` (Azure LLM inference,
+Vidur, BurstGPT).
 
 Each reader returns arrival times in seconds from the first request, prompt tokens and output
 tokens as numpy arrays, sorted by arrival. A malformed row is a one-line ``SpecsimError`` naming
@@ -18,6 +19,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,13 +29,7 @@ import numpy as np
 from specsim.bounds import MAX_SECONDS, MAX_TOKENS
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file, read_text
-
-# format -> (time column, prompt column, output column)
-FORMATS: dict[str, tuple[str, str, str]] = {
-    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-    "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
-    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
-}
+from specsim.trace_formats import AUTO, TRACE_FORMATS
 
 
 @dataclass(frozen=True)
@@ -52,10 +48,10 @@ class Trace:
 
 def detect_format(header: list[str], path: Path) -> str:
     names = [h.strip() for h in header]
-    for fmt, columns in FORMATS.items():
-        if all(c in names for c in columns):
+    for fmt, layout in TRACE_FORMATS.items():
+        if all(c in names for c in layout.columns):
             return fmt
-    known = "; ".join(f"{f}: {','.join(c)}" for f, c in FORMATS.items())
+    known = "; ".join(f"{f}: {','.join(layout.columns)}" for f, layout in TRACE_FORMATS.items())
     raise SpecsimError(
         f"unrecognised trace header {','.join(names)!r}",
         file=str(path),
@@ -102,7 +98,7 @@ def _tokens(text: str) -> int:
 
 
 def read_trace(path: str | Path, fmt: str = "auto") -> Trace:
-    """Read a trace file; ``fmt`` is ``auto`` (from the header) or one of ``FORMATS``."""
+    """Read a trace file; ``fmt`` is ``auto`` (from the header) or one of ``TRACE_FORMATS``."""
     path = Path(path)
     return _read_trace_cached(path.resolve(), fmt, path.stat().st_mtime_ns if path.exists() else 0)
 
@@ -111,14 +107,15 @@ def read_trace(path: str | Path, fmt: str = "auto") -> Trace:
 def _read_trace_cached(path: Path, fmt: str, _mtime: int) -> Trace:
     check_input_file(path, "trace file")
     header = _header(path)
-    if fmt == "auto":
+    if fmt == AUTO:
         fmt = detect_format(header, path)
     names = [h.strip() for h in header]
+    columns = TRACE_FORMATS[fmt].columns
     try:
-        cols = tuple(names.index(c) for c in FORMATS[fmt])
+        cols = tuple(names.index(c) for c in columns)
     except ValueError:
         raise SpecsimError(
-            f"trace header lacks the {fmt!r} columns {','.join(FORMATS[fmt])}",
+            f"trace header lacks the {fmt!r} columns {','.join(columns)}",
             file=str(path),
             key="line 1",
             fix="check the file or the format option",
@@ -207,17 +204,25 @@ def _token_counts(cells) -> np.ndarray:
 
 def _times(cells, fmt: str) -> np.ndarray:
     """Arrival seconds of every cell, by the same float operations as the row-by-row reader."""
-    if fmt != "azure":
-        values = cells.to_numpy(dtype=object).astype(np.float64)
-    else:
-        text = np.asarray(cells.to_numpy(), dtype=str)
-        lengths = np.char.str_len(text)
-        values = np.empty(len(text))
-        for length in np.unique(lengths):
-            rows = lengths == length
-            values[rows] = _azure_seconds(text[rows], int(length))
+    values = TIME_PARSERS[TRACE_FORMATS[fmt].time_parser].column(cells)
     if not np.all(np.isfinite(values)):
         raise _Irregular
+    return values
+
+
+def _seconds_column(cells) -> np.ndarray:
+    """``float()`` of every cell."""
+    return cells.to_numpy(dtype=object).astype(np.float64)
+
+
+def _datetime_column(cells) -> np.ndarray:
+    """``parse_timestamp`` of every cell, stamps of one length at a time."""
+    text = np.asarray(cells.to_numpy(), dtype=str)
+    lengths = np.char.str_len(text)
+    values = np.empty(len(text))
+    for length in np.unique(lengths):
+        rows = lengths == length
+        values[rows] = _azure_seconds(text[rows], int(length))
     return values
 
 
@@ -247,9 +252,26 @@ def _azure_seconds(text: np.ndarray, length: int) -> np.ndarray:
     return days * 86400.0 + hours * 3600 + minutes * 60 + seconds
 
 
+@dataclass(frozen=True)
+class TimeParser:
+    """One spelling of a trace's time column (``trace_formats.TIME_SPELLINGS``), read two ways
+    that agree to the bit: ``cell`` for the row-by-row reader, which decides what is accepted;
+    ``column`` for the vectorised one, which raises ``_Irregular`` on anything it does not take.
+    """
+
+    cell: Callable[[str], float]
+    column: Callable[..., np.ndarray]
+
+
+TIME_PARSERS: dict[str, TimeParser] = {
+    "seconds": TimeParser(float, _seconds_column),
+    "datetime": TimeParser(parse_timestamp, _datetime_column),
+}
+
+
 def _read_rows(path: Path, fmt: str, width: int, cols: tuple[int, int, int]):
     """The row-by-row reader: the rules of every layout and the words of every error."""
-    to_time = parse_timestamp if fmt == "azure" else float
+    to_time = TIME_PARSERS[TRACE_FORMATS[fmt].time_parser].cell
     times, prompts, outputs = array("d"), array("q"), array("q")
     try:
         with open(path, encoding="utf-8", newline="") as fh:
