@@ -1,37 +1,15 @@
 """How fast the machine is right now, from reference passes: timing on a shared machine.
 
-On a shared machine the same forward pass can take 1.9 ms now and 3.1 ms a few seconds later,
-even counted in this process's CPU time (other tenants compete for caches, memory bandwidth and
-the core's execution units). A profile measured in one such phase and an engine run in another
-then differ by the machine, not by the model. ``SpeedNormaliser`` measures that drift as it
-happens: every ``interval_s`` it times a short burst of two fixed passes of the target, a decode
-(batch 1 after a 128-token context: memory-bound) and a prefill (a 96-token prompt:
-compute-bound), and rescales the CPU time measured since so that times read as if the machine
-ran at its speed when the references were taken.
-
-Other tenants do not slow every pass alike: over a minute on a 2-core machine, the prefill's
-time over the decode's moved by +-10 % (p10..p90) while each moved by 0.75x..1.5x. So the
-factor for a pass depends on how many tokens it feeds: the decode probe's for 1 token, the
-prefill probe's from ``PREFILL_TOKENS`` up, and between them geometric interpolation in
-log(tokens). Measured against the probes taken at the same time, that left a batch-8 k = 4
-verification pass within 0.96..1.05 (p10..p90), where the decode probe alone left 0.86..1.10.
-
-Without given references the normaliser calibrates to the machine's quiet speed (``calibrate``):
-the fastest of ``CALIBRATION_ROUNDS`` bursts of each probe, taken in rounds over every probe
-so that each probe's bursts spread over a second or more. A reference caught in a slow phase
-(a decode at 1.7x its usual time was seen) would make every later factor large, and scale
-passes the slow phase had not slowed alike; from the quiet speed the factors stay near 1 and
-only slow phases are scaled. The rounds run back to back: bursts 0.1 s apart with the process
-asleep between them found a decode 11 % slower than in a busy loop (the caches go cold), a
-speed the serving loop never runs at.
-
-Nor do other tenants slow every model alike, so each draft model has probes of its own
-(``track``) and its passes take its own factor: a drafter small enough for the caches, timed
-with the target's factor, was over-corrected whenever the target's probes ran slow, and the
-profile then predicted its passes too cheap. The engine's own work between passes (sampling,
-verification, bookkeeping: small torch operations and Python) has a probe of its own too,
-``HostPass``: once, the target's decode probe ran at x0.53..0.63 of its reference while the host
-pass stayed at x0.93..1.03.
+Other tenants of a shared machine slow even this process's CPU time, and not every pass or
+model alike. ``SpeedNormaliser`` times short bursts of fixed passes every ``interval_s`` (the
+target's decode after ``REFERENCE_CONTEXT`` tokens and its prefill of ``PREFILL_TOKENS``, each
+tracked drafter's own, and ``HostPass`` for the engine's own work between passes) and rescales
+the CPU time measured since to the speed at which the references were taken. A pass's factor
+moves from its model's decode probe (1 token) to its prefill probe (``PREFILL_TOKENS`` and
+wider), geometric in log(tokens), because wide passes slow differently from decodes. Without
+given references it calibrates to the machine's quiet speed (``calibrate``: the fastest of
+``CALIBRATION_ROUNDS`` back-to-back bursts), so that the factors stay near 1 and only slow
+phases are scaled. The measurements behind each choice: docs/notes/2026-11-29-reference-clock.md.
 
 The profiler records every reference (``provenance.reference_pass_s``, ``reference_prefill_s``,
 ``reference_host_s`` and each drafter's in ``drafter_references``); the engine's ``reference``
@@ -52,7 +30,7 @@ from specsim.sampling.randomness import VerifierRandomness
 
 REFERENCE_CONTEXT = 128
 PREFILL_TOKENS = 96  # the prefill probe's prompt; passes this wide or wider take its factor
-BURST = 5  # passes per probe: the median of a few is steady, the probe stays ~10 ms
+BURST = 5  # passes per probe: the median of a few is steady, and a probe stays short
 CALIBRATION_ROUNDS = 10  # bursts of each probe for its reference, in rounds over all probes
 INTERVAL_S = 0.25  # the machine's speed moves on a scale of seconds
 

@@ -45,8 +45,8 @@ class MeasureOptions:
 
 
 # A median probe below this fraction of the reference: the references were taken while the
-# machine was slow (seen at x0.56..0.9 through a whole validation run, with references 1.7x the
-# usual), so every factor was far from 1 and the rescaling carried over poorly.
+# machine was slow, and every pass is rescaled from far off
+# (docs/notes/2026-11-29-reference-clock.md).
 SLOW_REFERENCE = 0.9
 
 
