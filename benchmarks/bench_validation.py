@@ -2,7 +2,7 @@
 
 Profiles the built-in target and both drafters once on this machine (a grid covering every
 scenario; by default timed by this process's CPU time rescaled to reference speeds, as the
-engine then is: ``--clock reference``, see ``specsim.engine.speed``),
+engine then is: ``--clock reference``, see ``specsim.engine.speed_reference``),
 then for each ``scenarios/validate-*.yaml`` runs the real engine and the simulator with that
 profile, in this process, and reports the simulator's relative error per metric (predicted /
 measured - 1) and the per-iteration residuals. Also the measured against the predicted speed-up
@@ -86,14 +86,15 @@ def profile_all(
 
 def profile_steady(specs, prompts, budget, out: Path, clock: str, device: str, tries: int = 2):
     """``profile_all``, again (up to ``tries`` in all) while the profile says its references
-    were taken with the machine slow (``provenance.reference_slowdown``), as its warning asks a
-    user to. Returns the profile's path and how many were discarded."""
+    were taken with the machine slow (``provenance.speed_reference.slowdown``), as its warning
+    asks a user to. Returns the profile's path and how many were discarded."""
     from specsim.profile import load_profile
     from specsim.profiling.measure import SLOW_REFERENCE
 
     for attempt in range(tries):
         path = profile_all(specs, prompts, budget, out / "profile.yaml", clock, device)
-        slowdown = load_profile(path).profile.provenance.reference_slowdown
+        speed = load_profile(path).profile.provenance.speed_reference
+        slowdown = speed.slowdown if speed is not None else None
         if slowdown is None or slowdown >= SLOW_REFERENCE or attempt == tries - 1:
             break
         print(f"profile discarded: references taken slow (x{slowdown:.2f})", file=sys.stderr)
@@ -194,7 +195,8 @@ def main() -> int:
         clock=args.clock,
     )
     figures["profile_overhead_ms"] = profile_overhead_ms(profile)
-    figures["overhead_pass_scale"] = load_profile(profile).profile.provenance.overhead_pass_scale
+    speed = load_profile(profile).profile.provenance.speed_reference
+    figures["overhead_pass_scale"] = speed.overhead_pass_scale if speed is not None else None
     for path in scenarios:
         scenario = load_scenario(path)
         t0 = time.monotonic()

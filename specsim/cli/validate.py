@@ -13,9 +13,8 @@ CPU time (idle waits for arrivals are skipped, not slept), so other processes' l
 enter either side. Other tenants still slow this process's own CPU time (caches, memory
 bandwidth), so --clock reference also times a decode and a prefill pass of the target and of
 the drafter every quarter second and rescales both sides, pass by pass, to the machine's speed
-when profiling began (the profile's reference_pass_s, reference_prefill_s and
-drafter_references; wide passes slow down differently from decodes, and a drafter differently
-from the target):
+when profiling began (the profile's provenance.speed_reference; wide passes slow down
+differently from decodes, and a drafter differently from the target):
 
   OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \
       --out runs/v1

@@ -155,10 +155,10 @@ class PassTimer:
     which leaves out the time the operating system gave to other processes, so it measures what
     a dedicated core would take even on a shared machine. It is only meaningful with one torch
     thread (several threads add their CPU times up), which the timer checks. ``reference`` is
-    CPU time rescaled by ``normalise(tokens, model)`` (a ``SpeedNormaliser.factor``, called
+    CPU time rescaled by ``normalise(tokens, model)`` (a ``ReferenceTiming.factor``, called
     before each timed pass with the tokens it feeds and the model that runs it) to the
     machine's speed at a reference moment: other tenants also slow this process's own CPU time
-    (see ``specsim.engine.speed``).
+    (see ``specsim.engine.speed_reference``).
     """
 
     def __init__(
