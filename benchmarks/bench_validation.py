@@ -2,7 +2,7 @@
 
 Profiles the built-in target and both drafters once on this machine (a grid covering every
 scenario; by default timed by this process's CPU time rescaled to reference speeds, as the
-engine then is: ``--clock reference``, see ``specsim.engine.speed``),
+engine then is: ``--clock reference``, see ``specsim.engine.speed_reference``),
 then for each ``scenarios/validate-*.yaml`` runs the real engine and the simulator with that
 profile, in this process, and reports the simulator's relative error per metric (predicted /
 measured - 1) and the per-iteration residuals. Also the measured against the predicted speed-up
@@ -18,8 +18,12 @@ machine one engine run's speed can drift by tens of percent, which one run canno
 from a modelling error. A profile whose speed references were taken while the machine was
 slow (its probes then ran x0.9 or less of them: it warns so) is measured once more.
 
+With ``--save benchmarks/results/validation.json`` the JSON object is also added to that results
+file (to its runs when they come from the same code and command, else as its only run), from
+which ``python -m specsim.docs`` writes the README's validation table.
+
     python benchmarks/bench_validation.py [--models DIR] [--only WORD] [--budget S] [--repeat N]
-        [--device cuda]
+        [--device cuda] [--save FILE]
 """
 
 from __future__ import annotations
@@ -82,14 +86,15 @@ def profile_all(
 
 def profile_steady(specs, prompts, budget, out: Path, clock: str, device: str, tries: int = 2):
     """``profile_all``, again (up to ``tries`` in all) while the profile says its references
-    were taken with the machine slow (``provenance.reference_slowdown``), as its warning asks a
-    user to. Returns the profile's path and how many were discarded."""
+    were taken with the machine slow (``provenance.speed_reference.slowdown``), as its warning
+    asks a user to. Returns the profile's path and how many were discarded."""
     from specsim.profile import load_profile
     from specsim.profiling.measure import SLOW_REFERENCE
 
     for attempt in range(tries):
         path = profile_all(specs, prompts, budget, out / "profile.yaml", clock, device)
-        slowdown = load_profile(path).profile.provenance.reference_slowdown
+        speed = load_profile(path).profile.provenance.speed_reference
+        slowdown = speed.slowdown if speed is not None else None
         if slowdown is None or slowdown >= SLOW_REFERENCE or attempt == tries - 1:
             break
         print(f"profile discarded: references taken slow (x{slowdown:.2f})", file=sys.stderr)
@@ -120,6 +125,21 @@ def profile_overhead_ms(path: Path) -> dict[str, float]:
     return {t.removesuffix("_s"): round(getattr(overhead, t) * 1e3, 4) for t in terms}
 
 
+def _command_without_save() -> str:
+    """This run's command line as the results file states it (without ``--save FILE``)."""
+    argv, kept = sys.argv[1:], []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--save="):
+            skip = False
+            continue
+        if arg == "--save":
+            skip = True
+            continue
+        kept.append(arg)
+    return " ".join(["python benchmarks/bench_validation.py", *kept])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", help="folder with the three model folders (default built-in)")
@@ -140,6 +160,11 @@ def main() -> int:
         "time alone; wall (default, and the only clock, on a GPU): elapsed time",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per scenario (median)")
+    parser.add_argument(
+        "--save",
+        help="add this run to a results file (benchmarks/results/validation.json feeds the "
+        "README's table: python -m specsim.docs)",
+    )
     args = parser.parse_args()
     args.clock = args.clock or ("reference" if args.device == "cpu" else "wall")
 
@@ -170,7 +195,8 @@ def main() -> int:
         clock=args.clock,
     )
     figures["profile_overhead_ms"] = profile_overhead_ms(profile)
-    figures["overhead_pass_scale"] = load_profile(profile).profile.provenance.overhead_pass_scale
+    speed = load_profile(profile).profile.provenance.speed_reference
+    figures["overhead_pass_scale"] = speed.overhead_pass_scale if speed is not None else None
     for path in scenarios:
         scenario = load_scenario(path)
         t0 = time.monotonic()
@@ -250,18 +276,20 @@ def main() -> int:
             "measured": round(measured, 3),
             "predicted": round(predicted, 3),
         }
-    print(
-        json.dumps(
-            {
-                "name": "validation",
-                "figures": figures,
-                "baseline": "the real engine's measurements on the same workload, same process "
-                f"(device: {args.device}, clock: {args.clock})",
-                "ratio": round(worst, 3),
-                "thresholds": THRESHOLDS,
-            }
-        )
-    )
+    output = {
+        "name": "validation",
+        "figures": figures,
+        "baseline": "the real engine's measurements on the same workload, same process "
+        f"(device: {args.device}, clock: {args.clock})",
+        "ratio": round(worst, 3),
+        "thresholds": THRESHOLDS,
+    }
+    if args.save:
+        from specsim.docs.validation import save_run
+        from specsim.profiling.measure import device_name
+
+        save_run(Path(args.save), output, _command_without_save(), device_name(args.device))
+    print(json.dumps(output))
     return 0
 
 

@@ -52,10 +52,13 @@ def test_stale_and_leftover_pages_are_detected(tmp_path):
     (tmp_path / "scenario.md").write_text(edited, encoding="utf-8")
     (tmp_path / "cli" / "retired.md").write_text("an old command\n", encoding="utf-8")
     assert docs.stale_pages(tmp_path, pages) == ["cli/retired.md", "scenario.md"]
+    readme = tmp_path.parent / f"{tmp_path.name}-README.md"  # the command writes its table too
+    shutil.copy(ROOT / "README.md", readme)
+    where = ["--out", str(tmp_path), "--readme", str(readme)]
     with contextlib.redirect_stdout(io.StringIO()):
-        assert docs.main(["--check", "--out", str(tmp_path)]) == 1
-        assert docs.main(["--out", str(tmp_path)]) == 0
-        assert docs.main(["--check", "--out", str(tmp_path)]) == 0
+        assert docs.main(["--check", *where]) == 1
+        assert docs.main(where) == 0
+        assert docs.main(["--check", *where]) == 0
     assert not (tmp_path / "cli" / "retired.md").exists()
 
 

@@ -234,14 +234,14 @@ def test_unsupported_or_bad_scenarios_are_one_line_errors(tmp_path, changes, key
 
 
 def test_cpu_clock_skips_idle_waits(tmp_path):
-    from specsim.engine.clock import ProcessClock, make_clock
+    from specsim.engine.clock import ProcessClock, start_clock
 
     clock = ProcessClock()
     before = clock.now()
     clock.sleep(5.0)
     assert clock.now() - before >= 5.0
     with pytest.raises(SpecsimError, match="applies to CPU"):
-        make_clock("cpu", "cuda")
+        start_clock("cpu", "cuda")
     # Arrivals spread over ~14 s of engine time are served without sleeping through the gaps.
     scenario = scenario_file(tmp_path, workload__kind="poisson", workload__rate=0.5)
     run = serve(scenario, clock="cpu")
@@ -250,26 +250,46 @@ def test_cpu_clock_skips_idle_waits(tmp_path):
     assert run.summary["duration_s"] >= run.records["arrival_s"][-1]
 
 
-def test_reference_clock_run_reports_the_machine_drift(tmp_path, monkeypatch):
-    from specsim.engine import speed
+def test_reference_clock_run_rescales_to_the_profiles_references_and_reports_the_drift(
+    tmp_path, monkeypatch
+):
+    from specsim.engine.speed_reference import ReferenceClockSetting, probes
+    from specsim.profile.schema import SpeedReference
 
-    # A machine whose decodes turn twice as slow after the references were taken (the decode's
-    # 1 ms, then the prefill's 2 ms): every later probe takes 2 ms, so a decode's CPU time
-    # counts half and a prefill's in full.
-    probes = iter([1e-3] + [2e-3] * 10_000)
-    monkeypatch.setattr(speed.ReferencePass, "median_s", lambda self, passes=5: next(probes))
+    # A profile's references (the target's, the host pass's and the scenario's drafter's), and
+    # a machine on which every model probe now takes 2 ms: the target's decodes run twice as
+    # slow as its reference, its prefills as fast, the drafter's prefills twice as fast.
+    stored = SpeedReference(
+        decode_s=1e-3,
+        prefill_s=2e-3,
+        host_s=5e-4,
+        drafters={
+            "small": {"decode_s": 1e-3, "prefill_s": 4e-3},
+            "other": {"decode_s": 9.0, "prefill_s": 9.0},
+        },
+    )
+    calls = []
+    monkeypatch.setattr(
+        probes.ReferencePass, "median_s", lambda self, passes=5: calls.append(self) or 2e-3
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         scenario = scenario_file(tmp_path)
-        run = serve(scenario, clock="reference")
+        run = serve(scenario, clock=ReferenceClockSetting(stored))
     finally:
         torch.set_num_threads(threads)
     check_records(run.records, scenario)
     drift = run.summary["machine_speed"]
     assert drift["reference_pass_s"] == 1e-3 and drift["slowdown_median"] == pytest.approx(2.0)
-    assert drift["reference_prefill_s"] == 2e-3
+    assert drift["reference_prefill_s"] == 2e-3 and drift["reference_host_s"] == 5e-4
     assert drift["prefill_slowdown_median"] == pytest.approx(1.0)
+    own = drift["models"]["small"]  # only the scenario's drafter is probed, at its own references
+    assert list(drift["models"]) == ["small"]
+    assert own["decode_s"] == 1e-3 and own["slowdown_median"] == pytest.approx(2.0)
+    assert own["prefill_s"] == 4e-3 and own["prefill_slowdown_median"] == pytest.approx(0.5)
+    # Every reference was given, so nothing was calibrated: four model probes per probe round.
+    assert drift["probes"] >= 1 and len(calls) == 4 * drift["probes"]
     assert run.summary["scenario"]["clock"] == "reference"
 
 

@@ -1,5 +1,5 @@
 """The reference clock: a shared machine's drift measured with a reference pass and taken out
-of the profiler's and the engine's times (``specsim.engine.speed``, ``ReferenceClock``)."""
+of the profiler's and the engine's times (``specsim.engine.speed_reference``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specsim.engine.clock import ReferenceClock, make_clock  # noqa: E402
-from specsim.engine.speed import ReferencePass, SpeedNormaliser  # noqa: E402
+from specsim.engine.clock import start_clock  # noqa: E402
+from specsim.engine.speed_reference import ReferenceClockSetting  # noqa: E402
+from specsim.engine.speed_reference.clock import ReferenceClock  # noqa: E402
+from specsim.engine.speed_reference.normaliser import SpeedNormaliser  # noqa: E402
+from specsim.engine.speed_reference.probes import ReferencePass  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
+from specsim.profile.schema import SpeedReference  # noqa: E402
 from specsim.profiling import timing  # noqa: E402
 
 
@@ -250,20 +254,21 @@ def test_the_cpu_clocks_need_a_cpu_and_one_thread(monkeypatch):
 
     model = load_model("specsim-draft-tiny")
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    setting = ReferenceClockSetting(SpeedReference(decode_s=1e-3))
     with pytest.raises(SpecsimError, match="one torch thread"):
-        make_clock("reference", "cpu", model)
+        start_clock(setting, "cpu", model)
     with pytest.raises(SpecsimError, match="one torch thread"):
         timing.PassTimer("cpu", clock="reference", normalise=lambda tokens: 1.0)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     with pytest.raises(SpecsimError, match="applies to CPU"):
-        make_clock("reference", "cuda", model)
+        start_clock(setting, "cuda", model)
     with pytest.raises(SpecsimError, match="unknown clock"):
-        make_clock("sundial")
+        start_clock("sundial")
     with pytest.raises(SpecsimError, match="unknown clock"):
         timing.PassTimer("cpu", clock="sundial")
-    with pytest.raises(ValueError, match="reference"):
-        make_clock("reference", "cpu")
-    clock = make_clock("reference", "cpu", model, reference_s=1e-3)
+    with pytest.raises(ValueError, match="ReferenceClockSetting"):
+        start_clock("reference", "cpu", model)  # the name alone has no references to keep
+    clock = start_clock(setting, "cpu", model)
     assert isinstance(clock, ReferenceClock) and clock.normaliser.reference_s == 1e-3
 
 
@@ -304,7 +309,7 @@ def test_reference_pass_times_the_model_and_leaves_its_cache_as_it_found_it():
 
 
 def test_the_host_pass_times_the_engines_own_work_the_same_each_time():
-    from specsim.engine.speed import HostPass
+    from specsim.engine.speed_reference.probes import HostPass
 
     host = HostPass()
     first = host.median_s(3)

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -260,7 +261,7 @@ def test_measure_cli_writes_a_profile_that_loads_and_answers(configs, prompts, t
     assert profile.overhead.source == "measured"
     # The draft model's own draft terms, measured against the latency fits (see overhead.py).
     assert profile.drafters["small"].overhead is not None
-    assert profile.provenance.reference_pass_s is None  # wall clock: no reference speed
+    assert profile.provenance.speed_reference is None  # wall clock: no reference speed
     verifiers = {(a.drafter, a.verifier, a.temperature) for a in profile.acceptance}
     assert ("small", "greedy", 0.0) in verifiers and ("small", "rejection", 0.7) in verifiers
     assert ("small", "typical", 0.7) in verifiers
@@ -416,24 +417,29 @@ def test_reference_clock_profile_records_the_speed_it_rescaled_to(configs, tmp_p
     finally:
         torch.set_num_threads(threads)
     profile = load_profile(out).profile
-    assert 0 < profile.provenance.reference_pass_s < 1.0
-    assert 0 < profile.provenance.reference_host_s < 1.0  # the engine's own work's probe
-    own = profile.provenance.drafter_references["small"]  # the drafter's own probes
+    speed = profile.provenance.speed_reference  # one block: the shared CPU's timing
+    assert 0 < speed.decode_s < 1.0 and 0 < speed.prefill_s < 1.0
+    assert 0 < speed.host_s < 1.0  # the engine's own work's probe
+    own = speed.drafters["small"]  # the drafter's own probes
     assert 0 < own.decode_s < 1.0 and 0 < own.prefill_s < 1.0
     assert "rescaled to the machine's quiet speed" in profile.provenance.notes
-    assert 0 < profile.provenance.reference_slowdown < 10  # the probes over the reference
+    assert 0 < speed.slowdown < 10  # the probes over the reference
+    assert speed.overhead_pass_scale is not None and 0 < speed.overhead_pass_scale < 10
+    # Written nested, with none of the older flat keys.
+    written = yaml.safe_load(out.read_text(encoding="utf-8"))["provenance"]
+    assert "speed_reference" in written and "reference_pass_s" not in written
 
 
 def test_a_profile_whose_references_were_taken_slow_says_so(configs, monkeypatch):
     # References are the fastest bursts at the start; when the machine was slow then, later
     # probes run faster than them throughout, and the profile says to profile again.
-    from specsim.engine import speed
+    from specsim.engine.speed_reference import normaliser, probes
     from specsim.profiling import measure
 
     calls = iter(range(1_000_000))
-    calibration = 2 * speed.CALIBRATION_ROUNDS  # the target's decode and prefill bursts
+    calibration = 2 * normaliser.CALIBRATION_ROUNDS  # the target's decode and prefill bursts
     monkeypatch.setattr(
-        speed.ReferencePass,
+        probes.ReferencePass,
         "median_s",
         lambda self, passes=5: 2e-3 if next(calls) < calibration else 1e-3,
     )
@@ -452,7 +458,7 @@ def test_a_profile_whose_references_were_taken_slow_says_so(configs, monkeypatch
         report = measure.measure_profile(options)
     finally:
         torch.set_num_threads(threads)
-    assert report.profile.provenance.reference_slowdown == pytest.approx(0.5)
+    assert report.profile.provenance.speed_reference.slowdown == pytest.approx(0.5)
     assert any("profile again" in line for line in report.lines)
 
 

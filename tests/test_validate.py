@@ -377,7 +377,8 @@ def test_read_records_parses_the_engines_float_columns(tmp_path):
 
 
 def test_a_run_far_from_the_reference_speed_is_flagged():
-    from specsim.validation.validate import _speed, steady
+    from specsim.engine.speed_reference import steady
+    from specsim.validation.validate import _speed
 
     drift = {
         "reference_pass_s": 2e-3,

@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "time taken by other processes on a shared machine (needs OMP_NUM_THREADS=1), or "
         "reference: CPU time rescaled to the machine's quiet speed, re-measured every 0.25 s "
         "with a decode and a prefill reference pass of each model (records "
-        "provenance.reference_pass_s, reference_prefill_s and drafter_references)",
+        "provenance.speed_reference)",
     )
     measure.add_argument(
         "--seed",

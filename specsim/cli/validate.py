@@ -8,14 +8,13 @@ timing grid, the engine's overhead waves and acceptance on 64 prompts: most of t
 over ten minutes on a shared 2-core CPU; --profile-budget caps the timing grid). Each long phase
 shows a progress bar on stderr when it is a terminal (none with --json). A latency fit whose
 median held-out error exceeds 10 % is flagged: the latency thresholds cannot be judged against
-it. On a shared machine, --clock cpu times
-both the profiling and the engine by this process's CPU time (idle waits for arrivals are
-skipped, not slept), so other processes' load does not enter either side. Other tenants still
-slow this process's own CPU time (caches, memory bandwidth: 1.6x within seconds was seen), so
---clock reference also times a decode and a prefill pass of the target and of the drafter every
-quarter second and rescales both sides, pass by pass, to the machine's speed when profiling
-began (the profile's reference_pass_s, reference_prefill_s and drafter_references; wide passes
-slow down differently from decodes, and a drafter differently from the target):
+it. On a shared machine, --clock cpu times both the profiling and the engine by this process's
+CPU time (idle waits for arrivals are skipped, not slept), so other processes' load does not
+enter either side. Other tenants still slow this process's own CPU time (caches, memory
+bandwidth), so --clock reference also times a decode and a prefill pass of the target and of
+the drafter every quarter second and rescales both sides, pass by pass, to the machine's speed
+when profiling began (the profile's provenance.speed_reference; wide passes slow down
+differently from decodes, and a drafter differently from the target):
 
   OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \
       --out runs/v1

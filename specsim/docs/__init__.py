@@ -1,7 +1,7 @@
 """Reference pages generated from the code, so the docs cannot drift from what specsim accepts.
 
-    python -m specsim.docs            # rewrite docs/reference/
-    python -m specsim.docs --check    # exit 1 (and name the pages) when docs/reference/ is stale
+    python -m specsim.docs            # rewrite docs/reference/ and the README's validation table
+    python -m specsim.docs --check    # exit 1 (and name the pages) when either is stale
 
 Three kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
 default, allowed values, description), every CLI command (from the same argparse parsers that
@@ -12,6 +12,9 @@ option's help and rerun this module.
 The pages depend only on the code, never on the machine: argparse's own help layout (which
 varies with the terminal width and the Python version) is not used; tables are built from the
 parsers' actions instead.
+
+The README's validation table is generated too, from the latest saved runs of
+``benchmarks/bench_validation.py`` (``specsim.docs.validation``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from specsim.docs.outputs import (
     outputs_page,
 )
 from specsim.docs.schema import nested_models, schema_page, schema_pages
+from specsim.docs.validation import README, RESULTS, readme_is_current, write_readme_table
 from specsim.errors import EXIT_BAD_INPUT, SpecsimError
 from specsim.fileio import write_text_atomic
 
@@ -110,19 +114,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_FOLDER, help="reference folder")
     parser.add_argument("--check", action="store_true", help="only report stale pages (exit 1)")
+    parser.add_argument(
+        "--readme", type=Path, default=README, help="the README whose validation table to write"
+    )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="the validation results the table shows"
+    )
     args = parser.parse_args(argv)
-    if args.out.exists() and not args.out.is_dir():
-        error = SpecsimError("exists and is not a folder", file=str(args.out), fix="give a folder")
+    try:
+        if args.out.exists() and not args.out.is_dir():
+            raise SpecsimError(
+                "exists and is not a folder", file=str(args.out), fix="give a folder"
+            )
+        pages = reference_pages()
+        if args.check:
+            stale = stale_pages(args.out, pages)
+            readme_current = readme_is_current(args.readme, args.results)
+        else:
+            changed = write_pages(args.out, pages)
+            rewrote = write_readme_table(args.readme, args.results)
+    except SpecsimError as error:
         print(f"python -m specsim.docs: error: {error.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    pages = reference_pages()
     if args.check:
-        stale = stale_pages(args.out, pages)
+        stale += [] if readme_current else [f"{args.readme} (its validation table)"]
         if stale:
             print(f"stale in {args.out}: {', '.join(stale)}; run python -m specsim.docs")
             return 1
-        print(f"{args.out}: {len(pages)} pages current")
+        print(f"{args.out}: {len(pages)} pages current; {args.readme}: validation table current")
         return 0
-    changed = write_pages(args.out, pages)
     print(f"{args.out}: {len(changed)} of {len(pages)} pages rewritten")
+    print(f"{args.readme}: validation table {'rewritten' if rewrote else 'current'}")
     return 0

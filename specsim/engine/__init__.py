@@ -16,6 +16,8 @@ Public API::
 - ``engine``: the continuous-batching loop in wall-clock time.
 - ``workload``: the simulator's traffic from the same seed, and prompts from a prompt set.
 - ``records``: requests.csv / summary.json in the simulator's format (no torch needed to read).
+- ``clock``: wall-clock or CPU time; ``speed_reference``: the shared CPU's reference clock
+  (``--clock reference``), which a dedicated machine never needs.
 
 Importing this package does not import torch; ``run_engine`` loads it.
 """

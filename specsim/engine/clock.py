@@ -4,12 +4,16 @@
 time also counts the time the operating system gave to them, at random; ``cpu`` counts only the
 engine's own work (``time.process_time``, one torch thread), and an idle wait for the next
 arrival advances the clock by the wait instead of sleeping. With the profiler's ``--clock cpu``
-the two sides then measure the same thing.
+the two sides then measure the same thing. A clock that needs more than its name (the shared
+CPU's ``reference`` clock, ``specsim.engine.speed_reference``) is given as a setting that
+``start_clock`` starts on the run's models.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from specsim.errors import SpecsimError
 
@@ -23,6 +27,10 @@ class WallClock:
     """Elapsed time. It keeps no split: a GPU's passes return before their work is done."""
 
     split = None
+
+    def report(self) -> dict | None:
+        """What the clock has to say about the run for its summary (nothing)."""
+        return None
 
     def now(self) -> float:
         return time.perf_counter()
@@ -72,27 +80,8 @@ class ProcessClock:
     def sleep(self, seconds: float) -> None:
         self.skipped += max(0.0, seconds)
 
-
-class ReferenceClock(ProcessClock):
-    """CPU time at the reference speed: each stretch counts times the normaliser's factor
-    (``specsim.engine.speed.SpeedNormaliser``) for what ran in it: a pass of a model feeding
-    some tokens takes that model's factor for that width, and the engine's own work between
-    passes the host pass's factor. Per pass, not per iteration: in a speculative step the
-    drafter's narrow passes and the target's wide verification do not slow alike. The speed
-    probes the normaliser runs every quarter second stay off the clock."""
-
-    def __init__(self, normaliser):
-        super().__init__()
-        self.normaliser = normaliser
-
-    def _factor(self, model, tokens: float) -> float:
-        return self.normaliser.current(tokens, model)
-
-    def now(self) -> float:
-        reading = super().now()
-        self.normaliser.refresh()  # may probe: restart the stretch after it
-        self._last = time.process_time()
-        return reading
+    def report(self) -> dict | None:
+        return None
 
 
 class MeteredModel:
@@ -135,40 +124,43 @@ def check_clock(name: str, device: str = "cpu") -> None:
         )
 
 
-def clock_for(name: str, normaliser=None):
-    """The clock called ``name``; ``reference`` needs the ``SpeedNormaliser`` to rescale by."""
-    if name == "wall":
-        return WallClock()
-    if name == "cpu":
-        return ProcessClock()
-    if normaliser is None:
-        raise ValueError("the reference clock needs a speed normaliser")
-    return ReferenceClock(normaliser)
+class ClockSetting(Protocol):
+    """A clock given by more than its name: ``start`` builds it on the run's models."""
+
+    name: str
+
+    def start(self, target: Any, drafters: Mapping[str, Any]) -> ProcessClock: ...
 
 
-def make_clock(
-    name: str,
+def clock_name(clock: str | ClockSetting) -> str:
+    return clock if isinstance(clock, str) else clock.name
+
+
+def start_clock(
+    clock: str | ClockSetting = "wall",
     device: str = "cpu",
-    reference_model=None,
-    reference_s: float | None = None,
-    reference_prefill_s: float | None = None,
-    reference_host_s: float | None = None,
+    target: Any = None,
+    drafters: Mapping[str, Any] | None = None,
 ):
-    """``wall``, ``cpu``, or ``reference``: rescaled to the speed at which ``reference_model``'s
-    reference passes take ``reference_s`` (decode) and ``reference_prefill_s``, and the host
-    pass ``reference_host_s`` (see ``specsim.engine.speed``; without them, the quiet speed
-    now). Checked before the reference passes are first timed."""
-    check_clock(name, device)
-    if name != "reference":
-        return clock_for(name)
-    if reference_model is None:
-        raise ValueError("the reference clock needs the model whose pass is the reference")
-    from specsim.engine.speed import ReferencePass, SpeedNormaliser
+    """The engine's clock: ``wall``, ``cpu``, or a setting started on ``target`` and the
+    ``drafters`` by name (the reference clock's; a bare ``"reference"`` names it without the
+    references it needs). Checked before anything is timed."""
+    check_clock(clock_name(clock), device)
+    if clock == "wall":
+        return WallClock()
+    if clock == "cpu":
+        return ProcessClock()
+    if isinstance(clock, str):
+        raise ValueError(
+            "the reference clock needs its setting: specsim.engine.speed_reference.ReferenceClock"
+            "Setting"
+        )
+    return clock.start(target, drafters or {})
 
-    normaliser = SpeedNormaliser(
-        ReferencePass(reference_model),
-        reference_s,
-        reference_prefill_s=reference_prefill_s,
-        reference_host_s=reference_host_s,
-    )
-    return clock_for(name, normaliser)
+
+def sync(device) -> None:
+    """Wait for a CUDA device's queued work before a clock is read (CPU passes return done)."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)

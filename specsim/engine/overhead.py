@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from specsim.engine.batch import Batch
-from specsim.engine.speed import sync
+from specsim.engine.clock import sync
 from specsim.engine.step import Sampling, StepUniforms, speculative_step
 from specsim.models import DecoderModel
 
@@ -50,7 +50,7 @@ def step_overhead(
 ) -> StepOverhead:
     """Median decode-iteration and bare-pass times over ``repeats`` interleaved rounds
     (``clock``: ``wall`` or this process's ``cpu`` time; ``reference``: CPU time times
-    ``normalise(tokens)``, see ``specsim.engine.speed``)."""
+    ``normalise(tokens)``, see ``specsim.engine.speed_reference``)."""
     sampling = sampling or Sampling()
     max_len = context + k + 2
     state = Batch(target, drafter if k else None, batch, max_len)

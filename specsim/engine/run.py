@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.engine.clock import ReferenceClock, make_clock
+from specsim.engine.clock import ClockSetting, clock_name, start_clock
 from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
 from specsim.engine.records import (
     engine_summary,
@@ -98,11 +98,7 @@ def run_engine(
     ignore_eos: bool = True,
     eos_id: int | None = None,
     faults: Faults | None = None,
-    clock: str = "wall",
-    reference_s: float | None = None,
-    reference_prefill_s: float | None = None,
-    drafter_references: dict[str, float] | None = None,
-    reference_host_s: float | None = None,
+    clock: str | ClockSetting = "wall",
     dtype: str = "float32",
     progress=None,
 ) -> EngineRun:
@@ -110,16 +106,10 @@ def run_engine(
 
     Output lengths come from the workload, so EOS is ignored by default (as serving benchmarks
     do, and as the simulator assumes); with ``ignore_eos=False`` a request also stops at the
-    tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall``, ``cpu`` or
-    ``reference`` (see ``specsim.engine.clock``); the reference clock rescales to the speed at
-    which the target's reference passes take ``reference_s`` and ``reference_prefill_s`` (a
-    profile's ``provenance.reference_pass_s`` and ``reference_prefill_s``; without them, the
-    machine's speed at the start), and a drafter's passes to the speed at which its own take
-    ``drafter_references`` (``decode_s``, ``prefill_s``: the profile's
-    ``provenance.drafter_references`` for it), and the engine's own work to the speed at which
-    the host pass takes ``reference_host_s``. ``dtype`` is the models' parameter type: the
-    one the profile it is compared with was measured in. ``progress`` (a tqdm bar, say) is
-    updated with each batch of finished requests.
+    tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall``, ``cpu``, or a clock
+    setting started on the run's models (``specsim.engine.clock.start_clock``). ``dtype`` is
+    the models' parameter type: the one the profile it is compared with was measured in.
+    ``progress`` (a tqdm bar, say) is updated with each batch of finished requests.
     """
     import torch
 
@@ -157,14 +147,8 @@ def run_engine(
         seed=scenario.seed,
         faults=faults or Faults(),
     )
-    timer = make_clock(
-        clock, device, target_model, reference_s, reference_prefill_s, reference_host_s
-    )
-    if isinstance(timer, ReferenceClock) and drafter_model is not None:
-        references = drafter_references or {}
-        timer.normaliser.track(
-            drafter_model, spec.drafter, references.get("decode_s"), references.get("prefill_s")
-        )
+    drafter_models = {spec.drafter: drafter_model} if drafter_model is not None else {}
+    timer = start_clock(clock, device, target_model, drafter_models)
     engine = ServingEngine(
         target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.mark, timer.split
     )
@@ -197,10 +181,11 @@ def run_engine(
         "dtype": str(next(target_model.parameters()).dtype).removeprefix("torch."),
         "seed": scenario.seed,
         "ignore_eos": ignore_eos,
-        "clock": clock,
+        "clock": clock_name(clock),
     }
-    if isinstance(timer, ReferenceClock):
-        summary["machine_speed"] = timer.normaliser.drift()
+    machine_speed = timer.report()
+    if machine_speed is not None:
+        summary["machine_speed"] = machine_speed
     return EngineRun(records, summary, engine.log)
 
 

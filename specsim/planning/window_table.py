@@ -27,9 +27,9 @@ import numpy as np
 
 from specsim.planning.common import GOODPUT_TIE, metric
 
-# Mean end-to-end latencies less than 2 % apart count as equal. Redrawing only the acceptance and
-# jitter streams of the same traffic moves the mean by about 1 % (standard deviation, poisson
-# scenario at 6 and 10 req/s, 6 replications), so a smaller gap is not a reason to pick either.
+# Mean end-to-end latencies less than 2 % apart count as equal: redrawing only the acceptance
+# and jitter streams of the same traffic moves the mean by about 1 %
+# (docs/notes/2026-12-01-k-by-batch.md).
 E2E_TIE = 0.02
 
 RECOMMENDED = "recommended"

@@ -45,6 +45,59 @@ class ReferencePasses(StrictModel):
     prefill_s: PositiveSeconds = Field(description="the prefill pass (batch 1, a 96-token prompt)")
 
 
+class SpeedReference(StrictModel):
+    """Timing on a shared CPU (``specsim.engine.speed_reference``): the speeds a profile taken
+    with a CPU clock was rescaled to, and how far the machine ran from them."""
+
+    decode_s: PositiveSeconds | None = Field(
+        default=None,
+        description="--clock reference: the target's decode pass (batch 1, 128 cached tokens) "
+        "at the speed every timing is rescaled to; specsim validate --clock reference rescales "
+        "the engine's time to it too",
+    )
+    prefill_s: PositiveSeconds | None = Field(
+        default=None,
+        description="--clock reference: the target's prefill pass (batch 1, a 96-token prompt) at "
+        "the reference speed; passes feeding more tokens than a decode are rescaled between the "
+        "two references",
+    )
+    host_s: PositiveSeconds | None = Field(
+        default=None,
+        description="--clock reference: the engine's own work in one speculative step without a "
+        "model pass at the reference speed; the work between passes is rescaled by it",
+    )
+    drafters: dict[str, ReferencePasses] | None = Field(
+        default=None,
+        description="--clock reference: each draft model's own decode and prefill reference "
+        "passes at the reference speed; its passes are rescaled by its own probes",
+    )
+    slowdown: Factor | None = Field(
+        default=None,
+        description="--clock reference: the median of the target's decode probes during "
+        "profiling over its reference (1 = as fast). Well below 1, the references were taken "
+        "while the machine was slow and every pass was rescaled from far off: profile again",
+    )
+    overhead_pass_scale: Factor | None = Field(
+        default=None,
+        description="--clock cpu or reference: how fast the target's decode passes ran in the "
+        "overhead waves against the latency fits (the median of measured / predicted over "
+        "target-alone decodes). The overhead terms are fitted against the passes at this "
+        "speed, so that the machine's drift between the two measurements stays out of them",
+    )
+
+
+# Profiles written before the block existed carried its keys flat in ``provenance``: read
+# them as the block (the mapping is one to one), so no measured profile has to be redone.
+FLAT_SPEED_KEYS = {
+    "reference_pass_s": "decode_s",
+    "reference_prefill_s": "prefill_s",
+    "reference_host_s": "host_s",
+    "drafter_references": "drafters",
+    "reference_slowdown": "slowdown",
+    "overhead_pass_scale": "overhead_pass_scale",
+}
+
+
 class Provenance(StrictModel):
     source: Literal["measured", "published", "roofline"] = Field(
         description="measured on a device, taken from a publication, or a roofline estimate"
@@ -55,43 +108,28 @@ class Provenance(StrictModel):
     command: str | None = Field(default=None, description="the command that wrote the profile")
     notes: str = ""
     profiling_seconds: Seconds | None = Field(default=None, description="wall time of profiling")
-    reference_pass_s: PositiveSeconds | None = Field(
+    speed_reference: SpeedReference | None = Field(
         default=None,
-        description="profiled with --clock reference: the target's decode pass (batch 1, 128 "
-        "cached tokens) at the speed every timing is rescaled to; specsim validate --clock "
-        "reference rescales the engine's time to it too",
+        description="profiled with a CPU clock on a shared machine: the reference speeds and "
+        "the machine's drift (absent on a wall clock). The flat keys of older profiles "
+        "(reference_pass_s, reference_prefill_s, reference_host_s, drafter_references, "
+        "reference_slowdown, overhead_pass_scale) are read into it",
     )
-    reference_prefill_s: PositiveSeconds | None = Field(
-        default=None,
-        description="profiled with --clock reference: the target's prefill pass (batch 1, a "
-        "96-token prompt) at the reference speed; passes feeding more tokens than a decode are "
-        "rescaled between the two references (see specsim.engine.speed)",
-    )
-    reference_host_s: PositiveSeconds | None = Field(
-        default=None,
-        description="profiled with --clock reference: the engine's own work in one speculative "
-        "step without a model pass (see specsim.engine.speed.HostPass) at the reference speed; "
-        "the work between passes is rescaled by it",
-    )
-    drafter_references: dict[str, ReferencePasses] | None = Field(
-        default=None,
-        description="profiled with --clock reference: each draft model's own decode and prefill "
-        "reference passes at the reference speed; its passes are rescaled by its own probes",
-    )
-    reference_slowdown: Factor | None = Field(
-        default=None,
-        description="profiled with --clock reference: the median of the target's decode probes "
-        "during profiling over its reference (1 = as fast). Well below 1, the references were "
-        "taken while the machine was slow and every pass was rescaled from far off: profile "
-        "again",
-    )
-    overhead_pass_scale: Factor | None = Field(
-        default=None,
-        description="measured with a CPU clock: how fast the target's decode passes ran in the "
-        "overhead waves against the latency fits (the median of measured / predicted over "
-        "target-alone decodes). The overhead terms are fitted against the passes at this "
-        "speed, so that the machine's drift between the two measurements stays out of them",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _speed_keys_into_their_block(cls, data):
+        if not isinstance(data, dict) or not FLAT_SPEED_KEYS.keys() & data.keys():
+            return data
+        if data.get("speed_reference") is not None:
+            flat = ", ".join(k for k in FLAT_SPEED_KEYS if k in data)
+            raise ValueError(
+                f"{flat} and speed_reference both given; fix: keep speed_reference and drop "
+                "the older flat keys"
+            )
+        block = {new: data[old] for old, new in FLAT_SPEED_KEYS.items() if old in data}
+        rest = {k: v for k, v in data.items() if k not in FLAT_SPEED_KEYS}
+        return {**rest, "speed_reference": block}
 
 
 class Hardware(StrictModel):

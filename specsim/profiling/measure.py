@@ -45,8 +45,8 @@ class MeasureOptions:
 
 
 # A median probe below this fraction of the reference: the references were taken while the
-# machine was slow (seen at x0.56..0.9 through a whole validation run, with references 1.7x the
-# usual), so every factor was far from 1 and the rescaling carried over poorly.
+# machine was slow, and every pass is rescaled from far off
+# (docs/notes/2026-11-29-reference-clock.md).
 SLOW_REFERENCE = 0.9
 
 
@@ -311,10 +311,10 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
         method = (
             "synchronous CPU passes timed by the process's CPU time (one torch thread), each "
             "rescaled to the machine's quiet speed, by a factor between the model's own "
-            "decode at batch 1 after 128 tokens (the target's: provenance.reference_pass_s; a "
-            "drafter's: drafter_references) and its prefill of a 96-token prompt, by the "
+            "decode at batch 1 after 128 tokens (provenance.speed_reference: the target's "
+            "decode_s, a drafter's under drafters) and its prefill of a 96-token prompt, by the "
             "tokens the pass feeds, and the engine's own work by a host pass of sampling and "
-            "verification (reference_host_s); all re-timed every 0.25 s of profiling."
+            "verification (host_s); all re-timed every 0.25 s of profiling."
         )
     else:
         method = "synchronous CPU passes timed with perf_counter_ns (wall clock)."
@@ -335,7 +335,7 @@ def _timing_note(opts, axes, timer, dtype_name) -> str:
 def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     """Measure everything and return the validated profile, its side files and summary lines.
     Progress bars go to ``progress_file`` (default: the current ``sys.stderr``)."""
-    from specsim.engine.clock import clock_for
+    from specsim.engine.clock import start_clock
     from specsim.models import load_tokenizer
     from specsim.profile import LoadedProfile
     from specsim.profiling.flops import shape_from_object
@@ -359,20 +359,18 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     # Fail on a missing tokenizer before minutes of timing, not after.
     tokenizer = load_tokenizer(opts.target) if measure_accept else None
     repeats = opts.repeats or (7 if opts.device == "cpu" else 20)
-    normaliser = None
+    timing = None  # the reference clock's probes (a shared CPU)
     if opts.clock == "reference":
-        from specsim.engine.speed import ReferencePass, SpeedNormaliser
+        from specsim.engine.speed_reference import ReferenceTiming
 
-        normaliser = SpeedNormaliser(ReferencePass(models["target"]))
-        for name, model in models.items():
-            if name != "target":
-                normaliser.track(model, name)
+        drafter_models = {name: model for name, model in models.items() if name != "target"}
+        timing = ReferenceTiming(models["target"], drafter_models)
     timer = PassTimer(
         opts.device,
         warmup=2,
         repeats=repeats,
         clock=opts.clock,
-        normalise=normaliser.factor if normaliser is not None else None,
+        normalise=timing.factor if timing is not None else None,
     )
     sections, lines, notes = _time_models(opts, models, points, timer, progress_file)
 
@@ -397,7 +395,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         opts,
         models,
         axes,
-        clock_for(opts.clock, normaliser),
+        timing.clock() if timing is not None else start_clock(opts.clock, opts.device),
         LoadedProfile(passes, "<the latency fits>"),
         progress_file,
     )
@@ -424,9 +422,8 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             + ("" if result is not None else " (not measured without acceptance: 0)")
             + "; vLLM's own lookup differs, edit it if yours is not negligible."
         )
-    slowdown = None
-    if normaliser is not None:
-        slowdown = round(normaliser.drift()["slowdown_median"], 4)
+    if timing is not None:
+        slowdown = timing.slowdown()
         if slowdown < SLOW_REFERENCE:
             lines.append(
                 f"  warning: the speed probes found the machine x{slowdown:.2f} as slow as at "
@@ -445,18 +442,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "command": opts.command,
             "notes": " ".join([_timing_note(opts, axes, timer, dtype_name), *notes]),
             "profiling_seconds": time.monotonic() - started,
-            "reference_pass_s": normaliser.reference_s if normaliser is not None else None,
-            "reference_prefill_s": (
-                normaliser.reference_prefill_s if normaliser is not None else None
-            ),
-            "reference_host_s": normaliser.host.reference_s if normaliser is not None else None,
-            "drafter_references": (
-                {s.name: s.references() for s in normaliser.tracked.values()}
-                if normaliser is not None and normaliser.tracked
-                else None
-            ),
-            "reference_slowdown": slowdown,
-            "overhead_pass_scale": overhead.pass_scale,
+            "speed_reference": _speed_reference(timing, overhead.pass_scale),
         },
         "hardware": _hardware(opts.device),
         "target": target_spec,
@@ -470,6 +456,14 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     lines.insert(0, f"profiled in {data['provenance']['profiling_seconds']:.0f} s")
     side_files = result.side_files if result is not None else {}
     return MeasureReport(profile=profile, side_files=side_files, lines=lines)
+
+
+def _speed_reference(timing, pass_scale: float | None) -> dict | None:
+    """``provenance.speed_reference``: the reference clock's block, or on the plain CPU clock
+    only the overhead waves' pass speed (nothing on the wall clock)."""
+    if timing is not None:
+        return timing.block(pass_scale)
+    return {"overhead_pass_scale": pass_scale} if pass_scale is not None else None
 
 
 def _jitter(quantiles: list[float], points, prefill: bool) -> dict | None:

@@ -3,7 +3,7 @@
 A latency fit predicts bare forward passes; the engine's iteration also samples, verifies, rolls
 its caches back and does the serving loop's bookkeeping, and its passes run as the loop runs
 them: rows of different lengths padded to the longest, the drafter's passes cache-cold after the
-target's (on a CPU about 1.2x their isolated time). ``measure_overhead`` serves waves of
+target's. ``measure_overhead`` serves waves of
 identical requests on the real engine at a few batch sizes and windows k, for the target alone
 and with every draft model (``specsim.engine.overhead.serve_fixed_batch``), and compares each
 iteration in its log with what the latency fits predict for its passes (``StepCosts`` of a
@@ -21,7 +21,8 @@ iterations each median is over. Steps that ran fewer drafter passes than their w
 row near its end) are left out. The same iterations give the iteration-time spread
 (``jitter_quantiles``): each iteration's measured / predicted time over its group's median,
 pooled and scaled to average 1, for decode iterations and apart from them for prefill
-iterations (which vary less: see ``specsim.simulation.jitter``).
+iterations (which vary less: see ``specsim.simulation.jitter``). The measurements behind these
+choices: docs/notes/2026-11-29-engine-overhead-fit.md.
 """
 
 from __future__ import annotations
@@ -36,16 +37,12 @@ DRAFT_TERMS = ("per_draft_step_s", "per_draft_token_s")
 STEP_TERMS = ("per_step_s", "per_sequence_s")
 SPECULATIVE_TERMS = ("per_speculative_step_s", "per_speculative_sequence_s")
 PREFILL_TERMS = ("per_prefill_s", "per_prefill_token_s")
-# Multipliers at probabilities 0, 0.01, ..., 1. Finer than the sample needs in the middle, but
-# the last step spreads its mass linearly up to the largest sample: at 0.05 steps one 2.3x
-# outlier in 200 iterations put 5 % of the mass near 1.7x and the mean 3 % too high.
+# Multipliers at probabilities 0, 0.01, ..., 1: the last step spreads its mass linearly up to the
+# largest sample, so coarser steps let one outlier lift the mean.
 JITTER_QUANTILES = 101
 MIN_DECODES = 5  # decode iterations at one batch size for a point (waves end ragged)
 MIN_PREFILL_SPREAD = 20  # prefill iterations for a spread of their own (3 per wave group)
-# Rounds of waves. On this project's shared 2-core machine, three measurements back to back
-# against one profile's latency fits (its reference speeds, batches 1, 4, 8, k = 2, 4) put the
-# small drafter's batch-8 k = 2 overhead at 3.18, 1.99 and 2.72 ms with 3 rounds (one point read
-# -0.31 ms) and at 3.16, 3.09 and 3.45 ms with 8; the step it is part of takes about 9 ms.
+# Rounds of waves: with fewer, the fitted terms moved by a third from one measurement to the next.
 OVERHEAD_WAVES = 8
 
 
@@ -123,11 +120,8 @@ def jitter_quantiles(points: Sequence[OverheadPoint]) -> list[float]:
 
     Why average 1 and not median 1: the fitted terms give a group's median, and the simulator's
     mean iteration is that times the multipliers' mean. The profiler's waves run right-skewed
-    (each opens with a prefill of every row, after which the next decodes run up to 1.12x;
-    other tenants' bursts): over seven profiles their spread averaged 0.99..1.05 times its median
-    (1.02 on average), while the engine's iterations in the validation runs against them
-    averaged 0.98..1.04 times theirs (1.00 over 21 groups), and the skew made every prediction
-    that much slow."""
+    (each opens with a prefill of every row; other tenants' bursts) where the engine's serving
+    iterations do not, and the skew made every prediction that much slow."""
     ratios = np.concatenate([np.asarray(p.spread, dtype=float) for p in points] or [[]])
     if ratios.size < 2:
         return []
@@ -235,18 +229,15 @@ def _fit_terms(points: Sequence[OverheadPoint]) -> OverheadFit:
     if not any(p.k for p in points):
         used = [i for i in used if i < 2]
     # Errors count relative to the iterations the overhead is part of: each point weighted by
-    # 1 / their time, or by 1 / (1 + B)(1 + k), a stand-in for it, where that is not known.
-    # (The stand-in weighs a batch-8 k = 4 step 7.5x below a batch-1 k = 2 one, where their
-    # times differ 2-3x, and the fit missed the batch-8 steps by 5 % of their time.)
+    # 1 / their time, or by 1 / (1 + B)(1 + k), a stand-in for it (which underweighs large
+    # batches), where that is not known.
     iteration = np.asarray([p.iteration_s for p in points], dtype=float)
     if np.all(iteration > 0):
         weight = 1.0 / iteration
     else:
         weight = 1.0 / ((1.0 + design[:, 1]) * (1.0 + design[:, 2]))
     # And by the square root of how many iterations each median is over (its variance goes as
-    # 1 / n). A wave's ragged end gives points of 5-14 iterations at the batches in between;
-    # weighed like the 120-180 of the full batches, twenty of them pulled the tiny drafter's
-    # batch-1 k = 2 fit to 2.04 ms against the 1.53 ms its own 173 iterations measured.
+    # 1 / n): a wave's ragged end gives many points of few iterations, which would pull the fit.
     weight = weight * np.sqrt([max(p.iterations, 1) for p in points])
     coef, _ = nnls(design[:, used] * weight[:, None], seconds * weight)
     full = np.zeros(len(TERMS))
@@ -281,8 +272,7 @@ def measure_overhead(
     configs = [(i, d, batch, k) for i, d, ks in runs for batch in batches for k in ks]
     # One wave of every configuration per round (its own seed), ``waves`` rounds: each
     # configuration's iterations then span the whole measurement, not one phase of a machine
-    # whose speed drifts (fitted overhead terms varied 0.2..1.2 ms per step between profiles
-    # whose waves ran back to back).
+    # whose speed drifts.
     logs = {}
     if progress is not None:
         progress.reset(total=waves * len(configs))
@@ -309,14 +299,11 @@ def wave_pass_scale(logs, costs) -> float | None:
 
     The grid and the waves run minutes apart, and on a shared machine the speed references
     that rescale both follow its drift only in part. A gap of iteration minus predicted passes
-    then also holds that drift times the passes, which can outweigh the engine's own work:
-    the fitted k = 0 per-step term ranged 0.13..1.43 ms between profiles, where the engine's
-    own work at batch 1 measured 0.6-0.7 ms. Outside a speculative step a pass in the loop
-    runs as it does alone (in validation runs on a steady machine, k = 0 target passes at
-    batch 1 came within 0.95..1.0 of the fits), so their ratio in the waves is the drift;
-    every gap is taken against the passes at this speed. What stays is the engine's own work,
-    and what a loop costs the passes beyond that: a speculative step's slower target pass, and
-    its growth with the batch."""
+    then also holds that drift times the passes, which can outweigh the engine's own work.
+    Outside a speculative step a pass in the loop runs as it does alone, so their ratio in the
+    waves is the drift; every gap is taken against the passes at this speed. What stays is the
+    engine's own work, and what a loop costs the passes beyond that: a speculative step's slower
+    target pass, and its growth with the batch."""
     from specsim.engine.log_groups import engine_log_groups
 
     ratios = []
@@ -338,16 +325,14 @@ def log_points(
     iteration's measured / predicted over the group's median as its spread. A decode gap is
     measured - predicted passes x ``pass_scale`` (1 when None). A prefill gap, where the
     engine kept the split of its time, is its own work alone: each wave opens with a prefill
-    that runs cache-cold after the other configurations' waves (the target's prefills there
-    ran 1.09x and 1.18x the fit in two profiles, against 0.99-1.03x in validation runs'
-    continuous serving), so the passes' gap would charge every prefill with that cold start."""
+    that runs cache-cold after the other configurations' waves, unlike continuous serving, so
+    the passes' gap would charge every prefill with that cold start."""
     from specsim.engine.log_groups import engine_log_groups
 
     points = []
     for (kind, k, batch), group in engine_log_groups(log, costs).items():
         # A step whose rows were all too near their ends to draft k tokens ran fewer drafter
-        # passes than the formula charges: its gap would read a k-pass step as cheap (at a
-        # wave's ragged end the tiny drafter's batch-1 k = 4 gap read 0.8 ms against 2.3 ms).
+        # passes than the formula charges: its gap would read a k-pass step as cheap.
         used = group.full
         measured, predicted, new = group.measured[used], group.predicted[used], group.new[used]
         if kind == "decode" and len(measured) < MIN_DECODES:

@@ -19,10 +19,9 @@ min(p(t), q(t)) / p(t), independently of the other positions, and after an accep
 draft sees the text's own prefix. The chain statistics of a draft model under exact rejection
 walk ``text_accept``: their expected counts are those of the real speculative loop. Chained
 beta is not: it averages each position over tokens the draft did not emit, and reads the next
-position after the text's token where an accepted draft may have differed. On a two-token
-Markov pair (tests/test_profiling_acceptance.py) beta reads 0.12 tokens per step low at k = 2
-and this walk matches the real loop; for the built-in small drafter at T = 1 and k = 4 over 64
-prompts the beta walk said 3.18, this walk 3.16, and the real loop 3.08-3.14 over three seeds.
+position after the text's token where an accepted draft may have differed: on a two-token
+Markov pair (tests/test_profiling_acceptance.py) beta reads low and this walk matches the real
+loop (the figures: docs/notes/2026-11-30-acceptance-per-window.md).
 
 A prompt-lookup drafter's proposal from each position is one-hot, so its i-th token x is accepted
 with probability p(x) at that position (exact: beta), if it is argmax p (greedy), or if it passes

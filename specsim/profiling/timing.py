@@ -155,11 +155,10 @@ class PassTimer:
     which leaves out the time the operating system gave to other processes, so it measures what
     a dedicated core would take even on a shared machine. It is only meaningful with one torch
     thread (several threads add their CPU times up), which the timer checks. ``reference`` is
-    CPU time rescaled by ``normalise(tokens, model)`` (a ``SpeedNormaliser.factor``, called
+    CPU time rescaled by ``normalise(tokens, model)`` (a ``ReferenceTiming.factor``, called
     before each timed pass with the tokens it feeds and the model that runs it) to the
-    machine's speed at a reference moment: other
-    tenants also slow this process's own CPU time down, by up to 1.6x within seconds (see
-    ``specsim.engine.speed``).
+    machine's speed at a reference moment: other tenants also slow this process's own CPU time
+    (see ``specsim.engine.speed_reference``).
     """
 
     def __init__(
@@ -261,13 +260,14 @@ def time_grid(
 
     Repeats run in rounds: every point once per round (warm-up rounds first, untimed), each timed
     pass right after ``timer.prime_s`` of the same pass untimed (one pass at least), so it runs
-    warm, as a serving loop's alike steps do (after a longer pass, a CPU runs the next few up to
-    1.35x slower). A burst of load from other processes then costs many points one slow repeat
-    each, which the median drops, instead of spoiling every repeat of one point or of one region
-    of the grid. Within a round points go by batch size, smallest first, with one cache per
-    batch size at a time (sized for its longest point; the model attends only up to each row's
-    length, so the longer allocation costs nothing). A time budget thus cuts the expensive end
-    of the grid first, and the valid range records what was measured.
+    warm, as a serving loop's alike steps do (after an unlike pass a CPU runs the next few
+    slower: docs/notes/2026-11-29-timing-grid-priming.md). A burst of load from other processes
+    then costs many points one slow repeat each, which the median drops, instead of spoiling
+    every repeat of one point or of one region of the grid. Within a round points go by batch
+    size, smallest first, with one cache per batch size at a time (sized for its longest point;
+    the model attends only up to each row's length, so the longer allocation costs nothing). A
+    time budget thus cuts the expensive end of the grid first, and the valid range records what
+    was measured.
     """
     return time_grids(
         {"model": model}, points, timer, seed=seed, deadline=deadline, progress=progress
@@ -353,12 +353,9 @@ class _ModelGrid:
                         self.model(self.tokens[point], cache)
 
                 # Each timed pass follows the same pass untimed for ``timer.prime_s``, as a
-                # serving loop's steps follow steps alike. Right after a 128-token prefill the
-                # next decodes on a CPU took x1.33, x1.23, x1.09, x1.02 of their steady time
-                # (x1.35 down to x1.0 over seven passes, ~28 ms, on a busier machine), and
-                # every profile read decodes at the grid's shortest context (next after its
-                # prefills) 10-28 % slower than at longer ones. It also keeps a fresh cache's
-                # first touch (page faults) out.
+                # serving loop's steps follow steps alike: a pass right after an unlike one runs
+                # slow (docs/notes/2026-11-29-timing-grid-priming.md), and a fresh cache's
+                # first touch (page faults) stays out.
                 fed = point.batch * point.new_tokens
                 if timed and timer.normalise is not None:
                     # A speed probe now due runs here, before the priming, so that the timed

@@ -44,9 +44,7 @@ def window_rates(entry: Acceptance) -> list[float]:
 
     ``per_position`` comes from the widest window's walk, and a window's steps start elsewhere
     than a narrower one's (after a rejection, or after k accepted drafts), so its chain
-    understates a narrower window: for the built-in models at T = 1 it gives the tiny drafter
-    2.10 tokens per step at k = 2 where the profile's own k = 2 walk measured 2.15 and the real
-    engine 2.14 (8 seeds, sd 0.025); greedy, the small drafter 2.42 against 2.64.
+    understates a narrower window (docs/notes/2026-11-30-acceptance-per-window.md).
 
     With ``L_k`` the measured lengths (``L_0 = 1``) and gains ``g_i = L_i - L_(i-1)``, the
     chain's probability of accepting the first i drafts must be ``g_i``, so

@@ -7,9 +7,9 @@ independent multipliers by inverse transform of uniforms from the replica's own 
 chunks (one numpy call per 4096 iterations), linearly between the profile's quantiles.
 
 An iteration that only prefills is long and compute-bound, and varies less, relative to its
-median, than a decode iteration (on a 2-core CPU p10..p90 about x0.95..x1.07 against
-x0.90..x1.12): it takes the profile's ``prefill_jitter`` where there is one. Both kinds map the
-same uniform, so a profile without it draws exactly what it drew before.
+median, than a decode iteration (docs/notes/2026-11-29-engine-overhead-fit.md): it takes the
+profile's ``prefill_jitter`` where there is one. Both kinds map the same uniform, so a profile
+without it draws exactly what it drew before.
 """
 
 from __future__ import annotations

@@ -101,8 +101,7 @@ def compare(
         first, m = lookup(predicted, metric), lookup(measured, metric)
         draws = np.array([first, *(lookup(r, metric) for r in replicas)])
         # The prediction is the median over the simulator's draws: any one draw adds its own
-        # acceptance and jitter luck to the error (at batch 1, tiny drafter, the first draw's
-        # mean acceptance length sat 1 % below the median of 40).
+        # acceptance and jitter luck to the error.
         p = float(np.median(draws))
         error = (p - m) / m if m != 0 else None
         threshold = THRESHOLDS.get(metric)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from specsim.engine.speed import REFERENCE_CONTEXT
+from specsim.engine.speed_reference import REFERENCE_CONTEXT
 
 CONTEXT = REFERENCE_CONTEXT  # the reference pass's context, named in reports
 
@@ -41,7 +41,7 @@ def speed_check(
     raw, so that it shows the drift the reference clock takes out)."""
     import torch
 
-    from specsim.engine.speed import ReferencePass
+    from specsim.engine.speed_reference import ReferencePass
     from specsim.models import load_model
 
     now = time.perf_counter if clock == "wall" else time.process_time

@@ -146,6 +146,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         run_engine,
         write_run,
     )
+    from specsim.engine.speed_reference import clock_setting, steady
     from specsim.profile import load_profile
     from specsim.profiling.measure import check_device
     from specsim.simulation import run_simulation
@@ -189,11 +190,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
                 drafters=drafters,
                 prompts=opts.prompts,
                 device=opts.device,
-                clock=opts.clock,
-                reference_s=profile.profile.provenance.reference_pass_s,
-                reference_prefill_s=profile.profile.provenance.reference_prefill_s,
-                drafter_references=_drafter_references(profile, scenario),
-                reference_host_s=profile.profile.provenance.reference_host_s,
+                clock=clock_setting(opts.clock, profile.profile.provenance.speed_reference),
                 dtype=opts.dtype,
                 progress=engine_bar,
             )
@@ -274,54 +271,11 @@ def _speed(speed: dict[str, Any]) -> str:
         f"predicts {speed['profile_predicts_s'] * 1e3:.2f} ms (x{speed['ratio_before']:.2f}, "
         f"x{speed['ratio_after']:.2f}). Far from 1, the machine's speed drifted since profiling."
     )
-    ref = speed.get("reference_clock")
-    if ref:
-        text += (
-            f"\nreference clock: {ref['probes']} probes during the run found the machine "
-            f"x{ref['slowdown_median']:.2f} as slow as at the reference for a decode "
-            f"({ref['reference_pass_s'] * 1e3:.2f} ms; p10..p90 x{ref['slowdown_p10']:.2f}.."
-            f"x{ref['slowdown_p90']:.2f}) and x{ref['prefill_slowdown_median']:.2f} for a "
-            f"prefill ({ref['reference_prefill_s'] * 1e3:.2f} ms; p10..p90 "
-            f"x{ref['prefill_slowdown_p10']:.2f}..x{ref['prefill_slowdown_p90']:.2f}), and "
-            f"x{ref['host_slowdown_median']:.2f} for the engine's own work "
-            f"({ref['reference_host_s'] * 1e3:.2f} ms; p10..p90 x{ref['host_slowdown_p10']:.2f}.."
-            f"x{ref['host_slowdown_p90']:.2f}); the engine's times are rescaled to the references."
-        )
-        for name, own in ref.get("models", {}).items():
-            text += (
-                f"\n  drafter {name}, its own probes: x{own['slowdown_median']:.2f} for a "
-                f"decode ({own['decode_s'] * 1e3:.2f} ms), x{own['prefill_slowdown_median']:.2f} "
-                f"for a prefill ({own['prefill_s'] * 1e3:.2f} ms); its passes are rescaled by "
-                "them."
-            )
-        if not speed.get("steady", True):
-            text += (
-                "\nwarning: the machine ran more than 10 % away from the reference speed for "
-                "most of the run; the rescaling then rests on how the reference passes' slowdown "
-                "carries over to the engine's passes, which on a shared 2-core machine held to "
-                "5-10 %: errors of that size may be the machine's, rerun when it is quieter."
-            )
+    if speed.get("reference_clock"):
+        from specsim.engine.speed_reference import describe
+
+        text += describe(speed["reference_clock"], speed.get("steady", True))
     return text
-
-
-def steady(drift: dict, tolerance: float = 0.1) -> bool:
-    """Whether every probe (the target's, the host pass and each drafter's) ran within
-    ``tolerance`` of the reference speed for most of the run (their median slowdowns)."""
-    keys = ("slowdown_median", "prefill_slowdown_median", "host_slowdown_median")
-    return all(
-        abs(probes[key] - 1.0) <= tolerance
-        for probes in (drift, *drift.get("models", {}).values())
-        for key in keys
-        if key in probes
-    )
-
-
-def _drafter_references(profile, scenario: Scenario) -> dict[str, float] | None:
-    """The scenario's drafter's own reference passes in the profile, when it has them."""
-    references = profile.profile.provenance.drafter_references or {}
-    spec = scenario.speculation
-    found = references.get(spec.drafter) if spec.enabled and spec.drafter else None
-    return found.model_dump() if found is not None else None
 
 
 def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:

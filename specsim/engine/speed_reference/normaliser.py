@@ -1,145 +1,27 @@
 """How fast the machine is right now, from reference passes: timing on a shared machine.
 
-On a shared machine the same forward pass can take 1.9 ms now and 3.1 ms a few seconds later,
-even counted in this process's CPU time (other tenants compete for caches, memory bandwidth and
-the core's execution units). A profile measured in one such phase and an engine run in another
-then differ by the machine, not by the model. ``SpeedNormaliser`` measures that drift as it
-happens: every ``interval_s`` it times a short burst of two fixed passes of the target, a decode
-(batch 1 after a 128-token context: memory-bound) and a prefill (a 96-token prompt:
-compute-bound), and rescales the CPU time measured since so that times read as if the machine
-ran at its speed when the references were taken.
-
-Other tenants do not slow every pass alike: over a minute on a 2-core machine, the prefill's
-time over the decode's moved by +-10 % (p10..p90) while each moved by 0.75x..1.5x. So the
-factor for a pass depends on how many tokens it feeds: the decode probe's for 1 token, the
-prefill probe's from ``PREFILL_TOKENS`` up, and between them geometric interpolation in
-log(tokens). Measured against the probes taken at the same time, that left a batch-8 k = 4
-verification pass within 0.96..1.05 (p10..p90), where the decode probe alone left 0.86..1.10.
-
-Without given references the normaliser calibrates to the machine's quiet speed (``calibrate``):
-the fastest of ``CALIBRATION_ROUNDS`` bursts of each probe, taken in rounds over every probe
-so that each probe's bursts spread over a second or more. A reference caught in a slow phase
-(a decode at 1.7x its usual time was seen) would make every later factor large, and scale
-passes the slow phase had not slowed alike; from the quiet speed the factors stay near 1 and
-only slow phases are scaled. The rounds run back to back: bursts 0.1 s apart with the process
-asleep between them found a decode 11 % slower than in a busy loop (the caches go cold), a
-speed the serving loop never runs at.
-
-Nor do other tenants slow every model alike, so each draft model has probes of its own
-(``track``) and its passes take its own factor: a drafter small enough for the caches, timed
-with the target's factor, was over-corrected whenever the target's probes ran slow, and the
-profile then predicted its passes too cheap. The engine's own work between passes (sampling,
-verification, bookkeeping: small torch operations and Python) has a probe of its own too,
-``HostPass``: once, the target's decode probe ran at x0.53..0.63 of its reference while the host
-pass stayed at x0.93..1.03.
-
-The profiler records every reference (``provenance.reference_pass_s``, ``reference_prefill_s``,
-``reference_host_s`` and each drafter's in ``drafter_references``); the engine's ``reference``
-clock normalises to the same numbers, so both sides are in one unit.
+Other tenants of a shared machine slow even this process's CPU time, and not every pass or
+model alike. ``SpeedNormaliser`` times short bursts of fixed passes every ``interval_s`` (the
+target's decode after ``REFERENCE_CONTEXT`` tokens and its prefill of ``PREFILL_TOKENS``, each
+tracked drafter's own, and ``HostPass`` for the engine's own work between passes) and rescales
+the CPU time measured since to the speed at which the references were taken. A pass's factor
+moves from its model's decode probe (1 token) to its prefill probe (``PREFILL_TOKENS`` and
+wider), geometric in log(tokens), because wide passes slow differently from decodes. Without
+given references it calibrates to the machine's quiet speed (``calibrate``: the fastest of
+``CALIBRATION_ROUNDS`` back-to-back bursts), so that the factors stay near 1 and only slow
+phases are scaled. The measurements behind each choice: docs/notes/2026-11-29-reference-clock.md.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
-import torch
 
-from specsim.engine.step import VERIFIERS, Sampling, StepUniforms
-from specsim.sampling.logits import sample_from_probs
-from specsim.sampling.randomness import VerifierRandomness
+from specsim.engine.speed_reference.probes import HostPass, ReferencePass
 
-REFERENCE_CONTEXT = 128
-PREFILL_TOKENS = 96  # the prefill probe's prompt; passes this wide or wider take its factor
-BURST = 5  # passes per probe: the median of a few is steady, the probe stays ~10 ms
 CALIBRATION_ROUNDS = 10  # bursts of each probe for its reference, in rounds over all probes
 INTERVAL_S = 0.25  # the machine's speed moves on a scale of seconds
-
-
-class ReferencePass:
-    """One pass of ``model`` at batch 1: a decode after ``REFERENCE_CONTEXT`` cached tokens
-    (``kind="decode"``) or a prefill of ``PREFILL_TOKENS`` (``kind="prefill"``)."""
-
-    def __init__(self, model, now: Callable[[], float] = time.process_time, kind="decode"):
-        if kind not in ("decode", "prefill"):
-            raise ValueError(f"unknown reference pass {kind!r}")
-        self.model = model
-        self.now = now
-        self.kind = kind
-        top = model.config.max_position - 1
-        self.context = min(REFERENCE_CONTEXT, top) if kind == "decode" else 0
-        self.tokens = 1 if kind == "decode" else min(PREFILL_TOKENS, top)
-        self._cache = None
-        self._input = None
-
-    def _ready(self) -> None:
-        if self._cache is not None:
-            return
-        model = self.model
-        self._cache = model.new_cache(1, self.context + self.tokens)
-        self._input = torch.ones((1, self.tokens), dtype=torch.long, device=model.device)
-        with torch.inference_mode():
-            if self.context:
-                ids = torch.ones((1, self.context), dtype=torch.long, device=model.device)
-                model(ids, self._cache)
-            for _ in range(2):  # warm-up: first calls pay for allocation
-                self._pass()
-
-    def _pass(self) -> float:
-        self._cache.rollback([self.context])
-        sync(self.model.device)
-        began = self.now()
-        self.model(self._input, self._cache)
-        sync(self.model.device)
-        return self.now() - began
-
-    def median_s(self, passes: int = BURST) -> float:
-        """Median seconds of ``passes`` reference passes, back to back."""
-        self._ready()
-        with torch.inference_mode():
-            return float(np.median([self._pass() for _ in range(passes)]))
-
-
-class HostPass:
-    """The engine's own work in one speculative step, without a model pass: per-row uniforms,
-    processing the drafter's and the target's logits, sampling the drafts, exact rejection
-    verification and reading the result back, at batch 4, k = 2 over the built-in vocabulary.
-    Small torch operations and Python: other tenants slow them unlike a model's pass."""
-
-    def __init__(self, now: Callable[[], float] = time.process_time, batch=4, k=2, vocab=258):
-        self.now = now
-        self.k = k
-        generator = torch.Generator().manual_seed(0)
-        self.q_logits = torch.randn((batch, k, vocab), generator=generator)
-        self.p_logits = torch.randn((batch, k + 1, vocab), generator=generator)
-        self.n_drafts = torch.full((batch,), k, dtype=torch.long)
-        self.streams = [torch.Generator().manual_seed(i) for i in range(batch)]
-
-    def _pass(self) -> float:
-        sampling = Sampling()
-        began = self.now()
-        uniforms = StepUniforms.per_row(self.streams, self.k)
-        q = sampling.probs(self.q_logits)
-        drafts = torch.stack(
-            [
-                sample_from_probs(q[:, i], uniforms.draft[:, i], validate=False)
-                for i in range(self.k)
-            ],
-            dim=1,
-        )
-        randomness = VerifierRandomness(uniforms.accept, uniforms.sample)
-        p = sampling.probs(self.p_logits)
-        result = VERIFIERS["rejection"](p, q, drafts, self.n_drafts, randomness, validate=False)
-        result.tokens.tolist()
-        result.accepted.tolist()
-        return self.now() - began
-
-    def median_s(self, passes: int = BURST) -> float:
-        """Median seconds of ``passes`` host passes, back to back."""
-        with torch.inference_mode():
-            self._pass()  # warm-up: first calls pay for allocation
-            return float(np.median([self._pass() for _ in range(passes)]))
 
 
 class ModelSpeed:
@@ -339,9 +221,3 @@ class SpeedNormaliser:
                 for speed in self.tracked.values()
             }
         return out
-
-
-def sync(device: torch.device) -> None:
-    """Wait for a CUDA device's queued work (CPU passes return when done)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

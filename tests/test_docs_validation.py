@@ -1,0 +1,129 @@
+"""The README's validation table is generated from the saved validation benchmark runs
+(``specsim.docs.validation``): it matches the committed results file, goes stale when they
+change, and a saved run joins the runs of its own code only."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specsim import docs
+from specsim.docs import validation
+from specsim.errors import SpecsimError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def table_block(readme: str) -> str:
+    start = readme.index(validation.BEGIN) + len(validation.BEGIN)
+    return readme[start : readme.index(validation.END)]
+
+
+def test_the_readme_table_states_the_committed_results():
+    assert validation.readme_is_current(), "run `python -m specsim.docs` and commit README.md"
+    results = json.loads(validation.RESULTS.read_text(encoding="utf-8"))
+    block = table_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    rows = {
+        m.group(1): m.group(2).split(" | ")
+        for m in re.finditer(r"^\| `([^`]+)` \| (.+) \|$", block, flags=re.MULTILINE)
+    }
+    scenarios = sorted(p.stem for p in (ROOT / "scenarios").glob("validate-*.yaml"))
+    assert sorted(rows) == scenarios  # every shipped validation scenario, no other
+    for name, cells in rows.items():
+        assert len(cells) == len(results["runs"])
+        for cell, run in zip(cells, results["runs"], strict=True):
+            figures = run["figures"][name]
+            error = figures["relative_error"]["e2e_s.mean"]
+            assert cell == f"{error * 100:+.1f} % {'✓' if figures['passed'] else '✗'}"
+    # The README itself states no figures of its own outside the generated block.
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(validation.BEGIN)[0]
+    assert "Three runs gave" not in section and "x0.93" not in section
+
+
+def copies(tmp_path: Path) -> tuple[Path, Path]:
+    readme, results = tmp_path / "README.md", tmp_path / "validation.json"
+    shutil.copy(ROOT / "README.md", readme)
+    shutil.copy(validation.RESULTS, results)
+    return readme, results
+
+
+def test_a_changed_result_makes_the_table_stale_and_the_docs_command_rewrites_it(tmp_path):
+    readme, results = copies(tmp_path)
+    data = json.loads(results.read_text(encoding="utf-8"))
+    data["runs"][0]["figures"]["validate-b8-k0"]["relative_error"]["e2e_s.mean"] = 0.0423
+    results.write_text(json.dumps(data), encoding="utf-8")
+    assert not validation.readme_is_current(readme, results)
+    where = ["--out", str(docs.DEFAULT_FOLDER), "--readme", str(readme), "--results", str(results)]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert docs.main(["--check", *where]) == 1
+    assert "validation table" in out.getvalue()
+    before = readme.read_text(encoding="utf-8")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert docs.main(where) == 0
+        assert docs.main(["--check", *where]) == 0
+    after = readme.read_text(encoding="utf-8")
+    assert "| `validate-b8-k0` | +4.2 % ✓ |" in after
+    # Only the block between the markers changed.
+    assert after.split(validation.BEGIN)[0] == before.split(validation.BEGIN)[0]
+    assert after.split(validation.END)[1] == before.split(validation.END)[1]
+
+
+def test_a_readme_without_its_markers_or_a_broken_results_file_is_a_one_line_error(
+    tmp_path, capsys
+):
+    readme, results = copies(tmp_path)
+    readme.write_text("# specsim\n", encoding="utf-8")
+    where = ["--out", str(tmp_path / "ref"), "--readme", str(readme), "--results", str(results)]
+    assert docs.main(where) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "validation table block" in err and "fix:" in err
+    shutil.copy(ROOT / "README.md", readme)
+    data = json.loads(validation.RESULTS.read_text(encoding="utf-8"))
+    results.write_text(json.dumps({**data, "runs": []}), encoding="utf-8")
+    with pytest.raises(SpecsimError, match="runs: List should have at least 1 item"):
+        validation.load_results(results)
+    results.write_text("{not json", encoding="utf-8")
+    with pytest.raises(SpecsimError, match="invalid JSON"):
+        validation.load_results(results)
+
+
+def bench_output(e2e: float, acceptance: float, measured: float, predicted: float) -> dict:
+    """A run as bench_validation.py prints it (the keys the table reads, and others)."""
+    scenario = {
+        "passed": abs(e2e) <= 0.05,
+        "relative_error": {"e2e_s.mean": e2e, "mean_acceptance_length": acceptance},
+        "runs": 2,
+    }
+    return {
+        "name": "validation",
+        "figures": {
+            "profiling_s": 600.0,
+            "validate-b1-small-k4": scenario,
+            "speculation_speedup_b8": {"measured": measured, "predicted": predicted},
+        },
+        "ratio": 0.5,
+    }
+
+
+def test_a_saved_run_joins_the_runs_of_its_code_and_replaces_other_code(tmp_path, monkeypatch):
+    path = tmp_path / "validation.json"
+    monkeypatch.setattr(validation, "_code_version", lambda: "abc123")
+    validation.save_run(path, bench_output(0.01, -0.004, 1.5, 1.53), "bench --repeat 2", "CPU")
+    saved = validation.save_run(
+        path, bench_output(-0.07, 0.011, 1.5, 1.5), "bench --repeat 2", "CPU"
+    )
+    assert len(saved.runs) == 2 and saved.code == "abc123"
+    text = validation.validation_table(validation.load_results(path))
+    assert "| `validate-b1-small-k4` | +1.0 % ✓ | -7.0 % ✗ |" in text
+    assert "| every threshold met | 1 of 1 | 0 of 1 |" in text
+    # Acceptance and speed-up come from the runs' own figures when they hold them.
+    assert "-0.4 % to +1.1 %" in text and "within 2.0 %" in text
+    monkeypatch.setattr(validation, "_code_version", lambda: "def456")
+    fresh = validation.save_run(path, bench_output(0.02, 0.0, 1.0, 1.0), "bench --repeat 2", "CPU")
+    assert len(fresh.runs) == 1 and fresh.code == "def456"
