@@ -105,6 +105,16 @@ def test_a_loaded_scenario_runs_as_its_file_does():
     assert scenario.speculation.k == 4  # the caller's object is left as it was
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_overriding_a_loaded_scenario_keeps_everything_else(scenario):
+    from specsim.api.simulate import load
+
+    loaded = load_scenario(scenario)
+    again = load(loaded, ["seed=7"])
+    assert again.source == loaded.source and again.seed == 7
+    assert again.model_copy(update={"seed": loaded.seed}) == loaded
+
+
 @pytest.mark.parametrize(
     ("keywords", "sets"),
     [
@@ -240,6 +250,7 @@ def test_drafter_swap_writes_what_the_cli_writes(tmp_path):
     )  # fmt: skip
     assert files(tmp_path / "api") == files(tmp_path / "cli")
     assert result.summary["recommendation"]["drafter"] in ("llama3.2-1b", "ngram")
+    assert set(result.tables) == {"drafters", "acceptance_per_position", "per_load", "sweep"}
 
 
 def test_plan_options_are_checked_as_the_clis_are(tmp_path):
@@ -305,3 +316,25 @@ def test_a_folder_that_is_no_run_is_a_one_line_error(tmp_path, case):
     with pytest.raises(SpecsimError) as info:
         specsim.load_run(folder)
     assert "\n" not in info.value.one_line() and str(folder) in info.value.one_line()
+
+
+# -- documentation ---------------------------------------------------------------------------------
+
+
+def test_the_lazy_names_are_the_apis_and_the_reference_page_covers_them():
+    from specsim.docs.api import api_page
+
+    assert sorted(specsim.API) == sorted(specsim.api.__all__)
+    page = api_page()
+    assert all(f"### `specsim.{name}" in page for name in specsim.api.__all__)
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
+    (example,) = section.split("```python\n")[1:]
+    for name in ("scenarios", "profiles"):
+        (tmp_path / name).symlink_to(REPO / name)
+    monkeypatch.chdir(tmp_path)
+    exec(example.split("```")[0], {})
+    assert specsim.load_run("runs/k3").summary["scenario"]["k"] == 3

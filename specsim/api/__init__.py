@@ -1,5 +1,7 @@
 """specsim's Python API: the CLI's commands as functions that return pandas DataFrames.
 
+For example::
+
     import specsim
     result = specsim.simulate("scenarios/poisson.yaml", speculation__k=3)
     result.summary["e2e_s"]["p99"]          # summary.json's dict

@@ -198,7 +198,7 @@ def drafter_swap(
 ) -> PlanResult:
     """``specsim report drafter-swap``: two or more drafters side by side across load, and a
     recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter). Tables:
-    ``drafters``, ``per_load``, ``sweep`` (and the acceptance table)."""
+    ``drafters``, ``acceptance_per_position``, ``per_load``, ``sweep``."""
     return _run(
         swap_run,
         scenario,

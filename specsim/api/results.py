@@ -70,6 +70,7 @@ class PlanResult:
 
     @property
     def command(self) -> str:
+        """The command that made it: ``plan window``, ``plan capacity``, ``report drafter-swap``."""
         return self.summary["command"]
 
     @property
@@ -96,10 +97,12 @@ class ValidationRun:
 
     @property
     def metrics(self) -> pd.DataFrame:
+        """comparison.json's rows: one per metric, measured against predicted."""
         return pd.DataFrame(self.comparison["rows"])
 
     @property
     def passed(self) -> bool:
+        """Whether every metric is within its threshold."""
         return bool(self.comparison["passed"])
 
 
