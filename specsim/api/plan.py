@@ -40,7 +40,7 @@ class SweepOptions:
     cluster_tls: ClusterTls | None = None
     progress: bool = True
 
-    def sweeper(self, out: Path, identity: dict[str, Any]) -> Sweeper:
+    def sweeper(self, out: str | Path, identity: dict[str, Any]) -> Sweeper:
         return Sweeper(
             out,
             identity,
@@ -64,7 +64,16 @@ class Planned:
         return {key: value for key, value in self.summary.items() if key != SIMULATIONS}
 
 
-def window_run(scenario, overrides, ks, loads, seed, out: Path, options: SweepOptions) -> Planned:
+def window_run(
+    scenario: str,
+    overrides: Sequence[str],
+    ks: list[int] | None,
+    loads: list[float] | None,
+    seed: int | None,
+    out: str | Path,
+    options: SweepOptions,
+) -> Planned:
+    """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report."""
     plan = window.prepare(scenario, overrides, ks, loads, seed)
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     with options.sweeper(out, plan.identity()) as sweeper:
@@ -74,17 +83,18 @@ def window_run(scenario, overrides, ks, loads, seed, out: Path, options: SweepOp
 
 
 def capacity_run(
-    scenario,
-    overrides,
-    target_rps,
-    drafters,
-    ks,
-    tolerance,
-    attainment,
-    seed,
-    out: Path,
+    scenario: str,
+    overrides: Sequence[str],
+    target_rps: float,
+    drafters: list[str] | None,
+    ks: list[int] | None,
+    tolerance: float,
+    attainment: float,
+    seed: int | None,
+    out: str | Path,
     options: SweepOptions,
 ) -> Planned:
+    """``plan capacity``'s searches into ``out``, and its report."""
     plan = capacity.prepare(
         scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed
     )
@@ -95,8 +105,17 @@ def capacity_run(
 
 
 def swap_run(
-    scenario, overrides, drafters, profiles, ks, loads, seed, out: Path, options: SweepOptions
+    scenario: str,
+    overrides: Sequence[str],
+    drafters: list[str],
+    profiles: list[str] | None,
+    ks: list[int] | None,
+    loads: list[float] | None,
+    seed: int | None,
+    out: str | Path,
+    options: SweepOptions,
 ) -> Planned:
+    """``report drafter-swap``'s sweep into ``out``, and its report."""
     plan = swap.prepare(scenario, overrides, drafters, profiles, ks, loads, seed)
     for drafter in plan.drafters:
         p = drafter.plan
