@@ -74,6 +74,27 @@ def test_simulate_holds_and_saves_what_the_cli_writes(scenario, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "names", [["a,b", 'say "hi"', "x;y z"], ["1", "NA"]], ids=["quoted", "numeric"]
+)
+def test_pool_names_stay_names_and_are_saved_as_the_cli_writes_them(names, tmp_path):
+    import shutil
+
+    import yaml
+    from test_records_csv import DATA, SCENARIO
+
+    for name in ("sim_profile.yaml", "sim_sequences.txt"):
+        shutil.copy(DATA / name, tmp_path / name)
+    data = {**SCENARIO, "fleet": {"pools": [{"name": n, "replicas": 1} for n in names]}}
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(data), encoding="utf-8")
+    cli("simulate", str(scenario), "--out", str(tmp_path / "cli"))
+    result = specsim.simulate(scenario)
+    assert sorted(result.requests["pool"].unique()) == sorted(names)  # not 1 and NaN
+    result.save(tmp_path / "api")
+    assert files(tmp_path / "api") == files(tmp_path / "cli")
+
+
+@pytest.mark.parametrize(
     ("keywords", "sets", "flags"),
     [
         ({"speculation__k": 3, "workload__rate": 8}, ["speculation.k=3", "workload.rate=8"], []),
