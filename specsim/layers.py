@@ -30,6 +30,7 @@ LAYERS: tuple[str, ...] = (
     "profiling",  # measuring and fitting profiles (torch), rooflines, calibration
     "validation",  # the real engine against the simulator
     "planning",  # sweeps, plans and reports
+    "api",  # the Python API: the commands as functions returning DataFrames (pandas)
     "cli",  # the specsim command
     "docs",  # reference pages generated from the code
 )

@@ -17,7 +17,7 @@ import yaml
 from specsim.cli import main
 from specsim.engine.records import format_csv
 from specsim.errors import SpecsimError
-from specsim.validation.rollout import check_rollout, load_run
+from specsim.validation.rollout import check_rollout, load_rollout_records
 
 N = 200
 
@@ -128,21 +128,21 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     rng = np.random.default_rng(7)
     good = write(tmp_path / "good", fake_run(rng))
     with pytest.raises(SpecsimError, match="run folder not found"):
-        load_run(tmp_path / "missing")
+        load_rollout_records(tmp_path / "missing")
     short = write(tmp_path / "short", fake_run(rng, n=3))
     with pytest.raises(SpecsimError, match="at least"):
-        load_run(short)
+        load_rollout_records(short)
     broken = tmp_path / "broken"
     broken.mkdir()
     text = (good / "requests.csv").read_text().splitlines()
     (broken / "requests.csv").write_text("\n".join([text[0], text[1], "1,2,3"]) + "\n")
     with pytest.raises(SpecsimError, match="line 3"):
-        load_run(broken)
+        load_rollout_records(broken)
     nocol = tmp_path / "nocol"
     nocol.mkdir()
     (nocol / "requests.csv").write_text("id,arrival_s\n1,0.5\n")
     with pytest.raises(SpecsimError, match="missing"):
-        load_run(nocol)
+        load_rollout_records(nocol)
 
 
 def engine_run(tmp_path, name: str, speculation: dict):
@@ -185,7 +185,7 @@ def test_engine_rollouts_exact_passes_lossy_typical_is_flagged(tmp_path):
     base = engine_run(tmp_path, "base", {"drafter": None, "k": 0})
     exact = engine_run(tmp_path, "exact", {"drafter": "small", "k": 3})
     lossy = engine_run(tmp_path, "lossy", {"drafter": "tiny", "k": 3, "verifier": "typical"})
-    assert not check_rollout(load_run(base), load_run(exact)).shifted
-    check = check_rollout(load_run(base), load_run(lossy))
+    assert not check_rollout(load_rollout_records(base), load_rollout_records(exact)).shifted
+    check = check_rollout(load_rollout_records(base), load_rollout_records(lossy))
     print("\n" + "\n".join(f"{t.signal} {t.test} p={t.p_value:.3g}" for t in check.tests))
     assert check.shifted

@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specsim.fileio import atomic_output_dir, dump_json
-    from specsim.validation.rollout import check_rollout, describe, load_run
+    from specsim.validation.rollout import check_rollout, describe, load_rollout_records
 
-    baseline = load_run(args.baseline)
-    candidate = load_run(args.candidate)
+    baseline = load_rollout_records(args.baseline)
+    candidate = load_rollout_records(args.candidate)
     check = check_rollout(baseline, candidate, args.alpha)
     summary = {"baseline": str(args.baseline), "candidate": str(args.candidate)}
     summary.update(check.to_dict())

@@ -21,7 +21,6 @@ computes only what is missing. Exit codes: 0 done, 1 done but some simulations f
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from specsim.bounds import MAX_RATE
 from specsim.cli.common import SEED, Number, add_json, add_out, add_set, emit
@@ -175,32 +174,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_json(parser)
 
 
-def make_sweeper(args: argparse.Namespace, identity: dict[str, Any]):
+def sweep_options(args: argparse.Namespace):
+    from specsim.api.plan import SweepOptions
     from specsim.planning.cluster import ClusterTls
-    from specsim.planning.sweep import Sweeper
 
-    return Sweeper(
-        args.out,
-        identity,
-        workers=args.workers,
-        cluster=args.cluster,
-        cluster_tls=ClusterTls(
-            args.cluster_tls_ca_file, args.cluster_tls_cert, args.cluster_tls_key
-        ),
-        progress=not args.no_progress,
-    )
+    tls = ClusterTls(args.cluster_tls_ca_file, args.cluster_tls_cert, args.cluster_tls_key)
+    return SweepOptions(args.workers, args.cluster, tls, not args.no_progress)
 
 
-def finish(args, summary: dict[str, Any], human: str, report) -> int:
+def finish(args, planned, human: str) -> int:
     """Write the report files atomically, print the summary, and pick the exit code."""
-    from specsim.fileio import atomic_output_dir, dump_json
-    from specsim.planning.report import write_report
+    from specsim.api.plan import write_plan
 
-    # How many simulations this run computed or reused varies between runs; the files must not.
-    stored = {key: value for key, value in summary.items() if key != "simulations"}
-    with atomic_output_dir(args.out) as staging:
-        write_report(report, staging)
-        (staging / "summary.json").write_text(dump_json(stored), encoding="utf-8")
+    write_plan(args.out, planned)
+    summary = planned.summary
     if summary["failed"]:
         human += f"\n{len(summary['failed'])} simulations failed (listed in summary.json)"
     emit(args, summary, human + f"\nreport: {args.out}/report.html")
@@ -214,29 +201,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _window(args: argparse.Namespace) -> int:
-    from specsim.planning import window, window_report
-    from specsim.planning.common import check_loads, parse_k_values, parse_loads
+    from specsim.api.plan import window_run
+    from specsim.planning import window_report
+    from specsim.planning.common import parse_k_values, parse_loads
 
-    plan = window.prepare(
+    planned = window_run(
         args.scenario,
         args.overrides,
         parse_k_values(args.k),
         parse_loads(args.loads),
         args.seed,
+        args.out,
+        sweep_options(args),
     )
-    check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
-    with make_sweeper(args, plan.identity()) as sweeper:
-        outcome = window.run(plan, sweeper)
-        summary = window.json_summary(plan, outcome, sweeper)
-    report = window_report.build(plan, outcome, summary)
-    return finish(args, summary, window_report.human(plan, summary), report)
+    return finish(args, planned, window_report.human(planned.plan, planned.summary))
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from specsim.planning import capacity, capacity_report
+    from specsim.api.plan import capacity_run
+    from specsim.planning import capacity_report
     from specsim.planning.common import parse_k_values
 
-    plan = capacity.prepare(
+    planned = capacity_run(
         args.scenario,
         args.overrides,
         args.target_rps,
@@ -245,9 +231,7 @@ def _capacity(args: argparse.Namespace) -> int:
         args.tolerance,
         args.attainment,
         args.seed,
+        args.out,
+        sweep_options(args),
     )
-    with make_sweeper(args, plan.identity()) as sweeper:
-        outcome = capacity.run(plan, sweeper)
-        summary = capacity.json_summary(plan, outcome, sweeper)
-    report = capacity_report.build(plan, outcome, summary)
-    return finish(args, summary, capacity_report.human(plan, summary), report)
+    return finish(args, planned, capacity_report.human(planned.plan, planned.summary))

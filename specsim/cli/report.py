@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.cli.common import add_json, add_out, add_set
-from specsim.cli.plan import add_sweep_options, finish, make_sweeper
+from specsim.cli.plan import add_sweep_options, finish, sweep_options
 
 SWAP_DESCRIPTION = """Compare two or more drafters side by side, and recommend one.
 
@@ -73,10 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specsim.planning import swap, swap_report
-    from specsim.planning.common import check_loads, parse_k_values, parse_loads
+    from specsim.api.plan import swap_run
+    from specsim.planning import swap_report
+    from specsim.planning.common import parse_k_values, parse_loads
 
-    plan = swap.prepare(
+    planned = swap_run(
         args.scenario,
         args.overrides,
         args.drafter,
@@ -84,12 +85,7 @@ def run(args: argparse.Namespace) -> int:
         parse_k_values(args.k),
         parse_loads(args.loads),
         args.seed,
+        args.out,
+        sweep_options(args),
     )
-    for drafter in plan.drafters:
-        p = drafter.plan
-        check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
-    with make_sweeper(args, plan.identity()) as sweeper:
-        outcome = swap.run(plan, sweeper)
-        summary = swap.json_summary(plan, outcome, sweeper)
-    report = swap_report.build(plan, outcome, summary)
-    return finish(args, summary, swap_report.human(plan, summary), report)
+    return finish(args, planned, swap_report.human(planned.plan, planned.summary))

@@ -14,8 +14,6 @@ from typing import Any
 
 from specsim.cli.common import add_json, add_out, add_set, emit
 
-SPEEDUP_KEYS = ("ttft_s", "tpot_s", "e2e_s")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario YAML file")
@@ -27,20 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run the same scenario with speculation off (k = 0) and report the speedups",
     )
-
-
-def speedups(spec: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
-    """Baseline over speculative latency (>1 = speculation faster); throughput the other way."""
-    out: dict[str, float] = {}
-    for key in SPEEDUP_KEYS:
-        for stat in ("mean", "p50", "p99"):
-            s, b = spec[key][stat], base[key][stat]
-            out[f"{key[:-2]}_{stat}"] = b / s if s > 0 else 0.0
-    s, b = spec["throughput_tokens_per_s"], base["throughput_tokens_per_s"]
-    out["throughput"] = s / b if b > 0 else 0.0
-    s, b = spec["cost_usd_per_million_tokens"], base["cost_usd_per_million_tokens"]
-    out["cost"] = b / s if s > 0 else 0.0
-    return out
 
 
 def human_summary(summary: dict[str, Any], path: str) -> str:
@@ -120,6 +104,8 @@ def baseline_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def _value_text(metric: str, value: float) -> str:
+    from specsim.api.simulate import SPEEDUP_KEYS
+
     if metric.split(".")[0] in SPEEDUP_KEYS:
         return f"{value * 1e3:.1f} ms"
     if metric == "throughput_tokens_per_s":
@@ -129,62 +115,12 @@ def _value_text(metric: str, value: float) -> str:
     return f"${value:.3f}"
 
 
-def warn_beyond_measured_k(scenario) -> None:
-    """Warn where a pool's k reaches past the positions the profile measured acceptance for.
-
-    The simulator then repeats the last measured rate (a guess); the planner refuses such k.
-    """
-    import warnings
-
-    from specsim.planning.common import answerable_k
-    from specsim.profile import load_profile
-
-    profile = load_profile(scenario.resolve(scenario.profile))
-    for pool in scenario.fleet.pools or [None]:
-        spec = scenario.pool_speculation(pool)
-        if not spec.enabled:
-            continue
-        limit = answerable_k(profile, spec)
-        if spec.max_k > limit:
-            where = f"pool {pool.name}: " if pool is not None else ""
-            warnings.warn(
-                f"{where}k = {spec.max_k} is beyond the {limit} positions the profile measured "
-                f"acceptance for (drafter {spec.drafter!r}); the positions past {limit} repeat "
-                "its last rate, a guess: profile more positions, or use acceptance: iid or "
-                "sequences",
-                stacklevel=2,
-            )
-
-
 def run(args: argparse.Namespace) -> int:
-    from specsim.comparison import compare, regressions_json
-    from specsim.fileio import atomic_output_dir, dump_json, write_text_atomic
-    from specsim.metrics import round_floats
-    from specsim.scenario import load_scenario
-    from specsim.simulation import run_simulation
+    from specsim.api.simulate import prepare, simulate_into
+    from specsim.fileio import atomic_output_dir
 
-    scenario = load_scenario(args.scenario, args.overrides)
-    warn_beyond_measured_k(scenario)
-    baseline_scenario = None
-    if args.compare_baseline:
-        baseline_scenario = load_scenario(
-            args.scenario, [*args.overrides, "speculation.k=0", "speculation.policy=fixed"]
-        )
-        for pool in baseline_scenario.fleet.pools:
-            pool.speculation.k = 0
-            pool.speculation.policy = "fixed"
+    scenario, baseline = prepare(args.scenario, args.overrides, args.compare_baseline)
     with atomic_output_dir(args.out) as staging:
-        result = run_simulation(scenario, records_path=staging / "requests.csv")
-        summary = dict(result.summary)
-        if baseline_scenario is not None:
-            base = run_simulation(baseline_scenario).summary
-            summary["baseline"] = {k: v for k, v in base.items() if k != "pools"}
-            summary["speedup_vs_baseline"] = {
-                k: round(v, 4) for k, v in speedups(summary, base).items()
-            }
-            changes = compare(summary, base)
-            summary["compared_vs_baseline"] = [c.metric for c in changes]
-            summary["regressions_vs_baseline"] = round_floats(regressions_json(changes))
-        write_text_atomic(staging / "summary.json", dump_json(summary))
+        summary = simulate_into(staging, scenario, baseline)
     emit(args, summary, human_summary(summary, args.out))
     return 0

@@ -3,11 +3,11 @@
     python -m specsim.docs            # rewrite docs/reference/ and the README's validation table
     python -m specsim.docs --check    # exit 1 (and name the pages) when either is stale
 
-Three kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
+Four kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
 default, allowed values, description), every CLI command (from the same argparse parsers that
-``--help`` prints), and the output files (described once, below; the tests check the names
-against real runs). Nothing is written by hand twice: change a field's description or an
-option's help and rerun this module.
+``--help`` prints), the output files (described once, below; the tests check the names
+against real runs), and the Python API (from its docstrings and signatures). Nothing is
+written by hand twice: change a field's description or an option's help and rerun this module.
 
 The pages depend only on the code, never on the machine: argparse's own help layout (which
 varies with the terminal width and the Python version) is not used; tables are built from the
@@ -23,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specsim.docs.api import api_page
 from specsim.docs.cli import cli_pages, command_names, option_help, synopsis
 from specsim.docs.markdown import GENERATED, cell, docstring_markdown, help_markdown, table
 from specsim.docs.outputs import (
@@ -66,7 +67,7 @@ __all__ = [
 
 def reference_pages() -> dict[str, str]:
     """Every generated page: path relative to docs/reference -> Markdown text."""
-    pages = {**schema_pages(), **cli_pages(), "outputs.md": outputs_page()}
+    pages = {**schema_pages(), **cli_pages(), "outputs.md": outputs_page(), "api.md": api_page()}
     pages["README.md"] = index_page()
     return pages
 
@@ -77,6 +78,7 @@ def index_page() -> str:
         ["[profile.md](profile.md)", "every key of a profile file"],
         ["[cli/](cli/README.md)", "every command and option"],
         ["[outputs.md](outputs.md)", "what each output file holds"],
+        ["[api.md](api.md)", "the Python API: each function and what it returns"],
     ]
     return "\n\n".join(["# Reference", GENERATED, table(["page", "what it holds"], rows)]) + "\n"
 

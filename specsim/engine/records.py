@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the engine loop imports torch; reading records must not
     from specsim.engine.engine import IterationLog
 
 QUALITY_COLUMNS = ("target_logprob_mean", "eos")
+QUALITY_FORMATS = {"target_logprob_mean": "%.9g", "eos": "%d"}  # as format_csv writes them
 ENGINE_COLUMNS = (*COLUMNS, *QUALITY_COLUMNS)
 _FLOAT_COLUMNS = {"arrival_s", "scheduled_s", "first_token_s", "finish_s", "target_logprob_mean"}
 # Column -> (type, lowest, highest): what a real run's request can hold. A value outside is a

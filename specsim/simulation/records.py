@@ -16,6 +16,8 @@ from typing import TextIO
 
 import numpy as np
 
+from specsim.errors import SpecsimError
+from specsim.fileio import check_input_file
 from specsim.metrics import RequestStats
 
 COLUMNS = (
@@ -35,6 +37,10 @@ COLUMNS = (
 )
 NUMERIC = COLUMNS[:-1]
 _CELL_FORMATS = ("%d", "%.6f", "%.6f", "%.6f", "%.6f", "%d", "%d", "%d", "%d", "%d", "%d", "%d")
+# Each numeric column's printf format in requests.csv, and the type it reads back as.
+CELL_FORMATS = dict(zip(NUMERIC, _CELL_FORMATS, strict=True))
+COLUMN_DTYPES = {name: "float64" if f[-1] == "f" else "int64" for name, f in CELL_FORMATS.items()}
+COLUMN_DTYPES["pool"] = "str"
 FLUSH_ROWS = 8192
 
 
@@ -102,29 +108,29 @@ class RecordSink:
             self._fh = None
 
 
+def read_requests(path: str | Path):
+    """A ``requests.csv`` as a pandas DataFrame: the simulator's columns as int64, float64 (the
+    times) and text (``pool``, so that a pool named ``1`` or ``NA`` stays a name); any further
+    column (the real engine's) as ``pandas.read_csv`` types it."""
+    import pandas as pd
+
+    path = check_input_file(path, "requests.csv")
+    try:
+        frame = pd.read_csv(path, dtype=COLUMN_DTYPES, keep_default_na=False, na_values=[""])
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise SpecsimError(
+            f"not a readable requests.csv ({' '.join(str(exc).split())})",
+            file=str(path),
+            fix="give the requests.csv a specsim run wrote",
+        ) from None
+    seconds = [name for name in frame.columns if name.endswith("_s")]
+    return frame.astype(dict.fromkeys(seconds, "float64"))
+
+
 def read_records(path: str | Path) -> dict[str, np.ndarray]:
     """Read a ``requests.csv`` back as numpy columns (``pool`` as strings)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader)
-        columns: dict[str, list] = {name: [] for name in header}
-        for row in reader:
-            for name, value in zip(header, row, strict=True):
-                columns[name].append(value)
-    out: dict[str, np.ndarray] = {}
-    for name, values in columns.items():
-        if name == "pool":
-            out[name] = np.asarray(values, dtype=str)
-        elif name.endswith("_s"):
-            out[name] = np.asarray(values, dtype=np.float64)
-        else:
-            out[name] = _numbers(values)
+    frame = read_requests(path)
+    out = {name: frame[name].to_numpy() for name in frame.columns}
+    if "pool" in out:
+        out["pool"] = np.asarray(out["pool"], dtype=str)
     return out
-
-
-def _numbers(values: list[str]) -> np.ndarray:
-    """Integers when every value is one, else floats (e.g. the engine's target_logprob_mean)."""
-    try:
-        return np.asarray(values, dtype=np.int64)
-    except ValueError:
-        return np.asarray(values, dtype=np.float64)

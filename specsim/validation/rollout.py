@@ -68,7 +68,8 @@ class RolloutCheck:
         return asdict(self)
 
 
-def load_run(folder: str | Path) -> dict[str, np.ndarray]:
+def load_rollout_records(folder: str | Path) -> dict[str, np.ndarray]:
+    """An engine run folder's records, with enough requests for the two-sample tests."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecsimError(

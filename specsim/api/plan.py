@@ -1,0 +1,285 @@
+"""``plan_window``, ``plan_capacity``, ``drafter_swap``: the planner's sweeps, as the CLI runs them.
+
+``specsim plan window``, ``specsim plan capacity`` and ``specsim report drafter-swap`` call the
+``*_run`` functions below and ``write_plan``, so a PlanResult holds what the command writes.
+Without ``out`` a sweep keeps its points in a temporary folder, removed afterwards (nothing to
+resume from); with ``out`` it writes everything the command writes, and a rerun with the same
+``out`` computes only what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+from specsim.api.overrides import override_texts
+from specsim.api.results import SUMMARY, PlanResult, plan_result
+from specsim.fileio import atomic_output_dir, check_output_folder, dump_json
+from specsim.planning import capacity, capacity_report, swap, swap_report, window, window_report
+from specsim.planning.cluster import ClusterTls
+from specsim.planning.common import check_loads, parse_k_values, parse_loads
+from specsim.planning.report import Report, write_report
+from specsim.planning.sweep import Sweeper
+
+# Varies between runs (how many simulations a rerun reused), so summary.json leaves it out.
+SIMULATIONS = "simulations"
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Where a sweep runs: ``workers`` local processes (default: the CPUs available), or the
+    Dask scheduler at ``cluster`` (with ``cluster_tls``); a progress bar on a terminal."""
+
+    workers: int | None = None
+    cluster: str | None = None
+    cluster_tls: ClusterTls | None = None
+    progress: bool = True
+
+    def sweeper(self, out: str | Path, identity: dict[str, Any]) -> Sweeper:
+        return Sweeper(
+            out,
+            identity,
+            workers=self.workers,
+            cluster=self.cluster,
+            cluster_tls=self.cluster_tls or ClusterTls(),
+            progress=self.progress,
+        )
+
+
+@dataclass
+class Planned:
+    """A finished sweep: the validated plan, the summary (with ``simulations``) and the report."""
+
+    plan: Any
+    summary: dict[str, Any]
+    report: Report
+
+    def stored(self) -> dict[str, Any]:
+        """summary.json's dict: the summary without the counts that vary between reruns."""
+        return {key: value for key, value in self.summary.items() if key != SIMULATIONS}
+
+
+def window_run(
+    scenario: str,
+    overrides: Sequence[str],
+    ks: list[int] | None,
+    loads: list[float] | None,
+    seed: int | None,
+    out: str | Path,
+    options: SweepOptions,
+) -> Planned:
+    """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report."""
+    plan = window.prepare(scenario, overrides, ks, loads, seed)
+    check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
+    with options.sweeper(out, plan.identity()) as sweeper:
+        outcome = window.run(plan, sweeper)
+        summary = window.json_summary(plan, outcome, sweeper)
+    return Planned(plan, summary, window_report.build(plan, outcome, summary))
+
+
+def capacity_run(
+    scenario: str,
+    overrides: Sequence[str],
+    target_rps: float,
+    drafters: list[str] | None,
+    ks: list[int] | None,
+    tolerance: float,
+    attainment: float,
+    seed: int | None,
+    out: str | Path,
+    options: SweepOptions,
+) -> Planned:
+    """``plan capacity``'s searches into ``out``, and its report."""
+    plan = capacity.prepare(
+        scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed
+    )
+    with options.sweeper(out, plan.identity()) as sweeper:
+        outcome = capacity.run(plan, sweeper)
+        summary = capacity.json_summary(plan, outcome, sweeper)
+    return Planned(plan, summary, capacity_report.build(plan, outcome, summary))
+
+
+def swap_run(
+    scenario: str,
+    overrides: Sequence[str],
+    drafters: list[str],
+    profiles: list[str] | None,
+    ks: list[int] | None,
+    loads: list[float] | None,
+    seed: int | None,
+    out: str | Path,
+    options: SweepOptions,
+) -> Planned:
+    """``report drafter-swap``'s sweep into ``out``, and its report."""
+    plan = swap.prepare(scenario, overrides, drafters, profiles, ks, loads, seed)
+    for drafter in plan.drafters:
+        p = drafter.plan
+        check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
+    with options.sweeper(out, plan.identity()) as sweeper:
+        outcome = swap.run(plan, sweeper)
+        summary = swap.json_summary(plan, outcome, sweeper)
+    return Planned(plan, summary, swap_report.build(plan, outcome, summary))
+
+
+def write_plan(out: str | Path, planned: Planned) -> None:
+    """The report's files and summary.json, into ``out`` atomically (beside its points)."""
+    with atomic_output_dir(out) as staging:
+        write_report(planned.report, staging)
+        (staging / SUMMARY).write_text(dump_json(planned.stored()), encoding="utf-8")
+
+
+# -- the API ----------------------------------------------------------------------------------
+
+
+def plan_window(
+    scenario: str | os.PathLike,
+    *,
+    k: str | int | Iterable[int] | None = None,
+    loads: str | Real | Iterable[Real] | None = None,
+    seed: int | None = None,
+    out: str | os.PathLike | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
+    cluster_tls: ClusterTls | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> PlanResult:
+    """``specsim plan window``: the best k at each load, the crossover load and the k-by-batch
+    table. ``k`` as ``--k`` (``"0..4"``, or a list of ints), ``loads`` as ``--loads`` (a list of
+    numbers), ``seed`` as ``--seed``; overrides as for ``simulate`` (``workload__duration_s=60``).
+    Tables: ``sweep``, ``best_k``, ``k_by_batch``, ``k_by_batch_check``."""
+    return _run(
+        window_run,
+        scenario,
+        out,
+        SweepOptions(workers, cluster, cluster_tls, progress),
+        overrides,
+        ks=_k_values(k),
+        loads=_loads(loads),
+        seed=seed,
+    )
+
+
+def plan_capacity(
+    scenario: str | os.PathLike,
+    *,
+    target_rps: float,
+    drafters: str | Sequence[str] | None = None,
+    k: str | int | Iterable[int] | None = None,
+    tolerance: float = 0.02,
+    attainment: float = 0.99,
+    seed: int | None = None,
+    out: str | os.PathLike | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
+    cluster_tls: ClusterTls | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> PlanResult:
+    """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
+    and the replicas and cost ``target_rps`` needs. ``drafters`` as ``--drafter`` (default: the
+    scenario's), the rest as their options. Tables: ``capacity``, ``fleet``, ``fleet_vs_off``
+    (when the choice uses speculation)."""
+    return _run(
+        capacity_run,
+        scenario,
+        out,
+        SweepOptions(workers, cluster, cluster_tls, progress),
+        overrides,
+        target_rps=target_rps,
+        drafters=_names(drafters),
+        ks=_k_values(k),
+        tolerance=tolerance,
+        attainment=attainment,
+        seed=seed,
+    )
+
+
+def drafter_swap(
+    scenario: str | os.PathLike,
+    *,
+    drafters: Sequence[str],
+    profiles: str | Sequence[str] | None = None,
+    k: str | int | Iterable[int] | None = None,
+    loads: str | Real | Iterable[Real] | None = None,
+    seed: int | None = None,
+    out: str | os.PathLike | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
+    cluster_tls: ClusterTls | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> PlanResult:
+    """``specsim report drafter-swap``: two or more drafters side by side across load, and a
+    recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter). Tables:
+    ``drafters``, ``acceptance_per_position``, ``per_load``, ``sweep``."""
+    return _run(
+        swap_run,
+        scenario,
+        out,
+        SweepOptions(workers, cluster, cluster_tls, progress),
+        overrides,
+        drafters=_names(drafters),
+        profiles=_names(profiles),
+        ks=_k_values(k),
+        loads=_loads(loads),
+        seed=seed,
+    )
+
+
+def _run(
+    run: Callable[..., Planned],
+    scenario: Any,
+    out: str | os.PathLike | None,
+    options: SweepOptions,
+    overrides: dict[str, Any],
+    **arguments: Any,
+) -> PlanResult:
+    if not isinstance(scenario, (str, os.PathLike)):
+        raise TypeError(
+            "a plan needs the scenario's file, which its simulations load (in worker processes "
+            f"too), not a {type(scenario).__name__}: pass the path, and changes as overrides"
+        )
+    path = os.fspath(scenario)
+    texts = override_texts(overrides)
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="specsim-plan-") as folder:
+            planned = run(path, texts, out=Path(folder) / "sweep", options=options, **arguments)
+        return _result(planned, None)
+    check_output_folder(out, "out")
+    planned = run(path, texts, out=Path(out), options=options, **arguments)
+    write_plan(out, planned)
+    return _result(planned, Path(out))
+
+
+def _result(planned: Planned, out: Path | None) -> PlanResult:
+    result = plan_result(planned.stored(), planned.report, out)
+    result.simulations = planned.summary.get(SIMULATIONS)
+    return result
+
+
+def _k_values(k: Any) -> list[int] | None:
+    if k is None:
+        return None
+    if isinstance(k, str):
+        return parse_k_values(k, option="k")
+    values = [k] if isinstance(k, int) else list(k)
+    return parse_k_values(",".join(str(v) for v in values), option="k")
+
+
+def _loads(loads: Any) -> list[float] | None:
+    if loads is None:
+        return None
+    values = [loads] if isinstance(loads, (str, Real)) else list(loads)
+    return parse_loads([str(v) for v in values], option="loads")
+
+
+def _names(names: str | Sequence[str] | None) -> list[str] | None:
+    if names is None:
+        return None
+    return [names] if isinstance(names, str) else [str(n) for n in names]
