@@ -313,3 +313,13 @@ def test_profile_refuses_duplicate_acceptance_entries(repo, tmp_path):
     data["acceptance"].pop()
     path.write_text(yaml.safe_dump(data))
     assert load_profile(path).name == data["name"]
+
+
+def test_building_the_whole_parser_imports_no_numerical_library():
+    # Every `specsim` call builds the parser; the numerical libraries load only with the work.
+    code = (
+        "import sys; from specsim.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('numpy', 'pandas', 'scipy', 'torch') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

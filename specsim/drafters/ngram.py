@@ -10,10 +10,12 @@ pass, and it is bimodal: on open-ended text it rarely finds a match, but where t
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from specsim.errors import SpecsimError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_NGRAM = 3
 MAX_NGRAM = 16
@@ -59,6 +61,8 @@ def proposals(
     Row ``t`` is the proposal when the context is ``prompt + generated[:t]``; ``lengths[t]`` is
     how many of its entries are real (0: no match).
     """
+    import numpy as np  # here, so that parsing a drafter spec (the CLI's) stays free of numpy
+
     if n < 1 or k < 1:
         raise ValueError("n and k must be >= 1")
     tokens = np.zeros((len(generated), k), dtype=np.int64)
