@@ -115,7 +115,7 @@ def _with_context(summaries: dict, context: float) -> dict:
 
 def _tokens_per_second(plan, k: int, batch: int, context: float) -> float:
     """Expected tokens per second of a decode-only step, written out from the cost model."""
-    from specsim.costs import StepCosts
+    from specsim.costs import PassTotals, StepCosts
     from specsim.simulation.acceptance import build_acceptance
 
     spec = plan.scenario.speculation
@@ -124,7 +124,7 @@ def _tokens_per_second(plan, k: int, batch: int, context: float) -> float:
     costs = StepCosts(plan.profile, spec.drafter)
     new = batch * (k + 1.0)
     pairs = new * context + batch * (k + 1.0) * (k + 2.0) / 2.0
-    seconds = costs.iteration_s(k, batch, new, batch * context, pairs)
+    seconds = costs.iteration_s(k, PassTotals(batch, new, batch * context, pairs))
     return batch * acceptance.row_expected_emitted(k) / seconds
 
 

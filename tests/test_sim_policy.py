@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
+from specsim.costs import PassTotals
 from specsim.profile import load_profile
 from specsim.scenario import Scenario
 from specsim.simulation import policy as policy_module
@@ -306,7 +307,7 @@ class _ForgetsVerificationCost(GoodputWindow):
     def scores(self, rows, kv_tokens, remaining, context, prefill, token_budget):
         tokens = [rows * self._row_tokens[k] for k in range(self.k_max + 1)]
         return [
-            t / self.costs.iteration_s(k, rows, rows, kv_tokens, kv_tokens)
+            t / self.costs.iteration_s(k, PassTotals(rows, rows, kv_tokens, kv_tokens))
             for k, t in enumerate(tokens)
         ]
 

@@ -277,7 +277,7 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
     """With a skewed iteration-time spread in the profile the simulator's mean iteration is the
     cost times the spread's mean (here 1.125) and its median the cost times its median (1.0):
     the table must set each measured statistic against the same statistic predicted."""
-    from specsim.costs import StepCosts
+    from specsim.costs import PassTotals, StepCosts
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
     from specsim.validation.residuals import iteration_residuals, residual_table
@@ -287,7 +287,7 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
     data["jitter"] = {"quantiles": [0.5, 0.8, 1.0, 1.2, 2.5], "samples": 100}
     path.write_text(yaml.safe_dump(data))
     profile = load_profile(path)
-    cost = sum(StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0))
+    cost = StepCosts(profile, "small").iteration_s(2, PassTotals(2, 6, 50, 320.0))
     dt = [cost * f for f in (0.7, 1.0, 1.0, 2.9)]  # measured: median 1.0 x, mean 1.4 x
     shape = dict(batch=[2] * 4, kind=["decode"] * 4, window=[2] * 4, new_tokens=[6] * 4)
     log = IterationLog(dt=dt, context=[50] * 4, pairs=[320.0] * 4, **shape)
@@ -306,7 +306,7 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
 
 
 def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
-    from specsim.costs import StepCosts
+    from specsim.costs import PassTotals, StepCosts
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
     from specsim.validation.residuals import iteration_residuals, split_table
@@ -316,8 +316,9 @@ def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
     shape.update(context=[50, 50], pairs=[320.0, 320.0])
     log = IterationLog(dt=[0.02, 0.03], target_s=[0.012, 0.014], drafter_s=[0.004, 0.006], **shape)
     (row,) = iteration_residuals(log, profile, "small")
-    target, draft, host = StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0)
-    assert target + draft + host == pytest.approx(row["predicted_mean_ms"] / 1e3)
+    parts = StepCosts(profile, "small").iteration_parts(2, PassTotals(2, 6, 50, 320.0))
+    target, host = parts.target, parts.host
+    assert sum(parts) == pytest.approx(row["predicted_mean_ms"] / 1e3)
     assert row["parts"]["target"] == pytest.approx(
         {"measured_mean_ms": 13.0, "predicted_mean_ms": target * 1e3}
     )

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from specsim.costs import NO_ROWS, PassTotals
 from specsim.scenario import Speculation
 
 
@@ -84,19 +85,19 @@ class GoodputWindow:
         kv_tokens: float,
         remaining: np.ndarray,
         context: np.ndarray,
-        prefill: Callable[[float], tuple[int, float, float, float]] | None,
+        prefill: Callable[[float], PassTotals] | None,
         token_budget: float,
     ) -> int:
         """The best k for this iteration (ties go to the smaller k).
 
         ``remaining`` and ``context`` are the batch arrays (0 in empty slots); ``prefill(budget)``
-        gives the totals (rows, tokens, KV tokens, pairs) of the prompt chunks the engine would
-        schedule in what the decoding rows leave of ``token_budget`` (None: no chunks).
+        gives the totals of the prompt chunks the engine would schedule in what the decoding
+        rows leave of ``token_budget`` (None: no chunks).
         """
         if rows == 0:
             return 0
         scores = self.scores(rows, kv_tokens, remaining, context, prefill, token_budget)
-        return max(range(self.k_max + 1), key=lambda k: (scores[k], -k))
+        return scores.index(max(scores))  # the first of equal scores: the smaller k
 
     def scores(self, rows, kv_tokens, remaining, context, prefill, token_budget) -> list[float]:
         """Expected seconds saved by each k in 0..k_max (the policy takes the largest).
@@ -121,20 +122,20 @@ class GoodputWindow:
             tokens, new, pairs = self._expected_decode(
                 k, long_rows, long_context, short_left, short_context, p
             )
-            alone = costs.iteration_s(k, rows, new, kv_tokens, pairs)
-            windows.append((tokens, new, pairs, alone))
-        mu = min(alone / tokens for tokens, _, _, alone in windows)
+            decode = PassTotals(rows, new, kv_tokens, pairs)
+            windows.append((tokens, decode, costs.iteration_s(k, decode)))
+        mu = min(alone / tokens for tokens, _, alone in windows)
         if prefill is None:
-            return [mu * tokens - alone for tokens, _, _, alone in windows]
+            return [mu * tokens - alone for tokens, _, alone in windows]
         scores = []
         fixed_chunk = None
-        for k, (tokens, new, pairs, _) in enumerate(windows):
-            chunk = fixed_chunk or prefill(token_budget - new)
-            if chunk[1] < token_budget - rows * (k_max + 1.0):
+        for k, (tokens, decode, _) in enumerate(windows):
+            chunk = fixed_chunk or prefill(token_budget - decode.tokens)
+            if chunk.tokens < token_budget - rows * (k_max + 1.0):
                 fixed_chunk = chunk  # every window leaves room for all of it
-            added = costs.iteration_s(k, rows, new, kv_tokens, pairs, *chunk)
-            if chunk[0]:
-                added -= costs.iteration_s(0, 0, 0.0, 0.0, 0.0, *chunk)
+            added = costs.iteration_s(k, decode, chunk)
+            if chunk.rows:
+                added -= costs.iteration_s(0, NO_ROWS, chunk)
             scores.append(mu * tokens - added)
         return scores
 

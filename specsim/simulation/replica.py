@@ -27,7 +27,7 @@ from collections import deque
 
 import numpy as np
 
-from specsim.costs import StepCosts
+from specsim.costs import NO_ROWS, PassTotals, StepCosts
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
@@ -225,36 +225,37 @@ class Replica:
     # ---- planning ----------------------------------------------------------------------------
     def _plan_prefill_only(self):
         self._kv_planned = self._kv_in_use(self.decode_kv)
-        rows = tokens = kv = pairs = 0.0
+        tokens = kv = pairs = 0.0
         chunks = []
         for request in self.prefilling:
             chunk = request.prefill_target - request.prefilled
             if chunks and tokens + chunk > self.token_budget:
                 break
             chunks.append((request, chunk))
-            rows += 1
             tokens += chunk
             kv += request.prefilled
             pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
         costs = self.costs
-        batch = int(rows)
+        batch = len(chunks)
         # The measured range is per sequence: the largest cached context and the chunk sizes.
         sizes = [chunk for _, chunk in chunks]
         reach = max(r.prefilled for r, _ in chunks)
         costs.check_ranges(batch, reach, max(sizes), min(sizes))
         if self.padded:  # every prompt fed at the longest one's length and cached context
-            longest = max(sizes)
-            charged = (rows * longest, rows * reach, rows * longest * (reach + (longest + 1) / 2))
+            rows, longest = float(batch), max(sizes)
+            charged = PassTotals(
+                batch, rows * longest, rows * reach, rows * longest * (reach + (longest + 1) / 2)
+            )
         else:
-            charged = (tokens, kv, pairs)
-        dt = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, *charged)
+            charged = PassTotals(batch, tokens, kv, pairs)
+        dt = costs.iteration_s(0, NO_ROWS, charged)
         flops = costs.target_flops(tokens, pairs) + costs.draft_prefill_flops(tokens, pairs)
         self.stats.flops["prefill"] += flops
         return dt, (chunks, batch)
 
     def _prefill_chunks(self, budget: float):
-        """Prompt chunks for what the decoding rows leave of the token budget (chunked prefill):
-        the chunks and their totals (rows, tokens, KV tokens read, query-key pairs)."""
+        """Prompt chunks for what the decoding rows leave of the token budget (chunked prefill),
+        and their totals."""
         chunks = []
         tokens = kv = pairs = 0.0
         for request in self.prefilling:
@@ -266,9 +267,9 @@ class Replica:
             tokens += chunk
             kv += request.prefilled
             pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
-        return chunks, (len(chunks), tokens, kv, pairs)
+        return chunks, PassTotals(len(chunks), tokens, kv, pairs)
 
-    def _prefill_totals(self, budget: float):
+    def _prefill_totals(self, budget: float) -> PassTotals:
         """The totals of the prompt chunks a budget would admit (for the window policy)."""
         return self._prefill_chunks(budget)[1]
 
@@ -330,23 +331,24 @@ class Replica:
             decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
             self._joined = 0
         chunks = None
-        prefill = (0, 0.0, 0.0, 0.0)
+        prefill = NO_ROWS
         if self.prefilling:
             chunks, prefill = self._prefill_chunks(self.token_budget - new_tokens)
-            p_rows, p_tokens, _, p_pairs = prefill
-            if p_rows:
+            if prefill.rows:
+                p_tokens, p_pairs = prefill.tokens, prefill.pairs
                 self.stats.flops["prefill"] += costs.target_flops(
                     p_tokens, p_pairs
                 ) + costs.draft_prefill_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        dt = costs.iteration_s(k, rows, new_tokens, charged_kv, charged_pairs, *prefill)
+        rows_totals = PassTotals(rows, new_tokens, charged_kv, charged_pairs)
+        dt = costs.iteration_s(k, rows_totals, prefill)
         if decode is not None:
             self.log.verification_flops += (
                 self._flops_per_token * new_tokens + self._attn_flops * pairs
             )
             self.log.drafter_flops += costs.draft_flops(rows, k, decode_kv)
-        return dt, (decode, chunks, rows + prefill[0])
+        return dt, (decode, chunks, rows + prefill.rows)
 
     def _check_ranges(self, rows: int, k: int, chunks) -> None:
         top = float(self.context.max()) if rows else 0.0
