@@ -17,6 +17,7 @@ LAYERS: tuple[str, ...] = (
     "sampling",  # verifiers, the exact checker (torch; the closed form in numpy)
     "models",  # the decoder, its KV cache, loading model folders (torch)
     "profile",  # the profile file: schema, latency fits, model kinds
+    "choices",  # what a scenario may name: window policies, routers
     "scenario",  # the scenario file
     "workload",  # traffic: arrivals, lengths, traces, prompt sets
     "drafters",  # proposal rules that need no model (prompt lookup)

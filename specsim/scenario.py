@@ -36,8 +36,11 @@ from specsim.bounds import (
     Tokens,
     WindowSize,
 )
+from specsim.choices import ROUTERS, WINDOW_POLICIES, describe, literal
 from specsim.config import Name, StrictModel, load_model
 
+WindowPolicyName = literal(WINDOW_POLICIES)
+RouterName = literal(ROUTERS)
 TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
 
 
@@ -228,13 +231,7 @@ class Speculation(StrictModel):
     temperature: Temperature = Field(
         default=1.0, description="sampling temperature; picks the profile's acceptance entry"
     )
-    policy: Literal["fixed", "by_batch", "adaptive"] = Field(
-        default="fixed",
-        description="'fixed': always k; 'by_batch': k from `k_by_batch` by running batch size; "
-        "'adaptive': before each iteration, the k in 0..k that saves the most step time for "
-        "this batch, from the engine's own cost model (see specsim.simulation.policy); it cannot "
-        "remove the cost of having a drafter deployed",
-    )
+    policy: WindowPolicyName = Field(default="fixed", description=describe(WINDOW_POLICIES))
     k_by_batch: list[KByBatch] = Field(
         default_factory=list,
         description="'by_batch' table, rows sorted by max_batch; batches above the last row "
@@ -293,9 +290,7 @@ class SpeculationOverride(StrictModel):
         default=None, description="see speculation.verifier"
     )
     temperature: Temperature | None = Field(default=None, description="see speculation.temperature")
-    policy: Literal["fixed", "by_batch", "adaptive"] | None = Field(
-        default=None, description="see speculation.policy"
-    )
+    policy: WindowPolicyName | None = Field(default=None, description="see speculation.policy")
     k_by_batch: list[KByBatch] | None = Field(
         default=None, description="see speculation.k_by_batch"
     )
@@ -326,10 +321,8 @@ class Fleet(StrictModel):
         default=None,
         description="number of replicas (default 1); with pools, the total, which must match",
     )
-    router: Literal["round_robin", "least_outstanding", "random"] = Field(
-        default="round_robin",
-        description="how arrivals are spread: in turn, to the replica with the fewest queued "
-        "plus running requests, or uniformly at random",
+    router: RouterName = Field(
+        default="round_robin", description="how arrivals are spread: " + describe(ROUTERS)
     )
     pools: list[Pool] = Field(
         default_factory=list,

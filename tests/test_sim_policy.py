@@ -346,7 +346,7 @@ def test_adaptive_is_never_materially_worse_than_the_best_static_k(heads_dir, mo
     assert table[1][0] == K_MAX and table[200][0] == 0, table
     assert worst <= TOLERANCE, table
 
-    monkeypatch.setattr(policy_module, "GoodputWindow", _ForgetsVerificationCost)
+    monkeypatch.setitem(policy_module.WINDOW_POLICY_CLASSES, "adaptive", _ForgetsVerificationCost)
     planted, planted_table = worst_shortfall(heads_dir)
     assert planted > TOLERANCE, planted_table
 

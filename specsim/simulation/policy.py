@@ -1,4 +1,5 @@
-"""Window policies: which k the engine uses for the next iteration.
+"""Window policies: which k the engine uses for the next iteration, one class per name a
+scenario may give ``speculation.policy`` (``specsim.choices.WINDOW_POLICIES``).
 
 - ``FixedWindow``: always k.
 - ``BatchTableWindow``: k from a table by running batch size (above the table: k = 0).
@@ -23,23 +24,33 @@ that keeps one, adaptive included.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
+from specsim.choices import WINDOW_POLICIES, check_implemented
 from specsim.costs import NO_ROWS, PassTotals
 from specsim.scenario import Speculation
 
 
 class FixedWindow:
+    name: ClassVar[str] = "fixed"
+
     def __init__(self, k: int):
         self.k = k
         self.k_max = k
+
+    @classmethod
+    def build(cls, speculation: Speculation, max_batch: int) -> FixedWindow:
+        return cls(speculation.k)
 
     def choose(self, rows: int, kv_tokens: float) -> int:
         return self.k
 
 
 class BatchTableWindow:
+    name: ClassVar[str] = "by_batch"
+
     def __init__(self, table: list[tuple[int, int]], max_batch: int):
         self.k_max = max(k for _, k in table)
         by_size = []
@@ -47,6 +58,10 @@ class BatchTableWindow:
             k = next((k for limit, k in table if size <= limit), 0)
             by_size.append(k)
         self._by_size = by_size
+
+    @classmethod
+    def build(cls, speculation: Speculation, max_batch: int) -> BatchTableWindow:
+        return cls([(row.max_batch, row.k) for row in speculation.k_by_batch], max_batch)
 
     def choose(self, rows: int, kv_tokens: float) -> int:
         return self._by_size[min(rows, len(self._by_size) - 1)]
@@ -59,6 +74,8 @@ class GoodputWindow:
     ``choose_batch`` is called before every iteration with the batch's arrays.
     """
 
+    name: ClassVar[str] = "adaptive"
+
     def __init__(self, k_max: int):
         self.k_max = k_max
         self.costs = None
@@ -67,6 +84,12 @@ class GoodputWindow:
         self._row_new: list[float] = []
         self._row_pairs: list[float] = []
         self._bonus_pairs: list[float] = []
+
+    @classmethod
+    def build(cls, speculation: Speculation, max_batch: int) -> GoodputWindow:
+        # The replica attaches its cost and acceptance models (``attach``), so the choice is
+        # made against exactly what the engine charges.
+        return cls(speculation.k)
 
     def attach(self, costs, acceptance) -> None:
         self.costs = costs
@@ -159,14 +182,16 @@ class GoodputWindow:
         return tokens, new, pairs
 
 
-def build_policy(speculation: Speculation, max_batch: int):
+WindowPolicy = FixedWindow | BatchTableWindow | GoodputWindow
+
+# The implementation of each policy a scenario may name (``specsim.choices.WINDOW_POLICIES``).
+WINDOW_POLICY_CLASSES: dict[str, type[WindowPolicy]] = {
+    cls.name: cls for cls in (FixedWindow, BatchTableWindow, GoodputWindow)
+}
+check_implemented(WINDOW_POLICIES, WINDOW_POLICY_CLASSES, "window policies")
+
+
+def build_policy(speculation: Speculation, max_batch: int) -> WindowPolicy:
     if not speculation.enabled:
         return FixedWindow(0)
-    if speculation.policy == "by_batch":
-        table = [(row.max_batch, row.k) for row in speculation.k_by_batch]
-        return BatchTableWindow(table, max_batch)
-    if speculation.policy == "adaptive":
-        # The replica attaches its cost and acceptance models (``GoodputWindow.attach``), so
-        # the choice is made against exactly what the engine charges.
-        return GoodputWindow(speculation.k)
-    return FixedWindow(speculation.k)
+    return WINDOW_POLICY_CLASSES[speculation.policy].build(speculation, max_batch)
