@@ -37,7 +37,7 @@ from specsim.bounds import (
     WindowSize,
 )
 from specsim.choices import ROUTERS, WINDOW_POLICIES, describe, literal
-from specsim.config import Name, StrictModel, load_model
+from specsim.config import Name, StrictModel, load_yaml_as
 
 WindowPolicyName = literal(WINDOW_POLICIES)
 RouterName = literal(ROUTERS)
@@ -422,5 +422,5 @@ class Scenario(StrictModel):
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read and validate a scenario file, with ``--set`` overrides applied first."""
-    scenario = load_model(Scenario, path, overrides, what="scenario")
+    scenario = load_yaml_as(Scenario, path, overrides, what="scenario")
     return scenario.with_source(path)
