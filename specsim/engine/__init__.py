@@ -16,6 +16,7 @@ Public API::
 - ``engine``: the continuous-batching loop in wall-clock time.
 - ``workload``: the simulator's traffic from the same seed, and prompts from a prompt set.
 - ``records``: requests.csv / summary.json in the simulator's format (no torch needed to read).
+- ``waves``: the loop on fixed-batch waves, whose iterations the profiler's overhead fit reads.
 
 Importing this package does not import torch; ``run_engine`` loads it.
 """
