@@ -23,12 +23,12 @@ def registry(*choices: Choice) -> dict[str, Choice]:
     return {choice.name: choice for choice in choices}
 
 
-def literal(choices: dict[str, Choice]) -> Any:
+def schema_literal(choices: dict[str, Choice]) -> Any:
     """The schema type that accepts exactly the registry's names."""
     return Literal[tuple(choices)]
 
 
-def describe(choices: dict[str, Choice]) -> str:
+def schema_description(choices: dict[str, Choice]) -> str:
     """The names with their meanings, for a schema description: "'a': ...; 'b': ..."."""
     return "; ".join(f"'{c.name}': {c.description}" for c in choices.values())
 

@@ -36,11 +36,11 @@ from specsim.bounds import (
     Tokens,
     WindowSize,
 )
-from specsim.choices import ROUTERS, WINDOW_POLICIES, describe, literal
+from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
 from specsim.config import Name, StrictModel, load_yaml_as
 
-WindowPolicyName = literal(WINDOW_POLICIES)
-RouterName = literal(ROUTERS)
+WindowPolicyName = schema_literal(WINDOW_POLICIES)
+RouterName = schema_literal(ROUTERS)
 TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
 
 
@@ -231,7 +231,9 @@ class Speculation(StrictModel):
     temperature: Temperature = Field(
         default=1.0, description="sampling temperature; picks the profile's acceptance entry"
     )
-    policy: WindowPolicyName = Field(default="fixed", description=describe(WINDOW_POLICIES))
+    policy: WindowPolicyName = Field(
+        default="fixed", description=schema_description(WINDOW_POLICIES)
+    )
     k_by_batch: list[KByBatch] = Field(
         default_factory=list,
         description="'by_batch' table, rows sorted by max_batch; batches above the last row "
@@ -322,7 +324,7 @@ class Fleet(StrictModel):
         description="number of replicas (default 1); with pools, the total, which must match",
     )
     router: RouterName = Field(
-        default="round_robin", description="how arrivals are spread: " + describe(ROUTERS)
+        default="round_robin", description="how arrivals are spread: " + schema_description(ROUTERS)
     )
     pools: list[Pool] = Field(
         default_factory=list,

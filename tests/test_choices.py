@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.choices import ROUTERS, WINDOW_POLICIES, Choice, check_implemented, describe
+from specsim.choices import ROUTERS, WINDOW_POLICIES, Choice, check_implemented, schema_description
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.fleet import ROUTER_CLASSES, Fleet
 from specsim.simulation.policy import WINDOW_POLICY_CLASSES, build_policy
@@ -33,7 +33,7 @@ def test_the_scenario_schema_takes_the_names_and_their_meanings_from_the_registr
     defs = Scenario.model_json_schema()["$defs"]
     policy = defs["Speculation"]["properties"]["policy"]
     assert policy["enum"] == list(WINDOW_POLICIES)
-    assert policy["description"] == describe(WINDOW_POLICIES)
+    assert policy["description"] == schema_description(WINDOW_POLICIES)
     override = defs["SpeculationOverride"]["properties"]["policy"]["anyOf"]
     assert {"enum": list(WINDOW_POLICIES), "type": "string"} in override
     router = defs["Fleet"]["properties"]["router"]
