@@ -121,10 +121,16 @@ class StepCosts:
         return IterationParts(*self._parts(k, decode, prefill))
 
     def _parts(self, k: int, decode: PassTotals, prefill: PassTotals) -> tuple[float, float, float]:
-        rows, new, kv, pairs = decode.rows, decode.tokens, decode.kv, decode.pairs
-        p_rows, p_tokens, p_kv, p_pairs = prefill.rows, prefill.tokens, prefill.kv, prefill.pairs
+        rows = decode.rows
+        kv = decode.kv
+        p_rows = prefill.rows
+        p_tokens = prefill.tokens
+        p_kv = prefill.kv
+        p_pairs = prefill.pairs
         batch = rows + p_rows
-        target = self.target.seconds_from_totals(batch, new + p_tokens, kv + p_kv, pairs + p_pairs)
+        target = self.target.seconds_from_totals(
+            batch, decode.tokens + p_tokens, kv + p_kv, decode.pairs + p_pairs
+        )
         host = self.overhead_s(batch, k, rows)
         draft = self.drafter.draft_s(rows, k, kv) if rows else 0.0
         if p_rows:

@@ -79,9 +79,7 @@ class Fleet:
         return self.router.choose()
 
     def dispatch(self, request: Request) -> None:
-        replica = self.choose()
-        replica.check_fits(request)
-        replica.enqueue(request)
+        self.choose().enqueue(request)
 
 
 def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):

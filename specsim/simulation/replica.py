@@ -45,7 +45,7 @@ _count_nonzero = np.count_nonzero
 class DecodePlan:
     """The decoding rows' part of a planned iteration (per occupied slot; -1 in empty ones)."""
 
-    __slots__ = ("accepted", "drafts", "joined", "k", "kv", "verified")
+    __slots__ = ("accepted", "drafts", "joined", "k", "kv", "verified", "views")
 
     def __init__(
         self,
@@ -55,6 +55,7 @@ class DecodePlan:
         verified: float,
         kv: float,
         joined: int,
+        views: SlotViews,
     ):
         self.k = k  # the window
         self.drafts = drafts  # tokens each row drafts
@@ -62,6 +63,7 @@ class DecodePlan:
         self.verified = verified  # positions the target verifies, all rows
         self.kv = kv  # KV-cache tokens the rows held when planned
         self.joined = joined  # rows that started decoding since the last decode iteration
+        self.views = views  # the batch arrays' slots it covers
 
 
 class Plan:
@@ -167,14 +169,14 @@ class Replica:
 
     # ---- queue -----------------------------------------------------------------------------
     def enqueue(self, request: Request) -> None:
-        self.admission.queue.append(request)
+        """Queue a request (refused when it could never fit the KV cache)."""
+        admission = self.admission
+        admission.check_fits(request)
+        admission.queue.append(request)
         self.outstanding += 1
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()
-
-    def check_fits(self, request: Request) -> None:
-        self.admission.check_fits(request)
 
     # ---- the SimPy process -----------------------------------------------------------------
     def process(self, env):
@@ -253,11 +255,11 @@ class Replica:
     def _plan_mixed(self) -> Plan:
         costs = self.costs
         admission = self.admission
-        used = admission.kv_in_use(self.decoding, self.decode_kv)
-        if used > self.kv_capacity:
+        held = admission.kv_in_use(self.decoding, self.decode_kv)
+        if held > self.kv_capacity:
             admission.make_room(self)
-            used = admission.kv_in_use(self.decoding, self.decode_kv)
-        self._kv_planned = used
+            held = admission.kv_in_use(self.decoding, self.decode_kv)
+        self._kv_planned = held
         decode_kv = self.decode_kv
         rows = self.decoding
         k = self._choose_window(rows, decode_kv)
@@ -266,7 +268,8 @@ class Replica:
         pairs = charged_pairs = 0.0
         charged_kv = decode_kv
         if rows:
-            remaining, context, shift, _, ones = self._prefix(self.high)
+            views = self._prefix(self.high)
+            remaining, context, shift, _, ones = views
             used = remaining.shape[0]  # slots the step covers: every occupied one
             # min(remaining - 1, k) drafts; empty slots (remaining 0) get -1, accept -1 and so
             # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
@@ -299,7 +302,7 @@ class Replica:
                 longest = float(context.max())
                 charged_kv = rows * longest
                 charged_pairs = new_tokens * longest + own_span
-            decode = DecodePlan(k, drafts, accepted, new_tokens, decode_kv, self._joined)
+            decode = DecodePlan(k, drafts, accepted, new_tokens, decode_kv, self._joined, views)
             self._joined = 0
         chunks = None
         prefill = NO_ROWS
@@ -339,7 +342,7 @@ class Replica:
             k, drafts, accepted = decode.k, decode.drafts, decode.accepted
             log = self.log
             log.record_step(accepted, drafts)
-            remaining, context, _, row_drafted, ones = self._prefix(drafts.shape[0])
+            remaining, context, _, row_drafted, ones = decode.views
             emitted = accepted
             emitted += _ONE
             remaining -= emitted
