@@ -39,8 +39,6 @@ from specsim.bounds import (
 from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
 from specsim.config import Name, StrictModel, load_yaml_as
 
-WindowPolicyName = schema_literal(WINDOW_POLICIES)
-RouterName = schema_literal(ROUTERS)
 TraceFormat = Literal["auto", "azure", "vidur", "burstgpt"]
 
 
@@ -213,6 +211,9 @@ class KByBatch(StrictModel):
     k: WindowSize = Field(description="window size for such batches")
 
 
+WindowPolicyName = schema_literal(WINDOW_POLICIES)
+
+
 class Speculation(StrictModel):
     """Speculative decoding settings: which drafter, how many tokens per step, which verifier."""
 
@@ -314,6 +315,9 @@ class Pool(StrictModel):
         default_factory=SpeculationOverride,
         description="changes to the scenario's speculation settings for this pool",
     )
+
+
+RouterName = schema_literal(ROUTERS)
 
 
 class Fleet(StrictModel):
