@@ -103,7 +103,7 @@ def profile_steady(specs, prompts, budget, out: Path, clock: str, device: str, t
 
 def step_overheads(specs: dict[str, str], clock: str) -> dict[str, float]:
     """The engine's step time beyond its forward passes, per drafter, batch and k (ms)."""
-    from specsim.engine.overhead import step_overhead
+    from specsim.engine.waves import step_overhead
     from specsim.models import load_model
 
     target = load_model(specs["target"])

@@ -179,17 +179,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
     return result
 
 
-def validate(model: type[M], data: dict[str, Any], source: str) -> M:
+def validate_as(model: type[M], data: dict[str, Any], source: str) -> M:
+    """``data`` validated against ``model``, or the one-line error naming ``source``."""
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         raise validation_error(exc, source) from None
 
 
-def load_model(
+def load_yaml_as(
     model: type[M], path: str | Path, overrides: list[str] | None = None, what: str = "YAML file"
 ) -> M:
     """Read ``path``, apply overrides, validate against ``model``; one-line errors throughout."""
     data = apply_overrides(read_yaml(path, what), overrides)
     source = str(path) + (" (with --set overrides)" if overrides else "")
-    return validate(model, data, source)
+    return validate_as(model, data, source)

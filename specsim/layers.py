@@ -18,6 +18,7 @@ LAYERS: tuple[str, ...] = (
     "models",  # the decoder, its KV cache, loading model folders (torch)
     "profile",  # the profile file: schema, latency fits, model kinds
     "trace_formats",  # the request-trace layouts the scenario names and the workload reads
+    "choices",  # what a scenario may name: window policies, routers
     "scenario",  # the scenario file
     "workload",  # traffic: arrivals, lengths, traces, prompt sets
     "drafters",  # proposal rules that need no model (prompt lookup)

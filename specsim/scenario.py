@@ -36,7 +36,8 @@ from specsim.bounds import (
     Tokens,
     WindowSize,
 )
-from specsim.config import Name, StrictModel, load_model
+from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
+from specsim.config import Name, StrictModel, load_yaml_as
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
 
@@ -210,6 +211,9 @@ class KByBatch(StrictModel):
     k: WindowSize = Field(description="window size for such batches")
 
 
+WindowPolicyName = schema_literal(WINDOW_POLICIES)
+
+
 class Speculation(StrictModel):
     """Speculative decoding settings: which drafter, how many tokens per step, which verifier."""
 
@@ -224,12 +228,8 @@ class Speculation(StrictModel):
     temperature: Temperature = Field(
         default=1.0, description="sampling temperature; picks the profile's acceptance entry"
     )
-    policy: Literal["fixed", "by_batch", "adaptive"] = Field(
-        default="fixed",
-        description="'fixed': always k; 'by_batch': k from `k_by_batch` by running batch size; "
-        "'adaptive': before each iteration, the k in 0..k that saves the most step time for "
-        "this batch, from the engine's own cost model (see specsim.simulation.policy); it cannot "
-        "remove the cost of having a drafter deployed",
+    policy: WindowPolicyName = Field(
+        default="fixed", description=schema_description(WINDOW_POLICIES)
     )
     k_by_batch: list[KByBatch] = Field(
         default_factory=list,
@@ -287,9 +287,7 @@ class SpeculationOverride(StrictModel):
     k: WindowSize | None = Field(default=None, description="see speculation.k")
     verifier: VerifierName | None = Field(default=None, description="see speculation.verifier")
     temperature: Temperature | None = Field(default=None, description="see speculation.temperature")
-    policy: Literal["fixed", "by_batch", "adaptive"] | None = Field(
-        default=None, description="see speculation.policy"
-    )
+    policy: WindowPolicyName | None = Field(default=None, description="see speculation.policy")
     k_by_batch: list[KByBatch] | None = Field(
         default=None, description="see speculation.k_by_batch"
     )
@@ -313,6 +311,9 @@ class Pool(StrictModel):
     )
 
 
+RouterName = schema_literal(ROUTERS)
+
+
 class Fleet(StrictModel):
     """Replicas behind a router."""
 
@@ -320,10 +321,8 @@ class Fleet(StrictModel):
         default=None,
         description="number of replicas (default 1); with pools, the total, which must match",
     )
-    router: Literal["round_robin", "least_outstanding", "random"] = Field(
-        default="round_robin",
-        description="how arrivals are spread: in turn, to the replica with the fewest queued "
-        "plus running requests, or uniformly at random",
+    router: RouterName = Field(
+        default="round_robin", description="how arrivals are spread: " + schema_description(ROUTERS)
     )
     pools: list[Pool] = Field(
         default_factory=list,
@@ -423,5 +422,5 @@ class Scenario(StrictModel):
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read and validate a scenario file, with ``--set`` overrides applied first."""
-    scenario = load_model(Scenario, path, overrides, what="scenario")
+    scenario = load_yaml_as(Scenario, path, overrides, what="scenario")
     return scenario.with_source(path)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from specsim.cli import main
-from specsim.config import StrictModel, apply_overrides, load_model, parse_override, validate
+from specsim.config import StrictModel, apply_overrides, load_yaml_as, parse_override, validate_as
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, read_yaml, write_text_atomic
 from specsim.profile import (
@@ -46,7 +46,7 @@ def test_unknown_key_names_file_and_key(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("name: a\ninner:\n  kk: 3\n")
     with pytest.raises(SpecsimError) as info:
-        load_model(Outer, path)
+        load_yaml_as(Outer, path)
     assert str(path) in str(info.value)
     assert info.value.key == "inner.kk"
     assert "remove the key" in str(info.value)
@@ -56,21 +56,21 @@ def test_wrong_type_is_reported_with_value(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("name: a\ninner:\n  k: three\n")
     with pytest.raises(SpecsimError) as info:
-        load_model(Outer, path)
+        load_yaml_as(Outer, path)
     assert info.value.key == "inner.k"
     assert "'three'" in str(info.value) and info.value.fix
     path.write_text("name: a\ninner:\n  k: 1.5\n")
     with pytest.raises(SpecsimError) as info:
-        load_model(Outer, path)
+        load_yaml_as(Outer, path)
     assert info.value.key == "inner.k" and info.value.fix == "give a whole number"
 
 
 def test_overrides_are_type_checked(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("name: a\n")
-    assert load_model(Outer, path, ["inner.k=3"]).inner.k == 3
+    assert load_yaml_as(Outer, path, ["inner.k=3"]).inner.k == 3
     with pytest.raises(SpecsimError) as info:
-        load_model(Outer, path, ["inner.k=abc"])
+        load_yaml_as(Outer, path, ["inner.k=abc"])
     assert info.value.key == "inner.k"
     assert "--set" in str(info.value)
 
@@ -106,7 +106,7 @@ def test_a_bracketed_key_is_named_in_full(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("name: a\n")
     with pytest.raises(SpecsimError) as info:
-        load_model(Outer, path, ["inner[0].k=1"])
+        load_yaml_as(Outer, path, ["inner[0].k=1"])
     assert info.value.key == "inner[0]"
 
 
@@ -127,27 +127,27 @@ def test_list_length_errors_say_which_way_to_fix():
         per_position: list[float] = pydantic.Field(min_length=1, max_length=2)
 
     with pytest.raises(SpecsimError) as info:
-        validate(Rates, {"per_position": []}, "p.yaml")
+        validate_as(Rates, {"per_position": []}, "p.yaml")
     assert info.value.key == "per_position" and info.value.fix == "give more items"
     with pytest.raises(SpecsimError) as info:
-        validate(Rates, {"per_position": [0.1, 0.2, 0.3]}, "p.yaml")
+        validate_as(Rates, {"per_position": [0.1, 0.2, 0.3]}, "p.yaml")
     assert info.value.fix == "give fewer items"
 
 
 def test_hyphenated_keys_stay_in_the_dotted_key():
     # A drafter named like a Hugging Face model holds hyphens: its name is part of the key.
     with pytest.raises(SpecsimError) as info:
-        validate(Named, {"drafters": {"qwen2.5-0.5b": {"kk": 1}}}, "p.yaml")
+        validate_as(Named, {"drafters": {"qwen2.5-0.5b": {"kk": 1}}}, "p.yaml")
     assert info.value.key == "drafters.qwen2.5-0.5b.kk"
 
 
 def test_model_validator_message_reads_as_a_sentence_with_a_fix():
     with pytest.raises(SpecsimError) as info:
-        validate(Named, {"drafters": {"a": {}, "b": {}, "c": {}}}, "p.yaml")
+        validate_as(Named, {"drafters": {"a": {}, "b": {}, "c": {}}}, "p.yaml")
     assert info.value.message == "at most two drafters"
     assert info.value.fix
     with pytest.raises(SpecsimError) as info:
-        validate(Named, {"drafters": {"x": {}}}, "p.yaml")
+        validate_as(Named, {"drafters": {"x": {}}}, "p.yaml")
     assert (info.value.message, info.value.fix) == ("'x' is reserved", "rename it")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.planning.capacity import attainment_of, meets_slo
+from specsim.planning.capacity import attainment_of, attains_slo
 from specsim.planning.common import choose, parse_k_values, parse_loads
 from specsim.planning.sweep import PointResult
 from specsim.planning.window import LoadResult, crossover, k_by_batch
@@ -15,8 +15,8 @@ from specsim.planning.window_table import (
     NOT_RECOMMENDED,
     RECOMMENDED,
     LoadCheck,
-    compare,
     judge,
+    table_verdict,
     vllm_ranges,
 )
 from specsim.planning.window_table_report import verdict_text
@@ -115,7 +115,7 @@ def _with_context(summaries: dict, context: float) -> dict:
 
 def _tokens_per_second(plan, k: int, batch: int, context: float) -> float:
     """Expected tokens per second of a decode-only step, written out from the cost model."""
-    from specsim.costs import StepCosts
+    from specsim.costs import PassTotals, StepCosts
     from specsim.simulation.acceptance import build_acceptance
 
     spec = plan.scenario.speculation
@@ -124,7 +124,7 @@ def _tokens_per_second(plan, k: int, batch: int, context: float) -> float:
     costs = StepCosts(plan.profile, spec.drafter)
     new = batch * (k + 1.0)
     pairs = new * context + batch * (k + 1.0) * (k + 2.0) / 2.0
-    seconds = costs.iteration_s(k, batch, new, batch * context, pairs)
+    seconds = costs.iteration_s(k, PassTotals(batch, new, batch * context, pairs))
     return batch * acceptance.row_expected_emitted(k) / seconds
 
 
@@ -176,13 +176,13 @@ ROWS = [{"max_batch": 50, "k": 3}, {"max_batch": 256, "k": 1}]
 
 def test_compare_counts_small_gaps_as_equal_and_goodput_first_under_an_slo():
     static = summary(2.0, goodput=10.0, served=10.0)
-    assert compare(summary(2.0 * (1 + E2E_TIE / 2), goodput=10.0), static, True) == "equal"
-    assert compare(summary(2.0 * (1 + 2 * E2E_TIE), goodput=10.0), static, True) == "worse"
-    assert compare(summary(2.0 * (1 - 2 * E2E_TIE), goodput=10.0), static, False) == "better"
+    assert table_verdict(summary(2.0 * (1 + E2E_TIE / 2), goodput=10.0), static, True) == "equal"
+    assert table_verdict(summary(2.0 * (1 + 2 * E2E_TIE), goodput=10.0), static, True) == "worse"
+    assert table_verdict(summary(2.0 * (1 - 2 * E2E_TIE), goodput=10.0), static, False) == "better"
     # Faster on average but fewer requests within the SLO: worse under an SLO only.
-    assert compare(summary(1.0, goodput=9.0), static, True) == "worse"
-    assert compare(summary(1.0, goodput=9.0), static, False) == "better"
-    assert compare(None, static, True) == "failed"
+    assert table_verdict(summary(1.0, goodput=9.0), static, True) == "worse"
+    assert table_verdict(summary(1.0, goodput=9.0), static, False) == "better"
+    assert table_verdict(None, static, True) == "failed"
 
 
 def test_a_table_that_loses_below_the_crossover_is_not_recommended():
@@ -271,8 +271,8 @@ def test_slo_attainment_prefers_the_summary_figure_and_falls_back_to_goodput():
         attainment_of({"goodput_requests_per_s": 9.0, "duration_s": 10.0, "requests": 100}) == 0.9
     )
     assert attainment_of(None) is None
-    assert meets_slo({"slo_attainment": 0.99}, 0.99)
-    assert not meets_slo({"slo_attainment": 0.9899}, 0.99)
+    assert attains_slo({"slo_attainment": 0.99}, 0.99)
+    assert not attains_slo({"slo_attainment": 0.9899}, 0.99)
 
 
 def test_the_planner_never_imports_torch(repo):

@@ -464,15 +464,17 @@ def test_a_profile_whose_references_were_taken_slow_says_so(configs, monkeypatch
 
 def test_generation_stops_each_row_at_eos(configs):
     from specsim.models import load_model
-    from specsim.profiling.scoring import generate
+    from specsim.profiling.scoring import generate_target_text
 
     model = load_model(configs["target"])
     prompts = [[256, *b"abc"], [256, *b"hello"]]
-    free = generate(model, prompts, 0.0, 10, torch.Generator().manual_seed(0))
+    free = generate_target_text(model, prompts, 0.0, 10, torch.Generator().manual_seed(0))
     assert [len(g.tokens) for g in free] == [10, 10]
     assert all(g.logits.shape == (10, 258) for g in free)
     # Greedy text is deterministic, so making row 0's third token the EOS stops it there.
     eos = free[0].tokens[2]
-    stopped = generate(model, prompts, 0.0, 10, torch.Generator().manual_seed(0), eos_id=eos)
+    stopped = generate_target_text(
+        model, prompts, 0.0, 10, torch.Generator().manual_seed(0), eos_id=eos
+    )
     assert stopped[0].tokens == free[0].tokens[: free[0].tokens.index(eos) + 1]
     assert torch.equal(stopped[0].logits, free[0].logits[: len(stopped[0].tokens)])

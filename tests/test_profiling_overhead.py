@@ -10,6 +10,7 @@ import pytest
 import yaml
 from test_engine_common import hand_profile
 
+from specsim.costs import NO_ROWS, IterationParts
 from specsim.errors import SpecsimError
 from specsim.profiling.overhead import OverheadPoint, fit_overhead
 from specsim.profiling.timing import parse_grid
@@ -350,10 +351,8 @@ class Log:
 class Costs:
     """Predicts 1 ms per token fed (decoding rows' or prompt chunks'), all the target pass's."""
 
-    def iteration_parts(
-        self, k, rows, new, kv, pairs, p_rows=0, p_tokens=0.0, p_kv=0.0, p_pairs=0.0
-    ):
-        return 1e-3 * (new + p_tokens), 0.0, 0.0
+    def iteration_parts(self, k, decode, prefill=NO_ROWS):
+        return IterationParts(1e-3 * (decode.tokens + prefill.tokens), 0.0, 0.0)
 
 
 def test_log_points_take_the_median_gap_per_group_and_the_spread_of_its_ratio():
@@ -467,8 +466,9 @@ def test_overhead_is_what_the_iterations_take_beyond_the_fits(tmp_path):
     from specsim.profiling.overhead import measure_overhead
 
     class Far:
-        def iteration_parts(self, *shape):
-            return 1e3, 0.0, 0.0  # far above any iteration: every point is then clamped to 0
+        def iteration_parts(self, k, decode, prefill=NO_ROWS):
+            # Far above any iteration: every point is then clamped to 0.
+            return IterationParts(1e3, 0.0, 0.0)
 
     target, drafter = target_and_tiny()
     fit = measure_overhead(

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specsim.choices import ROUTERS
 from specsim.costs import kv_capacity_tokens
 from specsim.profile import load_profile
 from specsim.scenario import Scenario
@@ -339,7 +340,7 @@ def test_fleet_spreads_requests_and_reports_pools(tmp_path):
     assert summary["scenario"]["replicas"] == 3
 
 
-@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "random"])
+@pytest.mark.parametrize("router", list(ROUTERS))
 def test_routers_use_every_replica(tmp_path, router):
     summary, rec = run(make(fleet__replicas=3, fleet__router=router), tmp_path)
     counts = np.bincount(rec["replica"], minlength=3)

@@ -191,10 +191,10 @@ def test_a_step_without_drafts_draws_nothing(monkeypatch):
     planned = []
 
     def recording_plan(self):
-        dt, step = plan(self)
-        if step[0] is not None:
-            planned.append(step[0][0])
-        return dt, step
+        step = plan(self)
+        if step.decode is not None:
+            planned.append(step.decode.k)
+        return step
 
     monkeypatch.setattr(RateAcceptance, "draw_slots", recording_draw)
     monkeypatch.setattr(Replica, "_plan_mixed", recording_plan)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
+from specsim.costs import PassTotals
 from specsim.profile import load_profile
 from specsim.scenario import Scenario
 from specsim.simulation import policy as policy_module
@@ -149,34 +150,34 @@ def fill(replica: Replica, rows: int, prompts: list[int], seed: int = 0) -> None
     rng = np.random.default_rng(seed)
     for rid in range(rows):
         replica.enqueue(Request(rid, 0.0, int(rng.integers(200, 3000)), 400))
-    while replica.queue:  # admission stops at a token budget's worth of pending prompts
-        replica._admit(0.0)
-        chunks = [(r, r.prefill_target) for r in replica.prefilling]
-        replica._finish_prefills((chunks, len(chunks)), 0.0)
+    admission = replica.admission
+    while admission.queue:  # admission stops at a token budget's worth of pending prompts
+        admission.admit(0.0, replica.decoding, replica.decode_kv)
+        replica._finish_prefills([(r, r.prefill_target) for r in admission.prefilling], 0.0)
     assert replica.decoding == rows
     active = np.flatnonzero(replica.remaining > 0)
     near_end = active[: min(4, rows - 1)]
     replica.remaining[near_end] = np.arange(1.0, near_end.size + 1)  # ragged windows
     for i, prompt in enumerate(prompts):
         replica.enqueue(Request(rows + i, 0.0, prompt, 100))
-    replica._admit(0.0)
+    admission.admit(0.0, replica.decoding, replica.decode_kv)
 
 
 def engine_seconds(replica: Replica, k: int, decode: bool = True, prefill: bool = True) -> float:
     """What the engine charges for its next iteration at window k (its own planning code)."""
-    saved = (replica.policy, replica._batch_policy, replica.decoding, replica.prefilling)
+    admission = replica.admission
+    saved = (replica.policy, replica._batch_policy, replica.decoding, admission.prefilling)
     kv = replica.decode_kv
     replica.policy, replica._batch_policy = FixedWindow(k), False
     if not decode:
         replica.decoding, replica.decode_kv = 0, 0.0
     if not prefill:
-        replica.prefilling = []
+        admission.prefilling = []
     try:
-        seconds, _ = replica._plan_mixed()
+        return replica._plan_mixed().seconds
     finally:
-        replica.policy, replica._batch_policy, replica.decoding, replica.prefilling = saved
+        replica.policy, replica._batch_policy, replica.decoding, admission.prefilling = saved
         replica.decode_kv = kv
-    return seconds
 
 
 def expected_tokens(replica: Replica, k: int) -> float:
@@ -191,14 +192,15 @@ def reference_scores(replica: Replica) -> list[float]:
     tokens = [expected_tokens(replica, k) for k in range(k_max + 1)]
     alone = [engine_seconds(replica, k, prefill=False) for k in range(k_max + 1)]
     mu = min(a / t for a, t in zip(alone, tokens, strict=True))
-    if not replica.prefilling:
+    if not replica.admission.prefilling:
         return [mu * t - a for t, a in zip(tokens, alone, strict=True)]
     base = engine_seconds(replica, 0, decode=False)
     return [mu * tokens[k] - (engine_seconds(replica, k) - base) for k in range(k_max + 1)]
 
 
 def policy_scores(replica: Replica) -> list[float]:
-    prefill = replica._prefill_totals if replica.prefilling else None
+    admission = replica.admission
+    prefill = admission.chunk_totals if admission.prefilling else None
     return replica.policy.scores(
         replica.decoding,
         replica.decode_kv,
@@ -233,9 +235,10 @@ def test_prompt_chunks_in_the_pass_change_the_choice():
     replica = h100_replica()
     fill(replica, 24, [1800])
     with_chunk = replica._choose_window(replica.decoding, replica.decode_kv)
-    prefilling, replica.prefilling = replica.prefilling, []
+    admission = replica.admission
+    prefilling, admission.prefilling = admission.prefilling, []
     alone = replica._choose_window(replica.decoding, replica.decode_kv)
-    replica.prefilling = prefilling
+    admission.prefilling = prefilling
     assert with_chunk < alone
 
 
@@ -306,7 +309,7 @@ class _ForgetsVerificationCost(GoodputWindow):
     def scores(self, rows, kv_tokens, remaining, context, prefill, token_budget):
         tokens = [rows * self._row_tokens[k] for k in range(self.k_max + 1)]
         return [
-            t / self.costs.iteration_s(k, rows, rows, kv_tokens, kv_tokens)
+            t / self.costs.iteration_s(k, PassTotals(rows, rows, kv_tokens, kv_tokens))
             for k, t in enumerate(tokens)
         ]
 
@@ -343,7 +346,7 @@ def test_adaptive_is_never_materially_worse_than_the_best_static_k(heads_dir, mo
     assert table[1][0] == K_MAX and table[200][0] == 0, table
     assert worst <= TOLERANCE, table
 
-    monkeypatch.setattr(policy_module, "GoodputWindow", _ForgetsVerificationCost)
+    monkeypatch.setitem(policy_module.WINDOW_POLICY_CLASSES, "adaptive", _ForgetsVerificationCost)
     planted, planted_table = worst_shortfall(heads_dir)
     assert planted > TOLERANCE, planted_table
 

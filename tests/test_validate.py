@@ -13,10 +13,10 @@ from test_engine_common import drafter_map, hand_profile, model_spec, prompts_pa
 from specsim.cli import main
 from specsim.validation.compare import (
     THRESHOLDS,
-    compare,
+    compare_prediction,
+    comparison_table,
     explain_failures,
     metric_names,
-    table,
 )
 
 
@@ -32,26 +32,26 @@ def summary(scale: float = 1.0, acceptance: float = 2.0, throughput: float = 100
 
 
 def test_relative_error_sign_and_thresholds():
-    same = compare(summary(), summary())
+    same = compare_prediction(summary(), summary())
     assert same.passed and all(r.relative_error == 0 for r in same.rows)
     assert len(same.rows) == len(metric_names()) == 14
-    slower = compare(summary(scale=1.08), summary())  # simulator predicts 8 % more latency
+    slower = compare_prediction(summary(scale=1.08), summary())  # 8 % more latency predicted
     e2e = next(r for r in slower.rows if r.metric == "e2e_s.mean")
     assert e2e.relative_error == pytest.approx(0.08)
     assert not e2e.ok  # 8 % > 5 %
     p90 = next(r for r in slower.rows if r.metric == "e2e_s.p90")
     assert p90.ok  # 8 % < 10 %
     assert [r.metric for r in slower.failures] == ["e2e_s.mean"]
-    accept = compare(summary(acceptance=2.07), summary(acceptance=2.0))
+    accept = compare_prediction(summary(acceptance=2.07), summary(acceptance=2.0))
     assert [r.metric for r in accept.failures] == ["mean_acceptance_length"]  # 3.5 % > 3 %
-    assert "EXCEEDED" in table(accept)
+    assert "EXCEEDED" in comparison_table(accept)
     assert set(THRESHOLDS) <= set(metric_names())
 
 
 def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
     # The simulator's own spread: ten replicas at 0.90x .. 1.35x the measured latencies.
     replicas = [summary(scale=0.90 + 0.05 * i) for i in range(10)]
-    result = compare(summary(scale=0.88), summary(), replicas)
+    result = compare_prediction(summary(scale=0.88), summary(), replicas)
     e2e = next(r for r in result.rows if r.metric == "e2e_s.mean")
     # Over the first draw and its replicas (0.88, 0.90 .. 1.35): 10th and 90th percentiles,
     # and the prediction is their median, not the first draw alone.
@@ -65,19 +65,19 @@ def test_replicas_give_each_metric_a_band_and_failures_say_where_they_fall():
     # The measured value (1.0) lies above 0.88, 0.90 and 0.95 of the eleven draws.
     assert (e2e.draws_below, e2e.draws) == (3, 11)
     assert all("above 3 of the 11 draws" in line for line in lines)
-    assert "sim p10..p90" in table(result)
-    far = compare(summary(scale=0.5), summary(), [summary(scale=0.5)] * 3)
+    assert "sim p10..p90" in comparison_table(result)
+    far = compare_prediction(summary(scale=0.5), summary(), [summary(scale=0.5)] * 3)
     assert all(not r.in_band for r in far.failures)
     assert all("outside" in line for line in explain_failures(far))
     assert all("above all 4 draws" in line for line in explain_failures(far))
-    low = compare(summary(scale=2.0), summary(), [summary(scale=2.0)] * 3)
+    low = compare_prediction(summary(scale=2.0), summary(), [summary(scale=2.0)] * 3)
     assert all("below all 4 draws" in line for line in explain_failures(low))
     # Without replicas: no band, no explanation, the table as before.
-    plain = compare(summary(scale=0.88), summary())
+    plain = compare_prediction(summary(scale=0.88), summary())
     assert all(r.band is None and r.in_band is None for r in plain.rows)
     assert all(r.predicted == r.first_draw for r in plain.rows)
     assert all(r.draws is None for r in plain.rows)
-    assert explain_failures(plain) == [] and "sim p10" not in table(plain)
+    assert explain_failures(plain) == [] and "sim p10" not in comparison_table(plain)
 
 
 def test_a_replication_serves_the_same_requests_with_other_draws(tmp_path):
@@ -277,7 +277,7 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
     """With a skewed iteration-time spread in the profile the simulator's mean iteration is the
     cost times the spread's mean (here 1.125) and its median the cost times its median (1.0):
     the table must set each measured statistic against the same statistic predicted."""
-    from specsim.costs import StepCosts
+    from specsim.costs import PassTotals, StepCosts
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
     from specsim.validation.residuals import iteration_residuals, residual_table
@@ -287,7 +287,7 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
     data["jitter"] = {"quantiles": [0.5, 0.8, 1.0, 1.2, 2.5], "samples": 100}
     path.write_text(yaml.safe_dump(data))
     profile = load_profile(path)
-    cost = sum(StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0))
+    cost = StepCosts(profile, "small").iteration_s(2, PassTotals(2, 6, 50, 320.0))
     dt = [cost * f for f in (0.7, 1.0, 1.0, 2.9)]  # measured: median 1.0 x, mean 1.4 x
     shape = dict(batch=[2] * 4, kind=["decode"] * 4, window=[2] * 4, new_tokens=[6] * 4)
     log = IterationLog(dt=dt, context=[50] * 4, pairs=[320.0] * 4, **shape)
@@ -306,7 +306,7 @@ def test_iteration_table_sets_mean_against_mean_and_median_against_median(tmp_pa
 
 
 def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
-    from specsim.costs import StepCosts
+    from specsim.costs import PassTotals, StepCosts
     from specsim.engine.engine import IterationLog
     from specsim.profile import load_profile
     from specsim.validation.residuals import iteration_residuals, split_table
@@ -316,8 +316,9 @@ def test_iteration_residuals_split_each_group_into_its_parts(tmp_path):
     shape.update(context=[50, 50], pairs=[320.0, 320.0])
     log = IterationLog(dt=[0.02, 0.03], target_s=[0.012, 0.014], drafter_s=[0.004, 0.006], **shape)
     (row,) = iteration_residuals(log, profile, "small")
-    target, draft, host = StepCosts(profile, "small").iteration_parts(2, 2, 6, 50, 320.0)
-    assert target + draft + host == pytest.approx(row["predicted_mean_ms"] / 1e3)
+    parts = StepCosts(profile, "small").iteration_parts(2, PassTotals(2, 6, 50, 320.0))
+    target, host = parts.target, parts.host
+    assert sum(parts) == pytest.approx(row["predicted_mean_ms"] / 1e3)
     assert row["parts"]["target"] == pytest.approx(
         {"measured_mean_ms": 13.0, "predicted_mean_ms": target * 1e3}
     )

@@ -17,7 +17,7 @@ from typing import Any
 from specsim.api.overrides import override_texts
 from specsim.api.results import REQUESTS, SUMMARY, Result
 from specsim.comparison import compare, regressions_json
-from specsim.config import apply_overrides, validate
+from specsim.config import apply_overrides, validate_as
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json, write_text_atomic
 from specsim.metrics import round_floats
 from specsim.planning.common import answerable_k
@@ -68,7 +68,7 @@ def load(scenario: str | os.PathLike | Scenario, overrides: Sequence[str]) -> Sc
             return scenario.model_copy(deep=True).with_source(scenario.source)
         data = apply_overrides(scenario.model_dump(), list(overrides))
         source = f"{scenario.source or 'scenario'} (with --set overrides)"
-        return validate(Scenario, data, source).with_source(scenario.source)
+        return validate_as(Scenario, data, source).with_source(scenario.source)
     if isinstance(scenario, (str, os.PathLike)):
         return load_scenario(scenario, list(overrides))
     raise TypeError(f"expected a scenario file's path or a Scenario, not {type(scenario).__name__}")

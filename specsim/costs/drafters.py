@@ -1,7 +1,7 @@
 """What each kind of drafter costs per engine iteration: one class per kind in ``DRAFTER_KINDS``.
 
 Seconds come from the drafter's latency fit (or its fixed ``draft_step_s``); FLOPs from its
-per-token and attention FLOPs. Speculation off (no drafter deployed) is ``NoDrafter``: free.
+per-token and attention FLOPs. Speculation off (no drafter deployed) is ``NoDrafterCost``: free.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
 from specsim.profile.kinds import DRAFTER_KINDS
 
 
-class NoDrafter:
+class NoDrafterCost:
     """No drafter deployed: drafting, its prompt pass and its FLOPs cost nothing."""
 
     kind: ClassVar[str | None] = None
@@ -46,7 +46,7 @@ class NoDrafter:
         """The latency fit's rule for queries outside its measured range."""
 
 
-class DraftModel(NoDrafter):
+class DraftModelCost(NoDrafterCost):
     """A separate model with its own KV cache.
 
     k sequential one-token passes per step (context grows by one per pass; the sum is exact
@@ -95,7 +95,7 @@ class DraftModel(NoDrafter):
             self.latency.check_range(batch, max_context, 1, 1)
 
 
-class PromptLookup(NoDrafter):
+class PromptLookupCost(NoDrafterCost):
     """Prompt lookup (n-gram): its ``draft_step_s`` per step, or one pass of its own fit when it
     has one; nothing at k = 0, no FLOPs and no prompt pass."""
 
@@ -109,7 +109,7 @@ class PromptLookup(NoDrafter):
         return self.step_s
 
 
-class Heads(PromptLookup):
+class HeadsCost(PromptLookupCost):
     """Decoding heads on the target's hidden states: priced like prompt lookup per step, with
     the heads' per-token FLOPs for each drafted position."""
 
@@ -124,15 +124,17 @@ class Heads(PromptLookup):
         return self.flops_per_token
 
 
-DRAFTER_COSTS: dict[str, type[NoDrafter]] = {c.kind: c for c in (DraftModel, PromptLookup, Heads)}
+DRAFTER_COSTS: dict[str, type[NoDrafterCost]] = {
+    c.kind: c for c in (DraftModelCost, PromptLookupCost, HeadsCost)
+}
 if set(DRAFTER_COSTS) != set(DRAFTER_KINDS):  # every kind a profile may name has a price
     raise ImportError(f"drafter kinds and cost classes differ: {set(DRAFTER_KINDS)}")
 
 
-def drafter_cost(profile: LoadedProfile, name: str | None) -> NoDrafter:
-    """The cost of drafter ``name`` of the profile (``NoDrafter`` for None)."""
+def drafter_cost(profile: LoadedProfile, name: str | None) -> NoDrafterCost:
+    """The cost of drafter ``name`` of the profile (``NoDrafterCost`` for None)."""
     if name is None:
-        return NoDrafter()
+        return NoDrafterCost()
     spec = profile.drafter(name)
     latency = profile.latency_model(name) if spec.latency is not None else None
     return DRAFTER_COSTS[spec.kind](spec, latency)

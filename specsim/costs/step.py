@@ -8,8 +8,39 @@ operations per iteration.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from specsim.costs.drafters import drafter_cost
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
+
+
+class PassTotals:
+    """A group of sequences in one target pass, in totals: the decoding rows of an iteration,
+    or its prompt chunks. Read-only by convention: a slotted class rather than a NamedTuple or
+    a frozen dataclass because the engine builds several per iteration, and those cost two and
+    four times as much to build."""
+
+    __slots__ = ("kv", "pairs", "rows", "tokens")
+
+    def __init__(self, rows: int, tokens: float, kv: float, pairs: float):
+        self.rows = rows  # sequences
+        self.tokens = tokens  # positions fed: verified decode positions, or prompt-chunk tokens
+        self.kv = kv  # KV-cache tokens read
+        self.pairs = pairs  # query-key pairs of attention
+
+    def __repr__(self) -> str:
+        return f"PassTotals({self.rows}, {self.tokens}, {self.kv}, {self.pairs})"
+
+
+NO_ROWS = PassTotals(0, 0.0, 0.0, 0.0)
+
+
+class IterationParts(NamedTuple):
+    """One engine iteration's seconds in parts (they sum to ``StepCosts.iteration_s``)."""
+
+    target: float  # the target's pass
+    draft: float  # the drafter's passes (and its pass over prompt chunks)
+    host: float  # the engine's own work: the profile's overhead terms
 
 
 class StepCosts:
@@ -70,35 +101,36 @@ class StepCosts:
             self.target.check_range(batch, max_context, max_new, min_new)
         self.drafter.check_range(batch, max_context)
 
-    def iteration_s(self, *shape) -> float:
-        """Seconds of one engine iteration of ``shape`` (see ``iteration_parts``): the cost the
-        engine charges and the adaptive window policy maximises against (one function, so the
-        two cannot drift apart)."""
-        target, draft, host = self.iteration_parts(*shape)
+    def iteration_s(self, k: int, decode: PassTotals, prefill: PassTotals = NO_ROWS) -> float:
+        """Seconds of one engine iteration (see ``iteration_parts``): the cost the engine
+        charges and the adaptive window policy maximises against (one function, so the two
+        cannot drift apart)."""
+        target, draft, host = self._parts(k, decode, prefill)
         return target + draft + host
 
     def iteration_parts(
-        self,
-        k: int,
-        rows: int,
-        new: float,
-        kv: float,
-        pairs: float,
-        p_rows: int = 0,
-        p_tokens: float = 0.0,
-        p_kv: float = 0.0,
-        p_pairs: float = 0.0,
-    ) -> tuple[float, float, float]:
+        self, k: int, decode: PassTotals, prefill: PassTotals = NO_ROWS
+    ) -> IterationParts:
         """One engine iteration's seconds in parts: the target's pass, the drafter's passes,
         and the engine's own work (the overhead terms).
 
-        ``rows`` decoding sequences verify ``new`` positions in all over ``kv`` cached tokens
-        (``pairs`` query-key pairs) after k draft passes; ``p_rows`` prompt chunks of
-        ``p_tokens`` tokens ride in the same target pass (and a draft model builds its own cache
-        for them, and the prefill overhead terms apply).
+        ``decode``'s rows verify its tokens over its cached KV tokens after k draft passes;
+        ``prefill``'s prompt chunks ride in the same target pass (and a draft model builds its
+        own cache for them, and the prefill overhead terms apply).
         """
+        return IterationParts(*self._parts(k, decode, prefill))
+
+    def _parts(self, k: int, decode: PassTotals, prefill: PassTotals) -> tuple[float, float, float]:
+        rows = decode.rows
+        kv = decode.kv
+        p_rows = prefill.rows
+        p_tokens = prefill.tokens
+        p_kv = prefill.kv
+        p_pairs = prefill.pairs
         batch = rows + p_rows
-        target = self.target.seconds_from_totals(batch, new + p_tokens, kv + p_kv, pairs + p_pairs)
+        target = self.target.seconds_from_totals(
+            batch, decode.tokens + p_tokens, kv + p_kv, decode.pairs + p_pairs
+        )
         host = self.overhead_s(batch, k, rows)
         draft = self.drafter.draft_s(rows, k, kv) if rows else 0.0
         if p_rows:

@@ -18,6 +18,7 @@ Public API::
 - ``records``: requests.csv / summary.json in the simulator's format (no torch needed to read).
 - ``clock``: wall-clock or CPU time; ``speed_reference``: the shared CPU's reference clock
   (``--clock reference``), which a dedicated machine never needs.
+- ``waves``: the loop on fixed-batch waves, whose iterations the profiler's overhead fit reads.
 
 Importing this package does not import torch; ``run_engine`` loads it.
 """

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.costs import StepCosts
+from specsim.costs import NO_ROWS, PassTotals, StepCosts
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,11 @@ def engine_log_groups(log, costs: StepCosts) -> dict[tuple[str, int, int], LogGr
         strict=True,
     ):
         full = True
+        totals = PassTotals(batch, new, context, pairs)
         if kind == "prefill":
-            parts = costs.iteration_parts(0, 0, 0.0, 0.0, 0.0, batch, new, context, pairs)
+            parts = costs.iteration_parts(0, NO_ROWS, totals)
         else:
-            parts = costs.iteration_parts(k, batch, new, context, pairs)
+            parts = costs.iteration_parts(k, totals)
             rows_drafted = next(drafted, None)
             full = rows_drafted is None or k == 0 or int(np.max(rows_drafted)) >= k
         own = None if measured is None else (*measured, dt - sum(measured))

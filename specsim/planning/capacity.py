@@ -209,7 +209,7 @@ def attainment_of(summary: dict[str, Any] | None) -> float | None:
     return min(1.0, goodput * duration / requests)
 
 
-def meets_slo(summary: dict[str, Any] | None, attainment: float) -> bool:
+def attains_slo(summary: dict[str, Any] | None, attainment: float) -> bool:
     share = attainment_of(summary)
     return share is not None and share >= attainment - 1e-12
 
@@ -277,7 +277,7 @@ def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResul
                 continue
             summaries[(label, knob)] = result.summary
             outcomes.setdefault(label, []).append(
-                (knob, meets_slo(result.summary, plan.attainment))
+                (knob, attains_slo(result.summary, plan.attainment))
             )
         for label, probes in outcomes.items():
             if results[label].error is None:
@@ -344,7 +344,7 @@ def confirm(
     for replicas in range(chosen.replicas, last + 1):
         (result,) = sweeper.run([fleet_point(plan, chosen, replicas)], desc="fleet check")
         runs.append((replicas, result))
-        if result.ok and meets_slo(result.summary, plan.attainment):
+        if result.ok and attains_slo(result.summary, plan.attainment):
             break
         if not result.ok:
             break
@@ -385,7 +385,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
     off = next(r for r in outcome["candidates"] if r.candidate.drafter is None)
     fleet = outcome["fleet"]
     final = fleet[-1] if fleet else None
-    fleet_ok = bool(final and final[1].ok and meets_slo(final[1].summary, plan.attainment))
+    fleet_ok = bool(final and final[1].ok and attains_slo(final[1].summary, plan.attainment))
     return {
         "command": "plan capacity",
         "scenario": plan.scenario_path,
@@ -440,7 +440,7 @@ def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:
         if baseline is None
         else {
             "replicas": baseline[0],
-            "meets_slo": ok and meets_slo(baseline[1].summary, plan.attainment),
+            "meets_slo": ok and attains_slo(baseline[1].summary, plan.attainment),
             "fleet": _fleet_figures(baseline[1].summary) if ok else None,
         },
         "compared_vs_speculation_off": None if changes is None else [c.metric for c in changes],

@@ -11,8 +11,8 @@ from specsim.planning.capacity import (
     CandidateResult,
     CapacityPlan,
     attainment_of,
+    attains_slo,
     fleet_changes,
-    meets_slo,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, palette
@@ -150,7 +150,7 @@ def _fleet_table(plan: CapacityPlan, fleet) -> Table:
             [
                 replicas,
                 attainment_of(s),
-                "yes" if meets_slo(s, plan.attainment) else ("failed" if not result.ok else "no"),
+                "yes" if attains_slo(s, plan.attainment) else ("failed" if not result.ok else "no"),
                 *[metric(s, n, st) for _, n, st in PERCENTILE_COLUMNS],
                 metric(s, "throughput_tokens_per_s"),
                 metric(s, "cost_usd_per_million_tokens"),

@@ -141,7 +141,7 @@ def run(plan: SwapPlan, sweeper: Sweeper) -> dict[str, Any]:
     for d in plan.drafters:
         mine = [r for r in results if r.tags["drafter"] == d.name]
         per_drafter[d.name] = window.analyse(d.plan, mine)
-    return {"per_drafter": per_drafter, **compare(plan, per_drafter)}
+    return {"per_drafter": per_drafter, **recommend(plan, per_drafter)}
 
 
 def _tagged(d: DrafterPlan):
@@ -149,7 +149,7 @@ def _tagged(d: DrafterPlan):
         yield type(point)(point.scenario, point.overrides, {**point.tags, "drafter": d.name})
 
 
-def compare(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -> dict[str, Any]:
+def recommend(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -> dict[str, Any]:
     """Winner per load (the drafters at their best k), then the overall recommendation."""
     use_slo = plan.first.use_slo
     winners = []
@@ -165,7 +165,7 @@ def compare(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -> 
 
     order = sorted(plan.drafters, key=lambda d: (-wins[d.name], mean_e2e(d.name)))
     best = order[0].name
-    worse = regressions(plan, per_drafter, best)
+    worse = regressions_of_best(plan, per_drafter, best)
     return {
         "winners": winners,
         "wins": wins,
@@ -175,7 +175,7 @@ def compare(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -> 
     }
 
 
-def regressions(plan: SwapPlan, per_drafter, best: str) -> list[dict[str, Any]]:
+def regressions_of_best(plan: SwapPlan, per_drafter, best: str) -> list[dict[str, Any]]:
     """Every compared metric that is worse with ``best`` (at its best k, load by load) than with
     each other drafter at its best k, and than with speculation off."""
     mine = per_drafter[best]

@@ -268,7 +268,7 @@ def regressions_vs_off(loads: list[LoadResult]) -> list[dict[str, Any]]:
     return across_loads(pairs)
 
 
-def regressions_text(regressions: list[dict[str, Any]], chosen_anywhere: bool) -> str:
+def regressions_vs_off_text(regressions: list[dict[str, Any]], chosen_anywhere: bool) -> str:
     """The sentence that states what the best k makes worse (or that nothing is)."""
     if not chosen_anywhere:
         return "Speculation is not chosen at any load, so nothing is compared with it off."

@@ -21,7 +21,7 @@ from specsim.planning.window import (
     LoadResult,
     WindowPlan,
     batch_size,
-    regressions_text,
+    regressions_vs_off_text,
 )
 from specsim.planning.window_table import vllm_ranges
 from specsim.planning.window_table_report import (
@@ -226,7 +226,7 @@ def _answer(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
     elif any(e.best_k for e in loads):
         answer.append(Paragraph("Speculation pays at every load swept (k = 0 never wins)."))
     chosen = any(e.best_k for e in loads)
-    answer.append(Paragraph(regressions_text(summary["regressions_vs_k0"], chosen)))
+    answer.append(Paragraph(regressions_vs_off_text(summary["regressions_vs_k0"], chosen)))
     verdict = f"**{verdict_text(summary['k_by_batch'])}**"
     if outcome["rows"]:
         ranges = json.dumps(vllm_ranges(outcome["rows"]))
@@ -316,7 +316,7 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
         )
     lines.append(verdict_text(table))
     chosen = any(item["best_k"] for item in summary["best_k"])
-    lines.append(regressions_text(summary["regressions_vs_k0"], chosen))
+    lines.append(regressions_vs_off_text(summary["regressions_vs_k0"], chosen))
     note = lossy_note(plan.profile, plan.scenario.speculation)
     if note:
         lines.append(f"note: {note}")

@@ -125,7 +125,7 @@ def figures(summary: Mapping[str, Any] | None) -> dict[str, float | None] | None
     }
 
 
-def compare(table: Mapping[str, Any] | None, static: Mapping[str, Any], use_slo: bool) -> str:
+def table_verdict(table: Mapping[str, Any] | None, static: Mapping[str, Any], use_slo: bool) -> str:
     """``better``, ``equal`` or ``worse`` for the table against a static run; ``failed``.
 
     The planner's rule (``common.choose``) with a tie band on both criteria: goodput first
@@ -183,7 +183,7 @@ def judge(
         # A load without a static result has nothing to be judged against.
         has_static = bool(rows) and check.best is not None
         judged = has_static and (start is None or check.load < start)
-        outcome = compare(check.table, check.best, use_slo) if has_static else None
+        outcome = table_verdict(check.table, check.best, use_slo) if has_static else None
         best = figures(check.best)
         per_load.append(
             {

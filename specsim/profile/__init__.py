@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specsim.config import load_model
+from specsim.config import load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.profile.latency import LatencyModel, OutOfRangeWarning
 from specsim.profile.schema import (
@@ -125,4 +125,4 @@ class LoadedProfile:
 
 def load_profile(path: str | Path, overrides: list[str] | None = None) -> LoadedProfile:
     """Load and validate a profile file (one-line ``SpecsimError`` on any problem)."""
-    return LoadedProfile(load_model(Profile, path, overrides, what="profile"), path)
+    return LoadedProfile(load_yaml_as(Profile, path, overrides, what="profile"), path)

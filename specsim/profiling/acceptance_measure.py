@@ -121,13 +121,15 @@ def _generate_all(target, prompt_ids, temperature, max_new_tokens, seed, eos_id,
     """The target's continuations of every prompt (one seeded generator per temperature)."""
     import torch
 
-    from specsim.profiling.scoring import generate
+    from specsim.profiling.scoring import generate_target_text
 
     generator = torch.Generator().manual_seed(seed)
     generations = []
     for start in range(0, len(prompt_ids), CHUNK):
         chunk = list(prompt_ids[start : start + CHUNK])
-        generations += generate(target, chunk, temperature, max_new_tokens, generator, eos_id)
+        generations += generate_target_text(
+            target, chunk, temperature, max_new_tokens, generator, eos_id
+        )
         if progress is not None:
             progress.update(len(chunk))
     generations = [g for g in generations if len(g.tokens) >= 2]

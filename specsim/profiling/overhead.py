@@ -5,7 +5,7 @@ its caches back and does the serving loop's bookkeeping, and its passes run as t
 them: rows of different lengths padded to the longest, the drafter's passes cache-cold after the
 target's. ``measure_overhead`` serves waves of
 identical requests on the real engine at a few batch sizes and windows k, for the target alone
-and with every draft model (``specsim.engine.overhead.serve_fixed_batch``), and compares each
+and with every draft model (``specsim.engine.waves.serve_fixed_batch``), and compares each
 iteration in its log with what the latency fits predict for its passes (``StepCosts`` of a
 profile without overhead), at the speed at which the waves' target-alone passes ran against
 those fits (``wave_pass_scale``: the machine's drift between the two measurements, which is
@@ -265,7 +265,7 @@ def measure_overhead(
     fits alone) predicts. ``names`` label the drafters' points, so each gets its own terms;
     ``clock``: the engine's clock (``specsim.engine.clock``; default wall); ``progress`` (a
     tqdm bar) is reset to the number of waves and updated after each."""
-    from specsim.engine.overhead import serve_fixed_batch
+    from specsim.engine.waves import serve_fixed_batch
 
     drafting = tuple(k for k in windows if k)
     runs = [(None, None, (0,))] + [(i, d, drafting) for i, d in enumerate(drafters)]

@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import Field
 
 from specsim.bounds import Bytes, PositiveFlops, Price, Seconds
-from specsim.config import StrictModel, load_model
+from specsim.config import StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
 from specsim.profile.schema import Hardware, Latency, LatencyFit
@@ -79,7 +79,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "int8": 1}
 
 
 def load_hardware(path: str | Path) -> HardwareSpec:
-    spec = load_model(HardwareSpec, path, what="hardware spec")
+    spec = load_yaml_as(HardwareSpec, path, what="hardware spec")
     if spec.dtype not in DTYPE_BYTES:
         raise SpecsimError(
             f"unknown dtype {spec.dtype!r}",

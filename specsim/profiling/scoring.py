@@ -46,7 +46,7 @@ from specsim.sampling.reference import TYPICAL_DELTA, TYPICAL_EPSILON
 
 
 @dataclass
-class Generation:
+class TargetText:
     """One request: prompt ids, generated ids, and the target's logits at each generated step."""
 
     prompt: list[int]
@@ -70,14 +70,14 @@ def typical_threshold(p: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def generate(
+def generate_target_text(
     target,
     prompts: Sequence[list[int]],
     temperature: float,
     max_new_tokens: int,
     generator: torch.Generator,
     eos_id: int | None = None,
-) -> list[Generation]:
+) -> list[TargetText]:
     """Batched generation with a KV cache (ragged prompts); stops each row at EOS."""
     batch = len(prompts)
     longest = max(len(p) for p in prompts)
@@ -105,12 +105,12 @@ def generate(
     for row in range(batch):
         ids = all_tokens[row].tolist()
         end = ids.index(eos_id) + 1 if eos_id is not None and eos_id in ids else len(ids)
-        result.append(Generation(list(prompts[row]), ids[:end], all_logits[row, :end]))
+        result.append(TargetText(list(prompts[row]), ids[:end], all_logits[row, :end]))
     return result
 
 
 @torch.no_grad()
-def drafter_logits(drafter, generations: Sequence[Generation]) -> list[torch.Tensor]:
+def drafter_logits(drafter, generations: Sequence[TargetText]) -> list[torch.Tensor]:
     """The drafter's logits at every generated position, from one pass over prompt + text."""
     rows = [g.prompt + g.tokens[:-1] for g in generations]
     longest = max(len(r) for r in rows)

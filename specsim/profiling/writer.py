@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from specsim import __version__
-from specsim.config import validate
+from specsim.config import validate_as
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_yaml, write_text_atomic
 from specsim.profile.schema import Acceptance, Latency, Profile
@@ -126,7 +126,7 @@ def build_profile(data: dict[str, Any], source: str) -> Profile:
     """Validate a profile mapping (with acceptance lengths completed and floats rounded)."""
     data = dict(data)
     data["acceptance"] = [complete_acceptance(a) for a in data.get("acceptance", [])]
-    return validate(Profile, round_floats(data), source)
+    return validate_as(Profile, round_floats(data), source)
 
 
 def profile_yaml(profile: Profile) -> str:
@@ -174,8 +174,8 @@ def acceptance_entries(data: dict[str, Any], source: str) -> list[dict[str, Any]
             )
         try:
             # Checked as given first: completing the lengths needs well-formed rates.
-            given = validate(Acceptance, raw, source).model_dump(mode="json", exclude_none=True)
-            checked = validate(Acceptance, complete_acceptance(given), source)
+            given = validate_as(Acceptance, raw, source).model_dump(mode="json", exclude_none=True)
+            checked = validate_as(Acceptance, complete_acceptance(given), source)
         except SpecsimError as exc:
             key = f"acceptance[{i}]" + (f".{exc.key}" if exc.key else "")
             raise SpecsimError(exc.message, file=source, key=key, fix=exc.fix) from None

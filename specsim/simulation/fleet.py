@@ -1,42 +1,85 @@
-"""Replicas behind a router, and the processes that feed them requests."""
+"""Replicas behind a router (one class per name a scenario may give ``fleet.router``:
+``specsim.choices.ROUTERS``), and the processes that feed them requests."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
+from specsim.choices import ROUTERS, check_implemented
 from specsim.simulation.replica import Replica
 from specsim.simulation.request import Request
 
 
+class Router:
+    """Picks the replica for each arriving request."""
+
+    name: ClassVar[str]
+
+    def __init__(self, replicas: list[Replica], rng: np.random.Generator):
+        self.replicas = replicas
+
+    def choose(self) -> Replica:
+        raise NotImplementedError
+
+
+class RoundRobin(Router):
+    name = "round_robin"
+
+    def __init__(self, replicas: list[Replica], rng: np.random.Generator):
+        super().__init__(replicas, rng)
+        self._next = 0
+
+    def choose(self) -> Replica:
+        replica = self.replicas[self._next]
+        self._next = (self._next + 1) % len(self.replicas)
+        return replica
+
+
+class LeastOutstanding(Router):
+    name = "least_outstanding"
+
+    def choose(self) -> Replica:
+        # Ties go to the lowest index, so the choice is deterministic.
+        return min(self.replicas, key=lambda r: r.outstanding)
+
+
+class RandomReplica(Router):
+    name = "random"
+
+    def __init__(self, replicas: list[Replica], rng: np.random.Generator):
+        super().__init__(replicas, rng)
+        self.rng = rng
+        self._draws: list[int] = []  # replica indices drawn ahead, in chunks, last first
+
+    def choose(self) -> Replica:
+        if not self._draws:
+            self._draws = self.rng.integers(0, len(self.replicas), size=4096)[::-1].tolist()
+        return self.replicas[self._draws.pop()]
+
+
+# The implementation of each router a scenario may name (``specsim.choices.ROUTERS``).
+ROUTER_CLASSES: dict[str, type[Router]] = {
+    cls.name: cls for cls in (RoundRobin, LeastOutstanding, RandomReplica)
+}
+check_implemented(ROUTERS, ROUTER_CLASSES, "routers")
+
+
 class Fleet:
-    """Routes each arriving request to a replica: round robin, least outstanding, or random."""
+    """Routes each arriving request to a replica, by the scenario's router."""
 
     def __init__(self, replicas: list[Replica], router: str, rng: np.random.Generator):
         self.replicas = replicas
-        self.router = router
-        self.rng = rng
-        self._next = 0
-        self._random: list[int] = []
+        self.router = ROUTER_CLASSES[router](replicas, rng)
 
     def choose(self) -> Replica:
-        replicas = self.replicas
-        if len(replicas) == 1:
-            return replicas[0]
-        if self.router == "round_robin":
-            replica = replicas[self._next]
-            self._next = (self._next + 1) % len(replicas)
-            return replica
-        if self.router == "least_outstanding":
-            # Ties go to the lowest index, so the choice is deterministic.
-            return min(replicas, key=lambda r: r.outstanding)
-        if not self._random:
-            self._random = self.rng.integers(0, len(replicas), size=4096)[::-1].tolist()
-        return replicas[self._random.pop()]
+        if len(self.replicas) == 1:  # no router draws for a single replica
+            return self.replicas[0]
+        return self.router.choose()
 
     def dispatch(self, request: Request) -> None:
-        replica = self.choose()
-        replica.check_fits(request)
-        replica.enqueue(request)
+        self.choose().enqueue(request)
 
 
 def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):

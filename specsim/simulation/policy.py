@@ -1,4 +1,5 @@
-"""Window policies: which k the engine uses for the next iteration.
+"""Window policies: which k the engine uses for the next iteration, one class per name a
+scenario may give ``speculation.policy`` (``specsim.choices.WINDOW_POLICIES``).
 
 - ``FixedWindow``: always k.
 - ``BatchTableWindow``: k from a table by running batch size (above the table: k = 0).
@@ -23,22 +24,33 @@ that keeps one, adaptive included.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
+from specsim.choices import WINDOW_POLICIES, check_implemented
+from specsim.costs import NO_ROWS, PassTotals
 from specsim.scenario import Speculation
 
 
 class FixedWindow:
+    name: ClassVar[str] = "fixed"
+
     def __init__(self, k: int):
         self.k = k
         self.k_max = k
+
+    @classmethod
+    def build(cls, speculation: Speculation, max_batch: int) -> FixedWindow:
+        return cls(speculation.k)
 
     def choose(self, rows: int, kv_tokens: float) -> int:
         return self.k
 
 
 class BatchTableWindow:
+    name: ClassVar[str] = "by_batch"
+
     def __init__(self, table: list[tuple[int, int]], max_batch: int):
         self.k_max = max(k for _, k in table)
         by_size = []
@@ -46,6 +58,10 @@ class BatchTableWindow:
             k = next((k for limit, k in table if size <= limit), 0)
             by_size.append(k)
         self._by_size = by_size
+
+    @classmethod
+    def build(cls, speculation: Speculation, max_batch: int) -> BatchTableWindow:
+        return cls([(row.max_batch, row.k) for row in speculation.k_by_batch], max_batch)
 
     def choose(self, rows: int, kv_tokens: float) -> int:
         return self._by_size[min(rows, len(self._by_size) - 1)]
@@ -58,6 +74,8 @@ class GoodputWindow:
     ``choose_batch`` is called before every iteration with the batch's arrays.
     """
 
+    name: ClassVar[str] = "adaptive"
+
     def __init__(self, k_max: int):
         self.k_max = k_max
         self.costs = None
@@ -66,6 +84,12 @@ class GoodputWindow:
         self._row_new: list[float] = []
         self._row_pairs: list[float] = []
         self._bonus_pairs: list[float] = []
+
+    @classmethod
+    def build(cls, speculation: Speculation, max_batch: int) -> GoodputWindow:
+        # The replica attaches its cost and acceptance models (``attach``), so the choice is
+        # made against exactly what the engine charges.
+        return cls(speculation.k)
 
     def attach(self, costs, acceptance) -> None:
         self.costs = costs
@@ -84,19 +108,19 @@ class GoodputWindow:
         kv_tokens: float,
         remaining: np.ndarray,
         context: np.ndarray,
-        prefill: Callable[[float], tuple[int, float, float, float]] | None,
+        prefill: Callable[[float], PassTotals] | None,
         token_budget: float,
     ) -> int:
         """The best k for this iteration (ties go to the smaller k).
 
         ``remaining`` and ``context`` are the batch arrays (0 in empty slots); ``prefill(budget)``
-        gives the totals (rows, tokens, KV tokens, pairs) of the prompt chunks the engine would
-        schedule in what the decoding rows leave of ``token_budget`` (None: no chunks).
+        gives the totals of the prompt chunks the engine would schedule in what the decoding
+        rows leave of ``token_budget`` (None: no chunks).
         """
         if rows == 0:
             return 0
         scores = self.scores(rows, kv_tokens, remaining, context, prefill, token_budget)
-        return max(range(self.k_max + 1), key=lambda k: (scores[k], -k))
+        return scores.index(max(scores))  # the first of equal scores: the smaller k
 
     def scores(self, rows, kv_tokens, remaining, context, prefill, token_budget) -> list[float]:
         """Expected seconds saved by each k in 0..k_max (the policy takes the largest).
@@ -121,20 +145,20 @@ class GoodputWindow:
             tokens, new, pairs = self._expected_decode(
                 k, long_rows, long_context, short_left, short_context, p
             )
-            alone = costs.iteration_s(k, rows, new, kv_tokens, pairs)
-            windows.append((tokens, new, pairs, alone))
-        mu = min(alone / tokens for tokens, _, _, alone in windows)
+            decode = PassTotals(rows, new, kv_tokens, pairs)
+            windows.append((tokens, decode, costs.iteration_s(k, decode)))
+        mu = min(alone / tokens for tokens, _, alone in windows)
         if prefill is None:
-            return [mu * tokens - alone for tokens, _, _, alone in windows]
+            return [mu * tokens - alone for tokens, _, alone in windows]
         scores = []
         fixed_chunk = None
-        for k, (tokens, new, pairs, _) in enumerate(windows):
-            chunk = fixed_chunk or prefill(token_budget - new)
-            if chunk[1] < token_budget - rows * (k_max + 1.0):
+        for k, (tokens, decode, _) in enumerate(windows):
+            chunk = fixed_chunk or prefill(token_budget - decode.tokens)
+            if chunk.tokens < token_budget - rows * (k_max + 1.0):
                 fixed_chunk = chunk  # every window leaves room for all of it
-            added = costs.iteration_s(k, rows, new, kv_tokens, pairs, *chunk)
-            if chunk[0]:
-                added -= costs.iteration_s(0, 0, 0.0, 0.0, 0.0, *chunk)
+            added = costs.iteration_s(k, decode, chunk)
+            if chunk.rows:
+                added -= costs.iteration_s(0, NO_ROWS, chunk)
             scores.append(mu * tokens - added)
         return scores
 
@@ -158,14 +182,16 @@ class GoodputWindow:
         return tokens, new, pairs
 
 
-def build_policy(speculation: Speculation, max_batch: int):
+WindowPolicy = FixedWindow | BatchTableWindow | GoodputWindow
+
+# The implementation of each policy a scenario may name (``specsim.choices.WINDOW_POLICIES``).
+WINDOW_POLICY_CLASSES: dict[str, type[WindowPolicy]] = {
+    cls.name: cls for cls in (FixedWindow, BatchTableWindow, GoodputWindow)
+}
+check_implemented(WINDOW_POLICIES, WINDOW_POLICY_CLASSES, "window policies")
+
+
+def build_policy(speculation: Speculation, max_batch: int) -> WindowPolicy:
     if not speculation.enabled:
         return FixedWindow(0)
-    if speculation.policy == "by_batch":
-        table = [(row.max_batch, row.k) for row in speculation.k_by_batch]
-        return BatchTableWindow(table, max_batch)
-    if speculation.policy == "adaptive":
-        # The replica attaches its cost and acceptance models (``GoodputWindow.attach``), so
-        # the choice is made against exactly what the engine charges.
-        return GoodputWindow(speculation.k)
-    return FixedWindow(speculation.k)
+    return WINDOW_POLICY_CLASSES[speculation.policy].build(speculation, max_batch)

@@ -4,16 +4,16 @@ The running batch lives in fixed-size numpy arrays (structure of arrays, one slo
 that is decoding); empty slots hold ``remaining = 0`` and ``context = 0`` so every per-row
 operation runs on the whole array without masks. One SimPy event per engine iteration:
 
-1. admit waiting requests FCFS while the batch has room and the KV cache can hold the prompt plus
-   k + 1 lookahead slots (head-of-line blocking, as vLLM does);
+1. admit waiting requests FCFS within the batch's room and the KV cache (``Admission``, in
+   ``admission.py``, which holds the queue and the prompts in prefill);
 2. if the cache cannot hold the running sequences' next step, preempt the most recently admitted
-   one (its KV is dropped; it goes back to the head of the queue and later recomputes its prompt
-   and generated tokens);
-3. plan the iteration: the window policy picks k (the adaptive one against this batch and the
-   same cost function the engine charges, ``StepCosts.iteration_s``); each decoding row drafts
-   min(k, tokens it still needs - 1) tokens (n-gram rows without a proposal draft none), the
-   acceptance model draws accepted counts, and prompt chunks fill the rest of the token budget
-   (chunked prefill) — or, without chunked prefill, waiting prompts run as their own iteration;
+   ones (``Admission.make_room``);
+3. plan the iteration (a ``Plan``, with the decoding rows' ``DecodePlan``): the window policy
+   picks k (the adaptive one against this batch and the same cost function the engine charges,
+   ``StepCosts.iteration_s``); each decoding row drafts min(k, tokens it still needs - 1) tokens
+   (n-gram rows without a proposal draft none), the acceptance model draws accepted counts, and
+   prompt chunks fill the rest of the token budget (chunked prefill) — or, without chunked
+   prefill, waiting prompts run as their own iteration;
 4. wait the iteration's duration (``StepCosts.iteration_s``: target pass + k draft passes + a
    draft model's pass over the prompt chunks + overhead, from the profile; times a seeded
    multiplier from the profile's measured spread when it has one and the scenario keeps
@@ -23,20 +23,71 @@ operation runs on the whole array without masks. One SimPy event per engine iter
 
 from __future__ import annotations
 
-from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
-from specsim.costs import StepCosts
-from specsim.errors import SpecsimError
+from specsim.costs import NO_ROWS, PassTotals, StepCosts
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
+from specsim.simulation.admission import Admission, Chunks
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 
 _ONE = np.float64(1.0)
 _minimum = np.minimum
 _count_nonzero = np.count_nonzero
+
+
+# The plans are slotted classes, read-only by convention, for the reason ``PassTotals`` is.
+
+
+class DecodePlan:
+    """The decoding rows' part of a planned iteration (per occupied slot; -1 in empty ones)."""
+
+    __slots__ = ("accepted", "drafts", "joined", "k", "kv", "verified", "views")
+
+    def __init__(
+        self,
+        k: int,
+        drafts: np.ndarray,
+        accepted: np.ndarray,
+        verified: float,
+        kv: float,
+        joined: int,
+        views: SlotViews,
+    ):
+        self.k = k  # the window
+        self.drafts = drafts  # tokens each row drafts
+        self.accepted = accepted  # of those, accepted
+        self.verified = verified  # positions the target verifies, all rows
+        self.kv = kv  # KV-cache tokens the rows held when planned
+        self.joined = joined  # rows that started decoding since the last decode iteration
+        self.views = views  # the batch arrays' slots it covers
+
+
+class Plan:
+    """One planned engine iteration."""
+
+    __slots__ = ("batch", "chunks", "decode", "seconds")
+
+    def __init__(
+        self, seconds: float, decode: DecodePlan | None, chunks: Chunks | None, batch: int
+    ):
+        self.seconds = seconds  # its duration at the median (before jitter)
+        self.decode = decode  # None: no row decodes
+        self.chunks = chunks  # prompt chunks that ride in it
+        self.batch = batch  # sequences in it
+
+
+class SlotViews(NamedTuple):
+    """Views of the batch arrays' occupied prefix (they share memory with the arrays)."""
+
+    remaining: np.ndarray
+    context: np.ndarray
+    level_shift: np.ndarray
+    drafted: np.ndarray
+    ones: np.ndarray  # for sums as dot products
 
 
 class Replica:
@@ -69,6 +120,7 @@ class Replica:
         self.lookahead = self.k_max + 1
         self.kv_capacity = kv_capacity
         self.rng = rng
+        self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
         self.on_finish = on_finish
@@ -88,16 +140,10 @@ class Replica:
         self.decoding = 0
         self.emitted_tokens = 0.0  # output tokens emitted so far (for steady-state windows)
         self.decode_kv = 0.0  # sum of context over decoding rows, kept exactly (integers)
-        self.prefilling: list[Request] = []
-        self.prefill_reserved = 0.0
-        self.prefill_pending = 0.0  # prompt tokens admitted but not yet processed
-        self.queue: deque[Request] = deque()
         self.outstanding = 0
         self.idle_event = None
         self.decode_steps = 0
-        self.admissions = 0
         self.last_decode_end = 0.0
-        self._levels: list[int] = []
         self._k_plus_1 = [np.float64(k + 1) for k in range(self.k_max + 1)]
         self.capacity = cap
         # Rate models draw for the occupied prefix of the batch (``draw_slots``); replayed
@@ -109,7 +155,7 @@ class Replica:
         # call grows with the array, so this keeps small batches cheap. Empty slots inside the
         # prefix stay harmless as before (remaining 0, context 0: drafts -1, emitted 0).
         self.high = 0
-        self._prefix_views: dict[int, tuple[np.ndarray, ...]] = {}
+        self._prefix_views: dict[int, SlotViews] = {}
         # Constants the hot path would otherwise look up every iteration.
         self._flops_per_token = costs.target_flops_per_token
         self._attn_flops = costs.target_attn_flops
@@ -123,170 +169,98 @@ class Replica:
 
     # ---- queue -----------------------------------------------------------------------------
     def enqueue(self, request: Request) -> None:
-        self.queue.append(request)
+        """Queue a request (refused when it could never fit the KV cache)."""
+        admission = self.admission
+        admission.check_fits(request)
+        admission.queue.append(request)
         self.outstanding += 1
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()
 
-    def check_fits(self, request: Request) -> None:
-        need = request.prompt + request.output + self.lookahead
-        if need > self.kv_capacity:
-            raise SpecsimError(
-                f"request {request.rid} needs {need} KV-cache tokens (prompt {request.prompt} + "
-                f"output {request.output} + lookahead) but a replica holds {self.kv_capacity}",
-                key="workload",
-                fix="cap the lengths, or give the engine more memory (engine.memory_utilisation, "
-                "engine.kv_capacity_tokens, a larger device in the profile)",
-            )
-
     # ---- the SimPy process -----------------------------------------------------------------
     def process(self, env):
+        admission = self.admission
         while True:
-            if not (self.queue or self.decoding or self.prefilling):
+            if not (admission.queue or self.decoding or admission.prefilling):
                 self.idle_event = env.event()
                 yield self.idle_event
             start = env.now
-            self._admit(start)
-            if not self.chunked and self.prefilling:
-                dt, plan = self._plan_prefill_only()
+            if admission.queue:
+                admission.admit(start, self.decoding, self.decode_kv)
+            if not self.chunked and admission.prefilling:
+                plan = self._plan_prefill_only()
+                dt = plan.seconds
                 if self.jitter is not None:
                     dt *= self.jitter.factor(prefill=True)
                 yield env.timeout(dt)
-                self._finish_prefills(plan, env.now)
-                self._record_iteration(dt, plan[1], None)
+                self._finish_prefills(plan.chunks, env.now)
+                self._record_iteration(dt, plan.batch, None)
                 continue
-            dt, plan = self._plan_mixed()
+            plan = self._plan_mixed()
+            dt = plan.seconds
             if self.jitter is not None:
-                dt *= self.jitter.factor(prefill=plan[0] is None)  # no decode rows rode
+                dt *= self.jitter.factor(prefill=plan.decode is None)  # no decode rows rode
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
 
-    # ---- admission and preemption ----------------------------------------------------------
-    def _kv_in_use(self, decode_kv: float) -> float:
-        return decode_kv + self.decoding * self.lookahead + self.prefill_reserved
-
-    def _next_level(self) -> int:
-        """The next request's acceptance level, drawn in chunks from this replica's stream."""
-        if not self._levels:
-            self._levels = self.acceptance.assign_levels(self.rng, 4096)[::-1].tolist()
-        return self._levels.pop()
-
-    def _admit(self, now: float) -> None:
-        queue = self.queue
-        running = self.decoding + len(self.prefilling)
-        if not queue or running >= self.max_batch:
-            return
-        used = self._kv_in_use(self.decode_kv)
-        while queue and running < self.max_batch:
-            if self.chunked and self.prefill_pending >= self.token_budget:
-                break
-            request = queue[0]
-            need = request.prefill_target + self.lookahead
-            if used + need > self.kv_capacity:
-                break
-            queue.popleft()
-            if request.scheduled < 0:
-                request.scheduled = now
-                request.level = self._next_level()
-            request.prefilled = 0
-            request.admit_order = self.admissions
-            self.admissions += 1
-            self.prefilling.append(request)
-            self.prefill_reserved += need
-            self.prefill_pending += request.prefill_target
-            used += need
-            running += 1
-
-    def _preempt_youngest(self) -> None:
-        if self.prefilling:
-            request = self.prefilling.pop()
-            self.prefill_reserved -= request.prefill_target + self.lookahead
-            self.prefill_pending -= request.prefill_target - request.prefilled
-        else:
-            slot = int(np.argmax(self.admit_order))
-            request = self.slot_request[slot]
-            self._bank_row(slot, request)
-            request.generated = request.output - int(self.remaining[slot])
-            self._free_slot(slot)
-            request.prefill_target = request.prompt + request.generated
-        request.prefilled = 0
-        request.preemptions += 1
-        self.queue.appendleft(request)
-
-    def _make_room(self) -> None:
-        while self._kv_in_use(self.decode_kv) > self.kv_capacity:
-            if self.decoding + len(self.prefilling) <= 1:
-                raise SpecsimError(
-                    "one sequence outgrew the whole KV cache", key="engine", fix="add memory"
-                )
-            self._preempt_youngest()
+    def evict_youngest(self) -> Request:
+        """Take the most recently admitted decoding row out of the batch (preemption: its KV is
+        dropped, and it will recompute its prompt and the tokens it generated)."""
+        slot = int(np.argmax(self.admit_order))
+        request = self.slot_request[slot]
+        self._bank_row(slot, request)
+        request.generated = request.output - int(self.remaining[slot])
+        self._free_slot(slot)
+        request.prefill_target = request.prompt + request.generated
+        return request
 
     # ---- planning ----------------------------------------------------------------------------
-    def _plan_prefill_only(self):
-        self._kv_planned = self._kv_in_use(self.decode_kv)
-        rows = tokens = kv = pairs = 0.0
-        chunks = []
-        for request in self.prefilling:
-            chunk = request.prefill_target - request.prefilled
-            if chunks and tokens + chunk > self.token_budget:
-                break
-            chunks.append((request, chunk))
-            rows += 1
-            tokens += chunk
-            kv += request.prefilled
-            pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
+    def _plan_prefill_only(self) -> Plan:
+        admission = self.admission
+        self._kv_planned = admission.kv_in_use(self.decoding, self.decode_kv)
+        chunks, prompts = admission.whole_prompts()
         costs = self.costs
-        batch = int(rows)
         # The measured range is per sequence: the largest cached context and the chunk sizes.
         sizes = [chunk for _, chunk in chunks]
         reach = max(r.prefilled for r, _ in chunks)
-        costs.check_ranges(batch, reach, max(sizes), min(sizes))
+        costs.check_ranges(prompts.rows, reach, max(sizes), min(sizes))
         if self.padded:  # every prompt fed at the longest one's length and cached context
-            longest = max(sizes)
-            charged = (rows * longest, rows * reach, rows * longest * (reach + (longest + 1) / 2))
+            rows, longest = float(prompts.rows), max(sizes)
+            charged = PassTotals(
+                prompts.rows,
+                rows * longest,
+                rows * reach,
+                rows * longest * (reach + (longest + 1) / 2),
+            )
         else:
-            charged = (tokens, kv, pairs)
-        dt = costs.iteration_s(0, 0, 0.0, 0.0, 0.0, batch, *charged)
-        flops = costs.target_flops(tokens, pairs) + costs.draft_prefill_flops(tokens, pairs)
-        self.stats.flops["prefill"] += flops
-        return dt, (chunks, batch)
-
-    def _prefill_chunks(self, budget: float):
-        """Prompt chunks for what the decoding rows leave of the token budget (chunked prefill):
-        the chunks and their totals (rows, tokens, KV tokens read, query-key pairs)."""
-        chunks = []
-        tokens = kv = pairs = 0.0
-        for request in self.prefilling:
-            if budget <= 0:
-                break
-            chunk = min(request.prefill_target - request.prefilled, budget)
-            chunks.append((request, chunk))
-            budget -= chunk
-            tokens += chunk
-            kv += request.prefilled
-            pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
-        return chunks, (len(chunks), tokens, kv, pairs)
-
-    def _prefill_totals(self, budget: float):
-        """The totals of the prompt chunks a budget would admit (for the window policy)."""
-        return self._prefill_chunks(budget)[1]
+            charged = prompts
+        dt = costs.iteration_s(0, NO_ROWS, charged)
+        tokens, pairs = prompts.tokens, prompts.pairs
+        self.stats.flops["prefill"] += costs.target_flops(
+            tokens, pairs
+        ) + costs.draft_prefill_flops(tokens, pairs)
+        return Plan(dt, None, chunks, prompts.rows)
 
     def _choose_window(self, rows: int, decode_kv: float) -> int:
         if not self._batch_policy:
             return self.policy.choose(rows, decode_kv)
-        prefill = self._prefill_totals if (self.chunked and self.prefilling) else None
-        remaining, context = self._prefix(self.high)[:2]
+        admission = self.admission
+        prefill = admission.chunk_totals if (self.chunked and admission.prefilling) else None
+        views = self._prefix(self.high)
         return self.policy.choose_batch(
-            rows, decode_kv, remaining, context, prefill, self.token_budget
+            rows, decode_kv, views.remaining, views.context, prefill, self.token_budget
         )
 
-    def _plan_mixed(self):
+    def _plan_mixed(self) -> Plan:
         costs = self.costs
-        if self._kv_in_use(self.decode_kv) > self.kv_capacity:
-            self._make_room()
+        admission = self.admission
+        held = admission.kv_in_use(self.decoding, self.decode_kv)
+        if held > self.kv_capacity:
+            admission.make_room(self)
+            held = admission.kv_in_use(self.decoding, self.decode_kv)
+        self._kv_planned = held
         decode_kv = self.decode_kv
-        self._kv_planned = self._kv_in_use(decode_kv)
         rows = self.decoding
         k = self._choose_window(rows, decode_kv)
         decode = None
@@ -294,7 +268,8 @@ class Replica:
         pairs = charged_pairs = 0.0
         charged_kv = decode_kv
         if rows:
-            remaining, context, shift, _, ones = self._prefix(self.high)
+            views = self._prefix(self.high)
+            remaining, context, shift, _, ones = views
             used = remaining.shape[0]  # slots the step covers: every occupied one
             # min(remaining - 1, k) drafts; empty slots (remaining 0) get -1, accept -1 and so
             # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
@@ -327,26 +302,27 @@ class Replica:
                 longest = float(context.max())
                 charged_kv = rows * longest
                 charged_pairs = new_tokens * longest + own_span
-            decode = (k, drafts, accepted, new_tokens, decode_kv, self._joined)
+            decode = DecodePlan(k, drafts, accepted, new_tokens, decode_kv, self._joined, views)
             self._joined = 0
         chunks = None
-        prefill = (0, 0.0, 0.0, 0.0)
-        if self.prefilling:
-            chunks, prefill = self._prefill_chunks(self.token_budget - new_tokens)
-            p_rows, p_tokens, _, p_pairs = prefill
-            if p_rows:
+        prefill = NO_ROWS
+        if admission.prefilling:
+            chunks, prefill = admission.chunks(self.token_budget - new_tokens)
+            if prefill.rows:
+                p_tokens, p_pairs = prefill.tokens, prefill.pairs
                 self.stats.flops["prefill"] += costs.target_flops(
                     p_tokens, p_pairs
                 ) + costs.draft_prefill_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        dt = costs.iteration_s(k, rows, new_tokens, charged_kv, charged_pairs, *prefill)
+        rows_totals = PassTotals(rows, new_tokens, charged_kv, charged_pairs)
+        dt = costs.iteration_s(k, rows_totals, prefill)
         if decode is not None:
             self.log.verification_flops += (
                 self._flops_per_token * new_tokens + self._attn_flops * pairs
             )
             self.log.drafter_flops += costs.draft_flops(rows, k, decode_kv)
-        return dt, (decode, chunks, rows + prefill[0])
+        return Plan(dt, decode, chunks, rows + prefill.rows)
 
     def _check_ranges(self, rows: int, k: int, chunks) -> None:
         top = float(self.context.max()) if rows else 0.0
@@ -359,14 +335,14 @@ class Replica:
         self.costs.check_ranges(rows + len(sizes), top, high, low)
 
     # ---- applying an iteration ---------------------------------------------------------------
-    def _apply_mixed(self, plan, now: float, start: float) -> None:
-        decode, chunks, batch = plan
+    def _apply_mixed(self, plan: Plan, now: float, start: float) -> None:
+        decode, chunks, batch = plan.decode, plan.chunks, plan.batch
         finished = ()
         if decode is not None:
-            k, drafts, accepted, new_tokens, decode_kv, _ = decode
+            k, drafts, accepted = decode.k, decode.drafts, decode.accepted
             log = self.log
             log.record_step(accepted, drafts)
-            remaining, context, _, row_drafted, ones = self._prefix(drafts.shape[0])
+            remaining, context, _, row_drafted, ones = decode.views
             emitted = accepted
             emitted += _ONE
             remaining -= emitted
@@ -377,9 +353,10 @@ class Replica:
             self.decode_kv += emitted_total
             self.decode_steps += 1
             rows = self.decoding
-            wasted = new_tokens - emitted_total
+            wasted = decode.verified - emitted_total
             if wasted:
-                log.wasted_flops += wasted * self.costs.wasted_flops_per_position(decode_kv / rows)
+                per_position = self.costs.wasted_flops_per_position(decode.kv / rows)
+                log.wasted_flops += wasted * per_position
             log.window_rows += k * rows
             log.decode_rows += rows
             # Finished rows emitted something and have nothing left (k + 1 <= 64 tokens a step).
@@ -396,25 +373,12 @@ class Replica:
             self._free_slot(slot)
             self._finish(request, now)
         if chunks:
-            self._finish_prefills((chunks, batch), now)
+            self._finish_prefills(chunks, now)
 
-    def _finish_prefills(self, plan, now: float) -> None:
-        chunks, _ = plan
-        done = []
-        for request, chunk in chunks:
-            request.prefilled += chunk
-            self.prefill_pending -= chunk
-            if request.prefilled >= request.prefill_target:
-                done.append(request)
-        if not done:
-            return
-        # Chunks go out in queue order and only the last can be partial: done is a prefix.
-        del self.prefilling[: len(done)]
-        for request in done:
-            self.prefill_reserved -= request.prefill_target + self.lookahead
-            if request.first_token < 0:
-                request.first_token = now
-            request.generated += 1  # the prefill pass samples the next token
+    def _finish_prefills(self, chunks: Chunks, now: float) -> None:
+        """Count the chunks as run; a request whose prompt is through starts decoding (or
+        finishes, when the prefill's token was its last)."""
+        for request in self.admission.complete(chunks, now):
             self.emitted_tokens += 1.0
             if request.generated >= request.output:
                 self._finish(request, now)
@@ -460,12 +424,11 @@ class Replica:
             high -= 1
         self.high = high
 
-    def _prefix(self, high: int) -> tuple[np.ndarray, ...]:
-        """Views of the batch arrays' first ``high`` slots: (remaining, context, level shift,
-        drafted, ones), made once per prefix length (views share memory with the arrays)."""
+    def _prefix(self, high: int) -> SlotViews:
+        """Views of the batch arrays' first ``high`` slots, made once per prefix length."""
         views = self._prefix_views.get(high)
         if views is None:
-            views = (
+            views = SlotViews(
                 self.remaining[:high],
                 self.context[:high],
                 self.level_shift[:high],
@@ -497,7 +460,9 @@ class Replica:
         self.on_finish(request, now)
 
     # ---- statistics buffers ------------------------------------------------------------------
-    def _record_iteration(self, dt: float, batch: int, decode, now: float = 0.0) -> None:
+    def _record_iteration(
+        self, dt: float, batch: int, decode: DecodePlan | None, now: float = 0.0
+    ) -> None:
         """Log one iteration's duration, batch, KV use and inter-token gaps."""
         if decode is None:
             self.log.record_iteration(dt, batch, self._kv_planned, 0.0, 0, 0)
@@ -505,7 +470,7 @@ class Replica:
         # Rows that decoded in the previous decode iteration waited since it ended (longer than
         # dt when prefill-only iterations came between); rows that joined since got their first
         # token when this iteration started.
-        joined = decode[5]
+        joined = decode.joined
         gap = now - self.last_decode_end
         self.log.record_iteration(dt, batch, self._kv_planned, gap, self.decoding - joined, joined)
 

@@ -88,7 +88,7 @@ def lookup(summary: dict[str, Any], metric: str) -> float:
     return float(value)
 
 
-def compare(
+def compare_prediction(
     predicted: dict[str, Any],
     measured: dict[str, Any],
     replicas: Sequence[dict[str, Any]] = (),
@@ -120,7 +120,7 @@ def compare(
     return Comparison(rows)
 
 
-def table(comparison: Comparison) -> str:
+def comparison_table(comparison: Comparison) -> str:
     """A fixed-width text table for the terminal and comparison.md."""
     banded = any(r.band is not None for r in comparison.rows)
     band_head = f"{'sim p10..p90':>22}" if banded else ""

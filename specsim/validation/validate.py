@@ -23,7 +23,12 @@ from typing import Any
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json
 from specsim.scenario import Scenario
-from specsim.validation.compare import Comparison, compare, explain_failures, table
+from specsim.validation.compare import (
+    Comparison,
+    compare_prediction,
+    comparison_table,
+    explain_failures,
+)
 from specsim.validation.fit_check import fit_check, fit_warnings
 
 ACCEPTANCE_PROMPTS = 64
@@ -213,7 +218,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             for i in range(1, opts.replications):
                 replicas.append(run_simulation(simulated, replication=i).summary)
                 bar.update(1)
-        comparison = compare(result.summary, run.summary, replicas)
+        comparison = compare_prediction(result.summary, run.summary, replicas)
         residuals = iteration_residuals(
             run.log,
             profile,
@@ -291,4 +296,4 @@ def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:
         else ("FAIL: " + ", ".join(r.metric for r in comparison.failures) + " beyond threshold")
     )
     notes = explain_failures(comparison)
-    return "\n".join([head, table(comparison), verdict, *notes])
+    return "\n".join([head, comparison_table(comparison), verdict, *notes])

@@ -1,5 +1,5 @@
-"""What an engine iteration costs beyond its forward passes (sampling, verification, rollback,
-the serving loop's bookkeeping), measured on the real serving loop.
+"""The real serving loop on fixed-batch waves: what an engine iteration costs beyond its forward
+passes (sampling, verification, rollback, the serving loop's bookkeeping).
 
 The simulator charges a step as target pass + k drafter passes + the profile's overhead.
 ``serve_fixed_batch`` runs the real ``ServingEngine`` on waves of identical requests at one
