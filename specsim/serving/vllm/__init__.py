@@ -1,4 +1,5 @@
-"""vLLM's ``vllm bench serve --save-result`` JSON: read into ``BenchRun``s, and (soon) written.
+"""vLLM's ``vllm bench serve --save-result`` JSON: read into ``BenchRun``s, and written from
+specsim's per-request records (``bench_result``).
 
 One JSON object per run; ``--append-result`` puts several in one file, one per line. Three
 layouts are read (engine-formats.md sections 1.1-1.6), told apart by their keys:
@@ -22,5 +23,6 @@ several tokens. The engine is told from ``backend``: names with ``sglang`` are S
 """
 
 from specsim.serving.vllm.bench_reader import FORMAT, is_vllm_result, read_run, read_runs
+from specsim.serving.vllm.bench_writer import bench_result
 
-__all__ = ["FORMAT", "is_vllm_result", "read_run", "read_runs"]
+__all__ = ["FORMAT", "bench_result", "is_vllm_result", "read_run", "read_runs"]
