@@ -197,3 +197,16 @@ def test_several_files_of_one_deployment_are_read_in_order():
         ("vllm_v33_append.json", 1),
     ]
     assert len({run.sha256 for run in runs}) == 2
+
+
+def test_the_reference_page_example_reads_as_it_says():
+    from specsim.docs.bench_csv import bench_csv_page
+    from specsim.serving.normalised import COLUMNS, EXAMPLE, read_runs
+
+    plain, eagle = read_runs(EXAMPLE, "example.csv", "")
+    assert (plain.traffic.request_rate, plain.speculation) == (2.0, None)
+    assert (eagle.traffic.request_rate, eagle.traffic.max_concurrency) == (math.inf, 16)
+    assert eagle.speculation.per_position == (0.6, 0.45, 0.25)
+    assert eagle.speculation.acceptance_length == approx(2.3)  # 1 + the rates' sum
+    page = bench_csv_page()
+    assert all(f"| `{column.name}` |" in page for column in COLUMNS) and EXAMPLE in page

@@ -3,11 +3,11 @@
     python -m specsim.docs            # rewrite docs/reference/ and the README's validation table
     python -m specsim.docs --check    # exit 1 (and name the pages) when either is stale
 
-Three kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
+Four kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
 default, allowed values, description), every CLI command (from the same argparse parsers that
-``--help`` prints), and the output files (described once, below; the tests check the names
-against real runs). Nothing is written by hand twice: change a field's description or an
-option's help and rerun this module.
+``--help`` prints), the output files (described once, below; the tests check the names
+against real runs), and the normalised benchmark CSV (from its column list). Nothing is
+written by hand twice: change a field's description or an option's help and rerun this module.
 
 The pages depend only on the code, never on the machine: argparse's own help layout (which
 varies with the terminal width and the Python version) is not used; tables are built from the
@@ -23,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specsim.docs.bench_csv import bench_csv_page
 from specsim.docs.cli import cli_pages, command_names, option_help, synopsis
 from specsim.docs.markdown import GENERATED, cell, docstring_markdown, help_markdown, table
 from specsim.docs.outputs import (
@@ -67,6 +68,7 @@ __all__ = [
 def reference_pages() -> dict[str, str]:
     """Every generated page: path relative to docs/reference -> Markdown text."""
     pages = {**schema_pages(), **cli_pages(), "outputs.md": outputs_page()}
+    pages["bench-csv.md"] = bench_csv_page()
     pages["README.md"] = index_page()
     return pages
 
@@ -77,6 +79,7 @@ def index_page() -> str:
         ["[profile.md](profile.md)", "every key of a profile file"],
         ["[cli/](cli/README.md)", "every command and option"],
         ["[outputs.md](outputs.md)", "what each output file holds"],
+        ["[bench-csv.md](bench-csv.md)", "the normalised CSV of benchmark runs"],
     ]
     return "\n\n".join(["# Reference", GENERATED, table(["page", "what it holds"], rows)]) + "\n"
 

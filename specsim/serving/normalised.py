@@ -3,9 +3,9 @@
 A tool without a reader of its own (GuideLLM, trtllm-bench, a home-made load test) is turned
 into this table by hand or by a short script. Times are in seconds and the metric columns are
 named like summary.json's keys (``ttft_s.p99``); an empty cell is an absent value. The columns
-are listed in ``COLUMNS`` (docs/reference/bench-csv.md is generated from it). Definitions
-differ between tools: GuideLLM's ``inter_token_latency_ms`` is vLLM's TPOT, and its
-``time_per_output_token_ms`` includes the first token (engine-formats.md section 6.1), so
+are listed in ``COLUMNS``, the checks in ``RULES``. Definitions differ between tools:
+GuideLLM's ``inter_token_latency_ms`` is vLLM's TPOT, and its ``time_per_output_token_ms``
+includes the first token (GuideLLM 0.8.1, ``guidellm/schemas/base/request_stats.py``), so
 convert to the definitions below rather than copying a column by its name.
 """
 
@@ -132,6 +132,27 @@ FLAGS = {"true": True, "on": True, "yes": True, "false": False, "off": False, "n
 # Hand-made tables round their figures to 3 or 4 digits; a percent written for a fraction, or
 # conditional rates for unconditional ones, are off by far more than this.
 ROUNDED = 1e-3
+RULES = (
+    "One row per run; the header names the columns used, in any order; an empty cell is an "
+    "absent value. A column not listed here is refused (a misspelt name would be lost).",
+    "Every number is finite and not negative (`inf` only for request_rate).",
+    "At least one latency column is filled. Only the percentiles measured need be given.",
+    "An open-loop run (finite request_rate, no max_concurrency) whose duration_s is too short "
+    "to send its completed requests at that rate is refused (5 standard deviations of the "
+    "arrival process below its expected span).",
+    "A speculative run needs spec_acceptance_length, spec_acceptance_rate, spec_per_position "
+    "or the counts they come from; where several are given they must agree within "
+    f"{ROUNDED:.1%}. A run given only a length or a rate is marked scalar-only.",
+    "Every row of one call comes from one model on one engine.",
+)
+EXAMPLE = (
+    "label,model,engine,request_rate,max_concurrency,completed,duration_s,input_mean,"
+    "output_mean,ttft_s.p50,ttft_s.p99,tpot_s.mean,tpot_s.p99,e2e_s.p99,spec_k,"
+    "spec_per_position\n"
+    "rate-2,Qwen/Qwen2.5-7B-Instruct,vllm,2,,120,61.5,512,200,0.074,0.2,0.0151,0.022,4.6,,\n"
+    "eagle-c16,Qwen/Qwen2.5-7B-Instruct,vllm,,16,400,95,512,200,0.13,0.33,0.0112,0.02,3.9,3,"
+    "0.6;0.45;0.25\n"
+)
 
 
 def is_normalised_csv(text: str) -> bool:
