@@ -210,3 +210,40 @@ def test_the_reference_page_example_reads_as_it_says():
     assert eagle.speculation.acceptance_length == approx(2.3)  # 1 + the rates' sum
     page = bench_csv_page()
     assert all(f"| `{column.name}` |" in page for column in COLUMNS) and EXAMPLE in page
+
+
+def _sglang_line(tmp_path, **changes):
+    import json
+
+    data = json.loads((DATA / "sglang_two_runs.jsonl").read_text().splitlines()[1])
+    data.update(changes)
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(data) + "\n")
+    (run,) = read_bench_files([path])
+    return run
+
+
+def test_sglang_itl_is_per_token_only_where_its_client_splits_chunks(tmp_path):
+    assert _sglang_line(tmp_path, backend="sglang-oai").itl_per_token is True  # accept_length set
+    other = _sglang_line(tmp_path, backend="vllm", accept_length=None, server_info=None)
+    assert (other.itl_per_token, other.engine, other.speculation, other.model) == (
+        False,
+        "vllm",
+        None,
+        None,
+    )
+    assert other.engine_version is None and other.server == {}
+    oai_plain = _sglang_line(tmp_path, backend="sglang-oai", accept_length=None, server_info=None)
+    assert oai_plain.itl_per_token is False
+
+
+def test_vllm_without_per_position_rates_keeps_the_totals(tmp_path):
+    import json
+
+    data = json.loads((DATA / "vllm_v33_spec.json").read_text())
+    data["spec_decode_per_position_acceptance_rates"] = []  # no per-position series scraped
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    (run,) = read_bench_files([path])
+    assert (run.speculation.k, run.speculation.per_position) == (None, None)
+    assert run.speculation.acceptance_length == approx(2.5)
