@@ -6,7 +6,8 @@
 Four kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
 default, allowed values, description), every CLI command (from the same argparse parsers that
 ``--help`` prints), the output files (described once, below; the tests check the names
-against real runs), and the Python API (from its docstrings and signatures). Nothing is
+against real runs), the Python API (from its docstrings and signatures) and the normalised
+benchmark CSV (from its column list). Nothing is
 written by hand twice: change a field's description or an option's help and rerun this module.
 
 The pages depend only on the code, never on the machine: argparse's own help layout (which
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 from specsim.docs.api import api_page
+from specsim.docs.bench_csv import bench_csv_page
 from specsim.docs.cli import cli_pages, command_names, option_help, synopsis
 from specsim.docs.markdown import GENERATED, cell, docstring_markdown, help_markdown, table
 from specsim.docs.outputs import (
@@ -68,6 +70,7 @@ __all__ = [
 def reference_pages() -> dict[str, str]:
     """Every generated page: path relative to docs/reference -> Markdown text."""
     pages = {**schema_pages(), **cli_pages(), "outputs.md": outputs_page(), "api.md": api_page()}
+    pages["bench-csv.md"] = bench_csv_page()
     pages["README.md"] = index_page()
     return pages
 
@@ -79,6 +82,7 @@ def index_page() -> str:
         ["[cli/](cli/README.md)", "every command and option"],
         ["[outputs.md](outputs.md)", "what each output file holds"],
         ["[api.md](api.md)", "the Python API: each function and what it returns"],
+        ["[bench-csv.md](bench-csv.md)", "the normalised CSV of benchmark runs"],
     ]
     return "\n\n".join(["# Reference", GENERATED, table(["page", "what it holds"], rows)]) + "\n"
 

@@ -1,0 +1,138 @@
+"""``read_bench_files``: benchmark results of any known format, told apart by their content.
+
+- JSON objects (one, or one per line): ``vllm bench serve --save-result`` (it writes
+  ``model_id``) or SGLang ``bench_serving`` (it writes ``mean_e2e_latency_ms``); a file name
+  says nothing, so a renamed file reads the same.
+- A CSV whose header has ``completed`` and ``duration_s``: specsim's normalised table.
+- A Prometheus scrape is acceptance, not a run: ``specsim.serving.prometheus.read_scrape``.
+
+The runs of one call must come from one deployment: two models, two engines or one file given
+twice are refused, since a fit over them would mean nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+from specsim.fileio import check_input_file
+from specsim.serving import normalised, sglang, vllm
+from specsim.serving.runs import BenchRun
+
+KNOWN = (
+    "vllm bench serve --save-result JSON, SGLang bench_serving JSONL, or specsim's normalised "
+    f"CSV ({normalised.REFERENCE})"
+)
+_PROMETHEUS = re.compile(r"^(# (HELP|TYPE) |[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+\S+\s*$)")
+
+
+def read_bench_files(paths: Iterable[str | Path]) -> list[BenchRun]:
+    """Every run in ``paths``, in order (files, then runs within a file)."""
+    runs: list[BenchRun] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        source = str(path)
+        raw = check_input_file(path, "benchmark result").read_bytes()
+        sha256 = hashlib.sha256(raw).hexdigest()
+        if sha256 in seen:
+            raise SpecsimError(
+                f"the same results as {seen[sha256]}", file=source, fix="give each file once"
+            )
+        seen[sha256] = source
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecsimError(
+                f"not UTF-8 text (byte {exc.start})", file=source, fix="give the file as written"
+            ) from None
+        runs += read_bench_text(text, source, sha256)
+    check_one_deployment(runs)
+    return runs
+
+
+def read_bench_text(text: str, source: str, sha256: str) -> list[BenchRun]:
+    """The runs in one file's text, its format told from the content."""
+    if not text.strip():
+        raise SpecsimError("file is empty", file=source, fix=f"give a benchmark result: {KNOWN}")
+    if text.lstrip().startswith("{"):
+        objects = json_objects(text, source)
+        readers = {_reader_of(data, source, i) for i, data in enumerate(objects)}
+        if len(readers) > 1:
+            raise SpecsimError(
+                "holds results of both vLLM's and SGLang's benchmark",
+                file=source,
+                fix="keep one tool's results per file",
+            )
+        return readers.pop().read_runs(objects, source, sha256)
+    if normalised.is_normalised_csv(text):
+        return normalised.read_runs(text, source, sha256)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if all(_PROMETHEUS.match(line) for line in lines[:20]):
+        raise SpecsimError(
+            "a /metrics scrape holds acceptance, not a benchmark run",
+            file=source,
+            fix="give the benchmark's result file here; a scrape is read by profile --calibrate",
+        )
+    raise SpecsimError("not a benchmark result of a known format", file=source, fix=f"give {KNOWN}")
+
+
+def json_objects(text: str, source: str) -> list[dict]:
+    """The JSON objects of a file: one, or several separated by whitespace (JSONL, or vLLM's
+    ``--append-result``). Python's parser takes SGLang's bare ``Infinity``; the readers refuse
+    a non-finite number wherever a key does not allow one."""
+    decoder = json.JSONDecoder()
+    objects, position = [], 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position == len(text):
+            return objects
+        try:
+            data, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            raise SpecsimError(
+                f"invalid JSON: {exc.msg}",
+                file=source,
+                key=f"line {exc.lineno}",
+                fix="give the file as the benchmark wrote it",
+            ) from None
+        if not isinstance(data, dict):
+            line = text.count("\n", 0, position) + 1
+            raise SpecsimError(
+                f"expected a JSON object, found {type(data).__name__}",
+                file=source,
+                key=f"line {line}",
+                fix=f"give {KNOWN}",
+            )
+        objects.append(data)
+
+
+def _reader_of(data: dict, source: str, index: int):
+    if vllm.is_vllm_result(data):
+        return vllm
+    if sglang.is_sglang_result(data):
+        return sglang
+    raise SpecsimError(
+        "neither a vLLM result (model_id, duration) nor an SGLang one (mean_e2e_latency_ms)",
+        file=f"{source} (run {index + 1})",
+        fix=f"give {KNOWN}",
+    )
+
+
+def check_one_deployment(runs: list[BenchRun]) -> None:
+    """Refuse runs of two models or two engines in one call."""
+    for what in ("model", "engine"):
+        first = next((run for run in runs if getattr(run, what)), None)
+        for run in runs:
+            value = getattr(run, what)
+            if first is not None and value and value != getattr(first, what):
+                raise SpecsimError(
+                    f"runs of two {what}s: {getattr(first, what)!r} in {first.where} and {value!r}",
+                    file=run.where,
+                    key=what,
+                    fix="give the results of one deployment (one model on one engine) per call",
+                )
