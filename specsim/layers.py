@@ -23,6 +23,7 @@ LAYERS: tuple[str, ...] = (
     "scenario",  # the scenario file
     "workload",  # traffic: arrivals, lengths, traces, prompt sets
     "drafters",  # proposal rules that need no model (prompt lookup)
+    "serving",  # the serving engines' own files: benchmark results, /metrics, configurations
     "costs",  # what an iteration costs: StepCosts, KV capacity, drafter kinds
     "metrics",  # pure functions of per-request records
     "comparison",  # a summary against a baseline's
