@@ -8,6 +8,7 @@ with no drafter deployed). ``Rendered`` is what a writer gives back: the files, 
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import textwrap
@@ -123,9 +124,10 @@ class Rendered:
     start: str = ""  # the command that starts the server, from the files' folder
 
     def summary(self, folder: str) -> dict[str, Any]:
+        """summary.json's entry: as JSON reads it back (a YAML schedule's keys become text)."""
         return {
             "files": [f"{folder}/{name}" for name in self.files],
-            "written": self.written,
+            "written": json.loads(json.dumps(self.written)),
             "not_expressible": list(self.not_expressible),
             "notes": list(self.notes),
         }
