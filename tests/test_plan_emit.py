@@ -392,3 +392,14 @@ def test_the_outputs_reference_names_every_engine_file_and_key(emitted):
     block = json.loads((emitted.out / "summary.json").read_text())["engine"]
     documented = {part.split(".", 1)[1] for key in ENGINE_SUMMARY_KEYS for part in key.split(", ")}
     assert set(block) == documented
+
+
+def test_a_closed_loop_sends_as_many_requests_as_its_simulation_completed(tmp_path, repo):
+    """Its clients' pace and the duration end a closed loop before its request limit (500)."""
+    scenario = write_scenario(tmp_path, repo, kind="closed_loop", requests=500)
+    plan = window.prepare(str(scenario), [], [0, 2], [4.0], None)
+    run = SimpleNamespace(ok=True, summary={"requests": 86})
+    outcome = _verdict([], verdict="not recommended")
+    outcome["loads"] = [window.LoadResult(4.0, by_config={"k=2": run}, best_k=2)]
+    (load,) = emit_choice.window_choice(plan, outcome).loads
+    assert (load.label, load.rate, load.clients, load.requests) == ("concurrency-4", None, 4, 86)

@@ -50,15 +50,16 @@ def nearest(entries: list, base: float):
 
 def _swept_loads(plan, entries, config_of) -> list[PlannedLoad]:
     """Every swept load as the bench sends it; a closed loop's request count is the one its
-    simulation at that load completed (its duration paces it)."""
+    simulation at that load completed (its clients' pace and the duration set it)."""
     axis, scenario = plan.axis, plan.scenario
     out = []
     for entry in entries:
         name, text = f"{axis.kind}-{number(entry.load)}", axis.fmt(entry.load)
         if axis.kind == "concurrency":
             clients = round(entry.load)
+            # What its simulation completed within the workload's limits (duration, requests).
             done = metric(entry.summary(config_of(entry)) or entry.best, "requests")
-            requests = scenario.workload.requests or int(done or 10 * clients)
+            requests = int(done) if done else scenario.workload.requests or 10 * clients
             out.append(PlannedLoad(name, text, None, clients, requests))
             continue
         rate = plan.offered_rps(entry.load)
