@@ -151,14 +151,22 @@ def test_a_table_that_sglang_replaces_by_speculation_off():
 
 
 def test_a_table_whose_first_row_is_not_its_largest_k_is_capped_for_trtllm():
-    vllm, _, trtllm = render_all(setting(table([(8, 2), (64, 4)])))
+    vllm, _, trtllm = render_all(setting(table([(48, 2), (64, 4)])))
     assert json.loads(vllm.files["vllm.json"])["num_speculative_tokens_per_batch_size"] == [
-        [1, 8, 2],
-        [9, 64, 4],
+        [1, 48, 2],
+        [49, 64, 4],
     ]
-    spec = trt(trtllm)["speculative_config"]
-    assert spec["max_draft_len"] == 2 and spec["draft_len_schedule"] == {8: 2, 64: 2}
-    assert "capped" in trtllm.not_expressible[0]
+    spec = trt(trtllm)["speculative_config"]  # capping 16 batch sizes beats raising 48
+    assert spec["max_draft_len"] == 2 and spec["draft_len_schedule"] == {48: 2, 64: 2}
+    assert "capped at k = 2" in trtllm.not_expressible[0]
+
+
+def test_or_raised_at_its_first_row_when_that_changes_fewer_batches():
+    for rows in ([(8, 2), (64, 4)], [(8, 0), (16, 3), (64, 1)]):
+        spec = trt(render_all(setting(table(rows)))[2])["speculative_config"]
+        top = max(k for _, k in rows)
+        assert spec["max_draft_len"] == top
+        assert spec["draft_len_schedule"] == {rows[0][0]: top, **dict(rows[1:])}
 
 
 def test_speculation_off_is_each_engines_plain_configuration():

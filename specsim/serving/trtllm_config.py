@@ -55,18 +55,23 @@ def decoding_type(spec: Speculative) -> str:
 def draft_len_schedule(spec: Speculative) -> tuple[dict[int, int], str | None]:
     """specsim's rows as the schedule, and the note when it had to change to be valid.
 
-    A schedule whose smallest batch does not draft the most tokens cannot be written (§5.3):
-    the nearest valid one keeps the first row's k as the maximum and caps the others at it.
+    The smallest batch must draft the most tokens (§5.3). When the table's first row does not,
+    the nearest valid schedule changes the fewest batch sizes: the later rows capped at the
+    first row's k, or the first row raised to the largest k (always, when the first is 0).
     """
-    first = spec.by_batch[0].k
-    schedule = {row.max_batch: min(row.k, first) for row in spec.by_batch}
-    if all(row.k <= first for row in spec.by_batch):
-        return schedule, None
-    return schedule, (
-        "a k-by-batch table whose first row (k = "
-        f"{first}) is not its largest k: draft_len_schedule's smallest batch must draft "
-        "max_draft_len (§5.3); written with the later rows capped at the first row's k"
-    )
+    rows = spec.by_batch
+    first, top = rows[0].k, max(row.k for row in rows)
+    if first == top:
+        return {row.max_batch: row.k for row in rows}, None
+    widths = [row.max_batch - (rows[i - 1].max_batch if i else 0) for i, row in enumerate(rows)]
+    capped = sum(w for w, row in zip(widths, rows, strict=True) if row.k > first)
+    why = f"a k-by-batch table whose first row (k = {first}) is not its largest k (k = {top}): "
+    why += "draft_len_schedule's smallest batch must draft max_draft_len (§5.3); written with "
+    if first > 0 and capped <= widths[0]:
+        schedule = {row.max_batch: min(row.k, first) for row in rows}
+        return schedule, why + f"the later rows capped at k = {first}"
+    schedule = {row.max_batch: (top if i == 0 else row.k) for i, row in enumerate(rows)}
+    return schedule, why + f"the first row (batches 1-{rows[0].max_batch}) at k = {top}"
 
 
 def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
@@ -84,7 +89,7 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
     config: dict[str, Any] = {"decoding_type": name}
     if spec.by_batch:
         schedule, note = draft_len_schedule(spec)
-        config["max_draft_len"] = spec.by_batch[0].k
+        config["max_draft_len"] = schedule[min(schedule)]
         if note:
             notes.append(note)
     else:
