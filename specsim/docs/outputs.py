@@ -147,9 +147,10 @@ ENGINE_FILES = {
     "engine/vllm.args": "the whole `vllm serve` argument list after the model: a comment header "
     "(specsim version, scenario, profile, the recommendation, the model paths and where they "
     "came from, what vLLM cannot express and what stands in for it, how to start the server), "
-    "then one option per line continued by backslashes (`--max-num-seqs`, "
+    "then one option per line, values shell-quoted (`--max-num-seqs`, "
     "`--max-num-batched-tokens`, `--tensor-parallel-size`, `--speculative-config` with the same "
-    "JSON); `shlex.split` and a shell's `eval` read the same list",
+    "JSON): `shlex.split(text, comments=True)` reads the list, and so does the header's "
+    "`eval \"vllm serve MODEL $(grep -v '^#' vllm.args | tr '\\n' ' ')\"`",
     "engine/sglang.args": "SGLang's `launch_server` options in the same layout: "
     "`--speculative-algorithm`, `--speculative-draft-model-path`, `--speculative-num-steps`, "
     "`--speculative-eagle-topk` 1, `--speculative-num-draft-tokens` steps + 1 (prompt lookup: "
