@@ -122,6 +122,10 @@ def test_the_controlled_test_forces_the_profiles_acceptance():
     assert config["synthetic_acceptance_rates"] == [0.8, 0.6, 0.45]
     assert sglang.strip().startswith("SGLANG_SIMULATE_ACC_LEN=2.8500 ")  # 1 + 0.8 + 0.6 + 0.45
     assert bench.controlled_servers(setting, ("trtllm",)) == []
+    lookup = Speculative("ngram", "ngram", 3, None, rates, ngram_size=3)
+    ngram = EngineSetting(ModelRef("target", "org/t", GIVEN), 32, 1024, lookup)
+    (only,) = bench.controlled_servers(ngram, ("vllm", "sglang"))  # SGLang: EAGLE path only
+    assert only.strip().startswith("vllm serve")
     off = EngineSetting(ModelRef("target", "org/t", GIVEN), 32, 1024, None)
     assert bench.controlled_servers(off, ("vllm", "sglang")) == []
 

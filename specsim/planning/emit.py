@@ -215,8 +215,9 @@ def common_header(choice: Choice, setting: EngineSetting) -> list[str]:
     ]
     if spec is not None:
         lines.append(
-            f"Verifier {setting.verifier} at temperature {setting.temperature:g}: the profile's "
-            "acceptance holds for requests sampled so (greedy verification: temperature 0)."
+            f"The profile's acceptance is the {setting.verifier} verifier's at temperature "
+            f"{setting.temperature:g}: send requests at that temperature (the engines verify "
+            "greedily at temperature 0)."
         )
     if spec is not None and spec.kind == "ngram":
         lines.append(
@@ -259,6 +260,12 @@ def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) 
             "costs alone are compared; start this server instead:",
             *controlled,
         ]
+    spec = setting.speculation
+    if "sglang" in rendered and spec is not None and spec.kind == "ngram":
+        lines.append(
+            "SGLang has no controlled test for NGRAM: SGLANG_SIMULATE_ACC_LEN acts on the "
+            "EAGLE-family verify path only (engine-formats.md §4.6)."
+        )
     return lines
 
 

@@ -190,7 +190,8 @@ def controlled_servers(setting: EngineSetting, engines: tuple[str, ...]) -> list
         arguments = vllm_config.server_arguments(setting, synthetic)
         lines.append(f"  vllm serve {model} {shlex.join(a for pair in arguments for a in pair)}")
     k = spec.fallback_k if spec.by_batch else spec.k
-    if "sglang" in engines and k > 0:
+    # SGLang simulates acceptance on its EAGLE-family verify path only, not NGRAM's (§4.6).
+    if "sglang" in engines and k > 0 and spec.kind != "ngram":
         sglang = shlex.join(a for pair in sglang_config.arguments(setting, k) for a in pair)
         length = 1.0 + math.fsum(spec.unconditional_rates[:k])
         lines.append(
