@@ -179,13 +179,12 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
     if choice.drafter is not None:
         drafter = profile.drafters[choice.drafter]
         kind = drafter.kind
+        model = None if kind == "ngram" else model_ref(choice.drafter, drafter.description, given)
         spec = Speculative(
             drafter=choice.drafter,
             kind=kind,
             k=choice.k,
-            model=None
-            if kind == "ngram"
-            else model_ref(choice.drafter, drafter.description, given),
+            model=model,
             unconditional_rates=unconditional_rates(choice, choice.k),
             by_batch=tuple(BatchRow(r["max_batch"], r["k"]) for r in choice.rows),
             static_k=choice.static_k,
@@ -260,6 +259,11 @@ def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) 
             "costs alone are compared; start this server instead:",
             *controlled,
         ]
+        if choice.scenario.speculation.acceptance == "sequences":
+            lines.append(
+                "The scenario replays per-request acceptance sequences; the forced rates are "
+                "the profile's per-position chain instead."
+            )
     spec = setting.speculation
     if "sglang" in rendered and spec is not None and spec.kind == "ngram":
         lines.append(

@@ -193,7 +193,7 @@ def controlled_servers(setting: EngineSetting, engines: tuple[str, ...]) -> list
     # SGLang simulates acceptance on its EAGLE-family verify path only, not NGRAM's (§4.6).
     if "sglang" in engines and k > 0 and spec.kind != "ngram":
         sglang = shlex.join(a for pair in sglang_config.arguments(setting, k) for a in pair)
-        length = 1.0 + math.fsum(spec.unconditional_rates[:k])
+        length = spec.mean_acceptance_length(k)
         lines.append(
             f"  SGLANG_SIMULATE_ACC_LEN={length:.4f} python -m sglang.launch_server "
             f"--model-path {model} {sglang}"

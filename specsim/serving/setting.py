@@ -85,10 +85,9 @@ class Speculative:
     def fallback_k(self) -> int:
         return self.k if self.static_k is None else self.static_k
 
-    @property
-    def mean_acceptance_length(self) -> float:
-        """1 + the expected accepted drafts per step (bonus token included), at window k."""
-        return 1.0 + math.fsum(self.unconditional_rates[: self.k])
+    def mean_acceptance_length(self, k: int) -> float:
+        """1 + the expected accepted drafts per step (bonus token included) at window ``k``."""
+        return 1.0 + math.fsum(self.unconditional_rates[:k])
 
 
 @dataclass(frozen=True)
