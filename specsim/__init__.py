@@ -9,7 +9,7 @@ The Python API (``specsim.simulate``, ``plan_window``, ``plan_capacity``, ``draf
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from specsim.version import __version__ as __version__
 
 API = (
     "PlanResult",

@@ -10,6 +10,7 @@ a later part.
 from __future__ import annotations
 
 LAYERS: tuple[str, ...] = (
+    "version",  # the version string the outputs name
     "errors",  # SpecsimError: the one-line error every part raises
     "bounds",  # the limits every number is held to
     "fileio",  # atomic writes, checked reads

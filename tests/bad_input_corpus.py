@@ -272,6 +272,8 @@ STRING_OPTIONS = {
     "--into": "file",
     "--calibrate": "file",
     "--prompts": "file",
+    "--emit": "engines",
+    "--model": "model-path",
     "--baseline": "folder",
     "--candidate": "folder",
     "scenario": "file",
@@ -286,6 +288,8 @@ BAD_STRINGS = {
     "device": ["tpu"],
     "dtype": ["int3"],
     "verifier": ["nonsense", "no_such_module_xyz:verify", "specsim.errors:no_such", "x:1y"],
+    "engines": ["", "x", "vllm,x", "vllm,vllm", "VLLM", "vllm,,sglang"],
+    "model-path": ["novalue", "=x", "target=", "target=a$b", "d1=x`y"],
 }
 
 

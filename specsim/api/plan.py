@@ -20,9 +20,19 @@ from typing import Any
 from specsim.api.overrides import override_texts
 from specsim.api.results import SUMMARY, PlanResult, plan_result
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json
-from specsim.planning import capacity, capacity_report, swap, swap_report, window, window_report
+from specsim.planning import (
+    capacity,
+    capacity_report,
+    emit_choice,
+    swap,
+    swap_report,
+    window,
+    window_report,
+)
+from specsim.planning import emit as engine_files
 from specsim.planning.cluster import ClusterTls
 from specsim.planning.common import check_loads, parse_k_values, parse_loads
+from specsim.planning.emit import EmitRequest
 from specsim.planning.report import Report, write_report
 from specsim.planning.sweep import Sweeper
 
@@ -72,14 +82,19 @@ def window_run(
     seed: int | None,
     out: str | Path,
     options: SweepOptions,
+    emit: EmitRequest | None = None,
 ) -> Planned:
     """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report."""
     plan = window.prepare(scenario, overrides, ks, loads, seed)
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
+    engine_files.check_models(emit, [plan.profile])
     with options.sweeper(out, plan.identity()) as sweeper:
         outcome = window.run(plan, sweeper)
         summary = window.json_summary(plan, outcome, sweeper)
-    return Planned(plan, summary, window_report.build(plan, outcome, summary))
+    planned = Planned(plan, summary, window_report.build(plan, outcome, summary))
+    if emit is not None:  # the engines' files join the report's attachments
+        engine_files.attach(planned, emit_choice.window_choice(plan, outcome), emit)
+    return planned
 
 
 def capacity_run(
@@ -93,15 +108,20 @@ def capacity_run(
     seed: int | None,
     out: str | Path,
     options: SweepOptions,
+    emit: EmitRequest | None = None,
 ) -> Planned:
     """``plan capacity``'s searches into ``out``, and its report."""
     plan = capacity.prepare(
         scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed
     )
+    engine_files.check_models(emit, [plan.profile])
     with options.sweeper(out, plan.identity()) as sweeper:
         outcome = capacity.run(plan, sweeper)
         summary = capacity.json_summary(plan, outcome, sweeper)
-    return Planned(plan, summary, capacity_report.build(plan, outcome, summary))
+    planned = Planned(plan, summary, capacity_report.build(plan, outcome, summary))
+    if emit is not None:  # the engines' files join the report's attachments
+        engine_files.attach(planned, emit_choice.capacity_choice(plan, outcome), emit)
+    return planned
 
 
 def swap_run(
@@ -114,16 +134,21 @@ def swap_run(
     seed: int | None,
     out: str | Path,
     options: SweepOptions,
+    emit: EmitRequest | None = None,
 ) -> Planned:
     """``report drafter-swap``'s sweep into ``out``, and its report."""
     plan = swap.prepare(scenario, overrides, drafters, profiles, ks, loads, seed)
     for drafter in plan.drafters:
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
+    engine_files.check_models(emit, [d.plan.profile for d in plan.drafters])
     with options.sweeper(out, plan.identity()) as sweeper:
         outcome = swap.run(plan, sweeper)
         summary = swap.json_summary(plan, outcome, sweeper)
-    return Planned(plan, summary, swap_report.build(plan, outcome, summary))
+    planned = Planned(plan, summary, swap_report.build(plan, outcome, summary))
+    if emit is not None:  # the engines' files join the report's attachments
+        engine_files.attach(planned, emit_choice.swap_choice(plan, outcome), emit)
+    return planned
 
 
 def write_plan(out: str | Path, planned: Planned) -> None:
@@ -131,6 +156,7 @@ def write_plan(out: str | Path, planned: Planned) -> None:
     with atomic_output_dir(out) as staging:
         write_report(planned.report, staging)
         (staging / SUMMARY).write_text(dump_json(planned.stored()), encoding="utf-8")
+    engine_files.remove_stale(out, planned.summary)
 
 
 # -- the API ----------------------------------------------------------------------------------
@@ -147,18 +173,23 @@ def plan_window(
     cluster: str | None = None,
     cluster_tls: ClusterTls | None = None,
     progress: bool = True,
+    emit: str | Sequence[str] | None = None,
+    models: dict[str, str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan window``: the best k at each load, the crossover load and the k-by-batch
     table. ``k`` as ``--k`` (``"0..4"``, or a list of ints), ``loads`` as ``--loads`` (a list of
     numbers), ``seed`` as ``--seed``; overrides as for ``simulate`` (``workload__duration_s=60``).
-    Tables: ``sweep``, ``best_k``, ``k_by_batch``, ``k_by_batch_check``."""
+    Tables: ``sweep``, ``best_k``, ``k_by_batch``, ``k_by_batch_check``. ``emit`` and
+    ``models`` as ``--emit`` (``"vllm,sglang"`` or a list) and ``--model`` (``{"target":
+    "meta-llama/Llama-3.1-8B-Instruct"}``): the engines' files in ``attachments`` (``engine/``)."""
     return _run(
         window_run,
         scenario,
         out,
         SweepOptions(workers, cluster, cluster_tls, progress),
         overrides,
+        emit=engine_files.emit_request(emit, models, ("emit", "models")),
         ks=_k_values(k),
         loads=_loads(loads),
         seed=seed,
@@ -179,18 +210,21 @@ def plan_capacity(
     cluster: str | None = None,
     cluster_tls: ClusterTls | None = None,
     progress: bool = True,
+    emit: str | Sequence[str] | None = None,
+    models: dict[str, str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
     and the replicas and cost ``target_rps`` needs. ``drafters`` as ``--drafter`` (default: the
-    scenario's), the rest as their options. Tables: ``capacity``, ``fleet``, ``fleet_vs_off``
-    (when the choice uses speculation)."""
+    scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``).
+    Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation)."""
     return _run(
         capacity_run,
         scenario,
         out,
         SweepOptions(workers, cluster, cluster_tls, progress),
         overrides,
+        emit=engine_files.emit_request(emit, models, ("emit", "models")),
         target_rps=target_rps,
         drafters=_names(drafters),
         ks=_k_values(k),
@@ -213,17 +247,21 @@ def drafter_swap(
     cluster: str | None = None,
     cluster_tls: ClusterTls | None = None,
     progress: bool = True,
+    emit: str | Sequence[str] | None = None,
+    models: dict[str, str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim report drafter-swap``: two or more drafters side by side across load, and a
-    recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter). Tables:
-    ``drafters``, ``acceptance_per_position``, ``per_load``, ``sweep``."""
+    recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter); ``emit``
+    and ``models`` as for ``plan_window``. Tables: ``drafters``, ``acceptance_per_position``,
+    ``per_load``, ``sweep``."""
     return _run(
         swap_run,
         scenario,
         out,
         SweepOptions(workers, cluster, cluster_tls, progress),
         overrides,
+        emit=engine_files.emit_request(emit, models, ("emit", "models")),
         drafters=_names(drafters),
         profiles=_names(profiles),
         ks=_k_values(k),

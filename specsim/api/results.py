@@ -27,6 +27,7 @@ REQUESTS = "requests.csv"
 COMPARISON = "comparison.json"
 # Files of a plan or report folder that are neither a table, a figure nor an attachment.
 PLAN_FILES = {SUMMARY, "sweep.json", "report.html", "report.md"}
+ENGINE_FOLDER = "engine"  # a plan's --emit files (specsim.planning.emit.FOLDER)
 
 
 @dataclass(eq=False)
@@ -57,9 +58,10 @@ class PlanResult:
     """A plan or report: ``summary`` is summary.json's dict (the answer), ``tables`` the
     report's tables and ``figures`` the numbers behind each figure (long format: panel, series,
     x, y), each by its CSV file's stem, and ``attachments`` the other files written beside the
-    report (``k_by_batch.yaml``) by name. ``out`` is the folder, or None for a run kept in
-    memory only; ``simulations`` how many simulations the run computed and how many it reused
-    from ``out/points`` (None for a folder read back: summary.json leaves it out)."""
+    report (``k_by_batch.yaml``; with ``emit``, ``engine/vllm.json`` and the like) by name.
+    ``out`` is the folder, or None for a run kept in memory only; ``simulations`` how many
+    simulations the run computed and how many it reused from ``out/points`` (None for a folder
+    read back: summary.json leaves it out)."""
 
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -182,6 +184,11 @@ def _plan(folder: Path, summary: dict[str, Any]) -> PlanResult:
             figures[path.stem] = read_table(text)
         else:
             tables[path.stem] = read_table(text)
+    engine = folder / ENGINE_FOLDER  # --emit's files (its bench/ results are not the plan's)
+    if engine.is_dir():
+        for path in sorted(p for p in engine.iterdir() if p.is_file()):
+            if not path.name.startswith("."):
+                attachments[f"{ENGINE_FOLDER}/{path.name}"] = read_text(path, path.name)
     return PlanResult(summary, tables, figures, attachments, folder)
 
 

@@ -99,6 +99,34 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_emit_options(parser: argparse.ArgumentParser) -> None:
+    """``--emit`` and ``--model``: the recommended setting in the engines' own configuration."""
+    parser.add_argument(
+        "--emit",
+        default=None,
+        metavar="ENGINES",
+        help="also write the recommended setting in these engines' own configuration, a "
+        "comma-separated subset of vllm,sglang,trtllm: DIR/engine/vllm.json and vllm.args, "
+        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="with --emit: the Hugging Face id or folder the engine loads for the target "
+        "(target=meta-llama/Llama-3.1-8B-Instruct) or a drafter of the profile (repeatable; "
+        "default: the profile's description when it reads as OWNER/NAME, else a placeholder "
+        "the files tell you to replace)",
+    )
+
+
+def emit_request(args: argparse.Namespace):
+    from specsim.planning.emit import emit_request
+
+    return emit_request(args.emit, args.model)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="plan", metavar="WHAT", required=True)
     window = sub.add_parser(
@@ -169,6 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     add_sweep_options(parser)
+    add_emit_options(parser)
     add_set(parser)
     add_out(parser)
     add_json(parser)
@@ -185,11 +214,15 @@ def sweep_options(args: argparse.Namespace):
 def finish(args, planned, human: str) -> int:
     """Write the report files atomically, print the summary, and pick the exit code."""
     from specsim.api.plan import write_plan
+    from specsim.planning.emit import human as engine_line
 
     write_plan(args.out, planned)
     summary = planned.summary
     if summary["failed"]:
         human += f"\n{len(summary['failed'])} simulations failed (listed in summary.json)"
+    engine = engine_line(summary)
+    if engine:
+        human += f"\n{engine}"
     emit(args, summary, human + f"\nreport: {args.out}/report.html")
     return 1 if summary["failed"] else 0
 
@@ -205,6 +238,7 @@ def _window(args: argparse.Namespace) -> int:
     from specsim.planning import window_report
     from specsim.planning.common import parse_k_values, parse_loads
 
+    emit = emit_request(args)
     planned = window_run(
         args.scenario,
         args.overrides,
@@ -213,6 +247,7 @@ def _window(args: argparse.Namespace) -> int:
         args.seed,
         args.out,
         sweep_options(args),
+        emit,
     )
     return finish(args, planned, window_report.human(planned.plan, planned.summary))
 
@@ -222,6 +257,7 @@ def _capacity(args: argparse.Namespace) -> int:
     from specsim.planning import capacity_report
     from specsim.planning.common import parse_k_values
 
+    emit = emit_request(args)
     planned = capacity_run(
         args.scenario,
         args.overrides,
@@ -233,5 +269,6 @@ def _capacity(args: argparse.Namespace) -> int:
         args.seed,
         args.out,
         sweep_options(args),
+        emit,
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))

@@ -16,7 +16,13 @@ from __future__ import annotations
 import argparse
 
 from specsim.cli.common import add_json, add_out, add_set
-from specsim.cli.plan import add_sweep_options, finish, sweep_options
+from specsim.cli.plan import (
+    add_emit_options,
+    add_sweep_options,
+    emit_request,
+    finish,
+    sweep_options,
+)
 
 SWAP_DESCRIPTION = """Compare two or more drafters side by side, and recommend one.
 
@@ -67,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load levels (as for plan window; default: a ladder around the scenario's load)",
     )
     add_sweep_options(swap)
+    add_emit_options(swap)
     add_set(swap)
     add_out(swap)
     add_json(swap)
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.planning import swap_report
     from specsim.planning.common import parse_k_values, parse_loads
 
+    emit = emit_request(args)
     planned = swap_run(
         args.scenario,
         args.overrides,
@@ -87,5 +95,6 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         args.out,
         sweep_options(args),
+        emit,
     )
     return finish(args, planned, swap_report.human(planned.plan, planned.summary))

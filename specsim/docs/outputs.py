@@ -139,6 +139,54 @@ REPORT_FILES = {
     "points/": "one JSON per simulation: a rerun with the same --out reuses them",
 }
 
+# --emit ENGINES on plan window, plan capacity and report drafter-swap (specsim.planning.emit).
+ENGINE_FILES = {
+    "engine/vllm.json": "vLLM's `--speculative-config` value, exactly: one JSON object (no "
+    'comments: JSON has none), so `--speculative-config "$(cat vllm.json)"` passes it; absent '
+    "when the recommendation is speculation off",
+    "engine/vllm.args": "the whole `vllm serve` argument list after the model: a comment header "
+    "(specsim version, scenario, profile, the recommendation, the model paths and where they "
+    "came from, what vLLM cannot express and what stands in for it, how to start the server), "
+    "then one option per line, values shell-quoted (`--max-num-seqs`, "
+    "`--max-num-batched-tokens`, `--tensor-parallel-size`, `--speculative-config` with the same "
+    "JSON): `shlex.split(text, comments=True)` reads the list, and so does the header's "
+    "`eval \"vllm serve MODEL $(grep -v '^#' vllm.args | tr '\\n' ' ')\"`",
+    "engine/sglang.args": "SGLang's `launch_server` options in the same layout: "
+    "`--speculative-algorithm`, `--speculative-draft-model-path`, `--speculative-num-steps`, "
+    "`--speculative-eagle-topk` 1, `--speculative-num-draft-tokens` steps + 1 (prompt lookup: "
+    "NGRAM with `--speculative-ngram-max-bfs-breadth` 1), `--max-running-requests`, `--tp-size`",
+    "engine/trtllm.yaml": "TensorRT-LLM's `--extra_llm_api_options` YAML under the same header: "
+    "`max_batch_size`, `max_num_tokens`, `tensor_parallel_size` and `speculative_config` "
+    "(`decoding_type`, `max_draft_len`, `speculative_model`, `draft_len_schedule` for a "
+    "k-by-batch table, `max_matching_ngram_size` for prompt lookup)",
+    "engine/bench.sh": "bash: `bash bench.sh vllm` (or `sglang`, when emitted) runs the engine's "
+    "own load test of the planned workload at every planned load, against a server started "
+    "with the files above; its header says how the workload is approximated and holds the "
+    "commented-out controlled-test servers (acceptance forced to the profile's rates)",
+    "engine/bench/vllm/LABEL.json": "written by `bash bench.sh vllm`: one `vllm bench serve "
+    "--save-result --save-detailed` result per load (LABEL: `rate-4`, `concurrency-16`, "
+    "`share-2.5`, `capacity-3.1`, as `engine.bench.loads` names them), with TTFT, TPOT, ITL "
+    "and E2EL at p50, p90 and p99; what `specsim validate --bench DIR` reads",
+    "engine/bench/sglang/LABEL.jsonl": "written by `bash bench.sh sglang`: one "
+    "`bench_serving --output-details` line per load",
+}
+
+ENGINE_SUMMARY_KEYS = {
+    "engine.recommended": "the setting written: `drafter` (null: speculation off), `k` (a "
+    "table's largest), `k_by_batch` (the rows, or null for a static k), `reason` in words, and "
+    "`not_expressible`: what the plan chose that no engine can run, and what stands in for it",
+    "engine.models": "per model (`target` and the drafter): `path` and `source` (`given` with "
+    "--model, `profile`: the profile's description read as a Hugging Face id, or `placeholder`: "
+    "REPLACE-ME/NAME, to be replaced)",
+    "engine.vllm, engine.sglang, engine.trtllm": "per engine asked for: `files`, `written` "
+    "(the keys and values the files set), `not_expressible` (with what was written instead) "
+    "and `notes` (assumptions the files rest on)",
+    "engine.bench": "`file`, `clients`, `results` (the folders bench.sh writes into), the "
+    "lengths sent (`prompt_tokens`, `output_tokens`: uniform [low, high]), `burstiness` (the "
+    "gamma shape of the gaps; null: evenly spaced), `loads` (`label`, `request_rate`, null for a "
+    "closed loop's clients, `max_concurrency`, `num_prompts`) and `notes` (the approximations)",
+}
+
 COMMAND_OUTPUTS = {
     "specsim plan window": {
         **REPORT_FILES,
@@ -230,4 +278,28 @@ def outputs_page() -> str:
                 **{f"k_by_batch.{k}": v for k, v in K_BY_BATCH_KEYS.items()},
             }
             parts.append(table(["key", "meaning"], [[f"`{k}`", v] for k, v in keys.items()]))
+        if command == "specsim report drafter-swap":
+            parts += engine_section()
     return "\n\n".join(parts) + "\n"
+
+
+def engine_section() -> list[str]:
+    """``--emit``'s files, after the three commands that take it."""
+    return [
+        "## `--emit vllm,sglang,trtllm`: `engine/`",
+        "`specsim plan window`, `specsim plan capacity` and `specsim report drafter-swap` with "
+        "`--emit` (any subset) also write the recommended setting in each engine's own keys, "
+        "atomically with the rest; a rerun removes the engine files it no longer writes (never "
+        "`engine/bench/`). The setting is the k-by-batch table when `plan window` recommends "
+        "it, else the best static k at the swept load nearest the scenario's own (`plan "
+        "capacity`: the chosen candidate; `report drafter-swap`: the recommended drafter). "
+        "Each file is checked against the engine's documented constraints before it is "
+        "written; what an engine cannot express (the goodput-adaptive policy; a k-by-batch "
+        "table on SGLang) is said in its header and in summary.json, with what was written "
+        "instead. Speculation off is the plain configuration, with no speculative option. "
+        "`vllm.json` is the bare `--speculative-config` value because JSON carries no "
+        "comment: its header is in `vllm.args`, which holds the whole argument list.",
+        table(["file", "what it holds"], [[f"`{k}`", v] for k, v in ENGINE_FILES.items()]),
+        "### `summary.json`: `engine`",
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in ENGINE_SUMMARY_KEYS.items()]),
+    ]

@@ -43,6 +43,13 @@ class ArrivalScale:
         """Requests per second offered at ``knob`` (a rate, or a trace speed)."""
         if self.times is None:
             return float(knob)
+        count, window = self.replayed(knob)
+        if count == 0 or window <= 0:
+            return 0.0
+        return count / window
+
+    def replayed(self, knob: float) -> tuple[int, float]:
+        """A trace at speed ``knob``: the rows its replay window holds, and the window (s)."""
         scaled = self.times / knob
         count = scaled.shape[0]
         if self.requests is not None:
@@ -52,9 +59,7 @@ class ArrivalScale:
             window = self.duration_s
         else:
             window = float(scaled[count - 1] - scaled[0]) if count else 0.0
-        if count == 0 or window <= 0:
-            return 0.0
-        return count / window
+        return count, window
 
     def knob(self, rate: float) -> float:
         """The smallest knob offering at least ``rate`` (bisection: ``rate`` is monotone in it)."""

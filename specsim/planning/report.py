@@ -61,7 +61,8 @@ class Report:
     title: str
     subtitle: str = ""
     sections: list[Section] = field(default_factory=list)
-    # Extra files written beside the report (name -> text), e.g. a serving-config snippet.
+    # Extra files written beside the report (name -> text), e.g. a serving-config snippet; a
+    # name may hold a folder (``engine/vllm.json``).
     attachments: dict[str, str] = field(default_factory=dict)
 
     def tables(self) -> list[Table]:
@@ -240,6 +241,7 @@ def write_report(report: Report, folder: str | Path) -> list[str]:
         (folder / f"{table.name}.csv").write_text(table.csv_text(), encoding="utf-8")
         written.append(f"{table.name}.csv")
     for name, text in report.attachments.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)  # engine/vllm.json, say
         (folder / name).write_text(text, encoding="utf-8")
         written.append(name)
     (folder / "report.md").write_text(to_markdown(report), encoding="utf-8")

@@ -1,0 +1,358 @@
+"""``--emit vllm,sglang,trtllm``: the recommended setting in each engine's own configuration.
+
+A finished plan's recommendation (``emit_choice``) becomes an engine-neutral ``EngineSetting``
+(``serving.setting``): the scenario's scheduler limits, the drafter and its window or k-by-batch
+table, the models' paths and the profile's acceptance as unconditional per-position rates (for
+the forced-acceptance test). Each engine's writer checks it against that engine's documented
+constraints and renders it (``serving.vllm_config``, ``sglang_config``, ``trtllm_config``);
+``bench.sh`` holds the load tests (``serving.bench_commands``). The files join the report's
+attachments under ``engine/``, so they are written atomically with the rest, and summary.json
+gets an ``engine`` block. Model paths: ``--model NAME=PATH`` first, then a profile description
+that reads as a Hugging Face id (``owner/name``, which ``profile --roofline`` copies from the
+model's config.json), else a placeholder the header tells the user to replace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.planning.emit_choice import Choice
+from specsim.planning.emit_workload import bench_plan
+from specsim.serving import bench_commands, sglang_config, trtllm_config, vllm_config
+from specsim.serving.setting import (
+    ENGINES,
+    FROM_PROFILE,
+    GIVEN,
+    BatchRow,
+    EngineSetting,
+    ModelRef,
+    Rendered,
+    Speculative,
+    placeholder,
+)
+from specsim.version import __version__
+
+FOLDER = "engine"
+WRITERS = {"vllm": vllm_config, "sglang": sglang_config, "trtllm": trtllm_config}
+# Every file an emit may write: a rerun removes the ones it no longer writes.
+FILES = (
+    vllm_config.SPEC_FILE,
+    vllm_config.ARGS_FILE,
+    sglang_config.ARGS_FILE,
+    trtllm_config.YAML_FILE,
+    bench_commands.SCRIPT,
+)
+HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f\"$`\\]")
+
+
+@dataclass(frozen=True)
+class EmitRequest:
+    """The engines asked for (in ``ENGINES`` order) and the model paths given."""
+
+    engines: tuple[str, ...]
+    models: tuple[tuple[str, str], ...] = ()
+
+
+def parse_engines(value: str | Iterable[str], option: str = "--emit") -> tuple[str, ...]:
+    """``vllm,sglang`` (or a list of names) -> the engines in ``ENGINES`` order."""
+    names = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    names = [n.strip() for n in names]
+    fix = f"give a comma-separated subset of {','.join(ENGINES)}"
+    for name in names:
+        if name not in ENGINES:
+            raise SpecsimError(f"{name!r} is not an engine specsim writes", key=option, fix=fix)
+    if len(set(names)) != len(names):
+        raise SpecsimError("an engine is named twice", key=option, fix=fix)
+    return tuple(e for e in ENGINES if e in names)
+
+
+def parse_model(text: str, option: str = "--model") -> tuple[str, str]:
+    """``NAME=PATH``: ``target`` or a drafter of the profile, and its Hugging Face id or folder."""
+    name, _, path = text.partition("=")
+    name, path = name.strip(), path.strip()
+    if not name or not path:
+        raise SpecsimError(
+            f"{text!r} is not NAME=PATH",
+            key=option,
+            fix="write e.g. target=meta-llama/Llama-3.1-8B-Instruct or DRAFTER=HF_ID_OR_FOLDER",
+        )
+    if UNSAFE_PATH.search(path):
+        raise SpecsimError(
+            f"the path for {name!r} holds a quote, '$', '`', '\\' or a control character",
+            key=option,
+            fix="give a Hugging Face id or a folder without them (the path is pasted into shells)",
+        )
+    return name, path
+
+
+def emit_request(
+    emit: str | Iterable[str] | None,
+    models: Iterable[str] | dict[str, str] | None,
+    options: tuple[str, str] = ("--emit", "--model"),
+) -> EmitRequest | None:
+    """The request from ``--emit`` and ``--model`` texts (or the API's ``emit`` and a
+    ``models`` dict; ``options`` names them in errors)."""
+    emit_option, model_option = options
+    if isinstance(models, dict):
+        texts = [f"{name}={path}" for name, path in models.items()]
+    else:
+        texts = list(models or [])
+    pairs = [parse_model(text, model_option) for text in texts]
+    if emit is None:
+        if pairs:
+            raise SpecsimError(
+                "model paths are for the engine configuration, which nothing asks for",
+                key=model_option,
+                fix=f"add {emit_option} vllm,sglang,trtllm (or a subset), or drop {model_option}",
+            )
+        return None
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise SpecsimError("a model is named twice", key=model_option, fix="give each name once")
+    return EmitRequest(parse_engines(emit, emit_option), tuple(pairs))
+
+
+def check_models(request: EmitRequest | None, profiles: Iterable[Any]) -> None:
+    """Every ``--model`` name is the target or a drafter with a model, before any simulation."""
+    if request is None:
+        return
+    profiles = list(profiles)
+    drafters = {name: spec for p in profiles for name, spec in p.profile.drafters.items()}
+    for name, _ in request.models:
+        if name == "target":
+            continue
+        if name not in drafters:
+            known = ", ".join(["target", *sorted(drafters)])
+            raise SpecsimError(
+                f"{name!r} is neither the target nor a drafter of the profile",
+                key="--model",
+                fix=f"name one of: {known}",
+            )
+        if drafters[name].kind == "ngram":
+            raise SpecsimError(
+                f"{name!r} is prompt lookup, which has no model",
+                key="--model",
+                fix=f"drop --model {name}=...",
+            )
+
+
+def model_ref(name: str, description: str, given: dict[str, str]) -> ModelRef:
+    if name in given:
+        return ModelRef(name, given[name], GIVEN)
+    if HF_ID.match(description.strip()):
+        return ModelRef(name, description.strip(), FROM_PROFILE)
+    return placeholder(name)
+
+
+def unconditional_rates(choice: Choice, k: int) -> tuple[float, ...]:
+    """P(the first i drafts of a step are all accepted), i = 1..k, from the conditional rates
+    the simulator chains for the scenario's acceptance model."""
+    from specsim.simulation.acceptance import extend_rates, window_rates
+
+    spec = choice.scenario.speculation
+    entry = choice.profile.acceptance(choice.drafter, spec.verifier, spec.temperature)
+    if spec.acceptance == "iid":
+        rate = entry.per_position[0] if spec.acceptance_rate is None else spec.acceptance_rate
+        conditional = np.full(k, rate)
+    else:
+        conditional = extend_rates(window_rates(entry), k)
+    return tuple(float(p) for p in np.cumprod(conditional))
+
+
+def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
+    """The engine-neutral setting of a recommendation."""
+    from specsim.drafters import DEFAULT_NGRAM
+
+    given = dict(request.models)
+    profile = choice.profile.profile
+    target = model_ref("target", profile.target.description, given)
+    scenario = choice.scenario
+    spec = None
+    if choice.drafter is not None:
+        drafter = profile.drafters[choice.drafter]
+        kind = drafter.kind
+        model = None if kind == "ngram" else model_ref(choice.drafter, drafter.description, given)
+        spec = Speculative(
+            drafter=choice.drafter,
+            kind=kind,
+            k=choice.k,
+            model=model,
+            unconditional_rates=unconditional_rates(choice, choice.k),
+            by_batch=tuple(BatchRow(r["max_batch"], r["k"]) for r in choice.rows),
+            static_k=choice.static_k,
+            ngram_size=DEFAULT_NGRAM if kind == "ngram" else None,
+        )
+    return EngineSetting(
+        target=target,
+        max_batch=scenario.engine.max_batch,
+        max_batched_tokens=scenario.engine.max_batched_tokens,
+        speculation=spec,
+        verifier=scenario.speculation.verifier,
+        temperature=scenario.speculation.temperature,
+        unexpressed=tuple(choice.unexpressed),
+    )
+
+
+def common_header(choice: Choice, setting: EngineSetting) -> list[str]:
+    """The lines every file opens with: version, scenario, profile, the choice, the models."""
+    scenario, spec = choice.scenario, setting.speculation
+    lines = [
+        f"specsim {__version__}: `{choice.command}` of scenario {scenario.name!r} "
+        f"({choice.scenario_path}) with profile {choice.profile.name!r} ({choice.profile.path}).",
+        f"Recommended: {choice.reason}.",
+        f"Scheduler (the scenario's engine section): at most {setting.max_batch} running "
+        f"sequences and {setting.max_batched_tokens} batched tokens per iteration.",
+        "Models: " + "; ".join(m.describe() for m in setting.models) + ".",
+    ]
+    if spec is not None:
+        lines.append(
+            f"The profile's acceptance is the {setting.verifier} verifier's at temperature "
+            f"{setting.temperature:g}: send requests at that temperature (the engines verify "
+            "greedily at temperature 0)."
+        )
+    if spec is not None and spec.kind == "ngram":
+        lines.append(
+            f"Prompt lookup matches the last n = {spec.ngram_size} tokens, as specsim's does "
+            "(profile --drafter ngram); a profile measured with ngram:N needs N instead."
+        )
+    if not scenario.engine.chunked_prefill:
+        lines.append(
+            "The scenario runs prefills whole (chunked_prefill: false); engine-formats.md names "
+            "no option for it, so the engines' default chunking is left as it is."
+        )
+    return lines
+
+
+def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) -> list[str]:
+    clients = ("vllm", "sglang") if "sglang" in rendered else ("vllm",)
+    lines = common_header(choice, setting)[:2]
+    lines += [f"Workload {note}." for note in notes]
+    lines += [f"Note: {note}." for note in bench_commands.client_notes(plan, clients)]
+    lines.append(
+        "Loads: "
+        + "; ".join(f"{load.label} ({load.num_prompts} requests)" for load in plan.loads)
+        + ". --save-detailed keeps each request's lengths and send times, so that "
+        "`specsim validate --bench` on this plan's folder predicts for the requests sent."
+    )
+    lines += [
+        f"Results: {bench_commands.RESULTS['vllm']}/LABEL.json and "
+        f"{bench_commands.RESULTS['sglang']}/LABEL.jsonl beside this script.",
+        "The clients send their own default sampling temperature; set it to the planned one "
+        "in the tool's request options if they differ.",
+        "Start the planned server first, from this folder (vLLM's client talks to any of "
+        "them through its OpenAI-compatible endpoint):",
+        *[f"  {item.start}" for item in rendered.values()],
+    ]
+    controlled = bench_commands.controlled_servers(setting, tuple(rendered))
+    if controlled:
+        lines += [
+            "Controlled test: acceptance forced to the profile's rates, the same for every "
+            "request (simulate it with --set speculation.heterogeneity=false), so that the "
+            "costs alone are compared; start this server instead:",
+            *controlled,
+        ]
+        if choice.scenario.speculation.acceptance == "sequences":
+            lines.append(
+                "The scenario replays per-request acceptance sequences; the forced rates are "
+                "the profile's per-position chain instead."
+            )
+    spec = setting.speculation
+    if "sglang" in rendered and spec is not None and spec.kind == "ngram":
+        lines.append(
+            "SGLang has no controlled test for NGRAM: SGLANG_SIMULATE_ACC_LEN acts on the "
+            "EAGLE-family verify path only (engine-formats.md §4.6)."
+        )
+    return lines
+
+
+def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
+    """Render the engines' files into the report's attachments and the summary's block."""
+    if choice is None:
+        planned.summary["engine"] = {
+            "recommended": None,
+            "reason": "no recommendation: the plan's simulations failed",
+        }
+        return
+    setting = setting_for(choice, request)
+    header = common_header(choice, setting)
+    rendered: dict[str, Rendered] = {e: WRITERS[e].render(setting, header) for e in request.engines}
+    plan, notes = bench_plan(choice.scenario, choice.loads)
+    block: dict[str, Any] = {
+        "recommended": {
+            "drafter": choice.drafter,
+            "k": choice.k,
+            "k_by_batch": choice.rows or None,
+            "reason": choice.reason,
+            "not_expressible": list(setting.unexpressed),
+        },
+        "models": {m.name: {"path": m.path, "source": m.source} for m in setting.models},
+    }
+    for engine, item in rendered.items():
+        for name, text in item.files.items():
+            planned.report.attachments[f"{FOLDER}/{name}"] = text
+        block[engine] = item.summary(FOLDER)
+    clients = ("vllm", "sglang") if "sglang" in rendered else ("vllm",)
+    lines = bench_header(choice, setting, rendered, plan, notes)
+    script = bench_commands.script(plan, lines, clients)
+    planned.report.attachments[f"{FOLDER}/{bench_commands.SCRIPT}"] = script
+    block["bench"] = bench_summary(plan, clients, notes)
+    planned.summary["engine"] = block
+
+
+def bench_summary(plan, clients: tuple[str, ...], notes: list[str]) -> dict[str, Any]:
+    return {
+        "file": f"{FOLDER}/{bench_commands.SCRIPT}",
+        "clients": list(clients),
+        "results": {c: f"{FOLDER}/{bench_commands.RESULTS[c]}" for c in clients},
+        "prompt_tokens": [plan.prompt.low, plan.prompt.high],
+        "output_tokens": [plan.output.low, plan.output.high],
+        "burstiness": None if plan.burstiness == float("inf") else plan.burstiness,
+        "loads": [
+            {
+                "label": load.label,
+                "request_rate": None if load.max_concurrency is not None else load.request_rate,
+                "max_concurrency": load.max_concurrency,
+                "num_prompts": load.num_prompts,
+            }
+            for load in plan.loads
+        ],
+        "notes": [*notes, *bench_commands.client_notes(plan, clients)],
+    }
+
+
+def remove_stale(out: str | Path, summary: dict[str, Any]) -> None:
+    """After a plan is written: the engine files an earlier run wrote and this one did not."""
+    folder = Path(out) / FOLDER
+    block = summary.get("engine") or {}
+    kept = {Path(f).name for e in ENGINES for f in (block.get(e) or {}).get("files", [])}
+    if block.get("bench"):
+        kept.add(bench_commands.SCRIPT)
+    for name in FILES:
+        if name not in kept:
+            (folder / name).unlink(missing_ok=True)
+
+
+def human(summary: dict[str, Any]) -> str | None:
+    """One line for the terminal: the files written, and any placeholder path."""
+    block = summary.get("engine")
+    if block is None:
+        return None
+    if block.get("recommended") is None:
+        return f"engine: nothing written ({block['reason']})"
+    files = [f for e in ENGINES for f in (block.get(e) or {}).get("files", [])]
+    files.append(block["bench"]["file"])
+    line = f"engine: {', '.join(files)}"
+    placeholders = [n for n, m in block["models"].items() if m["source"] == "placeholder"]
+    if placeholders:
+        line += (
+            f" (placeholder model paths, replace them or give --model: {', '.join(placeholders)})"
+        )
+    return line

@@ -1,0 +1,189 @@
+"""Which setting a finished plan recommends to deploy, per command, and at which loads to test it.
+
+- ``plan window``: the k-by-batch table when its verdict is "recommended"; otherwise the best
+  static k at the swept load nearest the scenario's own (k = 0 there: speculation off). A
+  table still needs a static k for the engines without one: the best static k at that load.
+- ``plan capacity``: the candidate the fleet is planned with. The goodput-adaptive policy
+  picks k every step from the running batch and acceptance, which no engine's configuration
+  can: the same drafter's best static candidate stands in, said so in every file.
+- ``report drafter-swap``: the recommended drafter at its best k at the load nearest the
+  scenario's own.
+
+The bench runs every load the plan swept (``plan capacity``: each replica's share of the target
+rate, and the candidate's capacity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsim.planning.capacity import choose_candidate
+from specsim.planning.common import metric, plural
+from specsim.planning.emit_workload import PlannedLoad, open_loop_requests
+from specsim.planning.window import BY_BATCH
+from specsim.planning.window_table import RECOMMENDED
+from specsim.serving.bench_commands import number
+
+
+@dataclass
+class Choice:
+    """The recommendation as the emitter needs it. ``drafter`` None: speculation off."""
+
+    command: str
+    scenario: Any  # the scenario the plan ran (its speculation, engine and workload sections)
+    scenario_path: str
+    profile: Any  # the LoadedProfile the drafter comes from
+    drafter: str | None
+    k: int
+    reason: str
+    loads: list[PlannedLoad]
+    rows: list[dict[str, int]] = field(default_factory=list)  # the k-by-batch table, if chosen
+    static_k: int | None = None  # with a table: the best static k at the chosen load
+    unexpressed: list[str] = field(default_factory=list)
+
+
+def nearest(entries: list, base: float):
+    """The entry whose load is nearest the scenario's own (the lower one on a tie)."""
+    return min(entries, key=lambda e: (abs(e.load - base), e.load))
+
+
+def _swept_loads(plan, entries, config_of) -> list[PlannedLoad]:
+    """Every swept load as the bench sends it; a closed loop's request count is the one its
+    simulation at that load completed (its clients' pace and the duration set it)."""
+    axis, scenario = plan.axis, plan.scenario
+    out = []
+    for entry in entries:
+        name, text = f"{axis.kind}-{number(entry.load)}", axis.fmt(entry.load)
+        if axis.kind == "concurrency":
+            clients = round(entry.load)
+            # What its simulation completed within the workload's limits (duration, requests).
+            done = metric(entry.summary(config_of(entry)) or entry.best, "requests")
+            requests = int(done) if done else scenario.workload.requests or 10 * clients
+            out.append(PlannedLoad(name, text, None, clients, requests))
+            continue
+        rate = plan.offered_rps(entry.load)
+        requests = open_loop_requests(scenario, rate, plan.scale, entry.load)
+        out.append(PlannedLoad(name, text, rate, None, requests))
+    return out
+
+
+def _off_above(outcome: dict[str, Any], axis, speculating: bool) -> list[str]:
+    above = outcome["verdict"]["speculation_off_above_load"]  # None without a crossover
+    if not speculating or above is None:
+        return []
+    return [
+        f"the plan turns speculation off above {axis.fmt(above)} (k = 0 with no drafter "
+        f"deployed is best from {axis.fmt(outcome['crossover']['load'])} on); no engine "
+        "setting undeploys the drafter by load: serve the plain configuration there"
+    ]
+
+
+def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
+    """``plan window``'s recommendation (None when no load has a result)."""
+    known = [e for e in outcome["loads"] if e.best_k is not None]
+    if not known:
+        return None
+    chosen = nearest(known, plan.axis.base)
+    where = f"{plan.axis.fmt(chosen.load)}, the swept load nearest the scenario's own"
+    drafter = plan.scenario.speculation.drafter
+    table = outcome["verdict"]["verdict"] == RECOMMENDED and outcome["rows"]
+
+    def config(entry) -> str:
+        return BY_BATCH if table else f"k={chosen.best_k}"
+
+    loads = _swept_loads(plan, outcome["loads"], config)
+    common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path}
+    common.update(command="plan window", profile=plan.profile, loads=loads)
+    rows = outcome["rows"]
+    if table and len({r["k"] for r in rows}) == 1:
+        # One k at every batch size is a static k: every engine can run it as such.
+        reason = f"k = {rows[0]['k']}, the recommended k-by-batch table's only window"
+        choice = Choice(drafter=drafter, k=rows[0]["k"], reason=reason, **common)
+    elif table:
+        reason = f"the k-by-batch table, which the plan recommends: {outcome['verdict']['reason']}"
+        choice = Choice(drafter=drafter, k=max(r["k"] for r in rows), reason=reason, **common)
+        choice.rows, choice.static_k = rows, chosen.best_k
+    elif chosen.best_k == 0:
+        reason = f"speculation off: k = 0 with no drafter is best at {where}"
+        choice = Choice(drafter=None, k=0, reason=reason, **common)
+    else:
+        reason = f"k = {chosen.best_k}, the best static k at {where}"
+        choice = Choice(drafter=drafter, k=chosen.best_k, reason=reason, **common)
+    choice.unexpressed += _off_above(outcome, plan.axis, choice.drafter is not None)
+    return choice
+
+
+def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
+    """``report drafter-swap``'s: the recommended drafter at its best k near the own load."""
+    name = outcome["recommended"]
+    drafter = next(d for d in plan.drafters if d.name == name)
+    entries = outcome["per_drafter"][name]
+    known = [e for e in entries if e.best_k is not None]
+    if not known:
+        return None
+    own = drafter.plan
+    chosen = nearest(known, own.axis.base)
+    where = f"{own.axis.fmt(chosen.load)}, the swept load nearest the scenario's own"
+    loads = _swept_loads(own, entries, lambda entry: f"k={chosen.best_k}")
+    common = {"scenario": own.scenario, "scenario_path": plan.scenario_path, "loads": loads}
+    common.update(command="report drafter-swap", profile=own.profile)
+    if chosen.best_k == 0:
+        reason = f"speculation off: the recommended {name}'s best k is 0 at {where}"
+        return Choice(drafter=None, k=0, reason=reason, **common)
+    reason = f"drafter {name} (recommended) at k = {chosen.best_k}, its best k at {where}"
+    return Choice(drafter=name, k=chosen.best_k, reason=reason, **common)
+
+
+def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
+    """``plan capacity``'s: the chosen candidate (an adaptive one replaced by the same
+    drafter's best static candidate)."""
+    chosen = outcome["chosen"]
+    if chosen is None:
+        return None
+    fleet = outcome["fleet"]
+    replicas = fleet[-1][0] if fleet else chosen.replicas
+    share = plan.target_rps / replicas
+    loads = []
+    rates = [("share", share)]
+    if chosen.capacity != share:
+        rates.append(("capacity", chosen.capacity))
+    for name, rate in rates:
+        knob = plan.scale.knob(rate)
+        requests = open_loop_requests(plan.scenario, rate, plan.scale, knob)
+        text = f"{rate:.4g} req/s ({'each replica' if name == 'share' else 'one replica'}'s "
+        text += "share of the target)" if name == "share" else "capacity)"
+        loads.append(PlannedLoad(f"{name}-{rate:.4g}", text, rate, None, requests))
+    common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path, "loads": loads}
+    common.update(command="plan capacity", profile=plan.profile)
+    candidate = chosen.candidate
+    fleet_text = f"{plural(replicas, 'replica')} for {plan.target_rps:g} req/s"
+    if candidate.drafter is None:
+        return Choice(drafter=None, k=0, reason=f"speculation off ({fleet_text})", **common)
+    if candidate.policy != "adaptive":
+        reason = f"{candidate.label} ({fleet_text})"
+        return Choice(drafter=candidate.drafter, k=candidate.k, reason=reason, **common)
+    static = [
+        r
+        for r in outcome["candidates"]
+        if r.candidate.drafter == candidate.drafter and r.candidate.policy != "adaptive"
+    ]
+    stand_in = choose_candidate(static)
+    note = (
+        f"the goodput-adaptive policy the plan chose ({candidate.label}, {fleet_text}) picks k "
+        "at every step from the running batch and acceptance, which no engine's configuration "
+        "can; written instead: "
+    )
+    if stand_in is None:
+        choice = Choice(drafter=None, k=0, reason="speculation off", **common)
+        choice.unexpressed.append(note + "speculation off (no static candidate sustained a rate)")
+        return choice
+    label = stand_in.candidate.label
+    reason = f"{label}, standing in for {candidate.label} ({fleet_text})"
+    choice = Choice(drafter=candidate.drafter, k=stand_in.candidate.k, reason=reason, **common)
+    replicas_text = plural(stand_in.replicas, "replica")
+    choice.unexpressed.append(
+        note + f"{label}, the drafter's best static candidate ({replicas_text}, "
+        f"{stand_in.capacity:.4g} req/s per replica)"
+    )
+    return choice

@@ -1,0 +1,184 @@
+"""The serving setting a plan recommends, in no engine's keys: what each engine's writer renders.
+
+``EngineSetting`` is one replica's configuration: the target, the scheduler's limits and the
+speculation (``None``: speculation off, which every engine writes as its plain configuration,
+with no drafter deployed). ``Rendered`` is what a writer gives back: the files, what it wrote
+(for summary.json) and what the engine could not express, with what it wrote instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+# Where a model's path came from: given with --model, read from the profile, or unknown.
+GIVEN, FROM_PROFILE, PLACEHOLDER = "given", "profile", "placeholder"
+PLACEHOLDER_PREFIX = "REPLACE-ME"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model as the engine loads it: a Hugging Face id or a local folder."""
+
+    name: str  # ``target`` or the profile's drafter name
+    path: str
+    source: str  # GIVEN, FROM_PROFILE or PLACEHOLDER
+
+    @property
+    def placeholder(self) -> bool:
+        return self.source == PLACEHOLDER
+
+    def describe(self) -> str:
+        """``target: meta-llama/X (from the profile)``, or the placeholder's instruction."""
+        if self.placeholder:
+            return (
+                f"{self.name}: {self.path} is a PLACEHOLDER (no path is known): replace it, or "
+                f"give --model {self.name}=HF_ID_OR_FOLDER"
+            )
+        origin = "given with --model" if self.source == GIVEN else "the profile's description"
+        return f"{self.name}: {self.path} ({origin})"
+
+
+def placeholder(name: str) -> ModelRef:
+    return ModelRef(name, f"{PLACEHOLDER_PREFIX}/{name}", PLACEHOLDER)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """Window ``k`` while the running batch is at most ``max_batch`` (specsim's by_batch row)."""
+
+    max_batch: int
+    k: int
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """The speculation to deploy: a drafter of one of specsim's kinds and its window.
+
+    ``k`` is the window (the table's largest k when ``by_batch`` is set). ``by_batch`` rows cover
+    batch sizes 1..their last ``max_batch`` in order; none means a static k. ``static_k`` is the
+    static window the plan found best at its chosen load, what an engine that cannot take a
+    table runs instead (0: speculation off). ``unconditional_rates[i]`` is the chance that a
+    step's first i + 1 drafts are all accepted (vLLM's per-position definition), for the
+    engines' forced-acceptance knobs.
+    """
+
+    drafter: str
+    kind: str  # specsim's drafter kind: draft_model, ngram or heads
+    k: int
+    model: ModelRef | None  # None for prompt lookup, which has no model
+    unconditional_rates: tuple[float, ...]
+    by_batch: tuple[BatchRow, ...] = ()
+    static_k: int | None = None
+    ngram_size: int | None = None
+
+    @property
+    def fallback_k(self) -> int:
+        return self.k if self.static_k is None else self.static_k
+
+    def mean_acceptance_length(self, k: int) -> float:
+        """1 + the expected accepted drafts per step (bonus token included) at window ``k``."""
+        return 1.0 + math.fsum(self.unconditional_rates[:k])
+
+
+@dataclass(frozen=True)
+class EngineSetting:
+    """One replica of the recommended deployment."""
+
+    target: ModelRef
+    max_batch: int
+    max_batched_tokens: int
+    speculation: Speculative | None
+    verifier: str = "rejection"
+    temperature: float = 1.0
+    tensor_parallel_size: int = 1  # a profile describes one device per replica
+    # Engine-neutral: what the plan chose that no engine can run, and what stands in for it.
+    unexpressed: tuple[str, ...] = ()
+
+    @property
+    def models(self) -> list[ModelRef]:
+        spec = self.speculation
+        return [self.target, *([spec.model] if spec and spec.model else [])]
+
+
+@dataclass
+class Rendered:
+    """One engine's files (name -> text), what they set, what the engine cannot express (and
+    what was written instead), and notes on assumptions the files rest on."""
+
+    engine: str
+    files: dict[str, str]
+    written: dict[str, Any]
+    not_expressible: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    start: str = ""  # the command that starts the server, from the files' folder
+
+    def summary(self, folder: str) -> dict[str, Any]:
+        """summary.json's entry: as JSON reads it back (a YAML schedule's keys become text)."""
+        return {
+            "files": [f"{folder}/{name}" for name in self.files],
+            "written": json.loads(json.dumps(self.written)),
+            "not_expressible": list(self.not_expressible),
+            "notes": list(self.notes),
+        }
+
+
+def header_lines(
+    common: list[str], not_expressible: list[str], notes: list[str], usage: list[str]
+) -> list[str]:
+    """A file's header: the common lines, what the engine cannot express, notes, usage."""
+    return [
+        *common,
+        *[f"Not expressible: {note}." for note in not_expressible],
+        *[f"Note: {note}." for note in notes],
+        *usage,
+    ]
+
+
+def comment_block(lines: Iterable[str], width: int = 96) -> str:
+    """Lines as ``#`` comments, prose wrapped to ``width``; a line that starts with two spaces
+    (a command to copy) is kept whole."""
+    out = []
+    for line in lines:
+        if not line or line.startswith("  "):
+            out.append(f"# {line}".rstrip())
+            continue
+        wrapped = textwrap.wrap(
+            line, width - 2, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        out += [f"# {part}" for part in wrapped]
+    return "\n".join(out) + "\n"
+
+
+def args_text(header: str, arguments: list[tuple[str, str | None]]) -> str:
+    """An arguments file: the comment header, then one option (and its value, shell-quoted) per
+    line, so that ``shlex.split(text, comments=True)`` gives the argument list, and so does a
+    shell's ``eval "cmd $(grep -v '^#' FILE | tr '\\n' ' ')"`` (``USE``)."""
+    lines = [flag if value is None else f"{flag} {shlex.quote(value)}" for flag, value in arguments]
+    return header + "".join(f"{line}\n" for line in lines)
+
+
+def use(command: str, file: str) -> str:
+    """The shell line that runs ``command`` with the options of the arguments file ``file``."""
+    return f"eval \"{command} $(grep -v '^#' {file} | tr '\\n' ' ')\""
+
+
+def violation(file: str, key: str, message: str, where: str) -> SpecsimError:
+    """A setting that breaks an engine's documented constraint (``where``: the section of
+    engine-formats.md that states it); nothing is written."""
+    return SpecsimError(
+        f"{message} ({where}), so it is not written",
+        file=f"engine/{file}",
+        key=key,
+        fix="the recommended setting cannot run on this engine as derived: report the command "
+        "line to specsim's maintainers, and emit the other engines meanwhile",
+    )

@@ -1,0 +1,165 @@
+"""SGLang's server arguments for a recommended setting: ``sglang.args``.
+
+The options are SGLang 0.5.23's (engine-formats.md §4.5): ``--speculative-algorithm``,
+``--speculative-draft-model-path``, ``--speculative-num-steps``, ``--speculative-eagle-topk``,
+``--speculative-num-draft-tokens``, ``--max-running-requests`` and ``--tp-size``. specsim's
+steps are chains, so topk is 1 and the draft tokens are steps + 1, which SGLang enforces.
+SGLang has no batch-size schedule: a k-by-batch table is written as the static k the plan found
+best at its chosen load, and said so. ``check`` holds the arguments to §4.5 first.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from specsim.serving.setting import (
+    EngineSetting,
+    Rendered,
+    Speculative,
+    args_text,
+    header_lines,
+    use,
+    violation,
+)
+from specsim.serving.setting import comment_block as comments
+
+ARGS_FILE = "sglang.args"
+
+ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"})
+CHAIN_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})  # steps, topk, tokens
+FLAGS = frozenset(
+    {
+        "--speculative-algorithm",
+        "--speculative-draft-model-path",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--speculative-ngram-max-bfs-breadth",
+        "--max-running-requests",
+        "--tp-size",
+    }
+)
+
+
+def algorithm(spec: Speculative) -> str:
+    """A separate draft model is STANDALONE, prompt lookup NGRAM, heads EAGLE (EAGLE3 when the
+    path says so)."""
+    if spec.kind == "ngram":
+        return "NGRAM"
+    if spec.kind == "heads":
+        return "EAGLE3" if spec.model and "eagle3" in spec.model.path.lower() else "EAGLE"
+    return "STANDALONE"
+
+
+def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str]]:
+    """The options for window ``k`` (0: the plain server, no speculative option at all)."""
+    spec = setting.speculation
+    out: list[tuple[str, str]] = []
+    if spec is not None and k > 0:
+        name = algorithm(spec)
+        out.append(("--speculative-algorithm", name))
+        if name == "NGRAM":
+            # NGRAM's topk is its BFS breadth (an --speculative-eagle-topk is replaced by it):
+            # breadth 1 drafts a chain. Its draft tokens are taken to count the root as a
+            # chain's do (§4.5 does not say).
+            out.append(("--speculative-ngram-max-bfs-breadth", "1"))
+        else:
+            out.append(("--speculative-draft-model-path", spec.model.path))
+            out.append(("--speculative-num-steps", str(k)))
+            out.append(("--speculative-eagle-topk", "1"))
+        out.append(("--speculative-num-draft-tokens", str(k + 1)))
+    # Always given: with speculation SGLang would otherwise reset it to 48 (§4.5).
+    out.append(("--max-running-requests", str(setting.max_batch)))
+    out.append(("--tp-size", str(setting.tensor_parallel_size)))
+    return out
+
+
+def check(options: list[tuple[str, str]]) -> None:
+    """Refuse arguments SGLang 0.5.23 rejects or would change (§4.5)."""
+    given = dict(options)
+    for flag in given:
+        if flag not in FLAGS:
+            raise violation(ARGS_FILE, flag, "is not an option this writer knows", "§4.5")
+    if "--max-running-requests" not in given:
+        raise violation(ARGS_FILE, "--max-running-requests", "unset, it becomes 48", "§4.5")
+    name = given.get("--speculative-algorithm")
+    if name is None:
+        spec_flags = [f for f in given if f.startswith("--speculative")]
+        if spec_flags:
+            raise violation(ARGS_FILE, spec_flags[0], "without an algorithm", "§4.5")
+        return
+    if name not in ALGORITHMS:
+        raise violation(ARGS_FILE, "--speculative-algorithm", f"{name!r} is unknown", "§4.5")
+    tokens = _count(given, "--speculative-num-draft-tokens")
+    if name == "NGRAM":
+        if "--speculative-draft-model-path" in given:
+            raise violation(ARGS_FILE, "--speculative-draft-model-path", "NGRAM has none", "§4.5")
+        if "--speculative-eagle-topk" in given:
+            raise violation(ARGS_FILE, "--speculative-eagle-topk", "NGRAM replaces it", "§4.5")
+        if tokens < 2:
+            raise violation(ARGS_FILE, "--speculative-num-draft-tokens", "below 2", "§4.5")
+        return
+    if name in CHAIN_ALGORITHMS and not given.get("--speculative-draft-model-path"):
+        raise violation(ARGS_FILE, "--speculative-draft-model-path", f"{name} needs one", "§4.5")
+    steps = _count(given, "--speculative-num-steps")
+    topk = _count(given, "--speculative-eagle-topk")
+    if min(steps, topk, tokens) < 1:
+        # Unset, SGLang picks its own (steps, topk, draft tokens) for the model.
+        raise violation(ARGS_FILE, "--speculative-num-steps", "needs topk and tokens", "§4.5")
+    if topk == 1 and tokens != steps + 1:
+        raise violation(ARGS_FILE, "--speculative-num-draft-tokens", "is not steps + 1", "§4.5")
+
+
+def _count(given: dict[str, str], flag: str) -> int:
+    text = given.get(flag, "0")
+    return int(text) if text.isdigit() else -1
+
+
+def not_expressible(setting: EngineSetting) -> list[str]:
+    notes = list(setting.unexpressed)
+    spec = setting.speculation
+    if spec is None:
+        return notes
+    if spec.by_batch:
+        fallback = f"k = {spec.fallback_k}" if spec.fallback_k else "speculation off"
+        notes.append(
+            "the k-by-batch table: SGLang has no batch-size schedule (its speculative_adaptive "
+            "follows acceptance, not the batch, §4.5); written instead: "
+            f"{fallback}, the best static choice at the plan's chosen load"
+        )
+    if setting.verifier == "typical":
+        notes.append(
+            "verifier typical: SGLang's relaxed acceptance (speculative_accept_threshold_*) is "
+            "another rule; written with its default verification"
+        )
+    return notes
+
+
+def notes(setting: EngineSetting) -> list[str]:
+    spec = setting.speculation
+    if spec is None or spec.kind != "ngram":
+        return []
+    return [
+        "SGLang's NGRAM drafts from a trie of earlier n-grams (§4.5), not from the last n "
+        "tokens' latest earlier match as specsim's prompt lookup does, so its acceptance can "
+        "differ from the profile's; its draft-token count is taken to include the verified "
+        "token, as a chain's does (§4.5 does not say)"
+    ]
+
+
+def render(setting: EngineSetting, header: list[str]) -> Rendered:
+    spec = setting.speculation
+    k = 0 if spec is None else (spec.fallback_k if spec.by_batch else spec.k)
+    options = arguments(setting, k)
+    check(options)
+    missing, remarks = not_expressible(setting), notes(setting)
+    launch = f"python -m sglang.launch_server --model-path {shlex.quote(setting.target.path)}"
+    start = use(launch, ARGS_FILE)
+    usage = ["Start the server from this folder (--model-path names the target):", f"  {start}"]
+    top = header_lines(header, missing, remarks, usage)
+    written = {
+        flag.removeprefix("--").replace("-", "_"): int(value) if value.isdigit() else value
+        for flag, value in options
+    }
+    files = {ARGS_FILE: args_text(comments(top), options)}
+    return Rendered("sglang", files, written, missing, remarks, start)

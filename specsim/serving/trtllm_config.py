@@ -1,0 +1,194 @@
+"""TensorRT-LLM's LLM-API options for a recommended setting: ``trtllm.yaml``.
+
+The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_api_options``
+(engine-formats.md §5.1): ``max_batch_size``, ``max_num_tokens``, ``tensor_parallel_size``
+(§5.5) and, when speculating, ``speculative_config`` with the class literal ``decoding_type``
+(``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``; §5.2), ``max_draft_len``,
+``speculative_model`` and for a k-by-batch table ``draft_len_schedule`` (§5.3): keys are
+inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
+smallest key must equal ``max_draft_len``. ``check`` holds the options to §5.2-5.5 first.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from specsim.fileio import dump_yaml
+from specsim.serving.setting import (
+    EngineSetting,
+    Rendered,
+    Speculative,
+    header_lines,
+    violation,
+)
+from specsim.serving.setting import comment_block as comments
+
+YAML_FILE = "trtllm.yaml"
+
+DECODING_TYPES = frozenset(
+    {"Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "PARD", "DFlash", "DSpark"}
+)
+NEEDS_MODEL = frozenset({"Draft_Target", "Eagle", "Eagle3"})  # §5.4
+TOP_KEYS = frozenset({"max_batch_size", "max_num_tokens", "tensor_parallel_size"})
+SPEC_KEYS = frozenset(
+    {
+        "decoding_type",
+        "max_draft_len",
+        "speculative_model",
+        "draft_len_schedule",
+        "max_matching_ngram_size",
+        "max_concurrency",
+    }
+)
+
+
+def decoding_type(spec: Speculative) -> str:
+    """The class literal (§5.2: the docs write ``DraftTarget``; the class says ``Draft_Target``)."""
+    if spec.kind == "ngram":
+        return "NGram"
+    if spec.kind == "heads":
+        return "Eagle3" if spec.model and "eagle3" in spec.model.path.lower() else "Eagle"
+    return "Draft_Target"
+
+
+def draft_len_schedule(spec: Speculative) -> tuple[dict[int, int], str | None]:
+    """specsim's rows as the schedule, and the note when it had to change to be valid.
+
+    The smallest batch must draft the most tokens (§5.3). When the table's first row does not,
+    the nearest valid schedule changes the fewest batch sizes: the later rows capped at the
+    first row's k, or the first row raised to the largest k (always, when the first is 0).
+    """
+    rows = spec.by_batch
+    first, top = rows[0].k, max(row.k for row in rows)
+    if first == top:
+        return {row.max_batch: row.k for row in rows}, None
+    widths = [row.max_batch - (rows[i - 1].max_batch if i else 0) for i, row in enumerate(rows)]
+    capped = sum(w for w, row in zip(widths, rows, strict=True) if row.k > first)
+    why = f"a k-by-batch table whose first row (k = {first}) is not its largest k (k = {top}): "
+    why += "draft_len_schedule's smallest batch must draft max_draft_len (§5.3); written with "
+    if first > 0 and capped <= widths[0]:
+        schedule = {row.max_batch: min(row.k, first) for row in rows}
+        return schedule, why + f"the later rows capped at k = {first}"
+    schedule = {row.max_batch: (top if i == 0 else row.k) for i, row in enumerate(rows)}
+    return schedule, why + f"the first row (batches 1-{rows[0].max_batch}) at k = {top}"
+
+
+def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
+    """The YAML mapping, and the notes on what could not be written as planned."""
+    out: dict[str, Any] = {
+        "max_batch_size": setting.max_batch,
+        "max_num_tokens": setting.max_batched_tokens,
+        "tensor_parallel_size": setting.tensor_parallel_size,
+    }
+    notes: list[str] = []
+    spec = setting.speculation
+    if spec is None:
+        return out, notes
+    name = decoding_type(spec)
+    config: dict[str, Any] = {"decoding_type": name}
+    if spec.by_batch:
+        schedule, note = draft_len_schedule(spec)
+        config["max_draft_len"] = schedule[min(schedule)]
+        if note:
+            notes.append(note)
+    else:
+        schedule = None
+        config["max_draft_len"] = spec.k
+    if spec.model is not None:
+        config["speculative_model"] = spec.model.path
+    if name == "NGram":
+        config["max_matching_ngram_size"] = spec.ngram_size
+    if schedule is not None:
+        config["draft_len_schedule"] = schedule
+    out["speculative_config"] = config
+    return out, notes
+
+
+def check(document: dict[str, Any]) -> None:
+    """Refuse options TensorRT-LLM rejects (§5.2-5.5)."""
+    for key in document:
+        if key not in TOP_KEYS | {"speculative_config"}:
+            raise violation(YAML_FILE, key, "is not an option this writer knows", "§5.5")
+    for key in ("max_batch_size", "max_num_tokens", "tensor_parallel_size"):
+        if not _whole(document.get(key)) or document[key] < 1:
+            raise violation(YAML_FILE, key, "must be a whole number above 0", "§5.5")
+    config = document.get("speculative_config")
+    if config is None:
+        return
+    for key in config:
+        if key not in SPEC_KEYS:
+            raise violation(YAML_FILE, f"speculative_config.{key}", "is not known", "§5.3")
+    name = config.get("decoding_type")
+    if name not in DECODING_TYPES:
+        raise violation(YAML_FILE, "speculative_config.decoding_type", f"{name!r}", "§5.2")
+    top = config.get("max_draft_len")
+    if not _whole(top) or top < 1:
+        raise violation(YAML_FILE, "speculative_config.max_draft_len", "must be > 0", "§5.4")
+    if name in NEEDS_MODEL and not config.get("speculative_model"):
+        raise violation(YAML_FILE, "speculative_config.speculative_model", "required", "§5.4")
+    if name == "NGram":
+        size = config.get("max_matching_ngram_size")
+        if not _whole(size) or size < 1:
+            key = "speculative_config.max_matching_ngram_size"
+            raise violation(YAML_FILE, key, "must be a positive whole number", "§5.4")
+    if "draft_len_schedule" in config:
+        _check_schedule(config, top)
+
+
+def _check_schedule(config: dict[str, Any], top: int) -> None:
+    key = "speculative_config.draft_len_schedule"
+    schedule = config["draft_len_schedule"]
+    if "max_concurrency" in config:
+        raise violation(YAML_FILE, key, "is exclusive with max_concurrency", "§5.3")
+    if not isinstance(schedule, dict) or not schedule:
+        raise violation(YAML_FILE, key, "must map batch sizes to draft lengths", "§5.3")
+    if not all(_whole(b) and b >= 1 and _whole(n) and n >= 0 for b, n in schedule.items()):
+        raise violation(YAML_FILE, key, "needs keys >= 1 and values >= 0", "§5.3")
+    if schedule[min(schedule)] != top:
+        raise violation(YAML_FILE, key, "must draft max_draft_len at its smallest key", "§5.3")
+    if max(schedule.values()) > top:
+        raise violation(YAML_FILE, key, "has a value above max_draft_len", "§5.3")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def not_expressible(setting: EngineSetting, notes: list[str]) -> list[str]:
+    out = [*setting.unexpressed, *notes]
+    if setting.speculation is not None and setting.verifier == "typical":
+        out.append(
+            "verifier typical: TensorRT-LLM's relaxed acceptance is MTP's thinking-phase rule "
+            "(§5.4), not typical acceptance; written with its default verification"
+        )
+    return out
+
+
+def notes(setting: EngineSetting) -> list[str]:
+    spec = setting.speculation
+    out = []
+    if setting.max_batch > setting.max_batched_tokens:
+        out.append("max_batch_size is above max_num_tokens: TensorRT-LLM logs a warning (§5.5)")
+    if spec is not None and decoding_type(spec) == "Draft_Target":
+        out.append(
+            "decoding_type Draft_Target is the class literal; TensorRT-LLM's docs write "
+            "DraftTarget (§5.2)"
+        )
+    if spec is not None and decoding_type(spec) == "Eagle":
+        out.append(
+            "on the PyTorch backend Eagle is run as Eagle3, and EAGLE v1/v2 checkpoints do "
+            "not load as Eagle3 (§5.2)"
+        )
+    return out
+
+
+def render(setting: EngineSetting, header: list[str]) -> Rendered:
+    document, schedule_notes = options(setting)
+    check(document)
+    missing, remarks = not_expressible(setting, schedule_notes), notes(setting)
+    model = shlex.quote(setting.target.path)
+    start = f"trtllm-serve {model} --extra_llm_api_options {YAML_FILE}"
+    usage = ["Start the server from this folder:", f"  {start}"]
+    text = comments(header_lines(header, missing, remarks, usage)) + dump_yaml(document)
+    return Rendered("trtllm", {YAML_FILE: text}, document, missing, remarks, start)

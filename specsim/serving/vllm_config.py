@@ -1,0 +1,241 @@
+"""vLLM's configuration for a recommended setting: ``vllm.json`` and ``vllm.args``.
+
+``vllm.json`` is exactly the ``--speculative-config`` value (vLLM 0.33 parses the option with
+``json.loads``, engine-formats.md §3.1), so it can be passed as ``--speculative-config
+"$(cat vllm.json)"``; JSON has no comments, so the header naming the specsim version, scenario
+and profile lives in ``vllm.args``: the whole ``vllm serve`` argument list (the same JSON
+inline, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--tensor-parallel-size``; §3.6).
+With speculation off there is no ``vllm.json``: the plain server takes no speculative config.
+
+Keys are vLLM 0.33's (``SpeculativeConfig``, §3.2), and ``check`` holds a config to the
+constraints §3.3-3.5 document before anything is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shlex
+from typing import Any
+
+from specsim.serving.setting import (
+    EngineSetting,
+    Rendered,
+    Speculative,
+    args_text,
+    header_lines,
+    use,
+    violation,
+)
+from specsim.serving.setting import comment_block as comments
+
+SPEC_FILE, ARGS_FILE = "vllm.json", "vllm.args"
+
+# The SpeculativeConfig fields this writer may set (§3.2); anything else is refused.
+FIELDS = frozenset(
+    {
+        "method",
+        "model",
+        "num_speculative_tokens",
+        "draft_tensor_parallel_size",
+        "prompt_lookup_min",
+        "prompt_lookup_max",
+        "num_speculative_tokens_per_batch_size",
+        "rejection_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+    }
+)
+# SpeculativeMethod values specsim's drafter kinds map to (§3.2: V33 has no medusa).
+METHODS = frozenset({"draft_model", "ngram", "eagle", "eagle3"})
+NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})  # §3.5
+# On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
+SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
+REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.3
+
+
+def method(spec: Speculative) -> str:
+    """vLLM's method for a specsim drafter kind; heads are EAGLE, EAGLE-3 when the path says
+    so (vLLM sniffs ``eagle3`` in a draft model's name the same way, §3.5)."""
+    if spec.kind == "ngram":
+        return "ngram"
+    if spec.kind == "heads":
+        return "eagle3" if spec.model and "eagle3" in spec.model.path.lower() else "eagle"
+    return "draft_model"
+
+
+def schedule(spec: Speculative) -> list[list[int]]:
+    """specsim's rows as vLLM's ``[start, end, K]`` ranges: the first starts at 1 (§3.4)."""
+    ranges, start = [], 1
+    for row in spec.by_batch:
+        ranges.append([start, row.max_batch, row.k])
+        start = row.max_batch + 1
+    return ranges
+
+
+def speculative_config(setting: EngineSetting, synthetic: bool = False) -> dict[str, Any] | None:
+    """The ``--speculative-config`` object (None: speculation off). ``synthetic``: vLLM's
+    forced acceptance at the profile's per-position rates, for a controlled test (§3.3)."""
+    spec = setting.speculation
+    if spec is None:
+        return None
+    name = method(spec)
+    config: dict[str, Any] = {"method": name}
+    if spec.model is not None:
+        config["model"] = spec.model.path
+    config["num_speculative_tokens"] = spec.k
+    if name == "ngram":
+        # specsim's prompt lookup matches exactly the last n tokens: both bounds n.
+        config["prompt_lookup_min"] = spec.ngram_size
+        config["prompt_lookup_max"] = spec.ngram_size
+    if name in NEEDS_MODEL:
+        config["draft_tensor_parallel_size"] = setting.tensor_parallel_size
+    if spec.by_batch:
+        config["num_speculative_tokens_per_batch_size"] = schedule(spec)
+    if synthetic:
+        config["rejection_sample_method"] = "synthetic"
+        config["synthetic_acceptance_rates"] = [round(p, 6) for p in spec.unconditional_rates]
+    return config
+
+
+def server_arguments(setting: EngineSetting, config: dict[str, Any] | None) -> list:
+    """``vllm serve``'s options after the model (§3.1, §3.6)."""
+    arguments = [
+        ("--max-num-seqs", str(setting.max_batch)),
+        ("--max-num-batched-tokens", str(setting.max_batched_tokens)),
+        ("--tensor-parallel-size", str(setting.tensor_parallel_size)),
+    ]
+    if config is not None:
+        arguments.append(("--speculative-config", json.dumps(config)))
+    return arguments
+
+
+def check(config: dict[str, Any] | None, max_num_seqs: int, target_tp: int = 1) -> None:
+    """Refuse a config that vLLM 0.33 would reject, or silently run differently (§3.2-3.5)."""
+    if max_num_seqs < 1:
+        raise violation(ARGS_FILE, "--max-num-seqs", "must be at least 1", "§3.6")
+    if config is None:
+        return
+    for key in config:
+        if key not in FIELDS:
+            raise violation(SPEC_FILE, key, "is not a SpeculativeConfig field", "§3.2")
+    name = config.get("method")
+    if name not in METHODS:
+        raise violation(SPEC_FILE, "method", f"{name!r} is not a method specsim maps to", "§3.2")
+    k = config.get("num_speculative_tokens")
+    if not _whole(k) or k < 1:
+        raise violation(SPEC_FILE, "num_speculative_tokens", f"{k!r} is not above 0", "§3.2")
+    if name in NEEDS_MODEL and not config.get("model"):
+        raise violation(SPEC_FILE, "model", f"method {name} needs a draft model", "§3.5")
+    if name == "ngram":
+        low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+        if not (_whole(low) and _whole(high) and 1 <= low <= high):
+            raise violation(
+                SPEC_FILE, "prompt_lookup_min", f"[{low}, {high}] is not 1 <= min <= max", "§3.5"
+            )
+    draft_tp = config.get("draft_tensor_parallel_size")
+    if draft_tp is not None and draft_tp not in (1, target_tp):
+        raise violation(
+            SPEC_FILE, "draft_tensor_parallel_size", "must be 1 or the target's TP", "§3.5"
+        )
+    if "num_speculative_tokens_per_batch_size" in config:
+        _check_schedule(config["num_speculative_tokens_per_batch_size"], k, name, max_num_seqs)
+    _check_synthetic(config, k)
+
+
+def _check_schedule(ranges: Any, k: int, name: str, max_num_seqs: int) -> None:
+    key = "num_speculative_tokens_per_batch_size"
+    if name not in SCHEDULE_METHODS:
+        raise violation(SPEC_FILE, key, f"is dropped for method {name}", "§3.4")
+    if not isinstance(ranges, list) or not ranges:
+        raise violation(SPEC_FILE, key, "must be a non-empty list of [start, end, K]", "§3.4")
+    previous_end = 0
+    for entry in ranges:
+        if not (isinstance(entry, list) and len(entry) == 3 and all(map(_whole, entry))):
+            raise violation(SPEC_FILE, key, f"{entry!r} is not [start, end, K]", "§3.4")
+        start, end, window = entry
+        if not 0 < start <= end or window < 0:
+            raise violation(SPEC_FILE, key, f"{entry!r} needs 0 < start <= end, K >= 0", "§3.4")
+        if start <= previous_end:
+            raise violation(SPEC_FILE, key, "ranges must be sorted, not overlapping", "§3.4")
+        if window > k:
+            # vLLM would clamp it to num_speculative_tokens: the file would not say what runs.
+            raise violation(SPEC_FILE, key, f"K {window} is above num_speculative_tokens", "§3.4")
+        previous_end = end
+    if ranges[0][0] != 1:
+        raise violation(SPEC_FILE, key, "the first range must start at 1", "§3.4")
+    if previous_end < max_num_seqs:
+        # Past the last range vLLM carries its K forward; specsim's table would stop there.
+        raise violation(SPEC_FILE, key, "the ranges must reach --max-num-seqs", "§3.4")
+
+
+def _check_synthetic(config: dict[str, Any], k: int) -> None:
+    sampler = config.get("rejection_sample_method", "standard")
+    rates = config.get("synthetic_acceptance_rates")
+    length = config.get("synthetic_acceptance_length")
+    key = "synthetic_acceptance_rates"
+    if sampler not in REJECTION_METHODS:
+        raise violation(SPEC_FILE, "rejection_sample_method", f"{sampler!r} is unknown", "§3.3")
+    if sampler != "synthetic":
+        if rates is not None or length is not None:
+            raise violation(SPEC_FILE, key, "is valid only with the synthetic sampler", "§3.3")
+        return
+    if (rates is None) == (length is None):
+        raise violation(SPEC_FILE, key, "or the length: exactly one is required", "§3.3")
+    if rates is None:
+        return
+    shaped = isinstance(rates, list) and len(rates) == k and all(0 <= p <= 1 for p in rates)
+    if not shaped or any(b > a for a, b in itertools.pairwise(rates)):
+        raise violation(SPEC_FILE, key, "needs k non-increasing entries in [0, 1]", "§3.3")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def not_expressible(setting: EngineSetting) -> list[str]:
+    notes = list(setting.unexpressed)
+    if setting.speculation is not None and setting.verifier == "typical":
+        notes.append(
+            "verifier typical: vLLM 0.33 has no typical acceptance (only V0's "
+            "--spec-decoding-acceptance-method had it, §3.3); written with vLLM's standard "
+            "rejection sampler, which is exact, so acceptance will be lower than planned"
+        )
+    return notes
+
+
+def notes(setting: EngineSetting) -> list[str]:
+    spec = setting.speculation
+    if spec is None or spec.kind != "heads":
+        return []
+    return [
+        f"specsim's heads drafter is written as method {method(spec)} (vLLM 0.33 has no medusa, "
+        "§3.2); for MTP layers in the target use method mtp"
+    ]
+
+
+def render(setting: EngineSetting, header: list[str]) -> Rendered:
+    """Check, then the files: vllm.json (when speculating) and vllm.args."""
+    config = speculative_config(setting)
+    check(config, setting.max_batch, setting.tensor_parallel_size)
+    if config is not None:
+        synthetic = speculative_config(setting, synthetic=True)
+        check(synthetic, setting.max_batch, setting.tensor_parallel_size)
+    arguments = server_arguments(setting, config)
+    missing, remarks = not_expressible(setting), notes(setting)
+    launch = f"vllm serve {shlex.quote(setting.target.path)}"
+    start = use(launch, ARGS_FILE)
+    usage = ["Start the server from this folder (the model is vllm serve's first argument):"]
+    usage.append(f"  {start}")
+    files = {}
+    if config is not None:
+        files[SPEC_FILE] = json.dumps(config, indent=2) + "\n"
+    top = header_lines(header, missing, remarks, usage)
+    files[ARGS_FILE] = args_text(comments(top), arguments)
+    written = {
+        "speculative_config": config,
+        "max_num_seqs": setting.max_batch,
+        "max_num_batched_tokens": setting.max_batched_tokens,
+        "tensor_parallel_size": setting.tensor_parallel_size,
+    }
+    return Rendered("vllm", files, written, missing, remarks, start)
