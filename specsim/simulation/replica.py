@@ -33,6 +33,7 @@ from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
+from specsim.simulation.stream import UniformStream
 
 _ONE = np.float64(1.0)
 _minimum = np.minimum
@@ -106,6 +107,7 @@ class Replica:
         sink,
         on_finish,
         jitter=None,
+        fast: bool = False,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -120,6 +122,12 @@ class Replica:
         self.lookahead = self.k_max + 1
         self.kv_capacity = kv_capacity
         self.rng = rng
+        # The fast path (stretches of decode iterations at once) needs a rate model: replayed
+        # sequences depend on each row's position, step by step, so they run per iteration.
+        self.fast = fast and not acceptance.needs_position
+        if self.fast:
+            rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
+        self._draws = rng
         self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
@@ -282,10 +290,12 @@ class Replica:
             elif self._by_slot:
                 # One uniform per slot, one search for every row's acceptance level (see
                 # RateAcceptance): the count of leading accepted drafts.
-                accepted, proposed = self.acceptance.draw_slots(self.rng, k, shift, self.capacity)
+                accepted, proposed = self.acceptance.draw_slots(
+                    self._draws, k, shift, self.capacity
+                )
             else:
                 position = self.output - self.remaining
-                accepted, proposed = self.acceptance.draw(self.rng, k, self.level, position)
+                accepted, proposed = self.acceptance.draw(self._draws, k, self.level, position)
                 accepted = accepted[:used]
             if proposed is not None:
                 drafts = _minimum(drafts, proposed[:used] * k)

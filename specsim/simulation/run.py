@@ -1,7 +1,14 @@
-"""The simulation entry point: scenario in, per-request records and a summary out."""
+"""The simulation entry point: scenario in, per-request records and a summary out.
+
+Replicas advance steady decode stretches several iterations at a time (``stretch.py``). The
+per-iteration path, one SimPy event per engine iteration, is kept as the reference the fast
+path must match byte for byte: ``run_simulation(..., fast_path=False)``, or the environment
+variable ``SPECSIM_ENGINE=reference`` for a whole process (the command line, sweep workers).
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,8 +117,16 @@ def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> J
     return Jitter(profile.jitter, rng, profile.prefill_jitter)
 
 
+def default_fast_path() -> bool:
+    """False when ``SPECSIM_ENGINE=reference`` asks for the per-iteration reference path."""
+    return os.environ.get("SPECSIM_ENGINE", "fast") != "reference"
+
+
 def run_simulation(
-    scenario: Scenario, records_path: str | Path | None = None, replication: int = 0
+    scenario: Scenario,
+    records_path: str | Path | None = None,
+    replication: int = 0,
+    fast_path: bool | None = None,
 ) -> SimulationResult:
     """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
 
@@ -119,9 +134,12 @@ def run_simulation(
     given scenario (its seed drives every random stream). ``replication`` > 0 keeps the
     requests (arrivals, lengths, routing) and draws acceptance and iteration jitter from other
     streams: the same traffic served again, to see how much the rest alone moves a metric.
+    ``fast_path`` False (default: ``default_fast_path()``) simulates every engine iteration as
+    its own event: the same results, more slowly.
     """
     import simpy
 
+    fast = default_fast_path() if fast_path is None else fast_path
     profile = cached_profile(scenario.resolve(scenario.profile))
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
     streams = np.random.SeedSequence(scenario.seed).spawn(5)
@@ -166,6 +184,7 @@ def run_simulation(
                     sink,
                     on_finish,
                     _jitter(scenario, setup, jitter_rngs[index]),
+                    fast=fast,
                 )
             )
     fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
