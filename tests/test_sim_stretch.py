@@ -8,6 +8,12 @@ and batch counts), exactly. The cases cover every shipped scenario (with shorten
 and, on the test profile, every window policy, acceptance model, drafter kind, jitter on and
 off, both prefill modes, padded attention, preemption, several replicas under each router, and
 closed-loop clients with and without think time.
+
+Most cases run on two profiles: the test profile (memory-bound: every pass costs its fixed time
+whatever the batch) and a copy whose passes cost more with tokens and context and whose
+iterations vary (``jitter``). Where several replicas serve closed-loop clients on the first, their
+iterations fall on exactly the same float times, and the two paths may order such simultaneous
+events differently (the reference by when SimPy created them): those cases run on the second.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from specsim.scenario import Scenario, load_scenario
 from specsim.simulation import run_simulation
@@ -126,16 +133,33 @@ SHIPPED = sorted(p.name for p in (REPO / "scenarios").glob("*.yaml"))
 SHORTER = {"duration_s": 60.0}
 
 
-def make(changes: dict) -> Scenario:
+# Cases whose replicas would otherwise tie exactly (see the module docstring).
+VARYING_ONLY = {"closed loop, two replicas, adaptive", "closed loop, think time, two replicas"}
+
+
+@pytest.fixture(scope="module")
+def varying_profile(tmp_path_factory) -> Path:
+    """The test profile with batch-dependent pass costs and a measured-style spread."""
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    profile["target"]["latency"]["fit"].update(
+        per_batched_token_s=3.0e-5, knee_tokens=48, per_kv_token_s=4.0e-8, per_attention_pair_s=1e-9
+    )
+    for name in ("c05", "c20"):
+        profile["drafters"][name]["latency"]["fit"].update(per_kv_token_s=1.0e-8)
+    profile["overhead"] = {"per_step_s": 3.0e-4, "per_sequence_s": 2.0e-6}
+    profile["jitter"] = {"quantiles": [0.8, 0.95, 1.0, 1.04, 1.6], "samples": 50}
+    profile["prefill_jitter"] = {"quantiles": [0.9, 1.0, 1.1], "samples": 20}
+    folder = tmp_path_factory.mktemp("profile")
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+def make(changes: dict, folder: Path = DATA) -> Scenario:
     data = copy.deepcopy(BASE)
     for section, values in changes.items():
         data[section] = {**data.get(section, {}), **values}
-    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
-
-
-def with_jitter(scenario: Scenario, on: bool) -> Scenario:
-    engine = scenario.engine.model_copy(update={"jitter": on})
-    return scenario.model_copy(update={"engine": engine})
+    return Scenario.model_validate(data).with_source(folder / "scenario.yaml")
 
 
 def shortened(name: str) -> Scenario:
@@ -195,10 +219,25 @@ def assert_identical(scenario: Scenario, tmp_path: Path, monkeypatch) -> dict:
     return fast
 
 
-@pytest.mark.parametrize("jitter", [True, False], ids=["jitter", "no jitter"])
+@pytest.mark.parametrize("name", [name for name in CASES if name not in VARYING_ONLY])
+def test_fast_path_matches_the_reference(name, tmp_path, monkeypatch):
+    assert_identical(make(CASES[name]), tmp_path, monkeypatch)
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_fast_path_matches_the_reference(name, jitter, tmp_path, monkeypatch):
-    assert_identical(with_jitter(make(CASES[name]), jitter), tmp_path, monkeypatch)
+def test_fast_path_matches_the_reference_with_varying_costs_and_jitter(
+    name, varying_profile, tmp_path, monkeypatch
+):
+    assert_identical(make(CASES[name], varying_profile), tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["fixed", "ngram", "adaptive", "two replicas, least outstanding"])
+def test_fast_path_matches_the_reference_with_jitter_off(
+    name, varying_profile, tmp_path, monkeypatch
+):
+    scenario = make(CASES[name], varying_profile)
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    assert_identical(scenario.model_copy(update={"engine": engine}), tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -22,7 +22,14 @@ from specsim.profile import LoadedProfile, Profile, load_profile
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
-from specsim.simulation.fleet import ClosedLoopClients, Fleet, open_loop_arrivals
+from specsim.simulation.clock import Clock
+from specsim.simulation.fleet import (
+    ArrivalFeed,
+    ClosedLoopClients,
+    Fleet,
+    fed_arrivals,
+    open_loop_arrivals,
+)
 from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
@@ -137,8 +144,6 @@ def run_simulation(
     ``fast_path`` False (default: ``default_fast_path()``) simulates every engine iteration as
     its own event: the same results, more slowly.
     """
-    import simpy
-
     fast = default_fast_path() if fast_path is None else fast_path
     profile = cached_profile(scenario.resolve(scenario.profile))
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
@@ -155,7 +160,7 @@ def run_simulation(
     acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
     jitter_rngs = [np.random.default_rng(s) for s in serving[4].spawn(total)]
 
-    env = simpy.Environment()
+    env = Clock()
     limits = scenario.slo.limits() if scenario.slo else {}
     path = None if records_path is None else Path(records_path)
     sink = RecordSink([s.name for s in setups], limits, path)
@@ -188,13 +193,20 @@ def run_simulation(
                 )
             )
     fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+    # Replicas on the fast path see the next arrival (replayed sequences keep the reference).
+    fed = not source.closed_loop and all(replica.fast for replica in replicas)
+    feed = ArrivalFeed(source, counter) if fed else None
+    alone = feed is not None and len(replicas) == 1  # takes its arrivals itself
     for replica in replicas:
-        env.process(replica.process(env))
+        replica.feed = feed
+        replica.start(env, feed if alone else None)
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, fleet, counter)
         clients.start()
-    else:
+    elif feed is None:
         env.process(open_loop_arrivals(env, source, fleet, counter))
+    elif not alone:
+        env.process(fed_arrivals(env, feed, fleet))
     try:
         env.run()
     finally:

@@ -1,4 +1,4 @@
-"""A replica's acceptance stream read ahead in blocks, and SimPy wake-ups at exact times.
+"""A replica's acceptance stream, read ahead in blocks.
 
 ``UniformStream`` hands out a ``numpy.random.Generator``'s ``random()`` doubles from blocks
 drawn ahead: a stretch of m engine iterations takes its m x n uniforms in one slice, and they
@@ -76,18 +76,3 @@ class UniformStream:
             self._bits.state = state
         else:
             self.rng.random(skip)
-
-
-def timeout_at(env, when: float):
-    """A SimPy timeout that fires at exactly ``when`` (``env.timeout(when - env.now)`` lands on
-    ``env.now + (when - env.now)``, which rounding could move by an ulp)."""
-    now = env.now
-    delay = when - now
-    if now + delay != when:
-        for nudged in (np.nextafter(delay, np.inf), np.nextafter(delay, -np.inf)):
-            if now + nudged == when:
-                delay = float(nudged)
-                break
-        else:
-            raise RuntimeError(f"no delay from {now!r} lands on {when!r}")
-    return env.timeout(delay)
