@@ -256,3 +256,50 @@ def test_the_cases_exercise_what_they_name(tmp_path, monkeypatch):
     adaptive = observe(make(CASES["adaptive busy"]), tmp_path / "a.csv", True, monkeypatch)
     counts = np.frombuffer(adaptive["replicas"][0]["drafted"], dtype=np.int64)
     assert np.count_nonzero(counts) >= 3  # the window changed during the run
+
+
+def test_stretches_carry_most_iterations_at_low_load(monkeypatch):
+    """The fast path really takes stretches (it is not the reference in disguise): at low load
+    nearly every iteration is inside one, and each stretch is one SimPy event."""
+    from specsim.simulation import replica as replica_module
+
+    stretches, inside = [0], [0]
+    apply = replica_module.Replica._apply_stretch
+
+    def count(self, stretch):
+        stretches[0] += 1
+        inside[0] += stretch.n
+        apply(self, stretch)
+
+    monkeypatch.setattr(replica_module.Replica, "_apply_stretch", count)
+    summary = run_simulation(make({"workload": {"rate": 1.0}})).summary
+    assert inside[0] >= 0.8 * summary["engine_iterations"]
+    assert inside[0] >= 5 * stretches[0]
+
+
+def test_a_stretch_that_runs_past_the_next_arrival_is_caught(tmp_path, monkeypatch):
+    """Planted bug: stretches ignore the next arrival's time (the request then waits for the
+    stretch to end instead of joining the next iteration)."""
+    from specsim.simulation import replica as replica_module
+    from specsim.simulation import stretch as stretch_module
+
+    plan = stretch_module.plan_stretch
+
+    def unbounded(replica, k, start, bound):
+        return plan(replica, k, start, np.inf)
+
+    monkeypatch.setattr(replica_module, "plan_stretch", unbounded)
+    with pytest.raises(AssertionError):
+        assert_identical(make(CASES["fixed"]), tmp_path, monkeypatch)
+
+
+def test_a_stretch_that_keeps_its_unused_draws_is_caught(tmp_path, monkeypatch):
+    """Planted bug: a stretch leaves the acceptance stream where its whole block of uniforms
+    ends, not where its iterations' draws do."""
+    from specsim.simulation import replica as replica_module
+    from specsim.simulation.stream import UniformStream
+
+    monkeypatch.setattr(UniformStream, "rewind", lambda self, position: None)
+    assert replica_module.UniformStream is UniformStream
+    with pytest.raises(AssertionError):
+        assert_identical(make(CASES["fixed"]), tmp_path, monkeypatch)

@@ -145,33 +145,30 @@ class StepCosts:
         """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of decode-only iterations
         with ``rows`` > 0, for arrays of the totals: the same operations in the same order,
         elementwise, so each value is bit for bit what the scalar call gives."""
+        target = self.decode_seconds_target(rows, tokens, kv, pairs)
+        return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
+
+    def decode_seconds_target(self, rows, tokens, kv, pairs):
+        """The target's pass of ``decode_seconds`` (``LatencyModel.seconds_from_totals`` on
+        arrays; any of the arguments may be one)."""
         fit = self.target.latency.fit
-        target = (
+        return (
             fit.fixed_s
             + fit.per_sequence_s * rows
             + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
             + fit.per_kv_token_s * kv
             + fit.per_attention_pair_s * pairs
         )
-        return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
 
     def decode_seconds_by_k(self, rows: int, tokens, kv, pairs):
         """``decode_seconds`` for every k in 0..K-1 at once: ``tokens`` and ``pairs`` are
         (iterations, K) arrays, ``kv`` one value per iteration (the adaptive window policy's
         candidates)."""
-        fit = self.target.latency.fit
-        kv = kv[:, None]
-        target = (
-            fit.fixed_s
-            + fit.per_sequence_s * rows
-            + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
-            + fit.per_kv_token_s * kv
-            + fit.per_attention_pair_s * pairs
-        )
+        target = self.decode_seconds_target(rows, tokens, kv[:, None], pairs)
         windows = range(tokens.shape[1])
         draft = np.empty(tokens.shape)
         for k in windows:
-            draft[:, k] = self.drafter.draft_s(rows, k, kv[:, 0])
+            draft[:, k] = self.drafter.draft_s(rows, k, kv)
         host = np.asarray([self.overhead_s(rows, k, rows) for k in windows])
         return target + draft + host
 
