@@ -36,7 +36,7 @@ from specsim.simulation.admission import Admission, Chunks
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 from specsim.simulation.stream import UniformStream
-from specsim.simulation.stretch import Stretch, accumulate, plan_stretch
+from specsim.simulation.stretch import MIN_EXPECTED, Stretch, accumulate, plan_stretch
 
 _ONE = np.float64(1.0)
 _minimum = np.minimum
@@ -186,6 +186,7 @@ class Replica:
         self.feed = None
         self.last_iteration_s = 0.0
         self._expected_emitted: list[float] = []
+        self.left_total = 0.0  # tokens the decoding rows still need, all together
 
     # ---- queue ---------------------------------------------------------------------------
     def enqueue(self, request: Request) -> None:
@@ -274,7 +275,7 @@ class Replica:
                 self._finish_prefills(plan.chunks, env.now)
                 self._record_iteration(dt, plan.batch, None)
                 continue
-            if self.decoding and not admission.prefilling:
+            if self.decoding and not admission.prefilling and self._steady_for_a_while():
                 k = self._choose_window(self.decoding, self.decode_kv)
                 bound = arrivals.next_time if arrivals is not None else self.next_arrival()
                 stretch = plan_stretch(self, k, start, bound)
@@ -336,11 +337,14 @@ class Replica:
         emitted = float(stretch.totals[:n].sum())
         self.emitted_tokens += emitted
         self.decode_kv += emitted
+        self.left_total -= emitted
         self.decode_steps += n
         rows, k = stretch.rows, stretch.k
-        log.verification_flops = accumulate(log.verification_flops, stretch.verification_flops[:n])
-        log.drafter_flops = accumulate(log.drafter_flops, stretch.drafted_flops[:n])
-        log.wasted_flops = accumulate(log.wasted_flops, stretch.wasted_flops[:n])
+        log.verification_flops, log.drafter_flops, log.wasted_flops = accumulate(
+            [log.verification_flops, log.drafter_flops, log.wasted_flops],
+            [stretch.verification_flops, stretch.drafted_flops, stretch.wasted_flops],
+            n,
+        )
         log.window_rows += float(k * rows * n)
         log.decode_rows += float(rows * n)
         ends = stretch.ends[:n]
@@ -363,6 +367,13 @@ class Replica:
             self._free_slot(slot)
             self._finish(request, now)
 
+    def _steady_for_a_while(self) -> bool:
+        """A cheap guess that the batch's first finish is several iterations away (rows with a
+        mean share left, finishing in turn), before a stretch is worth planning."""
+        rows = self.decoding
+        steps = self.left_total / (rows * rows * self.expected_emitted(self.k_max))
+        return steps >= MIN_EXPECTED / 2.0
+
     def next_arrival(self) -> float:
         """The next open-loop arrival's time, when one feeds the fleet (else infinite)."""
         feed = self.feed
@@ -382,6 +393,7 @@ class Replica:
         request = self.slot_request[slot]
         self._bank_row(slot, request)
         request.generated = request.output - int(self.remaining[slot])
+        self.left_total -= float(self.remaining[slot])
         self._free_slot(slot)
         request.prefill_target = request.prompt + request.generated
         return request
@@ -524,6 +536,7 @@ class Replica:
             emitted_total = float(emitted.dot(ones))
             self.emitted_tokens += emitted_total
             self.decode_kv += emitted_total
+            self.left_total -= emitted_total
             self.decode_steps += 1
             rows = self.decoding
             wasted = decode.verified - emitted_total
@@ -563,6 +576,7 @@ class Replica:
             self.slot_request[slot] = request
             self.context[slot] = request.prefill_target
             self.decode_kv += request.prefill_target
+            self.left_total += left
             self.remaining[slot] = left
             self.output[slot] = request.output
             self.level[slot] = request.level

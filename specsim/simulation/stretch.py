@@ -129,15 +129,15 @@ def plan_stretch(replica, k: int, start: float, bound: float) -> Stretch | None:
     contexts = context + before
     drafted = drafts.sum(axis=1)
     new = drafted + used
-    own_span = 0.5 * ((drafts * drafts).sum(axis=1) + 2.0 * drafted + used + new)
+    # Whole numbers below 2^53 throughout: exact in any order of summation.
+    own_span = 0.5 * (np.einsum("ij,ij->i", drafts, drafts) + 2.0 * drafted + used + new)
     kv = replica.decode_kv + (np.cumsum(totals) - totals)
-    pairs = (drafts * contexts).sum(axis=1) + kv + own_span
+    pairs = np.einsum("ij,ij->i", drafts, contexts) + kv + own_span
     held = kv + rows * replica.lookahead + replica.admission.reserved
 
     # Boundaries that need the per-iteration path: preemption and reported range queries.
-    over = held > replica.kv_capacity
-    if over.any():
-        n = min(n, int(over.argmax()))
+    if held[n - 1] > replica.kv_capacity:  # held only grows
+        n = min(n, int((held > replica.kv_capacity).argmax()))
     costs = replica.costs
     if costs.checks_ranges:
         limit = costs.silent_context_limit(rows, k + 1.0, 1.0)
@@ -180,16 +180,19 @@ def plan_stretch(replica, k: int, start: float, bound: float) -> Stretch | None:
     stretch.accepted, stretch.drafts, stretch.totals, stretch.held = accepted, drafts, totals, held
     per_token, per_pair = costs.target_flops_per_token, costs.target_attn_flops
     stretch.verification_flops = per_token * new + per_pair * pairs
-    stretch.drafted_flops = np.broadcast_to(costs.draft_flops(rows, k, kv), kv.shape)
+    stretch.drafted_flops = costs.draft_flops(rows, k, kv)  # an array, or one value for all
     stretch.wasted_flops = (new - totals) * costs.wasted_flops_per_position(kv / rows)
     stretch.stream_start, stretch.per_iteration = stream_start, per_iteration
     stretch.blocked = bool(replica.admission.queue) or rows >= replica.max_batch
     return stretch
 
 
-def accumulate(total: float, values: np.ndarray) -> float:
-    """``total`` after ``total += v`` for each value in order (a cumulative sum adds in
-    order, where ``sum`` would add pairwise)."""
-    if values.shape[0] == 0:
-        return total
-    return float(np.cumsum(np.concatenate(([total], values)))[-1])
+def accumulate(totals: list[float], columns: list, n: int) -> list[float]:
+    """Each of ``totals`` after ``total += v`` for the first ``n`` values of its column in
+    order (a cumulative sum adds in order, where ``sum`` would add pairwise); a column may be
+    one value repeated."""
+    table = np.empty((n + 1, len(totals)))
+    table[0] = totals
+    for j, column in enumerate(columns):
+        table[1:, j] = column[:n] if np.ndim(column) else column
+    return np.cumsum(table, axis=0)[-1].tolist()
