@@ -2,7 +2,7 @@
 
 The running batch lives in fixed-size numpy arrays (structure of arrays, one slot per sequence
 that is decoding); empty slots hold ``remaining = 0`` and ``context = 0`` so every per-row
-operation runs on the whole array without masks. One SimPy event per engine iteration:
+operation runs on the whole array without masks. Each engine iteration:
 
 1. admit waiting requests FCFS within the batch's room and the KV cache (``Admission``, in
    ``admission.py``, which holds the queue and the prompts in prefill);
@@ -19,6 +19,15 @@ operation runs on the whole array without masks. One SimPy event per engine iter
    multiplier from the profile's measured spread when it has one and the scenario keeps
    ``engine.jitter`` on, see ``jitter.py``);
 5. apply: every decoding row emits accepted + 1 tokens; finished rows become records.
+
+The reference path (``fast=False``) makes each iteration one SimPy event. The fast path makes a
+steady stretch of decode iterations one event (``stretch.py``: computed at once, applied when it
+ends, cut back if a request reaches the replica meanwhile) and, for a replica alone on an
+open-loop source, takes the arrivals itself as their times pass; it gives the same results, bit
+for bit (``tests/test_sim_stretch.py``). Replayed acceptance sequences (``needs_position``) step
+one iteration at a time on either path: each step's counts depend on where the row stands.
+Where two replicas' (or a replica's and a client's) events fall on exactly the same float time,
+the reference orders them by when SimPy created them, which a stretch does not reproduce.
 """
 
 from __future__ import annotations
