@@ -3,8 +3,11 @@
 Measures, in one process on this machine:
 
 - the wall time of the full 243-simulation drafter-swap sweep on a local pool of 2 workers
-  (target: under 60 s on 2 cores), and its speed-up over running the same simulations one after
+  (target: under 15 s on 2 cores), and its speed-up over running the same simulations one after
   another (estimated from a stratified sample of them run serially in this process);
+- the fast path's speed-up over the per-iteration reference path on that sample, both run
+  serially here one after the other (``SPECSIM_ENGINE=reference``; target >= 5), and the sweep's
+  wall time estimated for the per-iteration path from it;
 - the speed-up of the Dask path with 2 worker processes over 1 (``LocalCluster``), on the same
   24 simulations;
 - the planner's own overhead: the same sweep rerun with every point already on disk (keys,
@@ -71,6 +74,15 @@ def write_inputs(folder: Path, requests: int) -> Path:
     return path
 
 
+def point_files(folder: Path) -> list[Path]:
+    """The per-point result files a sweep wrote, relative to its folder (not its log)."""
+    return sorted(
+        p.relative_to(folder)
+        for p in folder.rglob("*.json")
+        if p.is_file() and p.name != "sweep.json"
+    )
+
+
 def timed_sweep(out: Path, points, **options) -> tuple[float, int]:
     from specsim.planning.sweep import Sweeper
 
@@ -97,6 +109,17 @@ def main(argv: list[str]) -> dict:
         sample = points[:: len(points) // SERIAL_SAMPLE][:SERIAL_SAMPLE]
         serial_s, _ = timed_sweep(folder / "serial", sample, workers=1)
         serial_estimate = serial_s / len(sample) * len(points)
+        # The same sample on the per-iteration path (workers=1 runs in this process).
+        os.environ["SPECSIM_ENGINE"] = "reference"
+        try:
+            reference_s, _ = timed_sweep(folder / "reference", sample, workers=1)
+        finally:
+            del os.environ["SPECSIM_ENGINE"]
+        files = point_files(folder / "serial")
+        same = len(files) == len(sample) and all(
+            (folder / "serial" / p).read_bytes() == (folder / "reference" / p).read_bytes()
+            for p in files
+        )
 
         wall, failed = timed_sweep(folder / "pool", points, workers=2)
         # The planner's own cost: the same sweep again, every point read back from disk.
@@ -119,7 +142,12 @@ def main(argv: list[str]) -> dict:
             "requests_per_simulation": requests,
             "pool_workers": 2,
             "sweep_wall_s": round(wall, 2),
-            "target_wall_s": 60.0,
+            "target_wall_s": 15.0,
+            "sample_serial_s": round(serial_s, 2),
+            "sample_per_iteration_s": round(reference_s, 2),
+            "speedup_vs_per_iteration": round(reference_s / serial_s, 2),
+            "per_iteration_sweep_estimate_s": round(wall * reference_s / serial_s, 2),
+            "sample_results_identical": same,
             "simulations_per_s": round(len(points) / wall, 3),
             "serial_estimate_s": round(serial_estimate, 2),
             "pool_speedup_vs_serial": round(serial_estimate / wall, 3),

@@ -10,10 +10,15 @@ Figures:
 - ``low_load_*``: the planner's typical point at low load (Poisson at 2 requests/s into a
   256-slot engine, 2,000 requests, mean batch about 2): requests per CPU-second and CPU
   microseconds per engine iteration for fixed k = 4 and for the adaptive window policy. Here an
-  iteration emits a few tokens, so its fixed cost decides the speed.
+  iteration emits a few tokens, so its fixed cost decides the speed;
+- ``*_speedup_vs_per_iteration``: CPU time per simulated request of the per-iteration reference
+  path (``fast_path=False``) over the fast path's (steady stretches as one event), measured in
+  this process one after the other, for the low-load points (target >= 10) and the saturated
+  replica (target >= 2); each pair of runs is checked to give the same summary.
 
-Timing is noisy on a shared machine, so ``ratio`` compares one engine iteration with one
-iteration of a plain numpy loop run in the same process just before (five numpy calls on
+Timing is noisy on a shared machine, so every ratio is of two runs made in the same process one
+after the other; ``ratio`` is the low-load fixed-k speed-up over the per-iteration path, and
+``baseline_us_per_iteration`` one iteration of a plain numpy loop (five numpy calls on
 batch-sized arrays: the floor of any per-iteration vectorised engine).
 
     python benchmarks/bench_simulator.py            # full (about two minutes)
@@ -53,14 +58,14 @@ def scenario_data(requests: int) -> dict:
     }
 
 
-def simulate(requests: int, records: Path | None) -> tuple[dict, float, float]:
+def simulate(requests: int, records: Path | None, fast: bool = True) -> tuple[dict, float, float]:
     """Summary, wall seconds and CPU seconds of one run."""
     from specsim.scenario import Scenario
     from specsim.simulation import run_simulation
 
     scenario = Scenario.model_validate(scenario_data(requests))
     wall, cpu = time.perf_counter(), time.process_time()
-    summary = run_simulation(scenario, records_path=records).summary
+    summary = run_simulation(scenario, records_path=records, fast_path=fast).summary
     return summary, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -74,20 +79,41 @@ def low_load_data(policy: str) -> dict:
     return data
 
 
-def low_load(policy: str) -> dict:
-    """Requests per CPU-second and CPU microseconds per iteration of one low-load run."""
+def cpu_run(data: dict, fast: bool) -> tuple[dict, float]:
     from specsim.scenario import Scenario
     from specsim.simulation import run_simulation
 
-    scenario = Scenario.model_validate(low_load_data(policy))
     cpu = time.process_time()
-    summary = run_simulation(scenario).summary
-    cpu = time.process_time() - cpu
+    summary = run_simulation(Scenario.model_validate(data), fast_path=fast).summary
+    return summary, time.process_time() - cpu
+
+
+def speedup(data: dict, name: str) -> dict:
+    """The fast path's speed-up per simulated request over the per-iteration path, both run
+    here one after the other (the fast one first, and again after, taking the quicker)."""
+    summary, fast = cpu_run(data, True)
+    reference_summary, reference = cpu_run(data, False)
+    fast = min(fast, cpu_run(data, True)[1])
+    if summary != reference_summary:
+        raise SystemExit(f"{name}: the fast path's summary differs from the per-iteration path's")
+    return {
+        f"{name}_speedup_vs_per_iteration": round(reference / fast, 2),
+        f"{name}_per_iteration_cpu_s": round(reference, 3),
+        f"{name}_fast_cpu_s": round(fast, 3),
+    }
+
+
+def low_load(policy: str) -> dict:
+    """Requests per CPU-second and CPU microseconds per iteration of one low-load run, and the
+    speed-up over the per-iteration path."""
+    data = low_load_data(policy)
+    summary, cpu = cpu_run(data, True)
     iterations = summary["engine_iterations"]
     return {
         f"low_load_{policy}_requests_per_cpu_s": round(summary["requests"] / cpu),
         f"low_load_{policy}_us_per_iteration": round(cpu / iterations * 1e6, 1),
         f"low_load_{policy}_mean_batch": summary["batch_size"]["mean"],
+        **speedup(data, f"low_load_{policy}"),
     }
 
 
@@ -136,6 +162,7 @@ def main(argv: list[str]) -> None:
     baseline = min(numpy_loop(iterations) for _ in range(2))
     small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
     low = {**low_load("fixed"), **low_load("adaptive")}
+    saturated = speedup(scenario_data(timed_requests // 5), "saturated")
     mem_small = peak_memory(small)
     mem_large = peak_memory(large)
     figures = {
@@ -152,15 +179,18 @@ def main(argv: list[str]) -> None:
         f"peak_rss_mb_{large // 1000}k": round(mem_large["peak_mb"], 1),
         "memory_growth": round(mem_large["peak_mb"] / mem_small["peak_mb"], 3),
         "requests_per_s_in_memory_run": round(mem_large["requests"] / mem_large["s"]),
+        "us_per_iteration_over_numpy_loop": round(seconds / baseline, 2),
         **low,
+        **saturated,
     }
     print(
         json.dumps(
             {
                 "name": "simulator",
                 "figures": figures,
-                "baseline": "one iteration of a five-call numpy loop on 64-element arrays",
-                "ratio": round(seconds / baseline, 2),
+                "baseline": "the per-iteration reference path (fast_path=False), low load, "
+                "fixed k, same process",
+                "ratio": figures["low_load_fixed_speedup_vs_per_iteration"],
             }
         )
     )

@@ -8,7 +8,10 @@ operations per iteration.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
+
+import numpy as np
 
 from specsim.costs.drafters import drafter_cost
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
@@ -137,6 +140,56 @@ class StepCosts:
             host += self.overhead_prefill_s + self.overhead_prefill_token_s * p_tokens
             draft += self.drafter.prefill_s(p_rows, p_tokens, p_kv, p_pairs)
         return target, draft, host
+
+    def decode_seconds(self, k: int, rows: int, tokens, kv, pairs):
+        """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of decode-only iterations
+        with ``rows`` > 0, for arrays of the totals: the same operations in the same order,
+        elementwise, so each value is bit for bit what the scalar call gives."""
+        target = self.decode_seconds_target(rows, tokens, kv, pairs)
+        return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
+
+    def decode_seconds_target(self, rows, tokens, kv, pairs):
+        """The target's pass of ``decode_seconds`` (``LatencyModel.seconds_from_totals`` on
+        arrays; any of the arguments may be one)."""
+        fit = self.target.latency.fit
+        return (
+            fit.fixed_s
+            + fit.per_sequence_s * rows
+            + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
+            + fit.per_kv_token_s * kv
+            + fit.per_attention_pair_s * pairs
+        )
+
+    def decode_seconds_by_k(self, rows: int, tokens, kv, pairs):
+        """``decode_seconds`` for every k in 0..K-1 at once: ``tokens`` and ``pairs`` are
+        (iterations, K) arrays, ``kv`` one value per iteration (the adaptive window policy's
+        candidates)."""
+        target = self.decode_seconds_target(rows, tokens, kv[:, None], pairs)
+        windows = range(tokens.shape[1])
+        draft = np.empty(tokens.shape)
+        for k in windows:
+            draft[:, k] = self.drafter.draft_s(rows, k, kv)
+        host = np.asarray([self.overhead_s(rows, k, rows) for k in windows])
+        return target + draft + host
+
+    def silent_context_limit(self, batch: int, max_new: float, min_new: float) -> float:
+        """The largest cached context for which ``check_ranges(batch, context, max_new,
+        min_new)`` can neither warn nor raise (infinite when no range is checked any more;
+        -infinite when the batch or the new tokens already lie outside a reported range)."""
+        limit = math.inf
+        models = [(self.target, max_new, min_new)]
+        if self.drafter.checks_range:
+            models.append((self.drafter.latency, 1, 1))
+        for model, high, low in models:
+            if not model.reports_outside_range():
+                continue
+            rng = model.latency.valid_range
+            if not rng.batch[0] <= batch <= rng.batch[1]:
+                return -math.inf
+            if high > rng.new_tokens[1] or low < rng.new_tokens[0]:
+                return -math.inf
+            limit = min(limit, rng.context[1])
+        return limit
 
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:

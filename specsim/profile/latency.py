@@ -65,6 +65,12 @@ class LatencyModel:
         pairs = float(np.dot(new, context + (new + 1.0) / 2.0))
         return self.seconds_from_totals(batch, n, kv, pairs)
 
+    def reports_outside_range(self) -> bool:
+        """Whether a query outside the measured range would still be reported (raise, or warn
+        for the first time): the simulator's stretches stop before such a query."""
+        rng = self.latency.valid_range
+        return rng is not None and (self.latency.outside_range == "error" or not self._warned)
+
     def check_range(
         self, batch: int, max_context: float, max_new: float, min_new: float = 1.0
     ) -> None:

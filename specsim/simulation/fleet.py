@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -94,6 +95,51 @@ def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):
             counter[0] += 1
 
 
+class ArrivalFeed:
+    """An open-loop source's requests one at a time, with the next one's time in view (the
+    fast path's replicas end their stretches before it; a replica alone takes them itself)."""
+
+    def __init__(self, source, counter: list[int]):
+        self._chunks = source.chunks()
+        self._counter = counter
+        self._times: list[float] = []
+        self._prompts: list[int] = []
+        self._outputs: list[int] = []
+        self._next = 0
+        self.next_time = math.inf
+        self._load()
+
+    def _load(self) -> None:
+        for times, prompts, outputs in self._chunks:
+            if len(times):
+                self._times, self._prompts = times.tolist(), prompts.tolist()
+                self._outputs, self._next = outputs.tolist(), 0
+                self.next_time = self._times[0]
+                return
+        self.next_time = math.inf
+
+    def pop(self) -> Request:
+        """The next request (numbered in arrival order)."""
+        i = self._next
+        request = Request(self._counter[0], self._times[i], self._prompts[i], self._outputs[i])
+        self._counter[0] += 1
+        self._next = i + 1
+        if self._next < len(self._times):
+            self.next_time = self._times[self._next]
+        else:
+            self._load()
+        return request
+
+
+def fed_arrivals(env, feed: ArrivalFeed, fleet: Fleet):
+    """SimPy process: ``open_loop_arrivals`` for the fast path's replicas, from a feed."""
+    while feed.next_time < math.inf:
+        t = feed.next_time
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        fleet.dispatch(feed.pop())
+
+
 class ClosedLoopClients:
     """``concurrency`` clients: each sends its next request when the previous one completes.
 
@@ -121,7 +167,8 @@ class ClosedLoopClients:
         self._first_requests = self.counter[0] - first
 
     def _emitted(self) -> float:
-        return sum(replica.emitted_tokens for replica in self.fleet.replicas)
+        now = self.env.now
+        return sum(replica.emitted_tokens_at(now) for replica in self.fleet.replicas)
 
     def _issue(self, client: int) -> None:
         now = self.env.now

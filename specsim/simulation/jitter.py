@@ -23,7 +23,9 @@ _CHUNK = 4096
 
 class Jitter:
     """Multipliers for iteration times: ``factor()`` is the next one; ``factor(prefill=True)``
-    the next for an iteration that only prefills (``prefill``'s spread; without it, ``spec``'s)."""
+    the next for an iteration that only prefills (``prefill``'s spread; without it, ``spec``'s).
+    ``peek(n)`` shows the next ``n`` decode multipliers without using them, ``skip(n)`` uses
+    them (a stretch of decode iterations takes its multipliers at once)."""
 
     def __init__(
         self,
@@ -34,14 +36,33 @@ class Jitter:
         # Decode's spread, and prefill's when the profile has one of its own.
         self.kinds = [np.asarray(s.quantiles, dtype=float) for s in (spec, prefill) if s]
         self.rng = rng
-        self._next: list[list[float]] = [[] for _ in self.kinds]  # the same uniforms mapped
+        self._mapped = [np.empty(0) for _ in self.kinds]  # the same uniforms mapped, per kind
+        self._next = 0  # index of the next multiplier
 
     def factor(self, prefill: bool = False) -> float:
-        if not self._next[0]:
+        if self._next == self._mapped[0].shape[0]:
+            self._draw(1)
+        i = self._next
+        self._next = i + 1  # one uniform used, whichever kind is asked
+        return float(self._mapped[-1 if prefill else 0][i])
+
+    def peek(self, n: int) -> np.ndarray:
+        """The next ``n`` decode multipliers (not used until ``skip``)."""
+        if self._next + n > self._mapped[0].shape[0]:
+            self._draw(n)
+        return self._mapped[0][self._next : self._next + n]
+
+    def skip(self, n: int) -> None:
+        self._next += n
+
+    def _draw(self, n: int) -> None:
+        """Drop the used multipliers and draw chunks until ``n`` are ahead."""
+        left = [mapped[self._next :] for mapped in self._mapped]
+        self._next = 0
+        while left[0].shape[0] < n:
             uniforms = self.rng.random(_CHUNK)
-            self._next = [
-                np.interp(uniforms, np.linspace(0.0, 1.0, len(q)), q)[::-1].tolist()
-                for q in self.kinds
+            left = [
+                np.concatenate([old, np.interp(uniforms, np.linspace(0.0, 1.0, len(q)), q)])
+                for old, q in zip(left, self.kinds, strict=True)
             ]
-        draws = [kind.pop() for kind in self._next]  # one uniform used, whichever is asked
-        return draws[-1] if prefill else draws[0]
+        self._mapped = left

@@ -2,7 +2,7 @@
 
 The running batch lives in fixed-size numpy arrays (structure of arrays, one slot per sequence
 that is decoding); empty slots hold ``remaining = 0`` and ``context = 0`` so every per-row
-operation runs on the whole array without masks. One SimPy event per engine iteration:
+operation runs on the whole array without masks. Each engine iteration:
 
 1. admit waiting requests FCFS within the batch's room and the KV cache (``Admission``, in
    ``admission.py``, which holds the queue and the prompts in prefill);
@@ -19,13 +19,24 @@ operation runs on the whole array without masks. One SimPy event per engine iter
    multiplier from the profile's measured spread when it has one and the scenario keeps
    ``engine.jitter`` on, see ``jitter.py``);
 5. apply: every decoding row emits accepted + 1 tokens; finished rows become records.
+
+The reference path (``fast=False``) makes each iteration one SimPy event. The fast path makes a
+steady stretch of decode iterations one event (``stretch.py``: computed at once, applied when it
+ends, cut back if a request reaches the replica meanwhile) and, for a replica alone on an
+open-loop source, takes the arrivals itself as their times pass; it gives the same results, bit
+for bit (``tests/test_sim_stretch.py``). Replayed acceptance sequences (``needs_position``) step
+one iteration at a time on either path: each step's counts depend on where the row stands.
+Where two replicas' (or a replica's and a client's) events fall on exactly the same float time,
+the reference orders them by when SimPy created them, which a stretch does not reproduce.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
+from simpy import Interrupt
 
 from specsim.costs import NO_ROWS, PassTotals, StepCosts
 from specsim.metrics import EngineStats
@@ -33,6 +44,8 @@ from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
+from specsim.simulation.stream import UniformStream
+from specsim.simulation.stretch import MIN_EXPECTED, Stretch, accumulate, plan_stretch
 
 _ONE = np.float64(1.0)
 _minimum = np.minimum
@@ -106,6 +119,7 @@ class Replica:
         sink,
         on_finish,
         jitter=None,
+        fast: bool = False,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -120,6 +134,12 @@ class Replica:
         self.lookahead = self.k_max + 1
         self.kv_capacity = kv_capacity
         self.rng = rng
+        # The fast path (stretches of decode iterations at once) needs a rate model: replayed
+        # sequences depend on each row's position, step by step, so they run per iteration.
+        self.fast = fast and not acceptance.needs_position
+        if self.fast:
+            rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
+        self._draws = rng
         self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
@@ -166,8 +186,18 @@ class Replica:
         if self._batch_policy:
             policy.attach(costs, acceptance)
         self._joined = 0  # rows that started decoding since the last decode iteration
+        # The fast path: the stretch under way (not yet applied), whether a request has cut it,
+        # the open-loop arrivals (this replica's own, or the fleet's) and sizing hints.
+        self._stretch: Stretch | None = None
+        self._cutting = False
+        self._process = None
+        self.arrivals = None
+        self.feed = None
+        self.last_iteration_s = 0.0
+        self._expected_emitted: list[float] = []
+        self.left_total = 0.0  # tokens the decoding rows still need, all together
 
-    # ---- queue -----------------------------------------------------------------------------
+    # ---- queue ---------------------------------------------------------------------------
     def enqueue(self, request: Request) -> None:
         """Queue a request (refused when it could never fit the KV cache)."""
         admission = self.admission
@@ -177,9 +207,30 @@ class Replica:
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()
+        elif self._stretch is not None:
+            self._cut_stretch()
+
+    def emitted_tokens_at(self, now: float) -> float:
+        """Output tokens emitted by time ``now`` (a stretch under way counts the iterations
+        that have ended)."""
+        stretch = self._stretch
+        if stretch is None:
+            return self.emitted_tokens
+        done = int(stretch.ends[: stretch.n].searchsorted(now, side="right"))
+        return self.emitted_tokens + float(stretch.totals[:done].sum())
 
     # ---- the SimPy process -----------------------------------------------------------------
+    def start(self, env, arrivals=None) -> None:
+        """Start the replica's process; ``arrivals`` (an ``ArrivalFeed``, fast path only): the
+        replica takes an open-loop source's requests itself, as their times pass."""
+        self.arrivals = arrivals if self.fast else None
+        self._process = env.process(self.process(env))
+
     def process(self, env):
+        return self._fast_process(env) if self.fast else self._reference_process(env)
+
+    def _reference_process(self, env):
+        """One SimPy event per engine iteration."""
         admission = self.admission
         while True:
             if not (admission.queue or self.decoding or admission.prefilling):
@@ -204,6 +255,146 @@ class Replica:
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
 
+    def _fast_process(self, env):
+        """The reference's iterations, except that a steady stretch of decode iterations is one
+        SimPy event (``stretch.py``), and a replica alone takes its arrivals itself."""
+        admission = self.admission
+        arrivals = self.arrivals
+        while True:
+            if arrivals is not None:
+                self._take_arrivals(env.now)
+            if not (admission.queue or self.decoding or admission.prefilling):
+                if arrivals is None:
+                    self.idle_event = env.event()
+                    yield self.idle_event
+                elif arrivals.next_time < math.inf:
+                    yield env.timeout_at(arrivals.next_time)
+                    continue
+                else:
+                    return
+            start = env.now
+            if admission.queue:
+                admission.admit(start, self.decoding, self.decode_kv)
+            if not self.chunked and admission.prefilling:
+                plan = self._plan_prefill_only()
+                dt = plan.seconds
+                if self.jitter is not None:
+                    dt *= self.jitter.factor(prefill=True)
+                yield env.timeout(dt)
+                self._finish_prefills(plan.chunks, env.now)
+                self._record_iteration(dt, plan.batch, None)
+                continue
+            if self.decoding and not admission.prefilling and self._steady_for_a_while():
+                k = self._choose_window(self.decoding, self.decode_kv)
+                bound = arrivals.next_time if arrivals is not None else self.next_arrival()
+                stretch = plan_stretch(self, k, start, bound)
+                if stretch is not None:
+                    self._stretch = stretch
+                    while True:
+                        try:
+                            yield env.timeout_at(float(stretch.ends[stretch.n - 1]))
+                            break
+                        except Interrupt:  # a request reached the replica: see _cut_stretch
+                            self._cutting = False
+                            stretch.cut(stretch.started_before(env.now))
+                            if not stretch.n or stretch.ends[stretch.n - 1] <= env.now:
+                                break
+                    self._stretch = None
+                    self._apply_stretch(stretch)
+                    continue
+            plan = self._plan_mixed()
+            dt = plan.seconds
+            if self.jitter is not None:
+                dt *= self.jitter.factor(prefill=plan.decode is None)
+            yield env.timeout(dt)
+            self.last_iteration_s = dt
+            self._apply_mixed(plan, env.now, start)
+
+    def _take_arrivals(self, now: float) -> None:
+        arrivals = self.arrivals
+        while arrivals.next_time <= now:
+            self.enqueue(arrivals.pop())
+
+    def _cut_stretch(self) -> None:
+        """A request reached the replica while a stretch is under way: the iterations that
+        start after now would have seen it, so the stretch stops after the one running now
+        (not needed when the queue already waits, or the batch is full: it would wait too)."""
+        stretch = self._stretch
+        if self._cutting or stretch.blocked:
+            return
+        if self._process.env.now < stretch.starts[stretch.n - 1]:
+            self._cutting = True
+            self._process.interrupt()
+
+    def _apply_stretch(self, stretch: Stretch) -> None:
+        """Apply a stretch's first ``n`` iterations, as ``_apply_mixed`` applies one."""
+        n = stretch.n
+        self._draws.rewind(stretch.stream_start + n * stretch.per_iteration)
+        if not n:
+            return
+        if self.jitter is not None:
+            self.jitter.skip(n)
+        log = self.log
+        accepted, drafts = stretch.accepted[:n], stretch.drafts[:n]
+        log.record_steps(accepted, drafts)
+        remaining, context, _, row_drafted, _ = stretch.views
+        gained = accepted.sum(axis=0)
+        gained += n  # each step emits its accepted drafts + 1
+        remaining -= gained
+        context += gained
+        row_drafted += drafts.sum(axis=0)
+        emitted = float(stretch.totals[:n].sum())
+        self.emitted_tokens += emitted
+        self.decode_kv += emitted
+        self.left_total -= emitted
+        self.decode_steps += n
+        rows, k = stretch.rows, stretch.k
+        log.verification_flops, log.drafter_flops, log.wasted_flops = accumulate(
+            [log.verification_flops, log.drafter_flops, log.wasted_flops],
+            [stretch.verification_flops, stretch.drafted_flops, stretch.wasted_flops],
+            n,
+        )
+        log.window_rows += float(k * rows * n)
+        log.decode_rows += float(rows * n)
+        ends = stretch.ends[:n]
+        starts = stretch.starts[:n]
+        durations = ends - starts
+        gaps = ends - np.concatenate(([self.last_decode_end], ends[:-1]))
+        joined = self._joined
+        self._joined = 0
+        log.record_iterations(durations, rows, stretch.held[:n], gaps, rows - joined, joined)
+        now = float(ends[-1])
+        self.last_decode_end = now
+        self.last_iteration_s = float(durations[-1])
+        if not stretch.finishes:
+            return
+        last = stretch.accepted[n - 1]
+        for slot in ((last >= 0.0) & (remaining == 0.0)).nonzero()[0].tolist():
+            request = self.slot_request[slot]
+            self._bank_row(slot, request)
+            request.generated = request.output
+            self._free_slot(slot)
+            self._finish(request, now)
+
+    def _steady_for_a_while(self) -> bool:
+        """A cheap guess that the batch's first finish is several iterations away (rows with a
+        mean share left, finishing in turn), before a stretch is worth planning."""
+        rows = self.decoding
+        steps = self.left_total / (rows * rows * self.expected_emitted(self.k_max))
+        return steps >= MIN_EXPECTED / 2.0
+
+    def next_arrival(self) -> float:
+        """The next open-loop arrival's time, when one feeds the fleet (else infinite)."""
+        feed = self.feed
+        return math.inf if feed is None else feed.next_time
+
+    def expected_emitted(self, k: int) -> float:
+        """Mean tokens a row emits per step of window k (to size a stretch)."""
+        per_k = self._expected_emitted
+        while len(per_k) <= k:
+            per_k.append(self.acceptance.row_expected_emitted(len(per_k)))
+        return per_k[k]
+
     def evict_youngest(self) -> Request:
         """Take the most recently admitted decoding row out of the batch (preemption: its KV is
         dropped, and it will recompute its prompt and the tokens it generated)."""
@@ -211,6 +402,7 @@ class Replica:
         request = self.slot_request[slot]
         self._bank_row(slot, request)
         request.generated = request.output - int(self.remaining[slot])
+        self.left_total -= float(self.remaining[slot])
         self._free_slot(slot)
         request.prefill_target = request.prompt + request.generated
         return request
@@ -282,10 +474,12 @@ class Replica:
             elif self._by_slot:
                 # One uniform per slot, one search for every row's acceptance level (see
                 # RateAcceptance): the count of leading accepted drafts.
-                accepted, proposed = self.acceptance.draw_slots(self.rng, k, shift, self.capacity)
+                accepted, proposed = self.acceptance.draw_slots(
+                    self._draws, k, shift, self.capacity
+                )
             else:
                 position = self.output - self.remaining
-                accepted, proposed = self.acceptance.draw(self.rng, k, self.level, position)
+                accepted, proposed = self.acceptance.draw(self._draws, k, self.level, position)
                 accepted = accepted[:used]
             if proposed is not None:
                 drafts = _minimum(drafts, proposed[:used] * k)
@@ -351,6 +545,7 @@ class Replica:
             emitted_total = float(emitted.dot(ones))
             self.emitted_tokens += emitted_total
             self.decode_kv += emitted_total
+            self.left_total -= emitted_total
             self.decode_steps += 1
             rows = self.decoding
             wasted = decode.verified - emitted_total
@@ -390,6 +585,7 @@ class Replica:
             self.slot_request[slot] = request
             self.context[slot] = request.prefill_target
             self.decode_kv += request.prefill_target
+            self.left_total += left
             self.remaining[slot] = left
             self.output[slot] = request.output
             self.level[slot] = request.level

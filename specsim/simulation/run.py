@@ -1,7 +1,14 @@
-"""The simulation entry point: scenario in, per-request records and a summary out."""
+"""The simulation entry point: scenario in, per-request records and a summary out.
+
+Replicas advance steady decode stretches several iterations at a time (``stretch.py``). The
+per-iteration path, one SimPy event per engine iteration, is kept as the reference the fast
+path must match byte for byte: ``run_simulation(..., fast_path=False)``, or the environment
+variable ``SPECSIM_ENGINE=reference`` for a whole process (the command line, sweep workers).
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +22,14 @@ from specsim.profile import LoadedProfile, Profile, load_profile
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
-from specsim.simulation.fleet import ClosedLoopClients, Fleet, open_loop_arrivals
+from specsim.simulation.clock import Clock
+from specsim.simulation.fleet import (
+    ArrivalFeed,
+    ClosedLoopClients,
+    Fleet,
+    fed_arrivals,
+    open_loop_arrivals,
+)
 from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
@@ -110,8 +124,16 @@ def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> J
     return Jitter(profile.jitter, rng, profile.prefill_jitter)
 
 
+def default_fast_path() -> bool:
+    """False when ``SPECSIM_ENGINE=reference`` asks for the per-iteration reference path."""
+    return os.environ.get("SPECSIM_ENGINE", "fast") != "reference"
+
+
 def run_simulation(
-    scenario: Scenario, records_path: str | Path | None = None, replication: int = 0
+    scenario: Scenario,
+    records_path: str | Path | None = None,
+    replication: int = 0,
+    fast_path: bool | None = None,
 ) -> SimulationResult:
     """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
 
@@ -119,9 +141,10 @@ def run_simulation(
     given scenario (its seed drives every random stream). ``replication`` > 0 keeps the
     requests (arrivals, lengths, routing) and draws acceptance and iteration jitter from other
     streams: the same traffic served again, to see how much the rest alone moves a metric.
+    ``fast_path`` False (default: ``default_fast_path()``) simulates every engine iteration as
+    its own event: the same results, more slowly.
     """
-    import simpy
-
+    fast = default_fast_path() if fast_path is None else fast_path
     profile = cached_profile(scenario.resolve(scenario.profile))
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
     streams = np.random.SeedSequence(scenario.seed).spawn(5)
@@ -137,7 +160,7 @@ def run_simulation(
     acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
     jitter_rngs = [np.random.default_rng(s) for s in serving[4].spawn(total)]
 
-    env = simpy.Environment()
+    env = Clock()
     limits = scenario.slo.limits() if scenario.slo else {}
     path = None if records_path is None else Path(records_path)
     sink = RecordSink([s.name for s in setups], limits, path)
@@ -166,16 +189,24 @@ def run_simulation(
                     sink,
                     on_finish,
                     _jitter(scenario, setup, jitter_rngs[index]),
+                    fast=fast,
                 )
             )
     fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+    # Replicas on the fast path see the next arrival (replayed sequences keep the reference).
+    fed = not source.closed_loop and all(replica.fast for replica in replicas)
+    feed = ArrivalFeed(source, counter) if fed else None
+    alone = feed is not None and len(replicas) == 1  # takes its arrivals itself
     for replica in replicas:
-        env.process(replica.process(env))
+        replica.feed = feed
+        replica.start(env, feed if alone else None)
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, fleet, counter)
         clients.start()
-    else:
+    elif feed is None:
         env.process(open_loop_arrivals(env, source, fleet, counter))
+    elif not alone:
+        env.process(fed_arrivals(env, feed, fleet))
     try:
         env.run()
     finally:

@@ -1,0 +1,109 @@
+"""The pieces the fast path relies on give exactly what the per-iteration path computes.
+
+- ``UniformStream`` hands out the numbers sequential ``Generator.random`` calls give, however
+  the takes are cut, rewound, or interleaved with ``integers`` (the acceptance levels);
+- ``StepCosts.decode_seconds`` (and ``_by_k``) equal ``iteration_s`` bit for bit, element by
+  element, for every drafter kind and window;
+- ``GoodputWindow.choose_along`` picks what ``choose_batch`` picks at each iteration;
+- ``Clock.timeout_at`` wakes at the exact time, where a relative delay cannot land.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.costs import PassTotals, StepCosts
+from specsim.profile import load_profile
+from specsim.simulation.acceptance import RateAcceptance
+from specsim.simulation.clock import Clock
+from specsim.simulation.policy import GoodputWindow
+from specsim.simulation.stream import UniformStream
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parent.parent
+ROOFLINE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_uniform_stream_gives_the_sequential_draws(seed):
+    """Random mixes of takes (small, and larger than a read-ahead block), rewinds and integer
+    draws; 60 operations per seed, 20 seeds."""
+    plain, stream = np.random.default_rng(seed), UniformStream(np.random.default_rng(seed))
+    choose = np.random.default_rng(1000 + seed)
+    for _ in range(60):
+        op = int(choose.integers(0, 4))
+        if op == 3:
+            size = int(choose.integers(1, 10))
+            expected = plain.integers(0, 64, size=size, dtype=np.int64)
+            got = stream.integers(0, 64, size=size, dtype=np.int64)
+        else:
+            n = int(choose.integers(0, 40_000 if op == 2 else 300))
+            expected = plain.random(n)
+            got = stream.random(n).copy()
+            if n and choose.random() < 0.3:  # draw ahead, then hand the extra back
+                position = stream.position
+                stream.take(int(choose.integers(1, 5000)))
+                stream.rewind(position)
+        assert np.array_equal(expected, got)
+    assert np.array_equal(plain.random((3, 7)), stream.random((3, 7)))
+
+
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
+def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter):
+    costs = StepCosts(load_profile(ROOFLINE), drafter)
+    rng = np.random.default_rng(3)
+    for k in range(0 if drafter is None else 9):
+        for rows in (1, 2, 7, 64, 256):
+            tokens = rows * (k + 1.0) - rng.integers(0, rows * k + 1, 50)
+            kv = rng.integers(rows * 16, rows * 9000, 50).astype(float)
+            pairs = kv * (k + 1) + rng.integers(0, 1000, 50)
+            vector = costs.decode_seconds(k, rows, tokens, kv, pairs)
+            scalar = [
+                costs.iteration_s(k, PassTotals(rows, float(t), float(c), float(p)))
+                for t, c, p in zip(tokens, kv, pairs, strict=True)
+            ]
+            assert vector.tolist() == scalar
+        if drafter is None:
+            break
+
+
+def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
+    costs = StepCosts(load_profile(ROOFLINE), "llama3.2-1b")
+    acceptance = RateAcceptance(np.array([0.8, 0.7, 0.65, 0.6, 0.55, 0.5]), concentration=None)
+    policy = GoodputWindow(6)
+    policy.attach(costs, acceptance)
+    rng = np.random.default_rng(7)
+    slots, iterations = 12, 40
+    for rows in (1, 3, 12):
+        remaining = np.zeros((iterations, slots))
+        context = np.zeros((iterations, slots))
+        used = rng.choice(slots, rows, replace=False)
+        remaining[:, used] = rng.integers(1, 40, (iterations, rows))
+        context[:, used] = rng.integers(10, 6000, (iterations, rows))
+        kv = context.sum(axis=1)
+        along = policy.choose_along(rows, kv, remaining, context, slots)
+        each = [
+            policy.choose_batch(rows, kv[i], remaining[i], context[i], None, 8192)
+            for i in range(iterations)
+        ]
+        assert along.tolist() == each
+        assert len(set(each)) > 1 or rows == 1  # short rows move the choice
+
+
+def test_clock_wakes_at_the_exact_time_a_delay_cannot_reach():
+    now, when = 0.0225, 0.11449999999999998
+    assert now + (when - now) != when  # no relative delay lands here (nor an ulp either side)
+    env = Clock()
+    woke = []
+
+    def sleeper():
+        yield env.timeout(now)
+        yield env.timeout_at(when)
+        woke.append(env.now)
+
+    env.process(sleeper())
+    env.run()
+    assert woke == [when]
