@@ -9,7 +9,8 @@ from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 REQUEST_COLUMNS = {
     "id": "request number, in arrival order",
-    "arrival_s": "arrival time (simulated seconds from the start)",
+    "arrival_s": "arrival time (simulated seconds from the start); under "
+    "workload.max_concurrency, when the client sent it",
     "scheduled_s": "when the engine first admitted it (queueing = scheduled_s - arrival_s)",
     "first_token_s": "when its first output token was emitted (TTFT = first_token_s - arrival_s)",
     "finish_s": "when its last token was emitted (E2E = finish_s - arrival_s)",

@@ -20,7 +20,7 @@ from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
-from specsim.workload import build_source
+from specsim.workload import ClientCap, build_source
 
 LOSSY_NOTE = (
     "typical acceptance is lossy: the output is not distributed as the target model's; "
@@ -111,7 +111,10 @@ def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> J
 
 
 def run_simulation(
-    scenario: Scenario, records_path: str | Path | None = None, replication: int = 0
+    scenario: Scenario,
+    records_path: str | Path | None = None,
+    replication: int = 0,
+    profile: LoadedProfile | None = None,
 ) -> SimulationResult:
     """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
 
@@ -119,10 +122,12 @@ def run_simulation(
     given scenario (its seed drives every random stream). ``replication`` > 0 keeps the
     requests (arrivals, lengths, routing) and draws acceptance and iteration jitter from other
     streams: the same traffic served again, to see how much the rest alone moves a metric.
+    ``profile`` stands in for the scenario's profile file (a fit's candidate, held in memory).
     """
     import simpy
 
-    profile = cached_profile(scenario.resolve(scenario.profile))
+    if profile is None:
+        profile = cached_profile(scenario.resolve(scenario.profile))
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
     streams = np.random.SeedSequence(scenario.seed).spawn(5)
     arrivals_rng, lengths_rng, routing_rng = (
@@ -143,10 +148,13 @@ def run_simulation(
     sink = RecordSink([s.name for s in setups], limits, path)
     counter = [0]
     clients: ClosedLoopClients | None = None
+    cap: ClientCap | None = None
 
     def on_finish(request, now):
         if clients is not None:
             clients.on_finish(request, now)
+        if cap is not None:
+            cap.on_finish(now)
 
     replicas: list[Replica] = []
     for pool_index, setup in enumerate(setups):
@@ -174,6 +182,9 @@ def run_simulation(
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, fleet, counter)
         clients.start()
+    elif scenario.workload.max_concurrency is not None:
+        cap = ClientCap(scenario.workload.max_concurrency, fleet.dispatch)
+        env.process(open_loop_arrivals(env, source, cap, counter))
     else:
         env.process(open_loop_arrivals(env, source, fleet, counter))
     try:
