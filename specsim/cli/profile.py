@@ -15,6 +15,14 @@ Calibrate acceptance from a production vLLM's Prometheus counters:
   specsim profile --calibrate metrics.txt --into profiles/mine.yaml --drafter small \\
       --verifier rejection --temperature 1.0 --out profiles/mine-calibrated.yaml
 
+Calibrate a profile to the serving engine's own benchmark runs (vllm bench serve
+--save-result JSON, SGLang bench_serving JSONL, or specsim's normalised CSV): the prior's
+latency terms are scaled until simulating every run reproduces its TTFT, TPOT, ITL and E2E
+figures and throughput; the report (per run and figure: measured, fitted, held out) goes
+beside the profile as NEW.calibration.json:
+  specsim profile --from-bench runs/*.json --into profiles/mine-roofline.yaml \\
+      --drafter llama3.2-1b --out profiles/mine-calibrated.yaml
+
 MODEL is a local Hugging Face folder, a config.json alone (random weights), or a built-in name;
 a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
 """
@@ -24,10 +32,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
+from specsim.bounds import MAX_BATCH, MAX_K, MAX_TEMPERATURE, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
 from specsim.errors import SpecsimError
-from specsim.sampling.kinds import LOSSY_VERIFIERS, VERIFIER_KINDS
+from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
 MAX_PROMPTS = 1_000_000
@@ -37,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_argument_group("mode (default: measure)")
     mode.add_argument("--roofline", action="store_true", help="estimate from datasheet numbers")
     mode.add_argument("--calibrate", metavar="METRICS", help="Prometheus text dump of vLLM")
+    mode.add_argument(
+        "--from-bench",
+        metavar="FILE",
+        nargs="+",
+        help="benchmark result files of one deployment (vllm bench serve --save-result JSON, "
+        "SGLang bench_serving JSONL, specsim's normalised CSV: docs/reference/bench-csv.md) "
+        "to calibrate the --into profile to",
+    )
     parser.add_argument("--target", metavar="MODEL", help="target model (config.json for roofline)")
     parser.add_argument(
         "--drafter",
@@ -163,12 +179,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stated engine overhead per sequence per step (default 1e-5)",
     )
 
-    cal = parser.add_argument_group("calibration")
-    cal.add_argument("--into", metavar="PROFILE", help="profile to add the acceptance to")
+    cal = parser.add_argument_group("calibration (--calibrate and --from-bench)")
+    cal.add_argument(
+        "--into",
+        metavar="PROFILE",
+        help="--calibrate: the profile to add the acceptance to; --from-bench: the prior (a "
+        "roofline or measured profile of the same model and device) whose terms are fitted",
+    )
     cal.add_argument(
         "--verifier",
         choices=tuple(VERIFIER_KINDS),
-        help="the verifier the scraped server ran (the acceptance entry's verifier)",
+        help="the verifier the server ran (the acceptance entry's verifier; --from-bench "
+        f"default {DEFAULT_VERIFIER})",
     )
     cal.add_argument(
         "--label",
@@ -176,6 +198,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="only count series with this label (repeatable)",
+    )
+    _add_bench_arguments(parser)
+
+
+def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    bench = parser.add_argument_group(
+        "from benchmark runs (--from-bench; --drafter NAME: the drafter the speculative runs "
+        "ran, default the --into profile's only one; --temperature: theirs, default 1.0; "
+        "--seed: the replayed schedules' when a file saved none)"
+    )
+    bench.add_argument(
+        "--max-batch",
+        metavar="N",
+        type=Number(int, 1, MAX_BATCH),
+        default=None,
+        help="the engine's cap on running sequences (vLLM --max-num-seqs) for runs whose file "
+        "does not state it (SGLang's server_info does); default: a scenario's "
+        "engine.max_batch default",
+    )
+    bench.add_argument(
+        "--max-batched-tokens",
+        metavar="N",
+        type=Number(int, 1, MAX_TOKENS),
+        default=None,
+        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens); "
+        "default: a scenario's engine.max_batched_tokens default",
+    )
+    bench.add_argument(
+        "--k",
+        metavar="K",
+        type=Number(int, 1, MAX_K),
+        default=None,
+        help="tokens drafted per step, for speculative runs whose file does not say (SGLang "
+        "without server_info, vLLM counters without per-position rates)",
+    )
+    bench.add_argument(
+        "--acceptance-length",
+        metavar="NAME:K=L",
+        action="append",
+        default=[],
+        help="a mean acceptance length (bonus token included; SGLang's accept_length, a "
+        "dashboard's) for drafter NAME at window K, where no run counted it (repeatable); "
+        "turned into per-position rates by one constant conditional rate a with a + ... + a^K "
+        "= L - 1",
+    )
+    bench.add_argument(
+        "--acceptance-rate",
+        metavar="NAME:K=R",
+        action="append",
+        default=[],
+        help="the same from a draft acceptance rate R = accepted / drafted, i.e. L = 1 + K R",
+    )
+    bench.add_argument(
+        "--no-held-out",
+        action="store_true",
+        help="skip the leave-one-run-out fits (one fit per run: the slow part)",
     )
 
 
@@ -228,13 +306,19 @@ def _need(args: argparse.Namespace, *names: str, mode: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from specsim.profiling.specs import parse_drafters
 
-    if args.roofline and args.calibrate:
-        raise SpecsimError("choose --roofline or --calibrate, not both", file="command line")
+    modes = [m for m in ("roofline", "calibrate", "from_bench") if getattr(args, m)]
+    if len(modes) > 1:
+        chosen = " and ".join("--" + m.replace("_", "-") for m in modes)
+        raise SpecsimError(f"choose one mode, not {chosen}", file="command line")
     out, name = _out_path(args.out, args.name)
     if args.roofline:
         return _run_roofline(args, out, name, parse_drafters(args.drafter))
     if args.calibrate:
         return _run_calibrate(args, out)
+    if args.from_bench:
+        from specsim.cli.profile_bench import run_from_bench
+
+        return run_from_bench(args, out, name)
     return _run_measure(args, out, name, parse_drafters(args.drafter))
 
 
