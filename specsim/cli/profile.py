@@ -30,6 +30,7 @@ a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 from specsim.bounds import MAX_BATCH, MAX_K, MAX_TEMPERATURE, MAX_TOKENS
@@ -38,6 +39,7 @@ from specsim.errors import SpecsimError
 from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
+BENCH_GROUP = "from benchmark runs"
 MAX_PROMPTS = 1_000_000
 
 
@@ -179,7 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stated engine overhead per sequence per step (default 1e-5)",
     )
 
-    cal = parser.add_argument_group("calibration (--calibrate and --from-bench)")
+    cal = parser.add_argument_group("calibration")
     cal.add_argument(
         "--into",
         metavar="PROFILE",
@@ -204,9 +206,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench = parser.add_argument_group(
-        "from benchmark runs (--from-bench; --drafter NAME: the drafter the speculative runs "
-        "ran, default the --into profile's only one; --temperature: theirs, default 1.0; "
-        "--seed: the replayed schedules' when a file saved none)"
+        BENCH_GROUP,
+        textwrap.fill(
+            "--from-bench also reads --into (the prior), --drafter NAME (the drafter the "
+            "speculative runs ran; default the --into profile's only one), --verifier and "
+            f"--temperature (theirs; default {DEFAULT_VERIFIER} at 1.0) and --seed (the replayed "
+            "schedules', where a file saved none).",
+            width=78,
+            initial_indent="  ",
+            subsequent_indent="  ",
+        ),
     )
     bench.add_argument(
         "--max-batch",

@@ -29,7 +29,8 @@ from specsim.profiling.bench_simulate import Evaluator
 
 NOISE = 0.05
 DETERMINED = 0.5
-STEP = 0.05
+STEP = 0.1  # the optimiser's finite differences
+SPREAD_STEP = 0.2  # the posterior's
 MAX_NFEV = 25  # trust-region iterations per fit (Jacobian evaluations not counted)
 
 
@@ -98,12 +99,12 @@ def fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarra
 
 
 def jacobian(evaluator: Evaluator, theta: np.ndarray, runs: list[int], free: list[int]):
-    """d log(simulated) / d theta for every fitted figure, by central differences."""
+    """d (weighted log error) / d theta for every fitted figure, by central differences."""
     columns = []
     for i in free:
         low, high = evaluator.terms[i].bounds
         up, down = theta.copy(), theta.copy()
-        up[i], down[i] = min(theta[i] + STEP, high), max(theta[i] - STEP, low)
+        up[i], down[i] = min(theta[i] + SPREAD_STEP, high), max(theta[i] - SPREAD_STEP, low)
         columns.append(
             (errors(evaluator, up, runs) - errors(evaluator, down, runs)) / (up[i] - down[i])
         )
@@ -124,12 +125,30 @@ def posterior(evaluator: Evaluator, theta: np.ndarray, runs: list[int]):
     return np.minimum(spread / sd, 1.0), covariance / np.outer(spread, spread)
 
 
+def staged_fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarray):
+    """``fit`` in stages that follow what pins what: the target's terms on the runs without
+    speculation, then the drafter's on the runs with it, then all together, and that once
+    more (a fresh trust region: the simulated figures are not smooth in the terms, and a
+    single pass stops where a step over a discrete event is refused)."""
+    theta = start.copy()
+    target = [i for i in free if evaluator.terms[i].model == "target"]
+    drafter = [i for i in free if i not in target]
+    plain = [r for r in runs if evaluator.replays[r].speculation is None]
+    speculative = [r for r in runs if r not in plain]
+    if target and plain and drafter and speculative:
+        theta = fit(evaluator, target, plain, theta)
+        theta = fit(evaluator, drafter, speculative, theta)
+    for _ in range(2):
+        theta = fit(evaluator, free, runs, theta)
+    return theta
+
+
 def calibrate(evaluator: Evaluator, held_out: bool = True) -> FitResult:
     """Fit every term, keep the determined ones, refit them, and the held-out fits."""
     theta0, _ = _priors(evaluator)
     runs = list(range(len(evaluator.replays)))
     every = list(range(len(evaluator.terms)))
-    first = fit(evaluator, every, runs, theta0)
+    first = staged_fit(evaluator, every, runs, theta0)
     ratio, correlation = posterior(evaluator, first, runs)
     determined = [i for i in every if ratio[i] < DETERMINED]
     start = theta0.copy()

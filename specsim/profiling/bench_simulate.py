@@ -9,7 +9,9 @@ ITL *percentiles* are not simulated and not fitted (``NOT_SIMULATED``). Throughp
 the simulated run's length, first send to last token, as the clients divide by theirs.
 
 Every evaluation of a run replays the same trace with the same seed (common random numbers),
-so two candidate profiles differ only by their costs, never by their draws.
+so two candidate profiles differ only by their costs, never by their draws. A speculative run
+is simulated with the acceptance it counted itself, not the pooled entry the profile keeps, so
+that the runs' own acceptance, which differs from run to run, is not read as a cost.
 
 A figure's weight in the fit (``figure_weight``) is 1 for a mean or a throughput and, for the
 p-th percentile, a mean's sampling error over the percentile's: sqrt(p (1 - p)) / phi(z_p) for
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
-from specsim.profile import LoadedProfile, OutOfRangeWarning, Profile
+from specsim.profile import Acceptance, LoadedProfile, OutOfRangeWarning, Profile
 from specsim.profiling.bench_terms import Term, apply
 from specsim.profiling.bench_workload import Replay
 from specsim.serving.latency import time_per_output_token
@@ -110,6 +112,21 @@ def run_metrics(records: dict[str, np.ndarray], duration: float, keys, per_token
     return out
 
 
+def with_entry(profile: Profile, entry: Acceptance) -> Profile:
+    """``profile`` with ``entry`` in place of its entry for the same drafter and verifier at
+    the same temperature (within 0.05, as the lookup matches)."""
+    kept = [
+        a
+        for a in profile.acceptance
+        if not (
+            a.drafter == entry.drafter
+            and a.verifier == entry.verifier
+            and abs(a.temperature - entry.temperature) <= 0.05
+        )
+    ]
+    return profile.model_copy(update={"acceptance": [*kept, entry]})
+
+
 class Evaluator:
     """Simulates runs on the prior with terms set to theta; remembers every evaluation."""
 
@@ -145,7 +162,11 @@ class Evaluator:
         return self._cache[key]
 
     def _simulate(self, theta: np.ndarray, run: int) -> dict[str, float]:
-        profile = LoadedProfile(apply(self.prior, self.terms, theta), self.prior_path)
+        candidate = apply(self.prior, self.terms, theta)
+        speculation = self.replays[run].speculation
+        if speculation is not None and speculation.acceptance is not None:
+            candidate = with_entry(candidate, speculation.acceptance)
+        profile = LoadedProfile(candidate, self.prior_path)
         path = self.folder / f"records-{run:03d}.csv"
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", OutOfRangeWarning)

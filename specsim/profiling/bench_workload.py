@@ -3,16 +3,17 @@
 Every run becomes a request trace (Vidur layout) written into the calibration's working folder,
 replayed with ``workload.max_concurrency`` when the client capped requests in flight:
 
-- Send times: the run's own (``--save-detailed`` ``start_times``) when the file saved them;
-  otherwise drawn, one schedule per run from a seed fixed by the file's hash and the run's
-  place in it: all at time 0 for an infinite rate; for a finite rate, gamma gaps of shape
-  ``burstiness`` (1 = Poisson; coefficient of variation 1 / sqrt(burstiness)) and mean
-  1 / rate, rescaled so the schedule spans n / rate, as vLLM 0.33 rescales its own.
-- The cap: an infinite rate with a cap is a closed loop of that many clients with no think time
-  (every request due at 0, each sent when a slot frees); a finite rate with a cap sends each
-  request at its time or, if the cap is reached, when one finishes. A saved send time already
-  includes the client's wait, and replaying it under the cap delays it only if the simulated
-  server is slower than the real one was.
+- Send times: an infinite rate sends every request at time 0; with a cap that is a closed loop
+  of that many clients with no think time (each request sent when a slot frees), whatever send
+  times the file saved, since those follow the real server's speed, not the client's plan. A
+  finite rate replays the run's own send times (``--save-detailed`` ``start_times``) when the
+  file saved them; otherwise they are drawn, one schedule per run from a seed fixed by the
+  file's hash and the run's place in it: gamma gaps of shape ``burstiness`` (1 = Poisson;
+  coefficient of variation 1 / sqrt(burstiness)) and mean 1 / rate, rescaled so the schedule
+  spans n / rate, as vLLM 0.33 rescales its own.
+- A finite rate with a cap sends each request at its time or, if the cap is reached, when one
+  finishes. A saved send time already includes the client's wait, so under the cap it is
+  delayed further only where the simulated server is slower than the real one was.
 - Lengths: the exact per-request prompt and output lengths in their order when saved;
   otherwise uniform over the range the file states (SGLang's ``random`` dataset), otherwise
   every request at the file's mean lengths (rounded). Fixed lengths lack the real spread, which
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +55,7 @@ class Speculation:
     k: int
     verifier: str
     temperature: float
+    acceptance: Any = None  # the run's own acceptance entry (an ``Acceptance``), when it has one
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,12 @@ def send_times(run: BenchRun, rng: np.random.Generator) -> tuple[np.ndarray, str
     """The completed requests' send times (s, the first at 0) and how they were obtained."""
     n = run.completed
     traffic = run.traffic
+    if not math.isfinite(traffic.request_rate):
+        if traffic.max_concurrency is not None:
+            return np.zeros(n), f"a closed loop of {traffic.max_concurrency} clients"
+        return np.zeros(n), "all at once (infinite rate)"
     if run.lengths.start_times_s is not None:
         return np.asarray(run.lengths.start_times_s, dtype=np.float64), "the run's send times"
-    if not math.isfinite(traffic.request_rate):
-        return np.zeros(n), "all at once (infinite rate)"
     rate, shape = traffic.request_rate, traffic.burstiness
     if math.isinf(shape):
         gaps = np.full(n, 1.0 / rate)

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from specsim.config import validate_as
 from specsim.errors import SpecsimError
-from specsim.profile import LoadedProfile, Profile, load_profile
+from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
 from specsim.profiling.bench_acceptance import (
     Scalar,
     acceptance_entry,
@@ -146,6 +147,18 @@ def _move_sequences(data: dict, old: Path, new: Path) -> None:
             entry["sequences"]["path"] = os.path.relpath(path, new_dir)
 
 
+def own_acceptance(run: BenchRun, drafter: str, opts: BenchOptions, prior: Profile) -> Acceptance:
+    """The acceptance entry of ``run`` alone, as it is simulated (``bench_simulate``)."""
+    pooled = next(
+        a.model_dump(mode="json", exclude_none=True)
+        for a in prior.acceptance
+        if _same_entry(a.model_dump(), drafter, opts.verifier, opts.temperature)
+    )
+    windows = windows_from_runs([run], opts.k)
+    entry, _ = acceptance_entry(drafter, opts.verifier, opts.temperature, windows, pooled)
+    return validate_as(Acceptance, entry, run.where)
+
+
 def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     """The calibrated profile and its report (module docstring); writes nothing."""
     if opts.into is None:
@@ -170,13 +183,19 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
         for i, run in enumerate(runs):
             spec = None
             if run.speculation is not None:
-                spec = Speculation(drafter, run_k(run, opts.k), opts.verifier, opts.temperature)
+                spec = Speculation(
+                    drafter,
+                    run_k(run, opts.k),
+                    opts.verifier,
+                    opts.temperature,
+                    own_acceptance(run, drafter, opts, prior),
+                )
             replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, opts.engine, opts.seed))
         evaluator = Evaluator(prior, str(loaded.path), replays, terms, folder)
         result = calibrate(evaluator, opts.held_out)
         per_run = [_run_report(evaluator, result, i) for i in range(len(runs))]
-    profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, acceptance)
-    report = _report(evaluator, result, per_run, loaded, acceptance, opts)
+    report = _report(evaluator, result, per_run, loaded, acceptance)
+    profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))
 
 
@@ -230,7 +249,7 @@ def _errors(per_run: list[dict], column: str) -> np.ndarray:
     )
 
 
-def _report(evaluator, result, per_run, loaded, acceptance, opts) -> dict[str, Any]:
+def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
     fit_errors, held_errors = _errors(per_run, "error"), _errors(per_run, "held_out_error")
     notes = []
     if evaluator.out_of_range:
@@ -305,16 +324,12 @@ def _files(runs: list[BenchRun]) -> list[dict[str, Any]]:
     return list(files.values())
 
 
-def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, acceptance) -> Profile:
+def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) -> Profile:
     final = apply(prior, evaluator.terms, result.theta)
     data = final.model_dump(mode="json", exclude_none=True)
     data["name"] = opts.name
     _drop_stale_samples(data, prior, final)
-    terms = _terms(evaluator, result)
-    fit = _summary(_errors_of(evaluator, result, "fit"))
-    held = None
-    if result.held_out is not None:
-        held = _summary(_errors_of(evaluator, result, "held_out"))
+    terms, fit, held, acceptance = (report[k] for k in ("terms", "fit", "held_out", "acceptance"))
     fitted = (
         ", ".join(f"{t['name']} {t['value']:.4g}" for t in terms if t["determined"])
         or "none (every term kept the prior's value)"
@@ -364,16 +379,6 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, acceptance
     if held is None:
         del data["provenance"]["calibration"]["held_out"]
     return build_profile(data, str(opts.out))
-
-
-def _errors_of(evaluator: Evaluator, result: FitResult, which: str) -> np.ndarray:
-    errors = []
-    for run in range(len(evaluator.replays)):
-        theta = result.theta if which == "fit" else result.held_out[run]
-        simulated = evaluator.metrics(theta, run)
-        measured = evaluator.replays[run].run.metrics
-        errors += [abs(simulated[k] / measured[k] - 1) for k in evaluator.keys[run]]
-    return np.array(errors)
 
 
 def _drop_stale_samples(data: dict, prior: Profile, final: Profile) -> None:
