@@ -271,6 +271,9 @@ STRING_OPTIONS = {
     "--acceptance-from": "file",
     "--into": "file",
     "--calibrate": "file",
+    "--from-bench": "file",
+    "--acceptance-length": "acceptance-scalar",
+    "--acceptance-rate": "acceptance-scalar",
     "--prompts": "file",
     "--baseline": "folder",
     "--candidate": "folder",
@@ -286,6 +289,7 @@ BAD_STRINGS = {
     "device": ["tpu"],
     "dtype": ["int3"],
     "verifier": ["nonsense", "no_such_module_xyz:verify", "specsim.errors:no_such", "x:1y"],
+    "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
 
 
