@@ -30,16 +30,15 @@ a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
 from __future__ import annotations
 
 import argparse
-import textwrap
 from pathlib import Path
 
-from specsim.bounds import MAX_BATCH, MAX_K, MAX_TEMPERATURE, MAX_TOKENS
+from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
+from specsim.cli.profile_bench import add_bench_arguments
 from specsim.errors import SpecsimError
 from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
-BENCH_GROUP = "from benchmark runs"
 MAX_PROMPTS = 1_000_000
 
 
@@ -201,69 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="only count series with this label (repeatable)",
     )
-    _add_bench_arguments(parser)
-
-
-def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    bench = parser.add_argument_group(
-        BENCH_GROUP,
-        textwrap.fill(
-            "--from-bench also reads --into (the prior), --drafter NAME (the drafter the "
-            "speculative runs ran; default the --into profile's only one), --verifier and "
-            f"--temperature (theirs; default {DEFAULT_VERIFIER} at 1.0) and --seed (the replayed "
-            "schedules', where a file saved none).",
-            width=78,
-            initial_indent="  ",
-            subsequent_indent="  ",
-        ),
-    )
-    bench.add_argument(
-        "--max-batch",
-        metavar="N",
-        type=Number(int, 1, MAX_BATCH),
-        default=None,
-        help="the engine's cap on running sequences (vLLM --max-num-seqs) for runs whose file "
-        "does not state it (SGLang's server_info does); default: a scenario's "
-        "engine.max_batch default",
-    )
-    bench.add_argument(
-        "--max-batched-tokens",
-        metavar="N",
-        type=Number(int, 1, MAX_TOKENS),
-        default=None,
-        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens); "
-        "default: a scenario's engine.max_batched_tokens default",
-    )
-    bench.add_argument(
-        "--k",
-        metavar="K",
-        type=Number(int, 1, MAX_K),
-        default=None,
-        help="tokens drafted per step, for speculative runs whose file does not say (SGLang "
-        "without server_info, vLLM counters without per-position rates)",
-    )
-    bench.add_argument(
-        "--acceptance-length",
-        metavar="NAME:K=L",
-        action="append",
-        default=[],
-        help="a mean acceptance length (bonus token included; SGLang's accept_length, a "
-        "dashboard's) for drafter NAME at window K, where no run counted it (repeatable); "
-        "turned into per-position rates by one constant conditional rate a with a + ... + a^K "
-        "= L - 1",
-    )
-    bench.add_argument(
-        "--acceptance-rate",
-        metavar="NAME:K=R",
-        action="append",
-        default=[],
-        help="the same from a draft acceptance rate R = accepted / drafted, i.e. L = 1 + K R",
-    )
-    bench.add_argument(
-        "--no-held-out",
-        action="store_true",
-        help="skip the leave-one-run-out fits (one fit per run: the slow part)",
-    )
+    add_bench_arguments(parser)
 
 
 def _out_path(out: str, name: str | None) -> tuple[Path, str]:
