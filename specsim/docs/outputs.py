@@ -196,6 +196,19 @@ COMMAND_OUTPUTS = {
     "specsim profile": {
         "FILE.yaml": "the profile (schema: [profile.md](profile.md)); with --sequences, the "
         "per-request acceptance sequences beside it",
+        "FILE.calibration.json": "with --from-bench: prior (path, source); method (the "
+        "residuals' weighting, the prior's spread, the threshold below which a term is "
+        "determined, the simulations run); terms (each fitted term: kind, value, prior, "
+        "determined, spread_ratio, description) and correlation (their posterior "
+        "correlations, in that order); fit and held_out (figures, median_abs_error, "
+        "max_abs_error of simulated / measured - 1; held_out null with one run or "
+        "--no-held-out); acceptance (per drafter: per_position, mean_acceptance_length, where "
+        "each window came from: counters or a scalar, the windows filled from the chain, "
+        "from_scalar and the rule used, kept_from_prior); runs (per run: file, run, label, "
+        "engine, model, traffic, the workload as replayed: requests, arrivals, "
+        "max_concurrency, lengths, engine, seed; speculation; metrics: per figure measured, "
+        "prior (the prior's prediction), fitted, error, held_out, held_out_error, or "
+        "not_fitted with the reason; the reader's notes); notes",
     },
     "specsim check rollout": {"rollout.json": "with --out: the tests and the verdict"},
 }

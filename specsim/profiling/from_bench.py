@@ -127,14 +127,13 @@ def with_acceptance(
     described = []
     for name, windows in by_drafter.items():
         add_scalars(windows, given, name)
-        kept = [a for a in data["acceptance"]]
+        kept = data["acceptance"]
         prior = next(
             (a for a in kept if _same_entry(a, name, opts.verifier, opts.temperature)), None
         )
         entry, about = acceptance_entry(name, opts.verifier, opts.temperature, windows, prior)
         data["acceptance"] = [a for a in kept if a is not prior] + [entry]
         described.append(about)
-    _move_sequences(data, loaded.path, opts.out)
     return data, described
 
 
@@ -262,7 +261,8 @@ def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
         "prior": {"path": str(loaded.path), "source": loaded.profile.provenance.source},
         "method": {
             "residuals": "log(simulated / measured) of every figure the simulation gives, "
-            f"each taken as known to {NOISE:.0%}, with a Gaussian prior on each term",
+            "a percentile weighted by a mean's sampling error over its own, each run's figures "
+            f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
             "prior_spread": {
                 "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
                 "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
@@ -329,6 +329,7 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
     data = final.model_dump(mode="json", exclude_none=True)
     data["name"] = opts.name
     _drop_stale_samples(data, prior, final)
+    _move_sequences(data, loaded.path, opts.out)
     terms, fit, held, acceptance = (report[k] for k in ("terms", "fit", "held_out", "acceptance"))
     fitted = (
         ", ".join(f"{t['name']} {t['value']:.4g}" for t in terms if t["determined"])
