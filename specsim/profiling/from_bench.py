@@ -74,7 +74,7 @@ class BenchCalibration:
 
 
 def report_name(out: Path) -> str:
-    """The report's file name beside the profile: ``NEW.calibration.json``."""
+    """The report's file name beside the profile: FILE.calibration.json for --out FILE.yaml."""
     return out.stem + REPORT_SUFFIX
 
 
