@@ -160,6 +160,8 @@ def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[
             f"; held out (each run predicted from a fit without it): median "
             f"{held['median_abs_error']:.1%}, max {held['max_abs_error']:.1%}"
         )
+    else:
+        line += "; held out: not computed (a single run, or --no-held-out)"
     lines.append(line)
     for entry in report["acceptance"]:
         lengths = ", ".join(f"k={k}: {v:.3f}" for k, v in entry["mean_acceptance_length"].items())
@@ -171,19 +173,18 @@ def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[
             ks = ", ".join(map(str, entry["from_scalar"]))
             lines.append(f"    k = {ks} from a scalar: {entry['rule']}")
     lines += [f"  note: {note}" for note in report["notes"]]
-    lines.append(
-        f"  {'run':<28} {'figure':<24} {'measured':>10} {'fitted':>10} {'error':>7} "
-        f"{'held out':>10} {'error':>7}"
-    )
+    header = f"  {'run':<28} {'figure':<24} {'measured':>10} {'fitted':>10} {'error':>7}"
+    lines.append(header + ("" if held is None else f" {'held out':>10} {'error':>7}"))
     for run in runs:
         label = f"{Path(run['file']).name}#{run['run']}"
         for key, row in run["metrics"].items():
             if "fitted" not in row:
                 continue
-            held_value = f"{row['held_out']:>10.4g}" if "held_out" in row else f"{'':>10}"
-            held_error = _percent(row["held_out_error"]) if "held_out_error" in row else ""
-            lines.append(
+            line = (
                 f"  {label[:28]:<28} {key:<24} {row['measured']:>10.4g} {row['fitted']:>10.4g} "
-                f"{_percent(row['error']):>7} {held_value} {held_error:>7}"
+                f"{_percent(row['error']):>7}"
             )
+            if "held_out" in row:
+                line += f" {row['held_out']:>10.4g} {_percent(row['held_out_error']):>7}"
+            lines.append(line)
     return lines

@@ -8,8 +8,10 @@ log scale (``scipy.optimize.least_squares``, bounded trust region).
 
 Which terms the runs determine: the posterior covariance at the optimum,
 (J'J / s^2 + prior precision)^-1, from a central-difference Jacobian J of the weighted figures
-(steps of ``STEP``: 5 % on a factor, large enough to step over the simulation's discrete
-events) and s the larger of ``NOISE`` and the runs' own root-mean-square weighted error. A term
+and s the larger of ``NOISE`` and the runs' own root-mean-square weighted error. The simulated
+figures are not smooth in the terms (an iteration more or less, a request admitted a step
+earlier), so the differences span ``SPREAD_STEP`` either way (20 % on a factor): narrower ones
+read those jumps as slopes, and so as information the runs do not hold. A term
 whose posterior standard deviation is below ``DETERMINED`` of its prior's (the runs hold at
 least three times the prior's information on it) is determined; the others are reset to the
 prior and the determined ones fitted again.
@@ -29,8 +31,8 @@ from specsim.profiling.bench_simulate import Evaluator
 
 NOISE = 0.05
 DETERMINED = 0.5
-STEP = 0.1  # the optimiser's finite differences
-SPREAD_STEP = 0.2  # the posterior's
+STEP = 0.1  # the optimiser's forward differences (10 % on a factor)
+SPREAD_STEP = 0.2  # the posterior's central differences
 MAX_NFEV = 25  # trust-region iterations per fit (Jacobian evaluations not counted)
 
 
