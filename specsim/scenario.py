@@ -121,6 +121,14 @@ class Workload(StrictModel):
     format: TraceFormatName = Field(
         default=AUTO, description="trace format; 'auto' reads the header"
     )
+    max_concurrency: Requests | None = Field(
+        default=None,
+        description="open loop and trace: the load-test client's cap on requests in flight "
+        "(vLLM's and SGLang's bench --max-concurrency). A request due while this many are in "
+        "flight waits at the client, first come first served, and is sent when one finishes; "
+        "its arrival_s, and so its TTFT and E2E, count from when it was sent, as the "
+        "benchmark clients time them. Absent: no cap",
+    )
     time_scale: Annotated[float, Field(ge=MIN_FACTOR, le=MAX_FACTOR)] = Field(
         default=1.0,
         description="'trace': multiply the trace's inter-arrival times by this factor "
@@ -152,6 +160,11 @@ class Workload(StrictModel):
                     f"simulates ({MAX_REQUESTS:,}); fix: lower rate or duration_s, or set requests"
                 )
         if kind == "closed_loop":
+            if self.max_concurrency is not None:
+                raise ValueError(
+                    "max_concurrency caps an open loop or a trace; a 'closed_loop' workload "
+                    "has 'concurrency' clients instead"
+                )
             if self.concurrency is None:
                 raise ValueError("a 'closed_loop' workload needs 'concurrency'")
             if self.duration_s is None and self.requests is None:

@@ -94,6 +94,35 @@ PROFILE: dict[str, Any] = {
         "command": "hand-written",
         "notes": "the bad-input corpus's base profile",
         "profiling_seconds": 10.0,
+        "calibration": {
+            "prior": "prior.yaml",
+            "prior_source": "roofline",
+            "files": [
+                {
+                    "path": "bench.json",
+                    "sha256": "0" * 64,
+                    "runs": 1,
+                    "format": "vllm-bench",
+                    "engine": "vllm",
+                    "engine_version": "0.33.0",
+                    "model": "target",
+                }
+            ],
+            "terms": [
+                {
+                    "name": "target.decode",
+                    "kind": "factor",
+                    "value": 1.2,
+                    "prior": 1.0,
+                    "determined": True,
+                    "spread_ratio": 0.1,
+                }
+            ],
+            "threshold": 0.5,
+            "fit_median_abs_error": 0.02,
+            "held_out": {"runs": 2, "median_abs_error": 0.03, "max_abs_error": 0.05},
+            "report": "p.calibration.json",
+        },
         "speed_reference": {
             "decode_s": 0.004,
             "prefill_s": 0.01,
@@ -267,6 +296,24 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 800.
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 600.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="2"} 400.0
 """
+# A vllm bench serve 0.33 result without speculation: four requests at 2/s, 64 + 16 tokens.
+BENCH = {
+    "backend": "vllm",
+    "model_id": "target",
+    "num_prompts": 4,
+    "request_rate": 2.0,
+    "burstiness": 1.0,
+    "max_concurrency": None,
+    "duration": 2.0,
+    "completed": 4,
+    "total_input_tokens": 256,
+    "total_output_tokens": 64,
+    "request_throughput": 2.0,
+    "output_throughput": 32.0,
+    **{f"{s}_ttft_ms": 9.0 for s in ("mean", "median", "p99")},
+    **{f"{s}_tpot_ms": 4.5 for s in ("mean", "median", "p99")},
+    **{f"{s}_itl_ms": 4.5 for s in ("mean", "median", "p99")},
+}
 PROMPTS = "".join(json.dumps({"prompt": f"Tell me about the number {i}."}) + "\n" for i in range(3))
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 TRACE_ROWS = [(0.1 * i, 10 + i, 5 + i % 3) for i in range(10)]
@@ -328,6 +375,7 @@ def write_base(folder: Path) -> None:
         "draft.json": json.dumps(DRAFT_CONFIG, indent=1),
         "acceptance.yaml": dump(ACCEPTANCE_FILE),
         "metrics.txt": METRICS,
+        "bench.json": json.dumps(BENCH),
         "prompts.jsonl": PROMPTS,
         "trace.csv": ",".join(TRACE_COLUMNS)
         + "\n"
@@ -372,6 +420,10 @@ BASE_COMMANDS: dict[str, list[str]] = {
         *("--drafter", "d1", "--verifier", "rejection", "--temperature", "1.0"),
         *("--out", f"{OUT}/p.yaml"),
     ],
+    "profile from-bench": [
+        *("profile", "--from-bench", f"{D}/bench.json", "--into", f"{D}/profile.yaml"),
+        *("--no-held-out", "--out", f"{OUT}/p.yaml"),
+    ],
     # Measuring takes minutes: every case of it must fail before the timing starts.
     "profile measure": [
         *("profile", "--target", "specsim-target", "--drafter", "small=specsim-draft-small"),
@@ -396,6 +448,7 @@ QUICK = (
     "report drafter-swap",
     "profile roofline",
     "profile calibrate",
+    "profile from-bench",
     "check rollout",
     "check sampler",
     "schema",
@@ -407,4 +460,5 @@ PROFILE_GROUPS = {
     "measuring": "profile measure",
     "roofline": "profile roofline",
     "calibration": "profile calibrate",
+    "from benchmark runs": "profile from-bench",
 }

@@ -271,6 +271,9 @@ STRING_OPTIONS = {
     "--acceptance-from": "file",
     "--into": "file",
     "--calibrate": "file",
+    "--from-bench": "file",
+    "--acceptance-length": "acceptance-scalar",
+    "--acceptance-rate": "acceptance-scalar",
     "--prompts": "file",
     "--emit": "engines",
     "--model": "model-path",
@@ -290,6 +293,7 @@ BAD_STRINGS = {
     "verifier": ["nonsense", "no_such_module_xyz:verify", "specsim.errors:no_such", "x:1y"],
     "engines": ["", "x", "vllm,x", "vllm,vllm", "VLLM", "vllm,,sglang"],
     "model-path": ["novalue", "=x", "target=", "target=a$b", "d1=x`y"],
+    "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
 
 

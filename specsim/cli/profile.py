@@ -15,6 +15,14 @@ Calibrate acceptance from a production vLLM's Prometheus counters:
   specsim profile --calibrate metrics.txt --into profiles/mine.yaml --drafter small \\
       --verifier rejection --temperature 1.0 --out profiles/mine-calibrated.yaml
 
+Calibrate a profile to the serving engine's own benchmark runs (vllm bench serve
+--save-result JSON, SGLang bench_serving JSONL, or specsim's normalised CSV): the prior's
+latency terms are scaled until simulating every run reproduces its TTFT, TPOT, ITL and E2E
+figures and throughput; the report (per run and figure: measured, fitted, held out) goes
+beside the profile as NEW.calibration.json:
+  specsim profile --from-bench runs/*.json --into profiles/mine-roofline.yaml \\
+      --drafter llama3.2-1b --out profiles/mine-calibrated.yaml
+
 MODEL is a local Hugging Face folder, a config.json alone (random weights), or a built-in name;
 a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
 """
@@ -26,8 +34,9 @@ from pathlib import Path
 
 from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
+from specsim.cli.profile_bench import add_bench_arguments
 from specsim.errors import SpecsimError
-from specsim.sampling.kinds import LOSSY_VERIFIERS, VERIFIER_KINDS
+from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
 MAX_PROMPTS = 1_000_000
@@ -37,6 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_argument_group("mode (default: measure)")
     mode.add_argument("--roofline", action="store_true", help="estimate from datasheet numbers")
     mode.add_argument("--calibrate", metavar="METRICS", help="Prometheus text dump of vLLM")
+    mode.add_argument(
+        "--from-bench",
+        metavar="FILE",
+        nargs="+",
+        help="benchmark result files of one deployment (vllm bench serve --save-result JSON, "
+        "SGLang bench_serving JSONL, specsim's normalised CSV: docs/reference/bench-csv.md) "
+        "to calibrate the --into profile to",
+    )
     parser.add_argument("--target", metavar="MODEL", help="target model (config.json for roofline)")
     parser.add_argument(
         "--drafter",
@@ -164,11 +181,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     cal = parser.add_argument_group("calibration")
-    cal.add_argument("--into", metavar="PROFILE", help="profile to add the acceptance to")
+    cal.add_argument(
+        "--into",
+        metavar="PROFILE",
+        help="--calibrate: the profile to add the acceptance to; --from-bench: the prior (a "
+        "roofline or measured profile of the same model and device) whose terms are fitted",
+    )
     cal.add_argument(
         "--verifier",
         choices=tuple(VERIFIER_KINDS),
-        help="the verifier the scraped server ran (the acceptance entry's verifier)",
+        help="the verifier the server ran (the acceptance entry's verifier; --from-bench "
+        f"default {DEFAULT_VERIFIER})",
     )
     cal.add_argument(
         "--label",
@@ -177,6 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="only count series with this label (repeatable)",
     )
+    add_bench_arguments(parser)
 
 
 def _out_path(out: str, name: str | None) -> tuple[Path, str]:
@@ -228,13 +252,19 @@ def _need(args: argparse.Namespace, *names: str, mode: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from specsim.profiling.specs import parse_drafters
 
-    if args.roofline and args.calibrate:
-        raise SpecsimError("choose --roofline or --calibrate, not both", file="command line")
+    modes = [m for m in ("roofline", "calibrate", "from_bench") if getattr(args, m)]
+    if len(modes) > 1:
+        chosen = " and ".join("--" + m.replace("_", "-") for m in modes)
+        raise SpecsimError(f"choose one mode, not {chosen}", file="command line")
     out, name = _out_path(args.out, args.name)
     if args.roofline:
         return _run_roofline(args, out, name, parse_drafters(args.drafter))
     if args.calibrate:
         return _run_calibrate(args, out)
+    if args.from_bench:
+        from specsim.cli.profile_bench import run_from_bench
+
+        return run_from_bench(args, out, name)
     return _run_measure(args, out, name, parse_drafters(args.drafter))
 
 

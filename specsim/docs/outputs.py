@@ -9,7 +9,8 @@ from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 REQUEST_COLUMNS = {
     "id": "request number, in arrival order",
-    "arrival_s": "arrival time (simulated seconds from the start)",
+    "arrival_s": "arrival time (simulated seconds from the start); under "
+    "workload.max_concurrency, when the client sent it",
     "scheduled_s": "when the engine first admitted it (queueing = scheduled_s - arrival_s)",
     "first_token_s": "when its first output token was emitted (TTFT = first_token_s - arrival_s)",
     "finish_s": "when its last token was emitted (E2E = finish_s - arrival_s)",
@@ -243,6 +244,19 @@ COMMAND_OUTPUTS = {
     "specsim profile": {
         "FILE.yaml": "the profile (schema: [profile.md](profile.md)); with --sequences, the "
         "per-request acceptance sequences beside it",
+        "FILE.calibration.json": "with --from-bench: prior (path, source); method (the "
+        "residuals' weighting, the prior's spread, the threshold below which a term is "
+        "determined, the simulations run); terms (each fitted term: kind, value, prior, "
+        "determined, spread_ratio, description) and correlation (their posterior "
+        "correlations, in that order); fit and held_out (figures, median_abs_error, "
+        "max_abs_error of simulated / measured - 1; held_out null with one run or "
+        "--no-held-out); acceptance (per drafter: per_position, mean_acceptance_length, where "
+        "each window came from: counters or a scalar, the windows filled from the chain, "
+        "from_scalar and the rule used, kept_from_prior); runs (per run: file, run, label, "
+        "engine, model, traffic, the workload as replayed: requests, arrivals, "
+        "max_concurrency, lengths, engine, seed; speculation; metrics: per figure measured, "
+        "prior (the prior's prediction), fitted, error, held_out, held_out_error, or "
+        "not_fitted with the reason; the reader's notes); notes",
     },
     "specsim check rollout": {"rollout.json": "with --out: the tests and the verdict"},
 }

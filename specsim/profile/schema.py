@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from specsim.bounds import (
     MAX_COUNT,
+    MAX_FACTOR,
     MAX_K,
     MAX_TOKENS,
     BatchSize,
@@ -98,9 +99,70 @@ FLAT_SPEED_KEYS = {
 }
 
 
+class BenchFile(StrictModel):
+    """A benchmark result file a calibration read (``specsim profile --from-bench``)."""
+
+    path: str = Field(description="the file as given on the command line")
+    sha256: str = Field(description="of the whole file")
+    runs: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(description="runs read from it")
+    format: str = Field(description="vllm-bench, sglang-bench or normalised-csv")
+    engine: str = Field(description="vllm, sglang or other, as the file says")
+    engine_version: str | None = Field(default=None, description="where the file says")
+    model: str | None = Field(default=None, description="the served model, where the file says")
+
+
+class CalibratedTerm(StrictModel):
+    """A term a calibration fitted on its prior profile (``specsim.profiling.bench_terms``)."""
+
+    name: str = Field(description="e.g. target.decode, drafters.NAME.per_speculative_step_s")
+    kind: Literal["factor", "seconds"] = Field(
+        description="factor: multiplies the prior's terms; seconds: the value itself"
+    )
+    value: Annotated[float, Field(ge=0, le=MAX_FACTOR)] = Field(description="as written")
+    prior: Annotated[float, Field(ge=0, le=MAX_FACTOR)] = Field(description="the prior's value")
+    determined: bool = Field(
+        description="true: the runs determine it (spread_ratio below the calibration's "
+        "threshold) and it was fitted; false: it keeps the prior's value"
+    )
+    spread_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="the term's posterior standard deviation over its prior's (1: the runs "
+        "say nothing of it)"
+    )
+
+
+class HeldOut(StrictModel):
+    """Leave one run out: fit on the others, predict it, over every fitted figure."""
+
+    runs: Annotated[int, Field(ge=1, le=MAX_COUNT)]
+    median_abs_error: NonNegFactor = Field(description="|predicted / measured - 1|, median")
+    max_abs_error: NonNegFactor = Field(description="|predicted / measured - 1|, largest")
+
+
+class Calibration(StrictModel):
+    """How a calibrated profile was fitted to an engine's own benchmark runs."""
+
+    prior: str = Field(description="the --into profile the terms scale")
+    prior_source: str = Field(description="that profile's provenance.source")
+    files: list[BenchFile] = Field(min_length=1)
+    terms: list[CalibratedTerm]
+    threshold: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="a term is determined when its spread ratio is below this"
+    )
+    fit_median_abs_error: NonNegFactor = Field(
+        description="|simulated / measured - 1| over every fitted figure of every run, median"
+    )
+    held_out: HeldOut | None = Field(
+        default=None, description="absent with a single run, or when not computed"
+    )
+    report: str | None = Field(
+        default=None, description="the calibration report beside the profile (JSON)"
+    )
+
+
 class Provenance(StrictModel):
-    source: Literal["measured", "published", "roofline"] = Field(
-        description="measured on a device, taken from a publication, or a roofline estimate"
+    source: Literal["measured", "calibrated", "published", "roofline"] = Field(
+        description="measured on a device, calibrated to a serving engine's own benchmark "
+        "runs (specsim profile --from-bench), taken from a publication, or a roofline estimate"
     )
     device: str = Field(description="the device the numbers describe, in words")
     date: str = Field(description="ISO date the numbers were produced")
@@ -108,6 +170,9 @@ class Provenance(StrictModel):
     command: str | None = Field(default=None, description="the command that wrote the profile")
     notes: str = ""
     profiling_seconds: Seconds | None = Field(default=None, description="wall time of profiling")
+    calibration: Calibration | None = Field(
+        default=None, description="source calibrated: the runs, the fitted terms, their errors"
+    )
     speed_reference: SpeedReference | None = Field(
         default=None,
         description="profiled with a CPU clock on a shared machine: the reference speeds and "

@@ -34,7 +34,7 @@ from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
-from specsim.workload import build_source
+from specsim.workload import ClientCap, build_source
 
 LOSSY_NOTE = (
     "typical acceptance is lossy: the output is not distributed as the target model's; "
@@ -134,6 +134,7 @@ def run_simulation(
     records_path: str | Path | None = None,
     replication: int = 0,
     fast_path: bool | None = None,
+    profile: LoadedProfile | None = None,
 ) -> SimulationResult:
     """Simulate ``scenario``; stream records to ``records_path`` (CSV) when given.
 
@@ -142,10 +143,12 @@ def run_simulation(
     requests (arrivals, lengths, routing) and draws acceptance and iteration jitter from other
     streams: the same traffic served again, to see how much the rest alone moves a metric.
     ``fast_path`` False (default: ``default_fast_path()``) simulates every engine iteration as
-    its own event: the same results, more slowly.
+    its own event: the same results, more slowly. ``profile`` stands in for the scenario's
+    profile file (a fit's candidate, held in memory).
     """
     fast = default_fast_path() if fast_path is None else fast_path
-    profile = cached_profile(scenario.resolve(scenario.profile))
+    if profile is None:
+        profile = cached_profile(scenario.resolve(scenario.profile))
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
     streams = np.random.SeedSequence(scenario.seed).spawn(5)
     arrivals_rng, lengths_rng, routing_rng = (
@@ -166,10 +169,13 @@ def run_simulation(
     sink = RecordSink([s.name for s in setups], limits, path)
     counter = [0]
     clients: ClosedLoopClients | None = None
+    cap: ClientCap | None = None
 
     def on_finish(request, now):
         if clients is not None:
             clients.on_finish(request, now)
+        if cap is not None:
+            cap.on_finish(now)
 
     replicas: list[Replica] = []
     for pool_index, setup in enumerate(setups):
@@ -193,8 +199,10 @@ def run_simulation(
                 )
             )
     fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
-    # Replicas on the fast path see the next arrival (replayed sequences keep the reference).
-    fed = not source.closed_loop and all(replica.fast for replica in replicas)
+    # Replicas on the fast path see the next arrival (replayed sequences keep the reference); a
+    # client cap holds arrivals back, so a capped loop's replicas wait for them as events.
+    capped = scenario.workload.max_concurrency is not None
+    fed = not (source.closed_loop or capped) and all(replica.fast for replica in replicas)
     feed = ArrivalFeed(source, counter) if fed else None
     alone = feed is not None and len(replicas) == 1  # takes its arrivals itself
     for replica in replicas:
@@ -203,6 +211,9 @@ def run_simulation(
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, fleet, counter)
         clients.start()
+    elif scenario.workload.max_concurrency is not None:
+        cap = ClientCap(scenario.workload.max_concurrency, fleet.dispatch)
+        env.process(open_loop_arrivals(env, source, cap, counter))
     elif feed is None:
         env.process(open_loop_arrivals(env, source, fleet, counter))
     elif not alone:

@@ -6,10 +6,11 @@ import numpy as np
 
 from specsim.scenario import Scenario
 from specsim.workload.lengths import LengthPairs, LengthSampler
-from specsim.workload.sources import ClosedLoopSource, OpenLoopSource, TraceSource
+from specsim.workload.sources import ClientCap, ClosedLoopSource, OpenLoopSource, TraceSource
 from specsim.workload.traces import Trace, read_trace
 
 __all__ = [
+    "ClientCap",
     "ClosedLoopSource",
     "LengthPairs",
     "LengthSampler",

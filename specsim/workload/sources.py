@@ -1,4 +1,5 @@
-"""Request sources: open-loop arrival processes, trace replay and closed-loop clients.
+"""Request sources: open-loop arrival processes, trace replay and closed-loop clients, and the
+load-test client's cap on requests in flight (``ClientCap``).
 
 Open-loop sources yield requests in chunks (arrival times, prompt and output tokens as numpy
 arrays), so a run of millions of requests never holds them all. Arrival times come from the
@@ -8,7 +9,9 @@ traffic unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -144,3 +147,35 @@ class ClosedLoopSource:
         if not self._thinks:
             self._thinks = self.arrivals_rng.exponential(self.think_mean, CHUNK)[::-1].tolist()
         return self._thinks.pop()
+
+
+class ClientCap:
+    """A load-test client's cap on requests in flight (``workload.max_concurrency``; vLLM's
+    and SGLang's bench ``--max-concurrency``, a semaphore taken before each send).
+
+    ``dispatch`` sends a request on through ``send`` while fewer than ``limit`` are in flight;
+    otherwise it waits, first come first served, until ``on_finish`` frees a slot. A waiting
+    request's ``arrival`` becomes the moment it is sent: the benchmark clients start a
+    request's clock after the semaphore, so TTFT and E2E leave the client's wait out.
+    """
+
+    def __init__(self, limit: int, send: Callable[[Any], None]):
+        self.free = limit
+        self.send = send
+        self.waiting: deque = deque()
+
+    def dispatch(self, request: Any) -> None:
+        if self.free:
+            self.free -= 1
+            self.send(request)
+        else:
+            self.waiting.append(request)
+
+    def on_finish(self, now: float) -> None:
+        """A request in flight finished at ``now``: the next waiting one takes its slot."""
+        if self.waiting:
+            request = self.waiting.popleft()
+            request.arrival = now
+            self.send(request)
+        else:
+            self.free += 1

@@ -1,0 +1,190 @@
+"""``specsim profile --from-bench``: run the calibration, write the profile and its report, and
+print the per-run, per-figure table (measured, fitted, error, held out)."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from specsim.bounds import MAX_BATCH, MAX_K, MAX_TOKENS
+from specsim.cli.common import Number, emit
+from specsim.errors import SpecsimError
+from specsim.sampling.kinds import DEFAULT_VERIFIER
+
+BENCH_GROUP = "from benchmark runs"
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    bench = parser.add_argument_group(
+        BENCH_GROUP,
+        textwrap.fill(
+            "--from-bench also reads --into (the prior), --drafter NAME (the drafter the "
+            "speculative runs ran; default the --into profile's only one), --verifier and "
+            f"--temperature (theirs; default {DEFAULT_VERIFIER} at 1.0) and --seed (the replayed "
+            "schedules', where a file saved none).",
+            width=78,
+            initial_indent="  ",
+            subsequent_indent="  ",
+        ),
+    )
+    bench.add_argument(
+        "--max-batch",
+        metavar="N",
+        type=Number(int, 1, MAX_BATCH),
+        default=None,
+        help="the engine's cap on running sequences (vLLM --max-num-seqs) for runs whose file "
+        "does not state it (SGLang's server_info does); default: a scenario's "
+        "engine.max_batch default",
+    )
+    bench.add_argument(
+        "--max-batched-tokens",
+        metavar="N",
+        type=Number(int, 1, MAX_TOKENS),
+        default=None,
+        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens); "
+        "default: a scenario's engine.max_batched_tokens default",
+    )
+    bench.add_argument(
+        "--k",
+        metavar="K",
+        type=Number(int, 1, MAX_K),
+        default=None,
+        help="tokens drafted per step, for speculative runs whose file does not say (SGLang "
+        "without server_info, vLLM counters without per-position rates)",
+    )
+    bench.add_argument(
+        "--acceptance-length",
+        metavar="NAME:K=L",
+        action="append",
+        default=[],
+        help="a mean acceptance length (bonus token included; SGLang's accept_length, a "
+        "dashboard's) for drafter NAME at window K, where no run counted it (repeatable); "
+        "turned into per-position rates by one constant conditional rate a with a + ... + a^K "
+        "= L - 1",
+    )
+    bench.add_argument(
+        "--acceptance-rate",
+        metavar="NAME:K=R",
+        action="append",
+        default=[],
+        help="the same from a draft acceptance rate R = accepted / drafted, i.e. L = 1 + K R",
+    )
+    bench.add_argument(
+        "--no-held-out",
+        action="store_true",
+        help="skip the leave-one-run-out fits (one fit per run: the slow part)",
+    )
+
+
+def _one(args: argparse.Namespace, option: str, values: list) -> Any:
+    if len(values) > 1 or (option == "--drafter" and values and "=" in values[0]):
+        what = (
+            "one --drafter NAME (a drafter of the --into profile)"
+            if option == "--drafter"
+            else (f"one {option}")
+        )
+        raise SpecsimError(
+            f"--from-bench takes {what}",
+            file="command line",
+            key=option,
+            fix=f"give {option} once",
+        )
+    return values[0] if values else None
+
+
+def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
+    from specsim.fileio import dump_json
+    from specsim.profiling.bench_workload import EngineDefaults
+    from specsim.profiling.from_bench import BenchOptions, calibrate_from_bench
+    from specsim.profiling.writer import command_line, write_profile
+
+    defaults = EngineDefaults()
+    temperature = _one(args, "--temperature", args.temperature or [])
+    opts = BenchOptions(
+        files=tuple(args.from_bench),
+        into=args.into,
+        out=out,
+        name=name,
+        drafter=_one(args, "--drafter", args.drafter),
+        verifier=args.verifier or DEFAULT_VERIFIER,
+        temperature=1.0 if temperature is None else temperature,
+        k=args.k,
+        engine=EngineDefaults(
+            args.max_batch or defaults.max_batch,
+            args.max_batched_tokens or defaults.max_batched_tokens,
+        ),
+        acceptance_lengths=tuple(args.acceptance_length),
+        acceptance_rates=tuple(args.acceptance_rate),
+        seed=args.seed,
+        held_out=not args.no_held_out,
+        command=command_line(),
+    )
+    result = calibrate_from_bench(opts)
+    write_profile(result.profile, out, {result.report_name: dump_json(result.report)})
+    report_path = out.parent / result.report_name
+    summary = {"out": str(out), "report": str(report_path), **result.report}
+    emit(args, summary, "\n".join(summary_lines(result.report, out, report_path)))
+    return 0
+
+
+def _percent(value: float) -> str:
+    return f"{value:+.1%}"
+
+
+def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[str]:
+    runs = report["runs"]
+    files = len({run["file"] for run in runs})
+    lines = [
+        f"wrote {out} (calibrated) and {report_path.name}: {len(runs)} run(s) in {files} "
+        f"file(s), on the prior {report['prior']['path']} ({report['prior']['source']})"
+    ]
+    for term in report["terms"]:
+        value = term["value"]
+        shown = f"x {value:.4g}" if term["kind"] == "factor" else f"{value * 1e3:.4g} ms"
+        verdict = (
+            "fitted" if term["determined"] else "kept at the prior: the runs do not determine it"
+        )
+        lines.append(
+            f"  {term['name']}: {shown} ({verdict}; spread {term['spread_ratio']:.2f} of the "
+            "prior's)"
+        )
+    fit, held = report["fit"], report["held_out"]
+    line = (
+        f"  fit over {fit['figures']} figures: |error| median {fit['median_abs_error']:.1%}, "
+        f"max {fit['max_abs_error']:.1%}"
+    )
+    if held is not None:
+        line += (
+            f"; held out (each run predicted from a fit without it): median "
+            f"{held['median_abs_error']:.1%}, max {held['max_abs_error']:.1%}"
+        )
+    else:
+        line += "; held out: not computed (a single run, or --no-held-out)"
+    lines.append(line)
+    for entry in report["acceptance"]:
+        lengths = ", ".join(f"k={k}: {v:.3f}" for k, v in entry["mean_acceptance_length"].items())
+        lines.append(
+            f"  acceptance {entry['drafter']}/{entry['verifier']}@T={entry['temperature']:g}: "
+            f"mean acceptance length {lengths}"
+        )
+        if entry["from_scalar"]:
+            ks = ", ".join(map(str, entry["from_scalar"]))
+            lines.append(f"    k = {ks} from a scalar: {entry['rule']}")
+    lines += [f"  note: {note}" for note in report["notes"]]
+    header = f"  {'run':<28} {'figure':<24} {'measured':>10} {'fitted':>10} {'error':>7}"
+    lines.append(header + ("" if held is None else f" {'held out':>10} {'error':>7}"))
+    for run in runs:
+        label = f"{Path(run['file']).name}#{run['run']}"
+        for key, row in run["metrics"].items():
+            if "fitted" not in row:
+                continue
+            line = (
+                f"  {label[:28]:<28} {key:<24} {row['measured']:>10.4g} {row['fitted']:>10.4g} "
+                f"{_percent(row['error']):>7}"
+            )
+            if "held_out" in row:
+                line += f" {row['held_out']:>10.4g} {_percent(row['held_out_error']):>7}"
+            lines.append(line)
+    return lines

@@ -1,0 +1,164 @@
+"""Fitting the terms to the runs: least squares on log(simulated / measured), with the prior.
+
+The residuals are every fitted figure's weighted log(simulated / measured) over ``NOISE`` (a
+run's figures together taken as one observation known to about 5 %; the weights:
+``specsim.profiling.bench_simulate``), and one row per term, (theta - prior) over the prior's
+spread, so the fit is the posterior mode of a Gaussian prior and a Gaussian likelihood on the
+log scale (``scipy.optimize.least_squares``, bounded trust region).
+
+Which terms the runs determine: the posterior covariance at the optimum,
+(J'J / s^2 + prior precision)^-1, from a central-difference Jacobian J of the weighted figures
+and s the larger of ``NOISE`` and the runs' own root-mean-square weighted error. The simulated
+figures are not smooth in the terms (an iteration more or less, a request admitted a step
+earlier), so the differences span ``SPREAD_STEP`` either way (20 % on a factor): narrower ones
+read those jumps as slopes, and so as information the runs do not hold. A term
+whose posterior standard deviation is below ``DETERMINED`` of its prior's (the runs hold at
+least three times the prior's information on it) is determined; the others are reset to the
+prior and the determined ones fitted again.
+
+Held out: each run in turn is left out, the determined terms refitted on the rest (from the
+full fit, with the same prior), and the left-out run predicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from specsim.profiling.bench_simulate import Evaluator
+
+NOISE = 0.05
+DETERMINED = 0.5
+STEP = 0.1  # the optimiser's forward differences (10 % on a factor)
+SPREAD_STEP = 0.2  # the posterior's central differences
+MAX_NFEV = 25  # trust-region iterations per fit (Jacobian evaluations not counted)
+
+
+@dataclass
+class FitResult:
+    theta: np.ndarray  # every term, the undetermined at their prior
+    spread_ratio: np.ndarray  # per term
+    correlation: np.ndarray  # the terms' posterior correlations
+    determined: list[int]
+    held_out: dict[int, np.ndarray] | None  # run -> theta fitted without it
+
+
+def _priors(evaluator: Evaluator) -> tuple[np.ndarray, np.ndarray]:
+    terms = evaluator.terms
+    return np.array([t.theta0 for t in terms]), np.array([t.prior_sd for t in terms])
+
+
+def errors(evaluator: Evaluator, theta: np.ndarray, runs: list[int]) -> np.ndarray:
+    """The weighted log(simulated / measured) of every fitted figure of ``runs`` (each run's
+    weights with a sum of squares of 1: ``specsim.profiling.bench_simulate``)."""
+    return np.concatenate([evaluator.weighted_errors(theta, run) for run in runs])
+
+
+def fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarray) -> np.ndarray:
+    """``start`` with the ``free`` terms fitted to ``runs``.
+
+    The optimiser works in coordinates u = theta - start + 1: scipy's trust region starts with
+    a radius of about |u0|, which would all but vanish at a start of 0 (every term's prior).
+    """
+    if not free:
+        return start.copy()
+    theta0, sd = _priors(evaluator)
+    shift = 1.0 - start[free]
+    bounds = np.array([evaluator.terms[i].bounds for i in free]) + shift[:, None]
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        theta = start.copy()
+        theta[free] = u - shift
+        prior = (theta[free] - theta0[free]) / sd[free]
+        return np.concatenate([errors(evaluator, theta, runs) / NOISE, prior])
+
+    def forward_differences(u: np.ndarray) -> np.ndarray:
+        # Absolute steps of STEP (scipy's own are relative to u and far smaller).
+        base = residuals(u)
+        columns = []
+        for j in range(u.size):
+            step = STEP if u[j] + STEP <= bounds[j, 1] else -STEP
+            moved = u.copy()
+            moved[j] += step
+            columns.append((residuals(moved) - base) / step)
+        return np.column_stack(columns)
+
+    u0 = np.clip(start[free] + shift, bounds[:, 0], bounds[:, 1])
+    result = least_squares(
+        residuals,
+        u0,
+        jac=forward_differences,
+        bounds=(bounds[:, 0], bounds[:, 1]),
+        max_nfev=MAX_NFEV,
+        xtol=1e-4,
+        ftol=1e-4,
+    )
+    theta = start.copy()
+    theta[free] = result.x - shift
+    return theta
+
+
+def jacobian(evaluator: Evaluator, theta: np.ndarray, runs: list[int], free: list[int]):
+    """d (weighted log error) / d theta for every fitted figure, by central differences."""
+    columns = []
+    for i in free:
+        low, high = evaluator.terms[i].bounds
+        up, down = theta.copy(), theta.copy()
+        up[i], down[i] = min(theta[i] + SPREAD_STEP, high), max(theta[i] - SPREAD_STEP, low)
+        columns.append(
+            (errors(evaluator, up, runs) - errors(evaluator, down, runs)) / (up[i] - down[i])
+        )
+    return np.column_stack(columns)
+
+
+def posterior(evaluator: Evaluator, theta: np.ndarray, runs: list[int]):
+    """Each term's posterior standard deviation over its prior's, and the terms' posterior
+    correlations (module docstring)."""
+    free = list(range(len(evaluator.terms)))
+    _, sd = _priors(evaluator)
+    residual = errors(evaluator, theta, runs)
+    noise = max(NOISE, float(np.sqrt(np.sum(residual**2) / len(runs))))
+    J = jacobian(evaluator, theta, runs, free)
+    precision = J.T @ J / noise**2 + np.diag(1.0 / sd**2)
+    covariance = np.linalg.inv(precision)
+    spread = np.sqrt(np.clip(np.diag(covariance), 1e-300, None))
+    return np.minimum(spread / sd, 1.0), covariance / np.outer(spread, spread)
+
+
+def staged_fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarray):
+    """``fit`` in stages that follow what pins what: the target's terms on the runs without
+    speculation, then the drafter's on the runs with it, then all together, and that once
+    more (a fresh trust region: the simulated figures are not smooth in the terms, and a
+    single pass stops where a step over a discrete event is refused)."""
+    theta = start.copy()
+    target = [i for i in free if evaluator.terms[i].model == "target"]
+    drafter = [i for i in free if i not in target]
+    plain = [r for r in runs if evaluator.replays[r].speculation is None]
+    speculative = [r for r in runs if r not in plain]
+    if target and plain and drafter and speculative:
+        theta = fit(evaluator, target, plain, theta)
+        theta = fit(evaluator, drafter, speculative, theta)
+    for _ in range(2):
+        theta = fit(evaluator, free, runs, theta)
+    return theta
+
+
+def calibrate(evaluator: Evaluator, held_out: bool = True) -> FitResult:
+    """Fit every term, keep the determined ones, refit them, and the held-out fits."""
+    theta0, _ = _priors(evaluator)
+    runs = list(range(len(evaluator.replays)))
+    every = list(range(len(evaluator.terms)))
+    first = staged_fit(evaluator, every, runs, theta0)
+    ratio, correlation = posterior(evaluator, first, runs)
+    determined = [i for i in every if ratio[i] < DETERMINED]
+    start = theta0.copy()
+    start[determined] = first[determined]
+    theta = fit(evaluator, determined, runs, start) if determined != every else first
+    left_out = None
+    if held_out and len(runs) > 1:
+        left_out = {
+            run: fit(evaluator, determined, [r for r in runs if r != run], theta) for run in runs
+        }
+    return FitResult(theta, ratio, correlation, determined, left_out)

@@ -1,0 +1,168 @@
+"""The terms a calibration fits: a few scale factors and one added cost on the prior profile.
+
+The prior (a roofline or measured profile) gives the latency *form*: which passes are
+memory-bound and which compute-bound, how cost grows with batch, context and new tokens. A
+benchmark's percentiles cannot pin six coefficients per model, but they do pin how far each
+part of the prior is off, so the fit scales the prior's parts rather than refitting them:
+
+- ``target.decode``: one factor on the target's fixed, per-sequence and per-KV-token terms,
+  the memory-bound part that every decode and verification pass pays (weights and cache read).
+- ``target.prefill``: one factor on its per-batched-token (past the knee) and per-attention-pair
+  terms, the compute-bound part that long prompts and large batches pay.
+- ``drafters.NAME.latency``: one factor on the whole latency fit of a draft model.
+- ``drafters.NAME.per_speculative_step_s``: seconds added to every step that drafts (the
+  drafter's ``overhead.per_speculative_step_s``): what a speculative iteration costs beyond the
+  passes (proposal, rejection sampling, the verification pass run slower inside a step). For a
+  drafter without a latency fit (prompt lookup, heads) it is the only drafter term: its fixed
+  ``draft_step_s`` is paid once per speculative step too, and the two cannot be told apart.
+
+Runs with speculation off only see the target's terms; runs with it on see all of them. The
+factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a factor of 4 at
+one standard deviation), the added seconds in units of the prior target's decode pass (prior:
+the profile's value, spread one pass). The knee, the engine's shared overhead terms and every
+term the data leaves undetermined keep the prior's values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specsim.profile import LatencyModel, Profile
+from specsim.profile.schema import DraftOverhead
+
+FACTOR_PRIOR_SD = math.log(4.0)
+FACTOR_BOUNDS = (math.log(1e-2), math.log(1e2))
+SECONDS_PRIOR_SD = 1.0  # in decode passes
+SECONDS_BOUNDS = (0.0, 50.0)
+DECODE_TERMS = ("fixed_s", "per_sequence_s", "per_kv_token_s")
+PREFILL_TERMS = ("per_batched_token_s", "per_attention_pair_s")
+DRAFT_TERMS = (*DECODE_TERMS, *PREFILL_TERMS)
+REFERENCE_CONTEXT = 1024
+
+
+@dataclass(frozen=True)
+class Term:
+    """One fitted term: ``value(theta)`` is its factor or its seconds."""
+
+    name: str
+    kind: str  # "factor" or "seconds"
+    prior: float  # the prior's factor (1) or seconds
+    unit: float  # seconds per unit of theta (seconds terms), 1 for factors
+    description: str
+    model: str = "target"  # "target" or the drafter's name
+    part: str = "decode"  # decode, prefill, latency or per_speculative_step_s
+
+    @property
+    def theta0(self) -> float:
+        return 0.0 if self.kind == "factor" else self.prior / self.unit
+
+    @property
+    def prior_sd(self) -> float:
+        return FACTOR_PRIOR_SD if self.kind == "factor" else SECONDS_PRIOR_SD
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        if self.kind == "factor":
+            return FACTOR_BOUNDS
+        return (SECONDS_BOUNDS[0], max(SECONDS_BOUNDS[1], 2 * self.theta0))
+
+    def value(self, theta: float) -> float:
+        return math.exp(theta) if self.kind == "factor" else theta * self.unit
+
+
+def decode_seconds(profile: Profile) -> float:
+    """The prior target's decode pass at batch 1 over 1024 cached tokens: the unit of the
+    fitted seconds."""
+    model = LatencyModel(profile.target.latency, "target")
+    return model.seconds_from_totals(1, 1, REFERENCE_CONTEXT, REFERENCE_CONTEXT + 1)
+
+
+def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
+    """The terms a calibration fits: the target's two, and the drafter's when runs speculate."""
+    terms = [
+        Term("target.decode", "factor", 1.0, 1.0, "target: fixed, per-sequence, per-KV-token"),
+        Term(
+            "target.prefill",
+            "factor",
+            1.0,
+            1.0,
+            "target: per-batched-token, per-pair",
+            part="prefill",
+        ),
+    ]
+    if drafter is None:
+        return terms
+    spec = profile.drafters[drafter]
+    if spec.latency is not None:
+        terms.append(
+            Term(
+                f"drafters.{drafter}.latency",
+                "factor",
+                1.0,
+                1.0,
+                "the draft model's passes",
+                drafter,
+                "latency",
+            )
+        )
+    own = spec.overhead.per_speculative_step_s if spec.overhead is not None else 0.0
+    name = f"drafters.{drafter}.per_speculative_step_s"
+    description = "seconds added to every speculative step"
+    terms.append(
+        Term(
+            name,
+            "seconds",
+            own,
+            decode_seconds(profile),
+            description,
+            drafter,
+            "per_speculative_step_s",
+        )
+    )
+    return terms
+
+
+def _scaled(fit, names: tuple[str, ...], factor: float):
+    return fit.model_copy(update={name: getattr(fit, name) * factor for name in names})
+
+
+def _with_fit(spec, fit):
+    latency = spec.latency.model_copy(update={"fit": fit})
+    return spec.model_copy(update={"latency": latency})
+
+
+def apply(profile: Profile, terms: list[Term], theta) -> Profile:
+    """The prior with every term set to ``theta`` (copies; the prior is left as it was)."""
+    target = profile.target
+    drafters = dict(profile.drafters)
+    for term, x in zip(terms, theta, strict=True):
+        value = term.value(x)
+        if term.model == "target":
+            names = DECODE_TERMS if term.part == "decode" else PREFILL_TERMS
+            target = _with_fit(target, _scaled(target.latency.fit, names, value))
+            continue
+        spec = drafters[term.model]
+        if term.part == "latency":
+            drafters[term.model] = _with_fit(spec, _scaled(spec.latency.fit, DRAFT_TERMS, value))
+        else:
+            overhead = own_overhead(profile, spec, value)
+            drafters[term.model] = spec.model_copy(update={"overhead": overhead})
+    return profile.model_copy(update={"target": target, "drafters": drafters})
+
+
+def own_overhead(profile: Profile, spec, per_speculative_step_s: float) -> DraftOverhead:
+    """The drafter's own overhead section with the fitted seconds per speculative step. A
+    drafter without one gets the shared draft and prefill terms copied into it, which it then
+    replaces (``StepCosts``), so that nothing else changes."""
+    if spec.overhead is not None:
+        base = spec.overhead
+    else:
+        shared = profile.overhead
+        base = DraftOverhead(
+            per_draft_step_s=shared.per_draft_step_s,
+            per_draft_token_s=shared.per_draft_token_s,
+            per_prefill_s=shared.per_prefill_s,
+            per_prefill_token_s=shared.per_prefill_token_s,
+        )
+    return base.model_copy(update={"per_speculative_step_s": per_speculative_step_s})

@@ -1,0 +1,396 @@
+"""``specsim profile --from-bench``: a profile calibrated to a serving engine's own benchmark runs.
+
+1. The runs are read (``specsim.serving.detect.read_bench_files``: vLLM, SGLang or the
+   normalised CSV; one deployment per call).
+2. Acceptance: the speculative runs' counters (or scalars, from the runs or the command line)
+   become acceptance entries of the prior (``bench_acceptance``), so that each run is simulated
+   with the acceptance it counted.
+3. Each run's workload is rebuilt as a trace (``bench_workload``) and simulated on the prior
+   with a few of its terms scaled (``bench_terms``); the terms are fitted to every run's
+   figures at once, the undetermined ones kept at the prior, and each run predicted from a fit
+   without it (``bench_fit``).
+4. The profile is the prior with the fitted terms and the new acceptance, ``source:
+   calibrated``, its provenance naming the files (with their sha256), the engine, the fitted
+   terms and the errors; the full report (per run and figure: measured, the prior's
+   prediction, fitted, held out) goes beside it as ``NEW.calibration.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specsim.config import validate_as
+from specsim.errors import SpecsimError
+from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
+from specsim.profiling.bench_acceptance import (
+    Scalar,
+    acceptance_entry,
+    add_scalars,
+    parse_scalar,
+    run_k,
+    windows_from_runs,
+)
+from specsim.profiling.bench_fit import DETERMINED, NOISE, FitResult, calibrate
+from specsim.profiling.bench_simulate import Evaluator, unfitted_reason
+from specsim.profiling.bench_terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
+from specsim.profiling.bench_workload import EngineDefaults, Speculation, replay
+from specsim.profiling.writer import build_profile, software_versions, today
+from specsim.sampling.kinds import DEFAULT_VERIFIER
+from specsim.serving.detect import read_bench_files
+from specsim.serving.runs import BenchRun
+
+REPORT_SUFFIX = ".calibration.json"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    files: tuple[str, ...]
+    into: str | None
+    out: Path
+    name: str
+    drafter: str | None = None
+    verifier: str = DEFAULT_VERIFIER
+    temperature: float = 1.0
+    k: int | None = None
+    engine: EngineDefaults = field(default_factory=EngineDefaults)
+    acceptance_lengths: tuple[str, ...] = ()  # NAME:K=L
+    acceptance_rates: tuple[str, ...] = ()  # NAME:K=R
+    seed: int = 0
+    held_out: bool = True
+    command: str | None = None
+
+
+@dataclass
+class BenchCalibration:
+    profile: Profile
+    report: dict[str, Any]
+    report_name: str
+
+
+def report_name(out: Path) -> str:
+    """The report's file name beside the profile: FILE.calibration.json for --out FILE.yaml."""
+    return out.stem + REPORT_SUFFIX
+
+
+def bench_drafter(loaded: LoadedProfile, name: str | None, needed: bool) -> str | None:
+    """The drafter the speculative runs ran: ``--drafter``, else the profile's only one."""
+    if name is not None:
+        loaded.drafter(name)  # a clear error when the profile lacks it
+        return name
+    if not needed:
+        return None
+    names = sorted(loaded.profile.drafters)
+    if len(names) == 1:
+        return names[0]
+    raise SpecsimError(
+        "the runs speculate, and the benchmark files do not name the drafter; the --into "
+        f"profile has {len(names)} drafters ({', '.join(names) or 'none'})",
+        file=str(loaded.path),
+        key="drafters",
+        fix="name the deployed drafter with --drafter NAME"
+        if names
+        else "give --into a profile with the deployed drafter",
+    )
+
+
+def _same_entry(entry: dict, drafter: str, verifier: str, temperature: float) -> bool:
+    return (
+        entry["drafter"] == drafter
+        and entry["verifier"] == verifier
+        and abs(entry["temperature"] - temperature) <= 0.05
+    )
+
+
+def scalars(loaded: LoadedProfile, opts: BenchOptions) -> list[Scalar]:
+    """The command line's acceptance lengths and rates, checked against the profile."""
+    drafters = list(loaded.profile.drafters)
+    return [parse_scalar(t, "--acceptance-length", drafters) for t in opts.acceptance_lengths] + [
+        parse_scalar(t, "--acceptance-rate", drafters) for t in opts.acceptance_rates
+    ]
+
+
+def with_acceptance(
+    loaded: LoadedProfile, spec_runs: list[BenchRun], drafter: str | None, opts: BenchOptions
+) -> tuple[dict, list[dict]]:
+    """The prior's data with the runs' and the options' acceptance in place of its own."""
+    data = loaded.profile.model_dump(mode="json", exclude_none=True)
+    given = scalars(loaded, opts)
+    by_drafter = {drafter: windows_from_runs(spec_runs, opts.k)} if spec_runs else {}
+    for scalar in given:
+        by_drafter.setdefault(scalar.drafter, {})
+    described = []
+    for name, windows in by_drafter.items():
+        add_scalars(windows, given, name)
+        kept = data["acceptance"]
+        prior = next(
+            (a for a in kept if _same_entry(a, name, opts.verifier, opts.temperature)), None
+        )
+        entry, about = acceptance_entry(name, opts.verifier, opts.temperature, windows, prior)
+        data["acceptance"] = [a for a in kept if a is not prior] + [entry]
+        described.append(about)
+    return data, described
+
+
+def _move_sequences(data: dict, old: Path, new: Path) -> None:
+    """Sequence files stay where they are: re-point them from the new profile's folder."""
+    old_dir, new_dir = old.resolve().parent, new.resolve().parent
+    for entry in data["acceptance"]:
+        if "sequences" in entry and old_dir != new_dir:
+            path = old_dir / entry["sequences"]["path"]
+            entry["sequences"]["path"] = os.path.relpath(path, new_dir)
+
+
+def own_acceptance(run: BenchRun, drafter: str, opts: BenchOptions, prior: Profile) -> Acceptance:
+    """The acceptance entry of ``run`` alone, as it is simulated (``bench_simulate``)."""
+    pooled = next(
+        a.model_dump(mode="json", exclude_none=True)
+        for a in prior.acceptance
+        if _same_entry(a.model_dump(), drafter, opts.verifier, opts.temperature)
+    )
+    windows = windows_from_runs([run], opts.k)
+    entry, _ = acceptance_entry(drafter, opts.verifier, opts.temperature, windows, pooled)
+    return validate_as(Acceptance, entry, run.where)
+
+
+def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
+    """The calibrated profile and its report (module docstring); writes nothing."""
+    if opts.into is None:
+        raise SpecsimError(
+            "--from-bench needs a prior profile: the latency form and the model's sizes that "
+            "the runs' figures scale",
+            file="command line",
+            key="--into",
+            fix="add --into PROFILE (a roofline or measured profile of the same model and "
+            "device: specsim profile --roofline makes one)",
+        )
+    runs = read_bench_files(opts.files)
+    loaded = load_profile(opts.into)
+    spec_runs = [run for run in runs if run.speculation is not None]
+    drafter = bench_drafter(loaded, opts.drafter, bool(spec_runs))
+    data, acceptance = with_acceptance(loaded, spec_runs, drafter, opts)
+    prior = build_profile(data, str(loaded.path))
+    terms = terms_for(prior, drafter if spec_runs else None)
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
+        folder = Path(tmp)
+        replays = []
+        for i, run in enumerate(runs):
+            spec = None
+            if run.speculation is not None:
+                spec = Speculation(
+                    drafter,
+                    run_k(run, opts.k),
+                    opts.verifier,
+                    opts.temperature,
+                    own_acceptance(run, drafter, opts, prior),
+                )
+            replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, opts.engine, opts.seed))
+        evaluator = Evaluator(prior, str(loaded.path), replays, terms, folder)
+        result = calibrate(evaluator, opts.held_out)
+        per_run = [_run_report(evaluator, result, i) for i in range(len(runs))]
+    report = _report(evaluator, result, per_run, loaded, acceptance)
+    profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
+    return BenchCalibration(profile, report, report_name(opts.out))
+
+
+def _run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str, Any]:
+    replay_ = evaluator.replays[index]
+    run = replay_.run
+    theta0 = np.array([t.theta0 for t in evaluator.terms])
+    prior = evaluator.metrics(theta0, index)
+    fitted = evaluator.metrics(result.theta, index)
+    held = None if result.held_out is None else evaluator.metrics(result.held_out[index], index)
+    metrics = {}
+    for key, measured in run.metrics.items():
+        reason = unfitted_reason(key, measured, replay_.spread_known)
+        if reason is not None:
+            metrics[key] = {"measured": measured, "not_fitted": reason}
+            continue
+        row = {
+            "measured": measured,
+            "prior": prior[key],
+            "fitted": fitted[key],
+            "error": fitted[key] / measured - 1,
+        }
+        if held is not None:
+            row.update(held_out=held[key], held_out_error=held[key] / measured - 1)
+        metrics[key] = row
+    spec = replay_.speculation
+    return {
+        "file": run.source,
+        "run": run.index + 1,
+        "label": run.label,
+        "engine": run.engine,
+        "engine_version": run.engine_version,
+        "model": run.model,
+        "traffic": {
+            "request_rate": run.traffic.request_rate
+            if np.isfinite(run.traffic.request_rate)
+            else "inf",
+            "burstiness": run.traffic.burstiness,
+            "max_concurrency": run.traffic.max_concurrency,
+        },
+        "workload": replay_.describe(),
+        "speculation": None if spec is None else {"drafter": spec.drafter, "k": spec.k},
+        "metrics": metrics,
+        "notes": list(run.notes),
+    }
+
+
+def _errors(per_run: list[dict], column: str) -> np.ndarray:
+    return np.array(
+        [abs(row[column]) for run in per_run for row in run["metrics"].values() if column in row]
+    )
+
+
+def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
+    fit_errors, held_errors = _errors(per_run, "error"), _errors(per_run, "held_out_error")
+    notes = []
+    if evaluator.out_of_range:
+        notes.append("the runs' loads took the prior's latency fits outside their measured range")
+    models = sorted({run["model"] for run in per_run if run["model"]})
+    target = loaded.profile.target.description
+    if models and target and target not in models:
+        notes.append(f"the runs serve {models[0]}; the prior's target is {target!r}")
+    return {
+        "prior": {"path": str(loaded.path), "source": loaded.profile.provenance.source},
+        "method": {
+            "residuals": "log(simulated / measured) of every figure the simulation gives, "
+            "a percentile weighted by a mean's sampling error over its own, each run's figures "
+            f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
+            "prior_spread": {
+                "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
+                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
+            },
+            "determined_below": DETERMINED,
+            "held_out": "each run left out in turn; the determined terms refitted on the rest",
+            "simulations": evaluator.simulations,
+        },
+        "terms": _terms(evaluator, result),
+        "correlation": np.round(result.correlation, 3).tolist(),
+        "fit": _summary(fit_errors),
+        "held_out": None if result.held_out is None else _summary(held_errors),
+        "acceptance": acceptance,
+        "runs": per_run,
+        "notes": notes,
+    }
+
+
+def _summary(errors: np.ndarray) -> dict[str, float]:
+    return {
+        "figures": int(errors.size),
+        "median_abs_error": float(np.median(errors)) if errors.size else 0.0,
+        "max_abs_error": float(np.max(errors)) if errors.size else 0.0,
+    }
+
+
+def _terms(evaluator: Evaluator, result: FitResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": term.name,
+            "kind": term.kind,
+            "value": term.value(result.theta[i]),
+            "prior": term.prior,
+            "determined": i in result.determined,
+            "spread_ratio": float(min(result.spread_ratio[i], 1.0)),
+            "description": term.description,
+        }
+        for i, term in enumerate(evaluator.terms)
+    ]
+
+
+def _files(runs: list[BenchRun]) -> list[dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        entry = files.setdefault(
+            run.source,
+            {
+                "path": run.source,
+                "sha256": run.sha256,
+                "runs": 0,
+                "format": run.format,
+                "engine": run.engine,
+            },
+        )
+        entry["runs"] += 1
+        for key in ("engine_version", "model"):
+            if getattr(run, key) and key not in entry:
+                entry[key] = getattr(run, key)
+    return list(files.values())
+
+
+def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) -> Profile:
+    final = apply(prior, evaluator.terms, result.theta)
+    data = final.model_dump(mode="json", exclude_none=True)
+    data["name"] = opts.name
+    _drop_stale_samples(data, prior, final)
+    _move_sequences(data, loaded.path, opts.out)
+    terms, fit, held, acceptance = (report[k] for k in ("terms", "fit", "held_out", "acceptance"))
+    fitted = (
+        ", ".join(f"{t['name']} {t['value']:.4g}" for t in terms if t["determined"])
+        or "none (every term kept the prior's value)"
+    )
+    kept = ", ".join(t["name"] for t in terms if not t["determined"])
+    scalar = [a for a in acceptance if a["from_scalar"]]
+    note = (
+        f"Calibrated to {len(runs)} benchmark run(s) of {runs[0].engine} in "
+        f"{len({r.source for r in runs})} file(s) on the prior {loaded.path.name} "
+        f"({loaded.profile.provenance.source}). Fitted: {fitted}."
+        + (f" Kept at the prior (the runs do not determine them): {kept}." if kept else "")
+        + f" Fit error median {fit['median_abs_error']:.1%}"
+        + ("" if held is None else f", held out {held['median_abs_error']:.1%}")
+        + "."
+        + "".join(
+            f" Acceptance of {a['drafter']} at k = {', '.join(map(str, a['from_scalar']))} came "
+            f"from a scalar: {a['rule']}."
+            for a in scalar
+        )
+    )
+    data["provenance"] = {
+        "source": "calibrated",
+        "device": loaded.profile.provenance.device,
+        "date": today(),
+        "software": software_versions(),
+        "command": opts.command,
+        "notes": f"{note} Prior's notes: {loaded.profile.provenance.notes}".strip(),
+        "calibration": {
+            "prior": str(loaded.path),
+            "prior_source": loaded.profile.provenance.source,
+            "files": _files(runs),
+            "terms": [{k: v for k, v in t.items() if k != "description"} for t in terms],
+            "threshold": DETERMINED,
+            "fit_median_abs_error": fit["median_abs_error"],
+            "held_out": None
+            if held is None
+            else {
+                "runs": len(runs),
+                "median_abs_error": held["median_abs_error"],
+                "max_abs_error": held["max_abs_error"],
+            },
+            "report": report_name(opts.out),
+        },
+    }
+    if data["provenance"]["command"] is None:
+        del data["provenance"]["command"]
+    if held is None:
+        del data["provenance"]["calibration"]["held_out"]
+    return build_profile(data, str(opts.out))
+
+
+def _drop_stale_samples(data: dict, prior: Profile, final: Profile) -> None:
+    """A scaled latency fit no longer fits the prior's measured samples: drop them (and its
+    held-out error), which describe the prior's fit."""
+    pairs = [("target", prior.target, final.target)]
+    pairs += [(name, spec, final.drafters[name]) for name, spec in prior.drafters.items()]
+    for name, before, after in pairs:
+        if before.latency is None or before.latency.fit == after.latency.fit:
+            continue
+        latency = data["target" if name == "target" else "drafters"]
+        latency = latency["latency"] if name == "target" else latency[name]["latency"]
+        latency["samples"] = []
+        latency["fit"].pop("held_out", None)
