@@ -15,6 +15,7 @@ LAYERS: tuple[str, ...] = (
     "bounds",  # the limits every number is held to
     "fileio",  # atomic writes, checked reads
     "config",  # strict YAML models, --set overrides
+    "tree",  # speculation tree shapes: drafted nodes as paths of child ranks
     "sampling",  # verifiers, the exact checker (torch; the closed form in numpy)
     "models",  # the decoder, its KV cache, loading model folders (torch)
     "profile",  # the profile file: schema, latency fits, model kinds
