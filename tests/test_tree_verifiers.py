@@ -103,6 +103,10 @@ def test_greedy_follows_the_first_argmax_child_at_every_depth():
     # Node 3's token 2 does not match argmax 0: stop at node 1 and emit argmax 0.
     out = verify_tree_greedy(p, None, torch.tensor([[2, 1, 0, 2]]), tree)
     assert out.path.tolist() == [[1, -1]] and out.tokens.tolist() == [[1, 0, -1]]
+    # Both children are argmax 1: the first (node 0) is taken, though node 1's subtree matches
+    # deeper; after node 0 argmax is 2, not node 2's token 0: emit 2.
+    out = verify_tree_greedy(p, None, torch.tensor([[1, 1, 0, 0]]), tree)
+    assert out.path.tolist() == [[0, -1]] and out.tokens.tolist() == [[1, 2, -1]]
 
 
 def test_typical_takes_the_first_passing_child_and_argmax_where_none_passes():
