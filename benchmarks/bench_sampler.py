@@ -1,4 +1,5 @@
-"""Speed of the exact verifier against one read of its inputs and a straightforward implementation.
+"""Speed of the exact verifier against one read of its inputs and a straightforward implementation,
+and of the tree verifiers against the chain one.
 
 CPU, one thread, B = 64 rows, k = 4, V = 32000, float32. Reported as ratios of median times
 measured in the same process (the machine is shared and absolute times drift):
@@ -11,7 +12,12 @@ measured in the same process (the machine is shared and absolute times drift):
 verify_rejection builds and samples the residual only for rows that rejected, at one position
 each, and otherwise reads only p(x) and q(x) at the drafted tokens: without validation it costs
 less than one read of its inputs. Validation (the row sums of p and q) adds about one read.
-The last stdout line is the JSON summary.
+
+Trees (``specsim.sampling.tree_verifiers``), same B and V: the tree verifier on the chain shape
+(k = 4, the chain's inputs and uniforms; its output is checked equal to the chain's) against the
+chain verifier, and the four tree verifiers on the 2,2,1 tree (10 nodes, depth 3, children drawn
+i.i.d. from their parent's q) against one read of their own inputs and against the chain
+verifier at k = 4. The last stdout line is the JSON summary.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ from specsim.sampling import (
     verify_rejection,
     verify_typical,
 )
+from specsim.sampling.tree_verifiers import (
+    verify_tree_greedy,
+    verify_tree_rejection,
+    verify_tree_typical,
+    verify_tree_without_replacement,
+)
+from specsim.tree import TreeShape
 
 B, K, V = 64, 4, 32_000
 REPEATS = 31
@@ -54,6 +67,17 @@ def straightforward_rejection(p, q, draft, randomness):
     return tokens
 
 
+def tree_inputs(gen, tree: TreeShape):
+    """p and q at the root and every node; each node's token drawn from its parent's q."""
+    n = tree.num_nodes
+    target_logits = torch.randn(B, n + 1, V, generator=gen) * 3
+    p = torch.softmax(target_logits, dim=-1)
+    q = torch.softmax(target_logits + torch.randn(B, n + 1, V, generator=gen), dim=-1)
+    parent_rows = q[:, torch.from_numpy(tree.parents) + 1]
+    draft = sample_from_probs(parent_rows, torch.rand(B, n, generator=gen, dtype=torch.float64))
+    return p, q, draft, draw_randomness(gen, B, n)
+
+
 def median_ms(fn, repeats=REPEATS) -> float:
     times = []
     for _ in range(repeats):
@@ -75,6 +99,13 @@ def main() -> None:
 
     ours = verify_rejection(p, q, draft, None, randomness)
     assert torch.equal(ours.tokens, straightforward_rejection(p, q, draft, randomness))
+    chain = TreeShape.chain(K)
+    q_chain = torch.cat([q, q[:, -1:]], dim=1)  # a leaf's q row is not read
+    on_chain = verify_tree_rejection(p, q_chain, draft, chain, randomness)
+    assert torch.equal(on_chain.tokens, ours.tokens)
+    tree = TreeShape.branching([2, 2, 1])
+    tp, tq, tdraft, trand = tree_inputs(gen, tree)
+    tree_accepted = verify_tree_rejection(tp, tq, tdraft, tree, trand).accepted
 
     cases = {
         "read": lambda: (p.sum(), q.sum()),
@@ -85,6 +116,17 @@ def main() -> None:
         "straightforward": lambda: straightforward_rejection(p, q, draft, randomness),
         "greedy": lambda: verify_greedy(p, q, draft, None, randomness),
         "typical": lambda: verify_typical(p, q, draft, None, randomness),
+        "tree_on_chain": lambda: verify_tree_rejection(p, q_chain, draft, chain, randomness),
+        "tree_read": lambda: (tp.sum(), tq.sum()),
+        "tree_rejection": lambda: verify_tree_rejection(tp, tq, tdraft, tree, trand),
+        "tree_rejection_unvalidated": lambda: verify_tree_rejection(
+            tp, tq, tdraft, tree, trand, validate=False
+        ),
+        "tree_without_replacement": lambda: verify_tree_without_replacement(
+            tp, tq, tdraft, tree, trand
+        ),
+        "tree_greedy": lambda: verify_tree_greedy(tp, tq, tdraft, tree, trand),
+        "tree_typical": lambda: verify_tree_typical(tp, tq, tdraft, tree, trand),
     }
     for fn in cases.values():  # warm-up
         fn()
@@ -101,6 +143,14 @@ def main() -> None:
     figures["rejection_vs_straightforward"] = round(ms["rejection"] / ms["straightforward"], 3)
     figures["accepted_mean"] = round(float(ours.accepted.float().mean()), 3)
     figures["shape"] = f"B={B} k={K} V={V} float32, 1 thread"
+    figures["tree_on_chain_vs_chain"] = round(ms["tree_on_chain"] / ms["rejection"], 3)
+    tree_cases = ("tree_rejection", "tree_rejection_unvalidated", "tree_without_replacement",
+                  "tree_greedy", "tree_typical")  # fmt: skip
+    for name in tree_cases:
+        figures[f"{name}_vs_tree_read"] = round(ms[name] / ms["tree_read"], 3)
+        figures[f"{name}_vs_chain"] = round(ms[name] / ms["rejection"], 3)
+    figures["tree_accepted_mean"] = round(float(tree_accepted.float().mean()), 3)
+    figures["tree_shape"] = f"2,2,1: {tree.num_nodes} nodes, depth {tree.depth}"
     print(
         json.dumps(
             {

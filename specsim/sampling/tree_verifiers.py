@@ -349,70 +349,77 @@ def _rejection_walk(step: TreeStep, randomness, rule: _ExactRule) -> TreeVerifyR
 
 class _NodeState:
     """Per live row at its current node: the residual target p' and proposal q', unnormalised
-    with their masses, built from the node's rows of p and q on the first rejection."""
+    with their masses, built from the node's rows of p and q on the first rejection there."""
 
     def __init__(self, p, q, rows, at):
         self.p, self.q, self.rows, self.at = p, q, rows, at
-        count, vocab = rows.numel(), p.shape[-1]
+        count = rows.numel()
         self.touched = torch.zeros(count, dtype=torch.bool, device=p.device)
-        self.res_p = torch.zeros((count, vocab), dtype=p.dtype, device=p.device)
-        self.res_q = torch.zeros_like(self.res_p) if q is not None else None
+        self.res_p: torch.Tensor | None = None  # [R, V], allocated on the first rejection
+        self.res_q: torch.Tensor | None = None
         self.p_mass = torch.ones(count, dtype=torch.float64, device=p.device)
         self.q_mass = torch.ones_like(self.p_mass)
 
     def _at_x(self, source, residual, index, x):
         fresh = source[self.rows[index], self.at[index], x]
+        if residual is None:
+            return fresh
         return torch.where(self.touched[index], residual[index, x], fresh)
-
-    def _proposal_at_x(self, index, x, rule):
-        if self.q is None:
-            return torch.ones(x.shape, dtype=torch.float64, device=x.device)
-        if rule.proposal == "iid":
-            return self.q[self.rows[index], self.at[index], x].double()
-        return self._at_x(self.q, self.res_q, index, x).double()
 
     def test(self, index, x, u, rule) -> torch.Tensor:
         """u q'(x) < p'(x), cross-multiplied by the masses; float64, as the chain's test."""
         p_x = self._at_x(self.p, self.res_p, index, x).double()
-        q_x = self._proposal_at_x(index, x, rule)
+        if self.q is None:
+            q_x = torch.ones_like(p_x)
+        elif rule.proposal == "iid":
+            q_x = self.q[self.rows[index], self.at[index], x].double()
+        else:
+            q_x = self._at_x(self.q, self.res_q, index, x).double()
         q_mass = self.q_mass[index] if rule.proposal == "without-replacement" else 1.0
         return u.double() * q_x * self.p_mass[index] < p_x * q_mass
 
     def reject(self, index, x, rule) -> None:
         if index.numel() == 0:
             return
-        fresh = index[~self.touched[index]]
-        if fresh.numel():
-            self.res_p[fresh] = _rows(self.p, self.rows[fresh], self.at[fresh])
-            if self.res_q is not None:
-                self.res_q[fresh] = _rows(self.q, self.rows[fresh], self.at[fresh])
-        was_fresh = ~self.touched[index]
+        if self.res_p is None:
+            self.res_p = torch.empty((self.rows.numel(), self.p.shape[-1]), dtype=self.p.dtype,
+                                     device=self.p.device)  # fmt: skip
+            if self.q is not None and rule.proposal == "without-replacement":
+                self.res_q = torch.empty_like(self.res_p)
+        fresh = ~self.touched[index]
+        self._reject(index[fresh], x[fresh], rule, fresh=True)
+        self._reject(index[~fresh], x[~fresh], rule, fresh=False)
         self.touched[index] = True
-        if not rule.update_residual:
+
+    def _reject(self, index, x, rule, fresh: bool) -> None:
+        if index.numel() == 0:
             return
-        res = self.res_p[index]
+        rows, at = self.rows[index], self.at[index]
+        res = _rows(self.p, rows, at) if fresh else self.res_p[index]
+        if not rule.update_residual:  # the stale-residual control: p' stays the node's p
+            self.res_p[index] = res
+            return
         if self.q is None:
             # max(0, p' - onehot(x)) is p' with x removed, since p'(x) <= 1.
             res.scatter_(1, x.unsqueeze(1), 0.0)
         else:
-            q_rows = (
-                _rows(self.q, self.rows[index], self.at[index])
-                if rule.proposal == "iid"
-                else self.res_q[index]
-            ).to(res.dtype)
-            dtype = res.dtype
-            p_scale = torch.where(was_fresh, 1.0, self.q_mass[index]).to(dtype).unsqueeze(1)
-            q_scale = torch.where(was_fresh, 1.0, self.p_mass[index]).to(dtype).unsqueeze(1)
             if rule.proposal == "iid":
-                p_scale = torch.ones_like(p_scale)
-            # p'/|p'| - q'/|q'| up to the factor |p'| |q'|; a fresh row is p - q exactly.
-            res = torch.where(
-                was_fresh.unsqueeze(1), res - q_rows, res * p_scale - q_rows * q_scale
-            ).clamp_(min=0)
-            if rule.proposal == "without-replacement":
-                q_new = self.res_q[index].scatter_(1, x.unsqueeze(1), 0.0)
-                self.res_q[index] = q_new
-                self.q_mass[index] = q_new.double().sum(dim=1)
+                q_rows = _rows(self.q, rows, at).to(res.dtype)
+            else:
+                q_rows = _rows(self.q, rows, at) if fresh else self.res_q[index]
+                q_rows = q_rows.to(res.dtype)
+            if fresh:  # exactly the chain's residual: p - q
+                res.sub_(q_rows).clamp_(min=0)
+            else:  # p'/|p'| - q'/|q'|, up to the factor |p'| |q'|
+                p_scale = self.q_mass[index] if rule.proposal != "iid" else None
+                q_scale = self.p_mass[index].to(res.dtype).unsqueeze(1)
+                if p_scale is not None:
+                    res.mul_(p_scale.to(res.dtype).unsqueeze(1))
+                res.sub_(q_rows * q_scale).clamp_(min=0)
+            if self.res_q is not None:
+                q_rows = q_rows.scatter(1, x.unsqueeze(1), 0.0)
+                self.res_q[index] = q_rows
+                self.q_mass[index] = q_rows.double().sum(dim=1)
         self.res_p[index] = res
         self.p_mass[index] = res.double().sum(dim=1)
 
@@ -420,18 +427,26 @@ class _NodeState:
         """The token emitted where the walk stops: from p' after a rejection, else the bonus
         from the node's p."""
         rows, at = self.rows[index], self.at[index]
-        weights = _rows(self.p, rows, at)
         touched = self.touched[index]
-        if bool(touched.any()):
-            if rule.update_residual:
-                weights[touched] = self.res_p[index[touched]]
-            elif self.q is not None:  # the stale-residual control: one step from the node's p
-                q_rows = _rows(self.q, rows[touched], at[touched]).to(weights.dtype)
-                weights[touched] = (weights[touched] - q_rows).clamp_(min=0)
-        tokens, mass = inverse_cdf(weights, u)
+        tokens = torch.empty_like(rows)
+        plain = (~touched).nonzero().squeeze(-1)
+        if plain.numel():
+            bonus = _rows(self.p, rows[plain], at[plain])
+            tokens[plain] = sample_from_probs(bonus, u[plain], validate=False)
+        hit = touched.nonzero().squeeze(-1)
+        if hit.numel() == 0:
+            return tokens
+        weights = self.res_p[index[hit]]
+        if not rule.update_residual and self.q is not None:
+            # The stale-residual control: one residual step from the node's p.
+            q_rows = _rows(self.q, rows[hit], at[hit]).to(weights.dtype)
+            weights = weights.sub_(q_rows).clamp_(min=0)
+        drawn, mass = inverse_cdf(weights, u[hit])
         # An all-zero residual (p' and q' equal up to rounding) falls back to the node's p.
         degenerate = ~((mass > 0) & torch.isfinite(mass))
         if bool(degenerate.any()):
-            fallback = _rows(self.p, rows[degenerate], at[degenerate])
-            tokens[degenerate] = sample_from_probs(fallback, u[degenerate], validate=False)
+            back = hit[degenerate]
+            fallback = _rows(self.p, rows[back], at[back])
+            drawn[degenerate] = sample_from_probs(fallback, u[back], validate=False)
+        tokens[hit] = drawn
         return tokens
