@@ -5,6 +5,7 @@ specsim check sampler --verifier typical --json      # lossy: reports its TV dis
 specsim check sampler --control resample-p           # a known-wrong verifier, flagged
 specsim check sampler --verifier rejection --top-k 4 --temperature 0.7 --ragged
 specsim check sampler --verifier mypkg.sampling:verify      # your own verifier, judged exactly
+specsim check sampler --tree 2,2,1 --drafts without-replacement   # tree verification
 specsim check rollout --baseline runs/before/engine --candidate runs/after/engine
 
 "sampler" judges a verifier on a seeded toy target/drafter pair whose p and q depend on the

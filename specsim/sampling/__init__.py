@@ -44,6 +44,18 @@ Checker (numpy closed form; torch for callables and the Monte Carlo part):
 - ``reference``: the closed-form enumeration; ``enumeration``: the exact enumeration of a
   callable; ``stats``: the G-tests and their power; ``harness``: the callable's signature.
 
+Tree verification (torch; ``tree_verifiers`` documents the signature the engine calls), all
+``f(p [B, N+1, V], q [B, N+1, V] | None, draft_tokens [B, N], tree: TreeShape, randomness
+(accept [B, N], sample [B]), *, validate=True) -> TreeVerifyResult(accepted [B], path [B, D],
+tokens [B, D+1])``, row 0 of p and q at the root and row i+1 after node i:
+- ``verify_tree_rejection``: SpecInfer's multi-draft rule, children drawn i.i.d. from q (exact);
+- ``verify_tree_without_replacement``: the rule for children drawn without replacement (exact);
+- ``verify_tree_greedy``: follow the argmax child; ``verify_tree_typical``: Medusa's, LOSSY;
+- ``kinds.TREE_VERIFIER_KINDS`` / ``kinds.tree_verifier_for(verifier, drafts)``: their registry;
+- ``check_tree_sampler(verifier, *, tree="2,2,1", drafts=None, ...) -> TreeSamplerCheck``: the
+  closed form (``tree_reference``) and a Monte Carlo test (``tree_montecarlo``) over the tree's
+  D + 1 tokens; ``TREE_CONTROLS`` (``tree_controls``): the tree bugs it must flag.
+
 One verification step of an engine (the generator lives on p's device)::
 
     p = process_logits(target_logits, temperature, top_k, top_p)    # [B, k+1, V]
@@ -75,6 +87,14 @@ _LAZY = {
     "check_sampler": "checker",
     "SamplerCheck": "checker",
     "CONTROLS": "controls",
+    "TreeVerifyResult": "tree_verifiers",
+    "verify_tree_rejection": "tree_verifiers",
+    "verify_tree_without_replacement": "tree_verifiers",
+    "verify_tree_greedy": "tree_verifiers",
+    "verify_tree_typical": "tree_verifiers",
+    "check_tree_sampler": "tree_checker",
+    "TreeSamplerCheck": "tree_checker",
+    "TREE_CONTROLS": "tree_controls",
 }
 
 __all__ = sorted(_LAZY)
