@@ -28,10 +28,11 @@ from specsim.sampling import tree_reference as rules
 
 def _walk(**variant) -> Callable[..., Any]:
     def verify(p, q, draft_tokens, tree, randomness, *, validate=True):
-        from specsim.sampling import tree_verifiers as v
+        from specsim.sampling.tree_inputs import prepare_tree
+        from specsim.sampling.tree_walks import ExactRule, rejection_walk
 
-        step = v._prepare(p, q, draft_tokens, tree, randomness, validate, True)
-        return v._rejection_walk(step, randomness, v._ExactRule("iid", **variant))
+        step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True)
+        return rejection_walk(step, randomness, ExactRule("iid", **variant))
 
     return verify
 
