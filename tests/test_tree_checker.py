@@ -64,6 +64,23 @@ def test_each_exact_rule_is_lossy_under_the_other_drafts():
         assert reference.total_variation(window, target) > 0.01
 
 
+@pytest.mark.parametrize("rule, chain_rule", [
+    (tree_reference.TREE_REJECTION, reference.REJECTION),
+    (tree_reference.TREE_WITHOUT_REPLACEMENT, reference.REJECTION),
+    (tree_reference.TREE_GREEDY, reference.GREEDY),
+    (tree_reference.TREE_TYPICAL, reference.TYPICAL),
+])  # fmt: skip
+def test_the_tree_closed_form_on_a_chain_is_the_chain_closed_form(rule, chain_rule):
+    """Window of 4 tokens after one step of k = 3 (typical's lossy distribution included)."""
+    models = ToyModels.make(8, 0)
+    tables = models.tables(Processing())
+    greedy = rule is tree_reference.TREE_GREEDY
+    step = tree_reference.tree_step(tables, TreeShape.chain(3), rule, "iid", models.prompt)
+    ours = reference.first_step_window(step, tables.p, models.prompt, greedy)
+    theirs = reference.rule_first_step_window(tables, models.prompt, (3,), chain_rule, 4, greedy)
+    assert np.abs(ours - theirs).max() <= 1e-14
+
+
 CONTROL_DRAFTER = {"tree-sibling-uniform": "greedy"}  # where its bug is largest
 
 
@@ -149,6 +166,7 @@ def test_monte_carlo_power_at_the_default_sample_size():
         ({"verifier": "tree-stale-residual", "drafter": "greedy"}, "--drafter"),
         ({"verifier": "tree-iid-proposal", "drafts": "iid"}, "--drafts"),
         ({"drafts": "both"}, "--drafts"),
+        ({"seed": -1}, "--seed"),
     ],
 )
 def test_bad_tree_checks_name_the_option(kwargs, key):

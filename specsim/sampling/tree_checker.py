@@ -146,7 +146,8 @@ def check_tree_sampler(
     1e-12 and every window G-test passes at level alpha / (D + 1)."""
     shape = parse_tree(tree)
     subject = tree_subject(verifier, drafts)
-    _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype)
+    seeds = (("--seed", seed), ("--problem-seed", problem_seed))
+    _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype, seeds)
     processing = Processing(float(temperature))
     models = ToyModels.make(vocab, problem_seed)
     tables = models.tables(processing)
@@ -258,7 +259,9 @@ def _monte_carlo(subject, models, processing, shape, deterministic, samples, see
     }
 
 
-def _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype) -> None:
+def _validate(
+    shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype, seeds
+) -> None:
     checks = [
         (2 <= vocab <= MAX_VOCAB, "--vocab", f"use 2..{MAX_VOCAB}"),
         (samples >= 0, "--samples", "use 0 (exact result only) or a positive count"),
@@ -274,6 +277,9 @@ def _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power
     for ok, key, fix in checks:
         if not ok:
             raise SpecsimError("value out of range", key=key, fix=fix)
+    for key, value in seeds:
+        if not (float(value).is_integer() and value >= 0):
+            raise SpecsimError("value out of range", key=key, fix="use a whole number >= 0")
     width = max(len(shape.children(node)) for node in range(-1, shape.num_nodes))
     if width > vocab:
         raise SpecsimError(
