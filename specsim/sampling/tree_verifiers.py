@@ -60,8 +60,8 @@ def verify_tree_rejection(
 ) -> TreeVerifyResult:
     """Multi-draft speculative sampling, children drawn i.i.d. from q at each node. Exact.
 
-    SpecInfer's rule (Miao et al., 2024, "SpecInfer", section 4.2, multi-step speculative
-    sampling): at a node with target p' = p and children x_1, x_2, ... in rank order, accept x_j
+    SpecInfer's rule (Miao et al., 2024, "SpecInfer", section 4, token tree verification
+    by multi-step speculative sampling): at a node with target p' = p and children x_1, x_2, ... in rank order, accept x_j
     with probability min(1, p'(x_j) / q(x_j)); after each rejection replace p' by
     norm(max(0, p' - q)); if every child fails, sample from the final p'. The output is
     distributed as p when the children were drawn i.i.d. from q. With ``q=None`` each child's
