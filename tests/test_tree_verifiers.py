@@ -205,3 +205,21 @@ def test_bad_input_raises_a_clear_error(case):
     p, q, draft, randomness = random_tree_step(tree, batch=4, seed=1)
     with pytest.raises(SamplingInputError):
         verify_tree_rejection(*BAD[case](p, q, draft, tree, randomness))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("verify", TREE_VERIFIERS)
+def test_cuda_gives_the_cpu_result(verify):
+    # Same float64 inputs and uniforms on the GPU: the walk's tests and residual sums agree to
+    # ~1e-16, so the tokens are equal.
+    tree = TreeShape.parse("3,2,1")
+    gen = torch.Generator().manual_seed(12)
+    n = tree.num_nodes
+    p = process_logits(torch.randn(64, n + 1, 5000, generator=gen, dtype=torch.float64))
+    q = process_logits(torch.randn(64, n + 1, 5000, generator=gen, dtype=torch.float64))
+    draft = sample_from_probs(q[:, :n], torch.rand(64, n, generator=gen, dtype=torch.float64))
+    r = draw_randomness(gen, 64, n)
+    cpu = verify(p, q, draft, tree, r)
+    on_gpu = VerifierRandomness(r.accept.cuda(), r.sample.cuda())
+    cuda = verify(p.cuda(), q.cuda(), draft.cuda(), tree, on_gpu)
+    assert torch.equal(cpu.tokens, cuda.tokens.cpu()) and torch.equal(cpu.path, cuda.path.cpu())
