@@ -187,6 +187,8 @@ def test_the_registry_and_the_cli_agree():
     for name in VERIFIER_KINDS:
         for drafts in TREE_DRAFTS:
             tree_subject(name, drafts)  # every verifier has a tree twin for every drafts
+    for name in TREE_VERIFIER_KINDS:  # a report's name can be checked again
+        assert tree_subject(name, None).name == name
 
 
 def test_cli_tree_check_reports_json_and_writes_its_file(capsys, tmp_path):

@@ -31,7 +31,12 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.sampling import reference, stats, tree_reference
 from specsim.sampling.checker import MAX_VOCAB, MAX_WINDOW_CELLS, torch_available
-from specsim.sampling.kinds import TREE_DRAFTS, VERIFIER_KINDS, tree_verifier_for
+from specsim.sampling.kinds import (
+    TREE_DRAFTS,
+    TREE_VERIFIER_KINDS,
+    VERIFIER_KINDS,
+    tree_verifier_for,
+)
 from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
 from specsim.sampling.tree_controls import TREE_CONTROLS
 from specsim.tree import TreeShape
@@ -96,7 +101,8 @@ class TreeSubject:
 
 
 def tree_subject(verifier: str, drafts: str | None) -> TreeSubject:
-    """A built-in verifier (with the drafts it is checked under) or a tree control."""
+    """A built-in verifier (with the drafts it is checked under), a tree verifier's own name
+    (``rejection-without-replacement``), or a tree control."""
     if verifier in TREE_CONTROLS:
         control = TREE_CONTROLS[verifier]
         if drafts not in (None, control.drafts):
@@ -109,8 +115,16 @@ def tree_subject(verifier: str, drafts: str | None) -> TreeSubject:
             control.name, f"negative control: {control.description}", control.rule,
             control.drafts, False, False, True, lambda: control.verifier, control.drafters,
         )  # fmt: skip
+    named = TREE_VERIFIER_KINDS.get(verifier)
+    if named is not None and named.drafts is not None:  # a tree entry's own name
+        if drafts not in (None, named.drafts):
+            raise SpecsimError(
+                f"{verifier} is checked with {named.drafts} drafts", key="--drafts",
+                fix=f"drop --drafts, or give --verifier {named.verifier}",
+            )  # fmt: skip
+        verifier, drafts = named.verifier, named.drafts
     if verifier not in VERIFIER_KINDS:
-        names = ", ".join([*VERIFIER_KINDS, *TREE_CONTROLS])
+        names = ", ".join([*VERIFIER_KINDS, *TREE_VERIFIER_KINDS, *TREE_CONTROLS])
         raise SpecsimError(
             f"unknown tree verifier {verifier!r}", key="--verifier", fix=f"use {names}"
         )

@@ -60,12 +60,12 @@ def verify_tree_rejection(
 ) -> TreeVerifyResult:
     """Multi-draft speculative sampling, children drawn i.i.d. from q at each node. Exact.
 
-    SpecInfer's rule (Miao et al., 2024, "SpecInfer", section 4, token tree verification
-    by multi-step speculative sampling): at a node with target p' = p and children x_1, x_2, ... in rank order, accept x_j
-    with probability min(1, p'(x_j) / q(x_j)); after each rejection replace p' by
-    norm(max(0, p' - q)); if every child fails, sample from the final p'. The output is
-    distributed as p when the children were drawn i.i.d. from q. With ``q=None`` each child's
-    proposal is a point mass on its token: accept with p'(x_j), then remove x_j from p'.
+    SpecInfer's rule (Miao et al., 2024, "SpecInfer", section 4, token tree verification by
+    multi-step speculative sampling): at a node with target p' = p and children x_1, x_2, ...
+    in rank order, accept x_j with probability min(1, p'(x_j) / q(x_j)); after each rejection
+    replace p' by norm(max(0, p' - q)); if every child fails, sample from the final p'. The
+    output is distributed as p when the children were drawn i.i.d. from q. With ``q=None`` each
+    child's proposal is a point mass on its token: accept with p'(x_j), then remove x_j from p'.
     """
     step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True)
     return rejection_walk(step, randomness, ExactRule("iid"))
