@@ -158,6 +158,73 @@ def test_a_chain_shape_gives_the_chain_verifier_bit_for_bit(chain, tree_verify, 
         assert torch.equal(ours.path >= 0, theirs.accepted_mask)
 
 
+@pytest.mark.parametrize("chain, tree_verify", CHAIN_TWINS)
+def test_a_shortened_chain_gives_the_ragged_chain_verifier_bit_for_bit(chain, tree_verify):
+    """``active`` switching off the nodes past n_drafts[b] is the chain's ragged window."""
+    k, tree = 4, TreeShape.chain(4)
+    for seed in range(4):
+        p, q, draft, randomness = random_tree_step(tree, batch=64, seed=seed)
+        n = torch.randint(0, k + 1, (64,), generator=torch.Generator().manual_seed(seed))
+        active = torch.from_numpy(tree.depths).unsqueeze(0) <= n.unsqueeze(1)
+        padded = torch.where(active, draft, -1)
+        ours = tree_verify(p, q, padded, tree, randomness, active=active)
+        theirs = chain(p, q[:, :k], padded, n, randomness)
+        assert torch.equal(ours.tokens, theirs.tokens)
+
+
+def random_subtrees(tree, batch, seed):
+    """[B, N] active masks: each node kept with probability 0.7 if its parent and previous
+    sibling are (node 0 always)."""
+    gen = torch.Generator().manual_seed(seed)
+    keep = torch.rand(batch, tree.num_nodes, generator=gen) < 0.7
+    index = {path: i for i, path in enumerate(tree.paths)}
+    active = torch.zeros_like(keep)
+    for i, path in enumerate(tree.paths):
+        ok = keep[:, i] | (i == 0)
+        if len(path) > 1:
+            ok &= active[:, index[path[:-1]]]
+        if path[-1] > 0:
+            ok &= active[:, index[(*path[:-1], path[-1] - 1)]]
+        active[:, i] = ok
+    return active
+
+
+@pytest.mark.parametrize("verify", TREE_VERIFIERS)
+def test_a_row_with_active_nodes_is_verified_as_its_own_smaller_tree(verify):
+    tree = TreeShape.parse("3,2,1")
+    p, q, draft, randomness = random_tree_step(tree, batch=40, vocab=7, seed=4)
+    active = random_subtrees(tree, 40, seed=4)
+    out = verify(p, q, torch.where(active, draft, -1), tree, randomness, active=active)
+    for b in range(40):
+        nodes = active[b].nonzero().squeeze(-1)
+        own = TreeShape.from_paths([tree.paths[i] for i in nodes.tolist()])
+        rows = torch.cat([torch.zeros(1, dtype=torch.long), nodes + 1])
+        u = VerifierRandomness(randomness.accept[b : b + 1, nodes], randomness.sample[b : b + 1])
+        alone = verify(p[b : b + 1, rows], q[b : b + 1, rows], draft[b : b + 1, nodes], own, u)
+        width = own.depth + 1
+        assert torch.equal(out.tokens[b, :width], alone.tokens[0])
+        assert (out.tokens[b, width:] == -1).all()
+        mapped = torch.where(alone.path[0] >= 0, nodes[alone.path[0].clamp(min=0)], -1)
+        assert torch.equal(out.path[b, : own.depth], mapped)
+    assert (out.accepted > 0).any() and not bool(active.all())
+
+
+@pytest.mark.parametrize(
+    "active",
+    [
+        torch.ones(4, 3, dtype=torch.long),  # not bool
+        torch.ones(4, 2, dtype=torch.bool),  # wrong shape
+        torch.tensor([[True, False, True]] * 4),  # node 2 ([1, 0]) without its parent
+        torch.tensor([[False, True, False]] * 4),  # rank 1 without rank 0
+    ],
+)
+def test_bad_active_masks_are_refused(active):
+    tree = TreeShape.parse("[[0], [1], [1, 0]]")
+    p, q, draft, randomness = random_tree_step(tree, batch=4, seed=2)
+    with pytest.raises(SamplingInputError, match="active"):
+        verify_tree_rejection(p, q, draft, tree, randomness, active=active)
+
+
 @pytest.mark.parametrize("verify", TREE_VERIFIERS)
 def test_batched_equals_row_by_row_and_outputs_are_tree_paths(verify):
     tree = TreeShape.parse("[[0], [1], [2], [0, 0], [0, 1], [2, 0], [0, 0, 0]]")

@@ -46,8 +46,9 @@ Checker (numpy closed form; torch for callables and the Monte Carlo part):
 
 Tree verification (torch; ``tree_verifiers`` documents the signature the engine calls), all
 ``f(p [B, N+1, V], q [B, N+1, V] | None, draft_tokens [B, N], tree: TreeShape, randomness
-(accept [B, N], sample [B]), *, validate=True) -> TreeVerifyResult(accepted [B], path [B, D],
-tokens [B, D+1])``, row 0 of p and q at the root and row i+1 after node i:
+(accept [B, N], sample [B]), *, active=None, validate=True) -> TreeVerifyResult(accepted [B],
+path [B, D], tokens [B, D+1])``, row 0 of p and q at the root and row i+1 after node i;
+``active [B, N]`` bool gives each row its own subtree (as ``n_drafts`` shortens a chain):
 - ``verify_tree_rejection``: SpecInfer's multi-draft rule, children drawn i.i.d. from q (exact);
 - ``verify_tree_without_replacement``: the rule for children drawn without replacement (exact);
 - ``verify_tree_greedy``: follow the argmax child; ``verify_tree_typical``: Medusa's, LOSSY;

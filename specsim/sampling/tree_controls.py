@@ -27,11 +27,11 @@ from specsim.sampling import tree_reference as rules
 
 
 def _walk(**variant) -> Callable[..., Any]:
-    def verify(p, q, draft_tokens, tree, randomness, *, validate=True):
+    def verify(p, q, draft_tokens, tree, randomness, *, active=None, validate=True):
         from specsim.sampling.tree_inputs import prepare_tree
         from specsim.sampling.tree_walks import ExactRule, rejection_walk
 
-        step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True)
+        step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True, active)
         return rejection_walk(step, randomness, ExactRule("iid", **variant))
 
     return verify

@@ -47,6 +47,15 @@ class TreeStep:
     draft: torch.Tensor
     tree: TreeShape
     kids: torch.Tensor  # [N+1, W]: row u+1 lists node u's children in rank order, -1 padded
+    active: torch.Tensor | None = None  # [B, N] bool: each row's own subtree; None: all nodes
+
+    def children(self, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """``[R, W]``: the children of each row's node (row ``at``), -1 where absent for it."""
+        kids = self.kids[at]
+        if self.active is None:
+            return kids
+        on = (kids >= 0) & self.active[rows.unsqueeze(1), kids.clamp(min=0)]
+        return torch.where(on, kids, -1)
 
     @property
     def depth(self) -> int:
@@ -68,7 +77,9 @@ def _child_table(tree: TreeShape) -> torch.Tensor:
     return table
 
 
-def prepare_tree(p, q, draft_tokens, tree, randomness, validate, needs_uniforms) -> TreeStep:
+def prepare_tree(
+    p, q, draft_tokens, tree, randomness, validate, needs_uniforms, active=None
+) -> TreeStep:
     if not isinstance(tree, TreeShape):
         raise SamplingInputError(
             f"expected a TreeShape, got {type(tree).__name__}",
@@ -98,17 +109,26 @@ def prepare_tree(p, q, draft_tokens, tree, randomness, validate, needs_uniforms)
                 fix="q[:, 0] is what the root's children were drafted from, q[:, i+1] node i's",
             )
     kids = child_table(tree, p.device)
+    if active is not None:
+        active = _check_active(active, tree, batch, p.device)
+    on = torch.ones((batch, n), dtype=torch.bool, device=p.device) if active is None else active
     if validate:
-        check_tokens(draft_tokens, vocab, "draft_tokens")
-        check_row_sums(p, "p")
+        check_tokens(draft_tokens, vocab, "draft_tokens", on)
+        root = torch.ones((batch, 1), dtype=torch.bool, device=p.device)
+        check_row_sums(p, "p", torch.cat([root, on], dim=1))
         # p(x) and q(x) of every node at its parent's row: what the accept tests read.
         at = (torch.as_tensor(tree.parents, device=p.device) + 1).unsqueeze(0)
         row = torch.arange(batch, device=p.device).unsqueeze(1)
-        x = draft_tokens.long()
-        check_non_negative(p[row, at, x], "p")
+        x = torch.where(on, draft_tokens.long(), 0)
+        check_non_negative(p[row, at, x][on], "p")
         if q is not None:
-            check_row_sums(q, "q", (kids[:, 0] >= 0).expand(batch, -1))
-            check_non_negative(q[row, at, x], "q")
+            # A row's q is read where the row's node has a child: the root, or an active node
+            # whose first child is active.
+            first = kids[:, 0].clamp(min=0).expand(batch, -1)
+            internal = (kids[:, 0] >= 0) & on.gather(1, first)
+            internal[:, 1:] &= on
+            check_row_sums(q, "q", internal)
+            check_non_negative(q[row, at, x][on], "q")
     if needs_uniforms:
         if randomness is None:
             raise SamplingInputError(
@@ -119,7 +139,38 @@ def prepare_tree(p, q, draft_tokens, tree, randomness, validate, needs_uniforms)
         if validate:
             check_uniforms(randomness.accept, "randomness.accept", (batch, n))
             check_uniforms(randomness.sample, "randomness.sample", (batch,))
-    return TreeStep(p, q, draft_tokens.long(), tree, kids)
+    draft = torch.where(on, draft_tokens.long(), 0)  # padding -> 0 so that it can index
+    return TreeStep(p, q, draft, tree, kids, active)
+
+
+def _check_active(active, tree: TreeShape, batch: int, device) -> torch.Tensor:
+    """[B, N] bool, each active node's parent and earlier sibling active: a subtree per row."""
+    if not isinstance(active, torch.Tensor) or active.dtype != torch.bool:
+        raise SamplingInputError(
+            "expected a bool tensor", key="active", fix="pass [B, N] bool, or None for all"
+        )
+    if tuple(active.shape) != (batch, tree.num_nodes):
+        raise SamplingInputError(
+            f"expected shape {(batch, tree.num_nodes)}, got {tuple(active.shape)}",
+            key="active",
+            fix="one flag per row and node",
+        )
+    index = {path: i for i, path in enumerate(tree.paths)}
+    needs = [
+        [index[path[:-1]]] if len(path) > 1 else [] for path in tree.paths
+    ]  # the parent, then the previous sibling
+    for i, path in enumerate(tree.paths):
+        if path[-1] > 0:
+            needs[i].append(index[(*path[:-1], path[-1] - 1)])
+    for node, required in enumerate(needs):
+        for other in required:
+            if bool((active[:, node] & ~active[:, other]).any()):
+                raise SamplingInputError(
+                    f"node {node} is active without node {other} (its parent or previous sibling)",
+                    key="active",
+                    fix="switch nodes off from the leaves and the last ranks inward",
+                )
+    return active.to(device)
 
 
 def rows_at(x: torch.Tensor, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,10 @@ The signature every tree verifier has (the engine's tree step calls it)::
   (leaf rows are not read), or ``None`` for a deterministic drafter (top-k children): each
   child's proposal is then a point mass on its own token;
 - ``draft_tokens`` ``[B, N]`` int64: node i's token;
+- ``active`` ``[B, N]`` bool, or ``None`` (every node): row b's own tree is its active nodes,
+  each with its parent and earlier siblings active (a subtree of the shape: deeper levels or
+  last ranks switched off, as ``n_drafts`` shortens a chain); an inactive node's token may be
+  -1 and its rows of p and q are not read;
 - ``randomness``: a ``VerifierRandomness`` with ``accept`` ``[B, N]`` (one uniform per node, for
   its accept test) and ``sample`` ``[B]`` (for the one token sampled where the walk stops):
   ``draw_randomness(generator, B, N)``.
@@ -56,6 +60,7 @@ def verify_tree_rejection(
     tree: TreeShape,
     randomness: VerifierRandomness | None,
     *,
+    active: torch.Tensor | None = None,
     validate: bool = True,
 ) -> TreeVerifyResult:
     """Multi-draft speculative sampling, children drawn i.i.d. from q at each node. Exact.
@@ -67,7 +72,7 @@ def verify_tree_rejection(
     output is distributed as p when the children were drawn i.i.d. from q. With ``q=None`` each
     child's proposal is a point mass on its token: accept with p'(x_j), then remove x_j from p'.
     """
-    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True)
+    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True, active)
     return rejection_walk(step, randomness, ExactRule("iid"))
 
 
@@ -78,6 +83,7 @@ def verify_tree_without_replacement(
     tree: TreeShape,
     randomness: VerifierRandomness | None,
     *,
+    active: torch.Tensor | None = None,
     validate: bool = True,
 ) -> TreeVerifyResult:
     """Multi-draft speculative sampling, children drawn from q without replacement. Exact.
@@ -93,7 +99,7 @@ def verify_tree_without_replacement(
     is lost by never proposing it again). The top-k children of EAGLE-2 and Sequoia's
     deterministic trees are the ``q=None`` case: point-mass proposals, as ``verify_tree_rejection``.
     """
-    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True)
+    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True, active)
     return rejection_walk(step, randomness, ExactRule("without-replacement"))
 
 
@@ -104,12 +110,13 @@ def verify_tree_greedy(
     tree: TreeShape,
     randomness: VerifierRandomness | None = None,
     *,
+    active: torch.Tensor | None = None,
     validate: bool = True,
 ) -> TreeVerifyResult:
     """Greedy trees: follow the child whose token is argmax p at every depth (the first such
     child in rank order, as SGLang's greedy tree verification walks), then emit argmax p. The
     output equals target-only greedy decoding. q and ``randomness`` are ignored."""
-    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, False)
+    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, False, active)
 
     def decide(rows, at, kids, kid_tokens):
         p_rows = rows_at(step.p, rows, at)
@@ -128,6 +135,7 @@ def verify_tree_typical(
     *,
     epsilon: float = TYPICAL_EPSILON,
     delta: float = TYPICAL_DELTA,
+    active: torch.Tensor | None = None,
     validate: bool = True,
 ) -> TreeVerifyResult:
     """Medusa's typical acceptance over a tree. LOSSY: the output is NOT distributed as p.
@@ -139,7 +147,7 @@ def verify_tree_typical(
     emits argmax p; at a leaf it samples the bonus token from p, as the chain verifier does.
     q is ignored.
     """
-    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True)
+    step = prepare_tree(p, q, draft_tokens, tree, randomness, validate, True, active)
     tiny = torch.finfo(step.p.dtype).tiny
 
     def decide(rows, at, kids, kid_tokens):

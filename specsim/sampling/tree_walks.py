@@ -48,7 +48,7 @@ def pass_walk(step: TreeStep, decide) -> TreeVerifyResult:
         if live.numel() == 0:
             break
         at = out.node[live] + 1
-        kids = step.kids[at]
+        kids = step.children(live, at)
         kid_tokens = step.draft[live.unsqueeze(1), kids.clamp(min=0)]
         passed, final = decide(live, at, kids, kid_tokens)
         has = passed.any(dim=1)
@@ -95,7 +95,7 @@ def rejection_walk(step: TreeStep, randomness, rule: ExactRule) -> TreeVerifyRes
         at = out.node[live] + 1
         state = NodeState(p, q, live, at)
         moved = torch.full_like(live, -1)
-        kids = step.kids[at]
+        kids = step.children(live, at)
         for rank in range(kids.shape[1]):
             trying = ((kids[:, rank] >= 0) & (moved < 0)).nonzero().squeeze(-1)
             if trying.numel() == 0:
