@@ -7,13 +7,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
 
 SUPPORTED_ROPE_SCALING = ("default", "linear", "llama3")
+# Past any model: a dimension or window at bounds.MAX_DIMENSION, a context length at 2**31
+# (Llama 4 has 10M positions), a real-valued key (a RoPE base, a cap, a scale, an epsilon) 1e12.
+_HIGHEST = {int: MAX_DIMENSION, float: 1e12}
+_POSITION_KEYS = ("max_position_embeddings", "original_max_position_embeddings")
 
 
 def get_key(data: dict[str, Any], key: str, kind: type, source: str, default: Any = ...) -> Any:
-    """One key of a config.json, type-checked. bool is not accepted where int is expected."""
+    """One key of a config.json, type-checked and, for a number, positive and bounded. bool is
+    not accepted where int is expected."""
     if key not in data or data[key] is None:
         if default is ...:
             raise SpecsimError(
@@ -21,17 +27,27 @@ def get_key(data: dict[str, Any], key: str, kind: type, source: str, default: An
             )
         return default
     value = data[key]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
     ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if not ok:
+    if not (ok or (kind is float and is_int)):
         raise SpecsimError(
-            f"expected {kind.__name__}, got {value!r}",
+            f"expected {kind.__name__}, got {value!r:.40}",
             file=source,
             key=key,
             fix=f"give a {kind.__name__}",
         )
-    if kind in (int, float) and not (math.isfinite(value) and value > 0):
+    if kind not in (int, float):
+        return value
+    highest = 2**31 if key in _POSITION_KEYS else _HIGHEST[kind]
+    if value > highest:  # compared before any conversion: a huge int has no float
+        raise SpecsimError(
+            f"must be at most {highest:g}, got {value!r:.40}",
+            file=source,
+            key=key,
+            fix="give the model's own value (copy the config.json again)",
+        )
+    value = float(value) if kind is float else value
+    if not (math.isfinite(value) and value > 0):
         raise SpecsimError(
             f"must be positive, got {value!r}", file=source, key=key, fix="give a positive number"
         )

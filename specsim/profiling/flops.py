@@ -309,7 +309,9 @@ def _moe_shape(config: dict[str, Any], model_type: str, num_layers: int, checked
         )
     dense = 0
     if model_type == "qwen3_moe":  # dense layers: mlp_only_layers, and off the sparse step
-        step = checked("decoder_sparse_step") if config.get("decoder_sparse_step") else 1
+        step = (
+            checked("decoder_sparse_step") if config.get("decoder_sparse_step") is not None else 1
+        )
         only = config.get("mlp_only_layers") or []
         if not isinstance(only, list) or any(
             isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in only
