@@ -186,3 +186,33 @@ def test_family_config_round_trips_through_hf_dict(family):
     model, _, _ = family
     again = ModelConfig.from_hf_dict(model.config.to_hf_dict(), "again.json", model.config.name)
     assert again == model.config
+
+
+def test_sizes_follow_the_parameters(family):
+    """Every expert is a stored parameter; a token's FLOPs count its experts_per_token experts,
+    and each layer's attention its own window."""
+    model, _, _ = family
+    c = model.config
+    assert c.param_count() == sum(p.numel() for p in model.parameters())
+    dense = sum(
+        m.weight.numel()
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and ".experts." not in name
+    )
+    experts = 0
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "experts"):
+            one = sum(p.numel() for p in layer.mlp.experts[0].parameters())
+            experts += c.experts_per_token * one
+    if c.tie_embeddings:
+        dense += model.model.embed_tokens.weight.numel()
+    assert c.flops_per_token() == 2 * (dense + experts)
+    assert (c.active_param_count() < c.param_count()) == (c.num_experts > 0)
+    per_layer = 4 * c.num_heads * c.head_dim
+    for n, context in ((1, 9), (3, 0), (6, 2)):
+        attended = sum(
+            min(context + i, c.layer_window(layer) or 10**9)
+            for layer in range(c.num_layers)
+            for i in range(1, n + 1)
+        )
+        assert c.forward_flops(n, context) == n * c.flops_per_token() + per_layer * attended

@@ -79,10 +79,9 @@ def family_fields(
             ("attn_softcap", "attn_logit_softcapping", 50.0),
             ("final_softcap", "final_logit_softcapping", 30.0),
         ):
-            present = key in data
-            fields[ours] = get_key(
-                data, key, float, source, None if present or not gemma2 else default
-            )
+            # An explicit null turns the cap off; an absent key is the family's default.
+            absent_means = default if gemma2 and key not in data else None
+            fields[ours] = get_key(data, key, float, source, absent_means)
     if model_type == "phi3":
         _check_full_rotary(data, source)
     if model_type in MOE:
@@ -106,9 +105,7 @@ def _activation(data: dict[str, Any], source: str, model_type: str) -> str:
     if model_type == "gemma" and data.get("hidden_activation") is not None:
         key = "hidden_activation"
     act = data.get(key) or "gelu_pytorch_tanh"
-    if act not in ("gelu_pytorch_tanh", "gelu_tanh") and not (
-        model_type == "gemma" and act == "gelu"
-    ):
+    if act != "gelu_pytorch_tanh" and not (model_type == "gemma" and act == "gelu"):
         raise SpecsimError(
             f"activation {act!r} is not supported for {model_type}",
             file=source,

@@ -71,7 +71,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, kv_out, bias=bias, **factory)
         self.v_proj = nn.Linear(h, kv_out, bias=bias, **factory)
         self.o_proj = nn.Linear(q_out, h, bias=config.attention_out_bias, **factory)
-        if config.qk_norm:
+        self.qk_norm = config.qk_norm
+        if self.qk_norm:
             self.q_norm = make_norm(config, config.head_dim, **factory)
             self.k_norm = make_norm(config, config.head_dim, **factory)
         scalar = config.query_pre_attn_scalar
@@ -114,7 +115,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        if hasattr(self, "q_norm"):
+        if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
