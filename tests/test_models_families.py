@@ -18,6 +18,16 @@ import torch
 import transformers
 from numerics import decoder_tolerance
 
+# The cache's guarantees (incremental, batched, ragged, rolled back: test_models_forward) hold
+# for every family too: collected here, these run on this module's ``model`` fixture below.
+from test_models_forward import (  # noqa: F401
+    test_batched_rows_of_different_lengths_match_single_rows,
+    test_incremental_decode_matches_prefill,
+    test_padding_never_overwrites_a_row_that_ends_at_max_len,
+    test_ragged_padding_is_neither_attended_nor_kept,
+    test_rollback_forgets_rejected_tokens_per_row,
+)
+
 from specsim.models import DecoderModel, ModelConfig, load_model, save_model
 
 COMMON = dict(
@@ -99,6 +109,11 @@ def family(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param) / "model"
     reference.save_pretrained(folder)
     return load_model(folder), reference, folder
+
+
+@pytest.fixture(scope="module")
+def model(family):
+    return family[0]
 
 
 def tokens(batch: int = 2, seed: int = 1) -> torch.Tensor:
