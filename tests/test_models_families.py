@@ -29,6 +29,7 @@ from test_models_forward import (  # noqa: F401
 )
 
 from specsim.models import DecoderModel, ModelConfig, load_model, save_model
+from specsim.profiling.flops import load_shape, shape_from_object
 
 COMMON = dict(
     vocab_size=61,
@@ -231,3 +232,13 @@ def test_sizes_follow_the_parameters(family):
             for i in range(1, n + 1)
         )
         assert c.forward_flops(n, context) == n * c.flops_per_token() + per_layer * attended
+
+
+def test_roofline_sizes_the_folder_as_the_loader_does(family):
+    """The roofline's sizing (no torch) reads transformers' config.json (its key names, e.g.
+    Qwen3-MoE's num_local_experts) to the loader's numbers."""
+    model, _, folder = family
+    shape = load_shape(folder)
+    assert shape == shape_from_object(model.config, shape.name)
+    assert shape.param_count() == model.config.param_count()
+    assert shape.flops_per_token() == model.config.flops_per_token()
