@@ -274,3 +274,6 @@ def file_cases() -> Iterator[Case]:
     yield from metrics_cases()
     yield from prompt_cases()
     yield from model_config_cases()
+    from bad_input_models import family_config_cases  # it builds on this module's imports
+
+    yield from family_config_cases()

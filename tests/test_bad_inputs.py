@@ -213,3 +213,16 @@ def test_no_traceback_from_the_process(case_id, base_dir, tmp_path):
     )
     assert "Traceback" not in proc.stderr
     assert not problems(case, proc.returncode, proc.stderr, folder, before), proc.stderr
+
+
+def test_model_family_bases_are_accepted():
+    """The family configs the corpus spoils are valid: the loader and the roofline read them."""
+    from bad_input_models import LOADER_BASES, ROOFLINE_BASES
+
+    from specsim.models import ModelConfig
+    from specsim.profiling.flops import shape_from_config
+
+    for family, doc in LOADER_BASES.items():
+        assert ModelConfig.from_hf_dict(doc, f"{family}.json").model_type == family
+    for family, doc in ROOFLINE_BASES.items():
+        assert shape_from_config(doc, family).num_experts > 0

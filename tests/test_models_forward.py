@@ -187,7 +187,7 @@ def reference_forward(model: DecoderModel, tokens: list[int]) -> torch.Tensor:
     c = model.config
     w = {k: v.double() for k, v in model.state_dict().items()}
     dims = torch.arange(0, c.head_dim, 2, dtype=torch.float64) / c.head_dim
-    inv_freq = model._inv_freq.double() if c.rope_scaling else 1.0 / (c.rope_theta**dims)
+    inv_freq = model._inv_freq[False].double() if c.rope_scaling else 1.0 / (c.rope_theta**dims)
 
     def rms(x, weight):
         return weight * x / torch.sqrt((x * x).mean() + c.norm_eps)

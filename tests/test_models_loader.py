@@ -190,6 +190,9 @@ def test_directory_without_config_or_weights(tmp_path):
         ({"specsim_tokenizer": "sentencepiece"}, "specsim_tokenizer", "unknown tokenizer"),
         ({"model_type": "mistral", "sliding_window": 0}, "sliding_window", "must be positive"),
         ({"mlp_bias": True}, "mlp_bias", "not supported"),
+        ({"hidden_size": 10**30}, "hidden_size", "at most"),
+        ({"rope_theta": 1e300}, "rope_theta", "at most"),
+        ({"max_position_embeddings": 2**40}, "max_position_embeddings", "at most"),
     ],
 )
 def test_bad_config_keys(tmp_path, change, key, message):

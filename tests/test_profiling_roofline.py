@@ -192,7 +192,13 @@ def _write(path, text):
             ["speed", "remove the key"],
         ),
         ({"small_hw": True}, ["do not fit", "memory_bytes"]),
-        ({"bad_cfg": '{"hidden_size": 64}'}, ["num_attention_heads", "missing"]),
+        (
+            {"bad_cfg": '{"model_type": "llama", "hidden_size": 64}'},
+            ["num_attention_heads", "missing"],
+        ),
+        ({"bad_cfg": '{"hidden_size": 64}'}, ["model_type", "no model_type", "mixtral"]),
+        ({"bad_cfg": '{"model_type": "gpt2"}'}, ["model_type", "'gpt2' cannot be sized"]),
+        ({"bad_cfg": '{"model_type": "gemma3"}'}, ["model_type", "its text_config"]),
         (
             {
                 "bad_acc": "acceptance:\n- drafter: eagle\n  verifier: greedy\n  temperature: 0\n"

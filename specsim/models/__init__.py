@@ -1,4 +1,4 @@
-"""Models: one Llama-family decoder in plain torch, its KV cache, loaders and the built-ins.
+"""Models: one decoder in plain torch (Llama and its relatives), its KV cache, loaders, built-ins.
 
 Public API::
 
@@ -17,20 +17,23 @@ Public API::
 
 ``spec`` is a built-in name (``specsim-target``, ``specsim-draft-small``, ``specsim-draft-tiny``),
 a Hugging Face model directory (``config.json`` + ``model.safetensors`` or a sharded index;
-model_type llama, mistral or qwen2; both the ``rope_theta``/``rope_scaling`` keys and
-transformers 5's ``rope_parameters``; default, linear and llama3 RoPE scaling), or a
-``config.json`` alone (seeded random weights). Mistral's sliding window is applied; Qwen2's
-(off in the released models) is refused.
+model_type llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral or qwen3_moe,
+each family's differences read by ``families.py``; both the ``rope_theta``/``rope_scaling`` keys
+and transformers 5's ``rope_parameters``; default, linear and llama3 RoPE scaling), or a
+``config.json`` alone (seeded random weights). Sliding windows are applied (per layer where
+Gemma 2/3 alternate); Qwen2's and Qwen3's (off in the released models) are refused.
 
 Each call validates its inputs with one device-to-host sync; padding columns of a ragged call
 write to a spare cache slot, so no row's real tokens are ever overwritten.
 
 Sizes and FLOPs come from ``model.config`` (a ``ModelConfig``), from the architecture alone:
 
-- ``param_count()``; ``weight_bytes(dtype_bytes)``; ``kv_bytes_per_token(dtype_bytes)`` =
-  2 · layers · kv_heads · head_dim · dtype_bytes.
-- ``flops_per_token()`` = 2 · (parameters used in matrix multiplies, the output projection
-  included even when tied; the embedding lookup and norms excluded) — the weights part.
+- ``param_count()`` (every expert of a mixture of experts); ``active_param_count()`` (a token's
+  experts only); ``weight_bytes(dtype_bytes)`` (all experts: all are held in memory);
+  ``kv_bytes_per_token(dtype_bytes)`` = 2 · layers · kv_heads · head_dim · dtype_bytes.
+- ``flops_per_token()`` = 2 · (parameters used in matrix multiplies: the active experts and the
+  router, the output projection included even when tied; the embedding lookup and norms
+  excluded) — the weights part.
 - ``attention_flops_per_context_token()`` = 4 · layers · heads · head_dim: q·k plus the weighted
   sum of v, per new token per token attended to.
 - ``forward_flops(new_tokens, context_len)``: one row's pass, the two parts combined causally.

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
-
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-SUPPORTED_ROPE_SCALING = ("default", "linear", "llama3")
+from specsim.models.config_keys import get_key, token_id
+from specsim.models.families import (
+    ARCHITECTURES,
+    check_model_type,
+    family_fields,
+    family_hf_keys,
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """A Llama-family decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU."""
+    """A Llama-family decoder: RMSNorm, rotary embeddings, grouped-query attention, a gated MLP
+    (or a mixture of such experts); the fields after ``sliding_window`` are the families' flags."""
 
     vocab_size: int
     num_layers: int
@@ -51,29 +55,78 @@ class ModelConfig:
     tokenizer: str | None = None
     # Mistral's sliding-window attention: each token sees only the last this-many positions.
     sliding_window: int | None = None
+    # The families' small differences (families.py reads them from config.json).
+    # None: every layer uses sliding_window; else "sliding" or "full" per layer (Gemma 2/3).
+    layer_types: tuple[str, ...] | None = None
+    rope_local_theta: float | None = None  # Gemma 3's sliding layers: their own unscaled RoPE
+    activation: str = "silu"  # the gated MLP's: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, Gemma)
+    qk_norm: bool = False  # RMSNorm over each query and key head before RoPE (Qwen3, Gemma 3)
+    gemma_norms: bool = False  # norms scale by 1 + weight; embeddings by sqrt(hidden_size)
+    sandwich_norms: bool = False  # norms after attention and MLP outputs too (Gemma 2/3)
+    query_pre_attn_scalar: float | None = None  # scores scale by its ** -0.5; None: head_dim's
+    attn_softcap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
+    final_softcap: float | None = None  # the same on the output logits
+    # Mixture of experts: each token's MLP is the router's top experts_per_token of num_experts.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    normalize_top_k: bool = True  # renormalise the chosen experts' weights to sum to 1
+    dense_layers: tuple[int, ...] = ()  # MoE models' layers that keep a dense MLP (Qwen3-MoE)
 
     # ---- sizes -------------------------------------------------------------------------------
 
-    def _layer_matmul_params(self) -> int:
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.num_experts > 0 and layer not in self.dense_layers
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window layer ``layer`` attends within (None: the whole context)."""
+        if self.layer_types is not None and self.layer_types[layer] == "full":
+            return None
+        return self.sliding_window
+
+    @property
+    def _moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    def _attention_matmul_params(self) -> int:
         q_out = self.num_heads * self.head_dim
         kv_out = self.num_kv_heads * self.head_dim
-        attention = self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
-        return attention + 3 * self.hidden_size * self.intermediate_size
+        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
 
-    def _layer_params(self) -> int:
+    def _mlp_matmul_params(self, experts: int) -> int:
+        """MLP weights of all layers with ``experts`` experts counted per MoE layer (the
+        router's matrix included)."""
+        dense = 3 * self.hidden_size * self.intermediate_size
+        expert = 3 * self.hidden_size * self.expert_intermediate_size
+        moe = experts * expert + self.hidden_size * self.num_experts
+        return (self.num_layers - self._moe_layers) * dense + self._moe_layers * moe
+
+    def _small_params_per_layer(self) -> int:
         q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         bias = (q_out + 2 * kv_out) if self.attention_bias else 0
         bias += self.hidden_size if self.attention_out_bias else 0
-        return self._layer_matmul_params() + bias + 2 * self.hidden_size  # two norms
+        norms = (4 if self.sandwich_norms else 2) * self.hidden_size
+        return bias + norms + (2 * self.head_dim if self.qk_norm else 0)
 
     def param_count(self) -> int:
-        """Stored parameters (a tied output projection counts once)."""
+        """Stored parameters, every expert included (a tied output projection counts once)."""
+        return self._params(self.num_experts)
+
+    def active_param_count(self) -> int:
+        """Parameters one token's pass uses: only its experts_per_token experts of each MoE
+        layer (equal to ``param_count`` for a dense model)."""
+        return self._params(self.experts_per_token)
+
+    def _params(self, experts: int) -> int:
         embed = self.vocab_size * self.hidden_size
         head = 0 if self.tie_embeddings else embed
-        return embed + head + self.num_layers * self._layer_params() + self.hidden_size
+        layers = self.num_layers * (
+            self._attention_matmul_params() + self._small_params_per_layer()
+        )
+        return embed + head + layers + self._mlp_matmul_params(experts) + self.hidden_size
 
     def weight_bytes(self, dtype_bytes: int = 2) -> int:
-        """Bytes of the stored weights at ``dtype_bytes`` per parameter."""
+        """Bytes of the stored weights (all experts) at ``dtype_bytes`` per parameter."""
         return self.param_count() * dtype_bytes
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
@@ -81,9 +134,12 @@ class ModelConfig:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
 
     def matmul_params(self) -> int:
-        """Weights that take part in a matrix multiply per token (not the embedding lookup, the
-        norms or the biases; the output projection counts even when tied)."""
-        return self.num_layers * self._layer_matmul_params() + self.vocab_size * self.hidden_size
+        """Weights that take part in a matrix multiply per token: the active experts and the
+        router, not the embedding lookup, the norms or the biases; the output projection counts
+        even when tied."""
+        attention = self.num_layers * self._attention_matmul_params()
+        mlp = self._mlp_matmul_params(self.experts_per_token)
+        return attention + mlp + self.vocab_size * self.hidden_size
 
     def flops_per_token(self) -> float:
         """Weight FLOPs of one token's forward pass: 2 per multiply-add."""
@@ -96,22 +152,26 @@ class ModelConfig:
 
     def forward_flops(self, new_tokens: int, context_len: int) -> float:
         """FLOPs of one row's pass that appends ``new_tokens`` to ``context_len`` cached tokens
-        (causal: the i-th new token attends to context_len + i positions, at most the sliding
-        window)."""
+        (causal: the i-th new token attends to context_len + i positions, at most its layer's
+        sliding window)."""
         n, c = new_tokens, context_len
-        uncapped = n if self.sliding_window is None else max(0, min(n, self.sliding_window - c))
-        attended = uncapped * c + uncapped * (uncapped + 1) / 2
-        if self.sliding_window is not None:
-            attended += (n - uncapped) * self.sliding_window
-        return n * self.flops_per_token() + self.attention_flops_per_context_token() * attended
+        per_layer = self.attention_flops_per_context_token() / self.num_layers
+        attention = 0.0
+        for layer in range(self.num_layers):
+            window = self.layer_window(layer)
+            uncapped = n if window is None else max(0, min(n, window - c))
+            attended = uncapped * c + uncapped * (uncapped + 1) / 2
+            if window is not None:
+                attended += (n - uncapped) * window
+            attention += per_layer * attended
+        return n * self.flops_per_token() + attention
 
     # ---- Hugging Face config.json ------------------------------------------------------------
 
     def to_hf_dict(self) -> dict[str, Any]:
         """A ``config.json`` mapping that Hugging Face libraries and ``from_hf_dict`` both read."""
-        archs = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
         data: dict[str, Any] = {
-            "architectures": [archs.get(self.model_type, "Qwen2ForCausalLM")],
+            "architectures": [ARCHITECTURES[self.model_type]],
             "model_type": self.model_type,
             "vocab_size": self.vocab_size,
             "num_hidden_layers": self.num_layers,
@@ -124,11 +184,9 @@ class ModelConfig:
             "rope_theta": self.rope_theta,
             "rms_norm_eps": self.norm_eps,
             "tie_word_embeddings": self.tie_embeddings,
-            "hidden_act": "silu",
             "torch_dtype": "float16",
+            **family_hf_keys(self),
         }
-        if self.model_type != "qwen2":
-            data["attention_bias"] = self.attention_bias
         if self.rope_scaling is not None:
             data["rope_scaling"] = dict(self.rope_scaling)
         if self.bos_id is not None:
@@ -162,118 +220,11 @@ class ModelConfig:
         return _parse_hf_config(data, str(path), name if name is not None else path.parent.name)
 
 
-def _get(data: dict[str, Any], key: str, kind: type, source: str, default: Any = ...) -> Any:
-    """One key of a config.json, type-checked. bool is not accepted where int is expected."""
-    if key not in data or data[key] is None:
-        if default is ...:
-            raise SpecsimError(
-                "missing key", file=source, key=key, fix=f"add {key!r} to the config.json"
-            )
-        return default
-    value = data[key]
-    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if not ok:
-        raise SpecsimError(
-            f"expected {kind.__name__}, got {value!r}",
-            file=source,
-            key=key,
-            fix=f"give a {kind.__name__}",
-        )
-    if kind in (int, float) and not (math.isfinite(value) and value > 0):
-        raise SpecsimError(
-            f"must be positive, got {value!r}", file=source, key=key, fix="give a positive number"
-        )
-    return value
-
-
-def _token_id(data: dict[str, Any], key: str, source: str) -> int | None:
-    """bos/eos ids; Hugging Face allows a list for eos (several stop tokens): take the first."""
-    value = data.get(key)
-    if isinstance(value, list) and value:
-        value = value[0]
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SpecsimError(
-            f"expected a token id, got {value!r}", file=source, key=key, fix="give an integer"
-        )
-    return value
-
-
-def _rope(data: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None]:
-    """(rope_theta, scaling). Older configs have ``rope_theta`` and ``rope_scaling``; newer
-    ones (transformers 5) one ``rope_parameters`` mapping holding both."""
-    if data.get("rope_parameters") is not None:
-        params, key = data["rope_parameters"], "rope_parameters"
-        if not isinstance(params, dict):
-            raise SpecsimError("expected a mapping", file=source, key=key, fix="give a mapping")
-        theta = _get(
-            {f"{key}.rope_theta": params.get("rope_theta")},
-            f"{key}.rope_theta",
-            float,
-            source,
-            10000.0,
-        )
-        return theta, _rope_scaling(params, source, key)
-    theta = _get(data, "rope_theta", float, source, 10000.0)
-    scaling = data.get("rope_scaling")
-    return theta, None if scaling is None else _rope_scaling(scaling, source, "rope_scaling")
-
-
-def _rope_scaling(scaling: Any, source: str, key: str) -> dict[str, Any] | None:
-    if not isinstance(scaling, dict):
-        raise SpecsimError("expected a mapping", file=source, key=key, fix="give a mapping or null")
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    if rope_type not in SUPPORTED_ROPE_SCALING:
-        raise SpecsimError(
-            f"rope scaling {rope_type!r} is not supported",
-            file=source,
-            key=f"{key}.rope_type",
-            fix=f"use one of {', '.join(SUPPORTED_ROPE_SCALING)} or remove rope_scaling",
-        )
-    if rope_type == "default":
-        return None
-    factor = scaling.get("factor")
-    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 0:
-        raise SpecsimError(
-            f"expected a positive factor, got {factor!r}",
-            file=source,
-            key=f"{key}.factor",
-            fix="give a positive number",
-        )
-    if rope_type == "llama3":
-        for name in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-            value = scaling.get(name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise SpecsimError(
-                    f"expected a positive number, got {value!r}",
-                    file=source,
-                    key=f"{key}.{name}",
-                    fix=f"copy {key} from the model's original config.json",
-                )
-    kept = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    return {"rope_type": rope_type, **{k: scaling[k] for k in kept if k in scaling}}
-
-
 def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfig:
-    model_type = data.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise SpecsimError(
-            f"model_type {model_type!r} is not supported",
-            file=source,
-            key="model_type",
-            fix=f"use a model of type {', '.join(SUPPORTED_MODEL_TYPES)}",
-        )
-    act = data.get("hidden_act", "silu")
-    if act != "silu":
-        raise SpecsimError(
-            f"activation {act!r} is not supported", file=source, key="hidden_act", fix="use silu"
-        )
-    hidden = _get(data, "hidden_size", int, source)
-    heads = _get(data, "num_attention_heads", int, source)
-    kv_heads = _get(data, "num_key_value_heads", int, source, heads)
+    model_type = check_model_type(data, source)
+    hidden = get_key(data, "hidden_size", int, source)
+    heads = get_key(data, "num_attention_heads", int, source)
+    kv_heads = get_key(data, "num_key_value_heads", int, source, heads)
     if hidden % heads and "head_dim" not in data:
         raise SpecsimError(
             f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
@@ -281,7 +232,7 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
             key="num_attention_heads",
             fix="give head_dim or a head count that divides hidden_size",
         )
-    head_dim = _get(data, "head_dim", int, source, hidden // heads)
+    head_dim = get_key(data, "head_dim", int, source, hidden // heads)
     if heads % kv_heads:
         raise SpecsimError(
             f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
@@ -289,26 +240,12 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
             key="num_key_value_heads",
             fix="give a key/value head count that divides the head count",
         )
-    if _get(data, "mlp_bias", bool, source, False):
+    if get_key(data, "mlp_bias", bool, source, False):
         raise SpecsimError(
             "MLP biases (mlp_bias: true) are not supported",
             file=source,
             key="mlp_bias",
-            fix="use a model without MLP biases (the released Llama, Qwen2 and Mistral models)",
-        )
-    # Qwen2 always has q/k/v biases and none on the output projection; Llama's attention_bias
-    # (default off) puts biases on all four projections.
-    llama_bias = model_type != "qwen2" and _get(data, "attention_bias", bool, source, False)
-    rope_theta, rope_scaling = _rope(data, source)
-    sliding_window = None
-    if model_type == "mistral":
-        sliding_window = _get(data, "sliding_window", int, source, None)
-    elif model_type == "qwen2" and data.get("use_sliding_window"):
-        raise SpecsimError(
-            "Qwen2 sliding-window attention is not supported",
-            file=source,
-            key="use_sliding_window",
-            fix="set use_sliding_window to false (the released Qwen2 models do)",
+            fix="use a model without MLP biases (the released models of these families)",
         )
     tokenizer = data.get("specsim_tokenizer")
     if tokenizer not in (None, "bytes"):
@@ -318,25 +255,21 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
             key="specsim_tokenizer",
             fix="use 'bytes' or remove the key to use tokenizer.json",
         )
+    num_layers = get_key(data, "num_hidden_layers", int, source)
     return ModelConfig(
-        vocab_size=_get(data, "vocab_size", int, source),
-        num_layers=_get(data, "num_hidden_layers", int, source),
+        vocab_size=get_key(data, "vocab_size", int, source),
+        num_layers=num_layers,
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=_get(data, "intermediate_size", int, source),
-        max_position=_get(data, "max_position_embeddings", int, source, 4096),
-        rope_theta=rope_theta,
-        norm_eps=_get(data, "rms_norm_eps", float, source, 1e-6),
-        tie_embeddings=_get(data, "tie_word_embeddings", bool, source, False),
+        intermediate_size=get_key(data, "intermediate_size", int, source),
+        max_position=get_key(data, "max_position_embeddings", int, source, 4096),
+        norm_eps=get_key(data, "rms_norm_eps", float, source, 1e-6),
         model_type=model_type,
         name=name,
-        attention_bias=model_type == "qwen2" or llama_bias,
-        attention_out_bias=llama_bias,
-        rope_scaling=rope_scaling,
-        bos_id=_token_id(data, "bos_token_id", source),
-        eos_id=_token_id(data, "eos_token_id", source),
+        bos_id=token_id(data, "bos_token_id", source),
+        eos_id=token_id(data, "eos_token_id", source),
         tokenizer=tokenizer,
-        sliding_window=sliding_window,
+        **family_fields(data, source, model_type, num_layers),
     )

@@ -3,7 +3,7 @@
 
 Built-in models are stored in exactly the Hugging Face layout (``config.json`` plus
 ``model.safetensors`` with Hugging Face key names), so they go through the same code path as a
-user's Llama, Mistral or Qwen2 directory. Sharded checkpoints
+user's model directory (the families ``families.py`` lists). Sharded checkpoints
 (``model.safetensors.index.json``) load shard by shard straight onto the device.
 """
 
@@ -16,6 +16,7 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json, read_text
+from specsim.models.checkpoint import to_checkpoint_keys, to_model_keys
 from specsim.models.config import ModelConfig
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
@@ -151,23 +152,24 @@ def _load_weights(
                     continue
                 if key == "lm_head.weight" and model.config.tie_embeddings:
                     continue  # tied: the output projection is the embedding
-                if key not in expected:
-                    raise SpecsimError(
-                        "unexpected weight for this architecture",
-                        file=str(file),
-                        key=key,
-                        fix="check model_type, tie_word_embeddings and attention_bias",
-                    )
-                tensor = handle.get_tensor(key)
-                if tuple(tensor.shape) != tuple(expected[key].shape):
-                    raise SpecsimError(
-                        f"shape {tuple(tensor.shape)} does not match the config's "
-                        f"{tuple(expected[key].shape)}",
-                        file=str(file),
-                        key=key,
-                        fix="use the config.json that belongs to these weights",
-                    )
-                loaded[key] = tensor.to(dtype)
+                stored = handle.get_tensor(key)
+                for name, tensor in to_model_keys(model.config, key, stored, str(file)):
+                    if name not in expected:
+                        raise SpecsimError(
+                            "unexpected weight for this architecture",
+                            file=str(file),
+                            key=key,
+                            fix="check model_type, tie_word_embeddings and attention_bias",
+                        )
+                    if tuple(tensor.shape) != tuple(expected[name].shape):
+                        raise SpecsimError(
+                            f"shape {tuple(tensor.shape)} does not match the config's "
+                            f"{tuple(expected[name].shape)}",
+                            file=str(file),
+                            key=name,
+                            fix="use the config.json that belongs to these weights",
+                        )
+                    loaded[name] = tensor.to(dtype)
     missing = sorted(set(expected) - set(loaded))
     if missing:
         raise SpecsimError(
@@ -183,9 +185,9 @@ def save_model(model: DecoderModel, directory: str | Path, dtype: torch.dtype = 
     """Write ``config.json`` + ``model.safetensors`` (Hugging Face layout) atomically."""
     from safetensors.torch import save_file
 
+    state = {key: value.detach().to("cpu", dtype) for key, value in model.state_dict().items()}
     tensors = {
-        key: value.detach().to("cpu", dtype).contiguous()
-        for key, value in sorted(model.state_dict().items())
+        key: value.contiguous() for key, value in to_checkpoint_keys(model.config, state).items()
     }
     config = model.config.to_hf_dict()
     config["torch_dtype"] = str(dtype).removeprefix("torch.")

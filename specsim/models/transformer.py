@@ -1,8 +1,10 @@
 """One Llama-family decoder in plain torch, with Hugging Face parameter names.
 
 RMSNorm, rotary position embeddings (the rotate-half layout Hugging Face checkpoints use),
-grouped-query attention and a SwiGLU MLP. Module names mirror Hugging Face's
-(``model.layers.0.self_attn.q_proj.weight``, ...), so a checkpoint's state dict loads as is.
+grouped-query attention and a gated MLP (or a mixture of such experts). Module names mirror
+Hugging Face's (``model.layers.0.self_attn.q_proj.weight``, ...), so a checkpoint's state dict
+loads as is (the families that fuse or rename weights are mapped in ``checkpoint.py``). The other
+families' differences are the config's flags (``families.py``), each applied where it acts.
 
 With a ``KVCache`` every row appends its tokens at its own position ``cache.lengths[b]`` and
 attends to everything the row holds; ``n_new`` makes a batch ragged (row b has only its first
@@ -19,19 +21,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from specsim.errors import SpecsimError
+from specsim.models.blocks import MLP, SparseMoE, make_norm, softcapped_attention
 from specsim.models.cache import KVCache
 from specsim.models.config import ModelConfig
 
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
-def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    """Per-pair rotation frequencies (float32, CPU), with linear or Llama-3 scaling applied."""
+def rope_inverse_frequencies(config: ModelConfig, local: bool = False) -> torch.Tensor:
+    """Per-pair rotation frequencies (float32, CPU), with linear or Llama-3 scaling applied;
+    ``local``: Gemma 3's sliding layers' (their own base, never scaled)."""
     exponents = (
         torch.arange(0, config.head_dim, 2, dtype=torch.float64, device="cpu") / config.head_dim
     )
-    inv_freq = 1.0 / (config.rope_theta**exponents)
-    scaling = config.rope_scaling
+    theta = config.rope_local_theta if local else config.rope_theta
+    inv_freq = 1.0 / (theta**exponents)
+    scaling = None if local else config.rope_scaling
     if scaling is not None:
         factor = float(scaling["factor"])
         if scaling["rope_type"] == "linear":
@@ -53,19 +58,6 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, **factory):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim, **factory))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 whatever the weights' dtype, as the reference implementation does.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
-
-
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, **factory):
         super().__init__()
@@ -79,16 +71,30 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, kv_out, bias=bias, **factory)
         self.v_proj = nn.Linear(h, kv_out, bias=bias, **factory)
         self.o_proj = nn.Linear(q_out, h, bias=config.attention_out_bias, **factory)
+        self.qk_norm = config.qk_norm
+        if self.qk_norm:
+            self.q_norm = make_norm(config, config.head_dim, **factory)
+            self.k_norm = make_norm(config, config.head_dim, **factory)
+        scalar = config.query_pre_attn_scalar
+        self.scale = None if scalar is None else scalar**-0.5
+        self.softcap = config.attn_softcap
+
+    def _sdpa(self, q, k, v, attn_mask=None, is_causal=False, **gqa) -> torch.Tensor:
+        if self.softcap is not None:
+            return softcapped_attention(q, k, v, attn_mask, is_causal, self.scale, self.softcap)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale, **gqa
+        )
 
     def _attend_causal(self, q, k, v) -> torch.Tensor:
         """Cache-free causal attention (training, evaluation) from position 0."""
         if self.num_kv_heads == self.num_heads:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self._sdpa(q, k, v, is_causal=True)
         if _SDPA_HAS_GQA:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return self._sdpa(q, k, v, is_causal=True, enable_gqa=True)
         group = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self._sdpa(q, k, v, is_causal=True)
 
     def _attend_masked(self, q, k, v, mask) -> torch.Tensor:
         """Attention under an explicit mask (the cache's, or a sliding window's). Grouped heads
@@ -97,11 +103,11 @@ class Attention(nn.Module):
         takes a mask can run."""
         group = self.num_heads // self.num_kv_heads
         if group == 1:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self._sdpa(q, k, v, attn_mask=mask)
         b, _, t, d = q.shape
         q = q.reshape(b, self.num_kv_heads, group * t, d)
         mask = mask.expand(b, group, t, mask.shape[-1]).reshape(b, 1, group * t, -1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = self._sdpa(q, k, v, attn_mask=mask)
         return out.reshape(b, self.num_heads, t, d)
 
     def forward(self, x, cos, sin, cache: KVCache | None, step):
@@ -109,6 +115,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is None and step is None:
@@ -123,29 +131,27 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
-class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, **factory):
-        super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False, **factory)
-        self.up_proj = nn.Linear(h, i, bias=False, **factory)
-        self.down_proj = nn.Linear(i, h, bias=False, **factory)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, **factory):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps, **factory)
+        self.input_layernorm = make_norm(config, **factory)
         self.self_attn = Attention(config, layer, **factory)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps, **factory)
-        self.mlp = MLP(config, **factory)
+        # With sandwich norms (Gemma 2/3) this one normalises the attention's output.
+        self.post_attention_layernorm = make_norm(config, **factory)
+        self.sandwich = config.sandwich_norms
+        if self.sandwich:
+            self.pre_feedforward_layernorm = make_norm(config, **factory)
+            self.post_feedforward_layernorm = make_norm(config, **factory)
+        moe = config.is_moe_layer(layer)
+        self.mlp = SparseMoE(config, **factory) if moe else MLP(config, **factory)
 
     def forward(self, x, cos, sin, cache, step):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, step)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if not self.sandwich:
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, step)
+            return x + self.mlp(self.post_attention_layernorm(x))
+        attended = self.self_attn(self.input_layernorm(x), cos, sin, cache, step)
+        x = x + self.post_attention_layernorm(attended)
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
 
 class Backbone(nn.Module):
@@ -155,7 +161,15 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(config, i, **factory) for i in range(config.num_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.norm_eps, **factory)
+        self.norm = make_norm(config, **factory)
+        # Gemma scales the embeddings by sqrt(hidden_size), rounded to float32 then the dtype.
+        self.embed_scale = config.hidden_size**0.5 if config.gemma_norms else None
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(tokens)
+        if self.embed_scale is None:
+            return x
+        return x * torch.tensor(self.embed_scale, dtype=torch.float32).to(x.dtype)
 
 
 class _CacheStep:
@@ -211,8 +225,15 @@ class DecoderModel(nn.Module):
             if config.tie_embeddings
             else nn.Linear(config.hidden_size, config.vocab_size, bias=False, **factory)
         )
-        # Not a buffer: it is derived from the config, never stored in a checkpoint.
-        self._inv_freq = rope_inverse_frequencies(config)
+        # Not buffers: derived from the config, never stored in a checkpoint. Gemma 3's sliding
+        # layers rotate with their own base (local); every other layer with the model's.
+        self._local_rope = [
+            config.rope_local_theta is not None and config.layer_window(i) is not None
+            for i in range(config.num_layers)
+        ]
+        self._inv_freq = {
+            local: rope_inverse_frequencies(config, local) for local in set(self._local_rope)
+        }
 
     @property
     def device(self) -> torch.device:
@@ -246,16 +267,16 @@ class DecoderModel(nn.Module):
         """Seeded random weights: N(0, std) matrices, unit norms, zero biases."""
         for name, param in sorted(self.named_parameters()):
             if name.endswith("norm.weight"):
-                param.fill_(1.0)
+                param.fill_(0.0 if self.config.gemma_norms else 1.0)  # Gemma scales by 1 + w
             elif name.endswith(".bias"):
                 param.zero_()
             else:
                 param.normal_(0.0, std, generator=generator)
 
-    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._inv_freq.device != positions.device:
-            self._inv_freq = self._inv_freq.to(positions.device)
-        angles = positions.to(torch.float32)[..., None] * self._inv_freq
+    def _rotary(self, positions: torch.Tensor, local: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._inv_freq[local].device != positions.device:
+            self._inv_freq[local] = self._inv_freq[local].to(positions.device)
+        angles = positions.to(torch.float32)[..., None] * self._inv_freq[local]
         angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, T, head_dim]
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
@@ -328,10 +349,13 @@ class DecoderModel(nn.Module):
         ends = n_new if cache is None else cache.lengths + n_new
         longest = self._check_values(tokens, n_new, real, ends)
         tokens = tokens.masked_fill(~real, 0)  # padding may hold any id; keep the lookup in range
+        # Layers with one sliding window share a mask (Gemma 2/3 alternate two).
+        windows = {self.config.layer_window(i) for i in range(self.config.num_layers)}
         if cache is None:
             positions = torch.arange(t, device=self.device).expand(batch, t)
-            window = self.config.sliding_window
-            step = None if window is None or t <= window else _WindowMask(t, window, self.device)
+            steps = {
+                w: None if w is None or t <= w else _WindowMask(t, w, self.device) for w in windows
+            }
         else:
             if longest > cache.max_len:
                 raise SpecsimError(
@@ -339,15 +363,18 @@ class DecoderModel(nn.Module):
                     key="max_len",
                     fix="make the cache longer or stop generating earlier",
                 )
-            step = _CacheStep(cache, real, longest, self.config.sliding_window)
-            positions = step.positions_bt
-        cos, sin = self._rotary(positions)
-        x = self.model.embed_tokens(tokens)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, cache, step)
+            steps = {w: _CacheStep(cache, real, longest, w) for w in windows}
+            positions = next(iter(steps.values())).positions_bt
+        rotary = {local: self._rotary(positions, local) for local in self._inv_freq}
+        x = self.model.embed(tokens)
+        for i, layer in enumerate(self.model.layers):
+            cos, sin = rotary[self._local_rope[i]]
+            x = layer(x, cos, sin, cache, steps[self.config.layer_window(i)])
         x = self.model.norm(x)
         head = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(x, head).float()
+        logits = F.linear(x, head)
+        cap = self.config.final_softcap
+        logits = (logits if cap is None else torch.tanh(logits / cap) * cap).float()
         if cache is not None:
             cache.lengths += n_new
         return logits

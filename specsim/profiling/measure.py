@@ -121,15 +121,14 @@ def _prompt_ids(opts: MeasureOptions, tokenizer, max_position: int, max_new: int
     return [i for i in ids if i], str(path), len(texts)
 
 
-def _check_generation_fits(opts: MeasureOptions) -> None:
-    """--max-new-tokens within the models' positions, from their configs before any loads."""
-    if opts.max_new_tokens is None:
-        return
+def _check_model_configs(opts: MeasureOptions) -> None:
+    """Every model's config.json read (a bad one refused) before any loads, and
+    --max-new-tokens within the models' positions."""
     from specsim.models import load_config
 
     specs = [opts.target, *(d.spec for d in opts.drafters if not d.is_ngram)]
     max_position = min(load_config(spec).max_position for spec in specs)
-    if opts.max_new_tokens >= max_position:
+    if opts.max_new_tokens is not None and opts.max_new_tokens >= max_position:
         raise SpecsimError(
             f"{opts.max_new_tokens} generated tokens per prompt leave no room for a prompt in "
             f"the models' {max_position} positions",
@@ -350,7 +349,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     progress_file = progress_file if progress_file is not None else sys.stderr
     dtype_name, dtype = _check_device(opts)
     parse_grid(opts.grid, opts.device)  # a malformed grid fails before the models load
-    _check_generation_fits(opts)
+    _check_model_configs(opts)
     models = _load_models(opts, dtype)
     max_position = min(m.config.max_position for m in models.values())
     axes = parse_grid(opts.grid, opts.device, max_position)

@@ -125,6 +125,18 @@ def efficiency_note(hw: HardwareSpec) -> str:
     )
 
 
+def moe_note(shape: ModelShape) -> str:
+    """How a mixture of experts enters the roofline (the fit's form has one weight read)."""
+    return (
+        f"{shape.name} is a mixture of experts: {shape.param_count() / 1e9:.1f} B parameters "
+        f"in memory, {shape.active_param_count() / 1e9:.1f} B active per token "
+        f"({shape.experts_per_token} of {shape.num_experts} experts). FLOPs per token count the "
+        "active experts; a pass is taken to read every expert's weights, as a batch of B tokens "
+        f"touches E(1 - (1 - k/E)^B) experts per layer ({shape.experts_read(8):.1f} at B = 8), so "
+        "passes of a few tokens are estimated slow."
+    )
+
+
 def check_fits(shapes: list[ModelShape], hw: HardwareSpec, source: str) -> None:
     """The models' weights must fit on one device with room left for a KV cache."""
     dtype_bytes = DTYPE_BYTES[hw.dtype]
@@ -176,6 +188,7 @@ def roofline_profile(
                 shape, "draft_model", dtype_bytes, roofline_latency(shape, hw), shape.name
             )
     notes = [efficiency_note(hw)]
+    notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
     if any(d.is_ngram for d in drafters):
         notes.append(
             f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "

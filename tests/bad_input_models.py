@@ -1,0 +1,193 @@
+"""Bad-input cases of the model families' own config.json keys: for the loader (``profile``
+measuring a config.json target, which reads every model's config before any loads) and for the
+roofline's sizing (``profile --roofline --target``), a model_type neither knows, and the
+mixture-of-experts keys.
+
+Each family has a small valid base (``LOADER_BASES``, ``ROOFLINE_BASES``; ``test_bad_inputs``
+checks they are accepted); every case spoils one key of one base.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from bad_input_bases import BASE_COMMANDS, TARGET_CONFIG, D
+from bad_input_corpus import Bounds, Case, bad_numbers
+
+SMALL = {
+    "vocab_size": 61,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+}
+LOADER_BASES: dict[str, dict[str, Any]] = {
+    "qwen3": {**SMALL, "model_type": "qwen3", "use_sliding_window": False},
+    "gemma2": {
+        **SMALL,
+        "model_type": "gemma2",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": 24,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    "gemma3_text": {
+        **SMALL,
+        "model_type": "gemma3_text",
+        "sliding_window": 4,
+        "sliding_window_pattern": 2,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 10000.0,  # transformers 5's rope_parameters is a spoil below
+    },
+    "phi3": {**SMALL, "model_type": "phi3", "sliding_window": 5, "partial_rotary_factor": 1.0},
+    "mixtral": {**SMALL, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen3_moe": {
+        **SMALL,
+        "model_type": "qwen3_moe",
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [1],
+        "norm_topk_prob": True,
+    },
+}
+# Gemma 3's sliding_window_pattern is read only without layer_types (its base has none).
+LOADER_NUMBERS = {
+    "gemma2": {
+        "query_pre_attn_scalar": float,
+        "attn_logit_softcapping": float,
+        "final_logit_softcapping": float,
+        "sliding_window": int,
+    },
+    "gemma3_text": {"sliding_window_pattern": int, "rope_local_base_freq": float},
+    "phi3": {"sliding_window": int},
+    "mixtral": {"num_local_experts": int, "num_experts_per_tok": int},
+    "qwen3_moe": {
+        "num_experts": int,
+        "num_experts_per_tok": int,
+        "moe_intermediate_size": int,
+        "decoder_sparse_step": int,
+    },
+}
+# (base, changed keys, the key the error names)
+LOADER_SPOILS = [
+    ("gemma2", {"model_type": "gpt2"}, "model_type"),
+    ("gemma2", {"model_type": "gemma3"}, "model_type"),
+    ("gemma2", {"layer_types": ["sliding_attention"]}, "layer_types"),
+    ("gemma2", {"layer_types": ["local", "full_attention", "sliding_attention"]}, "layer_types"),
+    ("gemma2", {"hidden_activation": "relu"}, "hidden_activation"),
+    ("gemma3_text", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+    (
+        "gemma3_text",
+        {
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "linear", "factor": 2.0},
+            }
+        },
+        "rope_parameters.sliding_attention.rope_type",
+    ),
+    (
+        "gemma3_text",
+        {
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": -1.0},
+            }
+        },
+        "rope_parameters.sliding_attention.rope_theta",
+    ),
+    ("qwen3", {"use_sliding_window": True}, "use_sliding_window"),
+    ("phi3", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ("phi3", {"rope_scaling": {"rope_type": "longrope", "factor": 4.0}}, "rope_scaling.rope_type"),
+    ("mixtral", {"num_experts_per_tok": 5}, "num_experts_per_tok"),
+    ("qwen3_moe", {"mlp_only_layers": [7]}, "mlp_only_layers"),
+    ("qwen3_moe", {"mlp_only_layers": "all"}, "mlp_only_layers"),
+    ("qwen3_moe", {"norm_topk_prob": "yes"}, "norm_topk_prob"),
+]
+
+MIXTRAL_TARGET = {
+    **TARGET_CONFIG,
+    "model_type": "mixtral",
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+}
+QWEN3_MOE_TARGET = {
+    **TARGET_CONFIG,
+    "model_type": "qwen3_moe",
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 512,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [0],
+}
+ROOFLINE_BASES = {"mixtral": MIXTRAL_TARGET, "qwen3_moe": QWEN3_MOE_TARGET}
+ROOFLINE_NUMBERS = {
+    "mixtral": ("num_local_experts", "num_experts_per_tok"),
+    "qwen3_moe": (
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "decoder_sparse_step",
+    ),
+}
+ROOFLINE_SPOILS = [
+    ("mixtral", {"model_type": None}, "model_type"),
+    ("mixtral", {"model_type": "gpt2"}, "model_type"),
+    ("mixtral", {"model_type": "gemma3"}, "model_type"),
+    ("mixtral", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ("qwen3_moe", {"mlp_only_layers": [99]}, "mlp_only_layers"),
+    ("qwen3_moe", {"mlp_only_layers": [True]}, "mlp_only_layers"),
+]
+
+
+def _measure_with(config: dict[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    argv = list(BASE_COMMANDS["profile measure"])
+    argv[argv.index("specsim-target")] = f"{D}/model.json"
+    return tuple(argv), (("model.json", json.dumps(config)),)
+
+
+def _roofline_with(config: dict[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    return tuple(BASE_COMMANDS["profile roofline"]), (("target.json", json.dumps(config)),)
+
+
+def _spoilt(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    doc = {**base, **change}
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def _number_bounds(kind: type) -> Bounds:
+    return Bounds(int, 1) if kind is int else Bounds(float, 0, low_open=True)
+
+
+def family_config_cases() -> Iterator[Case]:
+    for family, keys in LOADER_NUMBERS.items():
+        for key, kind in keys.items():
+            for name, value in bad_numbers(_number_bounds(kind)):
+                argv, files = _measure_with(_spoilt(LOADER_BASES[family], {key: value}))
+                yield Case(
+                    f"model-config:{family}:{key}={name}", argv, files, (("model.json",), (key,))
+                )
+    for family, change, key in LOADER_SPOILS:
+        argv, files = _measure_with(_spoilt(LOADER_BASES[family], change))
+        label = ",".join(f"{k}={json.dumps(v)[:20]}" for k, v in change.items())
+        yield Case(f"model-config:{family}:{label}", argv, files, (("model.json",), (key,)))
+    for family, keys in ROOFLINE_NUMBERS.items():
+        for key in keys:
+            for name, value in bad_numbers(Bounds(int, 1)):
+                argv, files = _roofline_with(_spoilt(ROOFLINE_BASES[family], {key: value}))
+                yield Case(
+                    f"model-json:{family}:{key}={name}", argv, files, (("target.json",), (key,))
+                )
+    for family, change, key in ROOFLINE_SPOILS:
+        argv, files = _roofline_with(_spoilt(ROOFLINE_BASES[family], change))
+        label = ",".join(f"{k}={json.dumps(v)[:20]}" for k, v in change.items())
+        yield Case(f"model-json:{family}:{label}", argv, files, (("target.json",), (key,)))
