@@ -18,7 +18,7 @@ from specsim.sampling.controls import CONTROLS
 from specsim.sampling.harness import verifier_tables
 from specsim.sampling.montecarlo import run_monte_carlo
 from specsim.sampling.problem import Processing, ToyModels
-from specsim.sampling.stats import g_test
+from specsim.sampling.stats import goodness_of_fit
 
 N = 200_000  # per check below; detects TV >= ~0.01 on the first two tokens with 99% power
 
@@ -108,7 +108,7 @@ def test_negative_controls_are_caught_where_the_correct_verifier_passes(name):
 @pytest.mark.parametrize("name", ["rejection", "typical", *sorted(CONTROLS)])
 def test_torch_implementation_follows_its_closed_form(name):
     # Each torch verifier (right or wrong) must produce the distribution its closed form
-    # predicts over the whole window: N = 100000, seed 3, G-test at alpha 0.001.
+    # predicts over the whole window: N = 100000, seed 3, Cressie-Read test at alpha 0.001.
     processing = Processing(1.0, 5, 1.0)
     models = ToyModels.make(8, seed=0)
     if name in CONTROLS:
@@ -127,7 +127,7 @@ def test_torch_implementation_follows_its_closed_form(name):
     counts = run_monte_carlo(
         verifier, tables, models.prompt, 3, 100_000, 3, n_tokens=4, ragged=True
     )
-    assert g_test(counts, predicted).p_value > 1e-3
+    assert goodness_of_fit(counts, predicted).p_value > 1e-3
 
 
 def test_same_seed_same_counts():

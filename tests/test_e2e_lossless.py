@@ -4,8 +4,8 @@ Sampling: the first three generated tokens after a fixed prompt, from the specul
 (prefill, then steps with k = 1 so that token 3 comes from a second step whenever the first one
 rejected), are compared with their exact distribution under the target alone. The exact joint
 comes from cache-free target passes over every prefix (top-k 3 sampling keeps it to 27 cells).
-A G-test at alpha = 0.01 on N = 2000 rows (one batched run, seed 11) detects any departure of
-total variation >= ``detectable_tv`` (reported; about 0.08) with 99 % power.
+A Cressie-Read test at alpha = 0.01 on N = 2000 rows (one batched run, seed 11) detects any
+departure of total variation >= ``detectable_tv`` (reported; about 0.08) with 99 % power.
 
 Planted faults (``Faults``): an off-by-one in the target's rollback changes the context of every
 token after a rejection, and the same test rejects it. Not rolling back the drafter's cache
@@ -28,7 +28,7 @@ from test_engine_common import model, prompt_bank
 
 from specsim.engine.generate import generate
 from specsim.engine.step import Faults, Sampling
-from specsim.sampling.stats import detectable_tv, g_test
+from specsim.sampling.stats import detectable_tv, goodness_of_fit
 
 ALPHA = 0.01
 # The whole loop on the CPU, and (where there is one) on a CUDA device: models, caches, rollback
@@ -56,7 +56,7 @@ def exact_joint(target, prompt: list[int], sampling: Sampling, depth: int) -> di
     return probs
 
 
-def speculative_g_test(faults: Faults, device: str, drafter: str = "specsim-draft-tiny"):
+def speculative_fit_test(faults: Faults, device: str, drafter: str = "specsim-draft-tiny"):
     target = model("specsim-target", device)
     prompt = prompt_bank().prompt(3, 12)
     joint = exact_joint(target, prompt, TOP_K, 3)
@@ -67,14 +67,14 @@ def speculative_g_test(faults: Faults, device: str, drafter: str = "specsim-draf
     counts = np.zeros(len(cells) + 1)  # the last cell: outcomes the target cannot produce
     for row in gen.tokens.tolist():
         counts[index.get(tuple(row), len(cells))] += 1
-    result = g_test(counts, np.append(expected, 0.0))
+    result = goodness_of_fit(counts, np.append(expected, 0.0))
     return result, detectable_tv(expected, ROWS, ALPHA), gen
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_speculative_sampling_matches_the_target_distribution(device):
-    result, tv, gen = speculative_g_test(Faults(), device)
+    result, tv, gen = speculative_fit_test(Faults(), device)
     print(f"p = {result.p_value:.3g}, cells {result.cells}, detectable TV {tv:.3f}")
     assert gen.steps > 0 and gen.accepted < gen.drafted  # both branches of the verifier ran
     assert tv < 0.1
@@ -84,7 +84,7 @@ def test_speculative_sampling_matches_the_target_distribution(device):
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_off_by_one_in_the_target_rollback_is_rejected(device):
-    result, _, _ = speculative_g_test(Faults(target_rollback_extra=1), device)
+    result, _, _ = speculative_fit_test(Faults(target_rollback_extra=1), device)
     assert result.p_value < ALPHA
 
 

@@ -10,10 +10,10 @@ specsim check rollout --baseline runs/before/engine --candidate runs/after/engin
 
 "sampler" judges a verifier on a seeded toy target/drafter pair whose p and q depend on the
 prefix, over the whole window of k + 1 emitted tokens: an exact result (a closed form, or the
-enumeration of your own function) and Monte Carlo G-tests of the real batched implementation,
-reporting the sample size, seed, p-values and the smallest TV distance each detects. Exit 0
-whenever a verdict is computed (lossless or not), 2 on bad input; with --fail-on-lossy, 1 when an
-exact verifier is found lossy (for CI jobs).
+enumeration of your own function) and Monte Carlo goodness-of-fit tests of the real batched
+implementation, reporting the sample size, seed, p-values and the smallest TV distance each
+detects. Exit 0 whenever a verdict is computed (lossless or not), 2 on bad input; with
+--fail-on-lossy, 1 when an exact verifier is found lossy (for CI jobs).
 """
 
 from __future__ import annotations
@@ -365,12 +365,13 @@ def _monte_carlo_lines(r) -> list[str]:
         return [f"Monte Carlo: {r.monte_carlo_note}"]
     tests = len(r.window_tests)
     lines = [
-        f"Monte Carlo: {r.samples:,} samples, seed {r.seed}: a G-test of tokens 1-j for each "
+        f"Monte Carlo: {r.samples:,} samples, seed {r.seed}: a Cressie-Read test of tokens 1-j "
+        f"for each "
         f"j = 1..{tests}, each at level {r.alpha / tests:.3g} (alpha {r.alpha:g} / {tests}); "
         f"family p-value {r.p_value:.3g}"
     ]
     for test in r.window_tests:
-        stat = "inf" if test["g_statistic"] is None else f"{test['g_statistic']:.1f}"
+        stat = "inf" if test["statistic"] is None else f"{test['statistic']:.1f}"
         impossible = (
             f", {test['impossible_samples']} samples outside the target's support"
             if test["impossible_samples"]
@@ -431,9 +432,10 @@ window is judged: the first k + 1 emitted tokens, so every draft position and th
    - your own function: an exact enumeration of its step from the prompt over every draft path
      and every outcome of its uniforms (it is deterministic given them), continued by the
      target (tolerance: the rounding of its input dtype).
-2. Monte Carlo (torch): the real batched verifier over --samples generations; a G-test of the
-   first j tokens for each j = 1..k+1 (sparse cells pooled), each at level alpha / (k + 1), with
-   the p-values, the seed and the smallest TV distance each detects with 99% power.
+2. Monte Carlo (torch): the real batched verifier over --samples generations; a Cressie-Read
+   (power-divergence, lambda 2/3) goodness-of-fit test of the first j tokens for each
+   j = 1..k+1 (sparse cells pooled), each at level alpha / (k + 1), with the p-values, the
+   seed and the smallest TV distance each detects with 99% power.
 
 Your own verifier (--verifier package.module:function or path/to/file.py:function) is called as
   f(p, q, draft_tokens, n_drafts, randomness)
@@ -474,7 +476,7 @@ def _rollout() -> SubCheck:
 # below; ``specsim check <name>`` then picks it up.
 CHECKS: dict[str, SubCheck] = {
     "sampler": SubCheck(
-        "check a verifier for losslessness (exact enumeration + Monte Carlo G-test)",
+        "check a verifier for losslessness (exact enumeration + Monte Carlo Cressie-Read test)",
         SAMPLER_DESCRIPTION,
         _add_sampler_arguments,
         _run_sampler,

@@ -42,7 +42,8 @@ Checker (numpy closed form; torch for callables and the Monte Carlo part):
   ``window_tests`` ... over the whole window of k + 1 emitted tokens (see ``checker``).
 - ``CONTROLS``: known-wrong verifiers the checker must flag (see ``controls``).
 - ``reference``: the closed-form enumeration; ``enumeration``: the exact enumeration of a
-  callable; ``stats``: the G-tests and their power; ``harness``: the callable's signature.
+  callable; ``stats``: the goodness-of-fit tests and their power; ``harness``: the callable's
+  signature.
 
 Tree verification (torch; ``tree_verifiers`` documents the signature the engine calls), all
 ``f(p [B, N+1, V], q [B, N+1, V] | None, draft_tokens [B, N], tree: TreeShape, randomness

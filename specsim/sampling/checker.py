@@ -14,8 +14,8 @@ draft position and the bonus token.
      (``callable_tolerance``).
    The total-variation distance is reported either way.
 2. **Monte Carlo** (torch; any verifier): many generations at once through the real batched
-   implementation; a G-test of the first j emitted tokens for each j = 1..k+1, each at level
-   alpha / (k + 1), with the sample size, seed and the smallest TV distance each detects with
+   implementation; a Cressie-Read test of the first j emitted tokens for each j = 1..k+1, each at
+   level alpha / (k + 1), with the sample size, seed and the smallest TV distance each detects with
    99% power (``stats.window_tests``).
 
 What "lossless" means: for ``rejection`` (and any stochastic verifier), the emitted tokens are
@@ -145,11 +145,11 @@ class SamplerCheck:
     enumeration_cases: int | None  # draft paths enumerated for a callable
     malformed: dict[str, Any] | None  # the verifier broke its output contract: why, which rows
     p_value: float | None  # the window tests' Bonferroni p-value; None: Monte Carlo skipped
-    g_statistic: float | None  # whole-window test; None also when an impossible outcome was seen
+    statistic: float | None  # whole-window test; None also when an impossible outcome was seen
     dof: int | None
     impossible_samples: int | None  # samples outside the target's support
     detectable_tv: float | None  # whole window: smallest TV detected with `power`
-    window_tests: list[dict[str, Any]] | None  # one G-test per prefix of the window
+    window_tests: list[dict[str, Any]] | None  # one Cressie-Read test per prefix of the window
     power: float
     alpha: float
     samples: int
@@ -200,7 +200,7 @@ def check_sampler(
     number of drafts uniformly from 0..k. ``samples=0`` skips the Monte Carlo test; it is also
     skipped, with a note, when torch is not installed. The whole window of k + 1 emitted tokens
     is judged. The verdict is lossless only if every test that ran passed: the exact result
-    within ``exact_tolerance`` and every window G-test at level alpha / (k + 1).
+    within ``exact_tolerance`` and every window Cressie-Read test at level alpha / (k + 1).
     """
     _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power, inputs, dtype)
     for key, value in (("--seed", seed), ("--problem-seed", problem_seed)):
@@ -361,7 +361,7 @@ def torch_available() -> bool:
 
 
 def _skipped_monte_carlo(note: str) -> dict[str, Any]:
-    keys = ("p_value", "g_statistic", "dof", "impossible_samples", "detectable_tv")
+    keys = ("p_value", "statistic", "dof", "impossible_samples", "detectable_tv")
     return {**dict.fromkeys(keys), "window_tests": None, "monte_carlo_note": note}
 
 
@@ -385,7 +385,7 @@ def _monte_carlo(setup: _Setup, samples, target, alpha, power) -> dict[str, Any]
     whole = tests[-1]
     return {
         "p_value": family,
-        "g_statistic": whole.g_statistic,
+        "statistic": whole.statistic,
         "dof": whole.dof,
         "impossible_samples": whole.impossible_samples,
         "detectable_tv": whole.detectable_tv,

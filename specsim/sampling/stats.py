@@ -1,9 +1,13 @@
-"""Goodness-of-fit for the Monte Carlo check: a G-test with pooled sparse cells, and its power.
+"""Goodness-of-fit for the Monte Carlo check: a Cressie-Read test with pooled sparse cells, and
+its power.
 
-``g_test`` compares observed counts with the expected distribution. Cells whose expected count is
-below ``min_expected`` are pooled (the partition depends on the expected distribution only, never
-on the data), so the chi-square approximation holds. A count in a cell of expected probability 0
-is an impossible outcome: the p-value is then exactly 0.
+``goodness_of_fit`` compares observed counts with the expected distribution by the Cressie-Read
+power-divergence statistic (lambda = 2/3), whose chi-square approximation holds in the large,
+sparse tables a whole window's tokens make; the G (log-likelihood ratio) statistic's does not: on
+a 4,096-cell table of 20,000 samples it rejects a true null about six times as often as its level
+says (see ``tests/test_checker_stats.py``). Cells whose expected count is below ``min_expected``
+are pooled (the partition depends on the expected distribution only, never on the data). A count
+in a cell of expected probability 0 is an impossible outcome: the p-value is then exactly 0.
 
 ``detectable_tv`` answers "how big a departure would this test catch?": the smallest total
 variation distance (on the test's cells) that the test detects with the given power. For any
@@ -23,8 +27,11 @@ from scipy import optimize, stats
 MIN_EXPECTED = 5.0
 
 
+STATISTIC = "cressie-read"  # scipy.stats.power_divergence's lambda_ (2/3)
+
+
 @dataclass(frozen=True)
-class GTest:
+class FitTest:
     statistic: float | None  # None when an impossible outcome was observed (infinite)
     dof: int
     p_value: float
@@ -58,9 +65,14 @@ def pooled_cells(expected_probs: np.ndarray, n: int, min_expected: float = MIN_E
     return labels, cells
 
 
-def g_test(
-    counts: np.ndarray, expected_probs: np.ndarray, min_expected: float = MIN_EXPECTED
-) -> GTest:
+def goodness_of_fit(
+    counts: np.ndarray,
+    expected_probs: np.ndarray,
+    min_expected: float = MIN_EXPECTED,
+    statistic: str = STATISTIC,
+) -> FitTest:
+    """The test of ``counts`` against ``expected_probs`` on pooled cells (``statistic``: a
+    ``scipy.stats.power_divergence`` lambda_, for comparisons)."""
     counts = np.asarray(counts, dtype=np.float64).ravel()
     probs = np.asarray(expected_probs, dtype=np.float64).ravel()
     n = int(np.rint(counts.sum()))
@@ -68,18 +80,15 @@ def g_test(
     impossible = int(np.rint(counts[labels < 0].sum()))
     dof = max(cells - 1, 0)
     if impossible:
-        return GTest(None, dof, 0.0, cells, impossible)
+        return FitTest(None, dof, 0.0, cells, impossible)
     if dof == 0:
-        return GTest(0.0, 0, 1.0, cells, 0)
+        return FitTest(0.0, 0, 1.0, cells, 0)
     inside = labels >= 0
     observed = np.bincount(labels[inside], weights=counts[inside], minlength=cells)
     expected = np.bincount(labels[inside], weights=probs[inside], minlength=cells)
     expected = expected / expected.sum() * n
-    positive = observed > 0
-    statistic = 2.0 * float(
-        np.sum(observed[positive] * np.log(observed[positive] / expected[positive]))
-    )
-    return GTest(statistic, dof, float(stats.chi2.sf(statistic, dof)), cells, 0)
+    value, p_value = stats.power_divergence(observed, expected, lambda_=statistic)
+    return FitTest(float(value), dof, float(p_value), cells, 0)
 
 
 def detectable_tv(
@@ -114,12 +123,12 @@ def detectable_tv(
 
 @dataclass(frozen=True)
 class PrefixTest:
-    """A G-test of the first ``tokens`` emitted tokens, one of a window's nested tests."""
+    """The test of the first ``tokens`` emitted tokens, one of a window's nested tests."""
 
     tokens: int
     cells: int  # test cells after pooling
     dof: int
-    g_statistic: float | None
+    statistic: float | None
     p_value: float
     impossible_samples: int
     detectable_tv: float  # smallest TV on these tokens detected with `power` at the test's level
@@ -129,7 +138,7 @@ class PrefixTest:
 def window_tests(
     counts: np.ndarray, expected_probs: np.ndarray, alpha: float, power: float = 0.99
 ) -> tuple[list[PrefixTest], float]:
-    """G-tests of the first 1, 2, ..., m emitted tokens of an m-token window, each at level
+    """Tests of the first 1, 2, ..., m emitted tokens of an m-token window, each at level
     alpha / m, and the family's Bonferroni p-value min(1, m * min p_j): lossless at level alpha
     needs every test to pass. The first tokens' tests keep the power of a small table; the last
     one covers every position (a departure anywhere moves the joint of all m tokens)."""
@@ -140,14 +149,14 @@ def window_tests(
     for j in range(1, m + 1):
         observed = counts.sum(axis=tuple(range(j, m)))
         expected = expected_probs.sum(axis=tuple(range(j, m)))
-        result = g_test(observed, expected)
+        result = goodness_of_fit(observed, expected)
         plug_in = 0.5 * float(np.abs(observed / max(n, 1) - expected).sum())
         tests.append(
             PrefixTest(
                 tokens=j,
                 cells=result.cells,
                 dof=result.dof,
-                g_statistic=result.statistic,
+                statistic=result.statistic,
                 p_value=result.p_value,
                 impossible_samples=result.impossible_count,
                 detectable_tv=detectable_tv(expected, n, level, power),

@@ -11,8 +11,8 @@ depth): one tree step from the prompt, continued by the target alone.
    cells and V^(max(W, D) + 3) <= 2^24 cells for a tree of depth D whose widest node has W
    children (``tree_reference.MAX_CELLS``).
 2. **Monte Carlo** (torch): the real batched verifier over many rows (``tree_montecarlo``), a
-   G-test of the first j tokens for each j = 1..D+1 at level alpha / (D + 1), with the sample
-   size, the seed and the smallest TV distance each test detects with the stated power
+   Cressie-Read test of the first j tokens for each j = 1..D+1 at level alpha / (D + 1), with the
+   sample size, the seed and the smallest TV distance each test detects with the stated power
    (``stats.window_tests``).
 
 The drafter draws each node's children from q i.i.d. or without replacement (``drafts``), or
@@ -67,7 +67,7 @@ class TreeSamplerCheck:
     enumeration_cells: int  # the closed form's largest array
     malformed: dict[str, Any] | None
     p_value: float | None  # None: Monte Carlo skipped
-    g_statistic: float | None
+    statistic: float | None
     dof: int | None
     impossible_samples: int | None
     detectable_tv: float | None
@@ -157,7 +157,7 @@ def check_tree_sampler(
     """Check a tree verifier (a ``VERIFIER_KINDS`` name, checked as ``tree_verifier_for`` its
     drafts, default i.i.d.) or a tree control on ``tree`` (a shape or ``TreeShape.parse``
     text). ``samples=0`` skips the Monte Carlo test. Lossless only if the exact result is within
-    1e-12 and every window G-test passes at level alpha / (D + 1)."""
+    1e-12 and every window Cressie-Read test passes at level alpha / (D + 1)."""
     shape = parse_tree(tree)
     subject = tree_subject(verifier, drafts)
     seeds = (("--seed", seed), ("--problem-seed", problem_seed))
@@ -242,7 +242,7 @@ def tree_tables(models: ToyModels, processing: Processing, dtype: str, greedy: b
 
 def _monte_carlo(subject, models, processing, shape, deterministic, samples, seed, dtype, target,
                  alpha, power) -> dict[str, Any]:  # fmt: skip
-    keys = ("p_value", "g_statistic", "dof", "impossible_samples", "detectable_tv")
+    keys = ("p_value", "statistic", "dof", "impossible_samples", "detectable_tv")
     skipped = {**dict.fromkeys(keys), "window_tests": None, "malformed": None}
     if samples == 0:
         return {**skipped, "monte_carlo_note": "skipped (--samples 0)"}
@@ -263,7 +263,7 @@ def _monte_carlo(subject, models, processing, shape, deterministic, samples, see
     whole = tests[-1]
     return {
         "p_value": family,
-        "g_statistic": whole.g_statistic,
+        "statistic": whole.statistic,
         "dof": whole.dof,
         "impossible_samples": whole.impossible_samples,
         "detectable_tv": whole.detectable_tv,
