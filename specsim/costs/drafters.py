@@ -2,6 +2,9 @@
 
 Seconds come from the drafter's latency fit (or its fixed ``draft_step_s``); FLOPs from its
 per-token and attention FLOPs. Speculation off (no drafter deployed) is ``NoDrafterCost``: free.
+``decode_draft_s`` and ``decode_draft_flops`` are ``draft_s`` and ``draft_flops`` of decoding
+batches (rows >= 1) with any argument an array (the simulator's stretches): the same operations,
+elementwise.
 """
 
 from __future__ import annotations
@@ -28,11 +31,17 @@ class NoDrafterCost:
         """Seconds of one step's drafting for ``rows`` sequences holding ``kv`` context."""
         return 0.0
 
+    def decode_draft_s(self, rows, k: int, kv):
+        return 0.0
+
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         """Seconds of the drafter's own pass over prompt chunks."""
         return 0.0
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
+        return 0.0
+
+    def decode_draft_flops(self, rows, k: int, kv):
         return 0.0
 
     def prefill_flops(self, tokens: float, pairs: float) -> float:
@@ -69,6 +78,12 @@ class DraftModelCost(NoDrafterCost):
         mean_kv = kv + rows * (k - 1) / 2.0
         return k * self.latency.seconds_from_totals(rows, rows, mean_kv, mean_kv + rows)
 
+    def decode_draft_s(self, rows, k: int, kv):
+        if k == 0:
+            return self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
+
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         if rows == 0:
             return 0.0
@@ -78,6 +93,12 @@ class DraftModelCost(NoDrafterCost):
         if rows == 0:
             return 0.0
         if k == 0:  # the KV-sync pass (see draft_s)
+            return self.flops_per_token * rows + self.attn_flops * (kv + rows)
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * (self.flops_per_token * rows + self.attn_flops * (mean_kv + rows))
+
+    def decode_draft_flops(self, rows, k: int, kv):
+        if k == 0:
             return self.flops_per_token * rows + self.attn_flops * (kv + rows)
         mean_kv = kv + rows * (k - 1) / 2.0
         return k * (self.flops_per_token * rows + self.attn_flops * (mean_kv + rows))
@@ -108,6 +129,13 @@ class PromptLookupCost(NoDrafterCost):
             return self.latency.seconds_from_totals(rows, rows, kv, kv + rows)
         return self.step_s
 
+    def decode_draft_s(self, rows, k: int, kv):
+        if k == 0:
+            return 0.0
+        if self.latency is not None:
+            return self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
+        return self.step_s
+
 
 class HeadsCost(PromptLookupCost):
     """Decoding heads on the target's hidden states: priced like prompt lookup per step, with
@@ -119,6 +147,9 @@ class HeadsCost(PromptLookupCost):
         if rows == 0 or k == 0:
             return 0.0
         return self.flops_per_token * rows * k
+
+    def decode_draft_flops(self, rows, k: int, kv):
+        return 0.0 if k == 0 else self.flops_per_token * rows * k
 
     def wasted_flops_per_position(self, mean_context: float) -> float:
         return self.flops_per_token

@@ -141,12 +141,20 @@ class StepCosts:
             draft += self.drafter.prefill_s(p_rows, p_tokens, p_kv, p_pairs)
         return target, draft, host
 
-    def decode_seconds(self, k: int, rows: int, tokens, kv, pairs):
+    def decode_seconds(self, k: int, rows, tokens, kv, pairs):
         """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of decode-only iterations
-        with ``rows`` > 0, for arrays of the totals: the same operations in the same order,
-        elementwise, so each value is bit for bit what the scalar call gives."""
+        with ``rows`` > 0, for arrays of the totals (``rows`` too): the same operations in the
+        same order, elementwise, so each value is bit for bit what the scalar call gives."""
         target = self.decode_seconds_target(rows, tokens, kv, pairs)
-        return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
+        return target + self.drafter.decode_draft_s(rows, k, kv) + self.decode_overhead_s(rows, k)
+
+    def decode_overhead_s(self, rows, k: int):
+        """``overhead_s(rows, k, rows)`` with ``rows`` > 0 (one value or an array)."""
+        seconds = self.overhead_step_s + self.overhead_seq_s * rows
+        if k:
+            seconds += self.overhead_spec_step_s + self.overhead_spec_seq_s * rows
+            seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * rows)
+        return seconds
 
     def decode_seconds_target(self, rows, tokens, kv, pairs):
         """The target's pass of ``decode_seconds`` (``LatencyModel.seconds_from_totals`` on
@@ -160,16 +168,18 @@ class StepCosts:
             + fit.per_attention_pair_s * pairs
         )
 
-    def decode_seconds_by_k(self, rows: int, tokens, kv, pairs):
+    def decode_seconds_by_k(self, rows, tokens, kv, pairs):
         """``decode_seconds`` for every k in 0..K-1 at once: ``tokens`` and ``pairs`` are
-        (iterations, K) arrays, ``kv`` one value per iteration (the adaptive window policy's
-        candidates)."""
-        target = self.decode_seconds_target(rows, tokens, kv[:, None], pairs)
+        (iterations, K) arrays, ``kv`` and ``rows`` one value per iteration (or ``rows`` one for
+        all: the adaptive window policy's candidates)."""
+        column = rows[:, None] if np.ndim(rows) else rows
+        target = self.decode_seconds_target(column, tokens, kv[:, None], pairs)
         windows = range(tokens.shape[1])
         draft = np.empty(tokens.shape)
+        host = np.empty(tokens.shape)
         for k in windows:
-            draft[:, k] = self.drafter.draft_s(rows, k, kv)
-        host = np.asarray([self.overhead_s(rows, k, rows) for k in windows])
+            draft[:, k] = self.drafter.decode_draft_s(rows, k, kv)
+            host[:, k] = self.decode_overhead_s(rows, k)
         return target + draft + host
 
     def silent_context_limit(self, batch: int, max_new: float, min_new: float) -> float:
@@ -197,6 +207,10 @@ class StepCosts:
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         return self.drafter.draft_flops(rows, k, kv)
+
+    def decode_draft_flops(self, rows, k: int, kv):
+        """``draft_flops`` with ``rows`` > 0, any argument an array."""
+        return self.drafter.decode_draft_flops(rows, k, kv)
 
     def draft_prefill_flops(self, tokens: float, pairs: float) -> float:
         return self.drafter.prefill_flops(tokens, pairs)
