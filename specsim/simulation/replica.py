@@ -193,7 +193,7 @@ class Replica:
         self._process = None
         self.arrivals = None
         self.feed = None
-        self.last_iteration_s = 0.0
+        self.last_decode_s = 0.0  # the last decode-only iteration's seconds
         self._expected_emitted: list[float] = []
         self.left_total = 0.0  # tokens the decoding rows still need, all together
 
@@ -315,7 +315,8 @@ class Replica:
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
             yield env.timeout(dt)
-            self.last_iteration_s = dt
+            if not plan.chunks:  # a prompt chunk's iteration would undersize the next stretch
+                self.last_decode_s = dt
             self._apply_mixed(plan, env.now, start)
 
     def _take_arrivals(self, now: float) -> None:
@@ -379,7 +380,7 @@ class Replica:
         log.record_iterations(durations, rows, stretch.held[:n], gaps, first_rows - joined, joined)
         now = float(ends[-1])
         self.last_decode_end = now
-        self.last_iteration_s = float(durations[-1])
+        self.last_decode_s = float(durations[-1])
         done = stretch.done[:n]
         if not done[-1].any():
             return

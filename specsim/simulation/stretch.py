@@ -76,8 +76,8 @@ def horizon(
         return 0
     least = left if through else float(np.min(remaining, where=remaining > 0, initial=left))
     expected = least / replica.expected_emitted(k)
-    if bound < math.inf and replica.last_iteration_s > 0.0:
-        expected = min(expected, (bound - start) / replica.last_iteration_s)
+    if bound < math.inf and replica.last_decode_s > 0.0:
+        expected = min(expected, (bound - start) / replica.last_decode_s)
     if expected < MIN_EXPECTED:
         return 0
     return int(min(least, math.ceil(expected * 1.25) + 8, MAX_ITERATIONS))
