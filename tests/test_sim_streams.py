@@ -70,6 +70,27 @@ def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter):
             break
 
 
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
+def test_decode_terms_with_a_batch_size_per_iteration_equal_the_scalar_calls(drafter):
+    """A stretch through finishes has one batch size per iteration: seconds and draft FLOPs
+    per iteration are each the scalar call's, bit for bit (50 iterations per k, seed 4)."""
+    costs = StepCosts(load_profile(ROOFLINE), drafter)
+    rng = np.random.default_rng(4)
+    for k in range(0 if drafter is None else 6):
+        rows = rng.integers(1, 300, 50).astype(float)
+        tokens = rows * (k + 1.0) - rng.integers(0, 2, 50) * rows
+        kv = rows * rng.integers(16, 9000, 50)
+        pairs = kv * (k + 1) + rng.integers(0, 1000, 50)
+        seconds = costs.decode_seconds(k, rows, tokens, kv, pairs)
+        flops = np.broadcast_to(costs.decode_draft_flops(rows, k, kv), rows.shape)
+        for i in range(50):
+            r, t, c, p = int(rows[i]), float(tokens[i]), float(kv[i]), float(pairs[i])
+            assert seconds[i] == costs.iteration_s(k, PassTotals(r, t, c, p))
+            assert flops[i] == costs.draft_flops(r, k, c)
+        if drafter is None:
+            break
+
+
 def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
     costs = StepCosts(load_profile(ROOFLINE), "llama3.2-1b")
     acceptance = RateAcceptance(np.array([0.8, 0.7, 0.65, 0.6, 0.55, 0.5]), concentration=None)

@@ -160,13 +160,11 @@ class StepCosts:
         """The target's pass of ``decode_seconds`` (``LatencyModel.seconds_from_totals`` on
         arrays; any of the arguments may be one)."""
         fit = self.target.latency.fit
-        return (
-            fit.fixed_s
-            + fit.per_sequence_s * rows
-            + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
-            + fit.per_kv_token_s * kv
-            + fit.per_attention_pair_s * pairs
-        )
+        seconds = fit.fixed_s + fit.per_sequence_s * rows
+        # Below the knee the token term is 0.0 and adding it leaves every sum as it was.
+        if np.max(tokens) > fit.knee_tokens:
+            seconds = seconds + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
+        return seconds + fit.per_kv_token_s * kv + fit.per_attention_pair_s * pairs
 
     def decode_seconds_by_k(self, rows, tokens, kv, pairs):
         """``decode_seconds`` for every k in 0..K-1 at once: ``tokens`` and ``pairs`` are

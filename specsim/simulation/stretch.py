@@ -126,7 +126,7 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     before = emitted_by - uncapped  # emitted before each step
     if through:
         alive = occupied & np.concatenate((np.ones((1, used), bool), ~done[:-1]))
-        rows = np.count_nonzero(alive, axis=1)
+        rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
         n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
         left = np.where(alive[:n], remaining - before[:n], 0.0)  # gone rows: empty slots
     else:
@@ -166,8 +166,11 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
         loud = contexts[:n].max(axis=1) > limit
         if loud.any():
             n = min(n, int(loud.argmax()))
-    if alive is not None and n > 1:
-        n = first_other_window(replica.policy, rows, kv, k, n)
+    if alive is not None:
+        if n > 1:
+            n = first_other_window(replica.policy, rows, kv, k, n)
+        if n and rows[n - 1] == rows[0]:  # no row left before the last: one size for all
+            rows = int(rows[0])
     if n == 0:
         stream.rewind(stream_start)
         return None
