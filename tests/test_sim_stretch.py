@@ -75,6 +75,11 @@ CASES = {
         "engine": {"max_batch": 32, "kv_capacity_tokens": 1800},
         "workload": {"rate": 20.0},
     },
+    "preemption, adaptive": {
+        "engine": {"max_batch": 32, "kv_capacity_tokens": 1800},
+        "workload": {"rate": 20.0},
+        "speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"},
+    },
     "saturated": {"workload": {"rate": 60.0}},
     "two replicas, least outstanding": {"fleet": {"replicas": 2, "router": "least_outstanding"}},
     "three replicas, random": {
@@ -306,6 +311,24 @@ def test_stretches_run_through_finishes_only_where_nothing_waits_on_them(monkeyp
     closed = {"kind": "closed_loop", "concurrency": 4, "rate": None}
     stretches, finishes = count_finishes_inside_stretches(make({"workload": closed}), monkeypatch)
     assert stretches > 0 and finishes == 0
+
+
+def test_a_window_chosen_before_a_preemption_is_chosen_again(monkeypatch):
+    """The fast path hands the iteration the k it chose for the batch as it stood; when the
+    iteration must preempt first, that choice is dropped (here: a k no policy would take)."""
+    plan, planned = Replica._plan_mixed, []
+
+    def plan_with_a_stale_window(self, window=None):
+        held = self.admission.kv_in_use(self.decoding, self.decode_kv)
+        if held <= self.kv_capacity:
+            return plan(self, window)
+        step = plan(self, self.k_max + 1)
+        planned.append(step.decode.k if step.decode is not None else None)
+        return step
+
+    monkeypatch.setattr(Replica, "_plan_mixed", plan_with_a_stale_window)
+    run_simulation(make(CASES["preemption"]))
+    assert planned and set(planned) == {BASE["speculation"]["k"]}  # the fixed policy's k
 
 
 def test_a_stretch_that_runs_past_the_next_arrival_is_caught(tmp_path, monkeypatch):

@@ -260,6 +260,7 @@ class Replica:
         SimPy event (``stretch.py``), and a replica alone takes its arrivals itself."""
         admission = self.admission
         arrivals = self.arrivals
+        window = None  # k already chosen for the next iteration, if any
         while True:
             if arrivals is not None:
                 self._take_arrivals(env.now)
@@ -296,7 +297,9 @@ class Replica:
                 k = self._choose_window(self.decoding, self.decode_kv)
                 bound = arrivals.next_time if arrivals is not None else self.next_arrival()
                 stretch = plan_stretch(self, k, start, bound, through)
-                if stretch is not None:
+                if stretch is None:
+                    window = k  # chosen for this batch as it stands: the iteration's own
+                else:
                     self._stretch = stretch
                     while True:
                         try:
@@ -310,7 +313,8 @@ class Replica:
                     self._stretch = None
                     self._apply_stretch(stretch)
                     continue
-            plan = self._plan_mixed()
+            plan = self._plan_mixed(window)
+            window = None
             dt = plan.seconds
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
@@ -464,17 +468,20 @@ class Replica:
             rows, decode_kv, views.remaining, views.context, prefill, self.token_budget
         )
 
-    def _plan_mixed(self) -> Plan:
+    def _plan_mixed(self, window: int | None = None) -> Plan:
+        """The next iteration; ``window``: the k the policy chose for the batch as it stands
+        (chosen again if preemption changes the batch)."""
         costs = self.costs
         admission = self.admission
         held = admission.kv_in_use(self.decoding, self.decode_kv)
         if held > self.kv_capacity:
             admission.make_room(self)
             held = admission.kv_in_use(self.decoding, self.decode_kv)
+            window = None
         self._kv_planned = held
         decode_kv = self.decode_kv
         rows = self.decoding
-        k = self._choose_window(rows, decode_kv)
+        k = self._choose_window(rows, decode_kv) if window is None else window
         decode = None
         new_tokens = 0.0
         pairs = charged_pairs = 0.0

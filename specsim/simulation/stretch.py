@@ -125,7 +125,7 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     done = emitted_by >= np.where(occupied, remaining, np.inf)  # a row's steps from its last on
     before = emitted_by - uncapped  # emitted before each step
     if through:
-        alive = occupied & np.concatenate((np.ones((1, used), bool), ~done[:-1]))
+        alive = before < remaining  # still to finish at each step (empty slots: 0 < 0)
         rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
         n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
         left = np.where(alive[:n], remaining - before[:n], 0.0)  # gone rows: empty slots
