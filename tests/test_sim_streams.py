@@ -91,6 +91,24 @@ def test_decode_terms_with_a_batch_size_per_iteration_equal_the_scalar_calls(dra
             break
 
 
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
+def test_decode_seconds_for_every_window_equal_iteration_s_bit_for_bit(drafter):
+    """The adaptive policy's candidates along a stretch: (iterations, windows) totals at one
+    batch size, each value the scalar call's (40 iterations x 7 windows per batch size)."""
+    costs = StepCosts(load_profile(ROOFLINE), drafter)
+    rng = np.random.default_rng(5)
+    windows = 7
+    for rows in (1, 3, 64, 256):
+        kv = rng.integers(rows * 16, rows * 9000, 40).astype(float)
+        tokens = rows * (np.arange(windows) + 1.0) - rng.integers(0, rows + 1, (40, windows))
+        pairs = kv[:, None] * 3.0 + rng.integers(0, 1000, (40, windows))
+        seconds = costs.decode_seconds_by_k(rows, tokens, kv, pairs)
+        for i in range(40):
+            for k in range(windows):
+                decode = PassTotals(rows, float(tokens[i, k]), float(kv[i]), float(pairs[i, k]))
+                assert seconds[i, k] == costs.iteration_s(k, decode)
+
+
 def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
     costs = StepCosts(load_profile(ROOFLINE), "llama3.2-1b")
     acceptance = RateAcceptance(np.array([0.8, 0.7, 0.65, 0.6, 0.55, 0.5]), concentration=None)

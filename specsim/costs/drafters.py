@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
+
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
 from specsim.profile.kinds import DRAFTER_KINDS
 
@@ -33,6 +35,13 @@ class NoDrafterCost:
 
     def decode_draft_s(self, rows, k: int, kv):
         return 0.0
+
+    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
+        """``decode_draft_s(rows, k, kv)`` for k in 0..windows-1, as (len(kv), windows)."""
+        seconds = np.empty((kv.shape[0], windows))
+        for k in range(windows):
+            seconds[:, k] = self.decode_draft_s(rows, k, kv)
+        return seconds
 
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         """Seconds of the drafter's own pass over prompt chunks."""
@@ -83,6 +92,15 @@ class DraftModelCost(NoDrafterCost):
             return self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
         mean_kv = kv + rows * (k - 1) / 2.0
         return k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
+
+    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
+        # decode_draft_s's operations with k along the second axis (k * x for an integer k and
+        # a float x is the float product, as here).
+        k = np.arange(windows)
+        mean_kv = kv[:, None] + rows * (k - 1) / 2.0
+        seconds = k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
+        seconds[:, 0] = self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
+        return seconds
 
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         if rows == 0:
@@ -135,6 +153,11 @@ class PromptLookupCost(NoDrafterCost):
         if self.latency is not None:
             return self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
         return self.step_s
+
+    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
+        seconds = np.zeros((kv.shape[0], windows))  # k = 0: nothing drafted
+        seconds[:, 1:] = np.asarray(self.decode_draft_s(rows, 1, kv))[..., None]  # any k > 0
+        return seconds
 
 
 class HeadsCost(PromptLookupCost):

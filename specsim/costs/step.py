@@ -74,6 +74,7 @@ class StepCosts:
         t = self.target_spec
         self.target_flops_per_token = t.flops_per_token
         self.target_attn_flops = t.attention_flops_per_context_token
+        self._overhead_by_k: dict[tuple[int, int], np.ndarray] = {}
 
     # ---- seconds -------------------------------------------------------------------------
     def target_pass_s(self, batch: int, new: float, kv: float, pairs: float) -> float:
@@ -172,12 +173,19 @@ class StepCosts:
         all: the adaptive window policy's candidates)."""
         column = rows[:, None] if np.ndim(rows) else rows
         target = self.decode_seconds_target(column, tokens, kv[:, None], pairs)
-        windows = range(tokens.shape[1])
-        draft = np.empty(tokens.shape)
-        host = np.empty(tokens.shape)
-        for k in windows:
-            draft[:, k] = self.drafter.decode_draft_s(rows, k, kv)
-            host[:, k] = self.decode_overhead_s(rows, k)
+        windows = tokens.shape[1]
+        if np.ndim(rows):
+            draft = np.empty(tokens.shape)
+            host = np.empty(tokens.shape)
+            for k in range(windows):
+                draft[:, k] = self.drafter.decode_draft_s(rows, k, kv)
+                host[:, k] = self.decode_overhead_s(rows, k)
+        else:  # one batch size: every window's overhead is one value, kept per batch size
+            draft = self.drafter.decode_draft_s_by_k(rows, windows, kv)
+            host = self._overhead_by_k.get((rows, windows))
+            if host is None:
+                host = np.array([self.decode_overhead_s(rows, k) for k in range(windows)])
+                self._overhead_by_k[(rows, windows)] = host
         return target + draft + host
 
     def silent_context_limit(self, batch: int, max_new: float, min_new: float) -> float:
