@@ -66,6 +66,11 @@ def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter):
                 for t, c, p in zip(tokens, kv, pairs, strict=True)
             ]
             assert vector.tolist() == scalar
+            decode_only = [
+                costs.decode_iteration_s(k, rows, float(t), float(c), float(p))
+                for t, c, p in zip(tokens, kv, pairs, strict=True)
+            ]
+            assert decode_only == scalar
         if drafter is None:
             break
 

@@ -142,6 +142,13 @@ class StepCosts:
             draft += self.drafter.prefill_s(p_rows, p_tokens, p_kv, p_pairs)
         return target, draft, host
 
+    def decode_iteration_s(self, k: int, rows: int, tokens: float, kv: float, pairs: float):
+        """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of a decode-only iteration
+        with ``rows`` > 0 (no prompt chunks: the terms they would add are left out, not 0.0
+        added, which leaves every sum as it was)."""
+        target = self.target.seconds_from_totals(rows, tokens, kv, pairs)
+        return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
+
     def decode_seconds(self, k: int, rows, tokens, kv, pairs):
         """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of decode-only iterations
         with ``rows`` > 0, for arrays of the totals (``rows`` too): the same operations in the

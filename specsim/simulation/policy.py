@@ -147,15 +147,16 @@ class GoodputWindow:
             tokens, new, pairs = self._expected_decode(
                 k, long_rows, long_context, short_left, short_context, p
             )
-            decode = PassTotals(rows, new, kv_tokens, pairs)
-            windows.append((tokens, decode, costs.iteration_s(k, decode)))
-        mu = min(alone / tokens for tokens, _, alone in windows)
+            alone = costs.decode_iteration_s(k, rows, new, kv_tokens, pairs)
+            windows.append((tokens, new, pairs, alone))
+        mu = min(alone / tokens for tokens, _, _, alone in windows)
         if prefill is None:
-            return [mu * tokens - alone for tokens, _, alone in windows]
+            return [mu * tokens - alone for tokens, _, _, alone in windows]
         scores = []
         fixed_chunk = None
-        for k, (tokens, decode, _) in enumerate(windows):
-            chunk = fixed_chunk or prefill(token_budget - decode.tokens)
+        for k, (tokens, new, pairs, _) in enumerate(windows):
+            decode = PassTotals(rows, new, kv_tokens, pairs)
+            chunk = fixed_chunk or prefill(token_budget - new)
             if chunk.tokens < token_budget - rows * (k_max + 1.0):
                 fixed_chunk = chunk  # every window leaves room for all of it
             added = costs.iteration_s(k, decode, chunk)
