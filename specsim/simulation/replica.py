@@ -536,8 +536,12 @@ class Replica:
                 ) + costs.draft_prefill_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        rows_totals = PassTotals(rows, new_tokens, charged_kv, charged_pairs)
-        dt = costs.iteration_s(k, rows_totals, prefill)
+        if rows and not prefill.rows:
+            dt = costs.decode_iteration_s(k, rows, new_tokens, charged_kv, charged_pairs)
+        else:
+            dt = costs.iteration_s(
+                k, PassTotals(rows, new_tokens, charged_kv, charged_pairs), prefill
+            )
         if decode is not None:
             self.log.verification_flops += (
                 self._flops_per_token * new_tokens + self._attn_flops * pairs
