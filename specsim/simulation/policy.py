@@ -35,6 +35,7 @@ from specsim.scenario import Speculation
 
 class FixedWindow:
     name: ClassVar[str] = "fixed"
+    fixed: ClassVar[bool] = True  # the same k whatever the batch
 
     def __init__(self, k: int):
         self.k = k
@@ -50,6 +51,7 @@ class FixedWindow:
 
 class BatchTableWindow:
     name: ClassVar[str] = "by_batch"
+    fixed: ClassVar[bool] = False
 
     def __init__(self, table: list[tuple[int, int]], max_batch: int):
         self.k_max = max(k for _, k in table)
@@ -75,6 +77,7 @@ class GoodputWindow:
     """
 
     name: ClassVar[str] = "adaptive"
+    fixed: ClassVar[bool] = False
 
     def __init__(self, k_max: int):
         self.k_max = k_max

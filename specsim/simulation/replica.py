@@ -378,7 +378,8 @@ class Replica:
         ends = stretch.ends[:n]
         starts = stretch.starts[:n]
         durations = ends - starts
-        gaps = ends - np.concatenate(([self.last_decode_end], ends[:-1]))
+        gaps = durations.copy()  # each iteration starts where the previous one ended
+        gaps[0] = ends[0] - self.last_decode_end
         joined = self._joined
         self._joined = 0
         log.record_iterations(durations, rows, stretch.held[:n], gaps, first_rows - joined, joined)

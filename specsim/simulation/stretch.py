@@ -128,7 +128,7 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
         alive = before < remaining  # still to finish at each step (empty slots: 0 < 0)
         rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
         n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
-        left = np.where(alive[:n], remaining - before[:n], 0.0)  # gone rows: empty slots
+        left = np.maximum(remaining - before[:n], 0.0)  # a gone row's slot: empty (0 left)
     else:
         alive = None
         finished = done.any(axis=1)
@@ -167,7 +167,7 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
         if loud.any():
             n = min(n, int(loud.argmax()))
     if alive is not None:
-        if n > 1:
+        if n > 1 and not replica.policy.fixed:
             n = first_other_window(replica.policy, rows, kv, k, n)
         if n and rows[n - 1] == rows[0]:  # no row left before the last: one size for all
             rows = int(rows[0])
@@ -184,8 +184,11 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     seconds = costs.decode_seconds(k, batch, new[:n], charged_kv, charged_pairs)
     if replica.jitter is not None:
         seconds = seconds * replica.jitter.peek(n)
-    ends = np.cumsum(np.concatenate(([start], seconds)))
-    starts, ends = ends[:-1], ends[1:]
+    times = np.empty(n + 1)  # the start, then each iteration's end as the clock adds them
+    times[0] = start
+    seconds[0] += start
+    np.cumsum(seconds, out=times[1:])
+    starts, ends = times[:-1], times[1:]
     if bound < math.inf:
         n = min(n, int(starts[:n].searchsorted(bound, side="left")))
     if replica._batch_policy and n > 1:
