@@ -190,8 +190,8 @@ def test_a_step_without_drafts_draws_nothing(monkeypatch):
     plan = Replica._plan_mixed
     planned = []
 
-    def recording_plan(self):
-        step = plan(self)
+    def recording_plan(self, *window):
+        step = plan(self, *window)
         if step.decode is not None:
             planned.append(step.decode.k)
         return step

@@ -66,8 +66,52 @@ def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter):
                 for t, c, p in zip(tokens, kv, pairs, strict=True)
             ]
             assert vector.tolist() == scalar
+            decode_only = [
+                costs.decode_iteration_s(k, rows, float(t), float(c), float(p))
+                for t, c, p in zip(tokens, kv, pairs, strict=True)
+            ]
+            assert decode_only == scalar
         if drafter is None:
             break
+
+
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
+def test_decode_terms_with_a_batch_size_per_iteration_equal_the_scalar_calls(drafter):
+    """A stretch through finishes has one batch size per iteration: seconds and draft FLOPs
+    per iteration are each the scalar call's, bit for bit (50 iterations per k, seed 4)."""
+    costs = StepCosts(load_profile(ROOFLINE), drafter)
+    rng = np.random.default_rng(4)
+    for k in range(0 if drafter is None else 6):
+        rows = rng.integers(1, 300, 50).astype(float)
+        tokens = rows * (k + 1.0) - rng.integers(0, 2, 50) * rows
+        kv = rows * rng.integers(16, 9000, 50)
+        pairs = kv * (k + 1) + rng.integers(0, 1000, 50)
+        seconds = costs.decode_seconds(k, rows, tokens, kv, pairs)
+        flops = np.broadcast_to(costs.decode_draft_flops(rows, k, kv), rows.shape)
+        for i in range(50):
+            r, t, c, p = int(rows[i]), float(tokens[i]), float(kv[i]), float(pairs[i])
+            assert seconds[i] == costs.iteration_s(k, PassTotals(r, t, c, p))
+            assert flops[i] == costs.draft_flops(r, k, c)
+        if drafter is None:
+            break
+
+
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
+def test_decode_seconds_for_every_window_equal_iteration_s_bit_for_bit(drafter):
+    """The adaptive policy's candidates along a stretch: (iterations, windows) totals at one
+    batch size, each value the scalar call's (40 iterations x 7 windows per batch size)."""
+    costs = StepCosts(load_profile(ROOFLINE), drafter)
+    rng = np.random.default_rng(5)
+    windows = 7
+    for rows in (1, 3, 64, 256):
+        kv = rng.integers(rows * 16, rows * 9000, 40).astype(float)
+        tokens = rows * (np.arange(windows) + 1.0) - rng.integers(0, rows + 1, (40, windows))
+        pairs = kv[:, None] * 3.0 + rng.integers(0, 1000, (40, windows))
+        seconds = costs.decode_seconds_by_k(rows, tokens, kv, pairs)
+        for i in range(40):
+            for k in range(windows):
+                decode = PassTotals(rows, float(tokens[i, k]), float(kv[i]), float(pairs[i, k]))
+                assert seconds[i, k] == costs.iteration_s(k, decode)
 
 
 def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():

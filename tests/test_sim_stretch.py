@@ -75,6 +75,11 @@ CASES = {
         "engine": {"max_batch": 32, "kv_capacity_tokens": 1800},
         "workload": {"rate": 20.0},
     },
+    "preemption, adaptive": {
+        "engine": {"max_batch": 32, "kv_capacity_tokens": 1800},
+        "workload": {"rate": 20.0},
+        "speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"},
+    },
     "saturated": {"workload": {"rate": 60.0}},
     "two replicas, least outstanding": {"fleet": {"replicas": 2, "router": "least_outstanding"}},
     "three replicas, random": {
@@ -277,6 +282,55 @@ def test_stretches_carry_most_iterations_at_low_load(monkeypatch):
     assert inside[0] >= 5 * stretches[0]
 
 
+def count_finishes_inside_stretches(scenario: Scenario, monkeypatch) -> tuple[int, int]:
+    """Stretches applied, and rows that finished before their stretch's last iteration."""
+    from specsim.simulation import replica as replica_module
+
+    stretches, inside = [0], [0]
+    apply = replica_module.Replica._apply_stretch
+
+    def count(self, stretch):
+        stretches[0] += 1
+        if stretch.n > 1:  # rows whose last step came before the stretch's last iteration
+            inside[0] += int(np.count_nonzero(stretch.done[stretch.n - 2]))
+        apply(self, stretch)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(replica_module.Replica, "_apply_stretch", count)
+        run_simulation(scenario)
+    return stretches[0], inside[0]
+
+
+def test_stretches_run_through_finishes_only_where_nothing_waits_on_them(monkeypatch):
+    """A replica alone on an open-loop source goes on past a row's finish in the same stretch;
+    with closed-loop clients (a finish issues the next request) a stretch ends at a finish."""
+    stretches, finishes = count_finishes_inside_stretches(
+        make({"workload": {"rate": 1.0}}), monkeypatch
+    )
+    assert stretches > 0 and finishes > 0
+    closed = {"kind": "closed_loop", "concurrency": 4, "rate": None}
+    stretches, finishes = count_finishes_inside_stretches(make({"workload": closed}), monkeypatch)
+    assert stretches > 0 and finishes == 0
+
+
+def test_a_window_chosen_before_a_preemption_is_chosen_again(monkeypatch):
+    """The fast path hands the iteration the k it chose for the batch as it stood; when the
+    iteration must preempt first, that choice is dropped (here: a k no policy would take)."""
+    plan, planned = Replica._plan_mixed, []
+
+    def plan_with_a_stale_window(self, window=None):
+        held = self.admission.kv_in_use(self.decoding, self.decode_kv)
+        if held <= self.kv_capacity:
+            return plan(self, window)
+        step = plan(self, self.k_max + 1)
+        planned.append(step.decode.k if step.decode is not None else None)
+        return step
+
+    monkeypatch.setattr(Replica, "_plan_mixed", plan_with_a_stale_window)
+    run_simulation(make(CASES["preemption"]))
+    assert planned and set(planned) == {BASE["speculation"]["k"]}  # the fixed policy's k
+
+
 def test_a_stretch_that_runs_past_the_next_arrival_is_caught(tmp_path, monkeypatch):
     """Planted bug: stretches ignore the next arrival's time (the request then waits for the
     stretch to end instead of joining the next iteration)."""
@@ -285,8 +339,8 @@ def test_a_stretch_that_runs_past_the_next_arrival_is_caught(tmp_path, monkeypat
 
     plan = stretch_module.plan_stretch
 
-    def unbounded(replica, k, start, bound):
-        return plan(replica, k, start, np.inf)
+    def unbounded(replica, k, start, bound, through=False):
+        return plan(replica, k, start, np.inf, through)
 
     monkeypatch.setattr(replica_module, "plan_stretch", unbounded)
     with pytest.raises(AssertionError):

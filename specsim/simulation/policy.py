@@ -35,6 +35,7 @@ from specsim.scenario import Speculation
 
 class FixedWindow:
     name: ClassVar[str] = "fixed"
+    fixed: ClassVar[bool] = True  # the same k whatever the batch
 
     def __init__(self, k: int):
         self.k = k
@@ -50,6 +51,7 @@ class FixedWindow:
 
 class BatchTableWindow:
     name: ClassVar[str] = "by_batch"
+    fixed: ClassVar[bool] = False
 
     def __init__(self, table: list[tuple[int, int]], max_batch: int):
         self.k_max = max(k for _, k in table)
@@ -75,6 +77,7 @@ class GoodputWindow:
     """
 
     name: ClassVar[str] = "adaptive"
+    fixed: ClassVar[bool] = False
 
     def __init__(self, k_max: int):
         self.k_max = k_max
@@ -147,15 +150,16 @@ class GoodputWindow:
             tokens, new, pairs = self._expected_decode(
                 k, long_rows, long_context, short_left, short_context, p
             )
-            decode = PassTotals(rows, new, kv_tokens, pairs)
-            windows.append((tokens, decode, costs.iteration_s(k, decode)))
-        mu = min(alone / tokens for tokens, _, alone in windows)
+            alone = costs.decode_iteration_s(k, rows, new, kv_tokens, pairs)
+            windows.append((tokens, new, pairs, alone))
+        mu = min(alone / tokens for tokens, _, _, alone in windows)
         if prefill is None:
-            return [mu * tokens - alone for tokens, _, alone in windows]
+            return [mu * tokens - alone for tokens, _, _, alone in windows]
         scores = []
         fixed_chunk = None
-        for k, (tokens, decode, _) in enumerate(windows):
-            chunk = fixed_chunk or prefill(token_budget - decode.tokens)
+        for k, (tokens, new, pairs, _) in enumerate(windows):
+            decode = PassTotals(rows, new, kv_tokens, pairs)
+            chunk = fixed_chunk or prefill(token_budget - new)
             if chunk.tokens < token_budget - rows * (k_max + 1.0):
                 fixed_chunk = chunk  # every window leaves room for all of it
             added = costs.iteration_s(k, decode, chunk)

@@ -193,7 +193,7 @@ class Replica:
         self._process = None
         self.arrivals = None
         self.feed = None
-        self.last_iteration_s = 0.0
+        self.last_decode_s = 0.0  # the last decode-only iteration's seconds
         self._expected_emitted: list[float] = []
         self.left_total = 0.0  # tokens the decoding rows still need, all together
 
@@ -260,6 +260,7 @@ class Replica:
         SimPy event (``stretch.py``), and a replica alone takes its arrivals itself."""
         admission = self.admission
         arrivals = self.arrivals
+        window = None  # k already chosen for the next iteration, if any
         while True:
             if arrivals is not None:
                 self._take_arrivals(env.now)
@@ -284,11 +285,21 @@ class Replica:
                 self._finish_prefills(plan.chunks, env.now)
                 self._record_iteration(dt, plan.batch, None)
                 continue
-            if self.decoding and not admission.prefilling and self._steady_for_a_while():
+            # A replica that takes its own arrivals, with none waiting, runs a stretch through
+            # finishes: a finish then changes nothing but its batch (no client or router waits
+            # on it, and no queued request could take the freed room).
+            through = arrivals is not None and not admission.queue
+            if (
+                self.decoding
+                and not admission.prefilling
+                and (through or self._steady_for_a_while())
+            ):
                 k = self._choose_window(self.decoding, self.decode_kv)
                 bound = arrivals.next_time if arrivals is not None else self.next_arrival()
-                stretch = plan_stretch(self, k, start, bound)
-                if stretch is not None:
+                stretch = plan_stretch(self, k, start, bound, through)
+                if stretch is None:
+                    window = k  # chosen for this batch as it stands: the iteration's own
+                else:
                     self._stretch = stretch
                     while True:
                         try:
@@ -302,12 +313,14 @@ class Replica:
                     self._stretch = None
                     self._apply_stretch(stretch)
                     continue
-            plan = self._plan_mixed()
+            plan = self._plan_mixed(window)
+            window = None
             dt = plan.seconds
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
             yield env.timeout(dt)
-            self.last_iteration_s = dt
+            if not plan.chunks:  # a prompt chunk's iteration would undersize the next stretch
+                self.last_decode_s = dt
             self._apply_mixed(plan, env.now, start)
 
     def _take_arrivals(self, now: float) -> None:
@@ -339,7 +352,7 @@ class Replica:
         log.record_steps(accepted, drafts)
         remaining, context, _, row_drafted, _ = stretch.views
         gained = accepted.sum(axis=0)
-        gained += n  # each step emits its accepted drafts + 1
+        gained += n  # each step emits its accepted drafts + 1 (a slot left empty: -1 + 1)
         remaining -= gained
         context += gained
         row_drafted += drafts.sum(axis=0)
@@ -347,6 +360,7 @@ class Replica:
         self.emitted_tokens += emitted
         self.decode_kv += emitted
         self.left_total -= emitted
+        steps_before = self.decode_steps
         self.decode_steps += n
         rows, k = stretch.rows, stretch.k
         log.verification_flops, log.drafter_flops, log.wasted_flops = accumulate(
@@ -354,27 +368,38 @@ class Replica:
             [stretch.verification_flops, stretch.drafted_flops, stretch.wasted_flops],
             n,
         )
-        log.window_rows += float(k * rows * n)
-        log.decode_rows += float(rows * n)
+        if isinstance(rows, np.ndarray):  # rows left during the stretch
+            rows = rows[:n]
+            row_steps, first_rows = int(rows.sum()), int(rows[0])
+        else:
+            row_steps, first_rows = rows * n, rows
+        log.window_rows += float(k * row_steps)
+        log.decode_rows += float(row_steps)
         ends = stretch.ends[:n]
         starts = stretch.starts[:n]
         durations = ends - starts
-        gaps = ends - np.concatenate(([self.last_decode_end], ends[:-1]))
+        gaps = durations.copy()  # each iteration starts where the previous one ended
+        gaps[0] = ends[0] - self.last_decode_end
         joined = self._joined
         self._joined = 0
-        log.record_iterations(durations, rows, stretch.held[:n], gaps, rows - joined, joined)
+        log.record_iterations(durations, rows, stretch.held[:n], gaps, first_rows - joined, joined)
         now = float(ends[-1])
         self.last_decode_end = now
-        self.last_iteration_s = float(durations[-1])
-        if not stretch.finishes:
+        self.last_decode_s = float(durations[-1])
+        done = stretch.done[:n]
+        if not done[-1].any():
             return
-        last = stretch.accepted[n - 1]
-        for slot in ((last >= 0.0) & (remaining == 0.0)).nonzero()[0].tolist():
+        # The rows that finished, in the order the per-iteration path finishes them: by their
+        # last step, then by slot. A slot's drafts after its row's last step were -1 each.
+        slots = done[-1].nonzero()[0]
+        last_steps = done[:, slots].argmax(axis=0)
+        for step, slot in sorted(zip(last_steps.tolist(), slots.tolist(), strict=True)):
             request = self.slot_request[slot]
-            self._bank_row(slot, request)
+            row_drafted[slot] += n - 1 - step
+            self._bank_row(slot, request, steps_before + step + 1)
             request.generated = request.output
             self._free_slot(slot)
-            self._finish(request, now)
+            self._finish(request, float(ends[step]))
 
     def _steady_for_a_while(self) -> bool:
         """A cheap guess that the batch's first finish is several iterations away (rows with a
@@ -444,17 +469,20 @@ class Replica:
             rows, decode_kv, views.remaining, views.context, prefill, self.token_budget
         )
 
-    def _plan_mixed(self) -> Plan:
+    def _plan_mixed(self, window: int | None = None) -> Plan:
+        """The next iteration; ``window``: the k the policy chose for the batch as it stands
+        (chosen again if preemption changes the batch)."""
         costs = self.costs
         admission = self.admission
         held = admission.kv_in_use(self.decoding, self.decode_kv)
         if held > self.kv_capacity:
             admission.make_room(self)
             held = admission.kv_in_use(self.decoding, self.decode_kv)
+            window = None
         self._kv_planned = held
         decode_kv = self.decode_kv
         rows = self.decoding
-        k = self._choose_window(rows, decode_kv)
+        k = self._choose_window(rows, decode_kv) if window is None else window
         decode = None
         new_tokens = 0.0
         pairs = charged_pairs = 0.0
@@ -509,8 +537,12 @@ class Replica:
                 ) + costs.draft_prefill_flops(p_tokens, p_pairs)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
-        rows_totals = PassTotals(rows, new_tokens, charged_kv, charged_pairs)
-        dt = costs.iteration_s(k, rows_totals, prefill)
+        if rows and not prefill.rows:
+            dt = costs.decode_iteration_s(k, rows, new_tokens, charged_kv, charged_pairs)
+        else:
+            dt = costs.iteration_s(
+                k, PassTotals(rows, new_tokens, charged_kv, charged_pairs), prefill
+            )
         if decode is not None:
             self.log.verification_flops += (
                 self._flops_per_token * new_tokens + self._attn_flops * pairs
@@ -597,9 +629,12 @@ class Replica:
             self.decoding += 1
             self._joined += 1
 
-    def _bank_row(self, slot: int, request: Request) -> None:
-        """Add a row's step counts to its request (before the slot is freed)."""
-        steps = self.decode_steps - self.join_step[slot]
+    def _bank_row(self, slot: int, request: Request, decode_steps: int | None = None) -> None:
+        """Add a row's step counts to its request (before the slot is freed); ``decode_steps``:
+        the replica's count of decode steps when the row's last one ended (default: now)."""
+        if decode_steps is None:
+            decode_steps = self.decode_steps
+        steps = decode_steps - self.join_step[slot]
         emitted = self.join_remaining[slot] - int(self.remaining[slot])
         request.steps += steps
         request.drafted += int(self.row_drafted[slot])

@@ -77,10 +77,12 @@ class StepLog:
             if self._filled > self._step_limit:
                 self._flush_steps()
 
-    def record_iterations(self, dt, batch: int, kv_tokens, gap, waited, joined: int) -> None:
-        """``record_iteration`` for arrays of iterations with the same batch; ``waited`` and
-        ``joined`` are the first iteration's (the later ones: every row waited, none joined).
-        The buffers fill and fold exactly as they would one iteration at a time."""
+    def record_iterations(self, dt, batch, kv_tokens, gap, waited, joined: int) -> None:
+        """``record_iteration`` for arrays of decode iterations; ``batch`` is one size for all,
+        or an array; ``waited`` and ``joined`` are the first iteration's (the later ones: every
+        row waited, none joined). The buffers fill and fold exactly as they would one iteration
+        at a time."""
+        per_iteration = isinstance(batch, np.ndarray)
         n = dt.shape[0]
         done = 0
         while done < n:
@@ -88,10 +90,11 @@ class StepLog:
             take = min(n - done, BUFFER_ITERATIONS - i)
             end = i + take
             self._dt[i:end] = dt[done : done + take]
-            self._batch[i:end] = batch
+            rows = batch[done : done + take] if per_iteration else batch
+            self._batch[i:end] = rows
             self._kv[i:end] = kv_tokens[done : done + take]
             self._itl[2 * i : 2 * end : 2] = gap[done : done + take]
-            self._itl_weight[2 * i : 2 * end : 2] = batch
+            self._itl_weight[2 * i : 2 * end : 2] = rows
             self._itl[2 * i + 1 : 2 * end : 2] = dt[done : done + take]
             self._itl_weight[2 * i + 1 : 2 * end : 2] = 0.0
             if done == 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-READ_AHEAD = 1 << 14  # doubles per block drawn ahead (128 KiB)
+READ_AHEAD = 1 << 16  # doubles per block drawn ahead (512 KiB): a stretch's block, several times
 
 
 class UniformStream:

@@ -10,8 +10,10 @@ Seconds are the cost model on arrays, with the scalar path's operations
 (``StepCosts.decode_seconds``); end times accumulate by the same float additions (a cumulative
 sum adds in order).
 
-A stretch ends with the first iteration that finishes a row, or before the first one the engine
-would plan differently: one that must preempt (the KV cache), one that starts at or after the
+A stretch ends with the first iteration that finishes a row (or, on a replica that takes its own
+open-loop arrivals with none queued, where a finish changes nothing but the batch, with the last
+row's finish: a row that finishes leaves and the others go on), or before the first iteration the
+engine would plan differently: one that must preempt (the KV cache), one that starts at or after the
 next arrival, one whose query would be reported outside the measured range, one where the
 window policy takes another k. Nothing is applied until ``Replica`` commits it; a request that
 reaches the replica mid-stretch cuts it back to the iterations already under way (``cut``).
@@ -35,10 +37,10 @@ class Stretch:
     __slots__ = (
         "accepted",
         "blocked",
+        "done",
         "drafted_flops",
         "drafts",
         "ends",
-        "finishes",
         "held",
         "k",
         "n",
@@ -54,10 +56,8 @@ class Stretch:
     )
 
     def cut(self, n: int) -> None:
-        """Keep the first ``n`` iterations (the finish, if any, was the last one)."""
-        if n < self.n:
-            self.finishes = False
-            self.n = n
+        """Keep the first ``n`` iterations."""
+        self.n = min(n, self.n)
 
     def started_before(self, now: float) -> int:
         """How many of the iterations had started before ``now`` (the others would have seen a
@@ -65,29 +65,37 @@ class Stretch:
         return int(self.starts[: self.n].searchsorted(now, side="left"))
 
 
-def horizon(replica, k: int, remaining: np.ndarray, start: float, bound: float) -> int:
-    """How many iterations to draw ahead: enough to reach the first finish (or the bound)
-    most of the time; a stretch that reaches the horizon just ends there. 0: not worth it."""
+def horizon(
+    replica, k: int, remaining: np.ndarray, start: float, bound: float, through: bool
+) -> int:
+    """How many iterations to draw ahead: enough to reach the first finish (every finish, when
+    the stretch runs ``through`` them), or the bound, most of the time; a stretch that reaches
+    the horizon just ends there. 0: not worth it."""
     left = float(remaining.max()) if remaining.shape[0] else 0.0
     if left <= 0.0:
         return 0
-    least = float(np.min(remaining, where=remaining > 0, initial=left))
+    least = left if through else float(np.min(remaining, where=remaining > 0, initial=left))
     expected = least / replica.expected_emitted(k)
-    if bound < math.inf and replica.last_iteration_s > 0.0:
-        expected = min(expected, (bound - start) / replica.last_iteration_s)
+    if bound < math.inf and replica.last_decode_s > 0.0:
+        expected = min(expected, (bound - start) / replica.last_decode_s)
     if expected < MIN_EXPECTED:
         return 0
     return int(min(least, math.ceil(expected * 1.25) + 8, MAX_ITERATIONS))
 
 
-def plan_stretch(replica, k: int, start: float, bound: float) -> Stretch | None:
+def plan_stretch(replica, k: int, start: float, bound: float, through: bool = False):
     """The steady stretch from ``start`` with window ``k`` (None if its first iteration is
-    not steady); ``bound`` is the next arrival's time (infinite if none is known)."""
-    rows = replica.decoding
+    not steady); ``bound`` is the next arrival's time (infinite if none is known). With
+    ``through``, a row that finishes leaves the batch and the stretch goes on with the others
+    (for a replica whose finishes change nothing else: see ``Replica._fast_process``)."""
     views = replica._prefix(replica.high)
     remaining, context, shift, _, _ = views
     used = remaining.shape[0]
-    m = horizon(replica, k, remaining, start, bound)
+    costs = replica.costs
+    # The measured range depends on the batch; the adaptive policy's choice changes near a
+    # row's end anyway, so a stretch through finishes would be cut there after long planning.
+    through = through and not costs.checks_ranges and not replica._batch_policy
+    m = horizon(replica, k, remaining, start, bound, through)
     if m == 0:
         return None
     acceptance, stream = replica.acceptance, replica._draws
@@ -114,57 +122,77 @@ def plan_stretch(replica, k: int, start: float, bound: float) -> Stretch | None:
         uncapped += 1.0
         uncapped *= occupied
     emitted_by = np.cumsum(uncapped, axis=0)  # tokens each row has emitted after i + 1 steps
-    finished = (emitted_by >= np.where(occupied, remaining, np.inf)).any(axis=1)
-    finishes = bool(finished[-1])
-    n = int(finished.argmax()) + 1 if finishes else m
+    done = emitted_by >= np.where(occupied, remaining, np.inf)  # a row's steps from its last on
+    before = emitted_by - uncapped  # emitted before each step
+    if through:
+        alive = before < remaining  # still to finish at each step (empty slots: 0 < 0)
+        rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
+        n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
+        left = np.maximum(remaining - before[:n], 0.0)  # a gone row's slot: empty (0 left)
+    else:
+        alive = None
+        finished = done.any(axis=1)
+        n = int(finished.argmax()) + 1 if finished[-1] else m  # up to the first finish
+        rows = replica.decoding
+        left = remaining - before[:n]
 
     # The iterations as the engine would plan them (the same formulas, per iteration).
-    before = emitted_by[:n] - uncapped[:n]  # emitted before each step
-    drafts = np.minimum(remaining - before, k + 1.0)
+    drafts = np.minimum(left, k + 1.0)
     drafts -= 1.0
     if proposal_cap is not None:
         drafts = np.minimum(drafts, proposal_cap[:n])
     accepted = drafts.copy() if raw is None else np.minimum(raw[:n], drafts)
     totals = accepted.sum(axis=1) + used  # tokens emitted by each iteration (empty slots: 0)
-    contexts = context + before
+    contexts = context + before[:n]
     drafted = drafts.sum(axis=1)
     new = drafted + used
     # Whole numbers below 2^53 throughout: exact in any order of summation.
     own_span = 0.5 * (np.einsum("ij,ij->i", drafts, drafts) + 2.0 * drafted + used + new)
-    kv = replica.decode_kv + (np.cumsum(totals) - totals)
+    if alive is None:
+        kv = replica.decode_kv + (np.cumsum(totals) - totals)
+    else:
+        contexts *= alive[:n]  # a slot whose row has left holds no context
+        kv = contexts.sum(axis=1)
     pairs = np.einsum("ij,ij->i", drafts, contexts) + kv + own_span
-    held = kv + rows * replica.lookahead + replica.admission.reserved
+    held = kv + rows_of(rows, n) * replica.lookahead + replica.admission.reserved
 
-    # Boundaries that need the per-iteration path: preemption and reported range queries.
-    if held[n - 1] > replica.kv_capacity:  # held only grows
-        n = min(n, int((held > replica.kv_capacity).argmax()))
-    costs = replica.costs
+    # Boundaries that need the per-iteration path: preemption, reported range queries, a
+    # window policy that takes another k once a row has left.
+    over = held > replica.kv_capacity
+    if over[-1] or (alive is not None and over.any()):  # held only grows without finishes
+        n = int(over.argmax())
     if costs.checks_ranges:
         limit = costs.silent_context_limit(rows, k + 1.0, 1.0)
         loud = contexts[:n].max(axis=1) > limit
         if loud.any():
             n = min(n, int(loud.argmax()))
+    if alive is not None:
+        if n > 1 and not replica.policy.fixed:
+            n = first_other_window(replica.policy, rows, kv, k, n)
+        if n and rows[n - 1] == rows[0]:  # no row left before the last: one size for all
+            rows = int(rows[0])
     if n == 0:
         stream.rewind(stream_start)
         return None
 
+    batch = rows_of(rows, n)
     if replica.padded:
         longest = contexts[:n].max(axis=1)
-        seconds = costs.decode_seconds(
-            k, rows, new[:n], rows * longest, new[:n] * longest + own_span[:n]
-        )
+        charged_kv, charged_pairs = batch * longest, new[:n] * longest + own_span[:n]
     else:
-        seconds = costs.decode_seconds(k, rows, new[:n], kv[:n], pairs[:n])
+        charged_kv, charged_pairs = kv[:n], pairs[:n]
+    seconds = costs.decode_seconds(k, batch, new[:n], charged_kv, charged_pairs)
     if replica.jitter is not None:
         seconds = seconds * replica.jitter.peek(n)
-    ends = np.cumsum(np.concatenate(([start], seconds)))
-    starts, ends = ends[:-1], ends[1:]
+    times = np.empty(n + 1)  # the start, then each iteration's end as the clock adds them
+    times[0] = start
+    seconds[0] += start
+    np.cumsum(seconds, out=times[1:])
+    starts, ends = times[:-1], times[1:]
     if bound < math.inf:
         n = min(n, int(starts[:n].searchsorted(bound, side="left")))
     if replica._batch_policy and n > 1:
-        choices = replica.policy.choose_along(
-            rows, kv[:n], remaining - before[:n], contexts[:n], used
-        )
+        choices = replica.policy.choose_along(rows, kv[:n], left[:n], contexts[:n], used)
         changed = choices != k
         if changed.any():
             n = min(n, int(changed.argmax()))
@@ -173,18 +201,34 @@ def plan_stretch(replica, k: int, start: float, bound: float) -> Stretch | None:
         return None
 
     stretch = Stretch()
-    stretch.k, stretch.rows, stretch.start, stretch.views = k, rows, start, views
+    stretch.k, stretch.start, stretch.views = k, start, views
     stretch.n = n
-    stretch.finishes = finishes and n == int(finished.argmax()) + 1
+    stretch.rows = rows_of(rows, n)  # per iteration (through finishes), or one for all
+    stretch.done = done  # [i, slot]: the row's last step is at or before iteration i
     stretch.starts, stretch.ends = starts, ends
     stretch.accepted, stretch.drafts, stretch.totals, stretch.held = accepted, drafts, totals, held
     per_token, per_pair = costs.target_flops_per_token, costs.target_attn_flops
     stretch.verification_flops = per_token * new + per_pair * pairs
-    stretch.drafted_flops = costs.draft_flops(rows, k, kv)  # an array, or one value for all
-    stretch.wasted_flops = (new - totals) * costs.wasted_flops_per_position(kv / rows)
+    stretch.drafted_flops = costs.decode_draft_flops(batch, k, kv[: len(ends)])
+    planned = rows_of(rows, len(kv))
+    stretch.wasted_flops = (new - totals) * costs.wasted_flops_per_position(kv / planned)
     stretch.stream_start, stretch.per_iteration = stream_start, per_iteration
-    stretch.blocked = bool(replica.admission.queue) or rows >= replica.max_batch
+    stretch.blocked = bool(replica.admission.queue) or replica.decoding >= replica.max_batch
     return stretch
+
+
+def rows_of(rows, n: int):
+    """The first ``n`` iterations' batch sizes (``rows`` is one for all, or one per iteration)."""
+    return rows[:n] if isinstance(rows, np.ndarray) else rows
+
+
+def first_other_window(policy, rows: np.ndarray, kv: np.ndarray, k: int, n: int) -> int:
+    """The first of ``n`` iterations where a policy that looks only at the batch's size and KV
+    (``choose``) would take another window than ``k``: checked where a row has left."""
+    for i in (np.flatnonzero(rows[1:n] != rows[: n - 1]) + 1).tolist():
+        if policy.choose(int(rows[i]), float(kv[i])) != k:
+            return i
+    return n
 
 
 def accumulate(totals: list[float], columns: list, n: int) -> list[float]:
