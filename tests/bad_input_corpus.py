@@ -279,6 +279,8 @@ STRING_OPTIONS = {
     "--model": "model-path",
     "--baseline": "folder",
     "--candidate": "folder",
+    "--bench": "folder",
+    "--scenario": "file",
     "scenario": "file",
 }
 
