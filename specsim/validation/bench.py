@@ -193,7 +193,8 @@ def validate_run(
                 simulated, records_path=path, replication=replication, profile=loaded
             )
             these = read_records(path)
-            draw = run_metrics(these, result.summary["duration_s"], keys, run.itl_per_token)
+            duration = replayed.duration(result.summary["duration_s"])
+            draw = run_metrics(these, duration, keys, run.itl_per_token)
             if acceptance is not None:
                 draw[ACCEPTANCE] = float(result.summary[ACCEPTANCE])
             draws.append(draw)
