@@ -18,6 +18,7 @@ import pytest
 import yaml
 from bench_runs import DRAFTER, PRIOR, Case, truth_profile, write_runs
 
+import specsim
 from specsim.cli import main
 
 CASES = [Case("off-r4", 4.0), Case("off-c8", math.inf, 8), Case("k2-r6", 6.0, k=2)]
@@ -96,6 +97,11 @@ def test_runs_of_the_truth_validate_on_the_truth_and_fail_on_the_prior(bench, tm
     for run in summary["runs"]:
         for name in ("workload.csv", "requests.csv", "summary.json"):
             assert (out / "runs" / run["name"] / name).is_file()
+    back = specsim.load_run(out)  # the Python API reads the folder back
+    assert isinstance(back, specsim.BenchValidationRun) and back.passed
+    assert back.metrics["run"].unique().tolist() == ["01-off-c8", "02-off-r4"]
+    assert len(back.metrics) == sum(len(run["rows"]) for run in summary["runs"])
+    assert back.runs["02-off-r4"].summary["requests"] == REQUESTS
     # The prior's decode is 1.4 x too fast: the latencies are predicted far too short.
     code, summary = validate(capsys, off, scenario(tmp_path, PRIOR), tmp_path / "prior")
     assert code == 1 and not summary["passed"]
