@@ -192,6 +192,20 @@ def test_bad_results_are_refused_in_one_line_with_nothing_written(bench, tmp_pat
     assert not out.exists()
 
 
+def test_relative_folders_resolve_from_the_working_folder(bench, tmp_path, capsys, monkeypatch):
+    """The replayed traces sit in the output folder; the scenario's own relative paths resolve
+    against its file's folder, which must not move them."""
+    folder, _, truth = bench
+    elsewhere = tmp_path / "scenarios"
+    elsewhere.mkdir()
+    shutil.copytree(folder / "plan", tmp_path / "plan")
+    (tmp_path / "plan" / "engine" / "bench" / "vllm" / "k2-r6.json").unlink()
+    monkeypatch.chdir(tmp_path)
+    code, summary = validate(capsys, "plan", scenario(elsewhere, truth), "runs/check")
+    assert code in (0, 1), summary
+    assert (tmp_path / "runs" / "check" / "comparison.json").is_file()
+
+
 def test_options_of_the_built_in_engine_are_refused_with_bench(bench, tmp_path, capsys):
     folder, _, truth = bench
     code, err = validate(

@@ -225,7 +225,9 @@ def validate_bench(
     path = str(scenario.resolve(scenario.profile)) if profile is None else profile
     loaded = load_profile(path)
     with tempfile.TemporaryDirectory(prefix="specsim-validate-") as tmp:
-        root = Path(tmp) if staging is None else staging
+        # Absolute: the replayed traces are read through a scenario whose relative paths
+        # resolve against its own file's folder, not the working one.
+        root = (Path(tmp) if staging is None else staging).resolve()
         validated = []
         for run, name in zip(runs, run_names(runs), strict=True):
             parts = validate_run(run, scenario, loaded, replications, root / "runs" / name)

@@ -41,7 +41,7 @@ def traffic(run) -> dict[str, Any]:
 def load_words(run) -> str:
     t = run.traffic
     if t.max_concurrency is not None and not math.isfinite(t.request_rate):
-        return f"{t.max_concurrency} concurrent clients"
+        return f"a closed loop of {t.max_concurrency} client{'s' if t.max_concurrency > 1 else ''}"
     rate = "all at once" if not math.isfinite(t.request_rate) else f"{t.request_rate:g} requests/s"
     return rate + ("" if t.max_concurrency is None else f", at most {t.max_concurrency} in flight")
 
