@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -408,6 +410,8 @@ def test_an_engine_run_is_written_as_vllm_bench_serve_writes_its_results(
     run = serve(scenario_file(tmp_path, **changes), clock="cpu")
     write_run(run, tmp_path / "engine")
     (bench,) = read_bench_files([tmp_path / "engine" / BENCH_FILE])
+    written = json.loads((tmp_path / "engine" / BENCH_FILE).read_text())
+    assert written["produced_by"].startswith("specsim's built-in engine")
     assert (bench.engine, bench.model, bench.label) == (
         "vllm",
         model_spec("specsim-target"),

@@ -225,7 +225,8 @@ COMMAND_OUTPUTS = {
         "and with --clock cpu or reference "
         "target_s and drafter_s, the part of seconds in each model's passes) and vllm-bench.json "
         "(the same run as `vllm bench serve --save-result --save-detailed --metric-percentiles "
-        "50,90,99` writes its own: what profile --from-bench and validate --bench read)",
+        "50,90,99` writes its own, its `produced_by` key saying that specsim's engine wrote it: "
+        "what profile --from-bench and validate --bench read)",
         "simulation/": "the simulator's first run of the same workload: requests.csv, summary.json",
         "comparison.json": "each metric: measured (engine), predicted (the median over "
         "--replications simulator runs of the same requests), relative error, threshold, ok, "

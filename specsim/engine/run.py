@@ -27,6 +27,10 @@ from specsim.serving.vllm import bench_result
 
 DEFAULT_TARGET = "specsim-target"
 BENCH_FILE = "vllm-bench.json"  # the run as vllm bench serve --save-result writes its own
+PRODUCED_BY = (
+    "specsim's built-in engine (the built-in models in plain torch), not vLLM: only the format "
+    "is vllm bench serve's"
+)
 # Drafter names the shipped scenarios and profiles use, and the models behind them.
 DEFAULT_DRAFTERS = {
     "small": "specsim-draft-small",
@@ -48,7 +52,7 @@ class EngineRun:
         if self.traffic is None:
             raise ValueError("a run without its traffic has no benchmark result")
         scenario = self.summary["scenario"]
-        return bench_result(
+        result = bench_result(
             self.records,
             self.summary,
             self.traffic,
@@ -57,6 +61,9 @@ class EngineRun:
             percentiles=(50, 90, 99),
             save_detailed=True,
         )
+        # A top-level key of one's own, as vllm bench serve --metadata KEY=VALUE adds them.
+        result["produced_by"] = PRODUCED_BY
+        return result
 
 
 def bench_traffic(scenario: Scenario, arrivals: np.ndarray) -> Traffic:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specsim.fileio import dump_json, write_text_atomic
+from specsim.profile import load_profile
 from specsim.scenario import Scenario, Workload
 from specsim.serving.bench_commands import BenchLoad
 
@@ -53,9 +54,17 @@ def engine_bench(
     drafters: dict[str, str] | None = None,
     prompts: str | None = None,
 ) -> list[Path]:
-    """Serve ``base`` at each load on the built-in engine; one vLLM-format result per load."""
+    """Serve ``base`` at each load on the built-in engine; one vLLM-format result per load.
+    ``clock``: ``wall``, ``cpu`` (this process's CPU time; one torch thread) or ``reference``
+    (CPU time rescaled, pass by pass, to the speed of the machine that measured the scenario's
+    profile: its ``provenance.speed_reference``), as ``specsim validate --clock`` takes it."""
     from specsim.engine.run import DEFAULT_TARGET, run_engine
+    from specsim.engine.speed_reference import clock_setting
 
+    setting: str | object = clock
+    if clock == "reference":
+        profile = load_profile(base.resolve(base.profile)).profile
+        setting = clock_setting(clock, profile.provenance.speed_reference)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     files = []
@@ -65,7 +74,7 @@ def engine_bench(
             target=target or DEFAULT_TARGET,
             drafters=drafters,
             prompts=prompts,
-            clock=clock,
+            clock=setting,
         )
         path = folder / f"{load.label}.json"
         write_text_atomic(path, dump_json(run.vllm_result()))
