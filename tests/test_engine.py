@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -432,3 +433,26 @@ def test_an_engine_run_is_written_as_vllm_bench_serve_writes_its_results(
     assert counters.draft_tokens == int(run.records["drafted"].sum())
     assert counters.k == 3
     assert counters.acceptance_length == pytest.approx(summary["mean_acceptance_length"], rel=1e-4)
+
+
+def test_the_scenarios_load_is_stated_in_a_benchmark_clients_terms(tmp_path):
+    from specsim.engine.run import bench_traffic
+
+    arrivals = np.array([0.5, 1.0, 2.5])
+    lengths = {"prompt": {"dist": "fixed", "value": 8}, "output": {"dist": "fixed", "value": 4}}
+    cases = {
+        "poisson": ({"rate": 4.0, "requests": 3}, (4.0, 1.0, None)),
+        "bursty": ({"rate": 4.0, "requests": 3, "cv": 2.0}, (4.0, 0.25, None)),  # 1 / cv^2
+        "fixed_rate": ({"rate": 4.0, "requests": 3, "max_concurrency": 2}, (4.0, math.inf, 2)),
+        "closed_loop": ({"concurrency": 5, "requests": 3}, (math.inf, 1.0, 5)),
+    }
+    for kind, (workload, expected) in cases.items():
+        scenario = scenario_file(tmp_path, workload={"kind": kind, **workload, **lengths})
+        traffic = bench_traffic(scenario, arrivals)
+        assert (traffic.request_rate, traffic.burstiness, traffic.max_concurrency) == expected
+        assert traffic.num_prompts == 3
+    # A trace has no rate of its own: its mean over the run's sends, 2 gaps in 2 s.
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,8,4\n1,8,4\n2,8,4\n")
+    scenario = scenario_file(tmp_path, workload={"kind": "trace", "trace": str(trace)})
+    assert bench_traffic(scenario, arrivals).request_rate == 1.0
