@@ -9,6 +9,7 @@ by far more than the thresholds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -20,6 +21,7 @@ from bench_runs import DRAFTER, PRIOR, Case, truth_profile, write_runs
 
 import specsim
 from specsim.cli import main
+from specsim.errors import SpecsimError
 
 CASES = [Case("off-r4", 4.0), Case("off-c8", math.inf, 8), Case("k2-r6", 6.0, k=2)]
 REQUESTS = 60
@@ -213,3 +215,33 @@ def test_options_of_the_built_in_engine_are_refused_with_bench(bench, tmp_path, 
     )
     assert code == 2 and "--clock: sets up the built-in engine, and --bench runs none" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_sglang_results_are_read_by_content_with_their_scalar_acceptance(tmp_path):
+    """SGLang bench_serving JSONL (two runs in one file, a scalar accept_length each) under a
+    name that says nothing is found and read; its k (server_info's num_steps) is checked
+    against the scenario's, and its scalar is the measured acceptance length. (No simulation:
+    the fixture's 200 requests of an 8B deployment take minutes to simulate on 2 cores.)"""
+    from specsim.scenario import load_scenario
+    from specsim.serving.detect import read_bench_files
+    from specsim.serving.runs import SpecCounters
+    from specsim.validation.bench import check_speculation, measured_acceptance, result_files
+
+    data = Path(__file__).parent / "data" / "bench" / "sglang_two_runs.jsonl"
+    folder = tmp_path / "results"
+    folder.mkdir()
+    shutil.copy(data, folder / "out.log")
+    (folder / ".hidden").write_text("an editor's backup, skipped\n")
+    files = result_files(folder)
+    assert files == [folder / "out.log"]
+    runs = read_bench_files(files)
+    assert [(r.engine, r.format) for r in runs] == [("sglang", "sglang-bench")] * 2
+    assert [measured_acceptance(r) for r in runs] == [2.85, 2.91]
+    path = scenario(tmp_path, PRIOR, k=3)
+    for run in runs:
+        check_speculation(run, load_scenario(path))
+    with pytest.raises(SpecsimError, match="the scenario's k is 2"):
+        check_speculation(runs[0], load_scenario(scenario(tmp_path, PRIOR, k=2)))
+    # A draft acceptance rate alone: L = 1 + k x rate.
+    rate_only = dataclasses.replace(runs[0], speculation=SpecCounters(4, acceptance_rate=0.5))
+    assert measured_acceptance(rate_only) == 3.0
