@@ -110,7 +110,7 @@ def check_speculation(run: BenchRun, scenario: Scenario) -> None:
         raise SpecsimError(
             f"the run drafted {counters.k} tokens per step; the scenario's k is {spec.k}",
             file=run.where,
-            key="spec_decode_per_position_acceptance_rates",
+            key="speculation.k",
             fix=f"--set speculation.k={counters.k}, or give the results of the planned k",
         )
 
