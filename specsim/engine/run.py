@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,4 +244,9 @@ def write_run(run: EngineRun, folder: Path) -> None:
     write_text_atomic(folder / "summary.json", dump_json(run.summary))
     write_text_atomic(folder / "iterations.csv", format_iterations(run.log))
     if run.traffic is not None:
-        write_text_atomic(folder / BENCH_FILE, dump_json(run.vllm_result()))
+        write_text_atomic(folder / BENCH_FILE, bench_text(run.vllm_result()))
+
+
+def bench_text(result: dict[str, Any]) -> str:
+    """A result file's text as vllm bench serve writes it: ``json.dump``, one line."""
+    return json.dumps(result, allow_nan=False) + "\n"

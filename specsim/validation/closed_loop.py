@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsim.fileio import dump_json, write_text_atomic
+from specsim.fileio import write_text_atomic
 from specsim.profile import load_profile
 from specsim.scenario import Scenario, Workload
 from specsim.serving.bench_commands import BenchLoad
@@ -58,7 +58,7 @@ def engine_bench(
     ``clock``: ``wall``, ``cpu`` (this process's CPU time; one torch thread) or ``reference``
     (CPU time rescaled, pass by pass, to the speed of the machine that measured the scenario's
     profile: its ``provenance.speed_reference``), as ``specsim validate --clock`` takes it."""
-    from specsim.engine.run import DEFAULT_TARGET, run_engine
+    from specsim.engine.run import DEFAULT_TARGET, bench_text, run_engine
     from specsim.engine.speed_reference import clock_setting
 
     setting: str | object = clock
@@ -77,6 +77,6 @@ def engine_bench(
             clock=setting,
         )
         path = folder / f"{load.label}.json"
-        write_text_atomic(path, dump_json(run.vllm_result()))
+        write_text_atomic(path, bench_text(run.vllm_result()))
         files.append(path)
     return files
