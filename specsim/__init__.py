@@ -12,6 +12,7 @@ from __future__ import annotations
 from specsim.version import __version__ as __version__
 
 API = (
+    "BenchValidationRun",
     "PlanResult",
     "Result",
     "ValidationRun",

@@ -244,6 +244,11 @@ VALIDATE_SCENARIO: dict[str, Any] = {
     "engine": {"max_batch": 2, "chunked_prefill": False, "padded_attention": True},
     "speculation": {"drafter": "ngram", "k": 2},
 }
+# validate --bench: the same setting, speculation off (the base benchmark run's).
+BENCH_SCENARIO: dict[str, Any] = {
+    **{k: v for k, v in copy.deepcopy(VALIDATE_SCENARIO).items() if k != "speculation"},
+    "name": "bad-input-bench",
+}
 TRACE_SCENARIO: dict[str, Any] = {
     "name": "bad-input-trace",
     "profile": "profile.yaml",
@@ -376,6 +381,7 @@ def write_base(folder: Path) -> None:
         "acceptance.yaml": dump(ACCEPTANCE_FILE),
         "metrics.txt": METRICS,
         "bench.json": json.dumps(BENCH),
+        "bench_scenario.yaml": dump(BENCH_SCENARIO),
         "prompts.jsonl": PROMPTS,
         "trace.csv": ",".join(TRACE_COLUMNS)
         + "\n"
@@ -384,6 +390,8 @@ def write_base(folder: Path) -> None:
     }
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
+    (folder / "bench").mkdir()  # validate --bench DIR: a folder of result files
+    (folder / "bench" / "bench.json").write_text(json.dumps(BENCH), encoding="utf-8")
     engine_run(folder / "baseline", 0.0)
     engine_run(folder / "candidate", 0.01)
 
@@ -435,6 +443,10 @@ BASE_COMMANDS: dict[str, list[str]] = {
     ],
     # Runs the real engine: every case of it must fail before the engine starts.
     "validate": ["validate", f"{D}/validate.yaml", "--profile", f"{D}/profile.yaml", "--out", OUT],
+    "validate bench": [
+        *("validate", "--bench", f"{D}/bench", "--scenario", f"{D}/bench_scenario.yaml"),
+        *("--profile", f"{D}/profile.yaml", "--replications", "0", "--out", OUT),
+    ],
     "check sampler": ["check", "sampler", "--samples", "0", "--out", OUT],
     "schema": ["schema", "scenario"],
 }
@@ -449,6 +461,7 @@ QUICK = (
     "profile roofline",
     "profile calibrate",
     "profile from-bench",
+    "validate bench",
     "check rollout",
     "check sampler",
     "schema",

@@ -280,6 +280,8 @@ STRING_OPTIONS = {
     "--tree": "tree",
     "--baseline": "folder",
     "--candidate": "folder",
+    "--bench": "folder",
+    "--scenario": "file",
     "scenario": "file",
 }
 

@@ -240,6 +240,123 @@ def prompt_cases() -> Iterator[Case]:
         yield from structure_cases(f"{label}:prompts", "prompts.jsonl", argv, "text")
 
 
+def _bench(**changes: Any) -> str:
+    """The base benchmark run (``BENCH``) with keys changed (None: removed), as JSON."""
+    from bad_input_bases import BENCH
+
+    data = {**BENCH, **changes}
+    return json.dumps({k: v for k, v in data.items() if v is not None})
+
+
+# A speculative run's counters that agree with one another (vLLM 0.33's keys, k = 2).
+SPEC_COUNTERS = {
+    "spec_decode_num_drafts": 30,
+    "spec_decode_draft_tokens": 60,
+    "spec_decode_accepted_tokens": 30,
+    "spec_decode_acceptance_length": 2.0,
+    "spec_decode_acceptance_rate": 50.0,
+    "spec_decode_per_position_acceptance_rates": [0.6, 0.4],
+}
+
+
+def bench_cases() -> Iterator[Case]:
+    """The benchmark results that profile --from-bench and validate --bench read: the file's
+    structure, and the bad inputs issue 19 lists (a file of unknown format, missing keys, a
+    rate and duration that disagree, two models or two engines in one call, a speculative
+    run without its counters), for both commands."""
+    from bad_input_bases import METRICS
+
+    # 40 requests at 2/s cannot all be sent within 2 s (their throughputs agree with 2 s).
+    hurried = {"num_prompts": 40, "completed": 40, "total_input_tokens": 2560}
+    hurried |= {"total_output_tokens": 640, "request_throughput": 20.0, "output_throughput": 320.0}
+    from_bench = BASE_COMMANDS["profile from-bench"]
+    second = from_bench.index(f"{D}/bench.json") + 1
+    commands = {
+        # (the result file, its command line, the command line with a second file)
+        "profile from-bench": (
+            "bench.json",
+            from_bench,
+            [*from_bench[:second], f"{D}/bench2.json", *from_bench[second:]],
+        ),
+        "validate bench": ("bench/bench.json", BASE_COMMANDS["validate bench"], None),
+    }
+    for command, (file, argv, with_second) in commands.items():
+        label = f"{command}:{file}"
+        kinds = structure_cases(label, file, argv, "json")
+        if command == "validate bench":  # a missing file leaves a folder without results
+            kinds = (c for c in kinds if not c.id.endswith(("=missing", "=folder")))
+        yield from kinds
+        yield Case(f"{label}=scrape", tuple(argv), ((file, METRICS),), ((file,), ("/metrics",)))
+        yield Case(
+            f"{label}=unknown-format",
+            tuple(argv),
+            ((file, "date,rps\n2026-12-01,4\n"),),
+            ((file,), ("not a benchmark result of a known format",)),
+        )
+        for key in ("model_id", "duration", "completed", "total_output_tokens", "request_rate"):
+            yield Case(
+                f"{label}:{key}=absent",
+                tuple(argv),
+                ((file, _bench(**{key: None})),),
+                ((file,), (key, "neither a vLLM result")),
+            )
+        yield Case(
+            f"{label}=rate-and-duration-disagree",
+            tuple(argv),
+            ((file, _bench(**hurried)),),
+            ((file,), ("request_rate/duration",)),
+        )
+        yield Case(
+            f"{label}=spec-run-without-counters",
+            tuple(argv),
+            ((file, _bench(spec_decode_num_drafts=30)),),
+            ((file,), ("without its counters",)),
+        )
+        other = f"{file.rsplit('/', 1)[0]}/bench2.json" if "/" in file else "bench2.json"
+        for what, change in (
+            ("models", {"model_id": "other/model"}),
+            ("engines", {"backend": "sglang"}),
+        ):
+            yield Case(
+                f"{command}:two-{what}",
+                tuple(with_second or argv),
+                ((other, _bench(**change)),),
+                ((other,), (f"runs of two {what}",)),
+            )
+    argv = BASE_COMMANDS["validate bench"]
+    yield Case(
+        "validate bench:--bench=no-results",
+        tuple(argv),
+        (("bench/bench.json", None),),
+        (("--bench",), ("holds no benchmark result files",)),
+    )
+    speculating = ("--set", "speculation.drafter=d1", "--set", "speculation.k=2")
+    yield Case(
+        "validate bench:plain-run-for-a-speculating-scenario",
+        (*argv, *speculating),
+        (),
+        (("bench/bench.json",), ("spec_decode_acceptance_length",)),
+    )
+    yield Case(
+        "validate bench:speculative-run-for-a-plain-scenario",
+        tuple(argv),
+        (("bench/bench.json", _bench(**SPEC_COUNTERS)),),
+        (("bench/bench.json",), ("the scenario does not speculate",)),
+    )
+    yield Case(
+        "validate bench:another-k",
+        (*argv, "--set", "speculation.drafter=d1", "--set", "speculation.k=3"),
+        (("bench/bench.json", _bench(**SPEC_COUNTERS)),),
+        (("bench/bench.json",), ("speculation.k=2",)),
+    )
+    yield Case(
+        "validate bench:--target-with-bench",
+        (*argv, "--target", "specsim-draft-tiny"),
+        (),
+        (("--target",),),
+    )
+
+
 def file_cases() -> Iterator[Case]:
     """Structural cases of every input file each command reads."""
     yaml_inputs = {
@@ -274,6 +391,7 @@ def file_cases() -> Iterator[Case]:
     yield from metrics_cases()
     yield from prompt_cases()
     yield from model_config_cases()
+    yield from bench_cases()
     from bad_input_models import family_config_cases  # it builds on this module's imports
 
     yield from family_config_cases()

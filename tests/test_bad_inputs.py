@@ -152,7 +152,9 @@ def test_base_commands_succeed(command, base_dir, tmp_path, capsys):
     """Every case spoils one thing of a command that works: the base inputs are valid."""
     folder = tmp_path / "case"
     argv = prepare(Case("base", tuple(BASE_COMMANDS[command])), base_dir, folder)
-    assert main(argv) == 0, capsys.readouterr().err
+    # validate's exit 1 is its verdict (a figure beyond its threshold), not a refusal: the base
+    # benchmark run's figures are round numbers, not the base profile's prediction.
+    assert main(argv) == (1 if command == "validate bench" else 0), capsys.readouterr().err
     assert "warning" not in capsys.readouterr().err
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -382,3 +385,74 @@ def test_busy_iterations_tile_the_time_bookkeeping_included(tmp_path):
     ends = set(np.round(1e-3 + np.cumsum(log.dt), 9))
     assert {round(r.finish, 9) for r in done} <= ends
     assert {round(r.first_token, 9) for r in done} <= ends
+
+
+@pytest.mark.parametrize(
+    ("workload", "rate", "cap"),
+    [
+        (None, float("inf"), 3),  # the closed loop of scenario_file: 3 clients
+        ({"kind": "poisson", "rate": 20.0, "requests": 7, "max_concurrency": 2}, 20.0, 2),
+    ],
+    ids=["closed-loop", "poisson-capped"],
+)
+def test_an_engine_run_is_written_as_vllm_bench_serve_writes_its_results(
+    tmp_path, workload, rate, cap
+):
+    from specsim.engine.run import BENCH_FILE
+    from specsim.serving.detect import read_bench_files
+
+    changes = {}
+    if workload is not None:
+        lengths = {
+            "prompt": {"dist": "fixed", "value": 16},
+            "output": {"dist": "fixed", "value": 9},
+        }
+        changes["workload"] = {**workload, **lengths}
+    run = serve(scenario_file(tmp_path, **changes), clock="cpu")
+    write_run(run, tmp_path / "engine")
+    (bench,) = read_bench_files([tmp_path / "engine" / BENCH_FILE])
+    written = json.loads((tmp_path / "engine" / BENCH_FILE).read_text())
+    assert written["produced_by"].startswith("specsim's built-in engine")
+    assert (bench.engine, bench.model, bench.label) == (
+        "vllm",
+        model_spec("specsim-target"),
+        "engine-test",
+    )
+    assert (bench.traffic.request_rate, bench.traffic.max_concurrency) == (rate, cap)
+    assert bench.completed == 7 and bench.lengths.output_lens == tuple(run.records["output_tokens"])
+    # The client's figures are the engine's requests' (TTFT and E2E from arrival), each
+    # statistic by np.percentile as vLLM's client computes it.
+    records = run.records
+    e2e = records["finish_s"] - records["arrival_s"]
+    assert bench.metrics["ttft_s.mean"] == pytest.approx(
+        np.mean(records["first_token_s"] - records["arrival_s"]), rel=1e-9
+    )
+    assert bench.metrics["e2e_s.p90"] == pytest.approx(np.percentile(e2e, 90), rel=1e-9)
+    summary = run.summary
+    counters = bench.speculation
+    assert counters.draft_tokens == int(run.records["drafted"].sum())
+    assert counters.k == 3
+    assert counters.acceptance_length == pytest.approx(summary["mean_acceptance_length"], rel=1e-4)
+
+
+def test_the_scenarios_load_is_stated_in_a_benchmark_clients_terms(tmp_path):
+    from specsim.engine.run import bench_traffic
+
+    arrivals = np.array([0.5, 1.0, 2.5])
+    lengths = {"prompt": {"dist": "fixed", "value": 8}, "output": {"dist": "fixed", "value": 4}}
+    cases = {
+        "poisson": ({"rate": 4.0, "requests": 3}, (4.0, 1.0, None)),
+        "bursty": ({"rate": 4.0, "requests": 3, "cv": 2.0}, (4.0, 0.25, None)),  # 1 / cv^2
+        "fixed_rate": ({"rate": 4.0, "requests": 3, "max_concurrency": 2}, (4.0, math.inf, 2)),
+        "closed_loop": ({"concurrency": 5, "requests": 3}, (math.inf, 1.0, 5)),
+    }
+    for kind, (workload, expected) in cases.items():
+        scenario = scenario_file(tmp_path, workload={"kind": kind, **workload, **lengths})
+        traffic = bench_traffic(scenario, arrivals)
+        assert (traffic.request_rate, traffic.burstiness, traffic.max_concurrency) == expected
+        assert traffic.num_prompts == 3
+    # A trace has no rate of its own: its mean over the run's sends, 2 gaps in 2 s.
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,8,4\n1,8,4\n2,8,4\n")
+    scenario = scenario_file(tmp_path, workload={"kind": "trace", "trace": str(trace)})
+    assert bench_traffic(scenario, arrivals).request_rate == 1.0

@@ -13,6 +13,7 @@ from bench_runs import PRIOR, Case, write_runs
 
 from specsim.costs import StepCosts
 from specsim.costs.step import PassTotals
+from specsim.errors import SpecsimError
 from specsim.profile import LoadedProfile, load_profile
 from specsim.profiling.bench_acceptance import (
     acceptance_entry,
@@ -126,6 +127,47 @@ def test_send_times_follow_the_rate_the_cap_and_the_saved_times():
     assert times.tolist() == [0.0] * 4 and how == "a closed loop of 2 clients"
     times, how = send_times(run_of(Traffic(3.0, max_concurrency=2), saved), rng)
     assert times.tolist() == [0.0, 0.5, 0.7, 2.0] and how == "the run's send times"
+
+
+def _with_duration(data: dict, duration: float) -> dict:
+    """A vLLM result with another duration, its throughputs to match."""
+    total = data["total_input_tokens"] + data["total_output_tokens"]
+    return {
+        **data,
+        "duration": duration,
+        "request_throughput": data["completed"] / duration,
+        "output_throughput": data["total_output_tokens"] / duration,
+        "total_token_throughput": total / duration,
+    }
+
+
+def test_the_lead_in_is_read_from_the_duration_and_the_arrays(tmp_path):
+    """A run served by a known profile whose first send came 0.5 s after the benchmark started
+    (vLLM's first send waits one gap): the reader finds the wait from the duration, and the
+    replay's throughputs are the run's, the wait counted."""
+    import json
+
+    from specsim.profiling.bench_simulate import Evaluator
+
+    (path,) = write_runs(tmp_path / "runs", [Case("r4", 4.0)], requests=30, seed=5)
+    data = json.loads(Path(path).read_text())
+    span = float(np.max(np.add(data["start_times"], data["latencies"])) - min(data["start_times"]))
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps(_with_duration(data, data["duration"] + 0.5)))
+    (run,) = read_bench_files([late])
+    assert run.lengths.lead_in_s == pytest.approx(0.5 + data["duration"] - span, abs=1e-9)
+    assert run.lengths.lead_in_s == pytest.approx(0.5, abs=1e-5)  # the records keep 1 us
+    truth = tmp_path / "runs" / "truth.yaml"
+    replayed = replay(run, tmp_path / "trace.csv", None, EngineDefaults())
+    evaluator = Evaluator(load_profile(truth).profile, str(truth), [replayed], [], tmp_path)
+    simulated = evaluator.metrics(np.zeros(0), 0)
+    for key in ("throughput_tokens_per_s", "request_throughput"):
+        assert simulated[key] == pytest.approx(run.metrics[key], rel=1e-4), key
+    # A duration shorter than the requests' own span disagrees with the file's arrays.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_with_duration(data, span - 0.1)))
+    with pytest.raises(SpecsimError, match="longer than the run's duration"):
+        read_bench_files([bad])
 
 
 @pytest.mark.parametrize("burstiness", [1.0, 4.0])

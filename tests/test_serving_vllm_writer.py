@@ -174,3 +174,14 @@ def test_written_by_the_writer_read_by_the_reader_equal_metrics(simulated, detai
     assert spec.per_position == pytest.approx(
         summary["per_position_acceptance"], abs=1 / spec.num_drafts
     )
+
+
+def test_evenly_spaced_sends_are_written_inf_and_read_back(tmp_path):
+    # vLLM writes an infinite rate as "inf"; JSON has no infinity, so the burstiness of evenly
+    # spaced sends (a fixed-rate workload) is written the same way.
+    data = bench_result(RECORDS, SUMMARY, Traffic(1.2, math.inf, None, 3), "m")
+    assert data["burstiness"] == "inf"
+    path = tmp_path / "even.json"
+    path.write_text(json.dumps(data, allow_nan=False))
+    (run,) = read_bench_files([path])
+    assert run.traffic.burstiness == math.inf

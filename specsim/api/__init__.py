@@ -17,10 +17,17 @@ function runs the same code as its command, so its results equal the command's f
 """
 
 from specsim.api.plan import drafter_swap, plan_capacity, plan_window
-from specsim.api.results import PlanResult, Result, ValidationRun, load_run
+from specsim.api.results import (
+    BenchValidationRun,
+    PlanResult,
+    Result,
+    ValidationRun,
+    load_run,
+)
 from specsim.api.simulate import simulate
 
 __all__ = [
+    "BenchValidationRun",
     "PlanResult",
     "Result",
     "ValidationRun",

@@ -108,6 +108,31 @@ class ValidationRun:
         return bool(self.comparison["passed"])
 
 
+@dataclass(eq=False)
+class BenchValidationRun:
+    """A ``specsim validate --bench`` folder: ``comparison`` is comparison.json's dict,
+    ``metrics`` every run's rows as one DataFrame (its first column ``run``: the run's folder
+    name under runs/), ``runs`` the simulator's seeded run of each benchmark run by that name."""
+
+    comparison: dict[str, Any]
+    runs: dict[str, Result]
+    out: Path
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        """comparison.json's rows of every run: one per run and figure, measured against
+        predicted."""
+        rows = [
+            {"run": run["name"], **row} for run in self.comparison["runs"] for row in run["rows"]
+        ]
+        return pd.DataFrame(rows)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every figure of every run is within its threshold."""
+        return bool(self.comparison["passed"])
+
+
 def write_requests(frame: pd.DataFrame, path: Path) -> None:
     """requests.csv from its DataFrame, each column in the format the simulator (or the real
     engine) writes it in, through the csv module's quoting as theirs is."""
@@ -138,15 +163,19 @@ def plan_result(summary: dict[str, Any], report, out: Path | None) -> PlanResult
     )
 
 
-def load_run(folder: str | Path) -> Result | PlanResult | ValidationRun:
+def load_run(folder: str | Path) -> Result | PlanResult | ValidationRun | BenchValidationRun:
     """Read a run folder back: ``specsim simulate``'s (a Result), ``specsim plan`` or
-    ``specsim report``'s (a PlanResult) or ``specsim validate``'s (a ValidationRun)."""
+    ``specsim report``'s (a PlanResult) or ``specsim validate``'s (a ValidationRun; with
+    ``--bench``, a BenchValidationRun)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecsimError(
             "run folder not found", file=str(folder), fix="give the --out folder of a specsim run"
         )
     if (folder / COMPARISON).is_file():
+        comparison = _json(folder / COMPARISON)
+        if "bench" in comparison:
+            return _bench_validation(folder, comparison)
         return _validation(folder)
     summary = _json(folder / SUMMARY)
     if "command" in summary:
@@ -204,3 +233,11 @@ def _validation(folder: Path) -> ValidationRun:
         iterations=read_table(read_text(iterations, "iterations.csv")),
         out=folder,
     )
+
+
+def _bench_validation(folder: Path, comparison: dict[str, Any]) -> BenchValidationRun:
+    runs = {}
+    for run in comparison["runs"]:
+        part = folder / "runs" / run["name"]
+        runs[run["name"]] = Result(_json(part / SUMMARY), read_requests(part / REQUESTS))
+    return BenchValidationRun(comparison, runs, folder)

@@ -36,6 +36,22 @@ engine's run is one draw as well: a miss inside the band is one this workload's 
 can produce (a p90 of ~100 requests can hinge on a few that finished in the same step). Exit 0
 when every metric is within its threshold (mean E2E and throughput 5 %, p90 TTFT/TPOT/E2E 10 %, mean
 acceptance length 3 %), 1 when one is not, 2 on bad input.
+
+With --bench DIR the measured side is a serving engine's own load tests instead of the built-in
+engine: the result files the bench.sh of plan ... --emit writes (DIR/engine/bench/, vLLM JSON or
+SGLang JSONL), or every file under DIR (vLLM, SGLang or the normalised CSV, told apart by their
+content). Each run's workload is rebuilt as profile --from-bench rebuilds it (its own send times
+and lengths when saved), served by the scenario's engine, speculation and fleet on --profile
+(default: the scenario's profile), and every figure the file holds (TTFT, TPOT, ITL, E2E
+percentiles, throughputs, the counted acceptance length) compared as the benchmark client
+measured it, with the thresholds, bands and exit codes above:
+
+  specsim validate --bench runs/window --scenario scenarios/poisson.yaml --out runs/check
+
+It writes DIR/comparison.json, DIR/comparison.md, DIR/validation.png and DIR/runs/NN-LABEL/
+(the replayed trace, and the simulator's requests.csv and summary.json of it). Runs of two
+models or engines, a speculative run without counters for a speculating scenario (or one
+that drafted another k), and a file of unknown format are bad input.
 """
 
 from __future__ import annotations
@@ -51,8 +67,25 @@ MAX_REPLICATIONS = 10_000
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from specsim.profiling.measure import DTYPES
 
-    parser.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
-    parser.add_argument("--profile", metavar="P", help="use this profile instead of measuring")
+    parser.add_argument("scenario", metavar="SCENARIO", nargs="?", help="scenario YAML file")
+    parser.add_argument(
+        "--scenario",
+        dest="scenario_option",
+        metavar="S",
+        help="the scenario YAML file, given as an option (the same as SCENARIO)",
+    )
+    parser.add_argument(
+        "--bench",
+        metavar="DIR",
+        help="compare with the serving engine's own benchmark results in DIR (DIR/engine/bench/ "
+        "as plan ... --emit's bench.sh writes them, or any result files under DIR) instead of "
+        "running the built-in engine",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="P",
+        help="use this profile instead of measuring (with --bench: default the scenario's)",
+    )
     add_out(parser)
     add_set(parser)
     parser.add_argument(
@@ -117,21 +150,68 @@ def _drafters(texts: list[str]) -> dict[str, str] | None:
     return out
 
 
+# The built-in engine's options and their defaults: refused with --bench, which runs no engine.
+ENGINE_ONLY = {
+    "--target": ("target", "specsim-target"),
+    "--drafter": ("drafter", []),
+    "--prompts": ("prompts", None),
+    "--device": ("device", "cpu"),
+    "--dtype": ("dtype", "float32"),
+    "--profile-budget": ("profile_budget", None),
+    "--clock": ("clock", "wall"),
+}
+
+
+def scenario_path(args: argparse.Namespace) -> str:
+    given = [path for path in (args.scenario, args.scenario_option) if path is not None]
+    if not given:
+        raise SpecsimError(
+            "no scenario given", file="command line", key="--scenario", fix="give SCENARIO"
+        )
+    if len(given) == 2 and given[0] != given[1]:
+        raise SpecsimError(
+            f"two scenarios: {given[0]} and {given[1]}",
+            file="command line",
+            key="--scenario",
+            fix="give one scenario, as SCENARIO or as --scenario S",
+        )
+    return given[0]
+
+
+def run_bench(args: argparse.Namespace, scenario) -> int:
+    from specsim.validation.bench_report import write_bench_validation
+
+    for option, (dest, default) in ENGINE_ONLY.items():
+        if getattr(args, dest) != default:
+            raise SpecsimError(
+                "sets up the built-in engine, and --bench runs none",
+                file="command line",
+                key=option,
+                fix=f"drop {option} (or --bench, to run the built-in engine)",
+            )
+    result = write_bench_validation(scenario, args.bench, args.profile, args.replications, args.out)
+    summary = {"out": args.out, **result.payload}
+    emit(args, summary, result.report)
+    return 0 if result.passed else 1
+
+
 def run(args: argparse.Namespace) -> int:
     from specsim.scenario import load_scenario
     from specsim.validation.validate import ValidateOptions, validate
 
-    scenario = load_scenario(args.scenario, args.overrides)
-    if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
-        from specsim.workload.prompts import read_prompts
-
-        read_prompts(args.prompts)
+    scenario = load_scenario(scenario_path(args), args.overrides)
     if args.replications == 1:
         raise SpecsimError(
             "needs 0 or at least 2 runs for a spread",
             file="--replications",
             fix="e.g. --replications 20",
         )
+    if args.bench is not None:
+        return run_bench(args, scenario)
+    if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
+        from specsim.workload.prompts import read_prompts
+
+        read_prompts(args.prompts)
     options = ValidateOptions(
         profile=args.profile,
         target=args.target,

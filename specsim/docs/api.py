@@ -9,7 +9,7 @@ from specsim import api
 from specsim.docs.markdown import GENERATED, docstring_markdown
 
 FUNCTIONS = ("simulate", "plan_window", "plan_capacity", "drafter_swap", "load_run")
-CLASSES = ("Result", "PlanResult", "ValidationRun")
+CLASSES = ("Result", "PlanResult", "ValidationRun", "BenchValidationRun")
 
 
 def signature_text(name: str, function: Any) -> str:

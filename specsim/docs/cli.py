@@ -25,7 +25,8 @@ def synopsis(prog: str, parser: argparse.ArgumentParser, width: int = 96) -> str
         if isinstance(action, argparse._SubParsersAction):
             words.append("{" + ",".join(action.choices) + "} ...")
         elif not action.option_strings:
-            words.append(_value_name(action))
+            name = _value_name(action)
+            words.append(f"[{name}]" if action.nargs == "?" else name)
         else:
             word = max(action.option_strings, key=len)
             if _takes_value(action):

@@ -223,7 +223,10 @@ COMMAND_OUTPUTS = {
         "seconds (from the end of the previous "
         "iteration, its bookkeeping included, so busy iterations add up to the busy time), "
         "and with --clock cpu or reference "
-        "target_s and drafter_s, the part of seconds in each model's passes)",
+        "target_s and drafter_s, the part of seconds in each model's passes) and vllm-bench.json "
+        "(the same run as `vllm bench serve --save-result --save-detailed --metric-percentiles "
+        "50,90,99` writes its own, its `produced_by` key saying that specsim's engine wrote it: "
+        "what profile --from-bench and validate --bench read)",
         "simulation/": "the simulator's first run of the same workload: requests.csv, summary.json",
         "comparison.json": "each metric: measured (engine), predicted (the median over "
         "--replications simulator runs of the same requests), relative error, threshold, ok, "
@@ -233,13 +236,26 @@ COMMAND_OUTPUTS = {
         "flagged beyond it); iteration_residuals (per kind, k and batch: the measured and "
         "predicted mean and median ms, ratio and gap of the means, the measured p10..p90; the "
         "prediction is the cost model times the profile's iteration-time spread, as the "
-        "simulator charges it); machine_speed",
+        "simulator charges it); machine_speed. With --bench: scenario, profile, bench (the "
+        "folder), passed (every run within every threshold) and runs: per run name, file, run "
+        "(its number in the file), label, format, engine, engine_version, model, traffic "
+        "(request_rate, burstiness, max_concurrency, completed), workload (as replayed: "
+        "requests, arrivals, max_concurrency, lengths, engine, seed), speculation (k, "
+        "scalar_only; null: off), passed and rows (as above, one per figure the file holds and "
+        "the simulation gives, as the benchmark client measures it, and mean_acceptance_length "
+        "against the run's counters), not_compared (figure: why) and notes (the reader's)",
         "comparison.md": "the same comparison as a table, a warning for a flagged profile fit, "
         "each iteration group's measured against predicted time (mean against mean, median "
         "against median), and with the CPU clocks the mean time split into the target pass, "
-        "the drafter passes and the engine's own work",
-        "validation.png": "engine against simulation, figure",
+        "the drafter passes and the engine's own work; with --bench, a table per run",
+        "validation.png": "engine against simulation, figure; with --bench, a row per run: "
+        "the relative errors, and the simulator's E2E and TPOT distributions with the run's "
+        "measured percentiles marked",
         "profile.yaml": "the profile measured on this machine (without --profile)",
+        "runs/": "with --bench, in place of engine/ and simulation/: one folder NN-LABEL per "
+        "benchmark run (its number in file order, and its label or its file's stem) holding "
+        "workload.csv (the run's workload as replayed: send times and lengths, Vidur layout), "
+        "and the simulator's seeded run of it (requests.csv, summary.json)",
     },
     "specsim profile": {
         "FILE.yaml": "the profile (schema: [profile.md](profile.md)); with --sequences, the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,15 @@ from specsim.engine.workload import PromptBank, build_engine_source, open_loop_r
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, write_text_atomic
 from specsim.scenario import Scenario
+from specsim.serving.runs import Traffic
+from specsim.serving.vllm import bench_result
 
 DEFAULT_TARGET = "specsim-target"
+BENCH_FILE = "vllm-bench.json"  # the run as vllm bench serve --save-result writes its own
+PRODUCED_BY = (
+    "specsim's built-in engine (the built-in models in plain torch), not vLLM: only the format "
+    "is vllm bench serve's"
+)
 # Drafter names the shipped scenarios and profiles use, and the models behind them.
 DEFAULT_DRAFTERS = {
     "small": "specsim-draft-small",
@@ -36,6 +45,44 @@ class EngineRun:
     records: dict[str, np.ndarray]
     summary: dict[str, Any]
     log: IterationLog
+    traffic: Traffic | None = None  # the load as a benchmark client states it (bench_traffic)
+
+    def vllm_result(self) -> dict[str, Any]:
+        """The run in vLLM's bench result format (``specsim.serving.vllm.bench_result``), as
+        ``vllm bench serve --save-result --save-detailed --metric-percentiles 50,90,99``."""
+        if self.traffic is None:
+            raise ValueError("a run without its traffic has no benchmark result")
+        scenario = self.summary["scenario"]
+        result = bench_result(
+            self.records,
+            self.summary,
+            self.traffic,
+            scenario["target_model"],
+            label=scenario["name"],
+            percentiles=(50, 90, 99),
+            save_detailed=True,
+        )
+        # A top-level key of one's own, as vllm bench serve --metadata KEY=VALUE adds them.
+        result["produced_by"] = PRODUCED_BY
+        return result
+
+
+def bench_traffic(scenario: Scenario, arrivals: np.ndarray) -> Traffic:
+    """The scenario's load in a benchmark client's terms: vLLM's ``--request-rate``,
+    ``--burstiness`` (the gamma shape, 1 / cv^2; inf: evenly spaced) and ``--max-concurrency``
+    (a closed loop's clients: rate inf). A trace has no rate of its own: its mean over the run
+    (the saved send times are replayed exactly). A closed loop's think time has no client
+    option and is not stated."""
+    workload, n = scenario.workload, int(arrivals.size)
+    if workload.kind == "closed_loop":
+        return Traffic(math.inf, 1.0, workload.concurrency, n)
+    burstiness = {"bursty": 1 / workload.cv**2, "fixed_rate": math.inf}.get(workload.kind, 1.0)
+    if workload.kind == "trace":
+        span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
+        rate = (n - 1) / span if span > 0 else math.inf
+    else:
+        rate = workload.rate
+    return Traffic(rate, burstiness, workload.max_concurrency, n)
 
 
 def window_policy(scenario: Scenario):
@@ -186,12 +233,20 @@ def run_engine(
     machine_speed = timer.report()
     if machine_speed is not None:
         summary["machine_speed"] = machine_speed
-    return EngineRun(records, summary, engine.log)
+    return EngineRun(records, summary, engine.log, bench_traffic(scenario, records["arrival_s"]))
 
 
 def write_run(run: EngineRun, folder: Path) -> None:
-    """requests.csv, summary.json and iterations.csv of an engine run, into ``folder``."""
+    """requests.csv, summary.json and iterations.csv of an engine run, into ``folder``, and the
+    run in vLLM's bench result format (``BENCH_FILE``) when its traffic is known."""
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "requests.csv", format_csv(run.records))
     write_text_atomic(folder / "summary.json", dump_json(run.summary))
     write_text_atomic(folder / "iterations.csv", format_iterations(run.log))
+    if run.traffic is not None:
+        write_text_atomic(folder / BENCH_FILE, bench_text(run.vllm_result()))
+
+
+def bench_text(result: dict[str, Any]) -> str:
+    """A result file's text as vllm bench serve writes it: ``json.dump``, one line."""
+    return json.dumps(result, allow_nan=False) + "\n"

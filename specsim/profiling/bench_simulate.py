@@ -6,7 +6,8 @@ statistic by ``np.percentile``; ITL per streamed chunk (one per emitting iterati
 exact: ``specsim.serving.vllm.bench_writer.chunk_gaps``) or, for a client that splits chunks
 per token (``itl_per_token``), pooled over the tokens. The records hold no per-token times, so
 ITL *percentiles* are not simulated and not fitted (``NOT_SIMULATED``). Throughputs divide by
-the simulated run's length, first send to last token, as the clients divide by theirs.
+the simulated run's length, first send to last token, as the clients divide by theirs, plus
+the run's wait before its first send where the file tells it (``Replay.duration``).
 
 Every evaluation of a run replays the same trace with the same seed (common random numbers),
 so two candidate profiles differ only by their costs, never by their draws. A speculative run
@@ -176,7 +177,7 @@ class Evaluator:
         replay = self.replays[run]
         return run_metrics(
             read_records(path),
-            result.summary["duration_s"],
+            replay.duration(result.summary["duration_s"]),
             self.keys[run],
             replay.run.itl_per_token,
         )

@@ -8,9 +8,9 @@ replayed with ``workload.max_concurrency`` when the client capped requests in fl
   times the file saved, since those follow the real server's speed, not the client's plan. A
   finite rate replays the run's own send times (``--save-detailed`` ``start_times``) when the
   file saved them; otherwise they are drawn, one schedule per run from a seed fixed by the
-  file's hash and the run's place in it: gamma gaps of shape ``burstiness`` (1 = Poisson;
-  coefficient of variation 1 / sqrt(burstiness)) and mean 1 / rate, rescaled so the schedule
-  spans n / rate, as vLLM 0.33 rescales its own.
+  file's hash and the run's place in it: gamma gaps of shape
+  ``burstiness`` (1 = Poisson; coefficient of variation 1 / sqrt(burstiness)) and mean 1 /
+  rate, rescaled so the schedule spans n / rate, as vLLM 0.33 rescales its own.
 - A finite rate with a cap sends each request at its time or, if the cap is reached, when one
   finishes. A saved send time already includes the client's wait, so under the cap it is
   delayed further only where the simulated server is slower than the real one was.
@@ -70,6 +70,15 @@ class Replay:
     arrivals: str  # how the send times were obtained, in words
     lengths: str  # how the lengths were obtained, in words
     spread_known: bool  # the lengths vary as the run's did (exact, or drawn from its range)
+    lead_in_s: float = (
+        0.0  # the run's wait before its first send, when its saved times are replayed
+    )
+
+    def duration(self, simulated_s: float) -> float:
+        """The run's length as its client counts it: the simulated one (first send to last
+        token) and the wait before the first send that vLLM's duration includes, when the file
+        tells it (``Lengths.lead_in_s``)."""
+        return simulated_s + self.lead_in_s
 
     def scenario(self, profile_path: str) -> Scenario:
         workload = {"kind": "trace", "trace": str(self.trace), "format": "vidur"}
@@ -191,4 +200,8 @@ def replay(
     rows = zip(times[order].tolist(), prompts[order].tolist(), outputs[order].tolist(), strict=True)
     trace.write_text(TRACE_HEADER + "".join(f"{t!r},{p},{o}\n" for t, p, o in rows), "utf-8")
     engine = engine_settings(run, defaults)
-    return Replay(run, trace, seed, engine, speculation, arrivals, lengths, spread_known(run))
+    saved = math.isfinite(run.traffic.request_rate) and run.lengths.start_times_s is not None
+    lead_in = (run.lengths.lead_in_s or 0.0) if saved else 0.0
+    return Replay(
+        run, trace, seed, engine, speculation, arrivals, lengths, spread_known(run), lead_in
+    )

@@ -38,6 +38,9 @@ class Lengths:
     input_lens: tuple[int, ...] | None = None  # per request, when saved (--save-detailed)
     output_lens: tuple[int, ...] | None = None
     start_times_s: tuple[float, ...] | None = None  # send times, the first at 0, when saved
+    # From the run's start to its first send, when the file tells: vLLM's duration counts from
+    # before its first send, which waits one gap of the schedule.
+    lead_in_s: float | None = None
     input_range: tuple[int, int] | None = None  # uniform [low, high] when the file says so
     output_range: tuple[int, int] | None = None
 

@@ -20,7 +20,7 @@ thresholds'.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -96,13 +96,26 @@ def compare_prediction(
     """Compare two summary.json mappings (simulator, engine) metric by metric; with
     ``replicas`` (more simulator summaries of the same requests), the prediction is each
     metric's median over all the simulator's draws, and each metric gets its band."""
+    names = metric_names()
+    draws = [{m: lookup(s, m) for m in names} for s in (predicted, *replicas)]
+    return compare_figures(names, draws, {m: lookup(measured, m) for m in names})
+
+
+def compare_figures(
+    metrics: Sequence[str],
+    draws: Sequence[Mapping[str, float]],
+    measured: Mapping[str, float],
+) -> Comparison:
+    """Compare figures by name: ``draws`` are the simulator's runs of the same requests (the
+    first is its seeded run), ``measured`` the engine's. With more than one draw the prediction
+    is each metric's median over them, and each metric gets its band."""
     rows = []
-    for metric in metric_names():
-        first, m = lookup(predicted, metric), lookup(measured, metric)
-        draws = np.array([first, *(lookup(r, metric) for r in replicas)])
+    for metric in metrics:
+        first, m = draws[0][metric], measured[metric]
+        values = np.array([draw[metric] for draw in draws])
         # The prediction is the median over the simulator's draws: any one draw adds its own
         # acceptance and jitter luck to the error.
-        p = float(np.median(draws))
+        p = float(np.median(values))
         error = (p - m) / m if m != 0 else None
         threshold = THRESHOLDS.get(metric)
         if threshold is None:
@@ -112,10 +125,10 @@ def compare_prediction(
         else:
             ok = abs(error) <= threshold
         band, below, count = None, None, None
-        if replicas:
-            low, high = np.quantile(draws, [0.1, 0.9])
+        if len(draws) > 1:
+            low, high = np.quantile(values, [0.1, 0.9])
             band = (float(low), float(high))
-            below, count = int((draws < m).sum()), len(draws)
+            below, count = int((values < m).sum()), len(values)
         rows.append(Row(metric, p, m, error, threshold, ok, band, below, count, first))
     return Comparison(rows)
 

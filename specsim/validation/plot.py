@@ -69,3 +69,42 @@ def _errors(ax, comparison: Comparison) -> None:
     ax.set_xlabel("simulator vs engine (%); dotted: threshold")
     ax.set_title("relative error (blue ok, vermillion exceeded, grey reported)")
     ax.grid(axis="x", alpha=0.3)
+
+
+def plot_bench_validation(runs, title: str, path: Path) -> None:
+    """``validate --bench``: per run (a row), the relative errors and the simulator's E2E and
+    TPOT distributions with the run's measured percentiles marked on them (a result file holds
+    percentiles, not every request's latency). ``runs``: (name, comparison, the simulator's
+    records, measured figures keyed like ``e2e_s.p90``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 3, figsize=(15, 4.2 * len(runs)), squeeze=False)
+    for row, (name, comparison, records, measured) in zip(axes, runs, strict=True):
+        _errors(row[0], comparison)
+        row[0].set_title(f"{name}: relative error", fontsize=9)
+        predicted = request_latencies(records)
+        for ax, metric, what in ((row[1], "e2e_s", "E2E latency"), (row[2], "tpot_s", "TPOT")):
+            x = np.sort(predicted[metric])
+            if x.size:
+                y = np.arange(1, x.size + 1) / x.size
+                ax.step(x, y, "--", where="post", label="simulator", color=SIMULATOR, lw=1.5)
+            points = [
+                (value, float(key.split(".p", 1)[1]) / 100)
+                for key, value in measured.items()
+                if key.startswith(f"{metric}.p")
+            ]
+            if points:
+                xs, ys = zip(*sorted(points), strict=True)
+                ax.plot(xs, ys, "o", color=ENGINE, label="benchmark (its percentiles)")
+            ax.set_xlabel(f"{what} (s)")
+            ax.set_ylabel("share of requests")
+            ax.set_title(f"{name}: {what}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)

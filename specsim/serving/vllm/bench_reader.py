@@ -6,6 +6,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,7 @@ def read_run(data: Mapping[str, Any], where: Where, sha256: str) -> BenchRun:
     )
     check_pace(run, "request_rate", "duration")
     _check_throughput(data, where, run)
-    return run
+    return _checked_lead_in(run, where)
 
 
 def _traffic(data: Mapping[str, Any], where: Where, completed: int) -> Traffic:
@@ -242,7 +243,32 @@ def _lengths(data, where: Where, completed: int, mask) -> Lengths:
         starts = _array(data, "start_times", where, mask, math.inf)
         if starts is not None:
             per_request["start_times_s"] = tuple(float(t) for t in starts - starts.min())
+            latencies = _array(data, "latencies", where, mask, MAX_SECONDS)
+            if latencies is not None:
+                per_request["lead_in_s"] = _lead_in(starts - starts.min(), latencies, data)
     return Lengths(total_in / completed, total_out / completed, **per_request)
+
+
+def _lead_in(starts: np.ndarray, latencies: np.ndarray, data) -> float:
+    """From the benchmark's start to its first send: the duration less the span of the
+    requests' own send times and latencies (the client stops its clock at the last finish).
+    Negative when they disagree: ``_checked_lead_in`` refuses that."""
+    return float(data["duration"]) - float(np.max(starts + latencies))
+
+
+def _checked_lead_in(run: BenchRun, where: Where) -> BenchRun:
+    lead_in = run.lengths.lead_in_s
+    if lead_in is None:
+        return run
+    # Beyond rounding: a duration kept to 6 significant digits, times to the microsecond.
+    if lead_in < -(run.duration_s * 1e-5 + 1e-5):
+        raise where.error(
+            f"the requests' send times and latencies span {run.duration_s - lead_in:.6g} s, "
+            f"longer than the run's duration of {run.duration_s:.6g} s",
+            "duration",
+            fix="give the file as the benchmark wrote it (duration and arrays of one run)",
+        )
+    return replace(run, lengths=replace(run.lengths, lead_in_s=max(lead_in, 0.0)))
 
 
 def _speculation(data, where: Where) -> SpecCounters | None:

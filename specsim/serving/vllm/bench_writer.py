@@ -20,7 +20,8 @@ per-request record columns of ``requests.csv`` and the run's ``summary.json``:
   ``server_ttfts``, ``max_output_tokens_per_s``, ``max_concurrent_requests``, ``rtfx`` and
   the goodput (``request_goodput`` is null, as without ``--goodput``). ``queue_times`` (the
   client's wait for a ``--max-concurrency`` slot) are 0: a simulated request arrives when sent.
-- ``date`` only when given, so the same run writes the same bytes.
+- ``date`` only when given, so the same run writes the same bytes. An infinite rate or
+  burstiness (evenly spaced sends) is written ``"inf"``, as vLLM writes its infinite rate.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def bench_result(
         tokenizer_id=model,
         num_prompts=traffic.num_prompts or completed,
         request_rate=traffic.request_rate if math.isfinite(traffic.request_rate) else "inf",
-        burstiness=traffic.burstiness,
+        burstiness=traffic.burstiness if math.isfinite(traffic.burstiness) else "inf",
         max_concurrency=traffic.max_concurrency,
         duration=duration,
         completed=completed,
