@@ -15,8 +15,8 @@ error and its leave-one-run-out error over the fitted rates, as the calibration 
 them; per held-out run each thresholded figure's relative error, calibrated and prior; their
 medians), ``baseline`` (the built-in engine's measurements, in the same process) and ``ratio``
 (the largest calibrated |error| / threshold over the held-out runs: <= 1 means every threshold
-is met). The calibration's leave-one-out refits start from the fit on every run and can stop
-there, so they may read as low as the fit itself; the held-out runs here are never fitted.
+is met). The calibration's leave-one-out refits start from the prior, so they never see the
+run they predict; the held-out runs here are never fitted at all.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_calibration.py [--requests N]
         [--clock reference|cpu|wall] [--keep DIR] [--examples DIR]

@@ -255,3 +255,29 @@ def test_the_terms_at_their_prior_values_cost_what_the_prior_costs():
             assert StepCosts(same, drafter).iteration_parts(k, decode, prefill) == StepCosts(
                 prior, drafter
             ).iteration_parts(k, decode, prefill)
+
+
+def _line_evaluator(targets):
+    """A stand-in for the simulator: one term, each run's figure off by theta - its target."""
+    from types import SimpleNamespace
+
+    term = SimpleNamespace(theta0=0.0, prior_sd=1.0, bounds=(-2.0, 2.0), model="target")
+    runs = [SimpleNamespace(speculation=None) for _ in targets]
+
+    def weighted_errors(theta, run):
+        return np.array([theta[0] - targets[run]])
+
+    return SimpleNamespace(terms=[term], replays=runs, weighted_errors=weighted_errors)
+
+
+def test_a_held_out_fit_never_sees_the_run_it_predicts():
+    # The held-out fit of run 0 must be the same, bit for bit, whatever run 0 measured: started
+    # from the full fit (which saw run 0) it carries run 0's figures into its own prediction.
+    from specsim.profiling.bench_fit import calibrate
+
+    first = calibrate(_line_evaluator([0.3, 0.1, 0.2]))
+    moved = calibrate(_line_evaluator([-0.5, 0.1, 0.2]))
+    assert first.determined == moved.determined == [0]
+    assert first.theta[0] != moved.theta[0]
+    assert first.held_out[0].tobytes() == moved.held_out[0].tobytes()
+    assert first.held_out[1].tobytes() != moved.held_out[1].tobytes()

@@ -16,8 +16,9 @@ whose posterior standard deviation is below ``DETERMINED`` of its prior's (the r
 least three times the prior's information on it) is determined; the others are reset to the
 prior and the determined ones fitted again.
 
-Held out: each run in turn is left out, the determined terms refitted on the rest (from the
-full fit, with the same prior), and the left-out run predicted.
+Held out: each run in turn is left out, the determined terms refitted on the rest (staged, from
+the prior, as the full fit is), and the left-out run predicted. Which terms are determined is
+decided once, on every run.
 """
 
 from __future__ import annotations
@@ -158,7 +159,10 @@ def calibrate(evaluator: Evaluator, held_out: bool = True) -> FitResult:
     theta = fit(evaluator, determined, runs, start) if determined != every else first
     left_out = None
     if held_out and len(runs) > 1:
+        # Each held-out fit starts from the prior, as the full fit does: started from the full
+        # fit (which saw the run) it often stays there, and the held-out error leaks the run.
         left_out = {
-            run: fit(evaluator, determined, [r for r in runs if r != run], theta) for run in runs
+            run: staged_fit(evaluator, determined, [r for r in runs if r != run], theta0)
+            for run in runs
         }
     return FitResult(theta, ratio, correlation, determined, left_out)

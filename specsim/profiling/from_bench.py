@@ -268,7 +268,10 @@ def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
                 "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
             },
             "determined_below": DETERMINED,
-            "held_out": "each run left out in turn; the determined terms refitted on the rest",
+            "held_out": (
+                "each run left out in turn; the determined terms refitted on the rest, from the "
+                "prior"
+            ),
             "simulations": evaluator.simulations,
         },
         "terms": _terms(evaluator, result),
