@@ -277,6 +277,7 @@ STRING_OPTIONS = {
     "--prompts": "file",
     "--emit": "engines",
     "--model": "model-path",
+    "--tree": "tree",
     "--baseline": "folder",
     "--candidate": "folder",
     "scenario": "file",
@@ -293,6 +294,24 @@ BAD_STRINGS = {
     "verifier": ["nonsense", "no_such_module_xyz:verify", "specsim.errors:no_such", "x:1y"],
     "engines": ["", "x", "vllm,x", "vllm,vllm", "VLLM", "vllm,,sglang"],
     "model-path": ["novalue", "=x", "target=", "target=a$b", "d1=x`y"],
+    # Malformed shapes, and well-formed ones the tree check cannot enumerate exactly.
+    "tree": [
+        "",
+        "x",
+        "0",
+        "2,,1",
+        "2,-1",
+        "[[1]]",
+        "[[0],[0]]",
+        "[[0,0]]",
+        "[[0]",
+        "[0]",
+        "[[0.5]]",
+        "9",
+        "9,9,9",
+        "2,1,1,1,1,1",
+        "99999999999",
+    ],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
 

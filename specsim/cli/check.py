@@ -62,7 +62,9 @@ VERIFIER_CHOICES = tuple(VERIFIER_KINDS)
 CONTROL_CHOICES = (
     "argmax-on-reject", "raw-q", "resample-p", "residual-0.8q", "shared-uniform", "stale-bonus",
 )  # fmt: skip
-MAX_VOCAB, MAX_K = 16, 4
+TREE_CONTROL_CHOICES = ("tree-iid-proposal", "tree-sibling-uniform", "tree-stale-residual")
+TREE_DRAFTS = ("iid", "without-replacement")  # a test checks them against kinds.TREE_DRAFTS
+MAX_VOCAB, MAX_K, DEFAULT_K = 16, 4, 3
 
 
 def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,9 +79,27 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--control",
-        choices=CONTROL_CHOICES,
+        choices=CONTROL_CHOICES + TREE_CONTROL_CHOICES,
         default=None,
-        help="run a known-wrong verifier instead (a negative control the check must flag)",
+        help="run a known-wrong verifier instead (a negative control the check must flag; the "
+        "tree-* controls with --tree)",
+    )
+    parser.add_argument(
+        "--tree",
+        default=None,
+        metavar="SHAPE",
+        help="check tree verification on this tree instead of a chain of --k drafts: widths per "
+        "depth (2,2,1: two children of the root, two under each, one under each of those) or a "
+        "JSON list of paths of child ranks ([[0],[1],[0,0]]); the whole window of depth + 1 "
+        "tokens is judged",
+    )
+    parser.add_argument(
+        "--drafts",
+        choices=TREE_DRAFTS,
+        default=None,
+        help="with --tree: how the toy drafter draws each node's children from q, i.i.d. "
+        "(default; the rejection verifier is then SpecInfer's rule) or without replacement "
+        "(Sequoia's rule); --drafter greedy takes q's top-k tokens instead",
     )
     parser.add_argument(
         "--lossy-by-design",
@@ -113,7 +133,7 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--k",
         type=int,
-        default=3,
+        default=None,
         help=f"window size, 1..{MAX_K} (default 3), with vocab^(k+1) <= 65536: the whole "
         "window of k + 1 emitted tokens is judged",
     )
@@ -190,6 +210,16 @@ def _run_sampler(args: argparse.Namespace) -> int:
         raise SpecsimError(
             "--verifier and --control are exclusive", key="--control", fix="give one of them"
         )
+    if args.tree is not None:
+        return _run_tree(args)
+    if args.drafts is not None:
+        raise SpecsimError("applies with --tree only", key="--drafts", fix="add --tree or drop it")
+    if args.control in TREE_CONTROL_CHOICES:
+        raise SpecsimError(
+            f"{args.control} is a tree control",
+            key="--control",
+            fix="add --tree, e.g. --tree 2,2,1",
+        )
     own = args.verifier is not None and ":" in args.verifier
     for flag, used in (
         ("--lossy-by-design", args.lossy_by_design),
@@ -205,7 +235,7 @@ def _run_sampler(args: argparse.Namespace) -> int:
     report = check_sampler(
         args.control or args.verifier or DEFAULT_VERIFIER,
         vocab=args.vocab,
-        k=args.k,
+        k=DEFAULT_K if args.k is None else args.k,
         samples=args.samples,
         seed=args.seed,
         temperature=args.temperature,
@@ -220,14 +250,61 @@ def _run_sampler(args: argparse.Namespace) -> int:
         inputs=args.inputs,
         dtype=args.dtype,
     )
+    return _report(args, report, _human(report))
+
+
+def _report(args: argparse.Namespace, report, human: str) -> int:
     summary = report.to_json()
     if args.out:
         from specsim.fileio import atomic_output_dir, dump_json
 
         with atomic_output_dir(args.out) as staging:
             (staging / "sampler_check.json").write_text(dump_json(summary), encoding="utf-8")
-    emit(args, summary, _human(report))
+    emit(args, summary, human)
     return 1 if args.fail_on_lossy and exact_verifier_failed(report) else 0
+
+
+def _run_tree(args: argparse.Namespace) -> int:
+    from specsim.errors import SpecsimError
+    from specsim.sampling.tree_checker import check_tree_sampler
+
+    if args.verifier is not None and args.control is not None:
+        raise SpecsimError(
+            "--verifier and --control are exclusive", key="--control", fix="give one of them"
+        )
+    chain_only = (
+        ("--k", args.k is not None),
+        ("--ragged", args.ragged),
+        ("--top-k", args.top_k != 0),
+        ("--top-p", args.top_p != 1.0),
+        ("--inputs", args.inputs != "probs"),
+        ("--reference", args.reference != "sampling"),
+        ("--lossy-by-design", args.lossy_by_design),
+        ("--verifier", args.verifier is not None and ":" in args.verifier),
+        ("--control", args.control in CONTROL_CHOICES),
+    )
+    for flag, used in chain_only:
+        if used:
+            raise SpecsimError(
+                "does not apply with --tree (the tree check runs the built-in tree verifiers "
+                "and tree-* controls, at a temperature, on the tree's own window)",
+                key=flag,
+                fix="drop it, or drop --tree",
+            )
+    report = check_tree_sampler(
+        args.control or args.verifier or DEFAULT_VERIFIER,
+        tree=args.tree,
+        drafts=args.drafts,
+        vocab=args.vocab,
+        samples=args.samples,
+        seed=args.seed,
+        temperature=args.temperature,
+        drafter=args.drafter,
+        alpha=args.alpha,
+        problem_seed=args.problem_seed,
+        dtype=args.dtype,
+    )
+    return _report(args, report, _tree_human(report))
 
 
 def exact_verifier_failed(report) -> bool:
@@ -257,29 +334,54 @@ def _human(r) -> str:
         )
     else:
         lines.append(f"exact: {r.exact_note or 'not available for this verifier'}")
-    if r.p_value is None:
-        lines.append(f"Monte Carlo: {r.monte_carlo_note}")
-    else:
-        tests = len(r.window_tests)
-        lines.append(
-            f"Monte Carlo: {r.samples:,} samples, seed {r.seed}: a G-test of tokens 1-j for each "
-            f"j = 1..{tests}, each at level {r.alpha / tests:.3g} (alpha {r.alpha:g} / {tests}); "
-            f"family p-value {r.p_value:.3g}"
-        )
-        for test in r.window_tests:
-            stat = "inf" if test["g_statistic"] is None else f"{test['g_statistic']:.1f}"
-            impossible = (
-                f", {test['impossible_samples']} samples outside the target's support"
-                if test["impossible_samples"]
-                else ""
-            )
-            lines.append(
-                f"  tokens 1-{test['tokens']}: {test['cells']:,} cells, G = {stat}, dof "
-                f"{test['dof']}, p {test['p_value']:.3g}{impossible}; detects TV >= "
-                f"{test['detectable_tv']:.2g} on tokens 1-{test['tokens']} with {r.power:.0%} "
-                "power"
-            )
+    lines.extend(_monte_carlo_lines(r))
     return "\n".join(lines)
+
+
+def _tree_human(r) -> str:
+    drafter = "top-k children" if r.drafter == "greedy" else f"children drawn {r.drafts}"
+    lines = [
+        f"{r.verifier}: {r.description}",
+        f"problem: vocab {r.vocab}, tree {r.tree_description} ({r.tree}), {drafter}, "
+        f"temperature {r.temperature:g}, problem seed {r.problem_seed}; inputs in {r.dtype}; "
+        f"reference: {r.reference}; judged: the whole window, tokens 1-{r.judged_tokens}",
+        _verdict(r),
+    ]
+    if r.malformed is not None:
+        lines.append(f"  reason: {r.malformed['reason']}")
+        lines.extend(f"  {example}" for example in r.malformed["examples"])
+    lines.append(
+        f"exact ({r.exact_method}: {r.exact_scope}; {r.enumeration_cells:,} cells): max |error| "
+        f"{r.closed_form_max_abs_error:.3g}, TV {r.tv_distance:.3g} (exact needs <= "
+        f"{r.exact_tolerance:.2g})"
+    )
+    lines.extend(_monte_carlo_lines(r))
+    return "\n".join(lines)
+
+
+def _monte_carlo_lines(r) -> list[str]:
+    if r.p_value is None:
+        return [f"Monte Carlo: {r.monte_carlo_note}"]
+    tests = len(r.window_tests)
+    lines = [
+        f"Monte Carlo: {r.samples:,} samples, seed {r.seed}: a G-test of tokens 1-j for each "
+        f"j = 1..{tests}, each at level {r.alpha / tests:.3g} (alpha {r.alpha:g} / {tests}); "
+        f"family p-value {r.p_value:.3g}"
+    ]
+    for test in r.window_tests:
+        stat = "inf" if test["g_statistic"] is None else f"{test['g_statistic']:.1f}"
+        impossible = (
+            f", {test['impossible_samples']} samples outside the target's support"
+            if test["impossible_samples"]
+            else ""
+        )
+        lines.append(
+            f"  tokens 1-{test['tokens']}: {test['cells']:,} cells, G = {stat}, dof "
+            f"{test['dof']}, p {test['p_value']:.3g}{impossible}; detects TV >= "
+            f"{test['detectable_tv']:.2g} on tokens 1-{test['tokens']} with {r.power:.0%} "
+            "power"
+        )
+    return lines
 
 
 def _verdict(r) -> str:
@@ -342,6 +444,14 @@ top_p. It returns an object with .accepted [B] (drafts accepted) and .tokens [B,
 accepted drafts, then the corrected or bonus token), or the pair (accepted, tokens). An output
 that breaks this (an accepted prefix that differs from the drafts, a token outside [0, V), an
 exception) is reported as a verdict with the offending rows.
+
+--tree SHAPE checks tree verification instead (one tree step from the prompt, then the target,
+over the tree's depth + 1 tokens): rejection is SpecInfer's multi-draft rule for children drawn
+i.i.d. from q (--drafts iid) or Sequoia's for children drawn without replacement (--drafts
+without-replacement); greedy follows the argmax child; typical is Medusa's. The exact result is
+the closed form over every drafted token of every node (V^(depth+1) <= 65536 and
+V^(max(width, depth) + 3) <= 2^24 cells, width the most children of a node), the Monte Carlo
+test runs the real batched tree verifier; the tree-* controls must be flagged.
 
 Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
 decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,

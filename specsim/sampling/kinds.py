@@ -112,3 +112,88 @@ VerifierName = Literal[tuple(VERIFIER_KINDS)]  # type: ignore[valid-type]  # sch
 def verifier_descriptions() -> str:
     """Every verifier with its description, for a schema field or an option's help."""
     return "; ".join(f"'{kind.name}': {kind.description}" for kind in VERIFIER_KINDS.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# Tree verification: the tree-aware extension of the registry above. Each entry extends one
+# verifier kind (its lossy and greedy-reference flags are that kind's) to a tree step, for the
+# way the drafter drew each node's children from q: "iid" (independent draws), or
+# "without-replacement" (each child's token removed before the next is drawn); ``None``: any.
+# A deterministic drafter (top-k children, q None) suits either exact entry: they coincide.
+
+TREE_DRAFTS = ("iid", "without-replacement")
+
+
+@dataclass(frozen=True)
+class TreeVerifierKind:
+    """One tree verifier: the verifier kind it extends, the drafts it is exact for, and its
+    batched torch function (``specsim.sampling.tree_verifiers``) and closed form (a
+    ``TreeRule`` in ``specsim.sampling.tree_reference``) by attribute."""
+
+    name: str
+    verifier: str  # a VERIFIER_KINDS name
+    drafts: str | None  # a TREE_DRAFTS value, or None: any
+    description: str
+    function: str
+    rule: str
+
+    @property
+    def kind(self) -> VerifierKind:
+        return VERIFIER_KINDS[self.verifier]
+
+    def load(self) -> Callable[..., Any]:
+        from specsim.sampling import tree_verifiers
+
+        return getattr(tree_verifiers, self.function)
+
+    def closed_form(self) -> Any:
+        from specsim.sampling import tree_reference
+
+        return getattr(tree_reference, self.rule)
+
+
+TREE_VERIFIER_KINDS: dict[str, TreeVerifierKind] = {
+    kind.name: kind
+    for kind in (
+        TreeVerifierKind(
+            "rejection-iid",
+            "rejection",
+            "iid",
+            "multi-draft speculative sampling, children drawn i.i.d. from q (SpecInfer)",
+            "verify_tree_rejection",
+            "TREE_REJECTION",
+        ),
+        TreeVerifierKind(
+            "rejection-without-replacement",
+            "rejection",
+            "without-replacement",
+            "multi-draft speculative sampling, children drawn without replacement (Sequoia, RSD)",
+            "verify_tree_without_replacement",
+            "TREE_WITHOUT_REPLACEMENT",
+        ),
+        TreeVerifierKind(
+            "greedy",
+            "greedy",
+            None,
+            "greedy tree: follow the child that is argmax p at every depth",
+            "verify_tree_greedy",
+            "TREE_GREEDY",
+        ),
+        TreeVerifierKind(
+            "typical",
+            "typical",
+            None,
+            "Medusa typical acceptance over a tree (lossy by design)",
+            "verify_tree_typical",
+            "TREE_TYPICAL",
+        ),
+    )
+}
+
+
+def tree_verifier_for(verifier: str, drafts: str) -> TreeVerifierKind:
+    """The tree verifier of a verifier kind for children drafted ``drafts`` (TREE_DRAFTS)."""
+    for kind in TREE_VERIFIER_KINDS.values():
+        if kind.verifier == verifier and kind.drafts in (None, drafts):
+            return kind
+    raise KeyError(f"no tree verifier for {verifier!r} with {drafts!r} drafts")

@@ -1,0 +1,293 @@
+"""The losslessness checker for tree verification: an exact result plus a Monte Carlo test.
+
+``check_tree_sampler`` judges a tree verifier (``kinds.TREE_VERIFIER_KINDS``) or a tree control
+(``tree_controls.TREE_CONTROLS``) on the checker's seeded toy target/drafter pair
+(``problem.ToyModels``) for one tree shape, over the whole window of D + 1 tokens (D the tree's
+depth): one tree step from the prompt, continued by the target alone.
+
+1. **Exact result**: the closed form (``tree_reference``, numpy float64) of the step's output over
+   every drafted token of every node and every accept/reject outcome, continued by the target;
+   exact means within 1e-12 of what the target alone produces. Sizes: V^(D+1) <= 65,536 window
+   cells and V^(max(W, D) + 3) <= 2^24 cells for a tree of depth D whose widest node has W
+   children (``tree_reference.MAX_CELLS``).
+2. **Monte Carlo** (torch): the real batched verifier over many rows (``tree_montecarlo``), a
+   G-test of the first j tokens for each j = 1..D+1 at level alpha / (D + 1), with the sample
+   size, the seed and the smallest TV distance each test detects with the stated power
+   (``stats.window_tests``).
+
+The drafter draws each node's children from q i.i.d. or without replacement (``drafts``), or
+takes q's top-k tokens (``drafter="greedy"``: a deterministic drafter, q None for the verifier).
+The tree problem runs at a temperature > 0 with no top-k/top-p, so that q has full support and
+every node can have as many distinct children as the vocabulary allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.sampling import reference, stats, tree_reference
+from specsim.sampling.checker import MAX_VOCAB, MAX_WINDOW_CELLS, torch_available
+from specsim.sampling.kinds import TREE_DRAFTS, VERIFIER_KINDS, tree_verifier_for
+from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
+from specsim.sampling.tree_controls import TREE_CONTROLS
+from specsim.tree import TreeShape
+
+EXACT_TOLERANCE = 1e-12
+DEFAULT_TREE = "2,2,1"
+
+
+@dataclass(frozen=True)
+class TreeSamplerCheck:
+    """The verdict, the evidence (exact result, then Monte Carlo) and the set-up."""
+
+    verifier: str
+    description: str
+    lossless: bool
+    lossy_by_design: bool
+    negative_control: bool
+    reference: str  # "target sampling" or "target greedy decoding"
+    tree: list[list[int]]  # the shape's paths
+    tree_description: str
+    drafts: str  # how a sampling drafter drew each node's children
+    judged_tokens: int  # D + 1
+    exact_method: str
+    exact_scope: str
+    exact_tolerance: float
+    closed_form_max_abs_error: float
+    tv_distance: float
+    enumeration_cells: int  # the closed form's largest array
+    malformed: dict[str, Any] | None
+    p_value: float | None  # None: Monte Carlo skipped
+    g_statistic: float | None
+    dof: int | None
+    impossible_samples: int | None
+    detectable_tv: float | None
+    window_tests: list[dict[str, Any]] | None
+    power: float
+    alpha: float
+    samples: int
+    seed: int
+    problem_seed: int
+    vocab: int
+    temperature: float
+    drafter: str
+    dtype: str
+    monte_carlo_note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TreeSubject:
+    name: str
+    description: str
+    rule: tree_reference.TreeRule
+    drafts: str
+    greedy_reference: bool
+    lossy_by_design: bool
+    negative_control: bool
+    load: Any  # () -> the torch verifier
+    drafters: tuple[str, ...] = DRAFTERS  # the drafters it can be checked with
+
+
+def tree_subject(verifier: str, drafts: str | None) -> TreeSubject:
+    """A built-in verifier (with the drafts it is checked under) or a tree control."""
+    if verifier in TREE_CONTROLS:
+        control = TREE_CONTROLS[verifier]
+        if drafts not in (None, control.drafts):
+            raise SpecsimError(
+                f"the control {verifier} drafts its children {control.drafts}",
+                key="--drafts",
+                fix="drop --drafts",
+            )
+        return TreeSubject(
+            control.name, f"negative control: {control.description}", control.rule,
+            control.drafts, False, False, True, lambda: control.verifier, control.drafters,
+        )  # fmt: skip
+    if verifier not in VERIFIER_KINDS:
+        names = ", ".join([*VERIFIER_KINDS, *TREE_CONTROLS])
+        raise SpecsimError(
+            f"unknown tree verifier {verifier!r}", key="--verifier", fix=f"use {names}"
+        )
+    drafts = drafts or TREE_DRAFTS[0]
+    if drafts not in TREE_DRAFTS:
+        fix = f"use {', '.join(TREE_DRAFTS)}"
+        raise SpecsimError("value out of range", key="--drafts", fix=fix)
+    kind = tree_verifier_for(verifier, drafts)
+    return TreeSubject(
+        kind.name, kind.description, kind.closed_form(), drafts, kind.kind.greedy_reference,
+        kind.kind.lossy, False, kind.load,
+    )  # fmt: skip
+
+
+def check_tree_sampler(
+    verifier: str = "rejection",
+    *,
+    tree: TreeShape | str = DEFAULT_TREE,
+    drafts: str | None = None,
+    vocab: int = 8,
+    samples: int = 200_000,
+    seed: int = 0,
+    temperature: float = 1.0,
+    drafter: str = "sample",
+    alpha: float = 0.01,
+    power: float = 0.99,
+    problem_seed: int = 0,
+    dtype: str = "float32",
+) -> TreeSamplerCheck:
+    """Check a tree verifier (a ``VERIFIER_KINDS`` name, checked as ``tree_verifier_for`` its
+    drafts, default i.i.d.) or a tree control on ``tree`` (a shape or ``TreeShape.parse``
+    text). ``samples=0`` skips the Monte Carlo test. Lossless only if the exact result is within
+    1e-12 and every window G-test passes at level alpha / (D + 1)."""
+    shape = parse_tree(tree)
+    subject = tree_subject(verifier, drafts)
+    _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype)
+    processing = Processing(float(temperature))
+    models = ToyModels.make(vocab, problem_seed)
+    tables = models.tables(processing)
+    window = shape.depth + 1
+    deterministic = drafter == "greedy"
+    step = tree_reference.tree_step(
+        tables, shape, subject.rule, subject.drafts, models.prompt, deterministic
+    )
+    produced = reference.first_step_window(step, tables.p, models.prompt, subject.greedy_reference)
+    target = reference.target_distribution(
+        tables.p, models.prompt, window, greedy=subject.greedy_reference
+    )
+    error = float(np.abs(produced - target).max())
+    mc = _monte_carlo(subject, models, processing, shape, deterministic, samples, seed, dtype,
+                      target, alpha, power)  # fmt: skip
+    malformed = mc.pop("malformed")
+    verdicts = [error <= EXACT_TOLERANCE, malformed is None]
+    if mc["p_value"] is not None:
+        verdicts.append(mc["p_value"] >= alpha)
+    return TreeSamplerCheck(
+        verifier=subject.name,
+        description=subject.description,
+        lossless=all(verdicts),
+        lossy_by_design=subject.lossy_by_design,
+        negative_control=subject.negative_control,
+        reference="target greedy decoding" if subject.greedy_reference else "target sampling",
+        tree=shape.to_paths(),
+        tree_description=shape.describe(),
+        drafts="top-k" if deterministic else subject.drafts,
+        judged_tokens=window,
+        exact_method="closed form",
+        exact_scope=f"one tree step from the prompt over every drafted token and outcome, then "
+        f"the target; tokens 1-{window}",
+        exact_tolerance=EXACT_TOLERANCE,
+        closed_form_max_abs_error=error,
+        tv_distance=reference.total_variation(produced, target),
+        enumeration_cells=tree_reference.enumeration_cells(shape, vocab),
+        malformed=None if malformed is None else malformed.to_json(),
+        power=power,
+        alpha=alpha,
+        samples=samples if mc["p_value"] is not None else 0,
+        seed=seed,
+        problem_seed=problem_seed,
+        vocab=vocab,
+        temperature=processing.temperature,
+        drafter=drafter,
+        dtype=dtype,
+        **mc,
+    )
+
+
+def parse_tree(tree: TreeShape | str) -> TreeShape:
+    """A TreeShape from ``TreeShape.parse`` text; its errors name ``--tree``."""
+    if isinstance(tree, TreeShape):
+        return tree
+    try:
+        return TreeShape.parse(str(tree))
+    except SpecsimError as exc:
+        raise SpecsimError(exc.message, key="--tree", fix=exc.fix) from None
+
+
+def tree_tables(models: ToyModels, processing: Processing, dtype: str, greedy: bool = False):
+    """The Monte Carlo's tables: the verifier's inputs in ``dtype``, the drafter's and the
+    continuing target's in float64 (its argmax with ``greedy``: the greedy reference), and the
+    top-k ranking of the closed form."""
+    import torch
+
+    from specsim.sampling.harness import DTYPES
+    from specsim.sampling.tree_montecarlo import TreeTables
+
+    tables = models.tables(processing)
+    p, q = torch.from_numpy(tables.p), torch.from_numpy(tables.q_draft)
+    ranked = torch.from_numpy(np.argsort(-tables.q_draft, axis=-1, kind="stable"))
+    cast = DTYPES[dtype]
+    target = torch.from_numpy(reference.one_hot_argmax(tables.p)) if greedy else p
+    return TreeTables(p.to(cast), q.to(cast), q, target, ranked, models.prompt)
+
+
+def _monte_carlo(subject, models, processing, shape, deterministic, samples, seed, dtype, target,
+                 alpha, power) -> dict[str, Any]:  # fmt: skip
+    keys = ("p_value", "g_statistic", "dof", "impossible_samples", "detectable_tv")
+    skipped = {**dict.fromkeys(keys), "window_tests": None, "malformed": None}
+    if samples == 0:
+        return {**skipped, "monte_carlo_note": "skipped (--samples 0)"}
+    if not torch_available():
+        note = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
+        return {**skipped, "monte_carlo_note": note}
+    from specsim.sampling.harness import Malformed
+    from specsim.sampling.tree_montecarlo import run_tree_monte_carlo
+
+    counts = run_tree_monte_carlo(
+        subject.load(), tree_tables(models, processing, dtype, subject.greedy_reference), shape,
+        subject.drafts, samples, seed, deterministic=deterministic,
+    )  # fmt: skip
+    if isinstance(counts, Malformed):
+        note = "stopped: the verifier's output broke the contract"
+        return {**skipped, "malformed": counts, "monte_carlo_note": note}
+    tests, family = stats.window_tests(counts, target, alpha, power)
+    whole = tests[-1]
+    return {
+        "p_value": family,
+        "g_statistic": whole.g_statistic,
+        "dof": whole.dof,
+        "impossible_samples": whole.impossible_samples,
+        "detectable_tv": whole.detectable_tv,
+        "window_tests": [asdict(test) for test in tests],
+        "monte_carlo_note": None,
+        "malformed": None,
+    }
+
+
+def _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype) -> None:
+    checks = [
+        (2 <= vocab <= MAX_VOCAB, "--vocab", f"use 2..{MAX_VOCAB}"),
+        (samples >= 0, "--samples", "use 0 (exact result only) or a positive count"),
+        (0 < temperature < float("inf"), "--temperature",
+         "use a temperature > 0 with --tree (the tree problem needs q of full support)"),
+        (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
+        (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
+        (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
+        (dtype in ("float32", "float64"), "--dtype", "use float32 or float64"),
+        (drafter in subject.drafters, "--drafter",
+         f"this tree control needs --drafter {' or '.join(subject.drafters)}"),
+    ]  # fmt: skip
+    for ok, key, fix in checks:
+        if not ok:
+            raise SpecsimError("value out of range", key=key, fix=fix)
+    width = max(len(shape.children(node)) for node in range(-1, shape.num_nodes))
+    if width > vocab:
+        raise SpecsimError(
+            f"a node with {width} children needs more than --vocab {vocab} tokens",
+            key="--tree",
+            fix=f"use at most {vocab} children per node, or a larger --vocab",
+        )
+    window = vocab ** (shape.depth + 1)
+    cells = tree_reference.enumeration_cells(shape, vocab)
+    if window > MAX_WINDOW_CELLS or cells > tree_reference.MAX_CELLS:
+        raise SpecsimError(
+            f"{shape.describe()} at vocab {vocab} needs {window:,} window cells (at most "
+            f"{MAX_WINDOW_CELLS:,}) and {cells:,} closed-form cells (at most "
+            f"{tree_reference.MAX_CELLS:,}) for its exact result",
+            key="--tree",
+            fix="use a shallower or narrower tree, or a smaller --vocab",
+        )
