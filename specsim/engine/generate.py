@@ -25,7 +25,7 @@ from specsim.engine.step import (
     prefill_step,
     speculative_step,
 )
-from specsim.engine.tree_step import TreeFaults, tree_step
+from specsim.engine.tree_step import TreeFaults, TreeUniforms, tree_step
 from specsim.models import DecoderModel
 from specsim.tree import TreeShape
 
@@ -58,9 +58,11 @@ def generate(
     audit: bool = False,
     tree: TreeShape | None = None,
     tree_faults: TreeFaults | None = None,
+    tree_drafts: str = "top-k",
 ) -> Generation:
     """Generate ``n_tokens`` per prompt (all rows at once), speculatively when ``k > 0``; with a
-    ``tree``, by tree steps (``k`` must then be the tree's depth)."""
+    ``tree``, by tree steps whose children are drafted ``tree_drafts`` (``k`` must then be the
+    tree's depth)."""
     faults = faults or Faults()
     if tree is not None and k != tree.depth:
         raise ValueError(f"k = {k} with a tree of depth {tree.depth}: give k = the depth")
@@ -87,8 +89,18 @@ def generate(
         n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
         n_drafts = torch.where(active, n_drafts, torch.zeros_like(n_drafts))
         if tree is not None:
+            uniforms = TreeUniforms.draw(generator, rows_n, tree.num_nodes)
             result = tree_step(
-                target, drafter, batch.rows(), tree, sampling, faults, tree_faults, owed
+                target,
+                drafter,
+                batch.rows(),
+                tree,
+                sampling,
+                faults,
+                tree_faults,
+                owed,
+                tree_drafts,
+                uniforms,
             )
             n_drafts = result.drafted.cpu()
         else:

@@ -8,11 +8,14 @@ with tree shape S (``specsim.tree.TreeShape``, N nodes, depth D):
 1. draft, depth by depth: the first drafter pass feeds the row's missing tokens and scores the
    root; each later pass feeds the nodes of one depth that have children, in one call under the
    tree attention mask (``tree_attention``), and scores them. Under a node with c children the
-   drafter proposes its c most likely tokens, rank 0 first (EAGLE-2's top-k expansion);
+   drafter proposes (``drafts``) its c most likely tokens, rank 0 first (``top-k``, EAGLE-2's
+   expansion: one-hot proposals), or c tokens drawn from its processed q, independently
+   (``iid``, SpecInfer) or without replacement (``without-replacement``, Sequoia);
 2. verify: one target pass over ``[last token, node 0, ..., node N-1]`` under the tree mask, so
    the logits at entry 0 score the root's children and those at entry 1 + i node i's; the
-   verifier picks the accepted path (greedy: at every depth the child equal to argmax p) and
-   emits its tokens plus the target's own token after it;
+   sampling core's tree verifier for the sampling's verifier and the drafts
+   (``specsim.sampling.kinds.tree_verifier_for``) picks the accepted path and emits its tokens
+   plus one token of the target's after it;
 3. keep: the accepted path's keys and values are moved from where the tree laid them out to the
    row's next slots (``KVCache.copy_slots``), then both caches are rolled back: the target keeps
    the sequence but its new last token, the drafter the sequence before this step (its tree
@@ -32,10 +35,13 @@ from specsim.engine.step import Faults, Rows, Sampling, StepResult
 from specsim.engine.tree_attention import region_attention, verification_attention
 from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
+from specsim.sampling.kinds import tree_verifier_for
+from specsim.sampling.logits import sample_from_probs
+from specsim.sampling.randomness import VerifierRandomness
 from specsim.tree import TreeShape
 
-# Verifiers a tree step runs today; exact tree verification comes from the sampling core.
-TREE_VERIFIERS = ("greedy",)
+# How a node's children are drafted (see the module docstring).
+TREE_DRAFTS = ("top-k", "iid", "without-replacement")
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,29 @@ class TreeFaults:
 
 
 @dataclass(frozen=True)
+class TreeUniforms:
+    """The random numbers of one tree step, per row: ``draft [B, N]`` to draw each node's token
+    from q (sampled drafts only), ``accept [B, N]`` for each node's accept test, ``sample [B]``
+    for the token the walk emits where it stops."""
+
+    draft: torch.Tensor
+    accept: torch.Tensor
+    sample: torch.Tensor
+
+    @staticmethod
+    def draw(generator: torch.Generator, batch: int, nodes: int) -> TreeUniforms:
+        u = torch.rand((batch, 2 * nodes + 1), generator=generator, dtype=torch.float64)
+        return TreeUniforms(u[:, :nodes], u[:, nodes : 2 * nodes], u[:, 2 * nodes])
+
+
+@dataclass(frozen=True)
 class DraftTree:
-    """``tokens [B, N]`` the drafted nodes, breadth-first as the shape numbers them."""
+    """``tokens [B, N]`` the drafted nodes, breadth-first as the shape numbers them; ``q
+    [B, N + 1, V]`` the processed distributions their tokens were drawn from (entry 0 the
+    root's children's, entry 1 + i node i's), None for top-k drafts."""
 
     tokens: torch.Tensor
+    q: torch.Tensor | None
 
 
 def tree_step(
@@ -63,26 +88,40 @@ def tree_step(
     faults: Faults | None = None,
     tree_faults: TreeFaults | None = None,
     max_emit: torch.Tensor | None = None,
+    drafts: str = "top-k",
+    uniforms: TreeUniforms | None = None,
 ) -> StepResult:
     """One tree step for every row. ``max_emit [B]`` caps the tokens a row emits (at least 1):
-    a row owed fewer tokens than the path gives keeps only its first ones."""
-    if sampling.verifier not in TREE_VERIFIERS:
-        raise SpecsimError(
-            f"tree steps run the {', '.join(TREE_VERIFIERS)} verifier, not {sampling.verifier!r}",
-            key="verifier",
-            fix="use verifier greedy (temperature 0) with a tree, or a chain",
-        )
+    a row owed fewer tokens than the path gives keeps only its first ones. ``uniforms`` (at
+    least N wide) are needed unless the verifier is greedy."""
     faults, tree_faults = faults or Faults(), tree_faults or TreeFaults()
+    verify = _tree_verifier(sampling.verifier, drafts)
     device = rows.seq.device
     batch = rows.seq.shape[0]
     index = torch.arange(batch, device=device)
-    drafted = draft_tree(drafter, rows, shape)
+    if uniforms is None:
+        if sampling.verifier != "greedy" or drafts != "top-k":
+            raise SpecsimError(
+                "a sampled tree step needs its uniforms",
+                key="uniforms",
+                fix="pass TreeUniforms.draw(generator, rows, nodes)",
+            )
+        zeros = torch.zeros((batch, shape.num_nodes), dtype=torch.float64, device=device)
+        uniforms = TreeUniforms(zeros, zeros, zeros[:, 0])
+    uniforms = TreeUniforms(
+        *(u.to(device) for u in (uniforms.draft, uniforms.accept, uniforms.sample))
+    )
+    drafted = draft_tree(drafter, rows, shape, sampling, drafts, uniforms.draft)
     base = rows.target_cache.lengths.clone()  # the last token's slot
     last = rows.seq[index, rows.s_len - 1]
     attention = verification_attention(base, shape, target.config.sliding_window)
     inputs = torch.cat([last[:, None], drafted.tokens], dim=1)
     logits = target(inputs, rows.target_cache, tree=attention)
-    path, accepted, tokens = verify_greedy_tree(logits, drafted.tokens, shape)
+    randomness = VerifierRandomness(uniforms.accept[:, : shape.num_nodes], uniforms.sample)
+    result = verify(
+        sampling.probs(logits), drafted.q, drafted.tokens, shape, randomness, validate=False
+    )
+    path, accepted, tokens = result.path, result.accepted, result.tokens
     if max_emit is not None:
         accepted = torch.minimum(accepted, (max_emit.to(device) - 1).clamp(min=0))
     width = shape.depth + 1
@@ -106,9 +145,33 @@ def tree_step(
     return StepResult(tokens, accepted, drafted_n, logprob)
 
 
-def draft_tree(drafter: DecoderModel, rows: Rows, shape: TreeShape) -> DraftTree:
+def _tree_verifier(verifier: str, drafts: str):
+    if drafts not in TREE_DRAFTS:
+        raise SpecsimError(
+            f"unknown tree drafts {drafts!r}", key="drafts", fix=f"use one of {TREE_DRAFTS}"
+        )
+    # Top-k children are one-hot proposals, for which either exact rule is exact.
+    try:
+        kind = tree_verifier_for(verifier, "iid" if drafts == "top-k" else drafts)
+    except KeyError:
+        raise SpecsimError(
+            f"no tree verifier for {verifier!r} with {drafts} drafts",
+            key="verifier",
+            fix="use greedy, rejection or typical",
+        ) from None
+    return kind.load()
+
+
+def draft_tree(
+    drafter: DecoderModel,
+    rows: Rows,
+    shape: TreeShape,
+    sampling: Sampling,
+    drafts: str = "top-k",
+    uniforms: torch.Tensor | None = None,
+) -> DraftTree:
     """The drafter's tree: one pass for the root, one per depth below it (see the module
-    docstring). Children are the parent's most likely tokens by the drafter's logits."""
+    docstring); ``uniforms [B, N]`` draw sampled drafts, one per node."""
     cache = rows.draft_cache
     batch, device = rows.seq.shape[0], rows.seq.device
     # What the drafter has not seen yet, as in the chain step: 1 token, more after a tree step.
@@ -119,7 +182,12 @@ def draft_tree(drafter: DecoderModel, rows: Rows, shape: TreeShape) -> DraftTree
     logits = drafter(feed, cache, missing)
     root = logits[torch.arange(batch, device=device), missing - 1]
     tokens = torch.zeros((batch, shape.num_nodes), dtype=torch.long, device=device)
-    _expand(tokens, shape, [-1], root[:, None])
+    q = None
+    if drafts != "top-k":
+        vocab = drafter.config.vocab_size
+        q = torch.zeros((batch, shape.num_nodes + 1, vocab), dtype=torch.float32, device=device)
+    expand = _Expand(tokens, q, shape, sampling, drafts, uniforms)
+    expand([-1], root[:, None])
     start = cache.lengths.clone()
     fed: list[int] = []
     for depth in range(1, shape.depth):
@@ -131,50 +199,43 @@ def draft_tree(drafter: DecoderModel, rows: Rows, shape: TreeShape) -> DraftTree
             start, ancestors, shape.depths[fed] - 1, queries, drafter.config.sliding_window
         )
         logits = drafter(tokens[:, parents], cache, tree=attention)
-        _expand(tokens, shape, [int(i) for i in parents], logits)
-    return DraftTree(tokens)
+        expand([int(i) for i in parents], logits)
+    return DraftTree(tokens, q)
 
 
-def _expand(tokens: torch.Tensor, shape: TreeShape, parents: list[int], logits: torch.Tensor):
-    """Write the children of ``parents`` (logits ``[B, len(parents), V]``): rank r gets the
-    parent's r-th most likely token."""
-    for column, parent in enumerate(parents):
-        children = shape.children(parent)
-        top = torch.topk(logits[:, column], len(children), dim=-1).indices
-        tokens[:, children] = top
+@dataclass
+class _Expand:
+    """Writes the children of some parents from their logits ``[B, parents, V]``."""
 
+    tokens: torch.Tensor
+    q: torch.Tensor | None
+    shape: TreeShape
+    sampling: Sampling
+    drafts: str
+    uniforms: torch.Tensor | None
 
-def verify_greedy_tree(
-    logits: torch.Tensor, nodes: torch.Tensor, shape: TreeShape
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Greedy tree verification: from the root, follow the child whose token is argmax p.
-
-    ``logits [B, N + 1, V]`` of the verification pass; returns ``path [B, D]`` (node indices,
-    -1 past the end), ``accepted [B]`` and ``tokens [B, D + 1]`` (the path's tokens then the
-    target's argmax after it, -1 past the end). Siblings hold distinct tokens (top-k), so at
-    most one child matches.
-    """
-    batch, device = nodes.shape[0], nodes.device
-    argmax = logits.argmax(-1)  # [B, N + 1]
-    parents = torch.as_tensor(shape.parents, device=device)
-    index = torch.arange(batch, device=device)
-    current = torch.full((batch,), -1, dtype=torch.long, device=device)
-    alive = torch.ones(batch, dtype=torch.bool, device=device)
-    path = torch.full((batch, shape.depth), -1, dtype=torch.long, device=device)
-    tokens = torch.full((batch, shape.depth + 1), -1, dtype=torch.long, device=device)
-    for depth in range(shape.depth + 1):
-        wanted = argmax[index, current + 1]
-        tokens[:, depth] = torch.where(alive, wanted, tokens[:, depth])
-        if depth == shape.depth:
-            break
-        match = (parents[None, :] == current[:, None]) & (nodes == wanted[:, None])
-        found = match.any(1) & alive
-        child = match.long().argmax(1)
-        path[:, depth] = torch.where(found, child, -1)
-        current = torch.where(found, child, current)
-        alive &= found
-    accepted = (path >= 0).sum(1)
-    return path, accepted, tokens
+    def __call__(self, parents: list[int], logits: torch.Tensor) -> None:
+        for column, parent in enumerate(parents):
+            children = self.shape.children(parent)
+            if self.drafts == "top-k":
+                top = torch.topk(logits[:, column], len(children), dim=-1).indices
+                self.tokens[:, children] = top
+                continue
+            q = self.sampling.probs(logits[:, column])
+            self.q[:, parent + 1] = q
+            left = q.clone()
+            for child in children:
+                if self.drafts == "without-replacement" and not bool((left.sum(-1) > 0).all()):
+                    raise SpecsimError(
+                        f"a node has {len(children)} children but the drafter's processed q "
+                        "holds fewer tokens",
+                        key="tree",
+                        fix="use fewer children per node, a larger top_k, or top-k drafts",
+                    )
+                token = sample_from_probs(left, self.uniforms[:, child], validate=False)
+                self.tokens[:, child] = token
+                if self.drafts == "without-replacement":
+                    left.scatter_(1, token[:, None], 0.0)
 
 
 def _keep_path(cache, base: torch.Tensor, path: torch.Tensor, accepted: torch.Tensor) -> None:
