@@ -126,6 +126,33 @@ def test_the_iid_score_is_specinfers_acceptance_given_the_emitted_token():
         np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
+def test_the_iid_score_agrees_with_the_sampling_cores_tree_verifier():
+    # 200,000 rows of one node with three i.i.d. children (seed 3): each cell's frequency of
+    # (child r accepted, token t emitted) has a standard error <= 0.0012, and the test allows
+    # five of them, so a wrong residual update (off by several percent) fails it.
+    from specsim.sampling.randomness import draw_randomness
+    from specsim.sampling.tree_verifiers import verify_tree_rejection
+
+    rows, vocab, shape = 200_000, 5, TreeShape.parse("3")
+    generator = torch.Generator().manual_seed(3)
+    p_logits, q_logits = torch.randn((2, vocab), generator=generator, dtype=torch.float64) * 1.5
+    p, q = torch.softmax(p_logits, -1), torch.softmax(q_logits, -1)
+    drafts = torch.multinomial(q, rows * 3, replacement=True, generator=generator).view(rows, 3)
+    p_rows = p.expand(rows, shape.num_nodes + 1, vocab)
+    q_rows = q.expand(rows, shape.num_nodes + 1, vocab)
+    randomness = draw_randomness(generator, rows, shape.num_nodes)
+    result = verify_tree_rejection(p_rows, q_rows, drafts, shape, randomness, validate=False)
+    seen = np.zeros((vocab, 3))
+    accepted = result.accepted == 1
+    np.add.at(seen, (result.tokens[accepted, 0].numpy(), result.path[accepted, 0].numpy()), 1)
+    seen /= rows
+    tokens = list(range(vocab))
+    scored = iid_accept(p_logits.expand(vocab, -1), q_logits.expand(vocab, -1), 1.0, tokens, 3)
+    expected = scored * p.numpy()[:, None]
+    error = np.sqrt(expected * (1 - expected) / rows)
+    assert np.all(np.abs(seen - expected) <= 5 * error + 1e-9), (seen, expected)
+
+
 def test_the_top_k_score_marks_the_drafters_rank_of_the_text_token():
     q = torch.tensor([[0.1, 3.0, 2.0, -1.0], [0.1, 3.0, 2.0, -1.0]])
     got = top_k_accept(q, [2, 3], width=2)
