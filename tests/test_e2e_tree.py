@@ -44,20 +44,25 @@ SHAPES = ("2,2,1", "[[0], [1], [2], [0, 0], [1, 0], [0, 0, 0], [0, 0, 1]]")
 N_TOKENS = 20
 
 
-def run(shape: TreeShape, faults=None, tree_faults=None):
-    target = model("specsim-target")
+# As for chains: the loop on the CPU and, where there is one, on a CUDA device.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def run(shape: TreeShape, faults=None, tree_faults=None, device: str = "cpu"):
+    target = model("specsim-target", device)
     prompts = [prompt_bank().prompt(i, 12 + 3 * i) for i in range(6)]
     reference, margins = greedy_reference(target, prompts, N_TOKENS)
-    drafter = model("specsim-draft-small")
+    drafter = model("specsim-draft-small", device)
     gen = generate(
         target, drafter, prompts, N_TOKENS, shape.depth, GREEDY, 0, faults, True, shape, tree_faults
     )
     return gen, greedy_divergences(gen.tokens, reference, margins)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec", SHAPES)
-def test_greedy_tree_steps_equal_target_greedy_and_keep_exact_caches(spec):
-    gen, divergences = run(TreeShape.parse(spec))
+def test_greedy_tree_steps_equal_target_greedy_and_keep_exact_caches(spec, device):
+    gen, divergences = run(TreeShape.parse(spec), device=device)
     print(f"{spec}: mean acceptance length {gen.mean_acceptance_length:.3f}")
     for row, position, margin in divergences:
         print(f"near-tie flip: row {row} position {position} logit margin {margin:.2e}")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from test_engine_common import model, prompt_bank
+from test_engine_common import model, model_spec, prompt_bank, prompts_path
 
 from specsim.errors import SpecsimError
 from specsim.profile import load_profile
@@ -295,3 +295,32 @@ def test_a_bad_tree_entry_is_refused_in_one_line(tmp_path, change, message):
     with pytest.raises(SpecsimError, match=message) as err:
         load_profile(path)
     assert "\n" not in str(err.value)
+
+
+def test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for(tmp_path):
+    from test_profiling_measure import SMALL_GRID
+
+    from specsim.profiling import measure
+    from specsim.profiling.specs import parse_drafters
+    from specsim.profiling.writer import write_profile
+
+    options = measure.MeasureOptions(
+        target=model_spec("specsim-target"),
+        drafters=parse_drafters([f"small={model_spec('specsim-draft-tiny')}"]),
+        name="trees",
+        grid=SMALL_GRID[1::2],
+        repeats=1,
+        prompts=prompts_path(),
+        max_prompts=3,
+        max_new_tokens=12,
+        trees=[TreeShape.parse("2,1")],
+    )
+    report = measure.measure_profile(options)
+    written = write_profile(report.profile, tmp_path / "trees.yaml", report.side_files)
+    trees = load_profile(written).profile.tree_acceptance
+    assert {(t.verifier, t.drafts, t.temperature) for t in trees} == {
+        ("greedy", "top-k", 0.0),
+        ("rejection", "top-k", 1.0),
+        ("rejection", "iid", 1.0),
+    }
+    assert all(t.shape == TreeShape.parse("2,1") and t.source == "measured" for t in trees)
