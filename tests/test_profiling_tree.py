@@ -6,7 +6,8 @@ for shapes that were not measured.
 - The i.i.d. score (SpecInfer's rule given the emitted token) against exact enumeration of two
   children drafted i.i.d. from q on a 4-token vocabulary.
 - Measured on the built-in pairs: chain-shaped trees reproduce the chain entries (greedy and
-  exact), wider trees accept more, and the entries go through a written profile and back.
+  exact), wider trees accept more, and the entries go through a written profile and back; the
+  greedy walk predicts the engine's own tree steps step for step.
 """
 
 from __future__ import annotations
@@ -324,3 +325,45 @@ def test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for(tmp_path)
         ("rejection", "iid", 1.0),
     }
     assert all(t.shape == TreeShape.parse("2,1") and t.source == "measured" for t in trees)
+
+
+def test_the_greedy_tree_walk_predicts_the_engines_tree_steps(monkeypatch):
+    # Greedy verification with top-k children is deterministic, so the walk over the target's
+    # greedy text must give, step for step, what the engine's tree steps accept on that text.
+    import specsim.engine.generate as generate_module
+    from specsim.engine.generate import generate
+    from specsim.engine.step import Sampling
+    from specsim.profiling.scoring import drafter_logits, generate_target_text
+
+    target, drafter = model("specsim-target"), model("specsim-draft-small")
+    shape, n = TreeShape.parse("2,2,1"), 30
+    prompts = [prompt_bank().prompt(i, 14) for i in range(4)]
+    texts = generate_target_text(target, prompts, 0.0, n, torch.Generator(), None)
+    accepted_per_step = []
+    step = generate_module.tree_step
+
+    def recording(*args, **kwargs):
+        result = step(*args, **kwargs)
+        accepted_per_step.append(result.accepted.clone())
+        return result
+
+    monkeypatch.setattr(generate_module, "tree_step", recording)
+    greedy = Sampling(temperature=0.0, verifier="greedy")
+    gen = generate(
+        target, drafter, prompts, n + shape.depth + 1, shape.depth, greedy, 0, tree=shape
+    )
+    engine_hist = np.zeros(shape.depth + 1)
+    for row, text in enumerate(texts):
+        assert gen.tokens[row, :n].tolist() == text.tokens
+        start = 0  # the engine's steps start after the prefill's token: text position 1
+        for accepted in accepted_per_step:
+            if start + shape.depth <= n - 1:
+                engine_hist[int(accepted[row])] += 1
+            start += int(accepted[row]) + 1
+    scores = [
+        top_k_accept(q, text.tokens, 2)[1:]
+        for q, text in zip(drafter_logits(drafter, texts), texts, strict=True)
+    ]
+    walked = tree_walk(scores, shape)
+    print(f"steps {engine_hist.sum():.0f}, accepted per step {engine_hist.tolist()}")
+    np.testing.assert_array_equal(walked.accepted_hist, engine_hist)
