@@ -154,6 +154,8 @@ def test_planted_tree_rollback_faults_are_rejected_when_sampling(drafts, faults,
 def test_tree_drafts_and_verifiers_are_checked_in_one_line():
     target, drafter = model("specsim-target"), model("specsim-draft-small")
     shape = TreeShape.parse("2,1")
+    with pytest.raises(SpecsimError, match="k = 3 with a tree of depth 2"):
+        generate(target, drafter, [[1, 2, 3]], 4, 3, SAMPLED, 0, tree=shape)
     with pytest.raises(SpecsimError, match="unknown tree drafts 'beam'"):
         generate(target, drafter, [[1, 2, 3]], 4, 2, SAMPLED, 0, tree=shape, tree_drafts="beam")
     with pytest.raises(SpecsimError, match="a node has 3 children but the drafter's processed q"):

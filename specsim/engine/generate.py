@@ -26,6 +26,7 @@ from specsim.engine.step import (
     speculative_step,
 )
 from specsim.engine.tree_step import TreeFaults, TreeUniforms, tree_step
+from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
 from specsim.tree import TreeShape
 
@@ -65,7 +66,9 @@ def generate(
     tree's depth)."""
     faults = faults or Faults()
     if tree is not None and k != tree.depth:
-        raise ValueError(f"k = {k} with a tree of depth {tree.depth}: give k = the depth")
+        raise SpecsimError(
+            f"k = {k} with a tree of depth {tree.depth}", key="k", fix="give k = the depth"
+        )
     rows_n = len(prompts)
     # A tree's verification pass lays out all its nodes before the path is kept.
     width = tree.num_nodes if tree else k
