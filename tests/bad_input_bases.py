@@ -168,6 +168,21 @@ PROFILE: dict[str, Any] = {
     "jitter": {"quantiles": [0.9, 1.0, 1.1], "samples": 10, "source": "measured"},
     "prefill_jitter": {"quantiles": [0.95, 1.0, 1.05], "samples": 10, "source": "measured"},
     "acceptance": copy.deepcopy([ACCEPTANCE, NGRAM_ACCEPTANCE]),
+    "tree_acceptance": [
+        {
+            "drafter": "d1",
+            "verifier": "rejection",
+            "temperature": 1.0,
+            "tree": [[0], [1], [0, 0]],
+            "drafts": "iid",
+            "accepted_length": [0.3, 0.3, 0.4],
+            "mean_acceptance_length": 2.1,
+            "rates": [[0.5, 0.4], [0.6]],
+            "source": "measured",
+            "derived_from": "hand-written",
+            "tokens_scored": 100,
+        }
+    ],
 }
 SPECULATION = {
     "drafter": "d1",

@@ -3,6 +3,7 @@
 ``generate`` runs many rows at once, without arrivals or wall-clock time, through the same
 ``Batch`` and ``speculative_step`` the serving engine uses (prefill, then speculative steps with
 per-row rollback). The end-to-end losslessness tests and ``check rollout`` examples use it.
+With a ``tree`` shape every step is a tree step (``specsim.engine.tree_step``) instead.
 
 ``audit_caches`` checks the cache invariants after any step: the target's cache holds exactly the
 row's sequence but its last token, the drafter's at most that, and feeding the missing tokens
@@ -24,7 +25,10 @@ from specsim.engine.step import (
     prefill_step,
     speculative_step,
 )
+from specsim.engine.tree_step import TreeFaults, TreeUniforms, tree_step
+from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
+from specsim.tree import TreeShape
 
 
 @dataclass
@@ -53,13 +57,24 @@ def generate(
     seed: int,
     faults: Faults | None = None,
     audit: bool = False,
+    tree: TreeShape | None = None,
+    tree_faults: TreeFaults | None = None,
+    tree_drafts: str = "top-k",
 ) -> Generation:
-    """Generate ``n_tokens`` per prompt (all rows at once), speculatively when ``k > 0``."""
+    """Generate ``n_tokens`` per prompt (all rows at once), speculatively when ``k > 0``; with a
+    ``tree``, by tree steps whose children are drafted ``tree_drafts`` (``k`` must then be the
+    tree's depth)."""
     faults = faults or Faults()
+    if tree is not None and k != tree.depth:
+        raise SpecsimError(
+            f"k = {k} with a tree of depth {tree.depth}", key="k", fix="give k = the depth"
+        )
     rows_n = len(prompts)
-    max_len = max(len(p) for p in prompts) + n_tokens + k + 1
+    # A tree's verification pass lays out all its nodes before the path is kept.
+    width = tree.num_nodes if tree else k
+    max_len = max(len(p) for p in prompts) + n_tokens + width + 1
     # Planted faults leave extra tokens in a cache every step; give them the room.
-    draft_len = max_len + (n_tokens * k if faults.skip_draft_rollback else 0)
+    draft_len = max_len + (n_tokens * width if faults.skip_draft_rollback else 0)
     max_len += n_tokens * faults.target_rollback_extra
     batch = Batch(target, drafter if k else None, rows_n, max_len, draft_len)
     generator = torch.Generator().manual_seed(seed)
@@ -76,15 +91,31 @@ def generate(
         active = owed > 0
         n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
         n_drafts = torch.where(active, n_drafts, torch.zeros_like(n_drafts))
-        result = speculative_step(
-            target,
-            drafter if k else None,
-            batch.rows(),
-            n_drafts,
-            sampling,
-            StepUniforms.draw(generator, rows_n, k),
-            faults,
-        )
+        if tree is not None:
+            uniforms = TreeUniforms.draw(generator, rows_n, tree.num_nodes)
+            result = tree_step(
+                target,
+                drafter,
+                batch.rows(),
+                tree,
+                sampling,
+                faults,
+                tree_faults,
+                owed,
+                tree_drafts,
+                uniforms,
+            )
+            n_drafts = result.drafted.cpu()
+        else:
+            result = speculative_step(
+                target,
+                drafter if k else None,
+                batch.rows(),
+                n_drafts,
+                sampling,
+                StepUniforms.draw(generator, rows_n, k),
+                faults,
+            )
         accepted_rows = result.accepted.cpu()
         emitted = torch.where(active, accepted_rows + 1, torch.zeros_like(accepted_rows))
         _append(batch, result.tokens.cpu(), emitted)

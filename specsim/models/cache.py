@@ -100,3 +100,12 @@ class KVCache:
         rows = torch.arange(self.batch_size, device=self.device)[:, None]
         self.keys[layer][rows, :, slots] = keys.transpose(1, 2)
         self.values[layer][rows, :, slots] = values.transpose(1, 2)
+
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Row b's slots ``src[b, j]`` copied to ``dst[b, j]`` in every layer (all read before
+        any is written, so the two may overlap): a tree step keeps its accepted path's nodes
+        this way, moving them from where the tree laid them out to the row's next slots."""
+        src, dst = src.to(self.device), dst.to(self.device)
+        rows = torch.arange(self.batch_size, device=self.device)[:, None]
+        for cache in (*self.keys, *self.values):
+            cache[rows, :, dst] = cache[rows, :, src]

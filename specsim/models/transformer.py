@@ -9,12 +9,15 @@ families' differences are the config's flags (``families.py``), each applied whe
 With a ``KVCache`` every row appends its tokens at its own position ``cache.lengths[b]`` and
 attends to everything the row holds; ``n_new`` makes a batch ragged (row b has only its first
 ``n_new[b]`` tokens real, the rest is padding that is neither attended to nor stored). Without a
-cache the call is a plain causal pass from position 0 (training, evaluation).
+cache the call is a plain causal pass from position 0 (training, evaluation). A ``TreeAttention``
+lays a cached call's tokens out as a speculation tree instead of a sequence: they still go to the
+row's next slots, but take the positions and see the slots the caller gives.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +175,17 @@ class Backbone(nn.Module):
         return x * torch.tensor(self.embed_scale, dtype=torch.float32).to(x.dtype)
 
 
+@dataclass(frozen=True)
+class TreeAttention:
+    """A cached call's tokens as tree nodes: ``positions [B, T]`` (rotary positions) and
+    ``visible [B, T, S]`` (the cache slots each token attends to, its own slot included; S at
+    least the longest row's end). Built by ``specsim.engine.tree_attention``; a sliding window,
+    if any, is the caller's to apply."""
+
+    positions: torch.Tensor
+    visible: torch.Tensor
+
+
 class _CacheStep:
     """Where one call's tokens go in the cache, and what each query may attend to.
 
@@ -180,13 +194,24 @@ class _CacheStep:
     whole call costs one device-to-host sync (``kv_len``, read together with the input checks).
     """
 
-    def __init__(self, cache: KVCache, real: torch.Tensor, kv_len: int, window: int | None):
+    def __init__(
+        self,
+        cache: KVCache,
+        real: torch.Tensor,
+        kv_len: int,
+        window: int | None,
+        tree: TreeAttention | None = None,
+    ):
         t = real.shape[1]
         self.positions_bt = cache.lengths[:, None] + torch.arange(t, device=cache.device)
         self.slots = torch.where(real, self.positions_bt, cache.max_len)
         # Attend up to the longest row's new end; at least one slot, so a query that is all
         # padding still has a (finite) key and no NaN appears.
         self.kv_len = max(kv_len, 1)
+        if tree is not None:
+            self.positions_bt = tree.positions.to(cache.device)
+            self.mask = tree.visible[:, :, : self.kv_len].to(cache.device)[:, None]
+            return
         visible = torch.arange(self.kv_len, device=cache.device)
         self.mask = _visible(visible[None, None, :], self.positions_bt[:, :, None], window)[:, None]
 
@@ -318,12 +343,14 @@ class DecoderModel(nn.Module):
         tokens: torch.Tensor,
         cache: KVCache | None = None,
         n_new: torch.Tensor | None = None,
+        tree: TreeAttention | None = None,
     ) -> torch.Tensor:
         """Logits ``[B, T, vocab]`` (float32) for ``tokens`` ``[B, T]``.
 
         With a cache, row b's tokens take positions ``cache.lengths[b] + t``; only the first
         ``n_new[b]`` are real (all T by default), and ``cache.lengths`` advances by that many.
-        Logits at padding positions are unspecified.
+        Logits at padding positions are unspecified. ``tree`` (with a cache only) gives the
+        tokens' positions and visible slots instead of the causal ones.
         """
         tokens = torch.as_tensor(tokens)
         self._check_shape(tokens)
@@ -339,6 +366,12 @@ class DecoderModel(nn.Module):
                     key="n_new",
                     fix="give one count per row",
                 )
+        if tree is not None and (cache is None or tree.visible.shape[:2] != (batch, t)):
+            raise SpecsimError(
+                f"a tree call needs a cache and a [{batch}, {t}, slots] mask",
+                key="tree",
+                fix="build it with specsim.engine.tree_attention for these tokens and cache",
+            )
         if cache is not None and cache.batch_size != batch:
             raise SpecsimError(
                 f"cache has {cache.batch_size} rows but tokens have {batch}",
@@ -363,7 +396,14 @@ class DecoderModel(nn.Module):
                     key="max_len",
                     fix="make the cache longer or stop generating earlier",
                 )
-            steps = {w: _CacheStep(cache, real, longest, w) for w in windows}
+            if tree is not None and len(windows) > 1:
+                raise SpecsimError(
+                    "tree steps on a model whose layers have different sliding windows are not "
+                    "supported (one tree mask serves every layer)",
+                    key="tree",
+                    fix="use a model with one attention window for every layer",
+                )
+            steps = {w: _CacheStep(cache, real, longest, w, tree) for w in windows}
             positions = next(iter(steps.values())).positions_bt
         rotary = {local: self._rotary(positions, local) for local in self._inv_freq}
         x = self.model.embed(tokens)

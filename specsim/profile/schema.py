@@ -2,8 +2,9 @@
 
 A profile is a versioned YAML file (``version: 1``). It records where its numbers came from
 (``provenance``), the hardware, the models with their latency fits, a per-step overhead, and the
-acceptance statistics per drafter x verifier x temperature. Nothing in code hard-codes a device's
-speed or price: it all comes from here. ``specsim schema profile`` prints the JSON Schema.
+acceptance statistics per drafter x verifier x temperature (and, for speculation trees, per tree
+shape). Nothing in code hard-codes a device's speed or price: it all comes from here.
+``specsim schema profile`` prints the JSON Schema.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from specsim.bounds import (
@@ -37,8 +39,10 @@ from specsim.bounds import (
     Tokens,
 )
 from specsim.config import Name, StrictModel
+from specsim.errors import SpecsimError
 from specsim.profile.kinds import DRAFTER_KINDS, MODEL_KINDS
-from specsim.sampling.kinds import VerifierName, verifier_descriptions
+from specsim.sampling.kinds import VERIFIER_KINDS, VerifierName, verifier_descriptions
+from specsim.tree import MAX_TREE_NODES, TreeShape
 
 
 class ReferencePasses(StrictModel):
@@ -475,6 +479,107 @@ class Acceptance(StrictModel):
         return self
 
 
+TREE_DRAFTS = {
+    "top-k": "rank r is the drafter's r-th most likely token (EAGLE-2's expansion)",
+    "iid": "children drawn independently from q (SpecInfer)",
+}
+# Rounding to 6 significant digits leaves a distribution's sum this close to 1, and more.
+TREE_SUM_TOLERANCE = 1e-4
+
+
+class TreeAcceptance(StrictModel):
+    """Acceptance of one drafter's trees of one shape under one verifier at one temperature.
+
+    ``accepted_length[j]`` is the probability that a step accepts j drafted nodes (j = 0 .. the
+    tree's depth; the step emits j + 1 tokens), walked over the target's own text as the chain
+    rates are (``specsim.profiling.tree_acceptance``). ``rates[d][r]`` is the conditional
+    probability that the rank-r child of a node at depth d is accepted, given the step reached
+    that node and rejected its elder siblings (null where no step tried it): what a shape that was
+    not measured is derived from (``derive_tree_acceptance``, entries with source 'derived').
+    """
+
+    drafter: Name
+    verifier: VerifierName = Field(description=verifier_descriptions())
+    temperature: Temperature
+    tree: list[list[Annotated[int, Field(ge=0, le=MAX_TREE_NODES)]]] = Field(
+        min_length=1,
+        description="the drafted nodes as paths of child ranks from the root, breadth-first "
+        "(specsim.tree: [[0], [1], [0, 0]] is two children and one grandchild)",
+    )
+    drafts: Literal[tuple(TREE_DRAFTS)] = Field(  # type: ignore[valid-type]
+        description="how each node's children were drafted: "
+        + "; ".join(f"{k}: {v}" for k, v in TREE_DRAFTS.items())
+    )
+    accepted_length: list[Probability] = Field(
+        min_length=2, description="P(a step accepts j nodes), j = 0 .. depth; sums to 1"
+    )
+    mean_acceptance_length: Annotated[float, Field(ge=1, le=MAX_K + 1)] = Field(
+        description="1 + the mean accepted nodes per step"
+    )
+    rates: list[list[Probability | None]] = Field(
+        default_factory=list,
+        description="[depth][rank]: conditional acceptance of the rank-r child of a node at "
+        "depth d (0: the root's children), null where no step tried it",
+    )
+    source: Literal["measured", "derived"] = Field(
+        default="measured",
+        description="measured: walked for this shape; derived: this shape was not measured and "
+        "its distribution comes from another's rates (see derived_from)",
+    )
+    derived_from: str | None = Field(
+        default=None, description="derived entries: the measurement the rates come from"
+    )
+    tokens_scored: Count | None = None
+
+    @property
+    def shape(self) -> TreeShape:
+        return TreeShape(tuple(tuple(path) for path in self.tree))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TreeAcceptance:
+        try:
+            shape = self.shape
+        except SpecsimError as exc:
+            raise ValueError(exc.message + (f"; fix: {exc.fix}" if exc.fix else "")) from None
+        if len(self.accepted_length) != shape.depth + 1:
+            raise ValueError(
+                f"accepted_length has {len(self.accepted_length)} entries for a tree of depth "
+                f"{shape.depth}; fix: give one per accepted count 0..{shape.depth}"
+            )
+        total = sum(self.accepted_length)
+        if abs(total - 1.0) > TREE_SUM_TOLERANCE:
+            raise ValueError(f"accepted_length sums to {total:.6g}; fix: give probabilities")
+        mean = 1.0 + sum(j * p for j, p in enumerate(self.accepted_length))
+        if abs(mean - self.mean_acceptance_length) > 1e-3:
+            raise ValueError(
+                f"mean_acceptance_length {self.mean_acceptance_length:g} but accepted_length "
+                f"gives {mean:.6g}; fix: give 1 + the mean of accepted_length"
+            )
+        return self
+
+
+def derive_tree_acceptance(rates: list[list[float | None]], shape: TreeShape) -> list[float]:
+    """The stated model for a shape that was not measured: each child is accepted, given the
+    step reached its parent and rejected its elder siblings, at ``rates[d][r]`` of its depth and
+    rank, independently of the rest. Depths past the rates take the deepest given depth's; a
+    rank without a rate accepts nothing (an unmeasured sibling is not assumed to help).
+    Returns P(j nodes accepted), j = 0 .. depth."""
+    if not rates:
+        raise ValueError("no rates to derive a tree from")
+    dist = np.zeros(shape.depth + 1)
+    mass = {-1: 1.0}
+    for node in (-1, *range(shape.num_nodes)):
+        depth = 0 if node < 0 else int(shape.depths[node])
+        here = mass.pop(node)
+        row = rates[min(depth, len(rates) - 1)]
+        for rank, child in enumerate(shape.children(node)):
+            rate = row[rank] if rank < len(row) and row[rank] is not None else 0.0
+            mass[child] = here * rate
+            here -= mass[child]
+        dist[depth] += here
+    return [float(p) for p in dist]
+
+
 class Profile(StrictModel):
     version: Literal[1]
     name: Name
@@ -490,6 +595,11 @@ class Profile(StrictModel):
         "less than decodes); without it they take `jitter`'s",
     )
     acceptance: list[Acceptance] = Field(default_factory=list)
+    tree_acceptance: list[TreeAcceptance] | None = Field(
+        default=None,
+        description="speculation trees: accepted-length distributions per drafter x verifier x "
+        "temperature x tree shape x drafting (absent: no tree was profiled)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
@@ -517,4 +627,70 @@ class Profile(StrictModel):
                     f"acceptance names drafter {entry.drafter!r}, which is not under drafters "
                     f"(drafters: {known})"
                 )
+        self._consistent_trees()
         return self
+
+    def _consistent_trees(self) -> None:
+        seen = set()
+        for entry in self.tree_acceptance or []:
+            key = (entry.drafter, entry.verifier, entry.temperature, entry.drafts, entry.shape)
+            if key in seen:
+                raise ValueError(
+                    f"two tree_acceptance entries for drafter {entry.drafter!r}, verifier "
+                    f"{entry.verifier!r} at temperature {entry.temperature:g}, {entry.drafts} "
+                    f"drafts and tree {entry.tree}; keep one"
+                )
+            seen.add(key)
+            if entry.drafter not in self.drafters:
+                raise ValueError(
+                    f"tree_acceptance names drafter {entry.drafter!r}, which is not under "
+                    "drafters; fix: add the drafter or remove the entry"
+                )
+
+    def tree_acceptance_for(
+        self, drafter: str, verifier: str, temperature: float, shape: TreeShape, drafts: str
+    ) -> TreeAcceptance:
+        """The measured entry for this tree, else one derived (``derive_tree_acceptance``) from
+        the largest measured tree of the same drafter, verifier, temperature and drafting, else
+        from the chain entry's per-position rates as the best (rank-0) child's, siblings
+        accepting nothing. Temperatures match within 0.05 unless the verifier is greedy."""
+        free = VERIFIER_KINDS[verifier].greedy_reference
+
+        def same(entry) -> bool:
+            close = free or abs(entry.temperature - temperature) <= 0.05
+            return entry.drafter == drafter and entry.verifier == verifier and close
+
+        trees = [t for t in self.tree_acceptance or [] if same(t) and t.drafts == drafts]
+        for entry in trees:
+            if entry.shape == shape and entry.source == "measured":
+                return entry
+        measured = [t for t in trees if t.source == "measured" and t.rates]
+        if measured:
+            base = max(
+                measured, key=lambda t: (t.shape.num_nodes, -abs(t.temperature - temperature))
+            )
+            rates, origin = base.rates, f"the measured tree {base.tree} ({base.drafts} drafts)"
+        else:
+            chains = [a for a in self.acceptance if same(a)]
+            if not chains:
+                raise SpecsimError(
+                    f"no acceptance of drafter {drafter!r} under {verifier!r} at temperature "
+                    f"{temperature:g} to derive a tree from",
+                    key="tree_acceptance",
+                    fix="profile the pair (a tree shape or its chain) with this verifier",
+                )
+            chain = min(chains, key=lambda a: abs(a.temperature - temperature))
+            rates = [[rate] for rate in chain.per_position]
+            origin = "the chain's per_position rates (rank 0 only)"
+        dist = derive_tree_acceptance(rates, shape)
+        return TreeAcceptance(
+            drafter=drafter,
+            verifier=verifier,
+            temperature=temperature,
+            tree=shape.to_paths(),
+            drafts=drafts,
+            accepted_length=dist,
+            mean_acceptance_length=1.0 + float(np.dot(np.arange(len(dist)), dist)),
+            source="derived",
+            derived_from=origin,
+        )

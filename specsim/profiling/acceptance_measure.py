@@ -35,6 +35,7 @@ CHUNK = 16  # prompts generated together
 @dataclass
 class AcceptanceResult:
     entries: list[dict]
+    tree_entries: list[dict] = field(default_factory=list)
     side_files: dict[str, str] = field(default_factory=dict)
     tokens_scored: int = 0
     notes: list[str] = field(default_factory=list)
@@ -96,8 +97,10 @@ def measure_acceptance(
     eos_id: int | None,
     sequences_prefix: str | None = None,
     progress=None,
+    tree_shapes: Sequence = (),
 ) -> AcceptanceResult:
-    """Acceptance entries for every drafter x verifier x temperature (see module docstring).
+    """Acceptance entries for every drafter x verifier x temperature (see module docstring),
+    and tree entries for every draft model x ``tree_shapes`` (``TreeShape``) x tree verifier.
 
     ``draft_models`` maps drafter names to loaded models (prompt-lookup drafters need none).
     """
@@ -114,7 +117,21 @@ def measure_acceptance(
                 rows = _score_draft_model(draft_models[d.name], generations, temperature)
             for verifier in verifiers:
                 _add_entry(result, d, verifier, temperature, rows, sequences_prefix)
+            if tree_shapes and not d.is_ngram:
+                result.tree_entries += _tree_entries(
+                    d.name, draft_models[d.name], generations, temperature, verifiers, tree_shapes
+                )
     return result
+
+
+def _tree_entries(name, model, generations, temperature, verifiers, shapes) -> list[dict]:
+    from specsim.profiling.scoring import drafter_logits
+    from specsim.profiling.tree_measure import tree_entries
+
+    q_logits = []
+    for start in range(0, len(generations), CHUNK):
+        q_logits += drafter_logits(model, generations[start : start + CHUNK])
+    return tree_entries(name, q_logits, generations, temperature, verifiers, shapes)
 
 
 def _generate_all(target, prompt_ids, temperature, max_new_tokens, seed, eos_id, progress):

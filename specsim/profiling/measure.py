@@ -42,6 +42,7 @@ class MeasureOptions:
     acceptance: bool = True
     sequences_prefix: str | None = None
     command: str | None = None
+    trees: list = field(default_factory=list)  # TreeShape: tree acceptance to measure
 
 
 # A median probe below this fraction of the reference: the references were taken while the
@@ -234,6 +235,7 @@ def _acceptance(opts, models, tokenizer, progress_file):
             eos_id=getattr(tokenizer, "eos_id", None),
             sequences_prefix=opts.sequences_prefix,
             progress=bar,
+            tree_shapes=opts.trees,
         )
         seconds = time.monotonic() - t0
     note = (
@@ -451,6 +453,8 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         "prefill_jitter": _jitter(overhead.prefill_jitter, overhead.points, prefill=True),
         "acceptance": result.entries if result is not None else [],
     }
+    if result is not None and result.tree_entries:
+        data["tree_acceptance"] = result.tree_entries
     profile = build_profile(data, opts.name)
     lines.insert(0, f"profiled in {data['provenance']['profiling_seconds']:.0f} s")
     side_files = result.side_files if result is not None else {}
