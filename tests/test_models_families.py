@@ -242,3 +242,21 @@ def test_roofline_sizes_the_folder_as_the_loader_does(family):
     assert shape == shape_from_object(model.config, shape.name)
     assert shape.param_count() == model.config.param_count()
     assert shape.flops_per_token() == model.config.flops_per_token()
+
+
+@torch.no_grad()
+def test_a_tree_call_on_layers_of_different_windows_is_refused(tmp_path):
+    # One tree mask serves every layer, so Gemma 2's alternating windows cannot take one.
+    from specsim.engine.tree_attention import verification_attention
+    from specsim.errors import SpecsimError
+    from specsim.tree import TreeShape
+
+    reference = reference_model("gemma2")
+    reference.save_pretrained(tmp_path / "model")
+    model = load_model(tmp_path / "model")
+    cache = model.new_cache(1, 32)
+    model(tokens(1), cache)
+    shape = TreeShape.parse("2,1")
+    attention = verification_attention(cache.lengths.clone(), shape, model.config.sliding_window)
+    with pytest.raises(SpecsimError, match="different sliding windows"):
+        model(tokens(1)[:, : shape.num_nodes + 1], cache, tree=attention)
