@@ -381,18 +381,7 @@ def _monte_carlo(setup: _Setup, samples, target, alpha, power) -> dict[str, Any]
     if isinstance(counts, Malformed):
         note = "stopped: the verifier's output broke the contract"
         return {**_skipped_monte_carlo(note), "malformed": counts}
-    tests, family = stats.window_tests(counts, target, alpha, power)
-    whole = tests[-1]
-    return {
-        "p_value": family,
-        "statistic": whole.statistic,
-        "dof": whole.dof,
-        "impossible_samples": whole.impossible_samples,
-        "detectable_tv": whole.detectable_tv,
-        "window_tests": [asdict(test) for test in tests],
-        "monte_carlo_note": None,
-        "malformed": None,
-    }
+    return stats.window_result(counts, target, alpha, power)
 
 
 def _check_subject_fits(subject: Subject, processing: Processing, drafter: str, inputs: str):

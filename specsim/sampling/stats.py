@@ -19,7 +19,8 @@ least that power, where lambda* is the noncentrality that reaches the power at l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
@@ -165,3 +166,22 @@ def window_tests(
         )
     family = min(1.0, m * min(test.p_value for test in tests))
     return tests, family
+
+
+def window_result(
+    counts: np.ndarray, expected_probs: np.ndarray, alpha: float, power: float = 0.99
+) -> dict[str, Any]:
+    """The checkers' Monte Carlo result: the family p-value, the whole-window test's figures and
+    every prefix's test (``window_tests``)."""
+    tests, family = window_tests(counts, expected_probs, alpha, power)
+    whole = tests[-1]
+    return {
+        "p_value": family,
+        "statistic": whole.statistic,
+        "dof": whole.dof,
+        "impossible_samples": whole.impossible_samples,
+        "detectable_tv": whole.detectable_tv,
+        "window_tests": [asdict(test) for test in tests],
+        "monte_carlo_note": None,
+        "malformed": None,
+    }

@@ -259,18 +259,7 @@ def _monte_carlo(subject, models, processing, shape, deterministic, samples, see
     if isinstance(counts, Malformed):
         note = "stopped: the verifier's output broke the contract"
         return {**skipped, "malformed": counts, "monte_carlo_note": note}
-    tests, family = stats.window_tests(counts, target, alpha, power)
-    whole = tests[-1]
-    return {
-        "p_value": family,
-        "statistic": whole.statistic,
-        "dof": whole.dof,
-        "impossible_samples": whole.impossible_samples,
-        "detectable_tv": whole.detectable_tv,
-        "window_tests": [asdict(test) for test in tests],
-        "monte_carlo_note": None,
-        "malformed": None,
-    }
+    return stats.window_result(counts, target, alpha, power)
 
 
 def _validate(
