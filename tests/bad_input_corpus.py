@@ -274,6 +274,7 @@ STRING_OPTIONS = {
     "--from-bench": "file",
     "--acceptance-length": "acceptance-scalar",
     "--acceptance-rate": "acceptance-scalar",
+    "--metrics": "scrape-pair",
     "--prompts": "file",
     "--emit": "engines",
     "--model": "model-path",
@@ -314,6 +315,7 @@ BAD_STRINGS = {
         "2,1,1,1,1,1",
         "99999999999",
     ],
+    "scrape-pair": ["", "x", "=x", "x=", "nosuch.json=metrics.txt"],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
 

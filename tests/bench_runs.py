@@ -152,3 +152,23 @@ def seed_study(seeds: range, requests: int = 80) -> None:
 
 if __name__ == "__main__":
     seed_study(range(9))
+
+
+def vllm_scrape(data: dict) -> str:
+    """The /metrics scrape of the server that ran ``data``'s benchmark: its counters as vLLM's
+    Prometheus totals (one engine)."""
+    labels = 'engine="0",model_name="m"'
+    drafts = data["spec_decode_num_drafts"]
+    lines = [
+        f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+        f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {data['spec_decode_draft_tokens']}",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} "
+        f"{data['spec_decode_accepted_tokens']}",
+    ]
+    for i, rate in enumerate(data["spec_decode_per_position_acceptance_rates"]):
+        accepted = round(rate * drafts)
+        lines.append(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} '
+            f"{accepted}"
+        )
+    return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_runs import DRAFTER, PRIOR, TRUTH, Case, log_errors, write_runs
+from bench_runs import DRAFTER, PRIOR, TRUTH, Case, log_errors, vllm_scrape, write_runs
 
 from specsim.cli import main
 from specsim.profile import load_profile
@@ -320,3 +320,55 @@ def test_recovered_terms_change_the_simulated_figures_the_way_the_truth_does(rec
         ]
     )
     assert np.median(prior_errors) > 10 * report["fit"]["median_abs_error"]
+
+
+def test_a_scrape_gives_its_acceptance_to_a_result_file_without_counters(tmp_path, capsys):
+    # A k = 1 run written without its spec_decode_* keys (an older vllm bench serve layout) and
+    # its server's scrape: calibrated with --metrics, the acceptance is the counted file's.
+    cases = [Case("off-r2", 2.0), Case("k1-r8", 8.0, k=1)]
+    plain, counted = write_runs(tmp_path / "runs", cases, requests=30, seed=5)
+    data = json.loads(Path(counted).read_text())
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text(vllm_scrape(data))
+    stripped = tmp_path / "k1-stripped.json"
+    stripped.write_text(json.dumps({k: v for k, v in data.items() if "spec_decode" not in k}))
+    options = ("--drafter", DRAFTER, "--no-held-out")
+    reference = calibrate(capsys, [plain, counted], tmp_path / "ref.yaml", *options)
+    pairing = f"{stripped}={scrape}"
+    report = calibrate(
+        capsys, [plain, str(stripped)], tmp_path / "scraped.yaml", *options, "--metrics", pairing
+    )
+    by_scrape = load_profile(tmp_path / "scraped.yaml").acceptance(DRAFTER, "rejection", 1.0)
+    by_file = load_profile(tmp_path / "ref.yaml").acceptance(DRAFTER, "rejection", 1.0)
+    assert by_scrape.mean_acceptance_length == pytest.approx(by_file.mean_acceptance_length)
+    assert report["runs"][1]["speculation"] == {"drafter": DRAFTER, "k": 1}
+    assert any("acceptance from the /metrics scrape" in n for n in report["runs"][1]["notes"])
+    assert [t["name"] for t in report["terms"]] == [t["name"] for t in reference["terms"]]
+    # Without the scrape the file reads as speculation off.
+    alone = calibrate(capsys, [plain, str(stripped)], tmp_path / "off.yaml", *options)
+    assert alone["runs"][1]["speculation"] is None
+
+
+@pytest.mark.parametrize(
+    ("pairing", "expected"),
+    [
+        ("{counted}", "is not RESULT=SCRAPE"),
+        ("{other}={scrape}", "is not one of the benchmark result files given"),
+        ("{counted}={scrape}", "the run counts its own acceptance"),
+        ("{plain}={plain}", "not a Prometheus sample line"),
+    ],
+    ids=["no-equals", "unknown-result", "counted-run", "not-a-scrape"],
+)
+def test_bad_scrape_pairings_are_refused_in_one_line(tmp_path, capsys, pairing, expected):
+    plain, counted = write_runs(
+        tmp_path / "runs", [Case("off-r2", 2.0), Case("k1-r8", 8.0, k=1)], requests=10, seed=5
+    )
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text(vllm_scrape(json.loads(Path(counted).read_text())))
+    text = pairing.format(counted=counted, plain=plain, scrape=scrape, other=tmp_path / "x.json")
+    out = tmp_path / "bad.yaml"
+    argv = ["profile", "--from-bench", plain, counted, "--into", str(PRIOR), "--out", str(out)]
+    assert main([*argv, "--drafter", DRAFTER, "--metrics", text]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err
+    assert not out.exists() and not (tmp_path / "bad.calibration.json").exists()

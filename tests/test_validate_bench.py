@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bench_runs import DRAFTER, PRIOR, Case, truth_profile, write_runs
+from bench_runs import DRAFTER, PRIOR, Case, truth_profile, vllm_scrape, write_runs
 
 import specsim
 from specsim.cli import main
@@ -245,3 +245,30 @@ def test_sglang_results_are_read_by_content_with_their_scalar_acceptance(tmp_pat
     # A draft acceptance rate alone: L = 1 + k x rate.
     rate_only = dataclasses.replace(runs[0], speculation=SpecCounters(4, acceptance_rate=0.5))
     assert measured_acceptance(rate_only) == 3.0
+
+
+def test_a_scrape_gives_a_result_file_without_counters_its_acceptance(bench, tmp_path, capsys):
+    # The k = 2 run with its spec_decode_* keys dropped (an older layout), and its server's
+    # scrape: with --metrics it is compared on the scrape's counted length, as the full file is.
+    _, files, truth = bench
+    (spec_file,) = [f for f in files if f.endswith("k2-r6.json")]
+    data = json.loads(Path(spec_file).read_text())
+    runs = tmp_path / "old"
+    runs.mkdir()
+    stripped = runs / "k2-r6.json"
+    stripped.write_text(json.dumps({k: v for k, v in data.items() if "spec_decode" not in k}))
+    scrape = tmp_path / "metrics.txt"  # outside the results folder, which is read whole
+    scrape.write_text(vllm_scrape(data))
+    spec_scenario = scenario(tmp_path, truth, k=2)
+    options = ("--metrics", f"{stripped}={scrape}")
+    _, summary = validate(capsys, runs, spec_scenario, tmp_path / "out", *options)
+    (run,) = summary["runs"]
+    rows = {row["metric"]: row for row in run["rows"]}
+    expected = 1 + data["spec_decode_accepted_tokens"] / data["spec_decode_num_drafts"]
+    assert rows["mean_acceptance_length"]["measured"] == pytest.approx(expected, rel=1e-9)
+    # Without it the file reads as speculation off, which a speculating scenario refuses.
+    argv = ["validate", "--bench", str(runs), "--scenario", str(spec_scenario)]
+    assert main([*argv, "--out", str(tmp_path / "off")]) == 2
+    capsys.readouterr()
+    assert main([*argv[:1], str(spec_scenario), *options, "--out", str(tmp_path / "x")]) == 2
+    assert "no --bench is given" in capsys.readouterr().err

@@ -72,6 +72,15 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="the same from a draft acceptance rate R = accepted / drafted, i.e. L = 1 + K R",
     )
     bench.add_argument(
+        "--metrics",
+        metavar="RESULT=SCRAPE",
+        action="append",
+        default=[],
+        help="the acceptance of the runs in RESULT (a result file that counts none, e.g. an "
+        "older vllm bench serve layout) from SCRAPE, its server's /metrics scrape (vLLM's "
+        "spec_decode counters or SGLang's spec_accept gauges); repeatable",
+    )
+    bench.add_argument(
         "--no-held-out",
         action="store_true",
         help="skip the leave-one-run-out fits (one fit per run: the slow part)",
@@ -117,6 +126,7 @@ def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
         ),
         acceptance_lengths=tuple(args.acceptance_length),
         acceptance_rates=tuple(args.acceptance_rate),
+        metrics=tuple(args.metrics),
         seed=args.seed,
         held_out=not args.no_held_out,
         command=command_line(),

@@ -82,6 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "running the built-in engine",
     )
     parser.add_argument(
+        "--metrics",
+        metavar="RESULT=SCRAPE",
+        action="append",
+        default=[],
+        help="with --bench: the acceptance of the runs in RESULT (a result file that counts "
+        "none) from SCRAPE, its server's /metrics scrape; repeatable",
+    )
+    parser.add_argument(
         "--profile",
         metavar="P",
         help="use this profile instead of measuring (with --bench: default the scenario's)",
@@ -189,7 +197,9 @@ def run_bench(args: argparse.Namespace, scenario) -> int:
                 key=option,
                 fix=f"drop {option} (or --bench, to run the built-in engine)",
             )
-    result = write_bench_validation(scenario, args.bench, args.profile, args.replications, args.out)
+    result = write_bench_validation(
+        scenario, args.bench, args.profile, args.replications, args.out, tuple(args.metrics)
+    )
     summary = {"out": args.out, **result.payload}
     emit(args, summary, result.report)
     return 0 if result.passed else 1
@@ -208,6 +218,13 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.bench is not None:
         return run_bench(args, scenario)
+    if args.metrics:
+        raise SpecsimError(
+            "gives a benchmark result file its scrape, and no --bench is given",
+            file="command line",
+            key="--metrics",
+            fix="add --bench DIR, or drop --metrics",
+        )
     if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
         from specsim.workload.prompts import read_prompts
 

@@ -2,7 +2,8 @@
 
 1. The runs are read (``specsim.serving.detect.read_bench_files``: vLLM, SGLang or the
    normalised CSV; one deployment per call).
-2. Acceptance: the speculative runs' counters (or scalars, from the runs or the command line)
+2. Acceptance: the speculative runs' counters (or scalars, from the runs or the command line;
+   or a /metrics scrape given to a result file without counters: ``specsim.serving.scrapes``)
    become acceptance entries of the prior (``bench_acceptance``), so that each run is simulated
    with the acceptance it counted.
 3. Each run's workload is rebuilt as a trace (``bench_workload``) and simulated on the prior
@@ -44,6 +45,7 @@ from specsim.profiling.writer import build_profile, software_versions, today
 from specsim.sampling.kinds import DEFAULT_VERIFIER
 from specsim.serving.detect import read_bench_files
 from specsim.serving.runs import BenchRun
+from specsim.serving.scrapes import attach_scrapes, parse_pair
 
 REPORT_SUFFIX = ".calibration.json"
 
@@ -61,6 +63,7 @@ class BenchOptions:
     engine: EngineDefaults = field(default_factory=EngineDefaults)
     acceptance_lengths: tuple[str, ...] = ()  # NAME:K=L
     acceptance_rates: tuple[str, ...] = ()  # NAME:K=R
+    metrics: tuple[str, ...] = ()  # RESULT=SCRAPE: acceptance for a result file without counters
     seed: int = 0
     held_out: bool = True
     command: str | None = None
@@ -169,7 +172,8 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
             fix="add --into PROFILE (a roofline or measured profile of the same model and "
             "device: specsim profile --roofline makes one)",
         )
-    runs = read_bench_files(opts.files)
+    pairs = [parse_pair(text) for text in opts.metrics]
+    runs = attach_scrapes(read_bench_files(opts.files), pairs)
     loaded = load_profile(opts.into)
     spec_runs = [run for run in runs if run.speculation is not None]
     drafter = bench_drafter(loaded, opts.drafter, bool(spec_runs))

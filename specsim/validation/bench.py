@@ -32,6 +32,7 @@ from specsim.scenario import Scenario
 from specsim.serving.bench_commands import RESULTS, SCRIPT, label
 from specsim.serving.detect import read_bench_files
 from specsim.serving.runs import METRIC_NAMES, THROUGHPUT_KEYS, BenchRun
+from specsim.serving.scrapes import attach_scrapes, parse_pair
 from specsim.validation.compare import Comparison, compare_figures
 
 ACCEPTANCE = "mean_acceptance_length"
@@ -215,11 +216,14 @@ def validate_bench(
     profile: str | None,
     replications: int,
     staging: Path | None = None,
+    metrics: tuple[str, ...] = (),
 ) -> tuple[str, list[RunValidation]]:
     """The profile used and every run under ``bench`` against the simulator. Bad input is
     refused before anything is simulated; the runs' files go into ``staging/runs/NAME/``
-    (a temporary folder when None)."""
-    runs = read_bench_files(result_files(bench))
+    (a temporary folder when None). ``metrics`` (RESULT=SCRAPE) gives a scrape's acceptance to
+    a result file that counts none (``specsim.serving.scrapes``)."""
+    pairs = [parse_pair(text) for text in metrics]
+    runs = attach_scrapes(read_bench_files(result_files(bench)), pairs)
     for run in runs:
         check_speculation(run, scenario)
     path = str(scenario.resolve(scenario.profile)) if profile is None else profile

@@ -92,12 +92,15 @@ def write_bench_validation(
     profile: str | None,
     replications: int,
     out: str | Path,
+    metrics: tuple[str, ...] = (),
 ) -> BenchValidationResult:
     """Validate every run under ``bench`` (``validate_bench``) and write the outputs to ``out``."""
     from specsim.validation.plot import plot_bench_validation
 
     with atomic_output_dir(out) as staging:
-        profile_path, runs = validate_bench(scenario, bench, profile, replications, staging)
+        profile_path, runs = validate_bench(
+            scenario, bench, profile, replications, staging, metrics
+        )
         spec = scenario.speculation
         what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
         passed = sum(r.comparison.passed for r in runs)
