@@ -117,25 +117,21 @@ def test_overload_is_saturated_and_misses_the_slo(repo):
     assert est.goodput_requests_per_s < 0.1 * 40
 
 
-def test_at_low_load_the_estimate_is_within_its_margin_of_the_simulation(repo):
-    """The screen's premise on one shipped scenario (2 req/s, 300 s): the estimated and simulated
-    mean E2E of k = 0 and k = 3 differ by less than the screen's margin, and so does their
-    ratio (docs/notes/2026-12-01-screen-margin.md measures every shipped scenario)."""
-    from specsim.planning.screen import MARGIN
+def test_at_low_load_the_estimate_ranks_k_as_the_simulation_does(repo):
+    """The screen's premise on one shipped scenario (2 req/s, 300 s): k = 0, 1, 3 and 8 in the
+    same order by estimated and by simulated mean E2E, each within 10 % of its simulation
+    (docs/notes/2026-12-01-screen-margin.md measures every shipped scenario)."""
     from specsim.simulation import run_simulation
 
     path = str(repo / "scenarios" / "poisson.yaml")
-    ratios = {}
-    for k in (0, 3):
+    estimated, simulated = {}, {}
+    for k in (0, 1, 3, 8):
         overrides = ["workload.rate=2", f"speculation.k={k}"]
-        est = estimate_point(path, overrides).e2e_mean_s
-        sim = run_simulation(load_scenario(path, overrides)).summary["e2e_s"]["mean"]
-        assert abs(math.log(est / sim)) < MARGIN.e2e
-        ratios[k] = (est, sim)
-    est_ratio = ratios[3][0] / ratios[0][0]
-    sim_ratio = ratios[3][1] / ratios[0][1]
-    assert est_ratio < 0.9  # speculation pays at low load, by the estimate too
-    assert abs(math.log(est_ratio / sim_ratio)) < MARGIN.e2e
+        estimated[k] = estimate_point(path, overrides).e2e_mean_s
+        simulated[k] = run_simulation(load_scenario(path, overrides)).summary["e2e_s"]["mean"]
+        assert estimated[k] == pytest.approx(simulated[k], rel=0.1)
+    assert sorted(estimated, key=estimated.get) == sorted(simulated, key=simulated.get)
+    assert estimated[3] < 0.9 * estimated[0]  # speculation pays at low load, by the estimate too
 
 
 @pytest.mark.parametrize("chunked", [False, True])

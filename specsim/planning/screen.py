@@ -2,11 +2,11 @@
 those that can win, and say what was pruned and why.
 
 A sweep's configurations fall into groups, each of which the planner answers by ``common.choose``
-(in ``plan window``, a load: its best k). The estimate (``specsim.estimate``) is good at ratios
-within a group rather than at absolute figures (a trace's bursts or a common bias move every
-configuration alike), so pruning compares ratios. ``MARGIN`` bounds, in log terms, how far the
-estimate's ratio of two configurations' mean end-to-end latency or goodput was from the
-simulated ratio, over every pair of the shipped scenarios' ``plan window`` grids (measured by
+(in ``plan window``, a load: its best k). The estimate (``specsim.estimate``) ranks better than
+it predicts (a common bias moves every configuration alike), so pruning compares ratios within
+a group, and only where the estimate is trusted (below ``TRUSTED_PEAK`` utilisation in the
+traffic's busiest window; past it, bursts and saturation make it wrong by factors). ``MARGIN``
+comes from every pair of the shipped scenarios' ``plan window`` grids (measured by
 ``benchmarks/screen_margin.py``; docs/notes/2026-12-01-screen-margin.md). Per group:
 
 1. simulate the configuration the estimate ranks best (and any the caller always needs);
@@ -48,10 +48,12 @@ TRUSTED_PEAK = 0.8
 
 @dataclass(frozen=True)
 class Margin:
-    """How far an estimated ratio may be from the simulated one (natural log), for mean
-    end-to-end latency and for goodput where both estimates meet the SLO for nearly every
-    request. Where one does not, no goodput ratio was measured in the trusted regime, so none is
-    relied on: such a configuration is pruned only by the exact goodput ceiling."""
+    """Natural-log gaps. ``e2e``: a configuration estimated slower than the best by more than
+    this is slower in simulation too (the widest estimated gap the simulation reversed, with
+    headroom). ``goodput_met``: how far an estimated goodput ratio may be from the simulated one
+    where both estimates meet the SLO for nearly every request. Where one does not, no goodput
+    ratio was measured in the trusted regime, so none is relied on: such a configuration is
+    pruned only by the exact goodput ceiling."""
 
     e2e: float
     goodput_met: float
@@ -60,8 +62,10 @@ class Margin:
         return {"e2e_log_ratio": self.e2e, "goodput_met_log_ratio": self.goodput_met}
 
 
-# Twice the worst errors measured, rounded up (docs/notes/2026-12-01-screen-margin.md).
-MARGIN = Margin(e2e=0.11, goodput_met=0.03)
+# Mean E2E: ten times the widest estimated gap of a pair the simulation ordered the other way
+# (0.0021), rounded up; goodput: twice the worst ratio error (0.013), rounded up
+# (docs/notes/2026-12-01-screen-margin.md).
+MARGIN = Margin(e2e=0.02, goodput_met=0.03)
 
 
 @dataclass(frozen=True)
@@ -190,18 +194,15 @@ class ScreenOutcome:
         }
 
 
-def estimate_points(points: Sequence[SweepPoint]) -> list[Figures | None]:
-    """Each point's estimated figures; None where the estimate cannot answer (it is simulated)."""
+def estimate_figures(point: SweepPoint) -> Figures | None:
+    """A point's estimated figures; None where the estimate cannot answer (it is simulated)."""
     from specsim.errors import SpecsimError
     from specsim.estimate import estimate_point
 
-    figures: list[Figures | None] = []
-    for point in points:
-        try:
-            figures.append(Figures.of_estimate(estimate_point(point.scenario, point.overrides)))
-        except (SpecsimError, ValueError, ArithmeticError):
-            figures.append(None)
-    return figures
+    try:
+        return Figures.of_estimate(estimate_point(point.scenario, point.overrides))
+    except (SpecsimError, ValueError, ArithmeticError):
+        return None
 
 
 def screen_grid(
@@ -219,7 +220,7 @@ def screen_grid(
 
     ``always``: points simulated whatever their estimate; ``competes``: points the group's
     choice is among (the others are always simulated, and never prune one)."""
-    estimates = estimate_points(points)
+    estimates = sweeper.map_local(estimate_figures, list(points))
     results: list[PointResult | None] = [None] * len(points)
     groups: dict[Hashable, list[int]] = {}
     for i, point in enumerate(points):
@@ -267,15 +268,18 @@ def _simulate(points, indices, results, sweeper: Sweeper, desc: str) -> None:
 
 
 def ranking_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The worst gap between estimated and simulated log ratios over every ordered pair of
+    """How well the estimate ranks against simulation, over every ordered pair of trusted
     configurations in the same group (rows: ``scenario``, ``load``, ``config``, ``use_slo``,
-    ``estimate`` and ``simulated`` figures), and the pairs the estimate orders wrongly."""
+    ``estimate`` and ``simulated`` figures).
+
+    Per metric: the worst gap between the estimated and the simulated log ratio, and the widest
+    estimated gap of a pair the simulation orders the other way (what an e2e margin must
+    exceed: pruning at a wider estimated gap than any reversed pair never prunes a winner)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["scenario"], row["load"]), []).append(row)
-    worst = {"e2e": 0.0, "goodput_met": 0.0, "goodput": 0.0}  # goodput: not both met
-    where: dict[str, Any] = {name: None for name in worst}
-    pairs = reversed_e2e = untrusted = 0
+    worst = {"e2e": _Worst(), "goodput_met": _Worst()}
+    pairs = untrusted = 0
     for key, members in groups.items():
         for a, b in permutations(members, 2):
             ea, eb = a["estimate"], b["estimate"]
@@ -284,36 +288,53 @@ def ranking_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 continue
             pairs += 1
             sa, sb = a["simulated"], b["simulated"]
+            where = {"scenario": key[0], "load": key[1], "configs": [a["config"], b["config"]]}
             est = _log_ratio(ea["e2e_mean_s"], eb["e2e_mean_s"])
             sim = _log_ratio(sa["e2e_mean_s"], sb["e2e_mean_s"])
-            if est is not None and sim is not None:
-                reversed_e2e += est > 0.0 > sim
-                _note(worst, where, "e2e", abs(est - sim), key, a, b)
-            if not a["use_slo"]:
-                continue
-            top = max(ea["goodput_requests_per_s"] or 0.0, eb["goodput_requests_per_s"] or 0.0)
-            top_sim = max(sa["goodput_requests_per_s"] or 0.0, sb["goodput_requests_per_s"] or 0.0)
-            est = _log_ratio(
-                ea["goodput_requests_per_s"], eb["goodput_requests_per_s"], GOODPUT_FLOOR * top
-            )
-            sim = _log_ratio(
-                sa["goodput_requests_per_s"], sb["goodput_requests_per_s"], GOODPUT_FLOOR * top_sim
-            )
-            if est is None or sim is None:
-                continue
-            met = all((e["slo_attainment"] or 0.0) >= MET for e in (ea, eb))
-            _note(worst, where, "goodput_met" if met else "goodput", abs(est - sim), key, a, b)
+            worst["e2e"].note(est, sim, where)
+            met = all((e.get("slo_attainment") or 0.0) >= MET for e in (ea, eb))
+            if a["use_slo"] and met:
+                est, sim = (
+                    _log_ratio(x["goodput_requests_per_s"], y["goodput_requests_per_s"])
+                    for x, y in ((ea, eb), (sa, sb))
+                )
+                worst["goodput_met"].note(est, sim, where)
     return {
         "groups": len(groups),
         "pairs": pairs,
         "pairs_not_trusted": untrusted,
-        "pairs_e2e_ordered_wrongly": reversed_e2e,
-        "worst_log_ratio_error": worst,
-        "worst_at": where,
+        **{name: w.json() for name, w in worst.items()},
     }
 
 
-def _note(worst, where, name, error, key, a, b) -> None:
-    if error > worst[name]:
-        worst[name] = error
-        where[name] = {"scenario": key[0], "load": key[1], "configs": [a["config"], b["config"]]}
+@dataclass
+class _Worst:
+    """The worst log-ratio error and the widest reversed estimated gap seen so far."""
+
+    pairs: int = 0
+    error: float = 0.0
+    error_at: dict[str, Any] | None = None
+    reversed_pairs: int = 0
+    reversed_gap: float = 0.0
+    reversed_at: dict[str, Any] | None = None
+
+    def note(self, est: float | None, sim: float | None, where: dict[str, Any]) -> None:
+        if est is None or sim is None:
+            return
+        self.pairs += 1
+        if abs(est - sim) > self.error:
+            self.error, self.error_at = abs(est - sim), where
+        if est > 0.0 >= sim:
+            self.reversed_pairs += 1
+            if est > self.reversed_gap:
+                self.reversed_gap, self.reversed_at = est, where
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "worst_log_ratio_error": self.error,
+            "worst_at": self.error_at,
+            "pairs_ordered_wrongly": self.reversed_pairs,
+            "widest_reversed_log_gap": self.reversed_gap,
+            "widest_reversed_at": self.reversed_at,
+        }
