@@ -117,6 +117,9 @@ def test_the_screened_sweep_finds_the_exhaustive_winners_and_says_what_it_pruned
     assert screened["best_k"] == exhaustive["best_k"]
     assert screened["k_by_batch"] == exhaustive["k_by_batch"]
     assert "screening" not in exhaustive
+    from specsim.docs.outputs import WINDOW_SUMMARY_KEYS
+
+    assert list(screened) == list(WINDOW_SUMMARY_KEYS)  # every key documented, in order
     report = screened["screening"]
     assert report["configurations"] == 2 * 10  # k 0..8 and the adaptive policy at 2 loads
     assert report["pruned"] == len(report["pruned_configurations"]) > 0
