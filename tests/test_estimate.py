@@ -47,12 +47,15 @@ def test_with_every_draft_accepted_a_request_needs_its_tokens_over_k_plus_one_st
     np.testing.assert_allclose(steps[:, 0], expected, rtol=EXACT)
 
 
-def test_steps_match_a_monte_carlo_walk_of_the_same_chain():
-    """Seed 7, 20,000 requests of 40 tokens at alpha 0.7, k 4: the mean steps' standard error
-    is about 0.01 steps, so a 0.05-step tolerance (5 standard errors) catches a wrong cap."""
+def test_steps_and_drafts_match_a_monte_carlo_walk_of_the_same_chain():
+    """Seed 7, 20,000 requests of 40 tokens at alpha 0.7, k 4. The mean steps' standard error is
+    about 0.01 steps and the mean drafted positions' about 0.04, so tolerances of 0.05 and 0.2
+    (5 standard errors) pass a correct table and fail one that drafts past a request's end
+    (about 3.6 more positions per request)."""
     alpha, k, tokens, n = 0.7, 4, 40, 20_000
     rng = np.random.default_rng(7)
     counts = np.zeros(n)
+    drafted = np.zeros(n)
     left = np.full(n, tokens)
     while (left > 0).any():
         live = left > 0
@@ -64,8 +67,10 @@ def test_steps_match_a_monte_carlo_walk_of_the_same_chain():
             accepted += alive
         left = np.where(live, left - accepted - 1, left)
         counts += live
-    steps, _ = AcceptanceChains(np.full(k, alpha), 1.0, None).steps(np.array([tokens]))
+        drafted += np.where(live, drafts, 0)
+    steps, positions = AcceptanceChains(np.full(k, alpha), 1.0, None).steps(np.array([tokens]))
     assert steps[0, 0] == pytest.approx(counts.mean(), abs=0.05)
+    assert positions[0, 0] == pytest.approx(drafted.mean(), abs=0.2)
 
 
 def test_erlang_c_on_two_slots_at_one_erlang():
