@@ -11,7 +11,10 @@ Measures, in one process on this machine:
 - the speed-up of the Dask path with 2 worker processes over 1 (``LocalCluster``), on the same
   24 simulations;
 - the planner's own overhead: the same sweep rerun with every point already on disk (keys,
-  reading results), which is all the sweep engine adds to the simulations themselves.
+  reading results), which is all the sweep engine adds to the simulations themselves;
+- the same sweep screened (``specsim.planning.screen``, as ``plan window --screen`` screens each
+  drafter's grid: k = 0 always simulated): its wall time, how many it simulated, and whether its
+  best k per drafter and load is the exhaustive sweep's.
 
 The third drafter is a benchmark fixture: a copy of the 1B drafter with acceptance raised by 0.05
 per position, so that the sweep has three drafters on the shipped profile. The last stdout line is
@@ -84,12 +87,47 @@ def point_files(folder: Path) -> list[Path]:
 
 
 def timed_sweep(out: Path, points, **options) -> tuple[float, int]:
+    seconds, results = timed_results(out, points, **options)
+    return seconds, sum(not r.ok for r in results)
+
+
+def timed_results(out: Path, points, **options) -> tuple[float, list]:
     from specsim.planning.sweep import Sweeper
 
     started = time.perf_counter()
     with Sweeper(out, {"command": "bench"}, progress=False, **options) as sweeper:
         results = sweeper.run(points)
-    return time.perf_counter() - started, sum(not r.ok for r in results)
+    return time.perf_counter() - started, results
+
+
+def best_k(results, use_slo: bool) -> dict:
+    """The planner's best k per (drafter, load), from the results that ran."""
+    from specsim.planning.common import choose
+
+    groups: dict = {}
+    for r in results:
+        if r is not None and r.ok:
+            key = (r.tags["drafter"], r.tags["load"])
+            groups.setdefault(key, []).append((r.tags["config"], r.summary))
+    return {key: choose(items, use_slo) for key, items in sorted(groups.items())}
+
+
+def timed_screen(out: Path, points, use_slo: bool) -> tuple[float, object]:
+    """The same sweep screened as ``plan window --screen`` screens each drafter's grid."""
+    from specsim.planning.screen import screen_grid
+    from specsim.planning.sweep import Sweeper
+
+    started = time.perf_counter()
+    with Sweeper(out, {"command": "bench"}, progress=False, workers=2) as sweeper:
+        outcome = screen_grid(
+            points,
+            group=lambda p: (p.tags["drafter"], p.tags["load"]),
+            label=lambda p: p.tags["config"],
+            use_slo=use_slo,
+            sweeper=sweeper,
+            always=lambda p: p.tags["config"] == "k=0",
+        )
+    return time.perf_counter() - started, outcome
 
 
 def main(argv: list[str]) -> dict:
@@ -121,9 +159,14 @@ def main(argv: list[str]) -> dict:
             for p in files
         )
 
-        wall, failed = timed_sweep(folder / "pool", points, workers=2)
+        wall, results = timed_results(folder / "pool", points, workers=2)
+        failed = sum(not r.ok for r in results)
         # The planner's own cost: the same sweep again, every point read back from disk.
         cached_s, _ = timed_sweep(folder / "pool", points, workers=2)
+        # Screened: estimated first, only the k that can win simulated (a fresh folder).
+        use_slo = plan.first.use_slo
+        screened_s, screened = timed_screen(folder / "screened", points, use_slo)
+        screened_same = best_k(screened.results, use_slo) == best_k(results, use_slo)
 
         subset = points[:: len(points) // DASK_POINTS][:DASK_POINTS]
         dask_wall = {}
@@ -153,6 +196,10 @@ def main(argv: list[str]) -> dict:
             "pool_speedup_vs_serial": round(serial_estimate / wall, 3),
             "failed_points": failed,
             "resume_all_cached_s": round(cached_s, 3),
+            "screened_sweep_wall_s": round(screened_s, 2),
+            "screened_simulated": screened.simulated,
+            "screened_pruned": len(screened.pruned),
+            "screened_best_k_equal_exhaustive": screened_same,
             "dask_points": len(subset),
             "dask_1_worker_s": round(dask_wall[1], 2),
             "dask_2_workers_s": round(dask_wall[2], 2),

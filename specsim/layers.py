@@ -30,6 +30,7 @@ LAYERS: tuple[str, ...] = (
     "comparison",  # a summary against a baseline's
     "analytic",  # closed forms for speculation's speed-up
     "simulation",  # the SimPy serving engine
+    "estimate",  # closed-form estimates under load (the simulator's chains, no simulation)
     "engine",  # the real engine on the built-in models (torch)
     "profiling",  # measuring and fitting profiles (torch), rooflines, calibration
     "validation",  # the real engine against the simulator

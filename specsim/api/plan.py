@@ -83,9 +83,11 @@ def window_run(
     out: str | Path,
     options: SweepOptions,
     emit: EmitRequest | None = None,
+    screen: bool | None = None,
 ) -> Planned:
-    """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report."""
-    plan = window.prepare(scenario, overrides, ks, loads, seed)
+    """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report;
+    ``screen`` as ``window.prepare`` takes it (None: screened above ``SCREEN_FROM`` points)."""
+    plan = window.prepare(scenario, overrides, ks, loads, seed, screen)
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     engine_files.check_models(emit, [plan.profile])
     with options.sweeper(out, plan.identity()) as sweeper:
@@ -175,11 +177,13 @@ def plan_window(
     progress: bool = True,
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
+    screen: bool | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan window``: the best k at each load, the crossover load and the k-by-batch
     table. ``k`` as ``--k`` (``"0..4"``, or a list of ints), ``loads`` as ``--loads`` (a list of
-    numbers), ``seed`` as ``--seed``; overrides as for ``simulate`` (``workload__duration_s=60``).
+    numbers), ``seed`` as ``--seed``; ``screen`` True as ``--screen``, False as
+    ``--exhaustive``; overrides as for ``simulate`` (``workload__duration_s=60``).
     Tables: ``sweep``, ``best_k``, ``k_by_batch``, ``k_by_batch_check``. ``emit`` and
     ``models`` as ``--emit`` (``"vllm,sglang"`` or a list) and ``--model`` (``{"target":
     "meta-llama/Llama-3.1-8B-Instruct"}``): the engines' files in ``attachments`` (``engine/``)."""
@@ -193,6 +197,7 @@ def plan_window(
         ks=_k_values(k),
         loads=_loads(loads),
         seed=seed,
+        screen=screen,
     )
 
 

@@ -26,6 +26,7 @@ from specsim.bounds import MAX_RATE
 from specsim.cli.common import SEED, Number, add_json, add_out, add_set, emit
 
 MAX_WORKERS = 4096
+SCREEN_FROM = 200  # as specsim.planning.screen.SCREEN_FROM (a test holds them equal)
 
 WINDOW_DESCRIPTION = """Choose the window size k at each load.
 
@@ -150,6 +151,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load levels: arrival rates (req/s) for an open-loop workload, client counts for a "
         "closed loop, speed factors for a trace (default: a ladder around the scenario's load)",
     )
+    screening = window.add_mutually_exclusive_group()
+    screening.add_argument(
+        "--screen",
+        dest="screen",
+        action="store_const",
+        const=True,
+        default=None,
+        help="rank every point by a closed-form estimate first and simulate only the k that "
+        "can win at each load (k = 0 and the adaptive policy always run); the summary lists "
+        f"what was pruned and why (default for grids of more than {SCREEN_FROM} points)",
+    )
+    screening.add_argument(
+        "--exhaustive",
+        dest="screen",
+        action="store_const",
+        const=False,
+        help="simulate every point, however large the grid",
+    )
     _common(window)
 
     capacity = sub.add_parser(
@@ -248,6 +267,7 @@ def _window(args: argparse.Namespace) -> int:
         args.out,
         sweep_options(args),
         emit,
+        screen=args.screen,
     )
     return finish(args, planned, window_report.human(planned.plan, planned.summary))
 

@@ -106,6 +106,12 @@ WINDOW_SUMMARY_KEYS = {
     "simulations": "printed with --json only (it varies between reruns, the file must not): "
     "{computed, cached}, simulations run now and reused from `points/`",
     "failed": "simulations that failed: their overrides and error",
+    "screening": "only when the grid was screened (`--screen`, or more than 200 points without "
+    "`--exhaustive`): `configurations`, `estimated`, `estimate_failures`, `simulated`, "
+    "`pruned`, `margin` (`e2e_log_ratio`, `goodput_met_log_ratio`: how far an estimated ratio "
+    "of two points may be from the simulated one) and `pruned_configurations` "
+    "(`[{group, config, beaten_by, reason}]`: the load, the k not simulated, the simulated k "
+    "it cannot beat and why)",
 }
 
 K_BY_BATCH_KEYS = {

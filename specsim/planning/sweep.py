@@ -265,6 +265,14 @@ class Sweeper:
         self.stats.seconds += time.perf_counter() - started
         return [_retag(results[key], point) for point, key in zip(points, keys, strict=True)]
 
+    def map_local(self, fn, items: Sequence[Any], chunksize: int = 32) -> list[Any]:
+        """``[fn(item) for item in items]`` on the local pool (in this process with one worker
+        or a cluster): for cheap work over many items, such as a screen's estimates. ``fn`` must
+        be importable by name and must not raise."""
+        if self.workers == 1 or self._client is not None or len(items) <= chunksize:
+            return [fn(item) for item in items]
+        return list(self._ensure_pool().map(fn, items, chunksize=chunksize))
+
     def _compute(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
         if self._client is not None:
             yield from run_on_cluster(self._client, self.task, todo)

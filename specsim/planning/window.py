@@ -34,6 +34,7 @@ from specsim.planning.common import (
 )
 from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
+from specsim.planning.screen import SCREEN_FROM, ScreenOutcome, screen_grid
 from specsim.planning.sweep import PointResult, Sweeper
 from specsim.planning.window_table import (
     LoadCheck,
@@ -61,6 +62,7 @@ class WindowPlan:
     seed: int
     adaptive: bool = True
     scale: ArrivalScale | None = None  # offered req/s per load (None for a closed loop)
+    screen: bool = False  # estimate every point, simulate only those that can win (``screen``)
 
     def offered_rps(self, load: float) -> float | None:
         return None if self.scale is None else self.scale.rate(load)
@@ -105,8 +107,11 @@ def prepare(
     ks: list[int] | None,
     loads: list[float] | None,
     seed: int | None,
+    screen: bool | None = None,
 ) -> WindowPlan:
-    """Validate everything (one-line errors) and fix the grid; nothing is written."""
+    """Validate everything (one-line errors) and fix the grid; nothing is written.
+
+    ``screen`` None screens a grid of more than ``screen.SCREEN_FROM`` points."""
     from specsim.errors import SpecsimError
     from specsim.profile import load_profile
     from specsim.scenario import load_scenario
@@ -131,7 +136,7 @@ def prepare(
     check_k_values(ks, limit, spec.drafter, profile.path)
     axis = load_axis(scenario)
     loads = loads if loads is not None else default_loads(axis, scenario.engine.max_batch)
-    return WindowPlan(
+    plan = WindowPlan(
         scenario_path=str(scenario_path),
         base_overrides=list(overrides),
         scenario=scenario,
@@ -142,6 +147,8 @@ def prepare(
         seed=scenario.seed if seed is None else seed,
         scale=None if axis.kind == "concurrency" else ArrivalScale.for_scenario(scenario, axis),
     )
+    plan.screen = len(plan.grid()) > SCREEN_FROM if screen is None else screen
+    return plan
 
 
 # -- analysis -------------------------------------------------------------------------------------
@@ -233,7 +240,22 @@ def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepP
 
 def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
     """Run the grid and the table check; return everything the report and summary need."""
-    results = sweeper.run(plan.grid(), desc="plan window")
+    screened: ScreenOutcome | None = None
+    if plan.screen:
+        # k = 0 and the adaptive policy are always simulated: the report compares with them.
+        screened = screen_grid(
+            plan.grid(),
+            group=lambda point: point.tags["load"],
+            label=lambda point: point.tags["config"],
+            use_slo=plan.use_slo,
+            sweeper=sweeper,
+            always=lambda point: point.tags["config"] == "k=0",
+            competes=lambda point: point.tags["config"] != ADAPTIVE,
+            desc="plan window (screened)",
+        )
+        results = [result for result in screened.results if result is not None]
+    else:
+        results = sweeper.run(plan.grid(), desc="plan window")
     loads = analyse(plan, results)
     rows, derivation = k_by_batch(plan, loads)
     check = sweeper.run(by_batch_points(plan, rows), desc="k-by-batch check")
@@ -258,6 +280,7 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
         "crossover": cross,
         "context": derivation["context_tokens_per_sequence"],
         "verdict": verdict,
+        "screened": screened,
     }
 
 
@@ -299,6 +322,8 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
             }
         )
     spec = plan.scenario.speculation
+    screened: ScreenOutcome | None = outcome.get("screened")
+    screening = {} if screened is None else {"screening": screened.json()}
     return {
         "command": "plan window",
         "scenario": plan.scenario_path,
@@ -321,4 +346,5 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
         "failed": [
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
         ],
+        **screening,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from specsim.planning.common import (
@@ -240,7 +241,22 @@ def _answer(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
         answer.append(Callout(f"{note}. The speed-ups above are not free."))
     if summary["failed"]:
         answer.append(Callout(f"{len(summary['failed'])} simulations failed; see the sweep table."))
+    if "screening" in summary:
+        answer.append(Callout(screening_text(summary["screening"])))
     return answer
+
+
+def screening_text(screening: dict[str, Any]) -> str:
+    """What the screen pruned, in one sentence (the list is in summary.json)."""
+    margin = screening["margin"]
+    return (
+        f"Screened: {screening['pruned']} of {screening['configurations']} points were not "
+        "simulated, because their closed-form estimate, even with its margin (x"
+        f"{math.exp(margin['e2e_log_ratio']):.3g} on mean E2E, x"
+        f"{math.exp(margin['goodput_met_log_ratio']):.3g} on goodput), cannot beat the best "
+        "simulated k at their load; summary.json lists each under `screening` with its reason. "
+        "Rerun with --exhaustive to simulate them all."
+    )
 
 
 def _best_k_table(plan: WindowPlan, loads: list[LoadResult], summary: dict[str, Any]) -> Table:
@@ -315,6 +331,12 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
             + json.dumps(table["num_speculative_tokens_per_batch_size"])
         )
     lines.append(verdict_text(table))
+    if "screening" in summary:
+        screening = summary["screening"]
+        lines.append(
+            f"screened: {screening['pruned']} of {screening['configurations']} points pruned "
+            "(listed in summary.json; --exhaustive simulates them)"
+        )
     chosen = any(item["best_k"] for item in summary["best_k"])
     lines.append(regressions_vs_off_text(summary["regressions_vs_k0"], chosen))
     note = lossy_note(plan.profile, plan.scenario.speculation)

@@ -1,0 +1,108 @@
+"""The iteration-cost model at an operating point: a decode iteration of a mean batch, and what
+each prompt adds to the iterations that carry it.
+
+Decode iterations are priced by ``StepCosts.iteration_s`` itself (the function the engine
+charges), for a batch of ``rows`` mean rows. A prompt's price is the same linear latency fits
+evaluated on arrays of prompts: with chunked prefill, the seconds its chunks add to decode
+iterations of that batch (the target's tokens past the compute knee, its KV reads and attention
+pairs, the drafter's own prefill pass, the prefill overhead); without, the prompt-only iteration
+it runs in alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.costs import NO_ROWS, PassTotals, StepCosts
+from specsim.scenario import Engine
+
+
+def _fit_seconds(fit, rows, tokens, kv, pairs):
+    """``LatencyModel.seconds_from_totals`` on arrays."""
+    return (
+        fit.fixed_s
+        + fit.per_sequence_s * rows
+        + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
+        + fit.per_kv_token_s * kv
+        + fit.per_attention_pair_s * pairs
+    )
+
+
+class Passes:
+    """Iteration seconds for one pool's costs and engine (``draft_fit`` None: no prompt pass
+    of the drafter's own)."""
+
+    def __init__(self, costs: StepCosts, engine: Engine):
+        self.costs = costs
+        self.engine = engine
+        self.target_fit = costs.target.latency.fit
+        latency = costs.drafter.latency
+        builds_cache = costs.drafter.kind == "draft_model" and latency is not None
+        self.draft_fit = latency.latency.fit if builds_cache else None
+
+    def decode_s(self, k: int, rows: float, tokens: float, kv: float, pairs: float) -> float:
+        """One decode-only iteration of ``rows`` rows verifying ``tokens`` positions."""
+        if rows <= 0.0:
+            return 0.0
+        return self.costs.iteration_s(k, PassTotals(rows, tokens, kv, pairs))
+
+    def chunks(self, prompt: np.ndarray, decode_tokens: float) -> np.ndarray:
+        """Iterations each prompt's chunks ride in (1 without chunked prefill)."""
+        if not self.engine.chunked_prefill:
+            return np.ones_like(prompt)
+        room = max(1.0, float(self.engine.max_batched_tokens) - decode_tokens)
+        return np.ceil(prompt / room)
+
+    def prompt_s(self, prompt: np.ndarray, decode_tokens: float) -> np.ndarray:
+        """Seconds each prompt adds to the engine's iterations, beside decode iterations that
+        verify ``decode_tokens`` positions (chunked prefill), or in an iteration of its own."""
+        if not self.engine.chunked_prefill:
+            return self._alone_s(prompt)
+        budget = float(self.engine.max_batched_tokens)
+        room = max(1.0, budget - decode_tokens)
+        chunks = np.ceil(prompt / room)
+        last = prompt - (chunks - 1.0) * room
+        full = chunks - 1.0
+        fit = self.target_fit
+        knee = fit.knee_tokens
+        base = max(0.0, decode_tokens - knee)
+        past_knee = full * (max(0.0, decode_tokens + room - knee) - base)
+        past_knee += np.maximum(0.0, decode_tokens + last - knee) - base
+        read = room * chunks * (chunks - 1.0) / 2.0  # KV tokens earlier chunks left in the cache
+        pairs = prompt * (prompt + 1.0) / 2.0
+        target = (
+            fit.per_sequence_s * chunks
+            + fit.per_batched_token_s * past_knee
+            + fit.per_kv_token_s * read
+            + fit.per_attention_pair_s * pairs
+        )
+        costs = self.costs
+        host = chunks * (costs.overhead_seq_s + costs.overhead_prefill_s)
+        host += costs.overhead_prefill_token_s * prompt
+        seconds = target + host
+        if self.draft_fit is not None:
+            d = self.draft_fit
+            draft_knee = full * max(0.0, room - d.knee_tokens)
+            draft_knee += np.maximum(0.0, last - d.knee_tokens)
+            seconds += (
+                (d.fixed_s + d.per_sequence_s) * chunks
+                + d.per_batched_token_s * draft_knee
+                + d.per_kv_token_s * read
+                + d.per_attention_pair_s * pairs
+            )
+        return seconds
+
+    def _alone_s(self, prompt: np.ndarray) -> np.ndarray:
+        """A prompt's own prefill-only iteration (``iteration_s(0, NO_ROWS, prompt)``)."""
+        costs = self.costs
+        pairs = prompt * (prompt + 1.0) / 2.0
+        seconds = _fit_seconds(self.target_fit, 1.0, prompt, 0.0, pairs)
+        seconds += costs.overhead_s(1) + costs.overhead_prefill_s
+        seconds += costs.overhead_prefill_token_s * prompt
+        if self.draft_fit is not None:
+            seconds += _fit_seconds(self.draft_fit, 1.0, prompt, 0.0, pairs)
+        return seconds
+
+    def idle_s(self) -> float:
+        """An iteration with nothing in it (the scale of the residual wait at low load)."""
+        return self.costs.iteration_s(0, NO_ROWS)
