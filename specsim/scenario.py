@@ -38,6 +38,7 @@ from specsim.bounds import (
 )
 from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
 from specsim.config import Name, StrictModel, load_yaml_as
+from specsim.profile.schema import TensorParallel
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
 
@@ -200,6 +201,11 @@ class Engine(StrictModel):
         default=None,
         description="override the KV-cache capacity in tokens (default: memory left after the "
         "target's and drafter's weights, divided by their KV bytes per token)",
+    )
+    tensor_parallel_size: TensorParallel | None = Field(
+        default=None,
+        description="devices one replica spans; must be the profile's "
+        "hardware.tensor_parallel_size (absent: whatever the profile describes)",
     )
     padded_attention: bool = Field(
         default=False,
