@@ -208,3 +208,14 @@ def test_a_scenario_asking_another_tp_than_the_profile_is_refused(repo):
     assert "--tp 8" in caught.value.fix
     same = load_scenario(repo / "scenarios" / "chat-70b-tp4.yaml")
     assert kv_capacity_tokens(loaded, None, False, same.engine) > 0
+
+
+def test_the_capacity_report_names_a_replicas_devices(repo):
+    from types import SimpleNamespace
+
+    from specsim.planning.capacity_report import replica_devices
+
+    tp4 = SimpleNamespace(profile=load_profile(repo / "profiles" / H100_TP4))
+    one = SimpleNamespace(profile=load_profile(repo / "profiles" / H200_FP8))
+    assert replica_devices(tp4) == "4 devices (tensor parallel)"
+    assert replica_devices(one) == "one device"
