@@ -33,12 +33,12 @@ from specsim.bounds import (
     Seconds,
     Seed,
     Temperature,
+    TensorParallel,
     Tokens,
     WindowSize,
 )
 from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
 from specsim.config import Name, StrictModel, load_yaml_as
-from specsim.profile.schema import TensorParallel
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
 

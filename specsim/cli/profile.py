@@ -34,11 +34,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
+from specsim.bounds import MAX_TEMPERATURE, MAX_TENSOR_PARALLEL, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
 from specsim.cli.profile_bench import add_bench_arguments
 from specsim.errors import SpecsimError
-from specsim.profile.schema import MAX_TENSOR_PARALLEL
 from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000

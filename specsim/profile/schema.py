@@ -33,6 +33,7 @@ from specsim.bounds import (
     Requests,
     Seconds,
     Temperature,
+    TensorParallel,
     TokenCount,
     Tokens,
 )
@@ -197,8 +198,6 @@ class Provenance(StrictModel):
         return {**rest, "speed_reference": block}
 
 
-MAX_TENSOR_PARALLEL = 64  # GPUs one replica spans
-TensorParallel = Annotated[int, Field(ge=1, le=MAX_TENSOR_PARALLEL)]
 WEIGHT_DTYPES = ("bfloat16", "float16", "fp8", "int4")
 KV_DTYPES = ("bfloat16", "float16", "fp8")
 
