@@ -3,13 +3,21 @@
 # acceptance files in this folder. Run from the repository root. (Measured profiles are written
 # by `specsim profile` on the machine they describe; see each file's provenance.command.)
 set -euo pipefail
-roofline() {  # HW-SPEC TARGET DRAFTER ACCEPTANCE OUT
+roofline() {  # HW-SPEC TARGET DRAFTER ACCEPTANCE OUT [DEPLOYMENT OPTIONS: --tp N, --weights-dtype D]
   specsim profile --roofline --hardware "profiles/hardware/$1.yaml" \
     --target "profiles/models/$2.json" --drafter "$3=profiles/models/$3.json" --drafter ngram \
-    --acceptance-from "profiles/acceptance/$4.assumed.yaml" --out "profiles/$5-roofline.yaml"
+    --acceptance-from "profiles/acceptance/$4.assumed.yaml" --out "profiles/$5-roofline.yaml" \
+    "${@:6}"
 }
 roofline h100-sxm llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_h100
 roofline a100-sxm-80gb llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_a100
 roofline h100-sxm qwen2.5-7b qwen2.5-0.5b qwen2.5-7b_qwen2.5-0.5b qwen2.5-7b_qwen2.5-0.5b_h100
 roofline l40s llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_l40s
 roofline h200-sxm llama3.1-8b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-8b_llama3.2-1b_h200
+# A 70B target does not fit one 80 GB device in bf16: four H100s (tensor parallel, the 1B
+# drafter sharded alike, vLLM's default), or one H200 in FP8. Acceptance is the 8B pair's
+# (assumed either way; see each profile's notes).
+roofline h100-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_llama3.2-1b_4xh100-tp4 \
+  --tp 4
+roofline h200-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_llama3.2-1b_h200-fp8 \
+  --weights-dtype fp8 --kv-dtype fp8

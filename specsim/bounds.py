@@ -31,6 +31,7 @@ MAX_FLOPS = 1e18  # per second, or per token
 MAX_PRICE = 1e4  # US dollars per device-hour
 MAX_COUNT = 10**15  # counts: samples, points, parameters, tokens scored
 MAX_DIMENSION = 10**7  # a model dimension: layers, hidden size, heads, vocabulary
+MAX_TENSOR_PARALLEL = 64  # devices one replica spans
 MAX_SEED = 2**63 - 1
 
 Seconds = Annotated[float, Ge(0), Le(MAX_SECONDS)]
@@ -42,6 +43,7 @@ Replicas = Annotated[int, Ge(1), Le(MAX_REPLICAS)]
 Requests = Annotated[int, Ge(1), Le(MAX_REQUESTS)]
 Rate = Annotated[float, Gt(0), Le(MAX_RATE)]
 WindowSize = Annotated[int, Ge(0), Le(MAX_K)]
+TensorParallel = Annotated[int, Ge(1), Le(MAX_TENSOR_PARALLEL)]
 Temperature = Annotated[float, Ge(0), Le(MAX_TEMPERATURE)]
 Probability = Annotated[float, Ge(0), Le(1)]
 Factor = Annotated[float, Gt(0), Le(MAX_FACTOR)]

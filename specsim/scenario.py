@@ -33,6 +33,7 @@ from specsim.bounds import (
     Seconds,
     Seed,
     Temperature,
+    TensorParallel,
     Tokens,
     WindowSize,
 )
@@ -200,6 +201,11 @@ class Engine(StrictModel):
         default=None,
         description="override the KV-cache capacity in tokens (default: memory left after the "
         "target's and drafter's weights, divided by their KV bytes per token)",
+    )
+    tensor_parallel_size: TensorParallel | None = Field(
+        default=None,
+        description="devices one replica spans; must be the profile's "
+        "hardware.tensor_parallel_size (absent: whatever the profile describes)",
     )
     padded_attention: bool = Field(
         default=False,

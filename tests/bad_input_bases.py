@@ -138,6 +138,7 @@ PROFILE: dict[str, Any] = {
         "price_per_hour_usd": 2.0,
         "peak_flops": 1.0e15,
         "memory_bandwidth_bytes_per_s": 3.0e12,
+        "tensor_parallel_size": 2,
     },
     "target": {
         "kind": "target",
@@ -145,6 +146,13 @@ PROFILE: dict[str, Any] = {
         **SIZES,
         "latency": copy.deepcopy(LATENCY),
         "overhead": dict(DRAFT_OVERHEAD),
+        # A replica of two devices: half the weights and KV heads on each.
+        "sharding": {
+            "tensor_parallel_size": 2,
+            "weight_bytes_per_device": 1_000_000_000,
+            "kv_bytes_per_token_per_device": 32768,
+        },
+        "precision": {"weights": "bfloat16", "kv_cache": "bfloat16"},
     },
     "drafters": {
         "d1": {
@@ -153,6 +161,12 @@ PROFILE: dict[str, Any] = {
             "latency": {**copy.deepcopy(LATENCY), "fit": {**copy.deepcopy(FIT), "fixed_s": 0.001}},
             "draft_step_s": 0.0,
             "overhead": dict(DRAFT_OVERHEAD),
+            "sharding": {
+                "tensor_parallel_size": 1,
+                "weight_bytes_per_device": 2_000_000_000,
+                "kv_bytes_per_token_per_device": 65536,
+            },
+            "precision": {"weights": "bfloat16", "kv_cache": "bfloat16"},
         },
         "ngram": {"kind": "ngram", "draft_step_s": 1.0e-5},
     },
@@ -224,6 +238,7 @@ SCENARIO: dict[str, Any] = {
         "max_batched_tokens": 512,
         "memory_utilisation": 0.9,
         "kv_capacity_tokens": 100000,
+        "tensor_parallel_size": 2,  # the base profile's
         "padded_attention": False,
         "jitter": True,
     },
@@ -286,11 +301,15 @@ HARDWARE = {
     "price_per_hour_usd": 2.0,
     "price_note": "example",
     "source": "test",
+    "peak_flops_fp8": 2.0e15,
+    "nvlink": {"bandwidth_bytes_per_s": 4.5e11, "latency_s": 1.0e-6},
+    "pcie": {"bandwidth_bytes_per_s": 6.4e10, "latency_s": 2.0e-6},
     "efficiency": {
         "mfu": 0.5,
         "bandwidth": 0.8,
         "launch_s_per_layer": 1.0e-5,
         "memory_utilization": 0.9,
+        "interconnect": 0.8,
     },
 }
 TARGET_CONFIG = {

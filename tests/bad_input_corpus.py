@@ -473,6 +473,53 @@ def hand_cases() -> Iterator[Case]:
         (("prompts.jsonl", '{"question": "what?"}\n'),),
         (("prompts.jsonl",),),
     )
+    # Tensor parallelism: a scenario asking for another split than the profile's, splits no
+    # engine runs, and a roofline deployment given to a measurement.
+    yield Case(
+        "scenario:engine.tensor_parallel_size=not-the-profile's",
+        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (),
+        (("engine.tensor_parallel_size",),),
+    )
+    for key, spoil in (
+        ("target.sharding", lambda doc: doc["target"]["sharding"].update(tensor_parallel_size=1)),
+        (
+            "drafters.d1",
+            lambda doc: doc["drafters"]["d1"]["sharding"].update(tensor_parallel_size=4),
+        ),
+    ):
+        split = copy.deepcopy(PROFILE)
+        spoil(split)
+        yield Case(
+            f"profile:{key}.tensor_parallel_size=not-1-or-the-replica's",
+            tuple(sim),
+            (("profile.yaml", dump(split)),),
+            (("profile.yaml",),),
+        )
+    roof = BASE_COMMANDS["profile roofline"]
+    yield Case(
+        "profile:--draft-tp=not-1-or-tp",
+        (*roof, "--tp", "2", "--draft-tp", "4"),
+        (),
+        (("--draft-tp",),),
+    )
+    yield Case("profile:--tp=heads-not-divisible", (*roof, "--tp", "3"), (), (("--tp",),))
+    no_link = {k: v for k, v in HARDWARE.items() if k not in ("nvlink", "pcie")}
+    yield Case(
+        "profile:--tp=no-interconnect",
+        (*roof, "--tp", "2"),
+        (("hardware.yaml", dump(no_link)),),
+        (("hardware.yaml",), ("nvlink",)),
+    )
+    yield Case(
+        "profile:--tp=measured", (*BASE_COMMANDS["profile measure"], "--tp", "2"), (), (("--tp",),)
+    )
+    yield Case(
+        "profile:--weights-dtype=measured",
+        (*BASE_COMMANDS["profile measure"], "--weights-dtype", "fp8"),
+        (),
+        (("--weights-dtype",),),
+    )
     measure = BASE_COMMANDS["profile measure"]
     yield Case(
         "profile:--max-new-tokens=past-positions",

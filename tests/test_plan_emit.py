@@ -403,3 +403,28 @@ def test_a_closed_loop_sends_as_many_requests_as_its_simulation_completed(tmp_pa
     outcome["loads"] = [window.LoadResult(4.0, by_config={"k=2": run}, best_k=2)]
     (load,) = emit_choice.window_choice(plan, outcome).loads
     assert (load.label, load.rate, load.clients, load.requests) == ("concurrency-4", None, 4, 86)
+
+
+@pytest.mark.parametrize(
+    "scenario, flags",
+    [
+        ("chat-70b-tp4.yaml", {"--tensor-parallel-size": "4"}),
+        (
+            "chat-70b-fp8.yaml",
+            {"--tensor-parallel-size": "1", "--quantization": "fp8", "--kv-cache-dtype": "fp8"},
+        ),
+    ],
+)
+def test_the_profiles_split_and_formats_reach_the_engine_files(scenario, flags, tmp_path, repo):
+    """A plan on the shipped 70B scenarios (30 s of their trace) writes the profile's tensor
+    parallelism and FP8 formats into vLLM's arguments, and the TP into SGLang's and TRT-LLM's."""
+    out = tmp_path / "out"
+    argv = ["plan", "window", str(repo / "scenarios" / scenario), "--k", "0,2", "--loads", "1"]
+    argv += ["--set", "workload.duration_s=30", *QUICK, "--emit", ALL, "--out", str(out)]
+    assert run(argv) == 0
+    words = args_of(out / "engine" / "vllm.args")
+    assert {flag: option(words, flag) for flag in flags} == flags
+    tp = flags["--tensor-parallel-size"]
+    assert option(args_of(out / "engine" / "sglang.args"), "--tp-size") == tp
+    trt = yaml.safe_load((out / "engine" / "trtllm.yaml").read_text())
+    assert trt["tensor_parallel_size"] == int(tp)

@@ -396,3 +396,70 @@ def test_trtllm_constraints_refuse_a_planted_setting(top, spec, key):
     trtllm_config.check(dict(GOOD_TRT))
     with pytest.raises(SpecsimError, match=rf"^engine/trtllm\.yaml: [a-z_.]*{key}.*§5\."):
         trtllm_config.check(document)
+
+
+# -- tensor parallelism and number formats (issue 22) --------------------------------------------
+
+
+def test_tensor_parallel_sizes_in_each_engines_keys():
+    vllm, sglang, trtllm = render_all(setting(chain(), tensor_parallel_size=4))
+    assert "--tensor-parallel-size 4" in vllm.files["vllm.args"]
+    assert json.loads(vllm.files["vllm.json"])["draft_tensor_parallel_size"] == 4
+    assert sglang.written["tp_size"] == 4
+    assert trt(trtllm)["tensor_parallel_size"] == 4
+    assert not any("draft tensor" in n for r in (vllm, sglang, trtllm) for n in r.not_expressible)
+
+
+def test_a_draft_model_on_one_device_is_vllms_draft_tp_and_unexpressed_elsewhere():
+    item = setting(chain(), tensor_parallel_size=4, draft_tensor_parallel_size=1)
+    vllm, sglang, trtllm = render_all(item)
+    assert json.loads(vllm.files["vllm.json"])["draft_tensor_parallel_size"] == 1
+    assert vllm.not_expressible == []
+    for rendered in (sglang, trtllm):
+        assert any("draft tensor parallelism 1" in n for n in rendered.not_expressible)
+
+
+def test_fp8_is_vllms_quantization_and_kv_cache_dtype_and_a_note_elsewhere():
+    item = setting(chain(), weights_dtype="fp8", kv_cache_dtype="fp8")
+    vllm, sglang, trtllm = render_all(item)
+    args = arguments(vllm.files["vllm.args"])
+    assert args[args.index("--quantization") + 1] == "fp8"
+    assert args[args.index("--kv-cache-dtype") + 1] == "fp8"
+    assert json.loads(vllm.files["vllm.json"])["quantization"] == "fp8"
+    assert vllm.written["quantization"] == vllm.written["kv_cache_dtype"] == "fp8"
+    for rendered in (sglang, trtllm):
+        assert any("weights fp8 and KV cache fp8" in n for n in rendered.notes)
+    assert "fp8" not in arguments(sglang.files["sglang.args"])  # no flag is guessed
+    assert "fp8" not in json.dumps(trt(trtllm))
+
+
+def test_int4_weights_write_no_flag_but_say_why():
+    vllm = vllm_config.render(setting(None, weights_dtype="int4"), HEADER)
+    assert "--quantization" not in arguments(vllm.files["vllm.args"])
+    assert any("int4" in n for n in vllm.notes)
+
+
+def test_sixteen_bit_formats_write_nothing_new():
+    plain = render_all(setting(chain()))
+    sixteen = render_all(setting(chain(), weights_dtype="bfloat16", kv_cache_dtype="bfloat16"))
+    assert [r.files for r in plain] == [r.files for r in sixteen]
+
+
+def test_deployment_reads_the_profiles_split_and_formats(repo):
+    from specsim.profile import load_profile
+    from specsim.serving.setting import deployment
+
+    tp4 = load_profile(repo / "profiles" / "llama3.1-70b_llama3.2-1b_4xh100-tp4-roofline.yaml")
+    assert deployment(tp4.profile, "llama3.2-1b") == {
+        "tensor_parallel_size": 4,
+        "draft_tensor_parallel_size": 4,
+    }
+    assert deployment(tp4.profile, "ngram") == {"tensor_parallel_size": 4}
+    fp8 = load_profile(repo / "profiles" / "llama3.1-70b_llama3.2-1b_h200-fp8-roofline.yaml")
+    assert deployment(fp8.profile, None) == {
+        "tensor_parallel_size": 1,
+        "weights_dtype": "fp8",
+        "kv_cache_dtype": "fp8",
+    }
+    eight = load_profile(repo / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml")
+    assert deployment(eight.profile, "llama3.2-1b") == {"tensor_parallel_size": 1}

@@ -10,6 +10,8 @@ Estimate hardware you do not have from datasheet numbers (a roofline model):
       --drafter llama3.2-1b=profiles/models/llama3.2-1b.json --drafter ngram \\
       --acceptance-from profiles/acceptance/llama3.1-8b_llama3.2-1b.assumed.yaml \\
       --out profiles/llama3.1-8b_llama3.2-1b_h100-roofline.yaml
+A replica over 4 devices, or in FP8 (weights and KV cache), is --tp 4 / --weights-dtype fp8
+--kv-dtype fp8 (and --draft-tp 1 for a draft model on one device).
 
 Calibrate acceptance from a production vLLM's Prometheus counters:
   specsim profile --calibrate metrics.txt --into profiles/mine.yaml --drafter small \\
@@ -32,13 +34,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
+from specsim.bounds import MAX_TEMPERATURE, MAX_TENSOR_PARALLEL, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
 from specsim.cli.profile_bench import add_bench_arguments
 from specsim.errors import SpecsimError
 from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
+TENSOR_PARALLEL = Number(int, 1, MAX_TENSOR_PARALLEL)
+# The command line's short names for the profile's formats.
+WEIGHT_FORMATS = {"bf16": "bfloat16", "fp8": "fp8", "int4": "int4"}
+KV_FORMATS = {"bf16": "bfloat16", "fp8": "fp8"}
 MAX_PROMPTS = 1_000_000
 
 
@@ -159,6 +165,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="copy acceptance entries from an acceptance file or another profile",
     )
     roof.add_argument(
+        "--tp",
+        metavar="N",
+        type=TENSOR_PARALLEL,
+        default=1,
+        help="devices one replica spans (tensor parallelism; default 1)",
+    )
+    roof.add_argument(
+        "--draft-tp",
+        metavar="N",
+        type=TENSOR_PARALLEL,
+        help="devices a draft model spans: 1 or --tp (default --tp, as vLLM's "
+        "draft_tensor_parallel_size)",
+    )
+    roof.add_argument(
+        "--weights-dtype",
+        choices=sorted(WEIGHT_FORMATS),
+        help="weight format of the decoder layers (default: the hardware file's dtype)",
+    )
+    roof.add_argument(
+        "--kv-dtype",
+        choices=sorted(KV_FORMATS),
+        help="KV-cache format (default: the hardware file's dtype)",
+    )
+    roof.add_argument(
         "--ngram-step-s",
         metavar="S",
         type=SECONDS,
@@ -257,6 +287,24 @@ def run(args: argparse.Namespace) -> int:
         chosen = " and ".join("--" + m.replace("_", "-") for m in modes)
         raise SpecsimError(f"choose one mode, not {chosen}", file="command line")
     out, name = _out_path(args.out, args.name)
+    deployment = [
+        flag
+        for flag, given in (
+            ("--tp", args.tp != 1),
+            ("--draft-tp", args.draft_tp is not None),
+            ("--weights-dtype", args.weights_dtype is not None),
+            ("--kv-dtype", args.kv_dtype is not None),
+        )
+        if given
+    ]
+    if deployment and not args.roofline:
+        raise SpecsimError(
+            f"{', '.join(deployment)} describe a roofline's deployment; a measured or "
+            "calibrated profile describes the one it ran on (one device, its dtype)",
+            file="command line",
+            key=deployment[0],
+            fix="add --roofline, or drop " + ", ".join(deployment),
+        )
     if args.roofline:
         return _run_roofline(args, out, name, parse_drafters(args.drafter))
     if args.calibrate:
@@ -283,6 +331,10 @@ def _run_roofline(args, out: Path, name: str, drafters) -> int:
         overhead_step_s=args.overhead_step_s,
         overhead_sequence_s=args.overhead_sequence_s,
         command=command_line(),
+        tp=args.tp,
+        draft_tp=args.draft_tp,
+        weights_dtype=WEIGHT_FORMATS.get(args.weights_dtype),
+        kv_dtype=KV_FORMATS.get(args.kv_dtype),
     )
     write_profile(profile, out)
     _summarise(args, profile, out)

@@ -1,4 +1,9 @@
-"""KV-cache capacity of one replica: the device memory the weights leave, in tokens."""
+"""KV-cache capacity of one replica: the device memory the weights leave, in tokens.
+
+A replica that spans several devices (tensor parallelism) holds on each a shard of the target
+and, per drafter, a shard or (drafter TP 1) the whole drafter on one device; vLLM sizes every
+device's cache alike, so the device holding the most decides: the profile's per-device bytes.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +15,18 @@ from specsim.scenario import Engine
 def kv_capacity_tokens(
     profile: LoadedProfile, drafter: str | None, drafter_loaded: bool, engine: Engine
 ) -> int:
-    """KV-cache tokens: memory left after the weights, over the KV bytes per token of both.
+    """KV-cache tokens: one device's memory left after the weights it holds, over the KV bytes
+    per token it holds of both models.
 
     ``drafter_loaded`` is false for k = 0 (the drafter is not deployed).
     """
+    check_tensor_parallel(profile, engine)
     if engine.kv_capacity_tokens is not None:
         return engine.kv_capacity_tokens
     target = profile.profile.target
     draft = profile.drafter(drafter) if (drafter and drafter_loaded) else None
-    weights = target.weight_bytes + (draft.weight_bytes if draft else 0)
-    per_token = target.kv_bytes_per_token + (draft.kv_bytes_per_token if draft else 0)
+    weights = target.device_weight_bytes + (draft.device_weight_bytes if draft else 0)
+    per_token = target.device_kv_bytes_per_token + (draft.device_kv_bytes_per_token if draft else 0)
     memory = profile.profile.hardware.memory_bytes * engine.memory_utilisation
     if per_token <= 0:
         raise SpecsimError(
@@ -38,3 +45,19 @@ def kv_capacity_tokens(
             fix="use a larger device, a smaller drafter or raise engine.memory_utilisation",
         )
     return int(free // per_token)
+
+
+def check_tensor_parallel(profile: LoadedProfile, engine: Engine) -> None:
+    """A scenario's stated tensor-parallel size must be the one the profile describes: a pass's
+    time, the memory per device and the price all depend on it."""
+    stated = engine.tensor_parallel_size
+    described = profile.profile.hardware.devices
+    if stated is not None and stated != described:
+        raise SpecsimError(
+            f"the scenario's engine.tensor_parallel_size is {stated} but profile "
+            f"{profile.path.name} describes replicas of {described} device(s)",
+            file=str(profile.path),
+            key="engine.tensor_parallel_size",
+            fix=f"set engine.tensor_parallel_size: {described}, or use a profile written "
+            f"for {stated} devices (specsim profile --roofline --tp {stated})",
+        )

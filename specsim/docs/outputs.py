@@ -155,7 +155,9 @@ ENGINE_FILES = {
     "(specsim version, scenario, profile, the recommendation, the model paths and where they "
     "came from, what vLLM cannot express and what stands in for it, how to start the server), "
     "then one option per line, values shell-quoted (`--max-num-seqs`, "
-    "`--max-num-batched-tokens`, `--tensor-parallel-size`, `--speculative-config` with the same "
+    "`--max-num-batched-tokens`, `--tensor-parallel-size` (the profile's devices per replica; "
+    "the draft model's in the JSON's `draft_tensor_parallel_size`), `--quantization fp8` and "
+    "`--kv-cache-dtype fp8` for a profile in FP8, `--speculative-config` with the same "
     "JSON): `shlex.split(text, comments=True)` reads the list, and so does the header's "
     "`eval \"vllm serve MODEL $(grep -v '^#' vllm.args | tr '\\n' ' ')\"`",
     "engine/sglang.args": "SGLang's `launch_server` options in the same layout: "

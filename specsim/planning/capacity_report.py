@@ -247,7 +247,7 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
     answer: list = [
         Paragraph(
             f"Target **{plan.target_rps:g} req/s** with the SLO {slo_text(plan.scenario)} met by "
-            f"at least {plan.attainment:.0%} of requests; one device per replica at "
+            f"at least {plan.attainment:.0%} of requests; {replica_devices(plan)} per replica at "
             f"${plan.profile.profile.hardware.price_per_hour_usd:g}/hour "
             f"({plan.profile.profile.hardware.name})."
         )
@@ -356,3 +356,9 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
     else:
         lines.append("no candidate sustains a rate within the SLO")
     return "\n".join(lines)
+
+
+def replica_devices(plan) -> str:
+    """A replica's devices in words (a tensor-parallel profile's price is the replica's)."""
+    devices = plan.profile.profile.hardware.devices
+    return "one device" if devices == 1 else f"{devices} devices (tensor parallel)"

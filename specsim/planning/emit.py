@@ -35,6 +35,7 @@ from specsim.serving.setting import (
     ModelRef,
     Rendered,
     Speculative,
+    deployment,
     placeholder,
 )
 from specsim.version import __version__
@@ -198,6 +199,7 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
         verifier=scenario.speculation.verifier,
         temperature=scenario.speculation.temperature,
         unexpressed=tuple(choice.unexpressed),
+        **deployment(profile, choice.drafter),
     )
 
 

@@ -35,6 +35,7 @@ from specsim.bounds import (
     Requests,
     Seconds,
     Temperature,
+    TensorParallel,
     TokenCount,
     Tokens,
 )
@@ -201,14 +202,49 @@ class Provenance(StrictModel):
         return {**rest, "speed_reference": block}
 
 
+WEIGHT_DTYPES = ("bfloat16", "float16", "fp8", "int4")
+KV_DTYPES = ("bfloat16", "float16", "fp8")
+
+
 class Hardware(StrictModel):
     name: Name
-    memory_bytes: Bytes = Field(description="device memory available to weights and KV cache")
-    price_per_hour_usd: Price = Field(description="what one device costs per hour (edit freely)")
+    memory_bytes: Bytes = Field(description="one device's memory available to weights and KV cache")
+    price_per_hour_usd: Price = Field(
+        description="what one replica costs per hour: tensor_parallel_size devices (edit freely)"
+    )
     peak_flops: PositiveFlops | None = Field(
         default=None, description="peak FLOP/s at the profile's dtype"
     )
     memory_bandwidth_bytes_per_s: Bytes | None = None
+    tensor_parallel_size: TensorParallel | None = Field(
+        default=None,
+        description="devices one replica spans (tensor parallelism); absent = 1, as measured "
+        "and calibrated profiles are unless they say otherwise",
+    )
+
+    @property
+    def devices(self) -> int:
+        return self.tensor_parallel_size or 1
+
+
+class Sharding(StrictModel):
+    """How a model is split over a replica's devices (tensor parallelism); what one device holds
+    decides the KV-cache capacity."""
+
+    tensor_parallel_size: TensorParallel = Field(
+        description="devices the model is sharded over: 1 or the replica's (as vLLM allows)"
+    )
+    weight_bytes_per_device: ByteCount
+    kv_bytes_per_token_per_device: ByteCount = Field(
+        description="the KV heads one device holds (replicated when heads < devices)"
+    )
+
+
+class Precision(StrictModel):
+    """Number formats of a model's weights and KV cache; absent = the profile's dtype."""
+
+    weights: Literal[WEIGHT_DTYPES]  # type: ignore[valid-type]
+    kv_cache: Literal[KV_DTYPES]  # type: ignore[valid-type]
 
 
 class HeldOutError(StrictModel):
@@ -333,6 +369,25 @@ class ModelSpec(StrictModel):
         description="draft models: this drafter's per-draft-pass overhead terms, in place of "
         "the profile's overhead.per_draft_step_s and per_draft_token_s",
     )
+    sharding: Sharding | None = Field(
+        default=None, description="tensor-parallel split; absent = the whole model on one device"
+    )
+    precision: Precision | None = Field(
+        default=None, description="weight and KV-cache formats; absent = the profile's dtype"
+    )
+
+    @property
+    def device_weight_bytes(self) -> int:
+        """Weight bytes on the device that holds the most of this model."""
+        return self.sharding.weight_bytes_per_device if self.sharding else self.weight_bytes
+
+    @property
+    def device_kv_bytes_per_token(self) -> int:
+        return (
+            self.sharding.kv_bytes_per_token_per_device
+            if self.sharding
+            else self.kv_bytes_per_token
+        )
 
     @model_validator(mode="after")
     def _needs_a_cost(self) -> ModelSpec:
@@ -609,6 +664,18 @@ class Profile(StrictModel):
             if spec.kind == "target":
                 kinds = "/".join(DRAFTER_KINDS)
                 raise ValueError(f"drafter {name!r} has kind 'target'; use {kinds}")
+        tp = self.hardware.devices
+        if (self.target.sharding.tensor_parallel_size if self.target.sharding else 1) != tp:
+            raise ValueError(
+                f"hardware.tensor_parallel_size is {tp} but target.sharding describes "
+                "another split; fix: give the target a sharding over the replica's devices"
+            )
+        for name, spec in self.drafters.items():
+            if spec.sharding and spec.sharding.tensor_parallel_size not in (1, tp):
+                raise ValueError(
+                    f"drafter {name!r} is sharded over {spec.sharding.tensor_parallel_size} "
+                    f"devices; fix: use 1 or the replica's {tp} (as vLLM allows)"
+                )
         if self.prefill_jitter is not None and self.jitter is None:
             raise ValueError("prefill_jitter needs jitter (the decode iterations' spread) too")
         seen = set()

@@ -15,6 +15,10 @@ pairs of FLOPs. This maps exactly onto the profile's fit form, because
 Effective means multiplied by a stated efficiency: model FLOP utilisation (MFU) for compute and a
 bandwidth efficiency for memory, plus a per-layer launch overhead. Nothing here is measured; the
 profile says so in its provenance.
+
+A replica may span several devices (``--tp``) and hold its weights and KV cache in fp8 or int4
+(``--weights-dtype``, ``--kv-dtype``): ``specsim.profiling.parallel`` says how that enters each
+term; the profile's hardware block then describes one device's memory and the replica's price.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
 from specsim.profile.schema import Hardware, Latency, LatencyFit
 from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.parallel import (
+    Layout,
+    Link,
+    allreduce_terms,
+    check_split,
+    device_kv_bytes_per_token,
+    quantised_flops_per_token,
+    weight_bytes,
+)
 from specsim.profiling.writer import (
     acceptance_entries,
     build_profile,
@@ -50,6 +63,9 @@ class Efficiency(StrictModel):
     memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="share of device memory for weights and KV cache"
     )
+    interconnect: float = Field(
+        default=0.8, gt=0, le=1, description="share of link bandwidth an all-reduce reaches"
+    )
 
 
 class HardwareSpec(StrictModel):
@@ -58,21 +74,39 @@ class HardwareSpec(StrictModel):
     name: str
     memory_bytes: Bytes
     peak_flops: PositiveFlops = Field(description="dense FLOP/s at the profile dtype (bf16)")
+    peak_flops_fp8: PositiveFlops | None = Field(
+        default=None, description="dense FP8 tensor-core FLOP/s; absent: fp8 weights run at bf16"
+    )
     memory_bandwidth_bytes_per_s: Bytes
     dtype: str = "bfloat16"
     price_per_hour_usd: Price = Field(description="example price; edit to your own")
     price_note: str = ""
     source: str = Field(default="", description="where the datasheet numbers come from")
+    nvlink: Link | None = Field(default=None, description="device-to-device NVLink, if any")
+    pcie: Link | None = Field(default=None, description="PCIe, used for TP without NVLink")
     efficiency: Efficiency = Field(default_factory=Efficiency)
 
-    def as_profile_hardware(self) -> Hardware:
+    def as_profile_hardware(self, tp: int = 1) -> Hardware:
         return Hardware(
             name=self.name,
             memory_bytes=self.memory_bytes * self.efficiency.memory_utilization,
-            price_per_hour_usd=self.price_per_hour_usd,
+            price_per_hour_usd=self.price_per_hour_usd * tp,
             peak_flops=self.peak_flops,
             memory_bandwidth_bytes_per_s=self.memory_bandwidth_bytes_per_s,
+            tensor_parallel_size=tp if tp > 1 else None,
         )
+
+    def layout(self, tp: int, weights: str | None, kv_cache: str | None, source: str) -> Layout:
+        """The deployment over ``tp`` devices, all-reducing over NVLink where the file has it."""
+        name, link = ("NVLink", self.nvlink) if self.nvlink else ("PCIe", self.pcie)
+        if tp > 1 and link is None:
+            raise SpecsimError(
+                f"--tp {tp} needs the devices' interconnect",
+                file=source,
+                key="nvlink",
+                fix="add nvlink (or pcie) with bandwidth_bytes_per_s and latency_s",
+            )
+        return Layout(tp, weights, kv_cache, link, name, self.efficiency.interconnect)
 
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "int8": 1}
@@ -90,29 +124,47 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     return spec
 
 
-def roofline_fit(shape: ModelShape, hw: HardwareSpec) -> LatencyFit:
-    """The latency fit of ``shape`` on ``hw`` under the roofline model (see module docstring)."""
+def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = None) -> LatencyFit:
+    """The latency fit of ``shape`` on ``hw`` under the roofline model (see module docstring),
+    on one device of ``layout.tp``; the all-reduces' per-token seconds join the compute slope,
+    and the knee is where that slope reaches the weight read."""
+    layout = layout or Layout()
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
     peak = hw.peak_flops * hw.efficiency.mfu
-    memory_s = shape.weight_bytes(dtype_bytes) / bandwidth
-    per_token_s = shape.flops_per_token() / peak
+    memory_s = weight_bytes(shape, layout, dtype_bytes) / layout.tp / bandwidth
+    per_token_s = matmul_s_per_token(shape, hw, layout) / layout.tp
+    allreduce_token_s, allreduce_pass_s = allreduce_terms(shape, layout)
+    slope = per_token_s + allreduce_token_s
     return LatencyFit(
-        fixed_s=memory_s + shape.num_layers * hw.efficiency.launch_s_per_layer,
+        fixed_s=memory_s + shape.num_layers * hw.efficiency.launch_s_per_layer + allreduce_pass_s,
         per_sequence_s=0.0,
-        per_batched_token_s=per_token_s,
-        knee_tokens=memory_s / per_token_s,
-        per_kv_token_s=shape.kv_bytes_per_token(dtype_bytes) / bandwidth,
-        per_attention_pair_s=shape.attention_flops_per_pair() / peak,
+        per_batched_token_s=slope,
+        knee_tokens=memory_s / slope,
+        per_kv_token_s=device_kv_bytes_per_token(shape, layout, dtype_bytes) / bandwidth,
+        per_attention_pair_s=shape.attention_flops_per_pair() / layout.tp / peak,
     )
 
 
-def roofline_latency(shape: ModelShape, hw: HardwareSpec) -> Latency:
+def matmul_s_per_token(shape: ModelShape, hw: HardwareSpec, layout: Layout) -> float:
+    """Seconds of one token's matrix products on one device: fp8 weights at the FP8 peak where
+    the file gives one (the embedding, LM head and router stay at the bf16 peak)."""
+    peak = hw.peak_flops * hw.efficiency.mfu
+    if layout.weights != "fp8" or hw.peak_flops_fp8 is None:
+        return shape.flops_per_token() / peak
+    quantised = quantised_flops_per_token(shape)
+    rest = shape.flops_per_token() - quantised
+    return quantised / (hw.peak_flops_fp8 * hw.efficiency.mfu) + rest / peak
+
+
+def roofline_latency(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = None) -> Latency:
     """A ``Latency`` section: the roofline fit, no samples, valid everywhere (an estimate)."""
-    return Latency(fit=roofline_fit(shape, hw), valid_range=None, outside_range="extrapolate")
+    return Latency(
+        fit=roofline_fit(shape, hw, layout), valid_range=None, outside_range="extrapolate"
+    )
 
 
-def efficiency_note(hw: HardwareSpec) -> str:
+def efficiency_note(hw: HardwareSpec, tp: int = 1) -> str:
     eff = hw.efficiency
     return (
         f"Roofline estimate, not a measurement: {hw.name} at {hw.dtype}, "
@@ -121,7 +173,13 @@ def efficiency_note(hw: HardwareSpec) -> str:
         f"{eff.bandwidth:g}, launch overhead {eff.launch_s_per_layer * 1e6:g} us per layer per "
         f"pass, {eff.memory_utilization:g} of device memory for weights and KV cache. A pass "
         "takes max(weight read, matmul compute) plus KV-cache read plus attention compute; "
-        "single device, no tensor parallelism. Price per hour is an example: edit it."
+        + (
+            "single device, no tensor parallelism. Price per hour is an example: edit it."
+            if tp == 1
+            else f"each of a replica's {tp} devices holds and reads a 1/{tp} shard "
+            f"(tensor parallelism). Price per hour is the replica's: {tp} x "
+            f"${hw.price_per_hour_usd:g} per device, an example: edit it."
+        )
     )
 
 
@@ -137,21 +195,46 @@ def moe_note(shape: ModelShape) -> str:
     )
 
 
-def check_fits(shapes: list[ModelShape], hw: HardwareSpec, source: str) -> None:
-    """The models' weights must fit on one device with room left for a KV cache."""
+def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source: str) -> None:
+    """The weights one device holds (each model's shard, or the whole of a TP-1 drafter) must
+    fit in its memory with room left for a KV cache."""
     dtype_bytes = DTYPE_BYTES[hw.dtype]
-    weights = sum(s.weight_bytes(dtype_bytes) for s in shapes)
+    weights = sum(weight_bytes(s, lay, dtype_bytes) / lay.tp for s, lay in shapes)
     usable = hw.memory_bytes * hw.efficiency.memory_utilization
     if weights >= usable:
-        names = " + ".join(s.name for s in shapes)
+        names = " + ".join(s.name for s, _ in shapes)
+        tp = shapes[0][1].tp
         raise SpecsimError(
-            f"weights of {names} ({weights / 1e9:.1f} GB) do not fit in "
+            f"weights of {names} ({weights / 1e9:.1f} GB per device) do not fit in "
             f"{usable / 1e9:.1f} GB usable on {hw.name}",
             file=source,
             key="memory_bytes",
-            fix="use a device with more memory or smaller models (tensor parallelism is not "
-            "modelled)",
+            fix="use a device with more memory, smaller models or weights, or more devices "
+            f"(--tp above {tp})",
         )
+
+
+def deployed_spec(
+    shape: ModelShape, kind: str, hw: HardwareSpec, layout: Layout, replica_tp: int, label=""
+) -> dict:
+    """A model entry of the profile, with its split and formats where they are not the
+    defaults (one device, the hardware file's dtype)."""
+    dtype_bytes = DTYPE_BYTES[hw.dtype]
+    spec = model_spec(shape, kind, dtype_bytes, roofline_latency(shape, hw, layout), label)
+    spec["weight_bytes"] = weight_bytes(shape, layout, dtype_bytes)
+    spec["kv_bytes_per_token"] = device_kv_bytes_per_token(shape, layout.with_tp(1), dtype_bytes)
+    if replica_tp > 1:
+        spec["sharding"] = {
+            "tensor_parallel_size": layout.tp,
+            "weight_bytes_per_device": round(spec["weight_bytes"] / layout.tp),
+            "kv_bytes_per_token_per_device": device_kv_bytes_per_token(shape, layout, dtype_bytes),
+        }
+    if layout.weights is not None or layout.kv_cache is not None:
+        spec["precision"] = {
+            "weights": layout.weights or hw.dtype,
+            "kv_cache": layout.kv_cache or hw.dtype,
+        }
+    return spec
 
 
 def roofline_profile(
@@ -165,18 +248,39 @@ def roofline_profile(
     overhead_step_s: float = 5.0e-4,
     overhead_sequence_s: float = 1.0e-5,
     command: str | None = None,
+    tp: int = 1,
+    draft_tp: int | None = None,
+    weights_dtype: str | None = None,
+    kv_dtype: str | None = None,
 ):
     """A complete roofline profile (validated ``Profile``) for a target and its drafters.
 
     ``drafters`` are ``specs.DrafterArg``; model drafters give a ``config.json`` path.
     Acceptance entries are copied from ``acceptance_path`` (an acceptance file or another
     profile: acceptance does not depend on the hardware) and must name the given drafters.
+    A replica spans ``tp`` devices; draft models span ``draft_tp`` (1 or ``tp``; default
+    ``tp``, vLLM's default). The formats apply to the target and the draft models alike.
     """
     hw = load_hardware(hardware_path)
-    dtype_bytes = DTYPE_BYTES[hw.dtype]
+    draft_tp = tp if draft_tp is None else draft_tp
+    if draft_tp not in (1, tp):
+        raise SpecsimError(
+            f"drafter tensor-parallel size {draft_tp} with a target over {tp} devices",
+            file="command line",
+            key="--draft-tp",
+            fix=f"give 1 or {tp} (vLLM's draft_tensor_parallel_size can only be 1 or the target's)",
+        )
+    layout = hw.layout(tp, weights_dtype, kv_dtype, str(hardware_path))
+    draft_layout = layout.with_tp(draft_tp)
     target = load_shape(target_path)
     model_drafters = {d.name: load_shape(d.spec) for d in drafters if not d.is_ngram}
-    check_fits([target, *model_drafters.values()], hw, str(hardware_path))
+    for shape, lay in [(target, layout), *((s, draft_layout) for s in model_drafters.values())]:
+        check_split(shape, lay.tp, "command line")
+    check_fits(
+        [(target, layout), *((s, draft_layout) for s in model_drafters.values())],
+        hw,
+        str(hardware_path),
+    )
 
     drafter_specs = {}
     for d in drafters:
@@ -184,10 +288,12 @@ def roofline_profile(
             drafter_specs[d.name] = ngram_spec(d.ngram, ngram_step_s)
         else:
             shape = model_drafters[d.name]
-            drafter_specs[d.name] = model_spec(
-                shape, "draft_model", dtype_bytes, roofline_latency(shape, hw), shape.name
+            drafter_specs[d.name] = deployed_spec(
+                shape, "draft_model", hw, draft_layout, tp, shape.name
             )
-    notes = [efficiency_note(hw)]
+    notes = [efficiency_note(hw, tp)]
+    if tp > 1 or weights_dtype is not None or kv_dtype is not None:
+        notes.append(deployment_note(target, hw, layout, draft_tp if model_drafters else None))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
     if any(d.is_ngram for d in drafters):
         notes.append(
@@ -207,14 +313,14 @@ def roofline_profile(
         "name": name,
         "provenance": {
             "source": "roofline",
-            "device": hw.name,
+            "device": hw.name if tp == 1 else f"{tp} x {hw.name} (tensor parallel)",
             "date": today(),
             "software": software_versions(),
             "command": command,
             "notes": " ".join(notes),
         },
-        "hardware": hw.as_profile_hardware().model_dump(mode="json", exclude_none=True),
-        "target": model_spec(target, "target", dtype_bytes, roofline_latency(target, hw)),
+        "hardware": hw.as_profile_hardware(tp).model_dump(mode="json", exclude_none=True),
+        "target": deployed_spec(target, "target", hw, layout, tp),
         "drafters": drafter_specs,
         "overhead": {
             "per_step_s": overhead_step_s,
@@ -224,6 +330,52 @@ def roofline_profile(
         "acceptance": acceptance,
     }
     return build_profile(data, f"{name} (from the command line)")
+
+
+def deployment_note(
+    target: ModelShape, hw: HardwareSpec, layout: Layout, draft_tp: int | None
+) -> str:
+    """What the profile assumes of the split and the formats, with the all-reduce's cost."""
+    parts = []
+    if layout.tp > 1:
+        per_token, per_pass = allreduce_terms(target, layout)
+        link = layout.link
+        parts.append(
+            f"Tensor parallelism {layout.tp}: weights, embedding, LM head and KV heads sharded "
+            f"(KV heads replicated where fewer than devices); two ring all-reduces per layer "
+            f"of tokens x hidden x 2 bytes over {layout.link_name} "
+            f"({link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction x efficiency "
+            f"{layout.link_efficiency:g}, {link.latency_s * 1e6:g} us per step): "
+            f"{per_pass * 1e3:.3g} ms per target pass plus {per_token * 1e6:.3g} us per token, "
+            "added to the compute slope (the fit's knee form under-states passes just below "
+            f"the knee by at most that slope x the knee). Memory per device: the weights' "
+            f"shard; price: the replica's devices."
+        )
+        if draft_tp is not None:
+            parts.append(
+                f"Draft models run over {draft_tp} device(s) (draft_tensor_parallel_size "
+                f"{draft_tp}); "
+                + (
+                    "sharded like the target."
+                    if draft_tp > 1
+                    else "each whole on one device, which its weights and KV cache then bind."
+                )
+            )
+    if layout.weights is not None or layout.kv_cache is not None:
+        weights = layout.weights or hw.dtype
+        fp8_peak = (
+            f"at the FP8 peak {hw.peak_flops_fp8 / 1e12:g} TFLOP/s"
+            if weights == "fp8" and hw.peak_flops_fp8
+            else "at the bf16 peak (weight-only: dequantised to 16 bits)"
+        )
+        parts.append(
+            f"Weights in {weights} (decoder layers' matrices; embedding, LM head, router and "
+            f"norms in {hw.dtype})"
+            + (f", their matrix products {fp8_peak}" if weights != hw.dtype else "")
+            + f"; KV cache in {layout.kv_cache or hw.dtype}; attention at the bf16 peak; "
+            "the formats apply to the draft models too."
+        )
+    return " ".join(parts)
 
 
 def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:

@@ -100,14 +100,76 @@ class EngineSetting:
     speculation: Speculative | None
     verifier: str = "rejection"
     temperature: float = 1.0
-    tensor_parallel_size: int = 1  # a profile describes one device per replica
+    tensor_parallel_size: int = 1  # the profile's hardware.tensor_parallel_size
+    draft_tensor_parallel_size: int | None = None  # None: the target's (vLLM's default)
+    weights_dtype: str | None = None  # the target's precision.weights; None: 16-bit
+    kv_cache_dtype: str | None = None  # None: the model's dtype
     # Engine-neutral: what the plan chose that no engine can run, and what stands in for it.
     unexpressed: tuple[str, ...] = ()
+
+    @property
+    def draft_tp(self) -> int:
+        if self.draft_tensor_parallel_size is None:
+            return self.tensor_parallel_size
+        return self.draft_tensor_parallel_size
+
+    @property
+    def quantised(self) -> bool:
+        return self.weights_dtype in QUANTISED or self.kv_cache_dtype in QUANTISED
 
     @property
     def models(self) -> list[ModelRef]:
         spec = self.speculation
         return [self.target, *([spec.model] if spec and spec.model else [])]
+
+
+QUANTISED = ("fp8", "int4")  # formats an engine must be told of (16-bit ones are the default)
+
+
+def deployment(profile: Any, drafter: str | None) -> dict[str, Any]:
+    """``EngineSetting``'s split and formats from a ``Profile`` (its hardware's devices, the
+    drafter's sharding, the target's precision)."""
+    target = profile.target
+    draft = profile.drafters.get(drafter) if drafter else None
+    out: dict[str, Any] = {"tensor_parallel_size": profile.hardware.devices}
+    if draft is not None and draft.sharding is not None:
+        out["draft_tensor_parallel_size"] = draft.sharding.tensor_parallel_size
+    if target.precision is not None:
+        out["weights_dtype"] = target.precision.weights
+        out["kv_cache_dtype"] = target.precision.kv_cache
+    return out
+
+
+def unknown_formats(setting: EngineSetting, engine: str) -> list[str]:
+    """A note where the engine-formats note documents no flag for the setting's formats: the
+    operator sets them (specsim does not guess an engine's keys)."""
+    formats = [
+        f"{what} {dtype}"
+        for what, dtype in (
+            ("weights", setting.weights_dtype),
+            ("KV cache", setting.kv_cache_dtype),
+        )
+        if dtype in QUANTISED
+    ]
+    if not formats:
+        return []
+    return [
+        f"the profile assumes {' and '.join(formats)}; docs/notes/2026-12-01-engine-formats.md "
+        f"documents no {engine} option for them, so none is written: serve a checkpoint in "
+        "that format or set the engine's quantisation options yourself"
+    ]
+
+
+def draft_tp_unexpressed(setting: EngineSetting, engine: str, where: str) -> list[str]:
+    """An engine without a draft TP option runs a draft model over the target's devices."""
+    spec = setting.speculation
+    if spec is None or spec.model is None or setting.draft_tp == setting.tensor_parallel_size:
+        return []
+    return [
+        f"draft tensor parallelism {setting.draft_tp}: {engine} documents no draft TP option "
+        f"({where}); its draft model runs over the target's {setting.tensor_parallel_size} "
+        "devices, so the drafter's passes will differ from the profile's"
+    ]
 
 
 @dataclass

@@ -17,7 +17,9 @@ from specsim.serving.setting import (
     Rendered,
     Speculative,
     args_text,
+    draft_tp_unexpressed,
     header_lines,
+    unknown_formats,
     use,
     violation,
 )
@@ -132,18 +134,20 @@ def not_expressible(setting: EngineSetting) -> list[str]:
             "verifier typical: SGLang's relaxed acceptance (speculative_accept_threshold_*) is "
             "another rule; written with its default verification"
         )
-    return notes
+    return notes + draft_tp_unexpressed(setting, "SGLang", "§4.5")
 
 
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
+    formats = unknown_formats(setting, "SGLang")
     if spec is None or spec.kind != "ngram":
-        return []
+        return formats
     return [
+        *formats,
         "SGLang's NGRAM drafts from a trie of earlier n-grams (§4.5), not from the last n "
         "tokens' latest earlier match as specsim's prompt lookup does, so its acceptance can "
         "differ from the profile's; its draft-token count is taken to include the verified "
-        "token, as a chain's does (§4.5 does not say)"
+        "token, as a chain's does (§4.5 does not say)",
     ]
 
 

@@ -19,7 +19,9 @@ from specsim.serving.setting import (
     EngineSetting,
     Rendered,
     Speculative,
+    draft_tp_unexpressed,
     header_lines,
+    unknown_formats,
     violation,
 )
 from specsim.serving.setting import comment_block as comments
@@ -162,12 +164,12 @@ def not_expressible(setting: EngineSetting, notes: list[str]) -> list[str]:
             "verifier typical: TensorRT-LLM's relaxed acceptance is MTP's thinking-phase rule "
             "(§5.4), not typical acceptance; written with its default verification"
         )
-    return out
+    return out + draft_tp_unexpressed(setting, "TensorRT-LLM", "§5.3-5.5")
 
 
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
-    out = []
+    out = unknown_formats(setting, "TensorRT-LLM")
     if setting.max_batch > setting.max_batched_tokens:
         out.append("max_batch_size is above max_num_tokens: TensorRT-LLM logs a warning (§5.5)")
     if spec is not None and decoding_type(spec) == "Draft_Target":

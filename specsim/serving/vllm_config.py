@@ -4,7 +4,8 @@
 ``json.loads``, engine-formats.md §3.1), so it can be passed as ``--speculative-config
 "$(cat vllm.json)"``; JSON has no comments, so the header naming the specsim version, scenario
 and profile lives in ``vllm.args``: the whole ``vllm serve`` argument list (the same JSON
-inline, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--tensor-parallel-size``; §3.6).
+inline, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--tensor-parallel-size``; §3.6), and
+``--quantization fp8`` / ``--kv-cache-dtype fp8`` for a profile in those formats (§3.7).
 With speculation off there is no ``vllm.json``: the plain server takes no speculative config.
 
 Keys are vLLM 0.33's (``SpeculativeConfig``, §3.2), and ``check`` holds a config to the
@@ -38,6 +39,7 @@ FIELDS = frozenset(
         "model",
         "num_speculative_tokens",
         "draft_tensor_parallel_size",
+        "quantization",
         "prompt_lookup_min",
         "prompt_lookup_max",
         "num_speculative_tokens_per_batch_size",
@@ -89,7 +91,9 @@ def speculative_config(setting: EngineSetting, synthetic: bool = False) -> dict[
         config["prompt_lookup_min"] = spec.ngram_size
         config["prompt_lookup_max"] = spec.ngram_size
     if name in NEEDS_MODEL:
-        config["draft_tensor_parallel_size"] = setting.tensor_parallel_size
+        config["draft_tensor_parallel_size"] = setting.draft_tp
+        if setting.weights_dtype == "fp8":
+            config["quantization"] = "fp8"  # the draft model's weights too (§3.2)
     if spec.by_batch:
         config["num_speculative_tokens_per_batch_size"] = schedule(spec)
     if synthetic:
@@ -105,9 +109,21 @@ def server_arguments(setting: EngineSetting, config: dict[str, Any] | None) -> l
         ("--max-num-batched-tokens", str(setting.max_batched_tokens)),
         ("--tensor-parallel-size", str(setting.tensor_parallel_size)),
     ]
+    arguments += format_arguments(setting)
     if config is not None:
         arguments.append(("--speculative-config", json.dumps(config)))
     return arguments
+
+
+def format_arguments(setting: EngineSetting) -> list[tuple[str, str]]:
+    """fp8 weights (quantised when loaded) and an fp8 KV cache (§3.7); int4 has no flag: its
+    method comes with an AWQ or GPTQ checkpoint (``notes``)."""
+    out = []
+    if setting.weights_dtype == "fp8":
+        out.append(("--quantization", "fp8"))
+    if setting.kv_cache_dtype == "fp8":
+        out.append(("--kv-cache-dtype", "fp8"))
+    return out
 
 
 def check(config: dict[str, Any] | None, max_num_seqs: int, target_tp: int = 1) -> None:
@@ -206,11 +222,18 @@ def not_expressible(setting: EngineSetting) -> list[str]:
 
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
+    out = []
+    if setting.weights_dtype == "int4":
+        out.append(
+            "int4 weights: vLLM reads the method (AWQ, GPTQ) from a pre-quantised checkpoint's "
+            "config, so no --quantization is written: serve such a checkpoint (§3.7)"
+        )
     if spec is None or spec.kind != "heads":
-        return []
+        return out
     return [
+        *out,
         f"specsim's heads drafter is written as method {method(spec)} (vLLM 0.33 has no medusa, "
-        "§3.2); for MTP layers in the target use method mtp"
+        "§3.2); for MTP layers in the target use method mtp",
     ]
 
 
@@ -238,4 +261,10 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
         "max_num_batched_tokens": setting.max_batched_tokens,
         "tensor_parallel_size": setting.tensor_parallel_size,
     }
+    written.update(
+        {
+            flag.removeprefix("--").replace("-", "_"): value
+            for flag, value in format_arguments(setting)
+        }
+    )
     return Rendered("vllm", files, written, missing, remarks, start)

@@ -1,0 +1,221 @@
+"""Tensor parallelism and number formats in the roofline, against hand-worked cases."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specsim.costs import kv_capacity_tokens
+from specsim.errors import SpecsimError
+from specsim.profile import LatencyModel, load_profile
+from specsim.profile.schema import Latency
+from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.parallel import (
+    Layout,
+    Link,
+    allreduce_terms,
+    device_kv_bytes_per_token,
+    quantised_params,
+    ring_allreduce_s,
+    weight_bytes,
+)
+from specsim.profiling.roofline import (
+    Efficiency,
+    HardwareSpec,
+    load_hardware,
+    matmul_s_per_token,
+    roofline_fit,
+)
+from specsim.scenario import Engine, load_scenario
+
+# The hand-counted shape of test_profiling_roofline: 2 layers, hidden 8, 2 heads of 4, 1 KV head.
+TOY = ModelShape(
+    name="toy",
+    vocab_size=100,
+    num_layers=2,
+    hidden_size=8,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=4,
+    intermediate_size=16,
+)
+TOY_PARAMS = 2792  # 2 x (192 attention + 384 MLP + 16 norms) + 2 x 800 embedding/head + 8
+LINK = Link(bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+HW = HardwareSpec(
+    name="hand",
+    memory_bytes=1e9,
+    peak_flops=1e12,
+    peak_flops_fp8=2e12,
+    memory_bandwidth_bytes_per_s=1e9,
+    price_per_hour_usd=3.0,
+    nvlink=LINK,
+    efficiency=Efficiency(mfu=0.5, bandwidth=0.8, launch_s_per_layer=1e-6, interconnect=0.5),
+)
+H100_TP4 = "llama3.1-70b_llama3.2-1b_4xh100-tp4-roofline.yaml"
+H200_FP8 = "llama3.1-70b_llama3.2-1b_h200-fp8-roofline.yaml"
+
+
+def test_ring_allreduce_is_two_p_minus_one_steps():
+    # 16 KiB over 4 devices at 450 GB/s, 1 us a step: 6 steps of latency, 6/4 of the bytes.
+    link = Link(bandwidth_bytes_per_s=450e9, latency_s=1e-6)
+    seconds = ring_allreduce_s(16384, 4, link)
+    assert seconds == pytest.approx(6e-6 + 1.5 * 16384 / 450e9, rel=1e-12)
+    assert ring_allreduce_s(16384, 4, link, efficiency=0.5) == pytest.approx(
+        6e-6 + 1.5 * 16384 / 225e9, rel=1e-12
+    )
+    assert ring_allreduce_s(16384, 1, link) == 0.0  # one device sums nothing
+
+
+def test_allreduce_terms_of_the_toy_over_two_devices():
+    per_token, per_pass = allreduce_terms(TOY, Layout(tp=2, link=LINK, link_efficiency=0.5))
+    # 2 layers x 2 all-reduces; each token adds 8 x 2 bytes; a ring of 2 moves 2(1)/2 of them
+    # at 0.5 GB/s, and takes 2 steps of 1 us.
+    assert per_token == pytest.approx(4 * 1.0 * 16 / 0.5e9, rel=1e-12)
+    assert per_pass == pytest.approx(4 * 2 * 1e-6, rel=1e-12)
+    assert allreduce_terms(TOY, Layout()) == (0.0, 0.0)
+
+
+def test_precision_bytes_per_parameter_and_per_token():
+    # Layers' matrices: 2 x (192 + 384) = 1152 parameters; the rest (embedding, LM head, norms)
+    # stays in 16 bits.
+    assert quantised_params(TOY) == 1152
+    assert weight_bytes(TOY, Layout(weights="fp8"), 2) == 1152 + 2 * (TOY_PARAMS - 1152)
+    assert weight_bytes(TOY, Layout(weights="int4"), 2) == round(
+        1152 * (0.5 + 2 / 128) + 2 * (TOY_PARAMS - 1152)
+    )
+    assert weight_bytes(TOY, Layout(weights="bfloat16"), 2) == 2 * TOY_PARAMS
+    # K and V of 2 layers, 1 head of 4: 16 values per token.
+    assert device_kv_bytes_per_token(TOY, Layout(kv_cache="fp8"), 2) == 16
+    assert device_kv_bytes_per_token(TOY, Layout(), 2) == 32
+
+
+def test_kv_heads_shard_or_replicate_over_devices():
+    eight = dataclasses.replace(TOY, num_heads=8, num_kv_heads=4)
+    assert device_kv_bytes_per_token(eight, Layout(tp=2), 2) == 2 * 2 * 2 * 4 * 2
+    # Fewer KV heads than devices: each device keeps one (replicated), as vLLM does.
+    assert device_kv_bytes_per_token(eight, Layout(tp=8), 2) == 2 * 2 * 1 * 4 * 2
+
+
+def test_fp8_matmuls_run_at_the_fp8_peak_except_the_lm_head():
+    # 2 x 1152 layer FLOPs at 2e12 x 0.5, the LM head's 2 x 800 at 1e12 x 0.5.
+    assert matmul_s_per_token(TOY, HW, Layout(weights="fp8")) == pytest.approx(
+        2304 / 1e12 + 1600 / 0.5e12, rel=1e-12
+    )
+    no_fp8 = HW.model_copy(update={"peak_flops_fp8": None})  # weight-only: bf16 compute
+    assert matmul_s_per_token(TOY, no_fp8, Layout(weights="fp8")) == pytest.approx(
+        3904 / 0.5e12, rel=1e-12
+    )
+
+
+def test_tensor_parallel_fit_matches_hand_calculation():
+    layout = Layout(tp=2, link=LINK, link_efficiency=0.5)
+    fit = roofline_fit(TOY, HW, layout)
+    memory_s = 2 * TOY_PARAMS / 2 / 0.8e9  # each device reads half the weights
+    compute_s = TOY.flops_per_token() / 2 / 0.5e12
+    allreduce_token_s, allreduce_pass_s = 4 * 16 / 0.5e9, 4 * 2e-6
+    assert fit.fixed_s == pytest.approx(memory_s + 2e-6 + allreduce_pass_s, rel=1e-12)
+    assert fit.per_batched_token_s == pytest.approx(compute_s + allreduce_token_s, rel=1e-12)
+    assert fit.knee_tokens == pytest.approx(memory_s / (compute_s + allreduce_token_s))
+    assert fit.per_kv_token_s == pytest.approx(32 / 0.8e9, rel=1e-12)  # 1 KV head: replicated
+    assert fit.per_attention_pair_s == pytest.approx(64 / 2 / 0.5e12, rel=1e-12)
+
+
+@pytest.mark.parametrize("tokens", [1, 4000])
+def test_tensor_parallel_fit_is_exact_far_below_and_above_the_knee(tokens):
+    """max(weights, compute) + all-reduces, against the fit, at one token and far past the
+    knee (between, the hinge under-states by at most the all-reduce slope x the knee)."""
+    layout = Layout(tp=2, link=LINK, link_efficiency=0.5)
+    fit = roofline_fit(TOY, HW, layout)
+    seconds = LatencyModel(Latency(fit=fit), "toy").pass_seconds([0], tokens)
+    memory_s = 2 * TOY_PARAMS / 2 / 0.8e9
+    compute_s = tokens * TOY.flops_per_token() / 2 / 0.5e12
+    allreduce_s = 4 * ring_allreduce_s(tokens * 16, 2, LINK, 0.5)
+    pairs = tokens * (tokens + 1) / 2
+    expected = max(memory_s, compute_s) + allreduce_s + 2e-6 + pairs * 64 / 2 / 0.5e12
+    tolerance = 0 if tokens > fit.knee_tokens else 4 * 16 / 0.5e9 * tokens
+    assert seconds == pytest.approx(expected, rel=1e-9, abs=tolerance)
+
+
+def test_shipped_tp4_profile_holds_a_quarter_per_device_and_prices_four(repo):
+    loaded = load_profile(repo / "profiles" / H100_TP4)
+    profile = loaded.profile
+    shape = load_shape(repo / "profiles" / "models" / "llama3.1-70b.json")
+    assert shape.param_count() == 70_553_706_496  # published with the weights
+    assert profile.hardware.tensor_parallel_size == 4
+    assert profile.hardware.price_per_hour_usd == 4 * 3.0
+    assert profile.hardware.memory_bytes == 0.9 * 80e9  # one device's
+    target, draft = profile.target, profile.drafters["llama3.2-1b"]
+    assert target.weight_bytes == 2 * 70_553_706_496
+    assert target.sharding.weight_bytes_per_device == 2 * 70_553_706_496 // 4
+    # 80 layers x K and V x 8 KV heads / 4 devices x 128 x 2 bytes.
+    assert target.sharding.kv_bytes_per_token_per_device == 80 * 2 * 2 * 128 * 2
+    assert draft.sharding.tensor_parallel_size == 4  # vLLM's default: the target's
+    assert draft.sharding.kv_bytes_per_token_per_device == 16 * 2 * 2 * 64 * 2
+    free = 72e9 - 35_276_853_248 - 2_471_628_800 // 4
+    capacity = kv_capacity_tokens(loaded, "llama3.2-1b", True, Engine())
+    assert capacity == int(free // (81920 + 8192)) == 400_670
+    assert kv_capacity_tokens(loaded, None, False, Engine()) == int(
+        (72e9 - 35_276_853_248) // 81920
+    )
+
+
+def test_shipped_fp8_profile_stores_a_byte_per_layer_weight(repo):
+    profile = load_profile(repo / "profiles" / H200_FP8).profile
+    shape = load_shape(repo / "profiles" / "models" / "llama3.1-70b.json")
+    quantised = quantised_params(shape)
+    assert profile.target.weight_bytes == quantised + 2 * (shape.param_count() - quantised)
+    assert profile.target.kv_bytes_per_token == 80 * 2 * 8 * 128  # one byte a value
+    assert profile.target.precision.weights == "fp8"
+    assert profile.hardware.tensor_parallel_size is None  # one device
+    assert profile.hardware.price_per_hour_usd == 3.8
+
+
+def test_draft_tp_one_holds_the_whole_drafter_on_one_device(repo, tmp_path, monkeypatch):
+    from specsim.cli import main
+
+    monkeypatch.chdir(repo)
+    out = tmp_path / "p.yaml"
+    argv = [
+        *("profile", "--roofline", "--hardware", "profiles/hardware/h100-sxm.yaml"),
+        *("--target", "profiles/models/llama3.1-70b.json"),
+        *("--drafter", "d=profiles/models/llama3.2-1b.json", "--tp", "4", "--draft-tp", "1"),
+        *("--out", str(out)),
+    ]
+    assert main(argv) == 0
+    loaded = load_profile(out)
+    assert loaded.profile.hardware.price_per_hour_usd == 4 * 3.0  # the replica's four GPUs
+    assert loaded.profile.provenance.device == "4 x NVIDIA H100 SXM5 80GB (tensor parallel)"
+    draft = loaded.profile.drafters["d"]
+    assert draft.sharding.tensor_parallel_size == 1
+    assert draft.sharding.weight_bytes_per_device == draft.weight_bytes == 2_471_628_800
+    free = 72e9 - 35_276_853_248 - 2_471_628_800
+    assert kv_capacity_tokens(loaded, "d", True, Engine()) == int(free // (81920 + 32768))
+    # On one device the drafter's pass has no all-reduce: the single-device fit.
+    shape = load_shape(repo / "profiles" / "models" / "llama3.2-1b.json")
+    hw = load_hardware(repo / "profiles" / "hardware" / "h100-sxm.yaml")
+    assert draft.latency.fit.fixed_s == pytest.approx(roofline_fit(shape, hw).fixed_s, rel=1e-5)
+
+
+def test_a_scenario_asking_another_tp_than_the_profile_is_refused(repo):
+    scenario = load_scenario(
+        repo / "scenarios" / "chat-70b-tp4.yaml", ["engine.tensor_parallel_size=8"]
+    )
+    loaded = load_profile(scenario.resolve(scenario.profile))
+    with pytest.raises(SpecsimError, match=r"engine\.tensor_parallel_size is 8") as caught:
+        kv_capacity_tokens(loaded, None, False, scenario.engine)
+    assert caught.value.key == "engine.tensor_parallel_size"
+    assert "--tp 8" in caught.value.fix
+    same = load_scenario(repo / "scenarios" / "chat-70b-tp4.yaml")
+    assert kv_capacity_tokens(loaded, None, False, same.engine) > 0
+
+
+def test_the_capacity_report_names_a_replicas_devices(repo):
+    from types import SimpleNamespace
+
+    from specsim.planning.capacity_report import replica_devices
+
+    tp4 = SimpleNamespace(profile=load_profile(repo / "profiles" / H100_TP4))
+    one = SimpleNamespace(profile=load_profile(repo / "profiles" / H200_FP8))
+    assert replica_devices(tp4) == "4 devices (tensor parallel)"
+    assert replica_devices(one) == "one device"
