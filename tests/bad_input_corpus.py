@@ -480,6 +480,43 @@ def hand_cases() -> Iterator[Case]:
     )
 
 
+def tree_cases() -> Iterator[Case]:
+    """speculation.tree and tree_drafts: not in the base scenario (whose k_by_batch table a
+    tree refuses), so each spoiled tree is a scenario of its own."""
+    sim = BASE_COMMANDS["simulate"]
+    plain = {k: v for k, v in SCENARIO.items() if k != "fleet"}
+    chain = {k: v for k, v in plain["speculation"].items() if k not in ("k", "k_by_batch")}
+    spoilt = {
+        "unparsable": {"tree": "2,x"},
+        "width-0": {"tree": "2,0"},
+        "skipped-rank": {"tree": [[0], [2]]},
+        "orphan": {"tree": [[0], [1, 0]]},
+        "too-big": {"tree": "64,64"},
+        "k-not-depth": {"tree": "2,2,1", "k": 2},
+        "adaptive": {"tree": "2,1", "policy": "adaptive"},
+        "by-batch": {"tree": "2,1", "k_by_batch": [{"max_batch": 4, "k": 2}]},
+        "iid-acceptance": {"tree": "2,1", "acceptance": "iid"},
+        "drafts-without-tree": {"tree_drafts": "iid"},
+        "drafts-unknown": {"tree": "2,1", "tree_drafts": "sideways"},
+        "prompt-lookup": {"tree": "2,1", "drafter": "ngram"},
+        "no-acceptance-to-derive": {"tree": "2,1", "verifier": "greedy", "temperature": 0.0},
+    }
+    for name, changes in spoilt.items():
+        scenario = {**copy.deepcopy(plain), "speculation": {**chain, **changes}}
+        yield Case(
+            f"scenario:speculation.tree={name}",
+            tuple(sim),
+            (("scenario.yaml", dump(scenario)),),
+            (("scenario.yaml",), ("speculation",)),
+        )
+    yield Case(
+        "simulate:--set=speculation.tree=width-0",
+        (*sim, "--set", "speculation.tree=2,0"),
+        (),
+        (("speculation",),),
+    )
+
+
 def all_cases() -> list[Case]:
     from specsim.profile.schema import Acceptance, Profile
     from specsim.profiling.roofline import HardwareSpec
@@ -506,6 +543,7 @@ def all_cases() -> list[Case]:
     cases += option_cases()
     cases += set_cases()
     cases += hand_cases()
+    cases += tree_cases()
     from bad_input_files import file_cases  # it builds on this module
 
     cases += file_cases()

@@ -35,8 +35,8 @@ def _spec(kind, fit, flops, attn):
     }
 
 
-@pytest.fixture(scope="module")
-def profile(tmp_path_factory):
+def tree_profile_data(extra: dict | None = None) -> dict:
+    """The hand profile: round latency and FLOPs, a draft model, heads and prompt lookup."""
     data = {
         "version": 1,
         "name": "hand-tree",
@@ -50,11 +50,21 @@ def profile(tmp_path_factory):
         },
         "overhead": {"per_step_s": 1e-4},
         "acceptance": [
-            {"drafter": "small", "verifier": "rejection", "temperature": 1.0, "per_position": [0.8]}
+            {
+                "drafter": "small",
+                "verifier": "rejection",
+                "temperature": 1.0,
+                "per_position": [0.8, 0.7, 0.6],
+            }
         ],
     }
+    return {**data, **(extra or {})}
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
     path = tmp_path_factory.mktemp("profile") / "p.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(tree_profile_data()))
     return load_profile(path)
 
 

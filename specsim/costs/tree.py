@@ -51,6 +51,11 @@ class TreeRows:
         verified = self.verified[index]
         return float(verified.sum()), float(verified.dot(context) + self.own_pairs[index].sum())
 
+    def own_span(self, drafts: np.ndarray) -> float:
+        """The rows' query-key pairs among their own fed tokens (padded attention adds the
+        longest row's context to every position instead of each row's own)."""
+        return float(self.own_pairs[drafts.astype(np.int64) + 1].sum())
+
 
 class TreeDrafterCost(NoDrafterCost):
     """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
