@@ -316,6 +316,9 @@ BAD_STRINGS = {
     ],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
+# The profiler measures any well-formed tree (the checker's size limits are not its own).
+BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]
+COMMAND_STRINGS = {("profile", "--tree"): "profile-tree"}
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -376,8 +379,10 @@ def option_cases() -> Iterator[Case]:
                 values = bad_numbers(bounds)
             elif action.choices:
                 values = [("choice", "bogus")]
-            elif STRING_OPTIONS.get(name) in BAD_STRINGS:
-                values = [(v or "empty", v) for v in BAD_STRINGS[STRING_OPTIONS[name]]]
+            elif (kind := COMMAND_STRINGS.get((command, name), STRING_OPTIONS.get(name))) in (
+                BAD_STRINGS
+            ):
+                values = [(v or "empty", v) for v in BAD_STRINGS[kind]]
             for label, value in values:
                 yield Case(
                     f"{command}:{name}={label}", (*argv, name, cli_text(value)), (), ((name,),)
@@ -472,6 +477,17 @@ def hand_cases() -> Iterator[Case]:
         (("prompts.jsonl",),),
     )
     measure = BASE_COMMANDS["profile measure"]
+    for label, extra, option in (
+        ("drafts-without-tree", ("--tree-drafts", "iid"), "--tree-drafts"),
+        ("no-acceptance", ("--tree", "2,1", "--no-acceptance"), "--tree"),
+    ):
+        yield Case(f"profile:--tree={label}", (*measure, *extra), (), ((option,),))
+    yield Case(
+        "profile:--tree=roofline",
+        (*BASE_COMMANDS["profile roofline"], "--tree", "2,1"),
+        (),
+        (("--tree",),),
+    )
     yield Case(
         "profile:--max-new-tokens=past-positions",
         (*measure, "--max-new-tokens", "1000000"),
