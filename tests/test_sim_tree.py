@@ -187,3 +187,15 @@ def test_simulated_acceptance_length_matches_the_table(tmp_path):
     table = summary["scenario"]["tree"]["table_mean_acceptance_length"]
     assert summary["scenario"]["tree"]["source"] == "measured"
     assert summary["mean_acceptance_length"] == pytest.approx(table, abs=0.06)
+
+
+def test_the_shipped_tree_scenario_runs_its_measured_trees():
+    from specsim.scenario import load_scenario
+
+    summary = run_simulation(load_scenario(REPO / "scenarios" / "tree.yaml")).summary
+    pools = summary["pools"]
+    assert "tree" not in pools["chain"] and pools["chain"]["k"] == 3
+    for name, nodes, depth in (("tree", 10, 3), ("wide", 30, 4)):
+        tree = pools[name]["tree"]
+        assert (tree["nodes"], tree["depth"], tree["source"]) == (nodes, depth, "measured")
+        assert pools[name]["k"] == depth
