@@ -286,8 +286,8 @@ class Speculation(StrictModel):
         "child ranks (`[[0], [1], [0, 0]]`, as vLLM's speculative_token_tree). k is the tree's "
         "depth (set from it; a k that differs is refused). Each step's accepted length is drawn "
         "from the profile's tree_acceptance table for this shape (derived from its rates when "
-        "the shape was not measured); policy 'fixed' and acceptance 'per_position' only; "
-        "draft models and decoding heads only",
+        "the shape was not measured; no per-request heterogeneity); policy 'fixed' and "
+        "acceptance 'per_position' only; draft models and decoding heads only",
     )
     tree_drafts: TreeDraftsName = Field(
         default="top-k",
