@@ -278,6 +278,7 @@ STRING_OPTIONS = {
     "--emit": "engines",
     "--model": "model-path",
     "--tree": "tree",
+    "--tree-drafts": "tree-drafts",
     "--baseline": "folder",
     "--candidate": "folder",
     "--bench": "folder",
@@ -316,6 +317,7 @@ BAD_STRINGS = {
     ],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
+BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
 # The profiler measures any well-formed tree (the checker's size limits are not its own).
 BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]
 COMMAND_STRINGS = {("profile", "--tree"): "profile-tree"}

@@ -36,7 +36,6 @@ from specsim.bounds import MAX_TEMPERATURE, MAX_TOKENS
 from specsim.cli.common import POSITIVE_SECONDS, SECONDS, SEED, Number, add_json, emit
 from specsim.cli.profile_bench import add_bench_arguments
 from specsim.errors import SpecsimError
-from specsim.profile.schema import TREE_DRAFTS
 from specsim.sampling.kinds import DEFAULT_VERIFIER, LOSSY_VERIFIERS, VERIFIER_KINDS
 
 MAX_REPEATS = 10_000
@@ -155,12 +154,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     measure.add_argument(
         "--tree-drafts",
-        choices=list(TREE_DRAFTS),
+        metavar="KIND",
         action="append",
         default=None,
-        help="with --tree: keep only these children draftings (repeatable; default all: "
-        + "; ".join(f"{k}: {v}" for k, v in TREE_DRAFTS.items())
-        + ")",
+        help="with --tree: keep only the entries whose children were drafted so (repeatable; "
+        "default all): top-k (the drafter's ranking, EAGLE-2) or iid (independent draws from "
+        "q, SpecInfer; at T > 0 only)",
     )
     measure.add_argument("--no-acceptance", action="store_true", help="latency only")
     measure.add_argument(
@@ -419,6 +418,15 @@ def _tree_shapes(args, drafters) -> list:
         raise SpecsimError(
             "--tree-drafts needs --tree", file="--tree-drafts", fix="add --tree SHAPE or drop it"
         )
+    from specsim.profile.schema import TREE_DRAFTS
+
+    for kind in args.tree_drafts or []:
+        if kind not in TREE_DRAFTS:
+            raise SpecsimError(
+                f"--tree-drafts {kind!r} is not a drafting",
+                file="--tree-drafts",
+                fix="give " + " or ".join(TREE_DRAFTS),
+            )
     if not args.tree:
         return []
     if args.no_acceptance:
