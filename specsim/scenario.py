@@ -39,8 +39,11 @@ from specsim.bounds import (
 )
 from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
 from specsim.config import Name, StrictModel, load_yaml_as
+from specsim.errors import SpecsimError
+from specsim.profile.schema import TREE_DRAFTS
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
+from specsim.tree import TreeShape
 
 
 class LengthDist(StrictModel):
@@ -231,6 +234,19 @@ class KByBatch(StrictModel):
 
 
 WindowPolicyName = schema_literal(WINDOW_POLICIES)
+TreeDraftsName = Literal[tuple(TREE_DRAFTS)]  # type: ignore[valid-type]
+TreeText = str | list[list[int]]
+
+
+def parse_tree(tree: TreeText) -> TreeShape:
+    """A scenario's ``speculation.tree``: widths per depth (``2,2,1``) or a list of paths."""
+    if isinstance(tree, list):
+        return TreeShape.from_paths(tree)
+    return TreeShape.parse(tree)
+
+
+def _tree_error(exc: SpecsimError) -> ValueError:
+    return ValueError(f"speculation.tree: {exc.message}" + (f"; fix: {exc.fix}" if exc.fix else ""))
 
 
 class Speculation(StrictModel):
@@ -269,9 +285,73 @@ class Speculation(StrictModel):
         description="draw a per-request acceptance level from the profile's "
         "request_concentration (when it has one)",
     )
+    tree: TreeText | None = Field(
+        default=None,
+        description="draft a tree per step instead of a chain: widths per depth (`2,2,1`: two "
+        "children per node at depths 1 and 2, one at depth 3; 10 nodes) or a list of paths of "
+        "child ranks (`[[0], [1], [0, 0]]`, as vLLM's speculative_token_tree). k is the tree's "
+        "depth (set from it; a k that differs is refused). Each step's accepted length is drawn "
+        "from the profile's tree_acceptance table for this shape (derived from its rates when "
+        "the shape was not measured; no per-request heterogeneity); policy 'fixed' and "
+        "acceptance 'per_position' only; draft models and decoding heads only",
+    )
+    tree_drafts: TreeDraftsName = Field(
+        default="top-k",
+        description="how the tree's children are drafted (picks the profile's tree_acceptance "
+        "entry): " + "; ".join(f"'{k}': {v}" for k, v in TREE_DRAFTS.items()),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _k_from_tree(cls, data):
+        # k is the tree's depth: taken from the tree unless given (a given k is checked below).
+        if isinstance(data, dict) and data.get("tree") is not None and "k" not in data:
+            tree = data["tree"]
+            try:
+                shape = parse_tree(str(tree) if isinstance(tree, int) else tree)
+            except SpecsimError as exc:
+                raise _tree_error(exc) from None
+            except (TypeError, ValueError):
+                return data  # the field's own type check says what is wrong
+            data = {**data, "k": shape.depth}
+        if isinstance(data, dict) and isinstance(data.get("tree"), int):
+            data = {**data, "tree": str(data["tree"])}
+        return data
+
+    @property
+    def tree_shape(self) -> TreeShape | None:
+        return None if self.tree is None else parse_tree(self.tree)
+
+    def _check_tree(self) -> None:
+        if self.tree is None:
+            # An explicit tree: null turns a tree off (the baseline run) and leaves its drafts.
+            if "tree_drafts" in self.model_fields_set and "tree" not in self.model_fields_set:
+                raise ValueError("tree_drafts applies only with a tree (speculation.tree)")
+            return
+        try:
+            shape = parse_tree(self.tree)
+        except SpecsimError as exc:
+            raise _tree_error(exc) from None
+        if self.k != shape.depth:
+            raise ValueError(
+                f"k is {self.k} but the tree {self.tree!r} has depth {shape.depth}: with a "
+                f"tree, k is its depth; fix: remove k or set it to {shape.depth}"
+            )
+        if self.policy != "fixed" or self.k_by_batch:
+            raise ValueError(
+                f"a tree runs with policy 'fixed' only (got {self.policy!r}"
+                + (" and a k_by_batch table" if self.k_by_batch else "")
+                + "); fix: remove speculation.tree or use policy: fixed"
+            )
+        if self.acceptance != "per_position":
+            raise ValueError(
+                f"a tree's accepted lengths come from the profile's tree_acceptance table, not "
+                f"acceptance {self.acceptance!r}; fix: remove acceptance (per_position)"
+            )
 
     @model_validator(mode="after")
     def _complete(self) -> Speculation:
+        self._check_tree()
         if self.policy == "by_batch":
             if not self.k_by_batch:
                 raise ValueError("policy 'by_batch' needs a 'k_by_batch' table")
@@ -317,6 +397,10 @@ class SpeculationOverride(StrictModel):
         default=None, description="see speculation.acceptance_rate"
     )
     heterogeneity: bool | None = Field(default=None, description="see speculation.heterogeneity")
+    tree: TreeText | None = Field(default=None, description="see speculation.tree")
+    tree_drafts: TreeDraftsName | None = Field(
+        default=None, description="see speculation.tree_drafts"
+    )
 
 
 class Pool(StrictModel):
@@ -434,8 +518,11 @@ class Scenario(StrictModel):
         """The speculation settings of a pool: the scenario's, with the pool's changes."""
         if pool is None:
             return self.speculation
-        merged = self.speculation.model_dump()
-        merged.update(pool.speculation.model_dump(exclude_none=True))
+        merged = self.speculation.model_dump(exclude_unset=True)
+        changes = pool.speculation.model_dump(exclude_none=True)
+        if "tree" in changes and "k" not in changes:
+            merged.pop("k", None)  # the pool's tree sets its own depth
+        merged.update(changes)
         return Speculation.model_validate(merged)
 
 

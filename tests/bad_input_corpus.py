@@ -279,6 +279,7 @@ STRING_OPTIONS = {
     "--emit": "engines",
     "--model": "model-path",
     "--tree": "tree",
+    "--tree-drafts": "tree-drafts",
     "--baseline": "folder",
     "--candidate": "folder",
     "--bench": "folder",
@@ -318,6 +319,10 @@ BAD_STRINGS = {
     "scrape-pair": ["", "x", "=x", "x=", "nosuch.json=metrics.txt"],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
+BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
+# The profiler measures any well-formed tree (the checker's size limits are not its own).
+BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]
+COMMAND_STRINGS = {("profile", "--tree"): "profile-tree"}
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -378,8 +383,10 @@ def option_cases() -> Iterator[Case]:
                 values = bad_numbers(bounds)
             elif action.choices:
                 values = [("choice", "bogus")]
-            elif STRING_OPTIONS.get(name) in BAD_STRINGS:
-                values = [(v or "empty", v) for v in BAD_STRINGS[STRING_OPTIONS[name]]]
+            elif (kind := COMMAND_STRINGS.get((command, name), STRING_OPTIONS.get(name))) in (
+                BAD_STRINGS
+            ):
+                values = [(v or "empty", v) for v in BAD_STRINGS[kind]]
             for label, value in values:
                 yield Case(
                     f"{command}:{name}={label}", (*argv, name, cli_text(value)), (), ((name,),)
@@ -521,11 +528,59 @@ def hand_cases() -> Iterator[Case]:
         (("--weights-dtype",),),
     )
     measure = BASE_COMMANDS["profile measure"]
+    for label, extra, option in (
+        ("drafts-without-tree", ("--tree-drafts", "iid"), "--tree-drafts"),
+        ("no-acceptance", ("--tree", "2,1", "--no-acceptance"), "--tree"),
+    ):
+        yield Case(f"profile:--tree={label}", (*measure, *extra), (), ((option,),))
+    yield Case(
+        "profile:--tree=roofline",
+        (*BASE_COMMANDS["profile roofline"], "--tree", "2,1"),
+        (),
+        (("--tree",),),
+    )
     yield Case(
         "profile:--max-new-tokens=past-positions",
         (*measure, "--max-new-tokens", "1000000"),
         (),
         (("--max-new-tokens",), ("positions",)),
+    )
+
+
+def tree_cases() -> Iterator[Case]:
+    """speculation.tree and tree_drafts: not in the base scenario (whose k_by_batch table a
+    tree refuses), so each spoiled tree is a scenario of its own."""
+    sim = BASE_COMMANDS["simulate"]
+    plain = {k: v for k, v in SCENARIO.items() if k != "fleet"}
+    chain = {k: v for k, v in plain["speculation"].items() if k not in ("k", "k_by_batch")}
+    spoilt = {
+        "unparsable": {"tree": "2,x"},
+        "width-0": {"tree": "2,0"},
+        "skipped-rank": {"tree": [[0], [2]]},
+        "orphan": {"tree": [[0], [1, 0]]},
+        "too-big": {"tree": "64,64"},
+        "k-not-depth": {"tree": "2,2,1", "k": 2},
+        "adaptive": {"tree": "2,1", "policy": "adaptive"},
+        "by-batch": {"tree": "2,1", "k_by_batch": [{"max_batch": 4, "k": 2}]},
+        "iid-acceptance": {"tree": "2,1", "acceptance": "iid"},
+        "drafts-without-tree": {"tree_drafts": "iid"},
+        "drafts-unknown": {"tree": "2,1", "tree_drafts": "sideways"},
+        "prompt-lookup": {"tree": "2,1", "drafter": "ngram"},
+        "no-acceptance-to-derive": {"tree": "2,1", "verifier": "greedy", "temperature": 0.0},
+    }
+    for name, changes in spoilt.items():
+        scenario = {**copy.deepcopy(plain), "speculation": {**chain, **changes}}
+        yield Case(
+            f"scenario:speculation.tree={name}",
+            tuple(sim),
+            (("scenario.yaml", dump(scenario)),),
+            (("scenario.yaml",), ("speculation",)),
+        )
+    yield Case(
+        "simulate:--set=speculation.tree=width-0",
+        (*sim, "--set", "speculation.tree=2,0"),
+        (),
+        (("speculation",),),
     )
 
 
@@ -555,6 +610,7 @@ def all_cases() -> list[Case]:
     cases += option_cases()
     cases += set_cases()
     cases += hand_cases()
+    cases += tree_cases()
     from bad_input_files import file_cases  # it builds on this module
 
     cases += file_cases()

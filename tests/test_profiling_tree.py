@@ -367,3 +367,27 @@ def test_the_greedy_tree_walk_predicts_the_engines_tree_steps(monkeypatch):
     walked = tree_walk(scores, shape)
     print(f"steps {engine_hist.sum():.0f}, accepted per step {engine_hist.tolist()}")
     np.testing.assert_array_equal(walked.accepted_hist, engine_hist)
+
+
+def test_profile_tree_from_the_command_line(tmp_path):
+    """``specsim profile --tree 2,1 --tree 1,1 --tree-drafts iid`` writes i.i.d. entries for
+    both shapes and no top-k ones (without --tree-drafts the same run writes both draftings:
+    test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for)."""
+    from test_profiling_measure import SMALL_GRID
+
+    from specsim.cli import main
+
+    out = tmp_path / "cli-trees.yaml"
+    argv = [
+        *("profile", "--target", model_spec("specsim-target")),
+        *("--drafter", f"small={model_spec('specsim-draft-tiny')}", *SMALL_GRID[2:]),
+        *("--repeats", "1", "--prompts", str(prompts_path()), "--max-prompts", "3"),
+        *("--max-new-tokens", "12", "--tree", "2,1", "--tree", "1,1", "--tree-drafts", "iid"),
+        *("--out", str(out)),
+    ]
+    assert main(argv) == 0
+    trees = load_profile(out).profile.tree_acceptance
+    assert {(t.verifier, t.drafts, t.shape) for t in trees} == {
+        ("rejection", "iid", TreeShape.parse("2,1")),
+        ("rejection", "iid", TreeShape.parse("1,1")),
+    }

@@ -27,7 +27,7 @@ from specsim.simulation import run_simulation
 from specsim.simulation.records import read_requests
 
 SPEEDUP_KEYS = ("ttft_s", "tpot_s", "e2e_s")
-BASELINE_OVERRIDES = ("speculation.k=0", "speculation.policy=fixed")
+BASELINE_OVERRIDES = ("speculation.tree=null", "speculation.k=0", "speculation.policy=fixed")
 
 
 def simulate(
@@ -85,6 +85,7 @@ def prepare(
         return main, None
     baseline = load(scenario, [*overrides, *BASELINE_OVERRIDES])
     for pool in baseline.fleet.pools:
+        pool.speculation.tree = None
         pool.speculation.k = 0
         pool.speculation.policy = "fixed"
     return main, baseline
@@ -130,7 +131,7 @@ def warn_beyond_measured_k(scenario: Scenario) -> None:
     profile = load_profile(scenario.resolve(scenario.profile))
     for pool in scenario.fleet.pools or [None]:
         spec = scenario.pool_speculation(pool)
-        if not spec.enabled:
+        if not spec.enabled or spec.tree is not None:  # a tree's lengths come from its table
             continue
         limit = answerable_k(profile, spec)
         if spec.max_k > limit:

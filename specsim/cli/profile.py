@@ -149,6 +149,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="prompts scored (default 24 on CPU, 64 on CUDA)",
     )
+    measure.add_argument(
+        "--tree",
+        metavar="SHAPE",
+        action="append",
+        default=None,
+        help="also measure tree acceptance for this shape (widths per depth, 2,2,1, or a list "
+        "of paths, [[0],[1],[0,0]]; repeatable): each draft model's accepted-length "
+        "distribution per step under greedy and exact verification, into tree_acceptance",
+    )
+    measure.add_argument(
+        "--tree-drafts",
+        metavar="KIND",
+        action="append",
+        default=None,
+        help="with --tree: keep only the entries whose children were drafted so (repeatable; "
+        "default all): top-k (the drafter's ranking, EAGLE-2) or iid (independent draws from "
+        "q, SpecInfer; at T > 0 only)",
+    )
     measure.add_argument("--no-acceptance", action="store_true", help="latency only")
     measure.add_argument(
         "--sequences",
@@ -286,6 +304,12 @@ def run(args: argparse.Namespace) -> int:
     if len(modes) > 1:
         chosen = " and ".join("--" + m.replace("_", "-") for m in modes)
         raise SpecsimError(f"choose one mode, not {chosen}", file="command line")
+    if modes and (args.tree or args.tree_drafts):
+        raise SpecsimError(
+            "--tree measures trees on real models; --" + modes[0].replace("_", "-") + " does not",
+            file="--tree",
+            fix="drop --tree, or measure (no mode option)",
+        )
     out, name = _out_path(args.out, args.name)
     deployment = [
         flag
@@ -405,6 +429,7 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
     from specsim.profiling.writer import command_line, write_profile
 
     _need(args, "target", mode="measuring")
+    trees = _tree_shapes(args, drafters)
     temperatures = args.temperature if args.temperature is not None else [1.0]
     opts = MeasureOptions(
         target=args.target,
@@ -424,6 +449,8 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
         acceptance=not args.no_acceptance,
         sequences_prefix=out.stem if args.sequences else None,
         command=command_line(),
+        trees=trees,
+        tree_drafts=args.tree_drafts or [],
     )
     if args.prompts is not None:  # fail on a bad prompt file before minutes of timing
         from specsim.workload.prompts import read_prompts
@@ -433,6 +460,46 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
     write_profile(report.profile, out, report.side_files)
     _summarise(args, report.profile, out, report.lines)
     return 0
+
+
+def _tree_shapes(args, drafters) -> list:
+    """The --tree shapes, checked before any model loads."""
+    from specsim.tree import TreeShape
+
+    if args.tree_drafts and not args.tree:
+        raise SpecsimError(
+            "--tree-drafts needs --tree", file="--tree-drafts", fix="add --tree SHAPE or drop it"
+        )
+    from specsim.profile.schema import TREE_DRAFTS
+
+    for kind in args.tree_drafts or []:
+        if kind not in TREE_DRAFTS:
+            raise SpecsimError(
+                f"--tree-drafts {kind!r} is not a drafting",
+                file="--tree-drafts",
+                fix="give " + " or ".join(TREE_DRAFTS),
+            )
+    if not args.tree:
+        return []
+    if args.no_acceptance:
+        raise SpecsimError(
+            "--tree measures acceptance, which --no-acceptance turns off",
+            file="--tree",
+            fix="drop one of the two",
+        )
+    if all(d.is_ngram for d in drafters):
+        raise SpecsimError(
+            "--tree measures draft models' trees, and no --drafter is a model",
+            file="--tree",
+            fix="add --drafter NAME=MODEL",
+        )
+    shapes = []
+    for text in args.tree:
+        try:
+            shapes.append(TreeShape.parse(text))
+        except SpecsimError as exc:
+            raise SpecsimError(exc.message, file="--tree", fix=exc.fix) from None
+    return list(dict.fromkeys(shapes))
 
 
 def _summarise(args, profile, out: Path, extra: list[str] | None = None) -> None:

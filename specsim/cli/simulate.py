@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def human_summary(summary: dict[str, Any], path: str) -> str:
     sc = summary["scenario"]
     spec = f"drafter {sc['drafter']}, k={sc['k']}, {sc['verifier']}" if sc["drafter"] else "off"
+    spec += _tree_text(sc)
     lines = [
         f"{sc['name']}: {summary['requests']} requests in {summary['duration_s']:.1f} s "
         f"simulated on {sc['replicas']} replica(s) ({sc['profile_name']}); speculation {spec}",
@@ -59,7 +60,7 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
         for name, pool in summary["pools"].items():
             lines.append(
                 f"  pool {name}: {pool['requests']} requests, drafter {pool['drafter']}, "
-                f"k={pool['k']}, TPOT p50 {pool['tpot_s']['p50'] * 1e3:.1f} ms, "
+                f"k={pool['k']}{_tree_text(pool)}, TPOT p50 {pool['tpot_s']['p50'] * 1e3:.1f} ms, "
                 f"E2E p99 {pool['e2e_s']['p99']:.2f} s"
             )
     if "speedup_vs_baseline" in summary:
@@ -68,6 +69,15 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
         lines.append(f"  WARNING: {summary['lossy_note']}")
     lines.append(f"  wrote {path}/requests.csv and {path}/summary.json")
     return "\n".join(lines)
+
+
+def _tree_text(settings: dict[str, Any]) -> str:
+    """', tree 2,4,4 (10 nodes, measured)' for a tree pool; nothing for a chain."""
+    tree = settings.get("tree")
+    if not tree:
+        return ""
+    widths = ",".join(map(str, tree["nodes_per_depth"]))
+    return f", tree {widths} ({tree['nodes']} nodes, {tree['drafts']}, {tree['source']})"
 
 
 def _steady_text(summary: dict[str, Any]) -> str:

@@ -1,9 +1,9 @@
 """Step costs and FLOPs of one replica's engine iterations, from the profile.
 
 A speculative step = k draft passes + one target pass over k + 1 positions per row + per-step
-overhead. Chunked prefill rides in the same target pass. All costs are scalar arithmetic on batch
-totals (tokens, KV tokens read, query-key pairs), so the engine pays a handful of float
-operations per iteration.
+overhead; a tree step (``tree.py``) drafts and verifies a tree's nodes instead. Chunked prefill
+rides in the same target pass. All costs are scalar arithmetic on batch totals (tokens, KV
+tokens read, query-key pairs), so the engine pays a handful of float operations per iteration.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.costs.drafters import drafter_cost
+from specsim.costs.tree import TreeDrafterCost, TreeRows
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
+from specsim.tree import TreeShape
 
 
 class PassTotals:
@@ -51,12 +53,18 @@ class StepCosts:
     once per pool, and charged by the simulator, fitted against by the profiler's overhead fit,
     and compared with the real engine's log."""
 
-    def __init__(self, profile: LoadedProfile, drafter: str | None):
+    def __init__(self, profile: LoadedProfile, drafter: str | None, tree: TreeShape | None = None):
         self.profile = profile
         self.target_spec: ModelSpec = profile.profile.target
         self.target: LatencyModel = profile.latency_model("target")
         self.drafter_name = drafter
         self.drafter = drafter_cost(profile, drafter)
+        # Tree steps (``specsim.costs.tree``): k is the tree's depth, the drafter's passes and
+        # the verification widths follow the shape; None: chain steps.
+        self.tree_rows = None
+        if tree is not None and drafter is not None:
+            self.drafter = TreeDrafterCost(self.drafter, tree)
+            self.tree_rows = TreeRows(tree)
         self.draft_latency: LatencyModel | None = self.drafter.latency
         overhead = profile.profile.overhead
         self.overhead_step_s = overhead.per_step_s

@@ -65,7 +65,11 @@ SUMMARY_KEYS = {
     "engine_iterations": "engine iterations (one target pass each) over all replicas",
     "busy_fraction": "share of replica time spent in iterations",
     "scenario": "what ran: name, profile, drafter, k, verifier, temperature, policy, "
-    "acceptance model, workload kind, replicas, router, seed",
+    "acceptance model, workload kind, replicas, router, seed; for a tree (speculation.tree) "
+    "also `tree`: its paths, nodes, depth, nodes_per_depth, drafts, source (measured, or "
+    "derived from another shape's rates: derived_from) and table_mean_acceptance_length "
+    "(the profile table's; drafted and per-position counts are along the accepted path, "
+    "depth positions per step)",
     "kv_capacity_tokens": "KV-cache capacity of one replica, in tokens",
     "slo": "the SLO limits applied (null without an slo)",
     "lossy": f"true when a verifier is lossy ({', '.join(sorted(LOSSY_VERIFIERS))})",

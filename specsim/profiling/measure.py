@@ -43,6 +43,7 @@ class MeasureOptions:
     sequences_prefix: str | None = None
     command: str | None = None
     trees: list = field(default_factory=list)  # TreeShape: tree acceptance to measure
+    tree_drafts: list[str] = field(default_factory=list)  # keep these draftings (empty: all)
 
 
 # A median probe below this fraction of the reference: the references were taken while the
@@ -453,8 +454,11 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         "prefill_jitter": _jitter(overhead.prefill_jitter, overhead.points, prefill=True),
         "acceptance": result.entries if result is not None else [],
     }
-    if result is not None and result.tree_entries:
-        data["tree_acceptance"] = result.tree_entries
+    trees = [] if result is None else result.tree_entries
+    if opts.tree_drafts:
+        trees = [t for t in trees if t["drafts"] in opts.tree_drafts]
+    if trees:
+        data["tree_acceptance"] = trees
     profile = build_profile(data, opts.name)
     lines.insert(0, f"profiled in {data['provenance']['profiling_seconds']:.0f} s")
     side_files = result.side_files if result is not None else {}

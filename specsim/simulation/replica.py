@@ -131,12 +131,18 @@ class Replica:
         self.acceptance = acceptance
         self.policy = policy
         self.k_max = policy.k_max
+        # Tree steps (``costs.tree_rows``): rows verify a tree's nodes; k is its depth. Each row
+        # holds KV slots for every node it verifies.
+        self.tree_rows = costs.tree_rows
         self.lookahead = self.k_max + 1
+        if self.tree_rows is not None:
+            self.lookahead = int(self.tree_rows.verified[-1])
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
         # sequences depend on each row's position, step by step, so they run per iteration.
-        self.fast = fast and not acceptance.needs_position
+        # Tree pools run per iteration too: stretches total the chain's widths in closed form.
+        self.fast = fast and not acceptance.needs_position and self.tree_rows is None
         if self.fast:
             rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
         self._draws = rng
@@ -516,10 +522,15 @@ class Replica:
             # -1 and context 0). Query-key pairs: sum new (context + (new + 1) / 2), expanded in
             # drafts so that no temporary array is needed. Every term is a whole number well
             # below 2^53, so these sums are exact whatever the summation order or prefix length.
-            drafted = float(drafts.dot(ones))
-            new_tokens = drafted + used
-            own_span = 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + used + new_tokens)
-            pairs = charged_pairs = float(drafts.dot(context)) + decode_kv + own_span
+            if self.tree_rows is None:
+                drafted = float(drafts.dot(ones))
+                new_tokens = drafted + used
+                own_span = 0.5 * (float(drafts.dot(drafts)) + 2.0 * drafted + used + new_tokens)
+                pairs = charged_pairs = float(drafts.dot(context)) + decode_kv + own_span
+            else:  # the tree cut at each row's drafts: the same sums for a chain-shaped tree
+                new_tokens, pairs = self.tree_rows.totals(drafts, context)
+                charged_pairs = pairs
+                own_span = self.tree_rows.own_span(drafts) if self.padded else 0.0
             if self.padded:  # every row's attention (and its cache read) runs to the longest
                 longest = float(context.max())
                 charged_kv = rows * longest
@@ -555,7 +566,8 @@ class Replica:
         sizes = [float(c) for _, c in chunks]
         if chunks:
             top = max(top, max(float(r.prefilled) for r, _ in chunks))
-        decode_sizes = [1.0, k + 1.0] if rows else []
+        widest = k + 1.0 if self.tree_rows is None else float(self.lookahead)
+        decode_sizes = [1.0, widest] if rows else []
         low = min(decode_sizes + sizes)
         high = max(decode_sizes + sizes)
         self.costs.check_ranges(rows + len(sizes), top, high, low)

@@ -34,6 +34,7 @@ from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
+from specsim.simulation.tree_acceptance import TreeLengthAcceptance
 from specsim.workload import ClientCap, build_source
 
 LOSSY_NOTE = (
@@ -66,6 +67,9 @@ def _pool_setup(
     scenario: Scenario, profile: LoadedProfile, name: str, replicas: int, spec: Speculation
 ) -> PoolSetup:
     entry = None
+    shape = spec.tree_shape
+    if spec.drafter is not None and shape is not None:
+        return _tree_pool_setup(scenario, profile, name, replicas, spec, shape)
     if spec.drafter is not None:
         profile.drafter(spec.drafter)
         entry = profile.acceptance(spec.drafter, spec.verifier, spec.temperature)
@@ -79,6 +83,27 @@ def _pool_setup(
     else:
         acceptance = RateAcceptance(np.zeros(0))
     return PoolSetup(name, replicas, spec, costs, capacity, acceptance, entry)
+
+
+def _tree_pool_setup(scenario, profile, name, replicas, spec, shape) -> PoolSetup:
+    """A pool drafting trees: the profile's tree entry for the shape (measured, else derived),
+    the tree's step costs, and accepted lengths drawn from the entry."""
+    where = str(scenario.source) if scenario.source else None
+    profile.drafter(spec.drafter)
+    try:
+        entry = profile.profile.tree_acceptance_for(
+            spec.drafter, spec.verifier, spec.temperature, shape, spec.tree_drafts
+        )
+        costs = StepCosts(profile, spec.drafter, shape)
+    except SpecsimError as exc:
+        raise SpecsimError(
+            f"{exc.message} (profile {profile.path})",
+            file=where,
+            key="speculation.tree",
+            fix=exc.fix or "profile this tree (specsim profile --tree) or remove speculation.tree",
+        ) from None
+    capacity = kv_capacity_tokens(profile, spec.drafter, True, scenario.engine)
+    return PoolSetup(name, replicas, spec, costs, capacity, TreeLengthAcceptance(entry), entry)
 
 
 def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
@@ -314,4 +339,26 @@ def _echo_speculation(setup: PoolSetup) -> dict[str, Any]:
         "temperature": spec.temperature,
         "policy": spec.policy,
         "acceptance_model": spec.acceptance,
+        **_echo_tree(setup),
+    }
+
+
+def _echo_tree(setup: PoolSetup) -> dict[str, Any]:
+    """Tree pools only (chain summaries keep their keys): the shape and where its accepted
+    lengths came from."""
+    if not (setup.speculation.enabled and setup.speculation.tree is not None):
+        return {}
+    entry = setup.entry
+    shape = entry.shape
+    return {
+        "tree": {
+            "paths": shape.to_paths(),
+            "nodes": shape.num_nodes,
+            "depth": shape.depth,
+            "nodes_per_depth": [shape.width_at(d) for d in range(1, shape.depth + 1)],
+            "drafts": entry.drafts,
+            "source": entry.source,
+            "derived_from": entry.derived_from,
+            "table_mean_acceptance_length": entry.mean_acceptance_length,
+        }
     }

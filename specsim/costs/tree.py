@@ -1,0 +1,133 @@
+"""What a speculation tree costs per step: its verification widths and its drafter's passes.
+
+A tree step verifies, per row, the last committed token (the root) and every drafted node in
+one target pass under the tree attention mask: each of those tokens attends to the row's cached
+context, to its ancestors and to itself. A row that needs only d more drafts verifies the nodes
+of depth <= d (the tree cut at depth d). A chain of k drafts is the tree with one node per
+depth, and every count below is then the chain's (d + 1 positions, (d + 1)(d + 2) / 2 pairs of
+their own): the chain's closed forms are the same numbers (``tests/test_costs_tree.py``).
+
+The drafter: a draft model runs one pass per depth over the nodes that expand it (the root,
+then the depth-1 nodes, ...), each attending to the context plus its ancestors and itself, and
+reading the step's nodes drafted so far from its cache; decoding heads (``heads``) run once per
+step over the target's hidden states as for a chain, with their FLOPs per drafted node. Passes
+of equal width are summed as their count times their mean pass (exact: the fits are linear in
+the cached tokens and the pairs), which for a chain is the chain's own formula.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.costs.drafters import DraftModelCost, HeadsCost, NoDrafterCost
+from specsim.errors import SpecsimError
+from specsim.tree import TreeShape
+
+
+class TreeRows:
+    """Per-row verification counts of a tree step, by the drafts the row has room for.
+
+    ``verified[d + 1]`` and ``own_pairs[d + 1]`` for d = -1 (an empty slot: nothing) .. depth:
+    the positions the row feeds the target (root + nodes of depth <= d) and their query-key
+    pairs among themselves (each: its ancestors, the root and itself).
+    """
+
+    def __init__(self, shape: TreeShape):
+        self.shape = shape
+        depths = shape.depths
+        verified = [0.0]
+        own = [0.0]
+        for d in range(shape.depth + 1):
+            inside = depths <= d
+            verified.append(1.0 + float(np.count_nonzero(inside)))
+            own.append(1.0 + float((depths[inside] + 1).sum()))
+        self.verified = np.asarray(verified)
+        self.own_pairs = np.asarray(own)
+
+    def totals(self, drafts: np.ndarray, context: np.ndarray) -> tuple[float, float]:
+        """(positions verified, query-key pairs) of the rows: ``drafts`` per row (-1 in empty
+        slots, whose context is 0), ``context`` their cached tokens. Whole numbers: exact."""
+        index = drafts.astype(np.int64) + 1
+        verified = self.verified[index]
+        return float(verified.sum()), float(verified.dot(context) + self.own_pairs[index].sum())
+
+    def own_span(self, drafts: np.ndarray) -> float:
+        """The rows' query-key pairs among their own fed tokens (padded attention adds the
+        longest row's context to every position instead of each row's own)."""
+        return float(self.own_pairs[drafts.astype(np.int64) + 1].sum())
+
+
+class TreeDrafterCost(NoDrafterCost):
+    """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
+
+    def __init__(self, base: NoDrafterCost, shape: TreeShape):
+        if not isinstance(base, DraftModelCost | HeadsCost):
+            raise SpecsimError(
+                f"trees are priced for draft models and decoding heads, not {base.kind!r}",
+                key="speculation.tree",
+                fix="use a draft model or heads drafter, or remove speculation.tree",
+            )
+        super().__init__(base.spec, base.latency)
+        self.base = base
+        self.kind = base.kind
+        self.checks_range = base.checks_range
+        self.shape = shape
+        self.nodes = shape.num_nodes
+        # (passes, tokens per row, nodes fed before the group, mean depth + 1 of a fed token):
+        # pass j feeds the nodes at depth j (the root at j = 0), grouped by equal width.
+        widths = [1] + [shape.width_at(d) for d in range(1, shape.depth)]
+        self.groups: list[tuple[int, int, int, float]] = []
+        fed = 0
+        j = 0
+        while j < len(widths):
+            end = j
+            while end < len(widths) and widths[end] == widths[j]:
+                end += 1
+            count = end - j
+            self.groups.append((count, widths[j], fed, (j + end - 1) / 2.0 + 1.0))
+            fed += widths[j] * count
+            j = end
+
+    def _passes(self, rows: int, kv: float):
+        """(count, tokens, mean KV read, mean pairs) of each group of draft-model passes."""
+        for count, width, fed, reach in self.groups:
+            mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
+            yield count, rows * width, mean_kv, width * kv + rows * width * reach
+
+    def draft_s(self, rows: int, k: int, kv: float) -> float:
+        if rows == 0:
+            return 0.0
+        if isinstance(self.base, HeadsCost):
+            return self.base.draft_s(rows, self.shape.depth, kv)
+        seconds = 0.0
+        for count, tokens, mean_kv, pairs in self._passes(rows, kv):
+            seconds += count * self.latency.seconds_from_totals(rows, tokens, mean_kv, pairs)
+        return seconds
+
+    def decode_draft_s(self, rows, k: int, kv):
+        return self.draft_s(int(rows), k, float(kv))
+
+    def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
+        return self.base.prefill_s(rows, tokens, kv, pairs)
+
+    def draft_flops(self, rows: int, k: int, kv: float) -> float:
+        if rows == 0:
+            return 0.0
+        if isinstance(self.base, HeadsCost):
+            return self.flops_per_token * rows * self.nodes
+        flops = 0.0
+        for count, tokens, _, pairs in self._passes(rows, kv):
+            flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)
+        return flops
+
+    def decode_draft_flops(self, rows, k: int, kv):
+        return self.draft_flops(int(rows), k, float(kv))
+
+    def prefill_flops(self, tokens: float, pairs: float) -> float:
+        return self.base.prefill_flops(tokens, pairs)
+
+    def wasted_flops_per_position(self, mean_context: float) -> float:
+        return self.base.wasted_flops_per_position(mean_context)
+
+    def check_range(self, batch: int, max_context: float) -> None:
+        self.base.check_range(batch, max_context)

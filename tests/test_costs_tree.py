@@ -1,0 +1,132 @@
+"""A tree step's cost, worked by hand for a small shape, and a chain-shaped tree costing what the
+chain costs, bit for bit (``specsim.costs.tree``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from specsim.costs import StepCosts
+from specsim.costs.tree import TreeRows
+from specsim.errors import SpecsimError
+from specsim.profile import load_profile
+from specsim.tree import TreeShape
+
+# Round coefficients: fixed, per sequence, per token (knee 0), per KV token, per pair.
+TARGET_FIT = [0.01, 1e-3, 1e-4, 1e-6, 1e-7]
+DRAFT_FIT = [2e-3, 1e-4, 1e-5, 1e-7, 1e-8]
+
+
+def _fit(c):
+    keys = ["fixed_s", "per_sequence_s", "per_batched_token_s", "per_kv_token_s"]
+    fit = dict(zip(keys, c[:4], strict=True))
+    return {"fit": {**fit, "knee_tokens": 0.0, "per_attention_pair_s": c[4]}}
+
+
+def _spec(kind, fit, flops, attn):
+    return {
+        "kind": kind,
+        "kv_bytes_per_token": 4096,
+        "weight_bytes": 10_000_000,
+        "flops_per_token": flops,
+        "attention_flops_per_context_token": attn,
+        **({"latency": _fit(fit)} if fit else {}),
+    }
+
+
+def tree_profile_data(extra: dict | None = None) -> dict:
+    """The hand profile: round latency and FLOPs, a draft model, heads and prompt lookup."""
+    data = {
+        "version": 1,
+        "name": "hand-tree",
+        "provenance": {"source": "measured", "device": "test", "date": "2026-01-01"},
+        "hardware": {"name": "cpu", "memory_bytes": 8e9, "price_per_hour_usd": 0.0},
+        "target": _spec("target", TARGET_FIT, 1e9, 1e6),
+        "drafters": {
+            "small": _spec("draft_model", DRAFT_FIT, 1e8, 1e5),
+            "heads": {**_spec("heads", None, 5e7, 0.0), "draft_step_s": 3e-4},
+            "ngram": {"kind": "ngram", "draft_step_s": 1e-4},
+        },
+        "overhead": {"per_step_s": 1e-4},
+        "acceptance": [
+            {
+                "drafter": "small",
+                "verifier": "rejection",
+                "temperature": 1.0,
+                "per_position": [0.8, 0.7, 0.6],
+            }
+        ],
+    }
+    return {**data, **(extra or {})}
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "p.yaml"
+    path.write_text(yaml.safe_dump(tree_profile_data()))
+    return load_profile(path)
+
+
+TREE = TreeShape.parse("2,1")  # (0), (1), (0,0), (1,0): 4 nodes, depth 2
+
+
+def test_tree_rows_by_hand():
+    rows = TreeRows(TREE)
+    # Root + nodes of depth <= d; pairs among themselves: root 1, depth-1 nodes 2 each, depth-2
+    # nodes 3 each. An empty slot (drafts -1) feeds nothing.
+    assert rows.verified.tolist() == [0.0, 1.0, 3.0, 5.0]
+    assert rows.own_pairs.tolist() == [0.0, 1.0, 5.0, 11.0]
+    # Rows with 100 and 50 cached tokens, the full tree; a row cut at depth 1; an empty slot.
+    assert rows.totals(np.array([2.0, 2.0]), np.array([100.0, 50.0])) == (10.0, 772.0)
+    assert rows.totals(np.array([2.0, 1.0, -1.0]), np.array([100.0, 50.0, 0.0])) == (
+        8.0,
+        5 * 100 + 11 + 3 * 50 + 5,
+    )
+
+
+def test_tree_step_seconds_and_flops_by_hand(profile):
+    costs = StepCosts(profile, "small", TREE)
+    # Target: batch 2, 10 positions, 150 KV tokens, 772 pairs.
+    target = 0.01 + 2e-3 + 10 * 1e-4 + 150 * 1e-6 + 772 * 1e-7
+    # Draft model: the root (2 tokens, reads 150, pairs 152), then the two depth-1 nodes per row
+    # (4 tokens, reads 150 + 2 fed, pairs 2 x (150 + 2 x 2) = 308).
+    pass0 = 2e-3 + 2e-4 + 2 * 1e-5 + 150 * 1e-7 + 152 * 1e-8
+    pass1 = 2e-3 + 2e-4 + 4 * 1e-5 + 152 * 1e-7 + 308 * 1e-8
+    assert costs.draft_s(2, 2, 150.0) == pytest.approx(pass0 + pass1, rel=1e-12)
+    seconds = costs.decode_iteration_s(2, 2, 10.0, 150.0, 772.0)
+    assert seconds == pytest.approx(target + pass0 + pass1 + 1e-4, rel=1e-12)
+    assert seconds == pytest.approx(0.017822, rel=1e-12)
+    assert costs.target_flops(10.0, 772.0) == pytest.approx(1e9 * 10 + 1e6 * 772, rel=1e-12)
+    draft_flops = 1e8 * 2 + 1e5 * 152 + 1e8 * 4 + 1e5 * 308
+    assert costs.draft_flops(2, 2, 150.0) == pytest.approx(draft_flops, rel=1e-12)
+    # Decoding heads: one pass per step (draft_step_s) and their FLOPs for each of the 4 nodes.
+    heads = StepCosts(profile, "heads", TREE)
+    assert heads.draft_s(2, 2, 150.0) == 3e-4
+    assert heads.draft_flops(2, 2, 150.0) == pytest.approx(5e7 * 2 * 4, rel=1e-12)
+
+
+@pytest.mark.parametrize("drafter", ["small", "heads"])
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_a_chain_shaped_tree_costs_the_chain_bit_for_bit(profile, drafter, k):
+    chain = StepCosts(profile, drafter)
+    tree = StepCosts(profile, drafter, TreeShape.chain(k))
+    rows = TreeRows(TreeShape.chain(k))
+    rng = np.random.default_rng(3)
+    for batch in (1, 5, 64):
+        kv = float(rng.integers(1, 4000, size=batch).sum())
+        assert tree.draft_s(batch, k, kv) == chain.draft_s(batch, k, kv)
+        assert tree.draft_flops(batch, k, kv) == chain.draft_flops(batch, k, kv)
+        # The chain's verification totals (see Replica._plan_mixed): d + 1 positions per row,
+        # (d + 1) (d + 2) / 2 pairs of their own.
+        drafts = rng.integers(-1, k + 1, size=batch).astype(float)
+        context = np.where(drafts < 0, 0.0, rng.integers(1, 4000, size=batch).astype(float))
+        new = float((drafts + 1).sum())
+        pairs = float((drafts + 1).dot(context) + ((drafts + 1) * (drafts + 2) / 2).sum())
+        assert rows.totals(drafts, context) == (new, pairs)
+
+
+def test_prompt_lookup_trees_are_refused(profile):
+    with pytest.raises(SpecsimError, match="draft models and decoding heads") as err:
+        StepCosts(profile, "ngram", TREE)
+    assert err.value.key == "speculation.tree"
