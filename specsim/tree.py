@@ -127,6 +127,18 @@ class TreeShape:
                 mask[i] |= mask[parent]
         return mask
 
+    @cached_property
+    def full_branching(self) -> tuple[int, ...] | None:
+        """Children per node at each depth when the tree is full (``2,2,1``), else None."""
+        widths: list[int] = []
+        for node_depth in range(self.depth):
+            parents = [-1] if node_depth == 0 else np.flatnonzero(self.depths == node_depth)
+            counts = {len(self.children(int(parent))) for parent in parents}
+            if len(counts) != 1:
+                return None
+            widths.append(counts.pop())
+        return tuple(widths)
+
     def width_at(self, depth: int) -> int:
         return int(np.count_nonzero(self.depths == depth))
 

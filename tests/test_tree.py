@@ -72,3 +72,10 @@ def test_malformed_trees_are_one_line_errors(text):
 def test_unordered_paths_are_refused_by_the_constructor():
     with pytest.raises(SpecsimError, match="breadth-first"):
         TreeShape(((0, 0), (0,)))
+
+
+def test_a_full_trees_branching_is_recovered_from_its_paths():
+    assert TreeShape.parse("2,2,1").full_branching == (2, 2, 1)
+    assert TreeShape.chain(3).full_branching == (1, 1, 1)
+    # Node (0,) has two children, node (1,) one: not a full tree.
+    assert TreeShape.parse("[[0], [1], [0, 0], [0, 1], [1, 0]]").full_branching is None

@@ -72,12 +72,18 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
 
 
 def _tree_text(settings: dict[str, Any]) -> str:
-    """', tree 2,4,4 (10 nodes, measured)' for a tree pool; nothing for a chain."""
+    """', tree 2,2,1 (10 nodes; 2,4,4 per depth; iid, measured)' for a tree pool (a tree that
+    is not full: 'tree of 5 nodes'); nothing for a chain."""
+    from specsim.tree import TreeShape
+
     tree = settings.get("tree")
     if not tree:
         return ""
     widths = ",".join(map(str, tree["nodes_per_depth"]))
-    return f", tree {widths} ({tree['nodes']} nodes, {tree['drafts']}, {tree['source']})"
+    branching = TreeShape.from_paths(tree["paths"]).full_branching
+    name = "tree of" if branching is None else f"tree {','.join(map(str, branching))} ("
+    nodes = f"{tree['nodes']} nodes; {widths} per depth; {tree['drafts']}, {tree['source']}"
+    return f", {name} {nodes})" if branching is None else f", {name}{nodes})"
 
 
 def _steady_text(summary: dict[str, Any]) -> str:
