@@ -397,7 +397,9 @@ class SpeculationOverride(StrictModel):
         default=None, description="see speculation.acceptance_rate"
     )
     heterogeneity: bool | None = Field(default=None, description="see speculation.heterogeneity")
-    tree: TreeText | None = Field(default=None, description="see speculation.tree")
+    tree: TreeText | None = Field(
+        default=None, description="see speculation.tree; null turns the scenario's tree off"
+    )
     tree_drafts: TreeDraftsName | None = Field(
         default=None, description="see speculation.tree_drafts"
     )
@@ -520,6 +522,11 @@ class Scenario(StrictModel):
             return self.speculation
         merged = self.speculation.model_dump(exclude_unset=True)
         changes = pool.speculation.model_dump(exclude_none=True)
+        if "tree" in pool.speculation.model_fields_set and pool.speculation.tree is None:
+            # An explicit tree: null turns the scenario's tree off: the pool drafts a chain.
+            merged.pop("tree", None)
+            merged.pop("tree_drafts", None)
+            changes.pop("tree_drafts", None)
         if "tree" in changes and "k" not in changes:
             merged.pop("k", None)  # the pool's tree sets its own depth
         merged.update(changes)

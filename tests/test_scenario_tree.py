@@ -48,3 +48,14 @@ def test_a_tree_needs_the_fixed_policy():
     data = {"drafter": "small", "tree": "2,1", "policy": "adaptive"}
     with pytest.raises(ValidationError, match="policy 'fixed' only"):
         Speculation.model_validate(data)
+
+
+def test_a_pool_turns_the_scenarios_tree_off_with_null():
+    scenario = load_scenario(
+        REPO / "scenarios" / "tree.yaml",
+        ["speculation.tree=2,2,1", "speculation.k=3", "fleet.pools.0.speculation.tree=null"],
+    )
+    first = scenario.pool_speculation(scenario.fleet.pools[0])
+    assert first.tree is None and first.k == 3
+    second = scenario.pool_speculation(scenario.fleet.pools[1])
+    assert second.tree_shape.num_nodes == 10
