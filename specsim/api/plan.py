@@ -90,13 +90,7 @@ def window_run(
     plan = window.prepare(scenario, overrides, ks, loads, seed, screen)
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     engine_files.check_models(emit, [plan.profile])
-    with options.sweeper(out, plan.identity()) as sweeper:
-        outcome = window.run(plan, sweeper)
-        summary = window.json_summary(plan, outcome, sweeper)
-    planned = Planned(plan, summary, window_report.build(plan, outcome, summary))
-    if emit is not None:  # the engines' files join the report's attachments
-        engine_files.attach(planned, emit_choice.window_choice(plan, outcome), emit)
-    return planned
+    return _swept(plan, window, window_report, emit_choice.window_choice, out, options, emit)
 
 
 def capacity_run(
@@ -117,13 +111,7 @@ def capacity_run(
         scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed
     )
     engine_files.check_models(emit, [plan.profile])
-    with options.sweeper(out, plan.identity()) as sweeper:
-        outcome = capacity.run(plan, sweeper)
-        summary = capacity.json_summary(plan, outcome, sweeper)
-    planned = Planned(plan, summary, capacity_report.build(plan, outcome, summary))
-    if emit is not None:  # the engines' files join the report's attachments
-        engine_files.attach(planned, emit_choice.capacity_choice(plan, outcome), emit)
-    return planned
+    return _swept(plan, capacity, capacity_report, emit_choice.capacity_choice, out, options, emit)
 
 
 def swap_run(
@@ -144,12 +132,18 @@ def swap_run(
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
     engine_files.check_models(emit, [d.plan.profile for d in plan.drafters])
+    return _swept(plan, swap, swap_report, emit_choice.swap_choice, out, options, emit)
+
+
+def _swept(plan, command, report, choice, out, options: SweepOptions, emit) -> Planned:
+    """Run a prepared plan's sweep into ``out`` (``command``: the planning module's ``run`` and
+    ``json_summary``), build its report, and attach the engines' files for its ``choice``."""
     with options.sweeper(out, plan.identity()) as sweeper:
-        outcome = swap.run(plan, sweeper)
-        summary = swap.json_summary(plan, outcome, sweeper)
-    planned = Planned(plan, summary, swap_report.build(plan, outcome, summary))
+        outcome = command.run(plan, sweeper)
+        summary = command.json_summary(plan, outcome, sweeper)
+    planned = Planned(plan, summary, report.build(plan, outcome, summary))
     if emit is not None:  # the engines' files join the report's attachments
-        engine_files.attach(planned, emit_choice.swap_choice(plan, outcome), emit)
+        engine_files.attach(planned, choice(plan, outcome), emit)
     return planned
 
 

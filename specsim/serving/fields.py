@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specsim.bounds import MAX_REQUESTS, MAX_SECONDS
 from specsim.errors import SpecsimError
 
 AS_WRITTEN = "give the file as the benchmark wrote it"
@@ -99,3 +100,14 @@ def text(data: Mapping[str, Any], key: str, where: Where) -> str | None:
 def agree(found: float, expected: float, relative: float = 1e-6) -> bool:
     """Two computations of one figure that should match up to float rounding."""
     return abs(found - expected) <= relative * max(abs(found), abs(expected)) + 1e-12
+
+
+def completed_and_duration(data: Mapping[str, Any], where: Where) -> tuple[int, float]:
+    """A run's ``completed`` requests and ``duration`` (vLLM's and SGLang's keys alike); a run
+    that completed nothing says nothing of the server."""
+    completed = number(data, "completed", where, MAX_REQUESTS, integer=True)
+    duration = number(data, "duration", where, MAX_SECONDS)
+    if completed == 0 or duration == 0:
+        key = "completed" if completed == 0 else "duration"
+        raise where.error("the run completed nothing", key, fix="rerun against a working server")
+    return completed, duration

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from specsim.bounds import MAX_COUNT, MAX_K, MAX_RATE, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
-from specsim.serving.fields import Where, agree, number, numbers, text
+from specsim.serving.fields import Where, agree, completed_and_duration, number, numbers, text
 from specsim.serving.runs import BenchRun, Lengths, SpecCounters, Traffic, check_pace, metric_key
 
 FORMAT = "sglang-bench"
@@ -84,11 +84,7 @@ def read_run(data: Mapping[str, Any], where: Where, sha256: str) -> BenchRun:
             "request_rate",
             fix="benchmark at a fixed --request-rate",
         )
-    completed = number(data, "completed", where, MAX_REQUESTS, integer=True)
-    duration = number(data, "duration", where, MAX_SECONDS)
-    if completed == 0 or duration == 0:
-        key = "completed" if completed == 0 else "duration"
-        raise where.error("the run completed nothing", key, fix="rerun against a working server")
+    completed, duration = completed_and_duration(data, where)
     rate = number(data, "request_rate", where, MAX_RATE, allow_inf=True)
     cap = number(data, "max_concurrency", where, MAX_REQUESTS, integer=True, required=False)
     if rate == 0 or cap == 0:

@@ -246,13 +246,7 @@ class Replica:
             if admission.queue:
                 admission.admit(start, self.decoding, self.decode_kv)
             if not self.chunked and admission.prefilling:
-                plan = self._plan_prefill_only()
-                dt = plan.seconds
-                if self.jitter is not None:
-                    dt *= self.jitter.factor(prefill=True)
-                yield env.timeout(dt)
-                self._finish_prefills(plan.chunks, env.now)
-                self._record_iteration(dt, plan.batch, None)
+                yield from self._prefill_only_iteration(env)
                 continue
             plan = self._plan_mixed()
             dt = plan.seconds
@@ -260,6 +254,16 @@ class Replica:
                 dt *= self.jitter.factor(prefill=plan.decode is None)  # no decode rows rode
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
+
+    def _prefill_only_iteration(self, env):
+        """An iteration of prompt chunks alone (prefill not chunked into decode iterations)."""
+        plan = self._plan_prefill_only()
+        dt = plan.seconds
+        if self.jitter is not None:
+            dt *= self.jitter.factor(prefill=True)
+        yield env.timeout(dt)
+        self._finish_prefills(plan.chunks, env.now)
+        self._record_iteration(dt, plan.batch, None)
 
     def _fast_process(self, env):
         """The reference's iterations, except that a steady stretch of decode iterations is one
@@ -283,13 +287,7 @@ class Replica:
             if admission.queue:
                 admission.admit(start, self.decoding, self.decode_kv)
             if not self.chunked and admission.prefilling:
-                plan = self._plan_prefill_only()
-                dt = plan.seconds
-                if self.jitter is not None:
-                    dt *= self.jitter.factor(prefill=True)
-                yield env.timeout(dt)
-                self._finish_prefills(plan.chunks, env.now)
-                self._record_iteration(dt, plan.batch, None)
+                yield from self._prefill_only_iteration(env)
                 continue
             # A replica that takes its own arrivals, with none waiting, runs a stretch through
             # finishes: a finish then changes nothing but its batch (no client or router waits

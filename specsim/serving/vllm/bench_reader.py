@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from specsim.bounds import MAX_COUNT, MAX_K, MAX_RATE, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
-from specsim.serving.fields import Where, agree, number, numbers, text
+from specsim.serving.fields import Where, agree, completed_and_duration, number, numbers, text
 from specsim.serving.latency import statistics, time_per_output_token
 from specsim.serving.runs import BenchRun, Lengths, SpecCounters, Traffic, check_pace, metric_key
 
@@ -64,11 +64,7 @@ def read_run(data: Mapping[str, Any], where: Where, sha256: str) -> BenchRun:
             "ramp_up_strategy",
             fix="benchmark at one fixed --request-rate per run",
         )
-    completed = number(data, "completed", where, MAX_REQUESTS, integer=True)
-    duration = number(data, "duration", where, MAX_SECONDS)
-    if completed == 0 or duration == 0:
-        key = "completed" if completed == 0 else "duration"
-        raise where.error("the run completed nothing", key, fix="rerun against a working server")
+    completed, duration = completed_and_duration(data, where)
     traffic = _traffic(data, where, completed)
     mask = _successes(data, where, completed)
     metrics, notes = _metrics(data, where, layout, mask)
