@@ -42,6 +42,7 @@ from specsim.costs import NO_ROWS, PassTotals, StepCosts
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks
+from specsim.simulation.compiled import active as compiled_active
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 from specsim.simulation.stream import UniformStream
@@ -145,6 +146,7 @@ class Replica:
         self.fast = fast and not acceptance.needs_position and self.tree_rows is None
         if self.fast:
             rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
+        self.compiled = self.fast and compiled_active()  # numba kernels (compiled.py)
         self._draws = rng
         self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time

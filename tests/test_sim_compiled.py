@@ -1,0 +1,159 @@
+"""The compiled kernels (numba, ``specsim/simulation/compiled.py``) against the numpy code they
+stand in for, and the switch between them.
+
+numba is a dev dependency, so these run in CI; the simulator-level identity of both paths with
+the per-iteration reference is in ``test_sim_stretch.py`` (every case runs with
+``SPECSIM_COMPILED=1`` and ``0``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.scenario import Scenario
+from specsim.simulation import compiled, run_simulation, stretch
+from specsim.simulation.replica import Replica
+
+DATA = Path(__file__).parent / "data"
+FIELDS = (
+    "n rows left drafts accepted contexts done totals new own_span kv pairs".split()  # noqa: SIM905
+)
+
+
+def tables(rng: np.random.Generator, levels: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat acceptance tables built as ``RateAcceptance`` builds them."""
+    rows = [np.sort(rng.random(k)) + 2.0 * level for level in range(levels)]
+    sentinels = [[2.0 * level + 1.5] for level in range(levels)]
+    flat = np.concatenate([np.concatenate(pair) for pair in zip(rows, sentinels, strict=True)])
+    return flat, np.tile(np.arange(k + 1, dtype=np.float64), levels)
+
+
+def rows_inputs(seed: int, k: int, proposal_rate: float, through: bool, used: int):
+    rng = np.random.default_rng(seed)
+    capacity, levels, m = 8, 3, 40
+    thresholds, counts = tables(rng, levels, k)
+    per_iteration = 0 if k == 0 else capacity * (2 if proposal_rate < 1.0 else 1)
+    remaining = rng.integers(0, 30, used).astype(np.float64)
+    remaining[rng.random(used) < 0.3] = 0.0  # empty slots inside the prefix
+    remaining[0] = 1.0 + remaining[0]  # a stretch starts with a row decoding
+    context = np.where(remaining > 0, rng.integers(1, 500, used), 0).astype(np.float64)
+    shift = np.where(remaining > 0, 2.0 * rng.integers(0, levels, used), 0.0)
+    uniforms = rng.random(m * per_iteration)
+    decode_kv = float(context.sum())
+    tables_part = (per_iteration, capacity, thresholds, counts, proposal_rate, k)
+    return (uniforms, *tables_part, shift, remaining, context, m, through, decode_kv)
+
+
+def test_numba_is_installed_for_the_tests():
+    """The dev extra brings numba, so the kernels below are the compiled ones, not Python."""
+    assert compiled.available()
+    assert hasattr(compiled.kernels().stretch_rows, "py_func")
+
+
+CASES = list(itertools.product(range(3), (0, 1, 4), (1.0, 0.6), (False, True), (1, 5, 8)))
+
+
+@pytest.mark.parametrize(("seed", "k", "proposal_rate", "through", "used"), CASES)
+def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through, used):
+    """72 cases (3 seeds x k in 0, 1, 4 x proposals always or at 0.6 x through finishes or not x
+    1, 5 or 8 slots used of 8, a third of them empty): every output has the numpy code's
+    dtype, shape and bytes (so also its zeros' signs)."""
+    inputs = rows_inputs(seed, k, proposal_rate, through, used)
+    fast = compiled.kernels().stretch_rows(*inputs)
+    slow = stretch.stretch_rows_numpy(*inputs)
+    assert fast[0] == slow[0], "iterations computed"
+    assert fast[0] >= 1
+    for name, a, b in zip(FIELDS[1:], fast[1:], slow[1:], strict=True):
+        if b is None:  # the batch size per iteration: only through finishes
+            assert not through
+            continue
+        b = np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), name
+
+
+def test_the_switch(monkeypatch):
+    for setting, expected in (("0", False), ("off", False), ("1", True), ("auto", True)):
+        monkeypatch.setenv(compiled.ENV, setting)
+        assert compiled.active() is expected
+    monkeypatch.setenv(compiled.ENV, "sometimes")
+    with pytest.raises(SpecsimError, match="SPECSIM_COMPILED='sometimes' is not one of"):
+        compiled.active()
+    monkeypatch.setattr(compiled, "available", lambda: False)  # as without the optional extra
+    monkeypatch.setenv(compiled.ENV, "auto")
+    assert compiled.active() is False
+    monkeypatch.setenv(compiled.ENV, "1")
+    with pytest.raises(SpecsimError, match=r"numba is not installed; fix: pip install"):
+        compiled.active()
+
+
+def low_load() -> Scenario:
+    data = {
+        "seed": 3,
+        "profile": "sim_profile.yaml",
+        "workload": {
+            "kind": "poisson",
+            "rate": 2.0,
+            "requests": 120,
+            "prompt": {"dist": "uniform", "low": 20, "high": 300},
+            "output": {"dist": "uniform", "low": 1, "high": 200},
+        },
+        "engine": {"max_batch": 16},
+        "speculation": {"drafter": "c05", "k": 3},
+    }
+    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+
+
+def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
+    """The switch reaches the replica: with it on, stretches come from the compiled kernel;
+    off, or without numba, from numpy; the outputs agree byte for byte."""
+    calls = {"compiled": 0, "numpy": 0}
+    module = compiled.kernels()
+    kernel, fallback = module.stretch_rows, stretch.stretch_rows_numpy
+
+    def counted(name, function):
+        def wrapper(*args):
+            calls[name] += 1
+            return function(*args)
+
+        return wrapper
+
+    monkeypatch.setattr(module, "stretch_rows", counted("compiled", kernel))
+    monkeypatch.setattr(stretch, "stretch_rows_numpy", counted("numpy", fallback))
+    outputs = {}
+    for label, setting, installed in (
+        ("on", "1", True),
+        ("off", "0", True),
+        ("absent", "auto", False),
+    ):
+        monkeypatch.setattr(compiled, "available", lambda installed=installed: installed)
+        monkeypatch.setenv(compiled.ENV, setting)
+        before = dict(calls)
+        path = tmp_path / f"{label}.csv"
+        summary = run_simulation(low_load(), records_path=path, fast_path=True).summary
+        outputs[label] = (path.read_bytes(), summary)
+        used = {name: calls[name] - before[name] for name in calls}
+        if label == "on":
+            assert used["compiled"] > 20 and used["numpy"] == 0, used
+        else:
+            assert used["compiled"] == 0 and used["numpy"] > 20, used
+    assert outputs["on"] == outputs["off"] == outputs["absent"]
+
+
+def test_the_reference_path_never_takes_the_kernels(monkeypatch):
+    monkeypatch.setenv(compiled.ENV, "1")
+    made = []
+    init = Replica.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Replica, "__init__", keep)
+    run_simulation(low_load(), fast_path=False)
+    assert made and not any(replica.compiled for replica in made)
