@@ -1,9 +1,10 @@
 """The compiled kernels (numba, ``specsim/simulation/compiled.py``) against the numpy code they
 stand in for, and the switch between them.
 
-numba is a dev dependency, so these run in CI; the simulator-level identity of both paths with
-the per-iteration reference is in ``test_sim_stretch.py`` (every case runs with
-``SPECSIM_COMPILED=1`` and ``0``).
+``JumpStream`` (PCG64 stepped and jumped in numba) must hand out what ``Generator.random``
+gives and leave the generator where it would be. numba is a dev dependency, so these run in CI;
+the simulator-level identity of both paths with the per-iteration reference is in
+``test_sim_stretch.py`` (every case runs with ``SPECSIM_COMPILED=1`` and ``0``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
 from specsim.simulation import compiled, run_simulation, stretch
+from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.replica import Replica
 
 DATA = Path(__file__).parent / "data"
@@ -157,3 +159,71 @@ def test_the_reference_path_never_takes_the_kernels(monkeypatch):
     monkeypatch.setattr(Replica, "__init__", keep)
     run_simulation(low_load(), fast_path=False)
     assert made and not any(replica.compiled for replica in made)
+
+
+def generator_words(rng: np.random.Generator) -> tuple:
+    state = rng.bit_generator.state
+    return state["state"]["state"], state["state"]["inc"], state["has_uint32"], state["uinteger"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_jump_stream_gives_the_sequential_draws(seed):
+    """Random mixes of takes, occupied-slot blocks (the rest jumped over), rewinds into them
+    and integer draws, 60 operations per seed, 12 seeds, against plain ``Generator`` calls;
+    the generator's whole state (with numpy's buffered 32-bit half-draw, which integer draws
+    of a small range set) matches after every integer draw."""
+    plain, stream = np.random.default_rng(seed), JumpStream(np.random.default_rng(seed))
+    choose = np.random.default_rng(1000 + seed)
+    for _ in range(60):
+        op = int(choose.integers(0, 4))
+        if op == 0:
+            size = int(choose.integers(1, 10))
+            dtype = np.int64 if choose.random() < 0.5 else np.int32  # int32: half-draws
+            expected = plain.integers(0, 64, size=size, dtype=dtype)
+            got = stream.integers(0, 64, size=size, dtype=dtype)
+            assert generator_words(stream.rng) == generator_words(plain)
+        elif op == 1:
+            n = int(choose.integers(0, 600))
+            expected, got = plain.random(n), stream.random(n)
+        else:
+            m, blocks = int(choose.integers(1, 30)), int(choose.integers(1, 3))
+            capacity = int(choose.integers(1, 300))
+            used = int(choose.integers(1, capacity + 1))
+            start = stream.position
+            got = stream.slot_uniforms(m, blocks, capacity, used).reshape(m, blocks, used)
+            kept = int(choose.integers(0, m + 1))  # iterations the stretch keeps
+            stream.rewind(start + kept * blocks * capacity)
+            saved = plain.bit_generator.state
+            drawn = plain.random(m * blocks * capacity).reshape(m, blocks, capacity)
+            expected = drawn[:, :, :used]
+            plain.bit_generator.state = saved  # and again, only the iterations kept
+            plain.random(kept * blocks * capacity)
+        assert expected.tobytes() == got.tobytes()
+    assert plain.random((3, 7)).tobytes() == stream.random((3, 7)).tobytes()
+
+
+def test_the_compiled_pcg64_advances_as_numpy_does():
+    """One jump of 2^40 + 12,345 draws and 10,000 single steps, against ``PCG64.advance`` and
+    ``Generator.random``."""
+    rng = np.random.default_rng(42)
+    stream = JumpStream(np.random.default_rng(42))
+    delta = (1 << 40) + 12_345
+    rng.bit_generator.advance(delta)
+    stream.position = delta
+    assert stream.random(10_000).tobytes() == rng.random(10_000).tobytes()
+
+
+def test_replicas_take_the_jump_stream_only_with_the_kernels(monkeypatch):
+    for setting, kind in (("1", "JumpStream"), ("0", "UniformStream")):
+        monkeypatch.setenv(compiled.ENV, setting)
+        made = []
+        init = Replica.__init__
+
+        def keep(self, *args, made=made, init=init, **kwargs):
+            init(self, *args, **kwargs)
+            made.append(self)
+
+        monkeypatch.setattr(Replica, "__init__", keep)
+        run_simulation(low_load(), fast_path=True)
+        monkeypatch.setattr(Replica, "__init__", init)
+        assert made and all(type(r._draws).__name__ == kind for r in made), setting

@@ -10,7 +10,8 @@ The kernels (``compiled_kernels.py``) do what the numpy code they replace does, 
 every number they add up is a whole number below 2^53 (token counts, contexts, query-key pairs),
 so the order of the additions cannot change a sum, and the one non-integer operation (a uniform
 plus its row's level shift, searched in the acceptance table) is the same float addition and
-comparison.
+comparison. The acceptance stream on this path is ``compiled_stream.JumpStream``: numpy's PCG64
+stepped in numba, so a stretch draws only its occupied slots' uniforms and jumps over the rest.
 """
 
 from __future__ import annotations

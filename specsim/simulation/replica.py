@@ -43,6 +43,7 @@ from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks
 from specsim.simulation.compiled import active as compiled_active
+from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 from specsim.simulation.stream import UniformStream
@@ -144,9 +145,10 @@ class Replica:
         # sequences depend on each row's position, step by step, so they run per iteration.
         # Tree pools run per iteration too: stretches total the chain's widths in closed form.
         self.fast = fast and not acceptance.needs_position and self.tree_rows is None
-        if self.fast:
-            rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
-        self.compiled = self.fast and compiled_active()  # numba kernels (compiled.py)
+        # The compiled kernels (compiled.py, numba): the same numbers, from PCG64's state.
+        self.compiled = self.fast and compiled_active() and JumpStream.fits(rng)
+        if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
+            rng = JumpStream(rng) if self.compiled else UniformStream(rng)
         self._draws = rng
         self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time

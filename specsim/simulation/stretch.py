@@ -105,12 +105,18 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     proposals = acceptance.proposal_rate < 1.0
     per_iteration = 0 if k == 0 else capacity * (2 if proposals else 1)
     stream_start = stream.position
-    uniforms = stream.take(m * per_iteration)
-    planned = kernels().stretch_rows if replica.compiled else stretch_rows_numpy
+    if replica.compiled and k:  # only the occupied slots' uniforms (compiled_stream.py)
+        blocks = 2 if proposals else 1
+        uniforms = stream.slot_uniforms(m, blocks, capacity, used)
+        width, offset, planned = blocks * used, used, kernels().stretch_rows
+    else:
+        uniforms = stream.take(m * per_iteration)
+        width, offset = per_iteration, capacity
+        planned = kernels().stretch_rows if replica.compiled else stretch_rows_numpy
     n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs = planned(
         uniforms,
-        per_iteration,
-        capacity,
+        width,
+        offset,
         acceptance.flat_thresholds[k],
         acceptance.flat_counts[k],
         acceptance.proposal_rate,
