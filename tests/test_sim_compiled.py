@@ -66,7 +66,7 @@ def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through,
     1, 5 or 8 slots used of 8, a third of them empty): every output has the numpy code's
     dtype, shape and bytes (so also its zeros' signs)."""
     inputs = rows_inputs(seed, k, proposal_rate, through, used)
-    fast = compiled.kernels().stretch_rows(*inputs)
+    fast = stretch.kernels_rows(*inputs)
     slow = stretch.stretch_rows_numpy(*inputs)
     assert fast[0] == slow[0], "iterations computed"
     assert fast[0] >= 1
@@ -77,6 +77,20 @@ def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through,
         b = np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape, name
         assert a.tobytes() == b.tobytes(), name
+    # The same with the uniforms drawn inside the kernel, from the generator's state.
+    per_iteration, capacity = inputs[1:3]
+    if k:
+        rng = np.random.default_rng(seed)
+        state = rng.bit_generator.state["state"]
+        mask = (1 << 64) - 1
+        value, inc = state["state"], state["inc"]
+        words = np.array([value >> 64, value & mask, inc >> 64, inc & mask], dtype=np.uint64)
+        m = inputs[10]
+        blocks = per_iteration // capacity
+        drawn_inputs = (rng.random(m * per_iteration), *inputs[1:])
+        drawn = stretch.kernels_drawn(words, blocks, *inputs[2:])
+        for name, a, b in zip(FIELDS, drawn, stretch.kernels_rows(*drawn_inputs), strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), f"drawn: {name}"
 
 
 def test_the_switch(monkeypatch):
@@ -116,7 +130,7 @@ def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
     off, or without numba, from numpy; the outputs agree byte for byte."""
     calls = {"compiled": 0, "numpy": 0}
     module = compiled.kernels()
-    kernel, fallback = module.stretch_rows, stretch.stretch_rows_numpy
+    fallback = stretch.stretch_rows_numpy
 
     def counted(name, function):
         def wrapper(*args):
@@ -125,7 +139,8 @@ def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
 
         return wrapper
 
-    monkeypatch.setattr(module, "stretch_rows", counted("compiled", kernel))
+    for name in ("stretch_rows", "stretch_rows_drawn"):
+        monkeypatch.setattr(module, name, counted("compiled", getattr(module, name)))
     monkeypatch.setattr(stretch, "stretch_rows_numpy", counted("numpy", fallback))
     outputs = {}
     for label, setting, installed in (

@@ -42,25 +42,106 @@ def stretch_rows(
     through,
     decode_kv,
 ):
-    """The rows of a stretch of up to ``m`` iterations (``plan_stretch``'s first part): how many
-    it computed, each iteration's batch size, and per iteration and slot the tokens left,
-    drafts, accepted drafts, context and whether the row is done; per iteration the tokens
-    emitted, new positions, own-span pairs, KV tokens and query-key pairs."""
+    """The rows of a stretch of up to ``m`` iterations (``plan_stretch``'s first part), from
+    ``m * per_iteration`` uniforms (a slot's acceptance uniform at ``j``, its proposal uniform
+    at ``capacity + j``): how many iterations it computed; per field, iteration and slot the
+    tokens left, drafts, accepted drafts and context (``per_slot``); whether each row is done;
+    per field and iteration the batch size, tokens emitted, new positions, own-span pairs, KV
+    tokens and query-key pairs (``per_step``). Few arrays: numba boxes each one it returns."""
+    used = remaining.shape[0]
+    per_slot = np.empty((4, m, used))
+    done = np.zeros((m, used), dtype=np.bool_)
+    per_step = np.zeros((6, m))
+    n = _rows(
+        uniforms,
+        per_iteration,
+        capacity,
+        thresholds,
+        counts,
+        proposal_rate,
+        k,
+        shift,
+        remaining,
+        context,
+        m,
+        through,
+        decode_kv,
+        per_slot,
+        done,
+        per_step,
+    )
+    return n, per_slot[:, :n], done[:n], per_step[:, :n]
+
+
+@_jit
+def stretch_rows_drawn(
+    words,
+    blocks,
+    capacity,
+    thresholds,
+    counts,
+    proposal_rate,
+    k,
+    shift,
+    remaining,
+    context,
+    m,
+    through,
+    decode_kv,
+):
+    """``stretch_rows`` with the occupied slots' uniforms drawn here from the PCG64 state
+    ``words`` (``pcg_slot_uniforms``: ``blocks`` blocks of ``capacity`` per iteration)."""
+    used = remaining.shape[0]
+    uniforms = pcg_slot_uniforms(words, m, blocks, capacity, used)
+    return stretch_rows(
+        uniforms,
+        blocks * used,
+        used,
+        thresholds,
+        counts,
+        proposal_rate,
+        k,
+        shift,
+        remaining,
+        context,
+        m,
+        through,
+        decode_kv,
+    )
+
+
+@_jit
+def _rows(
+    uniforms,
+    per_iteration,
+    capacity,
+    thresholds,
+    counts,
+    proposal_rate,
+    k,
+    shift,
+    remaining,
+    context,
+    m,
+    through,
+    decode_kv,
+    per_slot,
+    done,
+    per_step,
+):
     used = remaining.shape[0]
     proposals = proposal_rate < 1.0
     window = np.float64(k)
     widest = k + 1.0
-    rows = np.zeros(m)
-    left = np.empty((m, used))
-    drafts = np.empty((m, used))
-    accepted = np.empty((m, used))
-    contexts = np.empty((m, used))
-    done = np.zeros((m, used), dtype=np.bool_)
-    totals = np.empty(m)
-    new = np.empty(m)
-    own_span = np.empty(m)
-    kv = np.empty(m)
-    pairs = np.empty(m)
+    left, drafts, accepted, contexts = per_slot[0], per_slot[1], per_slot[2], per_slot[3]
+    rows, totals, new, own_span, kv, pairs = (
+        per_step[0],
+        per_step[1],
+        per_step[2],
+        per_step[3],
+        per_step[4],
+        per_step[5],
+    )
     emitted_by = np.zeros(used)  # tokens each row has emitted before the step
     emitted_total = 0.0  # tokens emitted before the step, all rows (for KV without finishes)
     n = m
@@ -127,20 +208,7 @@ def stretch_rows(
         if finished and not through:  # up to the first finish
             n = i + 1
             break
-    return (
-        n,
-        rows[:n],
-        left[:n],
-        drafts[:n],
-        accepted[:n],
-        contexts[:n],
-        done[:n],
-        totals[:n],
-        new[:n],
-        own_span[:n],
-        kv[:n],
-        pairs[:n],
-    )
+    return n
 
 
 # PCG64 as numpy runs it (pcg64.h): a 128-bit LCG, state = state * MULTIPLIER + inc, stepped

@@ -49,16 +49,20 @@ class JumpStream:
             return self.take(int(np.prod(size))).reshape(size)
         return self.take(int(size))
 
-    def slot_uniforms(self, m: int, blocks: int, capacity: int, used: int) -> np.ndarray:
-        """Of the next ``m * blocks * capacity`` doubles (``m`` iterations drawing ``blocks``
-        blocks of one per slot), those of the first ``used`` slots: ``(m, blocks * used)``
-        flat. The stream moves past all of them; ``rewind`` hands back what is not used."""
+    def words_for(self, m: int, blocks: int, capacity: int) -> np.ndarray:
+        """The state here, for a kernel to draw from (a copy), and the stream moved past the
+        next ``m * blocks * capacity`` doubles (``m`` iterations drawing ``blocks`` blocks of
+        one per slot); ``rewind`` hands back what is not used."""
         self._catch_up()
-        start = self._words.copy()  # the state here, for a rewind into the stretch
-        out = self._kernels.pcg_slot_uniforms(self._words, m, blocks, capacity, used)
-        self._words, self._at = start, self.position
+        words = self._words.copy()
         self.position += m * blocks * capacity
-        return out
+        return words
+
+    def slot_uniforms(self, m: int, blocks: int, capacity: int, used: int) -> np.ndarray:
+        """Of the next ``m * blocks * capacity`` doubles, those of the first ``used`` slots of
+        each block: ``(m, blocks * used)`` flat."""
+        words = self.words_for(m, blocks, capacity)
+        return self._kernels.pcg_slot_uniforms(words, m, blocks, capacity, used)
 
     def rewind(self, position: int) -> None:
         """Hand back the doubles taken after stream position ``position``."""

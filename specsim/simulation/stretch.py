@@ -107,16 +107,14 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     stream_start = stream.position
     if replica.compiled and k:  # only the occupied slots' uniforms (compiled_stream.py)
         blocks = 2 if proposals else 1
-        uniforms = stream.slot_uniforms(m, blocks, capacity, used)
-        width, offset, planned = blocks * used, used, kernels().stretch_rows
+        draws, width, planned = stream.words_for(m, blocks, capacity), blocks, kernels_drawn
     else:
-        uniforms = stream.take(m * per_iteration)
-        width, offset = per_iteration, capacity
-        planned = kernels().stretch_rows if replica.compiled else stretch_rows_numpy
+        draws, width = stream.take(m * per_iteration), per_iteration
+        planned = kernels_rows if replica.compiled else stretch_rows_numpy
     n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs = planned(
-        uniforms,
+        draws,
         width,
-        offset,
+        capacity,
         acceptance.flat_thresholds[k],
         acceptance.flat_counts[k],
         acceptance.proposal_rate,
@@ -191,6 +189,23 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     stretch.stream_start, stretch.per_iteration = stream_start, per_iteration
     stretch.blocked = bool(replica.admission.queue) or replica.decoding >= replica.max_batch
     return stretch
+
+
+def kernels_rows(*args):
+    """``compiled_kernels.stretch_rows``, unpacked as ``stretch_rows_numpy`` returns it."""
+    return unpacked(kernels().stretch_rows(*args))
+
+
+def kernels_drawn(*args):
+    """``compiled_kernels.stretch_rows_drawn`` (the uniforms drawn in the kernel), unpacked."""
+    return unpacked(kernels().stretch_rows_drawn(*args))
+
+
+def unpacked(result) -> tuple:
+    n, per_slot, done, per_step = result
+    left, drafts, accepted, contexts = per_slot
+    rows, totals, new, own_span, kv, pairs = per_step
+    return n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs
 
 
 def rows_of(rows, n: int):
