@@ -48,6 +48,41 @@ def stretch_rows(
     tokens left, drafts, accepted drafts and context (``per_slot``); whether each row is done;
     per field and iteration the batch size, tokens emitted, new positions, own-span pairs, KV
     tokens and query-key pairs (``per_step``). Few arrays: numba boxes each one it returns."""
+    return _stretch_rows(
+        uniforms,
+        per_iteration,
+        capacity,
+        thresholds,
+        counts,
+        proposal_rate,
+        k,
+        shift,
+        remaining,
+        context,
+        m,
+        through,
+        decode_kv,
+    )
+
+
+# A kernel called from Python is never called from another kernel: numba's cache then stores it
+# without what it needs to hand arrays back to Python ('descr' is NULL in a later process).
+@_jit
+def _stretch_rows(
+    uniforms,
+    per_iteration,
+    capacity,
+    thresholds,
+    counts,
+    proposal_rate,
+    k,
+    shift,
+    remaining,
+    context,
+    m,
+    through,
+    decode_kv,
+):
     used = remaining.shape[0]
     per_slot = np.empty((4, m, used))
     done = np.zeros((m, used), dtype=np.bool_)
@@ -92,8 +127,8 @@ def stretch_rows_drawn(
     """``stretch_rows`` with the occupied slots' uniforms drawn here from the PCG64 state
     ``words`` (``pcg_slot_uniforms``: ``blocks`` blocks of ``capacity`` per iteration)."""
     used = remaining.shape[0]
-    uniforms = pcg_slot_uniforms(words, m, blocks, capacity, used)
-    return stretch_rows(
+    uniforms = _slot_uniforms(words, m, blocks, capacity, used)
+    return _stretch_rows(
         uniforms,
         blocks * used,
         used,
@@ -307,6 +342,12 @@ def pcg_random(words, out):
 
 @_jit
 def pcg_slot_uniforms(words, m, blocks, capacity, used):
+    """``_slot_uniforms`` (for Python callers: see ``_stretch_rows``)."""
+    return _slot_uniforms(words, m, blocks, capacity, used)
+
+
+@_jit
+def _slot_uniforms(words, m, blocks, capacity, used):
     """The doubles of the first ``used`` slots of ``m`` iterations that each draw ``blocks``
     blocks of ``capacity`` (``(m, blocks * used)``, flat), jumping over the other slots' draws;
     ``words`` is left where the ``m * blocks * capacity`` draws would leave it."""

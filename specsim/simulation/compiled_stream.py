@@ -18,15 +18,22 @@ from specsim.simulation.compiled import kernels
 _MASK64 = (1 << 64) - 1
 
 
+READ_AHEAD = 1 << 16  # most doubles drawn ahead for single takes
+
+
 class JumpStream:
-    """``random()`` doubles of a PCG64 Generator, from its state in numba."""
+    """``random()`` doubles of a PCG64 Generator, from its state in numba.
+
+    Single takes (an iteration's one uniform per slot) come from a block drawn ahead, which
+    doubles while takes follow on from each other (a busy replica) and is one take long after
+    a jump (at low load, where a stretch follows each iteration and would skip the rest)."""
 
     def __init__(self, rng: np.random.Generator):
         self.rng = rng
         self._bits = rng.bit_generator
         self._kernels = kernels()
-        self._read()
         self.position = 0  # doubles handed out (or jumped over) since the stream was made
+        self._read()
 
     @staticmethod
     def fits(rng) -> bool:
@@ -35,13 +42,17 @@ class JumpStream:
         return isinstance(state, dict) and state.get("bit_generator") == "PCG64"
 
     def take(self, n: int) -> np.ndarray:
-        """The next ``n`` doubles."""
-        self._catch_up()
-        out = np.empty(n)
-        self._kernels.pcg_random(self._words, out)
+        """The next ``n`` doubles (a view: read it before the next ``take``)."""
+        offset = self.position - self._base
+        buffered = self._buffer.shape[0]
+        if offset + n > buffered:
+            size = min(2 * buffered, READ_AHEAD) if offset == buffered else 0
+            self._base_words = self._state_at(self.position)
+            self._base, offset = self.position, 0
+            self._buffer = np.empty(max(size, n))
+            self._kernels.pcg_random(self._base_words.copy(), self._buffer)
         self.position += n
-        self._at = self.position
-        return out
+        return self._buffer[offset : offset + n]
 
     def random(self, size) -> np.ndarray:
         """``Generator.random(size)`` for an int or a shape."""
@@ -53,8 +64,7 @@ class JumpStream:
         """The state here, for a kernel to draw from (a copy), and the stream moved past the
         next ``m * blocks * capacity`` doubles (``m`` iterations drawing ``blocks`` blocks of
         one per slot); ``rewind`` hands back what is not used."""
-        self._catch_up()
-        words = self._words.copy()
+        words = self._state_at(self.position)
         self.position += m * blocks * capacity
         return words
 
@@ -66,33 +76,34 @@ class JumpStream:
 
     def rewind(self, position: int) -> None:
         """Hand back the doubles taken after stream position ``position``."""
-        if not self._at <= position <= self.position:
-            raise ValueError(f"cannot rewind to {position}: the state is at {self._at}")
+        if not self._base <= position <= self.position:
+            raise ValueError(f"cannot rewind to {position}: the state is from {self._base}")
         self.position = position
 
     def integers(self, *args, **kwargs):
         """``Generator.integers``, drawn where the doubles handed out so far end."""
-        self._catch_up()
+        words = self._state_at(self.position)
         state = self._bits.state
-        high, low = int(self._words[0]), int(self._words[1])
-        state["state"]["state"] = (high << 64) | low
+        state["state"]["state"] = (int(words[0]) << 64) | int(words[1])
         self._bits.state = state
         values = self.rng.integers(*args, **kwargs)
         self._read()
         return values
 
-    def _catch_up(self) -> None:
-        """Advance the state from where it was last known to the stream's position."""
-        if self._at != self.position:
-            self._kernels.pcg_advance(self._words, self.position - self._at)
-            self._at = self.position
+    def _state_at(self, position: int) -> np.ndarray:
+        """The state after ``position`` doubles (a new array): the known one, jumped ahead."""
+        words = self._base_words.copy()
+        if position > self._base:
+            self._kernels.pcg_advance(words, position - self._base)
+        return words
 
     def _read(self) -> None:
         """Take the generator's state (the buffered 32-bit half-draw stays in the generator:
         ``random()`` neither uses nor changes it)."""
         state = self._bits.state["state"]
         value, inc = state["state"], state["inc"]
-        self._words = np.array(
+        self._base_words = np.array(
             [value >> 64, value & _MASK64, inc >> 64, inc & _MASK64], dtype=np.uint64
         )
-        self._at = getattr(self, "position", 0)
+        self._base = self.position
+        self._buffer = np.empty(0)
