@@ -62,7 +62,7 @@ CASES = list(itertools.product(range(3), (0, 1, 4), (1.0, 0.6), (False, True), (
 
 @pytest.mark.parametrize(("seed", "k", "proposal_rate", "through", "used"), CASES)
 def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through, used):
-    """72 cases (3 seeds x k in 0, 1, 4 x proposals always or at 0.6 x through finishes or not x
+    """108 cases (3 seeds x k in 0, 1, 4 x proposals always or at 0.6 x through finishes or not x
     1, 5 or 8 slots used of 8, a third of them empty): every output has the numpy code's
     dtype, shape and bytes (so also its zeros' signs)."""
     inputs = rows_inputs(seed, k, proposal_rate, through, used)
