@@ -7,7 +7,8 @@ attention and the MLP, a query scale of their own, soft-capping (``cap * tanh(x 
 attention scores and logits, and layers that alternate between a sliding window and full
 attention (Gemma 3's sliding layers with their own RoPE base); Phi-3 stores fused q/k/v and
 gate/up weights (split on load, ``checkpoint.py``); Mixtral and Qwen3-MoE route each token to its
-top experts. The defaults of absent keys are Hugging Face's for the family.
+top experts; DeepSeek-V3 adds latent attention and a grouped sigmoid router beside shared experts
+(``deepseek_keys.py``). The defaults of absent keys are Hugging Face's for the family.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.models.config_keys import get_key, read_rope, read_rope_scaling
+from specsim.models.config_keys import YARN_FAMILIES, get_key, read_rope, read_rope_scaling
+from specsim.models.deepseek_keys import deepseek_fields, deepseek_hf_keys
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -28,6 +30,7 @@ ARCHITECTURES = {
     "phi3": "Phi3ForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -86,6 +89,8 @@ def family_fields(
         _check_full_rotary(data, source)
     if model_type in MOE:
         fields.update(_moe_fields(data, source, model_type, num_layers))
+    if model_type == "deepseek_v3":
+        fields.update(deepseek_fields(data, source, num_layers))
     return fields
 
 
@@ -118,7 +123,7 @@ def _activation(data: dict[str, Any], source: str, model_type: str) -> str:
 def _rope_fields(data: dict[str, Any], source: str, model_type: str) -> dict[str, Any]:
     default = _DEFAULT_THETA.get(model_type, 10000.0)
     if model_type != "gemma3_text":
-        theta, scaling = read_rope(data, source, default)
+        theta, scaling = read_rope(data, source, default, yarn=model_type in YARN_FAMILIES)
         return {"rope_theta": theta, "rope_scaling": scaling}
     params = data.get("rope_parameters")
     if isinstance(params, dict) and "full_attention" in params:  # transformers 5, per layer type
@@ -291,4 +296,6 @@ def family_hf_keys(config) -> dict[str, Any]:
         data["moe_intermediate_size"] = config.expert_intermediate_size
         data["norm_topk_prob"] = config.normalize_top_k
         data["mlp_only_layers"] = list(config.dense_layers)
+    if kind == "deepseek_v3":
+        data.update(deepseek_hf_keys(config))
     return data
