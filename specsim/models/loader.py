@@ -16,7 +16,7 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json, read_text
-from specsim.models.checkpoint import to_checkpoint_keys, to_model_keys
+from specsim.models.checkpoint import is_unused, to_checkpoint_keys, to_model_keys
 from specsim.models.config import ModelConfig
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
@@ -148,7 +148,7 @@ def _load_weights(
             ) from None
         with handle:
             for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                if key.endswith(_IGNORED_SUFFIXES):
+                if key.endswith(_IGNORED_SUFFIXES) or is_unused(model.config, key):
                     continue
                 if key == "lm_head.weight" and model.config.tie_embeddings:
                     continue  # tied: the output projection is the embedding
