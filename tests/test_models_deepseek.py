@@ -21,6 +21,7 @@ from specsim.engine.generate import generate
 from specsim.engine.step import Sampling
 from specsim.errors import SpecsimError
 from specsim.models import load_model
+from specsim.tree import TreeShape
 
 # DeepSeek-V2-Lite's layout: no query bottleneck, plain rotary pairs, every layer MoE, the
 # chosen experts' weights not renormalised.
@@ -106,19 +107,36 @@ def test_stored_multi_token_prediction_layers_are_skipped(folder, tmp_path):
 
 
 @torch.no_grad()
-def test_greedy_speculative_decoding_gives_the_targets_own_tokens(folder):
+@pytest.mark.parametrize("tree", [None, "2,1"])
+def test_greedy_speculative_decoding_gives_the_targets_own_tokens(folder, tree):
     """A DeepSeek target with a drafter of the same weights plus seeded noise (so drafts are
-    partly accepted, partly rejected, and both latent caches roll back): the speculative tokens
-    are the target's greedy ones, and the caches hold exactly the accepted sequence."""
+    partly accepted, partly rejected, and both latent caches roll back), in chains of 3 and in
+    trees 2,1 (whose accepted path is moved within the cache): the speculative tokens are the
+    target's greedy ones, and the caches hold exactly the accepted sequence."""
     target, drafter = load_model(folder), load_model(folder)
     generator = torch.Generator().manual_seed(5)
     for param in drafter.parameters():
         param.add_(torch.randn(param.shape, generator=generator) * NOISE)
     prompts = [tokens(1, seed=s)[0, :6].tolist() for s in range(4)]
     greedy = Sampling(temperature=0.0, verifier="greedy")
-    run = generate(target, drafter, prompts, 10, 3, greedy, 0, audit=True)
+    shape = None if tree is None else TreeShape.parse(tree)
+    k = 3 if shape is None else shape.depth
+    run = generate(target, drafter, prompts, 10, k, greedy, 0, audit=True, tree=shape)
     expected, margins = greedy_reference(target, prompts, 10)
     near_ties = greedy_divergences(run.tokens, expected, margins)
     assert all(margin < 1e-4 for _, _, margin in near_ties), near_ties
     assert not run.audit
-    assert 1.0 < run.mean_acceptance_length < 4.0  # some drafts accepted, some rejected
+    assert 1.0 < run.mean_acceptance_length < k + 1  # some drafts accepted, some rejected
+
+
+def test_fp8_block_quantised_checkpoints_are_refused_in_one_line(folder, tmp_path):
+    """DeepSeek-V3's released checkpoint is FP8 with a scale per 128 x 128 block; the loader
+    reads 16- and 32-bit weights only, so it says so (not "unexpected weight")."""
+    weights = load_file(folder / "model.safetensors")
+    scale = {"model.layers.0.self_attn.q_a_proj.weight_scale_inv": torch.ones(1, 1)}
+    (tmp_path / "fp8").mkdir()
+    (tmp_path / "fp8" / "config.json").write_text((folder / "config.json").read_text())
+    save_file({**weights, **scale}, str(tmp_path / "fp8" / "model.safetensors"))
+    with pytest.raises(SpecsimError, match="FP8 block-quantised") as error:
+        load_model(tmp_path / "fp8")
+    assert "\n" not in str(error.value) and "bf16" in str(error.value)
