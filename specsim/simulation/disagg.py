@@ -260,10 +260,14 @@ class DisaggregatedFleet:
         self.transfer_bytes += nbytes
         self.env.timeout(arrival - now).callbacks.append(lambda _event: target.receive(request))
 
-    def summary(self, pools: dict[str, Any], ttft_mean: float) -> dict[str, Any]:
-        """summary.json's ``disaggregation``: the pools' sizes and use, and the transfers."""
+    def summary(self, fleet: dict[str, Any]) -> dict[str, Any]:
+        """summary.json's ``disaggregation``: the pools' sizes and use, and the transfers
+        (``fleet``: the rest of the summary)."""
+        pools, duration = fleet["pools"], fleet["duration_s"]
+        ttft_mean = fleet["ttft_s"]["mean"]
         times = np.asarray(self.transfer_s, dtype=np.float64)
         mean = float(times.mean()) if times.size else 0.0
+        link_s = self.transfer_bytes / self.link.bandwidth  # seconds the links carried bytes
         return {
             "prefill_replicas": len(self.prefill.replicas),
             "decode_replicas": len(self.decode.replicas),
@@ -274,6 +278,9 @@ class DisaggregatedFleet:
             "transfer_bytes_mean": self.transfer_bytes / times.size if times.size else 0.0,
             "transfer_s": exact_summary(times) if times.size else None,
             "transfer_share_of_ttft": mean / ttft_mean if ttft_mean else 0.0,
+            "link_busy_fraction": link_s / (len(self.prefill.replicas) * duration)
+            if duration
+            else 0.0,
             "busy_fraction": {name: pool["busy_fraction"] for name, pool in pools.items()},
             "kv_cache_utilisation": {
                 name: pool["kv_cache_utilisation"]["mean"] for name, pool in pools.items()

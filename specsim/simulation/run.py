@@ -291,7 +291,7 @@ def run_simulation(
         replica.close()
     summary = _summary(scenario, profile, setups, replicas, sink)
     if split is not None:
-        summary["disaggregation"] = fleet.summary(summary["pools"], summary["ttft_s"]["mean"])
+        summary["disaggregation"] = fleet.summary(summary)
     summary = _with_steady(summary, clients.steady() if clients is not None else None)
     return SimulationResult(round_floats(summary), path, scenario)
 
