@@ -164,6 +164,11 @@ def test_every_token_is_served_and_pools_are_reported(tmp_path):
     assert set(summary["pools"]) == {"prefill", "decode"}
     assert summary["scenario"]["drafter"] == "c05"  # the decode pool's speculation
     assert 0 < split["busy_fraction"]["prefill"] < 1 and 0 < split["busy_fraction"]["decode"] <= 1
+    assert 0 < split["link_busy_fraction"] < 1
+    from specsim.docs.outputs import DISAGG_SUMMARY_KEYS
+
+    assert list(split) == list(DISAGG_SUMMARY_KEYS)  # every key documented, in order
+    assert list(summary)[list(summary).index("pools") + 1] == "disaggregation"
 
 
 def test_the_decode_cache_holds_transferred_prompts_and_preempts_when_full(tmp_path):
