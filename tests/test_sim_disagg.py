@@ -245,3 +245,27 @@ def test_kv_transfer_takes_figures_or_a_hardware_link_not_a_mix():
     data["fleet"]["disaggregation"]["kv_transfer"] = {"latency_s": 0.1, "link": "nvlink"}
     with pytest.raises(ValueError, match="either bandwidth_bytes_per_s and latency_s"):
         Scenario.model_validate(data)
+
+
+def test_a_transferred_prompt_takes_the_decode_cache_until_it_finishes(tmp_path):
+    """Two 100-token prompts prefilled side by side (two prefill replicas) reach one decode
+    replica at once; its 150-token cache holds one (100 + k + 1 = 104 slots, then 124 at
+    most), so the second joins only when the first has finished."""
+    data = {
+        "profile": "sim_profile_compute.yaml",
+        "workload": {
+            "kind": "closed_loop",
+            "concurrency": 2,
+            "requests": 2,
+            "prompt": {"dist": "fixed", "value": 100},
+            "output": {"dist": "fixed", "value": 20},
+        },
+        "engine": {"kv_capacity_tokens": 150},
+        "speculation": {"drafter": "small", "k": 3, "acceptance": "iid", "acceptance_rate": 1.0},
+        "fleet": {"disaggregation": {**SPLIT, "prefill": {"replicas": 2}}},
+    }
+    summary, rec = run(make(data), tmp_path)
+    first, second = np.argsort(rec["finish_s"])
+    assert rec["first_token_s"][second] > rec["finish_s"][first]
+    assert summary["pools"]["decode"]["preemptions"] == 0
+    assert summary["disaggregation"]["transfers"] == 2
