@@ -111,3 +111,51 @@ def test_sizing_refuses_a_co_located_scenario_and_options_it_ignores(tmp_path, c
     assert main([*argv, "--k", "1", "--out", str(tmp_path / "o")]) == 2
     assert "--k does not apply" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def _result(attainment: float, busy=(0.4, 0.9), link=0.1):
+    from specsim.planning.sweep import PointResult
+
+    split = {
+        "busy_fraction": {"prefill": busy[0], "decode": busy[1]},
+        "transfer_share_of_ttft": 0.02,
+        "link_busy_fraction": link,
+    }
+    summary = {"slo_attainment": attainment, "ttft_s": {"p90": 0.5}, "disaggregation": split}
+    return PointResult(None, "key", True, summary)
+
+
+def _plan(searches):
+    from specsim.planning.disagg import DisaggregatedPlan
+
+    pricing = Pricing((4.0, 1), (2.0, 1), (2.0, 1))
+    return DisaggregatedPlan("s.yaml", [], None, 10.0, [], 0.99, 8, pricing, searches)
+
+
+@pytest.mark.parametrize(
+    "prefill_fewer, decode_fewer, link, bottleneck",
+    [
+        (0.97, 0.80, 0.1, "the decode pool is the bottleneck"),
+        (0.80, 0.97, 0.1, "the prefill pool is the bottleneck"),
+        (0.80, 0.97, 0.6, "the prefill pool's KV links are the bottleneck"),
+    ],
+)
+def test_the_bottleneck_is_the_pool_that_can_least_spare_a_replica(
+    prefill_fewer, decode_fewer, link, bottleneck
+):
+    from specsim.planning.disagg import Search
+    from specsim.planning.disagg_report import reasons
+
+    chosen = Layout(SPEC_ON, 2, 2)
+    search = Search(SPEC_ON, DISAGGREGATED, [], chosen=chosen, done=True)
+    search.tried = {
+        Layout(SPEC_ON, 1, 2): _result(prefill_fewer),
+        Layout(SPEC_ON, 2, 1): _result(decode_fewer),
+        chosen: _result(0.995, link=link),
+    }
+    lines = reasons(_plan([search]), search)
+    assert lines[0] == "2P2D: 4 devices at $8.00/h, SLO met for 99.5% of requests"
+    assert lines[1] == bottleneck
+    assert f"one prefill replica fewer (1P2D): SLO met for {prefill_fewer:.1%}" in lines
+    assert f"one decode replica fewer (2P1D): SLO met for {decode_fewer:.1%}" in lines
+    assert lines[-1] == f"the KV transfer is 2.0% of the mean TTFT (links busy {link:.0%})"
