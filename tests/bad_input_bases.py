@@ -292,6 +292,18 @@ SEQUENCES_SCENARIO: dict[str, Any] = {
     "fleet": {"replicas": 1},
     "speculation": {"drafter": "d1", "k": 2, "acceptance": "sequences"},
 }
+# A disaggregated fleet (no pools beside it): the base scenario's other sections, split 1P1D.
+DISAGGREGATION: dict[str, Any] = {
+    "prefill": {"replicas": 1, "profile": "profile.yaml", "tensor_parallel_size": 2},
+    "decode": {"replicas": 1, "profile": "profile.yaml", "tensor_parallel_size": 2},
+    "kv_transfer": {"bandwidth_bytes_per_s": 5.0e10, "latency_s": 2.0e-5},
+    "decode_router": "least_outstanding",
+}
+DISAGG_SCENARIO: dict[str, Any] = {
+    **copy.deepcopy(SCENARIO),
+    "name": "bad-input-disagg",
+    "fleet": {"router": "round_robin", "disaggregation": copy.deepcopy(DISAGGREGATION)},
+}
 HARDWARE = {
     "name": "test accelerator",
     "memory_bytes": 80.0e9,

@@ -584,6 +584,87 @@ def tree_cases() -> Iterator[Case]:
     )
 
 
+def disagg_cases() -> Iterator[Case]:
+    """fleet.disaggregation: every key of the 1P1D base spoiled (the base scenario has pools,
+    which a split fleet refuses), and the combinations no single value spoils."""
+    from bad_input_bases import DISAGG_SCENARIO, DISAGGREGATION
+
+    from specsim.scenario import Disaggregation
+
+    def render(split: Any) -> str:
+        return dump({**DISAGG_SCENARIO, "fleet": {"disaggregation": split}})
+
+    sim = BASE_COMMANDS["simulate"]
+    yield from schema_cases(
+        "scenario:fleet.disaggregation",
+        Disaggregation,
+        DISAGGREGATION,
+        "scenario.yaml",
+        sim,
+        render=render,
+        where=lambda path: ("fleet", "disaggregation", *path),
+    )
+    key = "fleet.disaggregation"
+    spoiled = {
+        "with-pools": {**DISAGG_SCENARIO["fleet"], "pools": [{"name": "a"}]},
+        "replicas-not-x+y": {**DISAGG_SCENARIO["fleet"], "replicas": 3},
+    }
+    for name, fleet in spoiled.items():
+        yield Case(
+            f"scenario:{key}={name}",
+            tuple(sim),
+            (("scenario.yaml", dump({**DISAGG_SCENARIO, "fleet": fleet})),),
+            (("scenario.yaml",), ("fleet",)),
+        )
+    transfers = {
+        "figures-and-link": {"bandwidth_bytes_per_s": 5.0e10, "link": "nvlink"},
+        "latency-only": {"latency_s": 1.0e-5},
+        "link-without-file": {"link": "pcie"},
+    }
+    for name, transfer in transfers.items():
+        split = {**copy.deepcopy(DISAGGREGATION), "kv_transfer": transfer}
+        yield Case(
+            f"scenario:{key}.kv_transfer={name}",
+            tuple(sim),
+            (("scenario.yaml", render(split)),),
+            (("scenario.yaml",), (f"{key}.kv_transfer",)),
+        )
+    no_link = {k: v for k, v in HARDWARE.items() if k != "nvlink"}
+    from_file = {"hardware": "hardware.yaml", "link": "nvlink"}
+    split = {**copy.deepcopy(DISAGGREGATION), "kv_transfer": from_file}
+    yield Case(
+        f"scenario:{key}.kv_transfer.link=not-in-the-hardware-file",
+        tuple(sim),
+        (("scenario.yaml", render(split)), ("hardware.yaml", dump(no_link))),
+        (("hardware.yaml",), ("nvlink",)),
+    )
+    slow = {**HARDWARE, "nvlink": {"bandwidth_bytes_per_s": -1.0, "latency_s": 1.0e-6}}
+    yield Case(
+        f"scenario:{key}.kv_transfer.link=negative-bandwidth",
+        tuple(sim),
+        (("scenario.yaml", render(split)), ("hardware.yaml", dump(slow))),
+        (("hardware.yaml",), ("bandwidth_bytes_per_s",)),
+    )
+    split = copy.deepcopy(DISAGGREGATION)
+    split["decode"]["tensor_parallel_size"] = 4
+    yield Case(
+        f"scenario:{key}.decode.tensor_parallel_size=not-the-profile's",
+        tuple(sim),
+        (("scenario.yaml", render(split)),),
+        (("engine.tensor_parallel_size",),),
+    )
+    other = copy.deepcopy(PROFILE)
+    other["target"]["params"] = PROFILE["target"]["params"] * 2
+    split = copy.deepcopy(DISAGGREGATION)
+    split["decode"]["profile"] = "other.yaml"
+    yield Case(
+        f"scenario:{key}.decode.profile=another-target",
+        tuple(sim),
+        (("scenario.yaml", render(split)), ("other.yaml", dump(other))),
+        (("scenario.yaml",), (f"{key}.decode.profile",)),
+    )
+
+
 def all_cases() -> list[Case]:
     from specsim.profile.schema import Acceptance, Profile
     from specsim.profiling.roofline import HardwareSpec
@@ -611,6 +692,7 @@ def all_cases() -> list[Case]:
     cases += set_cases()
     cases += hand_cases()
     cases += tree_cases()
+    cases += disagg_cases()
     from bad_input_files import file_cases  # it builds on this module
 
     cases += file_cases()

@@ -24,6 +24,9 @@ import argparse
 
 from specsim.bounds import MAX_RATE
 from specsim.cli.common import SEED, Number, add_json, add_out, add_set, emit
+from specsim.errors import SpecsimError
+
+MAX_DISAGG_REPLICAS = 64  # --max-replicas: the (x, y) grid grows as its square
 
 MAX_WORKERS = 4096
 SCREEN_FROM = 200  # as specsim.planning.screen.SCREEN_FROM (a test holds them equal)
@@ -211,6 +214,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of requests that must meet the SLO for a rate to count as sustained "
         "(default 0.99)",
     )
+    capacity.add_argument(
+        "--disaggregated",
+        action="store_true",
+        help="a disaggregated scenario (fleet.disaggregation): size its prefill and decode "
+        "pools (x and y) against co-located replicas, with and without speculation, instead",
+    )
+    capacity.add_argument(
+        "--max-replicas",
+        type=Number(int, 2, MAX_DISAGG_REPLICAS),
+        default=8,
+        help="with --disaggregated: the most replicas a layout holds (default 8)",
+    )
     _common(capacity)
 
 
@@ -273,6 +288,8 @@ def _window(args: argparse.Namespace) -> int:
 
 
 def _capacity(args: argparse.Namespace) -> int:
+    if args.disaggregated:
+        return _disaggregated(args)
     from specsim.api.plan import capacity_run
     from specsim.planning import capacity_report
     from specsim.planning.common import parse_k_values
@@ -292,3 +309,26 @@ def _capacity(args: argparse.Namespace) -> int:
         emit,
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))
+
+
+def _disaggregated(args: argparse.Namespace) -> int:
+    from specsim.planning import disagg, disagg_report
+
+    for option, given in (("--drafter", args.drafter), ("--k", args.k), ("--emit", args.emit)):
+        if given:
+            raise SpecsimError(
+                f"{option} does not apply with --disaggregated (it sizes the scenario's own "
+                "speculation and speculation off)",
+                key=option,
+                fix=f"drop {option}, or set the scenario's speculation with --set",
+            )
+    overrides = [*args.overrides, *([f"seed={args.seed}"] if args.seed is not None else [])]
+    plan = disagg.prepare(
+        args.scenario, overrides, args.target_rps, args.attainment, args.max_replicas
+    )
+    with sweep_options(args).sweeper(args.out, plan.identity()) as sweeper:
+        searches = disagg.run(plan, sweeper)
+    summary = disagg_report.json_summary(plan, searches)
+    disagg_report.write(args.out, plan, searches, summary)
+    emit(args, summary, disagg_report.human(summary) + f"\nreport: {args.out}/report.txt")
+    return 1 if summary["failed"] else 0

@@ -620,24 +620,28 @@ class Replica:
             if request.generated >= request.output:
                 self._finish(request, now)
                 continue
-            slot = self.free_slots.pop()
-            if slot >= self.high:
-                self.high = slot + 1
-            left = request.output - request.generated
-            self.slot_request[slot] = request
-            self.context[slot] = request.prefill_target
-            self.decode_kv += request.prefill_target
-            self.left_total += left
-            self.remaining[slot] = left
-            self.output[slot] = request.output
-            self.level[slot] = request.level
-            self.level_shift[slot] = 2.0 * request.level
-            self.row_drafted[slot] = 0.0
-            self.admit_order[slot] = request.admit_order
-            self.join_step[slot] = self.decode_steps
-            self.join_remaining[slot] = left
-            self.decoding += 1
-            self._joined += 1
+            self._start_decoding(request)
+
+    def _start_decoding(self, request: Request) -> None:
+        """Give a request whose prompt's KV cache is in place a slot in the decoding batch."""
+        slot = self.free_slots.pop()
+        if slot >= self.high:
+            self.high = slot + 1
+        left = request.output - request.generated
+        self.slot_request[slot] = request
+        self.context[slot] = request.prefill_target
+        self.decode_kv += request.prefill_target
+        self.left_total += left
+        self.remaining[slot] = left
+        self.output[slot] = request.output
+        self.level[slot] = request.level
+        self.level_shift[slot] = 2.0 * request.level
+        self.row_drafted[slot] = 0.0
+        self.admit_order[slot] = request.admit_order
+        self.join_step[slot] = self.decode_steps
+        self.join_remaining[slot] = left
+        self.decoding += 1
+        self._joined += 1
 
     def _bank_row(self, slot: int, request: Request, decode_steps: int | None = None) -> None:
         """Add a row's step counts to its request (before the slot is freed); ``decode_steps``:

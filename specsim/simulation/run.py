@@ -23,6 +23,7 @@ from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
 from specsim.simulation.clock import Clock
+from specsim.simulation.disagg import REPLICA_CLASSES, DisaggregatedFleet, kv_link
 from specsim.simulation.fleet import (
     ArrivalFeed,
     ClosedLoopClients,
@@ -108,6 +109,8 @@ def _tree_pool_setup(scenario, profile, name, replicas, spec, shape) -> PoolSetu
 
 def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
     fleet = scenario.fleet
+    if fleet.disaggregation is not None:
+        return _disaggregated_setups(scenario, profile)
     if not fleet.pools:
         spec = scenario.speculation
         return [_pool_setup(scenario, profile, "main", fleet.total_replicas, spec)]
@@ -115,6 +118,31 @@ def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
         _pool_setup(scenario, profile, p.name, p.replicas, scenario.pool_speculation(p))
         for p in fleet.pools
     ]
+
+
+def _disaggregated_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
+    """The prefill pool (speculation off) and the decode pool (the scenario's speculation),
+    each on its own profile and tensor-parallel size when the scenario gives them."""
+    split = scenario.fleet.disaggregation
+    setups = []
+    for name, pool in (("prefill", split.prefill), ("decode", split.decode)):
+        own = profile if pool.profile is None else cached_profile(scenario.resolve(pool.profile))
+        if own.profile.target.params != profile.profile.target.params:
+            raise SpecsimError(
+                f"the {name} pool's profile {own.path.name} describes another target model "
+                f"than {profile.path.name}",
+                file=str(scenario.source) if scenario.source else None,
+                key=f"fleet.disaggregation.{name}.profile",
+                fix="give both pools profiles of the same target model",
+            )
+        engine = scenario.engine
+        if pool.tensor_parallel_size is not None:
+            engine = engine.model_copy(update={"tensor_parallel_size": pool.tensor_parallel_size})
+        pool_scenario = scenario.model_copy(update={"engine": engine})
+        pool_scenario.with_source(scenario.source)
+        spec = scenario.speculation if name == "decode" else Speculation()
+        setups.append(_pool_setup(pool_scenario, own, name, pool.replicas, spec))
+    return setups
 
 
 # Parsed profiles by (resolved path, mtime, size). A planner sweep runs hundreds of simulations
@@ -202,13 +230,15 @@ def run_simulation(
         if cap is not None:
             cap.on_finish(now)
 
+    split = scenario.fleet.disaggregation
     replicas: list[Replica] = []
     for pool_index, setup in enumerate(setups):
+        replica_class = Replica if split is None else REPLICA_CLASSES[setup.name]
         for _ in range(setup.replicas):
             index = len(replicas)
             policy = build_policy(setup.speculation, scenario.engine.max_batch)
             replicas.append(
-                Replica(
+                replica_class(
                     index,
                     pool_index,
                     scenario.engine,
@@ -223,7 +253,10 @@ def run_simulation(
                     fast=fast,
                 )
             )
-    fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+    if split is None:
+        fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+    else:
+        fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
     # Replicas on the fast path see the next arrival (replayed sequences keep the reference); a
     # client cap holds arrivals back, so a capped loop's replicas wait for them as events.
     capped = scenario.workload.max_concurrency is not None
@@ -257,8 +290,21 @@ def run_simulation(
     for replica in replicas:
         replica.close()
     summary = _summary(scenario, profile, setups, replicas, sink)
+    if split is not None:
+        summary["disaggregation"] = fleet.summary(summary)
     summary = _with_steady(summary, clients.steady() if clients is not None else None)
     return SimulationResult(round_floats(summary), path, scenario)
+
+
+def _disaggregated_fleet(env, scenario, setups, replicas, routing_rng) -> DisaggregatedFleet:
+    split = scenario.fleet.disaggregation
+    devices = [s.costs.profile.profile.hardware.devices for s in setups]
+    link = kv_link(scenario, split, devices[0], devices[1])
+    # The decode router draws from a stream of its own, spawned from the routing stream's seed.
+    decode_rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, 3, 1]))
+    router = scenario.fleet.router
+    routers = ((router, routing_rng), (split.decode_router or router, decode_rng))
+    return DisaggregatedFleet(env, replicas, split, link, routers, setups)
 
 
 def _with_steady(summary: dict[str, Any], steady: tuple[float, float, float] | None):
@@ -278,6 +324,9 @@ def _with_steady(summary: dict[str, Any], steady: tuple[float, float, float] | N
 
 def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
     price = profile.profile.hardware.price_per_hour_usd
+    prices = [s.costs.profile.profile.hardware.price_per_hour_usd for s in setups]
+    if any(p != price for p in prices):  # pools on other hardware: the fleet's mean price
+        price = sum(p * s.replicas for p, s in zip(prices, setups, strict=True)) / len(replicas)
     fleet_requests = RequestStats()
     fleet_engine = EngineStats(0, 0, 0)
     pool_summaries = {}
@@ -296,7 +345,7 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
                 requests,
                 engine,
                 replicas=setup.replicas,
-                price_per_hour_usd=price,
+                price_per_hour_usd=prices[pool_index],
                 duration_s=duration,
             ),
         }
@@ -310,7 +359,7 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         duration_s=duration,
     )
     lossy = any(s.speculation.enabled and s.speculation.verifier in LOSSY_VERIFIERS for s in setups)
-    main = setups[0]
+    main = setups[-1] if scenario.fleet.disaggregation is not None else setups[0]  # decode
     summary["scenario"] = {
         "name": scenario.name,
         "profile": scenario.profile,
