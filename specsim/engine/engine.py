@@ -36,6 +36,7 @@ import torch
 from specsim.drafters import PromptLookup
 from specsim.engine.batch import Batch
 from specsim.engine.clock import MeteredModel
+from specsim.engine.iteration_log import IterationLog
 from specsim.engine.step import (
     Faults,
     Sampling,
@@ -65,39 +66,6 @@ class EngineOptions:
     tree: TreeShape | None = None  # tree steps of this shape instead of chains (k_max: its depth)
     tree_drafts: str = "top-k"  # how the tree's children are drafted (tree_step.TREE_DRAFTS)
     tree_faults: TreeFaults = field(default_factory=TreeFaults)
-
-
-@dataclass
-class IterationLog:
-    """Per-iteration and per-step figures for the engine statistics."""
-
-    dt: list[float] = field(default_factory=list)
-    batch: list[int] = field(default_factory=list)
-    kv_tokens: list[int] = field(default_factory=list)  # target cache tokens after the iteration
-    # What each pass did, so a latency model can be asked what it should have cost:
-    kind: list[str] = field(default_factory=list)  # "prefill" or "decode"
-    window: list[int] = field(default_factory=list)  # k of a decode iteration (0 for prefill)
-    new_tokens: list[int] = field(default_factory=list)  # target pass: tokens fed
-    context: list[int] = field(default_factory=list)  # target pass: cached tokens read
-    pairs: list[float] = field(default_factory=list)  # target pass: query-key pairs
-    # Of dt, the target's and the drafter's passes (CPU clocks only: empty on the wall clock);
-    # the rest is the engine's own work.
-    target_s: list[float] = field(default_factory=list)
-    drafter_s: list[float] = field(default_factory=list)
-    accepted: list[np.ndarray] = field(default_factory=list)
-    drafted: list[np.ndarray] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)
-    decode_rows: int = 0
-    window_rows: int = 0
-
-    def extend(self, other: IterationLog) -> IterationLog:
-        """This log followed by ``other``'s iterations (another run's): returns self."""
-        for name, value in vars(other).items():
-            if isinstance(value, list):
-                getattr(self, name).extend(value)
-            else:
-                setattr(self, name, getattr(self, name) + value)
-        return self
 
 
 class ServingEngine:

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from specsim.engine.clock import ClockSetting, clock_name, start_clock
-from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
+from specsim.engine.engine import EngineOptions, ServingEngine
+from specsim.engine.iteration_log import IterationLog
 from specsim.engine.records import (
     engine_summary,
     format_csv,
