@@ -178,6 +178,9 @@ def test_a_tree_scenario_runs_through_run_engine_with_the_chains_fields(tmp_path
     run = serve(scenario)
     records, log = run.records, run.log
     check_records(records, scenario)  # drafts and accepted counted as a chain of depth 3's
+    # Each request gets the length its workload asked for (EOS ignored), as without speculation.
+    plain = serve(scenario_file(tmp_path, speculation={"drafter": None, "k": 0})).records
+    assert np.array_equal(records["output_tokens"], plain["output_tokens"])
     assert records["accepted"].sum() > 0
     tree = run.summary["scenario"]["tree"]
     assert (tree["nodes"], tree["depth"], tree["nodes_per_depth"]) == (10, 3, [2, 4, 4])
