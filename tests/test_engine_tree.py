@@ -20,6 +20,8 @@ fail the audit and be rejected by the distribution test.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -29,6 +31,7 @@ from test_engine_common import model, prompt_bank
 
 from specsim.engine.engine import EngineOptions, ServingEngine
 from specsim.engine.generate import audit_caches
+from specsim.engine.run import BENCH_FILE, write_run
 from specsim.engine.step import Faults, Sampling
 from specsim.engine.tree_step import TreeFaults
 from specsim.engine.workload import EngineRequest
@@ -196,6 +199,12 @@ def test_a_tree_scenario_runs_through_run_engine_with_the_chains_fields(tmp_path
             assert log.pairs[i] == 11 * log.context[i] + 33 * log.batch[i]
     drafted = np.concatenate(log.drafted)
     assert drafted.max() == 3 and drafted.min() >= 0
+    # The benchmark-results writer states the run as vLLM counts a window of the tree's depth.
+    write_run(run, tmp_path / "run")
+    bench = json.loads((tmp_path / "run" / BENCH_FILE).read_text())
+    assert bench["spec_decode_accepted_tokens"] == records["accepted"].sum()
+    assert bench["spec_decode_num_drafts"] == int((drafted > 0).sum())  # steps that drafted
+    assert len(bench["spec_decode_per_position_acceptance_rates"]) == 3
 
 
 def test_a_requests_tree_tokens_do_not_depend_on_its_batch(tmp_path):
