@@ -256,3 +256,32 @@ def test_incomplete_or_misplaced_prefix_keys_are_refused(prefix, words):
     data["workload"]["prefix"] = prefix
     with pytest.raises(ValidationError, match=words.replace("(", r"\(").replace(")", r"\)")):
         Scenario.model_validate(data)
+
+
+def test_the_cache_keys_are_documented_and_only_where_set():
+    from specsim.docs.outputs import CACHE_SUMMARY_KEYS, SUMMARY_KEYS
+
+    data = copy.deepcopy(BASE)
+    data["workload"]["requests"] = 20
+    data["workload"]["prefix"] = {"source": "fraction", "fraction": 0.25}
+    data["engine"]["block_size"] = 16
+    summary = run_simulation(Scenario.model_validate(data).with_source(DATA / "s.yaml")).summary
+    keys = list(SUMMARY_KEYS)
+    at = keys.index("kv_capacity_tokens") + 1
+    assert list(summary) == keys[:at] + list(CACHE_SUMMARY_KEYS) + keys[at:]
+    assert set(CACHE_SUMMARY_KEYS) <= set(summary["pools"]["main"])
+
+
+@pytest.mark.parametrize("key", ["workload.prefix", "engine.block_size"])
+def test_the_real_engine_refuses_what_it_does_not_model(key):
+    from specsim.engine.run import check_supported
+
+    data = copy.deepcopy(BASE)
+    data["engine"]["chunked_prefill"] = False
+    if key == "workload.prefix":
+        data["workload"]["prefix"] = {"source": "fraction", "fraction": 0.5}
+    else:
+        data["engine"]["block_size"] = 16
+    with pytest.raises(SpecsimError, match="no prefix cache") as caught:
+        check_supported(Scenario.model_validate(data))
+    assert caught.value.key == key
