@@ -295,7 +295,9 @@ class Engine(StrictModel):
         description="KV-cache block size in tokens (vLLM's --block-size, default there 16; "
         "SGLang's --page-size): capacity is counted in blocks, and each sequence holds "
         "ceil((its tokens + lookahead) / block_size) of them, so a part-filled last block is "
-        "memory lost; absent: the cache is counted in tokens",
+        "memory lost. The lookahead is the k + 1 positions a step verifies, and k more for a "
+        "draft model (vLLM's num_lookahead_tokens, for proposers with KV of their own); a "
+        "cached prefix counts whole blocks only. Absent: the cache is counted in tokens",
     )
     jitter: bool = Field(
         default=True,

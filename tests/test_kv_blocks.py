@@ -114,18 +114,22 @@ BASE = {
 }
 
 
-def scenario(**engine) -> Scenario:
+def scenario(speculation: dict | None = None, **engine) -> Scenario:
     data = copy.deepcopy(BASE)
     data["engine"].update(engine)
+    if speculation is not None:
+        data["speculation"] = speculation
     return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
 
 
 def test_block_size_one_counts_exactly_as_tokens(tmp_path):
     # Blocks of one token are tokens: the same run, request for request (a tight cache, so
-    # preemption happens), and the summary's one extra key.
+    # preemption happens), and the summary's one extra key. Decoding heads keep no KV of their
+    # own, so the lookahead is k + 1 either way.
     tight = {"kv_capacity_tokens": 3000}
-    a = run_simulation(scenario(**tight), records_path=tmp_path / "a.csv")
-    b = run_simulation(scenario(**tight, block_size=1), records_path=tmp_path / "b.csv")
+    heads = {"drafter": "heads", "k": 2}
+    a = run_simulation(scenario(heads, **tight), records_path=tmp_path / "a.csv")
+    b = run_simulation(scenario(heads, **tight, block_size=1), records_path=tmp_path / "b.csv")
     assert a.summary["preemptions"] > 0
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
     assert b.summary.pop("kv_capacity_blocks") == 3000
@@ -157,3 +161,29 @@ def test_two_rows_preempted_only_by_block_rounding(tmp_path):
     assert blocks.summary["preemptions"] >= 1
     assert read_records(tmp_path / "b.csv")["preemptions"].tolist()[1] >= 1  # the younger
     assert blocks.summary["kv_capacity_blocks"] == 9
+
+
+def test_a_draft_model_holds_k_more_slots_per_sequence_in_blocks():
+    # vLLM's v1 scheduler allocates num_lookahead_tokens = k more slots per sequence for a draft
+    # model. Prompt 60 + output 40 with k = 3: in tokens 100 + 4 = 104 fit 105; in blocks of one
+    # token the draft model's sequence needs 100 + 4 + 3 = 107; decoding heads (no KV of their
+    # own) still 100 + 3 = 103.
+    data = copy.deepcopy(BASE)
+    data["workload"] = {
+        "kind": "fixed_rate",
+        "rate": 10.0,
+        "requests": 1,
+        "prompt": {"dist": "fixed", "value": 60},
+        "output": {"dist": "fixed", "value": 40},
+    }
+    data["engine"] = {"kv_capacity_tokens": 105}
+
+    def run(block_size, drafter, k):
+        data["engine"]["block_size"] = block_size
+        data["speculation"] = {"drafter": drafter, "k": k}
+        return run_simulation(Scenario.model_validate(data).with_source(DATA / "scenario.yaml"))
+
+    assert run(None, "c05", 3).summary["requests"] == 1
+    with pytest.raises(SpecsimError, match="needs 107 KV-cache blocks of 1"):
+        run(1, "c05", 3)
+    assert run(1, "heads", 2).summary["requests"] == 1

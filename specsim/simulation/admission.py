@@ -17,7 +17,9 @@
 - KV blocks (``engine.block_size``): capacity, reservations and use are counted in blocks, each
   sequence holding cdiv(its tokens + lookahead, block_size), as vLLM's ``allocate_slots`` asks
   for cdiv(num_computed + num_new + num_lookahead_tokens, block_size)
-  (vllm/v1/core/kv_cache_manager.py, vllm/v1/core/single_type_kv_cache_manager.py).
+  (vllm/v1/core/kv_cache_manager.py, vllm/v1/core/single_type_kv_cache_manager.py). The replica
+  gives the lookahead: the k + 1 positions a step verifies (vLLM's num_new for a decoding row:
+  the last sampled token and k drafts), and with a draft model k more (num_lookahead_tokens).
 
 The running batch itself (the decoding rows) is the replica's; the calls that need it take
 what they read of it.

@@ -142,9 +142,15 @@ class Replica:
         # With a block size the cache is counted in blocks (``admission.py``); a stretch counts
         # tokens, so such a replica steps one iteration at a time.
         self.block_size = engine.block_size
+        self.kv_lookahead = self.lookahead  # slots each sequence holds beyond its tokens
         if self.block_size is not None:
             kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
             fast = False
+            # vLLM's v1 scheduler also allocates num_lookahead_tokens = k slots per sequence for
+            # a proposer that writes KV of its own (draft models, EAGLE; not n-gram or Medusa):
+            # vllm/v1/core/sched/scheduler.py, into KVCacheManager.allocate_slots.
+            if self.tree_rows is None and costs.drafter.kind == "draft_model":
+                self.kv_lookahead += self.k_max
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
@@ -154,7 +160,7 @@ class Replica:
         if self.fast:
             rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
         self._draws = rng
-        self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng, prefix)
+        self.admission = Admission(engine, self.kv_lookahead, kv_capacity, acceptance, rng, prefix)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
         self.on_finish = on_finish
@@ -420,7 +426,7 @@ class Replica:
     def decode_blocks(self) -> float:
         """Blocks the decoding rows hold: cdiv(context + lookahead, block_size) each."""
         views = self._prefix(self.high)
-        held = -(-(views.context + self.lookahead) // self.block_size)
+        held = -(-(views.context + self.kv_lookahead) // self.block_size)
         return float(held[views.remaining > 0].sum())
 
     def _steady_for_a_while(self) -> bool:
