@@ -285,3 +285,11 @@ def test_the_real_engine_refuses_what_it_does_not_model(key):
     with pytest.raises(SpecsimError, match="no prefix cache") as caught:
         check_supported(Scenario.model_validate(data))
     assert caught.value.key == key
+
+
+def test_a_burstgpt_trace_names_its_sessions_in_sessionid(tmp_path):
+    header = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,SessionID"
+    rows = ["0,ChatGPT,100,10,110,Conversation log,a", "30,ChatGPT,150,10,160,Conversation log,a"]
+    path = write_trace(tmp_path / "b.csv", rows, header)
+    summary = run_simulation(trace_scenario(path, "session")).summary["prefix_cache"]
+    assert (summary["cached_tokens"], summary["queried_tokens"]) == (110, 250)
