@@ -491,6 +491,12 @@ def hand_cases() -> Iterator[Case]:
         (("scenario.yaml", dump(column_prefix)),),
         (("workload",), ("trace",)),
     )
+    yield Case(
+        "scenario:engine.block_size=larger-than-the-cache",
+        (*sim, "--set", "engine.kv_capacity_tokens=8"),
+        (),
+        (("engine.block_size",),),
+    )
     trace_argv = ("simulate", f"{D}/trace_scenario.yaml", "--out", OUT)
     for source, header, cell, names in (
         ("column", "cached_tokens", "x", ("workload.prefix.column",)),

@@ -193,19 +193,18 @@ def read_prefix_column(trace: Trace, prefix: PrefixCache) -> np.ndarray:
 
 
 def _cached_tokens(cells: np.ndarray, rows: np.ndarray, name: str, path: Path) -> np.ndarray:
-    values = np.empty(cells.shape[0], dtype=np.int64)
-    for i, text in enumerate(cells):
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not (0 <= value <= MAX_TOKENS and value == int(value)):
-            raise SpecsimError(
-                f"line {int(rows[i]) + 2}: {name} {text!r} is not a whole number of tokens from "
-                f"0 to {MAX_TOKENS:,}",
-                file=str(path),
-                key="workload.prefix.column",
-                fix="repair the row or name another column",
-            )
-        values[i] = int(value)
-    return values
+    import pandas as pd
+
+    values = pd.to_numeric(pd.Series(cells), errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        good = (values >= 0) & (values <= MAX_TOKENS) & (values == np.floor(values))
+    if not good.all():
+        i = int(np.flatnonzero(~good)[0])
+        raise SpecsimError(
+            f"line {int(rows[i]) + 2}: {name} {cells[i]!r} is not a whole number of tokens from "
+            f"0 to {MAX_TOKENS:,}",
+            file=str(path),
+            key="workload.prefix.column",
+            fix="repair the row or name another column",
+        )
+    return values.astype(np.int64)
