@@ -91,7 +91,8 @@ PREFIX_SOURCES = {
     "session": "a trace column names each request's session (`column`, default `SessionID`, "
     "BurstGPT's, or `session_id`): a turn's prompt starts with the previous turn's prompt and "
     "output, which are cached if that turn finished on the same replica and the replica still "
-    "remembers it (least recently used first out, up to its KV capacity)",
+    "remembers it (least recently used first out, within the KV cache its running sequences "
+    "leave free)",
     "fraction": "a share of every prompt (`fraction`) is cached, for a request drawn as a hit "
     "with probability `hit_rate`",
     "system_prompt": "a shared system prompt of `length` tokens is cached, for a request drawn "

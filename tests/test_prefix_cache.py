@@ -15,7 +15,13 @@ from specsim.scenario import Engine, PrefixCache, Scenario
 from specsim.simulation import run_simulation
 from specsim.simulation.admission import Admission, prefix_summary
 from specsim.simulation.request import Request
-from specsim.workload.prefix import DrawnPrefixes, SessionMemory, build_prefixes, prefix_rng
+from specsim.workload.prefix import (
+    DrawnPrefixes,
+    NoPrefix,
+    SessionMemory,
+    build_prefixes,
+    prefix_rng,
+)
 from specsim.workload.traces import read_trace
 
 DATA = Path(__file__).parent / "data"
@@ -27,7 +33,7 @@ class Levels:
         return np.zeros(n, dtype=np.int64)
 
 
-class Fixed:
+class Fixed(NoPrefix):
     """A prefix source that answers the same hit for every request."""
 
     def __init__(self, tokens: int):
@@ -35,9 +41,6 @@ class Fixed:
 
     def cached(self, request) -> int:
         return self.tokens
-
-    def finished(self, request) -> None:
-        pass
 
 
 def admission(hit: int, block_size: int | None = None, capacity: int = 10_000) -> Admission:
@@ -129,6 +132,20 @@ def test_session_memory_is_least_recently_used_first_out_within_capacity():
     assert memory.cached(Request(2, 0.0, 200, 10)) == 120  # session 0, now most recent
     memory.finished(Request(3, 0.0, 40, 10))  # session 2: 50 -> 270 > 250: session 1 goes
     assert (memory.held, memory.cached(Request(4, 0.0, 200, 10))) == (170, 0)
+
+
+def test_remembered_turns_give_way_to_running_sequences():
+    memory = SessionMemory(np.array([0, 1, 1]), capacity=300)
+    memory.finished(Request(0, 0.0, 100, 20))  # session 0: 120 tokens
+    memory.finished(Request(1, 0.0, 80, 20))  # session 1: 100; 220 remembered
+    engine = Engine(max_batch=8, max_batched_tokens=1000)
+    adm = Admission(engine, LOOKAHEAD, 300, Levels(), np.random.default_rng(0), prefix=memory)
+    request = Request(2, 0.0, 150, 10)
+    adm.queue.append(request)
+    # A decoding row holds 97 + 3 = 100 of 300 tokens: 200 are free, and the 220 remembered
+    # do not fit; session 0's 120, least recently used, go. Session 1's turn still hits.
+    adm.admit(0.0, decoding=1, decode_kv=97.0)
+    assert (memory.held, request.prefilled) == (100, 100)
 
 
 def write_trace(path: Path, rows: list[str], header: str) -> Path:

@@ -122,8 +122,10 @@ class Admission:
     def _held(self, batch: RunningBatch) -> float:
         return batch.decode_kv if self.block_size is None else batch.decode_blocks()
 
-    def _cached(self, request: Request) -> int:
-        """The request's prefix-cache hit in tokens (counted in the hit-rate totals)."""
+    def _cached(self, request: Request, used: float) -> int:
+        """The request's prefix-cache hit in tokens (counted in the hit-rate totals); ``used``:
+        the cache held before it, whose free rest is all that remembered prefixes may keep."""
+        self.prefix.trim((self.kv_capacity - used) * (self.block_size or 1))
         hit = min(self.prefix.cached(request), request.prompt - 1)
         if self.block_size is not None:
             hit -= hit % self.block_size
@@ -155,7 +157,7 @@ class Admission:
             if request.scheduled < 0:
                 request.scheduled = now
                 request.level = self._next_level()
-            request.prefilled = self._cached(request)
+            request.prefilled = self._cached(request, used)
             request.admit_order = self.admissions
             self.admissions += 1
             self.prefilling.append(request)

@@ -11,9 +11,10 @@ that served it.
 - 'session': a turn's prompt is taken to start with the previous turn's prompt and output (a chat
   API resends the conversation). That prefix is cached when the previous turn finished on the
   same replica before this one is admitted, and the replica still remembers it: each replica
-  remembers the prefixes of finished turns, least recently used first out, up to its KV capacity
-  in tokens. Memory that running sequences hold is not taken from that, so this is an upper bound
-  on what a busy replica keeps (vLLM evicts free cached blocks only as it needs them).
+  remembers the prefixes of finished turns, least recently used first out, in the cache that
+  its running sequences leave free, trimmed to that room at each admission (vLLM evicts free
+  cached blocks, least recently used first, as running sequences need them; a peak between two
+  admissions is not seen).
 
 The hit is then capped by the admission (``specsim.simulation.admission``): the prompt less one
 token, and whole blocks with ``engine.block_size``.
@@ -49,6 +50,9 @@ class NoPrefix:
 
     def finished(self, request) -> None:
         pass
+
+    def trim(self, room: float) -> None:
+        """The cache left free for remembered prefixes is ``room`` tokens (sessions only)."""
 
 
 class GivenPrefixes(NoPrefix):
@@ -93,6 +97,11 @@ class SessionMemory(NoPrefix):
         self.held = 0
         self._turns: OrderedDict[int, int] = OrderedDict()
 
+    def trim(self, room: float) -> None:
+        while self.held > room and self._turns:
+            _, dropped = self._turns.popitem(last=False)
+            self.held -= dropped
+
     def cached(self, request) -> int:
         session = int(self.sessions[request.rid])
         tokens = self._turns.get(session, 0)
@@ -107,9 +116,7 @@ class SessionMemory(NoPrefix):
         tokens = request.prompt + request.output
         self.held += tokens - self._turns.pop(session, 0)
         self._turns[session] = tokens
-        while self.held > self.capacity:
-            _, dropped = self._turns.popitem(last=False)
-            self.held -= dropped
+        self.trim(self.capacity)
 
 
 class Prefixes:
