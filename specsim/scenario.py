@@ -85,6 +85,70 @@ class LengthDist(StrictModel):
         return self
 
 
+PREFIX_SOURCES = {
+    "column": "a trace column gives each request's cached prefix in tokens (`column`, default "
+    "`cached_tokens`: the OpenAI usage field prompt_tokens_details.cached_tokens, vLLM's "
+    "num_cached_tokens); the hit is taken as given",
+    "session": "a trace column names each request's session (`column`, default `SessionID`, "
+    "BurstGPT's, or `session_id`): a turn's prompt starts with the previous turn's prompt and "
+    "output, which are cached if that turn finished on the same replica and the replica still "
+    "remembers it (least recently used first out, within the KV cache its running sequences "
+    "leave free)",
+    "fraction": "a share of every prompt (`fraction`) is cached, for a request drawn as a hit "
+    "with probability `hit_rate`",
+    "system_prompt": "a shared system prompt of `length` tokens is cached, for a request drawn "
+    "as a hit with probability `hit_rate`",
+}
+
+
+TRACE_PREFIXES = ("column", "session")
+
+
+class PrefixCache(StrictModel):
+    """Cached prompt prefixes (multi-turn conversations, shared system prompts): cached tokens
+    skip prefill compute but still occupy the KV cache, each sequence its own copy. A hit is at
+    most the prompt less one token (the engine computes the last one for its logits) and, with
+    ``engine.block_size``, whole blocks only, as vLLM's prefix cache holds them."""
+
+    source: Literal[tuple(PREFIX_SOURCES)] = Field(  # type: ignore[valid-type]
+        description="where each request's cached prefix comes from: "
+        + "; ".join(f"'{k}': {v}" for k, v in PREFIX_SOURCES.items())
+    )
+    column: Name | None = Field(
+        default=None, description="'column' and 'session': the trace column to read"
+    )
+    fraction: Probability | None = Field(
+        default=None, description="'fraction': the cached share of each prompt (rounded down)"
+    )
+    length: Tokens | None = Field(
+        default=None, description="'system_prompt': the shared prefix in tokens"
+    )
+    hit_rate: Probability = Field(
+        default=1.0,
+        description="'fraction' and 'system_prompt': the probability that a request's prefix "
+        "is cached (drawn per request from a stream of its own)",
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrefixCache:
+        needs = {"fraction": "fraction", "system_prompt": "length"}
+        for source, key in needs.items():
+            if self.source == source and getattr(self, key) is None:
+                raise ValueError(f"a {source!r} prefix needs {key!r}")
+        allowed = {
+            "column": {"column"},
+            "session": {"column"},
+            "fraction": {"fraction", "hit_rate"},
+            "system_prompt": {"length", "hit_rate"},
+        }[self.source]
+        extra = sorted(self.model_fields_set - allowed - {"source"})
+        if extra:
+            raise ValueError(
+                f"{', '.join(extra)} do(es) not apply to a {self.source!r} prefix; fix: remove it"
+            )
+        return self
+
+
 class Workload(StrictModel):
     """Where requests come from and how long they are.
 
@@ -145,6 +209,10 @@ class Workload(StrictModel):
     output: LengthDist | None = Field(
         default=None, description="output lengths (required unless the workload is a trace)"
     )
+    prefix: PrefixCache | None = Field(
+        default=None,
+        description="cached prompt prefixes (prefix caching); absent: no request hits a cache",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
@@ -174,6 +242,11 @@ class Workload(StrictModel):
                 raise ValueError("a 'closed_loop' workload needs 'concurrency'")
             if self.duration_s is None and self.requests is None:
                 raise ValueError("a 'closed_loop' workload needs 'duration_s' or 'requests'")
+        if kind != "trace" and self.prefix is not None and self.prefix.source in TRACE_PREFIXES:
+            raise ValueError(
+                f"a {self.prefix.source!r} prefix reads a trace column, so it needs a 'trace' "
+                "workload; fix: use prefix source 'fraction' or 'system_prompt'"
+            )
         if kind == "trace":
             if self.trace is None:
                 raise ValueError("a 'trace' workload needs 'trace' (a file)")
@@ -218,6 +291,15 @@ class Engine(StrictModel):
         "feeds every prompt at the longest prompt's length (specsim's own engine, Hugging Face "
         "generate); false: each row attends over its own context (paged attention: vLLM, "
         "SGLang)",
+    )
+    block_size: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        default=None,
+        description="KV-cache block size in tokens (vLLM's --block-size, default there 16; "
+        "SGLang's --page-size): capacity is counted in blocks, and each sequence holds "
+        "ceil((its tokens + lookahead) / block_size) of them, so a part-filled last block is "
+        "memory lost. The lookahead is the k + 1 positions a step verifies, and k more for a "
+        "draft model (vLLM's num_lookahead_tokens, for proposers with KV of their own); a "
+        "cached prefix counts whole blocks only. Absent: the cache is counted in tokens",
     )
     jitter: bool = Field(
         default=True,

@@ -231,9 +231,11 @@ SCENARIO: dict[str, Any] = {
             "sigma": 0.5,
         },
         "output": {"dist": "uniform", "low": 2, "high": 16},
+        "prefix": {"source": "system_prompt", "length": 8, "hit_rate": 0.5},
     },
     "engine": {
         "max_batch": 8,
+        "block_size": 16,
         "chunked_prefill": True,
         "max_batched_tokens": 512,
         "memory_utilisation": 0.9,

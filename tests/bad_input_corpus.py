@@ -34,6 +34,7 @@ from bad_input_bases import (
     PROFILE,
     PROFILE_GROUPS,
     SCENARIO,
+    TRACE_SCENARIO,
     D,
     dump,
 )
@@ -480,6 +481,37 @@ def hand_cases() -> Iterator[Case]:
         (("prompts.jsonl", '{"question": "what?"}\n'),),
         (("prompts.jsonl",),),
     )
+    # Prefix caching: a trace column asked of a workload without a trace, a cell that is not a
+    # token count, and a session column the trace lacks.
+    column_prefix = copy.deepcopy(SCENARIO)
+    column_prefix["workload"]["prefix"] = {"source": "column"}
+    yield Case(
+        "scenario:workload.prefix.source=column-without-a-trace",
+        tuple(sim),
+        (("scenario.yaml", dump(column_prefix)),),
+        (("workload",), ("trace",)),
+    )
+    yield Case(
+        "scenario:engine.block_size=larger-than-the-cache",
+        (*sim, "--set", "engine.kv_capacity_tokens=8"),
+        (),
+        (("engine.block_size",),),
+    )
+    trace_argv = ("simulate", f"{D}/trace_scenario.yaml", "--out", OUT)
+    for source, header, cell, names in (
+        ("column", "cached_tokens", "x", ("workload.prefix.column",)),
+        ("session", "user", "u1", ("SessionID",)),
+    ):
+        scenario = copy.deepcopy(TRACE_SCENARIO)
+        scenario["workload"]["prefix"] = {"source": source}
+        rows = [f"{0.1 * i},{10 + i},5,{cell if i == 3 else i}" for i in range(6)]
+        text = f"arrived_at,num_prefill_tokens,num_decode_tokens,{header}\n" + "\n".join(rows)
+        yield Case(
+            f"trace:workload.prefix.source={source}-bad-column",
+            trace_argv,
+            (("trace_scenario.yaml", dump(scenario)), ("trace.csv", text + "\n")),
+            (("trace.csv",), names),
+        )
     # Tensor parallelism: a scenario asking for another split than the profile's, splits no
     # engine runs, and a roofline deployment given to a measurement.
     yield Case(

@@ -101,6 +101,18 @@ DISAGG_SUMMARY_KEYS = {
     "kv_cache_utilisation": "per pool: time-weighted mean share of the KV cache in use",
 }
 
+# Present only where the scenario sets them (other summaries keep their keys), in the fleet's
+# summary and in each pool's.
+CACHE_SUMMARY_KEYS = {
+    "kv_capacity_blocks": "with engine.block_size: one replica's KV cache in blocks (its tokens "
+    "over the block size, rounded down); kv_cache_utilisation then counts blocks",
+    "prefix_cache": "with workload.prefix: `hit_rate_tokens` (cached_tokens / queried_tokens, "
+    "vLLM's prefix-cache hit rate), `queried_tokens` (the prompt tokens looked up, at every "
+    "admission, so a preempted request's recomputation counts again), `cached_tokens` (of "
+    "those, hits: whole blocks, at most the prompt less one token) and "
+    "`prefill_tokens_computed` (prompt tokens prefill ran)",
+}
+
 BASELINE_KEYS = {
     "baseline": "with --compare-baseline: the same metrics with speculation off (k = 0)",
     "speedup_vs_baseline": "with --compare-baseline: k = 0 latency over speculative latency "
@@ -342,6 +354,8 @@ def outputs_page() -> str:
             ["key", "meaning"],
             [[f"`{k}`", v] for k, v in {**SUMMARY_KEYS, **BASELINE_KEYS}.items()],
         ),
+        "Where the scenario sets them, after `kv_capacity_tokens` (and in each pool's summary):",
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in CACHE_SUMMARY_KEYS.items()]),
         "### `summary.json`: `disaggregation`",
         "A disaggregated fleet (`fleet.disaggregation`) adds `disaggregation` after `pools`: "
         "the pools' sizes and use, and the KV transfers.",

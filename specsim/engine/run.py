@@ -114,6 +114,17 @@ def check_supported(scenario: Scenario) -> None:
             key="engine.chunked_prefill",
             fix="set engine.chunked_prefill: false (or --set engine.chunked_prefill=false)",
         )
+    for key, value in (
+        ("workload.prefix", scenario.workload.prefix),
+        ("engine.block_size", scenario.engine.block_size),
+    ):
+        if value is not None:  # the simulator's caching models, which the real engine lacks
+            raise SpecsimError(
+                "the real engine has no prefix cache and counts its KV cache in tokens",
+                file=where,
+                key=key,
+                fix=f"remove {key} for validation",
+            )
     if scenario.fleet.total_replicas != 1 or scenario.fleet.pools:
         raise SpecsimError(
             "the real engine runs one replica",

@@ -39,6 +39,7 @@ import numpy as np
 from simpy import Interrupt
 
 from specsim.costs import NO_ROWS, PassTotals, StepCosts
+from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks
@@ -120,6 +121,7 @@ class Replica:
         on_finish,
         jitter=None,
         fast: bool = False,
+        prefix=None,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -137,6 +139,18 @@ class Replica:
         self.lookahead = self.k_max + 1
         if self.tree_rows is not None:
             self.lookahead = int(self.tree_rows.verified[-1])
+        # With a block size the cache is counted in blocks (``admission.py``); a stretch counts
+        # tokens, so such a replica steps one iteration at a time.
+        self.block_size = engine.block_size
+        self.kv_lookahead = self.lookahead  # slots each sequence holds beyond its tokens
+        if self.block_size is not None:
+            kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
+            fast = False
+            # vLLM's v1 scheduler also allocates num_lookahead_tokens = k slots per sequence for
+            # a proposer that writes KV of its own (draft models, EAGLE; not n-gram or Medusa):
+            # vllm/v1/core/sched/scheduler.py, into KVCacheManager.allocate_slots.
+            if self.tree_rows is None and costs.drafter.kind == "draft_model":
+                self.kv_lookahead += self.k_max
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
@@ -146,7 +160,7 @@ class Replica:
         if self.fast:
             rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
         self._draws = rng
-        self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
+        self.admission = Admission(engine, self.kv_lookahead, kv_capacity, acceptance, rng, prefix)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
         self.on_finish = on_finish
@@ -244,7 +258,7 @@ class Replica:
                 yield self.idle_event
             start = env.now
             if admission.queue:
-                admission.admit(start, self.decoding, self.decode_kv)
+                admission.admit(start, self.decoding, self._held())
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
@@ -285,7 +299,7 @@ class Replica:
                     return
             start = env.now
             if admission.queue:
-                admission.admit(start, self.decoding, self.decode_kv)
+                admission.admit(start, self.decoding, self._held())
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
@@ -405,6 +419,16 @@ class Replica:
             self._free_slot(slot)
             self._finish(request, float(ends[step]))
 
+    def _held(self) -> float:
+        """What the decoding rows hold of the cache: tokens, or blocks with a block size."""
+        return self.decode_kv if self.block_size is None else self.decode_blocks()
+
+    def decode_blocks(self) -> float:
+        """Blocks the decoding rows hold: cdiv(context + lookahead, block_size) each."""
+        views = self._prefix(self.high)
+        held = -(-(views.context + self.kv_lookahead) // self.block_size)
+        return float(held[views.remaining > 0].sum())
+
     def _steady_for_a_while(self) -> bool:
         """A cheap guess that the batch's first finish is several iterations away (rows with a
         mean share left, finishing in turn), before a stretch is worth planning."""
@@ -439,7 +463,7 @@ class Replica:
     # ---- planning ----------------------------------------------------------------------------
     def _plan_prefill_only(self) -> Plan:
         admission = self.admission
-        self._kv_planned = admission.kv_in_use(self.decoding, self.decode_kv)
+        self._kv_planned = admission.kv_in_use(self.decoding, self._held())
         chunks, prompts = admission.whole_prompts()
         costs = self.costs
         # The measured range is per sequence: the largest cached context and the chunk sizes.
@@ -478,10 +502,10 @@ class Replica:
         (chosen again if preemption changes the batch)."""
         costs = self.costs
         admission = self.admission
-        held = admission.kv_in_use(self.decoding, self.decode_kv)
+        held = admission.kv_in_use(self.decoding, self._held())
         if held > self.kv_capacity:
             admission.make_room(self)
-            held = admission.kv_in_use(self.decoding, self.decode_kv)
+            held = admission.kv_in_use(self.decoding, self._held())
             window = None
         self._kv_planned = held
         decode_kv = self.decode_kv
@@ -685,6 +709,7 @@ class Replica:
 
     def _finish(self, request: Request, now: float) -> None:
         self.outstanding -= 1
+        self.admission.prefix.finished(request)
         self.sink.add(
             (
                 request.rid,

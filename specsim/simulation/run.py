@@ -22,6 +22,7 @@ from specsim.profile import LoadedProfile, Profile, load_profile
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
+from specsim.simulation.admission import prefix_summary
 from specsim.simulation.clock import Clock
 from specsim.simulation.disagg import REPLICA_CLASSES, DisaggregatedFleet, kv_link
 from specsim.simulation.fleet import (
@@ -37,6 +38,7 @@ from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
 from specsim.simulation.tree_acceptance import TreeLengthAcceptance
 from specsim.workload import ClientCap, build_source
+from specsim.workload.prefix import build_prefixes
 
 LOSSY_NOTE = (
     "typical acceptance is lossy: the output is not distributed as the target model's; "
@@ -211,6 +213,7 @@ def run_simulation(
     if replication:
         serving = np.random.SeedSequence([scenario.seed, replication]).spawn(5)
     source = build_source(scenario, arrivals_rng, lengths_rng)
+    prefixes = build_prefixes(scenario, getattr(source, "trace", None))
     setups = pool_setups(scenario, profile)
     total = sum(s.replicas for s in setups)
     acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
@@ -251,6 +254,7 @@ def run_simulation(
                     on_finish,
                     _jitter(scenario, setup, jitter_rngs[index]),
                     fast=fast,
+                    prefix=prefixes.for_replica(setup.kv_capacity),
                 )
             )
     if split is None:
@@ -372,11 +376,27 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         "seed": scenario.seed,
     }
     summary["kv_capacity_tokens"] = main.kv_capacity
+    _add_cache_keys(summary, pool_summaries, scenario, setups, replicas)
     summary["slo"] = scenario.slo.limits() if scenario.slo else None
     summary["lossy"] = lossy
     summary["lossy_note"] = LOSSY_NOTE if lossy else None
     summary["pools"] = pool_summaries
     return summary
+
+
+def _add_cache_keys(summary, pool_summaries, scenario, setups, replicas) -> None:
+    """KV blocks and prefix caching, only where the scenario sets them (other summaries keep
+    their keys)."""
+    if scenario.engine.block_size is not None:
+        summary["kv_capacity_blocks"] = replicas[0].kv_capacity
+        for pool_index, setup in enumerate(setups):
+            first = next(r for r in replicas if r.pool_index == pool_index)
+            pool_summaries[setup.name]["kv_capacity_blocks"] = first.kv_capacity
+    if scenario.workload.prefix is not None:
+        summary["prefix_cache"] = prefix_summary([r.admission for r in replicas])
+        for pool_index, setup in enumerate(setups):
+            pool = [r.admission for r in replicas if r.pool_index == pool_index]
+            pool_summaries[setup.name]["prefix_cache"] = prefix_summary(pool)
 
 
 def _echo_speculation(setup: PoolSetup) -> dict[str, Any]:
