@@ -246,3 +246,39 @@ def test_the_screen_neither_prices_nor_prunes_a_tree():
     assert sweeper.priced == ["k=0", "k=1"]
     assert outcome.pruned == [] and all(r is not None for r in outcome.results)
     assert outcome.estimate_failures == 0
+
+
+# -- --emit with a tree ----------------------------------------------------------------------
+
+
+def test_emit_refuses_per_engine_in_one_line_and_writes_the_rest(memory_bound, capsys):
+    _, summary, out = memory_bound
+    block = summary["engine"]
+    assert block["recommended"]["tree"]["config"] == "tree=2,2,1"
+    assert block["recommended"]["k"] == 3  # the tree's depth
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert block[engine]["files"] == [] and "\n" not in block[engine]["refused"]
+    assert "expands only its topk = 2" in block["sglang"]["refused"]
+    assert sorted(p.name for p in (out / "engine").iterdir()) == ["bench.sh"]
+
+
+def test_emit_writes_sglangs_knobs_for_the_searched_tree_that_wins(tmp_path, capsys):
+    scenario = memory_bound_scenario(tmp_path)
+    out = tmp_path / "plan"
+    args = ["plan", "window", str(scenario), "--loads", "1", "--k", "0..3", "--tree-steps", "3"]
+    args += ["--tree-topk", "2", "--tree-tokens", "6", "--tree-drafts", "iid", "--no-progress"]
+    assert main([*args, "--emit", "sglang,vllm", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "engine: vllm refused: vLLM 0.33's speculative_config has no" in printed
+    text = (out / "engine/sglang.args").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines[:5] == [
+        "--speculative-algorithm STANDALONE",
+        "--speculative-draft-model-path REPLACE-ME/small",
+        "--speculative-num-steps 3",
+        "--speculative-eagle-topk 2",
+        "--speculative-num-draft-tokens 6",
+    ]
+    assert "--disable-overlap-schedule" in lines
+    assert "drafts its children iid" in text  # SGLang's tree takes the top-k: said so
+    assert not (out / "engine/vllm.json").exists()
