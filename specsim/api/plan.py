@@ -129,9 +129,14 @@ def swap_run(
     out: str | Path,
     options: SweepOptions,
     emit: EmitRequest | None = None,
+    tree_drafters: list | None = None,
+    tree_drafts: str | None = None,
 ) -> Planned:
-    """``report drafter-swap``'s sweep into ``out``, and its report."""
-    plan = swap.prepare(scenario, overrides, drafters, profiles, ks, loads, seed)
+    """``report drafter-swap``'s sweep into ``out``, and its report (``tree_drafters``: (name,
+    TreeCandidate) pairs, as ``--tree-drafter``)."""
+    plan = swap.prepare(
+        scenario, overrides, drafters, profiles, ks, loads, seed, tree_drafters, tree_drafts
+    )
     for drafter in plan.drafters:
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)

@@ -137,11 +137,21 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     loads = _swept_loads(own, entries, lambda entry: f"k={chosen.best_k}")
     common = {"scenario": own.scenario, "scenario_path": plan.scenario_path, "loads": loads}
     common.update(command="report drafter-swap", profile=own.profile)
+    tree = drafter.tree
+    if tree is not None and chosen.best_config == tree.config:
+        common["loads"] = _swept_loads(own, entries, lambda entry: tree.config)
+        reason = (
+            f"drafter {drafter.drafter_name} drafting the tree {tree.text} (recommended), its "
+            f"best setting at {where}"
+        )
+        choice = Choice(drafter=drafter.drafter_name, k=tree.shape.depth, reason=reason, **common)
+        choice.tree, choice.tree_drafts = tree, own.tree_drafts
+        return choice
     if chosen.best_k == 0:
         reason = f"speculation off: the recommended {name}'s best k is 0 at {where}"
         return Choice(drafter=None, k=0, reason=reason, **common)
     reason = f"drafter {name} (recommended) at k = {chosen.best_k}, its best k at {where}"
-    return Choice(drafter=name, k=chosen.best_k, reason=reason, **common)
+    return Choice(drafter=drafter.drafter_name, k=chosen.best_k, reason=reason, **common)
 
 
 def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:

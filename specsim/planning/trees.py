@@ -81,6 +81,21 @@ def given_trees(texts, option: str = "--trees") -> list[TreeCandidate]:
     return out
 
 
+def parse_tree_drafter(text: str, option: str = "--tree-drafter"):
+    """``NAME=SHAPE``: a drafter of the profile and the tree it drafts."""
+    name, _, shape = str(text).rpartition("=")
+    if not name.strip() or not shape.strip():
+        raise SpecsimError(f"{text!r} is not NAME=SHAPE", key=option, fix="write e.g. small=2,2,1")
+    [tree] = given_trees([shape.strip()], option)
+    if tree.shape.is_chain:
+        raise SpecsimError(
+            f"tree {tree.text} is a chain: drafter {name.strip()!r} at k = {tree.shape.depth}",
+            key=option,
+            fix=f"compare chains with --drafter {name.strip()}, or give a wider tree",
+        )
+    return name.strip(), tree
+
+
 def parse_counts(text: str | None, option: str, low: int, high: int) -> list[int] | None:
     """``1,3,5``, ``2..4`` or a mix: distinct whole numbers in [low, high], sorted."""
     if text is None:

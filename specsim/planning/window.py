@@ -261,6 +261,11 @@ class LoadResult:
     def best(self) -> dict[str, Any] | None:
         return None if self.best_k is None else self.summary(f"k={self.best_k}")
 
+    @property
+    def best_setting(self) -> dict[str, Any] | None:
+        """The best of every chain k and tree (``best`` when no tree was swept)."""
+        return None if self.best_config is None else self.summary(self.best_config)
+
 
 def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
     per_load = {load: LoadResult(load) for load in plan.loads}
