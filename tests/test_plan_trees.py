@@ -282,3 +282,39 @@ def test_emit_writes_sglangs_knobs_for_the_searched_tree_that_wins(tmp_path, cap
     assert "--disable-overlap-schedule" in lines
     assert "drafts its children iid" in text  # SGLang's tree takes the top-k: said so
     assert not (out / "engine/vllm.json").exists()
+
+
+def test_trees_derived_from_the_chain_alone_are_never_chosen_and_that_is_said(tmp_path, capsys):
+    # Greedy verification with i.i.d. children: the profile measured no such tree, so every
+    # tree's acceptance comes from the chain's rates (siblings accept nothing).
+    scenario = memory_bound_scenario(tmp_path)
+    out = tmp_path / "plan"
+    args = ["plan", "window", str(scenario), "--loads", "1", "8", *TREE_ARGS]
+    args += ["--set", "speculation.verifier=greedy", "--set", "speculation.temperature=0"]
+    assert main([*args, "--out", str(out)]) == 0
+    trees = json.loads((out / "summary.json").read_text())["trees"]
+    assert trees["trees_derived_from_chain"] is True
+    assert {c["acceptance_source"] for c in trees["candidates"]} == {"derived"}
+    assert trees["trees_win_at"] == []
+    for item in trees["per_load"]:
+        assert item["winner"] in ("chain", "off") and item["best_tree"] is not None
+        assert "bookkeeping" in item["reason"] and "never accepts" in item["reason"]
+
+
+def test_a_faster_simulated_tree_derived_from_the_chain_still_does_not_win():
+    # The roofline profile of chat.yaml has no tree table: its trees are derived from the
+    # chain's rates. Planted results where the tree is the fastest must still choose the chain.
+    from specsim.planning import window
+    from specsim.planning.sweep import PointResult
+
+    plan = window.prepare(
+        str(REPO / "scenarios/chat.yaml"), [], [0, 3], [1.0], None, False, given_trees(["2,2,1"])
+    )
+    assert plan.trees_from_chain
+    e2e = {"k=0": 2.0, "k=3": 1.2, "tree=2,2,1": 1.1, "adaptive": 1.3}
+    results = [
+        PointResult(p, p.tags["config"], True, {"e2e_s": {"mean": e2e[p.tags["config"]]}})
+        for p in plan.grid()
+    ]
+    [entry] = window.analyse(plan, results)
+    assert entry.best_config == "k=3"

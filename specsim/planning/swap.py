@@ -25,6 +25,7 @@ from specsim.planning import window
 from specsim.planning.common import choose, metric, scenario_identity
 from specsim.planning.sweep import Sweeper
 from specsim.planning.trees import TreeCandidate
+from specsim.planning.window_trees import FROM_CHAIN
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 OFF = "speculation off"
@@ -304,6 +305,9 @@ def reasons(plan: SwapPlan, per_drafter, best: str, winners) -> list[str]:
         )
         for d in per_drafter
     }
+    for d in plan.drafters:
+        if d.tree is not None and d.plan.trees_from_chain:
+            out.append(f"{d.name}: its tree is never chosen: {FROM_CHAIN}.")
     out.append(
         "Wasted FLOPs at the best k (median over loads): "
         + ", ".join(f"{d} {w:.0%}" for d, w in wasted.items() if w == w)

@@ -144,14 +144,14 @@ class SglangSpace:
         )
 
 
-def acceptance_rates(profile, speculation, drafts: str) -> list[list[float | None]]:
-    """The ``rates[depth][rank]`` ``Profile.tree_acceptance_for`` derives unmeasured trees of
-    this drafter, verifier, temperature and drafting from: the largest measured tree's, else
-    the chain's per-position rates as the rank-0 child's."""
+def measured_trees(profile, speculation, drafts: str) -> list:
+    """The profile's measured tree entries with rates for this drafter, verifier, temperature
+    (within 0.05 unless the verifier is greedy) and drafting, as ``tree_acceptance_for``
+    matches them."""
     from specsim.sampling.kinds import VERIFIER_KINDS
 
     free = VERIFIER_KINDS[speculation.verifier].greedy_reference
-    measured = [
+    return [
         t
         for t in profile.profile.tree_acceptance or []
         if t.drafter == speculation.drafter
@@ -161,6 +161,13 @@ def acceptance_rates(profile, speculation, drafts: str) -> list[list[float | Non
         and t.source == "measured"
         and t.rates
     ]
+
+
+def acceptance_rates(profile, speculation, drafts: str) -> list[list[float | None]]:
+    """The ``rates[depth][rank]`` ``Profile.tree_acceptance_for`` derives unmeasured trees of
+    this drafter, verifier, temperature and drafting from: the largest measured tree's, else
+    the chain's per-position rates as the rank-0 child's."""
+    measured = measured_trees(profile, speculation, drafts)
     if measured:
         base = max(
             measured,

@@ -40,6 +40,7 @@ from specsim.planning.trees import (
     SglangSpace,
     TreeCandidate,
     acceptance_rates,
+    measured_trees,
     merge,
     sglang_candidates,
 )
@@ -75,6 +76,10 @@ class WindowPlan:
     trees: list[TreeCandidate] = field(default_factory=list)
     tree_drafts: str = "top-k"
     tree_skipped: list[str] = field(default_factory=list)
+    # No measured tree for the drafter: every tree's acceptance is derived from the chain's
+    # rates, siblings accepting nothing, so no tree may win (each is its rank-0 chain plus
+    # nodes it verifies and never accepts; ``window_trees.FROM_CHAIN``).
+    trees_from_chain: bool = False
 
     @property
     def tree_by_config(self) -> dict[str, TreeCandidate]:
@@ -214,6 +219,7 @@ def add_trees(plan: WindowPlan, given, space, drafts: str | None) -> None:
         rates = acceptance_rates(plan.profile, spec, plan.tree_drafts)
         searched, plan.tree_skipped = sglang_candidates(space, rates)
     plan.trees = merge(given, searched)
+    plan.trees_from_chain = not measured_trees(plan.profile, spec, plan.tree_drafts)
     if not plan.trees:
         raise SpecsimError(
             "the tree options leave no tree to try (every one is a chain: "
@@ -275,7 +281,7 @@ def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
         candidates = [(k, entry.summary(f"k={k}")) for k in plan.ks]
         entry.best_k = choose(candidates, plan.use_slo)
         entry.best_config = None if entry.best_k is None else f"k={entry.best_k}"
-        if plan.trees:  # chains first: a tie goes to the chain
+        if plan.trees and not plan.trees_from_chain:  # chains first: a tie goes to the chain
             every = [(f"k={k}", summary) for k, summary in candidates]
             every += [(c.config, entry.summary(c.config)) for c in plan.trees]
             entry.best_config = choose(every, plan.use_slo)

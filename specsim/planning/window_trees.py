@@ -27,6 +27,14 @@ from specsim.planning.trees import TreeCandidate
 from specsim.planning.window_table import context_per_sequence
 
 TREE, CHAIN, OFF = "tree", "chain", "off"
+FROM_CHAIN = (
+    "the profile measures no tree of this drafter, verifier and drafting, so every tree's "
+    "acceptance is derived from the chain's per-position rates with siblings accepting "
+    "nothing: each tree is its rank-0 chain plus nodes it verifies and never accepts, so no "
+    "tree is chosen (a simulated difference in acceptance length from the chain's is the two "
+    "acceptance models' bookkeeping, not a gain); profile trees (specsim profile --tree) to "
+    "compare them"
+)
 
 
 def chain_acceptance_length(profile, speculation, k: int) -> float:
@@ -138,6 +146,8 @@ def reason(plan, entry, winner, best_chain, best_tree) -> str:
         return "no result at this load (its simulations failed)"
     if best_tree is None:
         return "no tree has a result at this load"
+    if plan.trees_from_chain:
+        return f"{kind_of(winner)} {winner} is chosen and trees are not: {FROM_CHAIN}"
     tree = _side(plan, entry, best_tree)
     chain = _side(plan, entry, best_chain) if best_chain else None
     versus = f"{tree}" + (f"; against {chain}" if chain else "")
@@ -234,12 +244,17 @@ def json_block(plan, loads) -> dict[str, Any]:
     for candidate in plan.trees:
         length, source = tree_acceptance_length(plan.profile, spec, candidate, plan.tree_drafts)
         candidates.append(
-            {**candidate.json(), "mean_acceptance_length": length, "acceptance_source": source}
+            {
+                **candidate.json(),
+                "mean_acceptance_length": float(f"{length:.6g}"),  # as summaries round
+                "acceptance_source": source,
+            }
         )
     per = per_load(plan, loads)
     counts = {kind: [p["load"] for p in per if p["winner"] == kind] for kind in (TREE, CHAIN, OFF)}
     return {
         "drafts": plan.tree_drafts,
+        "trees_derived_from_chain": plan.trees_from_chain,
         "candidates": candidates,
         "skipped": list(plan.tree_skipped),
         "per_load": per,
@@ -264,7 +279,10 @@ def answer_text(block: dict[str, Any], fmt) -> str:
     ):
         if block[key]:
             parts.append(f"{word} at {', '.join(fmt(x) for x in block[key])}")
-    return "; ".join(parts) + "." if parts else "No load has a result."
+    text = "; ".join(parts) + "." if parts else "No load has a result."
+    if block["trees_derived_from_chain"]:
+        text += f" No tree can be chosen: {FROM_CHAIN}."
+    return text
 
 
 def best_trees(block: dict[str, Any]) -> Sequence[str]:
