@@ -49,6 +49,7 @@ from specsim.planning.window_table import (
     best_window_by_batch,
     context_per_sequence,
     judge,
+    table_verdict,
     vllm_ranges,
 )
 from specsim.planning.window_trees import json_block
@@ -281,10 +282,16 @@ def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
         candidates = [(k, entry.summary(f"k={k}")) for k in plan.ks]
         entry.best_k = choose(candidates, plan.use_slo)
         entry.best_config = None if entry.best_k is None else f"k={entry.best_k}"
-        if plan.trees and not plan.trees_from_chain:  # chains first: a tie goes to the chain
-            every = [(f"k={k}", summary) for k, summary in candidates]
-            every += [(c.config, entry.summary(c.config)) for c in plan.trees]
-            entry.best_config = choose(every, plan.use_slo)
+        if plan.trees and not plan.trees_from_chain:
+            trees = [(c.config, entry.summary(c.config)) for c in plan.trees]
+            tree = choose(trees, plan.use_slo)
+            # A tree must beat the best chain by more than the tie bands (``table_verdict``:
+            # what redrawing the random streams moves), else the simpler chain is kept.
+            if tree is not None and (
+                entry.best_k is None
+                or table_verdict(entry.summary(tree), entry.best, plan.use_slo) == "better"
+            ):
+                entry.best_config = tree
     return [per_load[load] for load in plan.loads]
 
 

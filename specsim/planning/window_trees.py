@@ -1,9 +1,10 @@
 """``plan window --trees`` / ``--tree-*``: chain or tree, and which shape, per load and per
 batch size.
 
-Per load, the simulations decide (``common.choose`` over every chain k and every tree, chains
-first, so a tie goes to the chain): the winner is a tree, a chain (k > 0) or no speculation
-(k = 0, no drafter), and the verdict gives the reason in the two figures a tree trades: the
+Per load, the simulations decide: the best tree (``common.choose``) wins only where it beats
+the best chain k (``window.analyse``; k = 0 is no speculation, no drafter) beyond the tie bands
+``window_table.table_verdict`` applies (what redrawing the random streams moves), else the
+simpler chain is kept. The verdict gives the reason in the two figures a tree trades: the
 acceptance length it gains over the best chain (tokens per step) against the verification
 width it pays (positions per step), with the latency that results.
 
@@ -164,6 +165,13 @@ def reason(plan, entry, winner, best_chain, best_tree) -> str:
             f"tree {best_tree} wins: {gained}{versus} "
             f"({_outcome(plan, entry, best_tree)} vs {_outcome(plan, entry, rival)})"
         )
+    if kind_of(winner) != TREE and _tied(plan, entry, best_tree, winner):
+        return (
+            f"{kind_of(winner)} {winner} is kept: the best tree is within the tie bands of it "
+            f"(2 % on mean E2E, 1 % of the served rate on goodput), too close to pay for the "
+            f"tree's extra verification: {versus} ({_outcome(plan, entry, best_tree)} vs "
+            f"{_outcome(plan, entry, winner)})"
+        )
     if kind_of(winner) == CHAIN:
         return (
             f"chain {winner} wins: the best tree's extra acceptance does not pay for its "
@@ -176,6 +184,12 @@ def reason(plan, entry, winner, best_chain, best_tree) -> str:
         + "; ".join(_outcome(plan, entry, c) for c in ["k=0", *rivals])
         + f" ({versus})"
     )
+
+
+def _tied(plan, entry, tree: str, chain: str) -> bool:
+    from specsim.planning.window_table import table_verdict
+
+    return table_verdict(entry.summary(tree), entry.summary(chain), plan.use_slo) == "equal"
 
 
 def by_batch(plan, loads) -> dict[str, Any]:
