@@ -18,7 +18,6 @@ and says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -297,7 +296,3 @@ def answer_text(block: dict[str, Any], fmt) -> str:
     if block["trees_derived_from_chain"]:
         text += f" No tree can be chosen: {FROM_CHAIN}."
     return text
-
-
-def best_trees(block: dict[str, Any]) -> Sequence[str]:
-    return [p["best_tree"] for p in block["per_load"] if p["best_tree"]]
