@@ -281,6 +281,11 @@ STRING_OPTIONS = {
     "--model": "model-path",
     "--tree": "tree",
     "--tree-drafts": "tree-drafts",
+    "--trees": "plan-trees",
+    "--tree-steps": "tree-counts",
+    "--tree-topk": "tree-counts",
+    "--tree-tokens": "tree-counts",
+    "--tree-drafter": "tree-drafter",
     "--baseline": "folder",
     "--candidate": "folder",
     "--bench": "folder",
@@ -321,6 +326,10 @@ BAD_STRINGS = {
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
 BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
+# plan window's trees: malformed shapes, a chain (that is k), one past the size limits.
+BAD_STRINGS["plan-trees"] = [*BAD_STRINGS["tree"][:11], "1,1,1", "99999999999"]
+BAD_STRINGS["tree-drafter"] = ["", "small", "=2,2,1", "d1=", "d1=1,1", "d1=x", "nosuch=2,2"]
+BAD_STRINGS["tree-counts"] = ["", "x", "0", "-1", "4..1", "1.5", "nan", "99999999999"]
 # The profiler measures any well-formed tree (the checker's size limits are not its own).
 BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]
 COMMAND_STRINGS = {("profile", "--tree"): "profile-tree"}

@@ -84,10 +84,14 @@ def window_run(
     options: SweepOptions,
     emit: EmitRequest | None = None,
     screen: bool | None = None,
+    trees: list | None = None,
+    space=None,
+    tree_drafts: str | None = None,
 ) -> Planned:
     """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report;
-    ``screen`` as ``window.prepare`` takes it (None: screened above ``SCREEN_FROM`` points)."""
-    plan = window.prepare(scenario, overrides, ks, loads, seed, screen)
+    ``screen``, ``trees``, ``space`` and ``tree_drafts`` as ``window.prepare`` takes them
+    (screen None: screened above ``SCREEN_FROM`` points)."""
+    plan = window.prepare(scenario, overrides, ks, loads, seed, screen, trees, space, tree_drafts)
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     engine_files.check_models(emit, [plan.profile])
     return _swept(plan, window, window_report, emit_choice.window_choice, out, options, emit)
@@ -125,9 +129,14 @@ def swap_run(
     out: str | Path,
     options: SweepOptions,
     emit: EmitRequest | None = None,
+    tree_drafters: list | None = None,
+    tree_drafts: str | None = None,
 ) -> Planned:
-    """``report drafter-swap``'s sweep into ``out``, and its report."""
-    plan = swap.prepare(scenario, overrides, drafters, profiles, ks, loads, seed)
+    """``report drafter-swap``'s sweep into ``out``, and its report (``tree_drafters``: (name,
+    TreeCandidate) pairs, as ``--tree-drafter``)."""
+    plan = swap.prepare(
+        scenario, overrides, drafters, profiles, ks, loads, seed, tree_drafters, tree_drafts
+    )
     for drafter in plan.drafters:
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
@@ -172,6 +181,11 @@ def plan_window(
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
     screen: bool | None = None,
+    trees: str | Sequence[str] | None = None,
+    tree_steps: str | None = None,
+    tree_topk: str | None = None,
+    tree_tokens: str | None = None,
+    tree_drafts: str | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan window``: the best k at each load, the crossover load and the k-by-batch
@@ -180,7 +194,12 @@ def plan_window(
     ``--exhaustive``; overrides as for ``simulate`` (``workload__duration_s=60``).
     Tables: ``sweep``, ``best_k``, ``k_by_batch``, ``k_by_batch_check``. ``emit`` and
     ``models`` as ``--emit`` (``"vllm,sglang"`` or a list) and ``--model`` (``{"target":
-    "meta-llama/Llama-3.1-8B-Instruct"}``): the engines' files in ``attachments`` (``engine/``)."""
+    "meta-llama/Llama-3.1-8B-Instruct"}``): the engines' files in ``attachments`` (``engine/``).
+    ``trees`` (shapes: ``"2,2,1"`` or a list of them), ``tree_steps``, ``tree_topk``,
+    ``tree_tokens`` (``"1..4"``) and ``tree_drafts`` as ``--trees``, ``--tree-*``: trees beside
+    the chains, in the summary's ``trees`` block and the ``chain_or_tree`` table."""
+    from specsim.planning.trees import SglangSpace, given_trees
+
     return _run(
         window_run,
         scenario,
@@ -192,6 +211,9 @@ def plan_window(
         loads=_loads(loads),
         seed=seed,
         screen=screen,
+        trees=given_trees([trees] if isinstance(trees, str) else trees),
+        space=SglangSpace.parse(*(_text(v) for v in (tree_steps, tree_topk, tree_tokens))),
+        tree_drafts=tree_drafts,
     )
 
 
@@ -320,3 +342,12 @@ def _names(names: str | Sequence[str] | None) -> list[str] | None:
     if names is None:
         return None
     return [names] if isinstance(names, str) else [str(n) for n in names]
+
+
+def _text(value: Any) -> str | None:
+    """``--tree-*`` values as the options take them (a list of ints or one int also works)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    return ",".join(str(int(v)) for v in value)

@@ -30,6 +30,7 @@ MAX_DISAGG_REPLICAS = 64  # --max-replicas: the (x, y) grid grows as its square
 
 MAX_WORKERS = 4096
 SCREEN_FROM = 200  # as specsim.planning.screen.SCREEN_FROM (a test holds them equal)
+TREE_DRAFTS = ("top-k", "iid")  # as specsim.profile.schema.TREE_DRAFTS (a test holds them)
 
 WINDOW_DESCRIPTION = """Choose the window size k at each load.
 
@@ -131,6 +132,47 @@ def emit_request(args: argparse.Namespace):
     return emit_request(args.emit, args.model)
 
 
+def add_tree_options(parser: argparse.ArgumentParser) -> None:
+    """Tree shapes beside the chains: given ones, or SGLang's (steps, topk, tokens) space."""
+    parser.add_argument(
+        "--trees",
+        nargs="+",
+        default=None,
+        metavar="SHAPE",
+        help="speculation trees to try beside the chains at every load: children per node at "
+        "each depth (2,2,1) or a JSON list of paths ([[0],[1],[0,0]]); the report says where "
+        "trees beat chains, where chains win and where both lose to k = 0",
+    )
+    for flag, what, default in (
+        ("--tree-steps", "SGLang's --speculative-num-steps (tree depth)", "1,3,5,7"),
+        ("--tree-topk", "SGLang's --speculative-eagle-topk (children per beam)", "1,2,4,8"),
+        ("--tree-tokens", "SGLang's --speculative-num-draft-tokens (nodes + 1)", "2,4,8,16,32"),
+    ):
+        parser.add_argument(
+            flag,
+            default=None,
+            metavar="N",
+            help=f"search trees over {what}, e.g. 1..4 or 2,4 (default {default}, as SGLang's "
+            "bench_speculative); each (steps, topk, tokens) becomes the static tree SGLang "
+            "builds when its scores are the profile's acceptance",
+        )
+    parser.add_argument(
+        "--tree-drafts",
+        default=None,
+        choices=TREE_DRAFTS,
+        help="how the trees' children are drafted (default: the scenario's "
+        "speculation.tree_drafts); picks the profile's tree acceptance",
+    )
+
+
+def tree_options(args: argparse.Namespace) -> dict:
+    from specsim.planning.trees import SglangSpace, given_trees
+
+    given = given_trees(args.trees)
+    space = SglangSpace.parse(args.tree_steps, args.tree_topk, args.tree_tokens)
+    return {"trees": given, "space": space, "tree_drafts": args.tree_drafts}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="plan", metavar="WHAT", required=True)
     window = sub.add_parser(
@@ -172,6 +214,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const=False,
         help="simulate every point, however large the grid",
     )
+    add_tree_options(window)
     _common(window)
 
     capacity = sub.add_parser(
@@ -283,6 +326,7 @@ def _window(args: argparse.Namespace) -> int:
         sweep_options(args),
         emit,
         screen=args.screen,
+        **tree_options(args),
     )
     return finish(args, planned, window_report.human(planned.plan, planned.summary))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.tree import TreeShape
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -69,7 +70,10 @@ class Speculative:
     static window the plan found best at its chosen load, what an engine that cannot take a
     table runs instead (0: speculation off). ``unconditional_rates[i]`` is the chance that a
     step's first i + 1 drafts are all accepted (vLLM's per-position definition), for the
-    engines' forced-acceptance knobs.
+    engines' forced-acceptance knobs (for a tree: the chance its accepted path reaches depth
+    i + 1). ``tree``: the step drafts this tree instead of a chain (k is its depth), its
+    children drafted ``tree_drafts``; ``sglang_knobs``: the (num_steps, topk,
+    num_draft_tokens) it came from, when the plan searched SGLang's space.
     """
 
     drafter: str
@@ -80,6 +84,9 @@ class Speculative:
     by_batch: tuple[BatchRow, ...] = ()
     static_k: int | None = None
     ngram_size: int | None = None
+    tree: TreeShape | None = None
+    tree_drafts: str | None = None
+    sglang_knobs: tuple[int, int, int] | None = None
 
     @property
     def fallback_k(self) -> int:

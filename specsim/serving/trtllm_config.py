@@ -6,7 +6,9 @@ The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_a
 (``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``; §5.2), ``max_draft_len``,
 ``speculative_model`` and for a k-by-batch table ``draft_len_schedule`` (§5.3): keys are
 inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
-smallest key must equal ``max_draft_len``. ``check`` holds the options to §5.2-5.5 first.
+smallest key must equal ``max_draft_len``. A tree is Eagle's static ``eagle_choices`` (the
+paths of child ranks, specsim's own form) with ``max_draft_len`` its depth (§5.4); the other
+decoding types draft chains only. ``check`` holds the options to §5.2-5.5 first.
 """
 
 from __future__ import annotations
@@ -41,8 +43,21 @@ SPEC_KEYS = frozenset(
         "draft_len_schedule",
         "max_matching_ngram_size",
         "max_concurrency",
+        "eagle_choices",
     }
 )
+TREE_TYPES = frozenset({"Eagle", "Eagle3"})  # eagle_choices (§5.4)
+
+
+def refuses(setting: EngineSetting) -> str | None:
+    """Why TensorRT-LLM cannot run the setting's tree (None: it can, or there is none)."""
+    spec = setting.speculation
+    if spec is None or spec.tree is None or decoding_type(spec) in TREE_TYPES:
+        return None
+    return (
+        f"TensorRT-LLM's {decoding_type(spec)} decoding drafts a chain only; trees "
+        "(eagle_choices) are Eagle/Eagle3's, for decoding-head drafters (§5.4)"
+    )
 
 
 def decoding_type(spec: Speculative) -> str:
@@ -99,6 +114,9 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
         config["max_draft_len"] = spec.k
     if spec.model is not None:
         config["speculative_model"] = spec.model.path
+    if spec.tree is not None:
+        config["max_draft_len"] = spec.tree.depth  # TensorRT-LLM resets it to the depth (§5.4)
+        config["eagle_choices"] = spec.tree.to_paths()
     if name == "NGram":
         config["max_matching_ngram_size"] = spec.ngram_size
     if schedule is not None:
@@ -136,6 +154,22 @@ def check(document: dict[str, Any]) -> None:
             raise violation(YAML_FILE, key, "must be a positive whole number", "§5.4")
     if "draft_len_schedule" in config:
         _check_schedule(config, top)
+    if "eagle_choices" in config:
+        _check_choices(config, name, top)
+
+
+def _check_choices(config: dict[str, Any], name: str, top: int) -> None:
+    key = "speculative_config.eagle_choices"
+    choices = config["eagle_choices"]
+    if name not in TREE_TYPES:
+        raise violation(YAML_FILE, key, f"is Eagle's, not {name}'s", "§5.4")
+    if not isinstance(choices, list) or not choices:
+        raise violation(YAML_FILE, key, "must be a non-empty list of paths", "§5.4")
+    paths = [tuple(path) for path in choices]
+    if any(len(path) > 1 and path[:-1] not in paths for path in paths):
+        raise violation(YAML_FILE, key, "must be connected (every parent listed)", "§5.4")
+    if top != max(len(path) for path in paths):
+        raise violation(YAML_FILE, "speculative_config.max_draft_len", "is not the depth", "§5.4")
 
 
 def _check_schedule(config: dict[str, Any], top: int) -> None:
@@ -177,6 +211,16 @@ def notes(setting: EngineSetting) -> list[str]:
             "decoding_type Draft_Target is the class literal; TensorRT-LLM's docs write "
             "DraftTarget (§5.2)"
         )
+    if spec is not None and spec.tree is not None:
+        out.append(
+            "eagle_choices is a static tree, which TensorRT-LLM marks deprecated (to be removed "
+            "in release 1.4; its dynamic tree, use_dynamic_tree, picks nodes per step) (§5.4)"
+        )
+        if spec.tree_drafts not in (None, "top-k"):
+            out.append(
+                f"the plan's tree drafts its children {spec.tree_drafts}; Eagle's tree takes "
+                "the heads' top-k, so acceptance will follow the profile's top-k trees"
+            )
     if spec is not None and decoding_type(spec) == "Eagle":
         out.append(
             "on the PyTorch backend Eagle is run as Eagle3, and EAGLE v1/v2 checkpoints do "

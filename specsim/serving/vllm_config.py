@@ -66,6 +66,25 @@ def method(spec: Speculative) -> str:
     return "draft_model"
 
 
+def token_tree(shape) -> str:
+    """A tree as vLLM 0.10.2's ``speculative_token_tree`` took it: a string holding a Python
+    list of tuples of child ranks, breadth-first (§3.5), e.g. ``[(0,), (1,), (0, 0)]``."""
+    return str([tuple(path) for path in shape.paths])
+
+
+def refuses(setting: EngineSetting) -> str | None:
+    """vLLM 0.33 has no tree option: ``speculative_token_tree`` is gone from its
+    SpeculativeConfig (§3.2, §3.5), so a tree is refused rather than written as a chain."""
+    spec = setting.speculation
+    if spec is None or spec.tree is None:
+        return None
+    return (
+        "vLLM 0.33's speculative_config has no speculative_token_tree (§3.2; vLLM 0.10.2 took "
+        f'it for EAGLE methods as "speculative_token_tree": "{token_tree(spec.tree)}" with '
+        f"num_speculative_tokens {spec.tree.num_nodes}), so the tree cannot be written"
+    )
+
+
 def schedule(spec: Speculative) -> list[list[int]]:
     """specsim's rows as vLLM's ``[start, end, K]`` ranges: the first starts at 1 (§3.4)."""
     ranges, start = [], 1
