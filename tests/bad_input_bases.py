@@ -306,6 +306,8 @@ DISAGG_SCENARIO: dict[str, Any] = {
     "name": "bad-input-disagg",
     "fleet": {"router": "round_robin", "disaggregation": copy.deepcopy(DISAGGREGATION)},
 }
+# A split fleet refuses cached prefixes and KV blocks (its pools count tokens).
+del DISAGG_SCENARIO["workload"]["prefix"], DISAGG_SCENARIO["engine"]["block_size"]
 HARDWARE = {
     "name": "test accelerator",
     "memory_bytes": 80.0e9,
