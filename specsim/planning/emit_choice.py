@@ -155,7 +155,7 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         text += "share of the target)" if name == "share" else "capacity)"
         loads.append(PlannedLoad(f"{name}-{rate:.4g}", text, rate, None, requests))
     common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path, "loads": loads}
-    common.update(command="plan capacity", profile=plan.profile)
+    common.update(command="plan capacity", profile=chosen.candidate.profile(plan))
     candidate = chosen.candidate
     fleet_text = f"{plural(replicas, 'replica')} for {plan.target_rps:g} req/s"
     if candidate.drafter is None:
