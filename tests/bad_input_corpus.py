@@ -285,6 +285,10 @@ STRING_OPTIONS = {
     "--bench": "folder",
     "--scenario": "file",
     "scenario": "file",
+    "--tp": "tp-list",  # plan capacity's (profile's --tp is a bounded number)
+    "--precision": "precision",
+    "--target-model": "model",
+    "--draft-model": "drafter",
 }
 
 
@@ -319,6 +323,8 @@ BAD_STRINGS = {
     "scrape-pair": ["", "x", "=x", "x=", "nosuch.json=metrics.txt"],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
+BAD_STRINGS["tp-list"] = ["", "x", "0", "-1", "2,,4", "4.5", "65", "99999999999", "nan"]
+BAD_STRINGS["precision"] = ["", "x", "fp9", "bf16/", "fp8/int4", "/fp8", "fp8,x"]
 BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
 # The profiler measures any well-formed tree (the checker's size limits are not its own).
 BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]

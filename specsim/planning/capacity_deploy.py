@@ -40,8 +40,9 @@ class Precision:
 
 def parse_precision(text: str, option: str = "--precision") -> Precision:
     """``WEIGHTS[/KV]``: the KV cache follows the weights where it can (int4: bf16)."""
-    weights, _, kv = text.strip().lower().partition("/")
-    kv = kv or (weights if SHORT_FORMATS.get(weights) in KV_FORMATS else "bf16")
+    weights, slash, kv = text.strip().lower().partition("/")
+    if not slash:
+        kv = weights if SHORT_FORMATS.get(weights) in KV_FORMATS else "bf16"
     if weights not in SHORT_FORMATS or SHORT_FORMATS.get(kv) not in KV_FORMATS:
         raise SpecsimError(
             f"unknown precision {text!r}",
@@ -143,6 +144,7 @@ def roofline_deployments(
     """A roofline profile per (TP, precision), written under ``out/deployments``; a split or a
     size that does not fit becomes a deployment that does not fit, with its reason."""
     from specsim.profile import LoadedProfile
+    from specsim.profiling.parallel import DoesNotFit
     from specsim.profiling.roofline import load_hardware, roofline_profile
     from specsim.profiling.specs import parse_drafters
     from specsim.profiling.writer import profile_yaml
@@ -172,7 +174,7 @@ def roofline_deployments(
                     weights_dtype=weights,
                     kv_dtype=kv,
                 )
-            except SpecsimError as exc:
+            except DoesNotFit as exc:
                 reason = exc.message + (f" ({exc.key})" if exc.key else "")
                 result.append(Deployment(label, tp, precision.label, "roofline", reason=reason))
                 continue
@@ -271,9 +273,11 @@ def deployment_request(
     draft_tp: int | None,
 ) -> DeploymentRequest | None:
     """The deployments the options ask for (None: the scenario's profile only)."""
+    sizes = parse_tp_values(tps) if tps is not None else (1,)
+    formats = tuple(parse_precision(p) for text in (precisions or []) for p in text.split(","))
     roofline = {"--tp": tps, "--precision": precisions, "--draft-model": draft_models}
     roofline |= {"--acceptance-from": acceptance_from, "--draft-tp": draft_tp}
-    asked = [option for option, value in roofline.items() if value]
+    asked = [option for option, value in roofline.items() if value is not None]
     if (asked or target_model) and not hardware:
         raise SpecsimError(
             f"{', '.join(asked or ['--target-model'])} build roofline deployments, which need "
@@ -295,9 +299,4 @@ def deployment_request(
         recipe = RooflineRecipe(
             hardware, target_model, list(draft_models or []), acceptance_from, draft_tp
         )
-    return DeploymentRequest(
-        tuple(profiles or ()),
-        recipe,
-        parse_tp_values(tps) if tps else (1,),
-        tuple(parse_precision(p) for text in (precisions or []) for p in text.split(",")),
-    )
+    return DeploymentRequest(tuple(profiles or ()), recipe, sizes, formats)

@@ -97,11 +97,16 @@ def device_kv_bytes_per_token(shape: ModelShape, layout: Layout, base_bytes: flo
     return dataclasses.replace(shape, num_kv_heads=heads).kv_bytes_per_token(kv_bytes)
 
 
+class DoesNotFit(SpecsimError):
+    """A deployment the model does not fit: heads that do not split over the devices, or
+    weights over a device's memory (a capacity plan reports it and goes on)."""
+
+
 def check_split(shape: ModelShape, tp: int, source: str) -> None:
     """vLLM's rule: query heads divide over the devices, KV heads divide or are replicated."""
     kv = shape.num_kv_heads
     if shape.num_heads % tp or (kv % tp and tp % kv):
-        raise SpecsimError(
+        raise DoesNotFit(
             f"{shape.name} ({shape.num_heads} heads, {kv} KV heads) cannot be split over {tp} "
             "devices",
             file=source,

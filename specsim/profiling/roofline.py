@@ -34,6 +34,7 @@ from specsim.fileio import read_yaml
 from specsim.profile.schema import Hardware, Latency, LatencyFit
 from specsim.profiling.flops import ModelShape, load_shape
 from specsim.profiling.parallel import (
+    DoesNotFit,
     Layout,
     Link,
     allreduce_terms,
@@ -204,7 +205,7 @@ def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source
     if weights >= usable:
         names = " + ".join(s.name for s, _ in shapes)
         tp = shapes[0][1].tp
-        raise SpecsimError(
+        raise DoesNotFit(
             f"weights of {names} ({weights / 1e9:.1f} GB per device) do not fit in "
             f"{usable / 1e9:.1f} GB usable on {hw.name}",
             file=source,
