@@ -461,6 +461,13 @@ def hand_cases() -> Iterator[Case]:
         (("scenario.yaml", dump(pools)),),
         (("scenario.yaml",), ("fleet",)),
     )
+    # A TP the (measured) profile does not describe, scaling asked for: refused, not scaled.
+    yield Case(
+        "scenario:tensor_parallel_scaling=measured-profile",
+        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (),
+        (("engine.tensor_parallel_scaling",),),
+    )
     # Targets the bounds refuse only with the scenario: one replica cannot run at the target's
     # load (rate x duration_s requests), or no fleet within MAX_REPLICAS reaches it.
     longer = ("--set", "workload.requests=null", "--set", "workload.duration_s=1000")
@@ -490,7 +497,13 @@ def hand_cases() -> Iterator[Case]:
     # engine runs, and a roofline deployment given to a measurement.
     yield Case(
         "scenario:engine.tensor_parallel_size=not-the-profile's",
-        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (
+            *sim,
+            "--set",
+            "engine.tensor_parallel_size=4",
+            "--set",
+            "engine.tensor_parallel_scaling=null",
+        ),
         (),
         (("engine.tensor_parallel_size",),),
     )

@@ -302,3 +302,73 @@ def test_profile_ep_writes_the_exchange_into_the_fit(tmp_path, repo):
     assert slope == pytest.approx(difference, rel=1e-4)  # the profile rounds to 6 digits
     assert "Expert parallelism over 8 devices" in ep.provenance.notes
     assert "Expert parallelism" not in tp.provenance.notes
+
+
+# -- a stated roofline scaling to another TP (engine.tensor_parallel_scaling) ---------------------
+
+NVLINK = {"bandwidth_bytes_per_s": 450e9, "latency_s": 1e-6, "efficiency": 0.8}
+
+
+def _fit_terms(spec):
+    fit = spec.latency.fit
+    return [fit.fixed_s, fit.per_batched_token_s, fit.knee_tokens, fit.per_kv_token_s]
+
+
+@pytest.mark.parametrize(("source_tp", "tp"), [(4, 8), (4, 2), (1, 2)])
+def test_a_scaled_roofline_is_the_roofline_written_for_that_tp(tmp_path, repo, source_tp, tp):
+    """Scaling the 70B's TP4 roofline to TP8 (or TP2, or a TP1 8B to TP2) over the H100's
+    NVLink gives the profile `profile --roofline --tp N` writes from the model and hardware
+    files, term for term, to the 6 significant digits profiles are written in."""
+    from specsim.cli import main
+    from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
+
+    target = "llama3.1-70b" if source_tp > 1 else "llama3.1-8b"
+    base = ["profile", "--roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
+    base += ["--target", str(repo / f"profiles/models/{target}.json")]
+    base += ["--drafter", f"llama3.2-1b={repo}/profiles/models/llama3.2-1b.json"]
+    paths = {}
+    for n in (source_tp, tp):
+        paths[n] = tmp_path / f"tp{n}.yaml"
+        assert main([*base, "--tp", str(n), "--out", str(paths[n])]) == 0
+    written = load_profile(paths[tp]).profile
+    scaled = scale_profile(
+        load_profile(paths[source_tp]).profile, tp, TensorParallelScaling(**NVLINK), "test"
+    )
+    for name in ("target", "llama3.2-1b"):
+        ours = scaled.target if name == "target" else scaled.drafters[name]
+        theirs = written.target if name == "target" else written.drafters[name]
+        assert _fit_terms(ours) == pytest.approx(_fit_terms(theirs), rel=2e-5)
+        assert ours.sharding.tensor_parallel_size == tp
+        assert ours.sharding.weight_bytes_per_device == pytest.approx(
+            theirs.sharding.weight_bytes_per_device, abs=1
+        )
+        assert ours.device_kv_bytes_per_token == theirs.device_kv_bytes_per_token
+    assert scaled.hardware.devices == tp
+    assert scaled.hardware.price_per_hour_usd == pytest.approx(3.0 * tp)
+    assert scaled.provenance.notes.endswith(f"price x {tp}/{source_tp}.")
+    assert "derived" in scaled.provenance.device
+
+
+def test_scaling_refuses_a_measured_profile(repo):
+    from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
+
+    measured = load_profile(repo / "profiles/builtin-cpu.yaml").profile
+    with pytest.raises(SpecsimError, match="how its passes scale from 1 to 2 devices"):
+        scale_profile(measured, 2, TensorParallelScaling(**NVLINK), "p.yaml")
+
+
+def test_a_scenario_opts_in_and_the_run_is_flagged(tmp_path, repo):
+    """Without the key a TP the profile does not describe is the one-line error; with it the
+    run simulates TP8 from the TP4 roofline and its summary says so."""
+    from specsim.simulation.run import run_simulation
+
+    path = repo / "scenarios/chat-70b-tp4.yaml"
+    short = ["workload.duration_s=20", "engine.tensor_parallel_size=8"]
+    with pytest.raises(SpecsimError, match=r"engine\.tensor_parallel_scaling"):
+        run_simulation(load_scenario(path, short))
+    scaled = [*short, *(f"engine.tensor_parallel_scaling.{k}={v}" for k, v in NVLINK.items())]
+    summary = run_simulation(load_scenario(path, scaled)).summary
+    assert summary["profile_derived"].startswith("Derived (engine.tensor_parallel_scaling)")
+    assert "from 4 to 8 device(s)" in summary["profile_derived"]
+    own = run_simulation(load_scenario(path, ["workload.duration_s=20"])).summary
+    assert "profile_derived" not in own
