@@ -44,14 +44,17 @@ from pydantic import Field
 from specsim.bounds import Bytes, Seconds
 from specsim.config import StrictModel
 from specsim.errors import SpecsimError
+from specsim.profile.tp_scaling import (
+    ACTIVATION_BYTES,
+    ALLREDUCES_PER_LAYER,
+    ring_allreduce_seconds,
+)
 from specsim.profiling.flops import ModelShape
 
 # Bytes per parameter. int4: 4-bit weights with a 16-bit scale per group of 128 (GPTQ's and
 # AWQ's default group size).
 WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 KV_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1}
-ACTIVATION_BYTES = 2  # the all-reduced activations stay in 16 bits whatever the weights
-ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP
 
 
 class Link(StrictModel):
@@ -188,11 +191,8 @@ def check_split(shape: ModelShape, tp: int, source: str) -> None:
 
 def ring_allreduce_s(nbytes: float, devices: int, link: Link, efficiency: float = 1.0) -> float:
     """Seconds of a ring all-reduce of ``nbytes`` over ``devices`` (module docstring)."""
-    if devices == 1:
-        return 0.0
-    steps = 2 * (devices - 1)
     bandwidth = link.bandwidth_bytes_per_s * efficiency
-    return steps * link.latency_s + steps / devices * nbytes / bandwidth
+    return ring_allreduce_seconds(nbytes, devices, bandwidth, link.latency_s)
 
 
 def allreduce_bytes_per_token(shape: ModelShape) -> int:
