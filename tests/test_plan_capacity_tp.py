@@ -196,6 +196,9 @@ def test_a_tp_plan_prices_devices_and_names_its_deployment(tp_plan):
     assert rec["planned_replicas"] * rec["tensor_parallel_size"] * 3.0 == pytest.approx(
         cheapest["cost_usd_per_hour"]
     )
+    # Each deployment's row names the candidate the plan's own ranking picks there.
+    row = next(d for d in s["deployments"] if d["deployment"] == rec["deployment"])
+    assert f"{rec['deployment']}, {row['best_candidate']}" == rec["candidate"]
     # The built profiles the runs loaded are in the output folder.
     for d in s["deployments"]:
         assert Path(d["profile"]).parent == tp_plan.out / "deployments"

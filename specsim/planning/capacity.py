@@ -70,6 +70,11 @@ class Candidate:
     def tp(self) -> int:
         return 1 if self.deployment is None else self.deployment.tp
 
+    @property
+    def devices(self) -> int:
+        """Devices one replica of this candidate takes (what its price pays for)."""
+        return 1 if self.deployment is None else self.deployment.devices
+
     def profile(self, plan: CapacityPlan):
         return plan.profile if self.deployment is None else self.deployment.profile
 
@@ -387,8 +392,10 @@ def tokens_per_request(summary: dict[str, Any] | None) -> float | None:
 
 
 def replica_price(plan: CapacityPlan, candidate: Candidate) -> float:
-    """A replica's price per hour: its profile's, which is tp x the device's."""
-    return candidate.profile(plan).profile.hardware.price_per_hour_usd
+    """A replica's price per hour: its deployment's, else the profile's (tp x the device's)."""
+    if candidate.deployment is not None:
+        return candidate.deployment.replica_price
+    return plan.profile.profile.hardware.price_per_hour_usd
 
 
 def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
@@ -415,7 +422,7 @@ def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
         key=lambda r: (
             r.cost_per_hour,
             r.replicas,
-            -r.capacity / r.candidate.tp,
+            -r.capacity / r.candidate.devices,
             order[id(r)],
         ),
     )
@@ -547,15 +554,17 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
     for item, r in zip(summary["candidates"], outcome["candidates"], strict=True):
         item["deployment"] = r.candidate.deployment.label
         item["tensor_parallel_size"] = r.candidate.tp
-        item["devices"] = None if r.replicas is None else r.replicas * r.candidate.tp
-    summary["deployments"] = deployment_rows(plan, outcome["candidates"])
+        item["devices"] = None if r.replicas is None else r.replicas * r.candidate.devices
+    summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
     summary["not_fitting"] = [{"candidate": c, "reason": why} for c, why in plan.unfit]
     summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
     rec, chosen = summary["recommendation"], outcome["chosen"]
     if rec is not None:
         rec["deployment"] = chosen.candidate.deployment.label
         rec["tensor_parallel_size"] = chosen.candidate.tp
-        rec["devices"] = None if rec["replicas"] is None else rec["replicas"] * chosen.candidate.tp
+        rec["devices"] = (
+            None if rec["replicas"] is None else rec["replicas"] * chosen.candidate.devices
+        )
 
 
 def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:

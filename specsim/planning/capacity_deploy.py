@@ -79,11 +79,21 @@ class Deployment:
     def fits(self) -> bool:
         return self.profile is not None
 
+    # A deployment is what the search prices and simulates: another kind (prefill and decode
+    # pools) gives its own devices, replica price and overrides.
+    @property
+    def devices(self) -> int:
+        """Devices one replica takes."""
+        return self.tp
+
+    @property
+    def replica_price(self) -> float:
+        """A replica's price per hour: the profile's, tp x the device's."""
+        return self.profile.profile.hardware.price_per_hour_usd
+
     @property
     def device_price(self) -> float | None:
-        if self.profile is None:
-            return None
-        return self.profile.profile.hardware.price_per_hour_usd / self.tp
+        return None if self.profile is None else self.replica_price / self.devices
 
     def overrides(self) -> list[str]:
         """What a simulation of this deployment changes in the scenario."""

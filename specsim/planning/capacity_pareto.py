@@ -58,7 +58,7 @@ def pareto_points(results: list) -> list[ParetoPoint]:
                     r.candidate.tp,
                     rate,
                     speed,
-                    throughput / r.candidate.tp,
+                    throughput / r.candidate.devices,
                 )
             )
     flags = frontier_flags([(p.user_tokens_per_s, p.tokens_per_s_per_device) for p in raw])
@@ -138,12 +138,12 @@ def pareto_figure(points: list[ParetoPoint]) -> Figure:
     )
 
 
-def deployment_rows(plan, results: list) -> list[dict[str, Any]]:
-    """Per deployment: whether it fits, and its cheapest candidate's fleet."""
+def deployment_rows(plan, results: list, choose) -> list[dict[str, Any]]:
+    """Per deployment: whether it fits, and the candidate ``choose`` (the plan's ranking)
+    picks among its own."""
     rows = []
     for d in plan.deployments:
-        mine = [r for r in results if r.candidate.deployment is d and r.replicas is not None]
-        best = min(mine, key=lambda r: (r.cost_per_hour, r.replicas), default=None)
+        best = choose([r for r in results if r.candidate.deployment is d])
         unfit = [why for label, why in plan.unfit if label.startswith(f"{d.label}, ")]
         rows.append(
             {
@@ -159,9 +159,11 @@ def deployment_rows(plan, results: list) -> list[dict[str, Any]]:
                 ],
                 "not_fitting_reason": unfit[0] if unfit else None,
                 "device_price_usd_per_hour": d.device_price,
-                "best_candidate": None if best is None else best.candidate.label,
+                "best_candidate": None
+                if best is None
+                else best.candidate.label.removeprefix(f"{d.label}, "),
                 "replicas": None if best is None else best.replicas,
-                "devices": None if best is None else best.replicas * d.tp,
+                "devices": None if best is None else best.replicas * d.devices,
                 "cost_usd_per_hour": None if best is None else best.cost_per_hour,
             }
         )
@@ -216,7 +218,7 @@ def reasons(rows: list[dict[str, Any]], chosen, confirmed: int | None) -> list[P
     price = chosen.cost_per_hour / chosen.replicas
     text = (
         f"By capacity the cheapest fleet is **{chosen.replicas} x {mine.label}** "
-        f"({chosen.replicas * mine.tp} devices at ${price / mine.tp:g}/hour each, "
+        f"({chosen.replicas * mine.devices} devices at ${price / mine.devices:g}/hour each, "
         f"${chosen.cost_per_hour:,.2f}/hour) with "
         f"{chosen.candidate.label.removeprefix(mine.label + ', ')}, "
         f"{chosen.capacity:.4g} req/s per replica"
@@ -225,7 +227,7 @@ def reasons(rows: list[dict[str, Any]], chosen, confirmed: int | None) -> list[P
         text += "; the fleet check did not confirm it (see the answer)."
     elif confirmed != chosen.replicas:
         text += (
-            f"; the fleet check needed {confirmed} replicas ({confirmed * mine.tp} devices, "
+            f"; the fleet check needed {confirmed} replicas ({confirmed * mine.devices} devices, "
             f"${confirmed * price:,.2f}/hour)."
         )
     else:
