@@ -223,3 +223,30 @@ def test_emit_writes_the_chosen_deployments_tp(tp_plan):
     words = shlex.split((tp_plan.out / "engine" / "vllm.args").read_text(), comments=True)
     at = words.index("--tensor-parallel-size")
     assert words[at + 1] == str(rec["tensor_parallel_size"])
+
+
+def test_a_fleet_check_that_needs_more_replicas_checks_the_next_deployment(monkeypatch):
+    """TP2 plans 5 replicas ($30/hour at $3 a device) but its fleet check needs 7 ($42);
+    TP4's plan of 3 ($36) is below that, so it is checked too, confirmed at 3 and chosen."""
+    tp2 = _result("TP2 bf16, speculation off", 2, 5, 4.0)
+    tp4 = _result("TP4 bf16, speculation off", 4, 3, 7.0)
+    tp8 = _result("TP8 bf16, speculation off", 8, 2, 11.0)  # $48: never checked
+    needs = {tp2.candidate.label: 7, tp4.candidate.label: 3, tp8.candidate.label: 2}
+    checked = []
+
+    def confirm(plan, entry, sweeper):
+        checked.append(entry.candidate.label)
+        met = SimpleNamespace(ok=True, summary={"slo_attainment": 1.0})
+        return [(needs[entry.candidate.label], met)]
+
+    monkeypatch.setattr(capacity, "confirm", confirm)
+    plan = SimpleNamespace(
+        deployments=[tp2.candidate.deployment, tp4.candidate.deployment], attainment=0.99
+    )
+    monkeypatch.setattr(
+        capacity, "replica_price", lambda plan, candidate: 3.0 * candidate.deployment.tp
+    )
+    chosen, fleet, others = capacity.cheapest_confirmed(plan, [tp2, tp4, tp8], None)
+    assert checked == [tp2.candidate.label, tp4.candidate.label]
+    assert chosen is tp4 and fleet[-1][0] == 3
+    assert [entry for entry, _ in others] == [tp2]

@@ -37,6 +37,7 @@ from specsim.planning.search import Bisection
 from specsim.planning.sweep import PointResult, Sweeper
 
 MAX_EXTRA_REPLICAS = 3
+MAX_RECHECKS = 2  # other deployments' choices confirmed when the first check needed more
 RANGE_FACTOR = 1024.0
 OFF = "speculation off"  # the search looks between start / 1024 and start * 1024
 
@@ -481,10 +482,51 @@ def baseline_fleet(
 
 def run(plan: CapacityPlan, sweeper: Sweeper) -> dict[str, Any]:
     results = find_capacities(plan, sweeper)
-    chosen = choose_candidate(results)
-    fleet = confirm(plan, chosen, sweeper) if chosen is not None else []
+    chosen, fleet, rechecked = cheapest_confirmed(plan, results, sweeper)
     baseline = baseline_fleet(plan, results, chosen, sweeper)
-    return {"candidates": results, "chosen": chosen, "fleet": fleet, "baseline_fleet": baseline}
+    return {
+        "candidates": results,
+        "chosen": chosen,
+        "fleet": fleet,
+        "baseline_fleet": baseline,
+        "rechecked": rechecked,
+    }
+
+
+def confirmed_cost(plan: CapacityPlan, entry: CandidateResult, fleet) -> float | None:
+    """What the fleet check's last fleet costs per hour, if it met the SLO."""
+    if not fleet or not (fleet[-1][1].ok and attains_slo(fleet[-1][1].summary, plan.attainment)):
+        return None
+    return fleet[-1][0] * replica_price(plan, entry.candidate)
+
+
+def cheapest_confirmed(plan: CapacityPlan, results: list[CandidateResult], sweeper: Sweeper):
+    """The chosen candidate and its fleet check. Over deployments, a check that needed more
+    replicas may cost more than another deployment's plan: that deployment's own choice is
+    checked too while its planned cost is below the cheapest confirmed one (up to
+    ``MAX_RECHECKS``), and the cheapest confirmed fleet wins (ties: the first checked).
+    Returns (chosen, its fleet runs, [(other candidate, its fleet runs)] checked too)."""
+    chosen = choose_candidate(results)
+    if chosen is None:
+        return None, [], []
+    checked = [(chosen, confirm(plan, chosen, sweeper))]
+    if not plan.deployments:
+        return chosen, checked[0][1], []
+    tried = {chosen.candidate.deployment.label}
+    for _ in range(MAX_RECHECKS):
+        costs = [confirmed_cost(plan, e, f) for e, f in checked]
+        best = min((c for c in costs if c is not None), default=math.inf)
+        others = [r for r in results if r.candidate.deployment.label not in tried]
+        candidate = choose_candidate(others)
+        if candidate is None or candidate.cost_per_hour >= best:
+            break
+        tried.add(candidate.candidate.deployment.label)
+        checked.append((candidate, confirm(plan, candidate, sweeper)))
+    costs = [confirmed_cost(plan, e, f) for e, f in checked]
+    confirmed = [i for i, c in enumerate(costs) if c is not None]
+    pick = min(confirmed, key=lambda i: (costs[i], i)) if confirmed else 0
+    entry, fleet = checked[pick]
+    return entry, fleet, [pair for i, pair in enumerate(checked) if i != pick]
 
 
 def fleet_changes(outcome: dict[str, Any]) -> list[Change] | None:
@@ -558,6 +600,16 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
     summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
     summary["not_fitting"] = [{"candidate": c, "reason": why} for c, why in plan.unfit]
     summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
+    summary["fleet_checked_too"] = [
+        {
+            "candidate": entry.candidate.label,
+            "planned_replicas": entry.replicas,
+            "replicas": fleet[-1][0] if fleet else None,
+            "cost_usd_per_hour": confirmed_cost(plan, entry, fleet),
+            "meets_slo": confirmed_cost(plan, entry, fleet) is not None,
+        }
+        for entry, fleet in outcome["rechecked"]
+    ]
     rec, chosen = summary["recommendation"], outcome["chosen"]
     if rec is not None:
         rec["deployment"] = chosen.candidate.deployment.label

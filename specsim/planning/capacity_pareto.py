@@ -100,7 +100,7 @@ def pareto_table(points: list[ParetoPoint]) -> Table:
 
 def pareto_figure(points: list[ParetoPoint]) -> Figure:
     panel = Panel(
-        "Per-user speed against throughput per device (probes within the SLO)",
+        "Probes within the SLO",
         "output tokens/s per device",
         "output tokens/s per user",
     )
@@ -209,7 +209,9 @@ def deployment_table(rows: list[dict[str, Any]], target_rps: float) -> Table:
     )
 
 
-def reasons(rows: list[dict[str, Any]], chosen, confirmed: int | None) -> list[Paragraph]:
+def reasons(
+    rows: list[dict[str, Any]], chosen, confirmed: int | None, checked_too: list[dict[str, Any]]
+) -> list[Paragraph]:
     """Why the chosen deployment: its fleet by capacity and as the fleet check confirmed it,
     the other deployments' cheapest fleets, and what did not fit."""
     if chosen is None:
@@ -244,6 +246,18 @@ def reasons(rows: list[dict[str, Any]], chosen, confirmed: int | None) -> list[P
     blocks = [Paragraph(text)]
     if words:
         blocks.append(Paragraph("Against the other deployments: " + "; ".join(words) + "."))
+    for item in checked_too:
+        outcome = (
+            f"{item['replicas']} replicas, ${item['cost_usd_per_hour']:,.2f}/hour"
+            if item["meets_slo"]
+            else f"no fleet up to {item['replicas']} replicas met the SLO"
+        )
+        blocks.append(
+            Paragraph(
+                f"The fleet check needed more replicas than planned, so {item['candidate']} "
+                f"(planned {item['planned_replicas']}) was checked too: {outcome}."
+            )
+        )
     unfit = [f"{r['deployment']}: {r['reason']}" for r in rows if not r["fits"]]
     if unfit:
         blocks.append(Paragraph("Not fitting: " + "; ".join(unfit) + "."))

@@ -260,7 +260,12 @@ def _deployments_section(plan: CapacityPlan, outcome: dict[str, Any], summary) -
     return Section(
         "Deployments",
         [
-            *reasons(rows, outcome["chosen"], (summary["recommendation"] or {}).get("replicas")),
+            *reasons(
+                rows,
+                outcome["chosen"],
+                (summary["recommendation"] or {}).get("replicas"),
+                summary["fleet_checked_too"],
+            ),
             deployment_table(rows, plan.target_rps),
             pareto_table(points),
             pareto_figure(points),

@@ -166,7 +166,9 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     static = [
         r
         for r in outcome["candidates"]
-        if r.candidate.drafter == candidate.drafter and r.candidate.policy != "adaptive"
+        if r.candidate.drafter == candidate.drafter
+        and r.candidate.policy != "adaptive"
+        and r.candidate.deployment is candidate.deployment  # the same TP and precision
     ]
     stand_in = choose_candidate(static)
     note = (
