@@ -250,3 +250,17 @@ def test_a_fleet_check_that_needs_more_replicas_checks_the_next_deployment(monke
     assert checked == [tp2.candidate.label, tp4.candidate.label]
     assert chosen is tp4 and fleet[-1][0] == 3
     assert [entry for entry, _ in others] == [tp2]
+
+
+def test_given_profiles_are_deployments_with_their_tp_precision_and_device_price(repo):
+    from specsim.planning.capacity_deploy import given_deployments
+
+    names = ["4xh100-tp4", "8xh100-tp8", "h200-fp8"]
+    paths = [str(repo / f"profiles/llama3.1-70b_llama3.2-1b_{n}-roofline.yaml") for n in names]
+    deployments = given_deployments(paths)
+    assert [d.label for d in deployments] == ["TP4 bf16", "TP8 bf16", "TP1 fp8"]
+    assert [d.devices for d in deployments] == [4, 8, 1]
+    assert [d.device_price for d in deployments] == pytest.approx([3.0, 3.0, 3.8])
+    assert deployments[1].overrides()[1] == "engine.tensor_parallel_size=8"
+    twice = given_deployments([paths[0], paths[0]])
+    assert [d.label for d in twice] == ["TP4 bf16 #1", "TP4 bf16 #2"]

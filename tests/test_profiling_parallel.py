@@ -372,3 +372,7 @@ def test_a_scenario_opts_in_and_the_run_is_flagged(tmp_path, repo):
     assert "from 4 to 8 device(s)" in summary["profile_derived"]
     own = run_simulation(load_scenario(path, ["workload.duration_s=20"])).summary
     assert "profile_derived" not in own
+    # The closed-form estimate (plan window's screen) reads the scaled profile too.
+    from specsim.estimate import estimate_point
+
+    estimate_point(str(path), scaled)
