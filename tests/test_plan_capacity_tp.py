@@ -264,3 +264,18 @@ def test_given_profiles_are_deployments_with_their_tp_precision_and_device_price
     assert deployments[1].overrides()[1] == "engine.tensor_parallel_size=8"
     twice = given_deployments([paths[0], paths[0]])
     assert [d.label for d in twice] == ["TP4 bf16 #1", "TP4 bf16 #2"]
+
+
+def test_expert_parallel_deployments_of_mixtral(tmp_path, repo):
+    """Mixtral's 8 experts over TP 2, 4, 8 with expert parallelism; TP1 is built without it
+    (one device deals nothing out) and fits neither way on an H100 (93.4 GB of bf16)."""
+    recipe = RooflineRecipe(
+        str(repo / H100), str(repo / "profiles/models/mixtral-8x7b.json"), [], None, None, True
+    )
+    built = {d.label: d for d in roofline_deployments(recipe, [1, 2, 8], [BF16], tmp_path)}
+    assert list(built) == ["TP1 bf16", "TP2 bf16 EP", "TP8 bf16 EP"]
+    assert not built["TP1 bf16"].fits and "93.4 GB per device" in built["TP1 bf16"].reason
+    tp8 = built["TP8 bf16 EP"].profile.profile
+    assert "Expert parallelism over 8 devices" in tp8.provenance.notes
+    assert "--enable-expert-parallel" in tp8.provenance.command
+    assert tp8.target.sharding.weight_bytes_per_device == 93_405_585_408 // 8

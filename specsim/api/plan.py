@@ -224,13 +224,15 @@ def plan_capacity(
     draft_models: str | Sequence[str] | None = None,
     acceptance_from: str | None = None,
     draft_tp: int | None = None,
+    expert_parallel: bool = False,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
     and the replicas and cost ``target_rps`` needs. ``drafters`` as ``--drafter`` (default: the
     scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``);
     ``profiles``, ``tp`` (``"2,4,8"`` or ints), ``precision``, ``hardware``, ``target_model``,
-    ``draft_models``, ``acceptance_from`` and ``draft_tp`` as the deployment options.
+    ``draft_models``, ``acceptance_from``, ``draft_tp`` and ``expert_parallel`` as the
+    deployment options.
     Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
     with deployments also ``deployments`` and ``pareto``."""
     if tp is not None and not isinstance(tp, str):
@@ -257,6 +259,7 @@ def plan_capacity(
             _names(draft_models),
             acceptance_from,
             draft_tp,
+            expert_parallel,
         ),
     )
 

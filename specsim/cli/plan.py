@@ -265,6 +265,13 @@ def _deployment_options(parser: argparse.ArgumentParser) -> None:
         metavar="1",
         help="draft models on one device (default: sharded like the target, vLLM's default)",
     )
+    group.add_argument(
+        "--enable-expert-parallel",
+        "--ep",
+        dest="expert_parallel",
+        action="store_true",
+        help="a mixture of experts' experts dealt out whole over each TP above 1 (vLLM's flag)",
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -353,6 +360,7 @@ def _capacity(args: argparse.Namespace) -> int:
             args.draft_model,
             args.acceptance_from,
             args.draft_tp,
+            args.expert_parallel,
         ),
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))

@@ -146,6 +146,7 @@ class RooflineRecipe:
     drafters: list[str]  # --draft-model texts: NAME=CONFIG or ngram[:N]
     acceptance_from: str | None = None
     draft_tp: int | None = None  # None: each TP's own (vLLM's default)
+    expert_parallel: bool = False  # a mixture of experts' experts whole over TP > 1 devices
 
 
 def roofline_deployments(
@@ -167,9 +168,10 @@ def roofline_deployments(
         for precision in precisions:
             weights = None if precision.weights == hw.dtype else precision.weights
             kv = None if precision.kv_cache == hw.dtype else precision.kv_cache
-            label = f"TP{tp} {precision.label}"
+            ep = recipe.expert_parallel and tp > 1  # one device has nothing to deal out
+            label = f"TP{tp} {precision.label}" + (" EP" if ep else "")
             name = f"{Path(recipe.target).stem}-{Path(recipe.hardware).stem}-tp{tp}-"
-            name += precision.label.replace("/", "-") + "-roofline"
+            name += precision.label.replace("/", "-") + ("-ep" if ep else "") + "-roofline"
             draft_tp = None if recipe.draft_tp is None else min(recipe.draft_tp, tp)
             try:
                 profile = roofline_profile(
@@ -178,11 +180,12 @@ def roofline_deployments(
                     drafters=drafters,
                     name=name,
                     acceptance_path=recipe.acceptance_from,
-                    command=profile_command(recipe, tp, draft_tp, weights, kv, folder / name),
+                    command=profile_command(recipe, tp, draft_tp, weights, kv, folder / name, ep),
                     tp=tp,
                     draft_tp=draft_tp,
                     weights_dtype=weights,
                     kv_dtype=kv,
+                    expert_parallel=ep,
                 )
             except DoesNotFit as exc:
                 reason = exc.message + (f" ({exc.key})" if exc.key else "")
@@ -205,7 +208,9 @@ def write_built(deployments: list[Deployment]) -> None:
             write_text_atomic(d.profile.path, d.text)
 
 
-def profile_command(recipe: RooflineRecipe, tp, draft_tp, weights, kv, out: Path) -> str:
+def profile_command(
+    recipe: RooflineRecipe, tp, draft_tp, weights, kv, out: Path, ep: bool = False
+) -> str:
     """The ``specsim profile --roofline`` command that writes the same profile."""
     words = ["specsim", "profile", "--roofline", "--hardware", recipe.hardware]
     words += ["--target", recipe.target]
@@ -222,6 +227,8 @@ def profile_command(recipe: RooflineRecipe, tp, draft_tp, weights, kv, out: Path
         words += ["--weights-dtype", SHORT_NAMES.get(weights, weights)]
     if kv:
         words += ["--kv-dtype", SHORT_NAMES.get(kv, kv)]
+    if ep:
+        words.append("--enable-expert-parallel")
     return shlex.join(words)
 
 
@@ -281,12 +288,14 @@ def deployment_request(
     draft_models: list[str] | None,
     acceptance_from: str | None,
     draft_tp: int | None,
+    expert_parallel: bool = False,
 ) -> DeploymentRequest | None:
     """The deployments the options ask for (None: the scenario's profile only)."""
     sizes = parse_tp_values(tps) if tps is not None else (1,)
     formats = tuple(parse_precision(p) for text in (precisions or []) for p in text.split(","))
     roofline = {"--tp": tps, "--precision": precisions, "--draft-model": draft_models}
     roofline |= {"--acceptance-from": acceptance_from, "--draft-tp": draft_tp}
+    roofline["--enable-expert-parallel"] = expert_parallel or None
     asked = [option for option, value in roofline.items() if value is not None]
     if (asked or target_model) and not hardware:
         raise SpecsimError(
@@ -307,6 +316,11 @@ def deployment_request(
     recipe = None
     if hardware:
         recipe = RooflineRecipe(
-            hardware, target_model, list(draft_models or []), acceptance_from, draft_tp
+            hardware,
+            target_model,
+            list(draft_models or []),
+            acceptance_from,
+            draft_tp,
+            expert_parallel,
         )
     return DeploymentRequest(tuple(profiles or ()), recipe, sizes, formats)
