@@ -21,3 +21,6 @@ roofline h100-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_
   --tp 4
 roofline h200-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_llama3.2-1b_h200-fp8 \
   --weights-dtype fp8 --kv-dtype fp8
+# Eight H100s (TP8, bf16): the other side of plan capacity's TP4-against-TP8 question.
+roofline h100-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_llama3.2-1b_8xh100-tp8 \
+  --tp 8

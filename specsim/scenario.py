@@ -42,6 +42,7 @@ from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema
 from specsim.config import Name, StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.profile.schema import TREE_DRAFTS
+from specsim.profile.tp_scaling import TensorParallelScaling
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
 from specsim.tree import TreeShape
@@ -282,7 +283,14 @@ class Engine(StrictModel):
     tensor_parallel_size: TensorParallel | None = Field(
         default=None,
         description="devices one replica spans; must be the profile's "
-        "hardware.tensor_parallel_size (absent: whatever the profile describes)",
+        "hardware.tensor_parallel_size (absent: whatever the profile describes) unless "
+        "tensor_parallel_scaling is given",
+    )
+    tensor_parallel_scaling: TensorParallelScaling | None = Field(
+        default=None,
+        description="opt in: a roofline profile written for another TP is scaled to "
+        "tensor_parallel_size by the roofline's arithmetic over this link, and the run is "
+        "flagged as derived (measured and calibrated profiles are refused)",
     )
     padded_attention: bool = Field(
         default=False,

@@ -241,6 +241,8 @@ SCENARIO: dict[str, Any] = {
         "memory_utilisation": 0.9,
         "kv_capacity_tokens": 100000,
         "tensor_parallel_size": 2,  # the base profile's
+        # The profile's own TP, so nothing is scaled: present for the corpus to spoil.
+        "tensor_parallel_scaling": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-6},
         "padded_attention": False,
         "jitter": True,
     },

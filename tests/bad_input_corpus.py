@@ -291,6 +291,10 @@ STRING_OPTIONS = {
     "--bench": "folder",
     "--scenario": "file",
     "scenario": "file",
+    "--tp": "tp-list",  # plan capacity's (profile's --tp is a bounded number)
+    "--precision": "precision",
+    "--target-model": "model",
+    "--draft-model": "drafter",
 }
 
 
@@ -325,6 +329,8 @@ BAD_STRINGS = {
     "scrape-pair": ["", "x", "=x", "x=", "nosuch.json=metrics.txt"],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
+BAD_STRINGS["tp-list"] = ["", "x", "0", "-1", "2,,4", "4.5", "65", "99999999999", "nan"]
+BAD_STRINGS["precision"] = ["", "x", "fp9", "bf16/", "fp8/int4", "/fp8", "fp8,x"]
 BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
 # plan window's trees: malformed shapes, a chain (that is k), one past the size limits.
 BAD_STRINGS["plan-trees"] = [*BAD_STRINGS["tree"][:11], "1,1,1", "99999999999"]
@@ -465,6 +471,13 @@ def hand_cases() -> Iterator[Case]:
         (("scenario.yaml", dump(pools)),),
         (("scenario.yaml",), ("fleet",)),
     )
+    # A TP the (measured) profile does not describe, scaling asked for: refused, not scaled.
+    yield Case(
+        "scenario:tensor_parallel_scaling=measured-profile",
+        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (),
+        (("engine.tensor_parallel_scaling",),),
+    )
     # Targets the bounds refuse only with the scenario: one replica cannot run at the target's
     # load (rate x duration_s requests), or no fleet within MAX_REPLICAS reaches it.
     longer = ("--set", "workload.requests=null", "--set", "workload.duration_s=1000")
@@ -525,7 +538,13 @@ def hand_cases() -> Iterator[Case]:
     # engine runs, and a roofline deployment given to a measurement.
     yield Case(
         "scenario:engine.tensor_parallel_size=not-the-profile's",
-        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (
+            *sim,
+            "--set",
+            "engine.tensor_parallel_size=4",
+            "--set",
+            "engine.tensor_parallel_scaling=null",
+        ),
         (),
         (("engine.tensor_parallel_size",),),
     )

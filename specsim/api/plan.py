@@ -30,6 +30,7 @@ from specsim.planning import (
     window_report,
 )
 from specsim.planning import emit as engine_files
+from specsim.planning.capacity_deploy import DeploymentRequest, deployment_request, write_built
 from specsim.planning.cluster import ClusterTls
 from specsim.planning.common import check_loads, parse_k_values, parse_loads
 from specsim.planning.emit import EmitRequest
@@ -109,12 +110,16 @@ def capacity_run(
     out: str | Path,
     options: SweepOptions,
     emit: EmitRequest | None = None,
+    deployments: DeploymentRequest | None = None,
 ) -> Planned:
-    """``plan capacity``'s searches into ``out``, and its report."""
+    """``plan capacity``'s searches into ``out``, and its report; ``deployments``: the TP and
+    precision choices searched (None: the scenario's profile only)."""
+    built = None if deployments is None else deployments.build(Path(out))
     plan = capacity.prepare(
-        scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed
+        scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed, built
     )
-    engine_files.check_models(emit, [plan.profile])
+    engine_files.check_models(emit, [plan.profile, *(d.profile for d in built or [] if d.fits)])
+    write_built(plan.deployments)
     return _swept(plan, capacity, capacity_report, emit_choice.capacity_choice, out, options, emit)
 
 
@@ -233,12 +238,27 @@ def plan_capacity(
     progress: bool = True,
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
+    profiles: str | Sequence[str] | None = None,
+    tp: str | int | Iterable[int] | None = None,
+    precision: str | Sequence[str] | None = None,
+    hardware: str | None = None,
+    target_model: str | None = None,
+    draft_models: str | Sequence[str] | None = None,
+    acceptance_from: str | None = None,
+    draft_tp: int | None = None,
+    expert_parallel: bool = False,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
     and the replicas and cost ``target_rps`` needs. ``drafters`` as ``--drafter`` (default: the
-    scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``).
-    Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation)."""
+    scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``);
+    ``profiles``, ``tp`` (``"2,4,8"`` or ints), ``precision``, ``hardware``, ``target_model``,
+    ``draft_models``, ``acceptance_from``, ``draft_tp`` and ``expert_parallel`` as the
+    deployment options.
+    Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
+    with deployments also ``deployments`` and ``pareto``."""
+    if tp is not None and not isinstance(tp, str):
+        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
     return _run(
         capacity_run,
         scenario,
@@ -252,6 +272,17 @@ def plan_capacity(
         tolerance=tolerance,
         attainment=attainment,
         seed=seed,
+        deployments=deployment_request(
+            _names(profiles),
+            tp,
+            _names(precision),
+            hardware,
+            target_model,
+            _names(draft_models),
+            acceptance_from,
+            draft_tp,
+            expert_parallel,
+        ),
     )
 
 

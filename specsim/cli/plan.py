@@ -269,7 +269,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=8,
         help="with --disaggregated: the most replicas a layout holds (default 8)",
     )
+    _deployment_options(capacity)
     _common(capacity)
+
+
+def _deployment_options(parser: argparse.ArgumentParser) -> None:
+    """The tensor-parallel and precision choices ``plan capacity`` searches."""
+    group = parser.add_argument_group(
+        "deployments (TP x precision; default: the scenario's profile only)"
+    )
+    group.add_argument(
+        "--profile",
+        action="append",
+        default=None,
+        metavar="PROFILE.yaml",
+        help="a deployment given as a profile, with the TP and precision it describes (repeatable)",
+    )
+    group.add_argument(
+        "--tp",
+        default=None,
+        metavar="N[,N...]",
+        help="tensor-parallel sizes to build roofline deployments for, e.g. 2,4,8 (with "
+        "--hardware and --target-model; default 1)",
+    )
+    group.add_argument(
+        "--precision",
+        action="append",
+        default=None,
+        metavar="W[/KV]",
+        help="weight[/KV-cache] formats of the roofline deployments, e.g. bf16,fp8 or int4/fp8 "
+        "(the KV cache follows the weights where it can; default bf16)",
+    )
+    group.add_argument("--hardware", metavar="HW.yaml", help="hardware spec for the roofline")
+    group.add_argument(
+        "--target-model", metavar="CONFIG.json", help="the target's config.json for the roofline"
+    )
+    group.add_argument(
+        "--draft-model",
+        action="append",
+        default=None,
+        metavar="NAME=CONFIG|ngram",
+        help="a drafter of the roofline deployments (repeatable; as profile --drafter)",
+    )
+    group.add_argument(
+        "--acceptance-from",
+        metavar="FILE",
+        help="acceptance for the roofline deployments (an acceptance file or a profile)",
+    )
+    group.add_argument(
+        "--draft-tp",
+        type=Number(int, 1, 1),
+        default=None,
+        metavar="1",
+        help="draft models on one device (default: sharded like the target, vLLM's default)",
+    )
+    group.add_argument(
+        "--enable-expert-parallel",
+        "--ep",
+        dest="expert_parallel",
+        action="store_true",
+        help="a mixture of experts' experts dealt out whole over each TP above 1 (vLLM's flag)",
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -336,6 +396,7 @@ def _capacity(args: argparse.Namespace) -> int:
         return _disaggregated(args)
     from specsim.api.plan import capacity_run
     from specsim.planning import capacity_report
+    from specsim.planning.capacity_deploy import deployment_request
     from specsim.planning.common import parse_k_values
 
     emit = emit_request(args)
@@ -351,6 +412,17 @@ def _capacity(args: argparse.Namespace) -> int:
         args.out,
         sweep_options(args),
         emit,
+        deployment_request(
+            args.profile,
+            args.tp,
+            args.precision,
+            args.hardware,
+            args.target_model,
+            args.draft_model,
+            args.acceptance_from,
+            args.draft_tp,
+            args.expert_parallel,
+        ),
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))
 
@@ -358,7 +430,16 @@ def _capacity(args: argparse.Namespace) -> int:
 def _disaggregated(args: argparse.Namespace) -> int:
     from specsim.planning import disagg, disagg_report
 
-    for option, given in (("--drafter", args.drafter), ("--k", args.k), ("--emit", args.emit)):
+    refused = (
+        ("--drafter", args.drafter),
+        ("--k", args.k),
+        ("--emit", args.emit),
+        ("--profile", args.profile),
+        ("--tp", args.tp),
+        ("--precision", args.precision),
+        ("--hardware", args.hardware),
+    )
+    for option, given in refused:
         if given:
             raise SpecsimError(
                 f"{option} does not apply with --disaggregated (it sizes the scenario's own "

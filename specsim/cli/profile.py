@@ -197,6 +197,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "draft_tensor_parallel_size)",
     )
     roof.add_argument(
+        "--enable-expert-parallel",
+        "--ep",
+        dest="expert_parallel",
+        action="store_true",
+        help="deal a mixture of experts' experts out whole over the --tp devices (vLLM's "
+        "flag: EP = TP) instead of sharding each",
+    )
+    roof.add_argument(
         "--weights-dtype",
         choices=sorted(WEIGHT_FORMATS),
         help="weight format of the decoder layers (default: the hardware file's dtype)",
@@ -318,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
             ("--draft-tp", args.draft_tp is not None),
             ("--weights-dtype", args.weights_dtype is not None),
             ("--kv-dtype", args.kv_dtype is not None),
+            ("--enable-expert-parallel", args.expert_parallel),
         )
         if given
     ]
@@ -359,6 +368,7 @@ def _run_roofline(args, out: Path, name: str, drafters) -> int:
         draft_tp=args.draft_tp,
         weights_dtype=WEIGHT_FORMATS.get(args.weights_dtype),
         kv_dtype=KV_FORMATS.get(args.kv_dtype),
+        expert_parallel=args.expert_parallel,
     )
     write_profile(profile, out)
     _summarise(args, profile, out)

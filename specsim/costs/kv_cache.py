@@ -58,8 +58,9 @@ def check_tensor_parallel(profile: LoadedProfile, engine: Engine) -> None:
             f"{profile.path.name} describes replicas of {described} device(s)",
             file=str(profile.path),
             key="engine.tensor_parallel_size",
-            fix=f"set engine.tensor_parallel_size: {described}, or use a profile written "
-            f"for {stated} devices (specsim profile --roofline --tp {stated})",
+            fix=f"set engine.tensor_parallel_size: {described}, use a profile written "
+            f"for {stated} devices (specsim profile --roofline --tp {stated}), or scale a "
+            "roofline profile with engine.tensor_parallel_scaling (flagged as derived)",
         )
 
 

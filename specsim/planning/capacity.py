@@ -20,6 +20,8 @@ from typing import Any
 from specsim.bounds import MAX_REPLICAS
 from specsim.comparison import Change, compare, regressions_json
 from specsim.errors import SpecsimError
+from specsim.planning.capacity_deploy import Deployment
+from specsim.planning.capacity_pareto import deployment_rows, pareto_points
 from specsim.planning.common import (
     answerable_k,
     check_k_values,
@@ -35,6 +37,7 @@ from specsim.planning.search import Bisection
 from specsim.planning.sweep import PointResult, Sweeper
 
 MAX_EXTRA_REPLICAS = 3
+MAX_RECHECKS = 2  # other deployments' choices confirmed when the first check needed more
 RANGE_FACTOR = 1024.0
 OFF = "speculation off"  # the search looks between start / 1024 and start * 1024
 
@@ -45,16 +48,36 @@ class Candidate:
     drafter: str | None
     k: int
     policy: str = "fixed"
+    deployment: Deployment | None = None  # None: the scenario's own profile
 
     def overrides(self) -> list[str]:
+        placed = self.deployment.overrides() if self.deployment is not None else []
         if self.drafter is None:
             # No drafter at all: its weights would otherwise take KV-cache memory.
-            return ["speculation.drafter=null", "speculation.k=0", "speculation.policy=fixed"]
+            return [
+                *placed,
+                "speculation.drafter=null",
+                "speculation.k=0",
+                "speculation.policy=fixed",
+            ]
         return [
+            *placed,
             f"speculation.drafter={self.drafter}",
             f"speculation.k={self.k}",
             f"speculation.policy={self.policy}",
         ]
+
+    @property
+    def tp(self) -> int:
+        return 1 if self.deployment is None else self.deployment.tp
+
+    @property
+    def devices(self) -> int:
+        """Devices one replica of this candidate takes (what its price pays for)."""
+        return 1 if self.deployment is None else self.deployment.devices
+
+    def profile(self, plan: CapacityPlan):
+        return plan.profile if self.deployment is None else self.deployment.profile
 
 
 @dataclass
@@ -69,9 +92,13 @@ class CapacityPlan:
     attainment: float
     seed: int
     scale: ArrivalScale
+    # Searched over several deployments (TP, precision); empty: the scenario's profile only.
+    deployments: list[Deployment] = field(default_factory=list)
+    # (candidate label, why its weights leave no KV cache) for candidates left out.
+    unfit: list[tuple[str, str]] = field(default_factory=list)
 
     def identity(self) -> dict[str, Any]:
-        return {
+        identity = {
             "command": "plan capacity",
             **scenario_identity(self.scenario_path, self.base_overrides),
             "target_rps": self.target_rps,
@@ -80,6 +107,9 @@ class CapacityPlan:
             "attainment": self.attainment,
             "seed": self.seed,
         }
+        if self.deployments:
+            identity["deployments"] = [d.identity() for d in self.deployments]
+        return identity
 
     def point(self, candidate: Candidate, knob: float, extra: Sequence[str] = ()) -> SweepPoint:
         """A simulation of ``candidate`` at load ``knob`` (an arrival rate or a trace speed)."""
@@ -102,6 +132,7 @@ def prepare(
     tolerance: float,
     attainment: float,
     seed: int | None,
+    deployments: list[Deployment] | None = None,
 ) -> CapacityPlan:
     from specsim.profile import load_profile
     from specsim.scenario import load_scenario
@@ -148,17 +179,28 @@ def prepare(
     profile = load_profile(scenario.resolve(scenario.profile))
     spec = scenario.speculation
     drafters = drafters or ([spec.drafter] if spec.drafter else [])
-    candidates = [Candidate(OFF, None, 0)]
-    for drafter in drafters:
-        profile.drafter(drafter)
-        settings = spec.model_copy(update={"drafter": drafter})
-        limit = answerable_k(profile, settings)
-        chosen = ks if ks is not None else list(range(1, min(8, limit) + 1))
-        check_k_values(chosen, limit, drafter, profile.path)
-        for k in [k for k in chosen if k > 0]:
-            candidates.append(Candidate(f"{drafter} k={k}", drafter, k))
-        if chosen and max(chosen) > 0:
-            candidates.append(Candidate(f"{drafter} adaptive", drafter, max(chosen), "adaptive"))
+    unfit: list[tuple[str, str]] = []
+    if not deployments:
+        candidates = speculation_candidates(profile, spec, drafters, ks)
+    else:
+        candidates = []
+        for deployment in (d for d in deployments if d.fits):
+            for candidate in speculation_candidates(
+                deployment.profile, spec, drafters, ks, deployment
+            ):
+                reason = memory_misfit(candidate, scenario)
+                if reason is None:
+                    candidates.append(candidate)
+                else:
+                    unfit.append((candidate.label, reason))
+        if not candidates:
+            reasons = [(d.label, d.reason) for d in deployments if not d.fits] + unfit
+            raise SpecsimError(
+                "no deployment fits: " + "; ".join(f"{label}: {why}" for label, why in reasons),
+                key="--tp",
+                fix="give more devices per replica (--tp), smaller formats (--precision) or a "
+                "device with more memory",
+            )
     scale = ArrivalScale.for_scenario(scenario, axis)
     seed = scenario.seed if seed is None else seed
     check_target(scenario_path, overrides, scale, target_rps, seed)
@@ -173,7 +215,44 @@ def prepare(
         attainment=attainment,
         seed=seed,
         scale=scale,
+        deployments=list(deployments or []),
+        unfit=unfit,
     )
+
+
+def speculation_candidates(
+    profile, spec, drafters: list[str], ks: list[int] | None, deployment: Deployment | None = None
+) -> list[Candidate]:
+    """Speculation off, each drafter's k values and its adaptive policy, on one profile."""
+    prefix = "" if deployment is None else f"{deployment.label}, "
+    candidates = [Candidate(prefix + OFF, None, 0, deployment=deployment)]
+    for drafter in drafters:
+        profile.drafter(drafter)
+        settings = spec.model_copy(update={"drafter": drafter})
+        limit = answerable_k(profile, settings)
+        chosen = ks if ks is not None else list(range(1, min(8, limit) + 1))
+        check_k_values(chosen, limit, drafter, profile.path)
+        for k in [k for k in chosen if k > 0]:
+            label = f"{prefix}{drafter} k={k}"
+            candidates.append(Candidate(label, drafter, k, "fixed", deployment))
+        if chosen and max(chosen) > 0:
+            label = f"{prefix}{drafter} adaptive"
+            candidates.append(Candidate(label, drafter, max(chosen), "adaptive", deployment))
+    return candidates
+
+
+def memory_misfit(candidate: Candidate, scenario) -> str | None:
+    """Why ``candidate``'s weights leave no KV cache on its deployment's devices (None: they
+    leave one)."""
+    from specsim.costs import kv_capacity_tokens
+
+    engine = scenario.engine.model_copy(update={"tensor_parallel_size": candidate.tp})
+    profile = candidate.deployment.profile
+    try:
+        kv_capacity_tokens(profile, candidate.drafter, candidate.drafter is not None, engine)
+    except SpecsimError as exc:
+        return exc.message
+    return None
 
 
 def check_target(
@@ -229,6 +308,8 @@ class CandidateResult:
     probes: list[tuple[float, bool]] = field(default_factory=list)
     # (rate, share of requests meeting the SLO) for every probe, sorted by rate.
     attainment_curve: list[tuple[float, float | None]] = field(default_factory=list)
+    # (rate, summary) of every probe that met the SLO, sorted by rate: the Pareto points.
+    sustained: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def capacity(self) -> float | None:
@@ -289,6 +370,14 @@ def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResul
             for (label, knob), summary in summaries.items()
             if label == entry.candidate.label
         )
+        entry.sustained = sorted(
+            (
+                (plan.scale.rate(knob), summary)
+                for (label, knob), summary in summaries.items()
+                if label == entry.candidate.label and attains_slo(summary, plan.attainment)
+            ),
+            key=lambda item: item[0],
+        )
         if entry.search.estimate is not None:
             entry.at_capacity = summaries.get((entry.candidate.label, entry.search.estimate))
         _price(plan, entry)
@@ -303,10 +392,17 @@ def tokens_per_request(summary: dict[str, Any] | None) -> float | None:
     return throughput * duration / requests
 
 
+def replica_price(plan: CapacityPlan, candidate: Candidate) -> float:
+    """A replica's price per hour: its deployment's, else the profile's (tp x the device's)."""
+    if candidate.deployment is not None:
+        return candidate.deployment.replica_price
+    return plan.profile.profile.hardware.price_per_hour_usd
+
+
 def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
     if not entry.capacity:
         return
-    price = plan.profile.profile.hardware.price_per_hour_usd
+    price = replica_price(plan, entry.candidate)
     entry.replicas = math.ceil(plan.target_rps / entry.capacity - 1e-9)
     entry.cost_per_hour = entry.replicas * price
     per_request = tokens_per_request(entry.at_capacity)
@@ -316,12 +412,30 @@ def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
 
 
 def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
-    """Fewest replicas, then the highest per-replica capacity, then the simpler candidate."""
+    """The cheapest fleet, then the fewest replicas, the highest capacity per device and the
+    simpler candidate. On one deployment every replica costs the same, so cheapest is fewest."""
     order = {id(r): i for i, r in enumerate(results)}
     usable = [r for r in results if r.replicas is not None]
     if not usable:
         return None
-    return min(usable, key=lambda r: (r.replicas, -r.capacity, order[id(r)]))
+    return min(
+        usable,
+        key=lambda r: (
+            r.cost_per_hour,
+            r.replicas,
+            -r.capacity / r.candidate.devices,
+            order[id(r)],
+        ),
+    )
+
+
+def off_result(results: list[CandidateResult], candidate: Candidate) -> CandidateResult:
+    """Speculation off on ``candidate``'s deployment."""
+    return next(
+        r
+        for r in results
+        if r.candidate.drafter is None and r.candidate.deployment is candidate.deployment
+    )
 
 
 def fleet_point(plan: CapacityPlan, chosen: CandidateResult, replicas: int) -> SweepPoint:
@@ -357,8 +471,10 @@ def baseline_fleet(
     """Speculation off on the replicas its capacity calls for, at the target rate: what the
     chosen speculative candidate's fleet is compared with, metric by metric (None when the
     choice is speculation off, or speculation off sustains no rate)."""
-    off = next(r for r in results if r.candidate.drafter is None)
-    if chosen is None or chosen is off or off.replicas is None:
+    if chosen is None:
+        return None
+    off = off_result(results, chosen.candidate)
+    if chosen is off or off.replicas is None:
         return None
     (result,) = sweeper.run([fleet_point(plan, off, off.replicas)], desc="speculation-off fleet")
     return off.replicas, result
@@ -366,10 +482,51 @@ def baseline_fleet(
 
 def run(plan: CapacityPlan, sweeper: Sweeper) -> dict[str, Any]:
     results = find_capacities(plan, sweeper)
-    chosen = choose_candidate(results)
-    fleet = confirm(plan, chosen, sweeper) if chosen is not None else []
+    chosen, fleet, rechecked = cheapest_confirmed(plan, results, sweeper)
     baseline = baseline_fleet(plan, results, chosen, sweeper)
-    return {"candidates": results, "chosen": chosen, "fleet": fleet, "baseline_fleet": baseline}
+    return {
+        "candidates": results,
+        "chosen": chosen,
+        "fleet": fleet,
+        "baseline_fleet": baseline,
+        "rechecked": rechecked,
+    }
+
+
+def confirmed_cost(plan: CapacityPlan, entry: CandidateResult, fleet) -> float | None:
+    """What the fleet check's last fleet costs per hour, if it met the SLO."""
+    if not fleet or not (fleet[-1][1].ok and attains_slo(fleet[-1][1].summary, plan.attainment)):
+        return None
+    return fleet[-1][0] * replica_price(plan, entry.candidate)
+
+
+def cheapest_confirmed(plan: CapacityPlan, results: list[CandidateResult], sweeper: Sweeper):
+    """The chosen candidate and its fleet check. Over deployments, a check that needed more
+    replicas may cost more than another deployment's plan: that deployment's own choice is
+    checked too while its planned cost is below the cheapest confirmed one (up to
+    ``MAX_RECHECKS``), and the cheapest confirmed fleet wins (ties: the first checked).
+    Returns (chosen, its fleet runs, [(other candidate, its fleet runs)] checked too)."""
+    chosen = choose_candidate(results)
+    if chosen is None:
+        return None, [], []
+    checked = [(chosen, confirm(plan, chosen, sweeper))]
+    if not plan.deployments:
+        return chosen, checked[0][1], []
+    tried = {chosen.candidate.deployment.label}
+    for _ in range(MAX_RECHECKS):
+        costs = [confirmed_cost(plan, e, f) for e, f in checked]
+        best = min((c for c in costs if c is not None), default=math.inf)
+        others = [r for r in results if r.candidate.deployment.label not in tried]
+        candidate = choose_candidate(others)
+        if candidate is None or candidate.cost_per_hour >= best:
+            break
+        tried.add(candidate.candidate.deployment.label)
+        checked.append((candidate, confirm(plan, candidate, sweeper)))
+    costs = [confirmed_cost(plan, e, f) for e, f in checked]
+    confirmed = [i for i, c in enumerate(costs) if c is not None]
+    pick = min(confirmed, key=lambda i: (costs[i], i)) if confirmed else 0
+    entry, fleet = checked[pick]
+    return entry, fleet, [pair for i, pair in enumerate(checked) if i != pick]
 
 
 def fleet_changes(outcome: dict[str, Any]) -> list[Change] | None:
@@ -382,11 +539,11 @@ def fleet_changes(outcome: dict[str, Any]) -> list[Change] | None:
 
 def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
     chosen: CandidateResult | None = outcome["chosen"]
-    off = next(r for r in outcome["candidates"] if r.candidate.drafter is None)
+    off = off_result(outcome["candidates"], (chosen or outcome["candidates"][0]).candidate)
     fleet = outcome["fleet"]
     final = fleet[-1] if fleet else None
     fleet_ok = bool(final and final[1].ok and attains_slo(final[1].summary, plan.attainment))
-    return {
+    summary = {
         "command": "plan capacity",
         "scenario": plan.scenario_path,
         "target_rps": plan.target_rps,
@@ -418,7 +575,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             "replicas_without_speculation": off.replicas,
             "cost_usd_per_hour": None
             if not fleet_ok
-            else final[0] * plan.profile.profile.hardware.price_per_hour_usd,
+            else final[0] * replica_price(plan, chosen.candidate),
             "fleet_meets_slo": fleet_ok,
             "fleet": _fleet_figures(final[1].summary) if final and final[1].ok else None,
             **_against_off(plan, outcome),
@@ -428,6 +585,38 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
         ],
     }
+    if plan.deployments:
+        _with_deployments(plan, outcome, summary)
+    return summary
+
+
+def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict) -> None:
+    """The deployment search's parts of the summary: each candidate's TP and devices, each
+    deployment's fit and cheapest fleet, the Pareto points and the chosen deployment."""
+    for item, r in zip(summary["candidates"], outcome["candidates"], strict=True):
+        item["deployment"] = r.candidate.deployment.label
+        item["tensor_parallel_size"] = r.candidate.tp
+        item["devices"] = None if r.replicas is None else r.replicas * r.candidate.devices
+    summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
+    summary["not_fitting"] = [{"candidate": c, "reason": why} for c, why in plan.unfit]
+    summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
+    summary["fleet_checked_too"] = [
+        {
+            "candidate": entry.candidate.label,
+            "planned_replicas": entry.replicas,
+            "replicas": fleet[-1][0] if fleet else None,
+            "cost_usd_per_hour": confirmed_cost(plan, entry, fleet),
+            "meets_slo": confirmed_cost(plan, entry, fleet) is not None,
+        }
+        for entry, fleet in outcome["rechecked"]
+    ]
+    rec, chosen = summary["recommendation"], outcome["chosen"]
+    if rec is not None:
+        rec["deployment"] = chosen.candidate.deployment.label
+        rec["tensor_parallel_size"] = chosen.candidate.tp
+        rec["devices"] = (
+            None if rec["replicas"] is None else rec["replicas"] * chosen.candidate.devices
+        )
 
 
 def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:

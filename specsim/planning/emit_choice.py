@@ -174,7 +174,7 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         text += "share of the target)" if name == "share" else "capacity)"
         loads.append(PlannedLoad(f"{name}-{rate:.4g}", text, rate, None, requests))
     common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path, "loads": loads}
-    common.update(command="plan capacity", profile=plan.profile)
+    common.update(command="plan capacity", profile=chosen.candidate.profile(plan))
     candidate = chosen.candidate
     fleet_text = f"{plural(replicas, 'replica')} for {plan.target_rps:g} req/s"
     if candidate.drafter is None:
@@ -185,7 +185,9 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     static = [
         r
         for r in outcome["candidates"]
-        if r.candidate.drafter == candidate.drafter and r.candidate.policy != "adaptive"
+        if r.candidate.drafter == candidate.drafter
+        and r.candidate.policy != "adaptive"
+        and r.candidate.deployment is candidate.deployment  # the same TP and precision
     ]
     stand_in = choose_candidate(static)
     note = (

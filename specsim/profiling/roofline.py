@@ -23,6 +23,7 @@ term; the profile's hardware block then describes one device's memory and the re
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pydantic import Field
@@ -34,11 +35,15 @@ from specsim.fileio import read_yaml
 from specsim.profile.schema import Hardware, Latency, LatencyFit
 from specsim.profiling.flops import ModelShape, load_shape
 from specsim.profiling.parallel import (
+    DoesNotFit,
     Layout,
     Link,
     allreduce_terms,
+    check_expert_parallel,
     check_split,
     device_kv_bytes_per_token,
+    device_weight_bytes,
+    expert_exchange_terms,
     quantised_flops_per_token,
     weight_bytes,
 )
@@ -132,7 +137,7 @@ def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = No
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
     peak = hw.peak_flops * hw.efficiency.mfu
-    memory_s = weight_bytes(shape, layout, dtype_bytes) / layout.tp / bandwidth
+    memory_s = device_weight_bytes(shape, layout, dtype_bytes) / bandwidth
     per_token_s = matmul_s_per_token(shape, hw, layout) / layout.tp
     allreduce_token_s, allreduce_pass_s = allreduce_terms(shape, layout)
     slope = per_token_s + allreduce_token_s
@@ -199,12 +204,12 @@ def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source
     """The weights one device holds (each model's shard, or the whole of a TP-1 drafter) must
     fit in its memory with room left for a KV cache."""
     dtype_bytes = DTYPE_BYTES[hw.dtype]
-    weights = sum(weight_bytes(s, lay, dtype_bytes) / lay.tp for s, lay in shapes)
+    weights = sum(device_weight_bytes(s, lay, dtype_bytes) for s, lay in shapes)
     usable = hw.memory_bytes * hw.efficiency.memory_utilization
     if weights >= usable:
         names = " + ".join(s.name for s, _ in shapes)
         tp = shapes[0][1].tp
-        raise SpecsimError(
+        raise DoesNotFit(
             f"weights of {names} ({weights / 1e9:.1f} GB per device) do not fit in "
             f"{usable / 1e9:.1f} GB usable on {hw.name}",
             file=source,
@@ -226,7 +231,7 @@ def deployed_spec(
     if replica_tp > 1:
         spec["sharding"] = {
             "tensor_parallel_size": layout.tp,
-            "weight_bytes_per_device": round(spec["weight_bytes"] / layout.tp),
+            "weight_bytes_per_device": device_weight_bytes(shape, layout, dtype_bytes),
             "kv_bytes_per_token_per_device": device_kv_bytes_per_token(shape, layout, dtype_bytes),
         }
     if layout.weights is not None or layout.kv_cache is not None:
@@ -252,6 +257,7 @@ def roofline_profile(
     draft_tp: int | None = None,
     weights_dtype: str | None = None,
     kv_dtype: str | None = None,
+    expert_parallel: bool = False,
 ):
     """A complete roofline profile (validated ``Profile``) for a target and its drafters.
 
@@ -260,6 +266,8 @@ def roofline_profile(
     profile: acceptance does not depend on the hardware) and must name the given drafters.
     A replica spans ``tp`` devices; draft models span ``draft_tp`` (1 or ``tp``; default
     ``tp``, vLLM's default). The formats apply to the target and the draft models alike.
+    ``expert_parallel``: a mixture of experts' experts dealt out whole over the ``tp`` devices
+    (``specsim.profiling.parallel``).
     """
     hw = load_hardware(hardware_path)
     draft_tp = tp if draft_tp is None else draft_tp
@@ -271,8 +279,10 @@ def roofline_profile(
             fix=f"give 1 or {tp} (vLLM's draft_tensor_parallel_size can only be 1 or the target's)",
         )
     layout = hw.layout(tp, weights_dtype, kv_dtype, str(hardware_path))
+    layout = dataclasses.replace(layout, expert_parallel=expert_parallel)
     draft_layout = layout.with_tp(draft_tp)
     target = load_shape(target_path)
+    check_expert_parallel(target, layout, "command line")
     model_drafters = {d.name: load_shape(d.spec) for d in drafters if not d.is_ngram}
     for shape, lay in [(target, layout), *((s, draft_layout) for s in model_drafters.values())]:
         check_split(shape, lay.tp, "command line")
@@ -294,6 +304,8 @@ def roofline_profile(
     notes = [efficiency_note(hw, tp)]
     if tp > 1 or weights_dtype is not None or kv_dtype is not None:
         notes.append(deployment_note(target, hw, layout, draft_tp if model_drafters else None))
+    if layout.ep_size(target) > 1:
+        notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
     if any(d.is_ngram for d in drafters):
         notes.append(
@@ -376,6 +388,22 @@ def deployment_note(
             "the formats apply to the draft models too."
         )
     return " ".join(parts)
+
+
+def expert_parallel_note(target: ModelShape, hw: HardwareSpec, layout: Layout) -> str:
+    """What expert parallelism changes: the experts per device and the MoE layers' traffic."""
+    ep = layout.ep_size(target)
+    token_s, pass_s = expert_exchange_terms(target, layout)
+    return (
+        f"Expert parallelism over {ep} devices (vLLM's --enable-expert-parallel, EP = TP x DP "
+        f"with DP 1): up to {-(-target.num_experts // ep)} of the {target.num_experts} experts "
+        "whole on each device, attention tensor parallel; each of the "
+        f"{target.moe_layers} MoE layers replaces its MLP all-reduce with an all-to-all "
+        f"dispatch and combine of the tokens' {target.experts_per_token} expert copies (each "
+        f"device sending its 1/{ep} of the tokens, (p - 1)/p of the copies off-device) and an "
+        f"all-gather of the outputs over {layout.link_name}: {pass_s * 1e6:.3g} us per pass "
+        f"plus {token_s * 1e9:.3g} ns per token per MoE layer (stated model, not measured)."
+    )
 
 
 def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:

@@ -19,6 +19,7 @@ from specsim.costs import StepCosts, kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
 from specsim.profile import LoadedProfile, Profile, load_profile
+from specsim.profile.tp_scaling import scale_profile, scaled_note
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
@@ -172,6 +173,17 @@ def cached_profile(path: Path) -> LoadedProfile:
     return LoadedProfile(parsed, path)
 
 
+def tensor_parallel_profile(scenario: Scenario, profile: LoadedProfile) -> LoadedProfile:
+    """The profile, or with ``engine.tensor_parallel_scaling`` its roofline scaled to the
+    scenario's ``engine.tensor_parallel_size`` (flagged in its provenance and the summary)."""
+    engine = scenario.engine
+    tp = engine.tensor_parallel_size
+    if engine.tensor_parallel_scaling is None or tp in (None, profile.profile.hardware.devices):
+        return profile
+    scaled = scale_profile(profile.profile, tp, engine.tensor_parallel_scaling, str(profile.path))
+    return LoadedProfile(scaled, profile.path)
+
+
 def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> Jitter | None:
     profile = setup.costs.profile.profile
     if profile.jitter is None or not scenario.engine.jitter:
@@ -204,6 +216,7 @@ def run_simulation(
     fast = default_fast_path() if fast_path is None else fast_path
     if profile is None:
         profile = cached_profile(scenario.resolve(scenario.profile))
+    profile = tensor_parallel_profile(scenario, profile)
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
     streams = np.random.SeedSequence(scenario.seed).spawn(5)
     arrivals_rng, lengths_rng, routing_rng = (
@@ -381,6 +394,9 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
     summary["lossy"] = lossy
     summary["lossy_note"] = LOSSY_NOTE if lossy else None
     summary["pools"] = pool_summaries
+    derived = scaled_note(profile.profile)
+    if derived is not None:  # only then: other summaries keep their keys
+        summary["profile_derived"] = derived
     return summary
 
 
