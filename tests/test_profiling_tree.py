@@ -285,6 +285,8 @@ BAD_TREE_ENTRIES = [
     ({"mean_acceptance_length": 2.5}, "mean_acceptance_length 2.5 but accepted_length gives"),
     ({"tree": [[0], [0, 1]]}, "skips rank 0"),
     ({"drafter": "other"}, "tree_acceptance names drafter 'other'"),
+    ({"monte_carlo": {"seed": 0, "samples": 64, "standard_error": -0.1}}, "standard_error"),
+    ({"monte_carlo": {"seed": 0, "samples": 0, "standard_error": 0.1}}, "samples"),
 ]
 
 
