@@ -408,3 +408,26 @@ def test_profile_tree_from_the_command_line(tmp_path):
         for verifier, drafts in [("rejection", "iid"), ("rejection", "without-replacement")]
         for shape in ("2,1", "1,1")
     }
+
+
+def test_tree_acceptance_alone_through_the_public_api():
+    from specsim.profiling.measure import MeasureOptions, measure_tree_acceptance
+    from specsim.profiling.specs import parse_drafters
+
+    options = MeasureOptions(
+        target=model_spec("specsim-target"),
+        drafters=parse_drafters([f"small={model_spec('specsim-draft-tiny')}"]),
+        name="trees",
+        prompts=prompts_path(),
+        max_prompts=2,
+        max_new_tokens=8,
+        trees=[TreeShape.parse("4,1")],
+        tree_drafts=["without-replacement"],
+    )
+    (entry,) = measure_tree_acceptance(options)
+    assert (entry["verifier"], entry["drafts"], entry["temperature"]) == (
+        "rejection",
+        "without-replacement",
+        1.0,
+    )
+    assert entry["monte_carlo"]["seed"] == 0  # the root's fourth child is estimated
