@@ -548,7 +548,7 @@ class TreeMonteCarlo(StrictModel):
     """How a tree entry's estimated scores were drawn (``profiling.tree_without_replacement``)."""
 
     seed: Seed = Field(description="the estimate's generator seed")
-    samples: Annotated[int, Field(ge=1)] = Field(
+    samples: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
         description="sibling histories drawn per scored position"
     )
     standard_error: Annotated[float, Field(ge=0, le=MAX_K)] = Field(
