@@ -88,8 +88,7 @@ class WithoutReplacement:
 
     def rejection_weights(self, h: Histories) -> torch.Tensor:
         """``[..., V]``: P(the next sibling is drawn as a and rejected | the history)."""
-        shape = (self.p.shape[0],) + (1,) * (h.theta.dim() - 1) + (self.p.shape[1],)
-        p, q = self.p.view(shape), self.q.view(shape)
+        p, q = self.p.view(self._shape(h)), self.q.view(self._shape(h))
         p_j = (p - h.theta.unsqueeze(-1) * q).clamp(min=0) / h.mass.clamp_min(TINY).unsqueeze(-1)
         q_j = q / h.rest.clamp_min(TINY).unsqueeze(-1)
         return torch.where(h.removed, 0.0, (q_j - p_j).clamp(min=0))
@@ -113,6 +112,7 @@ class WithoutReplacement:
         return torch.where(h.reach > 0, h.reach * total, 0.0)
 
     def _shape(self, h: Histories) -> tuple[int, ...]:
+        """``[L, 1, ..., V]``: p and q broadcast against the histories' batch."""
         return (self.p.shape[0],) + (1,) * (h.theta.dim() - 1) + (self.p.shape[1],)
 
     def accept_here(self, h: Histories) -> torch.Tensor:
