@@ -195,6 +195,7 @@ PROFILE: dict[str, Any] = {
             "source": "measured",
             "derived_from": "hand-written",
             "tokens_scored": 100,
+            "monte_carlo": {"seed": 0, "samples": 64, "standard_error": 0.001},
         }
     ],
 }

@@ -1,5 +1,6 @@
-"""A tree step's cost, worked by hand for a small shape, and a chain-shaped tree costing what the
-chain costs, bit for bit (``specsim.costs.tree``)."""
+"""A tree step's cost, worked by hand for small shapes (a draft model; decoding heads with a fixed
+pass and with a fit, one pass per depth), and a chain-shaped tree costing what the chain costs,
+bit for bit, where the chain's model is the tree's (``specsim.costs.tree``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from specsim.tree import TreeShape
 # Round coefficients: fixed, per sequence, per token (knee 0), per KV token, per pair.
 TARGET_FIT = [0.01, 1e-3, 1e-4, 1e-6, 1e-7]
 DRAFT_FIT = [2e-3, 1e-4, 1e-5, 1e-7, 1e-8]
+HEADS_FIT = [5e-4, 2e-5, 3e-6, 1e-8, 1e-9]
 
 
 def _fit(c):
@@ -46,6 +48,7 @@ def tree_profile_data(extra: dict | None = None) -> dict:
         "drafters": {
             "small": _spec("draft_model", DRAFT_FIT, 1e8, 1e5),
             "heads": {**_spec("heads", None, 5e7, 0.0), "draft_step_s": 3e-4},
+            "eagle": _spec("heads", HEADS_FIT, 4e7, 2e4),
             "ngram": {"kind": "ngram", "draft_step_s": 1e-4},
         },
         "overhead": {"per_step_s": 1e-4},
@@ -100,13 +103,41 @@ def test_tree_step_seconds_and_flops_by_hand(profile):
     assert costs.target_flops(10.0, 772.0) == pytest.approx(1e9 * 10 + 1e6 * 772, rel=1e-12)
     draft_flops = 1e8 * 2 + 1e5 * 152 + 1e8 * 4 + 1e5 * 308
     assert costs.draft_flops(2, 2, 150.0) == pytest.approx(draft_flops, rel=1e-12)
-    # Decoding heads: one pass per step (draft_step_s) and their FLOPs for each of the 4 nodes.
+
+
+def test_decoding_heads_run_one_pass_per_depth_by_hand(profile):
+    # Heads with only draft_step_s: one fixed pass per depth (2), FLOPs per fed token: the
+    # root (2 rows) then the two depth-1 nodes per row (4 tokens); no attention FLOPs given.
     heads = StepCosts(profile, "heads", TREE)
-    assert heads.draft_s(2, 2, 150.0) == 3e-4
-    assert heads.draft_flops(2, 2, 150.0) == pytest.approx(5e7 * 2 * 4, rel=1e-12)
+    assert heads.draft_s(2, 2, 150.0) == pytest.approx(2 * 3e-4, rel=1e-12)
+    assert heads.draft_flops(2, 2, 150.0) == pytest.approx(5e7 * (2 + 4), rel=1e-12)
+    # Heads with a fit: each depth's pass priced by it, as the draft model's passes above.
+    eagle = StepCosts(profile, "eagle", TREE)
+    pass0 = 5e-4 + 2 * 2e-5 + 2 * 3e-6 + 150 * 1e-8 + 152 * 1e-9
+    pass1 = 5e-4 + 2 * 2e-5 + 4 * 3e-6 + 152 * 1e-8 + 308 * 1e-9
+    assert eagle.draft_s(2, 2, 150.0) == pytest.approx(pass0 + pass1, rel=1e-12)
+    flops = 4e7 * 2 + 2e4 * 152 + 4e7 * 4 + 2e4 * 308
+    assert eagle.draft_flops(2, 2, 150.0) == pytest.approx(flops, rel=1e-12)
+    # Three depths of 1, 3 and 9 nodes (3,3,1): passes over the root, then 3 and 9 nodes per
+    # row; one row with 40 cached tokens. Pass 2 reads 40 + 4 fed tokens; its 9 nodes attend
+    # to the context, two ancestors, the root and themselves: 9 x 40 + 9 x 3 pairs.
+    wide = StepCosts(profile, "eagle", TreeShape.parse("3,3,1"))
+    passes = [(1, 40, 40 + 1), (3, 41, 3 * 40 + 3 * 2), (9, 44, 9 * 40 + 9 * 3)]
+    seconds = sum(5e-4 + 2e-5 + t * 3e-6 + kv * 1e-8 + pairs * 1e-9 for t, kv, pairs in passes)
+    assert wide.draft_s(1, 3, 40.0) == pytest.approx(seconds, rel=1e-12)
 
 
-@pytest.mark.parametrize("drafter", ["small", "heads"])
+def test_only_the_nodes_that_have_children_are_fed_to_the_drafter(profile):
+    # (0), (1), (2), (0,0), (1,0), (0,0,0), (0,0,1): at depth 1 nodes (0) and (1) expand, (2)
+    # does not; at depth 2 only (0,0). One row, 100 cached tokens: passes of 1, 2, 1 tokens.
+    lopsided = TreeShape.parse("[[0], [1], [2], [0, 0], [1, 0], [0, 0, 0], [0, 0, 1]]")
+    costs = StepCosts(profile, "small", lopsided)
+    passes = [(1, 100, 101), (2, 101, 2 * 100 + 2 * 2), (1, 103, 100 + 3)]
+    seconds = sum(2e-3 + 1e-4 + t * 1e-5 + kv * 1e-7 + pairs * 1e-8 for t, kv, pairs in passes)
+    assert costs.draft_s(1, 3, 100.0) == pytest.approx(seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("drafter", ["small", "heads", "eagle"])
 @pytest.mark.parametrize("k", [1, 3, 7])
 def test_a_chain_shaped_tree_costs_the_chain_bit_for_bit(profile, drafter, k):
     chain = StepCosts(profile, drafter)
@@ -115,8 +146,15 @@ def test_a_chain_shaped_tree_costs_the_chain_bit_for_bit(profile, drafter, k):
     rng = np.random.default_rng(3)
     for batch in (1, 5, 64):
         kv = float(rng.integers(1, 4000, size=batch).sum())
-        assert tree.draft_s(batch, k, kv) == chain.draft_s(batch, k, kv)
-        assert tree.draft_flops(batch, k, kv) == chain.draft_flops(batch, k, kv)
+        if drafter == "small" or k == 1:
+            assert tree.draft_s(batch, k, kv) == chain.draft_s(batch, k, kv)
+        elif drafter == "heads":
+            # A chain of heads is one pass per step; the tree, one per depth (the note says why).
+            assert tree.draft_s(batch, k, kv) == k * chain.draft_s(batch, k, kv)
+        if drafter != "eagle":
+            # Per fed token (k of them) is per drafted position; the chain of heads counts no
+            # attention FLOPs, the tree's passes do (eagle's 2e4 per pair).
+            assert tree.draft_flops(batch, k, kv) == chain.draft_flops(batch, k, kv)
         # The chain's verification totals (see Replica._plan_mixed): d + 1 positions per row,
         # (d + 1) (d + 2) / 2 pairs of their own.
         drafts = rng.integers(-1, k + 1, size=batch).astype(float)

@@ -133,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed",
         type=SEED,
         default=0,
-        help="weights of config-only models, grid tokens and sampled text (default 0)",
+        help="weights of config-only models, grid tokens, sampled text and the estimated tree "
+        "scores (default 0)",
     )
     measure.add_argument(
         "--max-new-tokens",
@@ -164,8 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         help="with --tree: keep only the entries whose children were drafted so (repeatable; "
-        "default all): top-k (the drafter's ranking, EAGLE-2) or iid (independent draws from "
-        "q, SpecInfer; at T > 0 only)",
+        "default all): top-k (the drafter's ranking, EAGLE-2), iid (independent draws from "
+        "q, SpecInfer; at T > 0 only) or without-replacement (draws from q without "
+        "replacement, Sequoia; at T > 0 only; nodes past three children are estimated, "
+        "seeded by --seed, with the standard error in the entry)",
     )
     measure.add_argument("--no-acceptance", action="store_true", help="latency only")
     measure.add_argument(

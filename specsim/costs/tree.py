@@ -7,12 +7,18 @@ of depth <= d (the tree cut at depth d). A chain of k drafts is the tree with on
 depth, and every count below is then the chain's (d + 1 positions, (d + 1)(d + 2) / 2 pairs of
 their own): the chain's closed forms are the same numbers (``tests/test_costs_tree.py``).
 
-The drafter: a draft model runs one pass per depth over the nodes that expand it (the root,
-then the depth-1 nodes, ...), each attending to the context plus its ancestors and itself, and
-reading the step's nodes drafted so far from its cache; decoding heads (``heads``) run once per
-step over the target's hidden states as for a chain, with their FLOPs per drafted node. Passes
-of equal width are summed as their count times their mean pass (exact: the fits are linear in
-the cached tokens and the pairs), which for a chain is the chain's own formula.
+The drafter runs one pass per depth over the nodes that expand it (the root, then the depth-1
+nodes, ...), each attending to the context plus its ancestors and itself, and reading the
+step's nodes drafted so far from its cache: a draft model with its own fit, decoding heads
+(``heads``) EAGLE-style, since a node's top-k children come from the head's pass over that
+node's token (EAGLE-2's expansion), so depth j + 1 cannot be drafted before depth j. Heads
+with a latency fit price each pass by it; heads with only ``draft_step_s`` pay it per pass.
+FLOPs are per fed token (and attention pair), for both. Passes of equal width are summed as
+their count times their mean pass (exact: the fits are linear in the cached tokens and the
+pairs), which for a draft model's chain is the chain's own formula. A chain of heads is priced
+one pass per step (``HeadsCost``, Medusa's parallel heads): a chain-shaped tree of depth d
+pays d head passes, the chain's one pass being its first (see
+docs/notes/2026-12-01-tree-acceptance.md).
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ class TreeRows:
         return float(self.own_pairs[drafts.astype(np.int64) + 1].sum())
 
 
+def expanding_at(shape: TreeShape, depth: int) -> int:
+    """The nodes at ``depth`` (1: the root's children) that have children of their own."""
+    return sum(1 for v in range(shape.num_nodes) if shape.depths[v] == depth and shape.children(v))
+
+
 class TreeDrafterCost(NoDrafterCost):
     """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
 
@@ -72,10 +83,10 @@ class TreeDrafterCost(NoDrafterCost):
         self.kind = base.kind
         self.checks_range = base.checks_range
         self.shape = shape
-        self.nodes = shape.num_nodes
         # (passes, tokens per row, nodes fed before the group, mean depth + 1 of a fed token):
-        # pass j feeds the nodes at depth j (the root at j = 0), grouped by equal width.
-        widths = [1] + [shape.width_at(d) for d in range(1, shape.depth)]
+        # pass j feeds the nodes at depth j that have children (the root at j = 0), grouped by
+        # equal width.
+        widths = [1] + [expanding_at(shape, d) for d in range(1, shape.depth)]
         self.groups: list[tuple[int, int, int, float]] = []
         fed = 0
         j = 0
@@ -89,7 +100,7 @@ class TreeDrafterCost(NoDrafterCost):
             j = end
 
     def _passes(self, rows: int, kv: float):
-        """(count, tokens, mean KV read, mean pairs) of each group of draft-model passes."""
+        """(count, tokens, mean KV read, mean pairs) of each group of drafter passes."""
         for count, width, fed, reach in self.groups:
             mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
             yield count, rows * width, mean_kv, width * kv + rows * width * reach
@@ -97,8 +108,8 @@ class TreeDrafterCost(NoDrafterCost):
     def draft_s(self, rows: int, k: int, kv: float) -> float:
         if rows == 0:
             return 0.0
-        if isinstance(self.base, HeadsCost):
-            return self.base.draft_s(rows, self.shape.depth, kv)
+        if self.latency is None:  # heads without a fit: their fixed pass, once per depth
+            return self.shape.depth * self.step_s
         seconds = 0.0
         for count, tokens, mean_kv, pairs in self._passes(rows, kv):
             seconds += count * self.latency.seconds_from_totals(rows, tokens, mean_kv, pairs)
@@ -113,8 +124,6 @@ class TreeDrafterCost(NoDrafterCost):
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         if rows == 0:
             return 0.0
-        if isinstance(self.base, HeadsCost):
-            return self.flops_per_token * rows * self.nodes
         flops = 0.0
         for count, tokens, _, pairs in self._passes(rows, kv):
             flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)

@@ -35,7 +35,8 @@ DRAFTER_KINDS: dict[str, ModelKind] = {
         ModelKind(
             "heads",
             "extra decoding heads on the target (Medusa/EAGLE-style): one pass per step over "
-            "the target's hidden states, no cache of its own",
+            "the target's hidden states, no cache of its own; a tree runs one pass per depth "
+            "over the nodes that expand there (EAGLE-style)",
             needs_latency=False,
         ),
     )

@@ -34,6 +34,7 @@ from specsim.bounds import (
     Probability,
     Requests,
     Seconds,
+    Seed,
     Temperature,
     TensorParallel,
     TokenCount,
@@ -537,9 +538,22 @@ class Acceptance(StrictModel):
 TREE_DRAFTS = {
     "top-k": "rank r is the drafter's r-th most likely token (EAGLE-2's expansion)",
     "iid": "children drawn independently from q (SpecInfer)",
+    "without-replacement": "children drawn from q without replacement (Sequoia, RSD)",
 }
 # Rounding to 6 significant digits leaves a distribution's sum this close to 1, and more.
 TREE_SUM_TOLERANCE = 1e-4
+
+
+class TreeMonteCarlo(StrictModel):
+    """How a tree entry's estimated scores were drawn (``profiling.tree_without_replacement``)."""
+
+    seed: Seed = Field(description="the estimate's generator seed")
+    samples: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        description="sibling histories drawn per scored position"
+    )
+    standard_error: Annotated[float, Field(ge=0, le=MAX_K)] = Field(
+        description="of mean_acceptance_length: the spread of the replicates' walks / sqrt(count)"
+    )
 
 
 class TreeAcceptance(StrictModel):
@@ -585,6 +599,11 @@ class TreeAcceptance(StrictModel):
         default=None, description="derived entries: the measurement the rates come from"
     )
     tokens_scored: Count | None = None
+    monte_carlo: TreeMonteCarlo | None = Field(
+        default=None,
+        description="present where part of the scores was estimated (without-replacement "
+        "children past the third of a node): the seed, histories and standard error",
+    )
 
     @property
     def shape(self) -> TreeShape:
