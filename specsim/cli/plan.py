@@ -30,7 +30,8 @@ MAX_DISAGG_REPLICAS = 64  # --max-replicas: the (x, y) grid grows as its square
 
 MAX_WORKERS = 4096
 SCREEN_FROM = 200  # as specsim.planning.screen.SCREEN_FROM (a test holds them equal)
-TREE_DRAFTS = ("top-k", "iid")  # as specsim.profile.schema.TREE_DRAFTS (a test holds them)
+# As specsim.profile.schema.TREE_DRAFTS (a test holds them equal).
+TREE_DRAFTS = ("top-k", "iid", "without-replacement")
 
 WINDOW_DESCRIPTION = """Choose the window size k at each load.
 
