@@ -271,10 +271,7 @@ def tree_echo(shape, drafts: str, log: IterationLog) -> dict[str, Any]:
         return {}
     return {
         "tree": {
-            "paths": shape.to_paths(),
-            "nodes": shape.num_nodes,
-            "depth": shape.depth,
-            "nodes_per_depth": [shape.width_at(d) for d in range(1, shape.depth + 1)],
+            **shape.summary(),
             "drafts": drafts,
             "nodes_verified": shape.num_nodes * log.decode_rows,
         }

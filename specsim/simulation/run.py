@@ -437,10 +437,7 @@ def _echo_tree(setup: PoolSetup) -> dict[str, Any]:
     shape = entry.shape
     return {
         "tree": {
-            "paths": shape.to_paths(),
-            "nodes": shape.num_nodes,
-            "depth": shape.depth,
-            "nodes_per_depth": [shape.width_at(d) for d in range(1, shape.depth + 1)],
+            **shape.summary(),
             "drafts": entry.drafts,
             "source": entry.source,
             "derived_from": entry.derived_from,
