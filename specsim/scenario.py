@@ -589,6 +589,14 @@ class Fleet(StrictModel):
     router: RouterName = Field(
         default="round_robin", description="how arrivals are spread: " + schema_description(ROUTERS)
     )
+    balance_abs_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_REQUESTS,
+        description="'cache_aware' only: the most outstanding requests by which the replica "
+        "holding a session may exceed the least loaded one and still take its turn "
+        "(sglang-router's --balance-abs-threshold; absent: 32, its default)",
+    )
     pools: list[Pool] = Field(
         default_factory=list,
         description="optional pools with their own speculation settings; absent = one pool "
@@ -602,6 +610,11 @@ class Fleet(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Fleet:
+        if self.balance_abs_threshold is not None and self.router != "cache_aware":
+            raise ValueError(
+                f"fleet.balance_abs_threshold applies to the 'cache_aware' router, not "
+                f"{self.router!r}; fix: remove it or set fleet.router: cache_aware"
+            )
         split = self.disaggregation
         if split is not None:
             if self.pools:

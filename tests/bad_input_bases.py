@@ -250,7 +250,8 @@ SCENARIO: dict[str, Any] = {
     "speculation": copy.deepcopy(SPECULATION),
     "fleet": {
         "replicas": 1,
-        "router": "round_robin",
+        "router": "cache_aware",
+        "balance_abs_threshold": 4,
         "pools": [
             {
                 "name": "main",

@@ -503,6 +503,14 @@ def hand_cases() -> Iterator[Case]:
         (("prompts.jsonl", '{"question": "what?"}\n'),),
         (("prompts.jsonl",),),
     )
+    misplaced_threshold = copy.deepcopy(SCENARIO)
+    misplaced_threshold["fleet"]["router"] = "round_robin"
+    yield Case(
+        "scenario:fleet.balance_abs_threshold=without-cache_aware",
+        tuple(sim),
+        (("scenario.yaml", dump(misplaced_threshold)),),
+        (("fleet.balance_abs_threshold",), ("cache_aware",)),
+    )
     # Prefix caching: a trace column asked of a workload without a trace, a cell that is not a
     # token count, and a session column the trace lacks.
     column_prefix = copy.deepcopy(SCENARIO)

@@ -271,7 +271,9 @@ def run_simulation(
                 )
             )
     if split is None:
-        fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+        fleet = Fleet(
+            replicas, scenario.fleet.router, routing_rng, scenario.fleet.balance_abs_threshold
+        )
     else:
         fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
     # Replicas on the fast path see the next arrival (replayed sequences keep the reference); a

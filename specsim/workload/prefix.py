@@ -51,6 +51,11 @@ class NoPrefix:
     def finished(self, request) -> None:
         pass
 
+    def remembered(self, request) -> int:
+        """Tokens of the request's session this replica remembers, for a router (sessions
+        only); it leaves their recency alone."""
+        return 0
+
     def trim(self, room: float) -> None:
         """The cache left free for remembered prefixes is ``room`` tokens (sessions only)."""
 
@@ -101,6 +106,9 @@ class SessionMemory(NoPrefix):
         while self.held > room and self._turns:
             _, dropped = self._turns.popitem(last=False)
             self.held -= dropped
+
+    def remembered(self, request) -> int:
+        return self._turns.get(int(self.sessions[request.rid]), 0)
 
     def cached(self, request) -> int:
         session = int(self.sessions[request.rid])
