@@ -32,6 +32,7 @@ def roofline(paths, out, *extra, target=None):
         [
             *("profile", "--roofline", "--hardware", str(paths["hardware"])),
             *("--target", str(target or paths["target"]), "--drafter", "mtp=mtp"),
+            *("--drafter", "ngram"),
             *("--acceptance-from", str(paths["acceptance"]), "--out", str(out), *extra),
         ]
     )
@@ -66,7 +67,7 @@ def test_the_8xh200_fp8_profile_writes_a_draft_model_marked_mtp(paths, tmp_path)
     assert entry["latency"]["fit"]["fixed_s"] == pytest.approx(fixed, rel=1e-5)
     assert "MTP" in entry["description"] and "/" not in entry["description"].split()[-1]
     assert "multi-token-prediction module" in doc["provenance"]["notes"]
-    assert {a["drafter"] for a in doc["acceptance"]} == {"mtp"}
+    assert {a["drafter"] for a in doc["acceptance"]} == {"mtp", "ngram"}
 
 
 def test_a_target_without_mtp_layers_is_refused_in_one_line(paths, tmp_path, capsys):
