@@ -607,6 +607,24 @@ def hand_cases() -> Iterator[Case]:
         (),
         (("--tree",),),
     )
+    # MTP: a target without MTP layers, a measurement, a prompt-lookup entry marked mtp.
+    yield Case(
+        "profile:--drafter=mtp-target-without-mtp",
+        (*BASE_COMMANDS["profile roofline"], "--drafter", "m=mtp"),
+        (),
+        (("num_nextn_predict_layers",),),
+    )
+    yield Case(
+        "profile:--drafter=mtp-measured", (*measure, "--drafter", "m=mtp"), (), (("--drafter",),)
+    )
+    marked = copy.deepcopy(PROFILE)
+    marked["drafters"]["ngram"]["method"] = "mtp"
+    yield Case(
+        "profile:drafters.ngram.method=mtp-not-a-draft-model",
+        tuple(sim),
+        (("profile.yaml", dump(marked)),),
+        (("profile.yaml",),),
+    )
     yield Case(
         "profile:--max-new-tokens=past-positions",
         (*measure, "--max-new-tokens", "1000000"),

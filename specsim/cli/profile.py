@@ -26,7 +26,8 @@ beside the profile as NEW.calibration.json:
       --drafter llama3.2-1b --out profiles/mine-calibrated.yaml
 
 MODEL is a local Hugging Face folder, a config.json alone (random weights), or a built-in name;
-a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
+a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N), or with --roofline
+mtp: the target's multi-token-prediction module (DeepSeek-V3's), costed as a draft model.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=MODEL",
         action="append",
         default=[],
-        help="a drafter: NAME=MODEL, NAME=ngram or NAME=ngram:N (repeatable)",
+        help="a drafter: NAME=MODEL, NAME=ngram, NAME=ngram:N, or with --roofline NAME=mtp "
+        "(the target's own MTP module, DeepSeek-V3's) (repeatable)",
     )
     parser.add_argument(
         "--out",
@@ -442,6 +444,15 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
     from specsim.profiling.writer import command_line, write_profile
 
     _need(args, "target", mode="measuring")
+    mtp = next((d for d in drafters if d.is_mtp), None)
+    if mtp is not None:
+        raise SpecsimError(
+            f"drafter {mtp.name}=mtp (the target's MTP module) is sized by the roofline only; "
+            "specsim's engine does not run MTP modules",
+            file="command line",
+            key="--drafter",
+            fix="add --roofline, or give a draft model",
+        )
     trees = _tree_shapes(args, drafters)
     temperatures = args.temperature if args.temperature is not None else [1.0]
     opts = MeasureOptions(

@@ -143,6 +143,12 @@ def check_models(request: EmitRequest | None, profiles: Iterable[Any]) -> None:
                 key="--model",
                 fix=f"drop --model {name}=...",
             )
+        if drafters[name].method == "mtp":
+            raise SpecsimError(
+                f"{name!r} is the target's MTP module, which loads from the target's checkpoint",
+                key="--model",
+                fix=f"drop --model {name}=... (give --model target=... instead)",
+            )
 
 
 def model_ref(name: str, description: str, given: dict[str, str]) -> ModelRef:
@@ -187,7 +193,9 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
     if choice.drafter is not None:
         drafter = profile.drafters[choice.drafter]
         kind = drafter.kind
-        model = None if kind == "ngram" else model_ref(choice.drafter, drafter.description, given)
+        # Prompt lookup has no model; an MTP drafter is the target's own layers.
+        own_model = kind != "ngram" and drafter.method != "mtp"
+        model = model_ref(choice.drafter, drafter.description, given) if own_model else None
         spec = Speculative(
             drafter=choice.drafter,
             kind=kind,
@@ -200,6 +208,7 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
             tree=None if choice.tree is None else choice.tree.shape,
             tree_drafts=None if choice.tree is None else choice.tree_drafts,
             sglang_knobs=None if choice.tree is None else choice.tree.sglang,
+            method=drafter.method,
         )
     return EngineSetting(
         target=target,

@@ -376,6 +376,12 @@ class ModelSpec(StrictModel):
     precision: Precision | None = Field(
         default=None, description="weight and KV-cache formats; absent = the profile's dtype"
     )
+    method: Literal["mtp"] | None = Field(
+        default=None,
+        description="draft models: mtp, the target's own multi-token-prediction module (its "
+        "checkpoint's MTP layers, costed as a draft model: the engines run it as their MTP "
+        "method, with no model path of its own); absent = a separate model",
+    )
 
     @property
     def device_weight_bytes(self) -> int:
@@ -397,6 +403,8 @@ class ModelSpec(StrictModel):
             raise ValueError(f"a {self.kind} needs a 'latency' section")
         if not needs_latency and self.latency is None and self.draft_step_s is None:
             raise ValueError(f"a {self.kind} drafter needs 'draft_step_s' or a 'latency' section")
+        if self.method is not None and self.kind != "draft_model":
+            raise ValueError(f"method {self.method} is a draft_model's, not a {self.kind}'s")
         return self
 
 

@@ -137,7 +137,7 @@ def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = No
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
     peak = hw.peak_flops * hw.efficiency.mfu
-    memory_s = device_weight_bytes(shape, layout, dtype_bytes) / bandwidth
+    memory_s = device_weight_bytes(read_shape(shape), layout, dtype_bytes) / bandwidth
     per_token_s = matmul_s_per_token(shape, hw, layout) / layout.tp
     allreduce_token_s, allreduce_pass_s = allreduce_terms(shape, layout)
     slope = per_token_s + allreduce_token_s
@@ -148,6 +148,40 @@ def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = No
         knee_tokens=memory_s / slope,
         per_kv_token_s=device_kv_bytes_per_token(shape, layout, dtype_bytes) / bandwidth,
         per_attention_pair_s=shape.attention_flops_per_pair() / layout.tp / peak,
+    )
+
+
+def read_shape(shape: ModelShape) -> ModelShape:
+    """The weights a pass reads: an MTP module holds none of the target's embedding and LM
+    head, but reads the head (vocab x hidden, once) in every pass."""
+    if not shape.shares_embeddings:
+        return shape
+    return dataclasses.replace(shape, shares_embeddings=False, tie_word_embeddings=True)
+
+
+def mtp_drafter_shape(target: ModelShape, source: str) -> ModelShape:
+    """``--drafter NAME=mtp``: the target's MTP module, or a one-line refusal."""
+    if not target.mtp_layers:
+        raise SpecsimError(
+            f"{target.name} has no MTP layers (num_nextn_predict_layers 0), so NAME=mtp has "
+            "nothing to draft with",
+            file=source,
+            key="num_nextn_predict_layers",
+            fix="give a target with MTP layers (DeepSeek-V3), or a draft model's config.json",
+        )
+    return target.mtp_shape()
+
+
+def mtp_note(names: list[str], shape: ModelShape, target: ModelShape) -> str:
+    """How an MTP drafter is costed: the draft_model kind's arithmetic over one module."""
+    return (
+        f"Drafter {', '.join(names)}: {target.name}'s multi-token-prediction module "
+        f"({shape.param_count() / 1e9:.2f} B parameters of its own: one decoder layer, the "
+        "2h x h projection of [embedding; hidden state], norms), costed as a draft model: "
+        "k one-token passes per step (vLLM's method mtp runs the one module k times), a pass "
+        "over the prompt and its own one-layer latent cache; each pass reads the module and the "
+        "target's LM head, which it shares with the embedding (held once, by the target); "
+        "sharded like the target."
     )
 
 
@@ -283,7 +317,20 @@ def roofline_profile(
     draft_layout = layout.with_tp(draft_tp)
     target = load_shape(target_path)
     check_expert_parallel(target, layout, "command line")
-    model_drafters = {d.name: load_shape(d.spec) for d in drafters if not d.is_ngram}
+    mtp = [d.name for d in drafters if d.is_mtp]
+    if mtp and draft_tp != tp:
+        raise SpecsimError(
+            f"--draft-tp {draft_tp}: drafter {mtp[0]} is the target's MTP module, sharded with "
+            f"it over {tp} devices",
+            file="command line",
+            key="--draft-tp",
+            fix=f"drop --draft-tp (or give {tp}) with an mtp drafter",
+        )
+    model_drafters = {
+        d.name: mtp_drafter_shape(target, str(target_path)) if d.is_mtp else load_shape(d.spec)
+        for d in drafters
+        if not d.is_ngram
+    }
     for shape, lay in [(target, layout), *((s, draft_layout) for s in model_drafters.values())]:
         check_split(shape, lay.tp, "command line")
     check_fits(
@@ -298,15 +345,18 @@ def roofline_profile(
             drafter_specs[d.name] = ngram_spec(d.ngram, ngram_step_s)
         else:
             shape = model_drafters[d.name]
-            drafter_specs[d.name] = deployed_spec(
-                shape, "draft_model", hw, draft_layout, tp, shape.name
-            )
+            label = f"{target.name} MTP module" if d.is_mtp else shape.name
+            drafter_specs[d.name] = deployed_spec(shape, "draft_model", hw, draft_layout, tp, label)
+            if d.is_mtp:
+                drafter_specs[d.name]["method"] = "mtp"
     notes = [efficiency_note(hw, tp)]
     if tp > 1 or weights_dtype is not None or kv_dtype is not None:
         notes.append(deployment_note(target, hw, layout, draft_tp if model_drafters else None))
     if layout.ep_size(target) > 1:
         notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
+    if mtp:
+        notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
     if any(d.is_ngram for d in drafters):
         notes.append(
             f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "

@@ -73,7 +73,8 @@ class Speculative:
     engines' forced-acceptance knobs (for a tree: the chance its accepted path reaches depth
     i + 1). ``tree``: the step drafts this tree instead of a chain (k is its depth), its
     children drafted ``tree_drafts``; ``sglang_knobs``: the (num_steps, topk,
-    num_draft_tokens) it came from, when the plan searched SGLang's space.
+    num_draft_tokens) it came from, when the plan searched SGLang's space. ``method``: the
+    profile's drafter method (``mtp``: the target's own MTP layers, no model of its own).
     """
 
     drafter: str
@@ -87,6 +88,11 @@ class Speculative:
     tree: TreeShape | None = None
     tree_drafts: str | None = None
     sglang_knobs: tuple[int, int, int] | None = None
+    method: str | None = None
+
+    @property
+    def is_mtp(self) -> bool:
+        return self.method == "mtp"
 
     @property
     def fallback_k(self) -> int:

@@ -50,7 +50,9 @@ FLAGS = frozenset(
 
 def algorithm(spec: Speculative) -> str:
     """A separate draft model is STANDALONE, prompt lookup NGRAM, heads EAGLE (EAGLE3 when the
-    path says so)."""
+    path says so), the target's MTP layers EAGLE (SGLang's NEXTN resolves to it, §4.5)."""
+    if spec.is_mtp:
+        return "EAGLE"
     if spec.kind == "ngram":
         return "NGRAM"
     if spec.kind == "heads":
@@ -100,11 +102,11 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
             out.append(("--speculative-ngram-max-bfs-breadth", "1"))
         elif spec.tree is not None:
             steps, topk, tokens = tree_knobs(spec)
-            out.append(("--speculative-draft-model-path", spec.model.path))
+            out.append(("--speculative-draft-model-path", draft_path(setting)))
             out.append(("--speculative-num-steps", str(steps)))
             out.append(("--speculative-eagle-topk", str(topk)))
         else:
-            out.append(("--speculative-draft-model-path", spec.model.path))
+            out.append(("--speculative-draft-model-path", draft_path(setting)))
             out.append(("--speculative-num-steps", str(k)))
             out.append(("--speculative-eagle-topk", "1"))
         tokens = tree_knobs(spec)[2] if spec.tree is not None and name != "NGRAM" else k + 1
@@ -116,6 +118,13 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
     out.append(("--max-running-requests", str(setting.max_batch)))
     out.append(("--tp-size", str(setting.tensor_parallel_size)))
     return out
+
+
+def draft_path(setting: EngineSetting) -> str:
+    """The drafter's checkpoint: its own, or for MTP the target's, which holds the NextN layers
+    (SGLang's default draft path for DeepSeek-V3, written out, §4.5)."""
+    spec = setting.speculation
+    return setting.target.path if spec.is_mtp else spec.model.path
 
 
 def check(options: list[tuple[str, str]]) -> None:
@@ -197,6 +206,12 @@ def notes(setting: EngineSetting) -> list[str]:
             f"its depth, beams and node budget, and the plan's {spec.tree.describe()} is the "
             "static tree it stands for; --disable-overlap-schedule is written because SGLang's "
             "overlap scheduler runs topk-1 chains only"
+        )
+    if spec is not None and spec.is_mtp:
+        formats.append(
+            "the target's MTP (NextN) layers run as SGLang's EAGLE algorithm with the target's "
+            "checkpoint as the draft model path (NEXTN resolves to EAGLE; for DeepSeek-V3 the "
+            "draft path defaults to the target's, §4.5)"
         )
     if spec is None or spec.kind != "ngram":
         return formats

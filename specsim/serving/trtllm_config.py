@@ -3,7 +3,7 @@
 The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_api_options``
 (engine-formats.md §5.1): ``max_batch_size``, ``max_num_tokens``, ``tensor_parallel_size``
 (§5.5) and, when speculating, ``speculative_config`` with the class literal ``decoding_type``
-(``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``; §5.2), ``max_draft_len``,
+(``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``, ``MTP``; §5.2), ``max_draft_len``,
 ``speculative_model`` and for a k-by-batch table ``draft_len_schedule`` (§5.3): keys are
 inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
 smallest key must equal ``max_draft_len``. A tree is Eagle's static ``eagle_choices`` (the
@@ -61,7 +61,10 @@ def refuses(setting: EngineSetting) -> str | None:
 
 
 def decoding_type(spec: Speculative) -> str:
-    """The class literal (§5.2: the docs write ``DraftTarget``; the class says ``Draft_Target``)."""
+    """The class literal (§5.2: the docs write ``DraftTarget``; the class says ``Draft_Target``);
+    the target's MTP layers are ``MTP``, which loads them from the target's checkpoint."""
+    if spec.is_mtp:
+        return "MTP"
     if spec.kind == "ngram":
         return "NGram"
     if spec.kind == "heads":
@@ -147,6 +150,9 @@ def check(document: dict[str, Any]) -> None:
         raise violation(YAML_FILE, "speculative_config.max_draft_len", "must be > 0", "§5.4")
     if name in NEEDS_MODEL and not config.get("speculative_model"):
         raise violation(YAML_FILE, "speculative_config.speculative_model", "required", "§5.4")
+    if name == "MTP" and "speculative_model" in config:
+        key = "speculative_config.speculative_model"
+        raise violation(YAML_FILE, key, "MTP layers are the target checkpoint's", "§5.4")
     if name == "NGram":
         size = config.get("max_matching_ngram_size")
         if not _whole(size) or size < 1:
@@ -221,6 +227,13 @@ def notes(setting: EngineSetting) -> list[str]:
                 f"the plan's tree drafts its children {spec.tree_drafts}; Eagle's tree takes "
                 "the heads' top-k, so acceptance will follow the profile's top-k trees"
             )
+    if spec is not None and decoding_type(spec) == "MTP":
+        out.append(
+            "MTP's draft length is max_draft_len: num_nextn_predict_layers is now internal, "
+            "filled from the checkpoint, and moved into max_draft_len when given (§5.4); with "
+            "one MTP layer TensorRT-LLM runs it EAGLE-style (MTP_EAGLE_ONE_MODEL: the one layer "
+            "autoregressively), as the profile costs it"
+        )
     if spec is not None and decoding_type(spec) == "Eagle":
         out.append(
             "on the PyTorch backend Eagle is run as Eagle3, and EAGLE v1/v2 checkpoints do "

@@ -49,7 +49,7 @@ FIELDS = frozenset(
     }
 )
 # SpeculativeMethod values specsim's drafter kinds map to (§3.2: V33 has no medusa).
-METHODS = frozenset({"draft_model", "ngram", "eagle", "eagle3"})
+METHODS = frozenset({"draft_model", "ngram", "eagle", "eagle3", "mtp"})
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})  # §3.5
 # On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
 SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
@@ -58,7 +58,10 @@ REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.
 
 def method(spec: Speculative) -> str:
     """vLLM's method for a specsim drafter kind; heads are EAGLE, EAGLE-3 when the path says
-    so (vLLM sniffs ``eagle3`` in a draft model's name the same way, §3.5)."""
+    so (vLLM sniffs ``eagle3`` in a draft model's name the same way, §3.5); the target's MTP
+    layers are ``mtp``, which takes no model (it uses the target's, §3.5)."""
+    if spec.is_mtp:
+        return "mtp"
     if spec.kind == "ngram":
         return "ngram"
     if spec.kind == "heads":
@@ -162,6 +165,8 @@ def check(config: dict[str, Any] | None, max_num_seqs: int, target_tp: int = 1) 
         raise violation(SPEC_FILE, "num_speculative_tokens", f"{k!r} is not above 0", "§3.2")
     if name in NEEDS_MODEL and not config.get("model"):
         raise violation(SPEC_FILE, "model", f"method {name} needs a draft model", "§3.5")
+    if name == "mtp" and "model" in config:
+        raise violation(SPEC_FILE, "model", "method mtp runs the target's own layers", "§3.5")
     if name == "ngram":
         low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
         if not (_whole(low) and _whole(high) and 1 <= low <= high):
@@ -246,6 +251,11 @@ def notes(setting: EngineSetting) -> list[str]:
         out.append(
             "int4 weights: vLLM reads the method (AWQ, GPTQ) from a pre-quantised checkpoint's "
             "config, so no --quantization is written: serve such a checkpoint (§3.7)"
+        )
+    if spec is not None and spec.is_mtp:
+        out.append(
+            "method mtp runs the target checkpoint's MTP layers (num_nextn_predict_layers), the "
+            "one module k times per step, with no draft model of its own (§3.2, §3.5)"
         )
     if spec is None or spec.kind != "heads":
         return out
