@@ -94,7 +94,8 @@ class CapacityPlan:
     scale: ArrivalScale
     # Searched over several deployments (TP, precision); empty: the scenario's profile only.
     deployments: list[Deployment] = field(default_factory=list)
-    # (candidate label, why its weights leave no KV cache) for candidates left out.
+    # (candidate label, why it does not fit: its weights leave no KV cache, or one too small
+    # for the workload's longest request) for candidates left out.
     unfit: list[tuple[str, str]] = field(default_factory=list)
 
     def identity(self) -> dict[str, Any]:
@@ -188,7 +189,9 @@ def prepare(
             for candidate in speculation_candidates(
                 deployment.profile, spec, drafters, ks, deployment
             ):
-                reason = memory_misfit(candidate, scenario)
+                reason = memory_misfit(candidate, scenario) or length_misfit(
+                    candidate, scenario_path, overrides
+                )
                 if reason is None:
                     candidates.append(candidate)
                 else:
@@ -253,6 +256,16 @@ def memory_misfit(candidate: Candidate, scenario) -> str | None:
     except SpecsimError as exc:
         return exc.message
     return None
+
+
+def length_misfit(candidate: Candidate, scenario_path: str, overrides: Sequence[str]) -> str | None:
+    """Why the workload's longest request never fits ``candidate``'s KV cache (the simulator's
+    admission rule, ``specsim.simulation.fits``), or None."""
+    from specsim.scenario import load_scenario
+    from specsim.simulation.fits import longest_request_misfit
+
+    scenario = load_scenario(scenario_path, [*overrides, *candidate.overrides()])
+    return longest_request_misfit(scenario, candidate.deployment.profile)
 
 
 def check_target(
