@@ -571,6 +571,14 @@ def hand_cases() -> Iterator[Case]:
             (("profile.yaml", dump(split)),),
             (("profile.yaml",),),
         )
+    split = copy.deepcopy(PROFILE)
+    split["target"]["sharding"]["expert_parallel_size"] = 4  # the replica has 2 devices
+    yield Case(
+        "profile:target.sharding.expert_parallel_size=not-the-tp",
+        tuple(sim),
+        (("profile.yaml", dump(split)),),
+        (("profile.yaml",), ("expert_parallel_size",)),
+    )
     roof = BASE_COMMANDS["profile roofline"]
     yield Case(
         "profile:--draft-tp=not-1-or-tp",

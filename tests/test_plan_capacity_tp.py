@@ -279,3 +279,12 @@ def test_expert_parallel_deployments_of_mixtral(tmp_path, repo):
     assert "Expert parallelism over 8 devices" in tp8.provenance.notes
     assert "--enable-expert-parallel" in tp8.provenance.command
     assert tp8.target.sharding.weight_bytes_per_device == 93_405_585_408 // 8
+    # The split is recorded where TP is, so --emit can ask the engine for it.
+    from specsim.serving.setting import deployment
+
+    assert tp8.target.sharding.expert_parallel_size == 8
+    assert deployment(tp8, None) == {"tensor_parallel_size": 8, "expert_parallel": True}
+    plain = RooflineRecipe(str(repo / H100), str(repo / "profiles/models/mixtral-8x7b.json"), [])
+    (tp8_sharded,) = roofline_deployments(plain, [8], [BF16], tmp_path / "plain")
+    assert tp8_sharded.profile.profile.target.sharding.expert_parallel_size is None
+    assert deployment(tp8_sharded.profile.profile, None) == {"tensor_parallel_size": 8}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_model_sizing import DEEPSEEK_ATTENTION, DEEPSEEK_DENSE, DEEPSEEK_EXPERT, deepseek_v3
 
 from specsim.costs import kv_capacity_tokens
 from specsim.errors import SpecsimError
@@ -16,6 +17,7 @@ from specsim.profiling.parallel import (
     Link,
     allreduce_terms,
     device_kv_bytes_per_token,
+    quantised_flops_per_token,
     quantised_params,
     ring_allreduce_s,
     weight_bytes,
@@ -74,6 +76,30 @@ def test_allreduce_terms_of_the_toy_over_two_devices():
     assert per_token == pytest.approx(4 * 1.0 * 16 / 0.5e9, rel=1e-12)
     assert per_pass == pytest.approx(4 * 2 * 1e-6, rel=1e-12)
     assert allreduce_terms(TOY, Layout()) == (0.0, 0.0)
+
+
+def test_quantised_matrices_include_the_shared_experts(repo):
+    """The toy with one MoE layer of 4 experts (2 a token) and 1 shared, each 3 x 8 x 2 = 48
+    parameters: 2 x 192 attention + 384 dense MLP + (4 + 1) x 48 experts = 1008 quantised, and
+    2 x (384 + 384 + (2 + 1) x 48) = 1824 FLOPs a token through them (the router stays 16-bit).
+    DeepSeek-V3 in fp8: its 58 shared experts (2,554,331,136 parameters) at one byte too."""
+    moe = dataclasses.replace(
+        TOY,
+        num_experts=4,
+        experts_per_token=2,
+        expert_intermediate_size=2,
+        moe_layers=1,
+        shared_experts=1,
+    )
+    assert quantised_params(moe) == 1008
+    assert quantised_flops_per_token(moe) == 1824
+    assert weight_bytes(moe, Layout(weights="fp8"), 2) == 1008 + 2 * (moe.param_count() - 1008)
+    deepseek = load_shape(repo / "profiles" / "models" / "deepseek-v3.json")
+    quantised = 61 * DEEPSEEK_ATTENTION + 3 * DEEPSEEK_DENSE + 58 * (256 + 1) * DEEPSEEK_EXPERT
+    assert quantised_params(deepseek) == quantised
+    fp8 = weight_bytes(deepseek, Layout(weights="fp8"), 2)
+    assert fp8 == quantised + 2 * (deepseek_v3(256) - quantised)
+    assert 58 * DEEPSEEK_EXPERT == 2_554_331_136  # what was left at two bytes
 
 
 def test_precision_bytes_per_parameter_and_per_token():

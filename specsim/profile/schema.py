@@ -239,6 +239,23 @@ class Sharding(StrictModel):
     kv_bytes_per_token_per_device: ByteCount = Field(
         description="the KV heads one device holds (replicated when heads < devices)"
     )
+    expert_parallel_size: TensorParallel | None = Field(
+        default=None,
+        description="devices a mixture of experts' experts are dealt out over whole (vLLM's "
+        "--enable-expert-parallel: EP = TP for one engine), equal to tensor_parallel_size; "
+        "absent: the experts are sharded like every other matrix",
+    )
+
+    @model_validator(mode="after")
+    def _expert_parallel_is_the_tp(self) -> Sharding:
+        ep = self.expert_parallel_size
+        if ep is not None and ep != self.tensor_parallel_size:
+            raise ValueError(
+                f"expert_parallel_size {ep} is not tensor_parallel_size "
+                f"{self.tensor_parallel_size} (one engine deals its experts over all its "
+                "devices); fix: give the same size, or drop expert_parallel_size"
+            )
+        return self
 
 
 class Precision(StrictModel):

@@ -89,16 +89,19 @@ class Layout:
 
 
 def quantised_params(shape: ModelShape) -> int:
-    """The decoder layers' matrices: what fp8 or int4 weights apply to (every expert)."""
+    """The decoder layers' matrices: what fp8 or int4 weights apply to (every expert, the
+    shared ones too)."""
     dense_mlp = (shape.num_layers - shape.moe_layers) * shape.mlp_params_per_layer
-    experts = shape.moe_layers * shape.num_experts * shape.expert_params
+    experts = shape.moe_layers * (shape.num_experts + shape.shared_experts) * shape.expert_params
     return shape.num_layers * shape.attention_params_per_layer + dense_mlp + experts
 
 
 def quantised_flops_per_token(shape: ModelShape) -> float:
-    """FLOPs per token of the quantised matrices: the layers' own, through the active experts."""
+    """FLOPs per token of the quantised matrices: the layers' own, through the active experts
+    and the shared ones (every token passes through those)."""
     dense_mlp = (shape.num_layers - shape.moe_layers) * shape.mlp_params_per_layer
-    experts = shape.moe_layers * shape.experts_per_token * shape.expert_params
+    active = shape.experts_per_token + shape.shared_experts
+    experts = shape.moe_layers * active * shape.expert_params
     return 2.0 * (shape.num_layers * shape.attention_params_per_layer + dense_mlp + experts)
 
 

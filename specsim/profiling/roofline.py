@@ -268,6 +268,8 @@ def deployed_spec(
             "weight_bytes_per_device": device_weight_bytes(shape, layout, dtype_bytes),
             "kv_bytes_per_token_per_device": device_kv_bytes_per_token(shape, layout, dtype_bytes),
         }
+        if layout.ep_size(shape) > 1:
+            spec["sharding"]["expert_parallel_size"] = layout.ep_size(shape)
     if layout.weights is not None or layout.kv_cache is not None:
         spec["precision"] = {
             "weights": layout.weights or hw.dtype,

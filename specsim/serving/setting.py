@@ -117,6 +117,7 @@ class EngineSetting:
     draft_tensor_parallel_size: int | None = None  # None: the target's (vLLM's default)
     weights_dtype: str | None = None  # the target's precision.weights; None: 16-bit
     kv_cache_dtype: str | None = None  # None: the model's dtype
+    expert_parallel: bool = False  # the target's experts dealt out whole (sharding's EP size)
     # Engine-neutral: what the plan chose that no engine can run, and what stands in for it.
     unexpressed: tuple[str, ...] = ()
 
@@ -147,6 +148,8 @@ def deployment(profile: Any, drafter: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"tensor_parallel_size": profile.hardware.devices}
     if draft is not None and draft.sharding is not None:
         out["draft_tensor_parallel_size"] = draft.sharding.tensor_parallel_size
+    if target.sharding is not None and target.sharding.expert_parallel_size is not None:
+        out["expert_parallel"] = True
     if target.precision is not None:
         out["weights_dtype"] = target.precision.weights
         out["kv_cache_dtype"] = target.precision.kv_cache

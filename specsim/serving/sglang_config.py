@@ -44,6 +44,7 @@ FLAGS = frozenset(
         "--disable-overlap-schedule",
         "--max-running-requests",
         "--tp-size",
+        "--ep-size",
     }
 )
 
@@ -117,6 +118,9 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
     # Always given: with speculation SGLang would otherwise reset it to 48 (§4.5).
     out.append(("--max-running-requests", str(setting.max_batch)))
     out.append(("--tp-size", str(setting.tensor_parallel_size)))
+    if setting.expert_parallel:
+        # ServerArgs.ep_size (sglang/srt/arg_groups/fields/parallel.py): experts over every device.
+        out.append(("--ep-size", str(setting.tensor_parallel_size)))
     return out
 
 

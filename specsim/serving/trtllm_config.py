@@ -34,7 +34,9 @@ DECODING_TYPES = frozenset(
     {"Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "PARD", "DFlash", "DSpark"}
 )
 NEEDS_MODEL = frozenset({"Draft_Target", "Eagle", "Eagle3"})  # §5.4
-TOP_KEYS = frozenset({"max_batch_size", "max_num_tokens", "tensor_parallel_size"})
+TOP_KEYS = frozenset(
+    {"max_batch_size", "max_num_tokens", "tensor_parallel_size", "moe_expert_parallel_size"}
+)
 SPEC_KEYS = frozenset(
     {
         "decoding_type",
@@ -101,6 +103,9 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
         "max_num_tokens": setting.max_batched_tokens,
         "tensor_parallel_size": setting.tensor_parallel_size,
     }
+    if setting.expert_parallel:
+        # BaseLlmArgs.moe_expert_parallel_size (llmapi/llm_args.py): experts over every device.
+        out["moe_expert_parallel_size"] = setting.tensor_parallel_size
     notes: list[str] = []
     spec = setting.speculation
     if spec is None:

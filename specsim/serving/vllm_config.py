@@ -131,6 +131,8 @@ def server_arguments(setting: EngineSetting, config: dict[str, Any] | None) -> l
         ("--max-num-batched-tokens", str(setting.max_batched_tokens)),
         ("--tensor-parallel-size", str(setting.tensor_parallel_size)),
     ]
+    if setting.expert_parallel:
+        arguments.append(("--enable-expert-parallel", None))
     arguments += format_arguments(setting)
     if config is not None:
         arguments.append(("--speculative-config", json.dumps(config)))
@@ -290,6 +292,8 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
         "max_num_batched_tokens": setting.max_batched_tokens,
         "tensor_parallel_size": setting.tensor_parallel_size,
     }
+    if setting.expert_parallel:
+        written["enable_expert_parallel"] = True
     written.update(
         {
             flag.removeprefix("--").replace("-", "_"): value

@@ -42,6 +42,45 @@ from specsim.workload.prefix import NoPrefix
 Chunks = list[tuple[Request, float]]  # (request, prompt tokens it runs this iteration)
 
 
+FITS_FIX = (
+    "cap the lengths, or give the engine more memory (engine.memory_utilisation, "
+    "engine.kv_capacity_tokens, a larger device in the profile)"
+)
+
+
+def verify_lookahead(k_max: int, tree_rows) -> int:
+    """Positions a step verifies past a sequence's tokens: k + 1, or a tree's nodes."""
+    return k_max + 1 if tree_rows is None else int(tree_rows.verified[-1])
+
+
+def kv_lookahead(k_max: int, costs, block_size: int | None) -> int:
+    """KV slots each sequence holds beyond its tokens: the verified positions and, with KV
+    blocks, a draft model's own k (vLLM's v1 scheduler allocates num_lookahead_tokens = k slots
+    for a proposer that writes KV of its own: draft models, EAGLE; not n-gram or Medusa;
+    vllm/v1/core/sched/scheduler.py, into KVCacheManager.allocate_slots)."""
+    slots = verify_lookahead(k_max, costs.tree_rows)
+    if block_size is not None and costs.tree_rows is None and costs.drafter.kind == "draft_model":
+        slots += k_max
+    return slots
+
+
+def never_fits(
+    prompt: int, output: int, lookahead: int, kv_capacity: int, block_size: int | None
+) -> str | None:
+    """Why a request of these lengths can never be admitted (None: it can): its whole
+    sequence and the lookahead need more of the cache (tokens, or blocks with a block size)
+    than a replica holds."""
+    tokens = prompt + output + lookahead
+    need = tokens if block_size is None else float(blocks_for(int(tokens), block_size))
+    if need <= kv_capacity:
+        return None
+    unit = "tokens" if block_size is None else f"blocks of {block_size}"
+    return (
+        f"needs {need:.0f} KV-cache {unit} (prompt {prompt} + output {output} + lookahead) "
+        f"but a replica holds {kv_capacity}"
+    )
+
+
 class RunningBatch(Protocol):
     """What preemption needs of the replica's decoding rows."""
 
@@ -99,17 +138,11 @@ class Admission:
         return self.slots(request.prefill_target + self.lookahead)
 
     def check_fits(self, request: Request) -> None:
-        need = self.slots(request.prompt + request.output + self.lookahead)
-        if need > self.kv_capacity:
-            unit = "tokens" if self.block_size is None else f"blocks of {self.block_size}"
-            raise SpecsimError(
-                f"request {request.rid} needs {need:.0f} KV-cache {unit} (prompt "
-                f"{request.prompt} + output {request.output} + lookahead) but a replica holds "
-                f"{self.kv_capacity}",
-                key="workload",
-                fix="cap the lengths, or give the engine more memory (engine.memory_utilisation, "
-                "engine.kv_capacity_tokens, a larger device in the profile)",
-            )
+        why = never_fits(
+            request.prompt, request.output, self.lookahead, self.kv_capacity, self.block_size
+        )
+        if why is not None:
+            raise SpecsimError(f"request {request.rid} {why}", key="workload", fix=FITS_FIX)
 
     def kv_in_use(self, decoding: int, decode_kv: float) -> float:
         """KV-cache tokens held: the decoding rows' context and lookahead, and the prompts'

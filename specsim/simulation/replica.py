@@ -42,7 +42,7 @@ from specsim.costs import NO_ROWS, PassTotals, StepCosts
 from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
-from specsim.simulation.admission import Admission, Chunks
+from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 from specsim.simulation.stream import UniformStream
@@ -136,21 +136,15 @@ class Replica:
         # Tree steps (``costs.tree_rows``): rows verify a tree's nodes; k is its depth. Each row
         # holds KV slots for every node it verifies.
         self.tree_rows = costs.tree_rows
-        self.lookahead = self.k_max + 1
-        if self.tree_rows is not None:
-            self.lookahead = int(self.tree_rows.verified[-1])
+        self.lookahead = verify_lookahead(self.k_max, self.tree_rows)
         # With a block size the cache is counted in blocks (``admission.py``); a stretch counts
         # tokens, so such a replica steps one iteration at a time.
         self.block_size = engine.block_size
-        self.kv_lookahead = self.lookahead  # slots each sequence holds beyond its tokens
+        # Slots each sequence holds beyond its tokens.
+        self.kv_lookahead = kv_lookahead(self.k_max, costs, self.block_size)
         if self.block_size is not None:
             kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
             fast = False
-            # vLLM's v1 scheduler also allocates num_lookahead_tokens = k slots per sequence for
-            # a proposer that writes KV of its own (draft models, EAGLE; not n-gram or Medusa):
-            # vllm/v1/core/sched/scheduler.py, into KVCacheManager.allocate_slots.
-            if self.tree_rows is None and costs.drafter.kind == "draft_model":
-                self.kv_lookahead += self.k_max
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
