@@ -169,6 +169,13 @@ PROFILE: dict[str, Any] = {
             "precision": {"weights": "bfloat16", "kv_cache": "bfloat16"},
         },
         "ngram": {"kind": "ngram", "draft_step_s": 1.0e-5},
+        # EAGLE-style heads: the walk reaches d1 only, so their passes key has hand cases.
+        "h1": {
+            "kind": "heads",
+            "draft_step_s": 1.0e-4,
+            "flops_per_token": 1.0e7,
+            "passes": "autoregressive",
+        },
     },
     "overhead": {
         "per_step_s": 1.0e-4,

@@ -579,6 +579,22 @@ def hand_cases() -> Iterator[Case]:
         (("profile.yaml", dump(split)),),
         (("profile.yaml",), ("expert_parallel_size",)),
     )
+    # A heads drafter's passes: a value that is not a pass structure, and the key on a model
+    # that is not heads (the schema walk reaches only the first drafter, d1).
+    for drafter, label, value, key in (
+        ("h1", "sequential", "sequential", "drafters.h1.passes"),
+        ("h1", "number", 3, "drafters.h1.passes"),
+        ("h1", "mapping", {"a": 1}, "drafters.h1.passes"),
+        ("d1", "not-heads", "parallel", "drafters.d1"),
+    ):
+        passes = copy.deepcopy(PROFILE)
+        passes["drafters"][drafter]["passes"] = value
+        yield Case(
+            f"profile:drafters.{drafter}.passes={label}",
+            tuple(sim),
+            (("profile.yaml", dump(passes)),),
+            (("profile.yaml",), (key,)),
+        )
     roof = BASE_COMMANDS["profile roofline"]
     yield Case(
         "profile:--draft-tp=not-1-or-tp",

@@ -7,25 +7,31 @@ of depth <= d (the tree cut at depth d). A chain of k drafts is the tree with on
 depth, and every count below is then the chain's (d + 1 positions, (d + 1)(d + 2) / 2 pairs of
 their own): the chain's closed forms are the same numbers (``tests/test_costs_tree.py``).
 
-The drafter runs one pass per depth over the nodes that expand it (the root, then the depth-1
-nodes, ...), each attending to the context plus its ancestors and itself, and reading the
-step's nodes drafted so far from its cache: a draft model with its own fit, decoding heads
-(``heads``) EAGLE-style, since a node's top-k children come from the head's pass over that
-node's token (EAGLE-2's expansion), so depth j + 1 cannot be drafted before depth j. Heads
-with a latency fit price each pass by it; heads with only ``draft_step_s`` pay it per pass.
-FLOPs are per fed token (and attention pair), for both. Passes of equal width are summed as
-their count times their mean pass (exact: the fits are linear in the cached tokens and the
-pairs), which for a draft model's chain is the chain's own formula. A chain of heads is priced
-one pass per step (``HeadsCost``, Medusa's parallel heads): a chain-shaped tree of depth d
-pays d head passes, the chain's one pass being its first (see
-docs/notes/2026-12-01-tree-acceptance.md).
+A drafter that drafts depth by depth runs one pass per depth over the nodes that expand it
+(the root, then the depth-1 nodes, ...), each attending to the context plus its ancestors and
+itself, and reading the step's nodes drafted so far from its cache: a draft model with its own
+fit, and decoding heads with ``passes: autoregressive`` (EAGLE-style: a node's top-k children
+come from the head's pass over that node's token, EAGLE-2's expansion, so depth j + 1 cannot
+be drafted before depth j). Heads with a latency fit price each pass by it; heads with only
+``draft_step_s`` pay it per pass. FLOPs are per fed token (and attention pair). Passes of equal
+width are summed as their count times their mean pass (exact: the fits are linear in the
+cached tokens and the pairs), which for a chain is the chain's own formula. Heads with
+``passes: parallel`` (Medusa, the default) draft every depth in one pass over the target's
+hidden states, each head's top-k giving that depth's candidates, so a tree costs them what a
+chain of its depth does. Either way a chain of k is the tree ``1,...,1`` of depth k, to the bit
+(see docs/notes/2026-12-01-tree-acceptance.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specsim.costs.drafters import DraftModelCost, HeadsCost, NoDrafterCost
+from specsim.costs.drafters import (
+    AutoregressiveHeadsCost,
+    DraftModelCost,
+    HeadsCost,
+    NoDrafterCost,
+)
 from specsim.errors import SpecsimError
 from specsim.tree import TreeShape
 
@@ -72,9 +78,11 @@ class TreeDrafterCost(NoDrafterCost):
     """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
 
     def __init__(self, base: NoDrafterCost, shape: TreeShape):
-        if not isinstance(base, DraftModelCost | HeadsCost):
+        # Prompt lookup proposes one continuation: its only tree is the chain (top-k 1).
+        if not isinstance(base, DraftModelCost | HeadsCost) and not shape.is_chain:
             raise SpecsimError(
-                f"trees are priced for draft models and decoding heads, not {base.kind!r}",
+                f"branching trees are priced for draft models and decoding heads, not "
+                f"{base.kind!r}",
                 key="speculation.tree",
                 fix="use a draft model or heads drafter, or remove speculation.tree",
             )
@@ -83,6 +91,9 @@ class TreeDrafterCost(NoDrafterCost):
         self.kind = base.kind
         self.checks_range = base.checks_range
         self.shape = shape
+        # Parallel heads (and prompt lookup's chain): the whole tree in the chain's one pass,
+        # its k the tree's depth.
+        self.one_pass = not isinstance(base, DraftModelCost | AutoregressiveHeadsCost)
         # (passes, tokens per row, nodes fed before the group, mean depth + 1 of a fed token):
         # pass j feeds the nodes at depth j that have children (the root at j = 0), grouped by
         # equal width.
@@ -108,6 +119,8 @@ class TreeDrafterCost(NoDrafterCost):
     def draft_s(self, rows: int, k: int, kv: float) -> float:
         if rows == 0:
             return 0.0
+        if self.one_pass:
+            return self.base.draft_s(rows, self.shape.depth, kv)
         if self.latency is None:  # heads without a fit: their fixed pass, once per depth
             return self.shape.depth * self.step_s
         seconds = 0.0
@@ -124,6 +137,8 @@ class TreeDrafterCost(NoDrafterCost):
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         if rows == 0:
             return 0.0
+        if self.one_pass:
+            return self.base.draft_flops(rows, self.shape.depth, kv)
         flops = 0.0
         for count, tokens, _, pairs in self._passes(rows, kv):
             flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)

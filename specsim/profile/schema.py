@@ -357,6 +357,9 @@ class DraftOverhead(StrictModel):
     )
 
 
+HeadPasses = Literal["parallel", "autoregressive"]
+
+
 class ModelSpec(StrictModel):
     """A target or drafter. FLOPs are forward-pass FLOPs (2 x multiply-adds)."""
 
@@ -381,6 +384,14 @@ class ModelSpec(StrictModel):
         default=None,
         description="fixed drafting cost per speculative step (n-gram lookup, heads) when the "
         "drafter has no latency fit of its own",
+    )
+    passes: HeadPasses | None = Field(
+        default=None,
+        description="heads only: how the heads draft the depths of a step. parallel (Medusa): "
+        "one head per depth, all from one pass over the target's hidden states, one pass per "
+        "step for a chain and a tree alike; autoregressive (EAGLE, EAGLE-3, MTP): one pass per "
+        "drafted depth (a chain of k: k passes; a tree: one per depth over the nodes that "
+        "expand there). Absent = parallel",
     )
     overhead: DraftOverhead | None = Field(
         default=None,
@@ -422,7 +433,16 @@ class ModelSpec(StrictModel):
             raise ValueError(f"a {self.kind} drafter needs 'draft_step_s' or a 'latency' section")
         if self.method is not None and self.kind != "draft_model":
             raise ValueError(f"method {self.method} is a draft_model's, not a {self.kind}'s")
+        if self.passes is not None and self.kind != "heads":
+            raise ValueError(
+                f"'passes' describes decoding heads, not a {self.kind}; remove it from this model"
+            )
         return self
+
+    @property
+    def head_passes(self) -> str:
+        """How a heads drafter's passes are laid out (``passes``, parallel when absent)."""
+        return self.passes or "parallel"
 
 
 class Overhead(StrictModel):
