@@ -209,6 +209,7 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
             tree_drafts=None if choice.tree is None else choice.tree_drafts,
             sglang_knobs=None if choice.tree is None else choice.tree.sglang,
             method=drafter.method,
+            passes=drafter.passes,
         )
     return EngineSetting(
         target=target,
@@ -218,6 +219,8 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
         verifier=scenario.speculation.verifier,
         temperature=scenario.speculation.temperature,
         unexpressed=tuple(choice.unexpressed),
+        block_size=scenario.engine.block_size,
+        prefix_caching=scenario.workload.prefix is not None,
         **deployment(profile, choice.drafter),
     )
 

@@ -75,6 +75,8 @@ class Speculative:
     children drafted ``tree_drafts``; ``sglang_knobs``: the (num_steps, topk,
     num_draft_tokens) it came from, when the plan searched SGLang's space. ``method``: the
     profile's drafter method (``mtp``: the target's own MTP layers, no model of its own).
+    ``passes``: a heads drafter's stated ``passes`` (parallel: Medusa heads; autoregressive:
+    EAGLE-style); None when the profile does not say, written as EAGLE as before.
     """
 
     drafter: str
@@ -89,6 +91,11 @@ class Speculative:
     tree_drafts: str | None = None
     sglang_knobs: tuple[int, int, int] | None = None
     method: str | None = None
+    passes: str | None = None
+
+    @property
+    def is_medusa(self) -> bool:
+        return self.kind == "heads" and self.passes == "parallel"
 
     @property
     def is_mtp(self) -> bool:
@@ -118,6 +125,8 @@ class EngineSetting:
     weights_dtype: str | None = None  # the target's precision.weights; None: 16-bit
     kv_cache_dtype: str | None = None  # None: the model's dtype
     expert_parallel: bool = False  # the target's experts dealt out whole (sharding's EP size)
+    block_size: int | None = None  # the scenario's engine.block_size (KV block, tokens)
+    prefix_caching: bool = False  # the scenario has workload.prefix (cached prompt prefixes)
     # Engine-neutral: what the plan chose that no engine can run, and what stands in for it.
     unexpressed: tuple[str, ...] = ()
 
@@ -154,6 +163,18 @@ def deployment(profile: Any, drafter: str | None) -> dict[str, Any]:
         out["weights_dtype"] = target.precision.weights
         out["kv_cache_dtype"] = target.precision.kv_cache
     return out
+
+
+def medusa_refusal(setting: EngineSetting, engine: str, where: str) -> str | None:
+    """An engine without Medusa refuses heads the profile states are parallel (Medusa), rather
+    than running them as EAGLE heads, which they are not."""
+    spec = setting.speculation
+    if spec is None or not spec.is_medusa:
+        return None
+    return (
+        f"the profile's heads drafter has passes: parallel (Medusa), and {engine} has no Medusa "
+        f"method ({where}); an EAGLE-style drafter states passes: autoregressive"
+    )
 
 
 def unknown_formats(setting: EngineSetting, engine: str) -> list[str]:

@@ -23,6 +23,7 @@ from specsim.serving.setting import (
     args_text,
     draft_tp_unexpressed,
     header_lines,
+    medusa_refusal,
     unknown_formats,
     use,
     violation,
@@ -81,8 +82,9 @@ def tree_knobs(spec: Speculative) -> tuple[int, int, int] | str:
 def refuses(setting: EngineSetting) -> str | None:
     """Why SGLang cannot run the setting's tree (None: it can, or there is no tree)."""
     spec = setting.speculation
-    if spec is None or spec.tree is None:
-        return None
+    medusa = medusa_refusal(setting, "SGLang", "§4.5: its builtin algorithms")
+    if medusa is not None or spec is None or spec.tree is None:
+        return medusa
     if algorithm(spec) == "NGRAM":
         return "SGLang's NGRAM builds its own trie-based tree, not a drafted one (§4.5)"
     knobs = tree_knobs(spec)

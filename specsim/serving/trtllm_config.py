@@ -23,6 +23,7 @@ from specsim.serving.setting import (
     Speculative,
     draft_tp_unexpressed,
     header_lines,
+    medusa_refusal,
     unknown_formats,
     violation,
 )
@@ -54,7 +55,10 @@ TREE_TYPES = frozenset({"Eagle", "Eagle3"})  # eagle_choices (§5.4)
 def refuses(setting: EngineSetting) -> str | None:
     """Why TensorRT-LLM cannot run the setting's tree (None: it can, or there is none)."""
     spec = setting.speculation
-    if spec is None or spec.tree is None or decoding_type(spec) in TREE_TYPES:
+    medusa = medusa_refusal(setting, "TensorRT-LLM", "§5.2: Medusa left its decoding configs")
+    if medusa is not None or spec is None or spec.tree is None:
+        return medusa
+    if decoding_type(spec) in TREE_TYPES:
         return None
     return (
         f"TensorRT-LLM's {decoding_type(spec)} decoding drafts a chain only; trees "

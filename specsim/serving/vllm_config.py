@@ -25,6 +25,7 @@ from specsim.serving.setting import (
     Speculative,
     args_text,
     header_lines,
+    medusa_refusal,
     use,
     violation,
 )
@@ -79,8 +80,9 @@ def refuses(setting: EngineSetting) -> str | None:
     """vLLM 0.33 has no tree option: ``speculative_token_tree`` is gone from its
     SpeculativeConfig (§3.2, §3.5), so a tree is refused rather than written as a chain."""
     spec = setting.speculation
-    if spec is None or spec.tree is None:
-        return None
+    medusa = medusa_refusal(setting, "vLLM 0.33", "§3.2: medusa left its SpeculativeMethod")
+    if medusa is not None or spec is None or spec.tree is None:
+        return medusa
     return (
         "vLLM 0.33's speculative_config has no speculative_token_tree (§3.2; vLLM 0.10.2 took "
         f'it for EAGLE methods as "speculative_token_tree": "{token_tree(spec.tree)}" with '
@@ -134,6 +136,7 @@ def server_arguments(setting: EngineSetting, config: dict[str, Any] | None) -> l
     if setting.expert_parallel:
         arguments.append(("--enable-expert-parallel", None))
     arguments += format_arguments(setting)
+    arguments += cache_arguments(setting)
     if config is not None:
         arguments.append(("--speculative-config", json.dumps(config)))
     return arguments
@@ -147,6 +150,17 @@ def format_arguments(setting: EngineSetting) -> list[tuple[str, str]]:
         out.append(("--quantization", "fp8"))
     if setting.kv_cache_dtype == "fp8":
         out.append(("--kv-cache-dtype", "fp8"))
+    return out
+
+
+def cache_arguments(setting: EngineSetting) -> list[tuple[str, str | None]]:
+    """The scenario's KV block size, and prefix caching when its requests hit cached prefixes
+    (V1 caches prefixes by default; the flag states what the plan assumed)."""
+    out: list[tuple[str, str | None]] = []
+    if setting.block_size is not None:
+        out.append(("--block-size", str(setting.block_size)))
+    if setting.prefix_caching:
+        out.append(("--enable-prefix-caching", None))
     return out
 
 
@@ -259,6 +273,11 @@ def notes(setting: EngineSetting) -> list[str]:
             "method mtp runs the target checkpoint's MTP layers (num_nextn_predict_layers), the "
             "one module k times per step, with no draft model of its own (§3.2, §3.5)"
         )
+    if setting.prefix_caching:
+        out.append(
+            "the scenario's workload.prefix assumes prefix caching on: vLLM V1 enables it by "
+            "default, and --enable-prefix-caching states it"
+        )
     if spec is None or spec.kind != "heads":
         return out
     return [
@@ -294,6 +313,12 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     }
     if setting.expert_parallel:
         written["enable_expert_parallel"] = True
+    written.update(
+        {
+            flag.removeprefix("--").replace("-", "_"): True if value is None else int(value)
+            for flag, value in cache_arguments(setting)
+        }
+    )
     written.update(
         {
             flag.removeprefix("--").replace("-", "_"): value
