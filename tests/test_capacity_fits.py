@@ -4,10 +4,13 @@ request is reported as not fitting before any run (the admission's rule), pinned
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from test_plan_support import write_scenario
 
+from specsim.cli import main
 from specsim.planning import capacity
 from specsim.planning.capacity_deploy import Precision, RooflineRecipe, roofline_deployments
 from specsim.scenario import load_scenario
@@ -85,3 +88,48 @@ def test_the_longest_request_of_a_trace_and_of_bounded_distributions(tmp_path, r
     data["workload"]["output"] = {"dist": "lognormal", "median": 30}
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     assert longest_request(load_scenario(path)) is None
+
+
+def test_a_plain_plan_leaves_out_a_drafter_whose_cache_cannot_hold_the_longest_request(
+    tmp_path, repo, capsys
+):
+    """No deployment search: the scenario's own 8B H100 profile at memory_utilisation 0.26,
+    18.72e9 bytes. With the 1B drafter the weights take 16,060,522,496 + 2,471,628,800 bytes,
+    leaving (18.72e9 - 18,532,151,296) // (131,072 + 32,768) = 1146 tokens, short of the
+    1800 + 3 that the longest request (prompt 1500 + output 300) needs at k = 2 (the adaptive
+    policy likewise). Without the drafter (18.72e9 - 16,060,522,496) // 131,072 = 20,290 tokens
+    hold it, so speculation off is searched and the plan succeeds (exit 0), naming the misfits
+    in summary.json and the printed report."""
+    scenario = write_scenario(tmp_path, repo, requests=100, rate=2.0, slo={"ttft_s": 1.0})
+    fits = ["engine.memory_utilisation=0.26"]
+    plan = capacity.prepare(str(scenario), fits, 4.0, None, [2], 0.1, 0.99, None)
+    assert [c.label for c in plan.candidates] == [capacity.OFF]
+    assert dict(plan.unfit) == {
+        "llama3.2-1b k=2": "the workload's longest request needs 1803 KV-cache tokens (prompt "
+        "1500 + output 300 + lookahead) but a replica holds 1146",
+        "llama3.2-1b adaptive": "the workload's longest request needs 1803 KV-cache tokens "
+        "(prompt 1500 + output 300 + lookahead) but a replica holds 1146",
+    }
+    out = tmp_path / "out"
+    args = ["plan", "capacity", str(scenario), "--set", fits[0], "--target-rps", "4"]
+    code = main([*args, "--k", "2", "--tolerance", "0.1", "--no-progress", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["label"] for c in summary["candidates"]] == [capacity.OFF]
+    assert summary["failed"] == []
+    assert summary["not_fitting"] == [
+        {"candidate": label, "reason": why} for label, why in plan.unfit
+    ]
+    assert "  llama3.2-1b k=2          does not fit: the workload's longest request needs 1803" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_plain_plan_where_nothing_fits_is_refused_before_any_run(tmp_path, repo):
+    """At kv_capacity_tokens 1000 even speculation off (1800 tokens) cannot hold the longest
+    request: one clear error, exit 2, nothing written."""
+    scenario = write_scenario(tmp_path, repo, requests=100, rate=2.0, slo={"ttft_s": 1.0})
+    out = tmp_path / "out"
+    args = ["plan", "capacity", str(scenario), "--set", "engine.kv_capacity_tokens=1000"]
+    assert main([*args, "--target-rps", "4", "--k", "2", "--out", str(out)]) == 2
+    assert not out.exists()

@@ -349,6 +349,8 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
     }
     if plan.deployments:
         _with_deployments(plan, outcome, summary)
+    elif plan.unfit:  # a plain plan names its misfits only when it has some
+        summary["not_fitting"] = _not_fitting(plan)
     return summary
 
 
@@ -360,7 +362,7 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
         item["tensor_parallel_size"] = r.candidate.tp
         item["devices"] = None if r.replicas is None else r.replicas * r.candidate.devices
     summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
-    summary["not_fitting"] = [{"candidate": c, "reason": why} for c, why in plan.unfit]
+    summary["not_fitting"] = _not_fitting(plan)
     summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
     summary["fleet_checked_too"] = [
         {
@@ -379,6 +381,10 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
         rec["devices"] = (
             None if rec["replicas"] is None else rec["replicas"] * chosen.candidate.devices
         )
+
+
+def _not_fitting(plan: CapacityPlan) -> list[dict[str, str]]:
+    return [{"candidate": c, "reason": why} for c, why in plan.unfit]
 
 
 def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@ for and each drafter's adaptive policy, on each deployment) and the checked plan
 
 ``prepare`` refuses what no search can answer (a closed loop, no SLO or one on TPOT alone, a
 target no fleet within the bounds reaches) before anything runs or is written, and leaves out
-the deployment x speculation candidates that do not fit: weights that leave no KV cache, or a
+the candidates that do not fit: on a deployment, weights that leave no KV cache; on any, a
 cache too small for the workload's longest request (``specsim.simulation.fits``).
 """
 
@@ -172,7 +172,21 @@ def prepare(
     drafters = drafters or ([spec.drafter] if spec.drafter else [])
     unfit: list[tuple[str, str]] = []
     if not deployments:
-        candidates = speculation_candidates(profile, spec, drafters, ks)
+        candidates = []
+        for candidate in speculation_candidates(profile, spec, drafters, ks):
+            reason = plain_length_misfit(candidate, profile, scenario_path, overrides)
+            if reason is None:
+                candidates.append(candidate)
+            else:
+                unfit.append((candidate.label, reason))
+        if not candidates:
+            raise SpecsimError(
+                "no candidate fits: " + "; ".join(f"{label}: {why}" for label, why in unfit),
+                file=scenario_path,
+                key="workload",
+                fix="shorten the workload's longest request or give the replica more KV-cache "
+                "memory (engine.memory_utilisation, a larger device)",
+            )
     else:
         candidates = []
         for deployment in (d for d in deployments if d.fits):
@@ -248,14 +262,29 @@ def memory_misfit(candidate: Candidate, scenario) -> str | None:
     return None
 
 
-def length_misfit(candidate: Candidate, scenario_path: str, overrides: Sequence[str]) -> str | None:
+def length_misfit(
+    candidate: Candidate, scenario_path: str, overrides: Sequence[str], profile=None
+) -> str | None:
     """Why the workload's longest request never fits ``candidate``'s KV cache (the simulator's
-    admission rule, ``specsim.simulation.fits``), or None."""
+    admission rule, ``specsim.simulation.fits``), or None. ``profile``: the candidate's own when
+    it has no deployment."""
     from specsim.scenario import load_scenario
     from specsim.simulation.fits import longest_request_misfit
 
     scenario = load_scenario(scenario_path, [*overrides, *candidate.overrides()])
-    return longest_request_misfit(scenario, candidate.deployment.profile)
+    return longest_request_misfit(scenario, profile or candidate.deployment.profile)
+
+
+def plain_length_misfit(
+    candidate: Candidate, profile, scenario_path: str, overrides: Sequence[str]
+) -> str | None:
+    """``length_misfit`` on the scenario's own profile. A cache that cannot be sized at all
+    (weights that leave none, a profile without KV bytes) is left to the runs to report, as
+    before: only a too-small cache is a misfit here."""
+    try:
+        return length_misfit(candidate, scenario_path, overrides, profile)
+    except SpecsimError:
+        return None
 
 
 def check_target(
