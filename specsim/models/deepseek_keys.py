@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.model_keys import count_key
 from specsim.models.config_keys import get_key
 
 # (ModelConfig field, config.json key, default).
@@ -50,9 +51,9 @@ def deepseek_fields(data: dict[str, Any], source: str, num_layers: int) -> dict[
     fields["normalize_top_k"] = get_key(data, "norm_topk_prob", bool, source, True)
     fields["rope_interleave"] = get_key(data, "rope_interleave", bool, source, True)
     fields["router"] = "sigmoid_grouped"
-    dense = _count(data, "first_k_dense_replace", source, num_layers, 3)
+    dense = count_key(data, "first_k_dense_replace", source, num_layers, 3)
     fields["dense_layers"] = tuple(range(dense))
-    fields["mtp_layers"] = _count(data, "num_nextn_predict_layers", source, 2**10, 1)
+    fields["mtp_layers"] = count_key(data, "num_nextn_predict_layers", source, 2**10, 1)
     _check_router(data, source, fields)
     for key, allowed in (("attention_bias", False), ("moe_layer_freq", 1)):
         if data.get(key, allowed) != allowed:
@@ -63,20 +64,6 @@ def deepseek_fields(data: dict[str, Any], source: str, num_layers: int) -> dict[
                 fix=f"use a model with {key} {str(allowed).lower()} (as DeepSeek-V3 is released)",
             )
     return fields
-
-
-def _count(data: dict[str, Any], key: str, source: str, highest: int, default: int) -> int:
-    """A count that may be 0 (get_key's numbers are positive)."""
-    value = data.get(key, default)
-    value = default if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= highest:
-        raise SpecsimError(
-            f"expected a whole number from 0 to {highest}, got {value!r:.40}",
-            file=source,
-            key=key,
-            fix="copy the key from the model's config.json",
-        )
-    return value
 
 
 def _check_router(data: dict[str, Any], source: str, fields: dict[str, Any]) -> None:

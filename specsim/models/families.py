@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.model_keys import check_experts_per_token, moe_dense_layers
 from specsim.models.config_keys import YARN_FAMILIES, get_key, read_rope, read_rope_scaling
 from specsim.models.deepseek_keys import deepseek_fields, deepseek_hf_keys
 
@@ -234,14 +235,9 @@ def _moe_fields(
         chosen = get_key(data, "num_experts_per_tok", int, source, 8)
         size = get_key(data, "moe_intermediate_size", int, source, 768)
         normalize = get_key(data, "norm_topk_prob", bool, source, False)
-        dense = _dense_layers(data, source, num_layers)
-    if chosen > experts:
-        raise SpecsimError(
-            f"num_experts_per_tok {chosen} exceeds the {experts} experts",
-            file=source,
-            key="num_experts_per_tok",
-            fix="give at most as many experts per token as the model has",
-        )
+        step = get_key(data, "decoder_sparse_step", int, source, 1)
+        dense = moe_dense_layers(data, step, num_layers, source)
+    check_experts_per_token(chosen, experts, source)
     return {
         "num_experts": experts,
         "experts_per_token": chosen,
@@ -249,23 +245,6 @@ def _moe_fields(
         "normalize_top_k": normalize,
         "dense_layers": dense,
     }
-
-
-def _dense_layers(data: dict[str, Any], source: str, num_layers: int) -> tuple[int, ...]:
-    """Qwen3-MoE's layers with a dense MLP: those in mlp_only_layers and, with
-    decoder_sparse_step s, those whose 1-based index is not a multiple of s."""
-    step = get_key(data, "decoder_sparse_step", int, source, 1)
-    only = data.get("mlp_only_layers") or []
-    if not isinstance(only, list) or any(
-        isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in only
-    ):
-        raise SpecsimError(
-            f"expected layer indices from 0 to {num_layers - 1}, got {only!r:.60}",
-            file=source,
-            key="mlp_only_layers",
-            fix="list the dense layers' indices, or give []",
-        )
-    return tuple(i for i in range(num_layers) if i in only or (i + 1) % step)
 
 
 def family_hf_keys(config) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
+from specsim.model_keys import check_experts_per_token, count_key, moe_dense_layers
 
 # Hugging Face key aliases, first match wins: (our name, candidate keys).
 DIMENSION_KEYS = {
@@ -380,30 +381,12 @@ def _deepseek_shape(
     def size(key: str, default: int) -> int:
         return checked(key) if config.get(key) is not None else default
 
-    def count(key: str, default: int, highest: int) -> int:  # may be 0
-        value = config.get(key, default)
-        value = default if value is None else value
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= highest:
-            raise SpecsimError(
-                f"expected a whole number from 0 to {highest}, got {value!r:.40}",
-                file=source,
-                key=key,
-                fix="copy the key from the model's config.json",
-            )
-        return value
-
     no_bottleneck = "q_lora_rank" in config and config["q_lora_rank"] is None
     q_lora = 0 if no_bottleneck else size("q_lora_rank", 1536)
     kv_lora, nope = size("kv_lora_rank", 512), size("qk_nope_head_dim", 128)
     rope, experts = size("qk_rope_head_dim", 64), size("n_routed_experts", 256)
     chosen = size("num_experts_per_tok", 8)
-    if chosen > experts:
-        raise SpecsimError(
-            f"num_experts_per_tok {chosen} exceeds the {experts} experts",
-            file=source,
-            key="num_experts_per_tok",
-            fix="give at most as many experts per token as the model has",
-        )
+    check_experts_per_token(chosen, experts, source)
     return {
         "num_kv_heads": heads,  # one expanded key and value per query head
         "head_dim": nope + rope,
@@ -417,8 +400,9 @@ def _deepseek_shape(
         "expert_intermediate_size": size("moe_intermediate_size", 2048),
         "shared_experts": size("n_shared_experts", 1),
         "router_bias": True,
-        "moe_layers": num_layers - count("first_k_dense_replace", 3, num_layers),
-        "mtp_layers": count("num_nextn_predict_layers", 1, 2**10),
+        "moe_layers": num_layers
+        - count_key(config, "first_k_dense_replace", source, num_layers, 3),
+        "mtp_layers": count_key(config, "num_nextn_predict_layers", source, 2**10, 1),
         "attention_bias": False,
         "attention_out_bias": False,
         "extra_norm_params_per_layer": q_lora + kv_lora,
@@ -435,29 +419,13 @@ def _moe_shape(config: dict[str, Any], model_type: str, num_layers: int, checked
     experts, chosen, width = (
         checked(key) if config.get(key) is not None else default for key, default in keys
     )
-    if chosen > experts:
-        raise SpecsimError(
-            f"num_experts_per_tok {chosen} exceeds the {experts} experts",
-            file=source,
-            key="num_experts_per_tok",
-            fix="give at most as many experts per token as the model has",
-        )
+    check_experts_per_token(chosen, experts, source)
     dense = 0
     if model_type == "qwen3_moe":  # dense layers: mlp_only_layers, and off the sparse step
         step = (
             checked("decoder_sparse_step") if config.get("decoder_sparse_step") is not None else 1
         )
-        only = config.get("mlp_only_layers") or []
-        if not isinstance(only, list) or any(
-            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in only
-        ):
-            raise SpecsimError(
-                f"expected layer indices from 0 to {num_layers - 1}",
-                file=source,
-                key="mlp_only_layers",
-                fix="list the dense layers' indices, or give []",
-            )
-        dense = sum(1 for i in range(num_layers) if i in only or (i + 1) % step)
+        dense = len(moe_dense_layers(config, step, num_layers, source))
     return {
         "num_experts": experts,
         "experts_per_token": chosen,
