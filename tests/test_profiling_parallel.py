@@ -7,11 +7,15 @@ import dataclasses
 import pytest
 from test_model_sizing import DEEPSEEK_ATTENTION, DEEPSEEK_DENSE, DEEPSEEK_EXPERT, deepseek_v3
 
+# The hand-counted shape of test_profiling_roofline: 2 layers, hidden 8, 2 heads of 4, 1 KV head,
+# 2792 parameters (2 x (192 attention + 384 MLP + 16 norms) + 2 x 800 embedding/head + 8).
+from test_profiling_roofline import TOY, TOY_PARAMS
+
 from specsim.costs import kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, load_profile
 from specsim.profile.schema import Latency
-from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.flops import load_shape
 from specsim.profiling.parallel import (
     Layout,
     Link,
@@ -31,18 +35,6 @@ from specsim.profiling.roofline import (
 )
 from specsim.scenario import Engine, load_scenario
 
-# The hand-counted shape of test_profiling_roofline: 2 layers, hidden 8, 2 heads of 4, 1 KV head.
-TOY = ModelShape(
-    name="toy",
-    vocab_size=100,
-    num_layers=2,
-    hidden_size=8,
-    num_heads=2,
-    num_kv_heads=1,
-    head_dim=4,
-    intermediate_size=16,
-)
-TOY_PARAMS = 2792  # 2 x (192 attention + 384 MLP + 16 norms) + 2 x 800 embedding/head + 8
 LINK = Link(bandwidth_bytes_per_s=1e9, latency_s=1e-6)
 HW = HardwareSpec(
     name="hand",
