@@ -21,3 +21,12 @@ roofline h100-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_
   --tp 4
 roofline h200-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_llama3.2-1b_h200-fp8 \
   --weights-dtype fp8 --kv-dtype fp8
+# Eight H100s (TP8, bf16): the other side of plan capacity's TP4-against-TP8 question.
+roofline h100-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_llama3.2-1b_8xh100-tp8 \
+  --tp 8
+# DeepSeek-V3 (671 B, a mixture of experts) drafting with its own MTP module on eight H200s in
+# FP8 (84.1 GB of weights per device, shared experts in FP8 too; bf16 does not fit). Acceptance assumed (see its notes).
+specsim profile --roofline --hardware profiles/hardware/h200-sxm.yaml \
+  --target profiles/models/deepseek-v3.json --drafter mtp=mtp --drafter ngram \
+  --acceptance-from profiles/acceptance/deepseek-v3_mtp.assumed.yaml \
+  --out profiles/deepseek-v3_mtp_8xh200-fp8-roofline.yaml --tp 8 --weights-dtype fp8 --kv-dtype fp8

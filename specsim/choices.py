@@ -57,4 +57,12 @@ ROUTERS = registry(
     Choice("round_robin", "in turn"),
     Choice("least_outstanding", "to the replica with the fewest queued plus running requests"),
     Choice("random", "uniformly at random"),
+    Choice(
+        "cache_aware",
+        "as sglang-router's cache_aware policy, for `workload.prefix` source 'session': a turn "
+        "goes to the replica that remembers its session's previous turn, unless that replica's "
+        "queued plus running requests exceed the least loaded one's by more than "
+        "`fleet.balance_abs_threshold`; otherwise (and for every other workload) as "
+        "'least_outstanding'",
+    ),
 )

@@ -16,6 +16,7 @@ LAYERS: tuple[str, ...] = (
     "fileio",  # atomic writes, checked reads
     "config",  # strict YAML models, --set overrides
     "tree",  # speculation tree shapes: drafted nodes as paths of child ranks
+    "model_keys",  # config.json checks the loader and the roofline share (no torch)
     "sampling",  # verifiers, the exact checker (torch; the closed form in numpy)
     "models",  # the decoder, its KV cache, loading model folders (torch)
     "profile",  # the profile file: schema, latency fits, model kinds

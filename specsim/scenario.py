@@ -25,6 +25,7 @@ from specsim.bounds import (
     MAX_TOKENS,
     MIN_FACTOR,
     BatchSize,
+    Bytes,
     PositiveSeconds,
     Probability,
     Rate,
@@ -41,6 +42,7 @@ from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema
 from specsim.config import Name, StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.profile.schema import TREE_DRAFTS
+from specsim.profile.tp_scaling import TensorParallelScaling
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions
 from specsim.tree import TreeShape
@@ -81,6 +83,70 @@ class LengthDist(StrictModel):
                 raise ValueError(f"a {self.dist!r} length needs '{name}'")
         if self.dist == "uniform" and self.high < self.low:
             raise ValueError(f"uniform length has high {self.high} < low {self.low}")
+        return self
+
+
+PREFIX_SOURCES = {
+    "column": "a trace column gives each request's cached prefix in tokens (`column`, default "
+    "`cached_tokens`: the OpenAI usage field prompt_tokens_details.cached_tokens, vLLM's "
+    "num_cached_tokens); the hit is taken as given",
+    "session": "a trace column names each request's session (`column`, default `SessionID`, "
+    "BurstGPT's, or `session_id`): a turn's prompt starts with the previous turn's prompt and "
+    "output, which are cached if that turn finished on the same replica and the replica still "
+    "remembers it (least recently used first out, within the KV cache its running sequences "
+    "leave free)",
+    "fraction": "a share of every prompt (`fraction`) is cached, for a request drawn as a hit "
+    "with probability `hit_rate`",
+    "system_prompt": "a shared system prompt of `length` tokens is cached, for a request drawn "
+    "as a hit with probability `hit_rate`",
+}
+
+
+TRACE_PREFIXES = ("column", "session")
+
+
+class PrefixCache(StrictModel):
+    """Cached prompt prefixes (multi-turn conversations, shared system prompts): cached tokens
+    skip prefill compute but still occupy the KV cache, each sequence its own copy. A hit is at
+    most the prompt less one token (the engine computes the last one for its logits) and, with
+    ``engine.block_size``, whole blocks only, as vLLM's prefix cache holds them."""
+
+    source: Literal[tuple(PREFIX_SOURCES)] = Field(  # type: ignore[valid-type]
+        description="where each request's cached prefix comes from: "
+        + "; ".join(f"'{k}': {v}" for k, v in PREFIX_SOURCES.items())
+    )
+    column: Name | None = Field(
+        default=None, description="'column' and 'session': the trace column to read"
+    )
+    fraction: Probability | None = Field(
+        default=None, description="'fraction': the cached share of each prompt (rounded down)"
+    )
+    length: Tokens | None = Field(
+        default=None, description="'system_prompt': the shared prefix in tokens"
+    )
+    hit_rate: Probability = Field(
+        default=1.0,
+        description="'fraction' and 'system_prompt': the probability that a request's prefix "
+        "is cached (drawn per request from a stream of its own)",
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrefixCache:
+        needs = {"fraction": "fraction", "system_prompt": "length"}
+        for source, key in needs.items():
+            if self.source == source and getattr(self, key) is None:
+                raise ValueError(f"a {source!r} prefix needs {key!r}")
+        allowed = {
+            "column": {"column"},
+            "session": {"column"},
+            "fraction": {"fraction", "hit_rate"},
+            "system_prompt": {"length", "hit_rate"},
+        }[self.source]
+        extra = sorted(self.model_fields_set - allowed - {"source"})
+        if extra:
+            raise ValueError(
+                f"{', '.join(extra)} do(es) not apply to a {self.source!r} prefix; fix: remove it"
+            )
         return self
 
 
@@ -144,6 +210,10 @@ class Workload(StrictModel):
     output: LengthDist | None = Field(
         default=None, description="output lengths (required unless the workload is a trace)"
     )
+    prefix: PrefixCache | None = Field(
+        default=None,
+        description="cached prompt prefixes (prefix caching); absent: no request hits a cache",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
@@ -173,6 +243,11 @@ class Workload(StrictModel):
                 raise ValueError("a 'closed_loop' workload needs 'concurrency'")
             if self.duration_s is None and self.requests is None:
                 raise ValueError("a 'closed_loop' workload needs 'duration_s' or 'requests'")
+        if kind != "trace" and self.prefix is not None and self.prefix.source in TRACE_PREFIXES:
+            raise ValueError(
+                f"a {self.prefix.source!r} prefix reads a trace column, so it needs a 'trace' "
+                "workload; fix: use prefix source 'fraction' or 'system_prompt'"
+            )
         if kind == "trace":
             if self.trace is None:
                 raise ValueError("a 'trace' workload needs 'trace' (a file)")
@@ -208,7 +283,14 @@ class Engine(StrictModel):
     tensor_parallel_size: TensorParallel | None = Field(
         default=None,
         description="devices one replica spans; must be the profile's "
-        "hardware.tensor_parallel_size (absent: whatever the profile describes)",
+        "hardware.tensor_parallel_size (absent: whatever the profile describes) unless "
+        "tensor_parallel_scaling is given",
+    )
+    tensor_parallel_scaling: TensorParallelScaling | None = Field(
+        default=None,
+        description="opt in: a roofline profile written for another TP is scaled to "
+        "tensor_parallel_size by the roofline's arithmetic over this link, and the run is "
+        "flagged as derived (measured and calibrated profiles are refused)",
     )
     padded_attention: bool = Field(
         default=False,
@@ -217,6 +299,15 @@ class Engine(StrictModel):
         "feeds every prompt at the longest prompt's length (specsim's own engine, Hugging Face "
         "generate); false: each row attends over its own context (paged attention: vLLM, "
         "SGLang)",
+    )
+    block_size: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        default=None,
+        description="KV-cache block size in tokens (vLLM's --block-size, default there 16; "
+        "SGLang's --page-size): capacity is counted in blocks, and each sequence holds "
+        "ceil((its tokens + lookahead) / block_size) of them, so a part-filled last block is "
+        "memory lost. The lookahead is the k + 1 positions a step verifies, and k more for a "
+        "draft model (vLLM's num_lookahead_tokens, for proposers with KV of their own); a "
+        "cached prefix counts whole blocks only. Absent: the cache is counted in tokens",
     )
     jitter: bool = Field(
         default=True,
@@ -417,6 +508,75 @@ class Pool(StrictModel):
 
 
 RouterName = schema_literal(ROUTERS)
+KV_LINKS = ("nvlink", "pcie")  # the hardware file's interconnect sections
+
+
+class DisaggregatedPool(StrictModel):
+    """One side of a disaggregated fleet: its replicas and, when it differs, its profile."""
+
+    replicas: Replicas = Field(default=1, description="replicas in this pool (x or y in xPyD)")
+    profile: str | None = Field(
+        default=None,
+        description="this pool's profile (relative to the scenario file; absent: the "
+        "scenario's); it must describe the same target model",
+    )
+    tensor_parallel_size: TensorParallel | None = Field(
+        default=None,
+        description="devices one replica of this pool spans; must be its profile's (absent: "
+        "engine.tensor_parallel_size)",
+    )
+
+
+class KvTransfer(StrictModel):
+    """The link a prompt's KV cache crosses from a prefill replica to a decode replica (vLLM's
+    kv_transfer_config, SGLang's --disaggregation-transfer-backend): either its figures, or a
+    hardware file's interconnect section."""
+
+    bandwidth_bytes_per_s: Bytes | None = Field(
+        default=None,
+        description="bytes per second per device pair, one direction (each of min(prefill "
+        "TP, decode TP) device pairs moves its shard at once); with `latency_s`",
+    )
+    latency_s: Seconds | None = Field(
+        default=None, description="fixed time per transfer (set-up, first byte); with bandwidth"
+    )
+    hardware: str | None = Field(
+        default=None,
+        description="a hardware file (relative to the scenario file) whose `link` section "
+        "gives the bandwidth and latency, times its efficiency.interconnect",
+    )
+    link: Literal[KV_LINKS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="the hardware file's section: 'nvlink' or 'pcie'"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> KvTransfer:
+        figures = (self.bandwidth_bytes_per_s, self.latency_s)
+        named = (self.hardware, self.link)
+        if all(v is None for v in named) and None not in figures:
+            return self
+        if all(v is None for v in figures) and None not in named:
+            return self
+        raise ValueError(
+            "kv_transfer needs either bandwidth_bytes_per_s and latency_s, or hardware and "
+            "link (a hardware file's nvlink or pcie section), not a mix"
+        )
+
+
+class Disaggregation(StrictModel):
+    """Prefill and decode on separate pools (xPyD; SGLang's --disaggregation-mode prefill |
+    decode, vLLM's kv_producer and kv_consumer): a prefill replica computes the prompt and its
+    first token, the KV cache crosses `kv_transfer`, and a decode replica decodes the rest,
+    with the scenario's speculation."""
+
+    prefill: DisaggregatedPool = Field(description="the prefill pool (x replicas)")
+    decode: DisaggregatedPool = Field(description="the decode pool (y replicas)")
+    kv_transfer: KvTransfer = Field(description="the link between the pools")
+    decode_router: RouterName | None = Field(
+        default=None,
+        description="how a decode replica is picked when a prompt's prefill ends (absent: "
+        "fleet.router, which spreads arrivals over the prefill pool)",
+    )
 
 
 class Fleet(StrictModel):
@@ -429,14 +589,46 @@ class Fleet(StrictModel):
     router: RouterName = Field(
         default="round_robin", description="how arrivals are spread: " + schema_description(ROUTERS)
     )
+    balance_abs_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_REQUESTS,
+        description="'cache_aware' only: the most outstanding requests by which the replica "
+        "holding a session may exceed the least loaded one and still take its turn "
+        "(sglang-router's --balance-abs-threshold; absent: 32, its default)",
+    )
     pools: list[Pool] = Field(
         default_factory=list,
         description="optional pools with their own speculation settings; absent = one pool "
         "'main' with the scenario's settings",
     )
+    disaggregation: Disaggregation | None = Field(
+        default=None,
+        description="split the fleet into prefill and decode pools (absent: every replica "
+        "serves both); not with pools",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Fleet:
+        if self.balance_abs_threshold is not None and self.router != "cache_aware":
+            raise ValueError(
+                f"fleet.balance_abs_threshold applies to the 'cache_aware' router, not "
+                f"{self.router!r}; fix: remove it or set fleet.router: cache_aware"
+            )
+        split = self.disaggregation
+        if split is not None:
+            if self.pools:
+                raise ValueError("a disaggregated fleet has no pools; fix: remove fleet.pools")
+            total = split.prefill.replicas + split.decode.replicas
+            if self.replicas is not None and self.replicas != total:
+                raise ValueError(
+                    f"fleet.replicas is {self.replicas} but the disaggregated pools hold {total}"
+                )
+            if total > MAX_REPLICAS:
+                raise ValueError(
+                    f"the pools hold {total:,} replicas, more than one run simulates "
+                    f"({MAX_REPLICAS:,}); fix: lower the pools' replicas"
+                )
         if self.pools:
             names = [p.name for p in self.pools]
             if len(set(names)) != len(names):
@@ -455,6 +647,8 @@ class Fleet(StrictModel):
 
     @property
     def total_replicas(self) -> int:
+        if self.disaggregation is not None:
+            return self.disaggregation.prefill.replicas + self.disaggregation.decode.replicas
         if self.pools:
             return sum(p.replicas for p in self.pools)
         return self.replicas or 1
@@ -499,6 +693,22 @@ class Scenario(StrictModel):
     slo: Slo | None = Field(default=None, description="objective for goodput; absent = none")
 
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _split_fleet_counts_tokens(self) -> Scenario:
+        # The prefill and decode pools' admissions count KV in tokens and ignore cached prefixes.
+        if self.fleet.disaggregation is None:
+            return self
+        for key, value in (
+            ("engine.block_size", self.engine.block_size),
+            ("workload.prefix", self.workload.prefix),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"{key} is not modelled with fleet.disaggregation (its pools count the KV "
+                    f"cache in tokens, without prefix hits); fix: remove {key} or the split"
+                )
+        return self
 
     @property
     def source(self) -> Path | None:

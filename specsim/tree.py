@@ -150,6 +150,15 @@ class TreeShape:
         """The engines' list-of-paths form (JSON-ready)."""
         return [list(path) for path in self.paths]
 
+    def summary(self) -> dict[str, object]:
+        """The shape as summaries name it: its paths, nodes, depth and nodes per depth."""
+        return {
+            "paths": self.to_paths(),
+            "nodes": self.num_nodes,
+            "depth": self.depth,
+            "nodes_per_depth": [self.width_at(d) for d in range(1, self.depth + 1)],
+        }
+
 
 def _check_size(nodes: int, depth: int) -> None:
     if nodes > MAX_TREE_NODES or depth > MAX_K:

@@ -169,6 +169,13 @@ PROFILE: dict[str, Any] = {
             "precision": {"weights": "bfloat16", "kv_cache": "bfloat16"},
         },
         "ngram": {"kind": "ngram", "draft_step_s": 1.0e-5},
+        # EAGLE-style heads: the walk reaches d1 only, so their passes key has hand cases.
+        "h1": {
+            "kind": "heads",
+            "draft_step_s": 1.0e-4,
+            "flops_per_token": 1.0e7,
+            "passes": "autoregressive",
+        },
     },
     "overhead": {
         "per_step_s": 1.0e-4,
@@ -195,6 +202,7 @@ PROFILE: dict[str, Any] = {
             "source": "measured",
             "derived_from": "hand-written",
             "tokens_scored": 100,
+            "monte_carlo": {"seed": 0, "samples": 64, "standard_error": 0.001},
         }
     ],
 }
@@ -231,21 +239,26 @@ SCENARIO: dict[str, Any] = {
             "sigma": 0.5,
         },
         "output": {"dist": "uniform", "low": 2, "high": 16},
+        "prefix": {"source": "system_prompt", "length": 8, "hit_rate": 0.5},
     },
     "engine": {
         "max_batch": 8,
+        "block_size": 16,
         "chunked_prefill": True,
         "max_batched_tokens": 512,
         "memory_utilisation": 0.9,
         "kv_capacity_tokens": 100000,
         "tensor_parallel_size": 2,  # the base profile's
+        # The profile's own TP, so nothing is scaled: present for the corpus to spoil.
+        "tensor_parallel_scaling": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-6},
         "padded_attention": False,
         "jitter": True,
     },
     "speculation": copy.deepcopy(SPECULATION),
     "fleet": {
         "replicas": 1,
-        "router": "round_robin",
+        "router": "cache_aware",
+        "balance_abs_threshold": 4,
         "pools": [
             {
                 "name": "main",
@@ -292,6 +305,20 @@ SEQUENCES_SCENARIO: dict[str, Any] = {
     "fleet": {"replicas": 1},
     "speculation": {"drafter": "d1", "k": 2, "acceptance": "sequences"},
 }
+# A disaggregated fleet (no pools beside it): the base scenario's other sections, split 1P1D.
+DISAGGREGATION: dict[str, Any] = {
+    "prefill": {"replicas": 1, "profile": "profile.yaml", "tensor_parallel_size": 2},
+    "decode": {"replicas": 1, "profile": "profile.yaml", "tensor_parallel_size": 2},
+    "kv_transfer": {"bandwidth_bytes_per_s": 5.0e10, "latency_s": 2.0e-5},
+    "decode_router": "least_outstanding",
+}
+DISAGG_SCENARIO: dict[str, Any] = {
+    **copy.deepcopy(SCENARIO),
+    "name": "bad-input-disagg",
+    "fleet": {"router": "round_robin", "disaggregation": copy.deepcopy(DISAGGREGATION)},
+}
+# A split fleet refuses cached prefixes and KV blocks (its pools count tokens).
+del DISAGG_SCENARIO["workload"]["prefix"], DISAGG_SCENARIO["engine"]["block_size"]
 HARDWARE = {
     "name": "test accelerator",
     "memory_bytes": 80.0e9,

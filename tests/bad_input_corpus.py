@@ -34,6 +34,7 @@ from bad_input_bases import (
     PROFILE,
     PROFILE_GROUPS,
     SCENARIO,
+    TRACE_SCENARIO,
     D,
     dump,
 )
@@ -280,11 +281,20 @@ STRING_OPTIONS = {
     "--model": "model-path",
     "--tree": "tree",
     "--tree-drafts": "tree-drafts",
+    "--trees": "plan-trees",
+    "--tree-steps": "tree-counts",
+    "--tree-topk": "tree-counts",
+    "--tree-tokens": "tree-counts",
+    "--tree-drafter": "tree-drafter",
     "--baseline": "folder",
     "--candidate": "folder",
     "--bench": "folder",
     "--scenario": "file",
     "scenario": "file",
+    "--tp": "tp-list",  # plan capacity's (profile's --tp is a bounded number)
+    "--precision": "precision",
+    "--target-model": "model",
+    "--draft-model": "drafter",
 }
 
 
@@ -319,7 +329,13 @@ BAD_STRINGS = {
     "scrape-pair": ["", "x", "=x", "x=", "nosuch.json=metrics.txt"],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
+BAD_STRINGS["tp-list"] = ["", "x", "0", "-1", "2,,4", "4.5", "65", "99999999999", "nan"]
+BAD_STRINGS["precision"] = ["", "x", "fp9", "bf16/", "fp8/int4", "/fp8", "fp8,x"]
 BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
+# plan window's trees: malformed shapes, a chain (that is k), one past the size limits.
+BAD_STRINGS["plan-trees"] = [*BAD_STRINGS["tree"][:11], "1,1,1", "99999999999"]
+BAD_STRINGS["tree-drafter"] = ["", "small", "=2,2,1", "d1=", "d1=1,1", "d1=x", "nosuch=2,2"]
+BAD_STRINGS["tree-counts"] = ["", "x", "0", "-1", "4..1", "1.5", "nan", "99999999999"]
 # The profiler measures any well-formed tree (the checker's size limits are not its own).
 BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]
 COMMAND_STRINGS = {("profile", "--tree"): "profile-tree"}
@@ -455,6 +471,13 @@ def hand_cases() -> Iterator[Case]:
         (("scenario.yaml", dump(pools)),),
         (("scenario.yaml",), ("fleet",)),
     )
+    # A TP the (measured) profile does not describe, scaling asked for: refused, not scaled.
+    yield Case(
+        "scenario:tensor_parallel_scaling=measured-profile",
+        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (),
+        (("engine.tensor_parallel_scaling",),),
+    )
     # Targets the bounds refuse only with the scenario: one replica cannot run at the target's
     # load (rate x duration_s requests), or no fleet within MAX_REPLICAS reaches it.
     longer = ("--set", "workload.requests=null", "--set", "workload.duration_s=1000")
@@ -480,11 +503,56 @@ def hand_cases() -> Iterator[Case]:
         (("prompts.jsonl", '{"question": "what?"}\n'),),
         (("prompts.jsonl",),),
     )
+    misplaced_threshold = copy.deepcopy(SCENARIO)
+    misplaced_threshold["fleet"]["router"] = "round_robin"
+    yield Case(
+        "scenario:fleet.balance_abs_threshold=without-cache_aware",
+        tuple(sim),
+        (("scenario.yaml", dump(misplaced_threshold)),),
+        (("fleet.balance_abs_threshold",), ("cache_aware",)),
+    )
+    # Prefix caching: a trace column asked of a workload without a trace, a cell that is not a
+    # token count, and a session column the trace lacks.
+    column_prefix = copy.deepcopy(SCENARIO)
+    column_prefix["workload"]["prefix"] = {"source": "column"}
+    yield Case(
+        "scenario:workload.prefix.source=column-without-a-trace",
+        tuple(sim),
+        (("scenario.yaml", dump(column_prefix)),),
+        (("workload",), ("trace",)),
+    )
+    yield Case(
+        "scenario:engine.block_size=larger-than-the-cache",
+        (*sim, "--set", "engine.kv_capacity_tokens=8"),
+        (),
+        (("engine.block_size",),),
+    )
+    trace_argv = ("simulate", f"{D}/trace_scenario.yaml", "--out", OUT)
+    for source, header, cell, names in (
+        ("column", "cached_tokens", "x", ("workload.prefix.column",)),
+        ("session", "user", "u1", ("SessionID",)),
+    ):
+        scenario = copy.deepcopy(TRACE_SCENARIO)
+        scenario["workload"]["prefix"] = {"source": source}
+        rows = [f"{0.1 * i},{10 + i},5,{cell if i == 3 else i}" for i in range(6)]
+        text = f"arrived_at,num_prefill_tokens,num_decode_tokens,{header}\n" + "\n".join(rows)
+        yield Case(
+            f"trace:workload.prefix.source={source}-bad-column",
+            trace_argv,
+            (("trace_scenario.yaml", dump(scenario)), ("trace.csv", text + "\n")),
+            (("trace.csv",), names),
+        )
     # Tensor parallelism: a scenario asking for another split than the profile's, splits no
     # engine runs, and a roofline deployment given to a measurement.
     yield Case(
         "scenario:engine.tensor_parallel_size=not-the-profile's",
-        (*sim, "--set", "engine.tensor_parallel_size=4"),
+        (
+            *sim,
+            "--set",
+            "engine.tensor_parallel_size=4",
+            "--set",
+            "engine.tensor_parallel_scaling=null",
+        ),
         (),
         (("engine.tensor_parallel_size",),),
     )
@@ -502,6 +570,30 @@ def hand_cases() -> Iterator[Case]:
             tuple(sim),
             (("profile.yaml", dump(split)),),
             (("profile.yaml",),),
+        )
+    split = copy.deepcopy(PROFILE)
+    split["target"]["sharding"]["expert_parallel_size"] = 4  # the replica has 2 devices
+    yield Case(
+        "profile:target.sharding.expert_parallel_size=not-the-tp",
+        tuple(sim),
+        (("profile.yaml", dump(split)),),
+        (("profile.yaml",), ("expert_parallel_size",)),
+    )
+    # A heads drafter's passes: a value that is not a pass structure, and the key on a model
+    # that is not heads (the schema walk reaches only the first drafter, d1).
+    for drafter, label, value, key in (
+        ("h1", "sequential", "sequential", "drafters.h1.passes"),
+        ("h1", "number", 3, "drafters.h1.passes"),
+        ("h1", "mapping", {"a": 1}, "drafters.h1.passes"),
+        ("d1", "not-heads", "parallel", "drafters.d1"),
+    ):
+        passes = copy.deepcopy(PROFILE)
+        passes["drafters"][drafter]["passes"] = value
+        yield Case(
+            f"profile:drafters.{drafter}.passes={label}",
+            tuple(sim),
+            (("profile.yaml", dump(passes)),),
+            (("profile.yaml",), (key,)),
         )
     roof = BASE_COMMANDS["profile roofline"]
     yield Case(
@@ -538,6 +630,24 @@ def hand_cases() -> Iterator[Case]:
         (*BASE_COMMANDS["profile roofline"], "--tree", "2,1"),
         (),
         (("--tree",),),
+    )
+    # MTP: a target without MTP layers, a measurement, a prompt-lookup entry marked mtp.
+    yield Case(
+        "profile:--drafter=mtp-target-without-mtp",
+        (*BASE_COMMANDS["profile roofline"], "--drafter", "m=mtp"),
+        (),
+        (("num_nextn_predict_layers",),),
+    )
+    yield Case(
+        "profile:--drafter=mtp-measured", (*measure, "--drafter", "m=mtp"), (), (("--drafter",),)
+    )
+    marked = copy.deepcopy(PROFILE)
+    marked["drafters"]["ngram"]["method"] = "mtp"
+    yield Case(
+        "profile:drafters.ngram.method=mtp-not-a-draft-model",
+        tuple(sim),
+        (("profile.yaml", dump(marked)),),
+        (("profile.yaml",),),
     )
     yield Case(
         "profile:--max-new-tokens=past-positions",
@@ -584,6 +694,87 @@ def tree_cases() -> Iterator[Case]:
     )
 
 
+def disagg_cases() -> Iterator[Case]:
+    """fleet.disaggregation: every key of the 1P1D base spoiled (the base scenario has pools,
+    which a split fleet refuses), and the combinations no single value spoils."""
+    from bad_input_bases import DISAGG_SCENARIO, DISAGGREGATION
+
+    from specsim.scenario import Disaggregation
+
+    def render(split: Any) -> str:
+        return dump({**DISAGG_SCENARIO, "fleet": {"disaggregation": split}})
+
+    sim = BASE_COMMANDS["simulate"]
+    yield from schema_cases(
+        "scenario:fleet.disaggregation",
+        Disaggregation,
+        DISAGGREGATION,
+        "scenario.yaml",
+        sim,
+        render=render,
+        where=lambda path: ("fleet", "disaggregation", *path),
+    )
+    key = "fleet.disaggregation"
+    spoiled = {
+        "with-pools": {**DISAGG_SCENARIO["fleet"], "pools": [{"name": "a"}]},
+        "replicas-not-x+y": {**DISAGG_SCENARIO["fleet"], "replicas": 3},
+    }
+    for name, fleet in spoiled.items():
+        yield Case(
+            f"scenario:{key}={name}",
+            tuple(sim),
+            (("scenario.yaml", dump({**DISAGG_SCENARIO, "fleet": fleet})),),
+            (("scenario.yaml",), ("fleet",)),
+        )
+    transfers = {
+        "figures-and-link": {"bandwidth_bytes_per_s": 5.0e10, "link": "nvlink"},
+        "latency-only": {"latency_s": 1.0e-5},
+        "link-without-file": {"link": "pcie"},
+    }
+    for name, transfer in transfers.items():
+        split = {**copy.deepcopy(DISAGGREGATION), "kv_transfer": transfer}
+        yield Case(
+            f"scenario:{key}.kv_transfer={name}",
+            tuple(sim),
+            (("scenario.yaml", render(split)),),
+            (("scenario.yaml",), (f"{key}.kv_transfer",)),
+        )
+    no_link = {k: v for k, v in HARDWARE.items() if k != "nvlink"}
+    from_file = {"hardware": "hardware.yaml", "link": "nvlink"}
+    split = {**copy.deepcopy(DISAGGREGATION), "kv_transfer": from_file}
+    yield Case(
+        f"scenario:{key}.kv_transfer.link=not-in-the-hardware-file",
+        tuple(sim),
+        (("scenario.yaml", render(split)), ("hardware.yaml", dump(no_link))),
+        (("hardware.yaml",), ("nvlink",)),
+    )
+    slow = {**HARDWARE, "nvlink": {"bandwidth_bytes_per_s": -1.0, "latency_s": 1.0e-6}}
+    yield Case(
+        f"scenario:{key}.kv_transfer.link=negative-bandwidth",
+        tuple(sim),
+        (("scenario.yaml", render(split)), ("hardware.yaml", dump(slow))),
+        (("hardware.yaml",), ("bandwidth_bytes_per_s",)),
+    )
+    split = copy.deepcopy(DISAGGREGATION)
+    split["decode"]["tensor_parallel_size"] = 4
+    yield Case(
+        f"scenario:{key}.decode.tensor_parallel_size=not-the-profile's",
+        tuple(sim),
+        (("scenario.yaml", render(split)),),
+        (("engine.tensor_parallel_size",),),
+    )
+    other = copy.deepcopy(PROFILE)
+    other["target"]["params"] = PROFILE["target"]["params"] * 2
+    split = copy.deepcopy(DISAGGREGATION)
+    split["decode"]["profile"] = "other.yaml"
+    yield Case(
+        f"scenario:{key}.decode.profile=another-target",
+        tuple(sim),
+        (("scenario.yaml", render(split)), ("other.yaml", dump(other))),
+        (("scenario.yaml",), (f"{key}.decode.profile",)),
+    )
+
+
 def all_cases() -> list[Case]:
     from specsim.profile.schema import Acceptance, Profile
     from specsim.profiling.roofline import HardwareSpec
@@ -611,6 +802,7 @@ def all_cases() -> list[Case]:
     cases += set_cases()
     cases += hand_cases()
     cases += tree_cases()
+    cases += disagg_cases()
     from bad_input_files import file_cases  # it builds on this module
 
     cases += file_cases()

@@ -1,7 +1,7 @@
 """Bad-input cases of the model families' own config.json keys: for the loader (``profile``
 measuring a config.json target, which reads every model's config before any loads) and for the
-roofline's sizing (``profile --roofline --target``), a model_type neither knows, and the
-mixture-of-experts keys.
+roofline's sizing (``profile --roofline --target``), a model_type neither knows, the
+mixture-of-experts keys, and DeepSeek-V3's latent-attention, router and YaRN keys.
 
 Each family has a small valid base (``LOADER_BASES``, ``ROOFLINE_BASES``; ``test_bad_inputs``
 checks they are accepted); every case spoils one key of one base.
@@ -58,7 +58,47 @@ LOADER_BASES: dict[str, dict[str, Any]] = {
         "mlp_only_layers": [1],
         "norm_topk_prob": True,
     },
+    "deepseek_v3": {
+        **SMALL,
+        "model_type": "deepseek_v3",
+        "num_key_value_heads": 4,
+        "q_lora_rank": 12,
+        "kv_lora_rank": 10,
+        "qk_nope_head_dim": 6,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 5,
+        "n_routed_experts": 8,
+        "n_group": 4,
+        "topk_group": 2,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "num_nextn_predict_layers": 1,
+        "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc",
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    },
 }
+_DEEPSEEK_SIZES = (
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+)
+_YARN = LOADER_BASES["deepseek_v3"]["rope_scaling"]
 # Gemma 3's sliding_window_pattern is read only without layer_types (its base has none).
 LOADER_NUMBERS = {
     "gemma2": {
@@ -75,6 +115,12 @@ LOADER_NUMBERS = {
         "num_experts_per_tok": int,
         "moe_intermediate_size": int,
         "decoder_sparse_step": int,
+    },
+    "deepseek_v3": {
+        **dict.fromkeys(_DEEPSEEK_SIZES, int),
+        "n_group": int,
+        "topk_group": int,
+        "routed_scaling_factor": float,
     },
 }
 # (base, changed keys, the key the error names)
@@ -112,6 +158,46 @@ LOADER_SPOILS = [
     ("qwen3_moe", {"mlp_only_layers": [7]}, "mlp_only_layers"),
     ("qwen3_moe", {"mlp_only_layers": "all"}, "mlp_only_layers"),
     ("qwen3_moe", {"norm_topk_prob": "yes"}, "norm_topk_prob"),
+    # YaRN is read for DeepSeek-V3 only.
+    (
+        "qwen3",
+        {
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 8,
+            }
+        },
+        "rope_scaling.rope_type",
+    ),
+    ("deepseek_v3", {"intermediate_size": None}, "intermediate_size"),
+    ("deepseek_v3", {"num_key_value_heads": 2}, "num_key_value_heads"),
+    ("deepseek_v3", {"n_group": 3}, "n_group"),
+    ("deepseek_v3", {"n_group": 8}, "n_group"),  # groups of one expert
+    ("deepseek_v3", {"topk_group": 5}, "topk_group"),
+    ("deepseek_v3", {"num_experts_per_tok": 5}, "num_experts_per_tok"),  # > 2 groups of 2
+    ("deepseek_v3", {"scoring_func": "softmax"}, "scoring_func"),
+    ("deepseek_v3", {"topk_method": "greedy"}, "topk_method"),
+    ("deepseek_v3", {"first_k_dense_replace": 4}, "first_k_dense_replace"),
+    ("deepseek_v3", {"first_k_dense_replace": -1}, "first_k_dense_replace"),
+    ("deepseek_v3", {"num_nextn_predict_layers": 1.5}, "num_nextn_predict_layers"),
+    ("deepseek_v3", {"attention_bias": True}, "attention_bias"),
+    ("deepseek_v3", {"moe_layer_freq": 2}, "moe_layer_freq"),
+    ("deepseek_v3", {"rope_interleave": "yes"}, "rope_interleave"),
+    ("deepseek_v3", {"norm_topk_prob": 1}, "norm_topk_prob"),
+    (
+        "deepseek_v3",
+        {"rope_scaling": {"type": "yarn", "factor": 4.0}},
+        "rope_scaling.original_max_position_embeddings",
+    ),
+    ("deepseek_v3", {"rope_scaling": {**_YARN, "factor": -4.0}}, "rope_scaling.factor"),
+    (
+        "deepseek_v3",
+        {"rope_scaling": {**_YARN, "mscale_all_dim": float("nan")}},
+        "rope_scaling.mscale_all_dim",
+    ),
+    ("deepseek_v3", {"rope_scaling": {**_YARN, "beta_fast": "fast"}}, "rope_scaling.beta_fast"),
+    ("deepseek_v3", {"rope_scaling": {**_YARN, "truncate": "yes"}}, "rope_scaling.truncate"),
 ]
 
 MIXTRAL_TARGET = {
@@ -129,7 +215,27 @@ QWEN3_MOE_TARGET = {
     "decoder_sparse_step": 1,
     "mlp_only_layers": [0],
 }
-ROOFLINE_BASES = {"mixtral": MIXTRAL_TARGET, "qwen3_moe": QWEN3_MOE_TARGET}
+DEEPSEEK_TARGET = {
+    **TARGET_CONFIG,
+    "model_type": "deepseek_v3",
+    "num_key_value_heads": 16,
+    "q_lora_rank": 256,
+    "kv_lora_rank": 128,
+    "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 32,
+    "v_head_dim": 64,
+    "n_routed_experts": 16,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 512,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "num_nextn_predict_layers": 1,
+}
+ROOFLINE_BASES = {
+    "mixtral": MIXTRAL_TARGET,
+    "qwen3_moe": QWEN3_MOE_TARGET,
+    "deepseek_v3": DEEPSEEK_TARGET,
+}
 ROOFLINE_NUMBERS = {
     "mixtral": ("num_local_experts", "num_experts_per_tok"),
     "qwen3_moe": (
@@ -138,6 +244,7 @@ ROOFLINE_NUMBERS = {
         "moe_intermediate_size",
         "decoder_sparse_step",
     ),
+    "deepseek_v3": _DEEPSEEK_SIZES,
 }
 ROOFLINE_SPOILS = [
     ("mixtral", {"model_type": None}, "model_type"),
@@ -146,6 +253,10 @@ ROOFLINE_SPOILS = [
     ("mixtral", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
     ("qwen3_moe", {"mlp_only_layers": [99]}, "mlp_only_layers"),
     ("qwen3_moe", {"mlp_only_layers": [True]}, "mlp_only_layers"),
+    ("deepseek_v3", {"num_experts_per_tok": 17}, "num_experts_per_tok"),
+    ("deepseek_v3", {"first_k_dense_replace": 9}, "first_k_dense_replace"),  # of 8 layers
+    ("deepseek_v3", {"first_k_dense_replace": -1}, "first_k_dense_replace"),
+    ("deepseek_v3", {"num_nextn_predict_layers": "one"}, "num_nextn_predict_layers"),
 ]
 
 

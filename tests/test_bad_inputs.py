@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bad_input_bases import BASE_COMMANDS, PROFILE, QUICK, SCENARIO, write_base
+from bad_input_bases import BASE_COMMANDS, PROFILE, QUICK, SCENARIO, dump, write_base
 from bad_input_corpus import (
     FOLDER,
     STRING_OPTIONS,
@@ -158,16 +158,28 @@ def test_base_commands_succeed(command, base_dir, tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_the_disaggregated_base_succeeds(base_dir, tmp_path, capsys):
+    """The split fleet's cases spoil one thing of a scenario that runs."""
+    from bad_input_bases import DISAGG_SCENARIO
+
+    files = (("scenario.yaml", dump(DISAGG_SCENARIO)),)
+    argv = prepare(Case("base", tuple(BASE_COMMANDS["simulate"]), files), base_dir, tmp_path / "c")
+    assert main(argv) == 0, capsys.readouterr().err
+
+
 def test_base_inputs_have_room_for_every_schema_key():
     """A section the base documents lack would leave its keys out of the corpus."""
-    from bad_input_bases import ACCEPTANCE_FILE, HARDWARE
+    from bad_input_bases import ACCEPTANCE_FILE, DISAGGREGATION, HARDWARE
 
     from specsim.profile.schema import Acceptance, Profile
     from specsim.profiling.roofline import HardwareSpec
-    from specsim.scenario import Scenario
+    from specsim.scenario import Disaggregation, Scenario
 
+    # A split fleet refuses pools: its keys are walked in a base of their own.
+    walk = walk_schema(Scenario, SCENARIO)
+    assert walk.uncovered == ["fleet.disaggregation"]
     for model, doc in (
-        (Scenario, SCENARIO),
+        (Disaggregation, DISAGGREGATION),
         (Profile, PROFILE),
         (HardwareSpec, HARDWARE),
         (Acceptance, ACCEPTANCE_FILE["acceptance"][0]),

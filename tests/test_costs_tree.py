@@ -1,5 +1,7 @@
-"""A tree step's cost, worked by hand for a small shape, and a chain-shaped tree costing what the
-chain costs, bit for bit (``specsim.costs.tree``)."""
+"""A tree step's cost, worked by hand for small shapes (a draft model; autoregressive decoding
+heads with a fixed pass and with a fit, one pass per depth; parallel heads, one pass), a chain
+of autoregressive heads (k passes), and a chain-shaped tree costing what the chain costs, bit
+for bit, for every drafter kind (``specsim.costs.tree``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from specsim.tree import TreeShape
 # Round coefficients: fixed, per sequence, per token (knee 0), per KV token, per pair.
 TARGET_FIT = [0.01, 1e-3, 1e-4, 1e-6, 1e-7]
 DRAFT_FIT = [2e-3, 1e-4, 1e-5, 1e-7, 1e-8]
+HEADS_FIT = [5e-4, 2e-5, 3e-6, 1e-8, 1e-9]
 
 
 def _fit(c):
@@ -45,7 +48,16 @@ def tree_profile_data(extra: dict | None = None) -> dict:
         "target": _spec("target", TARGET_FIT, 1e9, 1e6),
         "drafters": {
             "small": _spec("draft_model", DRAFT_FIT, 1e8, 1e5),
+            # Parallel heads (Medusa; passes absent = parallel), fixed pass and with a fit.
             "heads": {**_spec("heads", None, 5e7, 0.0), "draft_step_s": 3e-4},
+            "medusa": {**_spec("heads", HEADS_FIT, 4e7, 0.0), "passes": "parallel"},
+            # Autoregressive heads (EAGLE), fixed pass and with a fit.
+            "eagle_fixed": {
+                **_spec("heads", None, 5e7, 0.0),
+                "draft_step_s": 3e-4,
+                "passes": "autoregressive",
+            },
+            "eagle": {**_spec("heads", HEADS_FIT, 4e7, 2e4), "passes": "autoregressive"},
             "ngram": {"kind": "ngram", "draft_step_s": 1e-4},
         },
         "overhead": {"per_step_s": 1e-4},
@@ -100,13 +112,81 @@ def test_tree_step_seconds_and_flops_by_hand(profile):
     assert costs.target_flops(10.0, 772.0) == pytest.approx(1e9 * 10 + 1e6 * 772, rel=1e-12)
     draft_flops = 1e8 * 2 + 1e5 * 152 + 1e8 * 4 + 1e5 * 308
     assert costs.draft_flops(2, 2, 150.0) == pytest.approx(draft_flops, rel=1e-12)
-    # Decoding heads: one pass per step (draft_step_s) and their FLOPs for each of the 4 nodes.
+
+
+def test_autoregressive_heads_run_one_pass_per_depth_in_a_tree_by_hand(profile):
+    # Heads with only draft_step_s: one fixed pass per depth (2), FLOPs per fed token: the
+    # root (2 rows) then the two depth-1 nodes per row (4 tokens); no attention FLOPs given.
+    heads = StepCosts(profile, "eagle_fixed", TREE)
+    assert heads.draft_s(2, 2, 150.0) == pytest.approx(2 * 3e-4, rel=1e-12)
+    assert heads.draft_flops(2, 2, 150.0) == pytest.approx(5e7 * (2 + 4), rel=1e-12)
+    # Heads with a fit: each depth's pass priced by it, as the draft model's passes above.
+    eagle = StepCosts(profile, "eagle", TREE)
+    pass0 = 5e-4 + 2 * 2e-5 + 2 * 3e-6 + 150 * 1e-8 + 152 * 1e-9
+    pass1 = 5e-4 + 2 * 2e-5 + 4 * 3e-6 + 152 * 1e-8 + 308 * 1e-9
+    assert eagle.draft_s(2, 2, 150.0) == pytest.approx(pass0 + pass1, rel=1e-12)
+    flops = 4e7 * 2 + 2e4 * 152 + 4e7 * 4 + 2e4 * 308
+    assert eagle.draft_flops(2, 2, 150.0) == pytest.approx(flops, rel=1e-12)
+    # Three depths of 1, 3 and 9 nodes (3,3,1): passes over the root, then 3 and 9 nodes per
+    # row; one row with 40 cached tokens. Pass 2 reads 40 + 4 fed tokens; its 9 nodes attend
+    # to the context, two ancestors, the root and themselves: 9 x 40 + 9 x 3 pairs.
+    wide = StepCosts(profile, "eagle", TreeShape.parse("3,3,1"))
+    passes = [(1, 40, 40 + 1), (3, 41, 3 * 40 + 3 * 2), (9, 44, 9 * 40 + 9 * 3)]
+    seconds = sum(5e-4 + 2e-5 + t * 3e-6 + kv * 1e-8 + pairs * 1e-9 for t, kv, pairs in passes)
+    assert wide.draft_s(1, 3, 40.0) == pytest.approx(seconds, rel=1e-12)
+
+
+def test_autoregressive_heads_run_k_passes_in_a_chain_by_hand(profile):
+    # k = 3, 2 rows, 150 cached tokens: passes of 2 tokens reading 150, 152, 154 (each pass
+    # adds a token per row), each token attending to its context and itself (kv + 2 pairs).
+    eagle = StepCosts(profile, "eagle")
+    passes = [150, 152, 154]
+    seconds = sum(5e-4 + 2 * 2e-5 + 2 * 3e-6 + kv * 1e-8 + (kv + 2) * 1e-9 for kv in passes)
+    assert eagle.draft_s(2, 3, 150.0) == pytest.approx(seconds, rel=1e-12)
+    flops = sum(4e7 * 2 + 2e4 * (kv + 2) for kv in passes)
+    assert eagle.draft_flops(2, 3, 150.0) == pytest.approx(flops, rel=1e-12)
+    # The simulator's array forms agree: per row count, one k, and every k at once.
+    kv = np.array([150.0, 40.0])
+    assert eagle.drafter.decode_draft_s(2, 3, kv)[0] == pytest.approx(seconds, rel=1e-12)
+    assert eagle.decode_draft_flops(2, 3, kv)[0] == pytest.approx(flops, rel=1e-12)
+    by_k = eagle.drafter.decode_draft_s_by_k(2, 4, kv)
+    assert by_k[0, 3] == pytest.approx(seconds, rel=1e-12)
+    assert by_k[:, 0].tolist() == [0.0, 0.0]  # nothing drafted, no pass (no cache to sync)
+    # With only draft_step_s: its fixed pass k times; per-token FLOPs for each of the k tokens.
+    fixed = StepCosts(profile, "eagle_fixed")
+    assert fixed.draft_s(2, 3, 150.0) == pytest.approx(3 * 3e-4, rel=1e-12)
+    assert fixed.draft_flops(2, 3, 150.0) == pytest.approx(5e7 * 2 * 3, rel=1e-12)
+    assert fixed.draft_s(2, 0, 150.0) == 0.0
+    assert fixed.draft_flops(2, 0, 150.0) == 0.0
+
+
+def test_parallel_heads_run_one_pass_per_step_in_a_tree_by_hand(profile):
+    # Medusa: every depth's head reads the root's hidden state in one pass, its top-k giving
+    # that depth's children, so the 2,1 tree (depth 2) costs one pass whatever its width.
     heads = StepCosts(profile, "heads", TREE)
-    assert heads.draft_s(2, 2, 150.0) == 3e-4
-    assert heads.draft_flops(2, 2, 150.0) == pytest.approx(5e7 * 2 * 4, rel=1e-12)
+    assert heads.draft_s(2, 2, 150.0) == pytest.approx(3e-4, rel=1e-12)
+    # Per-token FLOPs for each row's two heads (one per depth), as the chain of 2 counts them.
+    assert heads.draft_flops(2, 2, 150.0) == pytest.approx(5e7 * 2 * 2, rel=1e-12)
+    medusa = StepCosts(profile, "medusa", TreeShape.parse("3,3,1"))
+    # One pass of the fit: 2 rows, one token each, 150 cached tokens, 152 pairs.
+    one_pass = 5e-4 + 2 * 2e-5 + 2 * 3e-6 + 150 * 1e-8 + 152 * 1e-9
+    assert medusa.draft_s(2, 3, 150.0) == pytest.approx(one_pass, rel=1e-12)
+    assert medusa.draft_flops(2, 3, 150.0) == pytest.approx(4e7 * 2 * 3, rel=1e-12)
 
 
-@pytest.mark.parametrize("drafter", ["small", "heads"])
+def test_only_the_nodes_that_have_children_are_fed_to_the_drafter(profile):
+    # (0), (1), (2), (0,0), (1,0), (0,0,0), (0,0,1): at depth 1 nodes (0) and (1) expand, (2)
+    # does not; at depth 2 only (0,0). One row, 100 cached tokens: passes of 1, 2, 1 tokens.
+    lopsided = TreeShape.parse("[[0], [1], [2], [0, 0], [1, 0], [0, 0, 0], [0, 0, 1]]")
+    costs = StepCosts(profile, "small", lopsided)
+    passes = [(1, 100, 101), (2, 101, 2 * 100 + 2 * 2), (1, 103, 100 + 3)]
+    seconds = sum(2e-3 + 1e-4 + t * 1e-5 + kv * 1e-7 + pairs * 1e-8 for t, kv, pairs in passes)
+    assert costs.draft_s(1, 3, 100.0) == pytest.approx(seconds, rel=1e-12)
+
+
+# Every drafter kind: a draft model, parallel heads (fixed pass, fit), autoregressive heads
+# (fixed pass, fit) and prompt lookup.
+@pytest.mark.parametrize("drafter", ["small", "heads", "medusa", "eagle_fixed", "eagle", "ngram"])
 @pytest.mark.parametrize("k", [1, 3, 7])
 def test_a_chain_shaped_tree_costs_the_chain_bit_for_bit(profile, drafter, k):
     chain = StepCosts(profile, drafter)
@@ -115,6 +195,7 @@ def test_a_chain_shaped_tree_costs_the_chain_bit_for_bit(profile, drafter, k):
     rng = np.random.default_rng(3)
     for batch in (1, 5, 64):
         kv = float(rng.integers(1, 4000, size=batch).sum())
+        # Whole numbers and halves below 2**53: the two forms' sums are exact, hence equal.
         assert tree.draft_s(batch, k, kv) == chain.draft_s(batch, k, kv)
         assert tree.draft_flops(batch, k, kv) == chain.draft_flops(batch, k, kv)
         # The chain's verification totals (see Replica._plan_mixed): d + 1 positions per row,
@@ -127,6 +208,7 @@ def test_a_chain_shaped_tree_costs_the_chain_bit_for_bit(profile, drafter, k):
 
 
 def test_prompt_lookup_trees_are_refused(profile):
+    # A branching tree: prompt lookup has one continuation (its chain-shaped tree is above).
     with pytest.raises(SpecsimError, match="draft models and decoding heads") as err:
         StepCosts(profile, "ngram", TREE)
     assert err.value.key == "speculation.tree"

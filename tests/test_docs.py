@@ -337,7 +337,8 @@ def _path_values(argv: list[str]) -> list[tuple[str, str]]:
             scenario = next(a for a in argv[2:] if a.endswith(".yaml"))
             found.append((option, str(Path(scenario).parent / value.split("=", 1)[1])))
             continue
-        candidate = value.split("=", 1)[-1] if option in ("--drafter", "--set") else value
+        named = ("--drafter", "--draft-model", "--set")  # NAME=PATH
+        candidate = value.split("=", 1)[-1] if option in named else value
         if candidate.endswith(INPUT_SUFFIXES):
             found.append((option, candidate))
     return found

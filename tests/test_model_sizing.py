@@ -25,6 +25,29 @@ MIXTRAL_EMBEDDINGS = 2 * 32000 * 4096 + 4096  # embedding, untied LM head, final
 MIXTRAL_TOTAL = 32 * (MIXTRAL_LAYER_FIXED + 8 * MIXTRAL_EXPERT) + MIXTRAL_EMBEDDINGS
 MIXTRAL_ACTIVE = 32 * (MIXTRAL_LAYER_FIXED + 2 * MIXTRAL_EXPERT) + MIXTRAL_EMBEDDINGS
 
+# DeepSeek-V3: latent attention, 3 dense layers then 58 of 256 routed experts (8 per token) and
+# one shared expert.
+DEEPSEEK_ATTENTION = (
+    7168 * 1536  # q_a_proj (query bottleneck)
+    + 1536 * 128 * (128 + 64)  # q_b_proj: 128 heads of 128 plain + 64 rotary dims
+    + 7168 * (512 + 64)  # kv_a_proj_with_mqa: the latent and the shared rotary key
+    + 512 * 128 * (128 + 128)  # kv_b_proj: each head's key and value from the latent
+    + 128 * 128 * 7168  # o_proj
+)  # 187,105,280
+DEEPSEEK_NORMS = 2 * 7168 + 1536 + 512  # two layer norms, the query's and the latent's
+DEEPSEEK_EXPERT = 3 * 7168 * 2048  # 44,040,192
+DEEPSEEK_ROUTER = 7168 * 256 + 256  # router and its score-correction bias
+DEEPSEEK_DENSE = 3 * 7168 * 18432
+DEEPSEEK_EMBEDDINGS = 2 * 129280 * 7168 + 7168  # embedding, untied LM head, final norm
+
+
+def deepseek_v3(experts: int) -> int:
+    """DeepSeek-V3's parameters with ``experts`` routed experts counted per MoE layer."""
+    layers = 61 * (DEEPSEEK_ATTENTION + DEEPSEEK_NORMS) + 3 * DEEPSEEK_DENSE
+    moe = 58 * ((experts + 1) * DEEPSEEK_EXPERT + DEEPSEEK_ROUTER)
+    return layers + moe + DEEPSEEK_EMBEDDINGS
+
+
 QWEN3_MOE_LAYER_FIXED = (
     2048 * (4096 + 2 * 512)
     + 4096 * 2048  # q, k, v, o: 18,874,368
@@ -38,6 +61,15 @@ QWEN3_MOE_EMBEDDINGS = 2 * 151936 * 2048 + 2048
 # name: (hand-worked total, hand-worked active, [(published figure, what it counts, its
 # precision)], source)
 SIZES = {
+    "deepseek-v3": (
+        deepseek_v3(256),  # 671,026,419,200
+        deepseek_v3(8),  # 37,552,297,472
+        # 37.55 B with the embedding, 36.63 B without it: the report's 37 B is within 0.6 B
+        # of both. The MTP module is not counted here (test_model_sizing_deepseek).
+        [(671e9, "total", 0.5e9), (37e9, "active", 0.6e9)],
+        "DeepSeek-AI, 'DeepSeek-V3 Technical Report' (2024): 671B total parameters, 37B "
+        "activated for each token",
+    ),
     "mixtral-8x7b": (
         MIXTRAL_TOTAL,  # 46,702,792,704
         MIXTRAL_ACTIVE,  # 12,879,925,248
@@ -146,7 +178,7 @@ def test_mixtral_weights_all_experts_but_computes_with_two(repo):
     assert many.weight_bytes == round(2 * (MIXTRAL_TOTAL - 32 * (8 - touched) * MIXTRAL_EXPERT))
 
 
-def roofline(repo, tmp_path, hardware: str, target: str) -> tuple[int, str]:
+def roofline(repo, tmp_path, hardware: str, target: str, *options: str) -> tuple[int, str]:
     out = tmp_path / f"{target}-{hardware}.yaml"
     argv = [
         "profile",
@@ -159,6 +191,7 @@ def roofline(repo, tmp_path, hardware: str, target: str) -> tuple[int, str]:
         "ngram",
         "--out",
         str(out),
+        *options,
     ]
     return main(argv), out
 

@@ -80,15 +80,46 @@ FAMILIES = {
         "Qwen3MoeForCausalLM",
         dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, mlp_only_layers=[1]),
     ),
+    # Latent attention with a query bottleneck, interleaved rotary pairs and YaRN whose mscale
+    # terms differ (so both the rotary and the softmax scale move); 8 experts in 4 groups of
+    # which 2 are searched; the first layer dense.
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        dict(
+            num_key_value_heads=4,
+            head_dim=4,  # transformers' name for the rotary part's width
+            q_lora_rank=12,
+            kv_lora_rank=10,
+            qk_nope_head_dim=6,
+            qk_rope_head_dim=4,
+            v_head_dim=5,
+            n_routed_experts=8,
+            n_group=4,
+            topk_group=2,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            first_k_dense_replace=1,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.707,
+            },
+        ),
+    ),
 }
 LENGTH = 12  # longer than every sliding window above
 
 
-def reference_model(model_type: str, seed: int = 0):
+def reference_model(model_type: str, seed: int = 0, **changes):
     """A transformers model of the family with seeded weights far from the initialiser's: N(0,
-    0.3) matrices and norms away from neutral (Gemma's scale by 1 + weight)."""
+    0.3) matrices and norms away from neutral (Gemma's scale by 1 + weight), and DeepSeek's
+    router score bias (a buffer there) N(0, 0.3) too."""
     config_class, model_class, extra = FAMILIES[model_type]
-    config = getattr(transformers, config_class)(**{**COMMON, **extra})
+    config = getattr(transformers, config_class)(**{**COMMON, **extra, **changes})
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)(config).eval()
@@ -100,6 +131,9 @@ def reference_model(model_type: str, seed: int = 0):
                 param.copy_(offset + torch.rand(param.shape, generator=generator) - 0.5)
             else:
                 param.normal_(0.0, 0.3, generator=generator)
+        for name, buffer in sorted(model.named_buffers()):
+            if name.endswith("e_score_correction_bias"):
+                buffer.normal_(0.0, 0.3, generator=generator)
     return model
 
 
@@ -181,6 +215,11 @@ FLAG_CHANGES = [
     ("mixtral", {"experts_per_token": 1}),
     ("mixtral", {"normalize_top_k": False}),
     ("qwen3_moe", {"normalize_top_k": True}),
+    ("deepseek_v3", {"normalize_top_k": False}),
+    ("deepseek_v3", {"routed_scaling_factor": 1.0}),
+    ("deepseek_v3", {"groups_per_token": 4}),
+    ("deepseek_v3", {"rope_interleave": False}),
+    ("deepseek_v3", {"rope_scaling": None}),
 ]
 
 
@@ -224,7 +263,10 @@ def test_sizes_follow_the_parameters(family):
         dense += model.model.embed_tokens.weight.numel()
     assert c.flops_per_token() == 2 * (dense + experts)
     assert (c.active_param_count() < c.param_count()) == (c.num_experts > 0)
-    per_layer = 4 * c.num_heads * c.head_dim
+    # Latent attention counts the engines' absorbed form: q against the latent and rotary key,
+    # the weights on the latent.
+    per_head = 4 * c.kv_lora_rank + 2 * c.qk_rope_head_dim if c.is_mla else 4 * c.head_dim
+    per_layer = c.num_heads * per_head
     for n, context in ((1, 9), (3, 0), (6, 2)):
         attended = sum(
             min(context + i, c.layer_window(layer) or 10**9)

@@ -34,6 +34,7 @@ FIGURES = {
     "02-choosing-k": 2,
     "03-drafter-swap": 2,
     "04-losslessness": 1,
+    "05-tree-search": 1,
 }  # at least, per notebook
 
 
@@ -89,7 +90,13 @@ def execute(path: Path, checkout: Path, budget_s: float) -> nbformat.NotebookNod
 
 def test_every_notebook_is_found():
     names = [p.stem for p in NOTEBOOKS]
-    assert names == ["01-quickstart", "02-choosing-k", "03-drafter-swap", "04-losslessness"]
+    assert names == [
+        "01-quickstart",
+        "02-choosing-k",
+        "03-drafter-swap",
+        "04-losslessness",
+        "05-tree-search",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -308,7 +308,9 @@ def test_the_adaptive_policy_is_not_expressible_and_its_best_static_stands_in(tm
 
     def result(label, drafter, k, policy, replicas, rps):
         candidate = capacity.Candidate(label, drafter, k, policy)
-        return SimpleNamespace(candidate=candidate, replicas=replicas, capacity=rps)
+        return SimpleNamespace(
+            candidate=candidate, replicas=replicas, capacity=rps, cost_per_hour=replicas * 2.0
+        )
 
     candidates = [
         result("speculation off", None, 0, "fixed", 3, 5.0),

@@ -5,17 +5,23 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_model_sizing import DEEPSEEK_ATTENTION, DEEPSEEK_DENSE, DEEPSEEK_EXPERT, deepseek_v3
+
+# The hand-counted shape of test_profiling_roofline: 2 layers, hidden 8, 2 heads of 4, 1 KV head,
+# 2792 parameters (2 x (192 attention + 384 MLP + 16 norms) + 2 x 800 embedding/head + 8).
+from test_profiling_roofline import TOY, TOY_PARAMS
 
 from specsim.costs import kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, load_profile
 from specsim.profile.schema import Latency
-from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.flops import load_shape
 from specsim.profiling.parallel import (
     Layout,
     Link,
     allreduce_terms,
     device_kv_bytes_per_token,
+    quantised_flops_per_token,
     quantised_params,
     ring_allreduce_s,
     weight_bytes,
@@ -29,18 +35,6 @@ from specsim.profiling.roofline import (
 )
 from specsim.scenario import Engine, load_scenario
 
-# The hand-counted shape of test_profiling_roofline: 2 layers, hidden 8, 2 heads of 4, 1 KV head.
-TOY = ModelShape(
-    name="toy",
-    vocab_size=100,
-    num_layers=2,
-    hidden_size=8,
-    num_heads=2,
-    num_kv_heads=1,
-    head_dim=4,
-    intermediate_size=16,
-)
-TOY_PARAMS = 2792  # 2 x (192 attention + 384 MLP + 16 norms) + 2 x 800 embedding/head + 8
 LINK = Link(bandwidth_bytes_per_s=1e9, latency_s=1e-6)
 HW = HardwareSpec(
     name="hand",
@@ -74,6 +68,30 @@ def test_allreduce_terms_of_the_toy_over_two_devices():
     assert per_token == pytest.approx(4 * 1.0 * 16 / 0.5e9, rel=1e-12)
     assert per_pass == pytest.approx(4 * 2 * 1e-6, rel=1e-12)
     assert allreduce_terms(TOY, Layout()) == (0.0, 0.0)
+
+
+def test_quantised_matrices_include_the_shared_experts(repo):
+    """The toy with one MoE layer of 4 experts (2 a token) and 1 shared, each 3 x 8 x 2 = 48
+    parameters: 2 x 192 attention + 384 dense MLP + (4 + 1) x 48 experts = 1008 quantised, and
+    2 x (384 + 384 + (2 + 1) x 48) = 1824 FLOPs a token through them (the router stays 16-bit).
+    DeepSeek-V3 in fp8: its 58 shared experts (2,554,331,136 parameters) at one byte too."""
+    moe = dataclasses.replace(
+        TOY,
+        num_experts=4,
+        experts_per_token=2,
+        expert_intermediate_size=2,
+        moe_layers=1,
+        shared_experts=1,
+    )
+    assert quantised_params(moe) == 1008
+    assert quantised_flops_per_token(moe) == 1824
+    assert weight_bytes(moe, Layout(weights="fp8"), 2) == 1008 + 2 * (moe.param_count() - 1008)
+    deepseek = load_shape(repo / "profiles" / "models" / "deepseek-v3.json")
+    quantised = 61 * DEEPSEEK_ATTENTION + 3 * DEEPSEEK_DENSE + 58 * (256 + 1) * DEEPSEEK_EXPERT
+    assert quantised_params(deepseek) == quantised
+    fp8 = weight_bytes(deepseek, Layout(weights="fp8"), 2)
+    assert fp8 == quantised + 2 * (deepseek_v3(256) - quantised)
+    assert 58 * DEEPSEEK_EXPERT == 2_554_331_136  # what was left at two bytes
 
 
 def test_precision_bytes_per_parameter_and_per_token():
@@ -219,3 +237,160 @@ def test_the_capacity_report_names_a_replicas_devices(repo):
     one = SimpleNamespace(profile=load_profile(repo / "profiles" / H200_FP8))
     assert replica_devices(tp4) == "4 devices (tensor parallel)"
     assert replica_devices(one) == "one device"
+
+
+# -- expert parallelism ---------------------------------------------------------------------------
+
+MIXTRAL = "profiles/models/mixtral-8x7b.json"
+
+
+def _ep_layout(tp: int, expert_parallel: bool = True) -> Layout:
+    hw = load_hardware("profiles/hardware/h100-sxm.yaml")
+    return dataclasses.replace(hw.layout(tp, None, None, "h100"), expert_parallel=expert_parallel)
+
+
+def test_expert_exchange_bytes_are_dispatch_combine_and_gather(repo):
+    """Mixtral (hidden 4096, 2 experts a token) over 8 devices: per token, each device sends
+    2 x 2 x 7/64 hidden states (dispatch and combine of its 1/8 of the tokens, 7/8 of the
+    copies off-device) plus 7/8 of one (the all-gather), 8192 bytes each: 10,752 bytes."""
+    from specsim.profiling.parallel import expert_exchange_bytes_per_token
+
+    shape = load_shape(repo / MIXTRAL)
+    assert expert_exchange_bytes_per_token(shape, 8) == pytest.approx(10_752, rel=1e-12)
+    assert expert_exchange_bytes_per_token(shape, 1) == 0
+
+
+def test_expert_parallel_traffic_of_mixtral_over_eight_h100s(repo):
+    """NVLink 450 GB/s x 0.8 = 360 GB/s, 1 us a step, 32 layers, all MoE. Without EP: two
+    ring all-reduces a layer, 2 x 7/8 x 8192 B / 360 GB/s = 39.82 ns a token each, 14 us a
+    pass each: 2.5486 us a token and 896 us a pass. With EP: one all-reduce a layer (1.2743 us
+    a token, 448 us a pass) and per MoE layer 10,752 B / 360 GB/s = 29.87 ns a token and three
+    exchanges of 7 steps, 21 us a pass: 2.2300 us a token, 1.120 ms a pass."""
+    shape = load_shape(repo / MIXTRAL)
+    tp_token, tp_pass = allreduce_terms(shape, _ep_layout(8, expert_parallel=False))
+    assert tp_token == pytest.approx(2 * 32 * 14 / 8 * 8192 / 360e9, rel=1e-12)
+    assert tp_pass == pytest.approx(896e-6, rel=1e-12)
+    ep_token, ep_pass = allreduce_terms(shape, _ep_layout(8))
+    assert ep_token == pytest.approx(32 * (14 / 8 * 8192 + 10_752) / 360e9, rel=1e-12)
+    assert ep_token == pytest.approx(2.2300444e-6, rel=1e-7)
+    assert ep_pass == pytest.approx(32 * (14 + 21) * 1e-6, rel=1e-12)
+
+
+def test_experts_are_dealt_out_whole_and_the_fullest_device_counts(repo):
+    """Mixtral in bf16: 93,405,585,408 bytes, of which the experts 8 x 32 x 176,160,768
+    parameters x 2 = 90,194,313,216. Over 8 devices EP holds one expert a layer, as TP's
+    shard does; over 3 (a split the heads would refuse, here for the arithmetic) the fullest
+    device holds ceil(8/3) = 3 experts a layer: 3,211,272,192 / 3 + 3 x 32 x 176,160,768 x 2
+    = 34,893,291,520 bytes, not a third of the whole (31,135,195,136)."""
+    from specsim.profiling.parallel import device_weight_bytes
+
+    shape = load_shape(repo / MIXTRAL)
+    assert weight_bytes(shape, Layout(), 2) == 93_405_585_408
+    assert shape.moe_layers * shape.num_experts * shape.expert_params * 2 == 90_194_313_216
+    assert device_weight_bytes(shape, _ep_layout(8), 2) == 93_405_585_408 // 8
+    assert device_weight_bytes(shape, _ep_layout(3), 2) == 34_893_291_520
+    assert device_weight_bytes(shape, _ep_layout(3, expert_parallel=False), 2) == 31_135_195_136
+
+
+def test_expert_parallelism_needs_experts_devices_and_no_more_devices_than_experts(repo):
+    from specsim.profiling.parallel import DoesNotFit, check_expert_parallel
+
+    mixtral = load_shape(repo / MIXTRAL)
+    with pytest.raises(SpecsimError, match="no experts"):
+        check_expert_parallel(TOY, _ep_layout(2), "x")
+    with pytest.raises(SpecsimError, match="over one device"):
+        check_expert_parallel(mixtral, _ep_layout(1), "x")
+    with pytest.raises(DoesNotFit, match="8 experts, fewer than the 16 devices"):
+        check_expert_parallel(mixtral, _ep_layout(16), "x")
+    check_expert_parallel(mixtral, _ep_layout(8), "x")
+
+
+def test_profile_ep_writes_the_exchange_into_the_fit(tmp_path, repo):
+    """``profile --roofline --tp 8 --ep`` on Mixtral: the compute slope differs from TP's by
+    the traffic difference above, and the notes say how the experts are placed."""
+    from specsim.cli import main
+
+    base = ["profile", "--roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
+    base += ["--target", str(repo / MIXTRAL), "--tp", "8"]
+    assert main([*base, "--out", str(tmp_path / "tp.yaml")]) == 0
+    assert main([*base, "--enable-expert-parallel", "--out", str(tmp_path / "ep.yaml")]) == 0
+    tp, ep = (load_profile(tmp_path / f"{n}.yaml").profile for n in ("tp", "ep"))
+    difference = 32 * (14 / 8 * 8192 - 10_752) / 360e9
+    slope = tp.target.latency.fit.per_batched_token_s - ep.target.latency.fit.per_batched_token_s
+    assert slope == pytest.approx(difference, rel=1e-4)  # the profile rounds to 6 digits
+    assert "Expert parallelism over 8 devices" in ep.provenance.notes
+    assert "Expert parallelism" not in tp.provenance.notes
+
+
+# -- a stated roofline scaling to another TP (engine.tensor_parallel_scaling) ---------------------
+
+NVLINK = {"bandwidth_bytes_per_s": 450e9, "latency_s": 1e-6, "efficiency": 0.8}
+
+
+def _fit_terms(spec):
+    fit = spec.latency.fit
+    return [fit.fixed_s, fit.per_batched_token_s, fit.knee_tokens, fit.per_kv_token_s]
+
+
+@pytest.mark.parametrize(("source_tp", "tp"), [(4, 8), (4, 2), (1, 2)])
+def test_a_scaled_roofline_is_the_roofline_written_for_that_tp(tmp_path, repo, source_tp, tp):
+    """Scaling the 70B's TP4 roofline to TP8 (or TP2, or a TP1 8B to TP2) over the H100's
+    NVLink gives the profile `profile --roofline --tp N` writes from the model and hardware
+    files, term for term, to the 6 significant digits profiles are written in."""
+    from specsim.cli import main
+    from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
+
+    target = "llama3.1-70b" if source_tp > 1 else "llama3.1-8b"
+    base = ["profile", "--roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
+    base += ["--target", str(repo / f"profiles/models/{target}.json")]
+    base += ["--drafter", f"llama3.2-1b={repo}/profiles/models/llama3.2-1b.json"]
+    paths = {}
+    for n in (source_tp, tp):
+        paths[n] = tmp_path / f"tp{n}.yaml"
+        assert main([*base, "--tp", str(n), "--out", str(paths[n])]) == 0
+    written = load_profile(paths[tp]).profile
+    scaled = scale_profile(
+        load_profile(paths[source_tp]).profile, tp, TensorParallelScaling(**NVLINK), "test"
+    )
+    for name in ("target", "llama3.2-1b"):
+        ours = scaled.target if name == "target" else scaled.drafters[name]
+        theirs = written.target if name == "target" else written.drafters[name]
+        assert _fit_terms(ours) == pytest.approx(_fit_terms(theirs), rel=2e-5)
+        assert ours.sharding.tensor_parallel_size == tp
+        assert ours.sharding.weight_bytes_per_device == pytest.approx(
+            theirs.sharding.weight_bytes_per_device, abs=1
+        )
+        assert ours.device_kv_bytes_per_token == theirs.device_kv_bytes_per_token
+    assert scaled.hardware.devices == tp
+    assert scaled.hardware.price_per_hour_usd == pytest.approx(3.0 * tp)
+    assert scaled.provenance.notes.endswith(f"price x {tp}/{source_tp}.")
+    assert "derived" in scaled.provenance.device
+
+
+def test_scaling_refuses_a_measured_profile(repo):
+    from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
+
+    measured = load_profile(repo / "profiles/builtin-cpu.yaml").profile
+    with pytest.raises(SpecsimError, match="how its passes scale from 1 to 2 devices"):
+        scale_profile(measured, 2, TensorParallelScaling(**NVLINK), "p.yaml")
+
+
+def test_a_scenario_opts_in_and_the_run_is_flagged(tmp_path, repo):
+    """Without the key a TP the profile does not describe is the one-line error; with it the
+    run simulates TP8 from the TP4 roofline and its summary says so."""
+    from specsim.simulation.run import run_simulation
+
+    path = repo / "scenarios/chat-70b-tp4.yaml"
+    short = ["workload.duration_s=20", "engine.tensor_parallel_size=8"]
+    with pytest.raises(SpecsimError, match=r"engine\.tensor_parallel_scaling"):
+        run_simulation(load_scenario(path, short))
+    scaled = [*short, *(f"engine.tensor_parallel_scaling.{k}={v}" for k, v in NVLINK.items())]
+    summary = run_simulation(load_scenario(path, scaled)).summary
+    assert summary["profile_derived"].startswith("Derived (engine.tensor_parallel_scaling)")
+    assert "from 4 to 8 device(s)" in summary["profile_derived"]
+    own = run_simulation(load_scenario(path, ["workload.duration_s=20"])).summary
+    assert "profile_derived" not in own
+    # The closed-form estimate (plan window's screen) reads the scaled profile too.
+    from specsim.estimate import estimate_point
+
+    estimate_point(str(path), scaled)

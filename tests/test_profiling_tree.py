@@ -214,7 +214,11 @@ def test_built_in_pairs_chain_shaped_trees_reproduce_the_chain_entries():
     assert exact["mean_acceptance_length"] == pytest.approx(
         chains["rejection"]["mean_acceptance_length"][3], rel=1e-6
     )
-    for verifier, drafts in [("greedy", "top-k"), ("rejection", "top-k"), ("rejection", "iid")]:
+    # With one child per node the draws are one draw from q: the same chain.
+    without = tree_entry(result, "rejection", "without-replacement", "chain")
+    assert without["accepted_length"] == pytest.approx(exact["accepted_length"], rel=1e-12)
+    runs = [("greedy", "top-k"), ("rejection", "top-k"), ("rejection", "iid")]
+    for verifier, drafts in [*runs, ("rejection", "without-replacement")]:
         lengths = [
             tree_entry(result, verifier, drafts, s)["mean_acceptance_length"]
             for s in ("chain", "2,2,1", "4,2,1")
@@ -242,13 +246,21 @@ def test_tree_acceptance_is_stored_per_shape_and_read_back(tmp_path):
     result = measured()
     loaded = profile_with_trees(tmp_path, result.tree_entries)
     profile = loaded.profile
-    assert len(profile.tree_acceptance) == len(result.tree_entries) == 9
+    assert len(profile.tree_acceptance) == len(result.tree_entries) == 12
     shape = TreeShape.parse("2,2,1")
     back = profile.tree_acceptance_for("small", "rejection", 1.0, shape, "iid")
     original = tree_entry(result, "rejection", "iid", "2,2,1")
     assert back.source == "measured"
     assert back.accepted_length == pytest.approx(original["accepted_length"], rel=1e-5)
     assert back.mean_acceptance_length == pytest.approx(original["mean_acceptance_length"], 1e-5)
+    # Without-replacement scores of the 4-child root are estimated and say so; 2,2,1's are exact.
+    wide = profile.tree_acceptance_for(
+        "small", "rejection", 1.0, TreeShape.parse("4,2,1"), "without-replacement"
+    )
+    assert wide.monte_carlo.seed == 0 and wide.monte_carlo.samples == 64
+    assert 0 < wide.monte_carlo.standard_error < 0.01
+    narrow = profile.tree_acceptance_for("small", "rejection", 1.0, shape, "without-replacement")
+    assert narrow.source == "measured" and narrow.monte_carlo is None
     # A shape that was not measured is derived from the widest measured tree, and says so.
     derived = profile.tree_acceptance_for("small", "greedy", 0.0, TreeShape.parse("3,2"), "top-k")
     assert derived.source == "derived"
@@ -273,6 +285,8 @@ BAD_TREE_ENTRIES = [
     ({"mean_acceptance_length": 2.5}, "mean_acceptance_length 2.5 but accepted_length gives"),
     ({"tree": [[0], [0, 1]]}, "skips rank 0"),
     ({"drafter": "other"}, "tree_acceptance names drafter 'other'"),
+    ({"monte_carlo": {"seed": 0, "samples": 64, "standard_error": -0.1}}, "standard_error"),
+    ({"monte_carlo": {"seed": 0, "samples": 0, "standard_error": 0.1}}, "samples"),
 ]
 
 
@@ -323,6 +337,7 @@ def test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for(tmp_path)
         ("greedy", "top-k", 0.0),
         ("rejection", "top-k", 1.0),
         ("rejection", "iid", 1.0),
+        ("rejection", "without-replacement", 1.0),
     }
     assert all(t.shape == TreeShape.parse("2,1") and t.source == "measured" for t in trees)
 
@@ -370,8 +385,9 @@ def test_the_greedy_tree_walk_predicts_the_engines_tree_steps(monkeypatch):
 
 
 def test_profile_tree_from_the_command_line(tmp_path):
-    """``specsim profile --tree 2,1 --tree 1,1 --tree-drafts iid`` writes i.i.d. entries for
-    both shapes and no top-k ones (without --tree-drafts the same run writes both draftings:
+    """``specsim profile --tree 2,1 --tree 1,1 --tree-drafts iid --tree-drafts
+    without-replacement`` writes those entries for both shapes and no top-k ones (without
+    --tree-drafts the same run writes every drafting:
     test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for)."""
     from test_profiling_measure import SMALL_GRID
 
@@ -383,11 +399,35 @@ def test_profile_tree_from_the_command_line(tmp_path):
         *("--drafter", f"small={model_spec('specsim-draft-tiny')}", *SMALL_GRID[2:]),
         *("--repeats", "1", "--prompts", str(prompts_path()), "--max-prompts", "3"),
         *("--max-new-tokens", "12", "--tree", "2,1", "--tree", "1,1", "--tree-drafts", "iid"),
-        *("--out", str(out)),
+        *("--tree-drafts", "without-replacement", "--out", str(out)),
     ]
     assert main(argv) == 0
     trees = load_profile(out).profile.tree_acceptance
     assert {(t.verifier, t.drafts, t.shape) for t in trees} == {
-        ("rejection", "iid", TreeShape.parse("2,1")),
-        ("rejection", "iid", TreeShape.parse("1,1")),
+        (verifier, drafts, TreeShape.parse(shape))
+        for verifier, drafts in [("rejection", "iid"), ("rejection", "without-replacement")]
+        for shape in ("2,1", "1,1")
     }
+
+
+def test_tree_acceptance_alone_through_the_public_api():
+    from specsim.profiling.measure import MeasureOptions, measure_tree_acceptance
+    from specsim.profiling.specs import parse_drafters
+
+    options = MeasureOptions(
+        target=model_spec("specsim-target"),
+        drafters=parse_drafters([f"small={model_spec('specsim-draft-tiny')}"]),
+        name="trees",
+        prompts=prompts_path(),
+        max_prompts=2,
+        max_new_tokens=8,
+        trees=[TreeShape.parse("4,1")],
+        tree_drafts=["without-replacement"],
+    )
+    (entry,) = measure_tree_acceptance(options)
+    assert (entry["verifier"], entry["drafts"], entry["temperature"]) == (
+        "rejection",
+        "without-replacement",
+        1.0,
+    )
+    assert entry["monte_carlo"]["seed"] == 0  # the root's fourth child is estimated

@@ -419,6 +419,23 @@ def test_a_draft_model_on_one_device_is_vllms_draft_tp_and_unexpressed_elsewhere
         assert any("draft tensor parallelism 1" in n for n in rendered.not_expressible)
 
 
+def test_expert_parallelism_in_each_engines_keys():
+    """vLLM's --enable-expert-parallel, SGLang's --ep-size and TensorRT-LLM's
+    moe_expert_parallel_size, each over the replica's devices; nothing without it."""
+    vllm, sglang, trtllm = render_all(
+        setting(chain(), tensor_parallel_size=4, expert_parallel=True)
+    )
+    assert "--enable-expert-parallel" in arguments(vllm.files["vllm.args"])
+    assert vllm.written["enable_expert_parallel"] is True
+    args = arguments(sglang.files["sglang.args"])
+    assert args[args.index("--ep-size") + 1] == "4"
+    assert trt(trtllm)["moe_expert_parallel_size"] == 4
+    vllm, sglang, trtllm = render_all(setting(chain(), tensor_parallel_size=4))
+    assert "--enable-expert-parallel" not in arguments(vllm.files["vllm.args"])
+    assert "--ep-size" not in arguments(sglang.files["sglang.args"])
+    assert "moe_expert_parallel_size" not in trt(trtllm)
+
+
 def test_fp8_is_vllms_quantization_and_kv_cache_dtype_and_a_note_elsewhere():
     item = setting(chain(), weights_dtype="fp8", kv_cache_dtype="fp8")
     vllm, sglang, trtllm = render_all(item)

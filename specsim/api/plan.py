@@ -30,6 +30,7 @@ from specsim.planning import (
     window_report,
 )
 from specsim.planning import emit as engine_files
+from specsim.planning.capacity_deploy import DeploymentRequest, deployment_request, write_built
 from specsim.planning.cluster import ClusterTls
 from specsim.planning.common import check_loads, parse_k_values, parse_loads
 from specsim.planning.emit import EmitRequest
@@ -84,10 +85,14 @@ def window_run(
     options: SweepOptions,
     emit: EmitRequest | None = None,
     screen: bool | None = None,
+    trees: list | None = None,
+    space=None,
+    tree_drafts: str | None = None,
 ) -> Planned:
     """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report;
-    ``screen`` as ``window.prepare`` takes it (None: screened above ``SCREEN_FROM`` points)."""
-    plan = window.prepare(scenario, overrides, ks, loads, seed, screen)
+    ``screen``, ``trees``, ``space`` and ``tree_drafts`` as ``window.prepare`` takes them
+    (screen None: screened above ``SCREEN_FROM`` points)."""
+    plan = window.prepare(scenario, overrides, ks, loads, seed, screen, trees, space, tree_drafts)
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     engine_files.check_models(emit, [plan.profile])
     return _swept(plan, window, window_report, emit_choice.window_choice, out, options, emit)
@@ -105,12 +110,16 @@ def capacity_run(
     out: str | Path,
     options: SweepOptions,
     emit: EmitRequest | None = None,
+    deployments: DeploymentRequest | None = None,
 ) -> Planned:
-    """``plan capacity``'s searches into ``out``, and its report."""
+    """``plan capacity``'s searches into ``out``, and its report; ``deployments``: the TP and
+    precision choices searched (None: the scenario's profile only)."""
+    built = None if deployments is None else deployments.build(Path(out))
     plan = capacity.prepare(
-        scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed
+        scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed, built
     )
-    engine_files.check_models(emit, [plan.profile])
+    engine_files.check_models(emit, [plan.profile, *(d.profile for d in built or [] if d.fits)])
+    write_built(plan.deployments)
     return _swept(plan, capacity, capacity_report, emit_choice.capacity_choice, out, options, emit)
 
 
@@ -125,9 +134,14 @@ def swap_run(
     out: str | Path,
     options: SweepOptions,
     emit: EmitRequest | None = None,
+    tree_drafters: list | None = None,
+    tree_drafts: str | None = None,
 ) -> Planned:
-    """``report drafter-swap``'s sweep into ``out``, and its report."""
-    plan = swap.prepare(scenario, overrides, drafters, profiles, ks, loads, seed)
+    """``report drafter-swap``'s sweep into ``out``, and its report (``tree_drafters``: (name,
+    TreeCandidate) pairs, as ``--tree-drafter``)."""
+    plan = swap.prepare(
+        scenario, overrides, drafters, profiles, ks, loads, seed, tree_drafters, tree_drafts
+    )
     for drafter in plan.drafters:
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
@@ -172,6 +186,11 @@ def plan_window(
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
     screen: bool | None = None,
+    trees: str | Sequence[str] | None = None,
+    tree_steps: str | None = None,
+    tree_topk: str | None = None,
+    tree_tokens: str | None = None,
+    tree_drafts: str | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan window``: the best k at each load, the crossover load and the k-by-batch
@@ -180,7 +199,12 @@ def plan_window(
     ``--exhaustive``; overrides as for ``simulate`` (``workload__duration_s=60``).
     Tables: ``sweep``, ``best_k``, ``k_by_batch``, ``k_by_batch_check``. ``emit`` and
     ``models`` as ``--emit`` (``"vllm,sglang"`` or a list) and ``--model`` (``{"target":
-    "meta-llama/Llama-3.1-8B-Instruct"}``): the engines' files in ``attachments`` (``engine/``)."""
+    "meta-llama/Llama-3.1-8B-Instruct"}``): the engines' files in ``attachments`` (``engine/``).
+    ``trees`` (shapes: ``"2,2,1"`` or a list of them), ``tree_steps``, ``tree_topk``,
+    ``tree_tokens`` (``"1..4"``) and ``tree_drafts`` as ``--trees``, ``--tree-*``: trees beside
+    the chains, in the summary's ``trees`` block and the ``chain_or_tree`` table."""
+    from specsim.planning.trees import SglangSpace, given_trees
+
     return _run(
         window_run,
         scenario,
@@ -192,6 +216,9 @@ def plan_window(
         loads=_loads(loads),
         seed=seed,
         screen=screen,
+        trees=given_trees([trees] if isinstance(trees, str) else trees),
+        space=SglangSpace.parse(*(_text(v) for v in (tree_steps, tree_topk, tree_tokens))),
+        tree_drafts=tree_drafts,
     )
 
 
@@ -211,12 +238,27 @@ def plan_capacity(
     progress: bool = True,
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
+    profiles: str | Sequence[str] | None = None,
+    tp: str | int | Iterable[int] | None = None,
+    precision: str | Sequence[str] | None = None,
+    hardware: str | None = None,
+    target_model: str | None = None,
+    draft_models: str | Sequence[str] | None = None,
+    acceptance_from: str | None = None,
+    draft_tp: int | None = None,
+    expert_parallel: bool = False,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
     and the replicas and cost ``target_rps`` needs. ``drafters`` as ``--drafter`` (default: the
-    scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``).
-    Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation)."""
+    scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``);
+    ``profiles``, ``tp`` (``"2,4,8"`` or ints), ``precision``, ``hardware``, ``target_model``,
+    ``draft_models``, ``acceptance_from``, ``draft_tp`` and ``expert_parallel`` as the
+    deployment options.
+    Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
+    with deployments also ``deployments`` and ``pareto``."""
+    if tp is not None and not isinstance(tp, str):
+        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
     return _run(
         capacity_run,
         scenario,
@@ -230,6 +272,17 @@ def plan_capacity(
         tolerance=tolerance,
         attainment=attainment,
         seed=seed,
+        deployments=deployment_request(
+            _names(profiles),
+            tp,
+            _names(precision),
+            hardware,
+            target_model,
+            _names(draft_models),
+            acceptance_from,
+            draft_tp,
+            expert_parallel,
+        ),
     )
 
 
@@ -320,3 +373,12 @@ def _names(names: str | Sequence[str] | None) -> list[str] | None:
     if names is None:
         return None
     return [names] if isinstance(names, str) else [str(n) for n in names]
+
+
+def _text(value: Any) -> str | None:
+    """``--tree-*`` values as the options take them (a list of ints or one int also works)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    return ",".join(str(int(v)) for v in value)

@@ -24,9 +24,14 @@ import argparse
 
 from specsim.bounds import MAX_RATE
 from specsim.cli.common import SEED, Number, add_json, add_out, add_set, emit
+from specsim.errors import SpecsimError
+
+MAX_DISAGG_REPLICAS = 64  # --max-replicas: the (x, y) grid grows as its square
 
 MAX_WORKERS = 4096
 SCREEN_FROM = 200  # as specsim.planning.screen.SCREEN_FROM (a test holds them equal)
+# As specsim.profile.schema.TREE_DRAFTS (a test holds them equal).
+TREE_DRAFTS = ("top-k", "iid", "without-replacement")
 
 WINDOW_DESCRIPTION = """Choose the window size k at each load.
 
@@ -128,6 +133,47 @@ def emit_request(args: argparse.Namespace):
     return emit_request(args.emit, args.model)
 
 
+def add_tree_options(parser: argparse.ArgumentParser) -> None:
+    """Tree shapes beside the chains: given ones, or SGLang's (steps, topk, tokens) space."""
+    parser.add_argument(
+        "--trees",
+        nargs="+",
+        default=None,
+        metavar="SHAPE",
+        help="speculation trees to try beside the chains at every load: children per node at "
+        "each depth (2,2,1) or a JSON list of paths ([[0],[1],[0,0]]); the report says where "
+        "trees beat chains, where chains win and where both lose to k = 0",
+    )
+    for flag, what, default in (
+        ("--tree-steps", "SGLang's --speculative-num-steps (tree depth)", "1,3,5,7"),
+        ("--tree-topk", "SGLang's --speculative-eagle-topk (children per beam)", "1,2,4,8"),
+        ("--tree-tokens", "SGLang's --speculative-num-draft-tokens (nodes + 1)", "2,4,8,16,32"),
+    ):
+        parser.add_argument(
+            flag,
+            default=None,
+            metavar="N",
+            help=f"search trees over {what}, e.g. 1..4 or 2,4 (default {default}, as SGLang's "
+            "bench_speculative); each (steps, topk, tokens) becomes the static tree SGLang "
+            "builds when its scores are the profile's acceptance",
+        )
+    parser.add_argument(
+        "--tree-drafts",
+        default=None,
+        choices=TREE_DRAFTS,
+        help="how the trees' children are drafted (default: the scenario's "
+        "speculation.tree_drafts); picks the profile's tree acceptance",
+    )
+
+
+def tree_options(args: argparse.Namespace) -> dict:
+    from specsim.planning.trees import SglangSpace, given_trees
+
+    given = given_trees(args.trees)
+    space = SglangSpace.parse(args.tree_steps, args.tree_topk, args.tree_tokens)
+    return {"trees": given, "space": space, "tree_drafts": args.tree_drafts}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="plan", metavar="WHAT", required=True)
     window = sub.add_parser(
@@ -169,6 +215,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const=False,
         help="simulate every point, however large the grid",
     )
+    add_tree_options(window)
     _common(window)
 
     capacity = sub.add_parser(
@@ -211,7 +258,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of requests that must meet the SLO for a rate to count as sustained "
         "(default 0.99)",
     )
+    capacity.add_argument(
+        "--disaggregated",
+        action="store_true",
+        help="a disaggregated scenario (fleet.disaggregation): size its prefill and decode "
+        "pools (x and y) against co-located replicas, with and without speculation, instead",
+    )
+    capacity.add_argument(
+        "--max-replicas",
+        type=Number(int, 2, MAX_DISAGG_REPLICAS),
+        default=8,
+        help="with --disaggregated: the most replicas a layout holds (default 8)",
+    )
+    _deployment_options(capacity)
     _common(capacity)
+
+
+def _deployment_options(parser: argparse.ArgumentParser) -> None:
+    """The tensor-parallel and precision choices ``plan capacity`` searches."""
+    group = parser.add_argument_group(
+        "deployments (TP x precision; default: the scenario's profile only)"
+    )
+    group.add_argument(
+        "--profile",
+        action="append",
+        default=None,
+        metavar="PROFILE.yaml",
+        help="a deployment given as a profile, with the TP and precision it describes (repeatable)",
+    )
+    group.add_argument(
+        "--tp",
+        default=None,
+        metavar="N[,N...]",
+        help="tensor-parallel sizes to build roofline deployments for, e.g. 2,4,8 (with "
+        "--hardware and --target-model; default 1)",
+    )
+    group.add_argument(
+        "--precision",
+        action="append",
+        default=None,
+        metavar="W[/KV]",
+        help="weight[/KV-cache] formats of the roofline deployments, e.g. bf16,fp8 or int4/fp8 "
+        "(the KV cache follows the weights where it can; default bf16)",
+    )
+    group.add_argument("--hardware", metavar="HW.yaml", help="hardware spec for the roofline")
+    group.add_argument(
+        "--target-model", metavar="CONFIG.json", help="the target's config.json for the roofline"
+    )
+    group.add_argument(
+        "--draft-model",
+        action="append",
+        default=None,
+        metavar="NAME=CONFIG|ngram",
+        help="a drafter of the roofline deployments (repeatable; as profile --drafter)",
+    )
+    group.add_argument(
+        "--acceptance-from",
+        metavar="FILE",
+        help="acceptance for the roofline deployments (an acceptance file or a profile)",
+    )
+    group.add_argument(
+        "--draft-tp",
+        type=Number(int, 1, 1),
+        default=None,
+        metavar="1",
+        help="draft models on one device (default: sharded like the target, vLLM's default)",
+    )
+    group.add_argument(
+        "--enable-expert-parallel",
+        "--ep",
+        dest="expert_parallel",
+        action="store_true",
+        help="a mixture of experts' experts dealt out whole over each TP above 1 (vLLM's flag)",
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -268,13 +387,17 @@ def _window(args: argparse.Namespace) -> int:
         sweep_options(args),
         emit,
         screen=args.screen,
+        **tree_options(args),
     )
     return finish(args, planned, window_report.human(planned.plan, planned.summary))
 
 
 def _capacity(args: argparse.Namespace) -> int:
+    if args.disaggregated:
+        return _disaggregated(args)
     from specsim.api.plan import capacity_run
     from specsim.planning import capacity_report
+    from specsim.planning.capacity_deploy import deployment_request
     from specsim.planning.common import parse_k_values
 
     emit = emit_request(args)
@@ -290,5 +413,48 @@ def _capacity(args: argparse.Namespace) -> int:
         args.out,
         sweep_options(args),
         emit,
+        deployment_request(
+            args.profile,
+            args.tp,
+            args.precision,
+            args.hardware,
+            args.target_model,
+            args.draft_model,
+            args.acceptance_from,
+            args.draft_tp,
+            args.expert_parallel,
+        ),
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))
+
+
+def _disaggregated(args: argparse.Namespace) -> int:
+    from specsim.planning import disagg, disagg_report
+
+    refused = (
+        ("--drafter", args.drafter),
+        ("--k", args.k),
+        ("--emit", args.emit),
+        ("--profile", args.profile),
+        ("--tp", args.tp),
+        ("--precision", args.precision),
+        ("--hardware", args.hardware),
+    )
+    for option, given in refused:
+        if given:
+            raise SpecsimError(
+                f"{option} does not apply with --disaggregated (it sizes the scenario's own "
+                "speculation and speculation off)",
+                key=option,
+                fix=f"drop {option}, or set the scenario's speculation with --set",
+            )
+    overrides = [*args.overrides, *([f"seed={args.seed}"] if args.seed is not None else [])]
+    plan = disagg.prepare(
+        args.scenario, overrides, args.target_rps, args.attainment, args.max_replicas
+    )
+    with sweep_options(args).sweeper(args.out, plan.identity()) as sweeper:
+        searches = disagg.run(plan, sweeper)
+    summary = disagg_report.json_summary(plan, searches)
+    disagg_report.write(args.out, plan, searches, summary)
+    emit(args, summary, disagg_report.human(summary) + f"\nreport: {args.out}/report.txt")
+    return 1 if summary["failed"] else 0

@@ -26,7 +26,8 @@ beside the profile as NEW.calibration.json:
       --drafter llama3.2-1b --out profiles/mine-calibrated.yaml
 
 MODEL is a local Hugging Face folder, a config.json alone (random weights), or a built-in name;
-a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N).
+a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N), or with --roofline
+mtp: the target's multi-token-prediction module (DeepSeek-V3's), costed as a draft model.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=MODEL",
         action="append",
         default=[],
-        help="a drafter: NAME=MODEL, NAME=ngram or NAME=ngram:N (repeatable)",
+        help="a drafter: NAME=MODEL, NAME=ngram, NAME=ngram:N, or with --roofline NAME=mtp "
+        "(the target's own MTP module, DeepSeek-V3's) (repeatable)",
     )
     parser.add_argument(
         "--out",
@@ -133,7 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed",
         type=SEED,
         default=0,
-        help="weights of config-only models, grid tokens and sampled text (default 0)",
+        help="weights of config-only models, grid tokens, sampled text and the estimated tree "
+        "scores (default 0)",
     )
     measure.add_argument(
         "--max-new-tokens",
@@ -164,8 +167,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         help="with --tree: keep only the entries whose children were drafted so (repeatable; "
-        "default all): top-k (the drafter's ranking, EAGLE-2) or iid (independent draws from "
-        "q, SpecInfer; at T > 0 only)",
+        "default all): top-k (the drafter's ranking, EAGLE-2), iid (independent draws from "
+        "q, SpecInfer; at T > 0 only) or without-replacement (draws from q without "
+        "replacement, Sequoia; at T > 0 only; nodes past three children are estimated, "
+        "seeded by --seed, with the standard error in the entry)",
     )
     measure.add_argument("--no-acceptance", action="store_true", help="latency only")
     measure.add_argument(
@@ -195,6 +200,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=TENSOR_PARALLEL,
         help="devices a draft model spans: 1 or --tp (default --tp, as vLLM's "
         "draft_tensor_parallel_size)",
+    )
+    roof.add_argument(
+        "--enable-expert-parallel",
+        "--ep",
+        dest="expert_parallel",
+        action="store_true",
+        help="deal a mixture of experts' experts out whole over the --tp devices (vLLM's "
+        "flag: EP = TP) instead of sharding each",
     )
     roof.add_argument(
         "--weights-dtype",
@@ -318,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
             ("--draft-tp", args.draft_tp is not None),
             ("--weights-dtype", args.weights_dtype is not None),
             ("--kv-dtype", args.kv_dtype is not None),
+            ("--enable-expert-parallel", args.expert_parallel),
         )
         if given
     ]
@@ -359,6 +373,7 @@ def _run_roofline(args, out: Path, name: str, drafters) -> int:
         draft_tp=args.draft_tp,
         weights_dtype=WEIGHT_FORMATS.get(args.weights_dtype),
         kv_dtype=KV_FORMATS.get(args.kv_dtype),
+        expert_parallel=args.expert_parallel,
     )
     write_profile(profile, out)
     _summarise(args, profile, out)
@@ -429,6 +444,15 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
     from specsim.profiling.writer import command_line, write_profile
 
     _need(args, "target", mode="measuring")
+    mtp = next((d for d in drafters if d.is_mtp), None)
+    if mtp is not None:
+        raise SpecsimError(
+            f"drafter {mtp.name}=mtp (the target's MTP module) is sized by the roofline only; "
+            "specsim's engine does not run MTP modules",
+            file="command line",
+            key="--drafter",
+            fix="add --roofline, or give a draft model",
+        )
     trees = _tree_shapes(args, drafters)
     temperatures = args.temperature if args.temperature is not None else [1.0]
     opts = MeasureOptions(

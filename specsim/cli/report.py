@@ -1,9 +1,11 @@
 """What-if reports.
 
   specsim report drafter-swap SCENARIO.yaml --drafter A --drafter B [--profile P ...] --out DIR
-      the drafters side by side across load: acceptance, latency percentiles, throughput,
-      wasted FLOPs, cost per million tokens, best k per load, and a recommendation with its
-      reasons. A lossy verifier is flagged with its distance from the target's distribution.
+  specsim report drafter-swap SCENARIO.yaml --drafter A --tree-drafter A=2,2,1 --out DIR
+      the drafters (or a chain against a tree) side by side across load: acceptance, latency
+      percentiles, throughput, wasted FLOPs, cost per million tokens, best k per load, and a
+      recommendation with its reasons. A lossy verifier is flagged with its distance from the
+      target's distribution.
 
 Writes DIR/report.html (self-contained: opens in a browser with no network), DIR/report.md, the
 PNG figures and a CSV of every number plotted. Sweep options as for ``specsim plan``; an
@@ -17,6 +19,7 @@ import argparse
 
 from specsim.cli.common import add_json, add_out, add_set
 from specsim.cli.plan import (
+    TREE_DRAFTS,
     add_emit_options,
     add_sweep_options,
     emit_request,
@@ -30,7 +33,8 @@ SWAP_DESCRIPTION = """Compare two or more drafters side by side, and recommend o
       [--k 0..4] [--loads 2 6 10] --out DIR
 
 Each drafter gets the plan-window grid (every k at every load, with its own profile when one is
-given); the drafters are compared load by load at their best k. The recommendation states its
+given); a tree drafter (--tree-drafter NAME=SHAPE) its tree and k = 0 at every load; the
+drafters are compared load by load at their best setting. The recommendation states its
 reasons, and every compared metric (TTFT, TPOT and E2E mean, p50, p90, p99, throughput, goodput,
 cost) that is worse with it than with each other drafter and than with speculation off, with
 the range over loads. A lossy verifier is flagged with its distance from the target's
@@ -64,6 +68,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="profile to take the drafters from: once for all, or once per --drafter in order "
         "(default: the scenario's profile)",
     )
+    swap.add_argument(
+        "--tree-drafter",
+        action="append",
+        default=[],
+        metavar="NAME=SHAPE",
+        help="also compare drafter NAME drafting the tree SHAPE (children per node at each "
+        "depth, 2,2,1, or a JSON list of paths) against the chains (repeatable)",
+    )
+    swap.add_argument(
+        "--tree-drafts",
+        default=None,
+        choices=TREE_DRAFTS,
+        help="how the tree drafters' children are drafted (default: the scenario's "
+        "speculation.tree_drafts)",
+    )
     swap.add_argument("--k", default=None, metavar="K", help="window sizes, e.g. 0..8")
     swap.add_argument(
         "--loads",
@@ -77,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set(swap)
     add_out(swap)
     add_json(swap)
+
+
+def tree_drafters(texts: list[str]):
+    from specsim.planning.trees import parse_tree_drafter
+
+    return [parse_tree_drafter(text) for text in texts]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,5 +121,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         sweep_options(args),
         emit,
+        tree_drafters(args.tree_drafter),
+        args.tree_drafts,
     )
     return finish(args, planned, swap_report.human(planned.plan, planned.summary))

@@ -56,6 +56,8 @@ def human_summary(summary: dict[str, Any], path: str) -> str:
         f"KV cache {summary['kv_cache_utilisation']['mean'] * 100:.0f}% used, "
         f"{summary['preemptions']} preemptions"
     )
+    if summary.get("profile_derived"):
+        lines.append(f"  profile derived: {summary['profile_derived']}")
     if len(summary["pools"]) > 1:
         for name, pool in summary["pools"].items():
             lines.append(

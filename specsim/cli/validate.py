@@ -22,8 +22,9 @@ differently from decodes, and a drafter differently from the target):
 The engine serves the scenario's workload (same seed, so the same arrivals and lengths as the
 simulation) on the built-in models, or on --target / --drafter NAME=MODEL. The engine prefills
 whole prompts in their own iteration, so the scenario needs engine.chunked_prefill: false, one
-replica, and a fixed or by_batch window. It pads every batched pass to its longest row, so the
-simulation runs with engine.padded_attention: true.
+replica, and a fixed or by_batch window, or a tree (speculation.tree, drafted by a draft
+model; the profiling step measures its acceptance). It pads every batched pass to its longest
+row, so the simulation runs with engine.padded_attention: true.
 
 Writes DIR/engine/ and DIR/simulation/ (requests.csv, summary.json), DIR/comparison.json,
 DIR/comparison.md, DIR/validation.png (and DIR/profile.yaml when it profiled). With --clock cpu

@@ -161,8 +161,9 @@ class PromptLookupCost(NoDrafterCost):
 
 
 class HeadsCost(PromptLookupCost):
-    """Decoding heads on the target's hidden states: priced like prompt lookup per step, with
-    the heads' per-token FLOPs for each drafted position."""
+    """Decoding heads on the target's hidden states, ``passes: parallel`` (Medusa): one head
+    per depth, all from one pass, so priced like prompt lookup per step, with the heads'
+    per-token FLOPs for each drafted position."""
 
     kind = "heads"
 
@@ -178,6 +179,49 @@ class HeadsCost(PromptLookupCost):
         return self.flops_per_token
 
 
+class AutoregressiveHeadsCost(HeadsCost):
+    """Decoding heads, ``passes: autoregressive`` (EAGLE, EAGLE-3, MTP): depth j + 1 is drafted
+    from the head's pass over depth j's token, so k one-token passes per step, priced as a
+    draft model's (context growing by one per pass) or ``draft_step_s`` each; no pass at
+    k = 0 and none over prompts (their features come from the target's own pass)."""
+
+    def _mean_kv(self, rows, k: int, kv):
+        return kv + rows * (k - 1) / 2.0
+
+    def draft_s(self, rows: int, k: int, kv: float) -> float:
+        if rows == 0 or k == 0:
+            return 0.0
+        if self.latency is None:
+            return k * self.step_s
+        mean_kv = self._mean_kv(rows, k, kv)
+        return k * self.latency.seconds_from_totals(rows, rows, mean_kv, mean_kv + rows)
+
+    def decode_draft_s(self, rows, k: int, kv):
+        if k == 0:
+            return 0.0
+        if self.latency is None:
+            return k * self.step_s
+        mean_kv = self._mean_kv(rows, k, kv)
+        return k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
+
+    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
+        seconds = np.empty((kv.shape[0], windows))
+        for k in range(windows):
+            seconds[:, k] = self.decode_draft_s(rows, k, kv)
+        return seconds
+
+    def draft_flops(self, rows: int, k: int, kv: float) -> float:
+        if rows == 0 or k == 0:
+            return 0.0
+        return self.decode_draft_flops(rows, k, kv)
+
+    def decode_draft_flops(self, rows, k: int, kv):
+        if k == 0:
+            return 0.0
+        mean_kv = self._mean_kv(rows, k, kv)
+        return k * (self.flops_per_token * rows + self.attn_flops * (mean_kv + rows))
+
+
 DRAFTER_COSTS: dict[str, type[NoDrafterCost]] = {
     c.kind: c for c in (DraftModelCost, PromptLookupCost, HeadsCost)
 }
@@ -191,4 +235,6 @@ def drafter_cost(profile: LoadedProfile, name: str | None) -> NoDrafterCost:
         return NoDrafterCost()
     spec = profile.drafter(name)
     latency = profile.latency_model(name) if spec.latency is not None else None
+    if spec.kind == "heads" and spec.head_passes == "autoregressive":
+        return AutoregressiveHeadsCost(spec, latency)
     return DRAFTER_COSTS[spec.kind](spec, latency)

@@ -58,6 +58,25 @@ def check_tensor_parallel(profile: LoadedProfile, engine: Engine) -> None:
             f"{profile.path.name} describes replicas of {described} device(s)",
             file=str(profile.path),
             key="engine.tensor_parallel_size",
-            fix=f"set engine.tensor_parallel_size: {described}, or use a profile written "
-            f"for {stated} devices (specsim profile --roofline --tp {stated})",
+            fix=f"set engine.tensor_parallel_size: {described}, use a profile written "
+            f"for {stated} devices (specsim profile --roofline --tp {stated}), or scale a "
+            "roofline profile with engine.tensor_parallel_scaling (flagged as derived)",
         )
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """KV-cache blocks that hold ``tokens`` slots: vLLM's cdiv(tokens, block_size)."""
+    return -(-tokens // block_size)
+
+
+def kv_capacity_blocks(capacity_tokens: int, block_size: int) -> int:
+    """Whole blocks in a cache of ``capacity_tokens`` slots (vLLM sizes the cache as memory over
+    the bytes of one block, which rounds the same way)."""
+    blocks = capacity_tokens // block_size
+    if blocks < 1:
+        raise SpecsimError(
+            f"a KV cache of {capacity_tokens} tokens holds no block of {block_size}",
+            key="engine.block_size",
+            fix="lower engine.block_size or give the engine more memory",
+        )
+    return blocks

@@ -7,19 +7,31 @@ of depth <= d (the tree cut at depth d). A chain of k drafts is the tree with on
 depth, and every count below is then the chain's (d + 1 positions, (d + 1)(d + 2) / 2 pairs of
 their own): the chain's closed forms are the same numbers (``tests/test_costs_tree.py``).
 
-The drafter: a draft model runs one pass per depth over the nodes that expand it (the root,
-then the depth-1 nodes, ...), each attending to the context plus its ancestors and itself, and
-reading the step's nodes drafted so far from its cache; decoding heads (``heads``) run once per
-step over the target's hidden states as for a chain, with their FLOPs per drafted node. Passes
-of equal width are summed as their count times their mean pass (exact: the fits are linear in
-the cached tokens and the pairs), which for a chain is the chain's own formula.
+A drafter that drafts depth by depth runs one pass per depth over the nodes that expand it
+(the root, then the depth-1 nodes, ...), each attending to the context plus its ancestors and
+itself, and reading the step's nodes drafted so far from its cache: a draft model with its own
+fit, and decoding heads with ``passes: autoregressive`` (EAGLE-style: a node's top-k children
+come from the head's pass over that node's token, EAGLE-2's expansion, so depth j + 1 cannot
+be drafted before depth j). Heads with a latency fit price each pass by it; heads with only
+``draft_step_s`` pay it per pass. FLOPs are per fed token (and attention pair). Passes of equal
+width are summed as their count times their mean pass (exact: the fits are linear in the
+cached tokens and the pairs), which for a chain is the chain's own formula. Heads with
+``passes: parallel`` (Medusa, the default) draft every depth in one pass over the target's
+hidden states, each head's top-k giving that depth's candidates, so a tree costs them what a
+chain of its depth does. Either way a chain of k is the tree ``1,...,1`` of depth k, to the bit
+(see docs/notes/2026-12-01-tree-acceptance.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specsim.costs.drafters import DraftModelCost, HeadsCost, NoDrafterCost
+from specsim.costs.drafters import (
+    AutoregressiveHeadsCost,
+    DraftModelCost,
+    HeadsCost,
+    NoDrafterCost,
+)
 from specsim.errors import SpecsimError
 from specsim.tree import TreeShape
 
@@ -57,13 +69,20 @@ class TreeRows:
         return float(self.own_pairs[drafts.astype(np.int64) + 1].sum())
 
 
+def expanding_at(shape: TreeShape, depth: int) -> int:
+    """The nodes at ``depth`` (1: the root's children) that have children of their own."""
+    return sum(1 for v in range(shape.num_nodes) if shape.depths[v] == depth and shape.children(v))
+
+
 class TreeDrafterCost(NoDrafterCost):
     """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
 
     def __init__(self, base: NoDrafterCost, shape: TreeShape):
-        if not isinstance(base, DraftModelCost | HeadsCost):
+        # Prompt lookup proposes one continuation: its only tree is the chain (top-k 1).
+        if not isinstance(base, DraftModelCost | HeadsCost) and not shape.is_chain:
             raise SpecsimError(
-                f"trees are priced for draft models and decoding heads, not {base.kind!r}",
+                f"branching trees are priced for draft models and decoding heads, not "
+                f"{base.kind!r}",
                 key="speculation.tree",
                 fix="use a draft model or heads drafter, or remove speculation.tree",
             )
@@ -72,10 +91,13 @@ class TreeDrafterCost(NoDrafterCost):
         self.kind = base.kind
         self.checks_range = base.checks_range
         self.shape = shape
-        self.nodes = shape.num_nodes
+        # Parallel heads (and prompt lookup's chain): the whole tree in the chain's one pass,
+        # its k the tree's depth.
+        self.one_pass = not isinstance(base, DraftModelCost | AutoregressiveHeadsCost)
         # (passes, tokens per row, nodes fed before the group, mean depth + 1 of a fed token):
-        # pass j feeds the nodes at depth j (the root at j = 0), grouped by equal width.
-        widths = [1] + [shape.width_at(d) for d in range(1, shape.depth)]
+        # pass j feeds the nodes at depth j that have children (the root at j = 0), grouped by
+        # equal width.
+        widths = [1] + [expanding_at(shape, d) for d in range(1, shape.depth)]
         self.groups: list[tuple[int, int, int, float]] = []
         fed = 0
         j = 0
@@ -89,7 +111,7 @@ class TreeDrafterCost(NoDrafterCost):
             j = end
 
     def _passes(self, rows: int, kv: float):
-        """(count, tokens, mean KV read, mean pairs) of each group of draft-model passes."""
+        """(count, tokens, mean KV read, mean pairs) of each group of drafter passes."""
         for count, width, fed, reach in self.groups:
             mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
             yield count, rows * width, mean_kv, width * kv + rows * width * reach
@@ -97,8 +119,10 @@ class TreeDrafterCost(NoDrafterCost):
     def draft_s(self, rows: int, k: int, kv: float) -> float:
         if rows == 0:
             return 0.0
-        if isinstance(self.base, HeadsCost):
+        if self.one_pass:
             return self.base.draft_s(rows, self.shape.depth, kv)
+        if self.latency is None:  # heads without a fit: their fixed pass, once per depth
+            return self.shape.depth * self.step_s
         seconds = 0.0
         for count, tokens, mean_kv, pairs in self._passes(rows, kv):
             seconds += count * self.latency.seconds_from_totals(rows, tokens, mean_kv, pairs)
@@ -113,8 +137,8 @@ class TreeDrafterCost(NoDrafterCost):
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         if rows == 0:
             return 0.0
-        if isinstance(self.base, HeadsCost):
-            return self.flops_per_token * rows * self.nodes
+        if self.one_pass:
+            return self.base.draft_flops(rows, self.shape.depth, kv)
         flops = 0.0
         for count, tokens, _, pairs in self._passes(rows, kv):
             flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)

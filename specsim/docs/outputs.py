@@ -77,6 +77,42 @@ SUMMARY_KEYS = {
     "pools": "the same metrics per pool, with the pool's speculation settings",
 }
 
+# summary.json's ``disaggregation`` (a fleet with fleet.disaggregation only).
+DISAGG_SUMMARY_KEYS = {
+    "prefill_replicas": "x: replicas in the prefill pool (its records and metrics: "
+    "`pools.prefill`; a request ends there only when its first token is its last)",
+    "decode_replicas": "y: replicas in the decode pool (`pools.decode`)",
+    "drafter_kind": "the decode pool's drafter kind (null without speculation): "
+    "`draft_model` runs its own prompt pass on the decode replica, `heads` receive the "
+    "prompt's hidden states with the KV cache, `ngram` needs nothing",
+    "link_bandwidth_bytes_per_s": "a transfer's bandwidth: the link's per device pair times "
+    "min(prefill TP, decode TP) pairs (times efficiency.interconnect from a hardware file)",
+    "link_latency_s": "fixed time per transfer",
+    "transfers": "KV-cache transfers (requests that decoded)",
+    "transfer_bytes_mean": "bytes per transfer: prompt x target.kv_bytes_per_token, plus "
+    "prompt x hidden_size x 2 for heads",
+    "transfer_s": "a transfer's time from the prefill's end to the KV cache's arrival, "
+    "waiting for the prefill replica's link included {mean, p50, p90, p99} (null without "
+    "transfers)",
+    "transfer_share_of_ttft": "mean transfer time over mean TTFT (TTFT counts to the decode "
+    "replica's first step, which streams the first token)",
+    "link_busy_fraction": "share of the prefill replicas' link time spent carrying bytes",
+    "busy_fraction": "per pool: share of replica time spent in iterations",
+    "kv_cache_utilisation": "per pool: time-weighted mean share of the KV cache in use",
+}
+
+# Present only where the scenario sets them (other summaries keep their keys), in the fleet's
+# summary and in each pool's.
+CACHE_SUMMARY_KEYS = {
+    "kv_capacity_blocks": "with engine.block_size: one replica's KV cache in blocks (its tokens "
+    "over the block size, rounded down); kv_cache_utilisation then counts blocks",
+    "prefix_cache": "with workload.prefix: `hit_rate_tokens` (cached_tokens / queried_tokens, "
+    "vLLM's prefix-cache hit rate), `queried_tokens` (the prompt tokens looked up, at every "
+    "admission, so a preempted request's recomputation counts again), `cached_tokens` (of "
+    "those, hits: whole blocks, at most the prompt less one token) and "
+    "`prefill_tokens_computed` (prompt tokens prefill ran)",
+}
+
 BASELINE_KEYS = {
     "baseline": "with --compare-baseline: the same metrics with speculation off (k = 0)",
     "speedup_vs_baseline": "with --compare-baseline: k = 0 latency over speculative latency "
@@ -217,6 +253,14 @@ COMMAND_OUTPUTS = {
         "fleet_vs_off.csv": "the chosen fleet against speculation off on the replicas its "
         "capacity calls for, at the target rate: every compared metric, which is worse and by "
         "how much (absent when the choice is speculation off)",
+        "layouts.csv": "with --disaggregated (in place of the files above, beside "
+        "summary.json): every layout simulated (setting, co-located n or xPyD, devices, price "
+        "per hour, whether it meets the SLO, attainment, TTFT and TPOT p90, throughput, cost "
+        "per million tokens, the transfer's share of TTFT, each pool's and the links' busy "
+        "fraction)",
+        "report.txt": "with --disaggregated: each search's choice and its reasons (the "
+        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT) and "
+        "co-located against disaggregated per speculation setting",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,
@@ -227,11 +271,14 @@ COMMAND_OUTPUTS = {
     "specsim validate": {
         "engine/": "the real engine's run: requests.csv (the columns above, plus "
         "target_logprob_mean and eos), summary.json (the same keys as a simulation, "
-        "without the steady-state throughput, plus "
+        "without the steady-state throughput, a tree run's scenario.tree with nodes_verified "
+        "(nodes verified over all steps: every row verifies the whole tree) instead of the "
+        "simulation's source and table entries, plus "
         "machine_speed with --clock reference: the probes' slowdowns, the target's and each "
         "drafter's) and iterations.csv (one row per iteration: kind, window, batch, the target "
         "pass's new_tokens, context and pairs as the padded batch runs them (every row to "
-        "the longest row's context; a prefill, every prompt at the longest one's length), "
+        "the longest row's context; a prefill, every prompt at the longest one's length; a tree "
+        "step, the root and every node of each row), "
         "seconds (from the end of the previous "
         "iteration, its bookkeeping included, so busy iterations add up to the busy time), "
         "and with --clock cpu or reference "
@@ -307,6 +354,12 @@ def outputs_page() -> str:
             ["key", "meaning"],
             [[f"`{k}`", v] for k, v in {**SUMMARY_KEYS, **BASELINE_KEYS}.items()],
         ),
+        "Where the scenario sets them, after `kv_capacity_tokens` (and in each pool's summary):",
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in CACHE_SUMMARY_KEYS.items()]),
+        "### `summary.json`: `disaggregation`",
+        "A disaggregated fleet (`fleet.disaggregation`) adds `disaggregation` after `pools`: "
+        "the pools' sizes and use, and the KV transfers.",
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in DISAGG_SUMMARY_KEYS.items()]),
     ]
     for command, files in COMMAND_OUTPUTS.items():
         if command not in available:  # a command not wired into the CLI (yet) is not documented

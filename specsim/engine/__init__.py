@@ -15,7 +15,8 @@ Public API::
 - ``tree_step``: one tree step (the drafter expands a ``specsim.tree.TreeShape`` depth by
   depth, one verification pass over every node, the accepted path's KV kept, the rest rolled
   back); ``tree_attention``: the tree attention mask and positions of those passes. Offline
-  generation runs it (``generate(..., tree=...)``); the serving loop runs chains only.
+  generation (``generate(..., tree=...)``) and the serving loop (``EngineOptions.tree``, from
+  a scenario's ``speculation.tree``) run it.
 - ``batch``: preallocated caches with live rows packed at the front.
 - ``engine``: the continuous-batching loop in wall-clock time.
 - ``workload``: the simulator's traffic from the same seed, and prompts from a prompt set.

@@ -10,7 +10,11 @@ One loop, one iteration at a time, the same schedule as the simulator's replica 
    token sampled from the target; that token is the request's first token (TTFT);
 4. otherwise run one speculative step over every live row (``step.speculative_step``) with the
    window the policy picks and ``min(k, tokens still owed - 1)`` drafts per row, then retire rows
-   that reached their output length (or EOS, unless ``ignore_eos``).
+   that reached their output length (or EOS, unless ``ignore_eos``). With a tree
+   (``EngineOptions.tree``) the step is a tree step (``tree_step.tree_step``): every row drafts
+   and verifies the whole tree, keeps its accepted path's KV and emits at most the tokens it
+   owes; its window (k, the logged drafts) is the tree's depth cut as a chain's would be, so
+   the records and statistics count what the simulator counts.
 
 Timestamps are seconds since the run started, taken at the end of each iteration, its
 bookkeeping (emitted tokens appended, finished rows retired) included, as the simulator's
@@ -32,6 +36,7 @@ import torch
 from specsim.drafters import PromptLookup
 from specsim.engine.batch import Batch
 from specsim.engine.clock import MeteredModel
+from specsim.engine.iteration_log import IterationLog
 from specsim.engine.step import (
     Faults,
     Sampling,
@@ -39,9 +44,11 @@ from specsim.engine.step import (
     prefill_step,
     speculative_step,
 )
+from specsim.engine.tree_step import TreeFaults, TreeUniforms, tree_step, tree_verifier
 from specsim.engine.workload import EngineRequest, PromptBank
 from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
+from specsim.tree import TreeShape
 
 
 @dataclass
@@ -56,39 +63,9 @@ class EngineOptions:
     eos_id: int | None = None
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
-
-
-@dataclass
-class IterationLog:
-    """Per-iteration and per-step figures for the engine statistics."""
-
-    dt: list[float] = field(default_factory=list)
-    batch: list[int] = field(default_factory=list)
-    kv_tokens: list[int] = field(default_factory=list)  # target cache tokens after the iteration
-    # What each pass did, so a latency model can be asked what it should have cost:
-    kind: list[str] = field(default_factory=list)  # "prefill" or "decode"
-    window: list[int] = field(default_factory=list)  # k of a decode iteration (0 for prefill)
-    new_tokens: list[int] = field(default_factory=list)  # target pass: tokens fed
-    context: list[int] = field(default_factory=list)  # target pass: cached tokens read
-    pairs: list[float] = field(default_factory=list)  # target pass: query-key pairs
-    # Of dt, the target's and the drafter's passes (CPU clocks only: empty on the wall clock);
-    # the rest is the engine's own work.
-    target_s: list[float] = field(default_factory=list)
-    drafter_s: list[float] = field(default_factory=list)
-    accepted: list[np.ndarray] = field(default_factory=list)
-    drafted: list[np.ndarray] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)
-    decode_rows: int = 0
-    window_rows: int = 0
-
-    def extend(self, other: IterationLog) -> IterationLog:
-        """This log followed by ``other``'s iterations (another run's): returns self."""
-        for name, value in vars(other).items():
-            if isinstance(value, list):
-                getattr(self, name).extend(value)
-            else:
-                setattr(self, name, getattr(self, name) + value)
-        return self
+    tree: TreeShape | None = None  # tree steps of this shape instead of chains (k_max: its depth)
+    tree_drafts: str = "top-k"  # how the tree's children are drafted (tree_step.TREE_DRAFTS)
+    tree_faults: TreeFaults = field(default_factory=TreeFaults)
 
 
 class ServingEngine:
@@ -124,6 +101,20 @@ class ServingEngine:
             target.config.max_position,
             drafter.config.max_position if drafter is not None else target.config.max_position,
         )
+        tree = options.tree
+        if tree is not None:
+            if drafter is None or options.ngram is not None or options.k_max != tree.depth:
+                raise SpecsimError(
+                    "a tree step needs a draft model and k_max = the tree's depth",
+                    key="speculation.tree",
+                    fix="draft the tree with a draft model (not prompt lookup), k its depth",
+                )
+            tree_verifier(options.sampling.verifier, options.tree_drafts)  # a one-line error
+            # The verification pass's query-key pairs among a row's own fed tokens: the root
+            # and each node attend to themselves and their ancestors (the cost model's count).
+            self._tree_own_pairs = 1.0 + float((tree.depths + 1).sum())
+        # The slots a step lays out past the sequence before its rollback.
+        self.lookahead = tree.num_nodes if tree is not None else options.k_max
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, requests: list[EngineRequest] | None = None, clients=None) -> list[EngineRequest]:
@@ -176,7 +167,17 @@ class ServingEngine:
         prompt = self.prompts.prompt(0, 16)
         k = self.opt.k_max if self.drafter is not None else 0
         seed = self.opt.seed + 1  # its own stream: the served requests' draws do not move
-        generate(self.target, self.drafter, [prompt] * rows, 3, k, self.opt.sampling, seed)
+        generate(
+            self.target,
+            self.drafter,
+            [prompt] * rows,
+            3,
+            k,
+            self.opt.sampling,
+            seed,
+            tree=self.opt.tree,
+            tree_drafts=self.opt.tree_drafts,
+        )
 
     def _stream(self, rid: int) -> torch.Generator:
         """Request ``rid``'s own random stream: its tokens depend on the seed and its id, not
@@ -188,7 +189,7 @@ class ServingEngine:
         return self.clock() - self.t0
 
     def _enqueue(self, request: EngineRequest) -> None:
-        need = request.prompt_len + request.output_len + self.opt.k_max + 1
+        need = request.prompt_len + request.output_len + self.lookahead + 1
         if need > self.max_len:
             raise SpecsimError(
                 f"request {request.rid} needs {need} tokens (prompt {request.prompt_len} + "
@@ -263,32 +264,11 @@ class ServingEngine:
     def _decode_iteration(self, start: float) -> float:
         """Returns the time the iteration ended."""
         size = self.batch.size
-        k = self.opt.window(size)
         owed = torch.tensor([r.output_len - r.generated for r in self.live], dtype=torch.long)
-        n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
-        proposals = None
-        if self.opt.ngram is not None and k:
-            proposals = torch.zeros((size, k), dtype=torch.long)
-            for slot, lookup in enumerate(self.lookups):
-                found = lookup.propose(int(n_drafts[slot]))
-                proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
-                n_drafts[slot] = len(found)
-        new = n_drafts + 1
-        # Attention runs over every row's cache to the longest row's length (a padded batch):
-        # the pass reads, and pairs each new token with, that many cached positions per row.
-        longest = int(self.batch.target_cache.lengths[:size].max())
-        pairs = float(new.sum()) * longest + float((new * (new + 1)).sum()) / 2
-        pass_shape = (int(new.sum()), size * longest, pairs)
-        result = speculative_step(
-            self.target,
-            self.drafter,
-            self.batch.rows(),
-            n_drafts,
-            self.opt.sampling,
-            StepUniforms.per_row(self.streams, self.opt.k_max),
-            self.opt.faults,
-            proposals,
-        )
+        if self.opt.tree is not None:
+            k, n_drafts, pass_shape, result = self._tree_step(owed)
+        else:
+            k, n_drafts, pass_shape, result = self._chain_step(owed)
         tokens = result.tokens.tolist()  # on a GPU these wait for the step to finish
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
@@ -317,6 +297,63 @@ class ServingEngine:
         self._finish(retired, now)
         return now
 
+    def _chain_step(self, owed: torch.Tensor):
+        """(k, drafts per row, the target pass's shape, the step's result) of a chain step."""
+        size = self.batch.size
+        k = self.opt.window(size)
+        n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
+        proposals = None
+        if self.opt.ngram is not None and k:
+            proposals = torch.zeros((size, k), dtype=torch.long)
+            for slot, lookup in enumerate(self.lookups):
+                found = lookup.propose(int(n_drafts[slot]))
+                proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
+                n_drafts[slot] = len(found)
+        new = n_drafts + 1
+        # Attention runs over every row's cache to the longest row's length (a padded batch):
+        # the pass reads, and pairs each new token with, that many cached positions per row.
+        longest = int(self.batch.target_cache.lengths[:size].max())
+        pairs = float(new.sum()) * longest + float((new * (new + 1)).sum()) / 2
+        pass_shape = (int(new.sum()), size * longest, pairs)
+        result = speculative_step(
+            self.target,
+            self.drafter,
+            self.batch.rows(),
+            n_drafts,
+            self.opt.sampling,
+            StepUniforms.per_row(self.streams, self.opt.k_max),
+            self.opt.faults,
+            proposals,
+        )
+        return k, n_drafts, pass_shape, result
+
+    def _tree_step(self, owed: torch.Tensor):
+        """(k, drafts per row, the target pass's shape, the step's result) of a tree step.
+
+        Every row verifies the root and all nodes; its drafts are ``min(depth, owed - 1)``, as
+        a chain row's (the cap on what it accepts, and what the simulator counts)."""
+        shape = self.opt.tree
+        size = self.batch.size
+        k = shape.depth
+        n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
+        longest = int(self.batch.target_cache.lengths[:size].max())
+        fed = shape.num_nodes + 1
+        pairs = float(size * fed * longest) + size * self._tree_own_pairs
+        pass_shape = (size * fed, size * longest, pairs)
+        result = tree_step(
+            self.target,
+            self.drafter,
+            self.batch.rows(),
+            shape,
+            self.opt.sampling,
+            self.opt.faults,
+            self.opt.tree_faults,
+            owed,
+            self.opt.tree_drafts,
+            TreeUniforms.per_row(self.streams, shape.num_nodes),
+        )
+        return k, n_drafts, pass_shape, result
+
     # ---- bookkeeping -------------------------------------------------------------------------
     def _emit(
         self, slot: int, request: EngineRequest, tokens: list[int], logprobs: list[float]
@@ -328,6 +365,7 @@ class ServingEngine:
             tokens = tokens[: tokens.index(eos) + 1]
             request.eos = True
         self.batch.append(slot, tokens)
+        request.output_ids.extend(tokens)
         if self.lookups[slot] is not None:
             self.lookups[slot].extend(tokens)
         request.generated += len(tokens)

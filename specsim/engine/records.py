@@ -24,7 +24,7 @@ from specsim.metrics import EngineStats, LogHistogram, RequestStats, round_float
 from specsim.simulation.records import COLUMNS
 
 if TYPE_CHECKING:  # the engine loop imports torch; reading records must not
-    from specsim.engine.engine import IterationLog
+    from specsim.engine.iteration_log import IterationLog
 
 QUALITY_COLUMNS = ("target_logprob_mean", "eos")
 QUALITY_FORMATS = {"target_logprob_mean": "%.9g", "eos": "%d"}  # as format_csv writes them

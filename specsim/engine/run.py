@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from specsim.engine.clock import ClockSetting, clock_name, start_clock
-from specsim.engine.engine import EngineOptions, IterationLog, ServingEngine
+from specsim.engine.engine import EngineOptions, ServingEngine
+from specsim.engine.iteration_log import IterationLog
 from specsim.engine.records import (
     engine_summary,
     format_csv,
@@ -19,6 +20,7 @@ from specsim.engine.records import (
     record_columns,
 )
 from specsim.engine.step import Faults, Sampling
+from specsim.engine.tree_step import TreeFaults
 from specsim.engine.workload import PromptBank, build_engine_source, open_loop_requests
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, write_text_atomic
@@ -112,12 +114,31 @@ def check_supported(scenario: Scenario) -> None:
             key="engine.chunked_prefill",
             fix="set engine.chunked_prefill: false (or --set engine.chunked_prefill=false)",
         )
+    for key, value in (
+        ("workload.prefix", scenario.workload.prefix),
+        ("engine.block_size", scenario.engine.block_size),
+    ):
+        if value is not None:  # the simulator's caching models, which the real engine lacks
+            raise SpecsimError(
+                "the real engine has no prefix cache and counts its KV cache in tokens",
+                file=where,
+                key=key,
+                fix=f"remove {key} for validation",
+            )
     if scenario.fleet.total_replicas != 1 or scenario.fleet.pools:
         raise SpecsimError(
             "the real engine runs one replica",
             file=where,
             key="fleet",
             fix="validate with fleet.replicas 1 and no pools",
+        )
+    spec = scenario.speculation
+    if spec.enabled and spec.tree is not None and spec.drafter == "ngram":
+        raise SpecsimError(
+            "the real engine drafts trees with a draft model, not prompt lookup",
+            file=where,
+            key="speculation.tree",
+            fix="use a draft model's drafter, or remove speculation.tree",
         )
 
 
@@ -145,6 +166,7 @@ def run_engine(
     ignore_eos: bool = True,
     eos_id: int | None = None,
     faults: Faults | None = None,
+    tree_faults: TreeFaults | None = None,
     clock: str | ClockSetting = "wall",
     dtype: str = "float32",
     progress=None,
@@ -156,7 +178,9 @@ def run_engine(
     tokenizer's EOS, or at ``eos_id`` when given. ``clock`` is ``wall``, ``cpu``, or a clock
     setting started on the run's models (``specsim.engine.clock.start_clock``). ``dtype`` is
     the models' parameter type: the one the profile it is compared with was measured in.
-    ``progress`` (a tqdm bar, say) is updated with each batch of finished requests.
+    ``progress`` (a tqdm bar, say) is updated with each batch of finished requests. With
+    ``speculation.tree`` every step is a tree step; ``faults`` and ``tree_faults`` plant
+    rollback bugs (tests only).
     """
     import torch
 
@@ -193,6 +217,9 @@ def run_engine(
         eos_id=tokenizer.eos_id if eos_id is None else eos_id,
         seed=scenario.seed,
         faults=faults or Faults(),
+        tree=spec.tree_shape if spec.enabled else None,
+        tree_drafts=spec.tree_drafts,
+        tree_faults=tree_faults or TreeFaults(),
     )
     drafter_models = {spec.drafter: drafter_model} if drafter_model is not None else {}
     timer = start_clock(clock, device, target_model, drafter_models)
@@ -229,11 +256,26 @@ def run_engine(
         "seed": scenario.seed,
         "ignore_eos": ignore_eos,
         "clock": clock_name(clock),
+        **tree_echo(options.tree, options.tree_drafts, engine.log),
     }
     machine_speed = timer.report()
     if machine_speed is not None:
         summary["machine_speed"] = machine_speed
     return EngineRun(records, summary, engine.log, bench_traffic(scenario, records["arrival_s"]))
+
+
+def tree_echo(shape, drafts: str, log: IterationLog) -> dict[str, Any]:
+    """A tree run's shape, as a simulation's summary names it, and the nodes its steps
+    verified (every row verifies all of them); chain runs keep their keys."""
+    if shape is None:
+        return {}
+    return {
+        "tree": {
+            **shape.summary(),
+            "drafts": drafts,
+            "nodes_verified": shape.num_nodes * log.decode_rows,
+        }
+    }
 
 
 def write_run(run: EngineRun, folder: Path) -> None:

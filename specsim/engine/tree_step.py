@@ -68,6 +68,15 @@ class TreeUniforms:
         u = torch.rand((batch, 2 * nodes + 1), generator=generator, dtype=torch.float64)
         return TreeUniforms(u[:, :nodes], u[:, nodes : 2 * nodes], u[:, 2 * nodes])
 
+    @staticmethod
+    def per_row(generators: list[torch.Generator], nodes: int) -> TreeUniforms:
+        """One generator per row (per request), as ``StepUniforms.per_row``: a request's draws
+        do not depend on its batch."""
+        u = torch.stack(
+            [torch.rand(2 * nodes + 1, generator=g, dtype=torch.float64) for g in generators]
+        )
+        return TreeUniforms(u[:, :nodes], u[:, nodes : 2 * nodes], u[:, 2 * nodes])
+
 
 @dataclass(frozen=True)
 class DraftTree:
@@ -95,7 +104,7 @@ def tree_step(
     a row owed fewer tokens than the path gives keeps only its first ones. ``uniforms`` (at
     least N wide) are needed unless the verifier is greedy."""
     faults, tree_faults = faults or Faults(), tree_faults or TreeFaults()
-    verify = _tree_verifier(sampling.verifier, drafts)
+    verify = tree_verifier(sampling.verifier, drafts)
     device = rows.seq.device
     batch = rows.seq.shape[0]
     index = torch.arange(batch, device=device)
@@ -145,7 +154,9 @@ def tree_step(
     return StepResult(tokens, accepted, drafted_n, logprob)
 
 
-def _tree_verifier(verifier: str, drafts: str):
+def tree_verifier(verifier: str, drafts: str):
+    """The sampling core's tree verifier for ``verifier`` over children drafted ``drafts``; a
+    one-line error when there is none."""
     if drafts not in TREE_DRAFTS:
         raise SpecsimError(
             f"unknown tree drafts {drafts!r}", key="drafts", fix=f"use one of {TREE_DRAFTS}"

@@ -29,6 +29,7 @@ class EngineRequest:
     output_len: int
     client: int = -1
     prompt_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)  # the tokens it was given, in order
     scheduled: float = -1.0
     first_token: float = -1.0
     finish: float = -1.0

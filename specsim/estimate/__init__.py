@@ -39,10 +39,11 @@ def load_point(scenario_path: str, overrides: list[str]):
 
 def estimate_point(scenario_path: str, overrides: list[str]) -> PointEstimate:
     """The estimate of one sweep point (the scenario file with its overrides)."""
-    from specsim.simulation.run import cached_profile
+    from specsim.simulation.run import cached_profile, tensor_parallel_profile
 
     scenario = load_point(scenario_path, overrides)
-    return estimate(scenario, cached_profile(scenario.resolve(scenario.profile)))
+    profile = cached_profile(scenario.resolve(scenario.profile))
+    return estimate(scenario, tensor_parallel_profile(scenario, profile))
 
 
 __all__ = ["PointEstimate", "estimate", "estimate_point"]

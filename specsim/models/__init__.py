@@ -17,9 +17,10 @@ Public API::
 
 ``spec`` is a built-in name (``specsim-target``, ``specsim-draft-small``, ``specsim-draft-tiny``),
 a Hugging Face model directory (``config.json`` + ``model.safetensors`` or a sharded index;
-model_type llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral or qwen3_moe,
-each family's differences read by ``families.py``; both the ``rope_theta``/``rope_scaling`` keys
-and transformers 5's ``rope_parameters``; default, linear and llama3 RoPE scaling), or a
+model_type llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral, qwen3_moe or
+deepseek_v3, each family's differences read by ``families.py``; both the ``rope_theta``/
+``rope_scaling`` keys and transformers 5's ``rope_parameters``; default, linear and llama3 RoPE
+scaling, and YaRN for DeepSeek-V3), or a
 ``config.json`` alone (seeded random weights). Sliding windows are applied (per layer where
 Gemma 2/3 alternate); Qwen2's and Qwen3's (off in the released models) are refused.
 
@@ -30,12 +31,14 @@ Sizes and FLOPs come from ``model.config`` (a ``ModelConfig``), from the archite
 
 - ``param_count()`` (every expert of a mixture of experts); ``active_param_count()`` (a token's
   experts only); ``weight_bytes(dtype_bytes)`` (all experts: all are held in memory);
-  ``kv_bytes_per_token(dtype_bytes)`` = 2 · layers · kv_heads · head_dim · dtype_bytes.
+  ``kv_bytes_per_token(dtype_bytes)`` = 2 · layers · kv_heads · head_dim · dtype_bytes (latent
+  attention: layers · (kv_lora_rank + qk_rope_head_dim) · dtype_bytes, what its cache holds).
 - ``flops_per_token()`` = 2 · (parameters used in matrix multiplies: the active experts and the
   router, the output projection included even when tied; the embedding lookup and norms
   excluded) — the weights part.
 - ``attention_flops_per_context_token()`` = 4 · layers · heads · head_dim: q·k plus the weighted
-  sum of v, per new token per token attended to.
+  sum of v, per new token per token attended to (latent attention: on the latent, as engines
+  decode it).
 - ``forward_flops(new_tokens, context_len)``: one row's pass, the two parts combined causally.
 
 Only this package, profiling, sampling and the real engine import torch.

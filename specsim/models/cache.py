@@ -14,7 +14,9 @@ from specsim.errors import SpecsimError
 
 
 class KVCache:
-    """Keys and values of every layer, ``[batch, kv_heads, max_len + 1, head_dim]`` each."""
+    """Keys and values of every layer, ``[batch, kv_heads, max_len + 1, head_dim]`` each (the
+    values ``value_dim`` wide where it is given). Multi-head latent attention stores its
+    compressed latent in ``keys`` and its rotated shared key in ``values``, one head each."""
 
     def __init__(
         self,
@@ -24,6 +26,7 @@ class KVCache:
         max_len: int,
         head_dim: int,
         *,
+        value_dim: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ):
@@ -35,10 +38,13 @@ class KVCache:
             )
         # One spare slot past max_len receives padding tokens' keys; nothing ever attends to it.
         shape = (batch_size, num_kv_heads, max_len + 1, head_dim)
+        value_shape = (*shape[:-1], head_dim if value_dim is None else value_dim)
         # Zeros, not empty: masked-out slots still enter the attention matmul, so they must be
         # finite numbers (a NaN times a zero weight is still NaN).
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [
+            torch.zeros(value_shape, dtype=dtype, device=device) for _ in range(num_layers)
+        ]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.max_len = max_len
 

@@ -4,6 +4,7 @@ Phi-3 stores the q/k/v projections as one ``qkv_proj`` matrix and the MLP's gate
 projections as one ``gate_up_proj``; Mixtral names its MoE block ``block_sparse_moe`` and its
 experts' matrices ``w1`` (gate), ``w3`` (up) and ``w2`` (down). They are split and renamed on
 load, and fused and named back on save, so a folder written by ``save_model`` is the family's.
+DeepSeek-V3's multi-token-prediction modules are skipped on load (``is_unused``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ _MIXTRAL_KEY = re.compile(r"(.*)\.block_sparse_moe\.(gate|experts\.\d+\.(w1|w2|w
 _SPECSIM_EXPERT = re.compile(
     r"(.*)\.mlp\.(gate|experts\.\d+\.(gate_proj|up_proj|down_proj))\.weight$"
 )
+
+
+def is_unused(config: ModelConfig, key: str) -> bool:
+    """A stored weight the decoder does not use: DeepSeek-V3's multi-token-prediction modules,
+    stored as layers num_hidden_layers onwards (transformers skips them too)."""
+    if not config.mtp_layers or not key.startswith("model.layers."):
+        return False
+    index = key.split(".")[2]
+    return (
+        index.isdigit() and config.num_layers <= int(index) < config.num_layers + config.mtp_layers
+    )
 
 
 def _fused_parts(config: ModelConfig, key: str) -> tuple[str, list[str], list[int]] | None:

@@ -72,11 +72,38 @@ class ModelConfig:
     expert_intermediate_size: int = 0
     normalize_top_k: bool = True  # renormalise the chosen experts' weights to sum to 1
     dense_layers: tuple[int, ...] = ()  # MoE models' layers that keep a dense MLP (Qwen3-MoE)
+    # DeepSeek-V3's router: sigmoid scores, the top groups_per_token of expert_groups groups
+    # (ranked with a learned score bias), their scores times routed_scaling_factor; and
+    # shared_experts experts' width of an MLP that every token runs beside its routed experts.
+    router: str = "softmax"  # or "sigmoid_grouped"
+    expert_groups: int = 1
+    groups_per_token: int = 1
+    routed_scaling_factor: float = 1.0
+    shared_experts: int = 0
+    # Multi-head latent attention (kv_lora_rank > 0, DeepSeek-V3): queries through a
+    # q_lora_rank bottleneck (None: one q_proj), keys and values expanded from a shared latent
+    # of kv_lora_rank plus one rotary key of qk_rope_head_dim (head_dim = qk_nope + qk_rope).
+    kv_lora_rank: int = 0
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    rope_interleave: bool = False  # rotary pairs are adjacent (x0, x1), not half a head apart
+    mtp_layers: int = 0  # multi-token-prediction modules stored after the last layer (unused)
 
     # ---- sizes -------------------------------------------------------------------------------
 
     def is_moe_layer(self, layer: int) -> bool:
         return self.num_experts > 0 and layer not in self.dense_layers
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def rotary_dim(self) -> int:
+        """The width each head rotates: the decoupled rotary part under latent attention."""
+        return self.qk_rope_head_dim if self.is_mla else self.head_dim
 
     def layer_window(self, layer: int) -> int | None:
         """The sliding window layer ``layer`` attends within (None: the whole context)."""
@@ -89,6 +116,8 @@ class ModelConfig:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     def _attention_matmul_params(self) -> int:
+        if self.is_mla:
+            return _mla_matmul_params(self)
         q_out = self.num_heads * self.head_dim
         kv_out = self.num_kv_heads * self.head_dim
         return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
@@ -98,10 +127,12 @@ class ModelConfig:
         router's matrix included)."""
         dense = 3 * self.hidden_size * self.intermediate_size
         expert = 3 * self.hidden_size * self.expert_intermediate_size
-        moe = experts * expert + self.hidden_size * self.num_experts
+        moe = (experts + self.shared_experts) * expert + self.hidden_size * self.num_experts
         return (self.num_layers - self._moe_layers) * dense + self._moe_layers * moe
 
     def _small_params_per_layer(self) -> int:
+        if self.is_mla:  # two layer norms and the latents' own
+            return 2 * self.hidden_size + (self.q_lora_rank or 0) + self.kv_lora_rank
         q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         bias = (q_out + 2 * kv_out) if self.attention_bias else 0
         bias += self.hidden_size if self.attention_out_bias else 0
@@ -123,14 +154,20 @@ class ModelConfig:
         layers = self.num_layers * (
             self._attention_matmul_params() + self._small_params_per_layer()
         )
-        return embed + head + layers + self._mlp_matmul_params(experts) + self.hidden_size
+        score_bias = self._moe_layers * self.num_experts if self.router == "sigmoid_grouped" else 0
+        mlp = self._mlp_matmul_params(experts) + score_bias
+        return embed + head + layers + mlp + self.hidden_size
 
     def weight_bytes(self, dtype_bytes: int = 2) -> int:
         """Bytes of the stored weights (all experts) at ``dtype_bytes`` per parameter."""
         return self.param_count() * dtype_bytes
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """KV-cache bytes one token occupies: keys and values of every layer."""
+        """KV-cache bytes one token occupies: keys and values of every layer (under latent
+        attention the latent and the rotary key, as vLLM and SGLang store them and the cache
+        here does)."""
+        if self.is_mla:
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
 
     def matmul_params(self) -> int:
@@ -147,7 +184,12 @@ class ModelConfig:
 
     def attention_flops_per_context_token(self) -> float:
         """Extra FLOPs per new token per token it attends to: q·k and the weighted sum of v,
-        2 FLOPs each per head dimension, in every layer."""
+        2 FLOPs each per head dimension, in every layer. Latent attention is counted as the
+        engines decode it, on the latent (the key and value projections absorbed into the
+        query and output): q·(latent, rotary key) and the weighted sum of the latent."""
+        if self.is_mla:
+            per_head = 4 * self.kv_lora_rank + 2 * self.qk_rope_head_dim
+            return float(self.num_layers * self.num_heads * per_head)
         return 4.0 * self.num_layers * self.num_heads * self.head_dim
 
     def forward_flops(self, new_tokens: int, context_len: int) -> float:
@@ -220,6 +262,17 @@ class ModelConfig:
         return _parse_hf_config(data, str(path), name if name is not None else path.parent.name)
 
 
+def _mla_matmul_params(c: ModelConfig) -> int:
+    """Latent attention's matrices: the query's (through its bottleneck, if any), the latent's
+    down-projection with the rotary key, its up-projection to keys and values, the output."""
+    h, heads = c.hidden_size, c.num_heads
+    q_width = heads * (c.qk_nope_head_dim + c.qk_rope_head_dim)
+    q = h * q_width if c.q_lora_rank is None else c.q_lora_rank * (h + q_width)
+    kv = h * (c.kv_lora_rank + c.qk_rope_head_dim)
+    kv += c.kv_lora_rank * heads * (c.qk_nope_head_dim + c.v_head_dim)
+    return q + kv + heads * c.v_head_dim * h
+
+
 def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfig:
     model_type = check_model_type(data, source)
     hidden = get_key(data, "hidden_size", int, source)
@@ -256,13 +309,17 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
             fix="use 'bytes' or remove the key to use tokenizer.json",
         )
     num_layers = get_key(data, "num_hidden_layers", int, source)
+    # A family may set the head sizes its own way (latent attention's head_dim is its own).
+    fields = {
+        "num_kv_heads": kv_heads,
+        "head_dim": head_dim,
+        **family_fields(data, source, model_type, num_layers),
+    }
     return ModelConfig(
         vocab_size=get_key(data, "vocab_size", int, source),
         num_layers=num_layers,
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
         intermediate_size=get_key(data, "intermediate_size", int, source),
         max_position=get_key(data, "max_position_embeddings", int, source, 4096),
         norm_eps=get_key(data, "rms_norm_eps", float, source, 1e-6),
@@ -271,5 +328,5 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
         bos_id=token_id(data, "bos_token_id", source),
         eos_id=token_id(data, "eos_token_id", source),
         tokenizer=tokenizer,
-        **family_fields(data, source, model_type, num_layers),
+        **fields,
     )

@@ -7,7 +7,8 @@ attention and the MLP, a query scale of their own, soft-capping (``cap * tanh(x 
 attention scores and logits, and layers that alternate between a sliding window and full
 attention (Gemma 3's sliding layers with their own RoPE base); Phi-3 stores fused q/k/v and
 gate/up weights (split on load, ``checkpoint.py``); Mixtral and Qwen3-MoE route each token to its
-top experts. The defaults of absent keys are Hugging Face's for the family.
+top experts; DeepSeek-V3 adds latent attention and a grouped sigmoid router beside shared experts
+(``deepseek_keys.py``). The defaults of absent keys are Hugging Face's for the family.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.models.config_keys import get_key, read_rope, read_rope_scaling
+from specsim.model_keys import check_experts_per_token, moe_dense_layers
+from specsim.models.config_keys import YARN_FAMILIES, get_key, read_rope, read_rope_scaling
+from specsim.models.deepseek_keys import deepseek_fields, deepseek_hf_keys
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -28,6 +31,7 @@ ARCHITECTURES = {
     "phi3": "Phi3ForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -86,6 +90,8 @@ def family_fields(
         _check_full_rotary(data, source)
     if model_type in MOE:
         fields.update(_moe_fields(data, source, model_type, num_layers))
+    if model_type == "deepseek_v3":
+        fields.update(deepseek_fields(data, source, num_layers))
     return fields
 
 
@@ -118,7 +124,7 @@ def _activation(data: dict[str, Any], source: str, model_type: str) -> str:
 def _rope_fields(data: dict[str, Any], source: str, model_type: str) -> dict[str, Any]:
     default = _DEFAULT_THETA.get(model_type, 10000.0)
     if model_type != "gemma3_text":
-        theta, scaling = read_rope(data, source, default)
+        theta, scaling = read_rope(data, source, default, yarn=model_type in YARN_FAMILIES)
         return {"rope_theta": theta, "rope_scaling": scaling}
     params = data.get("rope_parameters")
     if isinstance(params, dict) and "full_attention" in params:  # transformers 5, per layer type
@@ -229,14 +235,9 @@ def _moe_fields(
         chosen = get_key(data, "num_experts_per_tok", int, source, 8)
         size = get_key(data, "moe_intermediate_size", int, source, 768)
         normalize = get_key(data, "norm_topk_prob", bool, source, False)
-        dense = _dense_layers(data, source, num_layers)
-    if chosen > experts:
-        raise SpecsimError(
-            f"num_experts_per_tok {chosen} exceeds the {experts} experts",
-            file=source,
-            key="num_experts_per_tok",
-            fix="give at most as many experts per token as the model has",
-        )
+        step = get_key(data, "decoder_sparse_step", int, source, 1)
+        dense = moe_dense_layers(data, step, num_layers, source)
+    check_experts_per_token(chosen, experts, source)
     return {
         "num_experts": experts,
         "experts_per_token": chosen,
@@ -244,23 +245,6 @@ def _moe_fields(
         "normalize_top_k": normalize,
         "dense_layers": dense,
     }
-
-
-def _dense_layers(data: dict[str, Any], source: str, num_layers: int) -> tuple[int, ...]:
-    """Qwen3-MoE's layers with a dense MLP: those in mlp_only_layers and, with
-    decoder_sparse_step s, those whose 1-based index is not a multiple of s."""
-    step = get_key(data, "decoder_sparse_step", int, source, 1)
-    only = data.get("mlp_only_layers") or []
-    if not isinstance(only, list) or any(
-        isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in only
-    ):
-        raise SpecsimError(
-            f"expected layer indices from 0 to {num_layers - 1}, got {only!r:.60}",
-            file=source,
-            key="mlp_only_layers",
-            fix="list the dense layers' indices, or give []",
-        )
-    return tuple(i for i in range(num_layers) if i in only or (i + 1) % step)
 
 
 def family_hf_keys(config) -> dict[str, Any]:
@@ -291,4 +275,6 @@ def family_hf_keys(config) -> dict[str, Any]:
         data["moe_intermediate_size"] = config.expert_intermediate_size
         data["norm_topk_prob"] = config.normalize_top_k
         data["mlp_only_layers"] = list(config.dense_layers)
+    if kind == "deepseek_v3":
+        data.update(deepseek_hf_keys(config))
     return data

@@ -16,7 +16,7 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json, read_text
-from specsim.models.checkpoint import to_checkpoint_keys, to_model_keys
+from specsim.models.checkpoint import is_unused, to_checkpoint_keys, to_model_keys
 from specsim.models.config import ModelConfig
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
@@ -34,6 +34,7 @@ WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 # Keys some checkpoints carry that are derived, not learned.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+_BLOCK_SCALE_SUFFIX = ".weight_scale_inv"  # DeepSeek-V3's FP8 checkpoints: one per weight block
 
 
 def _not_found(spec: str) -> SpecsimError:
@@ -148,10 +149,18 @@ def _load_weights(
             ) from None
         with handle:
             for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                if key.endswith(_IGNORED_SUFFIXES):
+                if key.endswith(_IGNORED_SUFFIXES) or is_unused(model.config, key):
                     continue
                 if key == "lm_head.weight" and model.config.tie_embeddings:
                     continue  # tied: the output projection is the embedding
+                if key.endswith(_BLOCK_SCALE_SUFFIX):
+                    raise SpecsimError(
+                        "FP8 block-quantised weights are not supported",
+                        file=str(file),
+                        key=key,
+                        fix="load a bf16 copy of the checkpoint (DeepSeek's fp8_cast_bf16.py "
+                        "writes one)",
+                    )
                 stored = handle.get_tensor(key)
                 for name, tensor in to_model_keys(model.config, key, stored, str(file)):
                     if name not in expected:

@@ -27,16 +27,21 @@ from specsim.errors import SpecsimError
 from specsim.models.blocks import MLP, SparseMoE, make_norm, softcapped_attention
 from specsim.models.cache import KVCache
 from specsim.models.config import ModelConfig
+from specsim.models.deepseek import (
+    GroupedSigmoidMoE,
+    LatentAttention,
+    yarn_attention_factor,
+    yarn_frequencies,
+)
 
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
 def rope_inverse_frequencies(config: ModelConfig, local: bool = False) -> torch.Tensor:
-    """Per-pair rotation frequencies (float32, CPU), with linear or Llama-3 scaling applied;
-    ``local``: Gemma 3's sliding layers' (their own base, never scaled)."""
-    exponents = (
-        torch.arange(0, config.head_dim, 2, dtype=torch.float64, device="cpu") / config.head_dim
-    )
+    """Per-pair rotation frequencies (float32, CPU), with linear, Llama-3 or YaRN scaling
+    applied; ``local``: Gemma 3's sliding layers' (their own base, never scaled)."""
+    dim = config.rotary_dim
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim
     theta = config.rope_local_theta if local else config.rope_theta
     inv_freq = 1.0 / (theta**exponents)
     scaling = None if local else config.rope_scaling
@@ -44,6 +49,8 @@ def rope_inverse_frequencies(config: ModelConfig, local: bool = False) -> torch.
         factor = float(scaling["factor"])
         if scaling["rope_type"] == "linear":
             inv_freq = inv_freq / factor
+        elif scaling["rope_type"] == "yarn":
+            inv_freq = yarn_frequencies(config, inv_freq)
         else:  # llama3: slow (long-wavelength) pairs are scaled, fast ones kept, a blend between.
             old_len = float(scaling["original_max_position_embeddings"])
             low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
@@ -138,15 +145,16 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, **factory):
         super().__init__()
         self.input_layernorm = make_norm(config, **factory)
-        self.self_attn = Attention(config, layer, **factory)
+        attention = LatentAttention if config.is_mla else Attention
+        self.self_attn = attention(config, layer, **factory)
         # With sandwich norms (Gemma 2/3) this one normalises the attention's output.
         self.post_attention_layernorm = make_norm(config, **factory)
         self.sandwich = config.sandwich_norms
         if self.sandwich:
             self.pre_feedforward_layernorm = make_norm(config, **factory)
             self.post_feedforward_layernorm = make_norm(config, **factory)
-        moe = config.is_moe_layer(layer)
-        self.mlp = SparseMoE(config, **factory) if moe else MLP(config, **factory)
+        moe = GroupedSigmoidMoE if config.router == "sigmoid_grouped" else SparseMoE
+        self.mlp = moe(config, **factory) if config.is_moe_layer(layer) else MLP(config, **factory)
 
     def forward(self, x, cos, sin, cache, step):
         if not self.sandwich:
@@ -259,6 +267,7 @@ class DecoderModel(nn.Module):
         self._inv_freq = {
             local: rope_inverse_frequencies(config, local) for local in set(self._local_rope)
         }
+        self._rope_scale = yarn_attention_factor(config)
 
     @property
     def device(self) -> torch.device:
@@ -277,12 +286,17 @@ class DecoderModel(nn.Module):
                 fix=f"use at most {self.config.max_position} tokens per row",
             )
         c = self.config
+        if c.is_mla:  # the latent and the rotary key, one head each (deepseek.py)
+            heads, dim, value_dim = 1, c.kv_lora_rank, c.qk_rope_head_dim
+        else:
+            heads, dim, value_dim = c.num_kv_heads, c.head_dim, None
         return KVCache(
             c.num_layers,
             batch_size,
-            c.num_kv_heads,
+            heads,
             max_len,
-            c.head_dim,
+            dim,
+            value_dim=value_dim,
             dtype=self.dtype,
             device=self.device,
         )
@@ -302,8 +316,11 @@ class DecoderModel(nn.Module):
         if self._inv_freq[local].device != positions.device:
             self._inv_freq[local] = self._inv_freq[local].to(positions.device)
         angles = positions.to(torch.float32)[..., None] * self._inv_freq[local]
-        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, T, head_dim]
-        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, T, rotary_dim]
+        if self._rope_scale == 1.0:
+            return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        scale = self._rope_scale
+        return (angles.cos() * scale).to(self.dtype), (angles.sin() * scale).to(self.dtype)
 
     @staticmethod
     def _check_shape(tokens: torch.Tensor) -> None:

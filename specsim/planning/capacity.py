@@ -1,198 +1,39 @@
 """``plan capacity``: the highest arrival rate one replica sustains within the SLO, per candidate.
 
-Candidates are speculation off, every (drafter, k) asked for and each drafter's adaptive policy.
-Each gets a ``Bisection`` on the load knob (``workload.rate``, or a trace's speed; see ``rates``);
-the searches advance together, one batch of probes per round through the sweep engine. A load is
-sustained when at least ``attainment`` of its requests meet every SLO limit. From each capacity
-follow the replicas needed for the target rate and their cost (one device per replica, at the
-profile's price). The candidate needing the fewest replicas (then: the most headroom) is confirmed
-by one fleet simulation at the target rate; if that fleet misses the SLO (a router spreads load
-unevenly), one more replica is tried, up to ``MAX_EXTRA_REPLICAS``.
+Candidates are speculation off, every (drafter, k) asked for and each drafter's adaptive policy
+(``capacity_plan``). Each gets a ``Bisection`` on the load knob (``workload.rate``, or a trace's
+speed; see ``rates``); the searches advance together, one batch of probes per round through the
+sweep engine. A load is sustained when at least ``attainment`` of its requests meet every SLO
+limit. From each capacity follow the replicas needed for the target rate and their cost (one device
+per replica, at the profile's price). The candidate needing the fewest replicas (then: the most
+headroom) is confirmed by one fleet simulation at the target rate; if that fleet misses the SLO (a
+router spreads load unevenly), one more replica is tried, up to ``MAX_EXTRA_REPLICAS``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.bounds import MAX_REPLICAS
 from specsim.comparison import Change, compare, regressions_json
-from specsim.errors import SpecsimError
-from specsim.planning.common import (
-    answerable_k,
-    check_k_values,
-    check_loads,
-    load_axis,
-    metric,
-    scenario_identity,
-    without_pools,
+from specsim.planning.capacity_pareto import deployment_rows, pareto_points
+from specsim.planning.capacity_plan import (  # noqa: F401 (OFF, prepare: the command's names)
+    OFF,
+    RANGE_FACTOR,
+    Candidate,
+    CapacityPlan,
+    prepare,
 )
+from specsim.planning.common import metric
 from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.search import Bisection
 from specsim.planning.sweep import PointResult, Sweeper
 
 MAX_EXTRA_REPLICAS = 3
-RANGE_FACTOR = 1024.0
-OFF = "speculation off"  # the search looks between start / 1024 and start * 1024
-
-
-@dataclass(frozen=True)
-class Candidate:
-    label: str
-    drafter: str | None
-    k: int
-    policy: str = "fixed"
-
-    def overrides(self) -> list[str]:
-        if self.drafter is None:
-            # No drafter at all: its weights would otherwise take KV-cache memory.
-            return ["speculation.drafter=null", "speculation.k=0", "speculation.policy=fixed"]
-        return [
-            f"speculation.drafter={self.drafter}",
-            f"speculation.k={self.k}",
-            f"speculation.policy={self.policy}",
-        ]
-
-
-@dataclass
-class CapacityPlan:
-    scenario_path: str
-    base_overrides: list[str]
-    scenario: Any
-    profile: Any
-    target_rps: float
-    candidates: list[Candidate]
-    tolerance: float
-    attainment: float
-    seed: int
-    scale: ArrivalScale
-
-    def identity(self) -> dict[str, Any]:
-        return {
-            "command": "plan capacity",
-            **scenario_identity(self.scenario_path, self.base_overrides),
-            "target_rps": self.target_rps,
-            "candidates": [c.label for c in self.candidates],
-            "tolerance": self.tolerance,
-            "attainment": self.attainment,
-            "seed": self.seed,
-        }
-
-    def point(self, candidate: Candidate, knob: float, extra: Sequence[str] = ()) -> SweepPoint:
-        """A simulation of ``candidate`` at load ``knob`` (an arrival rate or a trace speed)."""
-        overrides = [
-            *self.base_overrides,
-            f"seed={self.seed}",
-            *candidate.overrides(),
-            *self.scale.axis.overrides(knob),
-            *extra,
-        ]
-        return SweepPoint.make(self.scenario_path, overrides, candidate=candidate.label, knob=knob)
-
-
-def prepare(
-    scenario_path: str,
-    overrides: Sequence[str],
-    target_rps: float,
-    drafters: list[str] | None,
-    ks: list[int] | None,
-    tolerance: float,
-    attainment: float,
-    seed: int | None,
-) -> CapacityPlan:
-    from specsim.profile import load_profile
-    from specsim.scenario import load_scenario
-
-    scenario = load_scenario(scenario_path, list(overrides))
-    # Capacity is per replica: pools go, one replica is searched, the fleet check sets its size.
-    overrides = [*overrides, *without_pools(scenario), "fleet.replicas=1"]
-    scenario = load_scenario(scenario_path, overrides)
-    axis = load_axis(scenario)
-    if axis.kind == "concurrency":
-        raise SpecsimError(
-            "capacity is an arrival rate, but a closed loop has none (its clients wait for "
-            "each other)",
-            file=scenario_path,
-            key="workload.kind",
-            fix="use an open-loop workload or a trace, e.g. --set workload.kind=poisson "
-            "--set workload.rate=1",
-        )
-    if scenario.slo is None:
-        raise SpecsimError(
-            "capacity within the SLO needs an SLO",
-            file=scenario_path,
-            key="slo",
-            fix="add an slo section or e.g. --set slo.tpot_s=0.05",
-        )
-    if set(scenario.slo.limits()) == {"tpot_s"}:
-        raise SpecsimError(
-            "an SLO on TPOT alone does not bound queueing, so an overloaded replica would "
-            "still meet it",
-            file=scenario_path,
-            key="slo",
-            fix="add slo.ttft_s, slo.e2e_s or slo.queueing_s",
-        )
-    if not (math.isfinite(target_rps) and target_rps > 0):
-        raise SpecsimError(
-            f"target rate must be positive (got {target_rps:g})",
-            key="--target-rps",
-            fix="give requests per second above 0",
-        )
-    if not 0 < tolerance < 0.5:
-        raise SpecsimError("tolerance must be in (0, 0.5)", key="--tolerance", fix="e.g. 0.02")
-    if not 0 < attainment <= 1:
-        raise SpecsimError("attainment must be in (0, 1]", key="--attainment", fix="e.g. 0.99")
-    profile = load_profile(scenario.resolve(scenario.profile))
-    spec = scenario.speculation
-    drafters = drafters or ([spec.drafter] if spec.drafter else [])
-    candidates = [Candidate(OFF, None, 0)]
-    for drafter in drafters:
-        profile.drafter(drafter)
-        settings = spec.model_copy(update={"drafter": drafter})
-        limit = answerable_k(profile, settings)
-        chosen = ks if ks is not None else list(range(1, min(8, limit) + 1))
-        check_k_values(chosen, limit, drafter, profile.path)
-        for k in [k for k in chosen if k > 0]:
-            candidates.append(Candidate(f"{drafter} k={k}", drafter, k))
-        if chosen and max(chosen) > 0:
-            candidates.append(Candidate(f"{drafter} adaptive", drafter, max(chosen), "adaptive"))
-    scale = ArrivalScale.for_scenario(scenario, axis)
-    seed = scenario.seed if seed is None else seed
-    check_target(scenario_path, overrides, scale, target_rps, seed)
-    return CapacityPlan(
-        scenario_path=str(scenario_path),
-        base_overrides=list(overrides),
-        scenario=scenario,
-        profile=profile,
-        target_rps=float(target_rps),
-        candidates=candidates,
-        tolerance=tolerance,
-        attainment=attainment,
-        seed=seed,
-        scale=scale,
-    )
-
-
-def check_target(
-    scenario_path: str, overrides: Sequence[str], scale: ArrivalScale, target_rps: float, seed: int
-) -> None:
-    """A target no fleet within the bounds reaches is refused before any simulation (and so
-    before anything is written): one replica must run at the target's load (the fleet check
-    offers it), and the search's highest rate times ``MAX_REPLICAS`` must reach it."""
-    knob = scale.knob(target_rps)  # a trace too short for the target fails here
-    check_loads(scenario_path, overrides, scale.axis, [knob], seed, option="--target-rps")
-    top = scale.rate(scale.axis.base * RANGE_FACTOR)
-    if target_rps > MAX_REPLICAS * top:
-        raise SpecsimError(
-            f"{target_rps:g} req/s needs more than {MAX_REPLICAS:,} replicas even at "
-            f"{top:.4g} req/s each, the highest rate the search tries per replica",
-            key="--target-rps",
-            fix="lower --target-rps, or raise the scenario's own load (the search spans "
-            f"1/{RANGE_FACTOR:g} to {RANGE_FACTOR:g} times it)",
-        )
+MAX_RECHECKS = 2  # other deployments' choices confirmed when the first check needed more
 
 
 def attainment_of(summary: dict[str, Any] | None) -> float | None:
@@ -229,6 +70,8 @@ class CandidateResult:
     probes: list[tuple[float, bool]] = field(default_factory=list)
     # (rate, share of requests meeting the SLO) for every probe, sorted by rate.
     attainment_curve: list[tuple[float, float | None]] = field(default_factory=list)
+    # (rate, summary) of every probe that met the SLO, sorted by rate: the Pareto points.
+    sustained: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def capacity(self) -> float | None:
@@ -289,6 +132,14 @@ def find_capacities(plan: CapacityPlan, sweeper: Sweeper) -> list[CandidateResul
             for (label, knob), summary in summaries.items()
             if label == entry.candidate.label
         )
+        entry.sustained = sorted(
+            (
+                (plan.scale.rate(knob), summary)
+                for (label, knob), summary in summaries.items()
+                if label == entry.candidate.label and attains_slo(summary, plan.attainment)
+            ),
+            key=lambda item: item[0],
+        )
         if entry.search.estimate is not None:
             entry.at_capacity = summaries.get((entry.candidate.label, entry.search.estimate))
         _price(plan, entry)
@@ -303,10 +154,17 @@ def tokens_per_request(summary: dict[str, Any] | None) -> float | None:
     return throughput * duration / requests
 
 
+def replica_price(plan: CapacityPlan, candidate: Candidate) -> float:
+    """A replica's price per hour: its deployment's, else the profile's (tp x the device's)."""
+    if candidate.deployment is not None:
+        return candidate.deployment.replica_price
+    return plan.profile.profile.hardware.price_per_hour_usd
+
+
 def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
     if not entry.capacity:
         return
-    price = plan.profile.profile.hardware.price_per_hour_usd
+    price = replica_price(plan, entry.candidate)
     entry.replicas = math.ceil(plan.target_rps / entry.capacity - 1e-9)
     entry.cost_per_hour = entry.replicas * price
     per_request = tokens_per_request(entry.at_capacity)
@@ -316,12 +174,30 @@ def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
 
 
 def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
-    """Fewest replicas, then the highest per-replica capacity, then the simpler candidate."""
+    """The cheapest fleet, then the fewest replicas, the highest capacity per device and the
+    simpler candidate. On one deployment every replica costs the same, so cheapest is fewest."""
     order = {id(r): i for i, r in enumerate(results)}
     usable = [r for r in results if r.replicas is not None]
     if not usable:
         return None
-    return min(usable, key=lambda r: (r.replicas, -r.capacity, order[id(r)]))
+    return min(
+        usable,
+        key=lambda r: (
+            r.cost_per_hour,
+            r.replicas,
+            -r.capacity / r.candidate.devices,
+            order[id(r)],
+        ),
+    )
+
+
+def off_result(results: list[CandidateResult], candidate: Candidate) -> CandidateResult:
+    """Speculation off on ``candidate``'s deployment."""
+    return next(
+        r
+        for r in results
+        if r.candidate.drafter is None and r.candidate.deployment is candidate.deployment
+    )
 
 
 def fleet_point(plan: CapacityPlan, chosen: CandidateResult, replicas: int) -> SweepPoint:
@@ -357,8 +233,10 @@ def baseline_fleet(
     """Speculation off on the replicas its capacity calls for, at the target rate: what the
     chosen speculative candidate's fleet is compared with, metric by metric (None when the
     choice is speculation off, or speculation off sustains no rate)."""
-    off = next(r for r in results if r.candidate.drafter is None)
-    if chosen is None or chosen is off or off.replicas is None:
+    if chosen is None:
+        return None
+    off = off_result(results, chosen.candidate)
+    if chosen is off or off.replicas is None:
         return None
     (result,) = sweeper.run([fleet_point(plan, off, off.replicas)], desc="speculation-off fleet")
     return off.replicas, result
@@ -366,10 +244,51 @@ def baseline_fleet(
 
 def run(plan: CapacityPlan, sweeper: Sweeper) -> dict[str, Any]:
     results = find_capacities(plan, sweeper)
-    chosen = choose_candidate(results)
-    fleet = confirm(plan, chosen, sweeper) if chosen is not None else []
+    chosen, fleet, rechecked = cheapest_confirmed(plan, results, sweeper)
     baseline = baseline_fleet(plan, results, chosen, sweeper)
-    return {"candidates": results, "chosen": chosen, "fleet": fleet, "baseline_fleet": baseline}
+    return {
+        "candidates": results,
+        "chosen": chosen,
+        "fleet": fleet,
+        "baseline_fleet": baseline,
+        "rechecked": rechecked,
+    }
+
+
+def confirmed_cost(plan: CapacityPlan, entry: CandidateResult, fleet) -> float | None:
+    """What the fleet check's last fleet costs per hour, if it met the SLO."""
+    if not fleet or not (fleet[-1][1].ok and attains_slo(fleet[-1][1].summary, plan.attainment)):
+        return None
+    return fleet[-1][0] * replica_price(plan, entry.candidate)
+
+
+def cheapest_confirmed(plan: CapacityPlan, results: list[CandidateResult], sweeper: Sweeper):
+    """The chosen candidate and its fleet check. Over deployments, a check that needed more
+    replicas may cost more than another deployment's plan: that deployment's own choice is
+    checked too while its planned cost is below the cheapest confirmed one (up to
+    ``MAX_RECHECKS``), and the cheapest confirmed fleet wins (ties: the first checked).
+    Returns (chosen, its fleet runs, [(other candidate, its fleet runs)] checked too)."""
+    chosen = choose_candidate(results)
+    if chosen is None:
+        return None, [], []
+    checked = [(chosen, confirm(plan, chosen, sweeper))]
+    if not plan.deployments:
+        return chosen, checked[0][1], []
+    tried = {chosen.candidate.deployment.label}
+    for _ in range(MAX_RECHECKS):
+        costs = [confirmed_cost(plan, e, f) for e, f in checked]
+        best = min((c for c in costs if c is not None), default=math.inf)
+        others = [r for r in results if r.candidate.deployment.label not in tried]
+        candidate = choose_candidate(others)
+        if candidate is None or candidate.cost_per_hour >= best:
+            break
+        tried.add(candidate.candidate.deployment.label)
+        checked.append((candidate, confirm(plan, candidate, sweeper)))
+    costs = [confirmed_cost(plan, e, f) for e, f in checked]
+    confirmed = [i for i, c in enumerate(costs) if c is not None]
+    pick = min(confirmed, key=lambda i: (costs[i], i)) if confirmed else 0
+    entry, fleet = checked[pick]
+    return entry, fleet, [pair for i, pair in enumerate(checked) if i != pick]
 
 
 def fleet_changes(outcome: dict[str, Any]) -> list[Change] | None:
@@ -382,11 +301,11 @@ def fleet_changes(outcome: dict[str, Any]) -> list[Change] | None:
 
 def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
     chosen: CandidateResult | None = outcome["chosen"]
-    off = next(r for r in outcome["candidates"] if r.candidate.drafter is None)
+    off = off_result(outcome["candidates"], (chosen or outcome["candidates"][0]).candidate)
     fleet = outcome["fleet"]
     final = fleet[-1] if fleet else None
     fleet_ok = bool(final and final[1].ok and attains_slo(final[1].summary, plan.attainment))
-    return {
+    summary = {
         "command": "plan capacity",
         "scenario": plan.scenario_path,
         "target_rps": plan.target_rps,
@@ -418,7 +337,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             "replicas_without_speculation": off.replicas,
             "cost_usd_per_hour": None
             if not fleet_ok
-            else final[0] * plan.profile.profile.hardware.price_per_hour_usd,
+            else final[0] * replica_price(plan, chosen.candidate),
             "fleet_meets_slo": fleet_ok,
             "fleet": _fleet_figures(final[1].summary) if final and final[1].ok else None,
             **_against_off(plan, outcome),
@@ -428,6 +347,44 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
         ],
     }
+    if plan.deployments:
+        _with_deployments(plan, outcome, summary)
+    elif plan.unfit:  # a plain plan names its misfits only when it has some
+        summary["not_fitting"] = _not_fitting(plan)
+    return summary
+
+
+def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict) -> None:
+    """The deployment search's parts of the summary: each candidate's TP and devices, each
+    deployment's fit and cheapest fleet, the Pareto points and the chosen deployment."""
+    for item, r in zip(summary["candidates"], outcome["candidates"], strict=True):
+        item["deployment"] = r.candidate.deployment.label
+        item["tensor_parallel_size"] = r.candidate.tp
+        item["devices"] = None if r.replicas is None else r.replicas * r.candidate.devices
+    summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
+    summary["not_fitting"] = _not_fitting(plan)
+    summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
+    summary["fleet_checked_too"] = [
+        {
+            "candidate": entry.candidate.label,
+            "planned_replicas": entry.replicas,
+            "replicas": fleet[-1][0] if fleet else None,
+            "cost_usd_per_hour": confirmed_cost(plan, entry, fleet),
+            "meets_slo": confirmed_cost(plan, entry, fleet) is not None,
+        }
+        for entry, fleet in outcome["rechecked"]
+    ]
+    rec, chosen = summary["recommendation"], outcome["chosen"]
+    if rec is not None:
+        rec["deployment"] = chosen.candidate.deployment.label
+        rec["tensor_parallel_size"] = chosen.candidate.tp
+        rec["devices"] = (
+            None if rec["replicas"] is None else rec["replicas"] * chosen.candidate.devices
+        )
+
+
+def _not_fitting(plan: CapacityPlan) -> list[dict[str, str]]:
+    return [{"candidate": c, "reason": why} for c, why in plan.unfit]
 
 
 def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,14 @@ from specsim.planning.capacity import (
     attainment_of,
     attains_slo,
     fleet_changes,
+    off_result,
+)
+from specsim.planning.capacity_pareto import (
+    deployment_table,
+    pareto_figure,
+    pareto_points,
+    pareto_table,
+    reasons,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
 from specsim.planning.plots import Figure, Panel, Series, palette
@@ -26,15 +34,17 @@ PERCENTILE_COLUMNS = [
 
 
 def _by_drafter(results: list[CandidateResult]) -> dict[str, list[CandidateResult]]:
+    """Candidates per drafter (per deployment and drafter when several are searched)."""
     groups: dict[str, list[CandidateResult]] = {}
     for r in results:
         if r.candidate.drafter is not None:
-            groups.setdefault(r.candidate.drafter, []).append(r)
+            place = r.candidate.deployment
+            name = r.candidate.drafter if place is None else f"{place.label}, {r.candidate.drafter}"
+            groups.setdefault(name, []).append(r)
     return groups
 
 
 def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]:
-    off = next(r for r in results if r.candidate.drafter is None)
     groups = _by_drafter(results)
     top = max([r.candidate.k for r in results] + [0])
     # Ticks at the k values searched only: a tick at a k that did not run reads as a result.
@@ -58,6 +68,7 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         static = [r for r in entries if r.candidate.policy == "fixed"]
         adaptive = [r for r in entries if r.candidate.policy != "fixed"]
         xs = [0.0] + [float(r.candidate.k) for r in static]
+        off = off_result(results, entries[0].candidate)
         for panel, value in ((capacity, "capacity"), (replicas, "replicas")):
             ys = [getattr(off, value)] + [getattr(r, value) for r in static]
             panel.series.append(Series(drafter, xs, ys, color=colour))
@@ -206,12 +217,14 @@ def _against_off_words(summary: dict[str, Any]) -> str | None:
 def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
     results: list[CandidateResult] = outcome["candidates"]
     answer = _answer(plan, outcome, summary)
-    sections = [
-        Section("Answer", answer),
+    sections = [Section("Answer", answer)]
+    if plan.deployments:
+        sections.append(_deployments_section(plan, outcome, summary))
+    sections.append(
         Section(
             "Capacity per candidate", [_candidate_table(plan, results), *_figures(plan, results)]
-        ),
-    ]
+        )
+    )
     if outcome["fleet"]:
         check = [_fleet_table(plan, outcome["fleet"])]
         changes = fleet_changes(outcome)
@@ -241,23 +254,58 @@ def build(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) 
     )
 
 
+def _deployments_section(plan: CapacityPlan, outcome: dict[str, Any], summary) -> Section:
+    rows = summary["deployments"]
+    points = pareto_points(outcome["candidates"])
+    return Section(
+        "Deployments",
+        [
+            *reasons(
+                rows,
+                outcome["chosen"],
+                (summary["recommendation"] or {}).get("replicas"),
+                summary["fleet_checked_too"],
+            ),
+            deployment_table(rows, plan.target_rps),
+            pareto_table(points),
+            pareto_figure(points),
+        ],
+    )
+
+
 def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> list:
     """The answer in words: the target, the recommendation, its confirmation, lossy notes."""
     rec = summary["recommendation"]
-    answer: list = [
-        Paragraph(
-            f"Target **{plan.target_rps:g} req/s** with the SLO {slo_text(plan.scenario)} met by "
-            f"at least {plan.attainment:.0%} of requests; {replica_devices(plan)} per replica at "
-            f"${plan.profile.profile.hardware.price_per_hour_usd:g}/hour "
-            f"({plan.profile.profile.hardware.name})."
-        )
-    ]
-    answer.append(
-        Paragraph(
-            "Candidates are ranked by the replicas they need, then by their headroom (capacity "
-            "per replica); a rate counts as sustained when the share above meets the SLO."
-        )
+    target = (
+        f"Target **{plan.target_rps:g} req/s** with the SLO {slo_text(plan.scenario)} met by "
+        f"at least {plan.attainment:.0%} of requests; "
     )
+    if not plan.deployments:
+        answer: list = [
+            Paragraph(
+                target + f"{replica_devices(plan)} per replica at "
+                f"${plan.profile.profile.hardware.price_per_hour_usd:g}/hour "
+                f"({plan.profile.profile.hardware.name})."
+            ),
+            Paragraph(
+                "Candidates are ranked by the replicas they need, then by their headroom "
+                "(capacity per replica); a rate counts as sustained when the share above meets "
+                "the SLO."
+            ),
+        ]
+    else:
+        fitting = sum(d.fits for d in plan.deployments)
+        answer = [
+            Paragraph(
+                target + f"{len(plan.deployments)} deployments ({fitting} fit), a replica of "
+                "TP devices each; a fleet costs replicas x TP x the device's price."
+            ),
+            Paragraph(
+                "Candidates (deployment x speculation) are ranked by what their fleet costs, "
+                "then by the replicas and the capacity per device; a rate counts as sustained "
+                "when the share above meets the SLO."
+            ),
+        ]
     if rec is None:
         answer.append(
             Callout("no candidate sustains any rate within the SLO in the range searched")
@@ -288,7 +336,7 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
         against = _against_off_words(summary)
         if against is not None:
             answer.append(Paragraph(against[0].upper() + against[1:] + "."))
-        if rec["candidate"] == OFF:
+        if chosen.candidate.drafter is None:
             answer.append(
                 Paragraph("Speculation does not reduce the replicas needed at this target.")
             )
@@ -336,13 +384,22 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
                 else item["status"]
             )
         )
+    for item in summary.get("not_fitting", []):
+        lines.append(f"  {item['candidate']:<24} does not fit: {item['reason']}")
+    for item in summary.get("deployments", []):
+        if not item["fits"]:
+            lines.append(f"  {item['deployment']:<24} does not fit: {item['reason']}")
     rec = summary["recommendation"]
     if rec and rec["fleet_meets_slo"]:
         lines.append(
             f"recommendation: {rec['replicas']} replicas with {rec['candidate']} "
             f"(${rec['cost_usd_per_hour']:,.2f}/h); {_fleet_words(plan, rec)}"
         )
-        if rec["candidate"] != OFF:
+        if rec.get("devices") is not None:
+            lines.append(
+                f"  {rec['devices']} devices: {rec['replicas']} x TP{rec['tensor_parallel_size']}"
+            )
+        if not rec["candidate"].endswith(OFF):
             lines.append(
                 f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"
             )

@@ -143,6 +143,12 @@ def check_models(request: EmitRequest | None, profiles: Iterable[Any]) -> None:
                 key="--model",
                 fix=f"drop --model {name}=...",
             )
+        if drafters[name].method == "mtp":
+            raise SpecsimError(
+                f"{name!r} is the target's MTP module, which loads from the target's checkpoint",
+                key="--model",
+                fix=f"drop --model {name}=... (give --model target=... instead)",
+            )
 
 
 def model_ref(name: str, description: str, given: dict[str, str]) -> ModelRef:
@@ -155,10 +161,17 @@ def model_ref(name: str, description: str, given: dict[str, str]) -> ModelRef:
 
 def unconditional_rates(choice: Choice, k: int) -> tuple[float, ...]:
     """P(the first i drafts of a step are all accepted), i = 1..k, from the conditional rates
-    the simulator chains for the scenario's acceptance model."""
+    the simulator chains for the scenario's acceptance model; for a tree, P(its accepted path
+    reaches depth i), from the profile's tree entry (measured, else derived)."""
     from specsim.simulation.acceptance import extend_rates, window_rates
 
     spec = choice.scenario.speculation
+    if choice.tree is not None:
+        entry = choice.profile.profile.tree_acceptance_for(
+            choice.drafter, spec.verifier, spec.temperature, choice.tree.shape, choice.tree_drafts
+        )
+        survival = np.cumsum(np.asarray(entry.accepted_length)[::-1])[::-1][1:]
+        return tuple(float(min(1.0, p)) for p in survival)
     entry = choice.profile.acceptance(choice.drafter, spec.verifier, spec.temperature)
     if spec.acceptance == "iid":
         rate = entry.per_position[0] if spec.acceptance_rate is None else spec.acceptance_rate
@@ -180,7 +193,9 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
     if choice.drafter is not None:
         drafter = profile.drafters[choice.drafter]
         kind = drafter.kind
-        model = None if kind == "ngram" else model_ref(choice.drafter, drafter.description, given)
+        # Prompt lookup has no model; an MTP drafter is the target's own layers.
+        own_model = kind != "ngram" and drafter.method != "mtp"
+        model = model_ref(choice.drafter, drafter.description, given) if own_model else None
         spec = Speculative(
             drafter=choice.drafter,
             kind=kind,
@@ -190,6 +205,11 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
             by_batch=tuple(BatchRow(r["max_batch"], r["k"]) for r in choice.rows),
             static_k=choice.static_k,
             ngram_size=DEFAULT_NGRAM if kind == "ngram" else None,
+            tree=None if choice.tree is None else choice.tree.shape,
+            tree_drafts=None if choice.tree is None else choice.tree_drafts,
+            sglang_knobs=None if choice.tree is None else choice.tree.sglang,
+            method=drafter.method,
+            passes=drafter.passes,
         )
     return EngineSetting(
         target=target,
@@ -199,6 +219,8 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
         verifier=scenario.speculation.verifier,
         temperature=scenario.speculation.temperature,
         unexpressed=tuple(choice.unexpressed),
+        block_size=scenario.engine.block_size,
+        prefix_caching=scenario.workload.prefix is not None,
         **deployment(profile, choice.drafter),
     )
 
@@ -285,18 +307,27 @@ def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
         return
     setting = setting_for(choice, request)
     header = common_header(choice, setting)
-    rendered: dict[str, Rendered] = {e: WRITERS[e].render(setting, header) for e in request.engines}
+    # An engine that cannot express the setting (a tree it has no keys for) writes nothing.
+    refused = {e: reason for e in request.engines if (reason := refusal(e, setting))}
+    rendered: dict[str, Rendered] = {
+        e: WRITERS[e].render(setting, header) for e in request.engines if e not in refused
+    }
     plan, notes = bench_plan(choice.scenario, choice.loads)
+    recommended: dict[str, Any] = {
+        "drafter": choice.drafter,
+        "k": choice.k,
+        "k_by_batch": choice.rows or None,
+        "reason": choice.reason,
+        "not_expressible": list(setting.unexpressed),
+    }
+    if choice.tree is not None:
+        recommended["tree"] = {**choice.tree.json(), "drafts": choice.tree_drafts}
     block: dict[str, Any] = {
-        "recommended": {
-            "drafter": choice.drafter,
-            "k": choice.k,
-            "k_by_batch": choice.rows or None,
-            "reason": choice.reason,
-            "not_expressible": list(setting.unexpressed),
-        },
+        "recommended": recommended,
         "models": {m.name: {"path": m.path, "source": m.source} for m in setting.models},
     }
+    for engine, reason in refused.items():
+        block[engine] = {"files": [], "refused": reason}
     for engine, item in rendered.items():
         for name, text in item.files.items():
             planned.report.attachments[f"{FOLDER}/{name}"] = text
@@ -307,6 +338,11 @@ def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
     planned.report.attachments[f"{FOLDER}/{bench_commands.SCRIPT}"] = script
     block["bench"] = bench_summary(plan, clients, notes)
     planned.summary["engine"] = block
+
+
+def refusal(engine: str, setting: EngineSetting) -> str | None:
+    """The engine's one-line refusal of the setting (None: it writes it)."""
+    return WRITERS[engine].refuses(setting)
 
 
 def bench_summary(plan, clients: tuple[str, ...], notes: list[str]) -> dict[str, Any]:
@@ -357,4 +393,8 @@ def human(summary: dict[str, Any]) -> str | None:
         line += (
             f" (placeholder model paths, replace them or give --model: {', '.join(placeholders)})"
         )
+    for engine in ENGINES:
+        reason = (block.get(engine) or {}).get("refused")
+        if reason:
+            line += f"\nengine: {engine} refused: {reason}"
     return line

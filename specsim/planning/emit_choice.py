@@ -41,6 +41,8 @@ class Choice:
     rows: list[dict[str, int]] = field(default_factory=list)  # the k-by-batch table, if chosen
     static_k: int | None = None  # with a table: the best static k at the chosen load
     unexpressed: list[str] = field(default_factory=list)
+    tree: Any = None  # a TreeCandidate when a tree is recommended (k is its depth)
+    tree_drafts: str | None = None
 
 
 def nearest(entries: list, base: float):
@@ -96,7 +98,14 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path}
     common.update(command="plan window", profile=plan.profile, loads=loads)
     rows = outcome["rows"]
-    if table and len({r["k"] for r in rows}) == 1:
+    tree = plan.tree_by_config.get(chosen.best_config or "")
+    if tree is not None:
+        # A tree beats every chain here: it is what to run (no engine takes a tree table).
+        reason = f"tree {tree.config} ({tree.shape.describe()}), the best setting at {where}"
+        choice = Choice(drafter=drafter, k=tree.shape.depth, reason=reason, **common)
+        choice.tree, choice.tree_drafts = tree, plan.tree_drafts
+        choice.loads = _swept_loads(plan, outcome["loads"], lambda entry: tree.config)
+    elif table and len({r["k"] for r in rows}) == 1:
         # One k at every batch size is a static k: every engine can run it as such.
         reason = f"k = {rows[0]['k']}, the recommended k-by-batch table's only window"
         choice = Choice(drafter=drafter, k=rows[0]["k"], reason=reason, **common)
@@ -128,11 +137,21 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     loads = _swept_loads(own, entries, lambda entry: f"k={chosen.best_k}")
     common = {"scenario": own.scenario, "scenario_path": plan.scenario_path, "loads": loads}
     common.update(command="report drafter-swap", profile=own.profile)
+    tree = drafter.tree
+    if tree is not None and chosen.best_config == tree.config:
+        common["loads"] = _swept_loads(own, entries, lambda entry: tree.config)
+        reason = (
+            f"drafter {drafter.drafter_name} drafting the tree {tree.text} (recommended), its "
+            f"best setting at {where}"
+        )
+        choice = Choice(drafter=drafter.drafter_name, k=tree.shape.depth, reason=reason, **common)
+        choice.tree, choice.tree_drafts = tree, own.tree_drafts
+        return choice
     if chosen.best_k == 0:
         reason = f"speculation off: the recommended {name}'s best k is 0 at {where}"
         return Choice(drafter=None, k=0, reason=reason, **common)
     reason = f"drafter {name} (recommended) at k = {chosen.best_k}, its best k at {where}"
-    return Choice(drafter=name, k=chosen.best_k, reason=reason, **common)
+    return Choice(drafter=drafter.drafter_name, k=chosen.best_k, reason=reason, **common)
 
 
 def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
@@ -155,7 +174,7 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         text += "share of the target)" if name == "share" else "capacity)"
         loads.append(PlannedLoad(f"{name}-{rate:.4g}", text, rate, None, requests))
     common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path, "loads": loads}
-    common.update(command="plan capacity", profile=plan.profile)
+    common.update(command="plan capacity", profile=chosen.candidate.profile(plan))
     candidate = chosen.candidate
     fleet_text = f"{plural(replicas, 'replica')} for {plan.target_rps:g} req/s"
     if candidate.drafter is None:
@@ -166,7 +185,9 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     static = [
         r
         for r in outcome["candidates"]
-        if r.candidate.drafter == candidate.drafter and r.candidate.policy != "adaptive"
+        if r.candidate.drafter == candidate.drafter
+        and r.candidate.policy != "adaptive"
+        and r.candidate.deployment is candidate.deployment  # the same TP and precision
     ]
     stand_in = choose_candidate(static)
     note = (

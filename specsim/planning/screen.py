@@ -215,12 +215,16 @@ def screen_grid(
     competes: Callable[[SweepPoint], bool] = lambda point: True,
     margin: Margin = MARGIN,
     desc: str = "screened sweep",
+    estimable: Callable[[SweepPoint], bool] = lambda point: True,
 ) -> ScreenOutcome:
     """Simulate the points that can win their group; prune the rest (see the module).
 
     ``always``: points simulated whatever their estimate; ``competes``: points the group's
-    choice is among (the others are always simulated, and never prune one)."""
-    estimates = sweeper.map_local(estimate_figures, list(points))
+    choice is among (the others are always simulated, and never prune one); ``estimable``:
+    points the estimate can price (the others are simulated, as an estimate that fails is)."""
+    priced = [point for point in points if estimable(point)]
+    figures = iter(sweeper.map_local(estimate_figures, priced))
+    estimates = [next(figures) if estimable(point) else None for point in points]
     results: list[PointResult | None] = [None] * len(points)
     groups: dict[Hashable, list[int]] = {}
     for i, point in enumerate(points):
@@ -253,7 +257,9 @@ def screen_grid(
         results=results,
         pruned=pruned,
         estimated=sum(e is not None for e in estimates),
-        estimate_failures=sum(e is None for e in estimates),
+        estimate_failures=sum(
+            e is None for e, point in zip(estimates, points, strict=True) if estimable(point)
+        ),
         margin=margin,
     )
 

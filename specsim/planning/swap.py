@@ -2,6 +2,9 @@
 
 Each drafter gets the ``plan window`` grid (every k at every load, no adaptive policy) with its own
 profile when one is given, so its best k per load is chosen by the same rule as ``plan window``.
+A tree drafter (``--tree-drafter NAME=SHAPE``) is a drafter drafting that tree: its grid is the
+tree and k = 0 at every load, and it is compared with the chain drafters at its best setting by
+the same figures (the tree counts as k = its depth where a k is shown).
 The drafters are then compared load by load at their best k; the recommendation is the drafter
 that wins the most loads (ties: the lower mean end-to-end latency averaged over loads), with the
 margins behind it. A lossy verifier is flagged next to the speed it buys, with the profile's
@@ -21,6 +24,8 @@ from specsim.errors import SpecsimError
 from specsim.planning import window
 from specsim.planning.common import choose, metric, scenario_identity
 from specsim.planning.sweep import Sweeper
+from specsim.planning.trees import TreeCandidate
+from specsim.planning.window_trees import FROM_CHAIN
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 OFF = "speculation off"
@@ -28,14 +33,26 @@ OFF = "speculation off"
 
 @dataclass
 class DrafterPlan:
-    name: str
+    name: str  # the entry's label: the drafter's name, or ``NAME tree SHAPE``
     profile_path: str | None  # None: the scenario's own profile
     plan: window.WindowPlan
+    tree: TreeCandidate | None = None  # a tree drafter: the tree it drafts
+    drafter: str | None = None  # the profile's drafter (None: ``name``)
+
+    @property
+    def drafter_name(self) -> str:
+        return self.drafter or self.name
 
     @property
     def acceptance(self):
         spec = self.plan.scenario.speculation
-        return self.plan.profile.acceptance(self.name, spec.verifier, spec.temperature)
+        return self.plan.profile.acceptance(self.drafter_name, spec.verifier, spec.temperature)
+
+    def best_window(self, entry: window.LoadResult) -> int | None:
+        """The best k at a load (a tree counts as its depth)."""
+        if self.tree is not None and entry.best_config == self.tree.config:
+            return self.tree.shape.depth
+        return entry.best_k
 
     @property
     def lossy(self) -> bool:
@@ -79,14 +96,24 @@ def prepare(
     ks: list[int] | None,
     loads: list[float] | None,
     seed: int | None,
+    tree_drafters: list[tuple[str, TreeCandidate]] | None = None,
+    tree_drafts: str | None = None,
 ) -> SwapPlan:
-    if len(drafters) < 2 or len(set(drafters)) != len(drafters):
+    tree_drafters = tree_drafters or []
+    labels = [*drafters, *(tree_label(name, tree) for name, tree in tree_drafters)]
+    if len(labels) < 2 or len(set(labels)) != len(labels):
         raise SpecsimError(
             "a drafter swap needs at least two different drafters",
             key="--drafter",
-            fix="give --drafter A --drafter B",
+            fix="give --drafter A --drafter B (or a drafter and a --tree-drafter NAME=SHAPE)",
         )
     profiles = profiles or []
+    if tree_drafters and len(profiles) > 1:
+        raise SpecsimError(
+            "with --tree-drafter, one --profile serves every drafter",
+            key="--profile",
+            fix="give one --profile (or none: the scenario's)",
+        )
     if len(profiles) not in (0, 1, len(drafters)):
         raise SpecsimError(
             f"{len(profiles)} --profile options for {len(drafters)} drafters",
@@ -116,13 +143,35 @@ def prepare(
         plan = window.prepare(scenario_path, extra, ks, loads, seed)
         plan.adaptive = False
         plans.append(DrafterPlan(name, profile, plan))
-    # One grid for all: the k values every drafter can answer, the same loads.
+    for name, tree in tree_drafters:
+        profile = str(Path(profiles[0]).resolve()) if profiles else None
+        extra = [
+            *overrides,
+            *([f"profile={profile}"] if profile else []),
+            f"speculation.drafter={name}",
+        ]
+        try:
+            plan = window.prepare(
+                scenario_path, extra, [0], loads, seed, False, [tree], None, tree_drafts
+            )
+        except SpecsimError as exc:
+            where = f"{exc.key}: " if exc.key else ""
+            raise SpecsimError(
+                f"{name}={tree.text}: {where}{exc.message}",
+                file=exc.file,
+                key="--tree-drafter",
+                fix=exc.fix,
+            ) from None
+        plan.adaptive = False
+        plans.append(DrafterPlan(tree_label(name, tree), profile, plan, tree, name))
+    # One grid for all: the k values every chain drafter can answer, the same loads.
+    chains = [p for p in plans if p.tree is None] or plans
     ks = (
-        plans[0].plan.ks
+        chains[0].plan.ks
         if ks is not None
-        else sorted(set.intersection(*(set(p.plan.ks) for p in plans)))
+        else sorted(set.intersection(*(set(p.plan.ks) for p in chains)))
     )
-    for p in plans:
+    for p in chains:
         p.plan.ks = ks
     return SwapPlan(
         scenario_path=str(scenario_path),
@@ -132,6 +181,10 @@ def prepare(
         ks=ks,
         seed=plans[0].plan.seed,
     )
+
+
+def tree_label(name: str, tree: TreeCandidate) -> str:
+    return f"{name} tree {tree.text}"
 
 
 def run(plan: SwapPlan, sweeper: Sweeper) -> dict[str, Any]:
@@ -154,12 +207,12 @@ def recommend(plan: SwapPlan, per_drafter: dict[str, list[window.LoadResult]]) -
     use_slo = plan.first.use_slo
     winners = []
     for i, load in enumerate(plan.loads):
-        candidates = [(d.name, per_drafter[d.name][i].best) for d in plan.drafters]
+        candidates = [(d.name, per_drafter[d.name][i].best_setting) for d in plan.drafters]
         winners.append({"load": load, "drafter": choose(candidates, use_slo)})
     wins = {d.name: sum(w["drafter"] == d.name for w in winners) for d in plan.drafters}
 
     def mean_e2e(name: str) -> float:
-        values = [metric(e.best, "e2e_s", "mean") for e in per_drafter[name]]
+        values = [metric(e.best_setting, "e2e_s", "mean") for e in per_drafter[name]]
         values = [v for v in values if v is not None]
         return statistics.fmean(values) if values else float("inf")
 
@@ -182,11 +235,11 @@ def regressions_of_best(plan: SwapPlan, per_drafter, best: str) -> list[dict[str
     out = []
     for other in [d.name for d in plan.drafters if d.name != best]:
         pairs = [
-            (e.load, e.best, theirs.best)
+            (e.load, e.best_setting, theirs.best_setting)
             for e, theirs in zip(mine, per_drafter[other], strict=True)
         ]
         out.append({"against": other, "metrics": across_loads(pairs)})
-    pairs = [(e.load, e.best, e.summary("k=0")) for e in mine]
+    pairs = [(e.load, e.best_setting, e.summary("k=0")) for e in mine]
     out.append({"against": OFF, "metrics": across_loads(pairs)})
     return out
 
@@ -211,7 +264,7 @@ def _ratio_median(per_drafter, a: str, b: str, name: str, stat: str | None) -> f
     """Median over loads of metric(b) / metric(a) at each drafter's best k."""
     ratios = []
     for ea, eb in zip(per_drafter[a], per_drafter[b], strict=True):
-        va, vb = metric(ea.best, name, stat), metric(eb.best, name, stat)
+        va, vb = metric(ea.best_setting, name, stat), metric(eb.best_setting, name, stat)
         if va and vb:
             ratios.append(vb / va)
     return statistics.median(ratios) if ratios else None
@@ -246,18 +299,32 @@ def reasons(plan: SwapPlan, per_drafter, best: str, winners) -> list[str]:
             [
                 v
                 for e in per_drafter[d]
-                if (v := metric(e.best, "flops_wasted_fraction")) is not None
+                if (v := metric(e.best_setting, "flops_wasted_fraction")) is not None
             ]
             or [float("nan")]
         )
         for d in per_drafter
     }
+    for d in plan.drafters:
+        if d.tree is not None and d.plan.trees_from_chain:
+            out.append(f"{d.name}: its tree is never chosen: {FROM_CHAIN}.")
     out.append(
         "Wasted FLOPs at the best k (median over loads): "
         + ", ".join(f"{d} {w:.0%}" for d, w in wasted.items() if w == w)
         + "."
     )
     return out
+
+
+def _off_from(loads: list[window.LoadResult]) -> float | None:
+    """As ``window.crossover``, for a tree drafter: the lowest load from which k = 0 beats the
+    tree at it and every higher load."""
+    start = None
+    for entry in reversed([e for e in loads if e.best_config is not None]):
+        if entry.best_config != "k=0":
+            break
+        start = entry.load
+    return start
 
 
 def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
@@ -271,15 +338,24 @@ def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> d
                 "verifier": d.plan.scenario.speculation.verifier,
                 "lossy": d.lossy,
                 "tv_distance": d.tv_distance,
-                "best_k": [{"load": e.load, "k": e.best_k} for e in loads],
+                "best_k": [{"load": e.load, "k": d.best_window(e)} for e in loads],
                 "crossover_load": window.crossover(loads)["load"],
                 "mean_acceptance_length_by_k": {
                     str(k): metric(loads[0].summary(f"k={k}"), "mean_acceptance_length")
-                    for k in plan.ks
+                    for k in d.plan.ks
                     if k > 0
                 },
             }
         )
+        if d.tree is not None:
+            drafters[-1]["drafter"] = d.drafter_name
+            drafters[-1]["label"] = d.name
+            drafters[-1]["tree"] = {**d.tree.json(), "drafts": d.plan.tree_drafts}
+            drafters[-1]["best"] = [{"load": e.load, "config": e.best_config} for e in loads]
+            drafters[-1]["crossover_load"] = _off_from(loads)
+            drafters[-1]["mean_acceptance_length_tree"] = metric(
+                loads[0].summary(d.tree.config), "mean_acceptance_length"
+            )
     return {
         "command": "report drafter-swap",
         "scenario": plan.scenario_path,

@@ -43,7 +43,8 @@ def _median(values) -> float | None:
 def _speedups(loads: list[LoadResult]) -> list[float | None]:
     out = []
     for e in loads:
-        zero, best = metric(e.summary("k=0"), "e2e_s", "mean"), metric(e.best, "e2e_s", "mean")
+        zero = metric(e.summary("k=0"), "e2e_s", "mean")
+        best = metric(e.best_setting, "e2e_s", "mean")
         out.append(zero / best if zero and best else None)
     return out
 
@@ -62,6 +63,12 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
         "Mean acceptance length (simulated, lowest load)", "k", "tokens per step", integer_x=True
     )
     for d in plan.drafters:
+        if d.tree is not None:  # its tree's length at its depth; its chain rates are not drawn
+            y = metric(per[d.name][0].summary(d.tree.config), "mean_acceptance_length")
+            length.series.append(
+                Series(d.name, [d.tree.shape.depth], [y], color=colours[d.name], marker="^")
+            )
+            continue
         rates = d.acceptance.per_position
         conditional.series.append(
             Series(d.name, list(range(1, len(rates) + 1)), list(rates), color=colours[d.name])
@@ -84,7 +91,7 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
                 Series(
                     f"{d.name} (best k)",
                     loads,
-                    [metric(e.best, name, stat) for e in per[d.name]],
+                    [metric(e.best_setting, name, stat) for e in per[d.name]],
                     color=colours[d.name],
                 )
             )
@@ -116,7 +123,11 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
     for d in plan.drafters:
         best_k.series.append(
             Series(
-                d.name, loads, [e.best_k for e in per[d.name]], color=colours[d.name], marker="s"
+                d.name,
+                loads,
+                [d.best_window(e) for e in per[d.name]],
+                color=colours[d.name],
+                marker="s",
             )
         )
     economics = Figure(
@@ -143,17 +154,18 @@ def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
     top = max(plan.ks)
     for d in plan.drafters:
         loads = per[d.name]
+        config = f"k={top}" if d.tree is None else d.tree.config
         rows.append(
             [
                 d.name,
                 d.plan.scenario.speculation.verifier,
                 distribution_note(d),
                 d.acceptance.per_position[0],
-                metric(loads[0].summary(f"k={top}"), "mean_acceptance_length"),
+                metric(loads[0].summary(config), "mean_acceptance_length"),
                 outcome["wins"][d.name],
                 _median(_speedups(loads)),
-                _median([metric(e.best, "flops_wasted_fraction") for e in loads]),
-                _median([metric(e.best, "cost_usd_per_million_tokens") for e in loads]),
+                _median([metric(e.best_setting, "flops_wasted_fraction") for e in loads]),
+                _median([metric(e.best_setting, "cost_usd_per_million_tokens") for e in loads]),
             ]
         )
     return Table(
@@ -163,7 +175,8 @@ def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
             "verifier",
             "output distribution",
             "acceptance, position 1",
-            f"accept. length at k={top}",
+            f"accept. length at k={top}"
+            + (" (a tree drafter: its tree)" if any(d.tree for d in plan.drafters) else ""),
             f"loads won (of {len(plan.loads)})",
             "median speed-up vs k=0",
             "median wasted FLOPs",
@@ -180,6 +193,8 @@ def _acceptance_table(plan: SwapPlan, per) -> Table:
     top = max(plan.ks)
     rows = []
     for d in plan.drafters:
+        if d.tree is not None:
+            continue  # a tree's acceptance is its accepted-length table, not positions
         rates = window_rates(d.acceptance)
         simulated = (per[d.name][0].summary(f"k={top}") or {}).get("per_position_acceptance") or []
         chained = 1.0
@@ -215,9 +230,9 @@ def _per_load(plan: SwapPlan, per, outcome) -> Table:
         for d in plan.drafters:
             e = per[d.name][i]
             row += [
-                e.best_k,
-                metric(e.best, "e2e_s", "p99"),
-                metric(e.best, "throughput_tokens_per_s"),
+                e.best_k if d.tree is None else e.best_config,
+                metric(e.best_setting, "e2e_s", "p99"),
+                metric(e.best_setting, "throughput_tokens_per_s"),
             ]
         row.append(outcome["winners"][i]["drafter"])
         rows.append(row)
@@ -228,8 +243,10 @@ def _all(plan: SwapPlan, per) -> Table:
     rows = []
     for d in plan.drafters:
         for e in per[d.name]:
-            for k in plan.ks:
-                result = e.by_config.get(f"k={k}")
+            configs = [(k, f"k={k}") for k in d.plan.ks]
+            configs += [] if d.tree is None else [(d.tree.config, d.tree.config)]
+            for k, config in configs:
+                result = e.by_config.get(config)
                 s = result.summary if result is not None and result.ok else None
                 rows.append([d.name, e.load, k, *[metric(s, n, st) for _, n, st in SWEEP_COLUMNS]])
     return Table(

@@ -36,13 +36,23 @@ from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.screen import SCREEN_FROM, ScreenOutcome, screen_grid
 from specsim.planning.sweep import PointResult, Sweeper
+from specsim.planning.trees import (
+    SglangSpace,
+    TreeCandidate,
+    acceptance_rates,
+    measured_trees,
+    merge,
+    sglang_candidates,
+)
 from specsim.planning.window_table import (
     LoadCheck,
     best_window_by_batch,
     context_per_sequence,
     judge,
+    table_verdict,
     vllm_ranges,
 )
+from specsim.planning.window_trees import json_block
 
 ADAPTIVE = "adaptive"
 BY_BATCH = "by_batch"
@@ -63,6 +73,18 @@ class WindowPlan:
     adaptive: bool = True
     scale: ArrivalScale | None = None  # offered req/s per load (None for a closed loop)
     screen: bool = False  # estimate every point, simulate only those that can win (``screen``)
+    # Trees tried beside the chains (``planning.trees``), their drafting, and what was skipped.
+    trees: list[TreeCandidate] = field(default_factory=list)
+    tree_drafts: str = "top-k"
+    tree_skipped: list[str] = field(default_factory=list)
+    # No measured tree for the drafter: every tree's acceptance is derived from the chain's
+    # rates, siblings accepting nothing, so no tree may win (each is its rank-0 chain plus
+    # nodes it verifies and never accepts; ``window_trees.FROM_CHAIN``).
+    trees_from_chain: bool = False
+
+    @property
+    def tree_by_config(self) -> dict[str, TreeCandidate]:
+        return {candidate.config: candidate for candidate in self.trees}
 
     def offered_rps(self, load: float) -> float | None:
         return None if self.scale is None else self.scale.rate(load)
@@ -72,13 +94,23 @@ class WindowPlan:
         return self.scenario.slo is not None
 
     def identity(self) -> dict[str, Any]:
+        trees = {"trees": [c.config for c in self.trees]} if self.trees else {}
         return {
             "command": "plan window",
             **scenario_identity(self.scenario_path, self.base_overrides),
             "loads": self.loads,
             "k": self.ks,
             "seed": self.seed,
+            **trees,
         }
+
+    def tree_overrides(self, candidate: TreeCandidate) -> list[str]:
+        return [
+            f"speculation.tree={candidate.text}",
+            f"speculation.k={candidate.shape.depth}",
+            "speculation.policy=fixed",
+            f"speculation.tree_drafts={self.tree_drafts}",
+        ]
 
     def point(self, load: float, config: str, extra: list[str]) -> SweepPoint:
         overrides = [*self.base_overrides, f"seed={self.seed}", *self.axis.overrides(load), *extra]
@@ -86,16 +118,24 @@ class WindowPlan:
 
     def grid(self) -> list[SweepPoint]:
         points = []
+        # A scenario's own tree would override the chains' k: they run with it off.
+        chain = ["speculation.tree=null"] if self.scenario.speculation.tree is not None else []
         for load in self.loads:
             for k in self.ks:
                 points.append(
-                    self.point(load, f"k={k}", [f"speculation.k={k}", "speculation.policy=fixed"])
+                    self.point(
+                        load, f"k={k}", [f"speculation.k={k}", "speculation.policy=fixed", *chain]
+                    )
                 )
+            for candidate in self.trees:
+                points.append(self.point(load, candidate.config, self.tree_overrides(candidate)))
             top = max(self.ks)
             if top > 0 and self.adaptive:
                 points.append(
                     self.point(
-                        load, ADAPTIVE, [f"speculation.k={top}", "speculation.policy=adaptive"]
+                        load,
+                        ADAPTIVE,
+                        [f"speculation.k={top}", "speculation.policy=adaptive", *chain],
                     )
                 )
         return points
@@ -108,10 +148,15 @@ def prepare(
     loads: list[float] | None,
     seed: int | None,
     screen: bool | None = None,
+    trees: list[TreeCandidate] | None = None,
+    space: SglangSpace | None = None,
+    tree_drafts: str | None = None,
 ) -> WindowPlan:
     """Validate everything (one-line errors) and fix the grid; nothing is written.
 
-    ``screen`` None screens a grid of more than ``screen.SCREEN_FROM`` points."""
+    ``screen`` None screens a grid of more than ``screen.SCREEN_FROM`` points. ``trees`` and
+    ``space`` (SGLang's knobs) add tree shapes beside the chains, drafted ``tree_drafts``
+    (default: the scenario's ``speculation.tree_drafts``)."""
     from specsim.errors import SpecsimError
     from specsim.profile import load_profile
     from specsim.scenario import load_scenario
@@ -147,8 +192,62 @@ def prepare(
         seed=scenario.seed if seed is None else seed,
         scale=None if axis.kind == "concurrency" else ArrivalScale.for_scenario(scenario, axis),
     )
+    if trees or space is not None:
+        add_trees(plan, trees or [], space, tree_drafts)
     plan.screen = len(plan.grid()) > SCREEN_FROM if screen is None else screen
     return plan
+
+
+def add_trees(plan: WindowPlan, given, space, drafts: str | None) -> None:
+    """The trees beside the chains, each checked by loading it as a point would (one-line
+    errors naming the option)."""
+    from specsim.costs import StepCosts
+    from specsim.errors import SpecsimError
+    from specsim.scenario import load_scenario
+
+    spec = plan.scenario.speculation
+    plan.tree_drafts = drafts or spec.tree_drafts
+    kind = plan.profile.drafter(spec.drafter).kind
+    if kind not in ("draft_model", "heads"):
+        raise SpecsimError(
+            f"drafter {spec.drafter!r} is {kind}: trees are drafted by draft models and "
+            "decoding heads only",
+            key="--trees",
+            fix="choose such a drafter (--set speculation.drafter=NAME) or drop the tree options",
+        )
+    searched: list[TreeCandidate] = []
+    if space is not None:
+        rates = acceptance_rates(plan.profile, spec, plan.tree_drafts)
+        searched, plan.tree_skipped = sglang_candidates(space, rates)
+    plan.trees = merge(given, searched)
+    plan.trees_from_chain = not measured_trees(plan.profile, spec, plan.tree_drafts)
+    if not plan.trees:
+        raise SpecsimError(
+            "the tree options leave no tree to try (every one is a chain: "
+            + "; ".join(plan.tree_skipped[:3])
+            + ")",
+            key="--tree-topk",
+            fix="give a topk above 1 and draft tokens above steps + 1",
+        )
+    for candidate in plan.trees:
+        try:
+            load_scenario(
+                plan.scenario_path, [*plan.base_overrides, *plan.tree_overrides(candidate)]
+            )
+            plan.profile.profile.tree_acceptance_for(
+                spec.drafter, spec.verifier, spec.temperature, candidate.shape, plan.tree_drafts
+            )
+            costs = StepCosts(plan.profile, spec.drafter, candidate.shape)
+            latency = plan.profile.profile.target.latency
+            if latency is not None and latency.outside_range == "error" and latency.valid_range:
+                width = candidate.shape.num_nodes + 1.0
+                costs.check_ranges(1, 0.0, width, width)
+        except SpecsimError as exc:
+            raise SpecsimError(
+                f"tree {candidate.config} cannot run: {exc.message}",
+                key="--trees" if candidate.sglang is None else "--tree-tokens",
+                fix=exc.fix or "give a smaller tree",
+            ) from None
 
 
 # -- analysis -------------------------------------------------------------------------------------
@@ -159,6 +258,7 @@ class LoadResult:
     load: float
     by_config: dict[str, PointResult] = field(default_factory=dict)
     best_k: int | None = None
+    best_config: str | None = None  # the best of every chain k and tree (``k=K`` without trees)
 
     def summary(self, config: str) -> dict[str, Any] | None:
         result = self.by_config.get(config)
@@ -168,6 +268,11 @@ class LoadResult:
     def best(self) -> dict[str, Any] | None:
         return None if self.best_k is None else self.summary(f"k={self.best_k}")
 
+    @property
+    def best_setting(self) -> dict[str, Any] | None:
+        """The best of every chain k and tree (``best`` when no tree was swept)."""
+        return None if self.best_config is None else self.summary(self.best_config)
+
 
 def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
     per_load = {load: LoadResult(load) for load in plan.loads}
@@ -176,6 +281,17 @@ def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
     for entry in per_load.values():
         candidates = [(k, entry.summary(f"k={k}")) for k in plan.ks]
         entry.best_k = choose(candidates, plan.use_slo)
+        entry.best_config = None if entry.best_k is None else f"k={entry.best_k}"
+        if plan.trees and not plan.trees_from_chain:
+            trees = [(c.config, entry.summary(c.config)) for c in plan.trees]
+            tree = choose(trees, plan.use_slo)
+            # A tree must beat the best chain by more than the tie bands (``table_verdict``:
+            # what redrawing the random streams moves), else the simpler chain is kept.
+            if tree is not None and (
+                entry.best_k is None
+                or table_verdict(entry.summary(tree), entry.best, plan.use_slo) == "better"
+            ):
+                entry.best_config = tree
     return [per_load[load] for load in plan.loads]
 
 
@@ -243,6 +359,9 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
     screened: ScreenOutcome | None = None
     if plan.screen:
         # k = 0 and the adaptive policy are always simulated: the report compares with them.
+        # Trees too: the estimate prices chains only, so it neither prunes a tree nor lets one
+        # prune a chain (a chain that cannot beat the best chain cannot beat the best setting).
+        trees = plan.tree_by_config
         screened = screen_grid(
             plan.grid(),
             group=lambda point: point.tags["load"],
@@ -250,8 +369,9 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
             use_slo=plan.use_slo,
             sweeper=sweeper,
             always=lambda point: point.tags["config"] == "k=0",
-            competes=lambda point: point.tags["config"] != ADAPTIVE,
+            competes=lambda point: point.tags["config"] not in (ADAPTIVE, *trees),
             desc="plan window (screened)",
+            estimable=lambda point: point.tags["config"] not in trees,
         )
         results = [result for result in screened.results if result is not None]
     else:
@@ -347,4 +467,5 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
         ],
         **screening,
+        **({"trees": json_block(plan, loads)} if plan.trees else {}),
     }

@@ -31,6 +31,8 @@ from specsim.planning.window_table_report import (
     table_section,
     verdict_text,
 )
+from specsim.planning.window_trees_report import human as trees_human
+from specsim.planning.window_trees_report import section as trees_section
 
 METRIC_COLUMNS = [
     ("throughput (tok/s)", "throughput_tokens_per_s", None),
@@ -170,7 +172,7 @@ def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
     columns = [plan.axis.label, "config", *[c[0] for c in METRIC_COLUMNS]]
     rows = []
     for entry in loads:
-        for config in [*_configs(plan), BY_BATCH]:
+        for config in [*_configs(plan), *(c.config for c in plan.trees), BY_BATCH]:
             result = entry.by_config.get(config)
             if result is None:
                 continue
@@ -188,6 +190,7 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
     sections = [
         Section("Answer", _answer(plan, outcome, summary)),
         Section("Best k per load", [_best_k_table(plan, loads, summary)]),
+        *([trees_section(plan, summary["trees"])] if plan.trees else []),
         Section("k by batch size", table_section(plan, outcome, summary)),
         Section("Latency and throughput against k", _figures(plan, loads)),
         Section(
@@ -339,6 +342,8 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
         )
     chosen = any(item["best_k"] for item in summary["best_k"])
     lines.append(regressions_vs_off_text(summary["regressions_vs_k0"], chosen))
+    if plan.trees:
+        lines += trees_human(plan, summary["trees"])
     note = lossy_note(plan.profile, plan.scenario.speculation)
     if note:
         lines.append(f"note: {note}")

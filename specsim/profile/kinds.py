@@ -34,8 +34,10 @@ DRAFTER_KINDS: dict[str, ModelKind] = {
         ),
         ModelKind(
             "heads",
-            "extra decoding heads on the target (Medusa/EAGLE-style): one pass per step over "
-            "the target's hidden states, no cache of its own",
+            "extra decoding heads on the target's hidden states, no prompt pass of their own; "
+            "their passes key says how they draft: parallel (Medusa, the default) one pass per "
+            "step for a chain or a tree, autoregressive (EAGLE, EAGLE-3, MTP) one pass per "
+            "drafted depth (a tree's over the nodes that expand there)",
             needs_latency=False,
         ),
     )

@@ -34,6 +34,7 @@ from specsim.bounds import (
     Probability,
     Requests,
     Seconds,
+    Seed,
     Temperature,
     TensorParallel,
     TokenCount,
@@ -238,6 +239,23 @@ class Sharding(StrictModel):
     kv_bytes_per_token_per_device: ByteCount = Field(
         description="the KV heads one device holds (replicated when heads < devices)"
     )
+    expert_parallel_size: TensorParallel | None = Field(
+        default=None,
+        description="devices a mixture of experts' experts are dealt out over whole (vLLM's "
+        "--enable-expert-parallel: EP = TP for one engine), equal to tensor_parallel_size; "
+        "absent: the experts are sharded like every other matrix",
+    )
+
+    @model_validator(mode="after")
+    def _expert_parallel_is_the_tp(self) -> Sharding:
+        ep = self.expert_parallel_size
+        if ep is not None and ep != self.tensor_parallel_size:
+            raise ValueError(
+                f"expert_parallel_size {ep} is not tensor_parallel_size "
+                f"{self.tensor_parallel_size} (one engine deals its experts over all its "
+                "devices); fix: give the same size, or drop expert_parallel_size"
+            )
+        return self
 
 
 class Precision(StrictModel):
@@ -339,6 +357,9 @@ class DraftOverhead(StrictModel):
     )
 
 
+HeadPasses = Literal["parallel", "autoregressive"]
+
+
 class ModelSpec(StrictModel):
     """A target or drafter. FLOPs are forward-pass FLOPs (2 x multiply-adds)."""
 
@@ -364,6 +385,14 @@ class ModelSpec(StrictModel):
         description="fixed drafting cost per speculative step (n-gram lookup, heads) when the "
         "drafter has no latency fit of its own",
     )
+    passes: HeadPasses | None = Field(
+        default=None,
+        description="heads only: how the heads draft the depths of a step. parallel (Medusa): "
+        "one head per depth, all from one pass over the target's hidden states, one pass per "
+        "step for a chain and a tree alike; autoregressive (EAGLE, EAGLE-3, MTP): one pass per "
+        "drafted depth (a chain of k: k passes; a tree: one per depth over the nodes that "
+        "expand there). Absent = parallel",
+    )
     overhead: DraftOverhead | None = Field(
         default=None,
         description="draft models: this drafter's per-draft-pass overhead terms, in place of "
@@ -374,6 +403,12 @@ class ModelSpec(StrictModel):
     )
     precision: Precision | None = Field(
         default=None, description="weight and KV-cache formats; absent = the profile's dtype"
+    )
+    method: Literal["mtp"] | None = Field(
+        default=None,
+        description="draft models: mtp, the target's own multi-token-prediction module (its "
+        "checkpoint's MTP layers, costed as a draft model: the engines run it as their MTP "
+        "method, with no model path of its own); absent = a separate model",
     )
 
     @property
@@ -396,7 +431,18 @@ class ModelSpec(StrictModel):
             raise ValueError(f"a {self.kind} needs a 'latency' section")
         if not needs_latency and self.latency is None and self.draft_step_s is None:
             raise ValueError(f"a {self.kind} drafter needs 'draft_step_s' or a 'latency' section")
+        if self.method is not None and self.kind != "draft_model":
+            raise ValueError(f"method {self.method} is a draft_model's, not a {self.kind}'s")
+        if self.passes is not None and self.kind != "heads":
+            raise ValueError(
+                f"'passes' describes decoding heads, not a {self.kind}; remove it from this model"
+            )
         return self
+
+    @property
+    def head_passes(self) -> str:
+        """How a heads drafter's passes are laid out (``passes``, parallel when absent)."""
+        return self.passes or "parallel"
 
 
 class Overhead(StrictModel):
@@ -537,9 +583,22 @@ class Acceptance(StrictModel):
 TREE_DRAFTS = {
     "top-k": "rank r is the drafter's r-th most likely token (EAGLE-2's expansion)",
     "iid": "children drawn independently from q (SpecInfer)",
+    "without-replacement": "children drawn from q without replacement (Sequoia, RSD)",
 }
 # Rounding to 6 significant digits leaves a distribution's sum this close to 1, and more.
 TREE_SUM_TOLERANCE = 1e-4
+
+
+class TreeMonteCarlo(StrictModel):
+    """How a tree entry's estimated scores were drawn (``profiling.tree_without_replacement``)."""
+
+    seed: Seed = Field(description="the estimate's generator seed")
+    samples: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        description="sibling histories drawn per scored position"
+    )
+    standard_error: Annotated[float, Field(ge=0, le=MAX_K)] = Field(
+        description="of mean_acceptance_length: the spread of the replicates' walks / sqrt(count)"
+    )
 
 
 class TreeAcceptance(StrictModel):
@@ -585,6 +644,11 @@ class TreeAcceptance(StrictModel):
         default=None, description="derived entries: the measurement the rates come from"
     )
     tokens_scored: Count | None = None
+    monte_carlo: TreeMonteCarlo | None = Field(
+        default=None,
+        description="present where part of the scores was estimated (without-replacement "
+        "children past the third of a node): the seed, histories and standard error",
+    )
 
     @property
     def shape(self) -> TreeShape:

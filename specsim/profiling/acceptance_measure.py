@@ -119,19 +119,25 @@ def measure_acceptance(
                 _add_entry(result, d, verifier, temperature, rows, sequences_prefix)
             if tree_shapes and not d.is_ngram:
                 result.tree_entries += _tree_entries(
-                    d.name, draft_models[d.name], generations, temperature, verifiers, tree_shapes
+                    d.name,
+                    draft_models[d.name],
+                    generations,
+                    temperature,
+                    verifiers,
+                    tree_shapes,
+                    seed,
                 )
     return result
 
 
-def _tree_entries(name, model, generations, temperature, verifiers, shapes) -> list[dict]:
+def _tree_entries(name, model, generations, temperature, verifiers, shapes, seed) -> list[dict]:
     from specsim.profiling.scoring import drafter_logits
     from specsim.profiling.tree_measure import tree_entries
 
     q_logits = []
     for start in range(0, len(generations), CHUNK):
         q_logits += drafter_logits(model, generations[start : start + CHUNK])
-    return tree_entries(name, q_logits, generations, temperature, verifiers, shapes)
+    return tree_entries(name, q_logits, generations, temperature, verifiers, shapes, seed)
 
 
 def _generate_all(target, prompt_ids, temperature, max_new_tokens, seed, eos_id, progress):

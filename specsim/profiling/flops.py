@@ -8,8 +8,17 @@ head but not the embedding lookup (a gather, no multiply). Attention adds, per l
 ``2 x 2 x heads x head_dim`` FLOPs per pair per layer.
 
 A mixture-of-experts model holds every expert in memory (``param_count``, ``weight_bytes``) but
-a token's pass multiplies only by its ``experts_per_token`` experts and the router
-(``active_param_count``, ``flops_per_token``).
+a token's pass multiplies only by its ``experts_per_token`` experts, its shared experts (which
+every token runs, DeepSeek-V3) and the router (``active_param_count``, ``flops_per_token``).
+
+Multi-head latent attention (DeepSeek-V3, ``kv_lora_rank > 0``) is sized as vLLM and SGLang run
+it: the cache holds one latent of ``kv_lora_rank`` plus one rotary key of ``qk_rope_head_dim``
+per token per layer (on every device of a tensor-parallel replica: the latent is not split by
+head), and decoding attends on the latent with the key and value up-projections absorbed into
+the query and output, ``2 (kv_lora_rank + qk_rope_head_dim) + 2 kv_lora_rank`` FLOPs per head
+per pair (prefill's expanded form costs less per pair; the decode form is counted throughout).
+The weights' FLOPs are 2 per parameter in either form. DeepSeek-V3's multi-token-prediction
+module (``mtp_shape``) is sized apart from the model: it is a drafter.
 
 A ``ModelShape`` is built from a Hugging Face ``config.json`` (dict or file) of a model type it
 can size (``SIZED_MODEL_TYPES``; another is refused, since its layout is unknown) or from any
@@ -18,6 +27,7 @@ object with the same attribute names (the loader's ``ModelConfig``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +36,7 @@ from typing import Any
 from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
+from specsim.model_keys import check_experts_per_token, count_key, moe_dense_layers
 
 # Hugging Face key aliases, first match wins: (our name, candidate keys).
 DIMENSION_KEYS = {
@@ -49,6 +60,7 @@ SIZED_MODEL_TYPES = (
     "phi3",
     "mixtral",
     "qwen3_moe",
+    "deepseek_v3",
 )
 _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")  # Hugging Face's default for the family
 _QK_NORMS = ("qwen3", "qwen3_moe", "gemma3_text")  # an RMSNorm over each query and key head
@@ -85,10 +97,31 @@ class ModelShape:
     expert_intermediate_size: int = 0
     moe_layers: int = 0
     extra_norm_params_per_layer: int = 0
+    # DeepSeek-V3 (module docstring): shared experts (in routed experts' widths) in every MoE
+    # layer, a score-correction bias per routed expert, latent attention (kv_lora_rank > 0;
+    # q_lora_rank 0: no query bottleneck), and the multi-token-prediction modules it stores.
+    shared_experts: int = 0
+    router_bias: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0
+    # A drafter that uses the target's embedding and LM head (an MTP module): held once, by the
+    # target, but its head is still multiplied by.
+    shares_embeddings: bool = False
+    extra_matmul_params: int = 0  # an MTP module's projection of [embedding; hidden state]
 
     # -- parameters ---------------------------------------------------------------------------
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def attention_params_per_layer(self) -> int:
+        if self.is_mla:
+            return self._mla_params()
         q = self.hidden_size * self.num_heads * self.head_dim
         kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
         o = self.num_heads * self.head_dim * self.hidden_size
@@ -97,6 +130,16 @@ class ModelShape:
         )
         return q + kv + o + bias + (self.hidden_size if self.attention_out_bias else 0)
 
+    def _mla_params(self) -> int:
+        """The query's matrices (through the bottleneck, if any), the latent's down-projection
+        with the rotary key, its up-projection to every head's key and value, the output."""
+        h, heads = self.hidden_size, self.num_heads
+        q_width = heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        q = self.q_lora_rank * (h + q_width) if self.q_lora_rank else h * q_width
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv += self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv + heads * self.v_head_dim * h
+
     @property
     def mlp_params_per_layer(self) -> int:
         matrices = 3 if self.gated_mlp else 2
@@ -104,12 +147,13 @@ class ModelShape:
 
     @property
     def embedding_params(self) -> int:
-        return self.vocab_size * self.hidden_size
+        return 0 if self.shares_embeddings else self.vocab_size * self.hidden_size
 
     @property
     def lm_head_params(self) -> int:
-        """Separate LM-head matrix; zero when tied to the embedding."""
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        """Separate LM-head matrix; zero when tied to the embedding (or the target's)."""
+        tied = self.tie_word_embeddings or self.shares_embeddings
+        return 0 if tied else self.vocab_size * self.hidden_size
 
     @property
     def expert_params(self) -> int:
@@ -117,17 +161,22 @@ class ModelShape:
         return 3 * self.hidden_size * self.expert_intermediate_size
 
     def _mlp_params(self, experts: int) -> int:
-        """MLP weights of all layers, ``experts`` experts (and the router) per MoE layer."""
+        """MLP weights of all layers, ``experts`` routed experts, the shared ones and the router
+        per MoE layer."""
         dense = (self.num_layers - self.moe_layers) * self.mlp_params_per_layer
         router = self.hidden_size * self.num_experts
-        return dense + self.moe_layers * (experts * self.expert_params + router)
+        routed = (experts + self.shared_experts) * self.expert_params
+        return dense + self.moe_layers * (routed + router)
 
     def _params(self, experts: int) -> int:
         norms = 2 * self.hidden_size + self.extra_norm_params_per_layer
         layers = self.num_layers * (self.attention_params_per_layer + norms)
         final_norm = self.hidden_size
+        score_bias = self.moe_layers * self.num_experts if self.router_bias else 0
         return (
             layers
+            + score_bias
+            + self.extra_matmul_params
             + self._mlp_params(experts)
             + self.embedding_params
             + self.lm_head_params
@@ -147,7 +196,27 @@ class ModelShape:
         (the LM head always is one)."""
         attention = self.num_layers * self.attention_params_per_layer
         mlp = self._mlp_params(self.experts_per_token)
-        return attention + mlp + self.vocab_size * self.hidden_size
+        return attention + mlp + self.extra_matmul_params + self.vocab_size * self.hidden_size
+
+    def mtp_shape(self) -> ModelShape:
+        """One of DeepSeek-V3's multi-token-prediction modules as a drafter: the norms of the
+        embedding and of the target's hidden state, their joint projection (2 h x h), one MoE
+        decoder layer with its latent cache, and a final norm; the embedding and LM head are
+        the target's (vLLM's method ``mtp``; module index ``num_hidden_layers`` onwards). k
+        drafted tokens are k passes of it."""
+        if not self.mtp_layers:
+            raise ValueError(f"{self.name} has no multi-token-prediction module")
+        h = self.hidden_size
+        return dataclasses.replace(
+            self,
+            name=f"{self.name}-mtp",
+            num_layers=1,
+            moe_layers=1 if self.num_experts else 0,
+            mtp_layers=0,
+            shares_embeddings=True,
+            extra_matmul_params=2 * h * h,
+            extra_norm_params_per_layer=self.extra_norm_params_per_layer + 2 * h,
+        )
 
     def experts_read(self, tokens: int) -> float:
         """Experts per MoE layer that ``tokens`` tokens' routes touch, expected under uniform
@@ -171,7 +240,11 @@ class ModelShape:
         return round((self.param_count() - self.moe_layers * unread) * dtype_bytes)
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> int:
-        """K and V of every layer for one cached token."""
+        """K and V of every layer for one cached token (latent attention: the latent and the
+        rotary key, whatever ``num_kv_heads`` says)."""
+        if self.is_mla:
+            width = self.kv_lora_rank + self.qk_rope_head_dim
+            return round(self.num_layers * width * dtype_bytes)
         return round(2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes)
 
     def flops_per_token(self) -> float:
@@ -179,7 +252,11 @@ class ModelShape:
         return 2.0 * self.matmul_params()
 
     def attention_flops_per_pair(self) -> float:
-        """FLOPs per (new token, attended token) pair, over all layers: QK^T plus AV."""
+        """FLOPs per (new token, attended token) pair, over all layers: QK^T plus AV (latent
+        attention: on the latent, module docstring)."""
+        if self.is_mla:
+            per_head = 4 * self.kv_lora_rank + 2 * self.qk_rope_head_dim
+            return float(self.num_layers * self.num_heads * per_head)
         return 4.0 * self.num_layers * self.num_heads * self.head_dim
 
 
@@ -272,22 +349,64 @@ def shape_from_config(config: dict[str, Any], name: str, source: str = "config")
         2 * hidden if model_type in _SANDWICH_NORMS else 0
     )
     biased = model_type not in _NO_BIASES and config.get("attention_bias", model_type == "qwen2")
+    fields = {
+        "num_kv_heads": int(kv_heads),
+        "head_dim": int(head_dim),
+        "attention_bias": bool(biased),
+        "attention_out_bias": bool(biased) and model_type != "qwen2",
+        "extra_norm_params_per_layer": extra_norms,
+        **_moe_shape(config, model_type, num_layers, checked, source),
+    }
+    if model_type == "deepseek_v3":
+        fields.update(_deepseek_shape(config, heads, num_layers, checked, source))
     return ModelShape(
         name=name,
         vocab_size=need("vocab_size"),
         num_layers=num_layers,
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=int(kv_heads),
-        head_dim=int(head_dim),
         intermediate_size=need("intermediate_size"),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
         gated_mlp=True,
-        attention_bias=bool(biased),
-        attention_out_bias=bool(biased) and model_type != "qwen2",
-        extra_norm_params_per_layer=extra_norms,
-        **_moe_shape(config, model_type, num_layers, checked, source),
+        **fields,
     )
+
+
+def _deepseek_shape(
+    config: dict[str, Any], heads: int, num_layers: int, checked, source: str
+) -> dict[str, Any]:
+    """DeepSeek-V3's fields (transformers' defaults, DeepSeek-V3's own, for absent keys): latent
+    attention, routed and shared experts after the first_k_dense_replace dense layers, MTP."""
+
+    def size(key: str, default: int) -> int:
+        return checked(key) if config.get(key) is not None else default
+
+    no_bottleneck = "q_lora_rank" in config and config["q_lora_rank"] is None
+    q_lora = 0 if no_bottleneck else size("q_lora_rank", 1536)
+    kv_lora, nope = size("kv_lora_rank", 512), size("qk_nope_head_dim", 128)
+    rope, experts = size("qk_rope_head_dim", 64), size("n_routed_experts", 256)
+    chosen = size("num_experts_per_tok", 8)
+    check_experts_per_token(chosen, experts, source)
+    return {
+        "num_kv_heads": heads,  # one expanded key and value per query head
+        "head_dim": nope + rope,
+        "kv_lora_rank": kv_lora,
+        "q_lora_rank": q_lora,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": size("v_head_dim", 128),
+        "num_experts": experts,
+        "experts_per_token": chosen,
+        "expert_intermediate_size": size("moe_intermediate_size", 2048),
+        "shared_experts": size("n_shared_experts", 1),
+        "router_bias": True,
+        "moe_layers": num_layers
+        - count_key(config, "first_k_dense_replace", source, num_layers, 3),
+        "mtp_layers": count_key(config, "num_nextn_predict_layers", source, 2**10, 1),
+        "attention_bias": False,
+        "attention_out_bias": False,
+        "extra_norm_params_per_layer": q_lora + kv_lora,
+    }
 
 
 def _moe_shape(config: dict[str, Any], model_type: str, num_layers: int, checked, source: str):
@@ -300,29 +419,13 @@ def _moe_shape(config: dict[str, Any], model_type: str, num_layers: int, checked
     experts, chosen, width = (
         checked(key) if config.get(key) is not None else default for key, default in keys
     )
-    if chosen > experts:
-        raise SpecsimError(
-            f"num_experts_per_tok {chosen} exceeds the {experts} experts",
-            file=source,
-            key="num_experts_per_tok",
-            fix="give at most as many experts per token as the model has",
-        )
+    check_experts_per_token(chosen, experts, source)
     dense = 0
     if model_type == "qwen3_moe":  # dense layers: mlp_only_layers, and off the sparse step
         step = (
             checked("decoder_sparse_step") if config.get("decoder_sparse_step") is not None else 1
         )
-        only = config.get("mlp_only_layers") or []
-        if not isinstance(only, list) or any(
-            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in only
-        ):
-            raise SpecsimError(
-                f"expected layer indices from 0 to {num_layers - 1}",
-                file=source,
-                key="mlp_only_layers",
-                fix="list the dense layers' indices, or give []",
-            )
-        dense = sum(1 for i in range(num_layers) if i in only or (i + 1) % step)
+        dense = len(moe_dense_layers(config, step, num_layers, source))
     return {
         "num_experts": experts,
         "experts_per_token": chosen,
@@ -366,6 +469,10 @@ def shape_from_object(config: Any, name: str = "") -> ModelShape:
     extra_norms = (2 * head_dim if getattr(config, "qk_norm", False) else 0) + (
         2 * hidden if getattr(config, "sandwich_norms", False) else 0
     )
+    kv_lora = int(getattr(config, "kv_lora_rank", 0) or 0)
+    q_lora = int(getattr(config, "q_lora_rank", 0) or 0)
+    if kv_lora:  # latent attention: the bottlenecks' norms
+        extra_norms += q_lora + kv_lora
     return ModelShape(
         name=name or str(getattr(config, "name", "") or "model"),
         vocab_size=int(config.vocab_size),
@@ -386,4 +493,12 @@ def shape_from_object(config: Any, name: str = "") -> ModelShape:
         expert_intermediate_size=int(getattr(config, "expert_intermediate_size", 0) or 0),
         moe_layers=0 if not experts else layers - len(getattr(config, "dense_layers", ())),
         extra_norm_params_per_layer=extra_norms,
+        shared_experts=int(getattr(config, "shared_experts", 0) or 0),
+        router_bias=getattr(config, "router", "softmax") == "sigmoid_grouped",
+        kv_lora_rank=kv_lora,
+        q_lora_rank=q_lora,
+        qk_nope_head_dim=int(getattr(config, "qk_nope_head_dim", 0) or 0),
+        qk_rope_head_dim=int(getattr(config, "qk_rope_head_dim", 0) or 0),
+        v_head_dim=int(getattr(config, "v_head_dim", 0) or 0),
+        mtp_layers=int(getattr(config, "mtp_layers", 0) or 0),
     )

@@ -454,15 +454,34 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
         "prefill_jitter": _jitter(overhead.prefill_jitter, overhead.points, prefill=True),
         "acceptance": result.entries if result is not None else [],
     }
-    trees = [] if result is None else result.tree_entries
-    if opts.tree_drafts:
-        trees = [t for t in trees if t["drafts"] in opts.tree_drafts]
+    trees = _kept_trees(opts, result)
     if trees:
         data["tree_acceptance"] = trees
     profile = build_profile(data, opts.name)
     lines.insert(0, f"profiled in {data['provenance']['profiling_seconds']:.0f} s")
     side_files = result.side_files if result is not None else {}
     return MeasureReport(profile=profile, side_files=side_files, lines=lines)
+
+
+def measure_tree_acceptance(opts: MeasureOptions, progress_file=None) -> list[dict]:
+    """The ``tree_acceptance`` entries of ``opts.trees`` alone (no timing): the models and the
+    prompt set loaded and scored as ``measure_profile`` does."""
+    from specsim.models import load_tokenizer
+
+    _, dtype = _check_device(opts)
+    _check_model_configs(opts)
+    models = _load_models(opts, dtype)
+    tokenizer = load_tokenizer(opts.target)
+    progress_file = progress_file if progress_file is not None else sys.stderr
+    result, _, _ = _acceptance(opts, models, tokenizer, progress_file)
+    return _kept_trees(opts, result)
+
+
+def _kept_trees(opts: MeasureOptions, result) -> list[dict]:
+    trees = [] if result is None else result.tree_entries
+    if opts.tree_drafts:
+        trees = [t for t in trees if t["drafts"] in opts.tree_drafts]
+    return trees
 
 
 def _speed_reference(timing, pass_scale: float | None) -> dict | None:

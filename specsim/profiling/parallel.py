@@ -16,6 +16,22 @@ efficiency and ``alpha`` its latency per step, both from the hardware file.
 
 Weights in fp8 or int4 apply to the decoder layers' matrices; the embedding, LM head, router
 and norms stay in the hardware file's dtype, as vLLM's fp8 and AWQ/GPTQ checkpoints keep them.
+
+Expert parallelism (``--enable-expert-parallel``, vLLM's flag): a mixture of experts' experts are
+not sharded but dealt out whole, ``ceil(E / EP)`` of them to the device holding the most, over
+EP = TP x DP devices (vLLM's ``FusedMoEParallelConfig.make``; one replica here is one engine,
+DP = 1, so EP = TP). Attention stays tensor parallel with its all-reduce. An MoE layer's
+all-reduce after the MLP becomes, over ``p`` devices with each dispatching ``N / p`` of the
+pass's ``N`` tokens and a token's ``k`` experts spread evenly (so ``(p - 1) / p`` of its copies
+leave the device):
+
+* dispatch, an all-to-all: ``N / p x k x (p - 1) / p`` hidden states of ``2 x hidden`` bytes
+  sent by each device;
+* combine, an all-to-all: the same bytes back to the tokens' devices;
+* an all-gather of the ``N / p`` combined outputs, so that every device has the activations
+  the next tensor-parallel attention needs: ``(p - 1) / p x N`` hidden states per device;
+
+each ``p - 1`` pairwise steps of the link's latency and its bytes at the link's bandwidth.
 """
 
 from __future__ import annotations
@@ -28,14 +44,17 @@ from pydantic import Field
 from specsim.bounds import Bytes, Seconds
 from specsim.config import StrictModel
 from specsim.errors import SpecsimError
+from specsim.profile.tp_scaling import (
+    ACTIVATION_BYTES,
+    ALLREDUCES_PER_LAYER,
+    ring_allreduce_seconds,
+)
 from specsim.profiling.flops import ModelShape
 
 # Bytes per parameter. int4: 4-bit weights with a 16-bit scale per group of 128 (GPTQ's and
 # AWQ's default group size).
 WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 KV_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1}
-ACTIVATION_BYTES = 2  # the all-reduced activations stay in 16 bits whatever the weights
-ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP
 
 
 class Link(StrictModel):
@@ -58,22 +77,31 @@ class Layout:
     link: Link | None = None
     link_name: str = ""
     link_efficiency: float = 1.0
+    expert_parallel: bool = False  # experts dealt out whole over the tp devices (EP = TP)
 
     def with_tp(self, tp: int) -> Layout:
         return dataclasses.replace(self, tp=tp)
 
+    def ep_size(self, shape: ModelShape) -> int:
+        """Devices a model's experts are dealt over: TP with expert parallelism on a mixture
+        of experts, else 1 (sharded like every other matrix)."""
+        return self.tp if self.expert_parallel and shape.num_experts else 1
+
 
 def quantised_params(shape: ModelShape) -> int:
-    """The decoder layers' matrices: what fp8 or int4 weights apply to (every expert)."""
+    """The decoder layers' matrices: what fp8 or int4 weights apply to (every expert, the
+    shared ones too)."""
     dense_mlp = (shape.num_layers - shape.moe_layers) * shape.mlp_params_per_layer
-    experts = shape.moe_layers * shape.num_experts * shape.expert_params
+    experts = shape.moe_layers * (shape.num_experts + shape.shared_experts) * shape.expert_params
     return shape.num_layers * shape.attention_params_per_layer + dense_mlp + experts
 
 
 def quantised_flops_per_token(shape: ModelShape) -> float:
-    """FLOPs per token of the quantised matrices: the layers' own, through the active experts."""
+    """FLOPs per token of the quantised matrices: the layers' own, through the active experts
+    and the shared ones (every token passes through those)."""
     dense_mlp = (shape.num_layers - shape.moe_layers) * shape.mlp_params_per_layer
-    experts = shape.moe_layers * shape.experts_per_token * shape.expert_params
+    active = shape.experts_per_token + shape.shared_experts
+    experts = shape.moe_layers * active * shape.expert_params
     return 2.0 * (shape.num_layers * shape.attention_params_per_layer + dense_mlp + experts)
 
 
@@ -84,6 +112,54 @@ def weight_bytes(shape: ModelShape, layout: Layout, base_bytes: float) -> int:
     quantised = quantised_params(shape)
     rest = shape.param_count() - quantised
     return round(quantised * WEIGHT_BYTES[layout.weights] + rest * base_bytes)
+
+
+def bytes_per_param(layout: Layout, base_bytes: float) -> float:
+    """Bytes of one quantised-matrix parameter (the layers' matrices, every expert)."""
+    return base_bytes if layout.weights is None else WEIGHT_BYTES[layout.weights]
+
+
+def device_weight_bytes(shape: ModelShape, layout: Layout, base_bytes: float) -> int:
+    """Weight bytes on the device holding the most: a 1/tp shard of everything, or, with
+    expert parallelism, a 1/tp shard of all but the experts and ``ceil(E / EP)`` whole experts
+    per MoE layer."""
+    total = weight_bytes(shape, layout, base_bytes)
+    ep = layout.ep_size(shape)
+    if ep == 1:
+        return round(total / layout.tp)
+    experts = shape.moe_layers * shape.num_experts * shape.expert_params
+    expert_bytes = experts * bytes_per_param(layout, base_bytes)
+    most = shape.moe_layers * -(-shape.num_experts // ep) * shape.expert_params
+    return round((total - expert_bytes) / layout.tp + most * bytes_per_param(layout, base_bytes))
+
+
+def check_expert_parallel(shape: ModelShape, layout: Layout, source: str) -> None:
+    """Expert parallelism needs experts, more than one device, and no more devices than
+    experts (a device with none would idle)."""
+    if not layout.expert_parallel:
+        return
+    if not shape.num_experts:
+        raise SpecsimError(
+            f"{shape.name} has no experts to deal out",
+            file=source,
+            key="--enable-expert-parallel",
+            fix="drop --enable-expert-parallel for a dense model",
+        )
+    if layout.tp == 1:
+        raise SpecsimError(
+            "expert parallelism over one device splits nothing",
+            file=source,
+            key="--enable-expert-parallel",
+            fix="give --tp 2 or more, or drop --enable-expert-parallel",
+        )
+    if layout.tp > shape.num_experts:
+        raise DoesNotFit(
+            f"{shape.name} has {shape.num_experts} experts, fewer than the {layout.tp} devices "
+            "expert parallelism deals them over",
+            file=source,
+            key="--enable-expert-parallel",
+            fix=f"give --tp {shape.num_experts} or fewer, or drop --enable-expert-parallel",
+        )
 
 
 def kv_heads_per_device(shape: ModelShape, tp: int) -> int:
@@ -97,11 +173,16 @@ def device_kv_bytes_per_token(shape: ModelShape, layout: Layout, base_bytes: flo
     return dataclasses.replace(shape, num_kv_heads=heads).kv_bytes_per_token(kv_bytes)
 
 
+class DoesNotFit(SpecsimError):
+    """A deployment the model does not fit: heads that do not split over the devices, or
+    weights over a device's memory (a capacity plan reports it and goes on)."""
+
+
 def check_split(shape: ModelShape, tp: int, source: str) -> None:
     """vLLM's rule: query heads divide over the devices, KV heads divide or are replicated."""
     kv = shape.num_kv_heads
     if shape.num_heads % tp or (kv % tp and tp % kv):
-        raise SpecsimError(
+        raise DoesNotFit(
             f"{shape.name} ({shape.num_heads} heads, {kv} KV heads) cannot be split over {tp} "
             "devices",
             file=source,
@@ -113,11 +194,8 @@ def check_split(shape: ModelShape, tp: int, source: str) -> None:
 
 def ring_allreduce_s(nbytes: float, devices: int, link: Link, efficiency: float = 1.0) -> float:
     """Seconds of a ring all-reduce of ``nbytes`` over ``devices`` (module docstring)."""
-    if devices == 1:
-        return 0.0
-    steps = 2 * (devices - 1)
     bandwidth = link.bandwidth_bytes_per_s * efficiency
-    return steps * link.latency_s + steps / devices * nbytes / bandwidth
+    return ring_allreduce_seconds(nbytes, devices, bandwidth, link.latency_s)
 
 
 def allreduce_bytes_per_token(shape: ModelShape) -> int:
@@ -126,14 +204,38 @@ def allreduce_bytes_per_token(shape: ModelShape) -> int:
 
 
 def allreduce_terms(shape: ModelShape, layout: Layout) -> tuple[float, float]:
-    """(seconds per token in the pass, seconds per pass) of the pass's all-reduces: the
+    """(seconds per token in the pass, seconds per pass) of the pass's all-reduces, and with
+    expert parallelism its MoE layers' exchanges instead of their second all-reduce: the
     bandwidth term grows with the tokens, the latency term does not."""
     if layout.tp == 1:
         return 0.0, 0.0
-    count = ALLREDUCES_PER_LAYER * shape.num_layers
+    moe = shape.moe_layers if layout.ep_size(shape) > 1 else 0
+    count = ALLREDUCES_PER_LAYER * shape.num_layers - moe
     no_latency = layout.link.model_copy(update={"latency_s": 0.0})
     per_token = count * ring_allreduce_s(
         allreduce_bytes_per_token(shape), layout.tp, no_latency, layout.link_efficiency
     )
     per_pass = count * 2 * (layout.tp - 1) * layout.link.latency_s
+    if moe:
+        token_s, pass_s = expert_exchange_terms(shape, layout)
+        per_token += moe * token_s
+        per_pass += moe * pass_s
     return per_token, per_pass
+
+
+def expert_exchange_bytes_per_token(shape: ModelShape, devices: int) -> float:
+    """Bytes one device sends per token of the pass in one MoE layer (module docstring):
+    dispatch and combine, 2 k (p - 1) / p^2 hidden states, and the all-gather, (p - 1) / p."""
+    p = devices
+    hidden = allreduce_bytes_per_token(shape)
+    return (2 * shape.experts_per_token * (p - 1) / p**2 + (p - 1) / p) * hidden
+
+
+def expert_exchange_terms(shape: ModelShape, layout: Layout) -> tuple[float, float]:
+    """(seconds per token, seconds per pass) of one MoE layer's dispatch, combine and
+    all-gather over the replica's devices: three exchanges of ``p - 1`` steps each."""
+    p = layout.ep_size(shape)
+    bandwidth = layout.link.bandwidth_bytes_per_s * layout.link_efficiency
+    return expert_exchange_bytes_per_token(shape, p) / bandwidth, 3 * (
+        p - 1
+    ) * layout.link.latency_s

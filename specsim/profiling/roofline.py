@@ -23,6 +23,7 @@ term; the profile's hardware block then describes one device's memory and the re
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pydantic import Field
@@ -34,11 +35,15 @@ from specsim.fileio import read_yaml
 from specsim.profile.schema import Hardware, Latency, LatencyFit
 from specsim.profiling.flops import ModelShape, load_shape
 from specsim.profiling.parallel import (
+    DoesNotFit,
     Layout,
     Link,
     allreduce_terms,
+    check_expert_parallel,
     check_split,
     device_kv_bytes_per_token,
+    device_weight_bytes,
+    expert_exchange_terms,
     quantised_flops_per_token,
     weight_bytes,
 )
@@ -132,7 +137,7 @@ def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = No
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
     peak = hw.peak_flops * hw.efficiency.mfu
-    memory_s = weight_bytes(shape, layout, dtype_bytes) / layout.tp / bandwidth
+    memory_s = device_weight_bytes(read_shape(shape), layout, dtype_bytes) / bandwidth
     per_token_s = matmul_s_per_token(shape, hw, layout) / layout.tp
     allreduce_token_s, allreduce_pass_s = allreduce_terms(shape, layout)
     slope = per_token_s + allreduce_token_s
@@ -143,6 +148,40 @@ def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = No
         knee_tokens=memory_s / slope,
         per_kv_token_s=device_kv_bytes_per_token(shape, layout, dtype_bytes) / bandwidth,
         per_attention_pair_s=shape.attention_flops_per_pair() / layout.tp / peak,
+    )
+
+
+def read_shape(shape: ModelShape) -> ModelShape:
+    """The weights a pass reads: an MTP module holds none of the target's embedding and LM
+    head, but reads the head (vocab x hidden, once) in every pass."""
+    if not shape.shares_embeddings:
+        return shape
+    return dataclasses.replace(shape, shares_embeddings=False, tie_word_embeddings=True)
+
+
+def mtp_drafter_shape(target: ModelShape, source: str) -> ModelShape:
+    """``--drafter NAME=mtp``: the target's MTP module, or a one-line refusal."""
+    if not target.mtp_layers:
+        raise SpecsimError(
+            f"{target.name} has no MTP layers (num_nextn_predict_layers 0), so NAME=mtp has "
+            "nothing to draft with",
+            file=source,
+            key="num_nextn_predict_layers",
+            fix="give a target with MTP layers (DeepSeek-V3), or a draft model's config.json",
+        )
+    return target.mtp_shape()
+
+
+def mtp_note(names: list[str], shape: ModelShape, target: ModelShape) -> str:
+    """How an MTP drafter is costed: the draft_model kind's arithmetic over one module."""
+    return (
+        f"Drafter {', '.join(names)}: {target.name}'s multi-token-prediction module "
+        f"({shape.param_count() / 1e9:.2f} B parameters of its own: one decoder layer, the "
+        "2h x h projection of [embedding; hidden state], norms), costed as a draft model: "
+        "k one-token passes per step (vLLM's method mtp runs the one module k times), a pass "
+        "over the prompt and its own one-layer latent cache; each pass reads the module and the "
+        "target's LM head, which it shares with the embedding (held once, by the target); "
+        "sharded like the target."
     )
 
 
@@ -199,12 +238,12 @@ def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source
     """The weights one device holds (each model's shard, or the whole of a TP-1 drafter) must
     fit in its memory with room left for a KV cache."""
     dtype_bytes = DTYPE_BYTES[hw.dtype]
-    weights = sum(weight_bytes(s, lay, dtype_bytes) / lay.tp for s, lay in shapes)
+    weights = sum(device_weight_bytes(s, lay, dtype_bytes) for s, lay in shapes)
     usable = hw.memory_bytes * hw.efficiency.memory_utilization
     if weights >= usable:
         names = " + ".join(s.name for s, _ in shapes)
         tp = shapes[0][1].tp
-        raise SpecsimError(
+        raise DoesNotFit(
             f"weights of {names} ({weights / 1e9:.1f} GB per device) do not fit in "
             f"{usable / 1e9:.1f} GB usable on {hw.name}",
             file=source,
@@ -226,9 +265,11 @@ def deployed_spec(
     if replica_tp > 1:
         spec["sharding"] = {
             "tensor_parallel_size": layout.tp,
-            "weight_bytes_per_device": round(spec["weight_bytes"] / layout.tp),
+            "weight_bytes_per_device": device_weight_bytes(shape, layout, dtype_bytes),
             "kv_bytes_per_token_per_device": device_kv_bytes_per_token(shape, layout, dtype_bytes),
         }
+        if layout.ep_size(shape) > 1:
+            spec["sharding"]["expert_parallel_size"] = layout.ep_size(shape)
     if layout.weights is not None or layout.kv_cache is not None:
         spec["precision"] = {
             "weights": layout.weights or hw.dtype,
@@ -252,6 +293,7 @@ def roofline_profile(
     draft_tp: int | None = None,
     weights_dtype: str | None = None,
     kv_dtype: str | None = None,
+    expert_parallel: bool = False,
 ):
     """A complete roofline profile (validated ``Profile``) for a target and its drafters.
 
@@ -260,6 +302,8 @@ def roofline_profile(
     profile: acceptance does not depend on the hardware) and must name the given drafters.
     A replica spans ``tp`` devices; draft models span ``draft_tp`` (1 or ``tp``; default
     ``tp``, vLLM's default). The formats apply to the target and the draft models alike.
+    ``expert_parallel``: a mixture of experts' experts dealt out whole over the ``tp`` devices
+    (``specsim.profiling.parallel``).
     """
     hw = load_hardware(hardware_path)
     draft_tp = tp if draft_tp is None else draft_tp
@@ -271,9 +315,24 @@ def roofline_profile(
             fix=f"give 1 or {tp} (vLLM's draft_tensor_parallel_size can only be 1 or the target's)",
         )
     layout = hw.layout(tp, weights_dtype, kv_dtype, str(hardware_path))
+    layout = dataclasses.replace(layout, expert_parallel=expert_parallel)
     draft_layout = layout.with_tp(draft_tp)
     target = load_shape(target_path)
-    model_drafters = {d.name: load_shape(d.spec) for d in drafters if not d.is_ngram}
+    check_expert_parallel(target, layout, "command line")
+    mtp = [d.name for d in drafters if d.is_mtp]
+    if mtp and draft_tp != tp:
+        raise SpecsimError(
+            f"--draft-tp {draft_tp}: drafter {mtp[0]} is the target's MTP module, sharded with "
+            f"it over {tp} devices",
+            file="command line",
+            key="--draft-tp",
+            fix=f"drop --draft-tp (or give {tp}) with an mtp drafter",
+        )
+    model_drafters = {
+        d.name: mtp_drafter_shape(target, str(target_path)) if d.is_mtp else load_shape(d.spec)
+        for d in drafters
+        if not d.is_ngram
+    }
     for shape, lay in [(target, layout), *((s, draft_layout) for s in model_drafters.values())]:
         check_split(shape, lay.tp, "command line")
     check_fits(
@@ -288,13 +347,18 @@ def roofline_profile(
             drafter_specs[d.name] = ngram_spec(d.ngram, ngram_step_s)
         else:
             shape = model_drafters[d.name]
-            drafter_specs[d.name] = deployed_spec(
-                shape, "draft_model", hw, draft_layout, tp, shape.name
-            )
+            label = f"{target.name} MTP module" if d.is_mtp else shape.name
+            drafter_specs[d.name] = deployed_spec(shape, "draft_model", hw, draft_layout, tp, label)
+            if d.is_mtp:
+                drafter_specs[d.name]["method"] = "mtp"
     notes = [efficiency_note(hw, tp)]
     if tp > 1 or weights_dtype is not None or kv_dtype is not None:
         notes.append(deployment_note(target, hw, layout, draft_tp if model_drafters else None))
+    if layout.ep_size(target) > 1:
+        notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
+    if mtp:
+        notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
     if any(d.is_ngram for d in drafters):
         notes.append(
             f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "
@@ -376,6 +440,22 @@ def deployment_note(
             "the formats apply to the draft models too."
         )
     return " ".join(parts)
+
+
+def expert_parallel_note(target: ModelShape, hw: HardwareSpec, layout: Layout) -> str:
+    """What expert parallelism changes: the experts per device and the MoE layers' traffic."""
+    ep = layout.ep_size(target)
+    token_s, pass_s = expert_exchange_terms(target, layout)
+    return (
+        f"Expert parallelism over {ep} devices (vLLM's --enable-expert-parallel, EP = TP x DP "
+        f"with DP 1): up to {-(-target.num_experts // ep)} of the {target.num_experts} experts "
+        "whole on each device, attention tensor parallel; each of the "
+        f"{target.moe_layers} MoE layers replaces its MLP all-reduce with an all-to-all "
+        f"dispatch and combine of the tokens' {target.experts_per_token} expert copies (each "
+        f"device sending its 1/{ep} of the tokens, (p - 1)/p of the copies off-device) and an "
+        f"all-gather of the outputs over {layout.link_name}: {pass_s * 1e6:.3g} us per pass "
+        f"plus {token_s * 1e9:.3g} ns per token per MoE layer (stated model, not measured)."
+    )
 
 
 def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:

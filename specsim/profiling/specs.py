@@ -1,8 +1,9 @@
 """Parsing ``--drafter NAME=SPEC`` arguments.
 
 SPEC is a model (a local Hugging Face folder, a ``config.json`` alone for random weights, or a
-built-in name) or a prompt-lookup drafter ``ngram`` / ``ngram:N`` (N = n-gram size, default 3).
-Without ``NAME=``, the name is derived from SPEC.
+built-in name), a prompt-lookup drafter ``ngram`` / ``ngram:N`` (N = n-gram size, default 3), or
+``mtp``: the target's own multi-token-prediction module (roofline only). Without ``NAME=``, the
+name is derived from SPEC.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from specsim.drafters import parse_ngram
 from specsim.errors import SpecsimError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MTP = "mtp"  # the target's MTP module as the drafter (``ModelShape.mtp_shape``)
 
 
 @dataclass(frozen=True)
@@ -27,10 +29,16 @@ class DrafterArg:
     def is_ngram(self) -> bool:
         return self.ngram is not None
 
+    @property
+    def is_mtp(self) -> bool:
+        return self.spec == MTP
+
 
 def default_name(spec: str) -> str:
     if parse_ngram(spec) is not None:
         return "ngram"
+    if spec == MTP:
+        return MTP
     path = Path(spec)
     stem = path.parent.name if path.name == "config.json" else path.name
     return stem.removesuffix(".json") or "drafter"
@@ -43,7 +51,7 @@ def parse_drafter(text: str) -> DrafterArg:
         raise SpecsimError(
             f"drafter {text!r} has no model",
             file="--drafter",
-            fix="write NAME=MODEL, NAME=ngram or NAME=ngram:N",
+            fix="write NAME=MODEL, NAME=ngram, NAME=ngram:N or NAME=mtp",
         )
     name = name or default_name(spec)
     if not _NAME.match(name):

@@ -19,7 +19,10 @@ the text. Per position and rank, for children drafted
   depend on the rejected token, so child r is reached with probability prod_{j<r} (1 - b_j),
   b_j = sum min(p'_j, q), and accepted holding t with min(q(t), p'_r(t)); given t,
   ``accept[r] = prod_{j<r} (1 - b_j) min(q(t), p'_r(t)) / p(t)``. With one child this is the
-  chain's min(1, q(t) / p(t)).
+  chain's min(1, q(t) / p(t));
+* ``without-replacement`` (Sequoia, RSD: child j drawn from q with its elder siblings' tokens
+  removed): the residual depends on how much q-mass the rejected siblings held
+  (``specsim.profiling.tree_without_replacement``).
 
 Distributions are temperature-only (softmax(logits / T)), as for chains.
 """
@@ -33,7 +36,7 @@ import torch
 
 from specsim.profiling.scoring import probabilities
 
-TREE_DRAFTS = ("top-k", "iid")
+TREE_DRAFTS = ("top-k", "iid", "without-replacement")
 
 
 def top_k_accept(q_logits: torch.Tensor, tokens: Sequence[int], width: int) -> np.ndarray:

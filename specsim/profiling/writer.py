@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from specsim import __version__
 from specsim.config import validate_as
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_yaml, write_text_atomic
 from specsim.profile.schema import Acceptance, Latency, Profile
 from specsim.profiling.flops import ModelShape
+from specsim.version import __version__
 
 MAX_K = 8
 

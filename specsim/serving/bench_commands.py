@@ -192,7 +192,8 @@ def controlled_servers(setting: EngineSetting, engines: tuple[str, ...]) -> list
     k = spec.fallback_k if spec.by_batch else spec.k
     # SGLang simulates acceptance on its EAGLE-family verify path only, not NGRAM's (§4.6).
     if "sglang" in engines and k > 0 and spec.kind != "ngram":
-        sglang = shlex.join(a for pair in sglang_config.arguments(setting, k) for a in pair)
+        options = sglang_config.arguments(setting, k)
+        sglang = shlex.join(a for pair in options for a in pair if a is not None)
         length = spec.mean_acceptance_length(k)
         lines.append(
             f"  SGLANG_SIMULATE_ACC_LEN={length:.4f} python -m sglang.launch_server "

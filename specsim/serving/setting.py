@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.tree import TreeShape
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -69,7 +70,13 @@ class Speculative:
     static window the plan found best at its chosen load, what an engine that cannot take a
     table runs instead (0: speculation off). ``unconditional_rates[i]`` is the chance that a
     step's first i + 1 drafts are all accepted (vLLM's per-position definition), for the
-    engines' forced-acceptance knobs.
+    engines' forced-acceptance knobs (for a tree: the chance its accepted path reaches depth
+    i + 1). ``tree``: the step drafts this tree instead of a chain (k is its depth), its
+    children drafted ``tree_drafts``; ``sglang_knobs``: the (num_steps, topk,
+    num_draft_tokens) it came from, when the plan searched SGLang's space. ``method``: the
+    profile's drafter method (``mtp``: the target's own MTP layers, no model of its own).
+    ``passes``: a heads drafter's stated ``passes`` (parallel: Medusa heads; autoregressive:
+    EAGLE-style); None when the profile does not say, written as EAGLE as before.
     """
 
     drafter: str
@@ -80,6 +87,19 @@ class Speculative:
     by_batch: tuple[BatchRow, ...] = ()
     static_k: int | None = None
     ngram_size: int | None = None
+    tree: TreeShape | None = None
+    tree_drafts: str | None = None
+    sglang_knobs: tuple[int, int, int] | None = None
+    method: str | None = None
+    passes: str | None = None
+
+    @property
+    def is_medusa(self) -> bool:
+        return self.kind == "heads" and self.passes == "parallel"
+
+    @property
+    def is_mtp(self) -> bool:
+        return self.method == "mtp"
 
     @property
     def fallback_k(self) -> int:
@@ -104,6 +124,9 @@ class EngineSetting:
     draft_tensor_parallel_size: int | None = None  # None: the target's (vLLM's default)
     weights_dtype: str | None = None  # the target's precision.weights; None: 16-bit
     kv_cache_dtype: str | None = None  # None: the model's dtype
+    expert_parallel: bool = False  # the target's experts dealt out whole (sharding's EP size)
+    block_size: int | None = None  # the scenario's engine.block_size (KV block, tokens)
+    prefix_caching: bool = False  # the scenario has workload.prefix (cached prompt prefixes)
     # Engine-neutral: what the plan chose that no engine can run, and what stands in for it.
     unexpressed: tuple[str, ...] = ()
 
@@ -134,10 +157,24 @@ def deployment(profile: Any, drafter: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"tensor_parallel_size": profile.hardware.devices}
     if draft is not None and draft.sharding is not None:
         out["draft_tensor_parallel_size"] = draft.sharding.tensor_parallel_size
+    if target.sharding is not None and target.sharding.expert_parallel_size is not None:
+        out["expert_parallel"] = True
     if target.precision is not None:
         out["weights_dtype"] = target.precision.weights
         out["kv_cache_dtype"] = target.precision.kv_cache
     return out
+
+
+def medusa_refusal(setting: EngineSetting, engine: str, where: str) -> str | None:
+    """An engine without Medusa refuses heads the profile states are parallel (Medusa), rather
+    than running them as EAGLE heads, which they are not."""
+    spec = setting.speculation
+    if spec is None or not spec.is_medusa:
+        return None
+    return (
+        f"the profile's heads drafter has passes: parallel (Medusa), and {engine} has no Medusa "
+        f"method ({where}); an EAGLE-style drafter states passes: autoregressive"
+    )
 
 
 def unknown_formats(setting: EngineSetting, engine: str) -> list[str]:

@@ -3,7 +3,11 @@
 The options are SGLang 0.5.23's (engine-formats.md §4.5): ``--speculative-algorithm``,
 ``--speculative-draft-model-path``, ``--speculative-num-steps``, ``--speculative-eagle-topk``,
 ``--speculative-num-draft-tokens``, ``--max-running-requests`` and ``--tp-size``. specsim's
-steps are chains, so topk is 1 and the draft tokens are steps + 1, which SGLang enforces.
+chain is topk 1 with draft tokens steps + 1, which SGLang enforces. A tree is SGLang's three
+knobs: the (num_steps, topk, num_draft_tokens) the plan searched (``planning.trees``), or for a
+given shape its depth, its widest node's children and its nodes + 1, when SGLang's beams can
+hold it (at most topk nodes per depth expand, §4.5); SGLang rebuilds its tree every step from
+the drafter's scores, so the knobs set its budget and the shape is the plan's stand-in.
 SGLang has no batch-size schedule: a k-by-batch table is written as the static k the plan found
 best at its chosen load, and said so. ``check`` holds the arguments to §4.5 first.
 """
@@ -19,6 +23,7 @@ from specsim.serving.setting import (
     args_text,
     draft_tp_unexpressed,
     header_lines,
+    medusa_refusal,
     unknown_formats,
     use,
     violation,
@@ -37,15 +42,19 @@ FLAGS = frozenset(
         "--speculative-eagle-topk",
         "--speculative-num-draft-tokens",
         "--speculative-ngram-max-bfs-breadth",
+        "--disable-overlap-schedule",
         "--max-running-requests",
         "--tp-size",
+        "--ep-size",
     }
 )
 
 
 def algorithm(spec: Speculative) -> str:
     """A separate draft model is STANDALONE, prompt lookup NGRAM, heads EAGLE (EAGLE3 when the
-    path says so)."""
+    path says so), the target's MTP layers EAGLE (SGLang's NEXTN resolves to it, §4.5)."""
+    if spec.is_mtp:
+        return "EAGLE"
     if spec.kind == "ngram":
         return "NGRAM"
     if spec.kind == "heads":
@@ -53,7 +62,36 @@ def algorithm(spec: Speculative) -> str:
     return "STANDALONE"
 
 
-def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str]]:
+def tree_knobs(spec: Speculative) -> tuple[int, int, int] | str:
+    """(num_steps, topk, num_draft_tokens) of the setting's tree, or why SGLang cannot hold it."""
+    if spec.sglang_knobs is not None:
+        return spec.sglang_knobs
+    shape = spec.tree
+    topk = max(len(shape.children(node)) for node in (-1, *range(shape.num_nodes)))
+    for depth in range(1, shape.depth):
+        expanding = [i for i in range(shape.num_nodes) if shape.depths[i] == depth]
+        expanding = [i for i in expanding if shape.children(i)]
+        if len(expanding) > topk:
+            return (
+                f"{len(expanding)} nodes at depth {depth} have children, but SGLang expands only "
+                f"its topk = {topk} best nodes per depth (§4.5)"
+            )
+    return shape.depth, topk, shape.num_nodes + 1
+
+
+def refuses(setting: EngineSetting) -> str | None:
+    """Why SGLang cannot run the setting's tree (None: it can, or there is no tree)."""
+    spec = setting.speculation
+    medusa = medusa_refusal(setting, "SGLang", "§4.5: its builtin algorithms")
+    if medusa is not None or spec is None or spec.tree is None:
+        return medusa
+    if algorithm(spec) == "NGRAM":
+        return "SGLang's NGRAM builds its own trie-based tree, not a drafted one (§4.5)"
+    knobs = tree_knobs(spec)
+    return knobs if isinstance(knobs, str) else None
+
+
+def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
     """The options for window ``k`` (0: the plain server, no speculative option at all)."""
     spec = setting.speculation
     out: list[tuple[str, str]] = []
@@ -65,15 +103,34 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str]]:
             # breadth 1 drafts a chain. Its draft tokens are taken to count the root as a
             # chain's do (§4.5 does not say).
             out.append(("--speculative-ngram-max-bfs-breadth", "1"))
+        elif spec.tree is not None:
+            steps, topk, tokens = tree_knobs(spec)
+            out.append(("--speculative-draft-model-path", draft_path(setting)))
+            out.append(("--speculative-num-steps", str(steps)))
+            out.append(("--speculative-eagle-topk", str(topk)))
         else:
-            out.append(("--speculative-draft-model-path", spec.model.path))
+            out.append(("--speculative-draft-model-path", draft_path(setting)))
             out.append(("--speculative-num-steps", str(k)))
             out.append(("--speculative-eagle-topk", "1"))
-        out.append(("--speculative-num-draft-tokens", str(k + 1)))
+        tokens = tree_knobs(spec)[2] if spec.tree is not None and name != "NGRAM" else k + 1
+        out.append(("--speculative-num-draft-tokens", str(tokens)))
+        if spec.tree is not None:
+            # SGLang's overlap scheduler runs topk-1 chains only and refuses a tree without this.
+            out.append(("--disable-overlap-schedule", None))
     # Always given: with speculation SGLang would otherwise reset it to 48 (§4.5).
     out.append(("--max-running-requests", str(setting.max_batch)))
     out.append(("--tp-size", str(setting.tensor_parallel_size)))
+    if setting.expert_parallel:
+        # ServerArgs.ep_size (sglang/srt/arg_groups/fields/parallel.py): experts over every device.
+        out.append(("--ep-size", str(setting.tensor_parallel_size)))
     return out
+
+
+def draft_path(setting: EngineSetting) -> str:
+    """The drafter's checkpoint: its own, or for MTP the target's, which holds the NextN layers
+    (SGLang's default draft path for DeepSeek-V3, written out, §4.5)."""
+    spec = setting.speculation
+    return setting.target.path if spec.is_mtp else spec.model.path
 
 
 def check(options: list[tuple[str, str]]) -> None:
@@ -110,6 +167,10 @@ def check(options: list[tuple[str, str]]) -> None:
         raise violation(ARGS_FILE, "--speculative-num-steps", "needs topk and tokens", "§4.5")
     if topk == 1 and tokens != steps + 1:
         raise violation(ARGS_FILE, "--speculative-num-draft-tokens", "is not steps + 1", "§4.5")
+    if tokens > steps * topk + 1:
+        # More than the nodes SGLang drafts: bench_speculative refuses it (§4.7).
+        flag = "--speculative-num-draft-tokens"
+        raise violation(ARGS_FILE, flag, "is above steps x topk + 1", "§4.7")
 
 
 def _count(given: dict[str, str], flag: str) -> int:
@@ -129,6 +190,11 @@ def not_expressible(setting: EngineSetting) -> list[str]:
             "follows acceptance, not the batch, §4.5); written instead: "
             f"{fallback}, the best static choice at the plan's chosen load"
         )
+    if spec.tree is not None and spec.tree_drafts not in (None, "top-k"):
+        notes.append(
+            f"the plan's tree drafts its children {spec.tree_drafts}; SGLang's EAGLE tree takes "
+            "the drafter's top-k, so its acceptance will follow the profile's top-k trees"
+        )
     if setting.verifier == "typical":
         notes.append(
             "verifier typical: SGLang's relaxed acceptance (speculative_accept_threshold_*) is "
@@ -140,6 +206,19 @@ def not_expressible(setting: EngineSetting) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     formats = unknown_formats(setting, "SGLang")
+    if spec is not None and spec.tree is not None:
+        formats.append(
+            f"SGLang rebuilds its tree each step from the drafter's scores: the three knobs set "
+            f"its depth, beams and node budget, and the plan's {spec.tree.describe()} is the "
+            "static tree it stands for; --disable-overlap-schedule is written because SGLang's "
+            "overlap scheduler runs topk-1 chains only"
+        )
+    if spec is not None and spec.is_mtp:
+        formats.append(
+            "the target's MTP (NextN) layers run as SGLang's EAGLE algorithm with the target's "
+            "checkpoint as the draft model path (NEXTN resolves to EAGLE; for DeepSeek-V3 the "
+            "draft path defaults to the target's, §4.5)"
+        )
     if spec is None or spec.kind != "ngram":
         return formats
     return [
@@ -162,7 +241,11 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     usage = ["Start the server from this folder (--model-path names the target):", f"  {start}"]
     top = header_lines(header, missing, remarks, usage)
     written = {
-        flag.removeprefix("--").replace("-", "_"): int(value) if value.isdigit() else value
+        flag.removeprefix("--").replace("-", "_"): True
+        if value is None
+        else int(value)
+        if value.isdigit()
+        else value
         for flag, value in options
     }
     files = {ARGS_FILE: args_text(comments(top), options)}

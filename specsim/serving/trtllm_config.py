@@ -3,10 +3,12 @@
 The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_api_options``
 (engine-formats.md §5.1): ``max_batch_size``, ``max_num_tokens``, ``tensor_parallel_size``
 (§5.5) and, when speculating, ``speculative_config`` with the class literal ``decoding_type``
-(``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``; §5.2), ``max_draft_len``,
+(``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``, ``MTP``; §5.2), ``max_draft_len``,
 ``speculative_model`` and for a k-by-batch table ``draft_len_schedule`` (§5.3): keys are
 inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
-smallest key must equal ``max_draft_len``. ``check`` holds the options to §5.2-5.5 first.
+smallest key must equal ``max_draft_len``. A tree is Eagle's static ``eagle_choices`` (the
+paths of child ranks, specsim's own form) with ``max_draft_len`` its depth (§5.4); the other
+decoding types draft chains only. ``check`` holds the options to §5.2-5.5 first.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from specsim.serving.setting import (
     Speculative,
     draft_tp_unexpressed,
     header_lines,
+    medusa_refusal,
     unknown_formats,
     violation,
 )
@@ -32,7 +35,9 @@ DECODING_TYPES = frozenset(
     {"Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "PARD", "DFlash", "DSpark"}
 )
 NEEDS_MODEL = frozenset({"Draft_Target", "Eagle", "Eagle3"})  # §5.4
-TOP_KEYS = frozenset({"max_batch_size", "max_num_tokens", "tensor_parallel_size"})
+TOP_KEYS = frozenset(
+    {"max_batch_size", "max_num_tokens", "tensor_parallel_size", "moe_expert_parallel_size"}
+)
 SPEC_KEYS = frozenset(
     {
         "decoding_type",
@@ -41,12 +46,31 @@ SPEC_KEYS = frozenset(
         "draft_len_schedule",
         "max_matching_ngram_size",
         "max_concurrency",
+        "eagle_choices",
     }
 )
+TREE_TYPES = frozenset({"Eagle", "Eagle3"})  # eagle_choices (§5.4)
+
+
+def refuses(setting: EngineSetting) -> str | None:
+    """Why TensorRT-LLM cannot run the setting's tree (None: it can, or there is none)."""
+    spec = setting.speculation
+    medusa = medusa_refusal(setting, "TensorRT-LLM", "§5.2: Medusa left its decoding configs")
+    if medusa is not None or spec is None or spec.tree is None:
+        return medusa
+    if decoding_type(spec) in TREE_TYPES:
+        return None
+    return (
+        f"TensorRT-LLM's {decoding_type(spec)} decoding drafts a chain only; trees "
+        "(eagle_choices) are Eagle/Eagle3's, for decoding-head drafters (§5.4)"
+    )
 
 
 def decoding_type(spec: Speculative) -> str:
-    """The class literal (§5.2: the docs write ``DraftTarget``; the class says ``Draft_Target``)."""
+    """The class literal (§5.2: the docs write ``DraftTarget``; the class says ``Draft_Target``);
+    the target's MTP layers are ``MTP``, which loads them from the target's checkpoint."""
+    if spec.is_mtp:
+        return "MTP"
     if spec.kind == "ngram":
         return "NGram"
     if spec.kind == "heads":
@@ -83,6 +107,9 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
         "max_num_tokens": setting.max_batched_tokens,
         "tensor_parallel_size": setting.tensor_parallel_size,
     }
+    if setting.expert_parallel:
+        # BaseLlmArgs.moe_expert_parallel_size (llmapi/llm_args.py): experts over every device.
+        out["moe_expert_parallel_size"] = setting.tensor_parallel_size
     notes: list[str] = []
     spec = setting.speculation
     if spec is None:
@@ -99,6 +126,9 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
         config["max_draft_len"] = spec.k
     if spec.model is not None:
         config["speculative_model"] = spec.model.path
+    if spec.tree is not None:
+        config["max_draft_len"] = spec.tree.depth  # TensorRT-LLM resets it to the depth (§5.4)
+        config["eagle_choices"] = spec.tree.to_paths()
     if name == "NGram":
         config["max_matching_ngram_size"] = spec.ngram_size
     if schedule is not None:
@@ -129,6 +159,9 @@ def check(document: dict[str, Any]) -> None:
         raise violation(YAML_FILE, "speculative_config.max_draft_len", "must be > 0", "§5.4")
     if name in NEEDS_MODEL and not config.get("speculative_model"):
         raise violation(YAML_FILE, "speculative_config.speculative_model", "required", "§5.4")
+    if name == "MTP" and "speculative_model" in config:
+        key = "speculative_config.speculative_model"
+        raise violation(YAML_FILE, key, "MTP layers are the target checkpoint's", "§5.4")
     if name == "NGram":
         size = config.get("max_matching_ngram_size")
         if not _whole(size) or size < 1:
@@ -136,6 +169,22 @@ def check(document: dict[str, Any]) -> None:
             raise violation(YAML_FILE, key, "must be a positive whole number", "§5.4")
     if "draft_len_schedule" in config:
         _check_schedule(config, top)
+    if "eagle_choices" in config:
+        _check_choices(config, name, top)
+
+
+def _check_choices(config: dict[str, Any], name: str, top: int) -> None:
+    key = "speculative_config.eagle_choices"
+    choices = config["eagle_choices"]
+    if name not in TREE_TYPES:
+        raise violation(YAML_FILE, key, f"is Eagle's, not {name}'s", "§5.4")
+    if not isinstance(choices, list) or not choices:
+        raise violation(YAML_FILE, key, "must be a non-empty list of paths", "§5.4")
+    paths = [tuple(path) for path in choices]
+    if any(len(path) > 1 and path[:-1] not in paths for path in paths):
+        raise violation(YAML_FILE, key, "must be connected (every parent listed)", "§5.4")
+    if top != max(len(path) for path in paths):
+        raise violation(YAML_FILE, "speculative_config.max_draft_len", "is not the depth", "§5.4")
 
 
 def _check_schedule(config: dict[str, Any], top: int) -> None:
@@ -176,6 +225,23 @@ def notes(setting: EngineSetting) -> list[str]:
         out.append(
             "decoding_type Draft_Target is the class literal; TensorRT-LLM's docs write "
             "DraftTarget (§5.2)"
+        )
+    if spec is not None and spec.tree is not None:
+        out.append(
+            "eagle_choices is a static tree, which TensorRT-LLM marks deprecated (to be removed "
+            "in release 1.4; its dynamic tree, use_dynamic_tree, picks nodes per step) (§5.4)"
+        )
+        if spec.tree_drafts not in (None, "top-k"):
+            out.append(
+                f"the plan's tree drafts its children {spec.tree_drafts}; Eagle's tree takes "
+                "the heads' top-k, so acceptance will follow the profile's top-k trees"
+            )
+    if spec is not None and decoding_type(spec) == "MTP":
+        out.append(
+            "MTP's draft length is max_draft_len: num_nextn_predict_layers is now internal, "
+            "filled from the checkpoint, and moved into max_draft_len when given (§5.4); with "
+            "one MTP layer TensorRT-LLM runs it EAGLE-style (MTP_EAGLE_ONE_MODEL: the one layer "
+            "autoregressively), as the profile costs it"
         )
     if spec is not None and decoding_type(spec) == "Eagle":
         out.append(

@@ -25,6 +25,7 @@ from specsim.serving.setting import (
     Speculative,
     args_text,
     header_lines,
+    medusa_refusal,
     use,
     violation,
 )
@@ -49,7 +50,7 @@ FIELDS = frozenset(
     }
 )
 # SpeculativeMethod values specsim's drafter kinds map to (§3.2: V33 has no medusa).
-METHODS = frozenset({"draft_model", "ngram", "eagle", "eagle3"})
+METHODS = frozenset({"draft_model", "ngram", "eagle", "eagle3", "mtp"})
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})  # §3.5
 # On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
 SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
@@ -58,12 +59,35 @@ REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.
 
 def method(spec: Speculative) -> str:
     """vLLM's method for a specsim drafter kind; heads are EAGLE, EAGLE-3 when the path says
-    so (vLLM sniffs ``eagle3`` in a draft model's name the same way, §3.5)."""
+    so (vLLM sniffs ``eagle3`` in a draft model's name the same way, §3.5); the target's MTP
+    layers are ``mtp``, which takes no model (it uses the target's, §3.5)."""
+    if spec.is_mtp:
+        return "mtp"
     if spec.kind == "ngram":
         return "ngram"
     if spec.kind == "heads":
         return "eagle3" if spec.model and "eagle3" in spec.model.path.lower() else "eagle"
     return "draft_model"
+
+
+def token_tree(shape) -> str:
+    """A tree as vLLM 0.10.2's ``speculative_token_tree`` took it: a string holding a Python
+    list of tuples of child ranks, breadth-first (§3.5), e.g. ``[(0,), (1,), (0, 0)]``."""
+    return str([tuple(path) for path in shape.paths])
+
+
+def refuses(setting: EngineSetting) -> str | None:
+    """vLLM 0.33 has no tree option: ``speculative_token_tree`` is gone from its
+    SpeculativeConfig (§3.2, §3.5), so a tree is refused rather than written as a chain."""
+    spec = setting.speculation
+    medusa = medusa_refusal(setting, "vLLM 0.33", "§3.2: medusa left its SpeculativeMethod")
+    if medusa is not None or spec is None or spec.tree is None:
+        return medusa
+    return (
+        "vLLM 0.33's speculative_config has no speculative_token_tree (§3.2; vLLM 0.10.2 took "
+        f'it for EAGLE methods as "speculative_token_tree": "{token_tree(spec.tree)}" with '
+        f"num_speculative_tokens {spec.tree.num_nodes}), so the tree cannot be written"
+    )
 
 
 def schedule(spec: Speculative) -> list[list[int]]:
@@ -109,7 +133,10 @@ def server_arguments(setting: EngineSetting, config: dict[str, Any] | None) -> l
         ("--max-num-batched-tokens", str(setting.max_batched_tokens)),
         ("--tensor-parallel-size", str(setting.tensor_parallel_size)),
     ]
+    if setting.expert_parallel:
+        arguments.append(("--enable-expert-parallel", None))
     arguments += format_arguments(setting)
+    arguments += cache_arguments(setting)
     if config is not None:
         arguments.append(("--speculative-config", json.dumps(config)))
     return arguments
@@ -123,6 +150,17 @@ def format_arguments(setting: EngineSetting) -> list[tuple[str, str]]:
         out.append(("--quantization", "fp8"))
     if setting.kv_cache_dtype == "fp8":
         out.append(("--kv-cache-dtype", "fp8"))
+    return out
+
+
+def cache_arguments(setting: EngineSetting) -> list[tuple[str, str | None]]:
+    """The scenario's KV block size, and prefix caching when its requests hit cached prefixes
+    (V1 caches prefixes by default; the flag states what the plan assumed)."""
+    out: list[tuple[str, str | None]] = []
+    if setting.block_size is not None:
+        out.append(("--block-size", str(setting.block_size)))
+    if setting.prefix_caching:
+        out.append(("--enable-prefix-caching", None))
     return out
 
 
@@ -143,6 +181,8 @@ def check(config: dict[str, Any] | None, max_num_seqs: int, target_tp: int = 1) 
         raise violation(SPEC_FILE, "num_speculative_tokens", f"{k!r} is not above 0", "§3.2")
     if name in NEEDS_MODEL and not config.get("model"):
         raise violation(SPEC_FILE, "model", f"method {name} needs a draft model", "§3.5")
+    if name == "mtp" and "model" in config:
+        raise violation(SPEC_FILE, "model", "method mtp runs the target's own layers", "§3.5")
     if name == "ngram":
         low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
         if not (_whole(low) and _whole(high) and 1 <= low <= high):
@@ -228,6 +268,16 @@ def notes(setting: EngineSetting) -> list[str]:
             "int4 weights: vLLM reads the method (AWQ, GPTQ) from a pre-quantised checkpoint's "
             "config, so no --quantization is written: serve such a checkpoint (§3.7)"
         )
+    if spec is not None and spec.is_mtp:
+        out.append(
+            "method mtp runs the target checkpoint's MTP layers (num_nextn_predict_layers), the "
+            "one module k times per step, with no draft model of its own (§3.2, §3.5)"
+        )
+    if setting.prefix_caching:
+        out.append(
+            "the scenario's workload.prefix assumes prefix caching on: vLLM V1 enables it by "
+            "default, and --enable-prefix-caching states it"
+        )
     if spec is None or spec.kind != "heads":
         return out
     return [
@@ -261,6 +311,14 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
         "max_num_batched_tokens": setting.max_batched_tokens,
         "tensor_parallel_size": setting.tensor_parallel_size,
     }
+    if setting.expert_parallel:
+        written["enable_expert_parallel"] = True
+    written.update(
+        {
+            flag.removeprefix("--").replace("-", "_"): True if value is None else int(value)
+            for flag, value in cache_arguments(setting)
+        }
+    )
     written.update(
         {
             flag.removeprefix("--").replace("-", "_"): value

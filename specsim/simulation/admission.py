@@ -8,6 +8,18 @@
   prompt and the tokens it had generated).
 - Chunking: which prompt tokens ride in the next iteration, in queue order, within the token
   budget (whole prompts in iterations of their own, without chunked prefill).
+- Prefix caching: an admitted request starts prefill past its cached prefix (``prefilled`` =
+  the hit), so chunking and cost see only the uncached tokens, while its reservation holds the
+  whole prompt. The hit is at most the prompt less one token (vLLM recomputes the last one for
+  its logits: ``max_cache_hit_length = num_tokens - 1`` in vllm/v1/core/kv_cache_manager.py) and
+  whole blocks only; a preempted request is readmitted with the same hit, its own generated
+  tokens recomputed.
+- KV blocks (``engine.block_size``): capacity, reservations and use are counted in blocks, each
+  sequence holding cdiv(its tokens + lookahead, block_size), as vLLM's ``allocate_slots`` asks
+  for cdiv(num_computed + num_new + num_lookahead_tokens, block_size)
+  (vllm/v1/core/kv_cache_manager.py, vllm/v1/core/single_type_kv_cache_manager.py). The replica
+  gives the lookahead: the k + 1 positions a step verifies (vLLM's num_new for a decoding row:
+  the last sampled token and k drafts), and with a draft model k more (num_lookahead_tokens).
 
 The running batch itself (the decoding rows) is the replica's; the calls that need it take
 what they read of it.
@@ -21,11 +33,52 @@ from typing import Protocol
 import numpy as np
 
 from specsim.costs import PassTotals
+from specsim.costs.kv_cache import blocks_for
 from specsim.errors import SpecsimError
 from specsim.scenario import Engine
 from specsim.simulation.request import Request
+from specsim.workload.prefix import NoPrefix
 
 Chunks = list[tuple[Request, float]]  # (request, prompt tokens it runs this iteration)
+
+
+FITS_FIX = (
+    "cap the lengths, or give the engine more memory (engine.memory_utilisation, "
+    "engine.kv_capacity_tokens, a larger device in the profile)"
+)
+
+
+def verify_lookahead(k_max: int, tree_rows) -> int:
+    """Positions a step verifies past a sequence's tokens: k + 1, or a tree's nodes."""
+    return k_max + 1 if tree_rows is None else int(tree_rows.verified[-1])
+
+
+def kv_lookahead(k_max: int, costs, block_size: int | None) -> int:
+    """KV slots each sequence holds beyond its tokens: the verified positions and, with KV
+    blocks, a draft model's own k (vLLM's v1 scheduler allocates num_lookahead_tokens = k slots
+    for a proposer that writes KV of its own: draft models, EAGLE; not n-gram or Medusa;
+    vllm/v1/core/sched/scheduler.py, into KVCacheManager.allocate_slots)."""
+    slots = verify_lookahead(k_max, costs.tree_rows)
+    if block_size is not None and costs.tree_rows is None and costs.drafter.kind == "draft_model":
+        slots += k_max
+    return slots
+
+
+def never_fits(
+    prompt: int, output: int, lookahead: int, kv_capacity: int, block_size: int | None
+) -> str | None:
+    """Why a request of these lengths can never be admitted (None: it can): its whole
+    sequence and the lookahead need more of the cache (tokens, or blocks with a block size)
+    than a replica holds."""
+    tokens = prompt + output + lookahead
+    need = tokens if block_size is None else float(blocks_for(int(tokens), block_size))
+    if need <= kv_capacity:
+        return None
+    unit = "tokens" if block_size is None else f"blocks of {block_size}"
+    return (
+        f"needs {need:.0f} KV-cache {unit} (prompt {prompt} + output {output} + lookahead) "
+        f"but a replica holds {kv_capacity}"
+    )
 
 
 class RunningBatch(Protocol):
@@ -33,6 +86,10 @@ class RunningBatch(Protocol):
 
     decoding: int  # rows decoding
     decode_kv: float  # KV-cache tokens they hold
+
+    def decode_blocks(self) -> float:
+        """KV-cache blocks they hold, lookahead included (with ``engine.block_size`` only)."""
+        ...
 
     def evict_youngest(self) -> Request:
         """Take the most recently admitted decoding row out of the batch."""
@@ -43,37 +100,71 @@ class Admission:
     """The queue, the prompts being prefilled and the KV cache they have reserved."""
 
     def __init__(
-        self, engine: Engine, lookahead: int, kv_capacity: int, acceptance, rng: np.random.Generator
+        self,
+        engine: Engine,
+        lookahead: int,
+        kv_capacity: int,
+        acceptance,
+        rng: np.random.Generator,
+        prefix=None,
     ):
         self.chunked = engine.chunked_prefill
         self.token_budget = engine.max_batched_tokens
         self.max_batch = engine.max_batch
         self.lookahead = lookahead
-        self.kv_capacity = kv_capacity
+        self.block_size = engine.block_size
+        self.kv_capacity = kv_capacity  # in blocks with a block size, else in tokens
+        self.prefix = NoPrefix() if prefix is None else prefix  # ``specsim.workload.prefix``
+        self.prefix_queried = 0  # prompt tokens looked up in the cache, every admission
+        self.prefix_hits = 0  # of those, cached
+        self.prefill_computed = 0.0  # prompt tokens run through prefill (recomputation too)
         self.acceptance = acceptance
         self.rng = rng  # the replica's stream (acceptance levels are drawn from it too)
         self.queue: deque[Request] = deque()
         self.prefilling: list[Request] = []  # admitted, prompt not yet through, in order
-        self.reserved = 0.0  # KV-cache tokens reserved for the prompts in prefill
+        self.reserved = 0.0  # KV-cache tokens (blocks) reserved for the prompts in prefill
         self.pending = 0.0  # prompt tokens admitted but not yet processed
         self.admissions = 0
         self._levels: list[int] = []
 
+    def slots(self, tokens: float) -> float:
+        """The cache ``tokens`` slots take: themselves, or whole blocks with a block size."""
+        if self.block_size is None:
+            return tokens
+        return float(blocks_for(int(tokens), self.block_size))
+
+    def reservation(self, request: Request) -> float:
+        """What an admitted prompt holds while in prefill: its tokens and the lookahead."""
+        return self.slots(request.prefill_target + self.lookahead)
+
     def check_fits(self, request: Request) -> None:
-        need = request.prompt + request.output + self.lookahead
-        if need > self.kv_capacity:
-            raise SpecsimError(
-                f"request {request.rid} needs {need} KV-cache tokens (prompt {request.prompt} + "
-                f"output {request.output} + lookahead) but a replica holds {self.kv_capacity}",
-                key="workload",
-                fix="cap the lengths, or give the engine more memory (engine.memory_utilisation, "
-                "engine.kv_capacity_tokens, a larger device in the profile)",
-            )
+        why = never_fits(
+            request.prompt, request.output, self.lookahead, self.kv_capacity, self.block_size
+        )
+        if why is not None:
+            raise SpecsimError(f"request {request.rid} {why}", key="workload", fix=FITS_FIX)
 
     def kv_in_use(self, decoding: int, decode_kv: float) -> float:
         """KV-cache tokens held: the decoding rows' context and lookahead, and the prompts'
-        reservations."""
+        reservations. With a block size, ``decode_kv`` is the rows' blocks, lookahead included,
+        and so is the answer."""
+        if self.block_size is not None:
+            return decode_kv + self.reserved
         return decode_kv + decoding * self.lookahead + self.reserved
+
+    def _held(self, batch: RunningBatch) -> float:
+        return batch.decode_kv if self.block_size is None else batch.decode_blocks()
+
+    def _cached(self, request: Request, used: float) -> int:
+        """The request's prefix-cache hit in tokens (counted in the hit-rate totals); ``used``:
+        the cache held before it, whose free rest is all that remembered prefixes may keep."""
+        self.prefix.trim((self.kv_capacity - used) * (self.block_size or 1))
+        hit = min(self.prefix.cached(request), request.prompt - 1)
+        if self.block_size is not None:
+            hit -= hit % self.block_size
+        self.prefix_queried += request.prefill_target
+        self.prefix_hits += hit
+        return hit
 
     # ---- admission and preemption ----------------------------------------------------------
     def _next_level(self) -> int:
@@ -92,25 +183,25 @@ class Admission:
             if self.chunked and self.pending >= self.token_budget:
                 break
             request = queue[0]
-            need = request.prefill_target + self.lookahead
+            need = self.reservation(request)
             if used + need > self.kv_capacity:
                 break
             queue.popleft()
             if request.scheduled < 0:
                 request.scheduled = now
                 request.level = self._next_level()
-            request.prefilled = 0
+            request.prefilled = self._cached(request, used)
             request.admit_order = self.admissions
             self.admissions += 1
             self.prefilling.append(request)
             self.reserved += need
-            self.pending += request.prefill_target
+            self.pending += request.prefill_target - request.prefilled
             used += need
             running += 1
 
     def make_room(self, batch: RunningBatch) -> None:
         """Preempt the youngest sequences until the cache holds the batch's next step."""
-        while self.kv_in_use(batch.decoding, batch.decode_kv) > self.kv_capacity:
+        while self.kv_in_use(batch.decoding, self._held(batch)) > self.kv_capacity:
             if batch.decoding + len(self.prefilling) <= 1:
                 raise SpecsimError(
                     "one sequence outgrew the whole KV cache", key="engine", fix="add memory"
@@ -118,7 +209,7 @@ class Admission:
             # Prompts in prefill were admitted after every decoding row: they go first.
             if self.prefilling:
                 request = self.prefilling.pop()
-                self.reserved -= request.prefill_target + self.lookahead
+                self.reserved -= self.reservation(request)
                 self.pending -= request.prefill_target - request.prefilled
             else:
                 request = batch.evict_youngest()
@@ -169,6 +260,7 @@ class Admission:
         for request, chunk in chunks:
             request.prefilled += chunk
             self.pending -= chunk
+            self.prefill_computed += chunk
             if request.prefilled >= request.prefill_target:
                 done.append(request)
         if not done:
@@ -176,8 +268,21 @@ class Admission:
         # Chunks go out in queue order and only the last can be partial: done is a prefix.
         del self.prefilling[: len(done)]
         for request in done:
-            self.reserved -= request.prefill_target + self.lookahead
+            self.reserved -= self.reservation(request)
             if request.first_token < 0:
                 request.first_token = now
             request.generated += 1  # the prefill pass samples the next token
         return done
+
+
+def prefix_summary(admissions: list[Admission]) -> dict[str, float]:
+    """summary.json's ``prefix_cache``: vLLM's prefix-cache hit rate (hit tokens over queried
+    tokens, every admission counted) and the prompt tokens prefill computed and skipped."""
+    queried = sum(a.prefix_queried for a in admissions)
+    hits = sum(a.prefix_hits for a in admissions)
+    return {
+        "hit_rate_tokens": hits / queried if queried else 0.0,
+        "queried_tokens": queried,
+        "cached_tokens": hits,
+        "prefill_tokens_computed": int(sum(a.prefill_computed for a in admissions)),
+    }

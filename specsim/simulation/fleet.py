@@ -14,14 +14,15 @@ from specsim.simulation.request import Request
 
 
 class Router:
-    """Picks the replica for each arriving request."""
+    """Picks the replica for each arriving request (``request`` is None where a caller routes
+    without one: the disaggregated fleet's decode side)."""
 
     name: ClassVar[str]
 
     def __init__(self, replicas: list[Replica], rng: np.random.Generator):
         self.replicas = replicas
 
-    def choose(self) -> Replica:
+    def choose(self, request: Request | None = None) -> Replica:
         raise NotImplementedError
 
 
@@ -32,7 +33,7 @@ class RoundRobin(Router):
         super().__init__(replicas, rng)
         self._next = 0
 
-    def choose(self) -> Replica:
+    def choose(self, request: Request | None = None) -> Replica:
         replica = self.replicas[self._next]
         self._next = (self._next + 1) % len(self.replicas)
         return replica
@@ -41,9 +42,47 @@ class RoundRobin(Router):
 class LeastOutstanding(Router):
     name = "least_outstanding"
 
-    def choose(self) -> Replica:
+    def choose(self, request: Request | None = None) -> Replica:
         # Ties go to the lowest index, so the choice is deterministic.
         return min(self.replicas, key=lambda r: r.outstanding)
+
+
+# sglang-router's --balance-abs-threshold default (its docs/router/router.md): the load gap,
+# in outstanding requests, past which cache affinity gives way to the least loaded replica.
+DEFAULT_BALANCE_ABS_THRESHOLD = 32
+
+
+class CacheAware(LeastOutstanding):
+    """sglang-router's ``cache_aware`` policy, for sessions: a turn goes to the replica whose
+    prefix memory holds the most of its session (its latest finished turn there; ties to the
+    lowest index) unless that replica's outstanding requests exceed the least loaded one's by
+    more than ``balance_abs_threshold``; then, and for a request no replica remembers (no
+    session, a first turn, another prefix source), to the least outstanding. It reads the
+    replicas' memories as they stand, without touching their recency."""
+
+    name = "cache_aware"
+
+    def __init__(
+        self,
+        replicas: list[Replica],
+        rng: np.random.Generator,
+        balance_abs_threshold: int = DEFAULT_BALANCE_ABS_THRESHOLD,
+    ):
+        super().__init__(replicas, rng)
+        self.balance_abs_threshold = balance_abs_threshold
+
+    def choose(self, request: Request | None = None) -> Replica:
+        least = super().choose(request)
+        if request is None:
+            return least
+        held = [replica.admission.prefix.remembered(request) for replica in self.replicas]
+        best = max(held)
+        if best == 0:
+            return least
+        holder = self.replicas[held.index(best)]
+        if holder.outstanding - least.outstanding > self.balance_abs_threshold:
+            return least
+        return holder
 
 
 class RandomReplica(Router):
@@ -54,7 +93,7 @@ class RandomReplica(Router):
         self.rng = rng
         self._draws: list[int] = []  # replica indices drawn ahead, in chunks, last first
 
-    def choose(self) -> Replica:
+    def choose(self, request: Request | None = None) -> Replica:
         if not self._draws:
             self._draws = self.rng.integers(0, len(self.replicas), size=4096)[::-1].tolist()
         return self.replicas[self._draws.pop()]
@@ -62,7 +101,7 @@ class RandomReplica(Router):
 
 # The implementation of each router a scenario may name (``specsim.choices.ROUTERS``).
 ROUTER_CLASSES: dict[str, type[Router]] = {
-    cls.name: cls for cls in (RoundRobin, LeastOutstanding, RandomReplica)
+    cls.name: cls for cls in (RoundRobin, LeastOutstanding, RandomReplica, CacheAware)
 }
 check_implemented(ROUTERS, ROUTER_CLASSES, "routers")
 
@@ -70,17 +109,29 @@ check_implemented(ROUTERS, ROUTER_CLASSES, "routers")
 class Fleet:
     """Routes each arriving request to a replica, by the scenario's router."""
 
-    def __init__(self, replicas: list[Replica], router: str, rng: np.random.Generator):
+    def __init__(
+        self,
+        replicas: list[Replica],
+        router: str,
+        rng: np.random.Generator,
+        balance_abs_threshold: int | None = None,
+    ):
         self.replicas = replicas
-        self.router = ROUTER_CLASSES[router](replicas, rng)
+        # The scenario allows the threshold with the cache-aware router only.
+        options = (
+            {}
+            if balance_abs_threshold is None
+            else {"balance_abs_threshold": balance_abs_threshold}
+        )
+        self.router = ROUTER_CLASSES[router](replicas, rng, **options)
 
-    def choose(self) -> Replica:
+    def choose(self, request: Request | None = None) -> Replica:
         if len(self.replicas) == 1:  # no router draws for a single replica
             return self.replicas[0]
-        return self.router.choose()
+        return self.router.choose(request)
 
     def dispatch(self, request: Request) -> None:
-        self.choose().enqueue(request)
+        self.choose(request).enqueue(request)
 
 
 def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):

@@ -39,9 +39,10 @@ import numpy as np
 from simpy import Interrupt
 
 from specsim.costs import NO_ROWS, PassTotals, StepCosts
+from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
-from specsim.simulation.admission import Admission, Chunks
+from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
 from specsim.simulation.compiled import active as compiled_active
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
@@ -122,6 +123,7 @@ class Replica:
         on_finish,
         jitter=None,
         fast: bool = False,
+        prefix=None,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -136,9 +138,15 @@ class Replica:
         # Tree steps (``costs.tree_rows``): rows verify a tree's nodes; k is its depth. Each row
         # holds KV slots for every node it verifies.
         self.tree_rows = costs.tree_rows
-        self.lookahead = self.k_max + 1
-        if self.tree_rows is not None:
-            self.lookahead = int(self.tree_rows.verified[-1])
+        self.lookahead = verify_lookahead(self.k_max, self.tree_rows)
+        # With a block size the cache is counted in blocks (``admission.py``); a stretch counts
+        # tokens, so such a replica steps one iteration at a time.
+        self.block_size = engine.block_size
+        # Slots each sequence holds beyond its tokens.
+        self.kv_lookahead = kv_lookahead(self.k_max, costs, self.block_size)
+        if self.block_size is not None:
+            kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
+            fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
@@ -150,7 +158,7 @@ class Replica:
         if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
             rng = JumpStream(rng) if self.compiled else UniformStream(rng)
         self._draws = rng
-        self.admission = Admission(engine, self.lookahead, kv_capacity, acceptance, rng)
+        self.admission = Admission(engine, self.kv_lookahead, kv_capacity, acceptance, rng, prefix)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
         self.sink = sink
         self.on_finish = on_finish
@@ -248,7 +256,7 @@ class Replica:
                 yield self.idle_event
             start = env.now
             if admission.queue:
-                admission.admit(start, self.decoding, self.decode_kv)
+                admission.admit(start, self.decoding, self._held())
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
@@ -289,7 +297,7 @@ class Replica:
                     return
             start = env.now
             if admission.queue:
-                admission.admit(start, self.decoding, self.decode_kv)
+                admission.admit(start, self.decoding, self._held())
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
@@ -409,6 +417,16 @@ class Replica:
             self._free_slot(slot)
             self._finish(request, float(ends[step]))
 
+    def _held(self) -> float:
+        """What the decoding rows hold of the cache: tokens, or blocks with a block size."""
+        return self.decode_kv if self.block_size is None else self.decode_blocks()
+
+    def decode_blocks(self) -> float:
+        """Blocks the decoding rows hold: cdiv(context + lookahead, block_size) each."""
+        views = self._prefix(self.high)
+        held = -(-(views.context + self.kv_lookahead) // self.block_size)
+        return float(held[views.remaining > 0].sum())
+
     def _steady_for_a_while(self) -> bool:
         """A cheap guess that the batch's first finish is several iterations away (rows with a
         mean share left, finishing in turn), before a stretch is worth planning."""
@@ -443,7 +461,7 @@ class Replica:
     # ---- planning ----------------------------------------------------------------------------
     def _plan_prefill_only(self) -> Plan:
         admission = self.admission
-        self._kv_planned = admission.kv_in_use(self.decoding, self.decode_kv)
+        self._kv_planned = admission.kv_in_use(self.decoding, self._held())
         chunks, prompts = admission.whole_prompts()
         costs = self.costs
         # The measured range is per sequence: the largest cached context and the chunk sizes.
@@ -482,10 +500,10 @@ class Replica:
         (chosen again if preemption changes the batch)."""
         costs = self.costs
         admission = self.admission
-        held = admission.kv_in_use(self.decoding, self.decode_kv)
+        held = admission.kv_in_use(self.decoding, self._held())
         if held > self.kv_capacity:
             admission.make_room(self)
-            held = admission.kv_in_use(self.decoding, self.decode_kv)
+            held = admission.kv_in_use(self.decoding, self._held())
             window = None
         self._kv_planned = held
         decode_kv = self.decode_kv
@@ -624,24 +642,28 @@ class Replica:
             if request.generated >= request.output:
                 self._finish(request, now)
                 continue
-            slot = self.free_slots.pop()
-            if slot >= self.high:
-                self.high = slot + 1
-            left = request.output - request.generated
-            self.slot_request[slot] = request
-            self.context[slot] = request.prefill_target
-            self.decode_kv += request.prefill_target
-            self.left_total += left
-            self.remaining[slot] = left
-            self.output[slot] = request.output
-            self.level[slot] = request.level
-            self.level_shift[slot] = 2.0 * request.level
-            self.row_drafted[slot] = 0.0
-            self.admit_order[slot] = request.admit_order
-            self.join_step[slot] = self.decode_steps
-            self.join_remaining[slot] = left
-            self.decoding += 1
-            self._joined += 1
+            self._start_decoding(request)
+
+    def _start_decoding(self, request: Request) -> None:
+        """Give a request whose prompt's KV cache is in place a slot in the decoding batch."""
+        slot = self.free_slots.pop()
+        if slot >= self.high:
+            self.high = slot + 1
+        left = request.output - request.generated
+        self.slot_request[slot] = request
+        self.context[slot] = request.prefill_target
+        self.decode_kv += request.prefill_target
+        self.left_total += left
+        self.remaining[slot] = left
+        self.output[slot] = request.output
+        self.level[slot] = request.level
+        self.level_shift[slot] = 2.0 * request.level
+        self.row_drafted[slot] = 0.0
+        self.admit_order[slot] = request.admit_order
+        self.join_step[slot] = self.decode_steps
+        self.join_remaining[slot] = left
+        self.decoding += 1
+        self._joined += 1
 
     def _bank_row(self, slot: int, request: Request, decode_steps: int | None = None) -> None:
         """Add a row's step counts to its request (before the slot is freed); ``decode_steps``:
@@ -685,6 +707,7 @@ class Replica:
 
     def _finish(self, request: Request, now: float) -> None:
         self.outstanding -= 1
+        self.admission.prefix.finished(request)
         self.sink.add(
             (
                 request.rid,

@@ -19,10 +19,13 @@ from specsim.costs import StepCosts, kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
 from specsim.profile import LoadedProfile, Profile, load_profile
+from specsim.profile.tp_scaling import scale_profile, scaled_note
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
+from specsim.simulation.admission import prefix_summary
 from specsim.simulation.clock import Clock
+from specsim.simulation.disagg import REPLICA_CLASSES, DisaggregatedFleet, kv_link
 from specsim.simulation.fleet import (
     ArrivalFeed,
     ClosedLoopClients,
@@ -36,6 +39,7 @@ from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
 from specsim.simulation.tree_acceptance import TreeLengthAcceptance
 from specsim.workload import ClientCap, build_source
+from specsim.workload.prefix import build_prefixes
 
 LOSSY_NOTE = (
     "typical acceptance is lossy: the output is not distributed as the target model's; "
@@ -108,6 +112,8 @@ def _tree_pool_setup(scenario, profile, name, replicas, spec, shape) -> PoolSetu
 
 def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
     fleet = scenario.fleet
+    if fleet.disaggregation is not None:
+        return _disaggregated_setups(scenario, profile)
     if not fleet.pools:
         spec = scenario.speculation
         return [_pool_setup(scenario, profile, "main", fleet.total_replicas, spec)]
@@ -115,6 +121,31 @@ def pool_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
         _pool_setup(scenario, profile, p.name, p.replicas, scenario.pool_speculation(p))
         for p in fleet.pools
     ]
+
+
+def _disaggregated_setups(scenario: Scenario, profile: LoadedProfile) -> list[PoolSetup]:
+    """The prefill pool (speculation off) and the decode pool (the scenario's speculation),
+    each on its own profile and tensor-parallel size when the scenario gives them."""
+    split = scenario.fleet.disaggregation
+    setups = []
+    for name, pool in (("prefill", split.prefill), ("decode", split.decode)):
+        own = profile if pool.profile is None else cached_profile(scenario.resolve(pool.profile))
+        if own.profile.target.params != profile.profile.target.params:
+            raise SpecsimError(
+                f"the {name} pool's profile {own.path.name} describes another target model "
+                f"than {profile.path.name}",
+                file=str(scenario.source) if scenario.source else None,
+                key=f"fleet.disaggregation.{name}.profile",
+                fix="give both pools profiles of the same target model",
+            )
+        engine = scenario.engine
+        if pool.tensor_parallel_size is not None:
+            engine = engine.model_copy(update={"tensor_parallel_size": pool.tensor_parallel_size})
+        pool_scenario = scenario.model_copy(update={"engine": engine})
+        pool_scenario.with_source(scenario.source)
+        spec = scenario.speculation if name == "decode" else Speculation()
+        setups.append(_pool_setup(pool_scenario, own, name, pool.replicas, spec))
+    return setups
 
 
 # Parsed profiles by (resolved path, mtime, size). A planner sweep runs hundreds of simulations
@@ -140,6 +171,17 @@ def cached_profile(path: Path) -> LoadedProfile:
         _PROFILE_CACHE[key] = loaded.profile
         return loaded
     return LoadedProfile(parsed, path)
+
+
+def tensor_parallel_profile(scenario: Scenario, profile: LoadedProfile) -> LoadedProfile:
+    """The profile, or with ``engine.tensor_parallel_scaling`` its roofline scaled to the
+    scenario's ``engine.tensor_parallel_size`` (flagged in its provenance and the summary)."""
+    engine = scenario.engine
+    tp = engine.tensor_parallel_size
+    if engine.tensor_parallel_scaling is None or tp in (None, profile.profile.hardware.devices):
+        return profile
+    scaled = scale_profile(profile.profile, tp, engine.tensor_parallel_scaling, str(profile.path))
+    return LoadedProfile(scaled, profile.path)
 
 
 def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> Jitter | None:
@@ -174,6 +216,7 @@ def run_simulation(
     fast = default_fast_path() if fast_path is None else fast_path
     if profile is None:
         profile = cached_profile(scenario.resolve(scenario.profile))
+    profile = tensor_parallel_profile(scenario, profile)
     # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
     streams = np.random.SeedSequence(scenario.seed).spawn(5)
     arrivals_rng, lengths_rng, routing_rng = (
@@ -183,6 +226,7 @@ def run_simulation(
     if replication:
         serving = np.random.SeedSequence([scenario.seed, replication]).spawn(5)
     source = build_source(scenario, arrivals_rng, lengths_rng)
+    prefixes = build_prefixes(scenario, getattr(source, "trace", None))
     setups = pool_setups(scenario, profile)
     total = sum(s.replicas for s in setups)
     acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
@@ -202,13 +246,15 @@ def run_simulation(
         if cap is not None:
             cap.on_finish(now)
 
+    split = scenario.fleet.disaggregation
     replicas: list[Replica] = []
     for pool_index, setup in enumerate(setups):
+        replica_class = Replica if split is None else REPLICA_CLASSES[setup.name]
         for _ in range(setup.replicas):
             index = len(replicas)
             policy = build_policy(setup.speculation, scenario.engine.max_batch)
             replicas.append(
-                Replica(
+                replica_class(
                     index,
                     pool_index,
                     scenario.engine,
@@ -221,9 +267,15 @@ def run_simulation(
                     on_finish,
                     _jitter(scenario, setup, jitter_rngs[index]),
                     fast=fast,
+                    prefix=prefixes.for_replica(setup.kv_capacity),
                 )
             )
-    fleet = Fleet(replicas, scenario.fleet.router, routing_rng)
+    if split is None:
+        fleet = Fleet(
+            replicas, scenario.fleet.router, routing_rng, scenario.fleet.balance_abs_threshold
+        )
+    else:
+        fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
     # Replicas on the fast path see the next arrival (replayed sequences keep the reference); a
     # client cap holds arrivals back, so a capped loop's replicas wait for them as events.
     capped = scenario.workload.max_concurrency is not None
@@ -257,8 +309,21 @@ def run_simulation(
     for replica in replicas:
         replica.close()
     summary = _summary(scenario, profile, setups, replicas, sink)
+    if split is not None:
+        summary["disaggregation"] = fleet.summary(summary)
     summary = _with_steady(summary, clients.steady() if clients is not None else None)
     return SimulationResult(round_floats(summary), path, scenario)
+
+
+def _disaggregated_fleet(env, scenario, setups, replicas, routing_rng) -> DisaggregatedFleet:
+    split = scenario.fleet.disaggregation
+    devices = [s.costs.profile.profile.hardware.devices for s in setups]
+    link = kv_link(scenario, split, devices[0], devices[1])
+    # The decode router draws from a stream of its own, spawned from the routing stream's seed.
+    decode_rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, 3, 1]))
+    router = scenario.fleet.router
+    routers = ((router, routing_rng), (split.decode_router or router, decode_rng))
+    return DisaggregatedFleet(env, replicas, split, link, routers, setups)
 
 
 def _with_steady(summary: dict[str, Any], steady: tuple[float, float, float] | None):
@@ -278,6 +343,9 @@ def _with_steady(summary: dict[str, Any], steady: tuple[float, float, float] | N
 
 def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
     price = profile.profile.hardware.price_per_hour_usd
+    prices = [s.costs.profile.profile.hardware.price_per_hour_usd for s in setups]
+    if any(p != price for p in prices):  # pools on other hardware: the fleet's mean price
+        price = sum(p * s.replicas for p, s in zip(prices, setups, strict=True)) / len(replicas)
     fleet_requests = RequestStats()
     fleet_engine = EngineStats(0, 0, 0)
     pool_summaries = {}
@@ -296,7 +364,7 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
                 requests,
                 engine,
                 replicas=setup.replicas,
-                price_per_hour_usd=price,
+                price_per_hour_usd=prices[pool_index],
                 duration_s=duration,
             ),
         }
@@ -310,7 +378,7 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         duration_s=duration,
     )
     lossy = any(s.speculation.enabled and s.speculation.verifier in LOSSY_VERIFIERS for s in setups)
-    main = setups[0]
+    main = setups[-1] if scenario.fleet.disaggregation is not None else setups[0]  # decode
     summary["scenario"] = {
         "name": scenario.name,
         "profile": scenario.profile,
@@ -323,11 +391,30 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         "seed": scenario.seed,
     }
     summary["kv_capacity_tokens"] = main.kv_capacity
+    _add_cache_keys(summary, pool_summaries, scenario, setups, replicas)
     summary["slo"] = scenario.slo.limits() if scenario.slo else None
     summary["lossy"] = lossy
     summary["lossy_note"] = LOSSY_NOTE if lossy else None
     summary["pools"] = pool_summaries
+    derived = scaled_note(profile.profile)
+    if derived is not None:  # only then: other summaries keep their keys
+        summary["profile_derived"] = derived
     return summary
+
+
+def _add_cache_keys(summary, pool_summaries, scenario, setups, replicas) -> None:
+    """KV blocks and prefix caching, only where the scenario sets them (other summaries keep
+    their keys)."""
+    if scenario.engine.block_size is not None:
+        summary["kv_capacity_blocks"] = replicas[0].kv_capacity
+        for pool_index, setup in enumerate(setups):
+            first = next(r for r in replicas if r.pool_index == pool_index)
+            pool_summaries[setup.name]["kv_capacity_blocks"] = first.kv_capacity
+    if scenario.workload.prefix is not None:
+        summary["prefix_cache"] = prefix_summary([r.admission for r in replicas])
+        for pool_index, setup in enumerate(setups):
+            pool = [r.admission for r in replicas if r.pool_index == pool_index]
+            pool_summaries[setup.name]["prefix_cache"] = prefix_summary(pool)
 
 
 def _echo_speculation(setup: PoolSetup) -> dict[str, Any]:
@@ -352,10 +439,7 @@ def _echo_tree(setup: PoolSetup) -> dict[str, Any]:
     shape = entry.shape
     return {
         "tree": {
-            "paths": shape.to_paths(),
-            "nodes": shape.num_nodes,
-            "depth": shape.depth,
-            "nodes_per_depth": [shape.width_at(d) for d in range(1, shape.depth + 1)],
+            **shape.summary(),
             "drafts": entry.drafts,
             "source": entry.source,
             "derived_from": entry.derived_from,

@@ -43,19 +43,22 @@ def spread_multipliers(profile, kind: str, jitter: bool = True) -> np.ndarray:
     return np.interp(probs, np.linspace(0.0, 1.0, len(quantiles)), quantiles)
 
 
-def iteration_residuals(log, profile, drafter: str | None, jitter: bool = True) -> list[dict]:
+def iteration_residuals(
+    log, profile, drafter: str | None, jitter: bool = True, tree=None
+) -> list[dict]:
     """Per (kind, k, batch) group: iterations, measured and predicted mean and median ms, the
     ratio and gap of the means, and the measured p10..p90.
 
     The prediction for an iteration is what the simulator would charge for that same pass:
     the cost model times the profile's spread. The spread averages 1, so the predicted mean is
     the cost model's mean; the predicted median is the median of the cost times the spread's
-    multipliers. Mean stands against mean and median against median."""
+    multipliers. Mean stands against mean and median against median. With a tree (a
+    ``TreeShape``) the steps are priced as the simulator prices that tree's."""
     from specsim.costs import StepCosts
     from specsim.engine.log_groups import engine_log_groups
 
     out = []
-    groups = engine_log_groups(log, StepCosts(profile, drafter))
+    groups = engine_log_groups(log, StepCosts(profile, drafter, tree))
     for (kind, k, batch), group in groups.items():
         measured, predicted = group.measured, group.predicted
         spread = spread_multipliers(profile, kind, jitter)

@@ -78,9 +78,11 @@ def _length_range(dist) -> tuple[int, int]:
 def scenario_grid(scenario: Scenario, max_position: int) -> list[str]:
     """A timing grid over the region the scenario's engine runs in: batch sizes up to
     ``max_batch``, contexts from the shortest prompt to the longest prompt plus output, new
-    tokens 1 .. k+1 (decode and verification), prefill at the prompt lengths."""
+    tokens 1 .. k+1 (decode and verification; a tree verifies its nodes + 1), prefill at the
+    prompt lengths."""
     spec = scenario.speculation
-    k = spec.max_k
+    shape = spec.tree_shape if spec.enabled else None
+    k = spec.max_k if shape is None else shape.num_nodes
     max_batch = scenario.engine.max_batch
     batches = sorted({b for b in (1, 2, 4, 8, 16, 32, 64) if b < max_batch} | {max_batch})
     p_lo, p_hi = _length_range(scenario.workload.prompt)
@@ -139,6 +141,9 @@ def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | N
         clock=opts.clock,
         seed=scenario.seed,
         command="specsim validate (profiling step)",
+        # A tree's accepted lengths measured for its shape and drafting (not derived).
+        trees=[spec.tree_shape] if spec.enabled and spec.tree is not None else [],
+        tree_drafts=[spec.tree_drafts] if spec.enabled and spec.tree is not None else [],
     )
     return measure_profile(options, progress_file(opts))
 
@@ -224,6 +229,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             profile,
             scenario.speculation.drafter if scenario.speculation.enabled else None,
             jitter=scenario.engine.jitter,
+            tree=scenario.speculation.tree_shape if scenario.speculation.enabled else None,
         )
         speed = {
             "reference_pass": f"target decode, batch 1, context {CONTEXT}",
@@ -286,6 +292,12 @@ def _speed(speed: dict[str, Any]) -> str:
 def _report(scenario: Scenario, comparison: Comparison, profile: str) -> str:
     spec = scenario.speculation
     what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
+    if spec.enabled and spec.tree is not None:
+        shape = spec.tree_shape
+        what = (
+            f"tree {spec.tree} ({shape.num_nodes} nodes, depth {shape.depth}, "
+            f"{spec.tree_drafts} children) drafter {spec.drafter}"
+        )
     head = (
         f"{scenario.name}: {what}, verifier {spec.verifier}, T={spec.temperature:g}, "
         f"max_batch {scenario.engine.max_batch}; profile {profile}"

@@ -41,6 +41,7 @@ class Trace:
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    file_rows: np.ndarray | None = None  # each request's data row in the file (0 = first)
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -135,9 +136,9 @@ def _read_trace_cached(path: Path, fmt: str, _mtime: int) -> Trace:
             fix="check the time column's unit (seconds) and rows far from the rest",
         )
     prompt, output = prompt[order], output[order]
-    for column in (arrival, prompt, output):
+    for column in (arrival, prompt, output, order):
         column.setflags(write=False)
-    return Trace(path, fmt, arrival, prompt, output)
+    return Trace(path, fmt, arrival, prompt, output, order)
 
 
 def _header(path: Path) -> list[str]:

@@ -1,0 +1,336 @@
+"""Disaggregated prefill and decode (xPyD): a prefill pool computes prompts, a decode pool
+decodes them, and each prompt's KV cache crosses a link between the two.
+
+- A prefill replica runs the engine's own prefill iterations (chunked within the token budget
+  when the engine chunks, whole prompts otherwise) with speculation off, and samples the first
+  token, as the prefill workers of vLLM's and SGLang's disaggregated serving do. Its KV blocks
+  are released when the prefill ends (the transfer reads them meanwhile).
+- The handover moves ``transfer_bytes``: the prompt's KV cache at the profile's
+  ``kv_bytes_per_token`` (every shard; the figure the roofline and the KV-capacity model use),
+  plus what the decode side's drafter needs, by drafter kind:
+  * ``draft_model``: nothing more; the decode replica runs the draft model's own prompt pass
+    (its profile's prefill cost, charged in the iteration the request joins);
+  * ``heads`` (EAGLE, MTP, Medusa): the target's last hidden state for every prompt token,
+    ``hidden_size`` x 2 bytes (16-bit activations) per token, the features the heads draft from;
+  * ``ngram``: nothing (prompt lookup reads the prompt's tokens, which travel with the request).
+- Transfer time = bytes / (link bandwidth x device pairs) + latency, where each of
+  min(prefill TP, decode TP) device pairs moves its shard at once; one prefill replica's
+  transfers queue on its link, first come first served.
+- A decode replica admits a request whose KV cache has arrived straight into its decoding batch
+  (FCFS with its queue, within the batch's room and its KV cache, which then holds the prompt
+  plus the k + 1 lookahead slots) and streams the first token with its first decode step's
+  output: TTFT = queueing + prefill + transfer + (a wait for room) + that first decode
+  iteration. A request preempted on the decode side recomputes its prompt there, as a
+  co-located replica would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from specsim.bounds import Bytes, Seconds
+from specsim.config import StrictModel, validate_as
+from specsim.errors import SpecsimError
+from specsim.fileio import read_yaml
+from specsim.metrics import exact_summary
+from specsim.simulation.admission import Admission
+from specsim.simulation.fleet import Fleet
+from specsim.simulation.replica import Plan, Replica
+from specsim.simulation.request import Request
+
+HIDDEN_STATE_BYTES = 2  # the target's hidden states travel in 16 bits, whatever its weights
+DRAFT_PROMPT_PASS = "draft_model"  # the drafter kind that recomputes the prompt on decode
+HIDDEN_STATE_KIND = "heads"  # the drafter kind whose features cross with the KV cache
+
+
+def transfer_bytes(target, drafter_kind: str | None, prompt: int) -> float:
+    """Bytes one prompt's handover moves: the target's KV cache, and hidden states for heads."""
+    moved = float(prompt) * target.kv_bytes_per_token
+    if drafter_kind == HIDDEN_STATE_KIND:
+        moved += float(prompt) * target.hidden_size * HIDDEN_STATE_BYTES
+    return moved
+
+
+def check_transfer_sizes(target, drafter_kind: str | None, path) -> None:
+    """The profile must give what the handover's bytes are made of."""
+    if target.kv_bytes_per_token <= 0:
+        raise SpecsimError(
+            "the profile has no target.kv_bytes_per_token, so a KV transfer's size is unknown",
+            file=str(path),
+            key="target.kv_bytes_per_token",
+            fix="add it to the profile (2 x layers x kv_heads x head_dim x bytes per value)",
+        )
+    if drafter_kind == HIDDEN_STATE_KIND and target.hidden_size <= 0:
+        raise SpecsimError(
+            "decoding heads on the decode pool need the prompt's hidden states, but the "
+            "profile has no target.hidden_size",
+            file=str(path),
+            key="target.hidden_size",
+            fix="add it to the profile, or draft with another kind of drafter",
+        )
+
+
+class KvLink:
+    """The prefill replicas' links to the decode pool: one FIFO link per prefill replica."""
+
+    def __init__(self, bandwidth_bytes_per_s: float, latency_s: float, pairs: int, senders: int):
+        self.bandwidth = bandwidth_bytes_per_s * pairs  # device pairs move their shards at once
+        self.latency = latency_s
+        self.free_at = [0.0] * senders
+
+    def send(self, sender: int, now: float, nbytes: float) -> float:
+        """The time the bytes have arrived (after earlier transfers on the sender's link)."""
+        start = max(now, self.free_at[sender])
+        done = start + nbytes / self.bandwidth
+        self.free_at[sender] = done
+        return done + self.latency
+
+
+class PrefillAdmission(Admission):
+    """A prefill replica holds a prompt only until its first token: only the prompt must fit."""
+
+    def check_fits(self, request: Request) -> None:
+        need = request.prompt + self.lookahead
+        if need > self.kv_capacity:
+            raise SpecsimError(
+                f"request {request.rid}'s prompt needs {need} KV-cache tokens but a prefill "
+                f"replica holds {self.kv_capacity}",
+                key="workload",
+                fix="cap the prompt lengths, or give the prefill pool more memory",
+            )
+
+
+class DecodeAdmission(Admission):
+    """FCFS admission where a request whose KV cache arrived joins the batch without a prefill
+    (``join``); one preempted here recomputes its prompt as usual."""
+
+    def __init__(self, *args, join):
+        super().__init__(*args)
+        self.join = join
+
+    def admit(self, now: float, decoding: int, decode_kv: float) -> None:
+        queue = self.queue
+        running = decoding + len(self.prefilling)
+        if not queue or running >= self.max_batch:
+            return
+        used = self.kv_in_use(decoding, decode_kv)
+        while queue and running < self.max_batch:
+            request = queue[0]
+            arrived = request.prefilled > 0  # preemption sets it back to 0
+            if not arrived and self.chunked and self.pending >= self.token_budget:
+                break
+            need = request.prefill_target + self.lookahead
+            if used + need > self.kv_capacity:
+                break
+            queue.popleft()
+            request.admit_order = self.admissions
+            self.admissions += 1
+            used += need
+            running += 1
+            if arrived:
+                request.level = self._next_level()  # this pool's acceptance levels
+                self.join(request)
+                continue
+            request.prefilled = 0
+            self.prefilling.append(request)
+            self.reserved += need
+            self.pending += request.prefill_target
+
+
+class PrefillReplica(Replica):
+    """Prefill only: a request whose prompt is through goes to ``handoff`` (unless its first
+    token was its last)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        engine, old = args[2], self.admission
+        self.admission = PrefillAdmission(
+            engine, self.lookahead, self.kv_capacity, self.acceptance, old.rng
+        )
+        self.handoff = None  # set by the fleet: (replica, request, now)
+
+    def _finish_prefills(self, chunks, now: float) -> None:
+        for request in self.admission.complete(chunks, now):
+            self.emitted_tokens += 1.0
+            if request.generated >= request.output:
+                self._finish(request, now)
+                continue
+            self.outstanding -= 1
+            request.first_token = -1.0  # the decode replica streams it
+            self.handoff(self, request, now)
+
+
+class DecodeReplica(Replica):
+    """Decode with speculation; requests arrive with their KV cache (``receive``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        engine, old = args[2], self.admission
+        self.admission = DecodeAdmission(
+            engine, self.lookahead, self.kv_capacity, self.acceptance, old.rng, join=self._join
+        )
+        self.draft_prompt_pass = False  # set by the fleet for a draft model
+        self._first_pending: list[Request] = []  # joined; first token not yet streamed
+        self._prompt_pass = [0, 0.0, 0.0]  # the draft model's prompt pass owed: rows, tokens, pairs
+
+    def expect(self) -> None:
+        """A transfer to this replica has begun (the router counts it as outstanding)."""
+        self.outstanding += 1
+
+    def receive(self, request: Request) -> None:
+        """The request's KV cache has arrived: queue it (as ``enqueue``, already counted)."""
+        self.admission.queue.append(request)
+        if self.idle_event is not None:
+            event, self.idle_event = self.idle_event, None
+            event.succeed()
+        elif self._stretch is not None:
+            self._cut_stretch()
+
+    def _join(self, request: Request) -> None:
+        self._start_decoding(request)
+        self._first_pending.append(request)
+        if self.draft_prompt_pass:
+            owed, prompt = self._prompt_pass, float(request.prompt)
+            owed[0] += 1
+            owed[1] += prompt
+            owed[2] += prompt * (prompt + 1) / 2.0
+
+    def _steady_for_a_while(self) -> bool:
+        # The iteration after a join streams first tokens and may owe a prompt pass: its own.
+        return not self._first_pending and super()._steady_for_a_while()
+
+    def _plan_mixed(self, window: int | None = None) -> Plan:
+        plan = super()._plan_mixed(window)
+        rows, tokens, pairs = self._prompt_pass
+        if rows:
+            costs = self.costs
+            plan.seconds += costs.draft_prefill_s(rows, tokens, 0.0, pairs)
+            self.stats.flops["prefill"] += costs.draft_prefill_flops(tokens, pairs)
+            self._prompt_pass = [0, 0.0, 0.0]
+        return plan
+
+    def _apply_mixed(self, plan: Plan, now: float, start: float) -> None:
+        for request in self._first_pending:
+            if request.prefilled > 0:  # not preempted before its first step
+                request.first_token = now
+        self._first_pending.clear()
+        super()._apply_mixed(plan, now, start)
+
+
+REPLICA_CLASSES = {"prefill": PrefillReplica, "decode": DecodeReplica}
+
+
+class DisaggregatedFleet:
+    """Arrivals go to the prefill pool (``fleet.router``); a finished prefill picks a decode
+    replica (``decode_router``) and its KV cache crosses the link."""
+
+    def __init__(self, env, replicas: list[Replica], split, link: KvLink, rngs, setups):
+        self.env = env
+        self.replicas = replicas
+        prefill = [r for r in replicas if isinstance(r, PrefillReplica)]
+        decode = [r for r in replicas if isinstance(r, DecodeReplica)]
+        self.prefill = Fleet(prefill, rngs[0][0], rngs[0][1])
+        self.decode = Fleet(decode, rngs[1][0], rngs[1][1])
+        self.link = link
+        prefill_setup, decode_setup = setups
+        self.target = prefill_setup.costs.profile.profile.target
+        self.drafter_kind = decode_kind(decode_setup)
+        check_transfer_sizes(self.target, self.drafter_kind, prefill_setup.costs.profile.path)
+        self._sender = {id(r): i for i, r in enumerate(prefill)}
+        for replica in prefill:
+            replica.handoff = self.handoff
+        for replica in decode:
+            replica.draft_prompt_pass = self.drafter_kind == DRAFT_PROMPT_PASS
+        self.transfer_s: list[float] = []
+        self.transfer_bytes = 0.0
+
+    def dispatch(self, request: Request) -> None:
+        self.decode.replicas[0].admission.check_fits(request)  # the decode side holds it all
+        self.prefill.dispatch(request)
+
+    def handoff(self, replica: PrefillReplica, request: Request, now: float) -> None:
+        target = self.decode.choose()
+        target.expect()
+        nbytes = transfer_bytes(self.target, self.drafter_kind, request.prompt)
+        arrival = self.link.send(self._sender[id(replica)], now, nbytes)
+        self.transfer_s.append(arrival - now)
+        self.transfer_bytes += nbytes
+        self.env.timeout(arrival - now).callbacks.append(lambda _event: target.receive(request))
+
+    def summary(self, fleet: dict[str, Any]) -> dict[str, Any]:
+        """summary.json's ``disaggregation``: the pools' sizes and use, and the transfers
+        (``fleet``: the rest of the summary)."""
+        pools, duration = fleet["pools"], fleet["duration_s"]
+        ttft_mean = fleet["ttft_s"]["mean"]
+        times = np.asarray(self.transfer_s, dtype=np.float64)
+        mean = float(times.mean()) if times.size else 0.0
+        link_s = self.transfer_bytes / self.link.bandwidth  # seconds the links carried bytes
+        return {
+            "prefill_replicas": len(self.prefill.replicas),
+            "decode_replicas": len(self.decode.replicas),
+            "drafter_kind": self.drafter_kind,
+            "link_bandwidth_bytes_per_s": self.link.bandwidth,
+            "link_latency_s": self.link.latency,
+            "transfers": int(times.size),
+            "transfer_bytes_mean": self.transfer_bytes / times.size if times.size else 0.0,
+            "transfer_s": exact_summary(times) if times.size else None,
+            "transfer_share_of_ttft": mean / ttft_mean if ttft_mean else 0.0,
+            "link_busy_fraction": link_s / (len(self.prefill.replicas) * duration)
+            if duration
+            else 0.0,
+            "busy_fraction": {name: pool["busy_fraction"] for name, pool in pools.items()},
+            "kv_cache_utilisation": {
+                name: pool["kv_cache_utilisation"]["mean"] for name, pool in pools.items()
+            },
+        }
+
+
+def decode_kind(setup) -> str | None:
+    """The decode pool's drafter kind (None with speculation off)."""
+    spec = setup.speculation
+    if not spec.enabled:
+        return None
+    return setup.costs.profile.drafter(spec.drafter).kind
+
+
+class _LinkFigures(StrictModel):
+    """The part of a hardware file's nvlink or pcie section a KV transfer reads."""
+
+    bandwidth_bytes_per_s: Bytes = Field(description="per device, per direction")
+    latency_s: Seconds = Field(description="per transfer")
+
+
+def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLink:
+    """The link the scenario's ``kv_transfer`` describes, between the two pools."""
+    transfer = split.kv_transfer
+    pairs = min(prefill_devices, decode_devices)
+    senders = split.prefill.replicas
+    if transfer.hardware is None:
+        return KvLink(transfer.bandwidth_bytes_per_s, transfer.latency_s, pairs, senders)
+    path = scenario.resolve(transfer.hardware)
+    data = read_yaml(path, what="hardware file")
+    section = data.get(transfer.link)
+    if not isinstance(section, dict):
+        raise SpecsimError(
+            f"the hardware file has no {transfer.link!r} section",
+            file=str(path),
+            key=transfer.link,
+            fix="name a link the file describes (nvlink, pcie) or give "
+            "kv_transfer.bandwidth_bytes_per_s and latency_s",
+        )
+    figures = validate_as(
+        _LinkFigures,
+        {k: section.get(k) for k in ("bandwidth_bytes_per_s", "latency_s")},
+        f"{path} ({transfer.link})",
+    )
+    efficiency = (data.get("efficiency") or {}).get("interconnect", 1.0)
+    efficiency = validate_as(_Efficiency, {"interconnect": efficiency}, str(path)).interconnect
+    bandwidth = figures.bandwidth_bytes_per_s * efficiency
+    return KvLink(bandwidth, figures.latency_s, pairs, senders)
+
+
+class _Efficiency(StrictModel):
+    interconnect: float = Field(gt=0, le=1, description="share of the link's bandwidth reached")
