@@ -17,7 +17,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
-from specsim.simulation import compiled, run_simulation, stretch
+from specsim.simulation import compiled, compiled_loop, run_simulation, stretch
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.replica import Replica
 
@@ -126,8 +126,8 @@ def low_load() -> Scenario:
 
 
 def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
-    """The switch reaches the replica: with it on, stretches come from the compiled kernel;
-    off, or without numba, from numpy; the outputs agree byte for byte."""
+    """The switch reaches the replica: with it on, the compiled decode loop and stretch kernel
+    run; off, or without numba, the stretches come from numpy; the outputs agree byte for byte."""
     calls = {"compiled": 0, "numpy": 0}
     module = compiled.kernels()
     fallback = stretch.stretch_rows_numpy
@@ -139,6 +139,8 @@ def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
 
         return wrapper
 
+    loop = compiled_loop.kernel()
+    monkeypatch.setattr(loop, "decode_loop", counted("compiled", loop.decode_loop))
     for name in ("stretch_rows", "stretch_rows_drawn"):
         monkeypatch.setattr(module, name, counted("compiled", getattr(module, name)))
     monkeypatch.setattr(stretch, "stretch_rows_numpy", counted("numpy", fallback))

@@ -272,9 +272,11 @@ def test_the_cases_exercise_what_they_name(tmp_path, monkeypatch):
 
 def test_stretches_carry_most_iterations_at_low_load(monkeypatch):
     """The fast path really takes stretches (it is not the reference in disguise): at low load
-    nearly every iteration is inside one, and each stretch is one SimPy event."""
+    nearly every iteration is inside one, and each stretch is one SimPy event. (With the
+    kernels on, the compiled decode loop carries them instead: ``test_sim_compiled_loop.py``.)"""
     from specsim.simulation import replica as replica_module
 
+    monkeypatch.setenv("SPECSIM_COMPILED", "0")
     stretches, inside = [0], [0]
     apply = replica_module.Replica._apply_stretch
 
@@ -304,6 +306,7 @@ def count_finishes_inside_stretches(scenario: Scenario, monkeypatch) -> tuple[in
 
     with monkeypatch.context() as patch:
         patch.setattr(replica_module.Replica, "_apply_stretch", count)
+        patch.setenv("SPECSIM_COMPILED", "0")  # the compiled loop would take the stretches
         run_simulation(scenario)
     return stretches[0], inside[0]
 

@@ -44,6 +44,7 @@ from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
 from specsim.simulation.compiled import active as compiled_active
+from specsim.simulation.compiled_loop import DecodeLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
@@ -209,6 +210,7 @@ class Replica:
         self._stretch: Stretch | None = None
         self._cutting = False
         self._process = None
+        self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
         self.arrivals = None
         self.feed = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
@@ -242,6 +244,8 @@ class Replica:
         """Start the replica's process; ``arrivals`` (an ``ArrivalFeed``, fast path only): the
         replica takes an open-loop source's requests itself, as their times pass."""
         self.arrivals = arrivals if self.fast else None
+        # Alone on an open-loop source, decode iterations can run compiled (compiled_loop.py).
+        self._loop = DecodeLoop.build(self) if self.arrivals is not None else None
         self._process = env.process(self.process(env))
 
     def process(self, env):
@@ -300,6 +304,17 @@ class Replica:
                 admission.admit(start, self.decoding, self._held())
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
+                continue
+            # Alone, with no queue and no prompt in prefill: the compiled loop, where it runs
+            # (it runs none when the next iteration must preempt).
+            loop = self._loop
+            if (
+                loop is not None
+                and self.decoding
+                and not (admission.prefilling or admission.queue)
+                and loop.run(self, start, arrivals.next_time)
+            ):
+                yield env.timeout_at(self.last_decode_end)
                 continue
             # A replica that takes its own arrivals, with none waiting, runs a stretch through
             # finishes: a finish then changes nothing but its batch (no client or router waits
@@ -416,6 +431,18 @@ class Replica:
             request.generated = request.output
             self._free_slot(slot)
             self._finish(request, float(ends[step]))
+
+    def release(self, slot: int, drafted: float, decode_steps: int, now: float) -> None:
+        """Bank and record a row that the compiled loop finished (it has cleared the slot's
+        arrays and counts): ``drafted``, its drafted total then (later steps add -1 to an
+        empty slot's); ``decode_steps``, the replica's count after its last step (at ``now``)."""
+        request = self.slot_request[slot]
+        self.row_drafted[slot] = drafted
+        self._bank_row(slot, request, decode_steps)
+        request.generated = request.output
+        self.slot_request[slot] = None
+        self.free_slots.append(slot)
+        self._finish(request, now)
 
     def _held(self) -> float:
         """What the decoding rows hold of the cache: tokens, or blocks with a block size."""

@@ -1,0 +1,214 @@
+"""The compiled decode loop's Python side: when a replica runs it, and applying what it did.
+
+A replica alone on an open-loop source, with no request queued and no prompt in prefill, runs
+nothing but decode iterations until the next arrival: ``compiled_loop_kernel.decode_loop`` runs
+them one after the other, as ``Replica._plan_mixed`` and ``_apply_mixed`` would, and the replica
+waits once for the last one's end. Its finishes change nothing but the batch there (no client,
+router or queued request waits on them), so their records are written after the loop, in the
+order the iterations finished them. Anything else (a queue, prompt chunks, a window policy other
+than a fixed k, jitter, padded attention, reported range queries, preemption) takes the other
+paths, and the loop stops before the iteration that would need it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import numpy as np
+
+from specsim.costs.drafters import (
+    AutoregressiveHeadsCost,
+    DraftModelCost,
+    HeadsCost,
+    NoDrafterCost,
+    PromptLookupCost,
+)
+from specsim.simulation.acceptance import RateAcceptance
+
+MOST_ITERATIONS = 4096  # per call: bounds the buffers
+_DRAFTER_CODES = {
+    NoDrafterCost: 0,
+    DraftModelCost: 1,
+    PromptLookupCost: 2,
+    HeadsCost: 3,
+    AutoregressiveHeadsCost: 4,
+}
+_kernel: ModuleType | None = None
+
+
+def kernel() -> ModuleType:
+    """The kernel's module (numba imported on the first call)."""
+    global _kernel
+    if _kernel is None:
+        _kernel = importlib.import_module("specsim.simulation.compiled_loop_kernel")
+    return _kernel
+
+
+def cost_vector(costs) -> np.ndarray | None:
+    """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter class
+    the kernel does not know)."""
+    drafter = costs.drafter
+    code = _DRAFTER_CODES.get(type(drafter))
+    if code is None:
+        return None
+    latency = drafter.latency
+    drafter_coef = latency._coef if latency is not None else (0.0,) * 6
+    return np.array(
+        [
+            *costs.target._coef,
+            costs.overhead_step_s,
+            costs.overhead_seq_s,
+            costs.overhead_spec_step_s,
+            costs.overhead_spec_seq_s,
+            costs.overhead_draft_step_s,
+            costs.overhead_draft_token_s,
+            *drafter_coef,
+            code,
+            0.0 if latency is None else 1.0,
+            drafter.step_s,
+            drafter.flops_per_token,
+            drafter.attn_flops,
+            costs.target_flops_per_token,
+            costs.target_attn_flops,
+        ],
+        dtype=np.float64,
+    )
+
+
+class DecodeLoop:
+    """One replica's buffers and constants for the kernel."""
+
+    def __init__(self, replica, costs: np.ndarray):
+        self.costs = costs
+        cap = replica.capacity
+        self.blocks = 2 if replica.acceptance.proposal_rate < 1.0 else 1
+        self.k = replica.policy.k
+        self.state = np.zeros(14)
+        self.counts = np.zeros(5, dtype=np.int64)
+        most = MOST_ITERATIONS
+        self.dt, self.kv, self.gap, self.end = (np.empty(most) for _ in range(4))
+        self.batch = np.empty(most, dtype=np.int64)
+        self.accepted = np.empty(most * cap, dtype=np.int8)
+        self.drafted = np.empty(most * cap, dtype=np.int8)
+        # No row joins during a call, so at most ``cap`` finish in one.
+        self.finished_slot = np.empty(cap, dtype=np.int64)
+        self.finished_at = np.empty(cap, dtype=np.int64)
+        self.finished_drafted = np.empty(cap)
+
+    @staticmethod
+    def build(replica) -> DecodeLoop | None:
+        """The loop for ``replica``, or None where it cannot run there."""
+        if not (
+            replica.compiled
+            and replica.policy.fixed
+            and replica.jitter is None
+            and not replica.padded
+            and not replica.costs.checks_ranges
+            and isinstance(replica.acceptance, RateAcceptance)
+            and not replica.acceptance.needs_position
+        ):
+            return None
+        costs = cost_vector(replica.costs)
+        return None if costs is None else DecodeLoop(replica, costs)
+
+    def run(self, replica, start: float, bound: float) -> int:
+        """Run the decode iterations from ``start`` until the first that would start at or after
+        ``bound``, applying them to ``replica``; returns how many ran (the last one ends at
+        ``replica.last_decode_end``)."""
+        k, cap, blocks = self.k, replica.capacity, self.blocks
+        admission, log, acceptance = replica.admission, replica.log, replica.acceptance
+        stream = replica._draws
+        per_iteration = cap * blocks if k else 0
+        stream_start = stream.position
+        words = stream.words_for(MOST_ITERATIONS, blocks if k else 0, cap)
+        state = self.state
+        state[:] = (
+            replica.decode_kv,
+            replica.emitted_tokens,
+            replica.left_total,
+            start,
+            replica.last_decode_end,
+            replica.last_decode_s,
+            bound,
+            log.verification_flops,
+            log.drafter_flops,
+            log.wasted_flops,
+            log.window_rows,
+            log.decode_rows,
+            admission.reserved,
+            replica.kv_capacity,
+        )
+        joined = replica._joined
+        rows = replica.decoding
+        kernel().decode_loop(
+            words,
+            blocks,
+            cap,
+            acceptance.flat_thresholds[k],
+            acceptance.flat_counts[k],
+            acceptance.proposal_rate,
+            k,
+            admission.lookahead,
+            replica.remaining,
+            replica.context,
+            replica.level_shift,
+            replica.row_drafted,
+            replica.level,
+            replica.admit_order,
+            replica.high,
+            rows,
+            joined,
+            self.costs,
+            state,
+            self.dt,
+            self.batch,
+            self.kv,
+            self.gap,
+            self.end,
+            self.accepted,
+            self.drafted,
+            self.finished_slot,
+            self.finished_at,
+            self.finished_drafted,
+            self.counts,
+        )
+        n, filled, finishes, high, decoding = self.counts.tolist()
+        stream.rewind(stream_start + n * per_iteration)
+        if not n:
+            return 0
+        log.record_steps(self.accepted[:filled], self.drafted[:filled])
+        log.record_iterations(
+            self.dt[:n], self.batch[:n], self.kv[:n], self.gap[:n], rows - joined, joined
+        )
+        replica._joined = 0
+        (
+            replica.decode_kv,
+            replica.emitted_tokens,
+            replica.left_total,
+            _,
+            replica.last_decode_end,
+            replica.last_decode_s,
+            _,
+            log.verification_flops,
+            log.drafter_flops,
+            log.wasted_flops,
+            log.window_rows,
+            log.decode_rows,
+            _,
+            _,
+        ) = state.tolist()
+        replica._kv_planned = float(self.kv[n - 1])
+        steps_before = replica.decode_steps
+        replica.decode_steps += n
+        replica.decoding, replica.high = decoding, high
+        ends = self.end
+        finished = zip(
+            self.finished_slot[:finishes].tolist(),
+            self.finished_at[:finishes].tolist(),
+            self.finished_drafted[:finishes].tolist(),
+            strict=True,
+        )
+        for slot, at, drafted in finished:
+            replica.release(slot, drafted, steps_before + at + 1, float(ends[at]))
+        return n

@@ -1,0 +1,292 @@
+"""The compiled decode loop (numba): a replica's decode-only iterations one after the other.
+
+``decode_loop`` runs what ``Replica._plan_mixed`` and ``_apply_mixed`` do for an iteration with
+decoding rows and no prompt chunks, iteration after iteration, in the same operations and the
+same order (see ``compiled_loop.py`` for when it runs and what Python does with its results):
+the drafts, the acceptance draws from the PCG64 state (a block of ``capacity`` doubles per draw,
+of which the occupied slots' are read and the rest jumped over), the query-key totals, the cost
+model's seconds and FLOPs (``cost_parts``), the emitted tokens, the finishes and the statistics.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from specsim.simulation.compiled_kernels import _apply, _jump, _next_double, _search_left
+
+_jit = numba.njit(cache=False, nogil=True)
+
+# Drafter kinds, as ``compiled_loop.drafter_code`` numbers them.
+NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
+
+# ``costs`` array layout (``compiled_loop.cost_vector``).
+TARGET, OVERHEAD, DRAFTER = 0, 6, 12
+KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN, T_FLOPS, T_ATTN = 18, 19, 20, 21, 22, 23, 24
+COSTS = 25
+
+# ``state`` (floats in and out) and ``counts`` (ints out) layouts.
+(
+    DECODE_KV,
+    EMITTED,
+    LEFT_TOTAL,
+    NOW,
+    LAST_END,
+    LAST_DT,
+    BOUND,
+    VERIFICATION,
+    DRAFTER_FLOPS,
+    WASTED,
+    WINDOW_ROWS,
+    DECODE_ROWS,
+    RESERVED,
+    KV_CAPACITY,
+) = range(14)
+STATE = 14
+ITERATIONS, STEPS, FINISHES, HIGH, DECODING = range(5)
+
+
+@_jit
+def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
+    """``LatencyModel.seconds_from_totals`` with its coefficients at ``c[at:at + 6]``."""
+    over = new_tokens - c[at + 3]
+    if not over > 0.0:
+        over = 0.0
+    return c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+
+
+@_jit
+def _draft_s(c, rows, k, kv):
+    """The drafter's ``draft_s(rows, k, kv)`` for rows > 0 (``specsim.costs.drafters``)."""
+    kind = c[KIND]
+    if kind == NONE:
+        return 0.0
+    if kind == DRAFT_MODEL:
+        if k == 0:
+            return _latency(c, DRAFTER, rows, rows, kv, kv + rows)
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * _latency(c, DRAFTER, rows, rows, mean_kv, mean_kv + rows)
+    if k == 0:
+        return 0.0
+    if kind == AUTOREGRESSIVE_HEADS:
+        if c[HAS_LATENCY] == 0.0:
+            return k * c[STEP_S]
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * _latency(c, DRAFTER, rows, rows, mean_kv, mean_kv + rows)
+    if c[HAS_LATENCY] != 0.0:  # prompt lookup and parallel heads: one pass per step
+        return _latency(c, DRAFTER, rows, rows, kv, kv + rows)
+    return c[STEP_S]
+
+
+@_jit
+def _draft_flops(c, rows, k, kv):
+    """The drafter's ``draft_flops(rows, k, kv)`` for rows > 0."""
+    kind = c[KIND]
+    if kind == DRAFT_MODEL:
+        if k == 0:
+            return c[D_FLOPS] * rows + c[D_ATTN] * (kv + rows)
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
+    if k == 0 or kind in (NONE, PROMPT_LOOKUP):
+        return 0.0
+    if kind == HEADS:
+        return c[D_FLOPS] * rows * k
+    mean_kv = kv + rows * (k - 1) / 2.0
+    return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
+
+
+@_jit
+def _wasted_per_position(c, mean_context):
+    """``StepCosts.wasted_flops_per_position``."""
+    target = c[T_FLOPS] + c[T_ATTN] * mean_context
+    kind = c[KIND]
+    if kind == DRAFT_MODEL:
+        draft = c[D_FLOPS]
+        draft += c[D_ATTN] * mean_context
+        return target + draft
+    if kind in (HEADS, AUTOREGRESSIVE_HEADS):
+        return target + c[D_FLOPS]
+    return target + 0.0
+
+
+@_jit
+def _overhead_s(c, rows, k):
+    """``StepCosts.overhead_s(rows, k, rows)`` for rows > 0."""
+    seconds = c[OVERHEAD] + c[OVERHEAD + 1] * rows
+    if k:
+        seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * rows
+        seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * rows)
+    return seconds
+
+
+@_jit
+def cost_parts(c, k, rows, tokens, kv, pairs, out):
+    """``decode_iteration_s``, ``draft_flops`` and ``wasted_flops_per_position(kv / rows)`` of
+    one decode-only iteration, into ``out`` (for the tests: the loop calls the parts itself)."""
+    target = _latency(c, TARGET, rows, tokens, kv, pairs)
+    out[0] = target + _draft_s(c, rows, k, kv) + _overhead_s(c, rows, k)
+    out[1] = _draft_flops(c, rows, k, kv)
+    out[2] = _wasted_per_position(c, kv / rows)
+
+
+@_jit
+def decode_loop(
+    words,
+    blocks,
+    capacity,
+    thresholds,
+    counts,
+    proposal_rate,
+    k,
+    lookahead,
+    remaining,
+    context,
+    shift,
+    drafted_by_row,
+    level,
+    admit_order,
+    high,
+    decoding,
+    joined,
+    c,
+    state,
+    it_dt,
+    it_batch,
+    it_kv,
+    it_gap,
+    it_end,
+    step_accepted,
+    step_drafted,
+    finished_slot,
+    finished_at,
+    finished_drafted,
+    out,
+):
+    """Decode-only iterations from ``state[NOW]`` until one would start at or after
+    ``state[BOUND]``, would need more KV cache than there is, or no row is left (at most
+    ``it_dt.shape[0]``); the batch arrays, ``words`` and ``state`` are left as the iterations
+    leave them, the per-iteration statistics and the finishes (slot, iteration, the row's
+    drafted total) are written to the buffers, and ``out`` gets the counts (iterations, step
+    entries, finishes, high, decoding)."""
+    most = it_dt.shape[0]
+    drafts = np.empty(capacity)
+    accepted = np.empty(capacity)
+    decode_kv = state[DECODE_KV]
+    emitted_tokens = state[EMITTED]
+    left_total = state[LEFT_TOTAL]
+    now = state[NOW]
+    last_end = state[LAST_END]
+    last_dt = state[LAST_DT]
+    bound = state[BOUND]
+    verification, drafter_flops, wasted_flops = (
+        state[VERIFICATION],
+        state[DRAFTER_FLOPS],
+        state[WASTED],
+    )
+    window_rows, decode_rows = state[WINDOW_ROWS], state[DECODE_ROWS]
+    reserved, kv_capacity = state[RESERVED], state[KV_CAPACITY]
+    per_token, per_pair = c[T_FLOPS], c[T_ATTN]
+    k_plus_1 = k + 1.0
+    jump_for = -1
+    mult_high = mult_low = plus_high = plus_low = np.uint64(0)
+    n = filled = finishes = 0
+    while n < most and decoding > 0 and now < bound:
+        held = decode_kv + decoding * lookahead + reserved
+        if held > kv_capacity:  # preemption: the per-iteration path's
+            break
+        used = high
+        for s in range(used):
+            d = min(remaining[s], k_plus_1)
+            drafts[s] = d - 1.0
+        if k == 0:
+            for s in range(used):
+                accepted[s] = drafts[s]
+        else:
+            if jump_for != used:  # the jump over a block's unused slots
+                mult_high, mult_low, plus_high, plus_low = _jump(
+                    words[2], words[3], np.uint64(capacity - used)
+                )
+                jump_for = used
+            for s in range(used):
+                accepted[s] = counts[_search_left(thresholds, shift[s] + _next_double(words))]
+            if capacity > used:
+                _apply(words, mult_high, mult_low, plus_high, plus_low)
+            if blocks == 2:  # whether each row proposes at all
+                for s in range(used):
+                    cap = k if _next_double(words) < proposal_rate else 0
+                    drafts[s] = min(drafts[s], cap)
+                if capacity > used:
+                    _apply(words, mult_high, mult_low, plus_high, plus_low)
+            for s in range(used):
+                accepted[s] = min(accepted[s], drafts[s])
+        drafted = 0.0
+        squares = 0.0
+        cross = 0.0
+        for s in range(used):
+            drafted += drafts[s]
+            squares += drafts[s] * drafts[s]
+            cross += drafts[s] * context[s]
+        new_tokens = drafted + used
+        own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
+        pairs = cross + decode_kv + own_span
+        rows = decoding
+        target = _latency(c, TARGET, rows, new_tokens, decode_kv, pairs)
+        dt = target + _draft_s(c, rows, k, decode_kv) + _overhead_s(c, rows, k)
+        verification += per_token * new_tokens + per_pair * pairs
+        drafter_flops += _draft_flops(c, rows, k, decode_kv)
+        planned_kv = decode_kv
+        end = now + dt
+        # Applying it.
+        emitted_total = 0.0
+        for s in range(used):
+            step_accepted[filled + s] = accepted[s]
+            step_drafted[filled + s] = drafts[s]
+            emitted = accepted[s] + 1.0
+            accepted[s] = emitted
+            remaining[s] -= emitted
+            context[s] += emitted
+            drafted_by_row[s] += drafts[s]
+            emitted_total += emitted
+        filled += used
+        emitted_tokens += emitted_total
+        decode_kv += emitted_total
+        left_total -= emitted_total
+        wasted = new_tokens - emitted_total
+        if wasted:
+            wasted_flops += wasted * _wasted_per_position(c, planned_kv / rows)
+        window_rows += k * rows
+        decode_rows += rows
+        it_dt[n] = end - now
+        it_batch[n] = rows
+        it_kv[n] = held
+        it_gap[n] = end - last_end
+        it_end[n] = end
+        last_end = end
+        last_dt = dt
+        for s in range(used):
+            if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
+                finished_slot[finishes] = s
+                finished_at[finishes] = n
+                finished_drafted[finishes] = drafted_by_row[s]  # later steps add -1 there
+                finishes += 1
+                decode_kv -= context[s]
+                remaining[s] = 0.0
+                context[s] = 0.0
+                level[s] = 0
+                shift[s] = 0.0
+                admit_order[s] = -1
+                decoding -= 1
+        while high and remaining[high - 1] == 0.0:
+            high -= 1
+        now = end
+        n += 1
+    state[DECODE_KV], state[EMITTED], state[LEFT_TOTAL] = decode_kv, emitted_tokens, left_total
+    state[NOW], state[LAST_END], state[LAST_DT] = now, last_end, last_dt
+    state[VERIFICATION], state[DRAFTER_FLOPS], state[WASTED] = (
+        verification,
+        drafter_flops,
+        wasted_flops,
+    )
+    state[WINDOW_ROWS], state[DECODE_ROWS] = window_rows, decode_rows
+    out[ITERATIONS], out[STEPS], out[FINISHES] = n, filled, finishes
+    out[HIGH], out[DECODING] = high, decoding

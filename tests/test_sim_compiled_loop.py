@@ -1,0 +1,183 @@
+"""The compiled decode loop (``specsim/simulation/compiled_loop*.py``): its cost terms against
+``StepCosts`` for every drafter class, where it runs and where it does not, and identity with
+the per-iteration reference on profiles whose every cost term is non-zero.
+
+The identity of the whole fast path (loop included, ``SPECSIM_COMPILED=1``) with the reference
+on every shipped scenario and window policy is in ``test_sim_stretch.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from test_sim_stretch import assert_identical, make
+
+from specsim.costs import StepCosts
+from specsim.profile import load_profile
+from specsim.simulation import compiled_loop, run_simulation
+
+DATA = Path(__file__).parent / "data"
+
+# Every kind and variant of drafter cost, with every term of its fit non-zero.
+FIT = {
+    "fixed_s": 0.0021,
+    "per_sequence_s": 3.1e-5,
+    "per_batched_token_s": 2.3e-6,
+    "knee_tokens": 40,
+    "per_kv_token_s": 7.0e-9,
+    "per_attention_pair_s": 1.3e-10,
+}
+DRAFTERS = {
+    "model": {"kind": "draft_model", "flops_per_token": 2.0e9, "latency": {"fit": FIT},
+              "attention_flops_per_context_token": 65536.0,
+              "overhead": {"per_draft_step_s": 1.0e-4, "per_draft_token_s": 3.0e-6,
+                           "per_speculative_step_s": 2.0e-4, "per_speculative_sequence_s": 1e-6}},
+    "lookup": {"kind": "ngram", "draft_step_s": 3.0e-4},
+    "lookup fit": {"kind": "ngram", "latency": {"fit": FIT}},
+    "medusa": {"kind": "heads", "draft_step_s": 0.002, "flops_per_token": 1.0e8},
+    "medusa fit": {"kind": "heads", "latency": {"fit": FIT}, "flops_per_token": 1.0e8},
+    "eagle": {"kind": "heads", "passes": "autoregressive", "draft_step_s": 0.001,
+              "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
+    "eagle fit": {"kind": "heads", "passes": "autoregressive", "latency": {"fit": FIT},
+                  "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
+}  # fmt: skip
+CLASSES = {
+    None: "NoDrafterCost",
+    "model": "DraftModelCost",
+    "lookup": "PromptLookupCost",
+    "medusa": "HeadsCost",
+    "eagle": "AutoregressiveHeadsCost",
+}
+
+
+@pytest.fixture(scope="module")
+def every_term(tmp_path_factory) -> Path:
+    """The test profile with every target, overhead and drafter term non-zero."""
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    profile["target"]["latency"]["fit"] = {**FIT, "fixed_s": 0.011, "knee_tokens": 64}
+    profile["overhead"] = {
+        "per_step_s": 3.0e-4,
+        "per_sequence_s": 2.0e-6,
+        "per_draft_step_s": 5.0e-5,
+        "per_draft_token_s": 1.5e-6,
+    }
+    profile["drafters"].update(copy.deepcopy(DRAFTERS))
+    rates = [0.8, 0.7, 0.6, 0.5, 0.4]
+    profile["acceptance"] += [
+        {"drafter": name, "verifier": "rejection", "temperature": 1.0, "per_position": rates}
+        for name in DRAFTERS
+    ]
+    folder = tmp_path_factory.mktemp("every-term")
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+@pytest.mark.parametrize("drafter", [None, *DRAFTERS])
+def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
+    """Seconds, drafter FLOPs and FLOPs per wasted position of decode-only iterations: 6 k x
+    5 batch sizes x 4 draws of the totals (half of them past the knee), compared with ``==``."""
+    costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
+    assert type(costs.drafter).__name__ == CLASSES[drafter.split()[0] if drafter else None]
+    vector = compiled_loop.cost_vector(costs)
+    kernel = compiled_loop.kernel()
+    rng = np.random.default_rng(11)
+    out = np.empty(3)
+    for k, rows, draw in itertools.product(range(6), (1, 2, 7, 64, 255), range(4)):
+        tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
+        if draw % 2:
+            tokens += 200.0  # past the knee
+        kv = float(rng.integers(rows, rows * 4000))
+        pairs = float(rng.integers(1, 10**9))
+        kernel.cost_parts(vector, k, rows, tokens, kv, pairs, out)
+        expected = (
+            costs.decode_iteration_s(k, rows, tokens, kv, pairs),
+            costs.draft_flops(rows, k, kv),
+            costs.wasted_flops_per_position(kv / rows),
+        )
+        assert out.tolist() == list(expected), (k, rows, tokens, kv, pairs)
+
+
+def test_an_unknown_drafter_class_gets_no_loop(every_term):
+    costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), "model")
+    costs.drafter = type("Other", (type(costs.drafter),), {})(
+        costs.drafter.spec, costs.drafter.latency
+    )
+    assert compiled_loop.cost_vector(costs) is None
+
+
+@pytest.mark.parametrize(
+    "drafter, k", [(None, 0), ("model", 0), ("model", 4), ("lookup", 3), ("lookup fit", 2),
+                   ("medusa", 2), ("medusa fit", 3), ("eagle", 4), ("eagle fit", 1)],
+)  # fmt: skip
+def test_the_loop_matches_the_reference_on_every_cost_term(
+    drafter, k, every_term, tmp_path, monkeypatch
+):
+    scenario = make(
+        {"speculation": {"drafter": drafter, "k": k}, "workload": {"rate": 4.0}}, every_term
+    )
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    assert_identical(scenario.model_copy(update={"engine": engine}), tmp_path, monkeypatch)
+
+
+def loop_iterations(scenario, monkeypatch, setting: str) -> tuple[int, int, dict]:
+    """Iterations the compiled loop ran, the run's engine iterations, and its summary."""
+    kernel = compiled_loop.kernel()
+    original = kernel.decode_loop
+    ran = [0]
+
+    def counted(*args):
+        original(*args)
+        ran[0] += int(args[-1][0])  # the iterations it ran
+
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "decode_loop", counted)
+        patch.setenv("SPECSIM_COMPILED", setting)
+        summary = run_simulation(scenario).summary
+    return ran[0], summary["engine_iterations"], summary
+
+
+def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(monkeypatch):
+    """With the kernels on, a replica alone on an open loop runs nearly every iteration in the
+    loop (the rest carry prompt chunks); off, none; the summaries agree."""
+    scenario = make({"workload": {"rate": 1.0}})
+    inside, total, summary = loop_iterations(scenario, monkeypatch, "1")
+    assert inside >= 0.8 * total
+    inside_off, _, summary_off = loop_iterations(scenario, monkeypatch, "0")
+    assert inside_off == 0 and summary_off == summary
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"workload": {"kind": "closed_loop", "concurrency": 4, "rate": None}},
+        {"fleet": {"replicas": 2, "router": "least_outstanding"}},
+        {"speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"}},
+        {"engine": {"max_batch": 32, "padded_attention": True}},
+        {"workload": {"max_concurrency": 3}},
+    ],
+    ids=["closed loop", "two replicas", "adaptive", "padded", "client cap"],
+)
+def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
+    inside, total, _ = loop_iterations(make(changes), monkeypatch, "1")
+    assert inside == 0 and total > 0
+
+
+def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
+    """Jitter draws a factor per iteration from its own stream: such a replica keeps the other
+    paths, and turning jitter off in the scenario brings the loop back."""
+    profile = yaml.safe_load((every_term / "sim_profile.yaml").read_text())
+    profile["jitter"] = {"quantiles": [0.8, 0.95, 1.0, 1.04, 1.6], "samples": 50}
+    (tmp_path / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (tmp_path / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    scenario = make({}, tmp_path)
+    inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
+    assert inside == 0 and total > 0
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    steady = scenario.model_copy(update={"engine": engine})
+    assert loop_iterations(steady, monkeypatch, "1")[0] > 0
