@@ -10,18 +10,27 @@ the simulator-level identity of both paths with the per-iteration reference is i
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.scenario import Scenario
+from specsim.scenario import Scenario, Workload
 from specsim.simulation import compiled, compiled_loop, run_simulation, stretch
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.replica import Replica
+from specsim.simulation.run import planned_requests
 
 DATA = Path(__file__).parent / "data"
+REPO = DATA.parent.parent
+LENGTHS = {
+    "prompt": {"dist": "uniform", "low": 20, "high": 300},
+    "output": {"dist": "uniform", "low": 1, "high": 200},
+}
 FIELDS = (
     "n rows left drafts accepted contexts done totals new own_span kv pairs".split()  # noqa: SIM905
 )
@@ -249,3 +258,55 @@ def test_replicas_take_the_jump_stream_only_with_the_kernels(monkeypatch):
         run_simulation(low_load(), fast_path=True)
         monkeypatch.setattr(Replica, "__init__", init)
         assert made and all(type(r._draws).__name__ == kind for r in made), setting
+
+
+def test_auto_compiles_only_for_runs_long_enough_to_repay_it(monkeypatch):
+    """``auto`` takes the kernels for a run of ``MIN_REQUESTS`` or more, or where they are
+    compiled in this process already; a scenario's planned requests decide."""
+    monkeypatch.setenv(compiled.ENV, "auto")
+    monkeypatch.setattr(compiled, "_loaded", None)  # as in a process that has not run them
+    assert compiled.active(compiled.MIN_REQUESTS - 1) is False
+    assert compiled.active(compiled.MIN_REQUESTS) is True
+    monkeypatch.setenv(compiled.ENV, "1")
+    assert compiled.active(10) is True  # insisted on
+    monkeypatch.setenv(compiled.ENV, "auto")
+    compiled.kernels()
+    assert compiled.active(10) is True
+    workload = low_load().workload
+    assert planned_requests(workload) == 120.0
+    for duration, planned in ((30.0, 60.0), (300.0, 120.0)):  # 2 requests/s, at most 120
+        shorter = workload.model_copy(update={"duration_s": duration})
+        assert planned_requests(shorter) == planned
+    closed = {"kind": "closed_loop", "concurrency": 4, "duration_s": 50.0, **LENGTHS}
+    assert planned_requests(Workload.model_validate(closed)) == 0.0
+
+
+def test_a_short_simulation_does_not_import_numba(tmp_path):
+    """The README's small commands stay as quick as without the extra: numba is not imported
+    by ``specsim simulate scenarios/poisson.yaml`` (about 1,200 requests)."""
+    script = (
+        "import sys\n"
+        "from specsim.cli import main\n"
+        f"code = main(['simulate', 'scenarios/poisson.yaml', '--out', {str(tmp_path)!r}])\n"
+        "print(code, 'numba' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != compiled.ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.stdout.split()[-2:] == ["0", "False"], done.stderr[-2000:]
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_the_kernels_are_not_cached_on_disk():
+    """numba's on-disk cache is off (see ``compiled.py``): every dispatcher has the null one."""
+    from specsim.simulation import compiled_kernels, compiled_loop_kernel
+
+    dispatchers = [
+        value
+        for module in (compiled_kernels, compiled_loop_kernel)
+        for value in vars(module).values()
+        if hasattr(value, "py_func")
+    ]
+    assert len(dispatchers) > 10
+    assert {type(d._cache).__name__ for d in dispatchers} == {"NullCache"}

@@ -1,8 +1,7 @@
 """The compiled kernels (numba): loaded only when ``compiled.active()`` says they run.
 
 Each does what the numpy code it stands in for does, value for value (see ``compiled.py``).
-``cache=True``: numba keeps the machine code beside this file (or in its user cache), so a
-machine compiles them once, a few seconds, and later processes load them.
+Compiled in each process that runs them (``cache=False``: see ``compiled.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_jit = numba.njit(cache=True, nogil=True)
+_jit = numba.njit(cache=False, nogil=True)
 
 
 @_jit

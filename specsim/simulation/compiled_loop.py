@@ -25,6 +25,7 @@ from specsim.costs.drafters import (
     PromptLookupCost,
 )
 from specsim.simulation.acceptance import RateAcceptance
+from specsim.simulation.compiled import kernels
 
 MOST_ITERATIONS = 4096  # per call: bounds the buffers
 _DRAFTER_CODES = {
@@ -41,6 +42,7 @@ def kernel() -> ModuleType:
     """The kernel's module (numba imported on the first call)."""
     global _kernel
     if _kernel is None:
+        kernels()  # the stretch kernels' module, which it builds on (and ``compiled.active``)
         _kernel = importlib.import_module("specsim.simulation.compiled_loop_kernel")
     return _kernel
 

@@ -125,6 +125,7 @@ class Replica:
         jitter=None,
         fast: bool = False,
         prefix=None,
+        planned_requests: float = math.inf,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -154,8 +155,9 @@ class Replica:
         # sequences depend on each row's position, step by step, so they run per iteration.
         # Tree pools run per iteration too: stretches total the chain's widths in closed form.
         self.fast = fast and not acceptance.needs_position and self.tree_rows is None
-        # The compiled kernels (compiled.py, numba): the same numbers, from PCG64's state.
-        self.compiled = self.fast and compiled_active() and JumpStream.fits(rng)
+        # The compiled kernels (compiled.py, numba): the same numbers, from PCG64's state; for a
+        # run of about ``planned_requests`` requests.
+        self.compiled = self.fast and compiled_active(planned_requests) and JumpStream.fits(rng)
         if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
             rng = JumpStream(rng) if self.compiled else UniformStream(rng)
         self._draws = rng
