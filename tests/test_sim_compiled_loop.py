@@ -20,6 +20,8 @@ from test_sim_stretch import assert_identical, make
 from specsim.costs import StepCosts
 from specsim.profile import load_profile
 from specsim.simulation import compiled_loop, run_simulation
+from specsim.simulation.acceptance import RateAcceptance
+from specsim.simulation.policy import GoodputWindow
 
 DATA = Path(__file__).parent / "data"
 
@@ -103,6 +105,35 @@ def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
         assert out.tolist() == list(expected), (k, rows, tokens, kv, pairs)
 
 
+@pytest.mark.parametrize("drafter", ["model", "lookup", "eagle fit"])
+def test_the_goodput_choice_matches_the_policy(drafter, every_term):
+    """``GoodputWindow.choose_batch`` (decode-only) against the kernel's choice on 300 random
+    batches of up to 40 slots, a third of the rows within k_max of their end."""
+    profile = load_profile(every_term / "sim_profile.yaml")
+    costs = StepCosts(profile, drafter)
+    policy = GoodputWindow(5)
+    acceptance = RateAcceptance(np.array([0.8, 0.7, 0.6, 0.5, 0.4]), proposal_rate=0.7)
+    policy.attach(costs, acceptance)
+    by_rows, goodput = compiled_loop.window_terms(policy)
+    vector = compiled_loop.cost_vector(costs)
+    kernel = compiled_loop.kernel()
+    rng = np.random.default_rng(5)
+    chosen = set()
+    for _ in range(300):
+        used = int(rng.integers(1, 41))
+        remaining = rng.integers(1, 300, used).astype(np.float64)
+        remaining[rng.random(used) < 0.33] = rng.integers(1, 6)
+        remaining[rng.random(used) < 0.2] = 0.0  # empty slots
+        remaining[-1] = max(remaining[-1], 1.0)
+        context = np.where(remaining > 0, rng.integers(10, 9000, used), 0).astype(np.float64)
+        rows, kv = int(np.count_nonzero(remaining)), float(context.sum())
+        expected = policy.choose_batch(rows, kv, remaining, context, None, 8192)
+        got = kernel.choose_window(by_rows, goodput, vector, rows, kv, remaining, context)
+        assert got == expected, (rows, kv)
+        chosen.add(expected)
+    assert len(chosen) >= 2  # the batches move the choice
+
+
 def test_an_unknown_drafter_class_gets_no_loop(every_term):
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), "model")
     costs.drafter = type("Other", (type(costs.drafter),), {})(
@@ -112,15 +143,19 @@ def test_an_unknown_drafter_class_gets_no_loop(every_term):
 
 
 @pytest.mark.parametrize(
-    "drafter, k", [(None, 0), ("model", 0), ("model", 4), ("lookup", 3), ("lookup fit", 2),
-                   ("medusa", 2), ("medusa fit", 3), ("eagle", 4), ("eagle fit", 1)],
+    "drafter, k, policy",
+    [(None, 0, "fixed"), ("model", 0, "fixed"), ("model", 4, "fixed"), ("lookup", 3, "fixed"),
+     ("lookup fit", 2, "fixed"), ("medusa", 2, "fixed"), ("medusa fit", 3, "fixed"),
+     ("eagle", 4, "fixed"), ("eagle fit", 1, "fixed"), ("model", 5, "adaptive"),
+     ("lookup fit", 4, "adaptive"), ("eagle fit", 3, "adaptive"), ("model", 4, "by_batch")],
 )  # fmt: skip
 def test_the_loop_matches_the_reference_on_every_cost_term(
-    drafter, k, every_term, tmp_path, monkeypatch
+    drafter, k, policy, every_term, tmp_path, monkeypatch
 ):
-    scenario = make(
-        {"speculation": {"drafter": drafter, "k": k}, "workload": {"rate": 4.0}}, every_term
-    )
+    speculation = {"drafter": drafter, "k": k, "policy": policy}
+    if policy == "by_batch":
+        speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 4, "k": 2}]
+    scenario = make({"speculation": speculation, "workload": {"rate": 4.0}}, every_term)
     engine = scenario.engine.model_copy(update={"jitter": False})
     assert_identical(scenario.model_copy(update={"engine": engine}), tmp_path, monkeypatch)
 
@@ -142,14 +177,21 @@ def loop_iterations(scenario, monkeypatch, setting: str) -> tuple[int, int, dict
     return ran[0], summary["engine_iterations"], summary
 
 
-def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(monkeypatch):
+@pytest.mark.parametrize("policy", ["fixed", "by_batch", "adaptive"])
+def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(policy, monkeypatch):
     """With the kernels on, a replica alone on an open loop runs nearly every iteration in the
-    loop (the rest carry prompt chunks); off, none; the summaries agree."""
-    scenario = make({"workload": {"rate": 1.0}})
+    loop (the rest carry prompt chunks), whatever its window policy; off, none; the summaries
+    agree."""
+    speculation = {"drafter": "c20", "k": 4, "policy": policy}
+    if policy == "by_batch":
+        speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 3, "k": 2}]
+    scenario = make({"workload": {"rate": 1.0}, "speculation": speculation})
     inside, total, summary = loop_iterations(scenario, monkeypatch, "1")
     assert inside >= 0.8 * total
     inside_off, _, summary_off = loop_iterations(scenario, monkeypatch, "0")
     assert inside_off == 0 and summary_off == summary
+    if policy != "fixed":  # the window changed during the run: a mean between windows
+        assert summary["mean_window"] != round(summary["mean_window"])
 
 
 @pytest.mark.parametrize(
@@ -157,11 +199,10 @@ def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(monkeypatch):
     [
         {"workload": {"kind": "closed_loop", "concurrency": 4, "rate": None}},
         {"fleet": {"replicas": 2, "router": "least_outstanding"}},
-        {"speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"}},
         {"engine": {"max_batch": 32, "padded_attention": True}},
         {"workload": {"max_concurrency": 3}},
     ],
-    ids=["closed loop", "two replicas", "adaptive", "padded", "client cap"],
+    ids=["closed loop", "two replicas", "padded", "client cap"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     inside, total, _ = loop_iterations(make(changes), monkeypatch, "1")

@@ -5,9 +5,10 @@ nothing but decode iterations until the next arrival: ``compiled_loop_kernel.dec
 them one after the other, as ``Replica._plan_mixed`` and ``_apply_mixed`` would, and the replica
 waits once for the last one's end. Its finishes change nothing but the batch there (no client,
 router or queued request waits on them), so their records are written after the loop, in the
-order the iterations finished them. Anything else (a queue, prompt chunks, a window policy other
-than a fixed k, jitter, padded attention, reported range queries, preemption) takes the other
-paths, and the loop stops before the iteration that would need it.
+order the iterations finished them. The window policy is compiled too (a fixed k, k by batch
+size, or the goodput policy's argmax). Anything else (a queue, prompt chunks, another policy,
+jitter, padded attention, reported range queries, preemption) takes the other paths, and the
+loop stops before the iteration that would need it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from specsim.costs.drafters import (
 )
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernels
+from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
 
 MOST_ITERATIONS = 4096  # per call: bounds the buffers
 _DRAFTER_CODES = {
@@ -78,16 +80,44 @@ def cost_vector(costs) -> np.ndarray | None:
     )
 
 
+def window_terms(policy) -> tuple[np.ndarray, np.ndarray] | None:
+    """The window policy as the kernel reads it (``compiled_loop_kernel._window``): k by batch
+    size, or (none) the goodput policy's per-window terms; None for another policy."""
+    kind = type(policy)
+    if kind is FixedWindow:
+        return np.array([policy.k], dtype=np.int64), np.zeros((5, 1))
+    if kind is BatchTableWindow:
+        return np.array(policy._by_size, dtype=np.int64), np.zeros((5, 1))
+    if kind is GoodputWindow:
+        terms = [policy._row_tokens, policy._row_new, policy._row_pairs, policy._bonus_pairs]
+        goodput = np.zeros((5, policy.k_max + 1))
+        goodput[:4] = terms
+        goodput[4, 0] = policy._proposal
+        return np.zeros(0, dtype=np.int64), goodput
+    return None
+
+
 class DecodeLoop:
     """One replica's buffers and constants for the kernel."""
 
-    def __init__(self, replica, costs: np.ndarray):
+    def __init__(self, replica, costs: np.ndarray, window: tuple[np.ndarray, np.ndarray]):
         self.costs = costs
+        self.by_rows, self.goodput = window
         cap = replica.capacity
-        self.blocks = 2 if replica.acceptance.proposal_rate < 1.0 else 1
-        self.k = replica.policy.k
+        acceptance = replica.acceptance
+        self.blocks = 2 if acceptance.proposal_rate < 1.0 else 1
+        # Every window's flat acceptance tables end to end: thresholds above, counts below.
+        windows = range(replica.k_max + 1)
+        self.tables = np.array(
+            [
+                np.concatenate([acceptance.flat_thresholds[k] for k in windows]),
+                np.concatenate([acceptance.flat_counts[k] for k in windows]),
+            ]
+        )
+        sizes = [acceptance.flat_thresholds[k].shape[0] for k in windows]
+        self.table_at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.state = np.zeros(14)
-        self.counts = np.zeros(5, dtype=np.int64)
+        self.counts = np.zeros(6, dtype=np.int64)
         most = MOST_ITERATIONS
         self.dt, self.kv, self.gap, self.end = (np.empty(most) for _ in range(4))
         self.batch = np.empty(most, dtype=np.int64)
@@ -103,7 +133,6 @@ class DecodeLoop:
         """The loop for ``replica``, or None where it cannot run there."""
         if not (
             replica.compiled
-            and replica.policy.fixed
             and replica.jitter is None
             and not replica.padded
             and not replica.costs.checks_ranges
@@ -112,18 +141,20 @@ class DecodeLoop:
         ):
             return None
         costs = cost_vector(replica.costs)
-        return None if costs is None else DecodeLoop(replica, costs)
+        window = window_terms(replica.policy)
+        if costs is None or window is None:
+            return None
+        return DecodeLoop(replica, costs, window)
 
     def run(self, replica, start: float, bound: float) -> int:
         """Run the decode iterations from ``start`` until the first that would start at or after
         ``bound``, applying them to ``replica``; returns how many ran (the last one ends at
         ``replica.last_decode_end``)."""
-        k, cap, blocks = self.k, replica.capacity, self.blocks
-        admission, log, acceptance = replica.admission, replica.log, replica.acceptance
+        cap, blocks = replica.capacity, self.blocks
+        admission, log = replica.admission, replica.log
         stream = replica._draws
-        per_iteration = cap * blocks if k else 0
         stream_start = stream.position
-        words = stream.words_for(MOST_ITERATIONS, blocks if k else 0, cap)
+        words = stream.words_for(MOST_ITERATIONS, blocks, cap)
         state = self.state
         state[:] = (
             replica.decode_kv,
@@ -147,10 +178,11 @@ class DecodeLoop:
             words,
             blocks,
             cap,
-            acceptance.flat_thresholds[k],
-            acceptance.flat_counts[k],
-            acceptance.proposal_rate,
-            k,
+            self.tables,
+            self.table_at,
+            replica.acceptance.proposal_rate,
+            self.by_rows,
+            self.goodput,
             admission.lookahead,
             replica.remaining,
             replica.context,
@@ -175,8 +207,8 @@ class DecodeLoop:
             self.finished_drafted,
             self.counts,
         )
-        n, filled, finishes, high, decoding = self.counts.tolist()
-        stream.rewind(stream_start + n * per_iteration)
+        n, filled, finishes, high, decoding, drawn = self.counts.tolist()
+        stream.rewind(stream_start + drawn)
         if not n:
             return 0
         log.record_steps(self.accepted[:filled], self.drafted[:filled])

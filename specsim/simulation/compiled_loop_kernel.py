@@ -43,7 +43,7 @@ COSTS = 25
     KV_CAPACITY,
 ) = range(14)
 STATE = 14
-ITERATIONS, STEPS, FINISHES, HIGH, DECODING = range(5)
+ITERATIONS, STEPS, FINISHES, HIGH, DECODING, DRAWN = range(6)
 
 
 @_jit
@@ -123,10 +123,69 @@ def _overhead_s(c, rows, k):
 def cost_parts(c, k, rows, tokens, kv, pairs, out):
     """``decode_iteration_s``, ``draft_flops`` and ``wasted_flops_per_position(kv / rows)`` of
     one decode-only iteration, into ``out`` (for the tests: the loop calls the parts itself)."""
-    target = _latency(c, TARGET, rows, tokens, kv, pairs)
-    out[0] = target + _draft_s(c, rows, k, kv) + _overhead_s(c, rows, k)
+    out[0] = _decode_s(c, k, rows, tokens, kv, pairs)
     out[1] = _draft_flops(c, rows, k, kv)
     out[2] = _wasted_per_position(c, kv / rows)
+
+
+@_jit
+def _decode_s(c, k, rows, tokens, kv, pairs):
+    """``StepCosts.decode_iteration_s``."""
+    target = _latency(c, TARGET, rows, tokens, kv, pairs)
+    return target + _draft_s(c, rows, k, kv) + _overhead_s(c, rows, k)
+
+
+@_jit
+def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
+    """The window policy's k for a decode-only iteration: ``by_rows[min(rows, last)]`` (fixed
+    and by-batch windows), or, where ``by_rows`` is empty, ``GoodputWindow.scores``' argmax
+    (``goodput``: rows of each window's expected tokens, new positions and pairs per row, the
+    bonus pairs, then the proposal rate)."""
+    if by_rows.shape[0]:
+        return by_rows[min(rows, by_rows.shape[0] - 1)]
+    windows = goodput.shape[1]
+    k_max = windows - 1
+    row_tokens, row_new, row_pairs, bonus = goodput[0], goodput[1], goodput[2], goodput[3]
+    p = goodput[4, 0]
+    short = 0
+    short_context = 0.0
+    for s in range(used):
+        if remaining[s] > 0.0 and remaining[s] <= k_max:
+            short += 1
+            short_context += context[s]
+    long_rows = rows - short
+    long_context = kv_tokens - short_context
+    mu = np.inf
+    tokens_by_k = np.empty(windows)
+    alone_by_k = np.empty(windows)
+    for k in range(windows):
+        tokens = long_rows * row_tokens[k]
+        new = long_rows * row_new[k]
+        pairs = row_new[k] * long_context + long_rows * row_pairs[k]
+        if short:
+            for s in range(used):
+                left = remaining[s]
+                if left > 0.0 and left <= k_max:
+                    d = min(k, int(left) - 1)
+                    tokens += row_tokens[d]
+                    new += row_new[d]
+                    pairs += row_new[d] * context[s] + bonus[d] + 1.0 - p
+        alone = _decode_s(c, k, rows, new, kv_tokens, pairs)
+        tokens_by_k[k], alone_by_k[k] = tokens, alone
+        if alone / tokens < mu:
+            mu = alone / tokens
+    best, chosen = -np.inf, 0
+    for k in range(windows):
+        score = mu * tokens_by_k[k] - alone_by_k[k]
+        if score > best:  # the first of equal scores: the smaller k
+            best, chosen = score, k
+    return chosen
+
+
+@_jit
+def choose_window(by_rows, goodput, c, rows, kv_tokens, remaining, context):
+    """``_window`` (for the tests)."""
+    return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, remaining.shape[0])
 
 
 @_jit
@@ -134,10 +193,11 @@ def decode_loop(
     words,
     blocks,
     capacity,
-    thresholds,
-    counts,
+    tables,
+    table_at,
     proposal_rate,
-    k,
+    by_rows,
+    goodput,
     lookahead,
     remaining,
     context,
@@ -167,7 +227,9 @@ def decode_loop(
     ``it_dt.shape[0]``); the batch arrays, ``words`` and ``state`` are left as the iterations
     leave them, the per-iteration statistics and the finishes (slot, iteration, the row's
     drafted total) are written to the buffers, and ``out`` gets the counts (iterations, step
-    entries, finishes, high, decoding)."""
+    entries, finishes, high, decoding, doubles drawn). Each iteration takes its window from
+    ``_window`` and window k's acceptance tables from ``tables[:, table_at[k]:table_at[k+1]]``
+    (thresholds, then counts)."""
     most = it_dt.shape[0]
     drafts = np.empty(capacity)
     accepted = np.empty(capacity)
@@ -186,8 +248,8 @@ def decode_loop(
     window_rows, decode_rows = state[WINDOW_ROWS], state[DECODE_ROWS]
     reserved, kv_capacity = state[RESERVED], state[KV_CAPACITY]
     per_token, per_pair = c[T_FLOPS], c[T_ATTN]
-    k_plus_1 = k + 1.0
     jump_for = -1
+    drawn = 0
     mult_high = mult_low = plus_high = plus_low = np.uint64(0)
     n = filled = finishes = 0
     while n < most and decoding > 0 and now < bound:
@@ -195,6 +257,10 @@ def decode_loop(
         if held > kv_capacity:  # preemption: the per-iteration path's
             break
         used = high
+        k = _window(by_rows, goodput, c, decoding, decode_kv, remaining, context, used)
+        thresholds = tables[0, table_at[k] : table_at[k + 1]]
+        counts = tables[1, table_at[k] : table_at[k + 1]]
+        k_plus_1 = k + 1.0
         for s in range(used):
             d = min(remaining[s], k_plus_1)
             drafts[s] = d - 1.0
@@ -202,6 +268,7 @@ def decode_loop(
             for s in range(used):
                 accepted[s] = drafts[s]
         else:
+            drawn += blocks * capacity
             if jump_for != used:  # the jump over a block's unused slots
                 mult_high, mult_low, plus_high, plus_low = _jump(
                     words[2], words[3], np.uint64(capacity - used)
@@ -230,8 +297,7 @@ def decode_loop(
         own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
         pairs = cross + decode_kv + own_span
         rows = decoding
-        target = _latency(c, TARGET, rows, new_tokens, decode_kv, pairs)
-        dt = target + _draft_s(c, rows, k, decode_kv) + _overhead_s(c, rows, k)
+        dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
         verification += per_token * new_tokens + per_pair * pairs
         drafter_flops += _draft_flops(c, rows, k, decode_kv)
         planned_kv = decode_kv
@@ -289,4 +355,4 @@ def decode_loop(
     )
     state[WINDOW_ROWS], state[DECODE_ROWS] = window_rows, decode_rows
     out[ITERATIONS], out[STEPS], out[FINISHES] = n, filled, finishes
-    out[HIGH], out[DECODING] = high, decoding
+    out[HIGH], out[DECODING], out[DRAWN] = high, decoding, drawn
