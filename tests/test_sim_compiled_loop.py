@@ -222,3 +222,12 @@ def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
     engine = scenario.engine.model_copy(update={"jitter": False})
     steady = scenario.model_copy(update={"engine": engine})
     assert loop_iterations(steady, monkeypatch, "1")[0] > 0
+
+
+def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypatch):
+    """A 2-slot engine fills the step log's 2,046 entries every ~1,000 iterations, inside the
+    loop: it must stop there for the log to fold, as ``record_step`` folds it."""
+    scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5}})
+    inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
+    assert inside >= 0.5 * total and total > 2 * 1024
+    assert_identical(scenario, tmp_path, monkeypatch)

@@ -28,8 +28,9 @@ from specsim.costs.drafters import (
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernels
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
+from specsim.simulation.steplog import BUFFER_ITERATIONS
 
-MOST_ITERATIONS = 4096  # per call: bounds the buffers
+STATE = 14  # the values ``run`` hands the kernel in ``state``
 _DRAFTER_CODES = {
     NoDrafterCost: 0,
     DraftModelCost: 1,
@@ -116,17 +117,14 @@ class DecodeLoop:
         )
         sizes = [acceptance.flat_thresholds[k].shape[0] for k in windows]
         self.table_at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.state = np.zeros(14)
-        self.counts = np.zeros(6, dtype=np.int64)
-        most = MOST_ITERATIONS
-        self.dt, self.kv, self.gap, self.end = (np.empty(most) for _ in range(4))
-        self.batch = np.empty(most, dtype=np.int64)
-        self.accepted = np.empty(most * cap, dtype=np.int8)
-        self.drafted = np.empty(most * cap, dtype=np.int8)
+        self.state = np.zeros(STATE + 1)  # and the last iteration's KV held
+        self.counts = np.zeros(7, dtype=np.int64)
+        self.logged = np.zeros(2, dtype=np.int64)  # the step log's fill levels
         # No row joins during a call, so at most ``cap`` finish in one.
         self.finished_slot = np.empty(cap, dtype=np.int64)
         self.finished_at = np.empty(cap, dtype=np.int64)
         self.finished_drafted = np.empty(cap)
+        self.finished_time = np.empty(cap)
 
     @staticmethod
     def build(replica) -> DecodeLoop | None:
@@ -150,13 +148,11 @@ class DecodeLoop:
         """Run the decode iterations from ``start`` until the first that would start at or after
         ``bound``, applying them to ``replica``; returns how many ran (the last one ends at
         ``replica.last_decode_end``)."""
-        cap, blocks = replica.capacity, self.blocks
         admission, log = replica.admission, replica.log
         stream = replica._draws
-        stream_start = stream.position
-        words = stream.words_for(MOST_ITERATIONS, blocks, cap)
+        base_words, offset = stream.base()
         state = self.state
-        state[:] = (
+        state[:STATE] = (
             replica.decode_kv,
             replica.emitted_tokens,
             replica.left_total,
@@ -172,12 +168,14 @@ class DecodeLoop:
             admission.reserved,
             replica.kv_capacity,
         )
+        logged = self.logged
+        logged[0], logged[1] = log._iterations, log._filled
         joined = replica._joined
-        rows = replica.decoding
         kernel().decode_loop(
-            words,
-            blocks,
-            cap,
+            base_words,
+            offset,
+            self.blocks,
+            replica.capacity,
             self.tables,
             self.table_at,
             replica.acceptance.proposal_rate,
@@ -191,30 +189,34 @@ class DecodeLoop:
             replica.level,
             replica.admit_order,
             replica.high,
-            rows,
+            replica.decoding,
             joined,
             self.costs,
             state,
-            self.dt,
-            self.batch,
-            self.kv,
-            self.gap,
-            self.end,
-            self.accepted,
-            self.drafted,
+            log._dt,
+            log._batch,
+            log._kv,
+            log._itl,
+            log._itl_weight,
+            log._accepted,
+            log._drafted,
+            logged,
+            log._step_limit,
             self.finished_slot,
             self.finished_at,
             self.finished_drafted,
+            self.finished_time,
             self.counts,
         )
-        n, filled, finishes, high, decoding, drawn = self.counts.tolist()
-        stream.rewind(stream_start + drawn)
+        n, filled, finishes, high, decoding, drawn, iterations = self.counts.tolist()
+        stream.skip(drawn)
         if not n:
             return 0
-        log.record_steps(self.accepted[:filled], self.drafted[:filled])
-        log.record_iterations(
-            self.dt[:n], self.batch[:n], self.kv[:n], self.gap[:n], rows - joined, joined
-        )
+        log._iterations, log._filled = iterations, filled
+        if iterations == BUFFER_ITERATIONS:
+            log._flush_iterations()
+        if filled > log._step_limit:
+            log._flush_steps()
         replica._joined = 0
         (
             replica.decode_kv,
@@ -231,18 +233,18 @@ class DecodeLoop:
             log.decode_rows,
             _,
             _,
+            replica._kv_planned,
         ) = state.tolist()
-        replica._kv_planned = float(self.kv[n - 1])
         steps_before = replica.decode_steps
         replica.decode_steps += n
         replica.decoding, replica.high = decoding, high
-        ends = self.end
         finished = zip(
             self.finished_slot[:finishes].tolist(),
             self.finished_at[:finishes].tolist(),
             self.finished_drafted[:finishes].tolist(),
+            self.finished_time[:finishes].tolist(),
             strict=True,
         )
-        for slot, at, drafted in finished:
-            replica.release(slot, drafted, steps_before + at + 1, float(ends[at]))
+        for slot, at, drafted, end in finished:
+            replica.release(slot, drafted, steps_before + at + 1, end)
         return n

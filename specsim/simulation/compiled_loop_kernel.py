@@ -41,9 +41,10 @@ COSTS = 25
     DECODE_ROWS,
     RESERVED,
     KV_CAPACITY,
-) = range(14)
-STATE = 14
-ITERATIONS, STEPS, FINISHES, HIGH, DECODING, DRAWN = range(6)
+    HELD,
+) = range(15)
+STATE = 15
+ITERATIONS, STEPS, FINISHES, HIGH, DECODING, DRAWN, LOGGED = range(7)
 
 
 @_jit
@@ -190,7 +191,8 @@ def choose_window(by_rows, goodput, c, rows, kv_tokens, remaining, context):
 
 @_jit
 def decode_loop(
-    words,
+    base_words,
+    offset,
     blocks,
     capacity,
     tables,
@@ -210,27 +212,37 @@ def decode_loop(
     joined,
     c,
     state,
-    it_dt,
-    it_batch,
-    it_kv,
-    it_gap,
-    it_end,
-    step_accepted,
-    step_drafted,
+    log_dt,
+    log_batch,
+    log_kv,
+    log_itl,
+    log_weight,
+    log_accepted,
+    log_drafted,
+    logged,
+    step_limit,
     finished_slot,
     finished_at,
     finished_drafted,
+    finished_time,
     out,
 ):
     """Decode-only iterations from ``state[NOW]`` until one would start at or after
-    ``state[BOUND]``, would need more KV cache than there is, or no row is left (at most
-    ``it_dt.shape[0]``); the batch arrays, ``words`` and ``state`` are left as the iterations
-    leave them, the per-iteration statistics and the finishes (slot, iteration, the row's
-    drafted total) are written to the buffers, and ``out`` gets the counts (iterations, step
-    entries, finishes, high, decoding, doubles drawn). Each iteration takes its window from
-    ``_window`` and window k's acceptance tables from ``tables[:, table_at[k]:table_at[k+1]]``
-    (thresholds, then counts)."""
-    most = it_dt.shape[0]
+    ``state[BOUND]``, would need more KV cache than there is, or no row is left, or the step
+    log's buffers must be folded (``StepLog``: its buffers and fill levels ``logged``, as
+    ``record_step`` and ``record_iteration`` fill them). The acceptance draws start ``offset``
+    doubles after the PCG64 state ``base_words``. The batch arrays and ``state`` are left as the
+    iterations leave them, the finishes (slot, iteration, the row's drafted total, time) are
+    written to the buffers, and ``out`` gets the counts (iterations, step log entries,
+    finishes, high, decoding, doubles drawn, iterations logged). Each iteration takes its
+    window from ``_window`` and window k's acceptance tables from
+    ``tables[:, table_at[k]:table_at[k+1]]`` (thresholds, then counts)."""
+    words = base_words.copy()
+    if offset > 0:
+        mult_high, mult_low, plus_high, plus_low = _jump(words[2], words[3], np.uint64(offset))
+        _apply(words, mult_high, mult_low, plus_high, plus_low)
+    most = log_dt.shape[0]
+    iteration, filled = logged[0], logged[1]
     drafts = np.empty(capacity)
     accepted = np.empty(capacity)
     decode_kv = state[DECODE_KV]
@@ -251,8 +263,9 @@ def decode_loop(
     jump_for = -1
     drawn = 0
     mult_high = mult_low = plus_high = plus_low = np.uint64(0)
-    n = filled = finishes = 0
-    while n < most and decoding > 0 and now < bound:
+    n = finishes = 0
+    held = 0.0
+    while decoding > 0 and now < bound:
         held = decode_kv + decoding * lookahead + reserved
         if held > kv_capacity:  # preemption: the per-iteration path's
             break
@@ -305,8 +318,8 @@ def decode_loop(
         # Applying it.
         emitted_total = 0.0
         for s in range(used):
-            step_accepted[filled + s] = accepted[s]
-            step_drafted[filled + s] = drafts[s]
+            log_accepted[filled + s] = accepted[s]
+            log_drafted[filled + s] = drafts[s]
             emitted = accepted[s] + 1.0
             accepted[s] = emitted
             remaining[s] -= emitted
@@ -322,11 +335,15 @@ def decode_loop(
             wasted_flops += wasted * _wasted_per_position(c, planned_kv / rows)
         window_rows += k * rows
         decode_rows += rows
-        it_dt[n] = end - now
-        it_batch[n] = rows
-        it_kv[n] = held
-        it_gap[n] = end - last_end
-        it_end[n] = end
+        log_dt[iteration] = end - now
+        log_batch[iteration] = rows
+        log_kv[iteration] = held
+        log_itl[2 * iteration] = end - last_end
+        log_weight[2 * iteration] = rows - joined
+        log_itl[2 * iteration + 1] = end - now
+        log_weight[2 * iteration + 1] = joined
+        joined = 0  # rows that joined waited only for the first
+        iteration += 1
         last_end = end
         last_dt = dt
         for s in range(used):
@@ -334,6 +351,7 @@ def decode_loop(
                 finished_slot[finishes] = s
                 finished_at[finishes] = n
                 finished_drafted[finishes] = drafted_by_row[s]  # later steps add -1 there
+                finished_time[finishes] = end
                 finishes += 1
                 decode_kv -= context[s]
                 remaining[s] = 0.0
@@ -346,6 +364,8 @@ def decode_loop(
             high -= 1
         now = end
         n += 1
+        if iteration == most or filled > step_limit:  # the log folds its buffers first
+            break
     state[DECODE_KV], state[EMITTED], state[LEFT_TOTAL] = decode_kv, emitted_tokens, left_total
     state[NOW], state[LAST_END], state[LAST_DT] = now, last_end, last_dt
     state[VERIFICATION], state[DRAFTER_FLOPS], state[WASTED] = (
@@ -354,5 +374,6 @@ def decode_loop(
         wasted_flops,
     )
     state[WINDOW_ROWS], state[DECODE_ROWS] = window_rows, decode_rows
+    state[HELD] = held
     out[ITERATIONS], out[STEPS], out[FINISHES] = n, filled, finishes
-    out[HIGH], out[DECODING], out[DRAWN] = high, decoding, drawn
+    out[HIGH], out[DECODING], out[DRAWN], out[LOGGED] = high, decoding, drawn, iteration

@@ -74,6 +74,15 @@ class JumpStream:
         words = self.words_for(m, blocks, capacity)
         return self._kernels.pcg_slot_uniforms(words, m, blocks, capacity, used)
 
+    def base(self) -> tuple[np.ndarray, int]:
+        """A known state and how many doubles the stream stands past it (for a kernel that
+        jumps ahead itself and draws from a copy; ``skip`` then moves the stream on)."""
+        return self._base_words, self.position - self._base
+
+    def skip(self, n: int) -> None:
+        """Move on past ``n`` doubles drawn elsewhere from the state at ``position``."""
+        self.position += n
+
     def rewind(self, position: int) -> None:
         """Hand back the doubles taken after stream position ``position``."""
         if not self._base <= position <= self.position:
