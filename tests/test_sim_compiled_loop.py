@@ -17,7 +17,7 @@ import pytest
 import yaml
 from test_sim_stretch import assert_identical, make
 
-from specsim.costs import StepCosts
+from specsim.costs import PassTotals, StepCosts
 from specsim.profile import load_profile
 from specsim.simulation import compiled_loop, run_simulation
 from specsim.simulation.acceptance import RateAcceptance
@@ -38,7 +38,8 @@ DRAFTERS = {
     "model": {"kind": "draft_model", "flops_per_token": 2.0e9, "latency": {"fit": FIT},
               "attention_flops_per_context_token": 65536.0,
               "overhead": {"per_draft_step_s": 1.0e-4, "per_draft_token_s": 3.0e-6,
-                           "per_speculative_step_s": 2.0e-4, "per_speculative_sequence_s": 1e-6}},
+                           "per_speculative_step_s": 2.0e-4, "per_speculative_sequence_s": 1e-6,
+                           "per_prefill_s": 3.0e-4, "per_prefill_token_s": 1.0e-7}},
     "lookup": {"kind": "ngram", "draft_step_s": 3.0e-4},
     "lookup fit": {"kind": "ngram", "latency": {"fit": FIT}},
     "medusa": {"kind": "heads", "draft_step_s": 0.002, "flops_per_token": 1.0e8},
@@ -67,6 +68,8 @@ def every_term(tmp_path_factory) -> Path:
         "per_sequence_s": 2.0e-6,
         "per_draft_step_s": 5.0e-5,
         "per_draft_token_s": 1.5e-6,
+        "per_prefill_s": 4.0e-4,
+        "per_prefill_token_s": 2.0e-7,
     }
     profile["drafters"].update(copy.deepcopy(DRAFTERS))
     rates = [0.8, 0.7, 0.6, 0.5, 0.4]
@@ -103,6 +106,29 @@ def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
             costs.wasted_flops_per_position(kv / rows),
         )
         assert out.tolist() == list(expected), (k, rows, tokens, kv, pairs)
+
+
+@pytest.mark.parametrize("drafter", [None, *DRAFTERS])
+def test_prompt_chunk_iterations_cost_what_iteration_s_says(drafter, every_term):
+    """Seconds of an iteration with prompt chunks (and 0 to 255 decoding rows), as the kernel
+    prices the first iteration of a call: 6 k x 4 batch sizes x 3 draws, compared with ``==``."""
+    costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
+    vector = compiled_loop.cost_vector(costs)
+    kernel = compiled_loop.kernel()
+    rng = np.random.default_rng(12)
+    for k, rows, _ in itertools.product(range(6), (0, 1, 9, 255), range(3)):
+        tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
+        kv = float(rng.integers(rows, rows * 4000 + 1))
+        pairs = float(rng.integers(0, 10**9)) if rows else 0.0
+        p_rows = int(rng.integers(1, 4))
+        p_tokens = float(rng.integers(p_rows, 8000))
+        p_kv, p_pairs = float(rng.integers(0, 3000)), float(rng.integers(1, 10**7))
+        decode = PassTotals(rows, tokens if rows else 0.0, kv if rows else 0.0, pairs)
+        expected = costs.iteration_s(k, decode, PassTotals(p_rows, p_tokens, p_kv, p_pairs))
+        got = kernel.mixed_seconds(
+            vector, k, rows, decode.tokens, decode.kv, pairs, p_rows, p_tokens, p_kv, p_pairs
+        )
+        assert got == expected, (k, rows)
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup", "eagle fit"])
@@ -230,4 +256,24 @@ def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypa
     scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5}})
     inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
     assert inside >= 0.5 * total and total > 2 * 1024
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
+    """Bursts bring several prompts into one iteration: the loop's first iteration takes them
+    all (their rows come off the free list's end, after the slots its finishes freed)."""
+    kernel = compiled_loop.kernel()
+    original = kernel.decode_loop
+    prompts = []
+
+    def counted(*args):
+        prompts.append(int(args[-8][0]))  # the first iteration's prompt chunks
+        original(*args)
+
+    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0}})
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "decode_loop", counted)
+        patch.setenv("SPECSIM_COMPILED", "1")
+        run_simulation(scenario)
+    assert max(prompts) >= 2 and prompts.count(1) > 10
     assert_identical(scenario, tmp_path, monkeypatch)

@@ -1,14 +1,17 @@
-"""The compiled decode loop's Python side: when a replica runs it, and applying what it did.
+"""The compiled replica loop's Python side: when a replica runs it, and applying what it did.
 
-A replica alone on an open-loop source, with no request queued and no prompt in prefill, runs
-nothing but decode iterations until the next arrival: ``compiled_loop_kernel.decode_loop`` runs
-them one after the other, as ``Replica._plan_mixed`` and ``_apply_mixed`` would, and the replica
-waits once for the last one's end. Its finishes change nothing but the batch there (no client,
-router or queued request waits on them), so their records are written after the loop, in the
-order the iterations finished them. The window policy is compiled too (a fixed k, k by batch
-size, or the goodput policy's argmax). Anything else (a queue, prompt chunks, another policy,
-jitter, padded attention, reported range queries, preemption) takes the other paths, and the
-loop stops before the iteration that would need it.
+A replica alone on an open-loop source with no request queued runs, until the next arrival, an
+iteration with the prompts just admitted (when they fit whole in it) and then decode iterations
+only: ``compiled_loop_kernel.decode_loop`` runs them one after the other, as
+``Replica._plan_mixed`` and ``_apply_mixed`` would, and the replica waits once for the last
+one's end. Its finishes change nothing but the batch there (no client, router or queued request
+waits on them), so their records, and the prompts' completion (``Admission.complete``), are
+written after the loop, in the order the iterations made them. The window policy is compiled
+too (a fixed k, k by batch size, or the goodput policy's argmax; the goodput policy's choice
+with prompt chunks is not, so that iteration takes the Python path). Anything else (a queue,
+prompts that do not fit whole, another policy, jitter, padded attention, reported range
+queries, preemption) takes the other paths, and the loop stops before the iteration that would
+need it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from specsim.simulation.compiled import kernels
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 
-STATE = 14  # the values ``run`` hands the kernel in ``state``
+STATE = 14  # the values ``run`` hands the kernel in ``state`` (it adds two)
 _DRAFTER_CODES = {
     NoDrafterCost: 0,
     DraftModelCost: 1,
@@ -76,6 +79,8 @@ def cost_vector(costs) -> np.ndarray | None:
             drafter.attn_flops,
             costs.target_flops_per_token,
             costs.target_attn_flops,
+            costs.overhead_prefill_s,
+            costs.overhead_prefill_token_s,
         ],
         dtype=np.float64,
     )
@@ -117,8 +122,14 @@ class DecodeLoop:
         )
         sizes = [acceptance.flat_thresholds[k].shape[0] for k in windows]
         self.table_at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.state = np.zeros(STATE + 1)  # and the last iteration's KV held
-        self.counts = np.zeros(7, dtype=np.int64)
+        self.state = np.zeros(STATE + 2)  # and the last iteration's KV held, the first's end
+        self.counts = np.zeros(8, dtype=np.int64)
+        self.totals = None  # the first iteration's prompt chunks' PassTotals
+        self.prefill = np.zeros(4)  # the first iteration's prompt chunks: rows, tokens, kv, pairs
+        self.join_slot = np.empty(cap, dtype=np.int64)
+        self.join_level = np.empty(cap, dtype=np.int64)
+        self.join_order = np.empty(cap, dtype=np.int64)
+        self.join_context, self.join_left, self.join_reservation = (np.empty(cap) for _ in "abc")
         self.logged = np.zeros(2, dtype=np.int64)  # the step log's fill levels
         # No row joins during a call, so at most ``cap`` finish in one.
         self.finished_slot = np.empty(cap, dtype=np.int64)
@@ -144,11 +155,17 @@ class DecodeLoop:
             return None
         return DecodeLoop(replica, costs, window)
 
-    def run(self, replica, start: float, bound: float) -> int:
-        """Run the decode iterations from ``start`` until the first that would start at or after
-        ``bound``, applying them to ``replica``; returns how many ran (the last one ends at
-        ``replica.last_decode_end``)."""
+    def run(self, replica, start: float, bound: float) -> float | None:
+        """Run the iterations from ``start`` until the first that would start at or after
+        ``bound``, applying them to ``replica``; returns when the last one ends (None: none
+        ran)."""
         admission, log = replica.admission, replica.log
+        chunks = self._whole_prompts(replica) if admission.prefilling else None
+        if admission.prefilling and chunks is None:
+            return None
+        if chunks is None:
+            self.prefill[0] = 0.0  # no prompt chunks
+        rows = replica.decoding
         stream = replica._draws
         base_words, offset = stream.base()
         state = self.state
@@ -189,7 +206,7 @@ class DecodeLoop:
             replica.level,
             replica.admit_order,
             replica.high,
-            replica.decoding,
+            rows,
             joined,
             self.costs,
             state,
@@ -206,23 +223,30 @@ class DecodeLoop:
             self.finished_at,
             self.finished_drafted,
             self.finished_time,
+            self.prefill,
+            self.join_slot,
+            self.join_context,
+            self.join_left,
+            self.join_level,
+            self.join_order,
+            self.join_reservation,
             self.counts,
         )
-        n, filled, finishes, high, decoding, drawn, iterations = self.counts.tolist()
+        n, filled, finishes, high, decoding, drawn, iterations, joined = self.counts.tolist()
         stream.skip(drawn)
         if not n:
-            return 0
+            return None
         log._iterations, log._filled = iterations, filled
         if iterations == BUFFER_ITERATIONS:
             log._flush_iterations()
         if filled > log._step_limit:
             log._flush_steps()
-        replica._joined = 0
+        replica._joined = joined
         (
             replica.decode_kv,
             replica.emitted_tokens,
             replica.left_total,
-            _,
+            end,
             replica.last_decode_end,
             replica.last_decode_s,
             _,
@@ -234,9 +258,12 @@ class DecodeLoop:
             _,
             _,
             replica._kv_planned,
+            first_end,
         ) = state.tolist()
+        # A first iteration of prompt chunks alone is no decode step.
+        skipped = 1 if chunks is not None and not rows else 0
         steps_before = replica.decode_steps
-        replica.decode_steps += n
+        replica.decode_steps += n - skipped
         replica.decoding, replica.high = decoding, high
         finished = zip(
             self.finished_slot[:finishes].tolist(),
@@ -245,6 +272,54 @@ class DecodeLoop:
             self.finished_time[:finishes].tolist(),
             strict=True,
         )
-        for slot, at, drafted, end in finished:
-            replica.release(slot, drafted, steps_before + at + 1, end)
-        return n
+        joining = chunks is not None
+        for slot, at, drafted, finished_at in finished:
+            if joining and at:  # the prompts went through at the first iteration's end
+                self._join(replica, chunks, first_end, steps_before + 1 - skipped)
+                joining = False
+            replica.release(slot, drafted, steps_before + at + 1 - skipped, finished_at)
+        if joining:
+            self._join(replica, chunks, first_end, steps_before + 1 - skipped)
+        return end
+
+    def _whole_prompts(self, replica):
+        """The prompt chunks of the next iteration, when they are the prompts in prefill whole
+        whatever the decoding rows draft, with the rows they will take loaded for the kernel
+        (None where the loop does not take this iteration: the goodput policy, which weighs
+        the chunks against each window; prompts that do not fit whole; a prompt whose first
+        token is its last; or a cache that must preempt first)."""
+        if not self.by_rows.shape[0]:
+            return None
+        admission = replica.admission
+        rows = replica.decoding
+        k = int(self.by_rows[min(rows, self.by_rows.shape[0] - 1)])
+        room = replica.token_budget - rows * (k + 1.0)  # the decoding rows verify at most this
+        prompts = admission.prefilling
+        if sum(r.prefill_target - r.prefilled for r in prompts) > room:
+            return None
+        if any(r.generated + 1 >= r.output for r in prompts):
+            return None
+        if admission.kv_in_use(rows, replica.decode_kv) > replica.kv_capacity:
+            return None
+        chunks, totals = admission.chunks(room)
+        self.prefill[:] = (totals.rows, totals.tokens, totals.kv, totals.pairs)
+        self.totals = totals
+        free = replica.free_slots
+        self.join_slot[: len(prompts)] = free[len(free) - len(prompts) :]  # the free list's end
+        for j, request in enumerate(prompts):
+            self.join_context[j] = request.prefill_target
+            self.join_left[j] = request.output - request.generated - 1
+            self.join_level[j] = request.level
+            self.join_order[j] = request.admit_order
+            self.join_reservation[j] = admission.reservation(request)
+        return chunks
+
+    def _join(self, replica, chunks, now: float, join_step: int) -> None:
+        """The first iteration's prompts went through at ``now``: the Python side of what the
+        kernel did (``Admission.complete``, and ``Replica._start_decoding`` but the arrays)."""
+        costs, totals = replica.costs, self.totals
+        replica.stats.flops["prefill"] += costs.target_flops(
+            totals.tokens, totals.pairs
+        ) + costs.draft_prefill_flops(totals.tokens, totals.pairs)
+        for request in replica.admission.complete(chunks, now):
+            replica.adopt(request, join_step)

@@ -1,11 +1,12 @@
-"""The compiled decode loop (numba): a replica's decode-only iterations one after the other.
+"""The compiled replica loop (numba): a replica's iterations from one arrival to the next.
 
-``decode_loop`` runs what ``Replica._plan_mixed`` and ``_apply_mixed`` do for an iteration with
-decoding rows and no prompt chunks, iteration after iteration, in the same operations and the
-same order (see ``compiled_loop.py`` for when it runs and what Python does with its results):
-the drafts, the acceptance draws from the PCG64 state (a block of ``capacity`` doubles per draw,
-of which the occupied slots' are read and the rest jumped over), the query-key totals, the cost
-model's seconds and FLOPs (``cost_parts``), the emitted tokens, the finishes and the statistics.
+``decode_loop`` runs what ``Replica._plan_mixed`` and ``_apply_mixed`` do, iteration after
+iteration, in the same operations and the same order (see ``compiled_loop.py`` for when it runs
+and what Python does with its results): the window policy's choice, the drafts, the acceptance
+draws from the PCG64 state (a block of ``capacity`` doubles per draw, of which the occupied
+slots' are read and the rest jumped over), the query-key totals, the cost model's seconds and
+FLOPs (``cost_parts``, ``mixed_seconds``), the emitted tokens, the finishes, the statistics,
+and a first iteration that carries the prompts in prefill whole (their rows then decode).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
 # ``costs`` array layout (``compiled_loop.cost_vector``).
 TARGET, OVERHEAD, DRAFTER = 0, 6, 12
 KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN, T_FLOPS, T_ATTN = 18, 19, 20, 21, 22, 23, 24
-COSTS = 25
+PREFILL_S, PREFILL_TOKEN_S = 25, 26
+COSTS = 27
 
 # ``state`` (floats in and out) and ``counts`` (ints out) layouts.
 (
@@ -42,9 +44,10 @@ COSTS = 25
     RESERVED,
     KV_CAPACITY,
     HELD,
-) = range(15)
-STATE = 15
-ITERATIONS, STEPS, FINISHES, HIGH, DECODING, DRAWN, LOGGED = range(7)
+    FIRST_END,
+) = range(16)
+STATE = 16
+ITERATIONS, STEPS, FINISHES, HIGH, DECODING, DRAWN, LOGGED, JOINED = range(8)
 
 
 @_jit
@@ -118,6 +121,38 @@ def _overhead_s(c, rows, k):
         seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * rows
         seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * rows)
     return seconds
+
+
+@_jit
+def _overhead_with(c, sequences, k, drafting):
+    """``StepCosts.overhead_s(sequences, k, drafting)``."""
+    seconds = c[OVERHEAD] + c[OVERHEAD + 1] * sequences
+    if k and drafting:
+        seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * drafting
+        seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * drafting)
+    return seconds
+
+
+@_jit
+def _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
+    """``StepCosts.iteration_s(k, PassTotals(rows, tokens, kv, pairs), prefill)`` with prompt
+    chunks (``p_rows`` > 0) and ``rows`` >= 0 decoding rows (``_parts``' operations)."""
+    batch = rows + p_rows
+    target = _latency(c, TARGET, batch, tokens + p_tokens, kv + p_kv, pairs + p_pairs)
+    host = _overhead_with(c, batch, k, rows)
+    draft = _draft_s(c, rows, k, kv) if rows else 0.0
+    host += c[PREFILL_S] + c[PREFILL_TOKEN_S] * p_tokens
+    if c[KIND] == DRAFT_MODEL:  # the draft model builds its own cache of the prompts
+        draft += _latency(c, DRAFTER, p_rows, p_tokens, p_kv, p_pairs)
+    else:
+        draft += 0.0
+    return target + draft + host
+
+
+@_jit
+def mixed_seconds(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
+    """``_mixed_s`` (for the tests)."""
+    return _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
 
 
 @_jit
@@ -225,6 +260,13 @@ def decode_loop(
     finished_at,
     finished_drafted,
     finished_time,
+    prefill,
+    join_slot,
+    join_context,
+    join_left,
+    join_level,
+    join_order,
+    join_reservation,
     out,
 ):
     """Decode-only iterations from ``state[NOW]`` until one would start at or after
@@ -264,104 +306,147 @@ def decode_loop(
     drawn = 0
     mult_high = mult_low = plus_high = plus_low = np.uint64(0)
     n = finishes = 0
-    held = 0.0
-    while decoding > 0 and now < bound:
+    held = first_end = 0.0
+    p_rows = int(prefill[0])
+    p_tokens, p_kv, p_pairs = prefill[1], prefill[2], prefill[3]
+    mixed = p_rows > 0  # the first iteration carries the prompts in prefill, whole
+    while (decoding > 0 or mixed) and now < bound:
         held = decode_kv + decoding * lookahead + reserved
         if held > kv_capacity:  # preemption: the per-iteration path's
             break
         used = high
-        k = _window(by_rows, goodput, c, decoding, decode_kv, remaining, context, used)
-        thresholds = tables[0, table_at[k] : table_at[k + 1]]
-        counts = tables[1, table_at[k] : table_at[k + 1]]
-        k_plus_1 = k + 1.0
-        for s in range(used):
-            d = min(remaining[s], k_plus_1)
-            drafts[s] = d - 1.0
-        if k == 0:
+        rows = decoding
+        k = _window(by_rows, goodput, c, rows, decode_kv, remaining, context, used)
+        new_tokens = pairs = 0.0
+        if rows:
+            thresholds = tables[0, table_at[k] : table_at[k + 1]]
+            counts = tables[1, table_at[k] : table_at[k + 1]]
+            k_plus_1 = k + 1.0
             for s in range(used):
-                accepted[s] = drafts[s]
-        else:
-            drawn += blocks * capacity
-            if jump_for != used:  # the jump over a block's unused slots
-                mult_high, mult_low, plus_high, plus_low = _jump(
-                    words[2], words[3], np.uint64(capacity - used)
-                )
-                jump_for = used
-            for s in range(used):
-                accepted[s] = counts[_search_left(thresholds, shift[s] + _next_double(words))]
-            if capacity > used:
-                _apply(words, mult_high, mult_low, plus_high, plus_low)
-            if blocks == 2:  # whether each row proposes at all
+                d = min(remaining[s], k_plus_1)
+                drafts[s] = d - 1.0
+            if k == 0:
                 for s in range(used):
-                    cap = k if _next_double(words) < proposal_rate else 0
-                    drafts[s] = min(drafts[s], cap)
+                    accepted[s] = drafts[s]
+            else:
+                drawn += blocks * capacity
+                if jump_for != used:  # the jump over a block's unused slots
+                    mult_high, mult_low, plus_high, plus_low = _jump(
+                        words[2], words[3], np.uint64(capacity - used)
+                    )
+                    jump_for = used
+                for s in range(used):
+                    uniform = _next_double(words)
+                    accepted[s] = counts[_search_left(thresholds, shift[s] + uniform)]
                 if capacity > used:
                     _apply(words, mult_high, mult_low, plus_high, plus_low)
+                if blocks == 2:  # whether each row proposes at all
+                    for s in range(used):
+                        cap = k if _next_double(words) < proposal_rate else 0
+                        drafts[s] = min(drafts[s], cap)
+                    if capacity > used:
+                        _apply(words, mult_high, mult_low, plus_high, plus_low)
+                for s in range(used):
+                    accepted[s] = min(accepted[s], drafts[s])
+            drafted = 0.0
+            squares = 0.0
+            cross = 0.0
             for s in range(used):
-                accepted[s] = min(accepted[s], drafts[s])
-        drafted = 0.0
-        squares = 0.0
-        cross = 0.0
-        for s in range(used):
-            drafted += drafts[s]
-            squares += drafts[s] * drafts[s]
-            cross += drafts[s] * context[s]
-        new_tokens = drafted + used
-        own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
-        pairs = cross + decode_kv + own_span
-        rows = decoding
-        dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
-        verification += per_token * new_tokens + per_pair * pairs
-        drafter_flops += _draft_flops(c, rows, k, decode_kv)
-        planned_kv = decode_kv
+                drafted += drafts[s]
+                squares += drafts[s] * drafts[s]
+                cross += drafts[s] * context[s]
+            new_tokens = drafted + used
+            own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
+            pairs = cross + decode_kv + own_span
+        if mixed:
+            dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
+        else:
+            dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
         end = now + dt
-        # Applying it.
-        emitted_total = 0.0
-        for s in range(used):
-            log_accepted[filled + s] = accepted[s]
-            log_drafted[filled + s] = drafts[s]
-            emitted = accepted[s] + 1.0
-            accepted[s] = emitted
-            remaining[s] -= emitted
-            context[s] += emitted
-            drafted_by_row[s] += drafts[s]
-            emitted_total += emitted
-        filled += used
-        emitted_tokens += emitted_total
-        decode_kv += emitted_total
-        left_total -= emitted_total
-        wasted = new_tokens - emitted_total
-        if wasted:
-            wasted_flops += wasted * _wasted_per_position(c, planned_kv / rows)
-        window_rows += k * rows
-        decode_rows += rows
         log_dt[iteration] = end - now
-        log_batch[iteration] = rows
+        log_batch[iteration] = rows + p_rows
         log_kv[iteration] = held
-        log_itl[2 * iteration] = end - last_end
-        log_weight[2 * iteration] = rows - joined
-        log_itl[2 * iteration + 1] = end - now
-        log_weight[2 * iteration + 1] = joined
-        joined = 0  # rows that joined waited only for the first
+        if rows:
+            verification += per_token * new_tokens + per_pair * pairs
+            drafter_flops += _draft_flops(c, rows, k, decode_kv)
+            planned_kv = decode_kv
+            # Applying it.
+            emitted_total = 0.0
+            for s in range(used):
+                log_accepted[filled + s] = accepted[s]
+                log_drafted[filled + s] = drafts[s]
+                emitted = accepted[s] + 1.0
+                accepted[s] = emitted
+                remaining[s] -= emitted
+                context[s] += emitted
+                drafted_by_row[s] += drafts[s]
+                emitted_total += emitted
+            filled += used
+            emitted_tokens += emitted_total
+            decode_kv += emitted_total
+            left_total -= emitted_total
+            wasted = new_tokens - emitted_total
+            if wasted:
+                wasted_flops += wasted * _wasted_per_position(c, planned_kv / rows)
+            window_rows += k * rows
+            decode_rows += rows
+            log_itl[2 * iteration] = end - last_end
+            log_weight[2 * iteration] = rows - joined
+            log_itl[2 * iteration + 1] = end - now
+            log_weight[2 * iteration + 1] = joined
+            joined = 0  # rows that joined waited only for the first
+            last_end = end
+            for s in range(used):
+                if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
+                    finished_slot[finishes] = s
+                    finished_at[finishes] = n
+                    finished_drafted[finishes] = drafted_by_row[s]  # later steps add -1 there
+                    finished_time[finishes] = end
+                    finishes += 1
+                    decode_kv -= context[s]
+                    remaining[s] = 0.0
+                    context[s] = 0.0
+                    level[s] = 0
+                    shift[s] = 0.0
+                    admit_order[s] = -1
+                    decoding -= 1
+            while high and remaining[high - 1] == 0.0:
+                high -= 1
+        else:  # prompt chunks alone: no inter-token gap
+            log_itl[2 * iteration] = 0.0
+            log_weight[2 * iteration] = 0.0
+            log_itl[2 * iteration + 1] = end - now
+            log_weight[2 * iteration + 1] = 0.0
         iteration += 1
-        last_end = end
-        last_dt = dt
-        for s in range(used):
-            if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
-                finished_slot[finishes] = s
-                finished_at[finishes] = n
-                finished_drafted[finishes] = drafted_by_row[s]  # later steps add -1 there
-                finished_time[finishes] = end
-                finishes += 1
-                decode_kv -= context[s]
-                remaining[s] = 0.0
-                context[s] = 0.0
-                level[s] = 0
-                shift[s] = 0.0
-                admit_order[s] = -1
-                decoding -= 1
-        while high and remaining[high - 1] == 0.0:
-            high -= 1
+        if mixed:  # the prompts are through: their rows start decoding
+            for j in range(p_rows):
+                reserved -= join_reservation[j]
+            # Slots come off the end of the free list, which this iteration's finishes joined.
+            free = np.empty(p_rows + finishes, dtype=np.int64)
+            free[:p_rows] = join_slot[:p_rows]
+            free[p_rows:] = finished_slot[:finishes]
+            top = free.shape[0]
+            for j in range(p_rows):
+                emitted_tokens += 1.0  # the prefill pass's token
+                top -= 1
+                slot = free[top]
+                remaining[slot] = join_left[j]
+                context[slot] = join_context[j]
+                level[slot] = join_level[j]
+                shift[slot] = 2.0 * join_level[j]
+                drafted_by_row[slot] = 0.0
+                admit_order[slot] = join_order[j]
+                decode_kv += join_context[j]
+                left_total += join_left[j]
+                decoding += 1
+                joined += 1
+                if slot >= high:
+                    high = slot + 1
+            first_end = end
+            mixed = False
+            p_rows = 0
+        else:
+            last_dt = dt
         now = end
         n += 1
         if iteration == most or filled > step_limit:  # the log folds its buffers first
@@ -374,6 +459,7 @@ def decode_loop(
         wasted_flops,
     )
     state[WINDOW_ROWS], state[DECODE_ROWS] = window_rows, decode_rows
-    state[HELD] = held
+    state[HELD], state[FIRST_END], state[RESERVED] = held, first_end, reserved
     out[ITERATIONS], out[STEPS], out[FINISHES] = n, filled, finishes
     out[HIGH], out[DECODING], out[DRAWN], out[LOGGED] = high, decoding, drawn, iteration
+    out[JOINED] = joined

@@ -307,17 +307,14 @@ class Replica:
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
-            # Alone, with no queue and no prompt in prefill: the compiled loop, where it runs
-            # (it runs none when the next iteration must preempt).
+            # Alone, with no queue: the compiled loop, where it runs (it runs none when the next
+            # iteration must preempt, or its prompt chunks are not the prompts whole).
             loop = self._loop
-            if (
-                loop is not None
-                and self.decoding
-                and not (admission.prefilling or admission.queue)
-                and loop.run(self, start, arrivals.next_time)
-            ):
-                yield env.timeout_at(self.last_decode_end)
-                continue
+            if loop is not None and (self.decoding or admission.prefilling) and not admission.queue:
+                end = loop.run(self, start, arrivals.next_time)
+                if end is not None:  # when its last iteration ends
+                    yield env.timeout_at(end)
+                    continue
             # A replica that takes its own arrivals, with none waiting, runs a stretch through
             # finishes: a finish then changes nothing but its batch (no client or router waits
             # on it, and no queued request could take the freed room).
@@ -436,15 +433,27 @@ class Replica:
 
     def release(self, slot: int, drafted: float, decode_steps: int, now: float) -> None:
         """Bank and record a row that the compiled loop finished (it has cleared the slot's
-        arrays and counts): ``drafted``, its drafted total then (later steps add -1 to an
-        empty slot's); ``decode_steps``, the replica's count after its last step (at ``now``)."""
+        arrays and counts, and may have given the slot to a new row since): ``drafted``, its
+        drafted total; ``decode_steps``, the replica's count after its last step (at ``now``).
+        ``_bank_row``'s sums, with nothing left to emit."""
         request = self.slot_request[slot]
-        self.row_drafted[slot] = drafted
-        self._bank_row(slot, request, decode_steps)
+        steps = decode_steps - self.join_step[slot]
+        request.steps += steps
+        request.drafted += int(drafted)
+        request.accepted += self.join_remaining[slot] - steps
         request.generated = request.output
         self.slot_request[slot] = None
         self.free_slots.append(slot)
         self._finish(request, now)
+
+    def adopt(self, request: Request, join_step: int) -> None:
+        """``_start_decoding`` for a request the compiled loop started decoding (it has set the
+        slot's arrays and counts)."""
+        slot = self.free_slots.pop()
+        self.slot_request[slot] = request
+        self.output[slot] = request.output
+        self.join_step[slot] = join_step
+        self.join_remaining[slot] = request.output - request.generated
 
     def _held(self) -> float:
         """What the decoding rows hold of the cache: tokens, or blocks with a block size."""
