@@ -8,7 +8,8 @@ Measures, in one process on this machine:
 - the fast path's speed-up over the per-iteration reference path on that sample, both run
   serially here one after the other (``SPECSIM_ENGINE=reference``; target >= 5), and the sweep's
   wall time estimated for the per-iteration path from it; the fast path runs the compiled
-  kernels when numba is installed (``compiled``), and the same sample again with numpy alone
+  kernels when numba is installed (``compiled``: ``SPECSIM_COMPILED=1``, each worker compiling
+  them once), and the same sample again with numpy alone
   (``SPECSIM_COMPILED=0``) gives its speed-up too;
 - the speed-up of the Dask path with 2 worker processes over 1 (``LocalCluster``), on the same
   24 simulations;
@@ -162,10 +163,13 @@ def main(argv: list[str]) -> dict:
         points = [p for d in plan.drafters for p in swap._tagged(d)]
         assert len(points) == 243, len(points)
 
-        if compiled.active():
-            compiled.kernels()  # numba's import and cached machine code: not the sample's
+        # The kernels wherever numba is installed (``auto`` would keep these 2,000-request runs
+        # on numpy: each is too short alone to repay compiling); the workers inherit it.
+        os.environ.setdefault("SPECSIM_COMPILED", "1" if compiled.available() else "0")
         # Baseline: a stratified sample of the same simulations, one after another, here.
         sample = points[:: len(points) // SERIAL_SAMPLE][:SERIAL_SAMPLE]
+        if compiled.active():  # numba's import and compilation (at the first call): untimed
+            timed_sweep(folder / "warm-up", sample[:2], workers=1)
         serial_s, _ = timed_sweep(folder / "serial", sample, workers=1)
         serial_estimate = serial_s / len(sample) * len(points)
         # The same sample on the per-iteration path (workers=1 runs in this process), and on

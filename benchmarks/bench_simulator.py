@@ -129,14 +129,18 @@ def speedup(data: dict, name: str) -> dict:
 def low_load(policy: str) -> dict:
     """Requests per CPU-second and CPU microseconds per iteration of one low-load run, and the
     speed-up over the per-iteration path."""
+    from specsim.simulation import compiled
+
     data = low_load_data(policy)
-    summary, cpu = cpu_run(data, True)
+    speedups = speedup(data, f"low_load_{policy}")  # compiles the kernels first, untimed
+    # The path a long run takes (``auto`` would keep these 2,000 requests on numpy).
+    summary, cpu = cpu_run(data, True, "1" if compiled.available() else "0")
     iterations = summary["engine_iterations"]
     return {
         f"low_load_{policy}_requests_per_cpu_s": round(summary["requests"] / cpu),
         f"low_load_{policy}_us_per_iteration": round(cpu / iterations * 1e6, 1),
         f"low_load_{policy}_mean_batch": summary["batch_size"]["mean"],
-        **speedup(data, f"low_load_{policy}"),
+        **speedups,
     }
 
 
@@ -164,11 +168,17 @@ def child(requests: int) -> None:
 
 
 def peak_memory(requests: int) -> dict:
+    """The child's figures, on the compiled path where numba is installed (at both sizes, so
+    that the growth compares like with like)."""
+    from specsim.simulation import compiled
+
+    env = {**os.environ, "SPECSIM_COMPILED": "1" if compiled.available() else "0"}
     proc = subprocess.run(
         [sys.executable, __file__, "--child", str(requests)],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -178,16 +188,18 @@ def main(argv: list[str]) -> None:
         child(int(argv[1]))
         return
     quick = "--quick" in argv
+    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
+    # First, while this process is small: Linux keeps a process's peak resident memory across
+    # exec, so a child started later would report this one's (numba's compiler included).
+    mem_small = peak_memory(small)
+    mem_large = peak_memory(large)
     timed_requests = 20_000 if quick else 100_000
     simulate(2_000, None)  # warm-up: imports, profile parsing
     summary, seconds, cpu_seconds = simulate(timed_requests, None)
     iterations = summary["engine_iterations"]
     baseline = min(numpy_loop(iterations) for _ in range(2))
-    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
     low = {**low_load("fixed"), **low_load("adaptive")}
     saturated = speedup(scenario_data(timed_requests // 5), "saturated")
-    mem_small = peak_memory(small)
-    mem_large = peak_memory(large)
     figures = {
         "requests_per_s": round(summary["requests"] / seconds),
         # CPU time of this process: what one otherwise idle core would take (the shared
