@@ -3,7 +3,8 @@
 ``pip install 'specsim-llm[fast]'`` adds numba; without it, or with ``SPECSIM_COMPILED=0``, the
 numpy code runs. ``SPECSIM_COMPILED=1`` insists on the kernels (a clear error without numba);
 unset or ``auto``: the kernels when numba is installed and the run is long enough to repay
-compiling them (``MIN_REQUESTS``), or they are compiled in this process already. The choice is
+compiling them (``MIN_REQUESTS``; a run's choice depends on it alone, not on what the process
+ran before: set ``1`` for a sweep of many short runs). The choice is
 read when a run starts (``active``), so the benchmarks and the tests can run both in one
 process; numba itself is imported only when the kernels first run (``kernels``), so the short
 commands never import it. The kernels are compiled in each process (numba's on-disk cache is
@@ -56,7 +57,7 @@ def active(requests: float = math.inf) -> bool:
         raise SpecsimError(f"{ENV}={setting!r} is not one of 0, 1, auto; fix: set one of those")
     if not available():
         return False
-    return requests >= MIN_REQUESTS or _loaded is not None
+    return requests >= MIN_REQUESTS
 
 
 def kernels() -> ModuleType:

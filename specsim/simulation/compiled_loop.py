@@ -131,7 +131,8 @@ class DecodeLoop:
         self.join_order = np.empty(cap, dtype=np.int64)
         self.join_context, self.join_left, self.join_reservation = (np.empty(cap) for _ in "abc")
         self.logged = np.zeros(2, dtype=np.int64)  # the step log's fill levels
-        # No row joins during a call, so at most ``cap`` finish in one.
+        # A call's rows, those at its start and those its first iteration adds, fit the batch:
+        # at most ``cap`` finish in one.
         self.finished_slot = np.empty(cap, dtype=np.int64)
         self.finished_at = np.empty(cap, dtype=np.int64)
         self.finished_drafted = np.empty(cap)
