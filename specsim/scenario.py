@@ -694,22 +694,6 @@ class Scenario(StrictModel):
 
     _source: Path | None = PrivateAttr(default=None)
 
-    @model_validator(mode="after")
-    def _split_fleet_counts_tokens(self) -> Scenario:
-        # The prefill and decode pools' admissions count KV in tokens and ignore cached prefixes.
-        if self.fleet.disaggregation is None:
-            return self
-        for key, value in (
-            ("engine.block_size", self.engine.block_size),
-            ("workload.prefix", self.workload.prefix),
-        ):
-            if value is not None:
-                raise ValueError(
-                    f"{key} is not modelled with fleet.disaggregation (its pools count the KV "
-                    f"cache in tokens, without prefix hits); fix: remove {key} or the split"
-                )
-        return self
-
     @property
     def source(self) -> Path | None:
         """The scenario file this was read from (relative paths resolve against its folder)."""

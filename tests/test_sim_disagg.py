@@ -269,20 +269,3 @@ def test_a_transferred_prompt_takes_the_decode_cache_until_it_finishes(tmp_path)
     assert rec["first_token_s"][second] > rec["finish_s"][first]
     assert summary["pools"]["decode"]["preemptions"] == 0
     assert summary["disaggregation"]["transfers"] == 2
-
-
-@pytest.mark.parametrize(
-    "section, key, value",
-    [
-        ("engine", "block_size", 16),
-        ("workload", "prefix", {"source": "fraction", "fraction": 0.5, "hit_rate": 1.0}),
-    ],
-)
-def test_blocks_and_prefix_hits_are_refused_on_a_split_fleet(section, key, value):
-    # The pools' admissions count tokens without prefix hits: refused rather than ignored.
-    data = copy.deepcopy(BASE)
-    data[section][key] = value
-    with pytest.raises(ValueError, match=f"{section}.{key} is not modelled"):
-        Scenario.model_validate(data)
-    del data["fleet"]["disaggregation"]
-    Scenario.model_validate(data)  # the same keys are fine on a co-located fleet

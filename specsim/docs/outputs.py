@@ -105,12 +105,15 @@ DISAGG_SUMMARY_KEYS = {
 # summary and in each pool's.
 CACHE_SUMMARY_KEYS = {
     "kv_capacity_blocks": "with engine.block_size: one replica's KV cache in blocks (its tokens "
-    "over the block size, rounded down); kv_cache_utilisation then counts blocks",
+    "over the block size, rounded down; a split fleet's: a decode replica's, as "
+    "kv_capacity_tokens); kv_cache_utilisation then counts blocks",
     "prefix_cache": "with workload.prefix: `hit_rate_tokens` (cached_tokens / queried_tokens, "
     "vLLM's prefix-cache hit rate), `queried_tokens` (the prompt tokens looked up, at every "
     "admission, so a preempted request's recomputation counts again), `cached_tokens` (of "
     "those, hits: whole blocks, at most the prompt less one token) and "
-    "`prefill_tokens_computed` (prompt tokens prefill ran)",
+    "`prefill_tokens_computed` (prompt tokens prefill ran). A split fleet's prefill pool "
+    "holds the prefix cache; its decode pool looks nothing up (queried 0) and recomputes a "
+    "prompt preempted there in full (counted in prefill_tokens_computed)",
 }
 
 BASELINE_KEYS = {

@@ -180,24 +180,40 @@ class Admission:
             return
         used = self.kv_in_use(decoding, decode_kv)
         while queue and running < self.max_batch:
-            if self.chunked and self.pending >= self.token_budget:
-                break
             request = queue[0]
+            joins = self.joins(request)
+            if not joins and self.chunked and self.pending >= self.token_budget:
+                break
             need = self.reservation(request)
             if used + need > self.kv_capacity:
                 break
             queue.popleft()
-            if request.scheduled < 0:
-                request.scheduled = now
-                request.level = self._next_level()
-            request.prefilled = self._cached(request, used)
             request.admit_order = self.admissions
             self.admissions += 1
-            self.prefilling.append(request)
-            self.reserved += need
-            self.pending += request.prefill_target - request.prefilled
+            if joins:
+                self.join(request)
+            else:
+                self._start_prefill(request, now, used, need)
             used += need
             running += 1
+
+    def joins(self, request: Request) -> bool:
+        """Whether an admitted request joins the decoding batch at once, its prompt's KV cache
+        already in place (a disaggregated decode replica's transfers); here never."""
+        return False
+
+    def join(self, request: Request) -> None:
+        """Put a request that ``joins`` into the decoding batch (with ``joins`` only)."""
+        raise NotImplementedError
+
+    def _start_prefill(self, request: Request, now: float, used: float, need: float) -> None:
+        if request.scheduled < 0:
+            request.scheduled = now
+            request.level = self._next_level()
+        request.prefilled = self._cached(request, used)
+        self.prefilling.append(request)
+        self.reserved += need
+        self.pending += request.prefill_target - request.prefilled
 
     def make_room(self, batch: RunningBatch) -> None:
         """Preempt the youngest sequences until the cache holds the batch's next step."""

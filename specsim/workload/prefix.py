@@ -94,11 +94,13 @@ class DrawnPrefixes(NoPrefix):
 
 class SessionMemory(NoPrefix):
     """One replica's memory of finished turns: session -> tokens of its last finished turn
-    (prompt and output), least recently used first out, within ``capacity`` tokens."""
+    (prompt and output; the prompt alone on a disaggregated prefill replica, which never holds
+    the output's KV), least recently used first out, within ``capacity`` tokens."""
 
-    def __init__(self, sessions: np.ndarray, capacity: int):
+    def __init__(self, sessions: np.ndarray, capacity: int, remembers_output: bool = True):
         self.sessions = sessions  # session code per request number; -1: none
         self.capacity = capacity
+        self.remembers_output = remembers_output
         self.held = 0
         self._turns: OrderedDict[int, int] = OrderedDict()
 
@@ -121,7 +123,7 @@ class SessionMemory(NoPrefix):
         session = int(self.sessions[request.rid])
         if session < 0:
             return
-        tokens = request.prompt + request.output
+        tokens = request.prompt + (request.output if self.remembers_output else 0)
         self.held += tokens - self._turns.pop(session, 0)
         self._turns[session] = tokens
         self.trim(self.capacity)
@@ -139,14 +141,15 @@ class Prefixes:
     def enabled(self) -> bool:
         return self.prefix is not None
 
-    def for_replica(self, capacity_tokens: int):
+    def for_replica(self, capacity_tokens: int, remembers_output: bool = True):
+        """``remembers_output`` False: a session's turn is remembered by its prompt alone."""
         if self.prefix is None:
             return NoPrefix()
         if self._drawn is not None:
             return self._drawn  # by request number: one object serves every replica alike
         if self.prefix.source == "column":
             return GivenPrefixes(self._data)
-        return SessionMemory(self._data, capacity_tokens)
+        return SessionMemory(self._data, capacity_tokens, remembers_output)
 
 
 def build_prefixes(scenario: Scenario, trace: Trace | None) -> Prefixes:
