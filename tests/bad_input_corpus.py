@@ -776,8 +776,8 @@ def disagg_cases() -> Iterator[Case]:
 
 
 def all_cases() -> list[Case]:
+    from specsim.hardware import HardwareSpec
     from specsim.profile.schema import Acceptance, Profile
-    from specsim.profiling.roofline import HardwareSpec
     from specsim.scenario import Scenario
 
     cases: list[Case] = []

@@ -37,12 +37,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
-from specsim.bounds import Bytes, Seconds
-from specsim.config import StrictModel, validate_as
 from specsim.errors import SpecsimError
-from specsim.fileio import read_yaml
+from specsim.hardware import load_hardware
 from specsim.metrics import exact_summary
 from specsim.simulation.admission import Admission
 from specsim.simulation.fleet import Fleet
@@ -289,13 +286,6 @@ def decode_kind(setup) -> str | None:
     return setup.costs.profile.drafter(spec.drafter).kind
 
 
-class _LinkFigures(StrictModel):
-    """The part of a hardware file's nvlink or pcie section a KV transfer reads."""
-
-    bandwidth_bytes_per_s: Bytes = Field(description="per device, per direction")
-    latency_s: Seconds = Field(description="per transfer")
-
-
 def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLink:
     """The link the scenario's ``kv_transfer`` describes, between the two pools."""
     transfer = split.kv_transfer
@@ -304,9 +294,9 @@ def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLin
     if transfer.hardware is None:
         return KvLink(transfer.bandwidth_bytes_per_s, transfer.latency_s, pairs, senders)
     path = scenario.resolve(transfer.hardware)
-    data = read_yaml(path, what="hardware file")
-    section = data.get(transfer.link)
-    if not isinstance(section, dict):
+    hardware = load_hardware(path)
+    link = getattr(hardware, transfer.link)
+    if link is None:
         raise SpecsimError(
             f"the hardware file has no {transfer.link!r} section",
             file=str(path),
@@ -314,16 +304,5 @@ def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLin
             fix="name a link the file describes (nvlink, pcie) or give "
             "kv_transfer.bandwidth_bytes_per_s and latency_s",
         )
-    figures = validate_as(
-        _LinkFigures,
-        {k: section.get(k) for k in ("bandwidth_bytes_per_s", "latency_s")},
-        f"{path} ({transfer.link})",
-    )
-    efficiency = (data.get("efficiency") or {}).get("interconnect", 1.0)
-    efficiency = validate_as(_Efficiency, {"interconnect": efficiency}, str(path)).interconnect
-    bandwidth = figures.bandwidth_bytes_per_s * efficiency
-    return KvLink(bandwidth, figures.latency_s, pairs, senders)
-
-
-class _Efficiency(StrictModel):
-    interconnect: float = Field(gt=0, le=1, description="share of the link's bandwidth reached")
+    bandwidth = link.bandwidth_bytes_per_s * hardware.efficiency.interconnect
+    return KvLink(bandwidth, link.latency_s, pairs, senders)
