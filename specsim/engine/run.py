@@ -39,7 +39,11 @@ DEFAULT_DRAFTERS = {
     "small": "specsim-draft-small",
     "tiny": "specsim-draft-tiny",
     "ngram": "ngram",
+    "mtp": "mtp",
 }
+# The drafter spec that means the target's own multi-token-prediction module (a profile's
+# ``method: mtp``), loaded from the target's checkpoint.
+MTP_SPEC = "mtp"
 
 
 @dataclass
@@ -185,7 +189,7 @@ def run_engine(
     import torch
 
     from specsim.drafters import parse_ngram
-    from specsim.models import load_model, load_tokenizer
+    from specsim.models import load_model, load_mtp_drafter, load_tokenizer
 
     check_supported(scenario)
     where = str(scenario.source) if scenario.source else None
@@ -195,7 +199,9 @@ def run_engine(
     ngram = parse_ngram(drafter_spec) if (drafter_spec and spec.enabled) else None
     target_model = load_model(target, device, getattr(torch, dtype))
     drafter_model = None
-    if spec.enabled and ngram is None:
+    if spec.enabled and drafter_spec == MTP_SPEC:
+        drafter_model = load_mtp_drafter(target, target_model, device, getattr(torch, dtype))
+    elif spec.enabled and ngram is None:
         drafter_model = load_model(drafter_spec, device, getattr(torch, dtype))
         if drafter_model.config.vocab_size != target_model.config.vocab_size:
             raise SpecsimError(

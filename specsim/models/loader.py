@@ -18,6 +18,7 @@ from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json, read_text
 from specsim.models.checkpoint import is_unused, to_checkpoint_keys, to_model_keys
 from specsim.models.config import ModelConfig
+from specsim.models.deepseek_mtp import OPTIONAL, MTPDrafter, MTPModule, check_has_mtp, module_key
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
 
@@ -101,6 +102,76 @@ def load_model(
         generator = torch.Generator(device=model.device).manual_seed(seed)
         model.init_weights(generator)
     return model.eval()
+
+
+def load_mtp_drafter(
+    spec: str | Path,
+    target: DecoderModel,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> MTPDrafter:
+    """The multi-token-prediction module stored in ``target``'s checkpoint ``spec`` (layer
+    ``num_hidden_layers``), bound to ``target``; a ``config.json`` gives it seeded random
+    weights, as ``load_model`` does."""
+    config_path, with_weights = resolve(spec)
+    config = target.config
+    check_has_mtp(config, str(config_path))
+    if not with_weights:
+        with torch.device(device):
+            module = MTPModule(config, with_embed=False, with_head=False, dtype=dtype)
+        generator = torch.Generator(device=device).manual_seed(seed + 1)
+        for name, param in sorted(module.named_parameters()):
+            torch.nn.init.normal_(param, 0.0, 0.02, generator=generator)
+            if name.endswith("norm.weight"):
+                param.data.fill_(1.0)
+        return MTPDrafter(target, module.eval())
+    files = _weight_files(config_path.parent)
+    stored = _mtp_entries(config, files, device)
+    with torch.device("meta"):
+        module = MTPModule(
+            config,
+            with_embed=OPTIONAL[0] in stored,
+            with_head=OPTIONAL[1] in stored,
+            dtype=dtype,
+        )
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(stored))
+    if missing:
+        raise SpecsimError(
+            f"MTP weight missing ({len(missing)} in all)",
+            file=str(config_path.parent),
+            key=f"model.layers.{config.num_layers}.{missing[0]}".replace(".block.", "."),
+            fix="download the complete checkpoint (its MTP layer included)",
+        )
+    loaded = {}
+    for name, (file, tensor) in stored.items():
+        if name not in expected or tuple(tensor.shape) != tuple(expected[name].shape):
+            raise SpecsimError(
+                f"MTP weight of shape {tuple(tensor.shape)} does not fit the config"
+                if name in expected
+                else "unexpected MTP weight for this architecture",
+                file=str(file),
+                key=name,
+                fix="use the config.json that belongs to these weights",
+            )
+        loaded[name] = tensor.to(dtype)
+    module.load_state_dict(loaded, assign=True, strict=True)
+    return MTPDrafter(target, module.eval())
+
+
+def _mtp_entries(config: ModelConfig, files: list[Path], device) -> dict:
+    """The MTP layer's stored tensors: module name -> (file, tensor)."""
+    from safetensors import safe_open
+
+    found = {}
+    for file in files:
+        with safe_open(str(file), framework="pt", device=str(device)) as handle:
+            for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                name = module_key(config, key)
+                if name is not None and not key.endswith(_IGNORED_SUFFIXES):
+                    found[name] = (file, handle.get_tensor(key))
+    return found
 
 
 def _weight_files(directory: Path) -> list[Path]:
