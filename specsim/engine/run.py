@@ -197,9 +197,17 @@ def run_engine(
     window, k_max = window_policy(scenario)
     drafter_spec = resolve_drafter(spec.drafter, drafters or DEFAULT_DRAFTERS, where)
     ngram = parse_ngram(drafter_spec) if (drafter_spec and spec.enabled) else None
+    mtp = spec.enabled and drafter_spec == MTP_SPEC
+    if mtp and clock_name(clock) == "reference":
+        raise SpecsimError(
+            "the reference clock does not probe MTP modules",
+            file=where,
+            key="--clock",
+            fix="use --clock cpu or --clock wall with the mtp drafter",
+        )
     target_model = load_model(target, device, getattr(torch, dtype))
     drafter_model = None
-    if spec.enabled and drafter_spec == MTP_SPEC:
+    if mtp:
         drafter_model = load_mtp_drafter(target, target_model, device, getattr(torch, dtype))
     elif spec.enabled and ngram is None:
         drafter_model = load_model(drafter_spec, device, getattr(torch, dtype))
