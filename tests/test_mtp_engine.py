@@ -322,3 +322,28 @@ def test_the_reference_clock_with_the_mtp_drafter_is_refused_in_one_line(byte_fo
     with pytest.raises(SpecsimError, match="reference clock does not probe MTP") as error:
         run_engine(scenario, target=str(byte_folder), clock="reference")
     assert "\n" not in str(error.value)
+
+
+def test_a_target_with_several_mtp_modules_is_refused_in_one_line(built, tmp_path):
+    config = json.loads((built[0] / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 2
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    target = load_model(tmp_path / "m" / "config.json")
+    with pytest.raises(SpecsimError, match="runs one MTP module; this target stores 2") as error:
+        load_mtp_drafter(tmp_path / "m" / "config.json", target)
+    assert "\n" not in str(error.value)
+
+
+@torch.no_grad()
+def test_a_config_alone_gives_a_seeded_random_module(built):
+    """As ``load_model`` does for a config.json: random weights, the same for the same seed."""
+    spec = built[0] / "config.json"
+    target = load_model(spec)
+    first, again = load_mtp_drafter(spec, target), load_mtp_drafter(spec, target)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(first.module.parameters(), again.module.parameters(), strict=True)
+    )
+    run = generate(target, first, prompts(3), 6, 2, GREEDY, 0, audit=True)
+    assert run.audit == [] and run.tokens.shape == (3, 6)
