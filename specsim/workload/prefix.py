@@ -45,6 +45,8 @@ def prefix_rng(seed: int) -> np.random.Generator:
 class NoPrefix:
     """No request hits a cache."""
 
+    shared = False  # whether every hit is a prefix of one sequence (its blocks shared)
+
     def cached(self, request) -> int:
         return 0
 
@@ -78,6 +80,9 @@ class DrawnPrefixes(NoPrefix):
         self.fraction = prefix.fraction
         self.length = prefix.length
         self.hit_rate = prefix.hit_rate
+        # A system prompt is one token sequence, held once per replica; a fraction of each
+        # prompt is that prompt's own.
+        self.shared = self.length is not None
         self.rng = rng
         self._uniforms = np.zeros(0)
 
