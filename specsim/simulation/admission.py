@@ -19,7 +19,10 @@
   admitted sequence holds them (``SharedPrefix``); the cache counts that copy once, so a
   sequence's admission needs only what the others do not already hold. A finished or preempted
   sequence releases its reference. Unreferenced, the copy is a free cached block: it takes no
-  room (eviction reclaims such blocks first) and a later hit is the source's to say.
+  room (eviction reclaims such blocks first) and a later hit is the source's to say. A
+  session's remembered turn, once hit, is likewise its sequence's and not the memory's
+  (``SessionMemory`` keeps only what no running sequence holds), and the memory's again when
+  that sequence is preempted.
 - KV blocks (``engine.block_size``): capacity, reservations and use are counted in blocks, each
   sequence holding cdiv(its tokens + lookahead, block_size), as vLLM's ``allocate_slots`` asks
   for cdiv(num_computed + num_new + num_lookahead_tokens, block_size)
@@ -295,15 +298,17 @@ class Admission:
             self.queue.appendleft(request)
 
     def release(self, request: Request) -> None:
-        """A sequence leaves the cache (preempted, finished, or handed over): its references to
-        shared prefix blocks go."""
+        """A sequence leaves the cache unfinished (preempted): its references to shared prefix
+        blocks go, and a remembered turn it hit is the memory's again."""
         if self.shared is not None:
             self.shared.release(request.rid)
+        self.prefix.released(request)
 
     def finished(self, request: Request) -> None:
         """A request leaves the replica done: its references go, and its prefix source learns
         of it (a session's memory keeps the turn)."""
-        self.release(request)
+        if self.shared is not None:
+            self.shared.release(request.rid)
         self.prefix.finished(request)
 
     # ---- chunking ----------------------------------------------------------------------------
