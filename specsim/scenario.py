@@ -107,7 +107,8 @@ TRACE_PREFIXES = ("column", "session")
 
 class PrefixCache(StrictModel):
     """Cached prompt prefixes (multi-turn conversations, shared system prompts): cached tokens
-    skip prefill compute but still occupy the KV cache, each sequence its own copy. A hit is at
+    skip prefill compute but still occupy the KV cache (a shared system prompt's once per
+    replica while sequences hold it; other sources' each sequence its own copy). A hit is at
     most the prompt less one token (the engine computes the last one for its logits) and, with
     ``engine.block_size``, whole blocks only, as vLLM's prefix cache holds them."""
 

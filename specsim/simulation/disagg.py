@@ -148,7 +148,7 @@ class PrefillReplica(Replica):
                 self._finish(request, now)
                 continue
             self.outstanding -= 1
-            self.admission.prefix.finished(request)  # its blocks stay cached once sent
+            self.admission.finished(request)  # its blocks stay cached once sent
             request.first_token = -1.0  # the decode replica streams it
             self.handoff(self, request, now)
 
