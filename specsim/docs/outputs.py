@@ -254,13 +254,18 @@ COMMAND_OUTPUTS = {
         "capacity calls for, at the target rate: every compared metric, which is worse and by "
         "how much (absent when the choice is speculation off)",
         "layouts.csv": "with --disaggregated (in place of the files above, beside "
-        "summary.json): every layout simulated (setting, co-located n or xPyD, devices, price "
-        "per hour, whether it meets the SLO, attainment, TTFT and TPOT p90, throughput, cost "
-        "per million tokens, the transfer's share of TTFT, each pool's and the links' busy "
-        "fraction)",
+        "summary.json): every layout simulated (setting, co-located n or xPyD, the "
+        "deployments it runs on, devices, price per hour, whether it meets the SLO, "
+        "attainment, TTFT and TPOT p90, throughput, cost per million tokens, the transfer's "
+        "share of TTFT, each pool's and the links' busy fraction)",
+        "candidates.csv": "with --disaggregated: one row per search and deployment (or "
+        "prefill + decode pair), co-located and disaggregated in one table: chosen, lost on "
+        "cost, missed the SLO (with the bottleneck pool) or not reached (its cheapest layout "
+        "costs more than the choice), and why",
         "report.txt": "with --disaggregated: each search's choice and its reasons (the "
-        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT) and "
-        "co-located against disaggregated per speculation setting",
+        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT, the "
+        "capacity bisected to --tolerance), co-located against disaggregated per speculation "
+        "setting, and the deployments that do not fit",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,
