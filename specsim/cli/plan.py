@@ -119,7 +119,9 @@ def add_emit_options(parser: argparse.ArgumentParser) -> None:
         metavar="ENGINES",
         help="also write the recommended setting in these engines' own configuration, a "
         "comma-separated subset of vllm,sglang,trtllm: DIR/engine/vllm.json and vllm.args, "
-        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction",
+        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction "
+        "(with --disaggregated: each pool's, vllm-prefill.args and the like, and "
+        "trtllm-disagg.yaml for the router)",
     )
     parser.add_argument(
         "--model",
@@ -441,8 +443,9 @@ def _disaggregated(args: argparse.Namespace) -> int:
     from specsim.api.plan_split import disaggregated_run, write_disaggregated
     from specsim.planning import disagg_report
     from specsim.planning.capacity_deploy import deployment_request
+    from specsim.planning.emit_split import human as engine_line
 
-    refused = (("--drafter", args.drafter), ("--k", args.k), ("--emit", args.emit))
+    refused = (("--drafter", args.drafter), ("--k", args.k))
     for option, given in refused:
         if given:
             raise SpecsimError(
@@ -472,8 +475,13 @@ def _disaggregated(args: argparse.Namespace) -> int:
             args.draft_tp,
             args.expert_parallel,
         ),
+        emit_request(args),
     )
     write_disaggregated(args.out, planned)
     summary = planned.summary
-    emit(args, summary, disagg_report.human(summary) + f"\nreport: {args.out}/report.txt")
+    human = disagg_report.human(summary)
+    engine = engine_line(summary)
+    if engine:
+        human += f"\n{engine}"
+    emit(args, summary, human + f"\nreport: {args.out}/report.txt")
     return 1 if summary["failed"] else 0

@@ -220,6 +220,32 @@ ENGINE_FILES = {
     "`bench_serving --output-details` line per load",
 }
 
+# With --disaggregated: each pool's files, and the split block's own keys.
+SPLIT_ENGINE_FILES = {
+    "engine/vllm-prefill.args, vllm-decode.args, vllm-decode.json": "with --disaggregated: "
+    "each pool's vLLM instance as above, with `--kv-transfer-config` (NixlConnector, kv_role "
+    "kv_both), the prefill pool without speculation",
+    "engine/sglang-prefill.args, sglang-decode.args": "with --disaggregated: each pool's "
+    "server as above, with `--disaggregation-mode prefill|decode` and "
+    "`--disaggregation-transfer-backend mooncake`",
+    "engine/trtllm-prefill.yaml, trtllm-decode.yaml, trtllm-disagg.yaml": "with "
+    "--disaggregated: each pool's servers' options as above with `cache_transceiver_config`, "
+    "and `trtllm-serve disaggregated`'s file (`context_servers`, `generation_servers`: "
+    "`num_instances`, `urls`); a split plan writes no bench.sh",
+}
+SPLIT_SUMMARY_KEYS = {
+    "engine.recommended": "the split layout written: `layout`, `setting` (speculation or "
+    "speculation off), `prefill_replicas`, `decode_replicas`, the decode pool's `drafter` and "
+    "`k`",
+    "engine.models": "as above",
+    "engine.vllm, engine.sglang, engine.trtllm": "per engine asked for: `files`, `written` "
+    "per pool (`prefill`, `decode`; TensorRT-LLM also `disaggregated`), `router` (how requests "
+    "reach the pools), `not_expressible` and `notes` (each prefixed with its pool); an engine "
+    "that cannot express a pool has only `files` (empty) and `refused`",
+    "engine.bench, engine.bench_note": "null, and why: a split fleet is load-tested through "
+    "its router",
+}
+
 ENGINE_SUMMARY_KEYS = {
     "engine.recommended": "the setting written: `drafter` (null: speculation off), `k` (a "
     "table's largest), `k_by_batch` (the rows, or null for a static k), `reason` in words, and "
@@ -402,4 +428,10 @@ def engine_section() -> list[str]:
         table(["file", "what it holds"], [[f"`{k}`", v] for k, v in ENGINE_FILES.items()]),
         "### `summary.json`: `engine`",
         table(["key", "meaning"], [[f"`{k}`", v] for k, v in ENGINE_SUMMARY_KEYS.items()]),
+        "### `plan capacity --disaggregated --emit`",
+        "The cheapest split layout the plan chose (with speculation when it costs no more), one "
+        "file per pool and engine, each with its engine's disaggregation options "
+        "(engine-formats.md §3.8, §4.8, §5.7).",
+        table(["file", "what it holds"], [[f"`{k}`", v] for k, v in SPLIT_ENGINE_FILES.items()]),
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in SPLIT_SUMMARY_KEYS.items()]),
     ]

@@ -253,9 +253,19 @@ def _headroom_line(capacity: dict[str, Any], tolerance: float) -> str:
     )
 
 
-def write(out: str | Path, plan: DisaggregatedPlan, searches, summary: dict[str, Any]) -> None:
-    """summary.json, layouts.csv, candidates.csv and report.txt into ``out``, atomically."""
+def write(
+    out: str | Path,
+    plan: DisaggregatedPlan,
+    searches,
+    summary: dict[str, Any],
+    attachments: dict[str, str] | None = None,
+) -> None:
+    """summary.json, layouts.csv, candidates.csv, report.txt and ``attachments`` (name -> text:
+    the engines' files) into ``out``, atomically."""
     with atomic_output_dir(out) as staging:
+        for name, text in (attachments or {}).items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_text(text, encoding="utf-8")
         (staging / "summary.json").write_text(dump_json(summary), encoding="utf-8")
         (staging / "layouts.csv").write_text(layouts_csv(plan, searches), encoding="utf-8")
         (staging / "candidates.csv").write_text(candidates_csv(summary), encoding="utf-8")

@@ -24,6 +24,7 @@ from specsim.serving.setting import (
     draft_tp_unexpressed,
     header_lines,
     medusa_refusal,
+    role_file,
     unknown_formats,
     violation,
 )
@@ -36,8 +37,19 @@ DECODING_TYPES = frozenset(
 )
 NEEDS_MODEL = frozenset({"Draft_Target", "Eagle", "Eagle3"})  # §5.4
 TOP_KEYS = frozenset(
-    {"max_batch_size", "max_num_tokens", "tensor_parallel_size", "moe_expert_parallel_size"}
+    {
+        "max_batch_size",
+        "max_num_tokens",
+        "tensor_parallel_size",
+        "moe_expert_parallel_size",
+        "cache_transceiver_config",
+    }
 )
+# A split fleet's servers move the KV cache through a cache transceiver (§5.7).
+TRANSCEIVER_BACKENDS = frozenset({"DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"})
+DISAGG_FILE = "trtllm-disagg.yaml"  # trtllm-serve disaggregated's own configuration
+FIRST_PORT = 8001  # the context servers' ports count up from it, then the generation servers'
+ROUTER_PORT = 8000
 SPEC_KEYS = frozenset(
     {
         "decoding_type",
@@ -110,6 +122,8 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
     if setting.expert_parallel:
         # BaseLlmArgs.moe_expert_parallel_size (llmapi/llm_args.py): experts over every device.
         out["moe_expert_parallel_size"] = setting.tensor_parallel_size
+    if setting.role is not None:
+        out["cache_transceiver_config"] = {"backend": "DEFAULT"}
     notes: list[str] = []
     spec = setting.speculation
     if spec is None:
@@ -145,6 +159,9 @@ def check(document: dict[str, Any]) -> None:
     for key in ("max_batch_size", "max_num_tokens", "tensor_parallel_size"):
         if not _whole(document.get(key)) or document[key] < 1:
             raise violation(YAML_FILE, key, "must be a whole number above 0", "§5.5")
+    transceiver = document.get("cache_transceiver_config")
+    if transceiver is not None and transceiver.get("backend") not in TRANSCEIVER_BACKENDS:
+        raise violation(YAML_FILE, "cache_transceiver_config.backend", "is unknown", "§5.7")
     config = document.get("speculative_config")
     if config is None:
         return
@@ -256,7 +273,22 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     check(document)
     missing, remarks = not_expressible(setting, schedule_notes), notes(setting)
     model = shlex.quote(setting.target.path)
-    start = f"trtllm-serve {model} --extra_llm_api_options {YAML_FILE}"
+    name = role_file(YAML_FILE, setting.role)
+    start = f"trtllm-serve {model} --extra_llm_api_options {name}"
     usage = ["Start the server from this folder:", f"  {start}"]
     text = comments(header_lines(header, missing, remarks, usage)) + dump_yaml(document)
-    return Rendered("trtllm", {YAML_FILE: text}, document, missing, remarks, start)
+    return Rendered("trtllm", {name: text}, document, missing, remarks, start)
+
+
+def disaggregated_config(prefill_replicas: int, decode_replicas: int) -> dict[str, Any]:
+    """``trtllm-serve disaggregated -c trtllm-disagg.yaml``: the router, its context (prefill)
+    servers and generation (decode) servers, on one host's ports counting up (§5.7)."""
+    ports = iter(range(FIRST_PORT, FIRST_PORT + prefill_replicas + decode_replicas))
+    servers = {}
+    pools = (("context_servers", prefill_replicas), ("generation_servers", decode_replicas))
+    for key, count in pools:
+        servers[key] = {
+            "num_instances": count,
+            "urls": [f"localhost:{next(ports)}" for _ in range(count)],
+        }
+    return {"hostname": "localhost", "port": ROUTER_PORT, "backend": "pytorch", **servers}
