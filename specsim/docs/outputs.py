@@ -203,11 +203,15 @@ ENGINE_FILES = {
     "engine/sglang.args": "SGLang's `launch_server` options in the same layout: "
     "`--speculative-algorithm`, `--speculative-draft-model-path`, `--speculative-num-steps`, "
     "`--speculative-eagle-topk` 1, `--speculative-num-draft-tokens` steps + 1 (prompt lookup: "
-    "NGRAM with `--speculative-ngram-max-bfs-breadth` 1), `--max-running-requests`, `--tp-size`",
+    "NGRAM with `--speculative-ngram-max-bfs-breadth` 1), `--max-running-requests`, `--tp-size`, "
+    "`--page-size` for the scenario's `engine.block_size` (the radix cache is left on, SGLang's "
+    "default)",
     "engine/trtllm.yaml": "TensorRT-LLM's `--extra_llm_api_options` YAML under the same header: "
     "`max_batch_size`, `max_num_tokens`, `tensor_parallel_size` and `speculative_config` "
     "(`decoding_type`, `max_draft_len`, `speculative_model`, `draft_len_schedule` for a "
-    "k-by-batch table, `max_matching_ngram_size` for prompt lookup)",
+    "k-by-batch table, `max_matching_ngram_size` for prompt lookup), and `kv_cache_config` "
+    "(`tokens_per_block` for the scenario's `engine.block_size`, `enable_block_reuse: true` for "
+    "a workload with cached prefixes)",
     "engine/bench.sh": "bash: `bash bench.sh vllm` (or `sglang`, when emitted) runs the engine's "
     "own load test of the planned workload at every planned load, against a server started "
     "with the files above; its header says how the workload is approximated and holds the "

@@ -9,7 +9,10 @@ given shape its depth, its widest node's children and its nodes + 1, when SGLang
 hold it (at most topk nodes per depth expand, §4.5); SGLang rebuilds its tree every step from
 the drafter's scores, so the knobs set its budget and the shape is the plan's stand-in.
 SGLang has no batch-size schedule: a k-by-batch table is written as the static k the plan found
-best at its chosen load, and said so. ``check`` holds the arguments to §4.5 first.
+best at its chosen load, and said so. The scenario's KV block size is ``--page-size``; the
+radix cache (prefix reuse) is left on, SGLang's default, which has no flag to enable it (§4.8).
+A split fleet's pool adds ``--disaggregation-mode`` and its transfer backend (§4.8). ``check``
+holds the arguments to §4.5 and §4.8 first.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ FLAGS = frozenset(
         "--ep-size",
         "--disaggregation-mode",
         "--disaggregation-transfer-backend",
+        "--page-size",
     }
 )
 # A split fleet's pools (§4.8): each server's mode, and the KV transfer engine between them.
@@ -130,6 +134,9 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
     if setting.expert_parallel:
         # ServerArgs.ep_size (sglang/srt/arg_groups/fields/parallel.py): experts over every device.
         out.append(("--ep-size", str(setting.tensor_parallel_size)))
+    if setting.block_size is not None:
+        # Tokens per KV page, as the scenario's engine.block_size counts them (§4.8).
+        out.append(("--page-size", str(setting.block_size)))
     if setting.role is not None:
         out.append(("--disaggregation-mode", setting.role))
         out.append(("--disaggregation-transfer-backend", TRANSFER_BACKEND))
@@ -151,6 +158,9 @@ def check(options: list[tuple[str, str]], args_file: str = ARGS_FILE) -> None:
             raise violation(args_file, flag, "is not an option this writer knows", "§4.5")
     if "--max-running-requests" not in given:
         raise violation(args_file, "--max-running-requests", "unset, it becomes 48", "§4.5")
+    page = given.get("--page-size")
+    if page is not None and _count(given, "--page-size") < 1:
+        raise violation(args_file, "--page-size", f"{page!r} is not a whole number above 0", "§4.8")
     mode = given.get("--disaggregation-mode")
     if mode is not None and mode not in DISAGGREGATION_MODES:
         raise violation(args_file, "--disaggregation-mode", f"{mode!r} is not a pool", "§4.8")
@@ -223,6 +233,12 @@ def not_expressible(setting: EngineSetting) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     formats = unknown_formats(setting, "SGLang")
+    if setting.prefix_caching:
+        formats.append(
+            "the scenario's workload.prefix assumes prefix caching on: SGLang's radix cache is "
+            "on by default and has no flag to enable it (--disable-radix-cache turns it off), "
+            "so none is written (§4.8)"
+        )
     if spec is not None and spec.tree is not None:
         formats.append(
             f"SGLang rebuilds its tree each step from the drafter's scores: the three knobs set "

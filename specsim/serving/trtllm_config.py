@@ -8,7 +8,10 @@ The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_a
 inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
 smallest key must equal ``max_draft_len``. A tree is Eagle's static ``eagle_choices`` (the
 paths of child ranks, specsim's own form) with ``max_draft_len`` its depth (§5.4); the other
-decoding types draft chains only. ``check`` holds the options to §5.2-5.5 first.
+decoding types draft chains only. The scenario's KV block size is ``kv_cache_config``'s
+``tokens_per_block`` and cached prefixes its ``enable_block_reuse``; a split fleet's servers add
+``cache_transceiver_config`` and ``trtllm-disagg.yaml`` holds the router's (§5.7). ``check``
+holds the options to §5.2-5.5 and §5.7 first.
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ TOP_KEYS = frozenset(
         "tensor_parallel_size",
         "moe_expert_parallel_size",
         "cache_transceiver_config",
+        "kv_cache_config",
     }
 )
+KV_CACHE_KEYS = frozenset({"tokens_per_block", "enable_block_reuse"})  # KvCacheConfig (§5.7)
 # A split fleet's servers move the KV cache through a cache transceiver (§5.7).
 TRANSCEIVER_BACKENDS = frozenset({"DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"})
 DISAGG_FILE = "trtllm-disagg.yaml"  # trtllm-serve disaggregated's own configuration
@@ -122,6 +127,9 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
     if setting.expert_parallel:
         # BaseLlmArgs.moe_expert_parallel_size (llmapi/llm_args.py): experts over every device.
         out["moe_expert_parallel_size"] = setting.tensor_parallel_size
+    cache = kv_cache_config(setting)
+    if cache:
+        out["kv_cache_config"] = cache
     if setting.role is not None:
         out["cache_transceiver_config"] = {"backend": "DEFAULT"}
     notes: list[str] = []
@@ -151,6 +159,17 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
     return out, notes
 
 
+def kv_cache_config(setting: EngineSetting) -> dict[str, Any]:
+    """The scenario's KV block size as ``tokens_per_block``, and block reuse when its requests
+    hit cached prefixes (on by default; written to state what the plan assumed, §5.7)."""
+    out: dict[str, Any] = {}
+    if setting.block_size is not None:
+        out["tokens_per_block"] = setting.block_size
+    if setting.prefix_caching:
+        out["enable_block_reuse"] = True
+    return out
+
+
 def check(document: dict[str, Any]) -> None:
     """Refuse options TensorRT-LLM rejects (§5.2-5.5)."""
     for key in document:
@@ -159,6 +178,15 @@ def check(document: dict[str, Any]) -> None:
     for key in ("max_batch_size", "max_num_tokens", "tensor_parallel_size"):
         if not _whole(document.get(key)) or document[key] < 1:
             raise violation(YAML_FILE, key, "must be a whole number above 0", "§5.5")
+    cache = document.get("kv_cache_config") or {}
+    for key in cache:
+        if key not in KV_CACHE_KEYS:
+            raise violation(YAML_FILE, f"kv_cache_config.{key}", "is not known", "§5.7")
+    tokens = cache.get("tokens_per_block", 1)
+    if not _whole(tokens) or tokens < 1:
+        raise violation(YAML_FILE, "kv_cache_config.tokens_per_block", "must be > 0", "§5.7")
+    if not isinstance(cache.get("enable_block_reuse", True), bool):
+        raise violation(YAML_FILE, "kv_cache_config.enable_block_reuse", "not a bool", "§5.7")
     transceiver = document.get("cache_transceiver_config")
     if transceiver is not None and transceiver.get("backend") not in TRANSCEIVER_BACKENDS:
         raise violation(YAML_FILE, "cache_transceiver_config.backend", "is unknown", "§5.7")
@@ -236,6 +264,11 @@ def not_expressible(setting: EngineSetting, notes: list[str]) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     out = unknown_formats(setting, "TensorRT-LLM")
+    if setting.prefix_caching:
+        out.append(
+            "the scenario's workload.prefix assumes prefix caching on: TensorRT-LLM reuses KV "
+            "blocks by default, and kv_cache_config.enable_block_reuse states it (§5.7)"
+        )
     if setting.max_batch > setting.max_batched_tokens:
         out.append("max_batch_size is above max_num_tokens: TensorRT-LLM logs a warning (§5.5)")
     if spec is not None and decoding_type(spec) == "Draft_Target":
