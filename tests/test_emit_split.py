@@ -225,3 +225,36 @@ def test_the_outputs_reference_names_every_split_file_and_key(emitted):
     assert {n if n.startswith("engine/") else f"engine/{n}" for n in documented} == written
     keys = {part.split(".", 1)[1] for key in SPLIT_SUMMARY_KEYS for part in key.split(", ")}
     assert set(emitted.summary["engine"]) == keys
+
+
+@pytest.mark.slow
+def test_the_api_entry_emits_what_the_command_writes(emitted, repo):
+    """plan_disaggregated(emit=..., models=...) kept in memory: the same engine files."""
+    from test_capacity_split import ACCEPTANCE, DRAFT, H100, LLAMA_8B
+
+    import specsim
+
+    scenario = emitted.argv[2]
+    result = specsim.plan_disaggregated(
+        scenario,
+        target_rps=30,
+        max_replicas=3,
+        tolerance=0.3,
+        workers=2,
+        progress=False,
+        hardware=str(repo / H100),
+        target_model=str(repo / LLAMA_8B),
+        draft_models=[DRAFT.replace("=", f"={repo}/"), "ngram"],
+        acceptance_from=str(repo / ACCEPTANCE),
+        tp="1,2,3",
+        emit="vllm,sglang,trtllm",
+        models={"llama3.2-1b": MODEL.split("=", 1)[1]},
+    )
+    engine = {k: v for k, v in result.attachments.items() if k.startswith("engine/")}
+    on_disk = {f"engine/{p.name}": p.read_text() for p in (emitted.out / "engine").iterdir()}
+    # The headers name each run's own deployment profiles (its own folder); the rest is equal.
+    assert set(engine) == set(on_disk)
+    for name, text in engine.items():
+        body = [line for line in text.splitlines() if not line.startswith("#")]
+        assert body == [line for line in on_disk[name].splitlines() if not line.startswith("#")]
+    assert result.summary["engine"]["recommended"] == emitted.summary["engine"]["recommended"]
