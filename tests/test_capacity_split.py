@@ -321,3 +321,21 @@ def test_the_api_entry_writes_what_the_command_writes(split_plans, repo, tmp_pat
         expected = read_table((cli.out / f"{name}.csv").read_text())
         assert frame.equals(expected)
     assert result.attachments == {"report.txt": (cli.out / "report.txt").read_text()}
+
+
+def test_the_api_refuses_what_the_options_bound(tmp_path, repo):
+    """The CLI's bounds hold in Python too (--max-replicas 2..64, --tolerance in (0, 0.5)),
+    before anything runs; the two bounds on the layouts' side are one number."""
+    import specsim
+    from specsim.cli.plan import MAX_DISAGG_REPLICAS
+    from specsim.errors import SpecsimError
+    from specsim.planning.disagg import MAX_LAYOUT_REPLICAS
+
+    assert MAX_DISAGG_REPLICAS == MAX_LAYOUT_REPLICAS
+    scenario = split_scenario(tmp_path, repo)
+    for bad, key in (({"max_replicas": 1}, "--max-replicas"), ({"tolerance": 0.5}, "--tolerance")):
+        with pytest.raises(SpecsimError, match=key):
+            specsim.plan_disaggregated(scenario, target_rps=30, out=tmp_path / "o", **bad)
+    with pytest.raises(SpecsimError, match="--target-rps"):
+        specsim.plan_disaggregated(scenario, target_rps=float("nan"), out=tmp_path / "o")
+    assert not (tmp_path / "o").exists()

@@ -40,17 +40,17 @@ def role_fits(
     scenario,
     scenario_path: str,
     overrides: Sequence[str],
-    settings: dict[str, list[str]],
+    settings: dict[str, bool],
 ) -> Fit:
-    """Check every built deployment in every role. ``settings``: each speculation setting's
-    overrides; the one whose overrides turn speculation off is what a prefill replica runs.
+    """Check every built deployment in every role. ``settings``: whether each speculation
+    setting speculates; the one that does not is also what a prefill replica runs.
     ``overrides``: the scenario's as one co-located replica (no split), as a capacity search
     checks a candidate."""
     unfit = [(d.label, d.reason) for d in deployments if not d.fits]
     serving: dict[tuple[str, str], list[str]] = {}
     spec = scenario.speculation
-    for setting, setting_overrides in settings.items():
-        off = "speculation.k=0" in setting_overrides
+    for setting, speculating in settings.items():
+        off = not speculating
         for d in (d for d in deployments if d.fits):
             if not off:
                 d.profile.drafter(spec.drafter)  # a drafter the deployment lacks is an error

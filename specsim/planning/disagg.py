@@ -280,7 +280,7 @@ def prepare(
             load_scenario(scenario_path, colocated),
             scenario_path,
             colocated,
-            {s: SPEC_OFF_OVERRIDES if s == SPEC_OFF else [] for s in settings},
+            {s: s != SPEC_OFF for s in settings},
         )
         _check_some_fit(built, fit, settings)
     terms = {d.label: (d.replica_price, d.devices) for d in built if d.fits}
