@@ -408,7 +408,6 @@ def _capacity(args: argparse.Namespace) -> int:
         return _disaggregated(args)
     from specsim.api.plan import capacity_run
     from specsim.planning import capacity_report
-    from specsim.planning.capacity_deploy import deployment_request
     from specsim.planning.common import parse_k_values
 
     emit = emit_request(args)
@@ -424,25 +423,31 @@ def _capacity(args: argparse.Namespace) -> int:
         args.out,
         sweep_options(args),
         emit,
-        deployment_request(
-            args.profile,
-            args.tp,
-            args.precision,
-            args.hardware,
-            args.target_model,
-            args.draft_model,
-            args.acceptance_from,
-            args.draft_tp,
-            args.expert_parallel,
-        ),
+        _deployment(args),
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))
+
+
+def _deployment(args: argparse.Namespace):
+    """The deployment search the options ask for (None: the scenario's own profile)."""
+    from specsim.planning.capacity_deploy import deployment_request
+
+    return deployment_request(
+        args.profile,
+        args.tp,
+        args.precision,
+        args.hardware,
+        args.target_model,
+        args.draft_model,
+        args.acceptance_from,
+        args.draft_tp,
+        args.expert_parallel,
+    )
 
 
 def _disaggregated(args: argparse.Namespace) -> int:
     from specsim.api.plan_split import disaggregated_run, write_disaggregated
     from specsim.planning import disagg_report
-    from specsim.planning.capacity_deploy import deployment_request
     from specsim.planning.emit_split import human as engine_line
 
     refused = (("--drafter", args.drafter), ("--k", args.k))
@@ -464,17 +469,7 @@ def _disaggregated(args: argparse.Namespace) -> int:
         args.seed,
         args.out,
         sweep_options(args),
-        deployment_request(
-            args.profile,
-            args.tp,
-            args.precision,
-            args.hardware,
-            args.target_model,
-            args.draft_model,
-            args.acceptance_from,
-            args.draft_tp,
-            args.expert_parallel,
-        ),
+        _deployment(args),
         emit_request(args),
     )
     write_disaggregated(args.out, planned)

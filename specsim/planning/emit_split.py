@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.fileio import dump_yaml
+from specsim.planning import emit
 from specsim.planning.common import plural
 from specsim.planning.disagg import DISAGGREGATED, SPEC_OFF, DisaggregatedPlan, Search
 from specsim.planning.emit import FOLDER, WRITERS, EmitRequest, common_header, setting_for
@@ -176,12 +177,7 @@ def _engine_files(engine, choices, settings, layout, attachments) -> dict[str, A
 def remove_stale(out: str | Path, summary: dict[str, Any]) -> None:
     """After a split plan is written: the engine files an earlier run wrote and this one did
     not."""
-    folder = Path(out) / FOLDER
-    block = summary.get("engine") or {}
-    kept = {Path(f).name for e in ENGINES for f in (block.get(e) or {}).get("files", [])}
-    for name in FILES:
-        if name not in kept:
-            (folder / name).unlink(missing_ok=True)
+    emit.remove_stale(out, summary, FILES)
 
 
 def human(summary: dict[str, Any]) -> str | None:
@@ -192,13 +188,4 @@ def human(summary: dict[str, Any]) -> str | None:
         return f"engine: nothing written ({block['reason']})"
     files = [f for e in ENGINES for f in (block.get(e) or {}).get("files", [])]
     line = f"engine ({block['recommended']['layout']}): {', '.join(files) or 'no files'}"
-    placeholders = [n for n, m in block["models"].items() if m["source"] == "placeholder"]
-    if placeholders:
-        line += (
-            f" (placeholder model paths, replace them or give --model: {', '.join(placeholders)})"
-        )
-    for engine in ENGINES:
-        reason = (block.get(engine) or {}).get("refused")
-        if reason:
-            line += f"\nengine: {engine} refused: {reason}"
-    return line
+    return emit.files_line(block, line)
