@@ -3,8 +3,9 @@
 Notation throughout: p is the target model's next-token distribution, q the drafter's, and k the
 number of tokens drafted per speculative step (k = 0 means speculation off).
 
-The Python API (``specsim.simulate``, ``plan_window``, ``plan_capacity``, ``drafter_swap``,
-``load_run``; see ``specsim.api``) loads on first use, so ``import specsim`` stays cheap.
+The Python API (``specsim.simulate``, ``plan_window``, ``plan_capacity``,
+``plan_disaggregated``, ``drafter_swap``, ``load_run``; see ``specsim.api``) loads on first
+use, so ``import specsim`` stays cheap.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ API = (
     "drafter_swap",
     "load_run",
     "plan_capacity",
+    "plan_disaggregated",
     "plan_window",
     "simulate",
 )

@@ -20,6 +20,7 @@ LAYERS: tuple[str, ...] = (
     "sampling",  # verifiers, the exact checker (torch; the closed form in numpy)
     "models",  # the decoder, its KV cache, loading model folders (torch)
     "profile",  # the profile file: schema, latency fits, model kinds
+    "hardware",  # the hardware file: a device's datasheet figures, links, efficiencies
     "trace_formats",  # the request-trace layouts the scenario names and the workload reads
     "choices",  # what a scenario may name: window policies, routers
     "scenario",  # the scenario file

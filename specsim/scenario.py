@@ -107,7 +107,8 @@ TRACE_PREFIXES = ("column", "session")
 
 class PrefixCache(StrictModel):
     """Cached prompt prefixes (multi-turn conversations, shared system prompts): cached tokens
-    skip prefill compute but still occupy the KV cache, each sequence its own copy. A hit is at
+    skip prefill compute but still occupy the KV cache (a shared system prompt's once per
+    replica while sequences hold it; other sources' each sequence its own copy). A hit is at
     most the prompt less one token (the engine computes the last one for its logits) and, with
     ``engine.block_size``, whole blocks only, as vLLM's prefix cache holds them."""
 
@@ -693,22 +694,6 @@ class Scenario(StrictModel):
     slo: Slo | None = Field(default=None, description="objective for goodput; absent = none")
 
     _source: Path | None = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _split_fleet_counts_tokens(self) -> Scenario:
-        # The prefill and decode pools' admissions count KV in tokens and ignore cached prefixes.
-        if self.fleet.disaggregation is None:
-            return self
-        for key, value in (
-            ("engine.block_size", self.engine.block_size),
-            ("workload.prefix", self.workload.prefix),
-        ):
-            if value is not None:
-                raise ValueError(
-                    f"{key} is not modelled with fleet.disaggregation (its pools count the KV "
-                    f"cache in tokens, without prefix hits); fix: remove {key} or the split"
-                )
-        return self
 
     @property
     def source(self) -> Path | None:

@@ -305,7 +305,8 @@ SEQUENCES_SCENARIO: dict[str, Any] = {
     "fleet": {"replicas": 1},
     "speculation": {"drafter": "d1", "k": 2, "acceptance": "sequences"},
 }
-# A disaggregated fleet (no pools beside it): the base scenario's other sections, split 1P1D.
+# A disaggregated fleet (no pools beside it): the base scenario's other sections (its cached
+# prefixes and KV blocks too), split 1P1D.
 DISAGGREGATION: dict[str, Any] = {
     "prefill": {"replicas": 1, "profile": "profile.yaml", "tensor_parallel_size": 2},
     "decode": {"replicas": 1, "profile": "profile.yaml", "tensor_parallel_size": 2},
@@ -317,8 +318,6 @@ DISAGG_SCENARIO: dict[str, Any] = {
     "name": "bad-input-disagg",
     "fleet": {"router": "round_robin", "disaggregation": copy.deepcopy(DISAGGREGATION)},
 }
-# A split fleet refuses cached prefixes and KV blocks (its pools count tokens).
-del DISAGG_SCENARIO["workload"]["prefix"], DISAGG_SCENARIO["engine"]["block_size"]
 HARDWARE = {
     "name": "test accelerator",
     "memory_bytes": 80.0e9,

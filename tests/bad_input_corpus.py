@@ -763,6 +763,26 @@ def disagg_cases() -> Iterator[Case]:
         (("scenario.yaml", render(split)),),
         (("engine.tensor_parallel_size",),),
     )
+    # plan capacity --disaggregated over roofline deployments that cannot serve the pools: a
+    # TP the model's heads do not split over, weights the device's memory cannot hold.
+    plan = ("plan", "capacity", f"{D}/scenario.yaml", "--disaggregated", "--target-rps", "20")
+    plan += ("--tolerance", "0.3", "--workers", "1", "--no-progress", "--out", OUT)
+    plan += ("--hardware", f"{D}/hardware.yaml", "--target-model", f"{D}/target.json")
+    plan += ("--draft-model", f"d1={D}/draft.json", "--acceptance-from", f"{D}/acceptance.yaml")
+    split_file = (("scenario.yaml", render(copy.deepcopy(DISAGGREGATION))),)
+    yield Case(
+        "plan capacity:--disaggregated --tp=heads-not-divisible",
+        (*plan, "--tp", "3"),
+        split_file,
+        (("--tp",), ("cannot be split",)),
+    )
+    tiny = {**HARDWARE, "memory_bytes": 1.0e6}
+    yield Case(
+        "plan capacity:--disaggregated --tp=weights-over-memory",
+        (*plan, "--tp", "1,2"),
+        (*split_file, ("hardware.yaml", dump(tiny))),
+        (("--tp",),),
+    )
     other = copy.deepcopy(PROFILE)
     other["target"]["params"] = PROFILE["target"]["params"] * 2
     split = copy.deepcopy(DISAGGREGATION)
@@ -776,8 +796,8 @@ def disagg_cases() -> Iterator[Case]:
 
 
 def all_cases() -> list[Case]:
+    from specsim.hardware import HardwareSpec
     from specsim.profile.schema import Acceptance, Profile
-    from specsim.profiling.roofline import HardwareSpec
     from specsim.scenario import Scenario
 
     cases: list[Case] = []

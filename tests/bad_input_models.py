@@ -85,6 +85,8 @@ LOADER_BASES: dict[str, dict[str, Any]] = {
             "mscale": 1.0,
             "mscale_all_dim": 1.0,
         },
+        # DeepSeek-V3's own: FP8 weights in blocks (the folder's weights dequantised at load)
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [8, 8]},
     },
 }
 _DEEPSEEK_SIZES = (
@@ -99,6 +101,8 @@ _DEEPSEEK_SIZES = (
     "n_shared_experts",
 )
 _YARN = LOADER_BASES["deepseek_v3"]["rope_scaling"]
+_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+_BLOCK_KEY = "quantization_config.weight_block_size"
 # Gemma 3's sliding_window_pattern is read only without layer_types (its base has none).
 LOADER_NUMBERS = {
     "gemma2": {
@@ -198,6 +202,19 @@ LOADER_SPOILS = [
     ),
     ("deepseek_v3", {"rope_scaling": {**_YARN, "beta_fast": "fast"}}, "rope_scaling.beta_fast"),
     ("deepseek_v3", {"rope_scaling": {**_YARN, "truncate": "yes"}}, "rope_scaling.truncate"),
+    # FP8 block-quantised checkpoints: their config's declaration (the weights' own layout is
+    # tests/test_deepseek_fp8.py's: it needs weight files).
+    ("deepseek_v3", {"quantization_config": "fp8"}, "quantization_config"),
+    (
+        "deepseek_v3",
+        {"quantization_config": {**_FP8, "quant_method": "awq"}},
+        "quantization_config.quant_method",
+    ),
+    ("deepseek_v3", {"quantization_config": {**_FP8, "fmt": "e5m2"}}, "quantization_config.fmt"),
+    *(
+        ("deepseek_v3", {"quantization_config": {**_FP8, "weight_block_size": bad}}, _BLOCK_KEY)
+        for bad in (None, [128], [128, 0], [128, 1.5], [128, True], "128x128", [128, 2**17])
+    ),
 ]
 
 MIXTRAL_TARGET = {

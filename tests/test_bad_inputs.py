@@ -171,8 +171,8 @@ def test_base_inputs_have_room_for_every_schema_key():
     """A section the base documents lack would leave its keys out of the corpus."""
     from bad_input_bases import ACCEPTANCE_FILE, DISAGGREGATION, HARDWARE
 
+    from specsim.hardware import HardwareSpec
     from specsim.profile.schema import Acceptance, Profile
-    from specsim.profiling.roofline import HardwareSpec
     from specsim.scenario import Disaggregation, Scenario
 
     # A split fleet refuses pools: its keys are walked in a base of their own.

@@ -88,3 +88,53 @@ def test_the_plans_setting_carries_passes_block_size_and_prefix(repo, monkeypatc
         ours = emit.setting_for(choice, SimpleNamespace(models=()))
         assert ours.speculation.passes == passes
         assert (ours.block_size, ours.prefix_caching) == (block, prefix is not None)
+
+
+def test_sglang_writes_the_page_size_and_leaves_its_radix_cache_on():
+    """SGLang's radix cache is on by default with no flag to enable it: a workload with cached
+    prefixes gets a note, never --disable-radix-cache; the block size is --page-size."""
+    rendered = sglang_config.render(setting(block_size=16, prefix_caching=True), ["Head."])
+    text = rendered.files["sglang.args"]
+    words = shlex.split(text, comments=True)
+    assert words[words.index("--page-size") + 1] == "16"
+    assert "--disable-radix-cache" not in words
+    assert rendered.written["page_size"] == 16
+    assert any("SGLang's radix cache is on by default" in note for note in rendered.notes)
+    plain = sglang_config.render(setting(), ["Head."])
+    assert "--page-size" not in plain.files["sglang.args"]
+    assert not any("radix" in note for note in plain.notes)
+
+
+def test_trtllm_writes_tokens_per_block_and_block_reuse():
+    import yaml
+
+    rendered = trtllm_config.render(setting(block_size=32, prefix_caching=True), ["Head."])
+    document = yaml.safe_load(rendered.files["trtllm.yaml"])
+    assert document["kv_cache_config"] == {"tokens_per_block": 32, "enable_block_reuse": True}
+    assert any("enable_block_reuse states it" in note for note in rendered.notes)
+    only_blocks = trtllm_config.render(setting(block_size=64), ["Head."]).written
+    assert only_blocks["kv_cache_config"] == {"tokens_per_block": 64}
+    assert "kv_cache_config" not in trtllm_config.render(setting(), ["Head."]).written
+
+
+@pytest.mark.parametrize(
+    "cache, key",
+    [
+        ({"tokens_per_block": 0}, "tokens_per_block"),
+        ({"enable_block_reuse": "yes"}, "enable_block_reuse"),
+        ({"block_size": 16}, "block_size"),
+    ],
+)
+def test_trtllm_kv_cache_options_it_rejects_are_not_written(cache, key):
+    from specsim.errors import SpecsimError
+
+    document = {"max_batch_size": 8, "max_num_tokens": 64, "tensor_parallel_size": 1}
+    with pytest.raises(SpecsimError, match=rf"kv_cache_config\.{key}"):
+        trtllm_config.check({**document, "kv_cache_config": cache})
+
+
+def test_sglang_refuses_a_page_size_below_one():
+    from specsim.errors import SpecsimError
+
+    with pytest.raises(SpecsimError, match="--page-size: '0' is not a whole number above 0"):
+        sglang_config.check([("--max-running-requests", "8"), ("--page-size", "0")])

@@ -110,9 +110,9 @@ def test_sizing_refuses_a_co_located_scenario_and_options_it_ignores(tmp_path, c
     assert "fleet.disaggregation" in capsys.readouterr().err
     assert main([*argv, "--k", "1", "--out", str(tmp_path / "o")]) == 2
     assert "--k does not apply" in capsys.readouterr().err
-    # The deployment search (TP x precision) is for co-located replicas only.
+    # The deployment search builds rooflines, which need the hardware and the model.
     assert main([*argv, "--tp", "2", "--out", str(tmp_path / "o")]) == 2
-    assert "--tp does not apply" in capsys.readouterr().err
+    assert "need --hardware and --target-model" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -129,9 +129,27 @@ def test_session_memory_is_least_recently_used_first_out_within_capacity():
     memory = SessionMemory(sessions, capacity=250)
     memory.finished(Request(0, 0.0, 100, 20))  # session 0: 120 tokens
     memory.finished(Request(1, 0.0, 80, 20))  # session 1: 100; 220 held
-    assert memory.cached(Request(2, 0.0, 200, 10)) == 120  # session 0, now most recent
-    memory.finished(Request(3, 0.0, 40, 10))  # session 2: 50 -> 270 > 250: session 1 goes
-    assert (memory.held, memory.cached(Request(4, 0.0, 200, 10))) == (170, 0)
+    turn = Request(2, 0.0, 200, 10)
+    assert memory.cached(turn) == 120  # session 0's: its running sequence's now, 100 held
+    memory.finished(turn)  # session 0: 210 -> 310 > 250: session 1, least recent, goes
+    assert (memory.held, memory.cached(Request(4, 0.0, 200, 10))) == (210, 0)
+
+
+def test_a_hit_turn_is_its_sequences_until_it_finishes_or_is_preempted():
+    # vLLM's free queue holds only blocks no running request references: a hit's blocks leave
+    # it while the hitting sequence runs, so the memory neither counts them nor evicts them.
+    memory = SessionMemory(np.array([0, 1, 0, 0]), capacity=1000)
+    memory.finished(Request(0, 0.0, 100, 20))  # session 0: 120
+    memory.finished(Request(1, 0.0, 80, 20))  # session 1: 100, most recent
+    turn = Request(2, 0.0, 200, 10)
+    assert (memory.cached(turn), memory.held) == (120, 100)
+    memory.trim(0)  # no room left: session 1 goes; the running turn's 120 stay its own
+    assert memory.held == 0 and memory.remembered(Request(3, 0.0, 300, 10)) == 120
+    assert memory.cached(Request(3, 0.0, 300, 10)) == 120  # a turn arriving meanwhile hits it
+    memory.released(Request(3, 0.0, 300, 10))
+    assert memory.held == 0  # the first turn still holds it
+    memory.released(turn)  # preempted: the entry is the memory's again, most recent
+    assert memory.held == 120 and memory.cached(turn) == 120  # readmitted with the same hit
 
 
 def test_remembered_turns_give_way_to_running_sequences():
@@ -145,7 +163,25 @@ def test_remembered_turns_give_way_to_running_sequences():
     # A decoding row holds 97 + 3 = 100 of 300 tokens: 200 are free, and the 220 remembered
     # do not fit; session 0's 120, least recently used, go. Session 1's turn still hits.
     adm.admit(0.0, decoding=1, decode_kv=97.0)
-    assert (memory.held, request.prefilled) == (100, 100)
+    # Its 100 tokens are then the prompt's (reserved with it, 150 + 3), no longer the memory's.
+    assert (memory.held, request.prefilled, adm.reserved) == (0, 100, 153.0)
+
+
+def test_a_preempted_turn_gives_its_hit_back_to_the_memory():
+    memory = SessionMemory(np.array([0, 0]), capacity=300)
+    memory.finished(Request(0, 0.0, 100, 20))  # session 0: 120 tokens
+    engine = Engine(max_batch=8, max_batched_tokens=1000)
+    adm = Admission(engine, LOOKAHEAD, 300, Levels(), np.random.default_rng(0), prefix=memory)
+    request = Request(1, 0.0, 150, 10)
+    adm.queue.append(request)
+    adm.admit(0.0, decoding=0, decode_kv=0.0)
+    assert (memory.held, request.prefilled) == (0, 120)
+
+    class Grown:  # a decoding row beside it: 200 + 3 + 153 = 356 > 300, so the prompt goes
+        decoding, decode_kv = 1, 200.0
+
+    adm.make_room(Grown())
+    assert list(adm.queue) == [request] and memory.held == 120
 
 
 def write_trace(path: Path, rows: list[str], header: str) -> Path:

@@ -13,26 +13,21 @@ from test_profiling_roofline import TOY, TOY_PARAMS
 
 from specsim.costs import kv_capacity_tokens
 from specsim.errors import SpecsimError
+from specsim.hardware import Efficiency, HardwareSpec, Link, load_hardware
 from specsim.profile import LatencyModel, load_profile
 from specsim.profile.schema import Latency
 from specsim.profiling.flops import load_shape
 from specsim.profiling.parallel import (
     Layout,
-    Link,
     allreduce_terms,
     device_kv_bytes_per_token,
+    hardware_layout,
     quantised_flops_per_token,
     quantised_params,
     ring_allreduce_s,
     weight_bytes,
 )
-from specsim.profiling.roofline import (
-    Efficiency,
-    HardwareSpec,
-    load_hardware,
-    matmul_s_per_token,
-    roofline_fit,
-)
+from specsim.profiling.roofline import matmul_s_per_token, roofline_fit
 from specsim.scenario import Engine, load_scenario
 
 LINK = Link(bandwidth_bytes_per_s=1e9, latency_s=1e-6)
@@ -246,7 +241,9 @@ MIXTRAL = "profiles/models/mixtral-8x7b.json"
 
 def _ep_layout(tp: int, expert_parallel: bool = True) -> Layout:
     hw = load_hardware("profiles/hardware/h100-sxm.yaml")
-    return dataclasses.replace(hw.layout(tp, None, None, "h100"), expert_parallel=expert_parallel)
+    return dataclasses.replace(
+        hardware_layout(hw, tp, None, None, "h100"), expert_parallel=expert_parallel
+    )
 
 
 def test_expert_exchange_bytes_are_dispatch_combine_and_gather(repo):

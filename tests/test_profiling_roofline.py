@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from specsim.cli import main
+from specsim.hardware import Efficiency, HardwareSpec
 from specsim.profile import LatencyModel, load_profile
 from specsim.profiling.flops import ModelShape, load_shape, pass_cost
-from specsim.profiling.roofline import Efficiency, HardwareSpec, roofline_fit
+from specsim.profiling.roofline import roofline_fit
 
 # A shape small enough to count by hand.
 TOY = ModelShape(

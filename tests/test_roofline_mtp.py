@@ -6,9 +6,10 @@ import pytest
 import yaml
 
 from specsim.cli import main
+from specsim.hardware import load_hardware
 from specsim.profiling.flops import load_shape
 from specsim.profiling.parallel import Layout
-from specsim.profiling.roofline import load_hardware, roofline_fit
+from specsim.profiling.roofline import roofline_fit
 
 OWN = 11_610_068_224  # the module's own parameters (test_model_sizing_deepseek)
 HEAD = 129_280 * 7_168  # the target's LM head, which every MTP pass multiplies by and reads

@@ -374,7 +374,9 @@ GOOD_TRT = {
 }
 BAD_TRT = [
     ({"max_batch_size": 0}, {}, "max_batch_size"),
-    ({"kv_cache_config": {}}, {}, "kv_cache_config"),
+    ({"kv_cache_manager": {}}, {}, "kv_cache_manager"),
+    # kv_cache_config holds the block size and reuse only (§5.7): another key is refused.
+    ({"kv_cache_config": {"free_gpu_memory_fraction": 0.9}}, {}, "kv_cache_config"),
     ({}, {"decoding_type": "Medusa"}, "decoding_type"),
     ({}, {"max_draft_len": 0}, "max_draft_len"),
     ({}, {"speculative_model": None}, "speculative_model"),

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from specsim.errors import SpecsimError
+from specsim.hardware import load_hardware
 from specsim.profile import load_profile
+from specsim.profiling.parallel import hardware_layout
 from specsim.scenario import Scenario
 from specsim.simulation import run_simulation
 from specsim.simulation.disagg import KvLink, kv_link, transfer_bytes
@@ -93,6 +95,30 @@ def test_transfer_time_is_bytes_over_bandwidth_plus_latency_queued_per_sender(tm
     assert second.send(0, 0.0, 2.0e9) == 2.5
     assert second.send(0, 1.0, 1.0e9) == 3.5
     assert second.send(1, 1.0, 1.0e9) == 2.5
+
+
+def test_kv_link_reads_the_hardware_file_as_the_roofline_does(tmp_path):
+    """One schema for the hardware file: a file without an efficiency section gives the KV
+    transfer the roofline's default interconnect efficiency (0.8), and its PCIe link is the
+    one the roofline would all-reduce over when the file has no NVLink."""
+    data = yaml.safe_load((REPO / "profiles/hardware/h100-sxm.yaml").read_text())
+    data.pop("efficiency")
+    data.pop("nvlink")
+    data["pcie"] = {"bandwidth_bytes_per_s": 64.0e9, "latency_s": 2.0e-6}
+    path = tmp_path / "pcie-only.yaml"
+    path.write_text(yaml.safe_dump(data))
+    transfer = {"hardware": str(path), "link": "pcie"}
+    scenario = Scenario.model_validate(
+        {
+            **copy.deepcopy(BASE),
+            "fleet": {"disaggregation": {**SPLIT, "kv_transfer": transfer}},
+        }
+    )
+    link = kv_link(scenario, scenario.fleet.disaggregation, 2, 1)
+    layout = hardware_layout(load_hardware(path), 2, None, None, str(path))
+    assert layout.link_name == "PCIe" and layout.link_efficiency == 0.8
+    assert link.bandwidth == pytest.approx(64.0e9 * layout.link_efficiency, rel=1e-15)
+    assert link.latency == layout.link.latency_s == 2.0e-6
 
 
 def test_a_lone_request_ttft_is_prefill_plus_transfer_plus_first_decode(tmp_path):
@@ -269,20 +295,3 @@ def test_a_transferred_prompt_takes_the_decode_cache_until_it_finishes(tmp_path)
     assert rec["first_token_s"][second] > rec["finish_s"][first]
     assert summary["pools"]["decode"]["preemptions"] == 0
     assert summary["disaggregation"]["transfers"] == 2
-
-
-@pytest.mark.parametrize(
-    "section, key, value",
-    [
-        ("engine", "block_size", 16),
-        ("workload", "prefix", {"source": "fraction", "fraction": 0.5, "hit_rate": 1.0}),
-    ],
-)
-def test_blocks_and_prefix_hits_are_refused_on_a_split_fleet(section, key, value):
-    # The pools' admissions count tokens without prefix hits: refused rather than ignored.
-    data = copy.deepcopy(BASE)
-    data[section][key] = value
-    with pytest.raises(ValueError, match=f"{section}.{key} is not modelled"):
-        Scenario.model_validate(data)
-    del data["fleet"]["disaggregation"]
-    Scenario.model_validate(data)  # the same keys are fine on a co-located fleet

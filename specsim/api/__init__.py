@@ -17,6 +17,7 @@ function runs the same code as its command, so its results equal the command's f
 """
 
 from specsim.api.plan import drafter_swap, plan_capacity, plan_window
+from specsim.api.plan_split import plan_disaggregated
 from specsim.api.results import (
     BenchValidationRun,
     PlanResult,
@@ -34,6 +35,7 @@ __all__ = [
     "drafter_swap",
     "load_run",
     "plan_capacity",
+    "plan_disaggregated",
     "plan_window",
     "simulate",
 ]

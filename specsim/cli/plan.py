@@ -53,6 +53,12 @@ replica sustains with --attainment of its requests within the scenario's SLO (bi
 --tolerance), the replicas and cost R then needs, and one fleet simulation at R that confirms
 the cheapest candidate. The scenario needs an open-loop workload and an slo. Writes
 DIR/report.html, DIR/report.md, DIR/summary.json, the figures and DIR/points (for resuming).
+
+With --disaggregated (a scenario with fleet.disaggregation): the cheapest prefill/decode layout
+(xPyD) and the cheapest co-located fleet at R, with the scenario's speculation and with it off;
+with the deployment options (--tp, --precision, --profile) each pool's TP and precision too,
+and each choice's capacity bisected to --tolerance. Writes DIR/summary.json, DIR/layouts.csv,
+DIR/candidates.csv (why each deployment won or lost), DIR/report.txt and DIR/points.
 Exit codes: 0 done, 1 done but some simulations failed (listed), 2 bad input.
 """
 
@@ -113,7 +119,9 @@ def add_emit_options(parser: argparse.ArgumentParser) -> None:
         metavar="ENGINES",
         help="also write the recommended setting in these engines' own configuration, a "
         "comma-separated subset of vllm,sglang,trtllm: DIR/engine/vllm.json and vllm.args, "
-        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction",
+        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction "
+        "(with --disaggregated: each pool's, vllm-prefill.args and the like, and "
+        "trtllm-disagg.yaml for the router)",
     )
     parser.add_argument(
         "--model",
@@ -249,7 +257,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tolerance",
         type=Number(float, 0, 0.5, low_open=True, high_open=True),
         default=0.02,
-        help="relative width at which the bisection stops (default 0.02 = 2%%)",
+        help="relative width at which the bisection stops (default 0.02 = 2%%); with "
+        "--disaggregated, the bisection of each chosen layout's capacity above the target",
     )
     capacity.add_argument(
         "--attainment",
@@ -262,7 +271,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--disaggregated",
         action="store_true",
         help="a disaggregated scenario (fleet.disaggregation): size its prefill and decode "
-        "pools (x and y) against co-located replicas, with and without speculation, instead",
+        "pools (x and y) against co-located replicas, with and without speculation, instead; "
+        "with the deployment options each pool's TP and precision too (the pools may differ "
+        "in TP, not in precision), and each choice's capacity bisected to --tolerance",
     )
     capacity.add_argument(
         "--max-replicas",
@@ -397,7 +408,6 @@ def _capacity(args: argparse.Namespace) -> int:
         return _disaggregated(args)
     from specsim.api.plan import capacity_run
     from specsim.planning import capacity_report
-    from specsim.planning.capacity_deploy import deployment_request
     from specsim.planning.common import parse_k_values
 
     emit = emit_request(args)
@@ -413,33 +423,34 @@ def _capacity(args: argparse.Namespace) -> int:
         args.out,
         sweep_options(args),
         emit,
-        deployment_request(
-            args.profile,
-            args.tp,
-            args.precision,
-            args.hardware,
-            args.target_model,
-            args.draft_model,
-            args.acceptance_from,
-            args.draft_tp,
-            args.expert_parallel,
-        ),
+        _deployment(args),
     )
     return finish(args, planned, capacity_report.human(planned.plan, planned.summary))
 
 
-def _disaggregated(args: argparse.Namespace) -> int:
-    from specsim.planning import disagg, disagg_report
+def _deployment(args: argparse.Namespace):
+    """The deployment search the options ask for (None: the scenario's own profile)."""
+    from specsim.planning.capacity_deploy import deployment_request
 
-    refused = (
-        ("--drafter", args.drafter),
-        ("--k", args.k),
-        ("--emit", args.emit),
-        ("--profile", args.profile),
-        ("--tp", args.tp),
-        ("--precision", args.precision),
-        ("--hardware", args.hardware),
+    return deployment_request(
+        args.profile,
+        args.tp,
+        args.precision,
+        args.hardware,
+        args.target_model,
+        args.draft_model,
+        args.acceptance_from,
+        args.draft_tp,
+        args.expert_parallel,
     )
+
+
+def _disaggregated(args: argparse.Namespace) -> int:
+    from specsim.api.plan_split import disaggregated_run, write_disaggregated
+    from specsim.planning import disagg_report
+    from specsim.planning.emit_split import human as engine_line
+
+    refused = (("--drafter", args.drafter), ("--k", args.k))
     for option, given in refused:
         if given:
             raise SpecsimError(
@@ -448,13 +459,24 @@ def _disaggregated(args: argparse.Namespace) -> int:
                 key=option,
                 fix=f"drop {option}, or set the scenario's speculation with --set",
             )
-    overrides = [*args.overrides, *([f"seed={args.seed}"] if args.seed is not None else [])]
-    plan = disagg.prepare(
-        args.scenario, overrides, args.target_rps, args.attainment, args.max_replicas
+    planned = disaggregated_run(
+        args.scenario,
+        args.overrides,
+        args.target_rps,
+        args.tolerance,
+        args.attainment,
+        args.max_replicas,
+        args.seed,
+        args.out,
+        sweep_options(args),
+        _deployment(args),
+        emit_request(args),
     )
-    with sweep_options(args).sweeper(args.out, plan.identity()) as sweeper:
-        searches = disagg.run(plan, sweeper)
-    summary = disagg_report.json_summary(plan, searches)
-    disagg_report.write(args.out, plan, searches, summary)
-    emit(args, summary, disagg_report.human(summary) + f"\nreport: {args.out}/report.txt")
+    write_disaggregated(args.out, planned)
+    summary = planned.summary
+    human = disagg_report.human(summary)
+    engine = engine_line(summary)
+    if engine:
+        human += f"\n{engine}"
+    emit(args, summary, human + f"\nreport: {args.out}/report.txt")
     return 1 if summary["failed"] else 0

@@ -448,7 +448,7 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
     if mtp is not None:
         raise SpecsimError(
             f"drafter {mtp.name}=mtp (the target's MTP module) is sized by the roofline only; "
-            "specsim's engine does not run MTP modules",
+            "the profiler does not measure MTP modules yet (the engine runs them)",
             file="command line",
             key="--drafter",
             fix="add --roofline, or give a draft model",

@@ -8,7 +8,14 @@ from typing import Any
 from specsim import api
 from specsim.docs.markdown import GENERATED, docstring_markdown
 
-FUNCTIONS = ("simulate", "plan_window", "plan_capacity", "drafter_swap", "load_run")
+FUNCTIONS = (
+    "simulate",
+    "plan_window",
+    "plan_capacity",
+    "plan_disaggregated",
+    "drafter_swap",
+    "load_run",
+)
 CLASSES = ("Result", "PlanResult", "ValidationRun", "BenchValidationRun")
 
 

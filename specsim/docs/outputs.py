@@ -105,12 +105,15 @@ DISAGG_SUMMARY_KEYS = {
 # summary and in each pool's.
 CACHE_SUMMARY_KEYS = {
     "kv_capacity_blocks": "with engine.block_size: one replica's KV cache in blocks (its tokens "
-    "over the block size, rounded down); kv_cache_utilisation then counts blocks",
+    "over the block size, rounded down; a split fleet's: a decode replica's, as "
+    "kv_capacity_tokens); kv_cache_utilisation then counts blocks",
     "prefix_cache": "with workload.prefix: `hit_rate_tokens` (cached_tokens / queried_tokens, "
     "vLLM's prefix-cache hit rate), `queried_tokens` (the prompt tokens looked up, at every "
     "admission, so a preempted request's recomputation counts again), `cached_tokens` (of "
     "those, hits: whole blocks, at most the prompt less one token) and "
-    "`prefill_tokens_computed` (prompt tokens prefill ran)",
+    "`prefill_tokens_computed` (prompt tokens prefill ran). A split fleet's prefill pool "
+    "holds the prefix cache; its decode pool looks nothing up (queried 0) and recomputes a "
+    "prompt preempted there in full (counted in prefill_tokens_computed)",
 }
 
 BASELINE_KEYS = {
@@ -203,11 +206,15 @@ ENGINE_FILES = {
     "engine/sglang.args": "SGLang's `launch_server` options in the same layout: "
     "`--speculative-algorithm`, `--speculative-draft-model-path`, `--speculative-num-steps`, "
     "`--speculative-eagle-topk` 1, `--speculative-num-draft-tokens` steps + 1 (prompt lookup: "
-    "NGRAM with `--speculative-ngram-max-bfs-breadth` 1), `--max-running-requests`, `--tp-size`",
+    "NGRAM with `--speculative-ngram-max-bfs-breadth` 1), `--max-running-requests`, `--tp-size`, "
+    "`--page-size` for the scenario's `engine.block_size` (the radix cache is left on, SGLang's "
+    "default)",
     "engine/trtllm.yaml": "TensorRT-LLM's `--extra_llm_api_options` YAML under the same header: "
     "`max_batch_size`, `max_num_tokens`, `tensor_parallel_size` and `speculative_config` "
     "(`decoding_type`, `max_draft_len`, `speculative_model`, `draft_len_schedule` for a "
-    "k-by-batch table, `max_matching_ngram_size` for prompt lookup)",
+    "k-by-batch table, `max_matching_ngram_size` for prompt lookup), and `kv_cache_config` "
+    "(`tokens_per_block` for the scenario's `engine.block_size`, `enable_block_reuse: true` for "
+    "a workload with cached prefixes)",
     "engine/bench.sh": "bash: `bash bench.sh vllm` (or `sglang`, when emitted) runs the engine's "
     "own load test of the planned workload at every planned load, against a server started "
     "with the files above; its header says how the workload is approximated and holds the "
@@ -218,6 +225,32 @@ ENGINE_FILES = {
     "and E2EL at p50, p90 and p99; what `specsim validate --bench DIR` reads",
     "engine/bench/sglang/LABEL.jsonl": "written by `bash bench.sh sglang`: one "
     "`bench_serving --output-details` line per load",
+}
+
+# With --disaggregated: each pool's files, and the split block's own keys.
+SPLIT_ENGINE_FILES = {
+    "engine/vllm-prefill.args, vllm-decode.args, vllm-decode.json": "with --disaggregated: "
+    "each pool's vLLM instance as above, with `--kv-transfer-config` (NixlConnector, kv_role "
+    "kv_both), the prefill pool without speculation",
+    "engine/sglang-prefill.args, sglang-decode.args": "with --disaggregated: each pool's "
+    "server as above, with `--disaggregation-mode prefill|decode` and "
+    "`--disaggregation-transfer-backend mooncake`",
+    "engine/trtllm-prefill.yaml, trtllm-decode.yaml, trtllm-disagg.yaml": "with "
+    "--disaggregated: each pool's servers' options as above with `cache_transceiver_config`, "
+    "and `trtllm-serve disaggregated`'s file (`context_servers`, `generation_servers`: "
+    "`num_instances`, `urls`); a split plan writes no bench.sh",
+}
+SPLIT_SUMMARY_KEYS = {
+    "engine.recommended": "the split layout written: `layout`, `setting` (speculation or "
+    "speculation off), `prefill_replicas`, `decode_replicas`, the decode pool's `drafter` and "
+    "`k`",
+    "engine.models": "as above",
+    "engine.vllm, engine.sglang, engine.trtllm": "per engine asked for: `files`, `written` "
+    "per pool (`prefill`, `decode`; TensorRT-LLM also `disaggregated`), `router` (how requests "
+    "reach the pools), `not_expressible` and `notes` (each prefixed with its pool); an engine "
+    "that cannot express a pool has only `files` (empty) and `refused`",
+    "engine.bench, engine.bench_note": "null, and why: a split fleet is load-tested through "
+    "its router",
 }
 
 ENGINE_SUMMARY_KEYS = {
@@ -254,13 +287,18 @@ COMMAND_OUTPUTS = {
         "capacity calls for, at the target rate: every compared metric, which is worse and by "
         "how much (absent when the choice is speculation off)",
         "layouts.csv": "with --disaggregated (in place of the files above, beside "
-        "summary.json): every layout simulated (setting, co-located n or xPyD, devices, price "
-        "per hour, whether it meets the SLO, attainment, TTFT and TPOT p90, throughput, cost "
-        "per million tokens, the transfer's share of TTFT, each pool's and the links' busy "
-        "fraction)",
+        "summary.json): every layout simulated (setting, co-located n or xPyD, the "
+        "deployments it runs on, devices, price per hour, whether it meets the SLO, "
+        "attainment, TTFT and TPOT p90, throughput, cost per million tokens, the transfer's "
+        "share of TTFT, each pool's and the links' busy fraction)",
+        "candidates.csv": "with --disaggregated: one row per search and deployment (or "
+        "prefill + decode pair), co-located and disaggregated in one table: chosen, lost on "
+        "cost, missed the SLO (with the bottleneck pool) or not reached (its cheapest layout "
+        "costs more than the choice), and why",
         "report.txt": "with --disaggregated: each search's choice and its reasons (the "
-        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT) and "
-        "co-located against disaggregated per speculation setting",
+        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT, the "
+        "capacity bisected to --tolerance), co-located against disaggregated per speculation "
+        "setting, and the deployments that do not fit",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,
@@ -397,4 +435,10 @@ def engine_section() -> list[str]:
         table(["file", "what it holds"], [[f"`{k}`", v] for k, v in ENGINE_FILES.items()]),
         "### `summary.json`: `engine`",
         table(["key", "meaning"], [[f"`{k}`", v] for k, v in ENGINE_SUMMARY_KEYS.items()]),
+        "### `plan capacity --disaggregated --emit`",
+        "The cheapest split layout the plan chose (with speculation when it costs no more), one "
+        "file per pool and engine, each with its engine's disaggregation options "
+        "(engine-formats.md §3.8, §4.8, §5.7).",
+        table(["file", "what it holds"], [[f"`{k}`", v] for k, v in SPLIT_ENGINE_FILES.items()]),
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in SPLIT_SUMMARY_KEYS.items()]),
     ]

@@ -42,6 +42,14 @@ class Batch:
         device = target.device
         self.seq = torch.zeros((capacity, max_len), dtype=torch.long, device=device)
         self.s_len = torch.zeros(capacity, dtype=torch.long, device=device)
+        # An MTP drafter reads the target's last hidden state per position (one spare slot for
+        # padding, as the caches have).
+        self.hidden = None
+        if getattr(drafter, "is_mtp", False):
+            width = target.config.hidden_size
+            self.hidden = torch.zeros(
+                (capacity, max_len + 1, width), dtype=target.dtype, device=device
+            )
         self.size = 0  # live rows, in slots 0..size-1
 
     def rows(self, start: int = 0, stop: int | None = None) -> Rows:
@@ -51,6 +59,7 @@ class Batch:
             s_len=self.s_len[start:stop],
             target_cache=self.target_cache.view(start, stop),
             draft_cache=None if self.draft_cache is None else self.draft_cache.view(start, stop),
+            hidden=None if self.hidden is None else self.hidden[start:stop],
         )
 
     def add(self, prompts: list[list[int]]) -> tuple[int, int]:
@@ -84,6 +93,8 @@ class Batch:
             _move_row(self.target_cache, last, slot)
             if self.draft_cache is not None:
                 _move_row(self.draft_cache, last, slot)
+            if self.hidden is not None:
+                self.hidden[slot, :used] = self.hidden[last, :used]
             moved = last
         self.size = last
         return moved

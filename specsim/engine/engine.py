@@ -103,6 +103,12 @@ class ServingEngine:
         )
         tree = options.tree
         if tree is not None:
+            if getattr(drafter, "is_mtp", False):
+                raise SpecsimError(
+                    "the MTP drafter drafts chains only",
+                    key="speculation.tree",
+                    fix="remove speculation.tree for the mtp drafter",
+                )
             if drafter is None or options.ngram is not None or options.k_max != tree.depth:
                 raise SpecsimError(
                     "a tree step needs a draft model and k_max = the tree's depth",
@@ -237,7 +243,9 @@ class ServingEngine:
         pass_shape = (len(chosen) * longest, 0, len(chosen) * longest * (longest + 1) / 2)
         streams = [self._stream(r.rid) for r in chosen]
         uniforms = torch.stack([torch.rand(1, generator=g, dtype=torch.float64) for g in streams])
-        result = prefill_step(self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0])
+        result = prefill_step(
+            self.target, self.drafter, rows, self.opt.sampling, uniforms[:, 0], self.opt.faults
+        )
         new_tokens = result.tokens.tolist()  # on a GPU this waits for the work
         logprobs = result.logprob.tolist()
         finished = []

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from specsim.engine.batch import Batch
+from specsim.engine.mtp_step import is_mtp
 from specsim.engine.step import (
     Faults,
     Rows,
@@ -65,6 +66,10 @@ def generate(
     ``tree``, by tree steps whose children are drafted ``tree_drafts`` (``k`` must then be the
     tree's depth)."""
     faults = faults or Faults()
+    if tree is not None and is_mtp(drafter):
+        raise SpecsimError(
+            "the MTP drafter drafts chains only", key="tree", fix="remove the tree, or use k"
+        )
     if tree is not None and k != tree.depth:
         raise SpecsimError(
             f"k = {k} with a tree of depth {tree.depth}", key="k", fix="give k = the depth"
@@ -81,7 +86,7 @@ def generate(
     batch.add(prompts)
     rows = batch.rows()
     uniforms = torch.rand(rows_n, generator=generator, dtype=torch.float64)
-    first = prefill_step(target, drafter, rows, sampling, uniforms).tokens
+    first = prefill_step(target, drafter, rows, sampling, uniforms, faults).tokens
     _append(batch, first[:, None].cpu(), torch.ones(rows_n, dtype=torch.long))
     produced = torch.ones(rows_n, dtype=torch.long)
     steps = drafted = accepted = 0
@@ -156,8 +161,33 @@ def audit_caches(target: DecoderModel, drafter: DecoderModel | None, rows: Rows)
     """Problems with the caches of ``rows`` (empty when every invariant holds)."""
     problems = []
     problems += _audit_one("target", target, rows.target_cache, rows, exact_lag=True)
-    if drafter is not None and rows.draft_cache is not None:
+    if is_mtp(drafter) and rows.draft_cache is not None:
+        problems += _audit_mtp(target, drafter, rows)
+    elif drafter is not None and rows.draft_cache is not None:
         problems += _audit_one("drafter", drafter, rows.draft_cache, rows, exact_lag=False)
+    return problems
+
+
+def _audit_mtp(target, drafter, rows: Rows, tol: float = 1e-3) -> list[str]:
+    """The MTP module's cache holds entries 0 .. at most s_len - 2, each made from the target's
+    hidden state (``mtp_step``): feeding the rest through it gives the logits of a fresh pass
+    over the entries a cache-free target pass implies."""
+    problems = []
+    for b in range(rows.seq.shape[0]):
+        s_len, held = int(rows.s_len[b]), int(rows.draft_cache.lengths[b])
+        if held > s_len - 2:
+            problems.append(f"row {b}: MTP cache holds {held} entries, sequence {s_len}")
+            continue
+        seq = rows.seq[b : b + 1, :s_len]
+        _, hidden = target(seq, return_hidden=True)
+        entries = torch.tensor([s_len - 1])
+        fresh = drafter(seq[:, 1:], hidden[:, :-1], drafter.new_cache(1, s_len), entries)[0]
+        one = rows.draft_cache.view(b, b + 1)
+        cached = drafter(seq[:, held + 1 :], hidden[:, held:-1], one, entries - held)[0]
+        one.rollback([held])
+        gap = float((fresh[0, -1] - cached[0, -1]).abs().max())
+        if gap > tol:
+            problems.append(f"row {b}: MTP cached logits differ from a fresh pass by {gap:.3g}")
     return problems
 
 

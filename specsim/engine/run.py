@@ -39,7 +39,11 @@ DEFAULT_DRAFTERS = {
     "small": "specsim-draft-small",
     "tiny": "specsim-draft-tiny",
     "ngram": "ngram",
+    "mtp": "mtp",
 }
+# The drafter spec that means the target's own multi-token-prediction module (a profile's
+# ``method: mtp``), loaded from the target's checkpoint.
+MTP_SPEC = "mtp"
 
 
 @dataclass
@@ -185,7 +189,7 @@ def run_engine(
     import torch
 
     from specsim.drafters import parse_ngram
-    from specsim.models import load_model, load_tokenizer
+    from specsim.models import load_model, load_mtp_drafter, load_tokenizer
 
     check_supported(scenario)
     where = str(scenario.source) if scenario.source else None
@@ -193,9 +197,19 @@ def run_engine(
     window, k_max = window_policy(scenario)
     drafter_spec = resolve_drafter(spec.drafter, drafters or DEFAULT_DRAFTERS, where)
     ngram = parse_ngram(drafter_spec) if (drafter_spec and spec.enabled) else None
+    mtp = spec.enabled and drafter_spec == MTP_SPEC
+    if mtp and clock_name(clock) == "reference":
+        raise SpecsimError(
+            "the reference clock does not probe MTP modules",
+            file=where,
+            key="--clock",
+            fix="use --clock cpu or --clock wall with the mtp drafter",
+        )
     target_model = load_model(target, device, getattr(torch, dtype))
     drafter_model = None
-    if spec.enabled and ngram is None:
+    if mtp:
+        drafter_model = load_mtp_drafter(target, target_model, device, getattr(torch, dtype))
+    elif spec.enabled and ngram is None:
         drafter_model = load_model(drafter_spec, device, getattr(torch, dtype))
         if drafter_model.config.vocab_size != target_model.config.vocab_size:
             raise SpecsimError(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specsim.engine.mtp_step import draft_mtp, is_mtp, mtp_keep, prefill_mtp, record_hidden
 from specsim.models import DecoderModel, KVCache
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VERIFIER_KINDS
 from specsim.sampling.logits import process_logits, sample_from_probs
@@ -60,6 +61,10 @@ class Faults:
 
     skip_draft_rollback: bool = False
     target_rollback_extra: int = 0
+    # An MTP drafter's (mtp_step): fed the target's states after its final norm; its cache
+    # keeps one entry made from its own state.
+    mtp_hidden_after_norm: bool = False
+    mtp_keep_draft_entry: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class Rows:
     s_len: torch.Tensor  # [B] int64
     target_cache: KVCache
     draft_cache: KVCache | None
+    hidden: torch.Tensor | None = None  # [B, L + 1, h]: the target's, for an MTP drafter
 
 
 @dataclass(frozen=True)
@@ -127,13 +133,19 @@ def prefill_step(
     rows: Rows,
     sampling: Sampling,
     uniforms: torch.Tensor,
+    faults: Faults | None = None,
 ) -> PrefillResult:
     """Feed each row's prompt (``seq[b, :s_len[b]]``, empty caches) through the target and the
     drafter, and sample the first token from the target with ``uniforms [B]``."""
     lengths = rows.s_len
     ids = rows.seq[:, : int(lengths.max())]
-    logits = target(ids, rows.target_cache, lengths)
-    if rows.draft_cache is not None:
+    if rows.draft_cache is not None and is_mtp(drafter):
+        logits, hidden = target(ids, rows.target_cache, lengths, return_hidden=True)
+        record_hidden(target, rows, hidden, torch.zeros_like(lengths), lengths, faults or Faults())
+        prefill_mtp(drafter, rows)
+    else:
+        logits = target(ids, rows.target_cache, lengths)
+    if rows.draft_cache is not None and not is_mtp(drafter):
         drafter(ids, rows.draft_cache, lengths)
     last = logits[torch.arange(ids.shape[0], device=logits.device), lengths - 1]
     tokens = sample_from_probs(sampling.probs(last), uniforms.to(logits.device), validate=False)
@@ -158,6 +170,7 @@ def speculative_step(
     ``drafter`` samples them.
     """
     faults = faults or Faults()
+    mtp = rows.draft_cache is not None and is_mtp(drafter)
     k = int(n_drafts.max()) if n_drafts.numel() else 0
     batch = rows.seq.shape[0]
     device = rows.seq.device
@@ -169,11 +182,18 @@ def speculative_step(
         drafts = torch.zeros((batch, 0), dtype=torch.long, device=device)
     elif proposals is not None:
         drafts = proposals[:, :k].to(device)
+    elif mtp:
+        drafts, q = draft_mtp(drafter, rows, n_drafts, k, sampling, uniforms.draft)
     else:
         drafts, q = _draft(drafter, rows, n_drafts, k, sampling, uniforms.draft)
 
     last = rows.seq[index, rows.s_len - 1]
-    logits = target(torch.cat([last[:, None], drafts], dim=1), rows.target_cache, n_drafts + 1)
+    fed = torch.cat([last[:, None], drafts], dim=1)
+    if mtp:
+        logits, hidden = target(fed, rows.target_cache, n_drafts + 1, return_hidden=True)
+        record_hidden(target, rows, hidden, rows.s_len - 1, n_drafts + 1, faults)
+    else:
+        logits = target(fed, rows.target_cache, n_drafts + 1)
     p = sampling.probs(logits)
     randomness = VerifierRandomness(uniforms.accept[:, :k], uniforms.sample)
     verify = VERIFIERS[sampling.verifier]
@@ -184,7 +204,9 @@ def speculative_step(
     keep = rows.s_len + result.accepted
     extra = keep + faults.target_rollback_extra
     rows.target_cache.rollback(torch.minimum(extra, rows.target_cache.lengths))
-    if rows.draft_cache is not None and not faults.skip_draft_rollback:
+    if mtp and not faults.skip_draft_rollback:
+        rows.draft_cache.rollback(mtp_keep(rows, faults))
+    elif rows.draft_cache is not None and not faults.skip_draft_rollback:
         rows.draft_cache.rollback(torch.minimum(keep, rows.draft_cache.lengths))
 
     emitted = result.tokens

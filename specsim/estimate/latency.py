@@ -45,8 +45,9 @@ class Latencies:
         passes = replica.passes
         rows = point.batch
         decode_tokens = replica.decode_totals(window, rows)[0]
-        own = passes.prompt_s(prompt, decode_tokens)
-        chunks = passes.chunks(prompt, decode_tokens)
+        cached = None if replica.prefix is None else replica.prefix.sample[:n]
+        own = passes.prompt_s(prompt, decode_tokens, cached)
+        chunks = passes.chunks(prompt, decode_tokens, cached)
         t, t0 = point.iteration_s, point.decode_s
         chunked = passes.engine.chunked_prefill
         # The iteration under way when a request arrives: the chance the replica is busy,

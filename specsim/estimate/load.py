@@ -100,6 +100,8 @@ class Replica:
         lookahead: int,
         max_batch: int,
         padded: bool,
+        block_size: int | None = None,
+        prefix=None,
     ):
         self.passes = passes
         self.windows = windows
@@ -113,6 +115,12 @@ class Replica:
         picks = (np.arange(PROMPT_QUANTILES) + 0.5) / PROMPT_QUANTILES * order.shape[0]
         self.prompts = order[np.minimum(picks.astype(np.int64), order.shape[0] - 1)]
         self.longest_context = float(np.max(traffic.prompt + traffic.output))
+        # KV capacity in blocks (``kv_capacity`` is then blocks); prefix hits (``PrefixHits``).
+        self.block_size = block_size
+        self.prefix = prefix
+        if prefix is not None:
+            self.prompt_hits = prefix.cached(self.prompts)
+            self.shared_per_row, self.shared_copy = prefix.shared_units(traffic.prompt)
 
     # -- one iteration -------------------------------------------------------------------------
     def decode_totals(self, window: Window, rows: float) -> tuple[float, float, float]:
@@ -131,11 +139,25 @@ class Replica:
     def prompt_s(self, k: int, rows: float) -> float:
         """Mean seconds a prompt adds, beside a decode batch of ``rows``."""
         tokens = self.decode_totals(self.windows[k], rows)[0] if rows > 0 else 0.0
-        return float(self.passes.prompt_s(self.prompts, tokens).mean())
+        seconds = float(self.passes.prompt_s(self.prompts, tokens).mean())
+        if self.prefix is None:
+            return seconds
+        hit = float(self.passes.prompt_s(self.prompts, tokens, self.prompt_hits).mean())
+        p = self.prefix.hit_rate
+        return p * hit + (1.0 - p) * seconds
 
     def batch_limit(self, k: int) -> float:
         per_row = self.windows[k].context + self.lookahead
-        return max(1.0, min(self.max_batch, self.kv_capacity / per_row))
+        capacity = self.kv_capacity
+        if self.block_size is not None:
+            # cdiv(slots, b) = (slots + r) / b with r uniform on 0..b-1 as a row grows: a mean
+            # of (b - 1) / 2 slots lost to the last block.
+            per_row = (per_row + (self.block_size - 1) / 2.0) / self.block_size
+        if self.prefix is not None and self.prefix.shared:
+            # A system prompt's blocks are one copy per replica: rows that hit hold only their own.
+            per_row -= self.prefix.hit_rate * self.shared_per_row
+            capacity -= self.shared_copy
+        return max(1.0, min(self.max_batch, capacity / per_row))
 
     # -- the operating point -------------------------------------------------------------------
     def _needed(self, rate: float, rows: float) -> tuple[float, int, float, float]:

@@ -46,22 +46,26 @@ class Passes:
             return 0.0
         return self.costs.iteration_s(k, PassTotals(rows, tokens, kv, pairs))
 
-    def chunks(self, prompt: np.ndarray, decode_tokens: float) -> np.ndarray:
-        """Iterations each prompt's chunks ride in (1 without chunked prefill)."""
+    def chunks(self, prompt: np.ndarray, decode_tokens: float, cached=None) -> np.ndarray:
+        """Iterations each prompt's chunks ride in (1 without chunked prefill); ``cached``:
+        the tokens of each prompt a prefix cache skips (None: none)."""
         if not self.engine.chunked_prefill:
             return np.ones_like(prompt)
         room = max(1.0, float(self.engine.max_batched_tokens) - decode_tokens)
-        return np.ceil(prompt / room)
+        return np.ceil((prompt if cached is None else prompt - cached) / room)
 
-    def prompt_s(self, prompt: np.ndarray, decode_tokens: float) -> np.ndarray:
+    def prompt_s(self, prompt: np.ndarray, decode_tokens: float, cached=None) -> np.ndarray:
         """Seconds each prompt adds to the engine's iterations, beside decode iterations that
-        verify ``decode_tokens`` positions (chunked prefill), or in an iteration of its own."""
+        verify ``decode_tokens`` positions (chunked prefill), or in an iteration of its own.
+        ``cached``: tokens of each prompt a prefix cache skips; the rest are computed,
+        attending over them (None: every token computed)."""
         if not self.engine.chunked_prefill:
-            return self._alone_s(prompt)
+            return self._alone_s(prompt, cached)
+        computed = prompt if cached is None else prompt - cached
         budget = float(self.engine.max_batched_tokens)
         room = max(1.0, budget - decode_tokens)
-        chunks = np.ceil(prompt / room)
-        last = prompt - (chunks - 1.0) * room
+        chunks = np.ceil(computed / room)
+        last = computed - (chunks - 1.0) * room
         full = chunks - 1.0
         fit = self.target_fit
         knee = fit.knee_tokens
@@ -70,6 +74,9 @@ class Passes:
         past_knee += np.maximum(0.0, decode_tokens + last - knee) - base
         read = room * chunks * (chunks - 1.0) / 2.0  # KV tokens earlier chunks left in the cache
         pairs = prompt * (prompt + 1.0) / 2.0
+        if cached is not None:  # every chunk reads the cached prefix; the computed attend on
+            read = read + cached * chunks
+            pairs = computed * (cached + (computed + 1.0) / 2.0)
         target = (
             fit.per_sequence_s * chunks
             + fit.per_batched_token_s * past_knee
@@ -78,7 +85,7 @@ class Passes:
         )
         costs = self.costs
         host = chunks * (costs.overhead_seq_s + costs.overhead_prefill_s)
-        host += costs.overhead_prefill_token_s * prompt
+        host += costs.overhead_prefill_token_s * computed
         seconds = target + host
         if self.draft_fit is not None:
             d = self.draft_fit
@@ -92,15 +99,19 @@ class Passes:
             )
         return seconds
 
-    def _alone_s(self, prompt: np.ndarray) -> np.ndarray:
+    def _alone_s(self, prompt: np.ndarray, cached=None) -> np.ndarray:
         """A prompt's own prefill-only iteration (``iteration_s(0, NO_ROWS, prompt)``)."""
         costs = self.costs
-        pairs = prompt * (prompt + 1.0) / 2.0
-        seconds = _fit_seconds(self.target_fit, 1.0, prompt, 0.0, pairs)
+        if cached is None:
+            computed, kv, pairs = prompt, 0.0, prompt * (prompt + 1.0) / 2.0
+        else:
+            computed, kv = prompt - cached, cached
+            pairs = computed * (cached + (computed + 1.0) / 2.0)
+        seconds = _fit_seconds(self.target_fit, 1.0, computed, kv, pairs)
         seconds += costs.overhead_s(1) + costs.overhead_prefill_s
-        seconds += costs.overhead_prefill_token_s * prompt
+        seconds += costs.overhead_prefill_token_s * computed
         if self.draft_fit is not None:
-            seconds += _fit_seconds(self.draft_fit, 1.0, prompt, 0.0, pairs)
+            seconds += _fit_seconds(self.draft_fit, 1.0, computed, kv, pairs)
         return seconds
 
     def idle_s(self) -> float:

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.costs import StepCosts, kv_capacity_tokens
+from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.estimate.acceptance import acceptance_chains
 from specsim.estimate.latency import Latencies
 from specsim.estimate.load import OperatingPoint, Replica, Window
 from specsim.estimate.passes import Passes
+from specsim.estimate.prefix import expected_hits
 from specsim.estimate.traffic import traffic as scenario_traffic
 
 RAMP_POINTS = 16  # waits of a saturated run's queue the SLO share is averaged over
@@ -122,15 +124,23 @@ def build_replica(scenario, profile) -> Replica:
         for k in range(top + 1)
     }
     engine = scenario.engine
+    lookahead = top + 1
+    if engine.block_size is not None:
+        # As the simulator counts blocks: whole blocks, and a draft model's own k slots more.
+        capacity = kv_capacity_blocks(capacity, engine.block_size)
+        if costs.drafter.kind == "draft_model":
+            lookahead += top
     return Replica(
         Passes(costs, engine),
         windows,
         offered,
         _choose_k(spec),
         capacity,
-        top + 1,
+        lookahead,
         engine.max_batch,
         engine.padded_attention,
+        engine.block_size,
+        expected_hits(scenario, offered.prompt),
     )
 
 

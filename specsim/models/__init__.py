@@ -13,6 +13,7 @@ Public API::
     tok = load_tokenizer(spec)                     # encode / decode / bos_id / eos_id
     load_config(spec)                              # ModelConfig without building the model
     save_model(model, directory, dtype)            # config.json + model.safetensors (HF layout)
+    load_mtp_drafter(spec, target)                 # DeepSeek-V3's MTP module, as a drafter
     BUILTIN_PROMPTS                                # 64 held-out prompts, {"prompt": ...} per line
 
 ``spec`` is a built-in name (``specsim-target``, ``specsim-draft-small``, ``specsim-draft-tiny``),
@@ -51,6 +52,7 @@ from specsim.models.loader import (
     BUILTIN_PROMPTS,
     load_config,
     load_model,
+    load_mtp_drafter,
     load_tokenizer,
     save_model,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "ModelConfig",
     "load_config",
     "load_model",
+    "load_mtp_drafter",
     "load_tokenizer",
     "save_model",
 ]

@@ -25,6 +25,7 @@ from specsim.models.families import (
     family_fields,
     family_hf_keys,
 )
+from specsim.models.fp8 import read_block_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,8 @@ class ModelConfig:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     rope_interleave: bool = False  # rotary pairs are adjacent (x0, x1), not half a head apart
-    mtp_layers: int = 0  # multi-token-prediction modules stored after the last layer (unused)
+    mtp_layers: int = 0  # multi-token-prediction modules after the last layer (deepseek_mtp)
+    weight_block_size: tuple[int, int] | None = None  # FP8 block-quantised weights (fp8.py)
 
     # ---- sizes -------------------------------------------------------------------------------
 
@@ -328,5 +330,6 @@ def _parse_hf_config(data: dict[str, Any], source: str, name: str) -> ModelConfi
         bos_id=token_id(data, "bos_token_id", source),
         eos_id=token_id(data, "eos_token_id", source),
         tokenizer=tokenizer,
+        weight_block_size=read_block_size(data, source),
         **fields,
     )

@@ -9,6 +9,7 @@ user's model directory (the families ``families.py`` lists). Sharded checkpoints
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -16,8 +17,10 @@ import torch
 
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, dump_json, read_text
+from specsim.models import fp8
 from specsim.models.checkpoint import is_unused, to_checkpoint_keys, to_model_keys
 from specsim.models.config import ModelConfig
+from specsim.models.deepseek_mtp import OPTIONAL, MTPDrafter, MTPModule, check_has_mtp, module_key
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
 
@@ -34,7 +37,6 @@ WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 # Keys some checkpoints carry that are derived, not learned.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-_BLOCK_SCALE_SUFFIX = ".weight_scale_inv"  # DeepSeek-V3's FP8 checkpoints: one per weight block
 
 
 def _not_found(spec: str) -> SpecsimError:
@@ -103,6 +105,126 @@ def load_model(
     return model.eval()
 
 
+def load_mtp_drafter(
+    spec: str | Path,
+    target: DecoderModel,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> MTPDrafter:
+    """The multi-token-prediction module stored in ``target``'s checkpoint ``spec`` (layer
+    ``num_hidden_layers``), bound to ``target``; a ``config.json`` gives it seeded random
+    weights, as ``load_model`` does."""
+    config_path, with_weights = resolve(spec)
+    config = target.config
+    check_has_mtp(config, str(config_path))
+    if not with_weights:
+        with torch.device(device):
+            module = MTPModule(config, with_embed=False, with_head=False, dtype=dtype)
+        generator = torch.Generator(device=device).manual_seed(seed + 1)
+        for name, param in sorted(module.named_parameters()):
+            torch.nn.init.normal_(param, 0.0, 0.02, generator=generator)
+            if name.endswith("norm.weight"):
+                param.data.fill_(1.0)
+        return MTPDrafter(target, module.eval())
+    files = _weight_files(config_path.parent)
+    stored = _mtp_entries(config, files, device)
+    with torch.device("meta"):
+        module = MTPModule(
+            config,
+            with_embed=OPTIONAL[0] in stored,
+            with_head=OPTIONAL[1] in stored,
+            dtype=dtype,
+        )
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(stored))
+    if missing:
+        raise SpecsimError(
+            f"MTP weight missing ({len(missing)} in all)",
+            file=str(config_path.parent),
+            key=f"model.layers.{config.num_layers}.{missing[0]}".replace(".block.", "."),
+            fix="download the complete checkpoint (its MTP layer included)",
+        )
+    loaded = {}
+    for name, (file, tensor) in stored.items():
+        if name not in expected or tuple(tensor.shape) != tuple(expected[name].shape):
+            raise SpecsimError(
+                f"MTP weight of shape {tuple(tensor.shape)} does not fit the config"
+                if name in expected
+                else "unexpected MTP weight for this architecture",
+                file=str(file),
+                key=name,
+                fix="use the config.json that belongs to these weights",
+            )
+        loaded[name] = tensor.to(dtype)
+    module.load_state_dict(loaded, assign=True, strict=True)
+    return MTPDrafter(target, module.eval())
+
+
+def _mtp_entries(config: ModelConfig, files: list[Path], device) -> dict:
+    """The MTP layer's stored tensors: module name -> (file, tensor)."""
+    found = {}
+    for file, key, tensor in _stored_tensors(config, files, device):
+        name = module_key(config, key)
+        if name is not None:
+            found[name] = (file, tensor)
+    return found
+
+
+def _stored_tensors(config: ModelConfig, files: list[Path], device):
+    """(file, key, tensor) of every stored tensor but the derived ones, FP8 block-quantised
+    weights dequantised (float32) with their scales, which a sharded checkpoint may store in
+    another shard."""
+    from safetensors import SafetensorError, safe_open
+
+    block = config.weight_block_size
+    with contextlib.ExitStack() as stack:
+        handles = {}
+        for file in files:
+            try:
+                handles[file] = stack.enter_context(
+                    safe_open(str(file), framework="pt", device=str(device))
+                )
+            except (SafetensorError, OSError) as exc:
+                raise SpecsimError(
+                    f"cannot read weights: {exc}", file=str(file), fix="copy the file again"
+                ) from None
+        where = {key: handle for handle in handles.values() for key in handle.keys()}  # noqa: SIM118
+        for file, handle in handles.items():
+            for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                if key.endswith(_IGNORED_SUFFIXES):
+                    continue
+                if fp8.is_scale(key):
+                    _check_scale(key, block, where, str(file))
+                    continue
+                tensor = handle.get_tensor(key)
+                scale = fp8.scale_key(key)
+                if block is not None and scale in where:
+                    scales = where[scale].get_tensor(scale)
+                    tensor = fp8.dequantise(tensor, scales, block, key, str(file))
+                else:
+                    fp8.check_stored(tensor, key, block, str(file))
+                yield file, key, tensor
+
+
+def _check_scale(key: str, block, where: dict, source: str) -> None:
+    if block is None:
+        raise SpecsimError(
+            "FP8 block scales, but config.json has no quantization_config",
+            file=source,
+            key=key,
+            fix="use the config.json that belongs to these weights (DeepSeek-V3's declares "
+            "quant_method fp8), or a bf16 copy",
+        )
+    if key.removesuffix(fp8.SCALE_SUFFIX) + ".weight" not in where:
+        raise SpecsimError(
+            "block scales without their weight",
+            file=source,
+            key=key,
+            fix="download the complete checkpoint",
+        )
+
+
 def _weight_files(directory: Path) -> list[Path]:
     single, index = directory / WEIGHTS_FILE, directory / INDEX_FILE
     if single.is_file():
@@ -136,49 +258,31 @@ def _weight_files(directory: Path) -> list[Path]:
 def _load_weights(
     model: DecoderModel, files: list[Path], device: torch.device | str, dtype: torch.dtype
 ) -> None:
-    from safetensors import SafetensorError, safe_open
 
     expected = dict(model.state_dict())
     loaded: dict[str, torch.Tensor] = {}
-    for file in files:
-        try:
-            handle = safe_open(str(file), framework="pt", device=str(device))
-        except (SafetensorError, OSError) as exc:
-            raise SpecsimError(
-                f"cannot read weights: {exc}", file=str(file), fix="copy the file again"
-            ) from None
-        with handle:
-            for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                if key.endswith(_IGNORED_SUFFIXES) or is_unused(model.config, key):
-                    continue
-                if key == "lm_head.weight" and model.config.tie_embeddings:
-                    continue  # tied: the output projection is the embedding
-                if key.endswith(_BLOCK_SCALE_SUFFIX):
-                    raise SpecsimError(
-                        "FP8 block-quantised weights are not supported",
-                        file=str(file),
-                        key=key,
-                        fix="load a bf16 copy of the checkpoint (DeepSeek's fp8_cast_bf16.py "
-                        "writes one)",
-                    )
-                stored = handle.get_tensor(key)
-                for name, tensor in to_model_keys(model.config, key, stored, str(file)):
-                    if name not in expected:
-                        raise SpecsimError(
-                            "unexpected weight for this architecture",
-                            file=str(file),
-                            key=key,
-                            fix="check model_type, tie_word_embeddings and attention_bias",
-                        )
-                    if tuple(tensor.shape) != tuple(expected[name].shape):
-                        raise SpecsimError(
-                            f"shape {tuple(tensor.shape)} does not match the config's "
-                            f"{tuple(expected[name].shape)}",
-                            file=str(file),
-                            key=name,
-                            fix="use the config.json that belongs to these weights",
-                        )
-                    loaded[name] = tensor.to(dtype)
+    for file, key, stored in _stored_tensors(model.config, files, device):
+        if is_unused(model.config, key):
+            continue
+        if key == "lm_head.weight" and model.config.tie_embeddings:
+            continue  # tied: the output projection is the embedding
+        for name, tensor in to_model_keys(model.config, key, stored, str(file)):
+            if name not in expected:
+                raise SpecsimError(
+                    "unexpected weight for this architecture",
+                    file=str(file),
+                    key=key,
+                    fix="check model_type, tie_word_embeddings and attention_bias",
+                )
+            if tuple(tensor.shape) != tuple(expected[name].shape):
+                raise SpecsimError(
+                    f"shape {tuple(tensor.shape)} does not match the config's "
+                    f"{tuple(expected[name].shape)}",
+                    file=str(file),
+                    key=name,
+                    fix="use the config.json that belongs to these weights",
+                )
+            loaded[name] = tensor.to(dtype)
     missing = sorted(set(expected) - set(loaded))
     if missing:
         raise SpecsimError(

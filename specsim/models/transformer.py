@@ -361,8 +361,11 @@ class DecoderModel(nn.Module):
         cache: KVCache | None = None,
         n_new: torch.Tensor | None = None,
         tree: TreeAttention | None = None,
-    ) -> torch.Tensor:
-        """Logits ``[B, T, vocab]`` (float32) for ``tokens`` ``[B, T]``.
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[B, T, vocab]`` (float32) for ``tokens`` ``[B, T]``; with
+        ``return_hidden``, also the last layer's output before the final norm ``[B, T, hidden]``
+        (what a multi-token-prediction module is fed).
 
         With a cache, row b's tokens take positions ``cache.lengths[b] + t``; only the first
         ``n_new[b]`` are real (all T by default), and ``cache.lengths`` advances by that many.
@@ -427,6 +430,7 @@ class DecoderModel(nn.Module):
         for i, layer in enumerate(self.model.layers):
             cos, sin = rotary[self._local_rope[i]]
             x = layer(x, cos, sin, cache, steps[self.config.layer_window(i)])
+        hidden = x
         x = self.model.norm(x)
         head = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         logits = F.linear(x, head)
@@ -434,4 +438,4 @@ class DecoderModel(nn.Module):
         logits = (logits if cap is None else torch.tanh(logits / cap) * cap).float()
         if cache is not None:
             cache.lengths += n_new
-        return logits
+        return (logits, hidden) if return_hidden else logits

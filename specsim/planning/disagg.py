@@ -1,22 +1,30 @@
 """``plan capacity --disaggregated``: the cheapest prefill and decode pools (x prefill and y
-decode replicas, xPyD) that hold the SLO at a target rate, beside the cheapest co-located fleet
-of the scenario's replicas, each with the scenario's speculation and with speculation off.
+decode replicas, xPyD) that hold the SLO at a target rate, beside the cheapest co-located fleet,
+each with the scenario's speculation and with speculation off.
 
-Each of the four searches walks its layouts in order of price per hour (then fewer replicas,
-then fewer prefill replicas): co-located n = 1, 2, ... and every (x, y) with x + y at most
-``max_replicas``. Layouts are simulated in rounds of the sweep's parallelism, the four searches
-side by side; a search stops at the first round holding a layout where at least ``attainment``
-of the requests meet every SLO limit, and takes the cheapest such layout of that round (every
-cheaper layout has failed). A layout is a scenario override set, so a run is one ordinary
-simulation, cached by the sweep engine like any other point.
+Without deployment options the replicas are the scenario's own (each pool's profile); with them
+(``--tp``, ``--precision``, ``--profile``: ``capacity_deploy``'s deployments) a co-located layout
+runs on any deployment that serves it and a split one on any pair (``capacity_split``), so the
+pools may differ in TP. Each of the four searches walks every one of its layouts in order of
+price per hour (then fewer replicas, then fewer prefill replicas, then the order the deployments
+were given): co-located n = 1, 2, ... and every (x, y) with x + y at most ``max_replicas``.
+Layouts are simulated in rounds of the sweep's parallelism, the four searches side by side; a
+search stops at the first round holding a layout where at least ``attainment`` of the requests
+meet every SLO limit, and takes the cheapest such layout of that round (every cheaper layout has
+failed). Each choice's own capacity is then bisected upwards from the target to ``tolerance``.
+A layout is a scenario override set, so a run is one ordinary simulation, cached by the sweep
+engine like any other point.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.planning.capacity_deploy import Deployment
+from specsim.planning.capacity_split import Fit, Headroom, deployment_overrides, pairs, role_fits
 from specsim.planning.common import load_axis, metric, scenario_identity
 from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
@@ -24,25 +32,32 @@ from specsim.planning.sweep import PointResult, Sweeper
 
 COLOCATED, DISAGGREGATED = "co-located", "disaggregated"
 SPEC_ON, SPEC_OFF = "speculation", "speculation off"
+MAX_LAYOUT_REPLICAS = 64  # as specsim.cli.plan.MAX_DISAGG_REPLICAS (the (x, y) grid's side)
 SPEC_OFF_OVERRIDES = ["speculation.drafter=null", "speculation.k=0", "speculation.policy=fixed"]
 
 
 @dataclass(frozen=True)
 class Pricing:
-    """Price per hour and devices of one replica, for the co-located fleet and each pool."""
+    """Price per hour and devices of one replica, for the co-located fleet and each pool of the
+    scenario's own, and of each deployment searched (by label)."""
 
     colocated: tuple[float, int]
     prefill: tuple[float, int]
     decode: tuple[float, int]
+    deployments: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """A fleet to try: co-located ``decode`` replicas (``prefill`` 0), or xPyD."""
+    """A fleet to try: co-located ``decode`` replicas (``prefill`` 0), or xPyD; on the scenario's
+    own replicas, or on the deployments labelled ``prefill_on`` and ``decode_on`` (a co-located
+    layout's in ``decode_on``)."""
 
     setting: str
     prefill: int
     decode: int
+    prefill_on: str | None = None
+    decode_on: str | None = None
 
     @property
     def kind(self) -> str:
@@ -51,18 +66,33 @@ class Layout:
     @property
     def label(self) -> str:
         if self.prefill:
-            return f"{self.prefill}P{self.decode}D"
-        return f"{self.decode} co-located"
+            on = "" if self.decode_on is None else f" ({self.prefill_on} + {self.decode_on})"
+            return f"{self.prefill}P{self.decode}D{on}"
+        on = "" if self.decode_on is None else f" ({self.decode_on})"
+        return f"{self.decode} co-located{on}"
+
+    @property
+    def placement(self) -> str | None:
+        """The deployment (co-located) or pair a layout runs on, as the report names it."""
+        if self.decode_on is None:
+            return None
+        return self.decode_on if not self.prefill else f"{self.prefill_on} + {self.decode_on}"
+
+    def _terms(self, pricing: Pricing, role: str) -> tuple[float, int]:
+        on = self.prefill_on if role == "prefill" else self.decode_on
+        return getattr(pricing, role) if on is None else pricing.deployments[on]
 
     def price(self, pricing: Pricing) -> float:
         if not self.prefill:
-            return self.decode * pricing.colocated[0]
-        return self.prefill * pricing.prefill[0] + self.decode * pricing.decode[0]
+            return self.decode * self._terms(pricing, "colocated")[0]
+        prefill, decode = self._terms(pricing, "prefill"), self._terms(pricing, "decode")
+        return self.prefill * prefill[0] + self.decode * decode[0]
 
     def devices(self, pricing: Pricing) -> int:
         if not self.prefill:
-            return self.decode * pricing.colocated[1]
-        return self.prefill * pricing.prefill[1] + self.decode * pricing.decode[1]
+            return self.decode * self._terms(pricing, "colocated")[1]
+        prefill, decode = self._terms(pricing, "prefill"), self._terms(pricing, "decode")
+        return self.prefill * prefill[1] + self.decode * decode[1]
 
     def overrides(self) -> list[str]:
         spec = SPEC_OFF_OVERRIDES if self.setting == SPEC_OFF else []
@@ -86,6 +116,7 @@ class Search:
     tried: dict[Layout, PointResult] = field(default_factory=dict)
     chosen: Layout | None = None
     done: bool = False
+    headroom: Headroom | None = None  # the choice's capacity above the target
 
     def next_round(self, size: int) -> list[Layout]:
         return [layout for layout in self.layouts if layout not in self.tried][:size]
@@ -102,33 +133,69 @@ class DisaggregatedPlan:
     max_replicas: int
     pricing: Pricing
     searches: list[Search]
+    tolerance: float = 0.02
+    scale: ArrivalScale | None = None
+    deployments: list[Deployment] = field(default_factory=list)  # empty: the scenario's own
+    unfit: list[tuple[str, str]] = field(default_factory=list)  # (deployment[, role], why)
 
     def identity(self) -> dict[str, Any]:
-        return {
+        identity = {
             "command": "plan capacity --disaggregated",
             **scenario_identity(self.scenario_path, self.base_overrides),
             "target_rps": self.target_rps,
             "attainment": self.attainment,
             "max_replicas": self.max_replicas,
         }
+        if self.deployments:
+            identity["deployments"] = [d.identity() for d in self.deployments]
+        return identity
 
-    def point(self, layout: Layout) -> SweepPoint:
-        overrides = [*self.base_overrides, *self.load_overrides, *layout.overrides()]
+    def deployment(self, label: str | None) -> Deployment | None:
+        return next((d for d in self.deployments if d.label == label), None)
+
+    def point(self, layout: Layout, load_overrides: list[str] | None = None) -> SweepPoint:
+        placed = deployment_overrides(
+            self.deployment(layout.prefill_on) if layout.prefill else None,
+            self.deployment(layout.decode_on),
+        )
+        load = self.load_overrides if load_overrides is None else load_overrides
+        overrides = [*self.base_overrides, *load, *layout.overrides(), *placed]
         return SweepPoint.make(self.scenario_path, overrides, layout=layout.label)
 
 
-def layouts_by_price(setting: str, kind: str, max_replicas: int, pricing: Pricing) -> list[Layout]:
-    """Every layout of a search within ``max_replicas`` replicas, cheapest first."""
+def layouts_by_price(
+    setting: str,
+    kind: str,
+    max_replicas: int,
+    pricing: Pricing,
+    placements: list[tuple[str | None, str | None]] | None = None,
+) -> list[Layout]:
+    """Every layout of a search within ``max_replicas`` replicas, cheapest first.
+    ``placements``: the (prefill, decode) deployments it may run on ((None, label) for a
+    co-located one; default the scenario's own replicas)."""
+    placements = placements or [(None, None)]
+    order = {placement: i for i, placement in enumerate(placements)}
     if kind == COLOCATED:
-        found = [Layout(setting, 0, n) for n in range(1, max_replicas + 1)]
+        found = [
+            Layout(setting, 0, n, None, on)
+            for _, on in placements
+            for n in range(1, max_replicas + 1)
+        ]
     else:
         found = [
-            Layout(setting, x, y)
+            Layout(setting, x, y, p, d)
+            for p, d in placements
             for x in range(1, max_replicas)
             for y in range(1, max_replicas - x + 1)
         ]
     return sorted(
-        found, key=lambda lay: (lay.price(pricing), lay.prefill + lay.decode, lay.prefill)
+        found,
+        key=lambda lay: (
+            lay.price(pricing),
+            lay.prefill + lay.decode,
+            lay.prefill,
+            order[(lay.prefill_on, lay.decode_on)],
+        ),
     )
 
 
@@ -137,22 +204,9 @@ def _replica_terms(loaded) -> tuple[float, int]:
     return hardware.price_per_hour_usd, hardware.devices
 
 
-def prepare(
-    scenario_path: str,
-    base_overrides: list[str],
-    target_rps: float,
-    attainment: float,
-    max_replicas: int,
-) -> DisaggregatedPlan:
-    """Check the scenario (a disaggregated fleet, an open-loop or trace workload, an SLO) and
-    lay out the four searches."""
-    from specsim.scenario import load_scenario
-    from specsim.simulation.run import cached_profile
-
-    scenario = load_scenario(scenario_path, base_overrides)
-    where = str(scenario_path)
-    split = scenario.fleet.disaggregation
-    if split is None:
+def _check(scenario, where: str) -> None:
+    """A disaggregated fleet, an open-loop or trace workload and an SLO."""
+    if scenario.fleet.disaggregation is None:
         raise SpecsimError(
             "--disaggregated sizes prefill and decode pools, but the scenario's fleet is not "
             "disaggregated",
@@ -171,8 +225,44 @@ def prepare(
             key="workload.kind",
             fix="use an open-loop or trace workload",
         )
+
+
+def prepare(
+    scenario_path: str,
+    base_overrides: list[str],
+    target_rps: float,
+    attainment: float,
+    max_replicas: int,
+    tolerance: float = 0.02,
+    deployments: list[Deployment] | None = None,
+) -> DisaggregatedPlan:
+    """Check the scenario and the deployments (when given), and lay out the four searches."""
+    from specsim.scenario import load_scenario
+    from specsim.simulation.run import cached_profile
+
+    scenario = load_scenario(scenario_path, base_overrides)
+    where = str(scenario_path)
+    _check(scenario, where)
+    if not 0 < tolerance < 0.5:
+        raise SpecsimError("tolerance must be in (0, 0.5)", key="--tolerance", fix="e.g. 0.02")
+    if not (math.isfinite(target_rps) and target_rps > 0):
+        raise SpecsimError(
+            f"target rate must be positive (got {target_rps:g})",
+            key="--target-rps",
+            fix="give requests per second above 0",
+        )
+    if not 0 < attainment <= 1:
+        raise SpecsimError("attainment must be in (0, 1]", key="--attainment", fix="e.g. 0.99")
+    if not 2 <= max_replicas <= MAX_LAYOUT_REPLICAS:
+        raise SpecsimError(
+            f"max_replicas must be from 2 to {MAX_LAYOUT_REPLICAS} (got {max_replicas})",
+            key="--max-replicas",
+            fix="e.g. 8 (the layouts grow as its square)",
+        )
+    split = scenario.fleet.disaggregation
     axis = load_axis(scenario)
-    load_overrides = axis.overrides(ArrivalScale.for_scenario(scenario, axis).knob(target_rps))
+    scale = ArrivalScale.for_scenario(scenario, axis)
+    load_overrides = axis.overrides(scale.knob(target_rps))
     main = cached_profile(scenario.resolve(scenario.profile))
 
     def pool_terms(pool) -> tuple[float, int]:
@@ -180,10 +270,31 @@ def prepare(
             return _replica_terms(main)
         return _replica_terms(cached_profile(scenario.resolve(pool.profile)))
 
-    pricing = Pricing(_replica_terms(main), pool_terms(split.prefill), pool_terms(split.decode))
+    built = list(deployments or [])
     settings = [SPEC_ON, SPEC_OFF] if scenario.speculation.enabled else [SPEC_OFF]
+    fit = None
+    if built:
+        colocated = [*base_overrides, "fleet.disaggregation=null", "fleet.replicas=1"]
+        fit = role_fits(
+            built,
+            load_scenario(scenario_path, colocated),
+            scenario_path,
+            colocated,
+            {s: s != SPEC_OFF for s in settings},
+        )
+        _check_some_fit(built, fit, settings)
+    terms = {d.label: (d.replica_price, d.devices) for d in built if d.fits}
+    pricing = Pricing(
+        _replica_terms(main), pool_terms(split.prefill), pool_terms(split.decode), terms
+    )
     searches = [
-        Search(setting, kind, layouts_by_price(setting, kind, max_replicas, pricing))
+        Search(
+            setting,
+            kind,
+            layouts_by_price(
+                setting, kind, max_replicas, pricing, _placements(fit, built, setting, kind)
+            ),
+        )
         for setting in settings
         for kind in (COLOCATED, DISAGGREGATED)
     ]
@@ -191,13 +302,49 @@ def prepare(
         str(scenario_path),
         list(base_overrides),
         scenario,
-        target_rps,
+        float(target_rps),
         load_overrides,
         attainment,
         max_replicas,
         pricing,
         searches,
+        tolerance,
+        scale,
+        built,
+        [] if fit is None else fit.unfit,
     )
+
+
+def _placements(fit: Fit | None, built: list[Deployment], setting: str, kind: str):
+    if fit is None:
+        return None
+    if kind == COLOCATED:
+        return [(None, label) for label in fit.serving.get((COLOCATED, setting), [])]
+    by_label = {d.label: d for d in built}
+    prefill = fit.serving.get(("prefill", SPEC_OFF), [])
+    return pairs(prefill, fit.serving.get(("decode", setting), []), by_label)
+
+
+def _check_some_fit(built: list[Deployment], fit: Fit, settings: list[str]) -> None:
+    """Every search needs a deployment to run on: refuse, with each one's reason, if one has
+    none (before anything is simulated or written)."""
+    for setting in settings:
+        colocated = fit.serving.get((COLOCATED, setting), [])
+        if colocated and pairs(
+            fit.serving.get(("prefill", SPEC_OFF), []),
+            fit.serving.get(("decode", setting), []),
+            {d.label: d for d in built},
+        ):
+            continue
+        reasons = "; ".join(f"{what}: {why}" for what, why in fit.unfit) or (
+            "no prefill and decode deployments of one precision"
+        )
+        raise SpecsimError(
+            f"no deployment serves both pools with {setting}: {reasons}",
+            key="--tp",
+            fix="give more devices per replica (--tp), smaller formats (--precision) or a "
+            "device with more memory",
+        )
 
 
 def meets(result: PointResult | None, attainment: float) -> bool:
@@ -206,7 +353,8 @@ def meets(result: PointResult | None, attainment: float) -> bool:
 
 
 def run(plan: DisaggregatedPlan, sweeper: Sweeper) -> list[Search]:
-    """Advance the searches round by round until each has chosen a layout or run out."""
+    """Advance the searches round by round until each has chosen a layout or run out, then
+    bisect each choice's capacity."""
     size = max(2, sweeper.parallelism)
     while True:
         rounds = [(s, s.next_round(size)) for s in plan.searches if not s.done]
@@ -215,7 +363,7 @@ def run(plan: DisaggregatedPlan, sweeper: Sweeper) -> list[Search]:
             if not search.done and not search.next_round(1):
                 search.done = True  # every layout within max_replicas missed the SLO
         if not rounds:
-            return plan.searches
+            break
         points = [plan.point(layout) for _, layouts in rounds for layout in layouts]
         results = iter(sweeper.run(points, desc="layouts"))
         for search, layouts in rounds:
@@ -224,3 +372,35 @@ def run(plan: DisaggregatedPlan, sweeper: Sweeper) -> list[Search]:
             passing = [lay for lay in layouts if meets(search.tried[lay], plan.attainment)]
             if passing:
                 search.chosen, search.done = passing[0], True
+    if plan.scale is not None:
+        find_headroom(plan, sweeper)
+    return plan.searches
+
+
+def find_headroom(plan: DisaggregatedPlan, sweeper: Sweeper) -> None:
+    """Each chosen layout's highest sustained load, the bisections advancing together with
+    ``per_search`` probes each a round, as the co-located capacity search does."""
+    target = plan.scale.knob(plan.target_rps)
+    chosen = [s for s in plan.searches if s.chosen is not None]
+    for search in chosen:
+        search.headroom = Headroom.above(target, plan.tolerance)
+    while True:
+        active = [s for s in chosen if not s.headroom.done]
+        if not active:
+            return
+        per_search = max(1, sweeper.parallelism // len(active))
+        asked = [(s, knob) for s in active for knob in s.headroom.search.next_probes(per_search)]
+        points = [plan.point(s.chosen, plan.scale.axis.overrides(knob)) for s, knob in asked]
+        outcomes: dict[int, list[tuple[float, bool]]] = {}
+        for (search, knob), result in zip(asked, sweeper.run(points, desc="headroom"), strict=True):
+            if not result.ok:
+                search.headroom.error = result.error
+            outcomes.setdefault(id(search), []).append((knob, meets(result, plan.attainment)))
+        for search in active:
+            if search.headroom.error is None:
+                search.headroom.search.record_all(outcomes[id(search)])
+
+
+def fewer(layout: Layout, dx: int, dy: int) -> Layout:
+    """The same layout with ``dx`` and ``dy`` more replicas in each pool (negative: fewer)."""
+    return replace(layout, prefill=layout.prefill + dx, decode=layout.decode + dy)

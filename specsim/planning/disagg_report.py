@@ -10,6 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from specsim.fileio import atomic_output_dir, dump_json
+from specsim.planning.capacity_split_report import (
+    CANDIDATE_COLUMNS,
+    candidate_rows,
+    deployment_rows,
+    not_fitting,
+)
 from specsim.planning.common import metric
 from specsim.planning.disagg import (
     COLOCATED,
@@ -17,12 +23,14 @@ from specsim.planning.disagg import (
     DisaggregatedPlan,
     Layout,
     Search,
+    fewer,
     meets,
 )
 
 CSV_COLUMNS = (
     "setting",
     "layout",
+    "placement",
     "prefill_replicas",
     "decode_replicas",
     "devices",
@@ -48,6 +56,7 @@ def layout_figures(plan: DisaggregatedPlan, layout: Layout, result) -> dict[str,
     return {
         "setting": layout.setting,
         "layout": layout.label,
+        "placement": layout.placement,
         "prefill_replicas": layout.prefill,
         "decode_replicas": layout.decode,
         "devices": layout.devices(plan.pricing),
@@ -68,11 +77,11 @@ def layout_figures(plan: DisaggregatedPlan, layout: Layout, result) -> dict[str,
 def _fewer(search: Search, layout: Layout, dx: int, dy: int) -> tuple[Layout, float] | None:
     """One replica fewer in a pool, and the share of requests it kept within the SLO (when
     that layout was tried)."""
-    fewer = Layout(layout.setting, layout.prefill + dx, layout.decode + dy)
-    result = search.tried.get(fewer)
+    smaller = fewer(layout, dx, dy)
+    result = search.tried.get(smaller)
     if result is None or not result.ok:
         return None
-    return fewer, metric(result.summary, "slo_attainment")
+    return smaller, metric(result.summary, "slo_attainment")
 
 
 def _bottleneck(search: Search, layout: Layout, row: dict[str, Any]) -> list[str]:
@@ -152,13 +161,20 @@ def comparison(plan: DisaggregatedPlan, searches: list[Search], setting: str) ->
     )
 
 
+def _capacity(plan: DisaggregatedPlan, search: Search) -> dict[str, Any] | None:
+    if search.headroom is None:
+        return None
+    return search.headroom.figures(plan.scale, plan.target_rps)
+
+
 def json_summary(plan: DisaggregatedPlan, searches: list[Search]) -> dict[str, Any]:
     settings = list(dict.fromkeys(s.setting for s in searches))
-    return {
+    summary = {
         "command": "plan capacity --disaggregated",
         "scenario": plan.scenario.name,
         "target_rps": plan.target_rps,
         "attainment": plan.attainment,
+        "tolerance": plan.tolerance,
         "max_replicas": plan.max_replicas,
         "replica_price_per_hour_usd": {
             "co-located": plan.pricing.colocated[0],
@@ -172,21 +188,38 @@ def json_summary(plan: DisaggregatedPlan, searches: list[Search]) -> dict[str, A
                 "chosen": _choice(plan, s),
                 "layouts_tried": len(s.tried),
                 "reasons": reasons(plan, s),
+                "capacity": _capacity(plan, s),
             }
             for s in searches
         ],
         "comparison": [comparison(plan, searches, setting) for setting in settings],
+        "candidates": candidate_rows(plan, searches),
         "failed": [lay.label for s in searches for lay, result in s.tried.items() if not result.ok],
     }
+    if plan.deployments:
+        summary["deployments"] = deployment_rows(plan)
+        summary["not_fitting"] = not_fitting(plan)
+    return summary
 
 
 def layouts_csv(plan: DisaggregatedPlan, searches: list[Search]) -> str:
+    rows = [
+        layout_figures(plan, layout, result)
+        for search in searches
+        for layout, result in search.tried.items()
+    ]
+    return _csv(CSV_COLUMNS, rows)
+
+
+def candidates_csv(summary: dict[str, Any]) -> str:
+    return _csv(CANDIDATE_COLUMNS, summary["candidates"])
+
+
+def _csv(columns, rows: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for search in searches:
-        for layout, result in search.tried.items():
-            writer.writerow(layout_figures(plan, layout, result))
+    writer.writerows(rows)
     return buffer.getvalue()
 
 
@@ -198,13 +231,42 @@ def human(summary: dict[str, Any]) -> str:
     for search in summary["searches"]:
         lines.append(f"{search['setting']}, {search['kind']}:")
         lines += [f"  {reason}" for reason in search["reasons"]]
+        if search["capacity"] is not None:
+            lines.append(f"  {_headroom_line(search['capacity'], summary['tolerance'])}")
     lines += summary["comparison"]
+    lines += [
+        f"not fitting: {item['candidate']}: {item['reason']}"
+        for item in summary.get("not_fitting", [])
+    ]
     return "\n".join(lines)
 
 
-def write(out: str | Path, plan: DisaggregatedPlan, searches, summary: dict[str, Any]) -> None:
-    """summary.json, layouts.csv and report.txt into ``out``, atomically."""
+def _headroom_line(capacity: dict[str, Any], tolerance: float) -> str:
+    lo, hi = capacity["bracket_rps"]
+    if capacity["status"] == "failed":
+        return f"its capacity search failed: {capacity['error']}"
+    if hi is None:
+        return f"holds the SLO at {lo:.4g} req/s and every higher rate tried ({lo:.4g} is the most)"
+    return (
+        f"holds the SLO up to {lo:.4g} req/s ({capacity['headroom']:+.0%} over the target; "
+        f"{hi:.4g} req/s misses it, bisected to {tolerance:.0%})"
+    )
+
+
+def write(
+    out: str | Path,
+    plan: DisaggregatedPlan,
+    searches,
+    summary: dict[str, Any],
+    attachments: dict[str, str] | None = None,
+) -> None:
+    """summary.json, layouts.csv, candidates.csv, report.txt and ``attachments`` (name -> text:
+    the engines' files) into ``out``, atomically."""
     with atomic_output_dir(out) as staging:
+        for name, text in (attachments or {}).items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_text(text, encoding="utf-8")
         (staging / "summary.json").write_text(dump_json(summary), encoding="utf-8")
         (staging / "layouts.csv").write_text(layouts_csv(plan, searches), encoding="utf-8")
+        (staging / "candidates.csv").write_text(candidates_csv(summary), encoding="utf-8")
         (staging / "report.txt").write_text(human(summary) + "\n", encoding="utf-8")

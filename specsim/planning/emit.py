@@ -366,14 +366,15 @@ def bench_summary(plan, clients: tuple[str, ...], notes: list[str]) -> dict[str,
     }
 
 
-def remove_stale(out: str | Path, summary: dict[str, Any]) -> None:
-    """After a plan is written: the engine files an earlier run wrote and this one did not."""
+def remove_stale(out: str | Path, summary: dict[str, Any], files: tuple[str, ...] = FILES) -> None:
+    """After a plan is written: the engine files (of ``files``) an earlier run wrote and this
+    one did not."""
     folder = Path(out) / FOLDER
     block = summary.get("engine") or {}
     kept = {Path(f).name for e in ENGINES for f in (block.get(e) or {}).get("files", [])}
     if block.get("bench"):
         kept.add(bench_commands.SCRIPT)
-    for name in FILES:
+    for name in files:
         if name not in kept:
             (folder / name).unlink(missing_ok=True)
 
@@ -387,7 +388,11 @@ def human(summary: dict[str, Any]) -> str | None:
         return f"engine: nothing written ({block['reason']})"
     files = [f for e in ENGINES for f in (block.get(e) or {}).get("files", [])]
     files.append(block["bench"]["file"])
-    line = f"engine: {', '.join(files)}"
+    return files_line(block, f"engine: {', '.join(files)}")
+
+
+def files_line(block: dict[str, Any], line: str) -> str:
+    """``line`` with the placeholder model paths and each engine's refusal added."""
     placeholders = [n for n, m in block["models"].items() if m["source"] == "placeholder"]
     if placeholders:
         line += (

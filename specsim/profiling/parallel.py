@@ -39,11 +39,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from pydantic import Field
-
-from specsim.bounds import Bytes, Seconds
-from specsim.config import StrictModel
 from specsim.errors import SpecsimError
+from specsim.hardware import HardwareSpec, Link
 from specsim.profile.tp_scaling import (
     ACTIVATION_BYTES,
     ALLREDUCES_PER_LAYER,
@@ -55,15 +52,6 @@ from specsim.profiling.flops import ModelShape
 # AWQ's default group size).
 WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 KV_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1}
-
-
-class Link(StrictModel):
-    """A device-to-device interconnect (NVLink, PCIe) as an all-reduce sees it."""
-
-    bandwidth_bytes_per_s: Bytes = Field(
-        gt=0, description="per device, per direction (datasheets quote both directions summed)"
-    )
-    latency_s: Seconds = Field(description="per ring step (not on datasheets: stated)")
 
 
 @dataclass(frozen=True)
@@ -86,6 +74,22 @@ class Layout:
         """Devices a model's experts are dealt over: TP with expert parallelism on a mixture
         of experts, else 1 (sharded like every other matrix)."""
         return self.tp if self.expert_parallel and shape.num_experts else 1
+
+
+def hardware_layout(
+    hw: HardwareSpec, tp: int, weights: str | None, kv_cache: str | None, source: str
+) -> Layout:
+    """The deployment over ``tp`` devices of ``hw``, all-reducing over NVLink where the file has
+    it."""
+    name, link = hw.interconnect()
+    if tp > 1 and link is None:
+        raise SpecsimError(
+            f"--tp {tp} needs the devices' interconnect",
+            file=source,
+            key="nvlink",
+            fix="add nvlink (or pcie) with bandwidth_bytes_per_s and latency_s",
+        )
+    return Layout(tp, weights, kv_cache, link, name, hw.efficiency.interconnect)
 
 
 def quantised_params(shape: ModelShape) -> int:

@@ -26,24 +26,21 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pydantic import Field
-
-from specsim.bounds import Bytes, PositiveFlops, Price, Seconds
-from specsim.config import StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
-from specsim.profile.schema import Hardware, Latency, LatencyFit
+from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
+from specsim.profile.schema import Latency, LatencyFit
 from specsim.profiling.flops import ModelShape, load_shape
 from specsim.profiling.parallel import (
     DoesNotFit,
     Layout,
-    Link,
     allreduce_terms,
     check_expert_parallel,
     check_split,
     device_kv_bytes_per_token,
     device_weight_bytes,
     expert_exchange_terms,
+    hardware_layout,
     quantised_flops_per_token,
     weight_bytes,
 )
@@ -55,78 +52,6 @@ from specsim.profiling.writer import (
     software_versions,
     today,
 )
-
-
-class Efficiency(StrictModel):
-    """How far below the datasheet a serving engine runs (stated, not measured)."""
-
-    mfu: float = Field(default=0.5, gt=0, le=1, description="share of peak FLOP/s reached")
-    bandwidth: float = Field(default=0.8, gt=0, le=1, description="share of peak bandwidth")
-    launch_s_per_layer: Seconds = Field(
-        default=1.0e-5, description="kernel-launch and framework cost per layer per pass"
-    )
-    memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="share of device memory for weights and KV cache"
-    )
-    interconnect: float = Field(
-        default=0.8, gt=0, le=1, description="share of link bandwidth an all-reduce reaches"
-    )
-
-
-class HardwareSpec(StrictModel):
-    """A device's datasheet numbers (``profiles/hardware/*.yaml``)."""
-
-    name: str
-    memory_bytes: Bytes
-    peak_flops: PositiveFlops = Field(description="dense FLOP/s at the profile dtype (bf16)")
-    peak_flops_fp8: PositiveFlops | None = Field(
-        default=None, description="dense FP8 tensor-core FLOP/s; absent: fp8 weights run at bf16"
-    )
-    memory_bandwidth_bytes_per_s: Bytes
-    dtype: str = "bfloat16"
-    price_per_hour_usd: Price = Field(description="example price; edit to your own")
-    price_note: str = ""
-    source: str = Field(default="", description="where the datasheet numbers come from")
-    nvlink: Link | None = Field(default=None, description="device-to-device NVLink, if any")
-    pcie: Link | None = Field(default=None, description="PCIe, used for TP without NVLink")
-    efficiency: Efficiency = Field(default_factory=Efficiency)
-
-    def as_profile_hardware(self, tp: int = 1) -> Hardware:
-        return Hardware(
-            name=self.name,
-            memory_bytes=self.memory_bytes * self.efficiency.memory_utilization,
-            price_per_hour_usd=self.price_per_hour_usd * tp,
-            peak_flops=self.peak_flops,
-            memory_bandwidth_bytes_per_s=self.memory_bandwidth_bytes_per_s,
-            tensor_parallel_size=tp if tp > 1 else None,
-        )
-
-    def layout(self, tp: int, weights: str | None, kv_cache: str | None, source: str) -> Layout:
-        """The deployment over ``tp`` devices, all-reducing over NVLink where the file has it."""
-        name, link = ("NVLink", self.nvlink) if self.nvlink else ("PCIe", self.pcie)
-        if tp > 1 and link is None:
-            raise SpecsimError(
-                f"--tp {tp} needs the devices' interconnect",
-                file=source,
-                key="nvlink",
-                fix="add nvlink (or pcie) with bandwidth_bytes_per_s and latency_s",
-            )
-        return Layout(tp, weights, kv_cache, link, name, self.efficiency.interconnect)
-
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "int8": 1}
-
-
-def load_hardware(path: str | Path) -> HardwareSpec:
-    spec = load_yaml_as(HardwareSpec, path, what="hardware spec")
-    if spec.dtype not in DTYPE_BYTES:
-        raise SpecsimError(
-            f"unknown dtype {spec.dtype!r}",
-            file=str(path),
-            key="dtype",
-            fix=f"use one of {', '.join(DTYPE_BYTES)}",
-        )
-    return spec
 
 
 def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = None) -> LatencyFit:
@@ -314,7 +239,7 @@ def roofline_profile(
             key="--draft-tp",
             fix=f"give 1 or {tp} (vLLM's draft_tensor_parallel_size can only be 1 or the target's)",
         )
-    layout = hw.layout(tp, weights_dtype, kv_dtype, str(hardware_path))
+    layout = hardware_layout(hw, tp, weights_dtype, kv_dtype, str(hardware_path))
     layout = dataclasses.replace(layout, expert_parallel=expert_parallel)
     draft_layout = layout.with_tp(draft_tp)
     target = load_shape(target_path)

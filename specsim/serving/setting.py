@@ -127,6 +127,9 @@ class EngineSetting:
     expert_parallel: bool = False  # the target's experts dealt out whole (sharding's EP size)
     block_size: int | None = None  # the scenario's engine.block_size (KV block, tokens)
     prefix_caching: bool = False  # the scenario has workload.prefix (cached prompt prefixes)
+    # A split fleet's pool this replica serves ("prefill" or "decode"; None: co-located): the
+    # writers add their engine's disaggregation options and name the files after it.
+    role: str | None = None
     # Engine-neutral: what the plan chose that no engine can run, and what stands in for it.
     unexpressed: tuple[str, ...] = ()
 
@@ -163,6 +166,17 @@ def deployment(profile: Any, drafter: str | None) -> dict[str, Any]:
         out["weights_dtype"] = target.precision.weights
         out["kv_cache_dtype"] = target.precision.kv_cache
     return out
+
+
+ROLES = ("prefill", "decode")
+
+
+def role_file(name: str, role: str | None) -> str:
+    """``vllm.args`` for a co-located replica, ``vllm-prefill.args`` for a prefill one."""
+    if role is None:
+        return name
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}-{role}{dot}{suffix}"
 
 
 def medusa_refusal(setting: EngineSetting, engine: str, where: str) -> str | None:

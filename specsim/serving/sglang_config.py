@@ -9,7 +9,10 @@ given shape its depth, its widest node's children and its nodes + 1, when SGLang
 hold it (at most topk nodes per depth expand, §4.5); SGLang rebuilds its tree every step from
 the drafter's scores, so the knobs set its budget and the shape is the plan's stand-in.
 SGLang has no batch-size schedule: a k-by-batch table is written as the static k the plan found
-best at its chosen load, and said so. ``check`` holds the arguments to §4.5 first.
+best at its chosen load, and said so. The scenario's KV block size is ``--page-size``; the
+radix cache (prefix reuse) is left on, SGLang's default, which has no flag to enable it (§4.8).
+A split fleet's pool adds ``--disaggregation-mode`` and its transfer backend (§4.8). ``check``
+holds the arguments to §4.5 and §4.8 first.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from specsim.serving.setting import (
     draft_tp_unexpressed,
     header_lines,
     medusa_refusal,
+    role_file,
     unknown_formats,
     use,
     violation,
@@ -46,8 +50,15 @@ FLAGS = frozenset(
         "--max-running-requests",
         "--tp-size",
         "--ep-size",
+        "--disaggregation-mode",
+        "--disaggregation-transfer-backend",
+        "--page-size",
     }
 )
+# A split fleet's pools (§4.8): each server's mode, and the KV transfer engine between them.
+DISAGGREGATION_MODES = frozenset({"prefill", "decode"})
+TRANSFER_BACKENDS = frozenset({"mooncake", "nixl"})
+TRANSFER_BACKEND = "mooncake"  # SGLang's default transfer engine, written out
 
 
 def algorithm(spec: Speculative) -> str:
@@ -123,6 +134,12 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
     if setting.expert_parallel:
         # ServerArgs.ep_size (sglang/srt/arg_groups/fields/parallel.py): experts over every device.
         out.append(("--ep-size", str(setting.tensor_parallel_size)))
+    if setting.block_size is not None:
+        # Tokens per KV page, as the scenario's engine.block_size counts them (§4.8).
+        out.append(("--page-size", str(setting.block_size)))
+    if setting.role is not None:
+        out.append(("--disaggregation-mode", setting.role))
+        out.append(("--disaggregation-transfer-backend", TRANSFER_BACKEND))
     return out
 
 
@@ -133,14 +150,24 @@ def draft_path(setting: EngineSetting) -> str:
     return setting.target.path if spec.is_mtp else spec.model.path
 
 
-def check(options: list[tuple[str, str]]) -> None:
-    """Refuse arguments SGLang 0.5.23 rejects or would change (§4.5)."""
+def check(options: list[tuple[str, str]], args_file: str = ARGS_FILE) -> None:
+    """Refuse arguments SGLang 0.5.23 rejects or would change (§4.5, §4.8)."""
     given = dict(options)
     for flag in given:
         if flag not in FLAGS:
-            raise violation(ARGS_FILE, flag, "is not an option this writer knows", "§4.5")
+            raise violation(args_file, flag, "is not an option this writer knows", "§4.5")
     if "--max-running-requests" not in given:
-        raise violation(ARGS_FILE, "--max-running-requests", "unset, it becomes 48", "§4.5")
+        raise violation(args_file, "--max-running-requests", "unset, it becomes 48", "§4.5")
+    page = given.get("--page-size")
+    if page is not None and _count(given, "--page-size") < 1:
+        raise violation(args_file, "--page-size", f"{page!r} is not a whole number above 0", "§4.8")
+    mode = given.get("--disaggregation-mode")
+    if mode is not None and mode not in DISAGGREGATION_MODES:
+        raise violation(args_file, "--disaggregation-mode", f"{mode!r} is not a pool", "§4.8")
+    backend = given.get("--disaggregation-transfer-backend")
+    if (mode is None) != (backend is None) or (backend and backend not in TRANSFER_BACKENDS):
+        flag = "--disaggregation-transfer-backend"
+        raise violation(args_file, flag, "needs a mode and mooncake or nixl", "§4.8")
     name = given.get("--speculative-algorithm")
     if name is None:
         spec_flags = [f for f in given if f.startswith("--speculative")]
@@ -206,6 +233,12 @@ def not_expressible(setting: EngineSetting) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     formats = unknown_formats(setting, "SGLang")
+    if setting.prefix_caching:
+        formats.append(
+            "the scenario's workload.prefix assumes prefix caching on: SGLang's radix cache is "
+            "on by default and has no flag to enable it (--disable-radix-cache turns it off), "
+            "so none is written (§4.8)"
+        )
     if spec is not None and spec.tree is not None:
         formats.append(
             f"SGLang rebuilds its tree each step from the drafter's scores: the three knobs set "
@@ -234,10 +267,11 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     spec = setting.speculation
     k = 0 if spec is None else (spec.fallback_k if spec.by_batch else spec.k)
     options = arguments(setting, k)
-    check(options)
+    args_file = role_file(ARGS_FILE, setting.role)
+    check(options, args_file)
     missing, remarks = not_expressible(setting), notes(setting)
     launch = f"python -m sglang.launch_server --model-path {shlex.quote(setting.target.path)}"
-    start = use(launch, ARGS_FILE)
+    start = use(launch, args_file)
     usage = ["Start the server from this folder (--model-path names the target):", f"  {start}"]
     top = header_lines(header, missing, remarks, usage)
     written = {
@@ -248,5 +282,5 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
         else value
         for flag, value in options
     }
-    files = {ARGS_FILE: args_text(comments(top), options)}
+    files = {args_file: args_text(comments(top), options)}
     return Rendered("sglang", files, written, missing, remarks, start)

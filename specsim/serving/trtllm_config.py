@@ -8,7 +8,10 @@ The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_a
 inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
 smallest key must equal ``max_draft_len``. A tree is Eagle's static ``eagle_choices`` (the
 paths of child ranks, specsim's own form) with ``max_draft_len`` its depth (§5.4); the other
-decoding types draft chains only. ``check`` holds the options to §5.2-5.5 first.
+decoding types draft chains only. The scenario's KV block size is ``kv_cache_config``'s
+``tokens_per_block`` and cached prefixes its ``enable_block_reuse``; a split fleet's servers add
+``cache_transceiver_config`` and ``trtllm-disagg.yaml`` holds the router's (§5.7). ``check``
+holds the options to §5.2-5.5 and §5.7 first.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from specsim.serving.setting import (
     draft_tp_unexpressed,
     header_lines,
     medusa_refusal,
+    role_file,
     unknown_formats,
     violation,
 )
@@ -36,8 +40,21 @@ DECODING_TYPES = frozenset(
 )
 NEEDS_MODEL = frozenset({"Draft_Target", "Eagle", "Eagle3"})  # §5.4
 TOP_KEYS = frozenset(
-    {"max_batch_size", "max_num_tokens", "tensor_parallel_size", "moe_expert_parallel_size"}
+    {
+        "max_batch_size",
+        "max_num_tokens",
+        "tensor_parallel_size",
+        "moe_expert_parallel_size",
+        "cache_transceiver_config",
+        "kv_cache_config",
+    }
 )
+KV_CACHE_KEYS = frozenset({"tokens_per_block", "enable_block_reuse"})  # KvCacheConfig (§5.7)
+# A split fleet's servers move the KV cache through a cache transceiver (§5.7).
+TRANSCEIVER_BACKENDS = frozenset({"DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"})
+DISAGG_FILE = "trtllm-disagg.yaml"  # trtllm-serve disaggregated's own configuration
+FIRST_PORT = 8001  # the context servers' ports count up from it, then the generation servers'
+ROUTER_PORT = 8000
 SPEC_KEYS = frozenset(
     {
         "decoding_type",
@@ -110,6 +127,11 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
     if setting.expert_parallel:
         # BaseLlmArgs.moe_expert_parallel_size (llmapi/llm_args.py): experts over every device.
         out["moe_expert_parallel_size"] = setting.tensor_parallel_size
+    cache = kv_cache_config(setting)
+    if cache:
+        out["kv_cache_config"] = cache
+    if setting.role is not None:
+        out["cache_transceiver_config"] = {"backend": "DEFAULT"}
     notes: list[str] = []
     spec = setting.speculation
     if spec is None:
@@ -137,6 +159,17 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
     return out, notes
 
 
+def kv_cache_config(setting: EngineSetting) -> dict[str, Any]:
+    """The scenario's KV block size as ``tokens_per_block``, and block reuse when its requests
+    hit cached prefixes (on by default; written to state what the plan assumed, §5.7)."""
+    out: dict[str, Any] = {}
+    if setting.block_size is not None:
+        out["tokens_per_block"] = setting.block_size
+    if setting.prefix_caching:
+        out["enable_block_reuse"] = True
+    return out
+
+
 def check(document: dict[str, Any]) -> None:
     """Refuse options TensorRT-LLM rejects (§5.2-5.5)."""
     for key in document:
@@ -145,6 +178,18 @@ def check(document: dict[str, Any]) -> None:
     for key in ("max_batch_size", "max_num_tokens", "tensor_parallel_size"):
         if not _whole(document.get(key)) or document[key] < 1:
             raise violation(YAML_FILE, key, "must be a whole number above 0", "§5.5")
+    cache = document.get("kv_cache_config") or {}
+    for key in cache:
+        if key not in KV_CACHE_KEYS:
+            raise violation(YAML_FILE, f"kv_cache_config.{key}", "is not known", "§5.7")
+    tokens = cache.get("tokens_per_block", 1)
+    if not _whole(tokens) or tokens < 1:
+        raise violation(YAML_FILE, "kv_cache_config.tokens_per_block", "must be > 0", "§5.7")
+    if not isinstance(cache.get("enable_block_reuse", True), bool):
+        raise violation(YAML_FILE, "kv_cache_config.enable_block_reuse", "not a bool", "§5.7")
+    transceiver = document.get("cache_transceiver_config")
+    if transceiver is not None and transceiver.get("backend") not in TRANSCEIVER_BACKENDS:
+        raise violation(YAML_FILE, "cache_transceiver_config.backend", "is unknown", "§5.7")
     config = document.get("speculative_config")
     if config is None:
         return
@@ -219,6 +264,11 @@ def not_expressible(setting: EngineSetting, notes: list[str]) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     out = unknown_formats(setting, "TensorRT-LLM")
+    if setting.prefix_caching:
+        out.append(
+            "the scenario's workload.prefix assumes prefix caching on: TensorRT-LLM reuses KV "
+            "blocks by default, and kv_cache_config.enable_block_reuse states it (§5.7)"
+        )
     if setting.max_batch > setting.max_batched_tokens:
         out.append("max_batch_size is above max_num_tokens: TensorRT-LLM logs a warning (§5.5)")
     if spec is not None and decoding_type(spec) == "Draft_Target":
@@ -256,7 +306,22 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     check(document)
     missing, remarks = not_expressible(setting, schedule_notes), notes(setting)
     model = shlex.quote(setting.target.path)
-    start = f"trtllm-serve {model} --extra_llm_api_options {YAML_FILE}"
+    name = role_file(YAML_FILE, setting.role)
+    start = f"trtllm-serve {model} --extra_llm_api_options {name}"
     usage = ["Start the server from this folder:", f"  {start}"]
     text = comments(header_lines(header, missing, remarks, usage)) + dump_yaml(document)
-    return Rendered("trtllm", {YAML_FILE: text}, document, missing, remarks, start)
+    return Rendered("trtllm", {name: text}, document, missing, remarks, start)
+
+
+def disaggregated_config(prefill_replicas: int, decode_replicas: int) -> dict[str, Any]:
+    """``trtllm-serve disaggregated -c trtllm-disagg.yaml``: the router, its context (prefill)
+    servers and generation (decode) servers, on one host's ports counting up (§5.7)."""
+    ports = iter(range(FIRST_PORT, FIRST_PORT + prefill_replicas + decode_replicas))
+    servers = {}
+    pools = (("context_servers", prefill_replicas), ("generation_servers", decode_replicas))
+    for key, count in pools:
+        servers[key] = {
+            "num_instances": count,
+            "urls": [f"localhost:{next(ports)}" for _ in range(count)],
+        }
+    return {"hostname": "localhost", "port": ROUTER_PORT, "backend": "pytorch", **servers}

@@ -26,12 +26,15 @@ from specsim.serving.setting import (
     args_text,
     header_lines,
     medusa_refusal,
+    role_file,
     use,
     violation,
 )
 from specsim.serving.setting import comment_block as comments
 
 SPEC_FILE, ARGS_FILE = "vllm.json", "vllm.args"
+KV_CONNECTOR = "NixlConnector"  # vLLM V1's connector between prefill and decode instances
+KV_ROLES = frozenset({"kv_producer", "kv_consumer", "kv_both"})
 
 # The SpeculativeConfig fields this writer may set (§3.2); anything else is refused.
 FIELDS = frozenset(
@@ -137,9 +140,18 @@ def server_arguments(setting: EngineSetting, config: dict[str, Any] | None) -> l
         arguments.append(("--enable-expert-parallel", None))
     arguments += format_arguments(setting)
     arguments += cache_arguments(setting)
+    if setting.role is not None:
+        arguments.append(("--kv-transfer-config", json.dumps(kv_transfer_config(setting))))
     if config is not None:
         arguments.append(("--speculative-config", json.dumps(config)))
     return arguments
+
+
+def kv_transfer_config(setting: EngineSetting) -> dict[str, str]:
+    """A split fleet's ``--kv-transfer-config`` (vLLM's disaggregated prefilling): the NIXL
+    connector, which both instances run with ``kv_role`` ``kv_both``; the proxy in front sends
+    each request to a prefill instance first and then to a decode one."""
+    return {"kv_connector": KV_CONNECTOR, "kv_role": "kv_both"}
 
 
 def format_arguments(setting: EngineSetting) -> list[tuple[str, str]]:
@@ -287,24 +299,39 @@ def notes(setting: EngineSetting) -> list[str]:
     ]
 
 
+def check_transfer(arguments: list[tuple[str, str | None]], args_file: str) -> None:
+    """A ``--kv-transfer-config`` names a connector and one of vLLM's KV roles."""
+    given = dict(arguments)
+    if "--kv-transfer-config" not in given:
+        return
+    config = json.loads(given["--kv-transfer-config"])
+    if not config.get("kv_connector"):
+        raise violation(args_file, "--kv-transfer-config", "needs a kv_connector", "§3.8")
+    if config.get("kv_role") not in KV_ROLES:
+        raise violation(args_file, "--kv-transfer-config", "kv_role is not vLLM's", "§3.8")
+
+
 def render(setting: EngineSetting, header: list[str]) -> Rendered:
-    """Check, then the files: vllm.json (when speculating) and vllm.args."""
+    """Check, then the files: vllm.json (when speculating) and vllm.args (a split fleet's
+    pool: vllm-prefill.args, vllm-decode.args and vllm-decode.json)."""
     config = speculative_config(setting)
     check(config, setting.max_batch, setting.tensor_parallel_size)
     if config is not None:
         synthetic = speculative_config(setting, synthetic=True)
         check(synthetic, setting.max_batch, setting.tensor_parallel_size)
     arguments = server_arguments(setting, config)
+    spec_file, args_file = (role_file(f, setting.role) for f in (SPEC_FILE, ARGS_FILE))
+    check_transfer(arguments, args_file)
     missing, remarks = not_expressible(setting), notes(setting)
     launch = f"vllm serve {shlex.quote(setting.target.path)}"
-    start = use(launch, ARGS_FILE)
+    start = use(launch, args_file)
     usage = ["Start the server from this folder (the model is vllm serve's first argument):"]
     usage.append(f"  {start}")
     files = {}
     if config is not None:
-        files[SPEC_FILE] = json.dumps(config, indent=2) + "\n"
+        files[spec_file] = json.dumps(config, indent=2) + "\n"
     top = header_lines(header, missing, remarks, usage)
-    files[ARGS_FILE] = args_text(comments(top), arguments)
+    files[args_file] = args_text(comments(top), arguments)
     written = {
         "speculative_config": config,
         "max_num_seqs": setting.max_batch,
@@ -313,6 +340,8 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     }
     if setting.expert_parallel:
         written["enable_expert_parallel"] = True
+    if setting.role is not None:
+        written["kv_transfer_config"] = kv_transfer_config(setting)
     written.update(
         {
             flag.removeprefix("--").replace("-", "_"): True if value is None else int(value)

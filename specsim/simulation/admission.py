@@ -14,6 +14,15 @@
   its logits: ``max_cache_hit_length = num_tokens - 1`` in vllm/v1/core/kv_cache_manager.py) and
   whole blocks only; a preempted request is readmitted with the same hit, its own generated
   tokens recomputed.
+- Shared prefixes (a ``system_prompt`` source, whose hits are all one token sequence): as vLLM's
+  reference-counted blocks, a hit's blocks are one physical copy per replica, held while any
+  admitted sequence holds them (``SharedPrefix``); the cache counts that copy once, so a
+  sequence's admission needs only what the others do not already hold. A finished or preempted
+  sequence releases its reference. Unreferenced, the copy is a free cached block: it takes no
+  room (eviction reclaims such blocks first) and a later hit is the source's to say. A
+  session's remembered turn, once hit, is likewise its sequence's and not the memory's
+  (``SessionMemory`` keeps only what no running sequence holds), and the memory's again when
+  that sequence is preempted.
 - KV blocks (``engine.block_size``): capacity, reservations and use are counted in blocks, each
   sequence holding cdiv(its tokens + lookahead, block_size), as vLLM's ``allocate_slots`` asks
   for cdiv(num_computed + num_new + num_lookahead_tokens, block_size)
@@ -81,6 +90,40 @@ def never_fits(
     )
 
 
+class SharedPrefix:
+    """The holders of one shared prefix (a system prompt) on one replica: each holds the
+    prompt's first ``size`` tokens (blocks, with a block size). Hits of different sizes (short
+    prompts capped at their length less one) are prefixes of one sequence, so the physical
+    copy is the largest held; the cache's per-sequence sum overcounts it by ``savings``."""
+
+    def __init__(self):
+        self.holders: dict[int, int] = {}  # request number -> size held
+        self.total = 0  # sum of the sizes held
+        self.top = 0  # the largest size held: the physical copy
+
+    @property
+    def savings(self) -> int:
+        """What the per-sequence sum counts beyond the one physical copy."""
+        return self.total - self.top
+
+    def overlap(self, size: int) -> int:
+        """Of a new holder's ``size``, what is already held (its admission needs the rest)."""
+        return min(size, self.top)
+
+    def hold(self, rid: int, size: int) -> None:
+        self.holders[rid] = size
+        self.total += size
+        self.top = max(self.top, size)
+
+    def release(self, rid: int) -> None:
+        size = self.holders.pop(rid, 0)
+        if not size:
+            return
+        self.total -= size
+        if size == self.top:
+            self.top = max(self.holders.values(), default=0)
+
+
 class RunningBatch(Protocol):
     """What preemption needs of the replica's decoding rows."""
 
@@ -126,6 +169,8 @@ class Admission:
         self.pending = 0.0  # prompt tokens admitted but not yet processed
         self.admissions = 0
         self._levels: list[int] = []
+        # Only a source whose hits are one shared sequence shares blocks between sequences.
+        self.shared = SharedPrefix() if getattr(self.prefix, "shared", False) else None
 
     def slots(self, tokens: float) -> float:
         """The cache ``tokens`` slots take: themselves, or whole blocks with a block size."""
@@ -147,21 +192,35 @@ class Admission:
     def kv_in_use(self, decoding: int, decode_kv: float) -> float:
         """KV-cache tokens held: the decoding rows' context and lookahead, and the prompts'
         reservations. With a block size, ``decode_kv`` is the rows' blocks, lookahead included,
-        and so is the answer."""
+        and so is the answer. A shared prefix counts once."""
         if self.block_size is not None:
-            return decode_kv + self.reserved
-        return decode_kv + decoding * self.lookahead + self.reserved
+            used = decode_kv + self.reserved
+        else:
+            used = decode_kv + decoding * self.lookahead + self.reserved
+        if self.shared is not None:
+            used -= self.shared.savings
+        return used
 
     def _held(self, batch: RunningBatch) -> float:
         return batch.decode_kv if self.block_size is None else batch.decode_blocks()
+
+    def _capped(self, request: Request) -> int:
+        """The request's hit as the engine takes it: at most the prompt less one, whole blocks."""
+        hit = min(self.prefix.cached(request), request.prompt - 1)
+        if self.block_size is not None:
+            hit -= hit % self.block_size
+        return hit
+
+    def _shared_size(self, request: Request) -> int:
+        """The cache a shared-prefix hit holds: its tokens, or blocks with a block size (whole
+        blocks, so cdiv(tokens + lookahead) splits into these and the sequence's own)."""
+        return self._capped(request) // (self.block_size or 1)
 
     def _cached(self, request: Request, used: float) -> int:
         """The request's prefix-cache hit in tokens (counted in the hit-rate totals); ``used``:
         the cache held before it, whose free rest is all that remembered prefixes may keep."""
         self.prefix.trim((self.kv_capacity - used) * (self.block_size or 1))
-        hit = min(self.prefix.cached(request), request.prompt - 1)
-        if self.block_size is not None:
-            hit -= hit % self.block_size
+        hit = self._capped(request)
         self.prefix_queried += request.prefill_target
         self.prefix_hits += hit
         return hit
@@ -180,24 +239,44 @@ class Admission:
             return
         used = self.kv_in_use(decoding, decode_kv)
         while queue and running < self.max_batch:
-            if self.chunked and self.pending >= self.token_budget:
-                break
             request = queue[0]
+            joins = self.joins(request)
+            if not joins and self.chunked and self.pending >= self.token_budget:
+                break
             need = self.reservation(request)
+            if self.shared is not None and not joins:
+                need -= self.shared.overlap(self._shared_size(request))
             if used + need > self.kv_capacity:
                 break
             queue.popleft()
-            if request.scheduled < 0:
-                request.scheduled = now
-                request.level = self._next_level()
-            request.prefilled = self._cached(request, used)
             request.admit_order = self.admissions
             self.admissions += 1
-            self.prefilling.append(request)
-            self.reserved += need
-            self.pending += request.prefill_target - request.prefilled
+            if joins:
+                self.join(request)
+            else:
+                self._start_prefill(request, now, used)
             used += need
             running += 1
+
+    def joins(self, request: Request) -> bool:
+        """Whether an admitted request joins the decoding batch at once, its prompt's KV cache
+        already in place (a disaggregated decode replica's transfers); here never."""
+        return False
+
+    def join(self, request: Request) -> None:
+        """Put a request that ``joins`` into the decoding batch (with ``joins`` only)."""
+        raise NotImplementedError
+
+    def _start_prefill(self, request: Request, now: float, used: float) -> None:
+        if request.scheduled < 0:
+            request.scheduled = now
+            request.level = self._next_level()
+        request.prefilled = self._cached(request, used)
+        if self.shared is not None and request.prefilled:
+            self.shared.hold(request.rid, request.prefilled // (self.block_size or 1))
+        self.prefilling.append(request)
+        self.reserved += self.reservation(request)
+        self.pending += request.prefill_target - request.prefilled
 
     def make_room(self, batch: RunningBatch) -> None:
         """Preempt the youngest sequences until the cache holds the batch's next step."""
@@ -213,9 +292,24 @@ class Admission:
                 self.pending -= request.prefill_target - request.prefilled
             else:
                 request = batch.evict_youngest()
+            self.release(request)
             request.prefilled = 0
             request.preemptions += 1
             self.queue.appendleft(request)
+
+    def release(self, request: Request) -> None:
+        """A sequence leaves the cache unfinished (preempted): its references to shared prefix
+        blocks go, and a remembered turn it hit is the memory's again."""
+        if self.shared is not None:
+            self.shared.release(request.rid)
+        self.prefix.released(request)
+
+    def finished(self, request: Request) -> None:
+        """A request leaves the replica done: its references go, and its prefix source learns
+        of it (a session's memory keeps the turn)."""
+        if self.shared is not None:
+            self.shared.release(request.rid)
+        self.prefix.finished(request)
 
     # ---- chunking ----------------------------------------------------------------------------
     def whole_prompts(self) -> tuple[Chunks, PassTotals]:

@@ -148,6 +148,7 @@ class DecodeLoop:
             and not replica.costs.checks_ranges
             and isinstance(replica.acceptance, RateAcceptance)
             and not replica.acceptance.needs_position
+            and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
         ):
             return None
         costs = cost_vector(replica.costs)

@@ -5,23 +5,31 @@ decodes them, and each prompt's KV cache crosses a link between the two.
   when the engine chunks, whole prompts otherwise) with speculation off, and samples the first
   token, as the prefill workers of vLLM's and SGLang's disaggregated serving do. Its KV blocks
   are released when the prefill ends (the transfer reads them meanwhile).
-- The handover moves ``transfer_bytes``: the prompt's KV cache at the profile's
+- Prefix caching (``workload.prefix``) lives on the prefill pool, with the co-located hit rules
+  (``specsim.simulation.admission``): cached tokens skip its prefill compute. A session's turn
+  hits on the prefill replica that computed the previous turn's prompt, which it remembers
+  (the prompt alone: the output's KV was made on a decode replica); ``fleet.router`` spreads
+  arrivals over the prefill pool, so ``cache_aware`` gives sessions their affinity there.
+- The handover moves ``transfer_bytes``: the whole prompt's KV cache, its cached prefix too
+  (the decode replica keeps no prefix cache here, so it has no copy; vLLM's NIXL and Mooncake
+  connectors would load only what the decode instance's own cache lacks), at the profile's
   ``kv_bytes_per_token`` (every shard; the figure the roofline and the KV-capacity model use),
   plus what the decode side's drafter needs, by drafter kind:
   * ``draft_model``: nothing more; the decode replica runs the draft model's own prompt pass
     (its profile's prefill cost, charged in the iteration the request joins);
   * ``heads`` (EAGLE, MTP, Medusa): the target's last hidden state for every prompt token,
-    ``hidden_size`` x 2 bytes (16-bit activations) per token, the features the heads draft from;
+    ``hidden_size`` x 2 bytes (16-bit activations) per token, the features the heads draft from
+    (a cached prefix's too: the prefill pool is taken to keep them with its cached blocks);
   * ``ngram``: nothing (prompt lookup reads the prompt's tokens, which travel with the request).
 - Transfer time = bytes / (link bandwidth x device pairs) + latency, where each of
   min(prefill TP, decode TP) device pairs moves its shard at once; one prefill replica's
   transfers queue on its link, first come first served.
 - A decode replica admits a request whose KV cache has arrived straight into its decoding batch
   (FCFS with its queue, within the batch's room and its KV cache, which then holds the prompt
-  plus the k + 1 lookahead slots) and streams the first token with its first decode step's
+  plus the lookahead slots: k + 1, and with ``engine.block_size`` a draft model's k more, in
+  whole blocks as co-located rows) and streams the first token with its first decode step's
   output: TTFT = queueing + prefill + transfer + (a wait for room) + that first decode
-  iteration. A request preempted on the decode side recomputes its prompt there, as a
-  co-located replica would.
+  iteration. A request preempted on the decode side recomputes its whole prompt there.
 """
 
 from __future__ import annotations
@@ -29,12 +37,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
-from specsim.bounds import Bytes, Seconds
-from specsim.config import StrictModel, validate_as
 from specsim.errors import SpecsimError
-from specsim.fileio import read_yaml
+from specsim.hardware import load_hardware
 from specsim.metrics import exact_summary
 from specsim.simulation.admission import Admission
 from specsim.simulation.fleet import Fleet
@@ -93,62 +98,46 @@ class PrefillAdmission(Admission):
     """A prefill replica holds a prompt only until its first token: only the prompt must fit."""
 
     def check_fits(self, request: Request) -> None:
-        need = request.prompt + self.lookahead
+        need = self.slots(request.prompt + self.lookahead)
         if need > self.kv_capacity:
+            unit = "tokens" if self.block_size is None else f"blocks of {self.block_size}"
             raise SpecsimError(
-                f"request {request.rid}'s prompt needs {need} KV-cache tokens but a prefill "
-                f"replica holds {self.kv_capacity}",
+                f"request {request.rid}'s prompt needs {need:.0f} KV-cache {unit} but a "
+                f"prefill replica holds {self.kv_capacity}",
                 key="workload",
                 fix="cap the prompt lengths, or give the prefill pool more memory",
             )
 
 
 class DecodeAdmission(Admission):
-    """FCFS admission where a request whose KV cache arrived joins the batch without a prefill
-    (``join``); one preempted here recomputes its prompt as usual."""
+    """FCFS admission where a request whose KV cache has arrived joins the batch without a
+    prefill (``join``); one preempted here recomputes its whole prompt (this pool keeps no
+    prefix cache: it looks nothing up)."""
 
     def __init__(self, *args, join):
         super().__init__(*args)
-        self.join = join
+        self._joined = join
 
-    def admit(self, now: float, decoding: int, decode_kv: float) -> None:
-        queue = self.queue
-        running = decoding + len(self.prefilling)
-        if not queue or running >= self.max_batch:
-            return
-        used = self.kv_in_use(decoding, decode_kv)
-        while queue and running < self.max_batch:
-            request = queue[0]
-            arrived = request.prefilled > 0  # preemption sets it back to 0
-            if not arrived and self.chunked and self.pending >= self.token_budget:
-                break
-            need = request.prefill_target + self.lookahead
-            if used + need > self.kv_capacity:
-                break
-            queue.popleft()
-            request.admit_order = self.admissions
-            self.admissions += 1
-            used += need
-            running += 1
-            if arrived:
-                request.level = self._next_level()  # this pool's acceptance levels
-                self.join(request)
-                continue
-            request.prefilled = 0
-            self.prefilling.append(request)
-            self.reserved += need
-            self.pending += request.prefill_target
+    def joins(self, request: Request) -> bool:
+        return request.prefilled > 0  # preemption sets it back to 0
+
+    def join(self, request: Request) -> None:
+        request.level = self._next_level()  # this pool's acceptance levels
+        self._joined(request)
+
+    def _cached(self, request: Request, used: float) -> int:
+        return 0
 
 
 class PrefillReplica(Replica):
     """Prefill only: a request whose prompt is through goes to ``handoff`` (unless its first
-    token was its last)."""
+    token was its last). Its prefix cache (``prefix``) remembers the prompts it computed."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         engine, old = args[2], self.admission
         self.admission = PrefillAdmission(
-            engine, self.lookahead, self.kv_capacity, self.acceptance, old.rng
+            engine, self.kv_lookahead, self.kv_capacity, self.acceptance, old.rng, old.prefix
         )
         self.handoff = None  # set by the fleet: (replica, request, now)
 
@@ -159,6 +148,7 @@ class PrefillReplica(Replica):
                 self._finish(request, now)
                 continue
             self.outstanding -= 1
+            self.admission.finished(request)  # its blocks stay cached once sent
             request.first_token = -1.0  # the decode replica streams it
             self.handoff(self, request, now)
 
@@ -170,7 +160,7 @@ class DecodeReplica(Replica):
         super().__init__(*args, **kwargs)
         engine, old = args[2], self.admission
         self.admission = DecodeAdmission(
-            engine, self.lookahead, self.kv_capacity, self.acceptance, old.rng, join=self._join
+            engine, self.kv_lookahead, self.kv_capacity, self.acceptance, old.rng, join=self._join
         )
         self.draft_prompt_pass = False  # set by the fleet for a draft model
         self._first_pending: list[Request] = []  # joined; first token not yet streamed
@@ -232,8 +222,8 @@ class DisaggregatedFleet:
         self.replicas = replicas
         prefill = [r for r in replicas if isinstance(r, PrefillReplica)]
         decode = [r for r in replicas if isinstance(r, DecodeReplica)]
-        self.prefill = Fleet(prefill, rngs[0][0], rngs[0][1])
-        self.decode = Fleet(decode, rngs[1][0], rngs[1][1])
+        self.prefill = Fleet(prefill, *rngs[0])  # (router, rng, balance_abs_threshold)
+        self.decode = Fleet(decode, *rngs[1])
         self.link = link
         prefill_setup, decode_setup = setups
         self.target = prefill_setup.costs.profile.profile.target
@@ -296,13 +286,6 @@ def decode_kind(setup) -> str | None:
     return setup.costs.profile.drafter(spec.drafter).kind
 
 
-class _LinkFigures(StrictModel):
-    """The part of a hardware file's nvlink or pcie section a KV transfer reads."""
-
-    bandwidth_bytes_per_s: Bytes = Field(description="per device, per direction")
-    latency_s: Seconds = Field(description="per transfer")
-
-
 def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLink:
     """The link the scenario's ``kv_transfer`` describes, between the two pools."""
     transfer = split.kv_transfer
@@ -311,9 +294,9 @@ def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLin
     if transfer.hardware is None:
         return KvLink(transfer.bandwidth_bytes_per_s, transfer.latency_s, pairs, senders)
     path = scenario.resolve(transfer.hardware)
-    data = read_yaml(path, what="hardware file")
-    section = data.get(transfer.link)
-    if not isinstance(section, dict):
+    hardware = load_hardware(path)
+    link = getattr(hardware, transfer.link)
+    if link is None:
         raise SpecsimError(
             f"the hardware file has no {transfer.link!r} section",
             file=str(path),
@@ -321,16 +304,5 @@ def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLin
             fix="name a link the file describes (nvlink, pcie) or give "
             "kv_transfer.bandwidth_bytes_per_s and latency_s",
         )
-    figures = validate_as(
-        _LinkFigures,
-        {k: section.get(k) for k in ("bandwidth_bytes_per_s", "latency_s")},
-        f"{path} ({transfer.link})",
-    )
-    efficiency = (data.get("efficiency") or {}).get("interconnect", 1.0)
-    efficiency = validate_as(_Efficiency, {"interconnect": efficiency}, str(path)).interconnect
-    bandwidth = figures.bandwidth_bytes_per_s * efficiency
-    return KvLink(bandwidth, figures.latency_s, pairs, senders)
-
-
-class _Efficiency(StrictModel):
-    interconnect: float = Field(gt=0, le=1, description="share of the link's bandwidth reached")
+    bandwidth = link.bandwidth_bytes_per_s * hardware.efficiency.interconnect
+    return KvLink(bandwidth, link.latency_s, pairs, senders)

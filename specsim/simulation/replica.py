@@ -149,6 +149,8 @@ class Replica:
         if self.block_size is not None:
             kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
             fast = False
+        if getattr(prefix, "shared", False):  # a stretch counts each row's copy of the prefix
+            fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
@@ -745,7 +747,7 @@ class Replica:
 
     def _finish(self, request: Request, now: float) -> None:
         self.outstanding -= 1
-        self.admission.prefix.finished(request)
+        self.admission.finished(request)
         self.sink.add(
             (
                 request.rid,

@@ -279,7 +279,8 @@ def run_simulation(
                     on_finish,
                     _jitter(scenario, setup, jitter_rngs[index]),
                     fast=fast,
-                    prefix=prefixes.for_replica(setup.kv_capacity),
+                    # A split fleet's prefill replicas never hold the output's KV.
+                    prefix=prefixes.for_replica(setup.kv_capacity, remembers_output=split is None),
                     planned_requests=planned,
                 )
             )
@@ -335,7 +336,10 @@ def _disaggregated_fleet(env, scenario, setups, replicas, routing_rng) -> Disagg
     # The decode router draws from a stream of its own, spawned from the routing stream's seed.
     decode_rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, 3, 1]))
     router = scenario.fleet.router
-    routers = ((router, routing_rng), (split.decode_router or router, decode_rng))
+    routers = (
+        (router, routing_rng, scenario.fleet.balance_abs_threshold),
+        (split.decode_router or router, decode_rng),
+    )
     return DisaggregatedFleet(env, replicas, split, link, routers, setups)
 
 
@@ -417,9 +421,13 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
 
 def _add_cache_keys(summary, pool_summaries, scenario, setups, replicas) -> None:
     """KV blocks and prefix caching, only where the scenario sets them (other summaries keep
-    their keys)."""
+    their keys). The fleet's ``kv_capacity_blocks`` is the main pool's, as its
+    ``kv_capacity_tokens`` (a split fleet's decode pool)."""
     if scenario.engine.block_size is not None:
-        summary["kv_capacity_blocks"] = replicas[0].kv_capacity
+        main = len(setups) - 1 if scenario.fleet.disaggregation is not None else 0
+        summary["kv_capacity_blocks"] = next(
+            r.kv_capacity for r in replicas if r.pool_index == main
+        )
         for pool_index, setup in enumerate(setups):
             first = next(r for r in replicas if r.pool_index == pool_index)
             pool_summaries[setup.name]["kv_capacity_blocks"] = first.kv_capacity

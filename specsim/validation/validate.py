@@ -118,6 +118,13 @@ def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | N
     from specsim.profiling.specs import DrafterArg
 
     spec = scenario.speculation
+    if drafter_spec == "mtp":
+        raise SpecsimError(
+            "the profiler does not measure MTP modules yet (the engine runs them)",
+            file=str(scenario.source) if scenario.source else None,
+            key="speculation.drafter",
+            fix="give --profile (a roofline profile with the mtp drafter, say)",
+        )
     max_position = load_config(opts.target).max_position
     drafters = []
     if spec.drafter is not None:

@@ -45,6 +45,8 @@ def prefix_rng(seed: int) -> np.random.Generator:
 class NoPrefix:
     """No request hits a cache."""
 
+    shared = False  # whether every hit is a prefix of one sequence (its blocks shared)
+
     def cached(self, request) -> int:
         return 0
 
@@ -58,6 +60,10 @@ class NoPrefix:
 
     def trim(self, room: float) -> None:
         """The cache left free for remembered prefixes is ``room`` tokens (sessions only)."""
+
+    def released(self, request) -> None:
+        """The request's sequence left the cache unfinished (preempted): what it hit is no
+        longer held by it (sessions only)."""
 
 
 class GivenPrefixes(NoPrefix):
@@ -78,6 +84,9 @@ class DrawnPrefixes(NoPrefix):
         self.fraction = prefix.fraction
         self.length = prefix.length
         self.hit_rate = prefix.hit_rate
+        # A system prompt is one token sequence, held once per replica; a fraction of each
+        # prompt is that prompt's own.
+        self.shared = self.length is not None
         self.rng = rng
         self._uniforms = np.zeros(0)
 
@@ -94,13 +103,24 @@ class DrawnPrefixes(NoPrefix):
 
 class SessionMemory(NoPrefix):
     """One replica's memory of finished turns: session -> tokens of its last finished turn
-    (prompt and output), least recently used first out, within ``capacity`` tokens."""
+    (prompt and output; the prompt alone on a disaggregated prefill replica, which never holds
+    the output's KV), least recently used first out, within ``capacity`` tokens.
 
-    def __init__(self, sessions: np.ndarray, capacity: int):
+    As vLLM's free block queue, the memory (``held``) is the cached blocks no running sequence
+    references: a turn that hits takes its session's entry out of it (the running sequence's
+    own KV counts it from then on; a later turn of the session arriving meanwhile still hits
+    it); the entry comes back, most recent, when that sequence is preempted, and is replaced by
+    the longer turn when it finishes."""
+
+    def __init__(self, sessions: np.ndarray, capacity: int, remembers_output: bool = True):
         self.sessions = sessions  # session code per request number; -1: none
         self.capacity = capacity
+        self.remembers_output = remembers_output
         self.held = 0
-        self._turns: OrderedDict[int, int] = OrderedDict()
+        self._turns: OrderedDict[int, int] = OrderedDict()  # unreferenced, oldest first
+        # Entries running sequences hit: session -> {tokens: the requests holding them}.
+        self._in_use: dict[int, dict[int, set[int]]] = {}
+        self._holding: dict[int, tuple[int, int]] = {}  # request number -> (session, tokens)
 
     def trim(self, room: float) -> None:
         while self.held > room and self._turns:
@@ -108,20 +128,45 @@ class SessionMemory(NoPrefix):
             self.held -= dropped
 
     def remembered(self, request) -> int:
-        return self._turns.get(int(self.sessions[request.rid]), 0)
+        session = int(self.sessions[request.rid])
+        return max(self._turns.get(session, 0), max(self._in_use.get(session, {0: None})))
 
     def cached(self, request) -> int:
         session = int(self.sessions[request.rid])
-        tokens = self._turns.get(session, 0)
+        tokens = self._turns.pop(session, 0)
         if tokens:
-            self._turns.move_to_end(session)
+            self.held -= tokens
+        elif session in self._in_use:  # held by a running turn of the session: hit it too
+            tokens = max(self._in_use[session])
+        if tokens:
+            self._in_use.setdefault(session, {}).setdefault(tokens, set()).add(request.rid)
+            self._holding[request.rid] = (session, tokens)
         return tokens
 
+    def released(self, request) -> None:
+        held = self._holding.pop(request.rid, None)
+        if held is None:
+            return
+        session, tokens = held
+        entries = self._in_use[session]
+        entries[tokens].discard(request.rid)
+        if entries[tokens]:
+            return
+        del entries[tokens]
+        if not entries:
+            del self._in_use[session]
+        remembered = self._turns.get(session, 0)
+        if tokens > remembered:  # back in the memory, most recent, unless it holds more
+            self._turns.pop(session, None)
+            self._turns[session] = tokens
+            self.held += tokens - remembered
+
     def finished(self, request) -> None:
+        self.released(request)
         session = int(self.sessions[request.rid])
         if session < 0:
             return
-        tokens = request.prompt + request.output
+        tokens = request.prompt + (request.output if self.remembers_output else 0)
         self.held += tokens - self._turns.pop(session, 0)
         self._turns[session] = tokens
         self.trim(self.capacity)
@@ -139,14 +184,15 @@ class Prefixes:
     def enabled(self) -> bool:
         return self.prefix is not None
 
-    def for_replica(self, capacity_tokens: int):
+    def for_replica(self, capacity_tokens: int, remembers_output: bool = True):
+        """``remembers_output`` False: a session's turn is remembered by its prompt alone."""
         if self.prefix is None:
             return NoPrefix()
         if self._drawn is not None:
             return self._drawn  # by request number: one object serves every replica alike
         if self.prefix.source == "column":
             return GivenPrefixes(self._data)
-        return SessionMemory(self._data, capacity_tokens)
+        return SessionMemory(self._data, capacity_tokens, remembers_output)
 
 
 def build_prefixes(scenario: Scenario, trace: Trace | None) -> Prefixes:

@@ -1,0 +1,163 @@
+"""``plan_disaggregated``: ``specsim plan capacity --disaggregated`` as a function, and the run
+the command and the function share (so the function's summary equals the command's file)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsim.api.overrides import override_texts
+from specsim.api.results import PlanResult, read_table
+from specsim.fileio import check_output_folder
+from specsim.planning import disagg, disagg_report, emit_split
+from specsim.planning import emit as engine_files
+from specsim.planning.capacity_deploy import DeploymentRequest, deployment_request, write_built
+from specsim.planning.cluster import ClusterTls
+from specsim.planning.emit import EmitRequest
+
+
+@dataclass
+class SplitPlanned:
+    """A finished disaggregated sizing: the plan, its searches and summary.json's dict."""
+
+    plan: disagg.DisaggregatedPlan
+    searches: list[disagg.Search]
+    summary: dict[str, Any]
+    attachments: dict[str, str] = field(default_factory=dict)  # --emit's files (engine/...)
+
+    def tables(self) -> dict[str, str]:
+        """The CSV files the command writes, by stem."""
+        return {
+            "layouts": disagg_report.layouts_csv(self.plan, self.searches),
+            "candidates": disagg_report.candidates_csv(self.summary),
+        }
+
+
+def disaggregated_run(
+    scenario: str,
+    overrides: Sequence[str],
+    target_rps: float,
+    tolerance: float,
+    attainment: float,
+    max_replicas: int,
+    seed: int | None,
+    out: str | Path,
+    options,
+    deployments: DeploymentRequest | None = None,
+    emit: EmitRequest | None = None,
+) -> SplitPlanned:
+    """The searches into ``out`` (its points, and the deployments' built profiles); with
+    ``emit``, each pool's engine files for the chosen split layout."""
+    overrides = [*overrides, *([f"seed={seed}"] if seed is not None else [])]
+    built = None if deployments is None else deployments.build(Path(out))
+    plan = disagg.prepare(
+        scenario, overrides, target_rps, attainment, max_replicas, tolerance, built
+    )
+    engine_files.check_models(emit, _profiles(plan))
+    write_built(plan.deployments)
+    with options.sweeper(out, plan.identity()) as sweeper:
+        searches = disagg.run(plan, sweeper)
+    planned = SplitPlanned(plan, searches, disagg_report.json_summary(plan, searches))
+    if emit is not None:
+        emit_split.attach(plan, searches, planned.summary, planned.attachments, emit)
+    return planned
+
+
+def _profiles(plan: disagg.DisaggregatedPlan) -> list:
+    """The profiles whose drafters ``--model`` may name: the deployments', else the pools'."""
+    from specsim.simulation.run import cached_profile
+
+    if plan.deployments:
+        return [d.profile for d in plan.deployments if d.fits]
+    scenario = plan.scenario
+    split = scenario.fleet.disaggregation
+    paths = {scenario.profile, split.prefill.profile, split.decode.profile} - {None}
+    return [cached_profile(scenario.resolve(path)) for path in sorted(paths)]
+
+
+def write_disaggregated(out: str | Path, planned: SplitPlanned) -> None:
+    disagg_report.write(out, planned.plan, planned.searches, planned.summary, planned.attachments)
+    emit_split.remove_stale(out, planned.summary)
+
+
+def plan_disaggregated(
+    scenario: str | os.PathLike,
+    *,
+    target_rps: float,
+    tolerance: float = 0.02,
+    attainment: float = 0.99,
+    max_replicas: int = 8,
+    seed: int | None = None,
+    out: str | os.PathLike | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
+    cluster_tls: ClusterTls | None = None,
+    progress: bool = True,
+    profiles: str | Sequence[str] | None = None,
+    tp: str | int | Iterable[int] | None = None,
+    precision: str | Sequence[str] | None = None,
+    hardware: str | None = None,
+    target_model: str | None = None,
+    draft_models: str | Sequence[str] | None = None,
+    acceptance_from: str | None = None,
+    draft_tp: int | None = None,
+    expert_parallel: bool = False,
+    emit: str | Sequence[str] | None = None,
+    models: dict[str, str] | None = None,
+    **overrides: Any,
+) -> PlanResult:
+    """``specsim plan capacity --disaggregated``: the cheapest prefill/decode layout (xPyD)
+    and the cheapest co-located fleet at ``target_rps``, with the scenario's speculation and
+    with it off; each choice's capacity bisected to ``tolerance``. The deployment options as
+    for ``plan_capacity`` (each pool's TP and precision; the pools may differ in TP);
+    ``max_replicas`` as ``--max-replicas``. Tables: ``layouts`` (every layout simulated) and
+    ``candidates`` (why each deployment or pair won or lost). ``emit`` and ``models`` as
+    for ``plan_window``: each pool's engine files for the chosen split layout in
+    ``attachments`` (``engine/``)."""
+    from specsim.api.plan import SweepOptions, _names
+
+    if tp is not None and not isinstance(tp, str):
+        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
+    request = deployment_request(
+        _names(profiles),
+        tp,
+        _names(precision),
+        hardware,
+        target_model,
+        _names(draft_models),
+        acceptance_from,
+        draft_tp,
+        expert_parallel,
+    )
+    if not isinstance(scenario, (str, os.PathLike)):
+        raise TypeError(
+            "a plan needs the scenario's file, which its simulations load: pass the path, and "
+            "changes as overrides"
+        )
+    request_emit = engine_files.emit_request(emit, models, ("emit", "models"))
+    options = SweepOptions(workers, cluster, cluster_tls, progress)
+    arguments = (target_rps, tolerance, attainment, max_replicas, seed)
+    texts = override_texts(overrides)
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="specsim-plan-") as folder:
+            sweep = Path(folder) / "sweep"
+            planned = disaggregated_run(
+                os.fspath(scenario), texts, *arguments, sweep, options, request, request_emit
+            )
+        return _result(planned, None)
+    check_output_folder(out, "out")
+    planned = disaggregated_run(
+        os.fspath(scenario), texts, *arguments, out, options, request, request_emit
+    )
+    write_disaggregated(out, planned)
+    return _result(planned, Path(out))
+
+
+def _result(planned: SplitPlanned, out: Path | None) -> PlanResult:
+    tables = {name: read_table(text) for name, text in planned.tables().items()}
+    files = {"report.txt": disagg_report.human(planned.summary) + "\n", **planned.attachments}
+    return PlanResult(summary=planned.summary, tables=tables, attachments=files, out=out)
