@@ -7,7 +7,10 @@ Measures, in one process on this machine:
   another (estimated from a stratified sample of them run serially in this process);
 - the fast path's speed-up over the per-iteration reference path on that sample, both run
   serially here one after the other (``SPECSIM_ENGINE=reference``; target >= 5), and the sweep's
-  wall time estimated for the per-iteration path from it;
+  wall time estimated for the per-iteration path from it; the fast path runs the compiled
+  kernels when numba is installed (``compiled``: ``SPECSIM_COMPILED=1``, each worker compiling
+  them once), and the same sample again with numpy alone
+  (``SPECSIM_COMPILED=0``) gives its speed-up too;
 - the speed-up of the Dask path with 2 worker processes over 1 (``LocalCluster``), on the same
   24 simulations;
 - the planner's own overhead: the same sweep rerun with every point already on disk (keys,
@@ -31,6 +34,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -130,10 +134,26 @@ def timed_screen(out: Path, points, use_slo: bool) -> tuple[float, object]:
     return time.perf_counter() - started, outcome
 
 
+@contextmanager
+def environment(**values: str):
+    """Set environment variables for the block (sweep workers in this process read them)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
 def main(argv: list[str]) -> dict:
     from dask.distributed import LocalCluster
 
     from specsim.planning import swap
+    from specsim.simulation import compiled
 
     requests = 200 if "--quick" in argv else 2000
     with tempfile.TemporaryDirectory(prefix="bench-planner-") as tmp:
@@ -143,20 +163,26 @@ def main(argv: list[str]) -> dict:
         points = [p for d in plan.drafters for p in swap._tagged(d)]
         assert len(points) == 243, len(points)
 
+        # The kernels wherever numba is installed (``auto`` would keep these 2,000-request runs
+        # on numpy: each is too short alone to repay compiling); the workers inherit it.
+        os.environ.setdefault("SPECSIM_COMPILED", "1" if compiled.available() else "0")
         # Baseline: a stratified sample of the same simulations, one after another, here.
         sample = points[:: len(points) // SERIAL_SAMPLE][:SERIAL_SAMPLE]
+        if compiled.active():  # numba's import and compilation (at the first call): untimed
+            timed_sweep(folder / "warm-up", sample[:2], workers=1)
         serial_s, _ = timed_sweep(folder / "serial", sample, workers=1)
         serial_estimate = serial_s / len(sample) * len(points)
-        # The same sample on the per-iteration path (workers=1 runs in this process).
-        os.environ["SPECSIM_ENGINE"] = "reference"
-        try:
+        # The same sample on the per-iteration path (workers=1 runs in this process), and on
+        # the fast path with numpy alone.
+        with environment(SPECSIM_ENGINE="reference"):
             reference_s, _ = timed_sweep(folder / "reference", sample, workers=1)
-        finally:
-            del os.environ["SPECSIM_ENGINE"]
+        with environment(SPECSIM_COMPILED="0"):
+            numpy_s, _ = timed_sweep(folder / "numpy", sample, workers=1)
         files = point_files(folder / "serial")
         same = len(files) == len(sample) and all(
-            (folder / "serial" / p).read_bytes() == (folder / "reference" / p).read_bytes()
+            (folder / "serial" / p).read_bytes() == (folder / other / p).read_bytes()
             for p in files
+            for other in ("reference", "numpy")
         )
 
         wall, results = timed_results(folder / "pool", points, workers=2)
@@ -189,6 +215,9 @@ def main(argv: list[str]) -> dict:
             "sample_serial_s": round(serial_s, 2),
             "sample_per_iteration_s": round(reference_s, 2),
             "speedup_vs_per_iteration": round(reference_s / serial_s, 2),
+            "compiled": compiled.active(),
+            "sample_numpy_s": round(numpy_s, 2),
+            "numpy_speedup_vs_per_iteration": round(reference_s / numpy_s, 2),
             "per_iteration_sweep_estimate_s": round(wall * reference_s / serial_s, 2),
             "sample_results_identical": same,
             "simulations_per_s": round(len(points) / wall, 3),

@@ -14,7 +14,10 @@ Figures:
 - ``*_speedup_vs_per_iteration``: CPU time per simulated request of the per-iteration reference
   path (``fast_path=False``) over the fast path's (steady stretches as one event), measured in
   this process one after the other, for the low-load points (target >= 10) and the saturated
-  replica (target >= 2); each pair of runs is checked to give the same summary.
+  replica (target >= 2); each pair of runs is checked to give the same summary. Where numba is
+  installed, the fast path runs with the compiled kernels (``*_compiled_*``, the default then)
+  and with numpy alone (``*_numpy_*``, ``SPECSIM_COMPILED=0``); the unlabelled speed-up is the
+  default path's;
 
 Timing is noisy on a shared machine, so every ratio is of two runs made in the same process one
 after the other; ``ratio`` is the low-load fixed-k speed-up over the per-iteration path, and
@@ -28,6 +31,7 @@ batch-sized arrays: the floor of any per-iteration vectorised engine).
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -79,41 +83,64 @@ def low_load_data(policy: str) -> dict:
     return data
 
 
-def cpu_run(data: dict, fast: bool) -> tuple[dict, float]:
+def cpu_run(data: dict, fast: bool, compiled: str = "auto") -> tuple[dict, float]:
+    """Summary and CPU seconds of one run (``compiled``: ``SPECSIM_COMPILED`` for it)."""
     from specsim.scenario import Scenario
     from specsim.simulation import run_simulation
 
-    cpu = time.process_time()
-    summary = run_simulation(Scenario.model_validate(data), fast_path=fast).summary
-    return summary, time.process_time() - cpu
+    saved = os.environ.get("SPECSIM_COMPILED")
+    os.environ["SPECSIM_COMPILED"] = compiled
+    try:
+        cpu = time.process_time()
+        summary = run_simulation(Scenario.model_validate(data), fast_path=fast).summary
+        return summary, time.process_time() - cpu
+    finally:
+        if saved is None:
+            del os.environ["SPECSIM_COMPILED"]
+        else:
+            os.environ["SPECSIM_COMPILED"] = saved
 
 
 def speedup(data: dict, name: str) -> dict:
     """The fast path's speed-up per simulated request over the per-iteration path, both run
-    here one after the other (the fast one first, and again after, taking the quicker)."""
-    summary, fast = cpu_run(data, True)
+    here one after the other (the fast one first, and again after, taking the quicker): with
+    the compiled kernels where numba is installed (the default then), and with numpy alone."""
+    from specsim.simulation import compiled
+
+    variants = ["1", "0"] if compiled.available() else ["0"]
+    if compiled.available():
+        cpu_run(data, True, "1")  # numba's import and its cached machine code: not timed
+    first = {v: cpu_run(data, True, v) for v in variants}
     reference_summary, reference = cpu_run(data, False)
-    fast = min(fast, cpu_run(data, True)[1])
-    if summary != reference_summary:
-        raise SystemExit(f"{name}: the fast path's summary differs from the per-iteration path's")
-    return {
-        f"{name}_speedup_vs_per_iteration": round(reference / fast, 2),
-        f"{name}_per_iteration_cpu_s": round(reference, 3),
-        f"{name}_fast_cpu_s": round(fast, 3),
-    }
+    figures = {f"{name}_per_iteration_cpu_s": round(reference, 3)}
+    for v in variants:
+        summary, fast = first[v]
+        fast = min(fast, cpu_run(data, True, v)[1])
+        if summary != reference_summary:
+            raise SystemExit(f"{name}: the fast path's summary differs (SPECSIM_COMPILED={v})")
+        label = "compiled" if v == "1" else "numpy"
+        figures[f"{name}_{label}_speedup_vs_per_iteration"] = round(reference / fast, 2)
+        figures[f"{name}_{label}_cpu_s"] = round(fast, 3)
+    best = "compiled" if compiled.available() else "numpy"
+    figures[f"{name}_speedup_vs_per_iteration"] = figures[f"{name}_{best}_speedup_vs_per_iteration"]
+    return figures
 
 
 def low_load(policy: str) -> dict:
     """Requests per CPU-second and CPU microseconds per iteration of one low-load run, and the
     speed-up over the per-iteration path."""
+    from specsim.simulation import compiled
+
     data = low_load_data(policy)
-    summary, cpu = cpu_run(data, True)
+    speedups = speedup(data, f"low_load_{policy}")  # compiles the kernels first, untimed
+    # The path a long run takes (``auto`` would keep these 2,000 requests on numpy).
+    summary, cpu = cpu_run(data, True, "1" if compiled.available() else "0")
     iterations = summary["engine_iterations"]
     return {
         f"low_load_{policy}_requests_per_cpu_s": round(summary["requests"] / cpu),
         f"low_load_{policy}_us_per_iteration": round(cpu / iterations * 1e6, 1),
         f"low_load_{policy}_mean_batch": summary["batch_size"]["mean"],
-        **speedup(data, f"low_load_{policy}"),
+        **speedups,
     }
 
 
@@ -141,11 +168,17 @@ def child(requests: int) -> None:
 
 
 def peak_memory(requests: int) -> dict:
+    """The child's figures, on the compiled path where numba is installed (at both sizes, so
+    that the growth compares like with like)."""
+    from specsim.simulation import compiled
+
+    env = {**os.environ, "SPECSIM_COMPILED": "1" if compiled.available() else "0"}
     proc = subprocess.run(
         [sys.executable, __file__, "--child", str(requests)],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -155,16 +188,18 @@ def main(argv: list[str]) -> None:
         child(int(argv[1]))
         return
     quick = "--quick" in argv
+    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
+    # First, while this process is small: Linux keeps a process's peak resident memory across
+    # exec, so a child started later would report this one's (numba's compiler included).
+    mem_small = peak_memory(small)
+    mem_large = peak_memory(large)
     timed_requests = 20_000 if quick else 100_000
     simulate(2_000, None)  # warm-up: imports, profile parsing
     summary, seconds, cpu_seconds = simulate(timed_requests, None)
     iterations = summary["engine_iterations"]
     baseline = min(numpy_loop(iterations) for _ in range(2))
-    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
     low = {**low_load("fixed"), **low_load("adaptive")}
     saturated = speedup(scenario_data(timed_requests // 5), "saturated")
-    mem_small = peak_memory(small)
-    mem_large = peak_memory(large)
     figures = {
         "requests_per_s": round(summary["requests"] / seconds),
         # CPU time of this process: what one otherwise idle core would take (the shared

@@ -1,13 +1,14 @@
 """The fast path (steady decode stretches advanced several iterations at a time, arrivals drained
 inside the replica loop) gives byte-identical results to the per-iteration reference path.
 
-Each case runs twice, ``fast_path=True`` and ``False``, and must agree on requests.csv (bytes),
-summary.json (the dict), every finished request's row at full float precision, and every
-replica's engine statistics (busy seconds, KV token-seconds, FLOPs, ITL histogram, acceptance
-and batch counts), exactly. The cases cover every shipped scenario (with shortened workloads)
-and, on the test profile, every window policy, acceptance model, drafter kind, jitter on and
-off, both prefill modes, padded attention, preemption, several replicas under each router, and
-closed-loop clients with and without think time.
+Each case runs three times, the fast path with the compiled kernels (``SPECSIM_COMPILED=1``) and
+with numpy alone (``0``), and the reference (``fast_path=False``), and they must agree on
+requests.csv (bytes), summary.json (the dict), every finished request's row at full float
+precision, and every replica's engine statistics (busy seconds, KV token-seconds, FLOPs, ITL
+histogram, acceptance and batch counts), exactly. The cases cover every shipped scenario (with
+shortened workloads) and, on the test profile, every window policy, acceptance model, drafter
+kind, jitter on and off, both prefill modes, padded attention, preemption, several replicas under
+each router, and closed-loop clients with and without think time.
 
 Most cases run on two profiles: the test profile (memory-bound: every pass costs its fixed time
 whatever the batch) and a copy whose passes cost more with tokens and context and whose
@@ -193,8 +194,10 @@ def engine_stats(stats) -> dict:
     }
 
 
-def observe(scenario: Scenario, path: Path, fast: bool, monkeypatch) -> dict:
-    """Everything a run produced, at full precision."""
+def observe(
+    scenario: Scenario, path: Path, fast: bool, monkeypatch, compiled: str = "auto"
+) -> dict:
+    """Everything a run produced, at full precision (``compiled``: ``SPECSIM_COMPILED``)."""
     rows, replicas = [], []
     add, close = RecordSink.add, Replica.close
 
@@ -209,18 +212,22 @@ def observe(scenario: Scenario, path: Path, fast: bool, monkeypatch) -> dict:
     with monkeypatch.context() as patch:
         patch.setattr(RecordSink, "add", keep_row)
         patch.setattr(Replica, "close", keep_replica)
+        patch.setenv("SPECSIM_COMPILED", compiled)
         summary = run_simulation(scenario, records_path=path, fast_path=fast).summary
     return {"csv": path.read_bytes(), "summary": summary, "rows": rows, "replicas": replicas}
 
 
 def assert_identical(scenario: Scenario, tmp_path: Path, monkeypatch) -> dict:
-    fast = observe(scenario, tmp_path / "fast.csv", True, monkeypatch)
+    """The fast path, with the compiled kernels (numba: a dev dependency, so this runs in CI)
+    and with numpy alone, against the reference."""
     reference = observe(scenario, tmp_path / "reference.csv", False, monkeypatch)
-    assert fast["summary"]["requests"] > 0
-    assert fast["rows"] == reference["rows"]
-    assert fast["replicas"] == reference["replicas"]
-    assert fast["summary"] == reference["summary"]
-    assert fast["csv"] == reference["csv"]
+    for compiled in ("1", "0"):
+        fast = observe(scenario, tmp_path / f"fast-{compiled}.csv", True, monkeypatch, compiled)
+        assert fast["summary"]["requests"] > 0
+        assert fast["rows"] == reference["rows"], f"SPECSIM_COMPILED={compiled}"
+        assert fast["replicas"] == reference["replicas"], f"SPECSIM_COMPILED={compiled}"
+        assert fast["summary"] == reference["summary"], f"SPECSIM_COMPILED={compiled}"
+        assert fast["csv"] == reference["csv"], f"SPECSIM_COMPILED={compiled}"
     return fast
 
 
@@ -265,9 +272,11 @@ def test_the_cases_exercise_what_they_name(tmp_path, monkeypatch):
 
 def test_stretches_carry_most_iterations_at_low_load(monkeypatch):
     """The fast path really takes stretches (it is not the reference in disguise): at low load
-    nearly every iteration is inside one, and each stretch is one SimPy event."""
+    nearly every iteration is inside one, and each stretch is one SimPy event. (With the
+    kernels on, the compiled decode loop carries them instead: ``test_sim_compiled_loop.py``.)"""
     from specsim.simulation import replica as replica_module
 
+    monkeypatch.setenv("SPECSIM_COMPILED", "0")
     stretches, inside = [0], [0]
     apply = replica_module.Replica._apply_stretch
 
@@ -297,6 +306,7 @@ def count_finishes_inside_stretches(scenario: Scenario, monkeypatch) -> tuple[in
 
     with monkeypatch.context() as patch:
         patch.setattr(replica_module.Replica, "_apply_stretch", count)
+        patch.setenv("SPECSIM_COMPILED", "0")  # the compiled loop would take the stretches
         run_simulation(scenario)
     return stretches[0], inside[0]
 

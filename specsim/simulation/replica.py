@@ -43,6 +43,9 @@ from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
+from specsim.simulation.compiled import active as compiled_active
+from specsim.simulation.compiled_loop import DecodeLoop
+from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 from specsim.simulation.stream import UniformStream
@@ -122,6 +125,7 @@ class Replica:
         jitter=None,
         fast: bool = False,
         prefix=None,
+        planned_requests: float = math.inf,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -153,8 +157,11 @@ class Replica:
         # sequences depend on each row's position, step by step, so they run per iteration.
         # Tree pools run per iteration too: stretches total the chain's widths in closed form.
         self.fast = fast and not acceptance.needs_position and self.tree_rows is None
-        if self.fast:
-            rng = UniformStream(rng)  # the same numbers, drawn ahead in blocks
+        # The compiled kernels (compiled.py, numba): the same numbers, from PCG64's state; for a
+        # run of about ``planned_requests`` requests.
+        self.compiled = self.fast and compiled_active(planned_requests) and JumpStream.fits(rng)
+        if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
+            rng = JumpStream(rng) if self.compiled else UniformStream(rng)
         self._draws = rng
         self.admission = Admission(engine, self.kv_lookahead, kv_capacity, acceptance, rng, prefix)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
@@ -207,6 +214,7 @@ class Replica:
         self._stretch: Stretch | None = None
         self._cutting = False
         self._process = None
+        self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
         self.arrivals = None
         self.feed = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
@@ -240,6 +248,8 @@ class Replica:
         """Start the replica's process; ``arrivals`` (an ``ArrivalFeed``, fast path only): the
         replica takes an open-loop source's requests itself, as their times pass."""
         self.arrivals = arrivals if self.fast else None
+        # Alone on an open-loop source, decode iterations can run compiled (compiled_loop.py).
+        self._loop = DecodeLoop.build(self) if self.arrivals is not None else None
         self._process = env.process(self.process(env))
 
     def process(self, env):
@@ -299,6 +309,14 @@ class Replica:
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
+            # Alone, with no queue: the compiled loop, where it runs (it runs none when the next
+            # iteration must preempt, or its prompt chunks are not the prompts whole).
+            loop = self._loop
+            if loop is not None and (self.decoding or admission.prefilling) and not admission.queue:
+                end = loop.run(self, start, arrivals.next_time)
+                if end is not None:  # when its last iteration ends
+                    yield env.timeout_at(end)
+                    continue
             # A replica that takes its own arrivals, with none waiting, runs a stretch through
             # finishes: a finish then changes nothing but its batch (no client or router waits
             # on it, and no queued request could take the freed room).
@@ -414,6 +432,30 @@ class Replica:
             request.generated = request.output
             self._free_slot(slot)
             self._finish(request, float(ends[step]))
+
+    def release(self, slot: int, drafted: float, decode_steps: int, now: float) -> None:
+        """Bank and record a row that the compiled loop finished (it has cleared the slot's
+        arrays and counts, and may have given the slot to a new row since): ``drafted``, its
+        drafted total; ``decode_steps``, the replica's count after its last step (at ``now``).
+        ``_bank_row``'s sums, with nothing left to emit."""
+        request = self.slot_request[slot]
+        steps = decode_steps - self.join_step[slot]
+        request.steps += steps
+        request.drafted += int(drafted)
+        request.accepted += self.join_remaining[slot] - steps
+        request.generated = request.output
+        self.slot_request[slot] = None
+        self.free_slots.append(slot)
+        self._finish(request, now)
+
+    def adopt(self, request: Request, join_step: int) -> None:
+        """``_start_decoding`` for a request the compiled loop started decoding (it has set the
+        slot's arrays and counts)."""
+        slot = self.free_slots.pop()
+        self.slot_request[slot] = request
+        self.output[slot] = request.output
+        self.join_step[slot] = join_step
+        self.join_remaining[slot] = request.output - request.generated
 
     def _held(self) -> float:
         """What the decoding rows hold of the cache: tokens, or blocks with a block size."""

@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from specsim.simulation.compiled import kernels
+
 MAX_ITERATIONS = 2048  # per stretch: bounds the arrays drawn ahead
 # A stretch costs a few dozen numpy calls, a few single iterations' worth: where the first finish
 # is expected sooner than this (a busy batch), the engine steps one iteration at a time.
@@ -100,73 +102,45 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
         return None
     acceptance, stream = replica.acceptance, replica._draws
     capacity = replica.capacity
-    occupied = remaining > 0.0
     proposals = acceptance.proposal_rate < 1.0
     per_iteration = 0 if k == 0 else capacity * (2 if proposals else 1)
     stream_start = stream.position
-
-    # Raw accepted counts and uncapped emissions, from one block of uniforms.
-    proposal_cap = None
-    if k == 0:
-        raw = None
-        uncapped = np.broadcast_to(occupied.astype(np.float64), (m, used))
+    if replica.compiled and k:  # only the occupied slots' uniforms (compiled_stream.py)
+        blocks = 2 if proposals else 1
+        draws, width, planned = stream.words_for(m, blocks, capacity), blocks, kernels_drawn
     else:
-        uniforms = stream.take(m * per_iteration).reshape(m, per_iteration)
-        index = acceptance.flat_thresholds[k].searchsorted(shift + uniforms[:, :used])
-        raw = acceptance.flat_counts[k][index]
-        if proposals:
-            proposal_cap = (uniforms[:, capacity : capacity + used] < acceptance.proposal_rate) * k
-            uncapped = np.minimum(raw, proposal_cap)
-        else:
-            uncapped = np.minimum(raw, float(k))
-        uncapped += 1.0
-        uncapped *= occupied
-    emitted_by = np.cumsum(uncapped, axis=0)  # tokens each row has emitted after i + 1 steps
-    done = emitted_by >= np.where(occupied, remaining, np.inf)  # a row's steps from its last on
-    before = emitted_by - uncapped  # emitted before each step
-    if through:
-        alive = before < remaining  # still to finish at each step (empty slots: 0 < 0)
-        rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
-        n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
-        left = np.maximum(remaining - before[:n], 0.0)  # a gone row's slot: empty (0 left)
-    else:
-        alive = None
-        finished = done.any(axis=1)
-        n = int(finished.argmax()) + 1 if finished[-1] else m  # up to the first finish
+        draws, width = stream.take(m * per_iteration), per_iteration
+        planned = kernels_rows if replica.compiled else stretch_rows_numpy
+    n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs = planned(
+        draws,
+        width,
+        capacity,
+        acceptance.flat_thresholds[k],
+        acceptance.flat_counts[k],
+        acceptance.proposal_rate,
+        k,
+        shift,
+        remaining,
+        context,
+        m,
+        through,
+        replica.decode_kv,
+    )
+    if not through:
         rows = replica.decoding
-        left = remaining - before[:n]
-
-    # The iterations as the engine would plan them (the same formulas, per iteration).
-    drafts = np.minimum(left, k + 1.0)
-    drafts -= 1.0
-    if proposal_cap is not None:
-        drafts = np.minimum(drafts, proposal_cap[:n])
-    accepted = drafts.copy() if raw is None else np.minimum(raw[:n], drafts)
-    totals = accepted.sum(axis=1) + used  # tokens emitted by each iteration (empty slots: 0)
-    contexts = context + before[:n]
-    drafted = drafts.sum(axis=1)
-    new = drafted + used
-    # Whole numbers below 2^53 throughout: exact in any order of summation.
-    own_span = 0.5 * (np.einsum("ij,ij->i", drafts, drafts) + 2.0 * drafted + used + new)
-    if alive is None:
-        kv = replica.decode_kv + (np.cumsum(totals) - totals)
-    else:
-        contexts *= alive[:n]  # a slot whose row has left holds no context
-        kv = contexts.sum(axis=1)
-    pairs = np.einsum("ij,ij->i", drafts, contexts) + kv + own_span
     held = kv + rows_of(rows, n) * replica.lookahead + replica.admission.reserved
 
     # Boundaries that need the per-iteration path: preemption, reported range queries, a
     # window policy that takes another k once a row has left.
     over = held > replica.kv_capacity
-    if over[-1] or (alive is not None and over.any()):  # held only grows without finishes
+    if over[-1] or (through and over.any()):  # held only grows without finishes
         n = int(over.argmax())
     if costs.checks_ranges:
         limit = costs.silent_context_limit(rows, k + 1.0, 1.0)
         loud = contexts[:n].max(axis=1) > limit
         if loud.any():
             n = min(n, int(loud.argmax()))
-    if alive is not None:
+    if through:
         if n > 1 and not replica.policy.fixed:
             n = first_other_window(replica.policy, rows, kv, k, n)
         if n and rows[n - 1] == rows[0]:  # no row left before the last: one size for all
@@ -217,6 +191,23 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     return stretch
 
 
+def kernels_rows(*args):
+    """``compiled_kernels.stretch_rows``, unpacked as ``stretch_rows_numpy`` returns it."""
+    return unpacked(kernels().stretch_rows(*args))
+
+
+def kernels_drawn(*args):
+    """``compiled_kernels.stretch_rows_drawn`` (the uniforms drawn in the kernel), unpacked."""
+    return unpacked(kernels().stretch_rows_drawn(*args))
+
+
+def unpacked(result) -> tuple:
+    n, per_slot, done, per_step = result
+    left, drafts, accepted, contexts = per_slot
+    rows, totals, new, own_span, kv, pairs = per_step
+    return n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs
+
+
 def rows_of(rows, n: int):
     """The first ``n`` iterations' batch sizes (``rows`` is one for all, or one per iteration)."""
     return rows[:n] if isinstance(rows, np.ndarray) else rows
@@ -240,3 +231,73 @@ def accumulate(totals: list[float], columns: list, n: int) -> list[float]:
     for j, column in enumerate(columns):
         table[1:, j] = column[:n] if np.ndim(column) else column
     return np.cumsum(table, axis=0)[-1].tolist()
+
+
+def stretch_rows_numpy(
+    uniforms,
+    per_iteration: int,
+    capacity: int,
+    thresholds: np.ndarray,
+    counts: np.ndarray,
+    proposal_rate: float,
+    k: int,
+    shift: np.ndarray,
+    remaining: np.ndarray,
+    context: np.ndarray,
+    m: int,
+    through: bool,
+    decode_kv: float,
+):
+    """``compiled_kernels.stretch_rows`` in numpy (the same values): a stretch's rows up to its
+    first finish (or, ``through`` finishes, until the last row has left), at most ``m``."""
+    used = remaining.shape[0]
+    occupied = remaining > 0.0
+    proposal_cap = None
+    if k == 0:
+        raw = None
+        uncapped = np.broadcast_to(occupied.astype(np.float64), (m, used))
+    else:
+        uniforms = uniforms.reshape(m, per_iteration)
+        raw = counts[thresholds.searchsorted(shift + uniforms[:, :used])]
+        if proposal_rate < 1.0:
+            proposal_cap = (uniforms[:, capacity : capacity + used] < proposal_rate) * k
+            uncapped = np.minimum(raw, proposal_cap)
+        else:
+            uncapped = np.minimum(raw, float(k))
+        uncapped += 1.0
+        uncapped *= occupied
+    emitted_by = np.cumsum(uncapped, axis=0)  # tokens each row has emitted after i + 1 steps
+    done = emitted_by >= np.where(occupied, remaining, np.inf)  # a row's steps from its last on
+    before = emitted_by - uncapped  # emitted before each step
+    if through:
+        alive = before < remaining  # still to finish at each step (empty slots: 0 < 0)
+        rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
+        n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
+        left = np.maximum(remaining - before[:n], 0.0)  # a gone row's slot: empty (0 left)
+    else:
+        alive = None
+        finished = done.any(axis=1)
+        n = int(finished.argmax()) + 1 if finished[-1] else m  # up to the first finish
+        rows = None
+        left = remaining - before[:n]
+
+    # The iterations as the engine would plan them (the same formulas, per iteration).
+    drafts = np.minimum(left, k + 1.0)
+    drafts -= 1.0
+    if proposal_cap is not None:
+        drafts = np.minimum(drafts, proposal_cap[:n])
+    accepted = drafts.copy() if raw is None else np.minimum(raw[:n], drafts)
+    totals = accepted.sum(axis=1) + used  # tokens emitted by each iteration (empty slots: 0)
+    contexts = context + before[:n]
+    drafted = drafts.sum(axis=1)
+    new = drafted + used
+    # Whole numbers below 2^53 throughout: exact in any order of summation.
+    own_span = 0.5 * (np.einsum("ij,ij->i", drafts, drafts) + 2.0 * drafted + used + new)
+    if alive is None:
+        kv = decode_kv + (np.cumsum(totals) - totals)
+    else:
+        contexts *= alive[:n]  # a slot whose row has left holds no context
+        kv = contexts.sum(axis=1)
+        rows = rows[:n]
+    pairs = np.einsum("ij,ij->i", drafts, contexts) + kv + own_span
+    return n, rows, left, drafts, accepted, contexts, done[:n], totals, new, own_span, kv, pairs

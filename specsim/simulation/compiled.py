@@ -1,0 +1,68 @@
+"""The fast path's optional compiled kernels (numba), with the same results as the numpy code.
+
+``pip install 'specsim-llm[fast]'`` adds numba; without it, or with ``SPECSIM_COMPILED=0``, the
+numpy code runs. ``SPECSIM_COMPILED=1`` insists on the kernels (a clear error without numba);
+unset or ``auto``: the kernels when numba is installed and the run is long enough to repay
+compiling them (``MIN_REQUESTS``; a run's choice depends on it alone, not on what the process
+ran before: set ``1`` for a sweep of many short runs). The choice is
+read when a run starts (``active``), so the benchmarks and the tests can run both in one
+process; numba itself is imported only when the kernels first run (``kernels``), so the short
+commands never import it. The kernels are compiled in each process (numba's on-disk cache is
+off: it once handed a later process a kernel unable to return arrays, "'descr' is NULL").
+
+The kernels (``compiled_kernels.py``) do what the numpy code they replace does, value for value:
+every number they add up is a whole number below 2^53 (token counts, contexts, query-key pairs),
+so the order of the additions cannot change a sum, and the one non-integer operation (a uniform
+plus its row's level shift, searched in the acceptance table) is the same float addition and
+comparison. The acceptance stream on this path is ``compiled_stream.JumpStream``: numpy's PCG64
+stepped in numba, so a stretch draws only its occupied slots' uniforms and jumps over the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+from types import ModuleType
+
+from specsim.errors import SpecsimError
+
+ENV = "SPECSIM_COMPILED"
+# Compiling every kernel costs about 3 to 4 CPU seconds; at low load the kernels save about
+# 0.1 ms per request, at saturation nothing: below this many requests ``auto`` keeps numpy.
+MIN_REQUESTS = 50_000
+_loaded: ModuleType | None = None
+
+
+def available() -> bool:
+    """Whether numba is installed (the ``fast`` extra)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def active(requests: float = math.inf) -> bool:
+    """Whether the compiled kernels run (``SPECSIM_COMPILED``: 0, 1 or auto) for a run of
+    about ``requests`` requests."""
+    setting = os.environ.get(ENV, "auto").strip().lower()
+    if setting in ("0", "off", "false", "no"):
+        return False
+    if setting in ("1", "on", "true", "yes"):
+        if not available():
+            raise SpecsimError(
+                f"{ENV}={setting} asks for the compiled simulator, but numba is not installed; "
+                "fix: pip install 'specsim-llm[fast]', or unset it"
+            )
+        return True
+    if setting != "auto":
+        raise SpecsimError(f"{ENV}={setting!r} is not one of 0, 1, auto; fix: set one of those")
+    if not available():
+        return False
+    return requests >= MIN_REQUESTS
+
+
+def kernels() -> ModuleType:
+    """The compiled kernels' module (numba imported on the first call)."""
+    global _loaded
+    if _loaded is None:
+        _loaded = importlib.import_module("specsim.simulation.compiled_kernels")
+    return _loaded

@@ -1,0 +1,309 @@
+"""The compiled kernels (numba, ``specsim/simulation/compiled.py``) against the numpy code they
+stand in for, and the switch between them.
+
+``JumpStream`` (PCG64 stepped and jumped in numba) must hand out what ``Generator.random``
+gives and leave the generator where it would be. numba is a dev dependency, so these run in CI;
+the simulator-level identity of both paths with the per-iteration reference is in
+``test_sim_stretch.py`` (every case runs with ``SPECSIM_COMPILED=1`` and ``0``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.scenario import Scenario, Workload
+from specsim.simulation import compiled, compiled_loop, run_simulation, stretch
+from specsim.simulation.compiled_stream import JumpStream
+from specsim.simulation.replica import Replica
+from specsim.simulation.run import planned_requests
+
+DATA = Path(__file__).parent / "data"
+REPO = DATA.parent.parent
+LENGTHS = {
+    "prompt": {"dist": "uniform", "low": 20, "high": 300},
+    "output": {"dist": "uniform", "low": 1, "high": 200},
+}
+FIELDS = (
+    "n rows left drafts accepted contexts done totals new own_span kv pairs".split()  # noqa: SIM905
+)
+
+
+def tables(rng: np.random.Generator, levels: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat acceptance tables built as ``RateAcceptance`` builds them."""
+    rows = [np.sort(rng.random(k)) + 2.0 * level for level in range(levels)]
+    sentinels = [[2.0 * level + 1.5] for level in range(levels)]
+    flat = np.concatenate([np.concatenate(pair) for pair in zip(rows, sentinels, strict=True)])
+    return flat, np.tile(np.arange(k + 1, dtype=np.float64), levels)
+
+
+def rows_inputs(seed: int, k: int, proposal_rate: float, through: bool, used: int):
+    rng = np.random.default_rng(seed)
+    capacity, levels, m = 8, 3, 40
+    thresholds, counts = tables(rng, levels, k)
+    per_iteration = 0 if k == 0 else capacity * (2 if proposal_rate < 1.0 else 1)
+    remaining = rng.integers(0, 30, used).astype(np.float64)
+    remaining[rng.random(used) < 0.3] = 0.0  # empty slots inside the prefix
+    remaining[0] = 1.0 + remaining[0]  # a stretch starts with a row decoding
+    context = np.where(remaining > 0, rng.integers(1, 500, used), 0).astype(np.float64)
+    shift = np.where(remaining > 0, 2.0 * rng.integers(0, levels, used), 0.0)
+    uniforms = rng.random(m * per_iteration)
+    decode_kv = float(context.sum())
+    tables_part = (per_iteration, capacity, thresholds, counts, proposal_rate, k)
+    return (uniforms, *tables_part, shift, remaining, context, m, through, decode_kv)
+
+
+def test_numba_is_installed_for_the_tests():
+    """The dev extra brings numba, so the kernels below are the compiled ones, not Python."""
+    assert compiled.available()
+    assert hasattr(compiled.kernels().stretch_rows, "py_func")
+
+
+CASES = list(itertools.product(range(3), (0, 1, 4), (1.0, 0.6), (False, True), (1, 5, 8)))
+
+
+@pytest.mark.parametrize(("seed", "k", "proposal_rate", "through", "used"), CASES)
+def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through, used):
+    """108 cases (3 seeds x k in 0, 1, 4 x proposals always or at 0.6 x through finishes or not x
+    1, 5 or 8 slots used of 8, a third of them empty): every output has the numpy code's
+    dtype, shape and bytes (so also its zeros' signs)."""
+    inputs = rows_inputs(seed, k, proposal_rate, through, used)
+    fast = stretch.kernels_rows(*inputs)
+    slow = stretch.stretch_rows_numpy(*inputs)
+    assert fast[0] == slow[0], "iterations computed"
+    assert fast[0] >= 1
+    for name, a, b in zip(FIELDS[1:], fast[1:], slow[1:], strict=True):
+        if b is None:  # the batch size per iteration: only through finishes
+            assert not through
+            continue
+        b = np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), name
+    # The same with the uniforms drawn inside the kernel, from the generator's state.
+    per_iteration, capacity = inputs[1:3]
+    if k:
+        rng = np.random.default_rng(seed)
+        state = rng.bit_generator.state["state"]
+        mask = (1 << 64) - 1
+        value, inc = state["state"], state["inc"]
+        words = np.array([value >> 64, value & mask, inc >> 64, inc & mask], dtype=np.uint64)
+        m = inputs[10]
+        blocks = per_iteration // capacity
+        drawn_inputs = (rng.random(m * per_iteration), *inputs[1:])
+        drawn = stretch.kernels_drawn(words, blocks, *inputs[2:])
+        for name, a, b in zip(FIELDS, drawn, stretch.kernels_rows(*drawn_inputs), strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), f"drawn: {name}"
+
+
+def test_the_switch(monkeypatch):
+    for setting, expected in (("0", False), ("off", False), ("1", True), ("auto", True)):
+        monkeypatch.setenv(compiled.ENV, setting)
+        assert compiled.active() is expected
+    monkeypatch.setenv(compiled.ENV, "sometimes")
+    with pytest.raises(SpecsimError, match="SPECSIM_COMPILED='sometimes' is not one of"):
+        compiled.active()
+    monkeypatch.setattr(compiled, "available", lambda: False)  # as without the optional extra
+    monkeypatch.setenv(compiled.ENV, "auto")
+    assert compiled.active() is False
+    monkeypatch.setenv(compiled.ENV, "1")
+    with pytest.raises(SpecsimError, match=r"numba is not installed; fix: pip install"):
+        compiled.active()
+
+
+def low_load() -> Scenario:
+    data = {
+        "seed": 3,
+        "profile": "sim_profile.yaml",
+        "workload": {
+            "kind": "poisson",
+            "rate": 2.0,
+            "requests": 120,
+            "prompt": {"dist": "uniform", "low": 20, "high": 300},
+            "output": {"dist": "uniform", "low": 1, "high": 200},
+        },
+        "engine": {"max_batch": 16},
+        "speculation": {"drafter": "c05", "k": 3},
+    }
+    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+
+
+def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
+    """The switch reaches the replica: with it on, the compiled decode loop and stretch kernel
+    run; off, or without numba, the stretches come from numpy; the outputs agree byte for byte."""
+    calls = {"compiled": 0, "numpy": 0}
+    module = compiled.kernels()
+    fallback = stretch.stretch_rows_numpy
+
+    def counted(name, function):
+        def wrapper(*args):
+            calls[name] += 1
+            return function(*args)
+
+        return wrapper
+
+    loop = compiled_loop.kernel()
+    monkeypatch.setattr(loop, "decode_loop", counted("compiled", loop.decode_loop))
+    for name in ("stretch_rows", "stretch_rows_drawn"):
+        monkeypatch.setattr(module, name, counted("compiled", getattr(module, name)))
+    monkeypatch.setattr(stretch, "stretch_rows_numpy", counted("numpy", fallback))
+    outputs = {}
+    for label, setting, installed in (
+        ("on", "1", True),
+        ("off", "0", True),
+        ("absent", "auto", False),
+    ):
+        monkeypatch.setattr(compiled, "available", lambda installed=installed: installed)
+        monkeypatch.setenv(compiled.ENV, setting)
+        before = dict(calls)
+        path = tmp_path / f"{label}.csv"
+        summary = run_simulation(low_load(), records_path=path, fast_path=True).summary
+        outputs[label] = (path.read_bytes(), summary)
+        used = {name: calls[name] - before[name] for name in calls}
+        if label == "on":
+            assert used["compiled"] > 20 and used["numpy"] == 0, used
+        else:
+            assert used["compiled"] == 0 and used["numpy"] > 20, used
+    assert outputs["on"] == outputs["off"] == outputs["absent"]
+
+
+def test_the_reference_path_never_takes_the_kernels(monkeypatch):
+    monkeypatch.setenv(compiled.ENV, "1")
+    made = []
+    init = Replica.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Replica, "__init__", keep)
+    run_simulation(low_load(), fast_path=False)
+    assert made and not any(replica.compiled for replica in made)
+
+
+def generator_words(rng: np.random.Generator) -> tuple:
+    state = rng.bit_generator.state
+    return state["state"]["state"], state["state"]["inc"], state["has_uint32"], state["uinteger"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_jump_stream_gives_the_sequential_draws(seed):
+    """Random mixes of takes (runs of them, which grow the block drawn ahead), occupied-slot
+    blocks (the rest jumped over), rewinds into both and integer draws, 60 operations per seed,
+    12 seeds, against plain ``Generator`` calls; the generator's whole state (with numpy's
+    buffered 32-bit half-draw, which integer draws of a small range set) matches after every
+    integer draw."""
+    plain, stream = np.random.default_rng(seed), JumpStream(np.random.default_rng(seed))
+    choose = np.random.default_rng(1000 + seed)
+    for _ in range(60):
+        op = int(choose.integers(0, 4))
+        if op == 0:
+            size = int(choose.integers(1, 10))
+            dtype = np.int64 if choose.random() < 0.5 else np.int32  # int32: half-draws
+            expected = plain.integers(0, 64, size=size, dtype=dtype)
+            got = stream.integers(0, 64, size=size, dtype=dtype)
+            assert generator_words(stream.rng) == generator_words(plain)
+        elif op == 1:
+            n = int(choose.integers(0, 600))
+            expected, got = plain.random(n), stream.random(n).copy()
+            if n and choose.random() < 0.3:  # draw ahead, then hand the extra back
+                position = stream.position
+                stream.take(int(choose.integers(1, 5000)))
+                stream.rewind(position)
+        else:
+            m, blocks = int(choose.integers(1, 30)), int(choose.integers(1, 3))
+            capacity = int(choose.integers(1, 300))
+            used = int(choose.integers(1, capacity + 1))
+            start = stream.position
+            got = stream.slot_uniforms(m, blocks, capacity, used).reshape(m, blocks, used)
+            kept = int(choose.integers(0, m + 1))  # iterations the stretch keeps
+            stream.rewind(start + kept * blocks * capacity)
+            saved = plain.bit_generator.state
+            drawn = plain.random(m * blocks * capacity).reshape(m, blocks, capacity)
+            expected = drawn[:, :, :used]
+            plain.bit_generator.state = saved  # and again, only the iterations kept
+            plain.random(kept * blocks * capacity)
+        assert expected.tobytes() == got.tobytes()
+    assert plain.random((3, 7)).tobytes() == stream.random((3, 7)).tobytes()
+
+
+def test_the_compiled_pcg64_advances_as_numpy_does():
+    """One jump of 2^40 + 12,345 draws and 10,000 single steps, against ``PCG64.advance`` and
+    ``Generator.random``."""
+    rng = np.random.default_rng(42)
+    stream = JumpStream(np.random.default_rng(42))
+    delta = (1 << 40) + 12_345
+    rng.bit_generator.advance(delta)
+    stream.position = delta
+    assert stream.random(10_000).tobytes() == rng.random(10_000).tobytes()
+
+
+def test_replicas_take_the_jump_stream_only_with_the_kernels(monkeypatch):
+    for setting, kind in (("1", "JumpStream"), ("0", "UniformStream")):
+        monkeypatch.setenv(compiled.ENV, setting)
+        made = []
+        init = Replica.__init__
+
+        def keep(self, *args, made=made, init=init, **kwargs):
+            init(self, *args, **kwargs)
+            made.append(self)
+
+        monkeypatch.setattr(Replica, "__init__", keep)
+        run_simulation(low_load(), fast_path=True)
+        monkeypatch.setattr(Replica, "__init__", init)
+        assert made and all(type(r._draws).__name__ == kind for r in made), setting
+
+
+def test_auto_compiles_only_for_runs_long_enough_to_repay_it(monkeypatch):
+    """``auto`` takes the kernels for a run of ``MIN_REQUESTS`` or more, whatever the process
+    ran before (so a run's path depends on it alone); a scenario's planned requests decide."""
+    monkeypatch.setenv(compiled.ENV, "auto")
+    compiled.kernels()  # compiled here already: no matter
+    assert compiled.active(compiled.MIN_REQUESTS - 1) is False
+    assert compiled.active(compiled.MIN_REQUESTS) is True
+    monkeypatch.setenv(compiled.ENV, "1")
+    assert compiled.active(10) is True  # insisted on
+    workload = low_load().workload
+    assert planned_requests(workload) == 120.0
+    for duration, planned in ((30.0, 60.0), (300.0, 120.0)):  # 2 requests/s, at most 120
+        shorter = workload.model_copy(update={"duration_s": duration})
+        assert planned_requests(shorter) == planned
+    closed = {"kind": "closed_loop", "concurrency": 4, "duration_s": 50.0, **LENGTHS}
+    assert planned_requests(Workload.model_validate(closed)) == 0.0
+
+
+def test_a_short_simulation_does_not_import_numba(tmp_path):
+    """The README's small commands stay as quick as without the extra: numba is not imported
+    by ``specsim simulate scenarios/poisson.yaml`` (about 1,200 requests)."""
+    script = (
+        "import sys\n"
+        "from specsim.cli import main\n"
+        f"code = main(['simulate', 'scenarios/poisson.yaml', '--out', {str(tmp_path)!r}])\n"
+        "print(code, 'numba' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != compiled.ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.stdout.split()[-2:] == ["0", "False"], done.stderr[-2000:]
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_the_kernels_are_not_cached_on_disk():
+    """numba's on-disk cache is off (see ``compiled.py``): every dispatcher has the null one."""
+    from specsim.simulation import compiled_kernels, compiled_loop_kernel
+
+    dispatchers = [
+        value
+        for module in (compiled_kernels, compiled_loop_kernel)
+        for value in vars(module).values()
+        if hasattr(value, "py_func")
+    ]
+    assert len(dispatchers) > 10
+    assert {type(d._cache).__name__ for d in dispatchers} == {"NullCache"}

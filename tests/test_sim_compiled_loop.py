@@ -1,0 +1,279 @@
+"""The compiled decode loop (``specsim/simulation/compiled_loop*.py``): its cost terms against
+``StepCosts`` for every drafter class, where it runs and where it does not, and identity with
+the per-iteration reference on profiles whose every cost term is non-zero.
+
+The identity of the whole fast path (loop included, ``SPECSIM_COMPILED=1``) with the reference
+on every shipped scenario and window policy is in ``test_sim_stretch.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from test_sim_stretch import assert_identical, make
+
+from specsim.costs import PassTotals, StepCosts
+from specsim.profile import load_profile
+from specsim.simulation import compiled_loop, run_simulation
+from specsim.simulation.acceptance import RateAcceptance
+from specsim.simulation.policy import GoodputWindow
+
+DATA = Path(__file__).parent / "data"
+
+# Every kind and variant of drafter cost, with every term of its fit non-zero.
+FIT = {
+    "fixed_s": 0.0021,
+    "per_sequence_s": 3.1e-5,
+    "per_batched_token_s": 2.3e-6,
+    "knee_tokens": 40,
+    "per_kv_token_s": 7.0e-9,
+    "per_attention_pair_s": 1.3e-10,
+}
+DRAFTERS = {
+    "model": {"kind": "draft_model", "flops_per_token": 2.0e9, "latency": {"fit": FIT},
+              "attention_flops_per_context_token": 65536.0,
+              "overhead": {"per_draft_step_s": 1.0e-4, "per_draft_token_s": 3.0e-6,
+                           "per_speculative_step_s": 2.0e-4, "per_speculative_sequence_s": 1e-6,
+                           "per_prefill_s": 3.0e-4, "per_prefill_token_s": 1.0e-7}},
+    "lookup": {"kind": "ngram", "draft_step_s": 3.0e-4},
+    "lookup fit": {"kind": "ngram", "latency": {"fit": FIT}},
+    "medusa": {"kind": "heads", "draft_step_s": 0.002, "flops_per_token": 1.0e8},
+    "medusa fit": {"kind": "heads", "latency": {"fit": FIT}, "flops_per_token": 1.0e8},
+    "eagle": {"kind": "heads", "passes": "autoregressive", "draft_step_s": 0.001,
+              "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
+    "eagle fit": {"kind": "heads", "passes": "autoregressive", "latency": {"fit": FIT},
+                  "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
+}  # fmt: skip
+CLASSES = {
+    None: "NoDrafterCost",
+    "model": "DraftModelCost",
+    "lookup": "PromptLookupCost",
+    "medusa": "HeadsCost",
+    "eagle": "AutoregressiveHeadsCost",
+}
+
+
+@pytest.fixture(scope="module")
+def every_term(tmp_path_factory) -> Path:
+    """The test profile with every target, overhead and drafter term non-zero."""
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    profile["target"]["latency"]["fit"] = {**FIT, "fixed_s": 0.011, "knee_tokens": 64}
+    profile["overhead"] = {
+        "per_step_s": 3.0e-4,
+        "per_sequence_s": 2.0e-6,
+        "per_draft_step_s": 5.0e-5,
+        "per_draft_token_s": 1.5e-6,
+        "per_prefill_s": 4.0e-4,
+        "per_prefill_token_s": 2.0e-7,
+    }
+    profile["drafters"].update(copy.deepcopy(DRAFTERS))
+    rates = [0.8, 0.7, 0.6, 0.5, 0.4]
+    profile["acceptance"] += [
+        {"drafter": name, "verifier": "rejection", "temperature": 1.0, "per_position": rates}
+        for name in DRAFTERS
+    ]
+    folder = tmp_path_factory.mktemp("every-term")
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+@pytest.mark.parametrize("drafter", [None, *DRAFTERS])
+def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
+    """Seconds, drafter FLOPs and FLOPs per wasted position of decode-only iterations: 6 k x
+    5 batch sizes x 4 draws of the totals (half of them past the knee), compared with ``==``."""
+    costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
+    assert type(costs.drafter).__name__ == CLASSES[drafter.split()[0] if drafter else None]
+    vector = compiled_loop.cost_vector(costs)
+    kernel = compiled_loop.kernel()
+    rng = np.random.default_rng(11)
+    out = np.empty(3)
+    for k, rows, draw in itertools.product(range(6), (1, 2, 7, 64, 255), range(4)):
+        tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
+        if draw % 2:
+            tokens += 200.0  # past the knee
+        kv = float(rng.integers(rows, rows * 4000))
+        pairs = float(rng.integers(1, 10**9))
+        kernel.cost_parts(vector, k, rows, tokens, kv, pairs, out)
+        expected = (
+            costs.decode_iteration_s(k, rows, tokens, kv, pairs),
+            costs.draft_flops(rows, k, kv),
+            costs.wasted_flops_per_position(kv / rows),
+        )
+        assert out.tolist() == list(expected), (k, rows, tokens, kv, pairs)
+
+
+@pytest.mark.parametrize("drafter", [None, *DRAFTERS])
+def test_prompt_chunk_iterations_cost_what_iteration_s_says(drafter, every_term):
+    """Seconds of an iteration with prompt chunks (and 0 to 255 decoding rows), as the kernel
+    prices the first iteration of a call: 6 k x 4 batch sizes x 3 draws, compared with ``==``."""
+    costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
+    vector = compiled_loop.cost_vector(costs)
+    kernel = compiled_loop.kernel()
+    rng = np.random.default_rng(12)
+    for k, rows, _ in itertools.product(range(6), (0, 1, 9, 255), range(3)):
+        tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
+        kv = float(rng.integers(rows, rows * 4000 + 1))
+        pairs = float(rng.integers(0, 10**9)) if rows else 0.0
+        p_rows = int(rng.integers(1, 4))
+        p_tokens = float(rng.integers(p_rows, 8000))
+        p_kv, p_pairs = float(rng.integers(0, 3000)), float(rng.integers(1, 10**7))
+        decode = PassTotals(rows, tokens if rows else 0.0, kv if rows else 0.0, pairs)
+        expected = costs.iteration_s(k, decode, PassTotals(p_rows, p_tokens, p_kv, p_pairs))
+        got = kernel.mixed_seconds(
+            vector, k, rows, decode.tokens, decode.kv, pairs, p_rows, p_tokens, p_kv, p_pairs
+        )
+        assert got == expected, (k, rows)
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup", "eagle fit"])
+def test_the_goodput_choice_matches_the_policy(drafter, every_term):
+    """``GoodputWindow.choose_batch`` (decode-only) against the kernel's choice on 300 random
+    batches of up to 40 slots, a third of the rows within k_max of their end."""
+    profile = load_profile(every_term / "sim_profile.yaml")
+    costs = StepCosts(profile, drafter)
+    policy = GoodputWindow(5)
+    acceptance = RateAcceptance(np.array([0.8, 0.7, 0.6, 0.5, 0.4]), proposal_rate=0.7)
+    policy.attach(costs, acceptance)
+    by_rows, goodput = compiled_loop.window_terms(policy)
+    vector = compiled_loop.cost_vector(costs)
+    kernel = compiled_loop.kernel()
+    rng = np.random.default_rng(5)
+    chosen = set()
+    for _ in range(300):
+        used = int(rng.integers(1, 41))
+        remaining = rng.integers(1, 300, used).astype(np.float64)
+        remaining[rng.random(used) < 0.33] = rng.integers(1, 6)
+        remaining[rng.random(used) < 0.2] = 0.0  # empty slots
+        remaining[-1] = max(remaining[-1], 1.0)
+        context = np.where(remaining > 0, rng.integers(10, 9000, used), 0).astype(np.float64)
+        rows, kv = int(np.count_nonzero(remaining)), float(context.sum())
+        expected = policy.choose_batch(rows, kv, remaining, context, None, 8192)
+        got = kernel.choose_window(by_rows, goodput, vector, rows, kv, remaining, context)
+        assert got == expected, (rows, kv)
+        chosen.add(expected)
+    assert len(chosen) >= 2  # the batches move the choice
+
+
+def test_an_unknown_drafter_class_gets_no_loop(every_term):
+    costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), "model")
+    costs.drafter = type("Other", (type(costs.drafter),), {})(
+        costs.drafter.spec, costs.drafter.latency
+    )
+    assert compiled_loop.cost_vector(costs) is None
+
+
+@pytest.mark.parametrize(
+    "drafter, k, policy",
+    [(None, 0, "fixed"), ("model", 0, "fixed"), ("model", 4, "fixed"), ("lookup", 3, "fixed"),
+     ("lookup fit", 2, "fixed"), ("medusa", 2, "fixed"), ("medusa fit", 3, "fixed"),
+     ("eagle", 4, "fixed"), ("eagle fit", 1, "fixed"), ("model", 5, "adaptive"),
+     ("lookup fit", 4, "adaptive"), ("eagle fit", 3, "adaptive"), ("model", 4, "by_batch")],
+)  # fmt: skip
+def test_the_loop_matches_the_reference_on_every_cost_term(
+    drafter, k, policy, every_term, tmp_path, monkeypatch
+):
+    speculation = {"drafter": drafter, "k": k, "policy": policy}
+    if policy == "by_batch":
+        speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 4, "k": 2}]
+    scenario = make({"speculation": speculation, "workload": {"rate": 4.0}}, every_term)
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    assert_identical(scenario.model_copy(update={"engine": engine}), tmp_path, monkeypatch)
+
+
+def loop_iterations(scenario, monkeypatch, setting: str) -> tuple[int, int, dict]:
+    """Iterations the compiled loop ran, the run's engine iterations, and its summary."""
+    kernel = compiled_loop.kernel()
+    original = kernel.decode_loop
+    ran = [0]
+
+    def counted(*args):
+        original(*args)
+        ran[0] += int(args[-1][0])  # the iterations it ran
+
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "decode_loop", counted)
+        patch.setenv("SPECSIM_COMPILED", setting)
+        summary = run_simulation(scenario).summary
+    return ran[0], summary["engine_iterations"], summary
+
+
+@pytest.mark.parametrize("policy", ["fixed", "by_batch", "adaptive"])
+def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(policy, monkeypatch):
+    """With the kernels on, a replica alone on an open loop runs nearly every iteration in the
+    loop (the rest carry prompt chunks), whatever its window policy; off, none; the summaries
+    agree."""
+    speculation = {"drafter": "c20", "k": 4, "policy": policy}
+    if policy == "by_batch":
+        speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 3, "k": 2}]
+    scenario = make({"workload": {"rate": 1.0}, "speculation": speculation})
+    inside, total, summary = loop_iterations(scenario, monkeypatch, "1")
+    assert inside >= 0.8 * total
+    inside_off, _, summary_off = loop_iterations(scenario, monkeypatch, "0")
+    assert inside_off == 0 and summary_off == summary
+    if policy != "fixed":  # the window changed during the run: a mean between windows
+        assert summary["mean_window"] != round(summary["mean_window"])
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"workload": {"kind": "closed_loop", "concurrency": 4, "rate": None}},
+        {"fleet": {"replicas": 2, "router": "least_outstanding"}},
+        {"engine": {"max_batch": 32, "padded_attention": True}},
+        {"workload": {"max_concurrency": 3}},
+    ],
+    ids=["closed loop", "two replicas", "padded", "client cap"],
+)
+def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
+    inside, total, _ = loop_iterations(make(changes), monkeypatch, "1")
+    assert inside == 0 and total > 0
+
+
+def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
+    """Jitter draws a factor per iteration from its own stream: such a replica keeps the other
+    paths, and turning jitter off in the scenario brings the loop back."""
+    profile = yaml.safe_load((every_term / "sim_profile.yaml").read_text())
+    profile["jitter"] = {"quantiles": [0.8, 0.95, 1.0, 1.04, 1.6], "samples": 50}
+    (tmp_path / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (tmp_path / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    scenario = make({}, tmp_path)
+    inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
+    assert inside == 0 and total > 0
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    steady = scenario.model_copy(update={"engine": engine})
+    assert loop_iterations(steady, monkeypatch, "1")[0] > 0
+
+
+def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypatch):
+    """A 2-slot engine fills the step log's 2,046 entries every ~1,000 iterations, inside the
+    loop: it must stop there for the log to fold, as ``record_step`` folds it."""
+    scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5}})
+    inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
+    assert inside >= 0.5 * total and total > 2 * 1024
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
+    """Bursts bring several prompts into one iteration: the loop's first iteration takes them
+    all (their rows come off the free list's end, after the slots its finishes freed)."""
+    kernel = compiled_loop.kernel()
+    original = kernel.decode_loop
+    prompts = []
+
+    def counted(*args):
+        prompts.append(int(args[-8][0]))  # the first iteration's prompt chunks
+        original(*args)
+
+    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0}})
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "decode_loop", counted)
+        patch.setenv("SPECSIM_COMPILED", "1")
+        run_simulation(scenario)
+    assert max(prompts) >= 2 and prompts.count(1) > 10
+    assert_identical(scenario, tmp_path, monkeypatch)
