@@ -181,7 +181,7 @@ class RacingPool:
         self.first = RacingPool.pools == 1
         self.broken = False
 
-    def submit(self, fn, task, scenario, overrides):
+    def submit(self, fn, task, scenario, overrides, *rest):
         from concurrent.futures import Future
         from concurrent.futures.process import BrokenProcessPool
 
@@ -189,7 +189,7 @@ class RacingPool:
             raise BrokenProcessPool("a child process terminated abruptly")
         future = Future()
         if "crash=yes" not in overrides:
-            future.set_result(fn(task, scenario, overrides))
+            future.set_result(fn(task, scenario, overrides, *rest))
         elif self.first:
             self.broken = True  # its worker is dying: still running as far as waits can tell
         else:

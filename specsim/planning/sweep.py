@@ -277,8 +277,9 @@ class Sweeper:
         if self._client is not None:
             yield from run_on_cluster(self._client, self.task, todo)
         elif self.workers == 1 or len(todo) == 1:
+            expected = expected_requests(todo.values(), 1)
             for key, point in todo.items():
-                yield key, run_point(self.task, point.scenario, list(point.overrides))
+                yield key, run_point(self.task, point.scenario, list(point.overrides), expected)
         else:
             yield from self._compute_pool(todo)
 
@@ -292,6 +293,7 @@ class Sweeper:
         """
         queue = deque(todo)
         suspects: deque[str] = deque()
+        expected = expected_requests(todo.values(), self.workers)
         while queue or suspects:
             pool = self._ensure_pool()
             if suspects:
@@ -299,7 +301,7 @@ class Sweeper:
                 point = todo[key]
                 try:
                     record = pool.submit(
-                        run_point, self.task, point.scenario, list(point.overrides)
+                        run_point, self.task, point.scenario, list(point.overrides), expected
                     ).result()
                 except BrokenProcessPool:
                     self._drop_pool()
@@ -315,7 +317,7 @@ class Sweeper:
                     point = todo[queue[0]]
                     try:
                         future = pool.submit(
-                            run_point, self.task, point.scenario, list(point.overrides)
+                            run_point, self.task, point.scenario, list(point.overrides), expected
                         )
                     except BrokenProcessPool:
                         # A worker died after the last wait returned: the pool refuses new
@@ -368,6 +370,28 @@ class Sweeper:
                 initargs=(watched,),
             )
         return self._pool
+
+
+def expected_requests(points: Iterable[SweepPoint], processes: int, sample: int = 16) -> float:
+    """About how many requests each of ``processes`` simulates over ``points``: the planned
+    requests of up to ``sample`` evenly spaced points (reading every scenario would cost a
+    large sweep seconds), scaled to all of them. Zero where a point cannot be read: its own
+    run reports why."""
+    from specsim.scenario import load_scenario
+    from specsim.simulation.run import planned_requests
+
+    points = list(points)
+    if not points:
+        return 0.0
+    step = max(1, len(points) // sample)
+    try:
+        planned = [
+            planned_requests(load_scenario(p.scenario, list(p.overrides)).workload)
+            for p in points[::step][:sample]
+        ]
+    except SpecsimError:
+        return 0.0
+    return sum(planned) / len(planned) * len(points) / processes
 
 
 def _exit_with_the_sweep(watched) -> None:

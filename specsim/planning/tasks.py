@@ -23,10 +23,17 @@ def simulate_point(scenario: str, overrides: list[str]) -> dict[str, Any]:
     return run_simulation(load_scenario(scenario, overrides)).summary
 
 
-def run_point(task: Task, scenario: str, overrides: list[str]) -> dict[str, Any]:
-    """Run ``task`` and turn any failure into a record, so one bad point cannot stop a sweep."""
+def run_point(
+    task: Task, scenario: str, overrides: list[str], expected_requests: float = 0.0
+) -> dict[str, Any]:
+    """Run ``task`` and turn any failure into a record, so one bad point cannot stop a sweep.
+    ``expected_requests``: what this process simulates over the sweep, which decides whether
+    the simulator compiles its kernels (``specsim.simulation.compiled.expecting``)."""
+    from specsim.simulation import compiled
+
     try:
-        summary = task(scenario, list(overrides))
+        with compiled.expecting(expected_requests):
+            summary = task(scenario, list(overrides))
         # Fail here, in the worker, if the summary cannot be stored as JSON.
         json.dumps(summary, allow_nan=False)
         return {"ok": True, "summary": summary}

@@ -3,12 +3,12 @@
 ``pip install 'specsim-llm[fast]'`` adds numba; without it, or with ``SPECSIM_COMPILED=0``, the
 numpy code runs. ``SPECSIM_COMPILED=1`` insists on the kernels (a clear error without numba);
 unset or ``auto``: the kernels when numba is installed and the run is long enough to repay
-compiling them (``MIN_REQUESTS``; a run's choice depends on it alone, not on what the process
-ran before: set ``1`` for a sweep of many short runs). The choice is
-read when a run starts (``active``), so the benchmarks and the tests can run both in one
-process; numba itself is imported only when the kernels first run (``kernels``), so the short
-commands never import it. The kernels are compiled in each process (numba's on-disk cache is
-off: it once handed a later process a kernel unable to return arrays, "'descr' is NULL").
+compiling them (``MIN_REQUESTS``; a run's choice depends on it alone, or on the requests a sweep
+says its process will simulate in all, ``expecting``; never on what the process ran before). The
+choice is read when a run starts (``active``), so the benchmarks and the tests can run both in
+one process; numba itself is imported only when the kernels first run (``kernels``), so the
+short commands never import it. The kernels are compiled in each process (numba's on-disk cache
+is off: it once handed a later process a kernel unable to return arrays, "'descr' is NULL").
 
 The kernels (``compiled_kernels.py``) do what the numpy code they replace does, value for value:
 every number they add up is a whole number below 2^53 (token counts, contexts, query-key pairs),
@@ -20,10 +20,12 @@ stepped in numba, so a stretch draws only its occupied slots' uniforms and jumps
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import math
 import os
+from collections.abc import Iterator
 from types import ModuleType
 
 from specsim.errors import SpecsimError
@@ -33,6 +35,7 @@ ENV = "SPECSIM_COMPILED"
 # 0.1 ms per request, at saturation nothing: below this many requests ``auto`` keeps numpy.
 MIN_REQUESTS = 50_000
 _loaded: ModuleType | None = None
+_expected = 0.0  # requests this process is about to simulate in all (``expecting``)
 
 
 def available() -> bool:
@@ -57,7 +60,20 @@ def active(requests: float = math.inf) -> bool:
         raise SpecsimError(f"{ENV}={setting!r} is not one of 0, 1, auto; fix: set one of those")
     if not available():
         return False
-    return requests >= MIN_REQUESTS
+    return max(requests, _expected) >= MIN_REQUESTS
+
+
+@contextlib.contextmanager
+def expecting(requests: float) -> Iterator[None]:
+    """Within it, ``auto`` counts ``requests``: what this process simulates in all, run after
+    run (a sweep's share per worker), so that a sweep of many short runs compiles once and
+    gains, where one short run alone would not repay it."""
+    global _expected
+    before, _expected = _expected, float(requests)
+    try:
+        yield
+    finally:
+        _expected = before
 
 
 def kernels() -> ModuleType:
