@@ -307,16 +307,6 @@ def test_a_scenario_naming_the_mtp_drafter_runs_it(byte_folder, tmp_path):
         run_engine(scenario)  # the built-in target has none
 
 
-def test_validating_an_mtp_scenario_without_a_profile_is_refused_in_one_line(byte_folder, tmp_path):
-    from specsim.validation.validate import ValidateOptions, validate
-
-    scenario = scenario_file(tmp_path, speculation={"drafter": "mtp", "k": 2})
-    options = ValidateOptions(target=str(byte_folder), progress=False)
-    with pytest.raises(SpecsimError, match="does not measure MTP modules") as error:
-        validate(scenario, options, tmp_path / "out")
-    assert "\n" not in str(error.value) and not (tmp_path / "out").exists()
-
-
 def test_the_reference_clock_with_the_mtp_drafter_is_refused_in_one_line(byte_folder, tmp_path):
     scenario = scenario_file(tmp_path, speculation={"drafter": "mtp", "k": 2})
     with pytest.raises(SpecsimError, match="reference clock does not probe MTP") as error:

@@ -26,8 +26,8 @@ beside the profile as NEW.calibration.json:
       --drafter llama3.2-1b --out profiles/mine-calibrated.yaml
 
 MODEL is a local Hugging Face folder, a config.json alone (random weights), or a built-in name;
-a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N), or with --roofline
-mtp: the target's multi-token-prediction module (DeepSeek-V3's), costed as a draft model.
+a drafter may also be ngram or ngram:N (prompt lookup with n-gram size N), or mtp: the
+target's multi-token-prediction module (DeepSeek-V3's), measured or costed as a draft model.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=MODEL",
         action="append",
         default=[],
-        help="a drafter: NAME=MODEL, NAME=ngram, NAME=ngram:N, or with --roofline NAME=mtp "
+        help="a drafter: NAME=MODEL, NAME=ngram, NAME=ngram:N, or NAME=mtp "
         "(the target's own MTP module, DeepSeek-V3's) (repeatable)",
     )
     parser.add_argument(
@@ -444,15 +444,6 @@ def _run_measure(args, out: Path, name: str, drafters) -> int:
     from specsim.profiling.writer import command_line, write_profile
 
     _need(args, "target", mode="measuring")
-    mtp = next((d for d in drafters if d.is_mtp), None)
-    if mtp is not None:
-        raise SpecsimError(
-            f"drafter {mtp.name}=mtp (the target's MTP module) is sized by the roofline only; "
-            "the profiler does not measure MTP modules yet (the engine runs them)",
-            file="command line",
-            key="--drafter",
-            fix="add --roofline, or give a draft model",
-        )
     trees = _tree_shapes(args, drafters)
     temperatures = args.temperature if args.temperature is not None else [1.0]
     opts = MeasureOptions(
@@ -511,9 +502,10 @@ def _tree_shapes(args, drafters) -> list:
             file="--tree",
             fix="drop one of the two",
         )
-    if all(d.is_ngram for d in drafters):
+    if all(d.scored_by_start for d in drafters):
         raise SpecsimError(
-            "--tree measures draft models' trees, and no --drafter is a model",
+            "--tree measures draft models' trees, and no --drafter is a draft model (prompt "
+            "lookup and MTP draft chains)",
             file="--tree",
             fix="add --drafter NAME=MODEL",
         )

@@ -146,6 +146,17 @@ def check_supported(scenario: Scenario) -> None:
         )
 
 
+def drafters_for_profile(drafters: dict[str, str] | None, profile) -> dict[str, str]:
+    """``drafters`` (None: ``DEFAULT_DRAFTERS``) with every drafter that ``profile`` (a
+    ``Profile``) describes as the target's MTP module (``method: mtp``) run as that module,
+    unless ``drafters`` names its model."""
+    chosen = dict(drafters or DEFAULT_DRAFTERS)
+    for name, spec in profile.drafters.items():
+        if getattr(spec, "method", None) == "mtp" and name not in (drafters or {}):
+            chosen[name] = MTP_SPEC
+    return chosen
+
+
 def resolve_drafter(name: str | None, drafters: dict[str, str], where: str | None) -> str | None:
     """The model spec (or ``ngram[:N]``) behind a scenario's drafter name."""
     if name is None:

@@ -26,6 +26,7 @@ from specsim.profiling.acceptance import (
     run_lengths,
     run_lengths_from_matches,
 )
+from specsim.profiling.mtp_measure import mtp_scores
 from specsim.profiling.specs import DrafterArg
 from specsim.sampling.kinds import VERIFIER_KINDS
 
@@ -113,11 +114,13 @@ def measure_acceptance(
         for d in drafters:
             if d.is_ngram:
                 rows = _score_prompt_lookup(d, generations, temperature, result)
+            elif d.is_mtp:
+                rows = mtp_scores(draft_models[d.name], generations, temperature)
             else:
                 rows = _score_draft_model(draft_models[d.name], generations, temperature)
             for verifier in verifiers:
                 _add_entry(result, d, verifier, temperature, rows, sequences_prefix)
-            if tree_shapes and not d.is_ngram:
+            if tree_shapes and not (d.is_ngram or d.is_mtp):  # MTP drafts chains only
                 result.tree_entries += _tree_entries(
                     d.name,
                     draft_models[d.name],
@@ -202,7 +205,7 @@ def _add_entry(result, d: DrafterArg, verifier, temperature, rows, sequences_pre
     scoring = VERIFIER_KINDS[verifier].scoring
     key = scoring.score
     walked = rows[scoring.walk]
-    if d.is_ngram:
+    if d.scored_by_start:
         scored = [Scored(a, dr) for a, dr in zip(walked, rows["drafts"], strict=True)]
         firsts = [a[dr > 0, 0] for a, dr in zip(rows[key], rows["drafts"], strict=True)]
         firsts = [f for f in firsts if len(f)]
@@ -229,11 +232,11 @@ def _add_sequences(result, entry, d: DrafterArg, rows, key: str, prefix: str) ->
     scoring = VERIFIER_KINDS[entry["verifier"]].scoring
     kind = scoring.sequences
     if kind == "run_length":
-        if d.is_ngram:
+        if d.scored_by_start:
             values = [run_lengths(a, dr) for a, dr in zip(rows[key], rows["drafts"], strict=True)]
         else:
             values = [run_lengths_from_matches(m) for m in rows[key]]
-    elif kind == "beta" and not d.is_ngram:
+    elif kind == "beta" and not d.scored_by_start:
         values = rows[scoring.walk]  # replayed as the walk chains them
     else:
         return

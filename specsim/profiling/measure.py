@@ -102,6 +102,18 @@ def _check_device(opts: MeasureOptions):
     return dtype, getattr(torch, dtype)
 
 
+def _check_mtp_clock(opts: MeasureOptions) -> None:
+    """The reference clock's speed probes time ``(tokens, cache)`` passes of a model, which an
+    MTP module (fed the target's hidden states) does not take."""
+    mtp = next((d for d in opts.drafters if d.is_mtp), None)
+    if mtp is not None and opts.clock == "reference":
+        raise SpecsimError(
+            f"the reference clock does not probe MTP modules (drafter {mtp.name}=mtp)",
+            file="--clock",
+            fix="use --clock cpu or --clock wall with an mtp drafter",
+        )
+
+
 def _prompt_ids(opts: MeasureOptions, tokenizer, max_position: int, max_new: int):
     from specsim.workload.prompts import read_prompts
 
@@ -124,12 +136,17 @@ def _prompt_ids(opts: MeasureOptions, tokenizer, max_position: int, max_new: int
 
 
 def _check_model_configs(opts: MeasureOptions) -> None:
-    """Every model's config.json read (a bad one refused) before any loads, and
-    --max-new-tokens within the models' positions."""
+    """Every model's config.json read (a bad one refused, and a target without the MTP
+    module an mtp drafter needs) before any loads, and --max-new-tokens within the models'
+    positions."""
     from specsim.models import load_config
+    from specsim.models.deepseek_mtp import check_has_mtp
 
-    specs = [opts.target, *(d.spec for d in opts.drafters if not d.is_ngram)]
-    max_position = min(load_config(spec).max_position for spec in specs)
+    specs = [opts.target, *(d.spec for d in opts.drafters if not (d.is_ngram or d.is_mtp))]
+    configs = [load_config(spec) for spec in specs]
+    if any(d.is_mtp for d in opts.drafters):  # a target without the module, before it loads
+        check_has_mtp(configs[0], opts.target)
+    max_position = min(config.max_position for config in configs)
     if opts.max_new_tokens is not None and opts.max_new_tokens >= max_position:
         raise SpecsimError(
             f"{opts.max_new_tokens} generated tokens per prompt leave no room for a prompt in "
@@ -140,12 +157,17 @@ def _check_model_configs(opts: MeasureOptions) -> None:
 
 
 def _load_models(opts: MeasureOptions, dtype) -> dict:
-    from specsim.models import load_model
+    from specsim.models import load_model, load_mtp_drafter
 
     models = {"target": load_model(opts.target, opts.device, dtype, seed=opts.seed)}
     vocab = models["target"].config.vocab_size
     for d in opts.drafters:
         if d.is_ngram:
+            continue
+        if d.is_mtp:  # the target checkpoint's own module, sharing its vocabulary
+            models[d.name] = load_mtp_drafter(
+                opts.target, models["target"], opts.device, dtype, seed=opts.seed
+            )
             continue
         models[d.name] = load_model(d.spec, opts.device, dtype, seed=opts.seed)
         if models[d.name].config.vocab_size != vocab:
@@ -165,7 +187,9 @@ def _time_models(opts, models, points, timer, progress_file):
     target's largest points."""
     from tqdm import tqdm
 
+    from specsim.engine.mtp_step import is_mtp
     from specsim.profiling.fit import latency_section
+    from specsim.profiling.mtp_measure import TimedMTP
     from specsim.profiling.timing import time_grids
 
     budget = opts.time_budget if opts.time_budget is not None else math.inf
@@ -177,7 +201,10 @@ def _time_models(opts, models, points, timer, progress_file):
         total=total, desc="timing passes", unit="pass", file=progress_file, disable=None
     ) as bar:
         runs = time_grids(
-            {name: models[name] for name in order},
+            {
+                name: TimedMTP(models[name], opts.seed) if is_mtp(models[name]) else models[name]
+                for name in order
+            },
             points,
             timer,
             seed=opts.seed,
@@ -351,6 +378,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     started = time.monotonic()
     progress_file = progress_file if progress_file is not None else sys.stderr
     dtype_name, dtype = _check_device(opts)
+    _check_mtp_clock(opts)
     parse_grid(opts.grid, opts.device)  # a malformed grid fails before the models load
     _check_model_configs(opts)
     models = _load_models(opts, dtype)
@@ -378,7 +406,14 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
 
     def spec_of(name: str, kind: str):
         shape = shape_from_object(models[name].config, models[name].config.name or name)
+        if name in mtp_names:  # the module alone; the pass reads the target's head too
+            module = shape.mtp_shape()
+            label = f"{shape.name} MTP module"
+            spec = model_spec(module, kind, DTYPES[dtype_name], sections[name], label)
+            return {**spec, "method": "mtp"}
         return model_spec(shape, kind, DTYPES[dtype_name], sections[name], shape.name)
+
+    mtp_names = {d.name for d in opts.drafters if d.is_mtp}
 
     target_spec = spec_of("target", "target")
     model_specs = {d.name: spec_of(d.name, "draft_model") for d in opts.drafters if not d.is_ngram}

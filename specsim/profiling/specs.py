@@ -2,7 +2,8 @@
 
 SPEC is a model (a local Hugging Face folder, a ``config.json`` alone for random weights, or a
 built-in name), a prompt-lookup drafter ``ngram`` / ``ngram:N`` (N = n-gram size, default 3), or
-``mtp``: the target's own multi-token-prediction module (roofline only). Without ``NAME=``, the
+``mtp``: the target's own multi-token-prediction module (measured from the target's checkpoint,
+or sized by the roofline). Without ``NAME=``, the
 name is derived from SPEC.
 """
 
@@ -32,6 +33,11 @@ class DrafterArg:
     @property
     def is_mtp(self) -> bool:
         return self.spec == MTP
+
+    @property
+    def scored_by_start(self) -> bool:
+        """Whether its drafts depend on where a step starts (``acceptance.Scored``'s A[s, i])."""
+        return self.is_ngram or self.is_mtp
 
 
 def default_name(spec: str) -> str:

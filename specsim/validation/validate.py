@@ -118,13 +118,6 @@ def measure_for(scenario: Scenario, opts: ValidateOptions, drafter_spec: str | N
     from specsim.profiling.specs import DrafterArg
 
     spec = scenario.speculation
-    if drafter_spec == "mtp":
-        raise SpecsimError(
-            "the profiler does not measure MTP modules yet (the engine runs them)",
-            file=str(scenario.source) if scenario.source else None,
-            key="speculation.drafter",
-            fix="give --profile (a roofline profile with the mtp drafter, say)",
-        )
     max_position = load_config(opts.target).max_position
     drafters = []
     if spec.drafter is not None:
@@ -159,6 +152,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
     from specsim.engine.run import (
         DEFAULT_DRAFTERS,
         check_supported,
+        drafters_for_profile,
         resolve_drafter,
         run_engine,
         write_run,
@@ -176,6 +170,9 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
     check_device(opts.device)
     where = str(scenario.source) if scenario.source else None
     drafters = opts.drafters or DEFAULT_DRAFTERS
+    if opts.profile is not None and Path(opts.profile).is_file():
+        # A profile's MTP drafter (method: mtp) is run as the target's own module.
+        drafters = drafters_for_profile(opts.drafters, load_profile(opts.profile).profile)
     drafter_spec = resolve_drafter(scenario.speculation.drafter, drafters, where)
     with atomic_output_dir(out) as staging:
         if opts.profile is None:
