@@ -163,8 +163,9 @@ def main(argv: list[str]) -> dict:
         points = [p for d in plan.drafters for p in swap._tagged(d)]
         assert len(points) == 243, len(points)
 
-        # The kernels wherever numba is installed (``auto`` would keep these 2,000-request runs
-        # on numpy: each is too short alone to repay compiling); the workers inherit it.
+        # The kernels wherever numba is installed; the workers inherit it. (``auto`` takes them
+        # too for the 2-worker sweep, whose share per worker repays compiling, but not for the
+        # 24-simulation serial sample, which is the ratio's baseline.)
         os.environ.setdefault("SPECSIM_COMPILED", "1" if compiled.available() else "0")
         # Baseline: a stratified sample of the same simulations, one after another, here.
         sample = points[:: len(points) // SERIAL_SAMPLE][:SERIAL_SAMPLE]
