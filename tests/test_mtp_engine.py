@@ -103,6 +103,26 @@ def prompts(n: int = 5, seed: int = 2) -> list[list[int]]:
     return [torch.randint(0, VOCAB, (4 + 3 * i,), generator=generator).tolist() for i in range(n)]
 
 
+def test_each_load_reads_only_its_own_tensors(built, monkeypatch):
+    """The target's load never reads the MTP layer, and the drafter's reads nothing else (on
+    DeepSeek-V3 the rest is the whole 671B checkpoint)."""
+    from specsim.models import fp8
+
+    read: list[str] = []
+    check = fp8.check_stored
+    monkeypatch.setattr(
+        fp8,
+        "check_stored",
+        lambda tensor, key, *rest: read.append(key) or check(tensor, key, *rest),
+    )
+    target = load_model(built[0])
+    in_layer_3 = [k for k in read if k.startswith("model.layers.3.")]
+    assert read and not in_layer_3
+    read.clear()
+    load_mtp_drafter(built[0], target)
+    assert read and all(k.startswith("model.layers.3.") for k in read)
+
+
 @torch.no_grad()
 def reference_mtp_logits(reference, weights, ids: torch.Tensor) -> torch.Tensor:
     """The module's logits at positions 0 .. T-2 of ``ids`` (composition in the docstring)."""

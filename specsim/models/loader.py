@@ -164,17 +164,20 @@ def load_mtp_drafter(
 def _mtp_entries(config: ModelConfig, files: list[Path], device) -> dict:
     """The MTP layer's stored tensors: module name -> (file, tensor)."""
     found = {}
-    for file, key, tensor in _stored_tensors(config, files, device):
-        name = module_key(config, key)
-        if name is not None:
-            found[name] = (file, tensor)
+
+    def wanted(key: str) -> bool:
+        return module_key(config, key) is not None
+
+    for file, key, tensor in _stored_tensors(config, files, device, wanted):
+        found[module_key(config, key)] = (file, tensor)
     return found
 
 
-def _stored_tensors(config: ModelConfig, files: list[Path], device):
-    """(file, key, tensor) of every stored tensor but the derived ones, FP8 block-quantised
-    weights dequantised (float32) with their scales, which a sharded checkpoint may store in
-    another shard."""
+def _stored_tensors(config: ModelConfig, files: list[Path], device, wanted=None):
+    """(file, key, tensor) of every stored tensor but the derived ones whose key ``wanted``
+    accepts (None: all), FP8 block-quantised weights dequantised (float32) with their scales,
+    which a sharded checkpoint may store in another shard. Unwanted tensors are never read: a
+    drafter's one layer must not cost a read of the whole target."""
     from safetensors import SafetensorError, safe_open
 
     block = config.weight_block_size
@@ -196,6 +199,8 @@ def _stored_tensors(config: ModelConfig, files: list[Path], device):
                     continue
                 if fp8.is_scale(key):
                     _check_scale(key, block, where, str(file))
+                    continue
+                if wanted is not None and not wanted(key):
                     continue
                 tensor = handle.get_tensor(key)
                 scale = fp8.scale_key(key)
@@ -261,9 +266,11 @@ def _load_weights(
 
     expected = dict(model.state_dict())
     loaded: dict[str, torch.Tensor] = {}
-    for file, key, stored in _stored_tensors(model.config, files, device):
-        if is_unused(model.config, key):
-            continue
+
+    def used(key: str) -> bool:
+        return not is_unused(model.config, key)
+
+    for file, key, stored in _stored_tensors(model.config, files, device, used):
         if key == "lm_head.weight" and model.config.tie_embeddings:
             continue  # tied: the output projection is the embedding
         for name, tensor in to_model_keys(model.config, key, stored, str(file)):
