@@ -70,3 +70,27 @@ def test_expecting_restores_what_was_there(monkeypatch):
     monkeypatch.setenv(compiled.ENV, "0")
     with compiled.expecting(compiled.MIN_REQUESTS):
         assert compiled.active(SHORT) is False  # off stays off
+
+
+def test_a_cluster_sweep_passes_its_workers_share_too(tmp_path, monkeypatch):
+    import sys
+
+    import cloudpickle
+    from dask.distributed import LocalCluster
+
+    monkeypatch.setenv(compiled.ENV, "auto")  # the workers start after this: they inherit it
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    large = int(compiled.MIN_REQUESTS / PER_POINT) + 1
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        for n, expected in ((large, True), (3, False)):
+            with Sweeper(
+                tmp_path / f"{n}",
+                {"command": "test", "n": n},
+                cluster=cluster.scheduler_address,
+                task=compiles_task,
+                progress=False,
+            ) as sweeper:
+                results = sweeper.run(_points(n))
+            assert {r.summary["compiles"] for r in results} == {expected}, n

@@ -114,8 +114,11 @@ def connect_cluster(address: str, timeout_s: float, tls: ClusterTls | None = Non
     return client
 
 
-def run_on_cluster(client, task: Task, todo: dict[str, SweepPoint]) -> Iterator[tuple[str, dict]]:
-    """Submit every point to the cluster; yield (key, record) as each one completes."""
+def run_on_cluster(
+    client, task: Task, todo: dict[str, SweepPoint], expected_requests: float = 0.0
+) -> Iterator[tuple[str, dict]]:
+    """Submit every point to the cluster; yield (key, record) as each one completes.
+    ``expected_requests``: each worker's share of the sweep (``run_point``)."""
     from dask.distributed import as_completed
 
     futures = {}
@@ -125,6 +128,7 @@ def run_on_cluster(client, task: Task, todo: dict[str, SweepPoint]) -> Iterator[
             task,
             point.scenario,
             list(point.overrides),
+            expected_requests,
             key=f"specsim-point-{key}",
             pure=False,
         )

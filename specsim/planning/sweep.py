@@ -275,7 +275,8 @@ class Sweeper:
 
     def _compute(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
         if self._client is not None:
-            yield from run_on_cluster(self._client, self.task, todo)
+            expected = expected_requests(todo.values(), self.parallelism)
+            yield from run_on_cluster(self._client, self.task, todo, expected)
         elif self.workers == 1 or len(todo) == 1:
             expected = expected_requests(todo.values(), 1)
             for key, point in todo.items():

@@ -193,9 +193,10 @@ def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> J
 
 
 def planned_requests(workload) -> float:
-    """About how many requests a run serves, as far as the scenario says without running it
-    (0 where it does not: a closed loop or a trace without ``requests``); it decides whether
-    compiling the fast path's kernels pays (``compiled.active``)."""
+    """About how many requests a run serves, as far as the scenario says without running it:
+    ``requests``, or at most rate x duration for an open loop (0 where it says neither, as a
+    closed loop or a trace without ``requests`` may); it decides whether compiling the fast
+    path's kernels pays (``compiled.active``)."""
     planned = math.inf if workload.requests is None else float(workload.requests)
     if workload.rate is not None and workload.duration_s is not None:
         planned = min(planned, workload.rate * workload.duration_s)
