@@ -272,6 +272,33 @@ def test_tolerance_sets_how_closely_each_choices_capacity_is_bisected(split_plan
     )
 
 
+@pytest.mark.slow
+def test_every_layout_within_the_slo_is_on_one_pareto_file_with_the_choices(split_plans):
+    """pareto.csv holds exactly the layouts.csv rows that met the SLO, co-located and split on
+    every deployment, each search's choice among them; per device = throughput / devices (each
+    pool's replicas x TP, as layouts.csv counts them)."""
+    plan = split_plans.plans["0.05"]
+    points = list(csv.DictReader((plan.out / "pareto.csv").open()))
+    assert (plan.out / "pareto_frontier.png").read_bytes().startswith(b"\x89PNG")
+    assert len(points) == len(plan.summary["pareto"])
+    met = {(r["setting"], r["layout"]): r for r in plan.layouts if r["meets_slo"] == "True"}
+    assert {(p["setting"], p["layout"]) for p in points} == set(met)
+    for p in points:
+        assert int(p["devices"]) == int(met[(p["setting"], p["layout"])]["devices"])
+        assert float(p["tokens_per_s_per_device"]) == pytest.approx(
+            float(p["throughput_tokens_per_s"]) / int(p["devices"]), rel=1e-12
+        )
+    assert {p["kind"] for p in points} == {COLOCATED, DISAGGREGATED}
+    named = {(p["setting"], p["layout"]) for p in points}
+    for search in plan.summary["searches"]:
+        assert (search["setting"], search["chosen"]["layout"]) in named
+    assert any(p["on_frontier"] == "True" for p in points)
+    assert (
+        "Pareto frontier (pareto.csv, pareto_frontier.png): "
+        in (plan.out / "report.txt").read_text()
+    )
+
+
 def test_no_deployment_serving_both_pools_is_refused_before_anything_is_written(
     tmp_path, repo, capsys
 ):

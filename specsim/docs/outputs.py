@@ -295,6 +295,19 @@ COMMAND_OUTPUTS = {
         "prefill + decode pair), co-located and disaggregated in one table: chosen, lost on "
         "cost, missed the SLO (with the bottleneck pool) or not reached (its cheapest layout "
         "costs more than the choice), and why",
+        "pareto.csv": "every probe within the SLO as a point of per-user speed (output "
+        "tokens/s, 1 / the median TPOT) against output tokens/s per device, and whether it is on "
+        "the Pareto frontier (no other point is at least as good on both and better on one); "
+        "summary.json's `pareto` lists the same points. Written by the deployment search (--tp, "
+        "--precision, --profile: each candidate's probes) and by --disaggregated: every layout "
+        "simulated at the target rate that met the SLO, co-located and xPyD, with speculation "
+        "and without, on every deployment, as one frontier (setting, kind, layout, placement: "
+        "the deployment or pair, null for the scenario's own replicas, each pool's replicas, "
+        "devices: each pool's replicas x TP, throughput, tokens/s per user and per device, "
+        "on_frontier)",
+        "pareto_frontier.png": "the points of pareto.csv and the frontier through them: one "
+        "series per deployment, with --disaggregated one per kind (co-located, "
+        "disaggregated) and speculation setting",
         "report.txt": "with --disaggregated: each search's choice and its reasons (the "
         "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT, the "
         "capacity bisected to --tolerance), co-located against disaggregated per speculation "

@@ -8,7 +8,8 @@ good on both and better on one: faster for each user, or more tokens from each d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specsim.planning.common import metric
@@ -61,11 +62,15 @@ def pareto_points(results: list) -> list[ParetoPoint]:
                     throughput / r.candidate.devices,
                 )
             )
-    flags = frontier_flags([(p.user_tokens_per_s, p.tokens_per_s_per_device) for p in raw])
-    return [
-        ParetoPoint(**{**p.__dict__, "on_frontier": flag})
-        for p, flag in zip(raw, flags, strict=True)
-    ]
+    return mark_frontier(raw)
+
+
+def mark_frontier(points: list) -> list:
+    """The points (frozen dataclasses with ``user_tokens_per_s``, ``tokens_per_s_per_device``
+    and ``on_frontier``: a ``ParetoPoint``, or a disaggregated plan's layout point), each
+    marked on or off the frontier."""
+    flags = frontier_flags([(p.user_tokens_per_s, p.tokens_per_s_per_device) for p in points])
+    return [replace(p, on_frontier=flag) for p, flag in zip(points, flags, strict=True)]
 
 
 def pareto_table(points: list[ParetoPoint]) -> Table:
@@ -98,16 +103,17 @@ def pareto_table(points: list[ParetoPoint]) -> Table:
     )
 
 
-def pareto_figure(points: list[ParetoPoint]) -> Figure:
-    panel = Panel(
-        "Probes within the SLO",
-        "output tokens/s per device",
-        "output tokens/s per user",
-    )
-    deployments = sorted({p.deployment for p in points})
-    for colour, name in zip(palette(len(deployments)), deployments, strict=True):
+def pareto_figure(
+    points: list,
+    group: Callable[[Any], str] = lambda p: p.deployment,
+    title: str = "Probes within the SLO",
+) -> Figure:
+    """The points as one series per ``group`` (default: per deployment) and the frontier."""
+    panel = Panel(title, "output tokens/s per device", "output tokens/s per user")
+    groups = sorted({group(p) for p in points})
+    for colour, name in zip(palette(len(groups)), groups, strict=True):
         mine = sorted(
-            (p for p in points if p.deployment == name), key=lambda p: p.tokens_per_s_per_device
+            (p for p in points if group(p) == name), key=lambda p: p.tokens_per_s_per_device
         )
         panel.series.append(
             Series(

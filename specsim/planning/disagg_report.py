@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from specsim.planning.disagg import (
     fewer,
     meets,
 )
+from specsim.planning.disagg_pareto import frontier_line, pareto_csv, pareto_png, pareto_points
 
 CSV_COLUMNS = (
     "setting",
@@ -194,6 +196,7 @@ def json_summary(plan: DisaggregatedPlan, searches: list[Search]) -> dict[str, A
         ],
         "comparison": [comparison(plan, searches, setting) for setting in settings],
         "candidates": candidate_rows(plan, searches),
+        "pareto": [asdict(p) for p in pareto_points(plan, searches)],
         "failed": [lay.label for s in searches for lay, result in s.tried.items() if not result.ok],
     }
     if plan.deployments:
@@ -234,6 +237,7 @@ def human(summary: dict[str, Any]) -> str:
         if search["capacity"] is not None:
             lines.append(f"  {_headroom_line(search['capacity'], summary['tolerance'])}")
     lines += summary["comparison"]
+    lines.append(frontier_line(summary["pareto"]))
     lines += [
         f"not fitting: {item['candidate']}: {item['reason']}"
         for item in summary.get("not_fitting", [])
@@ -260,8 +264,8 @@ def write(
     summary: dict[str, Any],
     attachments: dict[str, str] | None = None,
 ) -> None:
-    """summary.json, layouts.csv, candidates.csv, report.txt and ``attachments`` (name -> text:
-    the engines' files) into ``out``, atomically."""
+    """summary.json, layouts.csv, candidates.csv, pareto.csv, pareto_frontier.png, report.txt
+    and ``attachments`` (name -> text: the engines' files) into ``out``, atomically."""
     with atomic_output_dir(out) as staging:
         for name, text in (attachments or {}).items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
@@ -269,4 +273,6 @@ def write(
         (staging / "summary.json").write_text(dump_json(summary), encoding="utf-8")
         (staging / "layouts.csv").write_text(layouts_csv(plan, searches), encoding="utf-8")
         (staging / "candidates.csv").write_text(candidates_csv(summary), encoding="utf-8")
+        (staging / "pareto.csv").write_text(pareto_csv(summary["pareto"]), encoding="utf-8")
+        (staging / "pareto_frontier.png").write_bytes(pareto_png(summary["pareto"]))
         (staging / "report.txt").write_text(human(summary) + "\n", encoding="utf-8")
