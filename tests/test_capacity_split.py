@@ -103,6 +103,53 @@ def test_each_pool_gets_its_deployments_profile_and_tp(tmp_path):
     assert deployment_overrides(None, None) == []
 
 
+@pytest.mark.parametrize("capacity, roles", [(1_500, ["prefill"]), (2_100, ["all"])])
+def test_a_deployment_holding_the_longest_prompt_but_not_its_output_serves_prefill_only(
+    tmp_path, repo, capacity, roles
+):
+    """Prompts of 1,000 and outputs of 1,000 tokens: a 1,500-token cache holds a prompt and its
+    one verified slot (a prefill replica's need), not the 2,000 tokens plus lookahead a decode
+    or co-located row needs; at 2,100 tokens it serves every role."""
+    from test_plan_support import PROFILE
+
+    from specsim.planning.capacity_deploy import Deployment
+    from specsim.planning.capacity_split import role_fits
+    from specsim.profile import load_profile
+    from specsim.scenario import load_scenario
+
+    scenario_path = write_scenario(tmp_path, repo, requests=20)
+    overrides = [
+        "workload.prompt.dist=fixed",
+        "workload.prompt.value=1000",
+        "workload.output.dist=fixed",
+        "workload.output.value=1000",
+        f"engine.kv_capacity_tokens={capacity}",
+    ]
+    scenario = load_scenario(scenario_path, overrides)
+    deployment = Deployment("TP1 bf16", 1, "bf16", "given", load_profile(repo / PROFILE))
+    fit = role_fits(
+        [deployment], scenario, str(scenario_path), overrides, {SPEC_ON: True, "off": False}
+    )
+    served = {role for (role, setting), labels in fit.serving.items() if labels}
+    if roles == ["prefill"]:
+        assert served == {"prefill"}
+        assert [what for what, _ in fit.unfit] == ["TP1 bf16, " + SPEC_ON, "TP1 bf16, off"]
+        assert "serves the prefill pool only" in fit.unfit[1][1]
+    else:
+        assert served == {"prefill", "co-located", "decode"} and fit.unfit == []
+
+
+def test_a_headroom_search_counts_only_the_simulations_above_the_target():
+    from specsim.planning.capacity_split import Headroom
+
+    identity = SimpleNamespace(rate=lambda knob: knob)
+    headroom = Headroom.above(4.0, 0.1)
+    assert headroom.figures(identity, 4.0)["probes"] == 0  # the target's run is the choice's
+    headroom.search.record(headroom.search.next_probes()[0], True)
+    figures = headroom.figures(identity, 4.0)
+    assert figures["probes"] == 1 and figures["capacity_rps"] > 4.0
+
+
 def _run(ttft_p99: float, tpot_p99: float):
     from specsim.planning.sweep import PointResult
 
@@ -343,7 +390,7 @@ def test_the_api_entry_writes_what_the_command_writes(split_plans, repo, tmp_pat
     )
     assert result.summary == json.loads(written)
     assert result.command == "plan capacity --disaggregated"
-    assert set(result.tables) == {"layouts", "candidates"}
+    assert set(result.tables) == {"layouts", "candidates", "pareto"}
     for name, frame in result.tables.items():
         expected = read_table((cli.out / f"{name}.csv").read_text())
         assert frame.equals(expected)

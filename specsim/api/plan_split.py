@@ -17,6 +17,7 @@ from specsim.planning import disagg, disagg_report, emit_split
 from specsim.planning import emit as engine_files
 from specsim.planning.capacity_deploy import DeploymentRequest, deployment_request, write_built
 from specsim.planning.cluster import ClusterTls
+from specsim.planning.disagg_pareto import pareto_csv
 from specsim.planning.emit import EmitRequest
 
 
@@ -34,6 +35,7 @@ class SplitPlanned:
         return {
             "layouts": disagg_report.layouts_csv(self.plan, self.searches),
             "candidates": disagg_report.candidates_csv(self.summary),
+            "pareto": pareto_csv(self.summary["pareto"]),
         }
 
 

@@ -280,6 +280,14 @@ COMMAND_OUTPUTS = {
     },
     "specsim plan capacity": {
         **REPORT_FILES,
+        "summary.json": "the command's --json summary: the answer in machine-readable form. "
+        "With --disaggregated: `target_rps`, `attainment`, `tolerance`, `max_replicas`, "
+        "`searches` (per speculation setting and kind, co-located or disaggregated: `chosen`, "
+        "`layouts_tried`, `reasons`, and `capacity`: `capacity_rps`, the highest rate the "
+        "choice sustained, `bracket_rps`, `status`, `error`, `probes`, the simulations the "
+        "bisection ran above the target, and `headroom`, capacity over the target less 1), "
+        "`comparison`, `candidates` (candidates.csv's rows), `pareto` (pareto.csv's points), "
+        "`failed`, and with the deployment options `deployments` and `not_fitting`",
         "capacity.csv": "per candidate (k = 0, each drafter x k, adaptive): the highest rate "
         "one replica sustains within the SLO, replicas and cost for the target rate",
         "fleet.csv": "the fleet simulation at the target rate that confirms the choice",

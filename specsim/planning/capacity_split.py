@@ -59,16 +59,32 @@ def role_fits(
                 if off
                 else Candidate(d.label, spec.drafter, spec.k, spec.policy, d)
             )
-            reason = memory_misfit(candidate, scenario) or length_misfit(
-                candidate, scenario_path, overrides
-            )
-            roles = ("co-located", "decode") + (("prefill",) if off else ())
+            reason = memory_misfit(candidate, scenario)
             if reason is not None:
                 unfit.append((f"{d.label}, {setting}", reason))
                 continue
+            # A prefill replica holds a prompt, not its output: it may serve that role alone.
+            prefill = off and prompt_misfit(candidate, scenario_path, overrides) is None
+            roles = ["prefill"] if prefill else []
+            whole = length_misfit(candidate, scenario_path, overrides)
+            if whole is None:
+                roles += ["co-located", "decode"]
+            else:
+                only = " (it serves the prefill pool only)" if prefill else ""
+                unfit.append((f"{d.label}, {setting}", whole + only))
             for role in roles:
                 serving.setdefault((role, setting), []).append(d.label)
     return Fit(serving, unfit)
+
+
+def prompt_misfit(candidate: Candidate, scenario_path: str, overrides: Sequence[str]) -> str | None:
+    """Why the workload's longest prompt never fits ``candidate``'s KV cache as a prefill
+    replica (``specsim.simulation.fits``), or None."""
+    from specsim.scenario import load_scenario
+    from specsim.simulation.fits import longest_prompt_misfit
+
+    scenario = load_scenario(scenario_path, [*overrides, *candidate.overrides()])
+    return longest_prompt_misfit(scenario, candidate.deployment.profile)
 
 
 def pairs(
@@ -130,6 +146,6 @@ class Headroom:
             "bracket_rps": [capacity, None if hi is None else scale.rate(hi)],
             "status": "failed" if self.error else self.search.status,
             "error": self.error,
-            "probes": len(self.search.probes),
+            "probes": len(self.search.probes) - 1,  # the target's own run is the choice's
             "headroom": None if capacity is None else capacity / target_rps - 1,
         }

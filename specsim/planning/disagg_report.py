@@ -250,7 +250,10 @@ def _headroom_line(capacity: dict[str, Any], tolerance: float) -> str:
     if capacity["status"] == "failed":
         return f"its capacity search failed: {capacity['error']}"
     if hi is None:
-        return f"holds the SLO at {lo:.4g} req/s and every higher rate tried ({lo:.4g} is the most)"
+        return (
+            f"holds the SLO at {lo:.4g} req/s, the highest rate searched (its capacity is at "
+            "least that)"
+        )
     return (
         f"holds the SLO up to {lo:.4g} req/s ({capacity['headroom']:+.0%} over the target; "
         f"{hi:.4g} req/s misses it, bisected to {tolerance:.0%})"

@@ -41,6 +41,16 @@ def longest_request(scenario: Scenario) -> tuple[int, int] | None:
     return None if prompt is None or output is None else (prompt, output)
 
 
+def longest_prompt(scenario: Scenario) -> int | None:
+    """The longest prompt the workload can offer (None: unbounded)."""
+    workload = scenario.workload
+    if workload.kind == "trace":
+        trace = read_trace(scenario.resolve(workload.trace), workload.format)
+        rows = len(trace) if workload.requests is None else min(len(trace), workload.requests)
+        return int(trace.prompt_tokens[:rows].max())
+    return _upper_bound(LengthSampler(workload.prompt, "prompt", scenario.resolve))
+
+
 def _upper_bound(sampler: LengthSampler) -> int | None:
     spec: LengthDist = sampler.spec
     if spec.dist == "fixed":
@@ -67,3 +77,19 @@ def longest_request_misfit(scenario: Scenario, profile) -> str | None:
     lookahead = kv_lookahead(k_max, costs, engine.block_size)
     why = never_fits(*longest, lookahead, capacity, engine.block_size)
     return None if why is None else f"the workload's longest request {why}"
+
+
+def longest_prompt_misfit(scenario: Scenario, profile) -> str | None:
+    """Why the workload's longest prompt never fits a prefill replica's KV cache (None: it
+    fits, or prompts are unbounded): a prefill replica holds a prompt and the one verified
+    slot of a pass without speculation, not its output (``disagg.PrefillAdmission``)."""
+    prompt = longest_prompt(scenario)
+    if prompt is None:
+        return None
+    engine = scenario.engine
+    capacity = kv_capacity_tokens(profile, None, False, engine)
+    if engine.block_size is not None:
+        capacity = kv_capacity_blocks(capacity, engine.block_size)
+    lookahead = kv_lookahead(0, StepCosts(profile, None), engine.block_size)
+    why = never_fits(prompt, 0, lookahead, capacity, engine.block_size)
+    return None if why is None else f"the workload's longest prompt {why} as a prefill replica"
