@@ -9,6 +9,7 @@ import copy
 from pathlib import Path
 
 import pytest
+from test_sim_engine import LONE_REQUEST
 
 from specsim.profile import load_profile
 from specsim.scenario import Scenario
@@ -22,21 +23,8 @@ SPLIT = {
     "kv_transfer": {"bandwidth_bytes_per_s": 1.0e9, "latency_s": 0.001},
 }
 KV_BYTES = 131072  # sim_profile_compute.yaml's target.kv_bytes_per_token
-# One 100-token prompt and 20 output tokens, drafted by a draft model at acceptance 1 (k = 3):
-# deterministic, so every pass can be replayed by hand.
-LONE = {
-    "profile": "sim_profile_compute.yaml",
-    "workload": {
-        "kind": "closed_loop",
-        "concurrency": 1,
-        "requests": 1,
-        "prompt": {"dist": "fixed", "value": 100},
-        "output": {"dist": "fixed", "value": 20},
-    },
-    "engine": {"block_size": 16},
-    "speculation": {"drafter": "small", "k": 3, "acceptance": "iid", "acceptance_rate": 1.0},
-    "fleet": {"disaggregation": SPLIT},
-}
+# test_sim_engine's lone request (replayable pass by hand) on the split fleet, in blocks of 16.
+LONE = {**LONE_REQUEST, "engine": {"block_size": 16}, "fleet": {"disaggregation": SPLIT}}
 SYSTEM_PROMPT = {"source": "system_prompt", "length": 64, "hit_rate": 1.0}
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from test_sim_engine import LONE_REQUEST
 
 from specsim.errors import SpecsimError
 from specsim.hardware import load_hardware
@@ -128,18 +129,7 @@ def test_a_lone_request_ttft_is_prefill_plus_transfer_plus_first_decode(tmp_path
     profile = load_profile(DATA / "sim_profile_compute.yaml")
     target, draft = profile.latency_model("target"), profile.latency_model("small")
     overhead = profile.profile.overhead.per_step_s
-    data = {
-        "profile": "sim_profile_compute.yaml",
-        "workload": {
-            "kind": "closed_loop",
-            "concurrency": 1,
-            "requests": 1,
-            "prompt": {"dist": "fixed", "value": 100},
-            "output": {"dist": "fixed", "value": 20},
-        },
-        "speculation": {"drafter": "small", "k": 3, "acceptance": "iid", "acceptance_rate": 1.0},
-        "fleet": {"disaggregation": SPLIT},
-    }
+    data = {**copy.deepcopy(LONE_REQUEST), "fleet": {"disaggregation": SPLIT}}
     summary, rec = run(make(data), tmp_path)
     clock = target.pass_seconds([0], [100]) + overhead  # the prefill replica's pass
     transfer = 100 * 131072 / 1.0e9 + 0.001  # 100 tokens x 131072 KV bytes over 1 GB/s

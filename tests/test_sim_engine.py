@@ -371,6 +371,21 @@ def test_heads_cost_a_fixed_draft_step(tmp_path):
     assert summary["flops_drafter"] == pytest.approx(2e8 * rec["steps"].sum(), rel=1e-5)
 
 
+# One 100-token prompt and 20 output tokens drafted by a draft model at acceptance 1 (k = 3):
+# deterministic, so every pass can be replayed by hand (here and in the split-fleet tests).
+LONE_REQUEST = {
+    "profile": "sim_profile_compute.yaml",
+    "workload": {
+        "kind": "closed_loop",
+        "concurrency": 1,
+        "requests": 1,
+        "prompt": {"dist": "fixed", "value": 100},
+        "output": {"dist": "fixed", "value": 20},
+    },
+    "speculation": {"drafter": "small", "k": 3, "acceptance": "iid", "acceptance_rate": 1.0},
+}
+
+
 def test_step_times_and_flops_match_the_profile_pass_by_pass(tmp_path):
     """Acceptance rate 1 makes a lone request deterministic; replaying it by hand with the
     profile's own LatencyModel.pass_seconds gives the same first-token and finish times and the
@@ -378,18 +393,7 @@ def test_step_times_and_flops_match_the_profile_pass_by_pass(tmp_path):
     profile = load_profile(DATA / "sim_profile_compute.yaml")
     target, draft = profile.latency_model("target"), profile.latency_model("small")
     overhead = profile.profile.overhead.per_step_s
-    data = {
-        "profile": "sim_profile_compute.yaml",
-        "workload": {
-            "kind": "closed_loop",
-            "concurrency": 1,
-            "requests": 1,
-            "prompt": {"dist": "fixed", "value": 100},
-            "output": {"dist": "fixed", "value": 20},
-        },
-        "speculation": {"drafter": "small", "k": 3, "acceptance": "iid", "acceptance_rate": 1.0},
-    }
-    scenario = Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+    scenario = Scenario.model_validate(LONE_REQUEST).with_source(DATA / "scenario.yaml")
     summary, rec = run(scenario, tmp_path)
     # Prefill: both models read the 100-token prompt; the pass samples the first token.
     clock = target.pass_seconds([0], [100]) + draft.pass_seconds([0], [100]) + overhead
