@@ -257,8 +257,6 @@ def plan_capacity(
     deployment options.
     Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
     with deployments also ``deployments`` and ``pareto``."""
-    if tp is not None and not isinstance(tp, str):
-        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
     return _run(
         capacity_run,
         scenario,
@@ -272,17 +270,37 @@ def plan_capacity(
         tolerance=tolerance,
         attainment=attainment,
         seed=seed,
-        deployments=deployment_request(
-            _names(profiles),
+        deployments=deployments(
+            profiles,
             tp,
-            _names(precision),
+            precision,
             hardware,
             target_model,
-            _names(draft_models),
+            draft_models,
             acceptance_from,
             draft_tp,
             expert_parallel,
         ),
+    )
+
+
+def deployments(
+    profiles, tp, precision, hardware, target_model, draft_models, acceptance_from, draft_tp, ep
+):
+    """The deployment options of ``plan_capacity`` and ``plan_disaggregated`` as the CLI's
+    (``tp`` as ``"2,4,8"`` or ints; names as a string or a sequence)."""
+    if tp is not None and not isinstance(tp, str):
+        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
+    return deployment_request(
+        _names(profiles),
+        tp,
+        _names(precision),
+        hardware,
+        target_model,
+        _names(draft_models),
+        acceptance_from,
+        draft_tp,
+        ep,
     )
 
 

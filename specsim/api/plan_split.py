@@ -15,7 +15,7 @@ from specsim.api.results import PlanResult, read_table
 from specsim.fileio import check_output_folder
 from specsim.planning import disagg, disagg_report, emit_split
 from specsim.planning import emit as engine_files
-from specsim.planning.capacity_deploy import DeploymentRequest, deployment_request, write_built
+from specsim.planning.capacity_deploy import DeploymentRequest, write_built
 from specsim.planning.cluster import ClusterTls
 from specsim.planning.disagg_pareto import pareto_csv
 from specsim.planning.emit import EmitRequest
@@ -116,21 +116,20 @@ def plan_disaggregated(
     and the cheapest co-located fleet at ``target_rps``, with the scenario's speculation and
     with it off; each choice's capacity bisected to ``tolerance``. The deployment options as
     for ``plan_capacity`` (each pool's TP and precision; the pools may differ in TP);
-    ``max_replicas`` as ``--max-replicas``. Tables: ``layouts`` (every layout simulated) and
-    ``candidates`` (why each deployment or pair won or lost). ``emit`` and ``models`` as
+    ``max_replicas`` as ``--max-replicas``. Tables: ``layouts`` (every layout simulated),
+    ``candidates`` (why each deployment or pair won or lost) and ``pareto`` (the layouts within
+    the SLO, on or off the frontier). ``emit`` and ``models`` as
     for ``plan_window``: each pool's engine files for the chosen split layout in
     ``attachments`` (``engine/``)."""
-    from specsim.api.plan import SweepOptions, _names
+    from specsim.api.plan import SweepOptions, deployments
 
-    if tp is not None and not isinstance(tp, str):
-        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
-    request = deployment_request(
-        _names(profiles),
+    request = deployments(
+        profiles,
         tp,
-        _names(precision),
+        precision,
         hardware,
         target_model,
-        _names(draft_models),
+        draft_models,
         acceptance_from,
         draft_tp,
         expert_parallel,
