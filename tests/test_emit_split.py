@@ -258,3 +258,20 @@ def test_the_api_entry_emits_what_the_command_writes(emitted, repo):
         body = [line for line in text.splitlines() if not line.startswith("#")]
         assert body == [line for line in on_disk[name].splitlines() if not line.startswith("#")]
     assert result.summary["engine"]["recommended"] == emitted.summary["engine"]["recommended"]
+
+
+def test_a_pools_refusal_names_that_pools_file():
+    """Every check of a pool's options, speculation's included, names the pool's own file."""
+    from specsim.errors import SpecsimError
+
+    options = [("--max-running-requests", "8"), ("--speculative-num-steps", "3")]
+    with pytest.raises(SpecsimError, match=r"sglang-decode\.args") as refused:
+        sglang_config.check(options, "sglang-decode.args")
+    assert "--speculative-num-steps" in str(refused.value)
+    document = {"max_batch_size": 1, "max_num_tokens": 1, "tensor_parallel_size": 1}
+    document["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": 2}
+    document["speculative_config"]["speculative_model"] = "/models/eagle"
+    document["speculative_config"]["eagle_choices"] = [[0], [0, 0], [1, 1]]
+    with pytest.raises(SpecsimError, match=r"trtllm-decode\.yaml") as refused:
+        trtllm_config.check(document, "trtllm-decode.yaml")
+    assert "eagle_choices" in str(refused.value)

@@ -172,32 +172,32 @@ def check(options: list[tuple[str, str]], args_file: str = ARGS_FILE) -> None:
     if name is None:
         spec_flags = [f for f in given if f.startswith("--speculative")]
         if spec_flags:
-            raise violation(ARGS_FILE, spec_flags[0], "without an algorithm", "§4.5")
+            raise violation(args_file, spec_flags[0], "without an algorithm", "§4.5")
         return
     if name not in ALGORITHMS:
-        raise violation(ARGS_FILE, "--speculative-algorithm", f"{name!r} is unknown", "§4.5")
+        raise violation(args_file, "--speculative-algorithm", f"{name!r} is unknown", "§4.5")
     tokens = _count(given, "--speculative-num-draft-tokens")
     if name == "NGRAM":
         if "--speculative-draft-model-path" in given:
-            raise violation(ARGS_FILE, "--speculative-draft-model-path", "NGRAM has none", "§4.5")
+            raise violation(args_file, "--speculative-draft-model-path", "NGRAM has none", "§4.5")
         if "--speculative-eagle-topk" in given:
-            raise violation(ARGS_FILE, "--speculative-eagle-topk", "NGRAM replaces it", "§4.5")
+            raise violation(args_file, "--speculative-eagle-topk", "NGRAM replaces it", "§4.5")
         if tokens < 2:
-            raise violation(ARGS_FILE, "--speculative-num-draft-tokens", "below 2", "§4.5")
+            raise violation(args_file, "--speculative-num-draft-tokens", "below 2", "§4.5")
         return
     if name in CHAIN_ALGORITHMS and not given.get("--speculative-draft-model-path"):
-        raise violation(ARGS_FILE, "--speculative-draft-model-path", f"{name} needs one", "§4.5")
+        raise violation(args_file, "--speculative-draft-model-path", f"{name} needs one", "§4.5")
     steps = _count(given, "--speculative-num-steps")
     topk = _count(given, "--speculative-eagle-topk")
     if min(steps, topk, tokens) < 1:
         # Unset, SGLang picks its own (steps, topk, draft tokens) for the model.
-        raise violation(ARGS_FILE, "--speculative-num-steps", "needs topk and tokens", "§4.5")
+        raise violation(args_file, "--speculative-num-steps", "needs topk and tokens", "§4.5")
     if topk == 1 and tokens != steps + 1:
-        raise violation(ARGS_FILE, "--speculative-num-draft-tokens", "is not steps + 1", "§4.5")
+        raise violation(args_file, "--speculative-num-draft-tokens", "is not steps + 1", "§4.5")
     if tokens > steps * topk + 1:
         # More than the nodes SGLang drafts: bench_speculative refuses it (§4.7).
         flag = "--speculative-num-draft-tokens"
-        raise violation(ARGS_FILE, flag, "is above steps x topk + 1", "§4.7")
+        raise violation(args_file, flag, "is above steps x topk + 1", "§4.7")
 
 
 def _count(given: dict[str, str], flag: str) -> int:

@@ -170,81 +170,81 @@ def kv_cache_config(setting: EngineSetting) -> dict[str, Any]:
     return out
 
 
-def check(document: dict[str, Any]) -> None:
+def check(document: dict[str, Any], yaml_file: str = YAML_FILE) -> None:
     """Refuse options TensorRT-LLM rejects (§5.2-5.5)."""
     for key in document:
         if key not in TOP_KEYS | {"speculative_config"}:
-            raise violation(YAML_FILE, key, "is not an option this writer knows", "§5.5")
+            raise violation(yaml_file, key, "is not an option this writer knows", "§5.5")
     for key in ("max_batch_size", "max_num_tokens", "tensor_parallel_size"):
         if not _whole(document.get(key)) or document[key] < 1:
-            raise violation(YAML_FILE, key, "must be a whole number above 0", "§5.5")
+            raise violation(yaml_file, key, "must be a whole number above 0", "§5.5")
     cache = document.get("kv_cache_config") or {}
     for key in cache:
         if key not in KV_CACHE_KEYS:
-            raise violation(YAML_FILE, f"kv_cache_config.{key}", "is not known", "§5.7")
+            raise violation(yaml_file, f"kv_cache_config.{key}", "is not known", "§5.7")
     tokens = cache.get("tokens_per_block", 1)
     if not _whole(tokens) or tokens < 1:
-        raise violation(YAML_FILE, "kv_cache_config.tokens_per_block", "must be > 0", "§5.7")
+        raise violation(yaml_file, "kv_cache_config.tokens_per_block", "must be > 0", "§5.7")
     if not isinstance(cache.get("enable_block_reuse", True), bool):
-        raise violation(YAML_FILE, "kv_cache_config.enable_block_reuse", "not a bool", "§5.7")
+        raise violation(yaml_file, "kv_cache_config.enable_block_reuse", "not a bool", "§5.7")
     transceiver = document.get("cache_transceiver_config")
     if transceiver is not None and transceiver.get("backend") not in TRANSCEIVER_BACKENDS:
-        raise violation(YAML_FILE, "cache_transceiver_config.backend", "is unknown", "§5.7")
+        raise violation(yaml_file, "cache_transceiver_config.backend", "is unknown", "§5.7")
     config = document.get("speculative_config")
     if config is None:
         return
     for key in config:
         if key not in SPEC_KEYS:
-            raise violation(YAML_FILE, f"speculative_config.{key}", "is not known", "§5.3")
+            raise violation(yaml_file, f"speculative_config.{key}", "is not known", "§5.3")
     name = config.get("decoding_type")
     if name not in DECODING_TYPES:
-        raise violation(YAML_FILE, "speculative_config.decoding_type", f"{name!r}", "§5.2")
+        raise violation(yaml_file, "speculative_config.decoding_type", f"{name!r}", "§5.2")
     top = config.get("max_draft_len")
     if not _whole(top) or top < 1:
-        raise violation(YAML_FILE, "speculative_config.max_draft_len", "must be > 0", "§5.4")
+        raise violation(yaml_file, "speculative_config.max_draft_len", "must be > 0", "§5.4")
     if name in NEEDS_MODEL and not config.get("speculative_model"):
-        raise violation(YAML_FILE, "speculative_config.speculative_model", "required", "§5.4")
+        raise violation(yaml_file, "speculative_config.speculative_model", "required", "§5.4")
     if name == "MTP" and "speculative_model" in config:
         key = "speculative_config.speculative_model"
-        raise violation(YAML_FILE, key, "MTP layers are the target checkpoint's", "§5.4")
+        raise violation(yaml_file, key, "MTP layers are the target checkpoint's", "§5.4")
     if name == "NGram":
         size = config.get("max_matching_ngram_size")
         if not _whole(size) or size < 1:
             key = "speculative_config.max_matching_ngram_size"
-            raise violation(YAML_FILE, key, "must be a positive whole number", "§5.4")
+            raise violation(yaml_file, key, "must be a positive whole number", "§5.4")
     if "draft_len_schedule" in config:
-        _check_schedule(config, top)
+        _check_schedule(config, top, yaml_file)
     if "eagle_choices" in config:
-        _check_choices(config, name, top)
+        _check_choices(config, name, top, yaml_file)
 
 
-def _check_choices(config: dict[str, Any], name: str, top: int) -> None:
+def _check_choices(config: dict[str, Any], name: str, top: int, yaml_file: str) -> None:
     key = "speculative_config.eagle_choices"
     choices = config["eagle_choices"]
     if name not in TREE_TYPES:
-        raise violation(YAML_FILE, key, f"is Eagle's, not {name}'s", "§5.4")
+        raise violation(yaml_file, key, f"is Eagle's, not {name}'s", "§5.4")
     if not isinstance(choices, list) or not choices:
-        raise violation(YAML_FILE, key, "must be a non-empty list of paths", "§5.4")
+        raise violation(yaml_file, key, "must be a non-empty list of paths", "§5.4")
     paths = [tuple(path) for path in choices]
     if any(len(path) > 1 and path[:-1] not in paths for path in paths):
-        raise violation(YAML_FILE, key, "must be connected (every parent listed)", "§5.4")
+        raise violation(yaml_file, key, "must be connected (every parent listed)", "§5.4")
     if top != max(len(path) for path in paths):
-        raise violation(YAML_FILE, "speculative_config.max_draft_len", "is not the depth", "§5.4")
+        raise violation(yaml_file, "speculative_config.max_draft_len", "is not the depth", "§5.4")
 
 
-def _check_schedule(config: dict[str, Any], top: int) -> None:
+def _check_schedule(config: dict[str, Any], top: int, yaml_file: str) -> None:
     key = "speculative_config.draft_len_schedule"
     schedule = config["draft_len_schedule"]
     if "max_concurrency" in config:
-        raise violation(YAML_FILE, key, "is exclusive with max_concurrency", "§5.3")
+        raise violation(yaml_file, key, "is exclusive with max_concurrency", "§5.3")
     if not isinstance(schedule, dict) or not schedule:
-        raise violation(YAML_FILE, key, "must map batch sizes to draft lengths", "§5.3")
+        raise violation(yaml_file, key, "must map batch sizes to draft lengths", "§5.3")
     if not all(_whole(b) and b >= 1 and _whole(n) and n >= 0 for b, n in schedule.items()):
-        raise violation(YAML_FILE, key, "needs keys >= 1 and values >= 0", "§5.3")
+        raise violation(yaml_file, key, "needs keys >= 1 and values >= 0", "§5.3")
     if schedule[min(schedule)] != top:
-        raise violation(YAML_FILE, key, "must draft max_draft_len at its smallest key", "§5.3")
+        raise violation(yaml_file, key, "must draft max_draft_len at its smallest key", "§5.3")
     if max(schedule.values()) > top:
-        raise violation(YAML_FILE, key, "has a value above max_draft_len", "§5.3")
+        raise violation(yaml_file, key, "has a value above max_draft_len", "§5.3")
 
 
 def _whole(value: Any) -> bool:
@@ -303,10 +303,10 @@ def notes(setting: EngineSetting) -> list[str]:
 
 def render(setting: EngineSetting, header: list[str]) -> Rendered:
     document, schedule_notes = options(setting)
-    check(document)
+    name = role_file(YAML_FILE, setting.role)
+    check(document, name)
     missing, remarks = not_expressible(setting, schedule_notes), notes(setting)
     model = shlex.quote(setting.target.path)
-    name = role_file(YAML_FILE, setting.role)
     start = f"trtllm-serve {model} --extra_llm_api_options {name}"
     usage = ["Start the server from this folder:", f"  {start}"]
     text = comments(header_lines(header, missing, remarks, usage)) + dump_yaml(document)
