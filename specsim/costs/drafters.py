@@ -204,11 +204,8 @@ class AutoregressiveHeadsCost(HeadsCost):
         mean_kv = self._mean_kv(rows, k, kv)
         return k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
 
-    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
-        seconds = np.empty((kv.shape[0], windows))
-        for k in range(windows):
-            seconds[:, k] = self.decode_draft_s(rows, k, kv)
-        return seconds
+    # The generic per-window loop: PromptLookupCost's shortcut prices one pass per step.
+    decode_draft_s_by_k = NoDrafterCost.decode_draft_s_by_k
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         if rows == 0 or k == 0:

@@ -26,7 +26,7 @@ from specsim.planning.capacity_plan import (  # noqa: F401 (OFF, prepare: the co
     CapacityPlan,
     prepare,
 )
-from specsim.planning.common import metric
+from specsim.planning.common import metric, not_fitting_rows
 from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.search import Bisection
@@ -350,7 +350,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
     if plan.deployments:
         _with_deployments(plan, outcome, summary)
     elif plan.unfit:  # a plain plan names its misfits only when it has some
-        summary["not_fitting"] = _not_fitting(plan)
+        summary["not_fitting"] = not_fitting_rows(plan.unfit)
     return summary
 
 
@@ -362,17 +362,18 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
         item["tensor_parallel_size"] = r.candidate.tp
         item["devices"] = None if r.replicas is None else r.replicas * r.candidate.devices
     summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
-    summary["not_fitting"] = _not_fitting(plan)
+    summary["not_fitting"] = not_fitting_rows(plan.unfit)
     summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
     summary["fleet_checked_too"] = [
         {
             "candidate": entry.candidate.label,
             "planned_replicas": entry.replicas,
             "replicas": fleet[-1][0] if fleet else None,
-            "cost_usd_per_hour": confirmed_cost(plan, entry, fleet),
-            "meets_slo": confirmed_cost(plan, entry, fleet) is not None,
+            "cost_usd_per_hour": cost,
+            "meets_slo": cost is not None,
         }
         for entry, fleet in outcome["rechecked"]
+        for cost in [confirmed_cost(plan, entry, fleet)]
     ]
     rec, chosen = summary["recommendation"], outcome["chosen"]
     if rec is not None:
@@ -381,10 +382,6 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
         rec["devices"] = (
             None if rec["replicas"] is None else rec["replicas"] * chosen.candidate.devices
         )
-
-
-def _not_fitting(plan: CapacityPlan) -> list[dict[str, str]]:
-    return [{"candidate": c, "reason": why} for c, why in plan.unfit]
 
 
 def _against_off(plan: CapacityPlan, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ capacity: a ``Bisection`` on the load knob from the target up, to ``--tolerance`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,6 @@ class Headroom:
 
     search: Bisection
     error: str | None = None
-    rates: dict[float, float] = field(default_factory=dict)  # knob -> req/s, for the report
 
     @classmethod
     def above(cls, target_knob: float, tolerance: float) -> Headroom:

@@ -130,7 +130,3 @@ def deployment_rows(plan: DisaggregatedPlan) -> list[dict[str, Any]]:
         }
         for d in plan.deployments
     ]
-
-
-def not_fitting(plan: DisaggregatedPlan) -> list[dict[str, str]]:
-    return [{"candidate": what, "reason": why} for what, why in plan.unfit]

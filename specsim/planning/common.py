@@ -11,6 +11,8 @@ commands agree.
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -299,3 +301,17 @@ def scenario_identity(path: str | Path, overrides: Sequence[str]) -> dict[str, A
         "content": referenced_digest(path, list(overrides)),
         "overrides": list(overrides),
     }
+
+
+def not_fitting_rows(unfit: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """summary.json's ``not_fitting``: each candidate that cannot be deployed, and why."""
+    return [{"candidate": what, "reason": why} for what, why in unfit]
+
+
+def rows_csv(columns: Sequence[str], rows: list[dict[str, Any]]) -> str:
+    """``rows`` (mappings) as CSV text with ``columns`` as its header."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()

@@ -11,13 +11,11 @@ the target are not points: they measure one layout at other loads, not another f
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, fields
 from typing import Any
 
 from specsim.planning.capacity_pareto import mark_frontier, pareto_figure, user_speed
-from specsim.planning.common import metric
+from specsim.planning.common import metric, rows_csv
 from specsim.planning.disagg import DisaggregatedPlan, Layout, Search, meets
 
 
@@ -81,11 +79,7 @@ def pareto_csv(points: list[dict[str, Any]]) -> str:
     """summary.json's ``pareto`` rows, most tokens per device first (as the co-located plan's
     pareto.csv)."""
     rows = sorted(points, key=lambda p: (-p["tokens_per_s_per_device"], -p["user_tokens_per_s"]))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    return rows_csv(COLUMNS, rows)
 
 
 def pareto_png(points: list[dict[str, Any]]) -> bytes:

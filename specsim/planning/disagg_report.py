@@ -4,8 +4,6 @@ tried as a CSV row, and the short human summary."""
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -15,9 +13,8 @@ from specsim.planning.capacity_split_report import (
     CANDIDATE_COLUMNS,
     candidate_rows,
     deployment_rows,
-    not_fitting,
 )
-from specsim.planning.common import metric
+from specsim.planning.common import metric, not_fitting_rows, rows_csv
 from specsim.planning.disagg import (
     COLOCATED,
     DISAGGREGATED,
@@ -201,7 +198,7 @@ def json_summary(plan: DisaggregatedPlan, searches: list[Search]) -> dict[str, A
     }
     if plan.deployments:
         summary["deployments"] = deployment_rows(plan)
-        summary["not_fitting"] = not_fitting(plan)
+        summary["not_fitting"] = not_fitting_rows(plan.unfit)
     return summary
 
 
@@ -211,19 +208,11 @@ def layouts_csv(plan: DisaggregatedPlan, searches: list[Search]) -> str:
         for search in searches
         for layout, result in search.tried.items()
     ]
-    return _csv(CSV_COLUMNS, rows)
+    return rows_csv(CSV_COLUMNS, rows)
 
 
 def candidates_csv(summary: dict[str, Any]) -> str:
-    return _csv(CANDIDATE_COLUMNS, summary["candidates"])
-
-
-def _csv(columns, rows: list[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    return rows_csv(CANDIDATE_COLUMNS, summary["candidates"])
 
 
 def human(summary: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from specsim.simulation.compiled_kernels import _apply, _jump, _next_double, _se
 
 _jit = numba.njit(cache=False, nogil=True)
 
-# Drafter kinds, as ``compiled_loop.drafter_code`` numbers them.
+# Drafter kinds, as ``compiled_loop._DRAFTER_CODES`` numbers them.
 NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
 
 # ``costs`` array layout (``compiled_loop.cost_vector``).

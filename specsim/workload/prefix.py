@@ -180,10 +180,6 @@ class Prefixes:
         self._data = data  # cached tokens or session codes per request number
         self._drawn = DrawnPrefixes(prefix, rng) if rng is not None else None
 
-    @property
-    def enabled(self) -> bool:
-        return self.prefix is not None
-
     def for_replica(self, capacity_tokens: int, remembers_output: bool = True):
         """``remembers_output`` False: a session's turn is remembered by its prompt alone."""
         if self.prefix is None:
