@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from specsim.engine.mtp_step import is_mtp
 from specsim.engine.step import Rows
 from specsim.models import DecoderModel, KVCache
 
@@ -45,7 +46,7 @@ class Batch:
         # An MTP drafter reads the target's last hidden state per position (one spare slot for
         # padding, as the caches have).
         self.hidden = None
-        if getattr(drafter, "is_mtp", False):
+        if is_mtp(drafter):
             width = target.config.hidden_size
             self.hidden = torch.zeros(
                 (capacity, max_len + 1, width), dtype=target.dtype, device=device

@@ -37,6 +37,7 @@ from specsim.drafters import PromptLookup
 from specsim.engine.batch import Batch
 from specsim.engine.clock import MeteredModel
 from specsim.engine.iteration_log import IterationLog
+from specsim.engine.mtp_step import is_mtp
 from specsim.engine.step import (
     Faults,
     Sampling,
@@ -103,7 +104,7 @@ class ServingEngine:
         )
         tree = options.tree
         if tree is not None:
-            if getattr(drafter, "is_mtp", False):
+            if is_mtp(drafter):
                 raise SpecsimError(
                     "the MTP drafter drafts chains only",
                     key="speculation.tree",

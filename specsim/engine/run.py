@@ -34,16 +34,16 @@ PRODUCED_BY = (
     "specsim's built-in engine (the built-in models in plain torch), not vLLM: only the format "
     "is vllm bench serve's"
 )
+# The drafter spec that means the target's own multi-token-prediction module (a profile's
+# ``method: mtp``), loaded from the target's checkpoint.
+MTP_SPEC = "mtp"
 # Drafter names the shipped scenarios and profiles use, and the models behind them.
 DEFAULT_DRAFTERS = {
     "small": "specsim-draft-small",
     "tiny": "specsim-draft-tiny",
     "ngram": "ngram",
-    "mtp": "mtp",
+    "mtp": MTP_SPEC,
 }
-# The drafter spec that means the target's own multi-token-prediction module (a profile's
-# ``method: mtp``), loaded from the target's checkpoint.
-MTP_SPEC = "mtp"
 
 
 @dataclass
@@ -152,7 +152,7 @@ def drafters_for_profile(drafters: dict[str, str] | None, profile) -> dict[str, 
     unless ``drafters`` names its model."""
     chosen = dict(drafters or DEFAULT_DRAFTERS)
     for name, spec in profile.drafters.items():
-        if getattr(spec, "method", None) == "mtp" and name not in (drafters or {}):
+        if spec.method == "mtp" and name not in (drafters or {}):
             chosen[name] = MTP_SPEC
     return chosen
 

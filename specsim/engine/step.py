@@ -145,8 +145,8 @@ def prefill_step(
         prefill_mtp(drafter, rows)
     else:
         logits = target(ids, rows.target_cache, lengths)
-    if rows.draft_cache is not None and not is_mtp(drafter):
-        drafter(ids, rows.draft_cache, lengths)
+        if rows.draft_cache is not None:
+            drafter(ids, rows.draft_cache, lengths)
     last = logits[torch.arange(ids.shape[0], device=logits.device), lengths - 1]
     tokens = sample_from_probs(sampling.probs(last), uniforms.to(logits.device), validate=False)
     logprob = torch.log_softmax(last.double(), dim=-1).gather(1, tokens[:, None]).squeeze(1)

@@ -170,9 +170,13 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
     check_device(opts.device)
     where = str(scenario.source) if scenario.source else None
     drafters = opts.drafters or DEFAULT_DRAFTERS
-    if opts.profile is not None and Path(opts.profile).is_file():
+    given = None
+    if opts.profile is not None:
+        if not Path(opts.profile).is_file():
+            raise SpecsimError("profile not found", file=str(opts.profile), fix="check the path")
+        given = load_profile(opts.profile)
         # A profile's MTP drafter (method: mtp) is run as the target's own module.
-        drafters = drafters_for_profile(opts.drafters, load_profile(opts.profile).profile)
+        drafters = drafters_for_profile(opts.drafters, given.profile)
     drafter_spec = resolve_drafter(scenario.speculation.drafter, drafters, where)
     with atomic_output_dir(out) as staging:
         if opts.profile is None:
@@ -184,12 +188,8 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             final_profile = str(Path(out) / "profile.yaml")
         else:
             profile_path = Path(opts.profile)
-            if not profile_path.is_file():
-                raise SpecsimError(
-                    "profile not found", file=str(profile_path), fix="check the path"
-                )
             final_profile = str(profile_path)
-        profile = load_profile(profile_path)
+        profile = given or load_profile(profile_path)
         spec = scenario.speculation
         fit = fit_check(profile, spec.drafter if spec.enabled else None)
         for line in fit_warnings(fit):
