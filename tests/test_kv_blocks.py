@@ -99,6 +99,18 @@ def test_a_request_too_large_for_the_blocks_is_refused():
         admission(4, 16).check_fits(Request(0, 0.0, 60, 10))
 
 
+def test_a_prefill_replica_needs_room_for_the_prompt_only():
+    # 60 + 3 = 63 tokens: cdiv(63, 16) = 4 blocks fit 4 though the whole request (5) does not;
+    # a 70-token prompt needs cdiv(73, 16) = 5.
+    from specsim.simulation.disagg import PrefillAdmission
+
+    engine = Engine(max_batch=8, max_batched_tokens=1000, block_size=16)
+    prefill = PrefillAdmission(engine, LOOKAHEAD, 4, Levels(), np.random.default_rng(0))
+    prefill.check_fits(Request(0, 0.0, 60, 10))
+    with pytest.raises(SpecsimError, match="5 KV-cache blocks of 16"):
+        prefill.check_fits(Request(1, 0.0, 70, 10))
+
+
 BASE = {
     "seed": 3,
     "profile": "sim_profile.yaml",

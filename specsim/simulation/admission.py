@@ -184,10 +184,18 @@ class Admission:
 
     def check_fits(self, request: Request) -> None:
         why = never_fits(
-            request.prompt, request.output, self.lookahead, self.kv_capacity, self.block_size
+            request.prompt,
+            self.output_held(request),
+            self.lookahead,
+            self.kv_capacity,
+            self.block_size,
         )
         if why is not None:
             raise SpecsimError(f"request {request.rid} {why}", key="workload", fix=FITS_FIX)
+
+    def output_held(self, request: Request) -> int:
+        """The output tokens whose KV this replica holds for ``request`` (all of them)."""
+        return request.output
 
     def kv_in_use(self, decoding: int, decode_kv: float) -> float:
         """KV-cache tokens held: the decoding rows' context and lookahead, and the prompts'

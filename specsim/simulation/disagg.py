@@ -97,16 +97,8 @@ class KvLink:
 class PrefillAdmission(Admission):
     """A prefill replica holds a prompt only until its first token: only the prompt must fit."""
 
-    def check_fits(self, request: Request) -> None:
-        need = self.slots(request.prompt + self.lookahead)
-        if need > self.kv_capacity:
-            unit = "tokens" if self.block_size is None else f"blocks of {self.block_size}"
-            raise SpecsimError(
-                f"request {request.rid}'s prompt needs {need:.0f} KV-cache {unit} but a "
-                f"prefill replica holds {self.kv_capacity}",
-                key="workload",
-                fix="cap the prompt lengths, or give the prefill pool more memory",
-            )
+    def output_held(self, request: Request) -> int:
+        return 0
 
 
 class DecodeAdmission(Admission):
