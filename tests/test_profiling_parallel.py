@@ -391,3 +391,28 @@ def test_a_scenario_opts_in_and_the_run_is_flagged(tmp_path, repo):
     from specsim.estimate import estimate_point
 
     estimate_point(str(path), scaled)
+
+
+def test_scaling_refuses_a_replicated_latent_cache(repo):
+    """DeepSeek-V3's latent KV cache is whole on every device (35,136 bytes a token on each of
+    8): dividing it over the devices, as the scaling does for KV heads, would be wrong."""
+    from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
+
+    path = repo / "profiles/deepseek-v3_mtp_8xh200-fp8-roofline.yaml"
+    deepseek = load_profile(path).profile
+    assert deepseek.target.sharding.kv_bytes_per_token_per_device == 35_136
+    with pytest.raises(SpecsimError, match="not divided over the devices"):
+        scale_profile(deepseek, 4, TensorParallelScaling(**NVLINK), str(path))
+
+
+def test_scaling_refuses_expert_parallelism(repo):
+    from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
+
+    profile = load_profile(repo / "profiles/llama3.1-70b_llama3.2-1b_4xh100-tp4-roofline.yaml")
+    target = profile.profile.target
+    sharding = target.sharding.model_copy(update={"expert_parallel_size": 4})
+    expert = profile.profile.model_copy(
+        update={"target": target.model_copy(update={"sharding": sharding})}
+    )
+    with pytest.raises(SpecsimError, match="expert parallelism"):
+        scale_profile(expert, 8, TensorParallelScaling(**NVLINK), "p.yaml")

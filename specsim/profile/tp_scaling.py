@@ -114,6 +114,20 @@ def _scaled_spec(
     return spec.model_copy(update={"latency": latency, "sharding": sharding})
 
 
+def _not_scalable(spec: ModelSpec) -> str | None:
+    """Why a sharded spec's terms do not divide over devices as the scaling assumes, or None."""
+    sharding = spec.sharding
+    if sharding is None:
+        return None
+    if sharding.expert_parallel_size:
+        return "deals its experts over the devices (expert parallelism: all-to-all exchanges)"
+    per_device, devices = sharding.kv_bytes_per_token_per_device, sharding.tensor_parallel_size
+    # Per-device bytes are written rounded: half a byte a device is not a replicated cache.
+    if per_device is not None and per_device * devices > spec.kv_bytes_per_token + devices:
+        return "keeps a KV cache that is not divided over the devices (latent or replicated)"
+    return None
+
+
 def scale_profile(profile: Profile, tp: int, link: TensorParallelScaling, where: str) -> Profile:
     """``profile`` (a roofline over ``t0`` devices) as a roofline over ``tp``, flagged."""
     t0 = profile.hardware.devices
@@ -126,6 +140,17 @@ def scale_profile(profile: Profile, tp: int, link: TensorParallelScaling, where:
             fix=f"measure or write a profile for {tp} devices, or drop "
             "engine.tensor_parallel_scaling",
         )
+    for name, spec in (("target", profile.target), *profile.drafters.items()):
+        why = _not_scalable(spec)
+        if why is not None:
+            raise SpecsimError(
+                f"profile {profile.name!r}: {name} {why}, which this scaling (weights, KV heads "
+                "and two all-reduces per layer, each divided over the devices) does not model",
+                file=where,
+                key="engine.tensor_parallel_scaling",
+                fix=f"write a roofline for {tp} devices (profile --roofline --tp {tp}), or drop "
+                "engine.tensor_parallel_scaling",
+            )
     hardware = profile.hardware.model_copy(
         update={
             "tensor_parallel_size": tp if tp > 1 else None,
