@@ -129,3 +129,24 @@ def test_the_estimate_is_seeded():
     other = scores(p_logits, q_logits, 4, seed=4)
     assert not np.array_equal(first[..., 3], other[..., 3])
     np.testing.assert_array_equal(first[..., :3], other[..., :3])  # the exact ranks
+
+
+def test_wide_nodes_over_a_real_vocabulary_are_left_out_with_a_warning():
+    """A node of 3 children over 4,096 tokens would need [4096, 4096] doubles per position for
+    the exact rank-2 sum: the entries are left out (said once), the other draftings kept; 2
+    children need no such sum."""
+    from types import SimpleNamespace
+
+    from specsim.profiling.tree_measure import tree_entries
+    from specsim.profiling.tree_without_replacement import affordable
+    from specsim.tree import TreeShape
+
+    assert affordable(258, 4) and affordable(150_000, 2) and not affordable(4_096, 3)
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 4_096, generator=generator)
+    text = SimpleNamespace(logits=logits, tokens=[1, 2, 3, 4, 5, 6])
+    with pytest.warns(UserWarning, match="without-replacement tree entries left out"):
+        entries = tree_entries(
+            "d", [logits.roll(1, -1)], [text], 1.0, ["rejection"], [TreeShape.parse("3,1")]
+        )
+    assert {e["drafts"] for e in entries} == {"top-k", "iid"}

@@ -15,6 +15,7 @@ trees.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,10 +49,21 @@ def tree_entries(
 ) -> list[dict]:
     """Entries for one draft model (``q_logits``: its logits along each generation's text);
     ``seed`` seeds the without-replacement estimates of wide nodes."""
+    from specsim.profiling.tree_without_replacement import affordable
+
     runs = tree_runs(verifiers, temperature)
     if not runs or not shapes:
         return []
     width = max(len(s.children(v)) for s in shapes for v in range(-1, s.num_nodes))
+    vocab = int(q_logits[0].shape[-1]) if len(q_logits) else 0
+    if not affordable(vocab, width) and any(d == "without-replacement" for _, d in runs):
+        warnings.warn(
+            f"{drafter}: without-replacement tree entries left out: a node of {width} children "
+            f"over {vocab} tokens needs the exact rank-2 sum's [{vocab}, {vocab}] tensors per "
+            "position; measure trees of at most 2 children for them",
+            stacklevel=2,
+        )
+        runs = [(v, d) for v, d in runs if d != "without-replacement"]
     scores = _scores(q_logits, generations, temperature, {d for _, d in runs}, width, seed)
     entries = []
     for verifier, drafts in runs:

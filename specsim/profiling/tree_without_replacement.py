@@ -40,7 +40,14 @@ EXACT_RANKS = 3  # ranks 0..2 are summed exactly; wider nodes are estimated
 SAMPLES = 64  # histories per position for the estimated ranks
 REPLICATES = 8  # groups of the histories, for the standard error
 CHUNK = 32  # positions per pass (the rank-2 sum holds [CHUNK, V, V] tensors)
+MAX_RANK2_ELEMENTS = 2**27  # 1 GiB of doubles per [CHUNK, V, V] tensor: about V = 2,000
 TINY = 1e-300
+
+
+def affordable(vocab: int, width: int) -> bool:
+    """Whether nodes of ``width`` children can be scored over a ``vocab``-token vocabulary: the
+    exact rank-2 sum needs [CHUNK, V, V] tensors, out of reach for a real model's vocabulary."""
+    return width <= 2 or CHUNK * vocab * vocab <= MAX_RANK2_ELEMENTS
 
 
 @dataclass
