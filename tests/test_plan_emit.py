@@ -234,7 +234,7 @@ def test_a_setting_an_engine_refuses_leaves_nothing_written(emitted, tmp_path, m
     violated constraint) stops the whole plan's output, not half of it."""
     from specsim.serving import trtllm_config
 
-    def refuse(document):
+    def refuse(document, *file):
         raise SpecsimError("planted", file="engine/trtllm.yaml", key="max_draft_len", fix="x")
 
     monkeypatch.setattr(trtllm_config, "check", refuse)
