@@ -1,12 +1,30 @@
 """Checks of a model's ``config.json`` keys that the loader (torch) and the roofline (no torch)
 both apply, so that the two read a config alike: counts that may be 0, the experts a token
-takes, and Qwen3-MoE's dense layers."""
+takes, Qwen3-MoE's dense layers, and DeepSeek-V3's defaults."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from specsim.errors import SpecsimError
+
+# DeepSeek-V3's whole-number keys and the values transformers' DeepseekV3Config (and DeepSeek-V3
+# itself) gives when they are absent; the loader and the roofline both read absent keys as these.
+DEEPSEEK_V3_DEFAULTS: dict[str, int] = {
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 256,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 2048,
+    "n_shared_experts": 1,
+    "n_group": 8,
+    "topk_group": 4,
+    "first_k_dense_replace": 3,
+    "num_nextn_predict_layers": 1,
+}
 
 
 def count_key(data: dict[str, Any], key: str, source: str, highest: int, default: int) -> int:
@@ -47,3 +65,11 @@ def moe_dense_layers(data: dict[str, Any], step: int, num_layers: int, source: s
             fix="list the dense layers' indices, or give []",
         )
     return tuple(i for i in range(num_layers) if i in only or (i + 1) % step)
+
+
+def deepseek_layer_counts(data: dict[str, Any], num_layers: int, source: str) -> tuple[int, int]:
+    """DeepSeek-V3's leading dense layers (first_k_dense_replace) and its multi-token-prediction
+    modules (num_nextn_predict_layers)."""
+    dense_key, mtp_key = "first_k_dense_replace", "num_nextn_predict_layers"
+    dense = count_key(data, dense_key, source, num_layers, DEEPSEEK_V3_DEFAULTS[dense_key])
+    return dense, count_key(data, mtp_key, source, 2**10, DEEPSEEK_V3_DEFAULTS[mtp_key])

@@ -288,6 +288,27 @@ def test_plan_options_are_checked_as_the_clis_are(tmp_path):
         specsim.plan_window(POISSON, out=tmp_path / "file")
 
 
+@pytest.mark.parametrize("entry", ["plan_capacity", "plan_disaggregated"])
+def test_both_capacity_entries_set_up_their_run_alike(tmp_path, entry):
+    """The co-located and the disaggregated entry share their set-up: the same refusals of a
+    scenario that is not a file and of an out that is not a folder, before anything runs."""
+    plan = getattr(specsim, entry)
+    with pytest.raises(TypeError) as error:
+        plan(load_scenario(POISSON), target_rps=5)
+    assert str(error.value) == (
+        "a plan needs the scenario's file, which its simulations load (in worker processes "
+        "too), not a Scenario: pass the path, and changes as overrides"
+    )
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecsimError) as error:
+        plan(POISSON, target_rps=5, out=tmp_path / "file")
+    assert str(error.value) == (
+        f"{tmp_path / 'file'}: out: output path exists and is not a folder; fix: choose another "
+        "out, or remove that file"
+    )
+    assert (tmp_path / "file").read_text() == "x"
+
+
 # -- load_run -------------------------------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ The parameter counts (671 B total, 37 B active) are checked with the other famil
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_model_sizing import (
     DEEPSEEK_ATTENTION,
@@ -19,8 +21,10 @@ from test_model_sizing import (
     roofline,
 )
 
+from specsim.model_keys import DEEPSEEK_V3_DEFAULTS
+from specsim.models.config import ModelConfig
 from specsim.profile import load_profile
-from specsim.profiling.flops import load_shape, pass_cost
+from specsim.profiling.flops import load_shape, pass_cost, shape_from_config
 from specsim.profiling.parallel import Layout, check_split, device_kv_bytes_per_token
 
 LATENT = 512 + 64  # kv_lora_rank + qk_rope_head_dim, per token per layer
@@ -106,3 +110,13 @@ def test_the_roofline_profile_of_deepseek_v3_on_8_h200s_in_fp8(repo, tmp_path, c
     code, out = roofline(repo, tmp_path / "bf16", "h200-sxm", "deepseek-v3", "--tp", "8")
     assert code == 2 and not out.exists()
     assert "167.8 GB per device" in capsys.readouterr().err
+
+
+def test_both_readers_give_absent_keys_deepseek_v3s_own_values(repo):
+    """The loader and the roofline share one table of defaults: a released config.json with
+    every defaulted key left out reads, in each, as the full one does."""
+    full = json.loads((repo / "profiles" / "models" / "deepseek-v3.json").read_text())
+    bare = {key: value for key, value in full.items() if key not in DEEPSEEK_V3_DEFAULTS}
+    assert len(full) - len(bare) == len(DEEPSEEK_V3_DEFAULTS) == 13
+    assert ModelConfig.from_hf_dict(bare, "bare.json") == ModelConfig.from_hf_dict(full, "full")
+    assert shape_from_config(bare, "v3", "bare.json") == shape_from_config(full, "v3", "full")

@@ -232,6 +232,47 @@ def test_weights_that_do_not_fit_the_config(tmp_path):
         load_model(directory)
 
 
+TARGET_REFUSALS = {
+    # (tensors changed: None deletes, error with the folder written <dir>)
+    "a tensor of the wrong shape": (
+        {"model.norm.weight": torch.ones(5)},
+        "<dir>/model.safetensors: model.norm.weight: shape (5,) does not match the config's "
+        "(32,); fix: use the config.json that belongs to these weights",
+    ),
+    "an unexpected tensor": (
+        {"model.layers.0.self_attn.q_proj.bias": torch.ones(32)},
+        "<dir>/model.safetensors: model.layers.0.self_attn.q_proj.bias: unexpected weight for "
+        "this architecture; fix: check model_type, tie_word_embeddings and attention_bias",
+    ),
+    "a missing tensor": (
+        {"lm_head.weight": None, "model.norm.weight": None},
+        "<dir>: lm_head.weight: weight missing (2 in all); fix: download the complete checkpoint",
+    ),
+    # Tensors are checked as they are read, the missing ones after: the misfit is named.
+    "a missing tensor and a misfit one": (
+        {"lm_head.weight": None, "model.norm.weight": torch.ones(5)},
+        "<dir>/model.safetensors: model.norm.weight: shape (5,) does not match the config's "
+        "(32,); fix: use the config.json that belongs to these weights",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", TARGET_REFUSALS)
+def test_a_checkpoint_that_does_not_fit_is_refused_word_for_word(tmp_path, fault):
+    """The target's refusals exactly; the MTP layer's load shares their code with its own
+    wording (``test_mtp_engine``)."""
+    changes, expected = TARGET_REFUSALS[fault]
+    model = make_model(small_config("llama"))
+    directory = write_hf_dir(tmp_path / "m", model)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    tensors.update(changes)
+    tensors = {k: v for k, v in tensors.items() if v is not None}
+    save_file(tensors, str(directory / "model.safetensors"))
+    with pytest.raises(SpecsimError) as error:
+        load_model(directory)
+    assert str(error.value).replace(str(directory), "<dir>") == expected
+
+
 def test_missing_shard(tmp_path):
     directory = write_hf_dir(tmp_path / "hf", make_model(small_config()), shards=2)
     (directory / "model-00002-of-00002.safetensors").unlink()

@@ -302,6 +302,54 @@ def test_an_mtp_layer_missing_from_the_checkpoint_is_refused_in_one_line(built, 
     assert "model.layers.3.eh_proj.weight" in str(error.value) and "\n" not in str(error.value)
 
 
+MTP_REFUSALS = {
+    # (layer 3's tensors changed: None deletes, error with the folder written <dir>)
+    "a missing tensor": (
+        {"eh_proj.weight": None},
+        "<dir>: model.layers.3.eh_proj.weight: MTP weight missing (1 in all); fix: download the "
+        "complete checkpoint (its MTP layer included)",
+    ),
+    "a missing tensor of the block": (
+        {"self_attn.kv_a_layernorm.weight": None},
+        "<dir>: model.layers.3.self_attn.kv_a_layernorm.weight: MTP weight missing (1 in all); "
+        "fix: download the complete checkpoint (its MTP layer included)",
+    ),
+    "a tensor of the wrong shape": (
+        {"eh_proj.weight": torch.zeros(HIDDEN, HIDDEN)},
+        "<dir>/model.safetensors: eh_proj.weight: MTP weight of shape (32, 32) does not fit the "
+        "config; fix: use the config.json that belongs to these weights",
+    ),
+    "an unexpected tensor": (
+        {"self_attn.o_proj.bias": torch.zeros(HIDDEN)},
+        "<dir>/model.safetensors: block.self_attn.o_proj.bias: unexpected MTP weight for this "
+        "architecture; fix: use the config.json that belongs to these weights",
+    ),
+    # The layer is read whole before it is checked: the missing tensor is named first.
+    "a missing tensor and a misfit one": (
+        {"enorm.weight": None, "eh_proj.weight": torch.zeros(HIDDEN, HIDDEN)},
+        "<dir>: model.layers.3.enorm.weight: MTP weight missing (1 in all); fix: download the "
+        "complete checkpoint (its MTP layer included)",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", MTP_REFUSALS)
+def test_an_mtp_layer_that_does_not_fit_is_refused_word_for_word(built, tmp_path, fault):
+    """The MTP layer's refusals exactly (the target's: ``test_models_loader``)."""
+    changes, expected = MTP_REFUSALS[fault]
+    folder = built[0]
+    weights = load_file(folder / "model.safetensors")
+    weights.update({f"model.layers.3.{name}": tensor for name, tensor in changes.items()})
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text((folder / "config.json").read_text())
+    kept = {k: v for k, v in weights.items() if v is not None}
+    save_file(kept, str(tmp_path / "m" / "model.safetensors"))
+    target = load_model(tmp_path / "m")
+    with pytest.raises(SpecsimError) as error:
+        load_mtp_drafter(tmp_path / "m", target)
+    assert str(error.value).replace(str(tmp_path / "m"), "<dir>") == expected
+
+
 def test_mtp_drafts_chains_only(models):
     target, mtp = models
     with pytest.raises(SpecsimError, match="chains only"):

@@ -7,7 +7,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.planning.capacity import attainment_of, attains_slo
-from specsim.planning.common import choose, parse_k_values, parse_loads
+from specsim.planning.common import choose, parse_counts, parse_k_values, parse_loads
 from specsim.planning.sweep import PointResult
 from specsim.planning.window import LoadResult, crossover, k_by_batch
 from specsim.planning.window_table import (
@@ -263,6 +263,76 @@ def test_load_and_k_parsing():
         parse_k_values("a..b")
     with pytest.raises(SpecsimError, match="empty k range"):
         parse_k_values("5..2")
+
+
+def tree_steps(text):
+    return parse_counts(text, "--tree-steps", 1, 32)
+
+
+def tree_tokens(text):
+    return parse_counts(text, "--tree-tokens", 2, 1025)
+
+
+# Each list option's refusals, word for word: --k and the --tree-* options share one parser.
+LIST_REFUSALS = [
+    (parse_k_values, "a..b", "--k: cannot read 'a..b' as k values; fix: write e.g. 0..8 or 0,2,4"),
+    (parse_k_values, "-1", "--k: cannot read '-1' as k values; fix: write e.g. 0..8 or 0,2,4"),
+    (parse_k_values, "5..2", "--k: empty k range '5..2'; fix: write low..high"),
+    (
+        parse_k_values,
+        "0,2-40",
+        "--k: k = 40 is more than a window takes (at most 32); fix: give k values from 0 to 32",
+    ),
+    (parse_k_values, " , ", "--k: no k values given; fix: write e.g. 0..8"),
+    (
+        tree_steps,
+        "x",
+        "--tree-steps: cannot read 'x' as whole numbers; fix: write e.g. 1,2,4 or 1..4",
+    ),
+    (
+        tree_steps,
+        "1-3",
+        "--tree-steps: cannot read '1-3' as whole numbers; fix: write e.g. 1,2,4 or 1..4",
+    ),
+    (
+        tree_steps,
+        "0",
+        "--tree-steps: '0' is outside 1..32 (or an empty range); fix: give values from 1 to 32",
+    ),
+    (
+        tree_steps,
+        "4..1",
+        "--tree-steps: '4..1' is outside 1..32 (or an empty range); fix: give values from 1 to 32",
+    ),
+    (
+        tree_steps,
+        "2,30..33",
+        "--tree-steps: '30..33' is outside 1..32 (or an empty range); fix: give values from 1 "
+        "to 32",
+    ),
+    (
+        tree_tokens,
+        "1..4",
+        "--tree-tokens: '1..4' is outside 2..1025 (or an empty range); fix: give values from 2 "
+        "to 1025",
+    ),
+    (tree_steps, "", "--tree-steps: no values given; fix: write e.g. 1,2,4"),
+]
+
+
+@pytest.mark.parametrize(("parse", "text", "error"), LIST_REFUSALS)
+def test_each_list_option_refuses_in_its_own_words(parse, text, error):
+    with pytest.raises(SpecsimError) as info:
+        parse(text)
+    assert str(info.value) == error
+
+
+def test_the_list_options_read_ranges_alike():
+    assert parse_k_values(" 6, 0..2 3-3 ") == [0, 1, 2, 3, 6]
+    assert tree_steps(" 6, 1..2 3..3 ") == [1, 2, 3, 6]
+    assert parse_k_values("32") == [32] and tree_steps("32") == [32]
+    assert tree_tokens("2,1025") == [2, 1025]
+    assert parse_k_values(None) is None and tree_steps(None) is None
 
 
 def test_slo_attainment_prefers_the_summary_figure_and_falls_back_to_goodput():

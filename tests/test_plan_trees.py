@@ -13,6 +13,7 @@ import yaml
 
 from specsim.cli import main
 from specsim.errors import SpecsimError
+from specsim.planning.common import parse_counts
 from specsim.planning.points import SweepPoint
 from specsim.planning.screen import Figures, screen_grid
 from specsim.planning.trees import (
@@ -20,7 +21,6 @@ from specsim.planning.trees import (
     acceptance_rates,
     given_trees,
     merge,
-    parse_counts,
     sglang_candidates,
     sglang_tree,
 )

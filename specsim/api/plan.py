@@ -205,7 +205,7 @@ def plan_window(
     the chains, in the summary's ``trees`` block and the ``chain_or_tree`` table."""
     from specsim.planning.trees import SglangSpace, given_trees
 
-    return _run(
+    return run_planner(
         window_run,
         scenario,
         out,
@@ -257,7 +257,7 @@ def plan_capacity(
     deployment options.
     Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
     with deployments also ``deployments`` and ``pareto``."""
-    return _run(
+    return run_planner(
         capacity_run,
         scenario,
         out,
@@ -325,7 +325,7 @@ def drafter_swap(
     recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter); ``emit``
     and ``models`` as for ``plan_window``. Tables: ``drafters``, ``acceptance_per_position``,
     ``per_load``, ``sweep``."""
-    return _run(
+    return run_planner(
         swap_run,
         scenario,
         out,
@@ -340,29 +340,36 @@ def drafter_swap(
     )
 
 
-def _run(
-    run: Callable[..., Planned],
+def run_planner(
+    run: Callable[..., Any],
     scenario: Any,
     out: str | os.PathLike | None,
     options: SweepOptions,
     overrides: dict[str, Any],
+    *,
+    write: Callable[[str | os.PathLike, Any], None] = write_plan,
+    result: Callable[[Any, Path | None], PlanResult] | None = None,
     **arguments: Any,
 ) -> PlanResult:
+    """A planner command from the API (``plan_disaggregated`` too): ``run``, a ``*_run``
+    function, into ``out`` with its files written there by ``write``, or into a temporary
+    folder without ``out``; ``result`` makes the PlanResult (default: from a ``Planned``)."""
     if not isinstance(scenario, (str, os.PathLike)):
         raise TypeError(
             "a plan needs the scenario's file, which its simulations load (in worker processes "
             f"too), not a {type(scenario).__name__}: pass the path, and changes as overrides"
         )
+    result = result or _result
     path = os.fspath(scenario)
     texts = override_texts(overrides)
     if out is None:
         with tempfile.TemporaryDirectory(prefix="specsim-plan-") as folder:
             planned = run(path, texts, out=Path(folder) / "sweep", options=options, **arguments)
-        return _result(planned, None)
+        return result(planned, None)
     check_output_folder(out, "out")
     planned = run(path, texts, out=Path(out), options=options, **arguments)
-    write_plan(out, planned)
-    return _result(planned, Path(out))
+    write(out, planned)
+    return result(planned, Path(out))
 
 
 def _result(planned: Planned, out: Path | None) -> PlanResult:

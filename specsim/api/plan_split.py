@@ -4,15 +4,12 @@ the command and the function share (so the function's summary equals the command
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsim.api.overrides import override_texts
 from specsim.api.results import PlanResult, read_table
-from specsim.fileio import check_output_folder
 from specsim.planning import disagg, disagg_report, emit_split
 from specsim.planning import emit as engine_files
 from specsim.planning.capacity_deploy import DeploymentRequest, write_built
@@ -121,41 +118,34 @@ def plan_disaggregated(
     the SLO, on or off the frontier). ``emit`` and ``models`` as
     for ``plan_window``: each pool's engine files for the chosen split layout in
     ``attachments`` (``engine/``)."""
-    from specsim.api.plan import SweepOptions, deployments
+    from specsim.api.plan import SweepOptions, deployments, run_planner
 
-    request = deployments(
-        profiles,
-        tp,
-        precision,
-        hardware,
-        target_model,
-        draft_models,
-        acceptance_from,
-        draft_tp,
-        expert_parallel,
+    return run_planner(
+        disaggregated_run,
+        scenario,
+        out,
+        SweepOptions(workers, cluster, cluster_tls, progress),
+        overrides,
+        write=write_disaggregated,
+        result=_result,
+        deployments=deployments(
+            profiles,
+            tp,
+            precision,
+            hardware,
+            target_model,
+            draft_models,
+            acceptance_from,
+            draft_tp,
+            expert_parallel,
+        ),
+        emit=engine_files.emit_request(emit, models, ("emit", "models")),
+        target_rps=target_rps,
+        tolerance=tolerance,
+        attainment=attainment,
+        max_replicas=max_replicas,
+        seed=seed,
     )
-    if not isinstance(scenario, (str, os.PathLike)):
-        raise TypeError(
-            "a plan needs the scenario's file, which its simulations load: pass the path, and "
-            "changes as overrides"
-        )
-    request_emit = engine_files.emit_request(emit, models, ("emit", "models"))
-    options = SweepOptions(workers, cluster, cluster_tls, progress)
-    arguments = (target_rps, tolerance, attainment, max_replicas, seed)
-    texts = override_texts(overrides)
-    if out is None:
-        with tempfile.TemporaryDirectory(prefix="specsim-plan-") as folder:
-            sweep = Path(folder) / "sweep"
-            planned = disaggregated_run(
-                os.fspath(scenario), texts, *arguments, sweep, options, request, request_emit
-            )
-        return _result(planned, None)
-    check_output_folder(out, "out")
-    planned = disaggregated_run(
-        os.fspath(scenario), texts, *arguments, out, options, request, request_emit
-    )
-    write_disaggregated(out, planned)
-    return _result(planned, Path(out))
 
 
 def _result(planned: SplitPlanned, out: Path | None) -> PlanResult:

@@ -2,8 +2,9 @@
 shared experts and the leading dense layers, read to ``ModelConfig`` fields and written back.
 
 The defaults of absent keys are transformers' ``DeepseekV3Config``'s (those of DeepSeek-V3
-itself). The original checkpoint's ``scoring_func`` / ``topk_method`` keys are checked against
-the one router transformers (and this decoder) implement.
+itself), those the roofline reads too from ``specsim.model_keys``. The original checkpoint's
+``scoring_func`` / ``topk_method`` keys are checked against the one router transformers (and
+this decoder) implement.
 """
 
 from __future__ import annotations
@@ -11,31 +12,34 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.model_keys import count_key
+from specsim.model_keys import DEEPSEEK_V3_DEFAULTS, deepseek_layer_counts
 from specsim.models.config_keys import get_key
 
-# (ModelConfig field, config.json key, default).
+# (ModelConfig field, config.json key).
 _SIZES = (
-    ("kv_lora_rank", "kv_lora_rank", 512),
-    ("qk_nope_head_dim", "qk_nope_head_dim", 128),
-    ("qk_rope_head_dim", "qk_rope_head_dim", 64),
-    ("v_head_dim", "v_head_dim", 128),
-    ("num_experts", "n_routed_experts", 256),
-    ("experts_per_token", "num_experts_per_tok", 8),
-    ("expert_intermediate_size", "moe_intermediate_size", 2048),
-    ("shared_experts", "n_shared_experts", 1),
-    ("expert_groups", "n_group", 8),
-    ("groups_per_token", "topk_group", 4),
+    ("kv_lora_rank", "kv_lora_rank"),
+    ("qk_nope_head_dim", "qk_nope_head_dim"),
+    ("qk_rope_head_dim", "qk_rope_head_dim"),
+    ("v_head_dim", "v_head_dim"),
+    ("num_experts", "n_routed_experts"),
+    ("experts_per_token", "num_experts_per_tok"),
+    ("expert_intermediate_size", "moe_intermediate_size"),
+    ("shared_experts", "n_shared_experts"),
+    ("expert_groups", "n_group"),
+    ("groups_per_token", "topk_group"),
 )
 
 
 def deepseek_fields(data: dict[str, Any], source: str, num_layers: int) -> dict[str, Any]:
+    default = DEEPSEEK_V3_DEFAULTS
     fields: dict[str, Any] = {
-        ours: get_key(data, key, int, source, default) for ours, key, default in _SIZES
+        ours: get_key(data, key, int, source, default[key]) for ours, key in _SIZES
     }
     # An explicit null means no query bottleneck (DeepSeek-V2-Lite); absent, transformers' 1536.
     has_null_q = "q_lora_rank" in data and data["q_lora_rank"] is None
-    fields["q_lora_rank"] = None if has_null_q else get_key(data, "q_lora_rank", int, source, 1536)
+    fields["q_lora_rank"] = (
+        None if has_null_q else get_key(data, "q_lora_rank", int, source, default["q_lora_rank"])
+    )
     heads = get_key(data, "num_attention_heads", int, source)
     kv_heads = data.get("num_key_value_heads")
     if kv_heads is not None and kv_heads != heads:
@@ -51,9 +55,9 @@ def deepseek_fields(data: dict[str, Any], source: str, num_layers: int) -> dict[
     fields["normalize_top_k"] = get_key(data, "norm_topk_prob", bool, source, True)
     fields["rope_interleave"] = get_key(data, "rope_interleave", bool, source, True)
     fields["router"] = "sigmoid_grouped"
-    dense = count_key(data, "first_k_dense_replace", source, num_layers, 3)
+    dense, mtp = deepseek_layer_counts(data, num_layers, source)
     fields["dense_layers"] = tuple(range(dense))
-    fields["mtp_layers"] = count_key(data, "num_nextn_predict_layers", source, 2**10, 1)
+    fields["mtp_layers"] = mtp
     _check_router(data, source, fields)
     for key, allowed in (("attention_bias", False), ("moe_layer_freq", 1)):
         if data.get(key, allowed) != allowed:
@@ -105,7 +109,7 @@ def _check_router(data: dict[str, Any], source: str, fields: dict[str, Any]) -> 
 def deepseek_hf_keys(config) -> dict[str, Any]:
     """``deepseek_fields``' keys for ``config`` (a ``ModelConfig``), as transformers names them
     (its head_dim is the rotary part's)."""
-    data = {key: getattr(config, ours) for ours, key, _ in _SIZES}
+    data = {key: getattr(config, ours) for ours, key in _SIZES}
     data.update(
         q_lora_rank=config.q_lora_rank,
         head_dim=config.qk_rope_head_dim,

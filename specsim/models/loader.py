@@ -10,7 +10,9 @@ user's model directory (the families ``families.py`` lists). Sharded checkpoints
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -137,26 +139,14 @@ def load_mtp_drafter(
             dtype=dtype,
         )
     expected = module.state_dict()
-    missing = sorted(set(expected) - set(stored))
-    if missing:
-        raise SpecsimError(
-            f"MTP weight missing ({len(missing)} in all)",
-            file=str(config_path.parent),
-            key=f"model.layers.{config.num_layers}.{missing[0]}".replace(".block.", "."),
-            fix="download the complete checkpoint (its MTP layer included)",
-        )
-    loaded = {}
-    for name, (file, tensor) in stored.items():
-        if name not in expected or tuple(tensor.shape) != tuple(expected[name].shape):
-            raise SpecsimError(
-                f"MTP weight of shape {tuple(tensor.shape)} does not fit the config"
-                if name in expected
-                else "unexpected MTP weight for this architecture",
-                file=str(file),
-                key=name,
-                fix="use the config.json that belongs to these weights",
-            )
-        loaded[name] = tensor.to(dtype)
+    wording = dataclasses.replace(
+        _MTP_WORDING,
+        shown=lambda name: f"model.layers.{config.num_layers}.{name}".replace(".block.", "."),
+    )
+    # The whole layer is read already: a missing tensor is named before a misfit one.
+    _check_complete(expected, stored, str(config_path.parent), wording)
+    entries = ((file, name, name, tensor) for name, (file, tensor) in stored.items())
+    loaded = _fitted(expected, entries, str(config_path.parent), dtype, wording)
     module.load_state_dict(loaded, assign=True, strict=True)
     return MTPDrafter(target, module.eval())
 
@@ -263,42 +253,82 @@ def _weight_files(directory: Path) -> list[Path]:
 def _load_weights(
     model: DecoderModel, files: list[Path], device: torch.device | str, dtype: torch.dtype
 ) -> None:
-
-    expected = dict(model.state_dict())
-    loaded: dict[str, torch.Tensor] = {}
-
     def used(key: str) -> bool:
         return not is_unused(model.config, key)
 
-    for file, key, stored in _stored_tensors(model.config, files, device, used):
-        if key == "lm_head.weight" and model.config.tie_embeddings:
-            continue  # tied: the output projection is the embedding
-        for name, tensor in to_model_keys(model.config, key, stored, str(file)):
-            if name not in expected:
-                raise SpecsimError(
-                    "unexpected weight for this architecture",
-                    file=str(file),
-                    key=key,
-                    fix="check model_type, tie_word_embeddings and attention_bias",
-                )
-            if tuple(tensor.shape) != tuple(expected[name].shape):
-                raise SpecsimError(
-                    f"shape {tuple(tensor.shape)} does not match the config's "
-                    f"{tuple(expected[name].shape)}",
-                    file=str(file),
-                    key=name,
-                    fix="use the config.json that belongs to these weights",
-                )
-            loaded[name] = tensor.to(dtype)
-    missing = sorted(set(expected) - set(loaded))
+    def entries():
+        for file, key, stored in _stored_tensors(model.config, files, device, used):
+            if key == "lm_head.weight" and model.config.tie_embeddings:
+                continue  # tied: the output projection is the embedding
+            for name, tensor in to_model_keys(model.config, key, stored, str(file)):
+                yield file, key, name, tensor
+
+    expected = dict(model.state_dict())
+    loaded = _fitted(expected, entries(), str(files[0].parent), dtype, _TARGET_WORDING)
+    model.load_state_dict(loaded, assign=True, strict=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Wording:
+    """How a load's errors name its tensors: the target's and the MTP layer's differ."""
+
+    unexpected: str
+    unexpected_fix: str
+    shape: str  # with {got} and {want}, the stored and the expected shape
+    missing: str  # with {count}
+    missing_fix: str
+    shown: Callable[[str], str] = str  # a missing tensor's key as the checkpoint names it
+
+
+_TARGET_WORDING = _Wording(
+    unexpected="unexpected weight for this architecture",
+    unexpected_fix="check model_type, tie_word_embeddings and attention_bias",
+    shape="shape {got} does not match the config's {want}",
+    missing="weight missing ({count} in all)",
+    missing_fix="download the complete checkpoint",
+)
+_MTP_WORDING = _Wording(
+    unexpected="unexpected MTP weight for this architecture",
+    unexpected_fix="use the config.json that belongs to these weights",
+    shape="MTP weight of shape {got} does not fit the config",
+    missing="MTP weight missing ({count} in all)",
+    missing_fix="download the complete checkpoint (its MTP layer included)",
+)
+
+
+def _fitted(
+    expected: dict[str, torch.Tensor], entries, folder: str, dtype: torch.dtype, wording: _Wording
+) -> dict[str, torch.Tensor]:
+    """The state dict of ``entries`` ((file, key named when unexpected, name, tensor)), each
+    tensor in ``dtype``, refused unless it has exactly ``expected``'s names and shapes."""
+    loaded: dict[str, torch.Tensor] = {}
+    for file, key, name, tensor in entries:
+        if name not in expected:
+            raise SpecsimError(
+                wording.unexpected, file=str(file), key=key, fix=wording.unexpected_fix
+            )
+        got, want = tuple(tensor.shape), tuple(expected[name].shape)
+        if got != want:
+            raise SpecsimError(
+                wording.shape.format(got=got, want=want),
+                file=str(file),
+                key=name,
+                fix="use the config.json that belongs to these weights",
+            )
+        loaded[name] = tensor.to(dtype)
+    _check_complete(expected, loaded, folder, wording)
+    return loaded
+
+
+def _check_complete(expected: dict, present, folder: str, wording: _Wording) -> None:
+    missing = sorted(set(expected) - set(present))
     if missing:
         raise SpecsimError(
-            f"weight missing ({len(missing)} in all)",
-            file=str(files[0].parent),
-            key=missing[0],
-            fix="download the complete checkpoint",
+            wording.missing.format(count=len(missing)),
+            file=folder,
+            key=wording.shown(missing[0]),
+            fix=wording.missing_fix,
         )
-    model.load_state_dict(loaded, assign=True, strict=True)
 
 
 def save_model(model: DecoderModel, directory: str | Path, dtype: torch.dtype = torch.float16):

@@ -145,31 +145,82 @@ def check_loads(
             ) from None
 
 
-def parse_k_values(text: str | None, option: str = "--k") -> list[int] | None:
-    """``0..8``, ``0-8``, ``0,2,4`` or a mix (``0,2..4``): distinct window sizes, sorted."""
+@dataclass(frozen=True)
+class ListWords:
+    """What a list option's refusals say: ``{part}`` is the piece refused, ``{lo}``..``{hi}`` its
+    range, ``{low}``..``{high}`` the option's (each option keeps the words its users know)."""
+
+    unreadable: str
+    unreadable_fix: str
+    reversed: str
+    reversed_fix: str
+    outside: str
+    outside_fix: str
+    none: str
+    none_fix: str
+
+
+_OUTSIDE = "{part!r} is outside {low}..{high} (or an empty range)"
+COUNT_WORDS = ListWords(
+    unreadable="cannot read {part!r} as whole numbers",
+    unreadable_fix="write e.g. 1,2,4 or 1..4",
+    reversed=_OUTSIDE,
+    reversed_fix="give values from {low} to {high}",
+    outside=_OUTSIDE,
+    outside_fix="give values from {low} to {high}",
+    none="no values given",
+    none_fix="write e.g. 1,2,4",
+)
+_K_WORDS = ListWords(
+    unreadable="cannot read {part!r} as k values",
+    unreadable_fix="write e.g. 0..8 or 0,2,4",
+    reversed="empty k range {part!r}",
+    reversed_fix="write low..high",
+    outside="k = {hi} is more than a window takes (at most {high})",
+    outside_fix="give k values from {low} to {high}",
+    none="no k values given",
+    none_fix="write e.g. 0..8",
+)
+
+
+def parse_counts(
+    text: str | None,
+    option: str,
+    low: int,
+    high: int,
+    words: ListWords = COUNT_WORDS,
+    dashes: bool = False,
+) -> list[int] | None:
+    """``1,3,5``, ``2..4`` (with ``dashes`` also ``2-4``) or a mix: distinct whole numbers in
+    [low, high], sorted."""
     if text is None:
         return None
-    ks: set[int] = set()
-    for part in [p for p in re.split(r"[,\s]+", text.strip()) if p]:
-        match = re.fullmatch(r"(\d+)(?:(?:\.\.|-)(\d+))?", part)
+    ranges = r"(?:\.\.|-)" if dashes else r"\.\."
+    values: set[int] = set()
+    for part in [p for p in re.split(r"[,\s]+", str(text).strip()) if p]:
+        match = re.fullmatch(rf"(\d+)(?:{ranges}(\d+))?", part)
         if not match:
-            raise SpecsimError(
-                f"cannot read {part!r} as k values", key=option, fix="write e.g. 0..8 or 0,2,4"
-            )
+            raise _refusal(words.unreadable, words.unreadable_fix, option, part=part)
         lo = int(match.group(1))
         hi = int(match.group(2)) if match.group(2) is not None else lo
+        where = dict(part=part, lo=lo, hi=hi, low=low, high=high)
         if hi < lo:
-            raise SpecsimError(f"empty k range {part!r}", key=option, fix="write low..high")
-        if hi > MAX_K:
-            raise SpecsimError(
-                f"k = {hi} is more than a window takes (at most {MAX_K})",
-                key=option,
-                fix=f"give k values from 0 to {MAX_K}",
-            )
-        ks.update(range(lo, hi + 1))
-    if not ks:
-        raise SpecsimError("no k values given", key=option, fix="write e.g. 0..8")
-    return sorted(ks)
+            raise _refusal(words.reversed, words.reversed_fix, option, **where)
+        if lo < low or hi > high:
+            raise _refusal(words.outside, words.outside_fix, option, **where)
+        values.update(range(lo, hi + 1))
+    if not values:
+        raise _refusal(words.none, words.none_fix, option)
+    return sorted(values)
+
+
+def _refusal(message: str, fix: str, option: str, **where: Any) -> SpecsimError:
+    return SpecsimError(message.format(**where), key=option, fix=fix.format(**where))
+
+
+def parse_k_values(text: str | None, option: str = "--k") -> list[int] | None:
+    """``0..8``, ``0-8``, ``0,2,4`` or a mix (``0,2..4``): distinct window sizes, sorted."""
+    return parse_counts(text, option, 0, MAX_K, _K_WORDS, dashes=True)
 
 
 def answerable_k(profile, speculation) -> int:

@@ -18,12 +18,12 @@ steps, already in the grid).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsim.bounds import MAX_K
 from specsim.errors import SpecsimError
+from specsim.planning.common import parse_counts
 from specsim.tree import MAX_TREE_NODES, TreeShape
 
 # bench_speculative's defaults without its 0 (the no-speculation baseline, k = 0 here).
@@ -94,30 +94,6 @@ def parse_tree_drafter(text: str, option: str = "--tree-drafter"):
             fix=f"compare chains with --drafter {name.strip()}, or give a wider tree",
         )
     return name.strip(), tree
-
-
-def parse_counts(text: str | None, option: str, low: int, high: int) -> list[int] | None:
-    """``1,3,5``, ``2..4`` or a mix: distinct whole numbers in [low, high], sorted."""
-    if text is None:
-        return None
-    values: set[int] = set()
-    for part in [p for p in re.split(r"[,\s]+", str(text).strip()) if p]:
-        match = re.fullmatch(r"(\d+)(?:\.\.(\d+))?", part)
-        if not match:
-            raise SpecsimError(
-                f"cannot read {part!r} as whole numbers", key=option, fix="write e.g. 1,2,4 or 1..4"
-            )
-        lo, hi = int(match.group(1)), int(match.group(match.lastindex or 1))
-        if hi < lo or lo < low or hi > high:
-            raise SpecsimError(
-                f"{part!r} is outside {low}..{high} (or an empty range)",
-                key=option,
-                fix=f"give values from {low} to {high}",
-            )
-        values.update(range(lo, hi + 1))
-    if not values:
-        raise SpecsimError("no values given", key=option, fix="write e.g. 1,2,4")
-    return sorted(values)
 
 
 @dataclass(frozen=True)

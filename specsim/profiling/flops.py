@@ -36,7 +36,12 @@ from typing import Any
 from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
-from specsim.model_keys import check_experts_per_token, count_key, moe_dense_layers
+from specsim.model_keys import (
+    DEEPSEEK_V3_DEFAULTS,
+    check_experts_per_token,
+    deepseek_layer_counts,
+    moe_dense_layers,
+)
 
 # Hugging Face key aliases, first match wins: (our name, candidate keys).
 DIMENSION_KEYS = {
@@ -378,15 +383,19 @@ def _deepseek_shape(
     """DeepSeek-V3's fields (transformers' defaults, DeepSeek-V3's own, for absent keys): latent
     attention, routed and shared experts after the first_k_dense_replace dense layers, MTP."""
 
-    def size(key: str, default: int) -> int:
-        return checked(key) if config.get(key) is not None else default
+    def size(key: str) -> int:
+        return checked(key) if config.get(key) is not None else DEEPSEEK_V3_DEFAULTS[key]
 
     no_bottleneck = "q_lora_rank" in config and config["q_lora_rank"] is None
-    q_lora = 0 if no_bottleneck else size("q_lora_rank", 1536)
-    kv_lora, nope = size("kv_lora_rank", 512), size("qk_nope_head_dim", 128)
-    rope, experts = size("qk_rope_head_dim", 64), size("n_routed_experts", 256)
-    chosen = size("num_experts_per_tok", 8)
+    q_lora = 0 if no_bottleneck else size("q_lora_rank")
+    kv_lora, nope = size("kv_lora_rank"), size("qk_nope_head_dim")
+    rope, experts = size("qk_rope_head_dim"), size("n_routed_experts")
+    chosen = size("num_experts_per_tok")
     check_experts_per_token(chosen, experts, source)
+    v_dim, width, shared = (
+        size(k) for k in ("v_head_dim", "moe_intermediate_size", "n_shared_experts")
+    )
+    dense, mtp = deepseek_layer_counts(config, num_layers, source)
     return {
         "num_kv_heads": heads,  # one expanded key and value per query head
         "head_dim": nope + rope,
@@ -394,15 +403,14 @@ def _deepseek_shape(
         "q_lora_rank": q_lora,
         "qk_nope_head_dim": nope,
         "qk_rope_head_dim": rope,
-        "v_head_dim": size("v_head_dim", 128),
+        "v_head_dim": v_dim,
         "num_experts": experts,
         "experts_per_token": chosen,
-        "expert_intermediate_size": size("moe_intermediate_size", 2048),
-        "shared_experts": size("n_shared_experts", 1),
+        "expert_intermediate_size": width,
+        "shared_experts": shared,
         "router_bias": True,
-        "moe_layers": num_layers
-        - count_key(config, "first_k_dense_replace", source, num_layers, 3),
-        "mtp_layers": count_key(config, "num_nextn_predict_layers", source, 2**10, 1),
+        "moe_layers": num_layers - dense,
+        "mtp_layers": mtp,
         "attention_bias": False,
         "attention_out_bias": False,
         "extra_norm_params_per_layer": q_lora + kv_lora,
