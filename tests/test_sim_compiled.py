@@ -297,11 +297,11 @@ def test_a_short_simulation_does_not_import_numba(tmp_path):
 
 def test_the_kernels_are_not_cached_on_disk():
     """numba's on-disk cache is off (see ``compiled.py``): every dispatcher has the null one."""
-    from specsim.simulation import compiled_kernels, compiled_loop_kernel
+    from specsim.simulation import compiled_kernels, compiled_loop_kernel, compiled_step_kernel
 
     dispatchers = [
         value
-        for module in (compiled_kernels, compiled_loop_kernel)
+        for module in (compiled_kernels, compiled_step_kernel, compiled_loop_kernel)
         for value in vars(module).values()
         if hasattr(value, "py_func")
     ]

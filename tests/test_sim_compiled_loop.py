@@ -90,7 +90,7 @@ def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
     assert type(costs.drafter).__name__ == CLASSES[drafter.split()[0] if drafter else None]
     vector = compiled_loop.cost_vector(costs)
-    kernel = compiled_loop.kernel()
+    kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(11)
     out = np.empty(3)
     for k, rows, draw in itertools.product(range(6), (1, 2, 7, 64, 255), range(4)):
@@ -114,7 +114,7 @@ def test_prompt_chunk_iterations_cost_what_iteration_s_says(drafter, every_term)
     prices the first iteration of a call: 6 k x 4 batch sizes x 3 draws, compared with ``==``."""
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
     vector = compiled_loop.cost_vector(costs)
-    kernel = compiled_loop.kernel()
+    kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(12)
     for k, rows, _ in itertools.product(range(6), (0, 1, 9, 255), range(3)):
         tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
@@ -142,7 +142,7 @@ def test_the_goodput_choice_matches_the_policy(drafter, every_term):
     policy.attach(costs, acceptance)
     by_rows, goodput = compiled_loop.window_terms(policy)
     vector = compiled_loop.cost_vector(costs)
-    kernel = compiled_loop.kernel()
+    kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(5)
     chosen = set()
     for _ in range(300):
