@@ -297,13 +297,16 @@ def test_a_short_simulation_does_not_import_numba(tmp_path):
 
 def test_the_kernels_are_not_cached_on_disk():
     """numba's on-disk cache is off (see ``compiled.py``): every dispatcher has the null one."""
-    from specsim.simulation import compiled_kernels, compiled_loop_kernel, compiled_step_kernel
+    from specsim.simulation import (
+        compiled_closed_kernel,
+        compiled_kernels,
+        compiled_loop_kernel,
+        compiled_step_kernel,
+    )
 
+    modules = (compiled_kernels, compiled_step_kernel, compiled_loop_kernel, compiled_closed_kernel)
     dispatchers = [
-        value
-        for module in (compiled_kernels, compiled_step_kernel, compiled_loop_kernel)
-        for value in vars(module).values()
-        if hasattr(value, "py_func")
+        value for module in modules for value in vars(module).values() if hasattr(value, "py_func")
     ]
     assert len(dispatchers) > 10
     assert {type(d._cache).__name__ for d in dispatchers} == {"NullCache"}

@@ -238,6 +238,25 @@ class ClosedLoopClients:
             return None
         return self._opened[0], self._closed[0], self._closed[1] - self._opened[1]
 
+    def first_requests(self) -> tuple[int, int, int]:
+        """The ids of the clients' first requests, [first, last + 1), and how many still run."""
+        return self._initial[0], self._initial[1], self._first_requests
+
+    def caught_up(
+        self,
+        first_left: int,
+        opened: tuple[float, float] | None,
+        closed: tuple[float, float] | None,
+    ) -> None:
+        """What a compiled loop did as ``on_finish`` (``compiled_closed.py``): the first
+        requests still running, and the steady window's opening and closing where it marked
+        them, as (time, output tokens emitted by then)."""
+        self._first_requests = first_left
+        if opened is not None:
+            self._opened = opened
+        if closed is not None and self._closed is None:
+            self._closed = closed
+
     def on_finish(self, request: Request, now: float) -> None:
         if self._initial[0] <= request.rid < self._initial[1]:
             self._first_requests -= 1

@@ -44,6 +44,7 @@ from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
 from specsim.simulation.compiled import active as compiled_active
+from specsim.simulation.compiled_closed import ClosedLoop
 from specsim.simulation.compiled_loop import DecodeLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
@@ -215,6 +216,7 @@ class Replica:
         self._cutting = False
         self._process = None
         self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
+        self._closed: ClosedLoop | None = None  # the compiled loop for closed-loop clients
         self.arrivals = None
         self.feed = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
@@ -251,6 +253,11 @@ class Replica:
         # Alone on an open-loop source, decode iterations can run compiled (compiled_loop.py).
         self._loop = DecodeLoop.build(self) if self.arrivals is not None else None
         self._process = env.process(self.process(env))
+
+    def serve_clients(self, clients) -> None:
+        """This replica alone serves closed-loop ``clients``: the compiled loop for them, where
+        it runs (``compiled_closed.py``)."""
+        self._closed = ClosedLoop.build(self, clients) if self.fast else None
 
     def process(self, env):
         return self._fast_process(env) if self.fast else self._reference_process(env)
@@ -303,6 +310,12 @@ class Replica:
                     continue
                 else:
                     return
+            closed = self._closed
+            if closed is not None:
+                end = closed.run(self, env.now)
+                if end is not None:  # when its last iteration ends
+                    yield env.timeout_at(end)
+                    continue
             start = env.now
             if admission.queue:
                 admission.admit(start, self.decoding, self._held())
