@@ -169,6 +169,29 @@ class ArrivalFeed:
                 return
         self.next_time = math.inf
 
+    def upcoming(self, n: int) -> tuple[list[float], list[int], list[int]]:
+        """The next arrivals of the chunk at hand, at most ``n`` (times, prompts, outputs),
+        without taking them; empty lists when none is left."""
+        if self.next_time == math.inf:
+            return [], [], []
+        i = self._next
+        return self._times[i : i + n], self._prompts[i : i + n], self._outputs[i : i + n]
+
+    @property
+    def next_id(self) -> int:
+        """The number the next request gets."""
+        return self._counter[0]
+
+    def taken(self, m: int) -> None:
+        """The first ``m`` of the ``upcoming`` arrivals were taken, numbered in order, by a
+        compiled loop (``compiled_serving.py``)."""
+        self._counter[0] += m
+        self._next += m
+        if self._next < len(self._times):
+            self.next_time = self._times[self._next]
+        else:
+            self._load()
+
     def pop(self) -> Request:
         """The next request (numbered in arrival order)."""
         i = self._next

@@ -1,5 +1,5 @@
-"""The closed-loop kernel's array layouts (``compiled_closed_kernel``), without numba: the
-columns of its request table and records, and the slots of its float and count arrays."""
+"""The serving kernel's array layouts (``compiled_serving_kernel``), without numba: the columns
+of its request table and records, and the slots of its float and count arrays."""
 
 # A request's row in ``req`` (``Request``'s fields, as floats: all whole numbers below 2^53).
 (
@@ -18,8 +18,9 @@ columns of its request table and records, and the slots of its float and count a
     TARGET,
     PREFILLED,
     ADMIT,
-) = range(15)
-FIELDS = 15
+    CLIENT,
+) = range(16)
+FIELDS = 16
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
 
 # ``st``: floats in and out.
@@ -78,5 +79,9 @@ STATE = 24
     FILLED,
     DRAWN,
     ISSUED,
-) = range(25)
-COUNTS = 25
+    ROWS_FREE_N,
+    ARRIVALS_AT,
+    MORE_ARRIVALS,
+    CLIENTS,
+) = range(29)
+COUNTS = 29

@@ -1,17 +1,19 @@
-"""The compiled replica loop for closed-loop clients (numba): admission, prefill and decoding.
+"""The compiled serving loop (numba): a lone replica's admission, prefill and decoding.
 
-``closed_loop`` runs a lone replica serving closed-loop clients (no think time) iteration after
-iteration, as ``Replica._fast_process`` with ``Admission`` and ``ClosedLoopClients`` would: it
-admits waiting requests FCFS (``Admission.admit``), plans the decode step and the prompt chunks
-within the token budget (``Replica._plan_mixed``, ``Admission.chunks``), prices the iteration,
-applies it (``Replica._apply_mixed``: emitted tokens, finishes in slot order, then the prompts
-that went through, ``Admission.complete``) and, for each finish, writes the request's record and
-issues its client's next request (``ClosedLoopClients.on_finish``), in the same operations and
-order. Requests live in a table with one row per client (a client has one request in flight);
-the queue and the prompts in prefill are rings of client numbers. It stops, at the top of an
-iteration, where Python must act (``compiled_closed.py``): the step log folds, the records or
-the clients' lengths run short, admission needs an acceptance level not drawn yet, the cache
-must preempt, or nothing is left to run.
+``serving_loop`` runs a replica alone on its traffic (open-loop arrivals, or closed-loop
+clients without think time) iteration after iteration, as ``Replica._fast_process`` with
+``Admission`` and ``ClosedLoopClients`` would: it takes the arrivals due, admits waiting
+requests FCFS (``Admission.admit``), preempts where the cache cannot hold the next step
+(``Admission.make_room``), plans the decode step and the prompt chunks within the token budget
+(``Replica._plan_mixed``, ``Admission.chunks``), prices the iteration, applies it
+(``Replica._apply_mixed``: emitted tokens, finishes in slot order, then the prompts that went
+through, ``Admission.complete``) and, for each finish, writes the request's record and issues
+its client's next request (``ClosedLoopClients.on_finish``), in the same operations and order.
+Requests live in a table of rows (a closed-loop client's next request takes its row); the
+queue and the prompts in prefill are rings of row numbers. It stops, at the top of an
+iteration, where Python must act (``compiled_serving.py``): the step log folds, the records,
+the arrivals or the clients' lengths run short, admission needs an acceptance level not drawn
+yet, one sequence outgrows the cache, or nothing is left to run.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from specsim.simulation.compiled_closed_layout import (
+from specsim.simulation.compiled_kernels import _apply, _jump
+from specsim.simulation.compiled_serving_layout import (
     ACCEPTED,
     ADMISSIONS,
     ADMIT,
     ARRIVAL,
+    ARRIVALS_AT,
+    CLIENT,
+    CLIENTS,
     CLOSED,
     CLOSED_AT,
     CLOSED_EMITTED,
@@ -57,6 +63,7 @@ from specsim.simulation.compiled_closed_layout import (
     LEVEL,
     LEVELS_AT,
     LOGGED,
+    MORE_ARRIVALS,
     NEXT_RID,
     NOW,
     OPENED,
@@ -77,6 +84,7 @@ from specsim.simulation.compiled_closed_layout import (
     RECORDS,
     RESERVED,
     RID,
+    ROWS_FREE_N,
     SCHEDULED,
     STEPS,
     TARGET,
@@ -85,7 +93,6 @@ from specsim.simulation.compiled_closed_layout import (
     WASTED,
     WINDOW_ROWS,
 )
-from specsim.simulation.compiled_kernels import _apply, _jump
 from specsim.simulation.compiled_step_kernel import (
     D_ATTN,
     D_FLOPS,
@@ -111,7 +118,7 @@ _jit = numba.njit(cache=False, nogil=True)
 def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
     """``Admission.admit`` at ``st[NOW]`` (no prefix cache, chunked prefill); False where the
     next request to start needs an acceptance level beyond ``levels`` (Python draws them)."""
-    clients = req.shape[0]
+    count = req.shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
         return True
@@ -126,7 +133,7 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
         first_time = req[c, SCHEDULED] < 0
         if first_time and ct[LEVELS_AT] == levels.shape[0]:
             return False
-        ct[Q_HEAD] = (ct[Q_HEAD] + 1) % clients
+        ct[Q_HEAD] = (ct[Q_HEAD] + 1) % count
         ct[Q_LEN] -= 1
         req[c, ADMIT] = ct[ADMISSIONS]
         ct[ADMISSIONS] += 1
@@ -136,7 +143,7 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
             ct[LEVELS_AT] += 1
         req[c, PREFILLED] = 0.0  # no prefix cache: nothing is cached
         st[PREFIX_QUERIED] += req[c, TARGET]
-        prefilling[(ct[P_HEAD] + ct[P_LEN]) % clients] = c
+        prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
         ct[P_LEN] += 1
         st[RESERVED] += req[c, TARGET] + lookahead
         st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
@@ -146,15 +153,53 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
 
 
 @_jit
-def _finish(req, c, now, records, queue, lengths, st, ct):
-    """``Replica._finish`` and ``ClosedLoopClients.on_finish`` (no think time): the record, the
-    steady window's marks, and the client's next request queued (or the client refused)."""
+def _new_request(req, row, rid, arrival, prompt, output, client):
+    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``."""
+    req[row, :] = 0.0
+    req[row, RID], req[row, ARRIVAL], req[row, CLIENT] = rid, arrival, client
+    req[row, PROMPT] = req[row, TARGET] = prompt
+    req[row, OUTPUT] = output
+    req[row, SCHEDULED] = req[row, FIRST] = req[row, LEVEL] = req[row, ADMIT] = -1.0
+
+
+@_jit
+def _enqueue(queue, row, ct):
+    queue[(ct[Q_HEAD] + ct[Q_LEN]) % queue.shape[0]] = row
+    ct[Q_LEN] += 1
+
+
+@_jit
+def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
+    """``Replica._take_arrivals``: the arrivals due by ``st[NOW]`` queued, each in a free row
+    (False where none is left)."""
+    while ct[ARRIVALS_AT] < arrivals.shape[1] and arrivals[0, ct[ARRIVALS_AT]] <= st[NOW]:
+        if ct[ROWS_FREE_N] == 0:
+            return False
+        at = ct[ARRIVALS_AT]
+        ct[ARRIVALS_AT] = at + 1
+        ct[ROWS_FREE_N] -= 1
+        row = rows_free[ct[ROWS_FREE_N]]
+        _new_request(req, row, ct[NEXT_RID], arrivals[0, at], arrivals[1, at], arrivals[2, at], -1)
+        ct[NEXT_RID] += 1
+        _enqueue(queue, row, ct)
+    return True
+
+
+@_jit
+def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
+    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
+    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
+    queued in the row (or the client refused); else the row is free."""
     r = ct[RECORDS]
     for j, field in enumerate(
         (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
     ):
         records[r, j] = now if field < 0 else req[c, field]
     ct[RECORDS] = r + 1
+    if not ct[CLIENTS]:
+        rows_free[ct[ROWS_FREE_N]] = c
+        ct[ROWS_FREE_N] += 1
+        return
     rid = req[c, RID]
     if ct[FIRST_LO] <= rid < ct[FIRST_HI]:
         ct[FIRST_LEFT] -= 1
@@ -166,15 +211,9 @@ def _finish(req, c, now, records, queue, lengths, st, ct):
         ct[LENGTHS_AT] = at + 1
         ct[ISSUE_LEFT] -= 1
         ct[ISSUED] += 1
-        req[c, :] = 0.0
-        req[c, RID] = ct[NEXT_RID]
+        _new_request(req, c, ct[NEXT_RID], now, lengths[0, at], lengths[1, at], req[c, CLIENT])
         ct[NEXT_RID] += 1
-        req[c, ARRIVAL] = now
-        req[c, PROMPT] = req[c, TARGET] = lengths[0, at]
-        req[c, OUTPUT] = lengths[1, at]
-        req[c, SCHEDULED] = req[c, FIRST] = req[c, LEVEL] = req[c, ADMIT] = -1.0
-        queue[(ct[Q_HEAD] + ct[Q_LEN]) % req.shape[0]] = c
-        ct[Q_LEN] += 1
+        _enqueue(queue, c, ct)
         return
     req[c, RID] = -1.0  # the client is done
     if ct[CLOSED] == 0:
@@ -183,7 +222,7 @@ def _finish(req, c, now, records, queue, lengths, st, ct):
 
 
 @_jit
-def _start_decoding(req, c, batch, slot_client, join_step, join_left, free, st, ct):
+def _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct):
     """``Replica._start_decoding``: the request takes the free list's last slot."""
     remaining, context, output, level, shift, drafted_by_row, admit_order = batch
     ct[FREE_N] -= 1
@@ -191,7 +230,7 @@ def _start_decoding(req, c, batch, slot_client, join_step, join_left, free, st, 
     if slot >= ct[HIGH]:
         ct[HIGH] = slot + 1
     left = req[c, OUTPUT] - req[c, GENERATED]
-    slot_client[slot] = c
+    slot_row[slot] = c
     context[slot] = req[c, TARGET]
     st[DECODE_KV] += req[c, TARGET]
     st[LEFT_TOTAL] += left
@@ -208,7 +247,7 @@ def _start_decoding(req, c, batch, slot_client, join_step, join_left, free, st, 
 
 
 @_jit
-def _free_slot(s, batch, slot_client, free, st, ct):
+def _free_slot(s, batch, slot_row, free, st, ct):
     """``Replica._free_slot``: the slot's arrays cleared and the slot on the free list."""
     remaining, context, _, level, shift, _, admit_order = batch
     st[DECODE_KV] -= context[s]
@@ -217,12 +256,12 @@ def _free_slot(s, batch, slot_client, free, st, ct):
     level[s] = 0
     shift[s] = 0.0
     admit_order[s] = -1
-    slot_client[s] = -1
+    slot_row[s] = -1
     free[ct[FREE_N]] = s
     ct[FREE_N] += 1
     ct[DECODING] -= 1
     high = ct[HIGH]
-    while high and slot_client[high - 1] < 0:
+    while high and slot_row[high - 1] < 0:
         high -= 1
     ct[HIGH] = high
 
@@ -239,32 +278,32 @@ def _bank_row(req, client, s, batch, join_step, join_left, ct):
 
 @_jit
 def _make_room(
-    req, queue, prefilling, batch, slot_client, join_step, join_left, free, st, ct, lookahead
+    req, queue, prefilling, batch, slot_row, join_step, join_left, free, st, ct, lookahead
 ):
     """``Admission.make_room``: preempt the youngest sequences (prompts in prefill first) until
     the cache holds the batch's next step; False where one sequence alone outgrows it (Python
     raises the error)."""
-    clients = req.shape[0]
+    count = req.shape[0]
     remaining, admit_order = batch[0], batch[6]
     while st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED] > st[KV_CAPACITY]:
         if ct[DECODING] + ct[P_LEN] <= 1:
             return False
         if ct[P_LEN]:
             ct[P_LEN] -= 1
-            c = prefilling[(ct[P_HEAD] + ct[P_LEN]) % clients]
+            c = prefilling[(ct[P_HEAD] + ct[P_LEN]) % count]
             st[RESERVED] -= req[c, TARGET] + lookahead
             st[PENDING] -= req[c, TARGET] - req[c, PREFILLED]
         else:  # Replica.evict_youngest
             s = np.argmax(admit_order)
-            c = slot_client[s]
+            c = slot_row[s]
             _bank_row(req, c, s, batch, join_step, join_left, ct)
             req[c, GENERATED] = req[c, OUTPUT] - remaining[s]
             st[LEFT_TOTAL] -= remaining[s]
-            _free_slot(s, batch, slot_client, free, st, ct)
+            _free_slot(s, batch, slot_row, free, st, ct)
             req[c, TARGET] = req[c, PROMPT] + req[c, GENERATED]
         req[c, PREFILLED] = 0.0
         req[c, PREEMPTIONS] += 1.0
-        ct[Q_HEAD] = (ct[Q_HEAD] - 1) % clients
+        ct[Q_HEAD] = (ct[Q_HEAD] - 1) % count
         queue[ct[Q_HEAD]] = c
         ct[Q_LEN] += 1
     return True
@@ -274,13 +313,13 @@ def _make_room(
 def _chunks(req, prefilling, budget, chunk, st, ct):
     """``Admission.chunks``: each prompt's tokens this iteration (into ``chunk``, in order),
     and the rows, tokens, KV tokens read and query-key pairs."""
-    clients = req.shape[0]
+    count = req.shape[0]
     rows = 0
     tokens = kv = pairs = 0.0
     for j in range(ct[P_LEN]):
         if budget <= 0:
             break
-        c = prefilling[(ct[P_HEAD] + j) % clients]
+        c = prefilling[(ct[P_HEAD] + j) % count]
         size = min(req[c, TARGET] - req[c, PREFILLED], budget)
         chunk[j] = size
         budget -= size
@@ -295,10 +334,10 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
 def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
     """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
     (into ``done``, in order) with their first token. Returns how many."""
-    clients = req.shape[0]
+    count = req.shape[0]
     through = 0
     for j in range(rows):
-        c = prefilling[(ct[P_HEAD] + j) % clients]
+        c = prefilling[(ct[P_HEAD] + j) % count]
         req[c, PREFILLED] += chunk[j]
         st[PENDING] -= chunk[j]
         st[PREFILL_COMPUTED] += chunk[j]
@@ -306,7 +345,7 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
             through += 1
     for j in range(through):  # chunks go in queue order and only the last is partial
         c = prefilling[ct[P_HEAD]]
-        ct[P_HEAD] = (ct[P_HEAD] + 1) % clients
+        ct[P_HEAD] = (ct[P_HEAD] + 1) % count
         ct[P_LEN] -= 1
         done[j] = c
         st[RESERVED] -= req[c, TARGET] + lookahead
@@ -317,7 +356,7 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
 
 
 @_jit
-def closed_loop(
+def serving_loop(
     base_words,
     offset,
     blocks,
@@ -328,14 +367,16 @@ def closed_loop(
     goodput,
     lookahead,
     batch,
-    slot_client,
+    slot_row,
     join_step,
     join_left,
     free,
     req,
+    rows_free,
     queue,
     prefilling,
     levels,
+    arrivals,
     lengths,
     records,
     c,
@@ -350,17 +391,19 @@ def closed_loop(
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
 
     ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
-    admit order) arrays; ``slot_client``, ``join_step``, ``join_left``: each slot's client (-1
-    empty), the decode steps when it joined and the tokens it had left; ``free``: the free
-    slots, a stack of ``ct[FREE_N]``; ``levels``: acceptance levels in the order admissions
-    take them; ``lengths``: the clients' next requests' prompt and output lengths; ``log``: the
-    step log's float buffers (durations, KV, gaps, their weights). The acceptance draws start
-    ``offset`` doubles after the PCG64 state ``base_words`` (``ct[DRAWN]`` gets how many the
-    iterations took)."""
+    admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
+    (-1 empty), the decode steps when it joined and the tokens it had left; ``free``: the free
+    slots, a stack of ``ct[FREE_N]``; ``req``: the requests in flight (``rows_free``: the free
+    rows, a stack of ``ct[ROWS_FREE_N]``); ``levels``: acceptance levels in the order
+    admissions take them; ``arrivals``: the open loop's next arrivals (times, prompts,
+    outputs); ``lengths``: the clients' next requests' prompt and output lengths (with
+    ``ct[CLIENTS]``); ``log``: the step log's float buffers (durations, KV, gaps, weights).
+    The acceptance draws start ``offset`` doubles after the PCG64 state ``base_words``
+    (``ct[DRAWN]`` gets how many the iterations took)."""
     remaining, context, _, _, shift, drafted_by_row, _ = batch
     log_dt, log_kv, log_itl, log_weight = log
     capacity = remaining.shape[0]
-    clients = req.shape[0]
+    count = req.shape[0]
     words = base_words.copy()
     if offset > 0:
         mult_high, mult_low, plus_high, plus_low = _jump(words[2], words[3], np.uint64(offset))
@@ -369,8 +412,8 @@ def closed_loop(
     jump[4] = capacity + 1
     drafts = np.empty(capacity)
     accepted = np.empty(capacity)
-    chunk = np.empty(clients)
-    done = np.empty(clients, dtype=np.int64)
+    chunk = np.empty(count)
+    done = np.empty(count, dtype=np.int64)
     most = log_dt.shape[0]
     per_token, per_pair = c[T_FLOPS], c[T_ATTN]
     while True:
@@ -378,11 +421,19 @@ def closed_loop(
             break
         if records.shape[0] - ct[RECORDS] < capacity:
             break
-        lengths_left = lengths.shape[1] - ct[LENGTHS_AT]
-        if lengths_left < capacity and lengths_left < ct[ISSUE_LEFT]:
+        if ct[CLIENTS]:
+            lengths_left = lengths.shape[1] - ct[LENGTHS_AT]
+            if lengths_left < capacity and lengths_left < ct[ISSUE_LEFT]:
+                break
+        elif not _take_arrivals(req, queue, rows_free, arrivals, st, ct):
             break
+        elif ct[ARRIVALS_AT] == arrivals.shape[1] and ct[MORE_ARRIVALS]:
+            break  # the next arrival is not known here
         if not (ct[Q_LEN] or ct[DECODING] or ct[P_LEN]):
-            break
+            if ct[CLIENTS] or ct[ARRIVALS_AT] == arrivals.shape[1]:
+                break
+            st[NOW] = arrivals[0, ct[ARRIVALS_AT]]  # idle until the next arrival
+            continue
         if not _admit(req, queue, prefilling, levels, st, ct, lookahead, capacity):
             break
         if not _make_room(
@@ -390,7 +441,7 @@ def closed_loop(
             queue,
             prefilling,
             batch,
-            slot_client,
+            slot_row,
             join_step,
             join_left,
             free,
@@ -486,11 +537,11 @@ def closed_loop(
             st[LAST_END] = end
             for s in range(used):
                 if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
-                    client = slot_client[s]
+                    client = slot_row[s]
                     _bank_row(req, client, s, batch, join_step, join_left, ct)
                     req[client, GENERATED] = req[client, OUTPUT]
-                    _free_slot(s, batch, slot_client, free, st, ct)
-                    _finish(req, client, end, records, queue, lengths, st, ct)
+                    _free_slot(s, batch, slot_row, free, st, ct)
+                    _finish(req, client, end, records, queue, rows_free, lengths, st, ct)
         else:  # prompt chunks alone: no inter-token gap
             log_iteration(
                 log_dt,
@@ -515,10 +566,10 @@ def closed_loop(
                 client = done[j]
                 st[EMITTED] += 1.0
                 if req[client, GENERATED] >= req[client, OUTPUT]:
-                    _finish(req, client, end, records, queue, lengths, st, ct)
+                    _finish(req, client, end, records, queue, rows_free, lengths, st, ct)
                 else:
                     _start_decoding(
-                        req, client, batch, slot_client, join_step, join_left, free, st, ct
+                        req, client, batch, slot_row, join_step, join_left, free, st, ct
                     )
         else:
             st[LAST_DT] = dt

@@ -1,12 +1,16 @@
-"""The compiled loop for closed-loop clients (``specsim/simulation/compiled_closed*.py``).
+"""The compiled serving loop (``specsim/simulation/compiled_serving*.py``): a lone replica's
+admission, prefill, preemption and decoding in one kernel, for open-loop arrivals and for
+closed-loop clients.
 
 Identity with the per-iteration reference (every record, the engine's statistics at full
 precision, the summary and requests.csv, with the kernels on and off) where the loop runs:
 every drafter class on a profile whose every cost term is non-zero, fixed k and k by batch
 size, preemption, prompts cut into chunks, prompts whose first token is their last, a horizon,
 acceptance levels drawn past the first chunk of 4,096, a step log that folds inside the loop,
-and the benchmark's saturated replica on a shipped profile. Then where it runs (nearly every
-iteration) and where it does not, and that a request that never fits is refused as before.
+bursts, an overloaded queue that outgrows what a call packs, and the benchmark's saturated
+replica on a shipped profile (the shipped scenarios are in ``test_sim_stretch.py``). Then
+where it runs (nearly every iteration) and where it does not, and that a request that never
+fits is refused as before.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from test_sim_stretch import assert_identical, make
 
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
-from specsim.simulation import compiled_closed, run_simulation
+from specsim.simulation import compiled_serving, run_simulation
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
@@ -32,17 +36,17 @@ def closed(workload=None, **sections) -> Scenario:
 
 def kernel_iterations(scenario, monkeypatch, setting: str = "1") -> tuple[int, int, dict]:
     """Iterations the closed-loop kernel ran, the run's engine iterations, and its summary."""
-    original = compiled_closed.ClosedLoop.run
+    original = compiled_serving.ServingLoop.run
     ran = [0]
 
     def counted(self, replica, now):
         end = original(self, replica, now)
         if end is not None:
-            ran[0] += int(self.ct[compiled_closed.ITERATIONS])
+            ran[0] += int(self.ct[compiled_serving.ITERATIONS])
         return end
 
     with monkeypatch.context() as patch:
-        patch.setattr(compiled_closed.ClosedLoop, "run", counted)
+        patch.setattr(compiled_serving.ServingLoop, "run", counted)
         patch.setenv("SPECSIM_COMPILED", setting)
         summary = run_simulation(scenario).summary
     return ran[0], summary["engine_iterations"], summary
@@ -68,6 +72,65 @@ CASES = {
     "first token is the last": {"workload": {"output": {"dist": "uniform", "low": 1, "high": 3}}},
     "horizon": {"workload": {"requests": None, "duration_s": 12.0}},
 }
+
+
+OPEN = {
+    "open loop, low load": {},
+    "open loop, saturated": {"workload": {"rate": 60.0}, "engine": {"max_batch": 16}},
+    "open loop, preemption": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500},
+    },
+    "open loop, bursts": {"workload": {"kind": "bursty", "rate": 8.0, "cv": 3.0}},
+    "open loop, horizon": {"workload": {"requests": None, "duration_s": 30.0, "rate": 8.0}},
+    # 4,500 requests: the arrivals come in two chunks, and a call that has taken the first
+    # chunk's last one must stop for the next (it may be due before the next iteration).
+    "open loop, a second chunk of arrivals": {
+        "workload": {
+            "rate": 40.0,
+            "requests": 4500,
+            "prompt": {"dist": "uniform", "low": 8, "high": 60},
+            "output": {"dist": "uniform", "low": 1, "high": 10},
+        }
+    },
+    "open loop, k by batch": {
+        "workload": {"rate": 20.0},
+        "speculation": {
+            "drafter": "c20",
+            "k": 4,
+            "policy": "by_batch",
+            "k_by_batch": [{"max_batch": 4, "k": 4}, {"max_batch": 10, "k": 2}],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(OPEN))
+def test_the_loop_matches_the_reference_on_an_open_loop(name, tmp_path, monkeypatch):
+    scenario = make(OPEN[name])
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.8 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_an_overloaded_queue_leaves_the_loop_and_comes_back(tmp_path, monkeypatch):
+    """Arrivals far beyond what 4 slots serve: past ``MOST_IN_FLIGHT`` requests in flight the
+    replica leaves the loop (each call packs them all), and takes it again as the queue drains,
+    with the reference's results throughout."""
+    scenario = make(
+        {
+            "workload": {
+                "rate": 2000.0,
+                "requests": 5000,
+                "output": {"dist": "uniform", "low": 1, "high": 16},
+            },
+            "engine": {"max_batch": 4},
+        }
+    )
+    inside, total, summary = kernel_iterations(scenario, monkeypatch)
+    assert 0.1 * total < inside < 0.9 * total
+    assert summary["requests"] == 5000
+    assert_identical(scenario, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("name", list(CASES))
