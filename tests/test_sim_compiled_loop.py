@@ -19,7 +19,7 @@ from test_sim_stretch import assert_identical, make
 
 from specsim.costs import PassTotals, StepCosts
 from specsim.profile import load_profile
-from specsim.simulation import compiled_loop, run_simulation
+from specsim.simulation import compiled_loop, compiled_serving, run_simulation
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.policy import GoodputWindow
 
@@ -90,7 +90,7 @@ def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
     assert type(costs.drafter).__name__ == CLASSES[drafter.split()[0] if drafter else None]
     vector = compiled_loop.cost_vector(costs)
-    kernel = compiled_loop.kernel()
+    kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(11)
     out = np.empty(3)
     for k, rows, draw in itertools.product(range(6), (1, 2, 7, 64, 255), range(4)):
@@ -114,7 +114,7 @@ def test_prompt_chunk_iterations_cost_what_iteration_s_says(drafter, every_term)
     prices the first iteration of a call: 6 k x 4 batch sizes x 3 draws, compared with ``==``."""
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
     vector = compiled_loop.cost_vector(costs)
-    kernel = compiled_loop.kernel()
+    kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(12)
     for k, rows, _ in itertools.product(range(6), (0, 1, 9, 255), range(3)):
         tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
@@ -142,7 +142,7 @@ def test_the_goodput_choice_matches_the_policy(drafter, every_term):
     policy.attach(costs, acceptance)
     by_rows, goodput = compiled_loop.window_terms(policy)
     vector = compiled_loop.cost_vector(costs)
-    kernel = compiled_loop.kernel()
+    kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(5)
     chosen = set()
     for _ in range(300):
@@ -187,17 +187,27 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
 
 
 def loop_iterations(scenario, monkeypatch, setting: str) -> tuple[int, int, dict]:
-    """Iterations the compiled loop ran, the run's engine iterations, and its summary."""
+    """Iterations the compiled loops ran (this one, and the serving loop that stands in for it
+    with a fixed k or k by batch size, ``test_sim_compiled_serving.py``), the run's engine
+    iterations, and its summary."""
     kernel = compiled_loop.kernel()
     original = kernel.decode_loop
+    serving = compiled_serving.ServingLoop.run
     ran = [0]
 
     def counted(*args):
         original(*args)
         ran[0] += int(args[-1][0])  # the iterations it ran
 
+    def counted_serving(self, replica, now):
+        end = serving(self, replica, now)
+        if end is not None:
+            ran[0] += int(self.ct[compiled_serving.ITERATIONS])
+        return end
+
     with monkeypatch.context() as patch:
         patch.setattr(kernel, "decode_loop", counted)
+        patch.setattr(compiled_serving.ServingLoop, "run", counted_serving)
         patch.setenv("SPECSIM_COMPILED", setting)
         summary = run_simulation(scenario).summary
     return ran[0], summary["engine_iterations"], summary
@@ -223,12 +233,11 @@ def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(policy, monkeyp
 @pytest.mark.parametrize(
     "changes",
     [
-        {"workload": {"kind": "closed_loop", "concurrency": 4, "rate": None}},
         {"fleet": {"replicas": 2, "router": "least_outstanding"}},
         {"engine": {"max_batch": 32, "padded_attention": True}},
         {"workload": {"max_concurrency": 3}},
     ],
-    ids=["closed loop", "two replicas", "padded", "client cap"],
+    ids=["two replicas", "padded", "client cap"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     inside, total, _ = loop_iterations(make(changes), monkeypatch, "1")
@@ -270,7 +279,9 @@ def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
         prompts.append(int(args[-8][0]))  # the first iteration's prompt chunks
         original(*args)
 
-    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0}})
+    # With a prefix cache: the serving loop (which keeps none) stands in for this one else.
+    prefix = {"source": "fraction", "fraction": 0.25, "hit_rate": 0.5}
+    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0, "prefix": prefix}})
     with monkeypatch.context() as patch:
         patch.setattr(kernel, "decode_loop", counted)
         patch.setenv("SPECSIM_COMPILED", "1")

@@ -53,6 +53,12 @@ def kernel() -> ModuleType:
     return _kernel
 
 
+def step_kernel() -> ModuleType:
+    """The compiled loops' shared parts (the cost model, the window policy, a decode step)."""
+    kernel()
+    return importlib.import_module("specsim.simulation.compiled_step_kernel")
+
+
 def cost_vector(costs) -> np.ndarray | None:
     """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter class
     the kernel does not know)."""

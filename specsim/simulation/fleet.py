@@ -169,6 +169,29 @@ class ArrivalFeed:
                 return
         self.next_time = math.inf
 
+    def upcoming(self, n: int) -> tuple[list[float], list[int], list[int]]:
+        """The next arrivals of the chunk at hand, at most ``n`` (times, prompts, outputs),
+        without taking them; empty lists when none is left."""
+        if self.next_time == math.inf:
+            return [], [], []
+        i = self._next
+        return self._times[i : i + n], self._prompts[i : i + n], self._outputs[i : i + n]
+
+    @property
+    def next_id(self) -> int:
+        """The number the next request gets."""
+        return self._counter[0]
+
+    def taken(self, m: int) -> None:
+        """The first ``m`` of the ``upcoming`` arrivals were taken, numbered in order, by a
+        compiled loop (``compiled_serving.py``)."""
+        self._counter[0] += m
+        self._next += m
+        if self._next < len(self._times):
+            self.next_time = self._times[self._next]
+        else:
+            self._load()
+
     def pop(self) -> Request:
         """The next request (numbered in arrival order)."""
         i = self._next
@@ -237,6 +260,25 @@ class ClosedLoopClients:
         if self._opened is None or self._closed is None or self._closed[0] <= self._opened[0]:
             return None
         return self._opened[0], self._closed[0], self._closed[1] - self._opened[1]
+
+    def first_requests(self) -> tuple[int, int, int]:
+        """The ids of the clients' first requests, [first, last + 1), and how many still run."""
+        return self._initial[0], self._initial[1], self._first_requests
+
+    def caught_up(
+        self,
+        first_left: int,
+        opened: tuple[float, float] | None,
+        closed: tuple[float, float] | None,
+    ) -> None:
+        """What a compiled loop did as ``on_finish`` (``compiled_closed.py``): the first
+        requests still running, and the steady window's opening and closing where it marked
+        them, as (time, output tokens emitted by then)."""
+        self._first_requests = first_left
+        if opened is not None:
+            self._opened = opened
+        if closed is not None and self._closed is None:
+            self._closed = closed
 
     def on_finish(self, request: Request, now: float) -> None:
         if self._initial[0] <= request.rid < self._initial[1]:

@@ -71,6 +71,11 @@ class RecordSink:
         if len(self.rows) >= FLUSH_ROWS:
             self.flush()
 
+    def add_rows(self, rows) -> None:
+        """``add`` each of ``rows`` in turn (the buffer folds where it would)."""
+        for row in rows:
+            self.add(row)
+
     def flush(self) -> None:
         rows = self.rows
         if not rows:

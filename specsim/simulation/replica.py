@@ -45,6 +45,7 @@ from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
 from specsim.simulation.compiled import active as compiled_active
 from specsim.simulation.compiled_loop import DecodeLoop
+from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
@@ -215,6 +216,7 @@ class Replica:
         self._cutting = False
         self._process = None
         self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
+        self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
         self.arrivals = None
         self.feed = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
@@ -248,9 +250,17 @@ class Replica:
         """Start the replica's process; ``arrivals`` (an ``ArrivalFeed``, fast path only): the
         replica takes an open-loop source's requests itself, as their times pass."""
         self.arrivals = arrivals if self.fast else None
-        # Alone on an open-loop source, decode iterations can run compiled (compiled_loop.py).
-        self._loop = DecodeLoop.build(self) if self.arrivals is not None else None
+        # Alone on an open-loop source, iterations can run compiled: all of them
+        # (compiled_serving.py), or else those with no queue (compiled_loop.py).
+        if self.arrivals is not None:
+            self._serving = ServingLoop.build(self, feed=self.arrivals)
+            self._loop = DecodeLoop.build(self) if self._serving is None else None
         self._process = env.process(self.process(env))
+
+    def serve_clients(self, clients) -> None:
+        """This replica alone serves closed-loop ``clients``: the compiled loop for them, where
+        it runs (``compiled_serving.py``)."""
+        self._serving = ServingLoop.build(self, clients=clients) if self.fast else None
 
     def process(self, env):
         return self._fast_process(env) if self.fast else self._reference_process(env)
@@ -303,6 +313,12 @@ class Replica:
                     continue
                 else:
                     return
+            serving = self._serving
+            if serving is not None:
+                end = serving.run(self, env.now)
+                if end is not None:  # when its last iteration ends
+                    yield env.timeout_at(end)
+                    continue
             start = env.now
             if admission.queue:
                 admission.admit(start, self.decoding, self._held())

@@ -303,6 +303,8 @@ def run_simulation(
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, fleet, counter)
         clients.start()
+        if len(replicas) == 1 and split is None:
+            replicas[0].serve_clients(clients)
     elif scenario.workload.max_concurrency is not None:
         cap = ClientCap(scenario.workload.max_concurrency, fleet.dispatch)
         env.process(open_loop_arrivals(env, source, cap, counter))

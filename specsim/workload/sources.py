@@ -141,6 +141,22 @@ class ClosedLoopSource:
         self.issued += 1
         return self._prompts.pop(), self._outputs.pop()
 
+    def upcoming(self, n: int) -> tuple[list[int], list[int]]:
+        """The next ``n`` requests' prompt and output lengths, in the order ``next_lengths``
+        hands them out, without issuing them (drawn in the chunks it would draw)."""
+        while len(self._prompts) < n:
+            prompt, output = self.lengths.draw(self.lengths_rng, CHUNK)
+            self._prompts = prompt[::-1].tolist() + self._prompts
+            self._outputs = output[::-1].tolist() + self._outputs
+        return self._prompts[: -n - 1 : -1], self._outputs[: -n - 1 : -1]
+
+    def issued_ahead(self, m: int) -> None:
+        """Count the first ``m`` of the ``upcoming`` requests as issued (a compiled loop's)."""
+        if m:
+            del self._prompts[-m:]
+            del self._outputs[-m:]
+        self.issued += m
+
     def think_time(self) -> float:
         if self.think_mean <= 0:
             return 0.0

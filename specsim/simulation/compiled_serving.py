@@ -1,0 +1,427 @@
+"""The compiled serving loop, Python's side: where it runs, and its state in and out.
+
+A replica alone on its traffic (open-loop arrivals, or closed-loop clients without think time)
+with a fixed k or k by batch size runs ``compiled_serving_kernel.serving_loop``: admission,
+chunked prefill, preemption, decoding, finishes and the clients' next requests in one call,
+from one stop to the next (busy or saturated, where the queue rarely empties, as at low load).
+This module packs what the kernel reads (the requests in flight as rows of a table, the queue
+and the prompts in prefill as rings of rows, the batch's slots, the acceptance levels, arrivals
+and clients' lengths drawn ahead) and writes back what it did: the records in finish order,
+the requests still in flight as ``Request`` objects, and the replica's, admission's, step
+log's, arrival feed's and clients' counts. It runs where the replica's other conditions for a
+compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and no prefix cache
+is kept; elsewhere, and whenever the kernel stops for Python (levels to draw, one sequence
+outgrowing the cache), the other paths run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import deque
+from itertools import repeat
+
+import numpy as np
+
+from specsim.simulation.compiled_loop import DecodeLoop, kernel
+from specsim.simulation.compiled_serving_layout import (
+    ACCEPTED,
+    ADMISSIONS,
+    ADMIT,
+    ARRIVAL,
+    ARRIVALS_AT,
+    CLIENT,
+    CLIENTS,
+    CLOSED,
+    CLOSED_AT,
+    CLOSED_EMITTED,
+    COUNTS,
+    DECODE_STEPS,
+    DECODING,
+    DRAFTED,
+    DRAWN,
+    FIELDS,
+    FILLED,
+    FIRST,
+    FIRST_HI,
+    FIRST_LEFT,
+    FIRST_LO,
+    FREE_N,
+    GENERATED,
+    HIGH,
+    HORIZON,
+    ISSUE_LEFT,
+    ISSUED,
+    ITERATIONS,
+    JOINED,
+    LEVEL,
+    LEVELS_AT,
+    LOGGED,
+    MORE_ARRIVALS,
+    NEXT_RID,
+    NOW,
+    OPENED,
+    OPENED_AT,
+    OPENED_EMITTED,
+    OUTPUT,
+    P_HEAD,
+    P_LEN,
+    PREEMPTIONS,
+    PREFILLED,
+    PROMPT,
+    Q_HEAD,
+    Q_LEN,
+    RECORD,
+    RECORDS,
+    RID,
+    ROWS_FREE_N,
+    SCHEDULED,
+    STATE,
+    STEPS,
+    TARGET,
+    TOKEN_BUDGET,
+)
+from specsim.simulation.request import Request
+from specsim.simulation.steplog import BUFFER_ITERATIONS
+from specsim.workload.prefix import NoPrefix
+
+AHEAD = 4096  # arrivals or clients' lengths handed to one call, and records it may write
+RETRY_AFTER = 16  # iterations Python runs after a call that ran none, before the next call
+# Most requests in flight that a call packs: each call packs them all, so past this (an
+# overloaded open loop's growing queue) packing would cost more than the kernel saves.
+MOST_IN_FLIGHT = 2048
+
+
+class ServingLoop:
+    """One replica's buffers for the serving kernel, and the traffic it serves (an open-loop
+    ``ArrivalFeed`` or ``ClosedLoopClients``)."""
+
+    def __init__(self, replica, decode: DecodeLoop, feed=None, clients=None):
+        self.feed = feed
+        self.clients = clients
+        self.decode = decode  # the cost vector, window terms and acceptance tables
+        cap = replica.capacity
+        self.slot_row = np.full(cap, -1, dtype=np.int64)
+        self.join_step = np.zeros(cap, dtype=np.int64)
+        self.join_left = np.zeros(cap)
+        self.free = np.zeros(cap, dtype=np.int64)
+        self.records = np.zeros((AHEAD, RECORD))
+        self.st = np.zeros(STATE)
+        self.ct = np.zeros(COUNTS, dtype=np.int64)
+        self.rows = 0
+        self._table(clients.source.concurrency if clients is not None else cap + AHEAD)
+        self.wait = 0  # iterations to leave to Python before the next call
+
+    def _table(self, rows: int) -> None:
+        """The request table and its rings, for ``rows`` requests in flight."""
+        self.rows = rows
+        self.req = np.zeros((rows, FIELDS))
+        self.rows_free = np.zeros(rows, dtype=np.int64)
+        self.queue = np.zeros(rows, dtype=np.int64)
+        self.prefilling = np.zeros(rows, dtype=np.int64)
+
+    @staticmethod
+    def build(replica, feed=None, clients=None) -> ServingLoop | None:
+        """The loop for ``replica`` alone on ``feed`` or ``clients``, or None where it cannot
+        run."""
+        decode = DecodeLoop.build(replica)
+        if (
+            decode is None
+            or not decode.by_rows.shape[0]  # the goodput policy weighs chunks per window
+            or not replica.chunked
+            or type(replica.admission.prefix) is not NoPrefix
+            or (clients is not None and clients.source.think_mean > 0)
+        ):
+            return None
+        return ServingLoop(replica, decode, feed, clients)
+
+    def run(self, replica, now: float) -> float | None:
+        """Run iterations from ``now`` until the kernel stops; returns where it stopped (None:
+        it ran none and waited for nothing; whatever admission it did is written back)."""
+        if self.wait:
+            self.wait -= 1
+            return None
+        admission = replica.admission
+        in_flight = len(admission.queue) + len(admission.prefilling) + replica.decoding
+        if in_flight > MOST_IN_FLIGHT:
+            return None
+        levels, arrivals, lengths = self._pack(replica, now, in_flight)
+        decode, log, stream = self.decode, replica.log, replica._draws
+        base_words, offset = stream.base()
+        ct = self.ct
+        _serving_kernel().serving_loop(
+            base_words,
+            offset,
+            decode.blocks,
+            decode.tables,
+            decode.table_at,
+            replica.acceptance.proposal_rate,
+            decode.by_rows,
+            decode.goodput,
+            admission.lookahead,
+            (
+                replica.remaining,
+                replica.context,
+                replica.output,
+                replica.level,
+                replica.level_shift,
+                replica.row_drafted,
+                replica.admit_order,
+            ),
+            self.slot_row,
+            self.join_step,
+            self.join_left,
+            self.free,
+            self.req,
+            self.rows_free,
+            self.queue,
+            self.prefilling,
+            levels,
+            arrivals,
+            lengths,
+            self.records,
+            decode.costs,
+            self.st,
+            ct,
+            (log._dt, log._kv, log._itl, log._itl_weight),
+            log._batch,
+            log._accepted,
+            log._drafted,
+            log._step_limit,
+        )
+        stream.skip(int(ct[DRAWN]))
+        self._unpack(replica)
+        end = float(self.st[NOW])
+        if not ct[ITERATIONS] and end == now:
+            self.wait = RETRY_AFTER
+            return None
+        return end
+
+    # ---- packing -------------------------------------------------------------------------
+    def _pack(self, replica, now: float, in_flight: int):
+        """The table, rings and counts loaded from the replica; returns the levels, arrivals
+        and clients' lengths for the call."""
+        admission, log = replica.admission, replica.log
+        ct, st = self.ct, self.st
+        ct[:] = 0
+        arrivals, more = self._arrivals(replica)
+        if self.clients is None and in_flight + arrivals.shape[1] > self.rows:
+            self._table(2 * (in_flight + arrivals.shape[1]))
+        req = self.req
+        req[:, RID] = -1.0
+        loaded = 0
+        for ring, requests, size in (
+            (self.queue, admission.queue, Q_LEN),
+            (self.prefilling, admission.prefilling, P_LEN),
+        ):
+            for j, request in enumerate(requests):
+                ring[j] = self._load(request, loaded)
+                loaded += 1
+            ct[size] = len(requests)
+        self.slot_row[:] = -1
+        for slot, request in enumerate(replica.slot_request):
+            if request is not None:
+                self.slot_row[slot] = self._load(request, loaded)
+                loaded += 1
+                self.join_step[slot] = replica.join_step[slot]
+                self.join_left[slot] = replica.join_remaining[slot]
+        unused = np.flatnonzero(req[:, RID] < 0)[::-1]  # taken from the end: the lowest first
+        self.rows_free[: unused.shape[0]] = unused
+        ct[ROWS_FREE_N] = unused.shape[0]
+        free = replica.free_slots
+        self.free[: len(free)] = free
+        ct[FREE_N] = len(free)
+        ct[HIGH], ct[DECODING], ct[JOINED] = replica.high, replica.decoding, replica._joined
+        ct[DECODE_STEPS], ct[ADMISSIONS] = replica.decode_steps, admission.admissions
+        ct[LOGGED], ct[FILLED] = log._iterations, log._filled
+        ct[MORE_ARRIVALS] = more
+        st[:] = 0.0
+        st[: TOKEN_BUDGET + 1] = (
+            replica.decode_kv,
+            replica.emitted_tokens,
+            replica.left_total,
+            now,
+            replica.last_decode_end,
+            replica.last_decode_s,
+            log.verification_flops,
+            log.drafter_flops,
+            log.wasted_flops,
+            log.window_rows,
+            log.decode_rows,
+            admission.reserved,
+            admission.pending,
+            replica.kv_capacity,
+            replica._kv_planned,
+            replica.stats.flops["prefill"],
+            admission.prefill_computed,
+            admission.prefix_queried,
+            np.inf,  # the clients' horizon, if any
+            replica.token_budget,
+        )
+        levels = np.array(admission._levels[::-1], dtype=np.int64)  # in the order pop() takes
+        lengths = self._clients(replica) if self.clients is not None else np.zeros((2, 0))
+        return levels, arrivals, lengths
+
+    def _load(self, request: Request, loaded: int) -> int:
+        """The request's row (a client's own, else the next one), filled in."""
+        row = request.client if self.clients is not None else loaded
+        self.req[row] = (
+            request.rid,
+            request.arrival,
+            request.prompt,
+            request.output,
+            request.scheduled,
+            request.first_token,
+            request.generated,
+            request.steps,
+            request.drafted,
+            request.accepted,
+            request.preemptions,
+            request.level,
+            request.prefill_target,
+            request.prefilled,
+            request.admit_order,
+            request.client,
+        )
+        return row
+
+    def _fitting(self, replica, prompts, outputs) -> np.ndarray:
+        """Prompt and output lengths up to (not with) the first that never fits the cache: the
+        per-iteration path refuses it when it reaches the replica, so Python takes it."""
+        lengths = np.array([prompts, outputs], dtype=np.float64).reshape(2, -1)
+        too_long = lengths[0] + lengths[1] + replica.admission.lookahead > replica.kv_capacity
+        if too_long.any():
+            lengths = lengths[:, : int(too_long.argmax())]
+        return lengths
+
+    def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
+        """The feed's next arrivals (times, prompts, outputs), and whether more may follow."""
+        if self.feed is None:
+            return np.zeros((3, 0)), False
+        self.ct[NEXT_RID] = self.feed.next_id
+        times, prompts, outputs = self.feed.upcoming(AHEAD)
+        lengths = self._fitting(replica, prompts, outputs)
+        count = lengths.shape[1]
+        arrivals = np.empty((3, count))
+        arrivals[0] = times[:count]
+        arrivals[1:] = lengths
+        return arrivals, bool(times)  # an empty list: the feed has no more
+
+    def _clients(self, replica) -> np.ndarray:
+        """The clients' next requests' lengths, and the clients' counts."""
+        clients, ct, st = self.clients, self.ct, self.st
+        source = clients.source
+        ct[CLIENTS] = 1
+        ct[NEXT_RID] = clients.counter[0]
+        limit = source.limit
+        ct[ISSUE_LEFT] = np.iinfo(np.int64).max if limit is None else limit - source.issued
+        ct[FIRST_LO], ct[FIRST_HI], ct[FIRST_LEFT] = clients.first_requests()
+        st[HORIZON] = np.inf if source.horizon is None else source.horizon
+        prompts, outputs = source.upcoming(int(min(ct[ISSUE_LEFT], AHEAD)))
+        return np.ascontiguousarray(self._fitting(replica, prompts, outputs))
+
+    # ---- unpacking -----------------------------------------------------------------------
+    def _unpack(self, replica) -> None:
+        admission, log = replica.admission, replica.log
+        ct, st = self.ct, self.st
+        self._write_records(replica)
+        in_flight = self._requests()
+        admission.queue = deque(in_flight[row] for row in _ring(self.queue, ct[Q_HEAD], ct[Q_LEN]))
+        admission.prefilling = [
+            in_flight[row] for row in _ring(self.prefilling, ct[P_HEAD], ct[P_LEN])
+        ]
+        for slot, row in enumerate(self.slot_row.tolist()):
+            replica.slot_request[slot] = None if row < 0 else in_flight[row]
+            if row >= 0:
+                replica.join_step[slot] = int(self.join_step[slot])
+                replica.join_remaining[slot] = int(self.join_left[slot])
+        replica.free_slots = self.free[: ct[FREE_N]].tolist()
+        replica.high, replica.decoding = int(ct[HIGH]), int(ct[DECODING])
+        replica._joined = int(ct[JOINED])
+        replica.decode_steps = int(ct[DECODE_STEPS])
+        taken = int(ct[ARRIVALS_AT]) if self.feed is not None else int(ct[ISSUED])
+        replica.outstanding += taken - int(ct[RECORDS])
+        admission.admissions = int(ct[ADMISSIONS])
+        del admission._levels[len(admission._levels) - int(ct[LEVELS_AT]) :]
+        (
+            replica.decode_kv,
+            replica.emitted_tokens,
+            replica.left_total,
+            _,
+            replica.last_decode_end,
+            replica.last_decode_s,
+            log.verification_flops,
+            log.drafter_flops,
+            log.wasted_flops,
+            log.window_rows,
+            log.decode_rows,
+            admission.reserved,
+            admission.pending,
+            _,
+            replica._kv_planned,
+            replica.stats.flops["prefill"],
+            admission.prefill_computed,
+            prefix_queried,
+        ) = st[:HORIZON].tolist()
+        admission.prefix_queried = int(prefix_queried)
+        log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
+        if log._iterations == BUFFER_ITERATIONS:
+            log._flush_iterations()
+        if log._filled > log._step_limit:
+            log._flush_steps()
+        if self.feed is not None:
+            self.feed.taken(taken)
+        if self.clients is not None:
+            self._clients_after()
+
+    def _clients_after(self) -> None:
+        clients, ct, st = self.clients, self.ct, self.st
+        clients.counter[0] = int(ct[NEXT_RID])
+        clients.source.issued_ahead(int(ct[ISSUED]))
+        opened = (st[OPENED_AT], st[OPENED_EMITTED]) if ct[OPENED] else None
+        closed = (st[CLOSED_AT], st[CLOSED_EMITTED]) if ct[CLOSED] else None
+        clients.caught_up(int(ct[FIRST_LEFT]), opened, closed)
+
+    def _write_records(self, replica) -> None:
+        count = int(self.ct[RECORDS])
+        if not count:
+            return
+        columns = self.records[:count].T
+        ints = columns.astype(np.int64)
+        rows = zip(
+            ints[0].tolist(),
+            columns[1].tolist(),
+            columns[2].tolist(),
+            columns[3].tolist(),
+            columns[4].tolist(),
+            *(ints[j].tolist() for j in range(5, RECORD)),
+            repeat(replica.index),
+            repeat(replica.pool_index),
+        )
+        replica.sink.add_rows(rows)
+
+    def _requests(self) -> dict[int, Request]:
+        """The requests in flight after the call, by row, as ``Request`` objects."""
+        requests = {}
+        rows = np.flatnonzero(self.req[:, RID] >= 0)
+        for row, values in zip(rows.tolist(), self.req[rows].tolist(), strict=True):
+            rid, prompt, output = int(values[RID]), int(values[PROMPT]), int(values[OUTPUT])
+            request = Request(rid, values[ARRIVAL], prompt, output, int(values[CLIENT]))
+            request.scheduled, request.first_token = values[SCHEDULED], values[FIRST]
+            request.generated, request.steps = int(values[GENERATED]), int(values[STEPS])
+            request.drafted, request.accepted = int(values[DRAFTED]), int(values[ACCEPTED])
+            request.preemptions, request.level = int(values[PREEMPTIONS]), int(values[LEVEL])
+            request.prefill_target = int(values[TARGET])
+            request.prefilled = int(values[PREFILLED])
+            request.admit_order = int(values[ADMIT])
+            requests[row] = request
+        return requests
+
+
+def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:
+    count = ring.shape[0]
+    return [int(ring[(head + j) % count]) for j in range(size)]
+
+
+def _serving_kernel():
+    kernel()  # numba and the shared kernels first
+    return importlib.import_module("specsim.simulation.compiled_serving_kernel")

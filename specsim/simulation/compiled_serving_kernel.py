@@ -1,0 +1,577 @@
+"""The compiled serving loop (numba): a lone replica's admission, prefill and decoding.
+
+``serving_loop`` runs a replica alone on its traffic (open-loop arrivals, or closed-loop
+clients without think time) iteration after iteration, as ``Replica._fast_process`` with
+``Admission`` and ``ClosedLoopClients`` would: it takes the arrivals due, admits waiting
+requests FCFS (``Admission.admit``), preempts where the cache cannot hold the next step
+(``Admission.make_room``), plans the decode step and the prompt chunks within the token budget
+(``Replica._plan_mixed``, ``Admission.chunks``), prices the iteration, applies it
+(``Replica._apply_mixed``: emitted tokens, finishes in slot order, then the prompts that went
+through, ``Admission.complete``) and, for each finish, writes the request's record and issues
+its client's next request (``ClosedLoopClients.on_finish``), in the same operations and order.
+Requests live in a table of rows (a closed-loop client's next request takes its row); the
+queue and the prompts in prefill are rings of row numbers. It stops, at the top of an
+iteration, where Python must act (``compiled_serving.py``): the step log folds, the records,
+the arrivals or the clients' lengths run short, admission needs an acceptance level not drawn
+yet, one sequence outgrows the cache, or nothing is left to run.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from specsim.simulation.compiled_kernels import _apply, _jump
+from specsim.simulation.compiled_serving_layout import (
+    ACCEPTED,
+    ADMISSIONS,
+    ADMIT,
+    ARRIVAL,
+    ARRIVALS_AT,
+    CLIENT,
+    CLIENTS,
+    CLOSED,
+    CLOSED_AT,
+    CLOSED_EMITTED,
+    DECODE_KV,
+    DECODE_ROWS,
+    DECODE_STEPS,
+    DECODING,
+    DRAFTED,
+    DRAFTER_FLOPS,
+    DRAWN,
+    EMITTED,
+    FILLED,
+    FIRST,
+    FIRST_HI,
+    FIRST_LEFT,
+    FIRST_LO,
+    FREE_N,
+    GENERATED,
+    HELD,
+    HIGH,
+    HORIZON,
+    ISSUE_LEFT,
+    ISSUED,
+    ITERATIONS,
+    JOINED,
+    KV_CAPACITY,
+    LAST_DT,
+    LAST_END,
+    LEFT_TOTAL,
+    LENGTHS_AT,
+    LEVEL,
+    LEVELS_AT,
+    LOGGED,
+    MORE_ARRIVALS,
+    NEXT_RID,
+    NOW,
+    OPENED,
+    OPENED_AT,
+    OPENED_EMITTED,
+    OUTPUT,
+    P_HEAD,
+    P_LEN,
+    PENDING,
+    PREEMPTIONS,
+    PREFILL_COMPUTED,
+    PREFILL_FLOPS,
+    PREFILLED,
+    PREFIX_QUERIED,
+    PROMPT,
+    Q_HEAD,
+    Q_LEN,
+    RECORDS,
+    RESERVED,
+    RID,
+    ROWS_FREE_N,
+    SCHEDULED,
+    STEPS,
+    TARGET,
+    TOKEN_BUDGET,
+    VERIFICATION,
+    WASTED,
+    WINDOW_ROWS,
+)
+from specsim.simulation.compiled_step_kernel import (
+    D_ATTN,
+    D_FLOPS,
+    DRAFT_MODEL,
+    KIND,
+    T_ATTN,
+    T_FLOPS,
+    _decode_s,
+    _draft_flops,
+    _mixed_s,
+    _wasted_per_position,
+    _window,
+    draw_rows,
+    emit_rows,
+    log_iteration,
+    row_totals,
+)
+
+_jit = numba.njit(cache=False, nogil=True)
+
+
+@_jit
+def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
+    """``Admission.admit`` at ``st[NOW]`` (no prefix cache, chunked prefill); False where the
+    next request to start needs an acceptance level beyond ``levels`` (Python draws them)."""
+    count = req.shape[0]
+    running = ct[DECODING] + ct[P_LEN]
+    if ct[Q_LEN] == 0 or running >= max_batch:
+        return True
+    used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
+    while ct[Q_LEN] and running < max_batch:
+        c = queue[ct[Q_HEAD]]
+        if st[PENDING] >= st[TOKEN_BUDGET]:
+            break
+        need = req[c, TARGET] + lookahead
+        if used + need > st[KV_CAPACITY]:
+            break
+        first_time = req[c, SCHEDULED] < 0
+        if first_time and ct[LEVELS_AT] == levels.shape[0]:
+            return False
+        ct[Q_HEAD] = (ct[Q_HEAD] + 1) % count
+        ct[Q_LEN] -= 1
+        req[c, ADMIT] = ct[ADMISSIONS]
+        ct[ADMISSIONS] += 1
+        if first_time:
+            req[c, SCHEDULED] = st[NOW]
+            req[c, LEVEL] = levels[ct[LEVELS_AT]]
+            ct[LEVELS_AT] += 1
+        req[c, PREFILLED] = 0.0  # no prefix cache: nothing is cached
+        st[PREFIX_QUERIED] += req[c, TARGET]
+        prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
+        ct[P_LEN] += 1
+        st[RESERVED] += req[c, TARGET] + lookahead
+        st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
+        used += need
+        running += 1
+    return True
+
+
+@_jit
+def _new_request(req, row, rid, arrival, prompt, output, client):
+    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``."""
+    req[row, :] = 0.0
+    req[row, RID], req[row, ARRIVAL], req[row, CLIENT] = rid, arrival, client
+    req[row, PROMPT] = req[row, TARGET] = prompt
+    req[row, OUTPUT] = output
+    req[row, SCHEDULED] = req[row, FIRST] = req[row, LEVEL] = req[row, ADMIT] = -1.0
+
+
+@_jit
+def _enqueue(queue, row, ct):
+    queue[(ct[Q_HEAD] + ct[Q_LEN]) % queue.shape[0]] = row
+    ct[Q_LEN] += 1
+
+
+@_jit
+def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
+    """``Replica._take_arrivals``: the arrivals due by ``st[NOW]`` queued, each in a free row
+    (False where none is left)."""
+    while ct[ARRIVALS_AT] < arrivals.shape[1] and arrivals[0, ct[ARRIVALS_AT]] <= st[NOW]:
+        if ct[ROWS_FREE_N] == 0:
+            return False
+        at = ct[ARRIVALS_AT]
+        ct[ARRIVALS_AT] = at + 1
+        ct[ROWS_FREE_N] -= 1
+        row = rows_free[ct[ROWS_FREE_N]]
+        _new_request(req, row, ct[NEXT_RID], arrivals[0, at], arrivals[1, at], arrivals[2, at], -1)
+        ct[NEXT_RID] += 1
+        _enqueue(queue, row, ct)
+    return True
+
+
+@_jit
+def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
+    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
+    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
+    queued in the row (or the client refused); else the row is free."""
+    r = ct[RECORDS]
+    for j, field in enumerate(
+        (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
+    ):
+        records[r, j] = now if field < 0 else req[c, field]
+    ct[RECORDS] = r + 1
+    if not ct[CLIENTS]:
+        rows_free[ct[ROWS_FREE_N]] = c
+        ct[ROWS_FREE_N] += 1
+        return
+    rid = req[c, RID]
+    if ct[FIRST_LO] <= rid < ct[FIRST_HI]:
+        ct[FIRST_LEFT] -= 1
+        if ct[FIRST_LEFT] == 0:
+            ct[OPENED] = 1
+            st[OPENED_AT], st[OPENED_EMITTED] = now, st[EMITTED]
+    if ct[ISSUE_LEFT] > 0 and now < st[HORIZON]:
+        at = ct[LENGTHS_AT]
+        ct[LENGTHS_AT] = at + 1
+        ct[ISSUE_LEFT] -= 1
+        ct[ISSUED] += 1
+        _new_request(req, c, ct[NEXT_RID], now, lengths[0, at], lengths[1, at], req[c, CLIENT])
+        ct[NEXT_RID] += 1
+        _enqueue(queue, c, ct)
+        return
+    req[c, RID] = -1.0  # the client is done
+    if ct[CLOSED] == 0:
+        ct[CLOSED] = 1
+        st[CLOSED_AT], st[CLOSED_EMITTED] = now, st[EMITTED]
+
+
+@_jit
+def _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct):
+    """``Replica._start_decoding``: the request takes the free list's last slot."""
+    remaining, context, output, level, shift, drafted_by_row, admit_order = batch
+    ct[FREE_N] -= 1
+    slot = free[ct[FREE_N]]
+    if slot >= ct[HIGH]:
+        ct[HIGH] = slot + 1
+    left = req[c, OUTPUT] - req[c, GENERATED]
+    slot_row[slot] = c
+    context[slot] = req[c, TARGET]
+    st[DECODE_KV] += req[c, TARGET]
+    st[LEFT_TOTAL] += left
+    remaining[slot] = left
+    output[slot] = req[c, OUTPUT]
+    level[slot] = np.int64(req[c, LEVEL])
+    shift[slot] = 2.0 * level[slot]
+    drafted_by_row[slot] = 0.0
+    admit_order[slot] = np.int64(req[c, ADMIT])
+    join_step[slot] = ct[DECODE_STEPS]
+    join_left[slot] = left
+    ct[DECODING] += 1
+    ct[JOINED] += 1
+
+
+@_jit
+def _free_slot(s, batch, slot_row, free, st, ct):
+    """``Replica._free_slot``: the slot's arrays cleared and the slot on the free list."""
+    remaining, context, _, level, shift, _, admit_order = batch
+    st[DECODE_KV] -= context[s]
+    remaining[s] = 0.0
+    context[s] = 0.0
+    level[s] = 0
+    shift[s] = 0.0
+    admit_order[s] = -1
+    slot_row[s] = -1
+    free[ct[FREE_N]] = s
+    ct[FREE_N] += 1
+    ct[DECODING] -= 1
+    high = ct[HIGH]
+    while high and slot_row[high - 1] < 0:
+        high -= 1
+    ct[HIGH] = high
+
+
+@_jit
+def _bank_row(req, client, s, batch, join_step, join_left, ct):
+    """``Replica._bank_row``: the row's steps, drafts and accepted drafts onto its request."""
+    remaining, drafted_by_row = batch[0], batch[5]
+    steps = ct[DECODE_STEPS] - join_step[s]
+    req[client, STEPS] += steps
+    req[client, DRAFTED] += drafted_by_row[s]
+    req[client, ACCEPTED] += join_left[s] - remaining[s] - steps
+
+
+@_jit
+def _make_room(
+    req, queue, prefilling, batch, slot_row, join_step, join_left, free, st, ct, lookahead
+):
+    """``Admission.make_room``: preempt the youngest sequences (prompts in prefill first) until
+    the cache holds the batch's next step; False where one sequence alone outgrows it (Python
+    raises the error)."""
+    count = req.shape[0]
+    remaining, admit_order = batch[0], batch[6]
+    while st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED] > st[KV_CAPACITY]:
+        if ct[DECODING] + ct[P_LEN] <= 1:
+            return False
+        if ct[P_LEN]:
+            ct[P_LEN] -= 1
+            c = prefilling[(ct[P_HEAD] + ct[P_LEN]) % count]
+            st[RESERVED] -= req[c, TARGET] + lookahead
+            st[PENDING] -= req[c, TARGET] - req[c, PREFILLED]
+        else:  # Replica.evict_youngest
+            s = np.argmax(admit_order)
+            c = slot_row[s]
+            _bank_row(req, c, s, batch, join_step, join_left, ct)
+            req[c, GENERATED] = req[c, OUTPUT] - remaining[s]
+            st[LEFT_TOTAL] -= remaining[s]
+            _free_slot(s, batch, slot_row, free, st, ct)
+            req[c, TARGET] = req[c, PROMPT] + req[c, GENERATED]
+        req[c, PREFILLED] = 0.0
+        req[c, PREEMPTIONS] += 1.0
+        ct[Q_HEAD] = (ct[Q_HEAD] - 1) % count
+        queue[ct[Q_HEAD]] = c
+        ct[Q_LEN] += 1
+    return True
+
+
+@_jit
+def _chunks(req, prefilling, budget, chunk, st, ct):
+    """``Admission.chunks``: each prompt's tokens this iteration (into ``chunk``, in order),
+    and the rows, tokens, KV tokens read and query-key pairs."""
+    count = req.shape[0]
+    rows = 0
+    tokens = kv = pairs = 0.0
+    for j in range(ct[P_LEN]):
+        if budget <= 0:
+            break
+        c = prefilling[(ct[P_HEAD] + j) % count]
+        size = min(req[c, TARGET] - req[c, PREFILLED], budget)
+        chunk[j] = size
+        budget -= size
+        tokens += size
+        kv += req[c, PREFILLED]
+        pairs += size * (req[c, PREFILLED] + (size + 1) / 2.0)
+        rows += 1
+    return rows, tokens, kv, pairs
+
+
+@_jit
+def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
+    """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
+    (into ``done``, in order) with their first token. Returns how many."""
+    count = req.shape[0]
+    through = 0
+    for j in range(rows):
+        c = prefilling[(ct[P_HEAD] + j) % count]
+        req[c, PREFILLED] += chunk[j]
+        st[PENDING] -= chunk[j]
+        st[PREFILL_COMPUTED] += chunk[j]
+        if req[c, PREFILLED] >= req[c, TARGET]:
+            through += 1
+    for j in range(through):  # chunks go in queue order and only the last is partial
+        c = prefilling[ct[P_HEAD]]
+        ct[P_HEAD] = (ct[P_HEAD] + 1) % count
+        ct[P_LEN] -= 1
+        done[j] = c
+        st[RESERVED] -= req[c, TARGET] + lookahead
+        if req[c, FIRST] < 0:
+            req[c, FIRST] = now
+        req[c, GENERATED] += 1.0
+    return through
+
+
+@_jit
+def serving_loop(
+    base_words,
+    offset,
+    blocks,
+    tables,
+    table_at,
+    proposal_rate,
+    by_rows,
+    goodput,
+    lookahead,
+    batch,
+    slot_row,
+    join_step,
+    join_left,
+    free,
+    req,
+    rows_free,
+    queue,
+    prefilling,
+    levels,
+    arrivals,
+    lengths,
+    records,
+    c,
+    st,
+    ct,
+    log,
+    log_batch,
+    log_accepted,
+    log_drafted,
+    step_limit,
+):
+    """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
+
+    ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
+    admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
+    (-1 empty), the decode steps when it joined and the tokens it had left; ``free``: the free
+    slots, a stack of ``ct[FREE_N]``; ``req``: the requests in flight (``rows_free``: the free
+    rows, a stack of ``ct[ROWS_FREE_N]``); ``levels``: acceptance levels in the order
+    admissions take them; ``arrivals``: the open loop's next arrivals (times, prompts,
+    outputs); ``lengths``: the clients' next requests' prompt and output lengths (with
+    ``ct[CLIENTS]``); ``log``: the step log's float buffers (durations, KV, gaps, weights).
+    The acceptance draws start ``offset`` doubles after the PCG64 state ``base_words``
+    (``ct[DRAWN]`` gets how many the iterations took)."""
+    remaining, context, _, _, shift, drafted_by_row, _ = batch
+    log_dt, log_kv, log_itl, log_weight = log
+    capacity = remaining.shape[0]
+    count = req.shape[0]
+    words = base_words.copy()
+    if offset > 0:
+        mult_high, mult_low, plus_high, plus_low = _jump(words[2], words[3], np.uint64(offset))
+        _apply(words, mult_high, mult_low, plus_high, plus_low)
+    jump = np.zeros(5, dtype=np.uint64)
+    jump[4] = capacity + 1
+    drafts = np.empty(capacity)
+    accepted = np.empty(capacity)
+    chunk = np.empty(count)
+    done = np.empty(count, dtype=np.int64)
+    most = log_dt.shape[0]
+    per_token, per_pair = c[T_FLOPS], c[T_ATTN]
+    while True:
+        if ct[LOGGED] == most or ct[FILLED] > step_limit:  # the log folds its buffers first
+            break
+        if records.shape[0] - ct[RECORDS] < capacity:
+            break
+        if ct[CLIENTS]:
+            lengths_left = lengths.shape[1] - ct[LENGTHS_AT]
+            if lengths_left < capacity and lengths_left < ct[ISSUE_LEFT]:
+                break
+        elif not _take_arrivals(req, queue, rows_free, arrivals, st, ct):
+            break
+        elif ct[ARRIVALS_AT] == arrivals.shape[1] and ct[MORE_ARRIVALS]:
+            break  # the next arrival is not known here
+        if not (ct[Q_LEN] or ct[DECODING] or ct[P_LEN]):
+            if ct[CLIENTS] or ct[ARRIVALS_AT] == arrivals.shape[1]:
+                break
+            st[NOW] = arrivals[0, ct[ARRIVALS_AT]]  # idle until the next arrival
+            continue
+        if not _admit(req, queue, prefilling, levels, st, ct, lookahead, capacity):
+            break
+        if not _make_room(
+            req,
+            queue,
+            prefilling,
+            batch,
+            slot_row,
+            join_step,
+            join_left,
+            free,
+            st,
+            ct,
+            lookahead,
+        ):
+            break
+        rows = ct[DECODING]
+        decode_kv = st[DECODE_KV]
+        held = decode_kv + rows * lookahead + st[RESERVED]
+        if not (rows or ct[P_LEN]):
+            break
+        now = st[NOW]
+        used = ct[HIGH]
+        k = _window(by_rows, goodput, c, rows, decode_kv, remaining, context, used)
+        new_tokens = pairs = 0.0
+        if rows:
+            ct[DRAWN] += draw_rows(
+                words,
+                jump,
+                k,
+                used,
+                capacity,
+                blocks,
+                tables,
+                table_at,
+                proposal_rate,
+                remaining,
+                shift,
+                drafts,
+                accepted,
+            )
+            new_tokens, pairs = row_totals(drafts, context, used, decode_kv)
+        p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
+        if ct[P_LEN]:
+            p_rows, p_tokens, p_kv, p_pairs = _chunks(
+                req, prefilling, st[TOKEN_BUDGET] - new_tokens, chunk, st, ct
+            )
+            if p_rows:
+                target = per_token * p_tokens + per_pair * p_pairs
+                if c[KIND] == DRAFT_MODEL:
+                    st[PREFILL_FLOPS] += target + (c[D_FLOPS] * p_tokens + c[D_ATTN] * p_pairs)
+                else:
+                    st[PREFILL_FLOPS] += target + 0.0
+        if rows and not p_rows:
+            dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
+        else:
+            dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
+        end = now + dt
+        i = ct[LOGGED]
+        if rows:
+            st[VERIFICATION] += per_token * new_tokens + per_pair * pairs
+            st[DRAFTER_FLOPS] += _draft_flops(c, rows, k, decode_kv)
+            emitted_total = emit_rows(
+                accepted,
+                drafts,
+                remaining,
+                context,
+                drafted_by_row,
+                used,
+                log_accepted,
+                log_drafted,
+                ct[FILLED],
+            )
+            ct[FILLED] += used
+            st[EMITTED] += emitted_total
+            st[DECODE_KV] += emitted_total
+            st[LEFT_TOTAL] -= emitted_total
+            ct[DECODE_STEPS] += 1
+            wasted = new_tokens - emitted_total
+            if wasted:
+                st[WASTED] += wasted * _wasted_per_position(c, decode_kv / rows)
+            st[WINDOW_ROWS] += k * rows
+            st[DECODE_ROWS] += rows
+            joined = ct[JOINED]
+            log_iteration(
+                log_dt,
+                log_batch,
+                log_kv,
+                log_itl,
+                log_weight,
+                i,
+                now,
+                end,
+                rows + p_rows,
+                held,
+                end - st[LAST_END],
+                rows - joined,
+                joined,
+            )
+            ct[JOINED] = 0
+            st[LAST_END] = end
+            for s in range(used):
+                if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
+                    client = slot_row[s]
+                    _bank_row(req, client, s, batch, join_step, join_left, ct)
+                    req[client, GENERATED] = req[client, OUTPUT]
+                    _free_slot(s, batch, slot_row, free, st, ct)
+                    _finish(req, client, end, records, queue, rows_free, lengths, st, ct)
+        else:  # prompt chunks alone: no inter-token gap
+            log_iteration(
+                log_dt,
+                log_batch,
+                log_kv,
+                log_itl,
+                log_weight,
+                i,
+                now,
+                end,
+                p_rows,
+                held,
+                0.0,
+                0,
+                0,
+            )
+        ct[LOGGED] = i + 1
+        st[HELD] = held
+        if p_rows:
+            through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
+            for j in range(through):
+                client = done[j]
+                st[EMITTED] += 1.0
+                if req[client, GENERATED] >= req[client, OUTPUT]:
+                    _finish(req, client, end, records, queue, rows_free, lengths, st, ct)
+                else:
+                    _start_decoding(
+                        req, client, batch, slot_row, join_step, join_left, free, st, ct
+                    )
+        else:
+            st[LAST_DT] = dt
+        st[NOW] = end
+        ct[ITERATIONS] += 1

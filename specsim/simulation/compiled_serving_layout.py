@@ -1,0 +1,87 @@
+"""The serving kernel's array layouts (``compiled_serving_kernel``), without numba: the columns
+of its request table and records, and the slots of its float and count arrays."""
+
+# A request's row in ``req`` (``Request``'s fields, as floats: all whole numbers below 2^53).
+(
+    RID,
+    ARRIVAL,
+    PROMPT,
+    OUTPUT,
+    SCHEDULED,
+    FIRST,
+    GENERATED,
+    STEPS,
+    DRAFTED,
+    ACCEPTED,
+    PREEMPTIONS,
+    LEVEL,
+    TARGET,
+    PREFILLED,
+    ADMIT,
+    CLIENT,
+) = range(16)
+FIELDS = 16
+RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
+
+# ``st``: floats in and out.
+(
+    DECODE_KV,
+    EMITTED,
+    LEFT_TOTAL,
+    NOW,
+    LAST_END,
+    LAST_DT,
+    VERIFICATION,
+    DRAFTER_FLOPS,
+    WASTED,
+    WINDOW_ROWS,
+    DECODE_ROWS,
+    RESERVED,
+    PENDING,
+    KV_CAPACITY,
+    HELD,
+    PREFILL_FLOPS,
+    PREFILL_COMPUTED,
+    PREFIX_QUERIED,
+    HORIZON,
+    TOKEN_BUDGET,
+    OPENED_AT,
+    OPENED_EMITTED,
+    CLOSED_AT,
+    CLOSED_EMITTED,
+) = range(24)
+STATE = 24
+
+# ``ct``: counts in and out.
+(
+    HIGH,
+    DECODING,
+    JOINED,
+    DECODE_STEPS,
+    ADMISSIONS,
+    NEXT_RID,
+    ISSUE_LEFT,
+    LENGTHS_AT,
+    LEVELS_AT,
+    Q_HEAD,
+    Q_LEN,
+    P_HEAD,
+    P_LEN,
+    FREE_N,
+    FIRST_LO,
+    FIRST_HI,
+    FIRST_LEFT,
+    OPENED,
+    CLOSED,
+    RECORDS,
+    ITERATIONS,
+    LOGGED,
+    FILLED,
+    DRAWN,
+    ISSUED,
+    ROWS_FREE_N,
+    ARRIVALS_AT,
+    MORE_ARRIVALS,
+    CLIENTS,
+) = range(29)
+COUNTS = 29

@@ -1,0 +1,302 @@
+"""The compiled loops' shared parts (numba): the cost model, the window policy and a decode step.
+
+The cost model's functions do what ``StepCosts`` does for one iteration, in the same operations
+and order (``cost_parts``, ``mixed_seconds`` and ``choose_window`` expose them to the tests);
+``draw_rows``, ``row_totals`` and ``emit_rows`` are a decode step's parts as
+``Replica._plan_mixed`` and ``_apply_mixed`` run them: the drafts and the acceptance draws from
+the PCG64 state (a block of ``capacity`` doubles per draw, of which the occupied slots' are read
+and the rest jumped over), the verified positions and query-key pairs, and the emitted tokens
+with the step log's row. Used by ``compiled_loop_kernel`` (a replica fed open-loop arrivals) and
+``compiled_closed_kernel`` (a replica serving closed-loop clients).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from specsim.simulation.compiled_kernels import _apply, _jump, _next_double, _search_left
+
+_jit = numba.njit(cache=False, nogil=True)
+
+# Drafter kinds, as ``compiled_loop._DRAFTER_CODES`` numbers them.
+NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
+
+# ``costs`` array layout (``compiled_loop.cost_vector``).
+TARGET, OVERHEAD, DRAFTER = 0, 6, 12
+KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN, T_FLOPS, T_ATTN = 18, 19, 20, 21, 22, 23, 24
+PREFILL_S, PREFILL_TOKEN_S = 25, 26
+
+
+@_jit
+def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
+    """``LatencyModel.seconds_from_totals`` with its coefficients at ``c[at:at + 6]``."""
+    over = new_tokens - c[at + 3]
+    if not over > 0.0:
+        over = 0.0
+    return c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+
+
+@_jit
+def _draft_s(c, rows, k, kv):
+    """The drafter's ``draft_s(rows, k, kv)`` for rows > 0 (``specsim.costs.drafters``)."""
+    kind = c[KIND]
+    if kind == NONE:
+        return 0.0
+    if kind == DRAFT_MODEL:
+        if k == 0:
+            return _latency(c, DRAFTER, rows, rows, kv, kv + rows)
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * _latency(c, DRAFTER, rows, rows, mean_kv, mean_kv + rows)
+    if k == 0:
+        return 0.0
+    if kind == AUTOREGRESSIVE_HEADS:
+        if c[HAS_LATENCY] == 0.0:
+            return k * c[STEP_S]
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * _latency(c, DRAFTER, rows, rows, mean_kv, mean_kv + rows)
+    if c[HAS_LATENCY] != 0.0:  # prompt lookup and parallel heads: one pass per step
+        return _latency(c, DRAFTER, rows, rows, kv, kv + rows)
+    return c[STEP_S]
+
+
+@_jit
+def _draft_flops(c, rows, k, kv):
+    """The drafter's ``draft_flops(rows, k, kv)`` for rows > 0."""
+    kind = c[KIND]
+    if kind == DRAFT_MODEL:
+        if k == 0:
+            return c[D_FLOPS] * rows + c[D_ATTN] * (kv + rows)
+        mean_kv = kv + rows * (k - 1) / 2.0
+        return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
+    if k == 0 or kind in (NONE, PROMPT_LOOKUP):
+        return 0.0
+    if kind == HEADS:
+        return c[D_FLOPS] * rows * k
+    mean_kv = kv + rows * (k - 1) / 2.0
+    return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
+
+
+@_jit
+def _wasted_per_position(c, mean_context):
+    """``StepCosts.wasted_flops_per_position``."""
+    target = c[T_FLOPS] + c[T_ATTN] * mean_context
+    kind = c[KIND]
+    if kind == DRAFT_MODEL:
+        draft = c[D_FLOPS]
+        draft += c[D_ATTN] * mean_context
+        return target + draft
+    if kind in (HEADS, AUTOREGRESSIVE_HEADS):
+        return target + c[D_FLOPS]
+    return target + 0.0
+
+
+@_jit
+def _overhead_s(c, rows, k):
+    """``StepCosts.overhead_s(rows, k, rows)`` for rows > 0."""
+    seconds = c[OVERHEAD] + c[OVERHEAD + 1] * rows
+    if k:
+        seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * rows
+        seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * rows)
+    return seconds
+
+
+@_jit
+def _overhead_with(c, sequences, k, drafting):
+    """``StepCosts.overhead_s(sequences, k, drafting)``."""
+    seconds = c[OVERHEAD] + c[OVERHEAD + 1] * sequences
+    if k and drafting:
+        seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * drafting
+        seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * drafting)
+    return seconds
+
+
+@_jit
+def _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
+    """``StepCosts.iteration_s(k, PassTotals(rows, tokens, kv, pairs), prefill)`` with prompt
+    chunks (``p_rows`` > 0) and ``rows`` >= 0 decoding rows (``_parts``' operations)."""
+    batch = rows + p_rows
+    target = _latency(c, TARGET, batch, tokens + p_tokens, kv + p_kv, pairs + p_pairs)
+    host = _overhead_with(c, batch, k, rows)
+    draft = _draft_s(c, rows, k, kv) if rows else 0.0
+    host += c[PREFILL_S] + c[PREFILL_TOKEN_S] * p_tokens
+    if c[KIND] == DRAFT_MODEL:  # the draft model builds its own cache of the prompts
+        draft += _latency(c, DRAFTER, p_rows, p_tokens, p_kv, p_pairs)
+    else:
+        draft += 0.0
+    return target + draft + host
+
+
+@_jit
+def mixed_seconds(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
+    """``_mixed_s`` (for the tests)."""
+    return _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
+
+
+@_jit
+def cost_parts(c, k, rows, tokens, kv, pairs, out):
+    """``decode_iteration_s``, ``draft_flops`` and ``wasted_flops_per_position(kv / rows)`` of
+    one decode-only iteration, into ``out`` (for the tests: the loop calls the parts itself)."""
+    out[0] = _decode_s(c, k, rows, tokens, kv, pairs)
+    out[1] = _draft_flops(c, rows, k, kv)
+    out[2] = _wasted_per_position(c, kv / rows)
+
+
+@_jit
+def _decode_s(c, k, rows, tokens, kv, pairs):
+    """``StepCosts.decode_iteration_s``."""
+    target = _latency(c, TARGET, rows, tokens, kv, pairs)
+    return target + _draft_s(c, rows, k, kv) + _overhead_s(c, rows, k)
+
+
+@_jit
+def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
+    """The window policy's k for a decode-only iteration: ``by_rows[min(rows, last)]`` (fixed
+    and by-batch windows), or, where ``by_rows`` is empty, ``GoodputWindow.scores``' argmax
+    (``goodput``: rows of each window's expected tokens, new positions and pairs per row, the
+    bonus pairs, then the proposal rate)."""
+    if by_rows.shape[0]:
+        return by_rows[min(rows, by_rows.shape[0] - 1)]
+    windows = goodput.shape[1]
+    k_max = windows - 1
+    row_tokens, row_new, row_pairs, bonus = goodput[0], goodput[1], goodput[2], goodput[3]
+    p = goodput[4, 0]
+    short = 0
+    short_context = 0.0
+    for s in range(used):
+        if remaining[s] > 0.0 and remaining[s] <= k_max:
+            short += 1
+            short_context += context[s]
+    long_rows = rows - short
+    long_context = kv_tokens - short_context
+    mu = np.inf
+    tokens_by_k = np.empty(windows)
+    alone_by_k = np.empty(windows)
+    for k in range(windows):
+        tokens = long_rows * row_tokens[k]
+        new = long_rows * row_new[k]
+        pairs = row_new[k] * long_context + long_rows * row_pairs[k]
+        if short:
+            for s in range(used):
+                left = remaining[s]
+                if left > 0.0 and left <= k_max:
+                    d = min(k, int(left) - 1)
+                    tokens += row_tokens[d]
+                    new += row_new[d]
+                    pairs += row_new[d] * context[s] + bonus[d] + 1.0 - p
+        alone = _decode_s(c, k, rows, new, kv_tokens, pairs)
+        tokens_by_k[k], alone_by_k[k] = tokens, alone
+        if alone / tokens < mu:
+            mu = alone / tokens
+    best, chosen = -np.inf, 0
+    for k in range(windows):
+        score = mu * tokens_by_k[k] - alone_by_k[k]
+        if score > best:  # the first of equal scores: the smaller k
+            best, chosen = score, k
+    return chosen
+
+
+@_jit
+def choose_window(by_rows, goodput, c, rows, kv_tokens, remaining, context):
+    """``_window`` (for the tests)."""
+    return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, remaining.shape[0])
+
+
+@_jit
+def draw_rows(
+    words,
+    jump,
+    k,
+    used,
+    capacity,
+    blocks,
+    tables,
+    table_at,
+    proposal_rate,
+    remaining,
+    shift,
+    drafts,
+    accepted,
+):
+    """A decode step's drafts and accepted counts for the first ``used`` slots, at window k:
+    min(k, tokens left - 1) drafts (-1 in empty slots), accepted counts from window k's tables
+    (``tables[:, table_at[k]:table_at[k+1]]``: thresholds, then counts), capped at the drafts;
+    with ``blocks`` 2, a second block decides whether each row proposes. ``jump`` holds the
+    jump over a block's unused slots, for the ``used`` in ``jump[4]``. Returns the doubles the
+    step takes from the stream (0 at k = 0: nothing is drawn)."""
+    k_plus_1 = k + 1.0
+    for s in range(used):
+        d = min(remaining[s], k_plus_1)
+        drafts[s] = d - 1.0
+    if k == 0:
+        for s in range(used):
+            accepted[s] = drafts[s]
+        return 0
+    thresholds = tables[0, table_at[k] : table_at[k + 1]]
+    counts = tables[1, table_at[k] : table_at[k + 1]]
+    if jump[4] != used:
+        jump[0], jump[1], jump[2], jump[3] = _jump(words[2], words[3], np.uint64(capacity - used))
+        jump[4] = used
+    for s in range(used):
+        uniform = _next_double(words)
+        accepted[s] = counts[_search_left(thresholds, shift[s] + uniform)]
+    if capacity > used:
+        _apply(words, jump[0], jump[1], jump[2], jump[3])
+    if blocks == 2:  # whether each row proposes at all
+        for s in range(used):
+            cap = k if _next_double(words) < proposal_rate else 0
+            drafts[s] = min(drafts[s], cap)
+        if capacity > used:
+            _apply(words, jump[0], jump[1], jump[2], jump[3])
+    for s in range(used):
+        accepted[s] = min(accepted[s], drafts[s])
+    return blocks * capacity
+
+
+@_jit
+def row_totals(drafts, context, used, decode_kv):
+    """The positions a step verifies and its query-key pairs (``_plan_mixed``'s sums)."""
+    drafted = 0.0
+    squares = 0.0
+    cross = 0.0
+    for s in range(used):
+        drafted += drafts[s]
+        squares += drafts[s] * drafts[s]
+        cross += drafts[s] * context[s]
+    new_tokens = drafted + used
+    own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
+    return new_tokens, cross + decode_kv + own_span
+
+
+@_jit
+def emit_rows(
+    accepted, drafts, remaining, context, drafted_by_row, used, log_accepted, log_drafted, filled
+):
+    """Apply a step: the step log's row at ``filled``, then each row's accepted + 1 tokens
+    (``accepted`` holds them after); returns the tokens emitted."""
+    emitted_total = 0.0
+    for s in range(used):
+        log_accepted[filled + s] = accepted[s]
+        log_drafted[filled + s] = drafts[s]
+        emitted = accepted[s] + 1.0
+        accepted[s] = emitted
+        remaining[s] -= emitted
+        context[s] += emitted
+        drafted_by_row[s] += drafts[s]
+        emitted_total += emitted
+    return emitted_total
+
+
+@_jit
+def log_iteration(
+    log_dt, log_batch, log_kv, log_itl, log_weight, i, now, end, batch, held, gap, waited, joined
+):
+    """``StepLog.record_iteration`` at buffer index ``i`` (its duration ``end - now``, as the
+    clock measures it)."""
+    log_dt[i] = end - now
+    log_batch[i] = batch
+    log_kv[i] = held
+    log_itl[2 * i] = gap
+    log_weight[2 * i] = waited
+    log_itl[2 * i + 1] = end - now
+    log_weight[2 * i + 1] = joined

@@ -1,0 +1,243 @@
+"""The compiled serving loop (``specsim/simulation/compiled_serving*.py``): a lone replica's
+admission, prefill, preemption and decoding in one kernel, for open-loop arrivals and for
+closed-loop clients.
+
+Identity with the per-iteration reference (every record, the engine's statistics at full
+precision, the summary and requests.csv, with the kernels on and off) where the loop runs:
+every drafter class on a profile whose every cost term is non-zero, fixed k and k by batch
+size, preemption, prompts cut into chunks, prompts whose first token is their last, a horizon,
+acceptance levels drawn past the first chunk of 4,096, a step log that folds inside the loop,
+bursts, an overloaded queue that outgrows what a call packs, and the benchmark's saturated
+replica on a shipped profile (the shipped scenarios are in ``test_sim_stretch.py``). Then
+where it runs (nearly every iteration) and where it does not, and that a request that never
+fits is refused as before.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
+from test_sim_stretch import assert_identical, make
+
+from specsim.errors import SpecsimError
+from specsim.scenario import Scenario
+from specsim.simulation import compiled_serving, run_simulation
+
+REPO = Path(__file__).resolve().parent.parent
+CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
+
+
+def closed(workload=None, **sections) -> Scenario:
+    return make({"workload": {**CLOSED, **(workload or {})}, **sections})
+
+
+def kernel_iterations(scenario, monkeypatch, setting: str = "1") -> tuple[int, int, dict]:
+    """Iterations the closed-loop kernel ran, the run's engine iterations, and its summary."""
+    original = compiled_serving.ServingLoop.run
+    ran = [0]
+
+    def counted(self, replica, now):
+        end = original(self, replica, now)
+        if end is not None:
+            ran[0] += int(self.ct[compiled_serving.ITERATIONS])
+        return end
+
+    with monkeypatch.context() as patch:
+        patch.setattr(compiled_serving.ServingLoop, "run", counted)
+        patch.setenv("SPECSIM_COMPILED", setting)
+        summary = run_simulation(scenario).summary
+    return ran[0], summary["engine_iterations"], summary
+
+
+CASES = {
+    "fixed": {},
+    "heterogeneous levels": {"speculation": {"drafter": "c20", "k": 4}},
+    "k = 0": {"speculation": {"drafter": None, "k": 0}},
+    "ngram": {"speculation": {"drafter": "ngram", "k": 4}},
+    "heads": {"speculation": {"drafter": "heads", "k": 2}},
+    "by batch": {
+        "speculation": {
+            "drafter": "c20",
+            "k": 4,
+            "policy": "by_batch",
+            "k_by_batch": [{"max_batch": 4, "k": 4}, {"max_batch": 10, "k": 2}],
+        }
+    },
+    "more clients than slots": {"engine": {"max_batch": 8}},
+    "preemption": {"engine": {"max_batch": 12, "kv_capacity_tokens": 1500}},
+    "small token budget": {"engine": {"max_batch": 12, "max_batched_tokens": 96}},
+    "first token is the last": {"workload": {"output": {"dist": "uniform", "low": 1, "high": 3}}},
+    "horizon": {"workload": {"requests": None, "duration_s": 12.0}},
+}
+
+
+OPEN = {
+    "open loop, low load": {},
+    "open loop, saturated": {"workload": {"rate": 60.0}, "engine": {"max_batch": 16}},
+    "open loop, preemption": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500},
+    },
+    "open loop, bursts": {"workload": {"kind": "bursty", "rate": 8.0, "cv": 3.0}},
+    "open loop, horizon": {"workload": {"requests": None, "duration_s": 30.0, "rate": 8.0}},
+    # 4,500 requests: the arrivals come in two chunks, and a call that has taken the first
+    # chunk's last one must stop for the next (it may be due before the next iteration).
+    "open loop, a second chunk of arrivals": {
+        "workload": {
+            "rate": 40.0,
+            "requests": 4500,
+            "prompt": {"dist": "uniform", "low": 8, "high": 60},
+            "output": {"dist": "uniform", "low": 1, "high": 10},
+        }
+    },
+    "open loop, k by batch": {
+        "workload": {"rate": 20.0},
+        "speculation": {
+            "drafter": "c20",
+            "k": 4,
+            "policy": "by_batch",
+            "k_by_batch": [{"max_batch": 4, "k": 4}, {"max_batch": 10, "k": 2}],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(OPEN))
+def test_the_loop_matches_the_reference_on_an_open_loop(name, tmp_path, monkeypatch):
+    scenario = make(OPEN[name])
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.8 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_an_overloaded_queue_leaves_the_loop_and_comes_back(tmp_path, monkeypatch):
+    """Arrivals far beyond what 4 slots serve: past ``MOST_IN_FLIGHT`` requests in flight the
+    replica leaves the loop (each call packs them all), and takes it again as the queue drains,
+    with the reference's results throughout."""
+    scenario = make(
+        {
+            "workload": {
+                "rate": 2000.0,
+                "requests": 5000,
+                "output": {"dist": "uniform", "low": 1, "high": 16},
+            },
+            "engine": {"max_batch": 4},
+        }
+    )
+    inside, total, summary = kernel_iterations(scenario, monkeypatch)
+    assert 0.1 * total < inside < 0.9 * total
+    assert summary["requests"] == 5000
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_loop_matches_the_reference(name, tmp_path, monkeypatch):
+    changes = dict(CASES[name])
+    scenario = closed(changes.pop("workload", None), **changes)
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.5 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "drafter, k, policy",
+    [(None, 0, "fixed"), ("model", 4, "fixed"), ("lookup", 3, "fixed"), ("medusa fit", 3, "fixed"),
+     ("eagle", 4, "fixed"), ("eagle fit", 2, "fixed"), ("model", 4, "by_batch")],
+)  # fmt: skip
+def test_the_loop_matches_the_reference_on_every_cost_term(
+    drafter,
+    k,
+    policy,
+    every_term,  # noqa: F811 (the fixture, imported above)
+    tmp_path,
+    monkeypatch,
+):
+    speculation = {"drafter": drafter, "k": k, "policy": policy}
+    if policy == "by_batch":
+        speculation["k_by_batch"] = [{"max_batch": 3, "k": 4}, {"max_batch": 8, "k": 2}]
+    scenario = make({"workload": CLOSED, "speculation": speculation}, every_term)
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    scenario = scenario.model_copy(update={"engine": engine})
+    assert kernel_iterations(scenario, monkeypatch)[0] > 0
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_levels_drawn_past_the_first_chunk_and_a_folding_step_log(tmp_path, monkeypatch):
+    """4,500 short requests: admission needs a second chunk of 4,096 acceptance levels (drawn
+    by Python where the reference draws it, from the same stream position), and the step log's
+    buffers fold several times inside the loop."""
+    scenario = closed(
+        {
+            "concurrency": 6,
+            "requests": 4500,
+            "prompt": {"dist": "uniform", "low": 8, "high": 40},
+            "output": {"dist": "uniform", "low": 1, "high": 12},
+        },
+        speculation={"drafter": "c20", "k": 4},
+        engine={"max_batch": 4},
+    )
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.9 * total and total > 3 * 1024
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_the_benchmarks_saturated_replica(tmp_path, monkeypatch):
+    """``bench_simulator.py``'s saturated replica (a shipped 8B profile, 80 clients, 64 slots),
+    shortened: the kernel runs nearly all of it, with the reference's results."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_simulator
+    finally:
+        sys.path.pop(0)
+    scenario = Scenario.model_validate(bench_simulator.scenario_data(600))
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.95 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"workload": {**CLOSED, "think_time_s": 0.2}},
+        {"workload": CLOSED, "fleet": {"replicas": 2, "router": "least_outstanding"}},
+        {"workload": CLOSED, "speculation": {"drafter": "c20", "k": 4, "policy": "adaptive"}},
+        {"workload": CLOSED, "engine": {"max_batch": 32, "chunked_prefill": False}},
+        {"workload": CLOSED, "engine": {"max_batch": 32, "padded_attention": True}},
+        {
+            "workload": {
+                **CLOSED,
+                "prefix": {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5},
+            }
+        },
+    ],
+    ids=["think time", "two replicas", "adaptive", "no chunked prefill", "padded", "prefix"],
+)
+def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
+    inside, total, _ = kernel_iterations(make(changes), monkeypatch)
+    assert inside == 0 and total > 0
+
+
+def test_the_loop_is_off_without_the_kernels(monkeypatch):
+    inside, total, summary = kernel_iterations(closed(), monkeypatch, "0")
+    assert inside == 0 and total > 0
+    assert kernel_iterations(closed(), monkeypatch, "1")[2] == summary
+
+
+def test_a_request_that_never_fits_is_refused_as_before(monkeypatch):
+    """The loop takes only lengths that fit; the first that does not is issued by Python, and
+    refused with the reference's error."""
+    scenario = closed(
+        {"requests": 400, "prompt": {"dist": "uniform", "low": 20, "high": 1200}},
+        engine={"max_batch": 12, "kv_capacity_tokens": 1000},
+    )
+    errors = []
+    for fast, setting in ((False, "0"), (True, "1"), (True, "0")):
+        monkeypatch.setenv("SPECSIM_COMPILED", setting)
+        with pytest.raises(SpecsimError) as caught:
+            run_simulation(scenario, fast_path=fast)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == errors[2]
+    assert "KV-cache tokens" in errors[0]
