@@ -134,10 +134,14 @@ def low_load() -> Scenario:
     return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
 
 
-def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
-    """The switch reaches the replica: with it on, the compiled decode loop and stretch kernel
-    run; off, or without numba, the stretches come from numpy; the outputs agree byte for byte."""
-    calls = {"compiled": 0, "numpy": 0}
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
+def test_the_kernel_runs_when_on_and_not_when_off(policy, monkeypatch, tmp_path):
+    """The switch reaches the replica: with it on, the compiled loops run (with a fixed k the
+    serving loop, whose replica plans the few stretches left to Python in numpy, so that the
+    stretch kernels need no compiling; with the adaptive policy the decode loop, and any
+    stretch on the kernels); off, or without numba, every stretch comes from numpy; the
+    outputs agree byte for byte."""
+    calls = {"loops": 0, "stretch kernels": 0, "numpy": 0}
     module = compiled.kernels()
     fallback = stretch.stretch_rows_numpy
 
@@ -149,12 +153,14 @@ def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
         return wrapper
 
     loop = compiled_loop.kernel()
-    monkeypatch.setattr(loop, "decode_loop", counted("compiled", loop.decode_loop))
+    monkeypatch.setattr(loop, "decode_loop", counted("loops", loop.decode_loop))
     serving = compiled_serving._serving_kernel()
-    monkeypatch.setattr(serving, "serving_loop", counted("compiled", serving.serving_loop))
+    monkeypatch.setattr(serving, "serving_loop", counted("loops", serving.serving_loop))
     for name in ("stretch_rows", "stretch_rows_drawn"):
-        monkeypatch.setattr(module, name, counted("compiled", getattr(module, name)))
+        monkeypatch.setattr(module, name, counted("stretch kernels", getattr(module, name)))
     monkeypatch.setattr(stretch, "stretch_rows_numpy", counted("numpy", fallback))
+    scenario = low_load()
+    scenario.speculation.policy = policy
     outputs = {}
     for label, setting, installed in (
         ("on", "1", True),
@@ -165,13 +171,15 @@ def test_the_kernel_runs_when_on_and_not_when_off(monkeypatch, tmp_path):
         monkeypatch.setenv(compiled.ENV, setting)
         before = dict(calls)
         path = tmp_path / f"{label}.csv"
-        summary = run_simulation(low_load(), records_path=path, fast_path=True).summary
+        summary = run_simulation(scenario, records_path=path, fast_path=True).summary
         outputs[label] = (path.read_bytes(), summary)
         used = {name: calls[name] - before[name] for name in calls}
-        if label == "on":
-            assert used["compiled"] >= 5 and used["numpy"] == 0, used
+        if label == "on" and policy == "fixed":
+            assert used["loops"] >= 5 and used["stretch kernels"] == 0, used
+        elif label == "on":  # any stretch on the kernels
+            assert used["loops"] >= 5 and used["numpy"] == 0, used
         else:
-            assert used["compiled"] == 0 and used["numpy"] > 20, used
+            assert used["loops"] == used["stretch kernels"] == 0 and used["numpy"] > 20, used
     assert outputs["on"] == outputs["off"] == outputs["absent"]
 
 

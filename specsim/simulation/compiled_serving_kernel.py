@@ -104,7 +104,6 @@ from specsim.simulation.compiled_step_kernel import (
     _draft_flops,
     _mixed_s,
     _wasted_per_position,
-    _window,
     draw_rows,
     emit_rows,
     log_iteration,
@@ -457,7 +456,7 @@ def serving_loop(
             break
         now = st[NOW]
         used = ct[HIGH]
-        k = _window(by_rows, goodput, c, rows, decode_kv, remaining, context, used)
+        k = by_rows[min(rows, by_rows.shape[0] - 1)]  # fixed k, or k by batch size
         new_tokens = pairs = 0.0
         if rows:
             ct[DRAWN] += draw_rows(

@@ -161,6 +161,10 @@ class Replica:
         # The compiled kernels (compiled.py, numba): the same numbers, from PCG64's state; for a
         # run of about ``planned_requests`` requests.
         self.compiled = self.fast and compiled_active(planned_requests) and JumpStream.fits(rng)
+        # Stretches on the compiled kernels, unless the serving loop runs nearly every
+        # iteration: the few left to Python then plan theirs in numpy (the same numbers),
+        # and the stretch kernels need no compiling.
+        self.compiled_stretches = self.compiled
         if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
             rng = JumpStream(rng) if self.compiled else UniformStream(rng)
         self._draws = rng
@@ -255,12 +259,14 @@ class Replica:
         if self.arrivals is not None:
             self._serving = ServingLoop.build(self, feed=self.arrivals)
             self._loop = DecodeLoop.build(self) if self._serving is None else None
+            self.compiled_stretches = self.compiled and self._serving is None
         self._process = env.process(self.process(env))
 
     def serve_clients(self, clients) -> None:
         """This replica alone serves closed-loop ``clients``: the compiled loop for them, where
         it runs (``compiled_serving.py``)."""
         self._serving = ServingLoop.build(self, clients=clients) if self.fast else None
+        self.compiled_stretches = self.compiled and self._serving is None
 
     def process(self, env):
         return self._fast_process(env) if self.fast else self._reference_process(env)

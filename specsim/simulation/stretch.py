@@ -105,12 +105,13 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     proposals = acceptance.proposal_rate < 1.0
     per_iteration = 0 if k == 0 else capacity * (2 if proposals else 1)
     stream_start = stream.position
-    if replica.compiled and k:  # only the occupied slots' uniforms (compiled_stream.py)
+    compiled = replica.compiled_stretches
+    if compiled and k:  # only the occupied slots' uniforms (compiled_stream.py)
         blocks = 2 if proposals else 1
         draws, width, planned = stream.words_for(m, blocks, capacity), blocks, kernels_drawn
     else:
         draws, width = stream.take(m * per_iteration), per_iteration
-        planned = kernels_rows if replica.compiled else stretch_rows_numpy
+        planned = kernels_rows if compiled else stretch_rows_numpy
     n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs = planned(
         draws,
         width,
