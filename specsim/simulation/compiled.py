@@ -31,8 +31,8 @@ from types import ModuleType
 from specsim.errors import SpecsimError
 
 ENV = "SPECSIM_COMPILED"
-# Compiling every kernel costs about 3 to 4 CPU seconds; at low load the kernels save about
-# 0.1 ms per request, at saturation nothing: below this many requests ``auto`` keeps numpy.
+# Compiling costs about 6 CPU seconds; the kernels save about 0.15 ms per request at low load
+# and 0.03 ms on a saturated replica: below this many requests ``auto`` keeps numpy.
 MIN_REQUESTS = 50_000
 _loaded: ModuleType | None = None
 _expected = 0.0  # requests this process is about to simulate in all (``expecting``)

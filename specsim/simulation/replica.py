@@ -24,8 +24,10 @@ The reference path (``fast=False``) makes each iteration one SimPy event. The fa
 steady stretch of decode iterations one event (``stretch.py``: computed at once, applied when it
 ends, cut back if a request reaches the replica meanwhile) and, for a replica alone on an
 open-loop source, takes the arrivals itself as their times pass; it gives the same results, bit
-for bit (``tests/test_sim_stretch.py``). Replayed acceptance sequences (``needs_position``) step
-one iteration at a time on either path: each step's counts depend on where the row stands.
+for bit (``tests/test_sim_stretch.py``). With numba, a replica alone can run whole spans of
+iterations compiled (``compiled_serving.py``, ``compiled_loop.py``). Replayed acceptance
+sequences (``needs_position``) step one iteration at a time on either path: each step's counts
+depend on where the row stands.
 Where two replicas' (or a replica's and a client's) events fall on exactly the same float time,
 the reference orders them by when SimPy created them, which a stretch does not reproduce.
 """
