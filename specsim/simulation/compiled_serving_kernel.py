@@ -196,6 +196,7 @@ def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
         records[r, j] = now if field < 0 else req[c, field]
     ct[RECORDS] = r + 1
     if not ct[CLIENTS]:
+        req[c, RID] = -1.0  # the row is free
         rows_free[ct[ROWS_FREE_N]] = c
         ct[ROWS_FREE_N] += 1
         return

@@ -21,6 +21,26 @@ of its request table and records, and the slots of its float and count arrays.""
     CLIENT,
 ) = range(16)
 FIELDS = 16
+# The ``Request`` attribute in each column, and those that are times (the rest are counts).
+REQUEST_FIELDS = (
+    "rid",
+    "arrival",
+    "prompt",
+    "output",
+    "scheduled",
+    "first_token",
+    "generated",
+    "steps",
+    "drafted",
+    "accepted",
+    "preemptions",
+    "level",
+    "prefill_target",
+    "prefilled",
+    "admit_order",
+    "client",
+)
+TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
 
 # ``st``: floats in and out.

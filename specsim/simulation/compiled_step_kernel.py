@@ -7,7 +7,7 @@ and order (``cost_parts``, ``mixed_seconds`` and ``choose_window`` expose them t
 the PCG64 state (a block of ``capacity`` doubles per draw, of which the occupied slots' are read
 and the rest jumped over), the verified positions and query-key pairs, and the emitted tokens
 with the step log's row. Used by ``compiled_loop_kernel`` (a replica fed open-loop arrivals) and
-``compiled_closed_kernel`` (a replica serving closed-loop clients).
+``compiled_serving_kernel`` (a lone replica's whole loop, queue and all).
 """
 
 from __future__ import annotations
