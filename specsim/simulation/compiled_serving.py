@@ -24,8 +24,7 @@ from operator import attrgetter
 import numpy as np
 
 from specsim.simulation.admission import fitting
-from specsim.simulation.compiled_loop import DecodeLoop, kernel
-from specsim.simulation.compiled_serving_layout import (
+from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVALS_AT,
     CLIENTS,
@@ -63,12 +62,14 @@ from specsim.simulation.compiled_serving_layout import (
     RECORD,
     RECORDS,
     REQUEST_FIELDS,
+    RESERVED,
     RID,
     ROWS_FREE_N,
     STATE,
     TIME_FIELDS,
     TOKEN_BUDGET,
 )
+from specsim.simulation.compiled_loop import DecodeLoop, kernel, restore_step_state, step_state
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 from specsim.workload.prefix import NoPrefix
@@ -226,17 +227,7 @@ class ServingLoop:
         ct[MORE_ARRIVALS] = more
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
-            replica.decode_kv,
-            replica.emitted_tokens,
-            replica.left_total,
-            now,
-            replica.last_decode_end,
-            replica.last_decode_s,
-            log.verification_flops,
-            log.drafter_flops,
-            log.wasted_flops,
-            log.window_rows,
-            log.decode_rows,
+            *step_state(replica, now),
             admission.reserved,
             admission.pending,
             replica.kv_capacity,
@@ -314,18 +305,9 @@ class ServingLoop:
         replica.outstanding += taken - int(ct[RECORDS])
         admission.admissions = int(ct[ADMISSIONS])
         del admission._levels[len(admission._levels) - int(ct[LEVELS_AT]) :]
+        values = st.tolist()
+        restore_step_state(replica, values)
         (
-            replica.decode_kv,
-            replica.emitted_tokens,
-            replica.left_total,
-            _,
-            replica.last_decode_end,
-            replica.last_decode_s,
-            log.verification_flops,
-            log.drafter_flops,
-            log.wasted_flops,
-            log.window_rows,
-            log.decode_rows,
             admission.reserved,
             admission.pending,
             _,
@@ -333,7 +315,7 @@ class ServingLoop:
             replica.stats.flops["prefill"],
             admission.prefill_computed,
             prefix_queried,
-        ) = st[:HORIZON].tolist()
+        ) = values[RESERVED:HORIZON]
         admission.prefix_queried = int(prefix_queried)
         log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
         if log._iterations == BUFFER_ITERATIONS:

@@ -1,5 +1,23 @@
-"""The serving kernel's array layouts (``compiled_serving_kernel``), without numba: the columns
-of its request table and records, and the slots of its float and count arrays."""
+"""The compiled loops' array layouts, without numba: the float slots both loops' state arrays
+begin with (the decode step's, ``compiled_step_kernel.apply_step``), and the serving kernel's
+(``compiled_serving_kernel``): the columns of its request table and records, and the slots of
+its float and count arrays."""
+
+# The decode step's float slots, first in both loops' state arrays.
+(
+    DECODE_KV,
+    EMITTED,
+    LEFT_TOTAL,
+    NOW,
+    LAST_END,
+    LAST_DT,
+    VERIFICATION,
+    DRAFTER_FLOPS,
+    WASTED,
+    WINDOW_ROWS,
+    DECODE_ROWS,
+) = range(11)
+STEP_STATE = 11
 
 # A request's row in ``req`` (``Request``'s fields, as floats: all whole numbers below 2^53).
 (
@@ -43,19 +61,8 @@ REQUEST_FIELDS = (
 TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
 
-# ``st``: floats in and out.
+# ``st``: floats in and out (the decode step's, then these).
 (
-    DECODE_KV,
-    EMITTED,
-    LEFT_TOTAL,
-    NOW,
-    LAST_END,
-    LAST_DT,
-    VERIFICATION,
-    DRAFTER_FLOPS,
-    WASTED,
-    WINDOW_ROWS,
-    DECODE_ROWS,
     RESERVED,
     PENDING,
     KV_CAPACITY,
@@ -69,8 +76,8 @@ RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool 
     OPENED_EMITTED,
     CLOSED_AT,
     CLOSED_EMITTED,
-) = range(24)
-STATE = 24
+) = range(STEP_STATE, STEP_STATE + 13)
+STATE = STEP_STATE + 13
 
 # ``ct``: counts in and out.
 (
