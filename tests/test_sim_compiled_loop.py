@@ -49,6 +49,8 @@ DRAFTERS = {
     "eagle fit": {"kind": "heads", "passes": "autoregressive", "latency": {"fit": FIT},
                   "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
 }  # fmt: skip
+# A prefix cache: with it the serving loop stays out, and this loop runs a fixed k.
+PREFIX = {"source": "fraction", "fraction": 0.25, "hit_rate": 0.5}
 CLASSES = {
     None: "NoDrafterCost",
     "model": "DraftModelCost",
@@ -181,15 +183,22 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     speculation = {"drafter": drafter, "k": k, "policy": policy}
     if policy == "by_batch":
         speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 4, "k": 2}]
-    scenario = make({"speculation": speculation, "workload": {"rate": 4.0}}, every_term)
+    workload = {"rate": 4.0}
+    if policy != "adaptive":  # a prefix cache keeps the serving loop out (this one runs)
+        workload["prefix"] = PREFIX
+    scenario = make({"speculation": speculation, "workload": workload}, every_term)
     engine = scenario.engine.model_copy(update={"jitter": False})
-    assert_identical(scenario.model_copy(update={"engine": engine}), tmp_path, monkeypatch)
+    scenario = scenario.model_copy(update={"engine": engine})
+    assert loop_iterations(scenario, monkeypatch, "1", serving_too=False)[0] > 0
+    assert_identical(scenario, tmp_path, monkeypatch)
 
 
-def loop_iterations(scenario, monkeypatch, setting: str) -> tuple[int, int, dict]:
-    """Iterations the compiled loops ran (this one, and the serving loop that stands in for it
-    with a fixed k or k by batch size, ``test_sim_compiled_serving.py``), the run's engine
-    iterations, and its summary."""
+def loop_iterations(
+    scenario, monkeypatch, setting: str, serving_too: bool = True
+) -> tuple[int, int, dict]:
+    """Iterations the compiled loop ran (and, with ``serving_too``, the serving loop, which
+    stands in for it with a fixed k or k by batch size, chunked prefill and no prefix cache:
+    ``test_sim_compiled_serving.py``), the run's engine iterations, and its summary."""
     kernel = compiled_loop.kernel()
     original = kernel.decode_loop
     serving = compiled_serving.ServingLoop.run
@@ -201,7 +210,7 @@ def loop_iterations(scenario, monkeypatch, setting: str) -> tuple[int, int, dict
 
     def counted_serving(self, replica, now):
         end = serving(self, replica, now)
-        if end is not None:
+        if end is not None and serving_too:
             ran[0] += int(self.ct[compiled_serving.ITERATIONS])
         return end
 
@@ -262,8 +271,8 @@ def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
 def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypatch):
     """A 2-slot engine fills the step log's 2,046 entries every ~1,000 iterations, inside the
     loop: it must stop there for the log to fold, as ``record_step`` folds it."""
-    scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5}})
-    inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
+    scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5, "prefix": PREFIX}})
+    inside, total, _ = loop_iterations(scenario, monkeypatch, "1", serving_too=False)
     assert inside >= 0.5 * total and total > 2 * 1024
     assert_identical(scenario, tmp_path, monkeypatch)
 
@@ -279,9 +288,7 @@ def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
         prompts.append(int(args[-8][0]))  # the first iteration's prompt chunks
         original(*args)
 
-    # With a prefix cache: the serving loop (which keeps none) stands in for this one else.
-    prefix = {"source": "fraction", "fraction": 0.25, "hit_rate": 0.5}
-    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0, "prefix": prefix}})
+    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0, "prefix": PREFIX}})
     with monkeypatch.context() as patch:
         patch.setattr(kernel, "decode_loop", counted)
         patch.setenv("SPECSIM_COMPILED", "1")

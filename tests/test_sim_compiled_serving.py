@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
 from test_sim_stretch import assert_identical, make
@@ -25,6 +26,7 @@ from test_sim_stretch import assert_identical, make
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
 from specsim.simulation import compiled_serving, run_simulation
+from specsim.simulation.admission import fitting, never_fits
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
@@ -85,6 +87,11 @@ OPEN = {
     "open loop, horizon": {"workload": {"requests": None, "duration_s": 30.0, "rate": 8.0}},
     # 4,500 requests: the arrivals come in two chunks, and a call that has taken the first
     # chunk's last one must stop for the next (it may be due before the next iteration).
+    # The decoding rows take the whole token budget while prompts wait: no chunk rides.
+    "open loop, rows fill the token budget": {
+        "workload": {"rate": 12.0, "output": {"dist": "uniform", "low": 1, "high": 40}},
+        "engine": {"max_batch": 10, "max_batched_tokens": 40},
+    },
     "open loop, a second chunk of arrivals": {
         "workload": {
             "rate": 40.0,
@@ -226,18 +233,52 @@ def test_the_loop_is_off_without_the_kernels(monkeypatch):
     assert kernel_iterations(closed(), monkeypatch, "1")[2] == summary
 
 
-def test_a_request_that_never_fits_is_refused_as_before(monkeypatch):
+@pytest.mark.parametrize("kind", ["open loop", "closed loop"])
+def test_a_request_that_never_fits_is_refused_as_before(kind, monkeypatch):
     """The loop takes only lengths that fit; the first that does not is issued by Python, and
-    refused with the reference's error."""
-    scenario = closed(
-        {"requests": 400, "prompt": {"dist": "uniform", "low": 20, "high": 1200}},
-        engine={"max_batch": 12, "kv_capacity_tokens": 1000},
-    )
+    refused with the reference's error (on the open loop, after the loop has run a while)."""
+    engine = {"max_batch": 12, "kv_capacity_tokens": 1000}
+    if kind == "open loop":
+        workload = {
+            "rate": 8.0,
+            "requests": 400,
+            "prompt": {"dist": "uniform", "low": 20, "high": 980},
+        }
+        scenario = make({"workload": workload, "engine": engine})
+    else:
+        scenario = closed({"prompt": {"dist": "uniform", "low": 20, "high": 1200}}, engine=engine)
+    ran = [0]
+    original = compiled_serving.ServingLoop.run
+
+    def counted(self, replica, now):
+        end = original(self, replica, now)
+        ran[0] += int(self.ct[compiled_serving.ITERATIONS])
+        return end
+
     errors = []
     for fast, setting in ((False, "0"), (True, "1"), (True, "0")):
         monkeypatch.setenv("SPECSIM_COMPILED", setting)
-        with pytest.raises(SpecsimError) as caught:
+        with monkeypatch.context() as patch, pytest.raises(SpecsimError) as caught:
+            patch.setattr(compiled_serving.ServingLoop, "run", counted)
             run_simulation(scenario, fast_path=fast)
         errors.append(str(caught.value))
     assert errors[0] == errors[1] == errors[2]
     assert "KV-cache tokens" in errors[0]
+    if kind == "open loop":  # (a closed loop's first requests are refused as they start)
+        assert ran[0] > 0
+
+
+def test_fitting_counts_the_requests_before_the_first_that_never_fits():
+    """``admission.fitting`` (the loop's) against ``never_fits`` (the replica's refusal), one
+    request at a time, on 2,000 random lengths around the cache's size."""
+    rng = np.random.default_rng(4)
+    prompts = rng.integers(1, 900, 2000).astype(float)
+    outputs = rng.integers(1, 200, 2000).astype(float)
+    for capacity in (1000, 1050, 1200):
+        first = next(
+            (i for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
+             if never_fits(int(p), int(o), 5, capacity, None)),
+            len(prompts),
+        )  # fmt: skip
+        assert fitting(prompts, outputs, 5, capacity) == first
+    assert fitting(prompts[:10], outputs[:10], 5, 10**6) == 10

@@ -90,6 +90,13 @@ def never_fits(
     )
 
 
+def fitting(prompts: np.ndarray, outputs: np.ndarray, lookahead: int, kv_capacity: float) -> int:
+    """How many of these requests, in order, come before the first that ``never_fits`` a
+    cache counted in tokens."""
+    too_long = prompts + outputs + lookahead > kv_capacity
+    return int(too_long.argmax()) if too_long.any() else int(too_long.shape[0])
+
+
 class SharedPrefix:
     """The holders of one shared prefix (a system prompt) on one replica: each holds the
     prompt's first ``size`` tokens (blocks, with a block size). Hits of different sizes (short

@@ -32,10 +32,12 @@ from specsim.costs.drafters import (
 )
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernels
+from specsim.simulation.compiled_layout import STEP_STATE
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 
-STATE = 14  # the values ``run`` hands the kernel in ``state`` (it adds two)
+STATE = STEP_STATE + 3  # the values ``run`` hands the kernel in ``state`` (it adds two: the
+# KV held, the first iteration's end)
 _DRAFTER_CODES = {
     NoDrafterCost: 0,
     DraftModelCost: 1,
@@ -59,6 +61,44 @@ def step_kernel() -> ModuleType:
     """The compiled loops' shared parts (the cost model, the window policy, a decode step)."""
     kernel()
     return importlib.import_module("specsim.simulation.compiled_step_kernel")
+
+
+def step_state(replica, now: float) -> list[float]:
+    """The values both compiled loops' state arrays begin with, in their order
+    (``compiled_layout.STEP_STATE``): the replica's, and its step log's sums."""
+    log = replica.log
+    return [
+        replica.decode_kv,
+        replica.emitted_tokens,
+        replica.left_total,
+        now,
+        replica.last_decode_end,
+        replica.last_decode_s,
+        log.verification_flops,
+        log.drafter_flops,
+        log.wasted_flops,
+        log.window_rows,
+        log.decode_rows,
+    ]
+
+
+def restore_step_state(replica, values: list[float]) -> float:
+    """Write back what a kernel left of ``step_state``'s values; returns its time (now)."""
+    log = replica.log
+    (
+        replica.decode_kv,
+        replica.emitted_tokens,
+        replica.left_total,
+        now,
+        replica.last_decode_end,
+        replica.last_decode_s,
+        log.verification_flops,
+        log.drafter_flops,
+        log.wasted_flops,
+        log.window_rows,
+        log.decode_rows,
+    ) = values[:STEP_STATE]
+    return now
 
 
 def cost_vector(costs) -> np.ndarray | None:
@@ -180,18 +220,8 @@ class DecodeLoop:
         base_words, offset = stream.base()
         state = self.state
         state[:STATE] = (
-            replica.decode_kv,
-            replica.emitted_tokens,
-            replica.left_total,
-            start,
-            replica.last_decode_end,
-            replica.last_decode_s,
+            *step_state(replica, start),
             bound,
-            log.verification_flops,
-            log.drafter_flops,
-            log.wasted_flops,
-            log.window_rows,
-            log.decode_rows,
             admission.reserved,
             replica.kv_capacity,
         )
@@ -252,24 +282,9 @@ class DecodeLoop:
         if filled > log._step_limit:
             log._flush_steps()
         replica._joined = joined
-        (
-            replica.decode_kv,
-            replica.emitted_tokens,
-            replica.left_total,
-            end,
-            replica.last_decode_end,
-            replica.last_decode_s,
-            _,
-            log.verification_flops,
-            log.drafter_flops,
-            log.wasted_flops,
-            log.window_rows,
-            log.decode_rows,
-            _,
-            _,
-            replica._kv_planned,
-            first_end,
-        ) = state.tolist()
+        values = state.tolist()
+        end = restore_step_state(replica, values)
+        replica._kv_planned, first_end = values[STATE:]
         # A first iteration of prompt chunks alone is no decode step.
         skipped = 1 if chunks is not None and not rows else 0
         steps_before = replica.decode_steps

@@ -15,42 +15,30 @@ import numba
 import numpy as np
 
 from specsim.simulation.compiled_kernels import _apply, _jump
+from specsim.simulation.compiled_layout import (
+    DECODE_KV,
+    EMITTED,
+    LAST_DT,
+    LEFT_TOTAL,
+    NOW,
+    STEP_STATE,
+)
 from specsim.simulation.compiled_step_kernel import (
-    T_ATTN,
-    T_FLOPS,
     _decode_s,
-    _draft_flops,
     _mixed_s,
-    _wasted_per_position,
     _window,
+    apply_step,
     draw_rows,
-    emit_rows,
     log_iteration,
     row_totals,
 )
 
 _jit = numba.njit(cache=False, nogil=True)
 
-# ``state`` (floats in and out) and ``counts`` (ints out) layouts.
-(
-    DECODE_KV,
-    EMITTED,
-    LEFT_TOTAL,
-    NOW,
-    LAST_END,
-    LAST_DT,
-    BOUND,
-    VERIFICATION,
-    DRAFTER_FLOPS,
-    WASTED,
-    WINDOW_ROWS,
-    DECODE_ROWS,
-    RESERVED,
-    KV_CAPACITY,
-    HELD,
-    FIRST_END,
-) = range(16)
-STATE = 16
+# ``state`` (floats in and out: the decode step's, ``compiled_layout.STEP_STATE``, then these)
+# and ``counts`` (ints out) layouts.
+BOUND, RESERVED, KV_CAPACITY, HELD, FIRST_END = range(STEP_STATE, STEP_STATE + 5)
+STATE = STEP_STATE + 5
 ITERATIONS, STEPS, FINISHES, HIGH, DECODING, DRAWN, LOGGED, JOINED = range(8)
 
 
@@ -117,21 +105,9 @@ def decode_loop(
     iteration, filled = logged[0], logged[1]
     drafts = np.empty(capacity)
     accepted = np.empty(capacity)
-    decode_kv = state[DECODE_KV]
-    emitted_tokens = state[EMITTED]
-    left_total = state[LEFT_TOTAL]
-    now = state[NOW]
-    last_end = state[LAST_END]
-    last_dt = state[LAST_DT]
     bound = state[BOUND]
-    verification, drafter_flops, wasted_flops = (
-        state[VERIFICATION],
-        state[DRAFTER_FLOPS],
-        state[WASTED],
-    )
-    window_rows, decode_rows = state[WINDOW_ROWS], state[DECODE_ROWS]
     reserved, kv_capacity = state[RESERVED], state[KV_CAPACITY]
-    per_token, per_pair = c[T_FLOPS], c[T_ATTN]
+    log = (log_dt, log_batch, log_kv, log_itl, log_weight, log_accepted, log_drafted)
     jump = np.zeros(5, dtype=np.uint64)  # the jump over a block's unused slots, and for which
     jump[4] = capacity + 1
     drawn = 0
@@ -140,7 +116,8 @@ def decode_loop(
     p_rows = int(prefill[0])
     p_tokens, p_kv, p_pairs = prefill[1], prefill[2], prefill[3]
     mixed = p_rows > 0  # the first iteration carries the prompts in prefill, whole
-    while (decoding > 0 or mixed) and now < bound:
+    while (decoding > 0 or mixed) and state[NOW] < bound:
+        decode_kv = state[DECODE_KV]
         held = decode_kv + decoding * lookahead + reserved
         if held > kv_capacity:  # preemption: the per-iteration path's
             break
@@ -169,48 +146,31 @@ def decode_loop(
             dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
         else:
             dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
-        end = now + dt
+        end = state[NOW] + dt
         if rows:
-            verification += per_token * new_tokens + per_pair * pairs
-            drafter_flops += _draft_flops(c, rows, k, decode_kv)
-            planned_kv = decode_kv
-            emitted_total = emit_rows(
+            apply_step(
+                state,
+                c,
+                k,
+                rows,
+                used,
+                new_tokens,
+                pairs,
                 accepted,
                 drafts,
                 remaining,
                 context,
                 drafted_by_row,
-                used,
-                log_accepted,
-                log_drafted,
+                log,
                 filled,
-            )
-            filled += used
-            emitted_tokens += emitted_total
-            decode_kv += emitted_total
-            left_total -= emitted_total
-            wasted = new_tokens - emitted_total
-            if wasted:
-                wasted_flops += wasted * _wasted_per_position(c, planned_kv / rows)
-            window_rows += k * rows
-            decode_rows += rows
-            log_iteration(
-                log_dt,
-                log_batch,
-                log_kv,
-                log_itl,
-                log_weight,
                 iteration,
-                now,
                 end,
                 rows + p_rows,
                 held,
-                end - last_end,
-                rows - joined,
                 joined,
             )
+            filled += used
             joined = 0  # rows that joined waited only for the first
-            last_end = end
             for s in range(used):
                 if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
                     finished_slot[finishes] = s
@@ -218,7 +178,7 @@ def decode_loop(
                     finished_drafted[finishes] = drafted_by_row[s]  # later steps add -1 there
                     finished_time[finishes] = end
                     finishes += 1
-                    decode_kv -= context[s]
+                    state[DECODE_KV] -= context[s]
                     remaining[s] = 0.0
                     context[s] = 0.0
                     level[s] = 0
@@ -235,7 +195,7 @@ def decode_loop(
                 log_itl,
                 log_weight,
                 iteration,
-                now,
+                state[NOW],
                 end,
                 p_rows,
                 held,
@@ -253,7 +213,7 @@ def decode_loop(
             free[p_rows:] = finished_slot[:finishes]
             top = free.shape[0]
             for j in range(p_rows):
-                emitted_tokens += 1.0  # the prefill pass's token
+                state[EMITTED] += 1.0  # the prefill pass's token
                 top -= 1
                 slot = free[top]
                 remaining[slot] = join_left[j]
@@ -262,8 +222,8 @@ def decode_loop(
                 shift[slot] = 2.0 * join_level[j]
                 drafted_by_row[slot] = 0.0
                 admit_order[slot] = join_order[j]
-                decode_kv += join_context[j]
-                left_total += join_left[j]
+                state[DECODE_KV] += join_context[j]
+                state[LEFT_TOTAL] += join_left[j]
                 decoding += 1
                 joined += 1
                 if slot >= high:
@@ -272,19 +232,11 @@ def decode_loop(
             mixed = False
             p_rows = 0
         else:
-            last_dt = dt
-        now = end
+            state[LAST_DT] = dt
+        state[NOW] = end
         n += 1
         if iteration == most or filled > step_limit:  # the log folds its buffers first
             break
-    state[DECODE_KV], state[EMITTED], state[LEFT_TOTAL] = decode_kv, emitted_tokens, left_total
-    state[NOW], state[LAST_END], state[LAST_DT] = now, last_end, last_dt
-    state[VERIFICATION], state[DRAFTER_FLOPS], state[WASTED] = (
-        verification,
-        drafter_flops,
-        wasted_flops,
-    )
-    state[WINDOW_ROWS], state[DECODE_ROWS] = window_rows, decode_rows
     state[HELD], state[FIRST_END], state[RESERVED] = held, first_end, reserved
     out[ITERATIONS], out[STEPS], out[FINISHES] = n, filled, finishes
     out[HIGH], out[DECODING], out[DRAWN], out[LOGGED] = high, decoding, drawn, iteration

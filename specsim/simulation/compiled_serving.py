@@ -19,17 +19,14 @@ from __future__ import annotations
 import importlib
 from collections import deque
 from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
-from specsim.simulation.compiled_loop import DecodeLoop, kernel
-from specsim.simulation.compiled_serving_layout import (
-    ACCEPTED,
+from specsim.simulation.admission import fitting
+from specsim.simulation.compiled_layout import (
     ADMISSIONS,
-    ADMIT,
-    ARRIVAL,
     ARRIVALS_AT,
-    CLIENT,
     CLIENTS,
     CLOSED,
     CLOSED_AT,
@@ -37,23 +34,19 @@ from specsim.simulation.compiled_serving_layout import (
     COUNTS,
     DECODE_STEPS,
     DECODING,
-    DRAFTED,
     DRAWN,
     FIELDS,
     FILLED,
-    FIRST,
     FIRST_HI,
     FIRST_LEFT,
     FIRST_LO,
     FREE_N,
-    GENERATED,
     HIGH,
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
     ITERATIONS,
     JOINED,
-    LEVEL,
     LEVELS_AT,
     LOGGED,
     MORE_ARRIVALS,
@@ -62,24 +55,21 @@ from specsim.simulation.compiled_serving_layout import (
     OPENED,
     OPENED_AT,
     OPENED_EMITTED,
-    OUTPUT,
     P_HEAD,
     P_LEN,
-    PREEMPTIONS,
-    PREFILLED,
-    PROMPT,
     Q_HEAD,
     Q_LEN,
     RECORD,
     RECORDS,
+    REQUEST_FIELDS,
+    RESERVED,
     RID,
     ROWS_FREE_N,
-    SCHEDULED,
     STATE,
-    STEPS,
-    TARGET,
+    TIME_FIELDS,
     TOKEN_BUDGET,
 )
+from specsim.simulation.compiled_loop import DecodeLoop, kernel, restore_step_state, step_state
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 from specsim.workload.prefix import NoPrefix
@@ -142,7 +132,8 @@ class ServingLoop:
             return None
         admission = replica.admission
         in_flight = len(admission.queue) + len(admission.prefilling) + replica.decoding
-        if in_flight > MOST_IN_FLIGHT:
+        if in_flight > MOST_IN_FLIGHT:  # the Python path's stretches on their kernels meanwhile
+            replica.compiled_stretches = replica.compiled
             return None
         levels, arrivals, lengths = self._pack(replica, now, in_flight)
         decode, log, stream = self.decode, replica.log, replica._draws
@@ -236,17 +227,7 @@ class ServingLoop:
         ct[MORE_ARRIVALS] = more
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
-            replica.decode_kv,
-            replica.emitted_tokens,
-            replica.left_total,
-            now,
-            replica.last_decode_end,
-            replica.last_decode_s,
-            log.verification_flops,
-            log.drafter_flops,
-            log.wasted_flops,
-            log.window_rows,
-            log.decode_rows,
+            *step_state(replica, now),
             admission.reserved,
             admission.pending,
             replica.kv_capacity,
@@ -264,34 +245,16 @@ class ServingLoop:
     def _load(self, request: Request, loaded: int) -> int:
         """The request's row (a client's own, else the next one), filled in."""
         row = request.client if self.clients is not None else loaded
-        self.req[row] = (
-            request.rid,
-            request.arrival,
-            request.prompt,
-            request.output,
-            request.scheduled,
-            request.first_token,
-            request.generated,
-            request.steps,
-            request.drafted,
-            request.accepted,
-            request.preemptions,
-            request.level,
-            request.prefill_target,
-            request.prefilled,
-            request.admit_order,
-            request.client,
-        )
+        self.req[row] = _request_fields(request)
         return row
 
     def _fitting(self, replica, prompts, outputs) -> np.ndarray:
         """Prompt and output lengths up to (not with) the first that never fits the cache: the
         per-iteration path refuses it when it reaches the replica, so Python takes it."""
         lengths = np.array([prompts, outputs], dtype=np.float64).reshape(2, -1)
-        too_long = lengths[0] + lengths[1] + replica.admission.lookahead > replica.kv_capacity
-        if too_long.any():
-            lengths = lengths[:, : int(too_long.argmax())]
-        return lengths
+        admission = replica.admission
+        count = fitting(lengths[0], lengths[1], admission.lookahead, admission.kv_capacity)
+        return lengths[:, :count]
 
     def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
         """The feed's next arrivals (times, prompts, outputs), and whether more may follow."""
@@ -342,18 +305,9 @@ class ServingLoop:
         replica.outstanding += taken - int(ct[RECORDS])
         admission.admissions = int(ct[ADMISSIONS])
         del admission._levels[len(admission._levels) - int(ct[LEVELS_AT]) :]
+        values = st.tolist()
+        restore_step_state(replica, values)
         (
-            replica.decode_kv,
-            replica.emitted_tokens,
-            replica.left_total,
-            _,
-            replica.last_decode_end,
-            replica.last_decode_s,
-            log.verification_flops,
-            log.drafter_flops,
-            log.wasted_flops,
-            log.window_rows,
-            log.decode_rows,
             admission.reserved,
             admission.pending,
             _,
@@ -361,7 +315,7 @@ class ServingLoop:
             replica.stats.flops["prefill"],
             admission.prefill_computed,
             prefix_queried,
-        ) = st[:HORIZON].tolist()
+        ) = values[RESERVED:HORIZON]
         admission.prefix_queried = int(prefix_queried)
         log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
         if log._iterations == BUFFER_ITERATIONS:
@@ -377,8 +331,8 @@ class ServingLoop:
         clients, ct, st = self.clients, self.ct, self.st
         clients.counter[0] = int(ct[NEXT_RID])
         clients.source.issued_ahead(int(ct[ISSUED]))
-        opened = (st[OPENED_AT], st[OPENED_EMITTED]) if ct[OPENED] else None
-        closed = (st[CLOSED_AT], st[CLOSED_EMITTED]) if ct[CLOSED] else None
+        opened = (float(st[OPENED_AT]), float(st[OPENED_EMITTED])) if ct[OPENED] else None
+        closed = (float(st[CLOSED_AT]), float(st[CLOSED_EMITTED])) if ct[CLOSED] else None
         clients.caught_up(int(ct[FIRST_LEFT]), opened, closed)
 
     def _write_records(self, replica) -> None:
@@ -404,17 +358,14 @@ class ServingLoop:
         requests = {}
         rows = np.flatnonzero(self.req[:, RID] >= 0)
         for row, values in zip(rows.tolist(), self.req[rows].tolist(), strict=True):
-            rid, prompt, output = int(values[RID]), int(values[PROMPT]), int(values[OUTPUT])
-            request = Request(rid, values[ARRIVAL], prompt, output, int(values[CLIENT]))
-            request.scheduled, request.first_token = values[SCHEDULED], values[FIRST]
-            request.generated, request.steps = int(values[GENERATED]), int(values[STEPS])
-            request.drafted, request.accepted = int(values[DRAFTED]), int(values[ACCEPTED])
-            request.preemptions, request.level = int(values[PREEMPTIONS]), int(values[LEVEL])
-            request.prefill_target = int(values[TARGET])
-            request.prefilled = int(values[PREFILLED])
-            request.admit_order = int(values[ADMIT])
+            request = Request.__new__(Request)  # every slot is set here
+            for name, value in zip(REQUEST_FIELDS, values, strict=True):
+                setattr(request, name, value if name in TIME_FIELDS else int(value))
             requests[row] = request
         return requests
+
+
+_request_fields = attrgetter(*REQUEST_FIELDS)
 
 
 def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from specsim.simulation.compiled_kernels import _apply, _jump
-from specsim.simulation.compiled_serving_layout import (
+from specsim.simulation.compiled_layout import (
     ACCEPTED,
     ADMISSIONS,
     ADMIT,
@@ -34,11 +34,9 @@ from specsim.simulation.compiled_serving_layout import (
     CLOSED_AT,
     CLOSED_EMITTED,
     DECODE_KV,
-    DECODE_ROWS,
     DECODE_STEPS,
     DECODING,
     DRAFTED,
-    DRAFTER_FLOPS,
     DRAWN,
     EMITTED,
     FILLED,
@@ -57,7 +55,6 @@ from specsim.simulation.compiled_serving_layout import (
     JOINED,
     KV_CAPACITY,
     LAST_DT,
-    LAST_END,
     LEFT_TOTAL,
     LENGTHS_AT,
     LEVEL,
@@ -89,9 +86,6 @@ from specsim.simulation.compiled_serving_layout import (
     STEPS,
     TARGET,
     TOKEN_BUDGET,
-    VERIFICATION,
-    WASTED,
-    WINDOW_ROWS,
 )
 from specsim.simulation.compiled_step_kernel import (
     D_ATTN,
@@ -101,11 +95,9 @@ from specsim.simulation.compiled_step_kernel import (
     T_ATTN,
     T_FLOPS,
     _decode_s,
-    _draft_flops,
     _mixed_s,
-    _wasted_per_position,
+    apply_step,
     draw_rows,
-    emit_rows,
     log_iteration,
     row_totals,
 )
@@ -196,6 +188,7 @@ def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
         records[r, j] = now if field < 0 else req[c, field]
     ct[RECORDS] = r + 1
     if not ct[CLIENTS]:
+        req[c, RID] = -1.0  # the row is free
         rows_free[ct[ROWS_FREE_N]] = c
         ct[ROWS_FREE_N] += 1
         return
@@ -401,6 +394,7 @@ def serving_loop(
     (``ct[DRAWN]`` gets how many the iterations took)."""
     remaining, context, _, _, shift, drafted_by_row, _ = batch
     log_dt, log_kv, log_itl, log_weight = log
+    log_all = (log_dt, log_batch, log_kv, log_itl, log_weight, log_accepted, log_drafted)
     capacity = remaining.shape[0]
     count = req.shape[0]
     words = base_words.copy()
@@ -493,47 +487,30 @@ def serving_loop(
         end = now + dt
         i = ct[LOGGED]
         if rows:
-            st[VERIFICATION] += per_token * new_tokens + per_pair * pairs
-            st[DRAFTER_FLOPS] += _draft_flops(c, rows, k, decode_kv)
-            emitted_total = emit_rows(
+            apply_step(
+                st,
+                c,
+                k,
+                rows,
+                used,
+                new_tokens,
+                pairs,
                 accepted,
                 drafts,
                 remaining,
                 context,
                 drafted_by_row,
-                used,
-                log_accepted,
-                log_drafted,
+                log_all,
                 ct[FILLED],
-            )
-            ct[FILLED] += used
-            st[EMITTED] += emitted_total
-            st[DECODE_KV] += emitted_total
-            st[LEFT_TOTAL] -= emitted_total
-            ct[DECODE_STEPS] += 1
-            wasted = new_tokens - emitted_total
-            if wasted:
-                st[WASTED] += wasted * _wasted_per_position(c, decode_kv / rows)
-            st[WINDOW_ROWS] += k * rows
-            st[DECODE_ROWS] += rows
-            joined = ct[JOINED]
-            log_iteration(
-                log_dt,
-                log_batch,
-                log_kv,
-                log_itl,
-                log_weight,
                 i,
-                now,
                 end,
                 rows + p_rows,
                 held,
-                end - st[LAST_END],
-                rows - joined,
-                joined,
+                ct[JOINED],
             )
+            ct[FILLED] += used
+            ct[DECODE_STEPS] += 1
             ct[JOINED] = 0
-            st[LAST_END] = end
             for s in range(used):
                 if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left
                     client = slot_row[s]

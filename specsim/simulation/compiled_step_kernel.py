@@ -7,7 +7,7 @@ and order (``cost_parts``, ``mixed_seconds`` and ``choose_window`` expose them t
 the PCG64 state (a block of ``capacity`` doubles per draw, of which the occupied slots' are read
 and the rest jumped over), the verified positions and query-key pairs, and the emitted tokens
 with the step log's row. Used by ``compiled_loop_kernel`` (a replica fed open-loop arrivals) and
-``compiled_closed_kernel`` (a replica serving closed-loop clients).
+``compiled_serving_kernel`` (a lone replica's whole loop, queue and all).
 """
 
 from __future__ import annotations
@@ -16,6 +16,18 @@ import numba
 import numpy as np
 
 from specsim.simulation.compiled_kernels import _apply, _jump, _next_double, _search_left
+from specsim.simulation.compiled_layout import (
+    DECODE_KV,
+    DECODE_ROWS,
+    DRAFTER_FLOPS,
+    EMITTED,
+    LAST_END,
+    LEFT_TOTAL,
+    NOW,
+    VERIFICATION,
+    WASTED,
+    WINDOW_ROWS,
+)
 
 _jit = numba.njit(cache=False, nogil=True)
 
@@ -300,3 +312,71 @@ def log_iteration(
     log_weight[2 * i] = waited
     log_itl[2 * i + 1] = end - now
     log_weight[2 * i + 1] = joined
+
+
+@_jit
+def apply_step(
+    st,
+    c,
+    k,
+    rows,
+    used,
+    new_tokens,
+    pairs,
+    accepted,
+    drafts,
+    remaining,
+    context,
+    drafted_by_row,
+    log,
+    filled,
+    iteration,
+    end,
+    batch,
+    held,
+    joined,
+):
+    """A decode step of ``rows`` rows at window k applied, into ``st`` (``_plan_mixed``'s
+    FLOPs, ``_apply_mixed``'s sums, in their order), and logged at buffer index ``iteration``
+    (the step log's row at ``filled``; ``log``: its duration, batch, KV, gap and weight
+    buffers, then its accepted and drafted buffers). The finishes are the caller's."""
+    log_dt, log_batch, log_kv, log_itl, log_weight, log_accepted, log_drafted = log
+    decode_kv = st[DECODE_KV]  # as planned
+    st[VERIFICATION] += c[T_FLOPS] * new_tokens + c[T_ATTN] * pairs
+    st[DRAFTER_FLOPS] += _draft_flops(c, rows, k, decode_kv)
+    emitted_total = emit_rows(
+        accepted,
+        drafts,
+        remaining,
+        context,
+        drafted_by_row,
+        used,
+        log_accepted,
+        log_drafted,
+        filled,
+    )
+    st[EMITTED] += emitted_total
+    st[DECODE_KV] += emitted_total
+    st[LEFT_TOTAL] -= emitted_total
+    wasted = new_tokens - emitted_total
+    if wasted:
+        st[WASTED] += wasted * _wasted_per_position(c, decode_kv / rows)
+    st[WINDOW_ROWS] += k * rows
+    st[DECODE_ROWS] += rows
+    now = st[NOW]
+    log_iteration(
+        log_dt,
+        log_batch,
+        log_kv,
+        log_itl,
+        log_weight,
+        iteration,
+        now,
+        end,
+        batch,
+        held,
+        end - st[LAST_END],
+        rows - joined,
+        joined,
+    )
+    st[LAST_END] = end

@@ -183,8 +183,8 @@ class ArrivalFeed:
         return self._counter[0]
 
     def taken(self, m: int) -> None:
-        """The first ``m`` of the ``upcoming`` arrivals were taken, numbered in order, by a
-        compiled loop (``compiled_serving.py``)."""
+        """The first ``m`` of the ``upcoming`` arrivals were taken, numbered in order (one by
+        ``pop``, or several by a compiled loop, ``compiled_serving.py``)."""
         self._counter[0] += m
         self._next += m
         if self._next < len(self._times):
@@ -196,12 +196,7 @@ class ArrivalFeed:
         """The next request (numbered in arrival order)."""
         i = self._next
         request = Request(self._counter[0], self._times[i], self._prompts[i], self._outputs[i])
-        self._counter[0] += 1
-        self._next = i + 1
-        if self._next < len(self._times):
-            self.next_time = self._times[self._next]
-        else:
-            self._load()
+        self.taken(1)
         return request
 
 
@@ -271,7 +266,7 @@ class ClosedLoopClients:
         opened: tuple[float, float] | None,
         closed: tuple[float, float] | None,
     ) -> None:
-        """What a compiled loop did as ``on_finish`` (``compiled_closed.py``): the first
+        """What a compiled loop did as ``on_finish`` (``compiled_serving.py``): the first
         requests still running, and the steady window's opening and closing where it marked
         them, as (time, output tokens emitted by then)."""
         self._first_requests = first_left

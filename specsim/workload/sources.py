@@ -133,21 +133,22 @@ class ClosedLoopSource:
 
     def next_lengths(self) -> tuple[int, int]:
         """The next request's (prompt, output) tokens; counts the request as issued."""
-        if not self._prompts:
-            prompt, output = self.lengths.draw(self.lengths_rng, CHUNK)
-            # Reversed so that pop() hands them out in draw order.
-            self._prompts = prompt[::-1].tolist()
-            self._outputs = output[::-1].tolist()
+        self._refill(1)
         self.issued += 1
         return self._prompts.pop(), self._outputs.pop()
 
-    def upcoming(self, n: int) -> tuple[list[int], list[int]]:
-        """The next ``n`` requests' prompt and output lengths, in the order ``next_lengths``
-        hands them out, without issuing them (drawn in the chunks it would draw)."""
+    def _refill(self, n: int) -> None:
+        """At least ``n`` lengths drawn ahead, in chunks (later chunks go before earlier ones:
+        the lists are reversed, so that pop() hands them out in draw order)."""
         while len(self._prompts) < n:
             prompt, output = self.lengths.draw(self.lengths_rng, CHUNK)
             self._prompts = prompt[::-1].tolist() + self._prompts
             self._outputs = output[::-1].tolist() + self._outputs
+
+    def upcoming(self, n: int) -> tuple[list[int], list[int]]:
+        """The next ``n`` requests' prompt and output lengths, in the order ``next_lengths``
+        hands them out, without issuing them (drawn in the chunks it would draw)."""
+        self._refill(n)
         return self._prompts[: -n - 1 : -1], self._outputs[: -n - 1 : -1]
 
     def issued_ahead(self, m: int) -> None:

@@ -1,0 +1,114 @@
+"""The compiled loops' array layouts, without numba: the float slots both loops' state arrays
+begin with (the decode step's, ``compiled_step_kernel.apply_step``), and the serving kernel's
+(``compiled_serving_kernel``): the columns of its request table and records, and the slots of
+its float and count arrays."""
+
+# The decode step's float slots, first in both loops' state arrays.
+(
+    DECODE_KV,
+    EMITTED,
+    LEFT_TOTAL,
+    NOW,
+    LAST_END,
+    LAST_DT,
+    VERIFICATION,
+    DRAFTER_FLOPS,
+    WASTED,
+    WINDOW_ROWS,
+    DECODE_ROWS,
+) = range(11)
+STEP_STATE = 11
+
+# A request's row in ``req`` (``Request``'s fields, as floats: all whole numbers below 2^53).
+(
+    RID,
+    ARRIVAL,
+    PROMPT,
+    OUTPUT,
+    SCHEDULED,
+    FIRST,
+    GENERATED,
+    STEPS,
+    DRAFTED,
+    ACCEPTED,
+    PREEMPTIONS,
+    LEVEL,
+    TARGET,
+    PREFILLED,
+    ADMIT,
+    CLIENT,
+) = range(16)
+FIELDS = 16
+# The ``Request`` attribute in each column, and those that are times (the rest are counts).
+REQUEST_FIELDS = (
+    "rid",
+    "arrival",
+    "prompt",
+    "output",
+    "scheduled",
+    "first_token",
+    "generated",
+    "steps",
+    "drafted",
+    "accepted",
+    "preemptions",
+    "level",
+    "prefill_target",
+    "prefilled",
+    "admit_order",
+    "client",
+)
+TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
+RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
+
+# ``st``: floats in and out (the decode step's, then these).
+(
+    RESERVED,
+    PENDING,
+    KV_CAPACITY,
+    HELD,
+    PREFILL_FLOPS,
+    PREFILL_COMPUTED,
+    PREFIX_QUERIED,
+    HORIZON,
+    TOKEN_BUDGET,
+    OPENED_AT,
+    OPENED_EMITTED,
+    CLOSED_AT,
+    CLOSED_EMITTED,
+) = range(STEP_STATE, STEP_STATE + 13)
+STATE = STEP_STATE + 13
+
+# ``ct``: counts in and out.
+(
+    HIGH,
+    DECODING,
+    JOINED,
+    DECODE_STEPS,
+    ADMISSIONS,
+    NEXT_RID,
+    ISSUE_LEFT,
+    LENGTHS_AT,
+    LEVELS_AT,
+    Q_HEAD,
+    Q_LEN,
+    P_HEAD,
+    P_LEN,
+    FREE_N,
+    FIRST_LO,
+    FIRST_HI,
+    FIRST_LEFT,
+    OPENED,
+    CLOSED,
+    RECORDS,
+    ITERATIONS,
+    LOGGED,
+    FILLED,
+    DRAWN,
+    ISSUED,
+    ROWS_FREE_N,
+    ARRIVALS_AT,
+    MORE_ARRIVALS,
+    CLIENTS,
+) = range(29)
+COUNTS = 29
