@@ -10,9 +10,11 @@ import numba
 import numpy as np
 
 _jit = numba.njit(cache=False, nogil=True)
+# Kernels only other kernels call: no CPython wrapper to compile for each.
+_inner = numba.njit(cache=False, nogil=True, no_cpython_wrapper=True)
 
 
-@_jit
+@_inner
 def _search_left(table, value):
     """``table.searchsorted(value, side="left")`` for a sorted 1-D table."""
     low, high = 0, table.shape[0]
@@ -66,7 +68,7 @@ def stretch_rows(
 
 # A kernel called from Python is never called from another kernel: numba's cache then stores it
 # without what it needs to hand arrays back to Python ('descr' is NULL in a later process).
-@_jit
+@_inner
 def _stretch_rows(
     uniforms,
     per_iteration,
@@ -144,7 +146,7 @@ def stretch_rows_drawn(
     )
 
 
-@_jit
+@_inner
 def _rows(
     uniforms,
     per_iteration,
@@ -262,7 +264,7 @@ _MULT_LOW = np.uint64(4865540595714422341)
 _TO_DOUBLE = 1.0 / 9007199254740992.0
 
 
-@_jit
+@_inner
 def _mul_high(a, b):
     """The high 64 bits of the 128-bit product of two uint64."""
     a0, a1 = a & _MASK32, a >> _S32
@@ -275,19 +277,19 @@ def _mul_high(a, b):
     return a1 * b1 + w2 + (t >> _S32)
 
 
-@_jit
+@_inner
 def _mul128(a_high, a_low, b_high, b_low):
     return _mul_high(a_low, b_low) + a_high * b_low + a_low * b_high, a_low * b_low
 
 
-@_jit
+@_inner
 def _add128(a_high, a_low, b_high, b_low):
     low = a_low + b_low
     carry = _U1 if low < a_low else _U0
     return a_high + b_high + carry, low
 
 
-@_jit
+@_inner
 def _jump(inc_high, inc_low, delta):
     """(multiplier, increment) that advance the LCG by ``delta`` steps at once (the
     jump-ahead numpy's ``PCG64.advance`` uses)."""
@@ -307,7 +309,7 @@ def _jump(inc_high, inc_low, delta):
     return acc_mult_high, acc_mult_low, acc_plus_high, acc_plus_low
 
 
-@_jit
+@_inner
 def _apply(words, mult_high, mult_low, plus_high, plus_low):
     h, lo = _mul128(words[0], words[1], mult_high, mult_low)
     words[0], words[1] = _add128(h, lo, plus_high, plus_low)
@@ -321,7 +323,7 @@ def pcg_advance(words, delta):
         _apply(words, mult_high, mult_low, plus_high, plus_low)
 
 
-@_jit
+@_inner
 def _next_double(words):
     high, low = _mul128(words[0], words[1], _MULT_HIGH, _MULT_LOW)
     high, low = _add128(high, low, words[2], words[3])
@@ -345,7 +347,7 @@ def pcg_slot_uniforms(words, m, blocks, capacity, used):
     return _slot_uniforms(words, m, blocks, capacity, used)
 
 
-@_jit
+@_inner
 def _slot_uniforms(words, m, blocks, capacity, used):
     """The doubles of the first ``used`` slots of ``m`` iterations that each draw ``blocks``
     blocks of ``capacity`` (``(m, blocks * used)``, flat), jumping over the other slots' draws;

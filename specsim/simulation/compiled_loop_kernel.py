@@ -11,10 +11,9 @@ and a first iteration that carries the prompts in prefill whole (their rows then
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from specsim.simulation.compiled_kernels import _apply, _jump
+from specsim.simulation.compiled_kernels import _apply, _jit, _jump
 from specsim.simulation.compiled_layout import (
     DECODE_KV,
     EMITTED,
@@ -32,8 +31,6 @@ from specsim.simulation.compiled_step_kernel import (
     log_iteration,
     row_totals,
 )
-
-_jit = numba.njit(cache=False, nogil=True)
 
 # ``state`` (floats in and out: the decode step's, ``compiled_layout.STEP_STATE``, then these)
 # and ``counts`` (ints out) layouts.

@@ -18,10 +18,9 @@ yet, one sequence outgrows the cache, or nothing is left to run.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from specsim.simulation.compiled_kernels import _apply, _jump
+from specsim.simulation.compiled_kernels import _apply, _inner, _jit, _jump
 from specsim.simulation.compiled_layout import (
     ACCEPTED,
     ADMISSIONS,
@@ -102,10 +101,8 @@ from specsim.simulation.compiled_step_kernel import (
     row_totals,
 )
 
-_jit = numba.njit(cache=False, nogil=True)
 
-
-@_jit
+@_inner
 def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
     """``Admission.admit`` at ``st[NOW]`` (no prefix cache, chunked prefill); False where the
     next request to start needs an acceptance level beyond ``levels`` (Python draws them)."""
@@ -143,7 +140,7 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
     return True
 
 
-@_jit
+@_inner
 def _new_request(req, row, rid, arrival, prompt, output, client):
     """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``."""
     req[row, :] = 0.0
@@ -153,13 +150,13 @@ def _new_request(req, row, rid, arrival, prompt, output, client):
     req[row, SCHEDULED] = req[row, FIRST] = req[row, LEVEL] = req[row, ADMIT] = -1.0
 
 
-@_jit
+@_inner
 def _enqueue(queue, row, ct):
     queue[(ct[Q_HEAD] + ct[Q_LEN]) % queue.shape[0]] = row
     ct[Q_LEN] += 1
 
 
-@_jit
+@_inner
 def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
     """``Replica._take_arrivals``: the arrivals due by ``st[NOW]`` queued, each in a free row
     (False where none is left)."""
@@ -176,7 +173,7 @@ def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
     return True
 
 
-@_jit
+@_inner
 def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
     """``Replica._finish``: the record; then, for closed-loop clients (no think time),
     ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
@@ -213,7 +210,7 @@ def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
         st[CLOSED_AT], st[CLOSED_EMITTED] = now, st[EMITTED]
 
 
-@_jit
+@_inner
 def _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct):
     """``Replica._start_decoding``: the request takes the free list's last slot."""
     remaining, context, output, level, shift, drafted_by_row, admit_order = batch
@@ -238,7 +235,7 @@ def _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct)
     ct[JOINED] += 1
 
 
-@_jit
+@_inner
 def _free_slot(s, batch, slot_row, free, st, ct):
     """``Replica._free_slot``: the slot's arrays cleared and the slot on the free list."""
     remaining, context, _, level, shift, _, admit_order = batch
@@ -258,7 +255,7 @@ def _free_slot(s, batch, slot_row, free, st, ct):
     ct[HIGH] = high
 
 
-@_jit
+@_inner
 def _bank_row(req, client, s, batch, join_step, join_left, ct):
     """``Replica._bank_row``: the row's steps, drafts and accepted drafts onto its request."""
     remaining, drafted_by_row = batch[0], batch[5]
@@ -268,7 +265,7 @@ def _bank_row(req, client, s, batch, join_step, join_left, ct):
     req[client, ACCEPTED] += join_left[s] - remaining[s] - steps
 
 
-@_jit
+@_inner
 def _make_room(
     req, queue, prefilling, batch, slot_row, join_step, join_left, free, st, ct, lookahead
 ):
@@ -301,7 +298,7 @@ def _make_room(
     return True
 
 
-@_jit
+@_inner
 def _chunks(req, prefilling, budget, chunk, st, ct):
     """``Admission.chunks``: each prompt's tokens this iteration (into ``chunk``, in order),
     and the rows, tokens, KV tokens read and query-key pairs."""
@@ -322,7 +319,7 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
     return rows, tokens, kv, pairs
 
 
-@_jit
+@_inner
 def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
     """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
     (into ``done``, in order) with their first token. Returns how many."""

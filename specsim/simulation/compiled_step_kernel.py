@@ -12,10 +12,16 @@ with the step log's row. Used by ``compiled_loop_kernel`` (a replica fed open-lo
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from specsim.simulation.compiled_kernels import _apply, _jump, _next_double, _search_left
+from specsim.simulation.compiled_kernels import (
+    _apply,
+    _inner,
+    _jit,
+    _jump,
+    _next_double,
+    _search_left,
+)
 from specsim.simulation.compiled_layout import (
     DECODE_KV,
     DECODE_ROWS,
@@ -29,8 +35,6 @@ from specsim.simulation.compiled_layout import (
     WINDOW_ROWS,
 )
 
-_jit = numba.njit(cache=False, nogil=True)
-
 # Drafter kinds, as ``compiled_loop._DRAFTER_CODES`` numbers them.
 NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
 
@@ -40,7 +44,7 @@ KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN, T_FLOPS, T_ATTN = 18, 19, 20, 21, 22
 PREFILL_S, PREFILL_TOKEN_S = 25, 26
 
 
-@_jit
+@_inner
 def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
     """``LatencyModel.seconds_from_totals`` with its coefficients at ``c[at:at + 6]``."""
     over = new_tokens - c[at + 3]
@@ -49,7 +53,7 @@ def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
     return c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
 
 
-@_jit
+@_inner
 def _draft_s(c, rows, k, kv):
     """The drafter's ``draft_s(rows, k, kv)`` for rows > 0 (``specsim.costs.drafters``)."""
     kind = c[KIND]
@@ -72,7 +76,7 @@ def _draft_s(c, rows, k, kv):
     return c[STEP_S]
 
 
-@_jit
+@_inner
 def _draft_flops(c, rows, k, kv):
     """The drafter's ``draft_flops(rows, k, kv)`` for rows > 0."""
     kind = c[KIND]
@@ -89,7 +93,7 @@ def _draft_flops(c, rows, k, kv):
     return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
 
 
-@_jit
+@_inner
 def _wasted_per_position(c, mean_context):
     """``StepCosts.wasted_flops_per_position``."""
     target = c[T_FLOPS] + c[T_ATTN] * mean_context
@@ -103,7 +107,7 @@ def _wasted_per_position(c, mean_context):
     return target + 0.0
 
 
-@_jit
+@_inner
 def _overhead_s(c, rows, k):
     """``StepCosts.overhead_s(rows, k, rows)`` for rows > 0."""
     seconds = c[OVERHEAD] + c[OVERHEAD + 1] * rows
@@ -113,7 +117,7 @@ def _overhead_s(c, rows, k):
     return seconds
 
 
-@_jit
+@_inner
 def _overhead_with(c, sequences, k, drafting):
     """``StepCosts.overhead_s(sequences, k, drafting)``."""
     seconds = c[OVERHEAD] + c[OVERHEAD + 1] * sequences
@@ -123,7 +127,7 @@ def _overhead_with(c, sequences, k, drafting):
     return seconds
 
 
-@_jit
+@_inner
 def _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
     """``StepCosts.iteration_s(k, PassTotals(rows, tokens, kv, pairs), prefill)`` with prompt
     chunks (``p_rows`` > 0) and ``rows`` >= 0 decoding rows (``_parts``' operations)."""
@@ -154,14 +158,14 @@ def cost_parts(c, k, rows, tokens, kv, pairs, out):
     out[2] = _wasted_per_position(c, kv / rows)
 
 
-@_jit
+@_inner
 def _decode_s(c, k, rows, tokens, kv, pairs):
     """``StepCosts.decode_iteration_s``."""
     target = _latency(c, TARGET, rows, tokens, kv, pairs)
     return target + _draft_s(c, rows, k, kv) + _overhead_s(c, rows, k)
 
 
-@_jit
+@_inner
 def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
     """The window policy's k for a decode-only iteration: ``by_rows[min(rows, last)]`` (fixed
     and by-batch windows), or, where ``by_rows`` is empty, ``GoodputWindow.scores``' argmax
@@ -214,7 +218,7 @@ def choose_window(by_rows, goodput, c, rows, kv_tokens, remaining, context):
     return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, remaining.shape[0])
 
 
-@_jit
+@_inner
 def draw_rows(
     words,
     jump,
@@ -265,7 +269,7 @@ def draw_rows(
     return blocks * capacity
 
 
-@_jit
+@_inner
 def row_totals(drafts, context, used, decode_kv):
     """The positions a step verifies and its query-key pairs (``_plan_mixed``'s sums)."""
     drafted = 0.0
@@ -280,7 +284,7 @@ def row_totals(drafts, context, used, decode_kv):
     return new_tokens, cross + decode_kv + own_span
 
 
-@_jit
+@_inner
 def emit_rows(
     accepted, drafts, remaining, context, drafted_by_row, used, log_accepted, log_drafted, filled
 ):
@@ -299,7 +303,7 @@ def emit_rows(
     return emitted_total
 
 
-@_jit
+@_inner
 def log_iteration(
     log_dt, log_batch, log_kv, log_itl, log_weight, i, now, end, batch, held, gap, waited, joined
 ):
@@ -314,7 +318,7 @@ def log_iteration(
     log_weight[2 * i + 1] = joined
 
 
-@_jit
+@_inner
 def apply_step(
     st,
     c,
