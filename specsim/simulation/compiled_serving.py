@@ -138,7 +138,9 @@ class ServingLoop:
         decode, log, stream = self.decode, replica.log, replica._draws
         base_words, offset = stream.base()
         ct = self.ct
-        _serving_kernel().serving_loop(
+        kernel = _serving_kernel()
+        kernel.serving_loop(
+            kernel.window_by_rows if decode.by_rows.shape[0] else kernel.window_goodput,
             base_words,
             offset,
             decode.blocks,

@@ -354,6 +354,29 @@ def _goodput_with_chunks(
 
 
 @_inner
+def window_by_rows(
+    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """The window of a fixed k, or k by batch size."""
+    return by_rows[min(rows, by_rows.shape[0] - 1)]
+
+
+@_inner
+def window_goodput(
+    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """``GoodputWindow.choose_batch``'s window: with prompt chunks waiting, weighed against
+    them; without, the decode loop's choice."""
+    if rows == 0:
+        return 0
+    if ct[P_LEN]:
+        return _goodput_with_chunks(
+            goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+        )
+    return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used)
+
+
+@_inner
 def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
     """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
     (into ``done``, in order) with their first token. Returns how many."""
@@ -380,6 +403,7 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
 
 @_jit
 def serving_loop(
+    window,
     base_words,
     offset,
     blocks,
@@ -412,6 +436,9 @@ def serving_loop(
     step_limit,
 ):
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
+
+    ``window``: ``window_by_rows`` or ``window_goodput`` (each compiles its own loop, so that a
+    run with a fixed k compiles no goodput policy).
 
     ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
     admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
@@ -481,27 +508,21 @@ def serving_loop(
             break
         now = st[NOW]
         used = ct[HIGH]
-        if by_rows.shape[0]:  # fixed k, or k by batch size
-            k = by_rows[min(rows, by_rows.shape[0] - 1)]
-        elif rows == 0:
-            k = 0
-        elif ct[P_LEN]:  # the goodput policy, with prompt chunks waiting
-            k = _goodput_with_chunks(
-                goodput,
-                c,
-                rows,
-                decode_kv,
-                remaining,
-                context,
-                used,
-                req,
-                prefilling,
-                chunk,
-                st,
-                ct,
-            )
-        else:
-            k = _window(by_rows, goodput, c, rows, decode_kv, remaining, context, used)
+        k = window(
+            by_rows,
+            goodput,
+            c,
+            rows,
+            decode_kv,
+            remaining,
+            context,
+            used,
+            req,
+            prefilling,
+            chunk,
+            st,
+            ct,
+        )
         new_tokens = pairs = 0.0
         if rows:
             ct[DRAWN] += draw_rows(
