@@ -183,9 +183,7 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     speculation = {"drafter": drafter, "k": k, "policy": policy}
     if policy == "by_batch":
         speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 4, "k": 2}]
-    workload = {"rate": 4.0}
-    if policy != "adaptive":  # a prefix cache keeps the serving loop out (this one runs)
-        workload["prefix"] = PREFIX
+    workload = {"rate": 4.0, "prefix": PREFIX}  # which keeps the serving loop out
     scenario = make({"speculation": speculation, "workload": workload}, every_term)
     engine = scenario.engine.model_copy(update={"jitter": False})
     scenario = scenario.model_copy(update={"engine": engine})

@@ -4,13 +4,13 @@ closed-loop clients.
 
 Identity with the per-iteration reference (every record, the engine's statistics at full
 precision, the summary and requests.csv, with the kernels on and off) where the loop runs:
-every drafter class on a profile whose every cost term is non-zero, fixed k and k by batch
-size, preemption, prompts cut into chunks, prompts whose first token is their last, a horizon,
-acceptance levels drawn past the first chunk of 4,096, a step log that folds inside the loop,
-bursts, an overloaded queue that outgrows what a call packs, and the benchmark's saturated
-replica on a shipped profile (the shipped scenarios are in ``test_sim_stretch.py``). Then
-where it runs (nearly every iteration) and where it does not, and that a request that never
-fits is refused as before.
+every drafter class on a profile whose every cost term is non-zero, fixed k, k by batch size
+and the adaptive (goodput) policy, preemption, prompts cut into chunks, prompts whose first
+token is their last, a horizon, acceptance levels drawn past the first chunk of 4,096, a step
+log that folds inside the loop, bursts, an overloaded queue that outgrows what a call packs,
+and the benchmark's saturated replica on a shipped profile (the shipped scenarios are in
+``test_sim_stretch.py``). Then where it runs (nearly every iteration) and where it does not,
+and that a request that never fits is refused as before.
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ CASES = {
             "k_by_batch": [{"max_batch": 4, "k": 4}, {"max_batch": 10, "k": 2}],
         }
     },
+    "adaptive": {"speculation": {"drafter": "c20", "k": 5, "policy": "adaptive"}},
+    "adaptive ngram, preemption": {
+        "speculation": {"drafter": "ngram", "k": 3, "policy": "adaptive"},
+        "engine": {"max_batch": 12, "kv_capacity_tokens": 1500},
+    },
     "more clients than slots": {"engine": {"max_batch": 8}},
     "preemption": {"engine": {"max_batch": 12, "kv_capacity_tokens": 1500}},
     "small token budget": {"engine": {"max_batch": 12, "max_batched_tokens": 96}},
@@ -84,6 +89,16 @@ OPEN = {
         "engine": {"max_batch": 16, "kv_capacity_tokens": 1500},
     },
     "open loop, bursts": {"workload": {"kind": "bursty", "rate": 8.0, "cv": 3.0}},
+    "open loop, adaptive, saturated": {
+        "workload": {"rate": 60.0},
+        "engine": {"max_batch": 16},
+        "speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"},
+    },
+    "open loop, adaptive, small token budget": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "max_batched_tokens": 96},
+        "speculation": {"drafter": "c20", "k": 4, "policy": "adaptive"},
+    },
     "open loop, horizon": {"workload": {"requests": None, "duration_s": 30.0, "rate": 8.0}},
     # 4,500 requests: the arrivals come in two chunks, and a call that has taken the first
     # chunk's last one must stop for the next (it may be due before the next iteration).
@@ -152,7 +167,8 @@ def test_the_loop_matches_the_reference(name, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "drafter, k, policy",
     [(None, 0, "fixed"), ("model", 4, "fixed"), ("lookup", 3, "fixed"), ("medusa fit", 3, "fixed"),
-     ("eagle", 4, "fixed"), ("eagle fit", 2, "fixed"), ("model", 4, "by_batch")],
+     ("eagle", 4, "fixed"), ("eagle fit", 2, "fixed"), ("model", 4, "by_batch"),
+     ("model", 5, "adaptive"), ("lookup fit", 4, "adaptive"), ("eagle fit", 3, "adaptive")],
 )  # fmt: skip
 def test_the_loop_matches_the_reference_on_every_cost_term(
     drafter,
@@ -191,15 +207,31 @@ def test_levels_drawn_past_the_first_chunk_and_a_folding_step_log(tmp_path, monk
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
-def test_the_benchmarks_saturated_replica(tmp_path, monkeypatch):
-    """``bench_simulator.py``'s saturated replica (a shipped 8B profile, 80 clients, 64 slots),
-    shortened: the kernel runs nearly all of it, with the reference's results."""
+def bench_scenario(kind: str) -> Scenario:
+    """``bench_simulator.py``'s scenarios on a shipped 8B profile, shortened: its saturated
+    replica (80 clients, 64 slots), with k = 4 or the adaptive policy, and a busy open loop
+    (40 requests/s into 64 slots) with the adaptive policy. On this profile prompt chunks move
+    the goodput policy's choice (on the tests' small profile they seldom do)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         import bench_simulator
     finally:
         sys.path.pop(0)
-    scenario = Scenario.model_validate(bench_simulator.scenario_data(600))
+    if kind == "busy open loop, adaptive":
+        data = bench_simulator.low_load_data("adaptive")
+        data["workload"] = {**data["workload"], "rate": 40.0, "requests": 600}
+        data["engine"] = {"max_batch": 64}
+    else:
+        data = bench_simulator.scenario_data(600)
+        if kind == "saturated, adaptive":
+            data["speculation"] = {"drafter": "llama3.2-1b", "k": 5, "policy": "adaptive"}
+    return Scenario.model_validate(data)
+
+
+@pytest.mark.parametrize("kind", ["saturated", "saturated, adaptive", "busy open loop, adaptive"])
+def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
+    """The kernel runs nearly all of each, with the reference's results."""
+    scenario = bench_scenario(kind)
     inside, total, _ = kernel_iterations(scenario, monkeypatch)
     assert inside >= 0.95 * total
     assert_identical(scenario, tmp_path, monkeypatch)
@@ -210,7 +242,6 @@ def test_the_benchmarks_saturated_replica(tmp_path, monkeypatch):
     [
         {"workload": {**CLOSED, "think_time_s": 0.2}},
         {"workload": CLOSED, "fleet": {"replicas": 2, "router": "least_outstanding"}},
-        {"workload": CLOSED, "speculation": {"drafter": "c20", "k": 4, "policy": "adaptive"}},
         {"workload": CLOSED, "engine": {"max_batch": 32, "chunked_prefill": False}},
         {"workload": CLOSED, "engine": {"max_batch": 32, "padded_attention": True}},
         {
@@ -220,7 +251,7 @@ def test_the_benchmarks_saturated_replica(tmp_path, monkeypatch):
             }
         },
     ],
-    ids=["think time", "two replicas", "adaptive", "no chunked prefill", "padded", "prefix"],
+    ids=["think time", "two replicas", "no chunked prefill", "padded", "prefix"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     inside, total, _ = kernel_iterations(make(changes), monkeypatch)

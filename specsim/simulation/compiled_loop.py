@@ -1,7 +1,7 @@
 """The compiled replica loop's Python side: when a replica runs it, and applying what it did.
 
-(A replica alone with a fixed k or k by batch size, chunked prefill and no prefix cache runs
-the serving loop instead, ``compiled_serving.py``, queue and all; this loop serves the others.)
+(A replica alone with chunked prefill and no prefix cache runs the serving loop instead,
+``compiled_serving.py``, queue and all; this loop serves the others.)
 A replica alone on an open-loop source with no request queued runs, until the next arrival, an
 iteration with the prompts just admitted (when they fit whole in it) and then decode iterations
 only: ``compiled_loop_kernel.decode_loop`` runs them one after the other, as

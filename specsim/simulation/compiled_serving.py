@@ -1,9 +1,9 @@
 """The compiled serving loop, Python's side: where it runs, and its state in and out.
 
-A replica alone on its traffic (open-loop arrivals, or closed-loop clients without think time)
-with a fixed k or k by batch size runs ``compiled_serving_kernel.serving_loop``: admission,
-chunked prefill, preemption, decoding, finishes and the clients' next requests in one call,
-from one stop to the next (busy or saturated, where the queue rarely empties, as at low load).
+A replica alone on its traffic (open-loop arrivals, or closed-loop clients without think time),
+under any window policy, runs ``compiled_serving_kernel.serving_loop``: admission, chunked
+prefill, preemption, decoding, finishes and the clients' next requests in one call, from one
+stop to the next (busy or saturated, where the queue rarely empties, as at low load).
 This module packs what the kernel reads (the requests in flight as rows of a table, the queue
 and the prompts in prefill as rings of rows, the batch's slots, the acceptance levels, arrivals
 and clients' lengths drawn ahead) and writes back what it did: the records in finish order,
@@ -116,7 +116,6 @@ class ServingLoop:
         decode = DecodeLoop.build(replica)
         if (
             decode is None
-            or not decode.by_rows.shape[0]  # the goodput policy weighs chunks per window
             or not replica.chunked
             or type(replica.admission.prefix) is not NoPrefix
             or (clients is not None and clients.source.think_mean > 0)
@@ -139,7 +138,9 @@ class ServingLoop:
         decode, log, stream = self.decode, replica.log, replica._draws
         base_words, offset = stream.base()
         ct = self.ct
-        _serving_kernel().serving_loop(
+        kernel = _serving_kernel()
+        kernel.serving_loop(
+            kernel.window_by_rows if decode.by_rows.shape[0] else kernel.window_goodput,
             base_words,
             offset,
             decode.blocks,

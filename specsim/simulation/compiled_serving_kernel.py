@@ -95,8 +95,11 @@ from specsim.simulation.compiled_step_kernel import (
     T_FLOPS,
     _decode_s,
     _mixed_s,
+    _window,
     apply_step,
+    best_window,
     draw_rows,
+    goodput_windows,
     log_iteration,
     row_totals,
 )
@@ -320,6 +323,60 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
 
 
 @_inner
+def _goodput_with_chunks(
+    goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """``GoodputWindow.choose_batch`` with prompt chunks waiting, for ``rows`` > 0: each
+    window's score against the chunks ``Admission.chunk_totals`` gives for what its rows leave
+    of the token budget (the same chunks for every window once the widest leaves room for
+    them all), and its argmax."""
+    count = goodput.shape[1]
+    k_max = count - 1
+    windows = np.empty((4, count))
+    mu = goodput_windows(goodput, c, rows, kv_tokens, remaining, context, used, windows)
+    budget = st[TOKEN_BUDGET]
+    scores = np.empty(count)
+    fixed = False
+    p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
+    for k in range(count):
+        tokens, new, pairs = windows[0, k], windows[1, k], windows[2, k]
+        if not fixed:
+            p_rows, p_tokens, p_kv, p_pairs = _chunks(req, prefilling, budget - new, chunk, st, ct)
+        if p_tokens < budget - rows * (k_max + 1.0):
+            fixed = True
+        if p_rows:
+            added = _mixed_s(c, k, rows, new, kv_tokens, pairs, p_rows, p_tokens, p_kv, p_pairs)
+            added -= _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, p_rows, p_tokens, p_kv, p_pairs)
+        else:
+            added = _decode_s(c, k, rows, new, kv_tokens, pairs)
+        scores[k] = mu * tokens - added
+    return best_window(scores)
+
+
+@_inner
+def window_by_rows(
+    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """The window of a fixed k, or k by batch size."""
+    return by_rows[min(rows, by_rows.shape[0] - 1)]
+
+
+@_inner
+def window_goodput(
+    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """``GoodputWindow.choose_batch``'s window: with prompt chunks waiting, weighed against
+    them; without, the decode loop's choice."""
+    if rows == 0:
+        return 0
+    if ct[P_LEN]:
+        return _goodput_with_chunks(
+            goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+        )
+    return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used)
+
+
+@_inner
 def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
     """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
     (into ``done``, in order) with their first token. Returns how many."""
@@ -346,6 +403,7 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
 
 @_jit
 def serving_loop(
+    window,
     base_words,
     offset,
     blocks,
@@ -378,6 +436,9 @@ def serving_loop(
     step_limit,
 ):
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
+
+    ``window``: ``window_by_rows`` or ``window_goodput`` (each compiles its own loop, so that a
+    run with a fixed k compiles no goodput policy).
 
     ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
     admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
@@ -447,7 +508,21 @@ def serving_loop(
             break
         now = st[NOW]
         used = ct[HIGH]
-        k = by_rows[min(rows, by_rows.shape[0] - 1)]  # fixed k, or k by batch size
+        k = window(
+            by_rows,
+            goodput,
+            c,
+            rows,
+            decode_kv,
+            remaining,
+            context,
+            used,
+            req,
+            prefilling,
+            chunk,
+            st,
+            ct,
+        )
         new_tokens = pairs = 0.0
         if rows:
             ct[DRAWN] += draw_rows(

@@ -166,15 +166,13 @@ def _decode_s(c, k, rows, tokens, kv, pairs):
 
 
 @_inner
-def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
-    """The window policy's k for a decode-only iteration: ``by_rows[min(rows, last)]`` (fixed
-    and by-batch windows), or, where ``by_rows`` is empty, ``GoodputWindow.scores``' argmax
-    (``goodput``: rows of each window's expected tokens, new positions and pairs per row, the
-    bonus pairs, then the proposal rate)."""
-    if by_rows.shape[0]:
-        return by_rows[min(rows, by_rows.shape[0] - 1)]
-    windows = goodput.shape[1]
-    k_max = windows - 1
+def goodput_windows(goodput, c, rows, kv_tokens, remaining, context, used, windows):
+    """``GoodputWindow.scores``' per-window terms for ``rows`` > 0 decoding rows: into
+    ``windows`` each k's expected tokens, new positions, pairs and seconds alone (``goodput``:
+    rows of each window's expected tokens, new positions and pairs per row, the bonus pairs,
+    then the proposal rate); returns mu, the best seconds per token alone."""
+    count = goodput.shape[1]
+    k_max = count - 1
     row_tokens, row_new, row_pairs, bonus = goodput[0], goodput[1], goodput[2], goodput[3]
     p = goodput[4, 0]
     short = 0
@@ -186,9 +184,7 @@ def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
     long_rows = rows - short
     long_context = kv_tokens - short_context
     mu = np.inf
-    tokens_by_k = np.empty(windows)
-    alone_by_k = np.empty(windows)
-    for k in range(windows):
+    for k in range(count):
         tokens = long_rows * row_tokens[k]
         new = long_rows * row_new[k]
         pairs = row_new[k] * long_context + long_rows * row_pairs[k]
@@ -201,15 +197,31 @@ def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
                     new += row_new[d]
                     pairs += row_new[d] * context[s] + bonus[d] + 1.0 - p
         alone = _decode_s(c, k, rows, new, kv_tokens, pairs)
-        tokens_by_k[k], alone_by_k[k] = tokens, alone
+        windows[0, k], windows[1, k], windows[2, k], windows[3, k] = tokens, new, pairs, alone
         if alone / tokens < mu:
             mu = alone / tokens
+    return mu
+
+
+@_inner
+def best_window(scores):
+    """The first k of the largest score (ties go to the smaller k)."""
     best, chosen = -np.inf, 0
-    for k in range(windows):
-        score = mu * tokens_by_k[k] - alone_by_k[k]
-        if score > best:  # the first of equal scores: the smaller k
-            best, chosen = score, k
+    for k in range(scores.shape[0]):
+        if scores[k] > best:
+            best, chosen = scores[k], k
     return chosen
+
+
+@_inner
+def _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used):
+    """The window policy's k for a decode-only iteration: ``by_rows[min(rows, last)]`` (fixed
+    and by-batch windows), or, where ``by_rows`` is empty, ``GoodputWindow.scores``' argmax."""
+    if by_rows.shape[0]:
+        return by_rows[min(rows, by_rows.shape[0] - 1)]
+    windows = np.empty((4, goodput.shape[1]))
+    mu = goodput_windows(goodput, c, rows, kv_tokens, remaining, context, used, windows)
+    return best_window(mu * windows[0] - windows[3])
 
 
 @_jit
