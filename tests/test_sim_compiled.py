@@ -10,6 +10,7 @@ the simulator-level identity of both paths with the per-iteration reference is i
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -302,21 +303,52 @@ def test_a_short_simulation_does_not_import_numba(tmp_path):
     assert (tmp_path / "summary.json").exists()
 
 
-def test_the_kernels_are_not_cached_on_disk():
-    """numba's on-disk cache is off (see ``compiled.py``): every dispatcher has the null one."""
-    from specsim.simulation import (
-        compiled_kernels,
-        compiled_loop_kernel,
-        compiled_serving_kernel,
-        compiled_step_kernel,
-    )
+COMPILE_COUNT = """
+import hashlib, json, os, sys
+os.environ["SPECSIM_COMPILED"] = "1"
+import specsim
+from specsim.simulation import compiled
+result = specsim.simulate("scenarios/poisson.yaml", workload__duration_s=30)
+counts = {"hits": 0, "misses": 0}
+for name in compiled.KERNEL_MODULES:
+    for value in vars(compiled.kernel_module(name)).values():
+        if hasattr(value, "stats"):
+            counts["hits"] += sum(value.stats.cache_hits.values())
+            counts["misses"] += sum(value.stats.cache_misses.values())
+counts["csv"] = hashlib.sha256(result.requests.to_csv().encode()).hexdigest()
+print(json.dumps(counts))
+"""
 
-    modules = (compiled_kernels, compiled_step_kernel, compiled_loop_kernel)
-    dispatchers = [
-        value
-        for module in (*modules, compiled_serving_kernel)
-        for value in vars(module).values()
-        if hasattr(value, "py_func")
-    ]
-    assert len(dispatchers) > 10
-    assert {type(d._cache).__name__ for d in dispatchers} == {"NullCache"}
+
+def test_the_kernels_compile_once_per_machine(tmp_path):
+    """A second process loads every kernel from numba's on-disk cache (no miss: nothing
+    compiled) and gives the same records as the first, which compiled them."""
+    env = {**os.environ, "SPECSIM_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", COMPILE_COUNT], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
+    first, second = runs
+    assert first["misses"] > 0 and first["hits"] == 0
+    assert second["misses"] == 0 and second["hits"] > 0  # the kernels Python calls, loaded
+    assert second["csv"] == first["csv"]
+    (folder,) = tmp_path.iterdir()
+    assert folder.name == compiled.cache_folder().name
+
+
+def test_an_edit_to_any_kernel_source_moves_the_cache_folder(monkeypatch, tmp_path):
+    """numba checks only a kernel's own file; the folder's name covers every compiled source
+    (a constant in ``compiled_layout.py`` is compiled into the kernels that use it)."""
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    folder = compiled.cache_folder()
+    assert folder.parent == tmp_path and folder.name.startswith("numba-")
+    read = Path.read_bytes
+    for name in ("compiled_layout.py", "compiled_step_kernel.py"):
+        edited = lambda path, name=name: read(path) + (b"#" if path.name == name else b"")  # noqa: E731
+        monkeypatch.setattr(Path, "read_bytes", edited)
+        assert compiled.cache_folder() != folder
+        monkeypatch.setattr(Path, "read_bytes", read)
+    assert compiled.cache_folder() == folder

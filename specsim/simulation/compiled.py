@@ -7,8 +7,15 @@ compiling them (``MIN_REQUESTS``; a run's choice depends on it alone, or on the 
 says its process will simulate in all, ``expecting``; never on what the process ran before). The
 choice is read when a run starts (``active``), so the benchmarks and the tests can run both in
 one process; numba itself is imported only when the kernels first run (``kernels``), so the
-short commands never import it. The kernels are compiled in each process (numba's on-disk cache
-is off: it once handed a later process a kernel unable to return arrays, "'descr' is NULL").
+short commands never import it.
+
+The kernels compile once per machine: numba's on-disk cache keeps them in
+``cache_folder()`` (``$SPECSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/specsim`` or
+``~/.cache/specsim``), in a sub-folder named by a hash of every ``compiled_*.py`` source and of
+numba's version. numba checks only a kernel's own file for changes, not the files of the
+kernels and constants it uses, so the hash covers them all: an edit anywhere compiles afresh.
+A later process, a pool worker or a Dask worker on the machine loads them in well under a
+second.
 
 The kernels (``compiled_kernels.py``) do what the numpy code they replace does, value for value:
 every number they add up is a whole number below 2^53 (token counts, contexts, query-key pairs),
@@ -21,11 +28,13 @@ stepped in numba, so a stretch draws only its occupied slots' uniforms and jumps
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.util
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 from specsim.errors import SpecsimError
@@ -76,9 +85,45 @@ def expecting(requests: float) -> Iterator[None]:
         _expected = before
 
 
-def kernels() -> ModuleType:
-    """The compiled kernels' module (numba imported on the first call)."""
+# Every kernel module, imported together so that each dispatcher is made under the cache folder.
+KERNEL_MODULES = (
+    "compiled_kernels",
+    "compiled_step_kernel",
+    "compiled_loop_kernel",
+    "compiled_serving_kernel",
+)
+
+
+def cache_folder() -> Path:
+    """Where the compiled kernels are kept: a folder per version of their sources."""
+    import numba
+
+    root = os.environ.get("SPECSIM_CACHE_DIR") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "specsim"
+    )
+    digest = hashlib.sha256(numba.__version__.encode())
+    for source in sorted(Path(__file__).parent.glob("compiled_*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return Path(root, f"numba-{digest.hexdigest()[:16]}")
+
+
+def kernel_module(name: str = "compiled_kernels") -> ModuleType:
+    """A compiled kernels' module (numba imported, and every kernel module loaded from the
+    on-disk cache or made to be compiled into it, on the first call)."""
     global _loaded
     if _loaded is None:
+        from numba.core import config
+
+        before, config.CACHE_DIR = config.CACHE_DIR, str(cache_folder())
+        try:  # each dispatcher takes its cache folder when it is made, at import
+            for module in KERNEL_MODULES:
+                importlib.import_module(f"specsim.simulation.{module}")
+        finally:
+            config.CACHE_DIR = before
         _loaded = importlib.import_module("specsim.simulation.compiled_kernels")
-    return _loaded
+    return importlib.import_module(f"specsim.simulation.{name}")
+
+
+def kernels() -> ModuleType:
+    """The stretch kernels' module (``compiled_kernels``)."""
+    return kernel_module()

@@ -1,7 +1,7 @@
 """The compiled kernels (numba): loaded only when ``compiled.active()`` says they run.
 
 Each does what the numpy code it stands in for does, value for value (see ``compiled.py``).
-Compiled in each process that runs them (``cache=False``: see ``compiled.py``).
+Compiled once per machine into numba's on-disk cache (``compiled.cache_folder``).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_jit = numba.njit(cache=False, nogil=True)
+_jit = numba.njit(cache=True, nogil=True)
 # Kernels only other kernels call: no CPython wrapper to compile for each.
-_inner = numba.njit(cache=False, nogil=True, no_cpython_wrapper=True)
+_inner = numba.njit(cache=True, nogil=True, no_cpython_wrapper=True)
 
 
 @_inner

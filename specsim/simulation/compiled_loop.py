@@ -18,7 +18,6 @@ need it.
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 import numpy as np
@@ -31,7 +30,7 @@ from specsim.costs.drafters import (
     PromptLookupCost,
 )
 from specsim.simulation.acceptance import RateAcceptance
-from specsim.simulation.compiled import kernels
+from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import STEP_STATE
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
 from specsim.simulation.steplog import BUFFER_ITERATIONS
@@ -52,15 +51,13 @@ def kernel() -> ModuleType:
     """The kernel's module (numba imported on the first call)."""
     global _kernel
     if _kernel is None:
-        kernels()  # the stretch kernels' module, which it builds on (and ``compiled.active``)
-        _kernel = importlib.import_module("specsim.simulation.compiled_loop_kernel")
+        _kernel = kernel_module("compiled_loop_kernel")
     return _kernel
 
 
 def step_kernel() -> ModuleType:
     """The compiled loops' shared parts (the cost model, the window policy, a decode step)."""
-    kernel()
-    return importlib.import_module("specsim.simulation.compiled_step_kernel")
+    return kernel_module("compiled_step_kernel")
 
 
 def step_state(replica, now: float) -> list[float]:

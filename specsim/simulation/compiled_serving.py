@@ -16,7 +16,6 @@ outgrowing the cache), the other paths run.
 
 from __future__ import annotations
 
-import importlib
 from collections import deque
 from itertools import repeat
 from operator import attrgetter
@@ -24,6 +23,7 @@ from operator import attrgetter
 import numpy as np
 
 from specsim.simulation.admission import fitting
+from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVALS_AT,
@@ -69,7 +69,7 @@ from specsim.simulation.compiled_layout import (
     TIME_FIELDS,
     TOKEN_BUDGET,
 )
-from specsim.simulation.compiled_loop import DecodeLoop, kernel, restore_step_state, step_state
+from specsim.simulation.compiled_loop import DecodeLoop, restore_step_state, step_state
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 from specsim.workload.prefix import NoPrefix
@@ -140,7 +140,7 @@ class ServingLoop:
         ct = self.ct
         kernel = _serving_kernel()
         kernel.serving_loop(
-            kernel.window_by_rows if decode.by_rows.shape[0] else kernel.window_goodput,
+            decode.by_rows.shape[0] == 0,
             base_words,
             offset,
             decode.blocks,
@@ -375,5 +375,4 @@ def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:
 
 
 def _serving_kernel():
-    kernel()  # numba and the shared kernels first
-    return importlib.import_module("specsim.simulation.compiled_serving_kernel")
+    return kernel_module("compiled_serving_kernel")

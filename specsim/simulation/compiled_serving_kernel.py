@@ -354,14 +354,6 @@ def _goodput_with_chunks(
 
 
 @_inner
-def window_by_rows(
-    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
-):
-    """The window of a fixed k, or k by batch size."""
-    return by_rows[min(rows, by_rows.shape[0] - 1)]
-
-
-@_inner
 def window_goodput(
     by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
 ):
@@ -403,7 +395,7 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
 
 @_jit
 def serving_loop(
-    window,
+    adaptive,
     base_words,
     offset,
     blocks,
@@ -437,8 +429,8 @@ def serving_loop(
 ):
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
 
-    ``window``: ``window_by_rows`` or ``window_goodput`` (each compiles its own loop, so that a
-    run with a fixed k compiles no goodput policy).
+    ``adaptive``: the goodput policy's window (``window_goodput``), else k by batch size
+    (``by_rows``; one entry for a fixed k).
 
     ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
     admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
@@ -508,21 +500,24 @@ def serving_loop(
             break
         now = st[NOW]
         used = ct[HIGH]
-        k = window(
-            by_rows,
-            goodput,
-            c,
-            rows,
-            decode_kv,
-            remaining,
-            context,
-            used,
-            req,
-            prefilling,
-            chunk,
-            st,
-            ct,
-        )
+        if adaptive:  # one flag, not a function argument: numba's on-disk cache keys on types
+            k = window_goodput(
+                by_rows,
+                goodput,
+                c,
+                rows,
+                decode_kv,
+                remaining,
+                context,
+                used,
+                req,
+                prefilling,
+                chunk,
+                st,
+                ct,
+            )
+        else:
+            k = by_rows[min(rows, by_rows.shape[0] - 1)]
         new_tokens = pairs = 0.0
         if rows:
             ct[DRAWN] += draw_rows(
