@@ -1,7 +1,8 @@
 """Simulator speed and memory: a saturated replica (max batch 64, k = 4, chat-like lengths).
 
 Figures:
-- ``requests_per_s``: simulated requests per wall-clock second on one core (target >= 20,000);
+- ``requests_per_s``: simulated requests per wall-clock second on one core, compiling excluded
+  (target >= 20,000); ``requests_per_cpu_s`` the same per CPU-second;
 - ``simulated_s_per_wall_s``: simulated seconds per wall second;
 - ``us_per_iteration``: wall microseconds per engine iteration;
 - ``peak_rss_mb_100k`` / ``peak_rss_mb_1m``: peak resident memory of a child process that
@@ -11,6 +12,11 @@ Figures:
   256-slot engine, 2,000 requests, mean batch about 2): requests per CPU-second and CPU
   microseconds per engine iteration for fixed k = 4 and for the adaptive window policy. Here an
   iteration emits a few tokens, so its fixed cost decides the speed;
+- ``compile_*``: a fresh process's first run (``scenarios/poisson.yaml`` for 30 s) in CPU
+  seconds, on numpy alone (``numpy``), compiled with an empty kernel cache (``cold``: numba
+  compiles) and again with the cache that left (``warm``: a second process on the machine);
+  ``compile_warm_extra_cpu_s`` is warm minus numpy, what a second process pays for the kernels
+  (target <= 1). The headline figures above exclude compiling: the warm-up run compiles first;
 - ``*_speedup_vs_per_iteration``: CPU time per simulated request of the per-iteration reference
   path (``fast_path=False``) over the fast path's (steady stretches as one event), measured in
   this process one after the other, for the low-load points (target >= 10) and the saturated
@@ -159,6 +165,39 @@ def numpy_loop(iterations: int) -> float:
     return time.perf_counter() - start
 
 
+FIRST_RUN = """
+import os, time
+start = time.process_time()
+import specsim
+specsim.simulate("scenarios/poisson.yaml", workload__duration_s=30)
+print(time.process_time() - start)
+"""
+
+
+def compile_cost() -> dict:
+    """CPU seconds of a fresh process's first run: numpy, compiled cold and compiled warm."""
+    from specsim.simulation import compiled
+
+    if not compiled.available():
+        return {}
+    figures = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for label, setting in (("numpy", "0"), ("cold", "1"), ("warm", "1")):
+            env = {**os.environ, "SPECSIM_COMPILED": setting, "SPECSIM_CACHE_DIR": cache}
+            done = subprocess.run(
+                [sys.executable, "-c", FIRST_RUN],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            figures[f"compile_{label}_first_run_cpu_s"] = round(float(done.stdout.split()[-1]), 2)
+    extra = figures["compile_warm_first_run_cpu_s"] - figures["compile_numpy_first_run_cpu_s"]
+    figures["compile_warm_extra_cpu_s"] = round(extra, 2)
+    return figures
+
+
 def child(requests: int) -> None:
     """Run in a subprocess: simulate, then print peak RSS (MB) and the request count."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,7 +233,14 @@ def main(argv: list[str]) -> None:
     mem_small = peak_memory(small)
     mem_large = peak_memory(large)
     timed_requests = 20_000 if quick else 100_000
-    simulate(2_000, None)  # warm-up: imports, profile parsing
+    compiling = compile_cost()
+    from specsim.simulation import compiled
+
+    if compiled.available():  # the headline on the path a long run takes, at either size
+        os.environ["SPECSIM_COMPILED"] = "1"
+    # Warm-up: imports, profile parsing and the kernels (compiled or loaded from the cache),
+    # so that the timed run below measures simulating alone.
+    simulate(2_000, None)
     summary, seconds, cpu_seconds = simulate(timed_requests, None)
     iterations = summary["engine_iterations"]
     baseline = min(numpy_loop(iterations) for _ in range(2))
@@ -215,6 +261,7 @@ def main(argv: list[str]) -> None:
         "memory_growth": round(mem_large["peak_mb"] / mem_small["peak_mb"], 3),
         "requests_per_s_in_memory_run": round(mem_large["requests"] / mem_large["s"]),
         "us_per_iteration_over_numpy_loop": round(seconds / baseline, 2),
+        **compiling,
         **low,
         **saturated,
     }

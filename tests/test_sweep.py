@@ -77,6 +77,7 @@ def test_results_come_back_in_order_and_one_file_per_point(tmp_path, scenario):
     record = json.loads((out / "points" / f"{results[3].key}.json").read_text())
     assert record["overrides"] == ["x=3"]
     assert record["summary"]["square"] == 9
+    assert 0.0 <= record["cpu_s"] < 60.0  # the CPU seconds the point took, measured
     assert json.loads((out / "sweep.json").read_text())["identity"] == IDENTITY
 
 
@@ -157,7 +158,11 @@ def test_the_process_pool_gives_the_same_files_as_one_process(tmp_path, scenario
     assert [r.summary for r in pooled] == [r.summary for r in serial]
     for result in serial:
         name = f"points/{result.key}.json"
-        assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "serial" / name).read_bytes()
+        pool, alone = (
+            json.loads((tmp_path / run / name).read_text()) for run in ("pool", "serial")
+        )
+        assert pool.pop("cpu_s") >= 0.0 and alone.pop("cpu_s") >= 0.0  # measured: may differ
+        assert pool == alone
 
 
 def test_a_point_that_kills_its_worker_is_recorded_and_the_rest_finish(tmp_path, scenario):

@@ -186,7 +186,9 @@ REPORT_FILES = {
     "sweep.json": "every simulation of the sweep: its settings and its summary",
     "*.png": "the report's figures",
     "*.csv": "every number in each figure and table, one CSV per figure or table",
-    "points/": "one JSON per simulation: a rerun with the same --out reuses them",
+    "points/": "one JSON per simulation (its settings, summary and `cpu_s`, the CPU seconds it "
+    "took: measured, so the one value that differs between reruns): a rerun with the same --out "
+    "reuses them",
 }
 
 # --emit ENGINES on plan window, plan capacity and report drafter-swap (specsim.planning.emit).

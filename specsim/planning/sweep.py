@@ -223,7 +223,8 @@ class Sweeper:
             "tags": _jsonable(dict(point.tags)),
         }
         if record["ok"]:
-            write_text_atomic(self._path(key), dump_json({**stored, "summary": record["summary"]}))
+            measured = {"cpu_s": record["cpu_s"], "summary": record["summary"]}
+            write_text_atomic(self._path(key), dump_json({**stored, **measured}))
             with contextlib.suppress(FileNotFoundError):
                 self._path(key, failed=True).unlink()
             return PointResult(point, key, True, summary=record["summary"])

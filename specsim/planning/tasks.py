@@ -6,6 +6,7 @@ Both live at module level so a process pool or a Dask worker can import them by 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,15 +29,17 @@ def run_point(
 ) -> dict[str, Any]:
     """Run ``task`` and turn any failure into a record, so one bad point cannot stop a sweep.
     ``expected_requests``: what this process simulates over the sweep, which decides whether
-    the simulator compiles its kernels (``specsim.simulation.compiled.expecting``)."""
+    the simulator compiles its kernels (``specsim.simulation.compiled.expecting``). A success
+    also records the CPU seconds the task took (this thread's: a Dask worker runs several)."""
     from specsim.simulation import compiled
 
     try:
+        start = time.thread_time()
         with compiled.expecting(expected_requests):
             summary = task(scenario, list(overrides))
         # Fail here, in the worker, if the summary cannot be stored as JSON.
         json.dumps(summary, allow_nan=False)
-        return {"ok": True, "summary": summary}
+        return {"ok": True, "summary": summary, "cpu_s": round(time.thread_time() - start, 4)}
     except SpecsimError as exc:
         return {"ok": False, "error": exc.one_line()}
     except Exception as exc:
