@@ -34,7 +34,8 @@ LAYERS: tuple[str, ...] = (
     "simulation",  # the SimPy serving engine
     "estimate",  # closed-form estimates under load (the simulator's chains, no simulation)
     "engine",  # the real engine on the built-in models (torch)
-    "profiling",  # measuring and fitting profiles (torch), rooflines, calibration
+    "profiling",  # measuring and fitting profiles (torch), rooflines
+    "calibration",  # profiles fitted to serving engines' reports by simulating their runs
     "validation",  # the real engine against the simulator
     "planning",  # sweeps, plans and reports
     "api",  # the Python API: the commands as functions returning DataFrames (pandas)
