@@ -60,8 +60,8 @@ def loads(requests: int):
 
 
 def calibrate(files: list[Path], out: Path) -> dict:
+    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
     from specsim.fileio import dump_json
-    from specsim.profiling.from_bench import BenchOptions, calibrate_from_bench
     from specsim.profiling.writer import write_profile
 
     options = BenchOptions(

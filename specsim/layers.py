@@ -1,10 +1,11 @@
 """The order of specsim's parts, lowest first: each imports only from parts before it.
 
-The flow runs one way (profile -> costs -> simulation -> metrics -> planning); the sampling core
-and the models sit low because the profiler, the real engine and the checker all use them. A
-part is a package under ``specsim/`` or a module at its top level. ``tests/test_layers.py``
-walks every import, at module level and inside functions alike, and fails on one that reaches
-a later part.
+The flow runs one way (profile -> costs -> simulation -> metrics -> calibration and planning);
+the sampling core and the models sit low because the profiler, the real engine and the checker
+all use them, and the real engine and the profiler sit below the simulator, which they never
+run. A part is a package under ``specsim/`` or a module at its top level.
+``tests/test_layers.py`` walks every import, at module level and inside functions alike, and
+fails on one that reaches a later part.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ LAYERS: tuple[str, ...] = (
     "metrics",  # pure functions of per-request records
     "comparison",  # a summary against a baseline's
     "analytic",  # closed forms for speculation's speed-up
+    "engine",  # the real engine on the built-in models (torch)
+    "profiling",  # measuring and fitting profiles (torch), rooflines
     "simulation",  # the SimPy serving engine
     "estimate",  # closed-form estimates under load (the simulator's chains, no simulation)
-    "engine",  # the real engine on the built-in models (torch)
-    "profiling",  # measuring and fitting profiles (torch), rooflines, calibration
+    "calibration",  # profiles fitted to serving engines' reports by simulating their runs
     "validation",  # the real engine against the simulator
     "planning",  # sweeps, plans and reports
     "api",  # the Python API: the commands as functions returning DataFrames (pandas)

@@ -85,6 +85,25 @@ def exact_summary(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(values.mean()), "p50": p[0], "p90": p[1], "p99": p[2]}
 
 
+# One finished request's record, in requests.csv's column order: what the simulator and the
+# real engine both write and the functions below read (``pool`` the only text column).
+RECORD_COLUMNS = (
+    "id",
+    "arrival_s",
+    "scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "steps",
+    "drafted",
+    "accepted",
+    "preemptions",
+    "replica",
+    "pool",
+)
+
+
 def _latency_columns(records: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every request's latencies (TPOT 0 for 1-token outputs) and the mask of those with >= 2."""
     arrival = records["arrival_s"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim.calibration.terms import apply, terms_for
 from specsim.profile import load_profile
-from specsim.profiling.bench_terms import apply, terms_for
 from specsim.profiling.writer import write_profile
 from specsim.scenario import Scenario
 from specsim.serving.runs import Traffic
@@ -130,7 +130,7 @@ def seed_study(seeds: range, requests: int = 80) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from test_from_bench import RECOVERY
 
-    from specsim.profiling.from_bench import BenchOptions, calibrate_from_bench
+    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 from test_engine_common import drafter_map, model_spec, prompts_path
 
+from specsim.calibration.terms import apply, terms_for
 from specsim.cli import main
 from specsim.models.transformer import DecoderModel
 from specsim.profile import load_profile
-from specsim.profiling.bench_terms import apply, terms_for
 from specsim.profiling.writer import build_profile, write_profile
 from specsim.scenario import Scenario
 from specsim.serving.bench_commands import BenchLoad

@@ -19,9 +19,8 @@ from specsim.engine.records import read_engine_records
 from specsim.engine.run import run_engine, write_run
 from specsim.engine.workload import build_engine_source, open_loop_requests
 from specsim.errors import SpecsimError
-from specsim.metrics import request_latencies
+from specsim.metrics import RECORD_COLUMNS, request_latencies
 from specsim.scenario import load_scenario
-from specsim.simulation.records import COLUMNS
 
 
 def scenario_file(tmp_path, **changes):
@@ -150,7 +149,7 @@ def test_engine_serves_the_simulators_workload(tmp_path):
     write_run(run, tmp_path / "run")
     back = read_engine_records(tmp_path / "run" / "requests.csv")
     header = (tmp_path / "run" / "requests.csv").read_text().splitlines()[0].split(",")
-    assert header[: len(COLUMNS)] == list(COLUMNS)
+    assert header[: len(RECORD_COLUMNS)] == list(RECORD_COLUMNS)
     for name, values in request_latencies(back).items():
         assert np.allclose(values, request_latencies(records)[name], atol=2e-6)
 

@@ -91,7 +91,7 @@ def test_the_terms_are_recovered_within_the_noise_of_the_runs(recovered):
 
 def report_unit(recovered) -> float:
     """The prior target's decode pass (batch 1, 1024 cached tokens): the added seconds' unit."""
-    from specsim.profiling.bench_terms import decode_seconds
+    from specsim.calibration.terms import decode_seconds
 
     return decode_seconds(load_profile(PRIOR).profile)
 

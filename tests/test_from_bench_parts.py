@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 from bench_runs import PRIOR, Case, write_runs
 
-from specsim.costs import StepCosts
-from specsim.costs.step import PassTotals
-from specsim.errors import SpecsimError
-from specsim.profile import LoadedProfile, load_profile
-from specsim.profiling.bench_acceptance import (
+from specsim.calibration.acceptance import (
     acceptance_entry,
     constant_rate,
     parse_scalar,
     windows_from_runs,
 )
-from specsim.profiling.bench_simulate import figure_weight, run_metrics, unfitted_reason
-from specsim.profiling.bench_terms import apply, terms_for
-from specsim.profiling.bench_workload import EngineDefaults, replay, request_lengths, send_times
+from specsim.calibration.simulate import figure_weight, run_metrics, unfitted_reason
+from specsim.calibration.terms import apply, terms_for
+from specsim.calibration.workload import EngineDefaults, replay, request_lengths, send_times
+from specsim.costs import StepCosts
+from specsim.costs.step import PassTotals
+from specsim.errors import SpecsimError
+from specsim.profile import LoadedProfile, load_profile
 from specsim.serving.detect import read_bench_files
 from specsim.serving.runs import BenchRun, Lengths, SpecCounters, Traffic
 from specsim.simulation.records import read_records
@@ -147,7 +147,7 @@ def test_the_lead_in_is_read_from_the_duration_and_the_arrays(tmp_path):
     replay's throughputs are the run's, the wait counted."""
     import json
 
-    from specsim.profiling.bench_simulate import Evaluator
+    from specsim.calibration.simulate import Evaluator
 
     (path,) = write_runs(tmp_path / "runs", [Case("r4", 4.0)], requests=30, seed=5)
     data = json.loads(Path(path).read_text())
@@ -273,7 +273,7 @@ def _line_evaluator(targets):
 def test_a_held_out_fit_never_sees_the_run_it_predicts():
     # The held-out fit of run 0 must be the same, bit for bit, whatever run 0 measured: started
     # from the full fit (which saw run 0) it carries run 0's figures into its own prediction.
-    from specsim.profiling.bench_fit import calibrate
+    from specsim.calibration.fit import calibrate
 
     first = calibrate(_line_evaluator([0.3, 0.1, 0.2]))
     moved = calibrate(_line_evaluator([-0.5, 0.1, 0.2]))

@@ -14,10 +14,11 @@ import yaml
 from specsim.cli import main
 from specsim.engine.records import ENGINE_COLUMNS, format_csv, read_engine_records
 from specsim.errors import SpecsimError
+from specsim.metrics import RECORD_COLUMNS
 from specsim.profile import load_profile
 from specsim.scenario import load_scenario
 from specsim.simulation import records as sim_records
-from specsim.simulation.records import COLUMNS, RecordSink, read_records
+from specsim.simulation.records import RecordSink, read_records
 
 DATA = Path(__file__).parent / "data"
 TRICKY = ["a,b", 'say "hi"', "x;y z"]
@@ -56,8 +57,8 @@ def test_pool_names_with_commas_and_quotes_stay_one_cell_and_rows_go_by_id(workd
     assert main(["simulate", str(_write(workdir / "s.yaml", SCENARIO)), "--out", str(out)]) == 0
     text = (out / "requests.csv").read_text(encoding="utf-8")
     rows = list(csv.reader(text.splitlines()))
-    assert tuple(rows[0]) == COLUMNS
-    assert {len(row) for row in rows} == {len(COLUMNS)}
+    assert tuple(rows[0]) == RECORD_COLUMNS
+    assert {len(row) for row in rows} == {len(RECORD_COLUMNS)}
     assert {row[-1] for row in rows[1:]} == set(TRICKY)
     assert '"a,b"' in text and '"say ""hi"""' in text  # quoted as the csv module does
     ids = [int(row[0]) for row in rows[1:]]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specsim.cli import main
-from specsim.simulation.records import COLUMNS, read_records
+from specsim.metrics import RECORD_COLUMNS
+from specsim.simulation.records import read_records
 
 DATA = Path(__file__).parent / "data"
 
@@ -55,7 +56,7 @@ def test_simulate_writes_records_and_summary(workdir, capsys):
         assert set(summary[key]) == {"mean", "p50", "p90", "p99"}
     assert summary["scenario"]["drafter"] == "c05" and summary["scenario"]["k"] == 3
     rec = read_records(out / "requests.csv")
-    assert list(rec) == list(COLUMNS) and rec["id"].shape[0] == 120
+    assert list(rec) == list(RECORD_COLUMNS) and rec["id"].shape[0] == 120
     printed = capsys.readouterr().out
     assert "cli-test: 120 requests" in printed and "TPOT" in printed
 

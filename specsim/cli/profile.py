@@ -381,7 +381,7 @@ def _run_roofline(args, out: Path, name: str, drafters) -> int:
 
 
 def _run_calibrate(args, out: Path) -> int:
-    from specsim.profiling.calibrate import calibrate_profile
+    from specsim.calibration.prometheus import calibrate_profile
     from specsim.profiling.writer import write_profile
 
     _need(args, "into", "drafter", "verifier", "temperature", mode="--calibrate")

@@ -104,9 +104,9 @@ def _one(args: argparse.Namespace, option: str, values: list) -> Any:
 
 
 def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
+    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
+    from specsim.calibration.workload import EngineDefaults
     from specsim.fileio import dump_json
-    from specsim.profiling.bench_workload import EngineDefaults
-    from specsim.profiling.from_bench import BenchOptions, calibrate_from_bench
     from specsim.profiling.writer import command_line, write_profile
 
     defaults = EngineDefaults()

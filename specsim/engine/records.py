@@ -1,6 +1,6 @@
 """The engine's per-request records and summary, in the simulator's format.
 
-``requests.csv`` holds the simulator's columns (``specsim.simulation.records.COLUMNS``) in the
+``requests.csv`` holds the simulator's columns (``specsim.metrics.RECORD_COLUMNS``) in the
 same order, then the engine's quality columns: ``target_logprob_mean`` (mean raw log-probability,
 in nats, that the target gives the generated tokens) and ``eos`` (1 when the request stopped at
 EOS). ``summary.json`` is built by the same metric functions (``specsim.metrics.summarise``), so
@@ -20,15 +20,21 @@ from specsim.bounds import MAX_FACTOR, MAX_K, MAX_REPLICAS, MAX_REQUESTS, MAX_SE
 from specsim.engine.workload import EngineRequest
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
-from specsim.metrics import EngineStats, LogHistogram, RequestStats, round_floats, summarise
-from specsim.simulation.records import COLUMNS
+from specsim.metrics import (
+    RECORD_COLUMNS,
+    EngineStats,
+    LogHistogram,
+    RequestStats,
+    round_floats,
+    summarise,
+)
 
 if TYPE_CHECKING:  # the engine loop imports torch; reading records must not
     from specsim.engine.iteration_log import IterationLog
 
 QUALITY_COLUMNS = ("target_logprob_mean", "eos")
 QUALITY_FORMATS = {"target_logprob_mean": "%.9g", "eos": "%d"}  # as format_csv writes them
-ENGINE_COLUMNS = (*COLUMNS, *QUALITY_COLUMNS)
+ENGINE_COLUMNS = (*RECORD_COLUMNS, *QUALITY_COLUMNS)
 _FLOAT_COLUMNS = {"arrival_s", "scheduled_s", "first_token_s", "finish_s", "target_logprob_mean"}
 # Column -> (type, lowest, highest): what a real run's request can hold. A value outside is a
 # damaged file (a count of -1, an EOS flag of 2), not a result to test.

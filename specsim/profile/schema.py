@@ -118,7 +118,7 @@ class BenchFile(StrictModel):
 
 
 class CalibratedTerm(StrictModel):
-    """A term a calibration fitted on its prior profile (``specsim.profiling.bench_terms``)."""
+    """A term a calibration fitted on its prior profile (``specsim.calibration.terms``)."""
 
     name: str = Field(description="e.g. target.decode, drafters.NAME.per_speculative_step_s")
     kind: Literal["factor", "seconds"] = Field(

@@ -6,9 +6,7 @@ Pure (numpy, no torch):
 - ``roofline``: latency estimates from datasheet numbers (``profiles/hardware/*.yaml``).
 - ``fit``: fitting the profile's latency form to measured passes, with held-out error.
 - ``acceptance``: chain statistics from scored text (the walk, per-position rates, sequences).
-- ``ngram``: the prompt-lookup drafter's proposals.
-- ``calibrate``: acceptance from a production vLLM's Prometheus counters.
-- ``prompts``, ``specs``, ``writer``: prompt sets, ``--drafter`` arguments, writing profiles.
+- ``specs``, ``writer``: ``--drafter`` arguments, writing profiles.
 
 With torch (imported only when called):
 
@@ -16,4 +14,6 @@ With torch (imported only when called):
 - ``scoring``: generating with the target and scoring drafters along its text.
 - ``acceptance_measure``: acceptance entries for every drafter x verifier x temperature.
 - ``measure``: the whole measured profile (``specsim profile``).
+
+Fitting a profile to a serving engine's reports runs the simulator: ``specsim.calibration``.
 """

@@ -18,24 +18,9 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file
-from specsim.metrics import RequestStats
+from specsim.metrics import RECORD_COLUMNS, RequestStats
 
-COLUMNS = (
-    "id",
-    "arrival_s",
-    "scheduled_s",
-    "first_token_s",
-    "finish_s",
-    "prompt_tokens",
-    "output_tokens",
-    "steps",
-    "drafted",
-    "accepted",
-    "preemptions",
-    "replica",
-    "pool",
-)
-NUMERIC = COLUMNS[:-1]
+NUMERIC = RECORD_COLUMNS[:-1]
 _CELL_FORMATS = ("%d", "%.6f", "%.6f", "%.6f", "%.6f", "%d", "%d", "%d", "%d", "%d", "%d", "%d")
 # Each numeric column's printf format in requests.csv, and the type it reads back as.
 CELL_FORMATS = dict(zip(NUMERIC, _CELL_FORMATS, strict=True))
@@ -62,7 +47,7 @@ class RecordSink:
         if path is not None:
             self._fh = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
             self._csv = csv.writer(self._fh, lineterminator="\n")
-            self._csv.writerow(COLUMNS)
+            self._csv.writerow(RECORD_COLUMNS)
 
     def add(self, row: tuple) -> None:
         self.rows.append(row)

@@ -6,12 +6,13 @@ benchmark runs.
    every file under ``DIR``; each is read by its content (``read_bench_files``: vLLM, SGLang or
    the normalised CSV, one deployment).
 2. Each run's workload is rebuilt as ``profile --from-bench`` rebuilds it
-   (``bench_workload.replay``: its own send times and lengths when saved) and simulated with the
-   scenario's engine, speculation and fleet on the profile (default: the scenario's), the
-   seeded run and ``replications - 1`` more with other acceptance and jitter draws.
+   (``calibration.workload.replay``: its own send times and lengths when saved) and simulated
+   with the scenario's engine, speculation and fleet on the profile (default: the scenario's),
+   the seeded run and ``replications - 1`` more with other acceptance and jitter draws.
 3. Each figure the file holds is compared as the benchmark client measured it
-   (``bench_simulate.run_metrics``), and the mean acceptance length with the run's counters,
-   under the built-in engine's validation thresholds, bands and verdict (``compare``).
+   (``calibration.simulate.run_metrics``), and the mean acceptance length with the run's
+   counters, under the built-in engine's validation thresholds, bands and verdict
+   (``compare``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from specsim.calibration.simulate import metric_parts, run_metrics, unfitted_reason
+from specsim.calibration.workload import EngineDefaults, replay
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json
 from specsim.profile import LoadedProfile, load_profile
-from specsim.profiling.bench_simulate import metric_parts, run_metrics, unfitted_reason
-from specsim.profiling.bench_workload import EngineDefaults, replay
 from specsim.scenario import Scenario
 from specsim.serving.bench_commands import RESULTS, SCRIPT, label
 from specsim.serving.detect import read_bench_files
@@ -44,7 +45,7 @@ STATISTICS = ("mean", "p50", "p90", "p99")
 class RunValidation:
     run: BenchRun
     name: str  # its folder under runs/: NN-LABEL
-    workload: dict[str, Any]  # how it was replayed (bench_workload.Replay.describe)
+    workload: dict[str, Any]  # how it was replayed (calibration.workload.Replay.describe)
     comparison: Comparison
     not_compared: dict[str, str]  # figure -> why it is not compared
     records: dict[str, np.ndarray]  # the simulator's seeded run

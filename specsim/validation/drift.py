@@ -39,13 +39,10 @@ def speed_check(
     """Median of ``REPEATS`` reference decode passes against the profile's prediction, timed
     with the engine's clock (``wall``, or the process's CPU time for ``cpu`` and ``reference``:
     raw, so that it shows the drift the reference clock takes out)."""
-    import torch
-
     from specsim.engine.speed_reference import ReferencePass
-    from specsim.models import load_model
 
     now = time.perf_counter if clock == "wall" else time.process_time
-    reference = ReferencePass(load_model(target_spec, device, getattr(torch, dtype)), now)
+    reference = ReferencePass.load(target_spec, device, dtype, now)
     measured = reference.median_s(REPEATS)
     context = reference.context
     predicted = latency_model.seconds_from_totals(1, 1, context, context + 1)

@@ -16,6 +16,7 @@ import torch
 
 from specsim.engine.clock import sync
 from specsim.engine.step import VERIFIERS, Sampling, StepUniforms
+from specsim.models import load_model
 from specsim.sampling.logits import sample_from_probs
 from specsim.sampling.randomness import VerifierRandomness
 
@@ -39,6 +40,12 @@ class ReferencePass:
         self.tokens = 1 if kind == "decode" else min(PREFILL_TOKENS, top)
         self._cache = None
         self._input = None
+
+    @classmethod
+    def load(cls, spec: str, device: str, dtype: str, now: Callable[[], float]) -> ReferencePass:
+        """The decode pass of the model ``spec`` on ``device`` with parameters in ``dtype`` (a
+        torch dtype's name, as ``--dtype`` gives it), so callers need not import torch."""
+        return cls(load_model(spec, device, getattr(torch, dtype)), now)
 
     def _ready(self) -> None:
         if self._cache is not None:

@@ -4,12 +4,12 @@
    normalised CSV; one deployment per call).
 2. Acceptance: the speculative runs' counters (or scalars, from the runs or the command line;
    or a /metrics scrape given to a result file without counters: ``specsim.serving.scrapes``)
-   become acceptance entries of the prior (``bench_acceptance``), so that each run is simulated
+   become acceptance entries of the prior (``acceptance``), so that each run is simulated
    with the acceptance it counted.
-3. Each run's workload is rebuilt as a trace (``bench_workload``) and simulated on the prior
-   with a few of its terms scaled (``bench_terms``); the terms are fitted to every run's
+3. Each run's workload is rebuilt as a trace (``workload``) and simulated on the prior
+   with a few of its terms scaled (``terms``); the terms are fitted to every run's
    figures at once, the undetermined ones kept at the prior, and each run predicted from a fit
-   without it (``bench_fit``).
+   without it (``fit``).
 4. The profile is the prior with the fitted terms and the new acceptance, ``source:
    calibrated``, its provenance naming the files (with their sha256), the engine, the fitted
    terms and the errors; the full report (per run and figure: measured, the prior's
@@ -26,10 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.config import validate_as
-from specsim.errors import SpecsimError
-from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
-from specsim.profiling.bench_acceptance import (
+from specsim.calibration.acceptance import (
     Scalar,
     acceptance_entry,
     add_scalars,
@@ -37,10 +34,13 @@ from specsim.profiling.bench_acceptance import (
     run_k,
     windows_from_runs,
 )
-from specsim.profiling.bench_fit import DETERMINED, NOISE, FitResult, calibrate
-from specsim.profiling.bench_simulate import Evaluator, unfitted_reason
-from specsim.profiling.bench_terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
-from specsim.profiling.bench_workload import EngineDefaults, Speculation, replay
+from specsim.calibration.fit import DETERMINED, NOISE, FitResult, calibrate
+from specsim.calibration.simulate import Evaluator, unfitted_reason
+from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
+from specsim.calibration.workload import EngineDefaults, Speculation, replay
+from specsim.config import validate_as
+from specsim.errors import SpecsimError
+from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
 from specsim.profiling.writer import build_profile, software_versions, today
 from specsim.sampling.kinds import DEFAULT_VERIFIER
 from specsim.serving.detect import read_bench_files
@@ -150,7 +150,7 @@ def _move_sequences(data: dict, old: Path, new: Path) -> None:
 
 
 def own_acceptance(run: BenchRun, drafter: str, opts: BenchOptions, prior: Profile) -> Acceptance:
-    """The acceptance entry of ``run`` alone, as it is simulated (``bench_simulate``)."""
+    """The acceptance entry of ``run`` alone, as it is simulated (``simulate``)."""
     pooled = next(
         a.model_dump(mode="json", exclude_none=True)
         for a in prior.acceptance

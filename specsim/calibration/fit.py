@@ -2,7 +2,7 @@
 
 The residuals are every fitted figure's weighted log(simulated / measured) over ``NOISE`` (a
 run's figures together taken as one observation known to about 5 %; the weights:
-``specsim.profiling.bench_simulate``), and one row per term, (theta - prior) over the prior's
+``specsim.calibration.simulate``), and one row per term, (theta - prior) over the prior's
 spread, so the fit is the posterior mode of a Gaussian prior and a Gaussian likelihood on the
 log scale (``scipy.optimize.least_squares``, bounded trust region).
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from specsim.profiling.bench_simulate import Evaluator
+from specsim.calibration.simulate import Evaluator
 
 NOISE = 0.05
 DETERMINED = 0.5
@@ -53,7 +53,7 @@ def _priors(evaluator: Evaluator) -> tuple[np.ndarray, np.ndarray]:
 
 def errors(evaluator: Evaluator, theta: np.ndarray, runs: list[int]) -> np.ndarray:
     """The weighted log(simulated / measured) of every fitted figure of ``runs`` (each run's
-    weights with a sum of squares of 1: ``specsim.profiling.bench_simulate``)."""
+    weights with a sum of squares of 1: ``specsim.calibration.simulate``)."""
     return np.concatenate([evaluator.weighted_errors(theta, run) for run in runs])
 
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from specsim.calibration.prometheus import parse_prometheus, read_counters
 from specsim.cli import main
 from specsim.errors import SpecsimError
 from specsim.profile import load_profile
-from specsim.profiling.calibrate import parse_prometheus, read_counters
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
+from specsim.calibration.terms import Term, apply
+from specsim.calibration.workload import Replay
 from specsim.profile import Acceptance, LoadedProfile, OutOfRangeWarning, Profile
-from specsim.profiling.bench_terms import Term, apply
-from specsim.profiling.bench_workload import Replay
 from specsim.serving.latency import time_per_output_token
 from specsim.serving.runs import METRIC_NAMES
 from specsim.serving.vllm.bench_writer import chunk_gaps
