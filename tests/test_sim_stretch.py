@@ -87,6 +87,17 @@ CASES = {
         "fleet": {"replicas": 3, "router": "random"},
         "workload": {"rate": 12.0},
     },
+    # Arrivals come far more often than a replica's first finish: stretches run past them
+    # and are cut only by those routed to their own replica.
+    "eight replicas, least outstanding, low load": {
+        "fleet": {"replicas": 8, "router": "least_outstanding"},
+        "workload": {"rate": 16.0, "requests": 400},
+    },
+    "four replicas, cache aware, adaptive": {
+        "fleet": {"replicas": 4, "router": "cache_aware"},
+        "workload": {"rate": 10.0, "requests": 300},
+        "speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"},
+    },
     "two replicas, round robin, ngram": {
         "fleet": {"replicas": 2, "router": "round_robin"},
         "speculation": {"drafter": "ngram", "k": 3},

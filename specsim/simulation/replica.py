@@ -224,7 +224,6 @@ class Replica:
         self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
         self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
         self.arrivals = None
-        self.feed = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
         self._expected_emitted: list[float] = []
         self.left_total = 0.0  # tokens the decoding rows still need, all together
@@ -351,7 +350,10 @@ class Replica:
                 and (through or self._steady_for_a_while())
             ):
                 k = self._choose_window(self.decoding, self.decode_kv)
-                bound = arrivals.next_time if arrivals is not None else self.next_arrival()
+                # In a fleet, a request routed here cuts the stretch (``enqueue``); the others
+                # do not concern it: a router reads what changes at a finish or an admission,
+                # and a stretch ends at its first finish.
+                bound = arrivals.next_time if arrivals is not None else math.inf
                 stretch = plan_stretch(self, k, start, bound, through)
                 if stretch is None:
                     window = k  # chosen for this batch as it stands: the iteration's own
@@ -497,11 +499,6 @@ class Replica:
         rows = self.decoding
         steps = self.left_total / (rows * rows * self.expected_emitted(self.k_max))
         return steps >= MIN_EXPECTED / 2.0
-
-    def next_arrival(self) -> float:
-        """The next open-loop arrival's time, when one feeds the fleet (else infinite)."""
-        feed = self.feed
-        return math.inf if feed is None else feed.next_time
 
     def expected_emitted(self, k: int) -> float:
         """Mean tokens a row emits per step of window k (to size a stretch)."""

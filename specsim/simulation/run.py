@@ -291,14 +291,13 @@ def run_simulation(
         )
     else:
         fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
-    # Replicas on the fast path see the next arrival (replayed sequences keep the reference); a
-    # client cap holds arrivals back, so a capped loop's replicas wait for them as events.
+    # A replica alone on the fast path takes its arrivals itself (replayed sequences keep the
+    # reference); a client cap holds arrivals back, so a capped loop's replicas wait for them.
     capped = scenario.workload.max_concurrency is not None
     fed = not (source.closed_loop or capped) and all(replica.fast for replica in replicas)
     feed = ArrivalFeed(source, counter) if fed else None
     alone = feed is not None and len(replicas) == 1  # takes its arrivals itself
     for replica in replicas:
-        replica.feed = feed
         replica.start(env, feed if alone else None)
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, fleet, counter)
