@@ -113,7 +113,7 @@ SGLANG = Engine(
         sglang.read_runs,
     ),
     scrape=prometheus.sglang_scrape,
-    # max_running_requests when speculating and unset (§4.5); page_size and tp_size (§4.8).
+    # max_running_requests when speculating and unset, and tp_size (§4.5); page_size (§4.8).
     defaults=MappingProxyType({"max_running_requests": 48, "page_size": 1, "tp_size": 1}),
 )
 TRTLLM = Engine(
