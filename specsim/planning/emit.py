@@ -3,8 +3,8 @@
 A finished plan's recommendation (``emit_choice``) becomes an engine-neutral ``EngineSetting``
 (``serving.setting``): the scenario's scheduler limits, the drafter and its window or k-by-batch
 table, the models' paths and the profile's acceptance as unconditional per-position rates (for
-the forced-acceptance test). Each engine's writer checks it against that engine's documented
-constraints and renders it (``serving.vllm_config``, ``sglang_config``, ``trtllm_config``);
+the forced-acceptance test). Each engine's writer, found by name in the engine registry
+(``serving.registry``), checks it against that engine's documented constraints and renders it;
 ``bench.sh`` holds the load tests (``serving.bench_commands``). The files join the report's
 attachments under ``engine/``, so they are written atomically with the rest, and summary.json
 gets an ``engine`` block. Model paths: ``--model NAME=PATH`` first, then a profile description
@@ -25,9 +25,9 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.planning.emit_choice import Choice
 from specsim.planning.emit_workload import bench_plan
-from specsim.serving import bench_commands, sglang_config, trtllm_config, vllm_config
+from specsim.serving import bench_commands, registry
+from specsim.serving.registry import NAMES
 from specsim.serving.setting import (
-    ENGINES,
     FROM_PROFILE,
     GIVEN,
     BatchRow,
@@ -41,38 +41,30 @@ from specsim.serving.setting import (
 from specsim.version import __version__
 
 FOLDER = "engine"
-WRITERS = {"vllm": vllm_config, "sglang": sglang_config, "trtllm": trtllm_config}
 # Every file an emit may write: a rerun removes the ones it no longer writes.
-FILES = (
-    vllm_config.SPEC_FILE,
-    vllm_config.ARGS_FILE,
-    sglang_config.ARGS_FILE,
-    trtllm_config.YAML_FILE,
-    bench_commands.SCRIPT,
-)
+FILES = (*(name for e in registry.ENGINES for name in e.files), bench_commands.SCRIPT)
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f\"$`\\]")
 
 
 @dataclass(frozen=True)
 class EmitRequest:
-    """The engines asked for (in ``ENGINES`` order) and the model paths given."""
+    """The engines asked for (in the registry's order) and the model paths given."""
 
     engines: tuple[str, ...]
     models: tuple[tuple[str, str], ...] = ()
 
 
 def parse_engines(value: str | Iterable[str], option: str = "--emit") -> tuple[str, ...]:
-    """``vllm,sglang`` (or a list of names) -> the engines in ``ENGINES`` order."""
+    """``vllm,sglang`` (or a list of names) -> the engines in the registry's order."""
     names = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     names = [n.strip() for n in names]
-    fix = f"give a comma-separated subset of {','.join(ENGINES)}"
     for name in names:
-        if name not in ENGINES:
-            raise SpecsimError(f"{name!r} is not an engine specsim writes", key=option, fix=fix)
+        registry.engine(name, option)
     if len(set(names)) != len(names):
+        fix = f"give a comma-separated subset of {','.join(NAMES)}"
         raise SpecsimError("an engine is named twice", key=option, fix=fix)
-    return tuple(e for e in ENGINES if e in names)
+    return tuple(e.name for e in registry.entries(names))
 
 
 def parse_model(text: str, option: str = "--model") -> tuple[str, str]:
@@ -112,7 +104,7 @@ def emit_request(
             raise SpecsimError(
                 "model paths are for the engine configuration, which nothing asks for",
                 key=model_option,
-                fix=f"add {emit_option} vllm,sglang,trtllm (or a subset), or drop {model_option}",
+                fix=f"add {emit_option} {','.join(NAMES)} (or a subset), or drop {model_option}",
             )
         return None
     names = [name for name, _ in pairs]
@@ -256,7 +248,7 @@ def common_header(choice: Choice, setting: EngineSetting) -> list[str]:
 
 
 def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) -> list[str]:
-    clients = ("vllm", "sglang") if "sglang" in rendered else ("vllm",)
+    clients = registry.bench_clients(rendered)
     lines = common_header(choice, setting)[:2]
     lines += [f"Workload {note}." for note in notes]
     lines += [f"Note: {note}." for note in bench_commands.client_notes(plan, clients)]
@@ -266,9 +258,9 @@ def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) 
         + ". --save-detailed keeps each request's lengths and send times, so that "
         "`specsim validate --bench` on this plan's folder predicts for the requests sent."
     )
+    results = [e.bench.result_file("LABEL") for e in registry.ENGINES if e.bench is not None]
     lines += [
-        f"Results: {bench_commands.RESULTS['vllm']}/LABEL.json and "
-        f"{bench_commands.RESULTS['sglang']}/LABEL.jsonl beside this script.",
+        f"Results: {' and '.join(results)} beside this script.",
         "The clients send their own default sampling temperature; set it to the planned one "
         "in the tool's request options if they differ.",
         "Start the planned server first, from this folder (vLLM's client talks to any of "
@@ -288,12 +280,10 @@ def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) 
                 "The scenario replays per-request acceptance sequences; the forced rates are "
                 "the profile's per-position chain instead."
             )
-    spec = setting.speculation
-    if "sglang" in rendered and spec is not None and spec.kind == "ngram":
-        lines.append(
-            "SGLang has no controlled test for NGRAM: SGLANG_SIMULATE_ACC_LEN acts on the "
-            "EAGLE-family verify path only (engine-formats.md §4.6)."
-        )
+    for engine in registry.entries(rendered):
+        note = engine.bench and engine.bench.uncontrolled(setting)
+        if note:
+            lines.append(note)
     return lines
 
 
@@ -310,7 +300,9 @@ def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
     # An engine that cannot express the setting (a tree it has no keys for) writes nothing.
     refused = {e: reason for e in request.engines if (reason := refusal(e, setting))}
     rendered: dict[str, Rendered] = {
-        e: WRITERS[e].render(setting, header) for e in request.engines if e not in refused
+        e: registry.engine(e).writer.render(setting, header)
+        for e in request.engines
+        if e not in refused
     }
     plan, notes = bench_plan(choice.scenario, choice.loads)
     recommended: dict[str, Any] = {
@@ -332,7 +324,7 @@ def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
         for name, text in item.files.items():
             planned.report.attachments[f"{FOLDER}/{name}"] = text
         block[engine] = item.summary(FOLDER)
-    clients = ("vllm", "sglang") if "sglang" in rendered else ("vllm",)
+    clients = registry.bench_clients(rendered)
     lines = bench_header(choice, setting, rendered, plan, notes)
     script = bench_commands.script(plan, lines, clients)
     planned.report.attachments[f"{FOLDER}/{bench_commands.SCRIPT}"] = script
@@ -342,14 +334,14 @@ def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
 
 def refusal(engine: str, setting: EngineSetting) -> str | None:
     """The engine's one-line refusal of the setting (None: it writes it)."""
-    return WRITERS[engine].refuses(setting)
+    return registry.engine(engine).writer.refuses(setting)
 
 
 def bench_summary(plan, clients: tuple[str, ...], notes: list[str]) -> dict[str, Any]:
     return {
         "file": f"{FOLDER}/{bench_commands.SCRIPT}",
         "clients": list(clients),
-        "results": {c: f"{FOLDER}/{bench_commands.RESULTS[c]}" for c in clients},
+        "results": {c: f"{FOLDER}/{registry.engine(c).bench.results}" for c in clients},
         "prompt_tokens": [plan.prompt.low, plan.prompt.high],
         "output_tokens": [plan.output.low, plan.output.high],
         "burstiness": None if plan.burstiness == float("inf") else plan.burstiness,
@@ -371,7 +363,7 @@ def remove_stale(out: str | Path, summary: dict[str, Any], files: tuple[str, ...
     one did not."""
     folder = Path(out) / FOLDER
     block = summary.get("engine") or {}
-    kept = {Path(f).name for e in ENGINES for f in (block.get(e) or {}).get("files", [])}
+    kept = {Path(f).name for e in NAMES for f in (block.get(e) or {}).get("files", [])}
     if block.get("bench"):
         kept.add(bench_commands.SCRIPT)
     for name in files:
@@ -386,7 +378,7 @@ def human(summary: dict[str, Any]) -> str | None:
         return None
     if block.get("recommended") is None:
         return f"engine: nothing written ({block['reason']})"
-    files = [f for e in ENGINES for f in (block.get(e) or {}).get("files", [])]
+    files = [f for e in NAMES for f in (block.get(e) or {}).get("files", [])]
     files.append(block["bench"]["file"])
     return files_line(block, f"engine: {', '.join(files)}")
 
@@ -398,7 +390,7 @@ def files_line(block: dict[str, Any], line: str) -> str:
         line += (
             f" (placeholder model paths, replace them or give --model: {', '.join(placeholders)})"
         )
-    for engine in ENGINES:
+    for engine in NAMES:
         reason = (block.get(engine) or {}).get("refused")
         if reason:
             line += f"\nengine: {engine} refused: {reason}"

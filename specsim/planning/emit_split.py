@@ -17,34 +17,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from specsim.fileio import dump_yaml
 from specsim.planning import emit
 from specsim.planning.common import plural
 from specsim.planning.disagg import DISAGGREGATED, SPEC_OFF, DisaggregatedPlan, Search
-from specsim.planning.emit import FOLDER, WRITERS, EmitRequest, common_header, setting_for
+from specsim.planning.emit import FOLDER, EmitRequest, common_header, setting_for
 from specsim.planning.emit_choice import Choice
-from specsim.serving import sglang_config, trtllm_config, vllm_config
-from specsim.serving.setting import ENGINES, ROLES, role_file
-from specsim.serving.setting import comment_block as comments
+from specsim.serving import registry
+from specsim.serving.registry import NAMES
+from specsim.serving.setting import ROLES
 
 # Every file a split emit may write: a rerun removes the ones it no longer writes.
-FILES = (
-    *(role_file(vllm_config.SPEC_FILE, role) for role in ROLES),
-    *(role_file(vllm_config.ARGS_FILE, role) for role in ROLES),
-    *(role_file(sglang_config.ARGS_FILE, role) for role in ROLES),
-    *(role_file(trtllm_config.YAML_FILE, role) for role in ROLES),
-    trtllm_config.DISAGG_FILE,
-)
-ROUTERS = {
-    "vllm": "vllm serve has no prefill/decode router: put a proxy in front (vLLM's "
-    "disaggregated-prefilling examples ship one) that sends each request to a prefill instance "
-    "and then to a decode instance; instances on one host each need their own "
-    "VLLM_NIXL_SIDE_CHANNEL_PORT",
-    "sglang": "python -m sglang_router.launch_router --pd-disaggregation "
-    "--prefill http://PREFILL_HOST:PORT ... --decode http://DECODE_HOST:PORT ... (one "
-    "--prefill per prefill server, one --decode per decode server)",
-    "trtllm": f"trtllm-serve disaggregated -c {trtllm_config.DISAGG_FILE}",
-}
+FILES = tuple(name for e in registry.ENGINES for name in e.split_files)
 
 DRAFTER_HANDOVER = (
     "The decode pool's drafter needs the prompt's KV cache or hidden states, which specsim's "
@@ -133,42 +116,35 @@ def attach(
     summary["engine"] = block
 
 
-def _engine_files(engine, choices, settings, layout, attachments) -> dict[str, Any]:
-    writer = WRITERS[engine]
+def _engine_files(name, choices, settings, layout, attachments) -> dict[str, Any]:
+    engine = registry.engine(name)
     for role in ROLES:
-        reason = writer.refuses(settings[role])
+        reason = engine.writer.refuses(settings[role])
         if reason:
             return {"files": [], "refused": f"the {role} pool: {reason}"}
     files, written, missing, remarks = [], {}, [], []
     for role in ROLES:
         setting = settings[role]
-        header = [*common_header(choices[role], setting), f"Router: {ROUTERS[engine]}."]
+        header = [*common_header(choices[role], setting), f"Router: {engine.router}."]
         if setting.speculation is not None:
             header.append(DRAFTER_HANDOVER)
-        item = writer.render(setting, header)
-        for name, text in item.files.items():
-            attachments[f"{FOLDER}/{name}"] = text
-            files.append(f"{FOLDER}/{name}")
+        item = engine.writer.render(setting, header)
+        for file, text in item.files.items():
+            attachments[f"{FOLDER}/{file}"] = text
+            files.append(f"{FOLDER}/{file}")
         written[role] = item.summary(FOLDER)["written"]
         missing += [f"{role}: {note}" for note in item.not_expressible]
         remarks += [f"{role}: {note}" for note in item.notes]
-    if engine == "trtllm":
-        config = trtllm_config.disaggregated_config(layout.prefill, layout.decode)
-        top = [
-            f"specsim: trtllm-serve disaggregated's configuration for {layout.label}.",
-            "Start each context server with --extra_llm_api_options trtllm-prefill.yaml and "
-            "each generation server with trtllm-decode.yaml, on the ports the urls name "
-            "(trtllm-serve MODEL --port PORT ...), then the router:",
-            f"  {ROUTERS['trtllm']}",
-        ]
-        name = trtllm_config.DISAGG_FILE
-        attachments[f"{FOLDER}/{name}"] = comments(top) + dump_yaml(config)
-        files.append(f"{FOLDER}/{name}")
+    if engine.router_file is not None:
+        file, router_file = engine.router_file
+        text, config = router_file(layout.label, layout.prefill, layout.decode)
+        attachments[f"{FOLDER}/{file}"] = text
+        files.append(f"{FOLDER}/{file}")
         written["disaggregated"] = config
     return {
         "files": files,
         "written": written,
-        "router": ROUTERS[engine],
+        "router": engine.router,
         "not_expressible": missing,
         "notes": remarks,
     }
@@ -186,6 +162,6 @@ def human(summary: dict[str, Any]) -> str | None:
         return None
     if block.get("recommended") is None:
         return f"engine: nothing written ({block['reason']})"
-    files = [f for e in ENGINES for f in (block.get(e) or {}).get("files", [])]
+    files = [f for e in NAMES for f in (block.get(e) or {}).get("files", [])]
     line = f"engine ({block['recommended']['layout']}): {', '.join(files) or 'no files'}"
     return emit.files_line(block, line)

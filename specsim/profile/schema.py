@@ -112,7 +112,7 @@ class BenchFile(StrictModel):
     sha256: str = Field(description="of the whole file")
     runs: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(description="runs read from it")
     format: str = Field(description="vllm-bench, sglang-bench or normalised-csv")
-    engine: str = Field(description="vllm, sglang or other, as the file says")
+    engine: str = Field(description="vllm, sglang, trtllm or other, as the file says")
     engine_version: str | None = Field(default=None, description="where the file says")
     model: str | None = Field(default=None, description="the served model, where the file says")
 

@@ -1,5 +1,7 @@
 """The serving engines' own formats: benchmark results, /metrics scrapes (readers and writers).
 
+- ``registry``: one ``Engine`` entry per engine (vLLM, SGLang, TensorRT-LLM): its writer, files,
+  method per drafter kind, router, bench client, readers and defaults, found by name.
 - ``runs``: ``BenchRun``, the one record every reader returns (seconds, specsim's metric keys).
 - ``prometheus``: the Prometheus text parser; vLLM's spec-decode counters, SGLang's gauges.
 - ``vllm``: ``vllm bench serve --save-result`` JSON, read and written.

@@ -18,13 +18,14 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from specsim.serving import sglang_config, vllm_config
 from specsim.serving.setting import EngineSetting, comment_block
 
 SCRIPT = "bench.sh"
-RESULTS = {"vllm": "bench/vllm", "sglang": "bench/sglang"}
+FOLDER = "bench"  # the clients' result folders, beside the script
 # What validate --bench compares: these percentiles of these metrics (§1.3; e2el only on request).
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,90,99"
@@ -107,30 +108,37 @@ def sglang_lengths(prompt: LengthRange, output: LengthRange) -> tuple[int, int, 
     return lengths[0], lengths[1], ratio, False
 
 
-def client_notes(plan: BenchPlan, clients: tuple[str, ...]) -> list[str]:
-    """What a client cannot reproduce exactly, in words."""
-    notes = []
+def client_notes(plan: BenchPlan, clients: Iterable[str]) -> list[str]:
+    """What the clients cannot reproduce exactly, in words."""
+    return [note for bench in _clients(clients) for note in bench.notes(plan)]
+
+
+def vllm_notes(plan: BenchPlan) -> list[str]:
     odd = [n for n, s in (("prompt", plan.prompt), ("output", plan.output)) if (s.high - s.low) % 2]
-    if "vllm" in clients and odd:
+    if not odd:
+        return []
+    return [
+        f"vLLM: its ranges are symmetric about --random-*-len, so the {' and '.join(odd)} "
+        "range is one token narrower at the top; prompts are drawn about the length less "
+        "the tokenizer's special tokens (§1.7)"
+    ]
+
+
+def sglang_notes(plan: BenchPlan) -> list[str]:
+    notes = []
+    in_len, out_len, ratio, exact = sglang_lengths(plan.prompt, plan.output)
+    if not exact:
+        low_in, low_out = sglang_range(in_len, ratio)[0], sglang_range(out_len, ratio)[0]
         notes.append(
-            f"vLLM: its ranges are symmetric about --random-*-len, so the {' and '.join(odd)} "
-            "range is one token narrower at the top; prompts are drawn about the length less "
-            "the tokenizer's special tokens (§1.7)"
+            "SGLang takes one --random-range-ratio for both lengths, so its ranges keep "
+            f"each mean but not the spread: prompts [{low_in}, {in_len}], outputs "
+            f"[{low_out}, {out_len}]"
         )
-    if "sglang" in clients:
-        in_len, out_len, ratio, exact = sglang_lengths(plan.prompt, plan.output)
-        if not exact:
-            low_in, low_out = sglang_range(in_len, ratio)[0], sglang_range(out_len, ratio)[0]
-            notes.append(
-                "SGLang takes one --random-range-ratio for both lengths, so its ranges keep "
-                f"each mean but not the spread: prompts [{low_in}, {in_len}], outputs "
-                f"[{low_out}, {out_len}]"
-            )
-        if plan.burstiness != 1.0 and any(load.max_concurrency is None for load in plan.loads):
-            notes.append(
-                f"SGLang's arrivals are Poisson only (no --burstiness, §4.3): the planned "
-                f"gamma shape {number(plan.burstiness)} is not reproduced by bench_serving"
-            )
+    if plan.burstiness != 1.0 and any(load.max_concurrency is None for load in plan.loads):
+        notes.append(
+            f"SGLang's arrivals are Poisson only (no --burstiness, §4.3): the planned "
+            f"gamma shape {number(plan.burstiness)} is not reproduced by bench_serving"
+        )
     return notes
 
 
@@ -148,8 +156,8 @@ def vllm_command(plan: BenchPlan, load: BenchLoad) -> list[str]:
         argv += ["--burstiness", number(plan.burstiness)]
     argv += ["--percentile-metrics", PERCENTILE_METRICS]
     argv += ["--metric-percentiles", METRIC_PERCENTILES]
-    argv += ["--save-result", "--save-detailed", "--result-dir", RESULTS["vllm"]]
-    return [*argv, "--result-filename", f"{load.label}.json"]
+    argv += ["--save-result", "--save-detailed", "--result-dir", VLLM.results]
+    return [*argv, "--result-filename", f"{load.label}{VLLM.suffix}"]
 
 
 def sglang_command(plan: BenchPlan, load: BenchLoad) -> list[str]:
@@ -163,7 +171,7 @@ def sglang_command(plan: BenchPlan, load: BenchLoad) -> list[str]:
         argv += ["--max-concurrency", str(load.max_concurrency)]
     # --flush-cache: the reported accept_length is a lifetime mean since the last flush (§4.4).
     argv += ["--seed", str(plan.seed), "--flush-cache", "--output-details"]
-    return [*argv, "--output-file", f"{RESULTS['sglang']}/{load.label}.jsonl"]
+    return [*argv, "--output-file", SGLANG.result_file(load.label)]
 
 
 def shell_lines(argv: list[str], indent: str = "  ") -> list[str]:
@@ -177,42 +185,58 @@ def shell_lines(argv: list[str], indent: str = "  ") -> list[str]:
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
-def controlled_servers(setting: EngineSetting, engines: tuple[str, ...]) -> list[str]:
-    """Servers (commented out) with acceptance forced to the profile's rates: vLLM's synthetic
-    rejection sampler (§3.3) and SGLang's simulated acceptance length (§4.6)."""
-    spec = setting.speculation
-    if spec is None:
+def controlled_servers(setting: EngineSetting, engines: Iterable[str]) -> list[str]:
+    """Servers (commented out) with acceptance forced to the profile's rates, for the engines
+    whose client has such a test."""
+    if setting.speculation is None:
         return []
+    lines = [bench.controlled(setting) for bench in _clients(engines)]
+    return [f"  {line}" for line in lines if line is not None]
+
+
+def vllm_controlled(setting: EngineSetting) -> str:
+    """vLLM's synthetic rejection sampler (§3.3)."""
+    synthetic = vllm_config.speculative_config(setting, synthetic=True)
+    arguments = vllm_config.server_arguments(setting, synthetic)
     model = shlex.quote(setting.target.path)
-    lines = []
-    if "vllm" in engines:
-        synthetic = vllm_config.speculative_config(setting, synthetic=True)
-        arguments = vllm_config.server_arguments(setting, synthetic)
-        lines.append(f"  vllm serve {model} {shlex.join(a for pair in arguments for a in pair)}")
+    return f"vllm serve {model} {shlex.join(a for pair in arguments for a in pair)}"
+
+
+def sglang_controlled(setting: EngineSetting) -> str | None:
+    """SGLang's simulated acceptance length (§4.6), on its EAGLE-family verify path only."""
+    spec = setting.speculation
     k = spec.fallback_k if spec.by_batch else spec.k
-    # SGLang simulates acceptance on its EAGLE-family verify path only, not NGRAM's (§4.6).
-    if "sglang" in engines and k > 0 and spec.kind != "ngram":
-        options = sglang_config.arguments(setting, k)
-        sglang = shlex.join(a for pair in options for a in pair if a is not None)
-        length = spec.mean_acceptance_length(k)
-        lines.append(
-            f"  SGLANG_SIMULATE_ACC_LEN={length:.4f} python -m sglang.launch_server "
-            f"--model-path {model} {sglang}"
-        )
-    return lines
+    if k == 0 or sglang_config.algorithm(spec) == "NGRAM":
+        return None
+    options = sglang_config.arguments(setting, k)
+    sglang = shlex.join(a for pair in options for a in pair if a is not None)
+    return (
+        f"SGLANG_SIMULATE_ACC_LEN={spec.mean_acceptance_length(k):.4f} python -m "
+        f"sglang.launch_server --model-path {shlex.quote(setting.target.path)} {sglang}"
+    )
 
 
-def script(plan: BenchPlan, header: list[str], clients: tuple[str, ...]) -> str:
+def sglang_uncontrolled(setting: EngineSetting) -> str | None:
+    spec = setting.speculation
+    if spec is None or sglang_config.algorithm(spec) != "NGRAM":
+        return None
+    return (
+        "SGLang has no controlled test for NGRAM: SGLANG_SIMULATE_ACC_LEN acts on the "
+        "EAGLE-family verify path only (engine-formats.md §4.6)."
+    )
+
+
+def script(plan: BenchPlan, header: list[str], clients: Iterable[str]) -> str:
     """bench.sh: ``bash bench.sh vllm`` (or ``sglang``) runs that client at every load."""
+    clients = tuple(clients)
     body = ["#!/usr/bin/env bash", comment_block(header).rstrip("\n"), "set -euo pipefail"]
     body.append('cd "$(dirname "${BASH_SOURCE[0]}")"')
-    commands = {"vllm": vllm_command, "sglang": sglang_command}
-    for client in clients:
-        body += ["", f"run_{client}() {{", f"  mkdir -p {RESULTS[client]}"]
+    for client, bench in zip(clients, _clients(clients), strict=True):
+        body += ["", f"run_{client}() {{", f"  mkdir -p {bench.results}"]
         for load in plan.loads:
-            if client == "sglang":
-                body.append(f"  rm -f {RESULTS['sglang']}/{load.label}.jsonl  # it appends")
-            body += shell_lines(commands[client](plan, load))
+            if bench.appends:
+                body.append(f"  rm -f {bench.result_file(load.label)}  # it appends")
+            body += shell_lines(bench.command(plan, load))
         body.append("}")
     choices = "|".join(clients)
     body += ["", 'case "${1:-}" in']
@@ -222,3 +246,46 @@ def script(plan: BenchPlan, header: list[str], clients: tuple[str, ...]) -> str:
     )
     body.append("esac")
     return "\n".join(body) + "\n"
+
+
+@dataclass(frozen=True)
+class BenchClient:
+    """An engine's own load-test client: its command per load, where it writes the results,
+    what it cannot reproduce, and its server with acceptance forced (None: it has none)."""
+
+    engine: str
+    command: Callable[[BenchPlan, BenchLoad], list[str]]
+    notes: Callable[[BenchPlan], list[str]]
+    controlled: Callable[[EngineSetting], str | None]
+    # Why the engine's server has no controlled test for a setting (None: it has one).
+    uncontrolled: Callable[[EngineSetting], str | None] = lambda setting: None
+    suffix: str = ".json"
+    appends: bool = False  # a rerun would add to the file, so the script removes it first
+    any_server: bool = False  # it load-tests every engine's server (an OpenAI-style endpoint)
+
+    @property
+    def results(self) -> str:
+        return f"{FOLDER}/{self.engine}"
+
+    def result_file(self, label: str) -> str:
+        return f"{self.results}/{label}{self.suffix}"
+
+
+VLLM = BenchClient("vllm", vllm_command, vllm_notes, vllm_controlled, any_server=True)
+SGLANG = BenchClient(
+    "sglang",
+    sglang_command,
+    sglang_notes,
+    sglang_controlled,
+    sglang_uncontrolled,
+    suffix=".jsonl",
+    appends=True,
+)
+# The clients by engine name; the engine registry (``serving.registry``) names each its own.
+CLIENTS = {bench.engine: bench for bench in (VLLM, SGLANG)}
+RESULTS = {name: bench.results for name, bench in CLIENTS.items()}
+
+
+def _clients(names: Iterable[str]) -> list[BenchClient]:
+    """The clients of the engines named, in that order (an engine without one is skipped)."""
+    return [CLIENTS[name] for name in names if name in CLIENTS]

@@ -1,8 +1,9 @@
 """``read_bench_files``: benchmark results of any known format, told apart by their content.
 
-- JSON objects (one, or one per line): ``vllm bench serve --save-result`` (it writes
-  ``model_id``) or SGLang ``bench_serving`` (it writes ``mean_e2e_latency_ms``); a file name
-  says nothing, so a renamed file reads the same.
+- JSON objects (one, or one per line): each engine's benchmark with a reader in the engine
+  registry, told by its keys (``vllm bench serve --save-result`` writes ``model_id``, SGLang
+  ``bench_serving`` ``mean_e2e_latency_ms``); a file name says nothing, so a renamed file reads
+  the same.
 - A CSV whose header has ``completed`` and ``duration_s``: specsim's normalised table.
 - A Prometheus scrape is acceptance, not a run: ``specsim.serving.prometheus.read_scrape``.
 
@@ -20,12 +21,12 @@ from pathlib import Path
 
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file
-from specsim.serving import normalised, sglang, vllm
+from specsim.serving import normalised, registry
 from specsim.serving.runs import BenchRun
 
 KNOWN = (
-    "vllm bench serve --save-result JSON, SGLang bench_serving JSONL, or specsim's normalised "
-    f"CSV ({normalised.REFERENCE})"
+    "".join(f"{e.reader.title}, " for e in registry.readers())
+    + f"or specsim's normalised CSV ({normalised.REFERENCE})"
 )
 _PROMETHEUS = re.compile(r"^(# (HELP|TYPE) |[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+\S+\s*$)")
 
@@ -60,14 +61,15 @@ def read_bench_text(text: str, source: str, sha256: str) -> list[BenchRun]:
         raise SpecsimError("file is empty", file=source, fix=f"give a benchmark result: {KNOWN}")
     if text.lstrip().startswith("{"):
         objects = json_objects(text, source)
-        readers = {_reader_of(data, source, i) for i, data in enumerate(objects)}
-        if len(readers) > 1:
+        found = {_engine_of(data, source, i) for i, data in enumerate(objects)}
+        if len(found) > 1:
+            both = " and ".join(f"{e.display}'s" for e in registry.ENGINES if e in found)
             raise SpecsimError(
-                "holds results of both vLLM's and SGLang's benchmark",
+                f"holds results of both {both} benchmark",
                 file=source,
                 fix="keep one tool's results per file",
             )
-        return readers.pop().read_runs(objects, source, sha256)
+        return found.pop().reader.read_runs(objects, source, sha256)
     if normalised.is_normalised_csv(text):
         return normalised.read_runs(text, source, sha256)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -112,13 +114,13 @@ def json_objects(text: str, source: str) -> list[dict]:
         objects.append(data)
 
 
-def _reader_of(data: dict, source: str, index: int):
-    if vllm.is_vllm_result(data):
-        return vllm
-    if sglang.is_sglang_result(data):
-        return sglang
+def _engine_of(data: dict, source: str, index: int) -> registry.Engine:
+    """The engine whose benchmark wrote the object, told from its keys."""
+    for engine in registry.readers():
+        if engine.reader.detects(data):
+            return engine
     raise SpecsimError(
-        "neither a vLLM result (model_id, duration) nor an SGLang one (mean_e2e_latency_ms)",
+        "neither " + " nor ".join(e.reader.described for e in registry.readers()),
         file=f"{source} (run {index + 1})",
         fix=f"give {KNOWN}",
     )

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from specsim.bounds import MAX_COUNT, MAX_K, MAX_RATE, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
+from specsim.serving import registry
 from specsim.serving.fields import Where, agree, number
 from specsim.serving.runs import (
     METRIC_NAMES,
@@ -29,7 +30,7 @@ from specsim.serving.runs import (
 )
 
 FORMAT = "normalised-csv"
-ENGINES = ("vllm", "sglang", "other")
+ENGINES = (*registry.NAMES, "other")  # "other": a tool of no engine specsim knows
 REFERENCE = "docs/reference/bench-csv.md"
 FIX = f"correct the row (the columns: {REFERENCE})"
 
@@ -53,7 +54,7 @@ _METRIC_TEXT = {
 COLUMNS = (
     Column("label", "text", False, "a name for the run"),
     Column("model", "text", False, "the served model (runs of two models are refused)"),
-    Column("engine", "text", False, "vllm, sglang or other (the default)"),
+    Column("engine", "text", False, f"{', '.join(ENGINES[:-1])} or other (the default)"),
     Column("engine_version", "text", False, "the engine's version"),
     Column(
         "request_rate",

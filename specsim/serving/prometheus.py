@@ -276,7 +276,7 @@ class Scrape:
     """The acceptance a /metrics scrape reports, with what it averages over."""
 
     source: str
-    engine: str  # "vllm" or "sglang"
+    engine: str  # the registry's name of the engine that exported it
     speculation: SpecCounters
     notes: tuple[str, ...]
 
@@ -364,20 +364,38 @@ def sglang_gauges(
     )
 
 
+def vllm_scrape(samples: list[Sample], source: str, label_filter) -> Scrape | None:
+    """vLLM's spec-decode counters (None: the scrape has none)."""
+    if not any(_base(s.name) for s in samples):
+        return None
+    counters = counters_from_samples(samples, source, label_filter)
+    note = "vLLM's counters are totals since the server started, not one run's"
+    return Scrape(source, "vllm", spec_counters(counters), (note,))
+
+
+def sglang_scrape(samples: list[Sample], source: str, label_filter) -> Scrape | None:
+    """SGLang's acceptance gauges (None: the scrape has none)."""
+    if not any(s.name.startswith("sglang:spec_") for s in samples):
+        return None
+    note = (
+        "SGLang's gauges hold the latest logging interval only (one value per mean "
+        "acceptance length and rate), not an average over a run"
+    )
+    return Scrape(source, "sglang", sglang_gauges(samples, source, label_filter), (note,))
+
+
+# The engines' scrape readers, tried in order; the engine registry names each its own.
+SCRAPERS = (vllm_scrape, sglang_scrape)
+
+
 def read_scrape(path: str | Path, label_filter: dict[str, str] | None = None) -> Scrape:
     """The acceptance in a vLLM or SGLang /metrics scrape, the engine told from the series."""
     source = str(path)
     samples = parse_prometheus(read_text(path, "metrics dump"), source)
-    if any(_base(s.name) for s in samples):
-        counters = counters_from_samples(samples, source, label_filter)
-        note = "vLLM's counters are totals since the server started, not one run's"
-        return Scrape(source, "vllm", spec_counters(counters), (note,))
-    if any(s.name.startswith("sglang:spec_") for s in samples):
-        note = (
-            "SGLang's gauges hold the latest logging interval only (one value per mean "
-            "acceptance length and rate), not an average over a run"
-        )
-        return Scrape(source, "sglang", sglang_gauges(samples, source, label_filter), (note,))
+    for scraper in SCRAPERS:
+        scrape = scraper(samples, source, label_filter)
+        if scrape is not None:
+            return scrape
     raise SpecsimError(
         "no speculative-decoding series of vLLM (vllm:spec_decode_*) or SGLang "
         "(sglang:spec_accept_length)",

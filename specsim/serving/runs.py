@@ -65,7 +65,7 @@ class BenchRun:
     sha256: str  # of the whole file
     index: int  # run number within the file (JSONL and appended files), from 0
     format: str  # "vllm-bench", "sglang-bench", "normalised-csv"
-    engine: str  # "vllm", "sglang", "other"
+    engine: str  # an engine registry name (serving.registry), or "other"
     engine_version: str | None
     model: str | None
     label: str | None

@@ -12,14 +12,12 @@ import json
 import math
 import shlex
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.tree import TreeShape
-
-ENGINES = ("vllm", "sglang", "trtllm")
 
 # Where a model's path came from: given with --model, read from the profile, or unknown.
 GIVEN, FROM_PROFILE, PLACEHOLDER = "given", "profile", "placeholder"
@@ -102,6 +100,17 @@ class Speculative:
         return self.method == "mtp"
 
     @property
+    def deployed_kind(self) -> str:
+        """The kind as each engine's method table keys it: ``mtp`` for the target's own MTP
+        layers, ``heads-eagle3`` for heads whose checkpoint path says eagle3 (the engines sniff
+        the draft model's name the same way, engine-formats.md §3.5), else the kind."""
+        if self.is_mtp:
+            return "mtp"
+        if self.kind == "heads" and self.model and "eagle3" in self.model.path.lower():
+            return "heads-eagle3"
+        return self.kind
+
+    @property
     def fallback_k(self) -> int:
         return self.k if self.static_k is None else self.static_k
 
@@ -177,6 +186,18 @@ def role_file(name: str, role: str | None) -> str:
         return name
     stem, dot, suffix = name.partition(".")
     return f"{stem}-{role}{dot}{suffix}"
+
+
+def engine_method(methods: Mapping[str, str], spec: Speculative, engine: str) -> str:
+    """The engine's method name for the drafter, from its table of specsim's kinds."""
+    kind = spec.deployed_kind
+    if kind not in methods:
+        raise SpecsimError(
+            f"drafter {spec.drafter!r} is of kind {kind!r}, which {engine} has no method for",
+            key="speculation.drafter",
+            fix=f"choose a drafter of a kind {engine} runs: {', '.join(methods)}",
+        )
+    return methods[kind]
 
 
 def medusa_refusal(setting: EngineSetting, engine: str, where: str) -> str | None:

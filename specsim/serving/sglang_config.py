@@ -25,6 +25,7 @@ from specsim.serving.setting import (
     Speculative,
     args_text,
     draft_tp_unexpressed,
+    engine_method,
     header_lines,
     medusa_refusal,
     role_file,
@@ -36,6 +37,15 @@ from specsim.serving.setting import comment_block as comments
 
 ARGS_FILE = "sglang.args"
 
+# The algorithm per specsim drafter kind: a separate draft model is STANDALONE, prompt lookup
+# NGRAM, heads EAGLE, the target's MTP layers EAGLE (SGLang's NEXTN resolves to it, §4.5).
+KIND_METHODS = {
+    "draft_model": "STANDALONE",
+    "ngram": "NGRAM",
+    "heads": "EAGLE",
+    "heads-eagle3": "EAGLE3",
+    "mtp": "EAGLE",
+}
 ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"})
 CHAIN_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})  # steps, topk, tokens
 FLAGS = frozenset(
@@ -59,18 +69,16 @@ FLAGS = frozenset(
 DISAGGREGATION_MODES = frozenset({"prefill", "decode"})
 TRANSFER_BACKENDS = frozenset({"mooncake", "nixl"})
 TRANSFER_BACKEND = "mooncake"  # SGLang's default transfer engine, written out
+ROUTER = (
+    "python -m sglang_router.launch_router --pd-disaggregation "
+    "--prefill http://PREFILL_HOST:PORT ... --decode http://DECODE_HOST:PORT ... (one "
+    "--prefill per prefill server, one --decode per decode server)"
+)
 
 
 def algorithm(spec: Speculative) -> str:
-    """A separate draft model is STANDALONE, prompt lookup NGRAM, heads EAGLE (EAGLE3 when the
-    path says so), the target's MTP layers EAGLE (SGLang's NEXTN resolves to it, §4.5)."""
-    if spec.is_mtp:
-        return "EAGLE"
-    if spec.kind == "ngram":
-        return "NGRAM"
-    if spec.kind == "heads":
-        return "EAGLE3" if spec.model and "eagle3" in spec.model.path.lower() else "EAGLE"
-    return "STANDALONE"
+    """SGLang's algorithm for the drafter (``KIND_METHODS``)."""
+    return engine_method(KIND_METHODS, spec, "SGLang")
 
 
 def tree_knobs(spec: Speculative) -> tuple[int, int, int] | str:
@@ -252,7 +260,7 @@ def notes(setting: EngineSetting) -> list[str]:
             "checkpoint as the draft model path (NEXTN resolves to EAGLE; for DeepSeek-V3 the "
             "draft path defaults to the target's, §4.5)"
         )
-    if spec is None or spec.kind != "ngram":
+    if spec is None or algorithm(spec) != "NGRAM":
         return formats
     return [
         *formats,

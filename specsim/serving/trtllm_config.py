@@ -25,6 +25,7 @@ from specsim.serving.setting import (
     Rendered,
     Speculative,
     draft_tp_unexpressed,
+    engine_method,
     header_lines,
     medusa_refusal,
     role_file,
@@ -35,6 +36,15 @@ from specsim.serving.setting import comment_block as comments
 
 YAML_FILE = "trtllm.yaml"
 
+# The decoding_type per specsim drafter kind (§5.2: the docs write ``DraftTarget``, the class
+# says ``Draft_Target``); the target's MTP layers are ``MTP``, loaded from its checkpoint.
+KIND_METHODS = {
+    "draft_model": "Draft_Target",
+    "ngram": "NGram",
+    "heads": "Eagle",
+    "heads-eagle3": "Eagle3",
+    "mtp": "MTP",
+}
 DECODING_TYPES = frozenset(
     {"Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "PARD", "DFlash", "DSpark"}
 )
@@ -55,6 +65,7 @@ TRANSCEIVER_BACKENDS = frozenset({"DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"})
 DISAGG_FILE = "trtllm-disagg.yaml"  # trtllm-serve disaggregated's own configuration
 FIRST_PORT = 8001  # the context servers' ports count up from it, then the generation servers'
 ROUTER_PORT = 8000
+ROUTER = f"trtllm-serve disaggregated -c {DISAGG_FILE}"
 SPEC_KEYS = frozenset(
     {
         "decoding_type",
@@ -84,15 +95,8 @@ def refuses(setting: EngineSetting) -> str | None:
 
 
 def decoding_type(spec: Speculative) -> str:
-    """The class literal (§5.2: the docs write ``DraftTarget``; the class says ``Draft_Target``);
-    the target's MTP layers are ``MTP``, which loads them from the target's checkpoint."""
-    if spec.is_mtp:
-        return "MTP"
-    if spec.kind == "ngram":
-        return "NGram"
-    if spec.kind == "heads":
-        return "Eagle3" if spec.model and "eagle3" in spec.model.path.lower() else "Eagle"
-    return "Draft_Target"
+    """The class literal for the drafter (``KIND_METHODS``)."""
+    return engine_method(KIND_METHODS, spec, "TensorRT-LLM")
 
 
 def draft_len_schedule(spec: Speculative) -> tuple[dict[int, int], str | None]:
@@ -311,6 +315,19 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
     usage = ["Start the server from this folder:", f"  {start}"]
     text = comments(header_lines(header, missing, remarks, usage)) + dump_yaml(document)
     return Rendered("trtllm", {name: text}, document, missing, remarks, start)
+
+
+def router_file(label: str, prefill_replicas: int, decode_replicas: int) -> tuple[str, dict]:
+    """``trtllm-disagg.yaml``'s text for a split layout, and the configuration it holds."""
+    config = disaggregated_config(prefill_replicas, decode_replicas)
+    top = [
+        f"specsim: trtllm-serve disaggregated's configuration for {label}.",
+        "Start each context server with --extra_llm_api_options trtllm-prefill.yaml and "
+        "each generation server with trtllm-decode.yaml, on the ports the urls name "
+        "(trtllm-serve MODEL --port PORT ...), then the router:",
+        f"  {ROUTER}",
+    ]
+    return comments(top) + dump_yaml(config), config
 
 
 def disaggregated_config(prefill_replicas: int, decode_replicas: int) -> dict[str, Any]:

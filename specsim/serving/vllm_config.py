@@ -24,6 +24,7 @@ from specsim.serving.setting import (
     Rendered,
     Speculative,
     args_text,
+    engine_method,
     header_lines,
     medusa_refusal,
     role_file,
@@ -33,6 +34,12 @@ from specsim.serving.setting import (
 from specsim.serving.setting import comment_block as comments
 
 SPEC_FILE, ARGS_FILE = "vllm.json", "vllm.args"
+ROUTER = (
+    "vllm serve has no prefill/decode router: put a proxy in front (vLLM's "
+    "disaggregated-prefilling examples ship one) that sends each request to a prefill instance "
+    "and then to a decode instance; instances on one host each need their own "
+    "VLLM_NIXL_SIDE_CHANNEL_PORT"
+)
 KV_CONNECTOR = "NixlConnector"  # vLLM V1's connector between prefill and decode instances
 KV_ROLES = frozenset({"kv_producer", "kv_consumer", "kv_both"})
 
@@ -52,8 +59,15 @@ FIELDS = frozenset(
         "synthetic_acceptance_length",
     }
 )
-# SpeculativeMethod values specsim's drafter kinds map to (§3.2: V33 has no medusa).
-METHODS = frozenset({"draft_model", "ngram", "eagle", "eagle3", "mtp"})
+# SpeculativeMethod per specsim drafter kind (§3.2: V33 has no medusa; heads are EAGLE).
+KIND_METHODS = {
+    "draft_model": "draft_model",
+    "ngram": "ngram",
+    "heads": "eagle",
+    "heads-eagle3": "eagle3",
+    "mtp": "mtp",
+}
+METHODS = frozenset(KIND_METHODS.values())
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})  # §3.5
 # On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
 SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
@@ -61,16 +75,9 @@ REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.
 
 
 def method(spec: Speculative) -> str:
-    """vLLM's method for a specsim drafter kind; heads are EAGLE, EAGLE-3 when the path says
-    so (vLLM sniffs ``eagle3`` in a draft model's name the same way, §3.5); the target's MTP
-    layers are ``mtp``, which takes no model (it uses the target's, §3.5)."""
-    if spec.is_mtp:
-        return "mtp"
-    if spec.kind == "ngram":
-        return "ngram"
-    if spec.kind == "heads":
-        return "eagle3" if spec.model and "eagle3" in spec.model.path.lower() else "eagle"
-    return "draft_model"
+    """vLLM's method for the drafter (``KIND_METHODS``): the target's MTP layers are ``mtp``,
+    which takes no model (it uses the target's, §3.5)."""
+    return engine_method(KIND_METHODS, spec, "vLLM")
 
 
 def token_tree(shape) -> str:

@@ -30,14 +30,14 @@ from specsim.errors import SpecsimError
 from specsim.fileio import dump_json
 from specsim.profile import LoadedProfile, load_profile
 from specsim.scenario import Scenario
-from specsim.serving.bench_commands import RESULTS, SCRIPT, label
+from specsim.serving.bench_commands import FOLDER, SCRIPT, label
 from specsim.serving.detect import read_bench_files
 from specsim.serving.runs import METRIC_NAMES, THROUGHPUT_KEYS, BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
 from specsim.validation.compare import Comparison, compare_figures
 
 ACCEPTANCE = "mean_acceptance_length"
-BENCH_FOLDER = Path("engine") / Path(RESULTS["vllm"]).parent  # engine/bench
+BENCH_FOLDER = Path("engine") / FOLDER
 STATISTICS = ("mean", "p50", "p90", "p99")
 
 
