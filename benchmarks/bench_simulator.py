@@ -12,18 +12,18 @@ Figures:
   256-slot engine, 2,000 requests, mean batch about 2): requests per CPU-second and CPU
   microseconds per engine iteration for fixed k = 4 and for the adaptive window policy. Here an
   iteration emits a few tokens, so its fixed cost decides the speed;
-- ``compile_*``: a fresh process's first run (``scenarios/poisson.yaml`` for 30 s) in CPU
-  seconds, on numpy alone (``numpy``), compiled with an empty kernel cache (``cold``: numba
-  compiles) and again with the cache that left (``warm``: a second process on the machine);
-  ``compile_warm_extra_cpu_s`` is warm minus numpy, what a second process pays for the kernels
-  (target <= 1). The headline figures above exclude compiling: the warm-up run compiles first;
+- ``compile_*``: in a fresh process, the first run of ``scenarios/poisson.yaml`` (30 s of it)
+  less a second identical run, in CPU seconds: what loading the kernels costs, with an empty
+  kernel cache (``cold``: numba compiles) and again with the cache that left (``warm``: a
+  second process on the machine; target <= 1). The headline figures above exclude it: the
+  warm-up run loads the kernels first;
+- ``fleet_us_per_request_*`` and ``fleet_64_over_1``: CPU microseconds per simulated request of
+  a fleet of 1, 8 and 64 replicas behind the least-outstanding router, each replica at 2
+  requests/s (300 requests per replica), and the ratio of 64 to 1 (target <= 1.3);
 - ``*_speedup_vs_per_iteration``: CPU time per simulated request of the per-iteration reference
-  path (``fast_path=False``) over the fast path's (steady stretches as one event), measured in
-  this process one after the other, for the low-load points (target >= 10) and the saturated
-  replica (target >= 2); each pair of runs is checked to give the same summary. Where numba is
-  installed, the fast path runs with the compiled kernels (``*_compiled_*``, the default then)
-  and with numpy alone (``*_numpy_*``, ``SPECSIM_COMPILED=0``); the unlabelled speed-up is the
-  default path's;
+  path (``fast_path=False``) over the fast path's, measured in this process one after the
+  other, for the low-load points (target >= 10) and the saturated replica (target >= 2); each
+  pair of runs is checked to give the same summary;
 
 Timing is noisy on a shared machine, so every ratio is of two runs made in the same process one
 after the other; ``ratio`` is the low-load fixed-k speed-up over the per-iteration path, and
@@ -89,58 +89,58 @@ def low_load_data(policy: str) -> dict:
     return data
 
 
-def cpu_run(data: dict, fast: bool, compiled: str = "auto") -> tuple[dict, float]:
-    """Summary and CPU seconds of one run (``compiled``: ``SPECSIM_COMPILED`` for it)."""
+def cpu_run(data: dict, fast: bool) -> tuple[dict, float]:
+    """Summary and CPU seconds of one run."""
     from specsim.scenario import Scenario
     from specsim.simulation import run_simulation
 
-    saved = os.environ.get("SPECSIM_COMPILED")
-    os.environ["SPECSIM_COMPILED"] = compiled
-    try:
-        cpu = time.process_time()
-        summary = run_simulation(Scenario.model_validate(data), fast_path=fast).summary
-        return summary, time.process_time() - cpu
-    finally:
-        if saved is None:
-            del os.environ["SPECSIM_COMPILED"]
-        else:
-            os.environ["SPECSIM_COMPILED"] = saved
+    cpu = time.process_time()
+    summary = run_simulation(Scenario.model_validate(data), fast_path=fast).summary
+    return summary, time.process_time() - cpu
 
 
 def speedup(data: dict, name: str) -> dict:
     """The fast path's speed-up per simulated request over the per-iteration path, both run
-    here one after the other (the fast one first, and again after, taking the quicker): with
-    the compiled kernels where numba is installed (the default then), and with numpy alone."""
-    from specsim.simulation import compiled
-
-    variants = ["1", "0"] if compiled.available() else ["0"]
-    if compiled.available():
-        cpu_run(data, True, "1")  # numba's import and its cached machine code: not timed
-    first = {v: cpu_run(data, True, v) for v in variants}
+    here one after the other (the fast one first, and again after, taking the quicker)."""
+    cpu_run(data, True)  # the kernels' first call: not timed
+    summary, fast = cpu_run(data, True)
     reference_summary, reference = cpu_run(data, False)
-    figures = {f"{name}_per_iteration_cpu_s": round(reference, 3)}
-    for v in variants:
-        summary, fast = first[v]
-        fast = min(fast, cpu_run(data, True, v)[1])
-        if summary != reference_summary:
-            raise SystemExit(f"{name}: the fast path's summary differs (SPECSIM_COMPILED={v})")
-        label = "compiled" if v == "1" else "numpy"
-        figures[f"{name}_{label}_speedup_vs_per_iteration"] = round(reference / fast, 2)
-        figures[f"{name}_{label}_cpu_s"] = round(fast, 3)
-    best = "compiled" if compiled.available() else "numpy"
-    figures[f"{name}_speedup_vs_per_iteration"] = figures[f"{name}_{best}_speedup_vs_per_iteration"]
+    fast = min(fast, cpu_run(data, True)[1])
+    if summary != reference_summary:
+        raise SystemExit(f"{name}: the fast path's summary differs from the reference's")
+    return {
+        f"{name}_per_iteration_cpu_s": round(reference, 3),
+        f"{name}_cpu_s": round(fast, 3),
+        f"{name}_speedup_vs_per_iteration": round(reference / fast, 2),
+    }
+
+
+def fleet_data(replicas: int) -> dict:
+    data = low_load_data("fixed")
+    data["name"] = f"bench-fleet-{replicas}"
+    data["workload"] = {**data["workload"], "rate": 2.0 * replicas, "requests": 300 * replicas}
+    data["fleet"] = {"replicas": replicas, "router": "least_outstanding"}
+    return data
+
+
+def fleet() -> dict:
+    """CPU microseconds per simulated request by fleet size, at the same load per replica."""
+    figures = {}
+    for replicas in (1, 8, 64):
+        summary, cpu = cpu_run(fleet_data(replicas), True)
+        figures[f"fleet_us_per_request_{replicas}"] = round(cpu / summary["requests"] * 1e6, 1)
+    figures["fleet_64_over_1"] = round(
+        figures["fleet_us_per_request_64"] / figures["fleet_us_per_request_1"], 2
+    )
     return figures
 
 
 def low_load(policy: str) -> dict:
     """Requests per CPU-second and CPU microseconds per iteration of one low-load run, and the
     speed-up over the per-iteration path."""
-    from specsim.simulation import compiled
-
     data = low_load_data(policy)
-    speedups = speedup(data, f"low_load_{policy}")  # compiles the kernels first, untimed
-    # The path a long run takes (``auto`` would keep these 2,000 requests on numpy).
-    summary, cpu = cpu_run(data, True, "1" if compiled.available() else "0")
+    speedups = speedup(data, f"low_load_{policy}")  # loads the kernels first, untimed
+    summary, cpu = cpu_run(data, True)
     iterations = summary["engine_iterations"]
     return {
         f"low_load_{policy}_requests_per_cpu_s": round(summary["requests"] / cpu),
@@ -166,24 +166,22 @@ def numpy_loop(iterations: int) -> float:
 
 
 FIRST_RUN = """
-import os, time
-start = time.process_time()
+import time
 import specsim
-specsim.simulate("scenarios/poisson.yaml", workload__duration_s=30)
-print(time.process_time() - start)
+times = [time.process_time()]
+for _ in range(2):
+    specsim.simulate("scenarios/poisson.yaml", workload__duration_s=30)
+    times.append(time.process_time())
+print(times[1] - times[0], times[2] - times[1])
 """
 
 
 def compile_cost() -> dict:
-    """CPU seconds of a fresh process's first run: numpy, compiled cold and compiled warm."""
-    from specsim.simulation import compiled
-
-    if not compiled.available():
-        return {}
+    """CPU seconds a fresh process's first run pays beyond its second: cold and warm cache."""
     figures = {}
     with tempfile.TemporaryDirectory() as cache:
-        for label, setting in (("numpy", "0"), ("cold", "1"), ("warm", "1")):
-            env = {**os.environ, "SPECSIM_COMPILED": setting, "SPECSIM_CACHE_DIR": cache}
+        for label in ("cold", "warm"):
+            env = {**os.environ, "SPECSIM_CACHE_DIR": cache}
             done = subprocess.run(
                 [sys.executable, "-c", FIRST_RUN],
                 cwd=REPO,
@@ -192,9 +190,8 @@ def compile_cost() -> dict:
                 text=True,
                 check=True,
             )
-            figures[f"compile_{label}_first_run_cpu_s"] = round(float(done.stdout.split()[-1]), 2)
-    extra = figures["compile_warm_first_run_cpu_s"] - figures["compile_numpy_first_run_cpu_s"]
-    figures["compile_warm_extra_cpu_s"] = round(extra, 2)
+            first, second = map(float, done.stdout.split()[-2:])
+            figures[f"compile_{label}_extra_cpu_s"] = round(first - second, 2)
     return figures
 
 
@@ -207,17 +204,12 @@ def child(requests: int) -> None:
 
 
 def peak_memory(requests: int) -> dict:
-    """The child's figures, on the compiled path where numba is installed (at both sizes, so
-    that the growth compares like with like)."""
-    from specsim.simulation import compiled
-
-    env = {**os.environ, "SPECSIM_COMPILED": "1" if compiled.available() else "0"}
+    """The child's figures."""
     proc = subprocess.run(
         [sys.executable, __file__, "--child", str(requests)],
         capture_output=True,
         text=True,
         check=True,
-        env=env,
     )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -234,10 +226,6 @@ def main(argv: list[str]) -> None:
     mem_large = peak_memory(large)
     timed_requests = 20_000 if quick else 100_000
     compiling = compile_cost()
-    from specsim.simulation import compiled
-
-    if compiled.available():  # the headline on the path a long run takes, at either size
-        os.environ["SPECSIM_COMPILED"] = "1"
     # Warm-up: imports, profile parsing and the kernels (compiled or loaded from the cache),
     # so that the timed run below measures simulating alone.
     simulate(2_000, None)
@@ -262,6 +250,7 @@ def main(argv: list[str]) -> None:
         "requests_per_s_in_memory_run": round(mem_large["requests"] / mem_large["s"]),
         "us_per_iteration_over_numpy_loop": round(seconds / baseline, 2),
         **compiling,
+        **fleet(),
         **low,
         **saturated,
     }

@@ -3,7 +3,6 @@
     python benchmarks/profile_simulator.py low        # low load, fixed k = 4, 2,000 requests
     python benchmarks/profile_simulator.py adaptive   # low load, adaptive window
     python benchmarks/profile_simulator.py saturated  # batch 64, 4,000 requests
-    SPECSIM_COMPILED=0 python benchmarks/profile_simulator.py low   # numpy alone
 
 One warm run first (imports, the profile file, numba's cached kernels), then the profiled run;
 prints CPU seconds, requests and iterations, then the top functions by own time.

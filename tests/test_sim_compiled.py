@@ -1,10 +1,10 @@
-"""The compiled kernels (numba, ``specsim/simulation/compiled.py``) against the numpy code they
-stand in for, and the switch between them.
+"""The compiled kernels (numba, ``specsim/simulation/compiled.py``): where they run, their
+acceptance stream, and their on-disk cache.
 
 ``JumpStream`` (PCG64 stepped and jumped in numba) must hand out what ``Generator.random``
-gives and leave the generator where it would be. numba is a dev dependency, so these run in CI;
-the simulator-level identity of both paths with the per-iteration reference is in
-``test_sim_stretch.py`` (every case runs with ``SPECSIM_COMPILED=1`` and ``0``).
+gives and leave the generator where it would be; a stretch's rows with the uniforms drawn in
+the kernel equal those from uniforms handed in. The simulator-level identity of the fast path
+with the per-iteration reference is in ``test_sim_stretch.py``.
 """
 
 from __future__ import annotations
@@ -19,19 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.errors import SpecsimError
-from specsim.scenario import Scenario, Workload
+from specsim.scenario import Scenario
 from specsim.simulation import compiled, compiled_loop, compiled_serving, run_simulation, stretch
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.replica import Replica
-from specsim.simulation.run import planned_requests
 
 DATA = Path(__file__).parent / "data"
 REPO = DATA.parent.parent
-LENGTHS = {
-    "prompt": {"dist": "uniform", "low": 20, "high": 300},
-    "output": {"dist": "uniform", "low": 1, "high": 200},
-}
 FIELDS = (
     "n rows left drafts accepted contexts done totals new own_span kv pairs".split()  # noqa: SIM905
 )
@@ -61,9 +55,8 @@ def rows_inputs(seed: int, k: int, proposal_rate: float, through: bool, used: in
     return (uniforms, *tables_part, shift, remaining, context, m, through, decode_kv)
 
 
-def test_numba_is_installed_for_the_tests():
-    """The dev extra brings numba, so the kernels below are the compiled ones, not Python."""
-    assert compiled.available()
+def test_the_kernels_are_compiled():
+    """numba is a dependency: the kernels are numba dispatchers, not Python functions."""
     assert hasattr(compiled.kernels().stretch_rows, "py_func")
 
 
@@ -71,23 +64,16 @@ CASES = list(itertools.product(range(3), (0, 1, 4), (1.0, 0.6), (False, True), (
 
 
 @pytest.mark.parametrize(("seed", "k", "proposal_rate", "through", "used"), CASES)
-def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through, used):
+def test_stretch_rows_drawn_in_the_kernel_equal_those_from_uniforms_handed_in(
+    seed, k, proposal_rate, through, used
+):
     """108 cases (3 seeds x k in 0, 1, 4 x proposals always or at 0.6 x through finishes or not x
-    1, 5 or 8 slots used of 8, a third of them empty): every output has the numpy code's
-    dtype, shape and bytes (so also its zeros' signs)."""
+    1, 5 or 8 slots used of 8, a third of them empty): the stretch kernel that draws its slots'
+    uniforms from the generator's state gives every output byte for byte as the one handed
+    the generator's doubles (k = 0 draws none)."""
     inputs = rows_inputs(seed, k, proposal_rate, through, used)
-    fast = stretch.kernels_rows(*inputs)
-    slow = stretch.stretch_rows_numpy(*inputs)
-    assert fast[0] == slow[0], "iterations computed"
-    assert fast[0] >= 1
-    for name, a, b in zip(FIELDS[1:], fast[1:], slow[1:], strict=True):
-        if b is None:  # the batch size per iteration: only through finishes
-            assert not through
-            continue
-        b = np.asarray(b)
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        assert a.tobytes() == b.tobytes(), name
-    # The same with the uniforms drawn inside the kernel, from the generator's state.
+    given = stretch.kernels_rows(*inputs)
+    assert given[0] >= 1, "iterations computed"
     per_iteration, capacity = inputs[1:3]
     if k:
         rng = np.random.default_rng(seed)
@@ -101,21 +87,6 @@ def test_stretch_rows_match_numpy_byte_for_byte(seed, k, proposal_rate, through,
         drawn = stretch.kernels_drawn(words, blocks, *inputs[2:])
         for name, a, b in zip(FIELDS, drawn, stretch.kernels_rows(*drawn_inputs), strict=True):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), f"drawn: {name}"
-
-
-def test_the_switch(monkeypatch):
-    for setting, expected in (("0", False), ("off", False), ("1", True), ("auto", True)):
-        monkeypatch.setenv(compiled.ENV, setting)
-        assert compiled.active() is expected
-    monkeypatch.setenv(compiled.ENV, "sometimes")
-    with pytest.raises(SpecsimError, match="SPECSIM_COMPILED='sometimes' is not one of"):
-        compiled.active()
-    monkeypatch.setattr(compiled, "available", lambda: False)  # as without the optional extra
-    monkeypatch.setenv(compiled.ENV, "auto")
-    assert compiled.active() is False
-    monkeypatch.setenv(compiled.ENV, "1")
-    with pytest.raises(SpecsimError, match=r"numba is not installed; fix: pip install"):
-        compiled.active()
 
 
 def low_load() -> Scenario:
@@ -135,15 +106,9 @@ def low_load() -> Scenario:
     return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
 
 
-@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
-def test_the_kernel_runs_when_on_and_not_when_off(policy, monkeypatch, tmp_path):
-    """The switch reaches the replica: with it on, the compiled serving loop runs (its replica
-    plans the few stretches left to Python in numpy, so that the stretch kernels need no
-    compiling); off, or without numba, every stretch comes from numpy; the
-    outputs agree byte for byte."""
-    calls = {"loops": 0, "stretch kernels": 0, "numpy": 0}
-    module = compiled.kernels()
-    fallback = stretch.stretch_rows_numpy
+def counting(monkeypatch) -> dict[str, int]:
+    """Calls of the compiled loops and of the stretch kernels, counted."""
+    calls = {"loops": 0, "stretch kernels": 0}
 
     def counted(name, function):
         def wrapper(*args):
@@ -156,33 +121,25 @@ def test_the_kernel_runs_when_on_and_not_when_off(policy, monkeypatch, tmp_path)
     monkeypatch.setattr(loop, "decode_loop", counted("loops", loop.decode_loop))
     serving = compiled_serving._serving_kernel()
     monkeypatch.setattr(serving, "serving_loop", counted("loops", serving.serving_loop))
+    module = compiled.kernels()
     for name in ("stretch_rows", "stretch_rows_drawn"):
         monkeypatch.setattr(module, name, counted("stretch kernels", getattr(module, name)))
-    monkeypatch.setattr(stretch, "stretch_rows_numpy", counted("numpy", fallback))
+    return calls
+
+
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
+def test_a_lone_replica_runs_the_serving_loop(policy, monkeypatch):
+    """A replica alone on its arrivals runs its iterations in the compiled serving loop (the
+    few it leaves to Python may plan stretches of their own)."""
+    calls = counting(monkeypatch)
     scenario = low_load()
     scenario.speculation.policy = policy
-    outputs = {}
-    for label, setting, installed in (
-        ("on", "1", True),
-        ("off", "0", True),
-        ("absent", "auto", False),
-    ):
-        monkeypatch.setattr(compiled, "available", lambda installed=installed: installed)
-        monkeypatch.setenv(compiled.ENV, setting)
-        before = dict(calls)
-        path = tmp_path / f"{label}.csv"
-        summary = run_simulation(scenario, records_path=path, fast_path=True).summary
-        outputs[label] = (path.read_bytes(), summary)
-        used = {name: calls[name] - before[name] for name in calls}
-        if label == "on":
-            assert used["loops"] >= 5 and used["stretch kernels"] == 0, used
-        else:
-            assert used["loops"] == used["stretch kernels"] == 0 and used["numpy"] > 20, used
-    assert outputs["on"] == outputs["off"] == outputs["absent"]
+    run_simulation(scenario, fast_path=True)
+    assert calls["loops"] >= 5, calls
 
 
 def test_the_reference_path_never_takes_the_kernels(monkeypatch):
-    monkeypatch.setenv(compiled.ENV, "1")
+    calls = counting(monkeypatch)
     made = []
     init = Replica.__init__
 
@@ -192,7 +149,9 @@ def test_the_reference_path_never_takes_the_kernels(monkeypatch):
 
     monkeypatch.setattr(Replica, "__init__", keep)
     run_simulation(low_load(), fast_path=False)
-    assert made and not any(replica.compiled for replica in made)
+    assert made and not any(replica.fast for replica in made)
+    assert not any(isinstance(replica._draws, JumpStream) for replica in made)
+    assert calls == {"loops": 0, "stretch kernels": 0}
 
 
 def generator_words(rng: np.random.Generator) -> tuple:
@@ -252,60 +211,8 @@ def test_the_compiled_pcg64_advances_as_numpy_does():
     assert stream.random(10_000).tobytes() == rng.random(10_000).tobytes()
 
 
-def test_replicas_take_the_jump_stream_only_with_the_kernels(monkeypatch):
-    for setting, kind in (("1", "JumpStream"), ("0", "UniformStream")):
-        monkeypatch.setenv(compiled.ENV, setting)
-        made = []
-        init = Replica.__init__
-
-        def keep(self, *args, made=made, init=init, **kwargs):
-            init(self, *args, **kwargs)
-            made.append(self)
-
-        monkeypatch.setattr(Replica, "__init__", keep)
-        run_simulation(low_load(), fast_path=True)
-        monkeypatch.setattr(Replica, "__init__", init)
-        assert made and all(type(r._draws).__name__ == kind for r in made), setting
-
-
-def test_auto_compiles_only_for_runs_long_enough_to_repay_it(monkeypatch):
-    """``auto`` takes the kernels for a run of ``MIN_REQUESTS`` or more, whatever the process
-    ran before (so a run's path depends on it alone); a scenario's planned requests decide."""
-    monkeypatch.setenv(compiled.ENV, "auto")
-    compiled.kernels()  # compiled here already: no matter
-    assert compiled.active(compiled.MIN_REQUESTS - 1) is False
-    assert compiled.active(compiled.MIN_REQUESTS) is True
-    monkeypatch.setenv(compiled.ENV, "1")
-    assert compiled.active(10) is True  # insisted on
-    workload = low_load().workload
-    assert planned_requests(workload) == 120.0
-    for duration, planned in ((30.0, 60.0), (300.0, 120.0)):  # 2 requests/s, at most 120
-        shorter = workload.model_copy(update={"duration_s": duration})
-        assert planned_requests(shorter) == planned
-    closed = {"kind": "closed_loop", "concurrency": 4, "duration_s": 50.0, **LENGTHS}
-    assert planned_requests(Workload.model_validate(closed)) == 0.0
-
-
-def test_a_short_simulation_does_not_import_numba(tmp_path):
-    """The README's small commands stay as quick as without the extra: numba is not imported
-    by ``specsim simulate scenarios/poisson.yaml`` (about 1,200 requests)."""
-    script = (
-        "import sys\n"
-        "from specsim.cli import main\n"
-        f"code = main(['simulate', 'scenarios/poisson.yaml', '--out', {str(tmp_path)!r}])\n"
-        "print(code, 'numba' in sys.modules)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != compiled.ENV}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
-    )
-    assert done.stdout.split()[-2:] == ["0", "False"], done.stderr[-2000:]
-    assert (tmp_path / "summary.json").exists()
-
-
 COMPILE_COUNT = """
 import hashlib, json, os, sys
-os.environ["SPECSIM_COMPILED"] = "1"
 import specsim
 from specsim.simulation import compiled
 result = specsim.simulate("scenarios/poisson.yaml", workload__duration_s=30)

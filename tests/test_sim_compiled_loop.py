@@ -2,7 +2,7 @@
 ``StepCosts`` for every drafter class, where it runs and where it does not, and identity with
 the per-iteration reference on profiles whose every cost term is non-zero.
 
-The identity of the whole fast path (loop included, ``SPECSIM_COMPILED=1``) with the reference
+The identity of the whole fast path (loop included) with the reference
 on every shipped scenario and window policy is in ``test_sim_stretch.py``.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_sim_stretch import assert_identical, make
+from test_sim_stretch import assert_identical, make, no_loops
 
 from specsim.costs import PassTotals, StepCosts
 from specsim.profile import load_profile
@@ -187,12 +187,12 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     scenario = make({"speculation": speculation, "workload": workload}, every_term)
     engine = scenario.engine.model_copy(update={"jitter": False})
     scenario = scenario.model_copy(update={"engine": engine})
-    assert loop_iterations(scenario, monkeypatch, "1", serving_too=False)[0] > 0
+    assert loop_iterations(scenario, monkeypatch, serving_too=False)[0] > 0
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
 def loop_iterations(
-    scenario, monkeypatch, setting: str, serving_too: bool = True
+    scenario, monkeypatch, loops: bool = True, serving_too: bool = True
 ) -> tuple[int, int, dict]:
     """Iterations the compiled loop ran (and, with ``serving_too``, the serving loop, which
     stands in for it with a fixed k or k by batch size, chunked prefill and no prefix cache:
@@ -215,7 +215,8 @@ def loop_iterations(
     with monkeypatch.context() as patch:
         patch.setattr(kernel, "decode_loop", counted)
         patch.setattr(compiled_serving.ServingLoop, "run", counted_serving)
-        patch.setenv("SPECSIM_COMPILED", setting)
+        if not loops:
+            no_loops(patch)
         summary = run_simulation(scenario).summary
     return ran[0], summary["engine_iterations"], summary
 
@@ -229,9 +230,9 @@ def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(policy, monkeyp
     if policy == "by_batch":
         speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 3, "k": 2}]
     scenario = make({"workload": {"rate": 1.0}, "speculation": speculation})
-    inside, total, summary = loop_iterations(scenario, monkeypatch, "1")
+    inside, total, summary = loop_iterations(scenario, monkeypatch)
     assert inside >= 0.8 * total
-    inside_off, _, summary_off = loop_iterations(scenario, monkeypatch, "0")
+    inside_off, _, summary_off = loop_iterations(scenario, monkeypatch, loops=False)
     assert inside_off == 0 and summary_off == summary
     if policy != "fixed":  # the window changed during the run: a mean between windows
         assert summary["mean_window"] != round(summary["mean_window"])
@@ -247,7 +248,7 @@ def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(policy, monkeyp
     ids=["two replicas", "padded", "client cap"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
-    inside, total, _ = loop_iterations(make(changes), monkeypatch, "1")
+    inside, total, _ = loop_iterations(make(changes), monkeypatch)
     assert inside == 0 and total > 0
 
 
@@ -259,18 +260,18 @@ def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
     (tmp_path / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
     (tmp_path / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
     scenario = make({}, tmp_path)
-    inside, total, _ = loop_iterations(scenario, monkeypatch, "1")
+    inside, total, _ = loop_iterations(scenario, monkeypatch)
     assert inside == 0 and total > 0
     engine = scenario.engine.model_copy(update={"jitter": False})
     steady = scenario.model_copy(update={"engine": engine})
-    assert loop_iterations(steady, monkeypatch, "1")[0] > 0
+    assert loop_iterations(steady, monkeypatch)[0] > 0
 
 
 def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypatch):
     """A 2-slot engine fills the step log's 2,046 entries every ~1,000 iterations, inside the
     loop: it must stop there for the log to fold, as ``record_step`` folds it."""
     scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5, "prefix": PREFIX}})
-    inside, total, _ = loop_iterations(scenario, monkeypatch, "1", serving_too=False)
+    inside, total, _ = loop_iterations(scenario, monkeypatch, serving_too=False)
     assert inside >= 0.5 * total and total > 2 * 1024
     assert_identical(scenario, tmp_path, monkeypatch)
 
@@ -289,7 +290,6 @@ def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
     scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0, "prefix": PREFIX}})
     with monkeypatch.context() as patch:
         patch.setattr(kernel, "decode_loop", counted)
-        patch.setenv("SPECSIM_COMPILED", "1")
         run_simulation(scenario)
     assert max(prompts) >= 2 and prompts.count(1) > 10
     assert_identical(scenario, tmp_path, monkeypatch)

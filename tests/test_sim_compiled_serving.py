@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
-from test_sim_stretch import assert_identical, make
+from test_sim_stretch import assert_identical, make, no_loops
 
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
@@ -36,7 +36,7 @@ def closed(workload=None, **sections) -> Scenario:
     return make({"workload": {**CLOSED, **(workload or {})}, **sections})
 
 
-def kernel_iterations(scenario, monkeypatch, setting: str = "1") -> tuple[int, int, dict]:
+def kernel_iterations(scenario, monkeypatch, loops: bool = True) -> tuple[int, int, dict]:
     """Iterations the closed-loop kernel ran, the run's engine iterations, and its summary."""
     original = compiled_serving.ServingLoop.run
     ran = [0]
@@ -49,7 +49,8 @@ def kernel_iterations(scenario, monkeypatch, setting: str = "1") -> tuple[int, i
 
     with monkeypatch.context() as patch:
         patch.setattr(compiled_serving.ServingLoop, "run", counted)
-        patch.setenv("SPECSIM_COMPILED", setting)
+        if not loops:
+            no_loops(patch)
         summary = run_simulation(scenario).summary
     return ran[0], summary["engine_iterations"], summary
 
@@ -259,9 +260,9 @@ def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
 
 
 def test_the_loop_is_off_without_the_kernels(monkeypatch):
-    inside, total, summary = kernel_iterations(closed(), monkeypatch, "0")
+    inside, total, summary = kernel_iterations(closed(), monkeypatch, loops=False)
     assert inside == 0 and total > 0
-    assert kernel_iterations(closed(), monkeypatch, "1")[2] == summary
+    assert kernel_iterations(closed(), monkeypatch)[2] == summary
 
 
 @pytest.mark.parametrize("kind", ["open loop", "closed loop"])
@@ -287,10 +288,11 @@ def test_a_request_that_never_fits_is_refused_as_before(kind, monkeypatch):
         return end
 
     errors = []
-    for fast, setting in ((False, "0"), (True, "1"), (True, "0")):
-        monkeypatch.setenv("SPECSIM_COMPILED", setting)
+    for fast, loops in ((False, True), (True, True), (True, False)):
         with monkeypatch.context() as patch, pytest.raises(SpecsimError) as caught:
             patch.setattr(compiled_serving.ServingLoop, "run", counted)
+            if not loops:
+                no_loops(patch)
             run_simulation(scenario, fast_path=fast)
         errors.append(str(caught.value))
     assert errors[0] == errors[1] == errors[2]

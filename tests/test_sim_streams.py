@@ -1,7 +1,5 @@
 """The pieces the fast path relies on give exactly what the per-iteration path computes.
 
-- ``UniformStream`` hands out the numbers sequential ``Generator.random`` calls give, however
-  the takes are cut, rewound, or interleaved with ``integers`` (the acceptance levels);
 - ``StepCosts.decode_seconds`` (and ``_by_k``) equal ``iteration_s`` bit for bit, element by
   element, for every drafter kind and window;
 - ``GoodputWindow.choose_along`` picks what ``choose_batch`` picks at each iteration;
@@ -20,35 +18,10 @@ from specsim.profile import load_profile
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.clock import Clock
 from specsim.simulation.policy import GoodputWindow
-from specsim.simulation.stream import UniformStream
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parent.parent
 ROOFLINE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_uniform_stream_gives_the_sequential_draws(seed):
-    """Random mixes of takes (small, and larger than a read-ahead block), rewinds and integer
-    draws; 60 operations per seed, 20 seeds."""
-    plain, stream = np.random.default_rng(seed), UniformStream(np.random.default_rng(seed))
-    choose = np.random.default_rng(1000 + seed)
-    for _ in range(60):
-        op = int(choose.integers(0, 4))
-        if op == 3:
-            size = int(choose.integers(1, 10))
-            expected = plain.integers(0, 64, size=size, dtype=np.int64)
-            got = stream.integers(0, 64, size=size, dtype=np.int64)
-        else:
-            n = int(choose.integers(0, 40_000 if op == 2 else 300))
-            expected = plain.random(n)
-            got = stream.random(n).copy()
-            if n and choose.random() < 0.3:  # draw ahead, then hand the extra back
-                position = stream.position
-                stream.take(int(choose.integers(1, 5000)))
-                stream.rewind(position)
-        assert np.array_equal(expected, got)
-    assert np.array_equal(plain.random((3, 7)), stream.random((3, 7)))
 
 
 @pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])

@@ -1,8 +1,9 @@
 """The fast path (steady decode stretches advanced several iterations at a time, arrivals drained
 inside the replica loop) gives byte-identical results to the per-iteration reference path.
 
-Each case runs three times, the fast path with the compiled kernels (``SPECSIM_COMPILED=1``) and
-with numpy alone (``0``), and the reference (``fast_path=False``), and they must agree on
+Each case runs three times, the fast path as it runs (the compiled serving loop where it
+applies), the fast path with the compiled loops held off (``no_loops``: every iteration Python
+plans, in stretches or one by one), and the reference (``fast_path=False``), and they must agree on
 requests.csv (bytes), summary.json (the dict), every finished request's row at full float
 precision, and every replica's engine statistics (busy seconds, KV token-seconds, FLOPs, ITL
 histogram, acceptance and batch counts), exactly. The cases cover every shipped scenario (with
@@ -205,10 +206,17 @@ def engine_stats(stats) -> dict:
     }
 
 
-def observe(
-    scenario: Scenario, path: Path, fast: bool, monkeypatch, compiled: str = "auto"
-) -> dict:
-    """Everything a run produced, at full precision (``compiled``: ``SPECSIM_COMPILED``)."""
+def no_loops(patch) -> None:
+    """Hold the compiled loops off: a replica's iterations then run as Python plans them."""
+    from specsim.simulation.compiled_loop import DecodeLoop
+    from specsim.simulation.compiled_serving import ServingLoop
+
+    patch.setattr(DecodeLoop, "build", staticmethod(lambda replica: None))
+    patch.setattr(ServingLoop, "build", staticmethod(lambda *args, **kwargs: None))
+
+
+def observe(scenario: Scenario, path: Path, fast: bool, monkeypatch, loops: bool = True) -> dict:
+    """Everything a run produced, at full precision (``loops``: the compiled loops may run)."""
     rows, replicas = [], []
     add, close = RecordSink.add, Replica.close
 
@@ -223,22 +231,22 @@ def observe(
     with monkeypatch.context() as patch:
         patch.setattr(RecordSink, "add", keep_row)
         patch.setattr(Replica, "close", keep_replica)
-        patch.setenv("SPECSIM_COMPILED", compiled)
+        if not loops:
+            no_loops(patch)
         summary = run_simulation(scenario, records_path=path, fast_path=fast).summary
     return {"csv": path.read_bytes(), "summary": summary, "rows": rows, "replicas": replicas}
 
 
 def assert_identical(scenario: Scenario, tmp_path: Path, monkeypatch) -> dict:
-    """The fast path, with the compiled kernels (numba: a dev dependency, so this runs in CI)
-    and with numpy alone, against the reference."""
+    """The fast path, as it runs and with the compiled loops held off, against the reference."""
     reference = observe(scenario, tmp_path / "reference.csv", False, monkeypatch)
-    for compiled in ("1", "0"):
-        fast = observe(scenario, tmp_path / f"fast-{compiled}.csv", True, monkeypatch, compiled)
+    for loops in (True, False):
+        fast = observe(scenario, tmp_path / f"fast-{loops}.csv", True, monkeypatch, loops)
         assert fast["summary"]["requests"] > 0
-        assert fast["rows"] == reference["rows"], f"SPECSIM_COMPILED={compiled}"
-        assert fast["replicas"] == reference["replicas"], f"SPECSIM_COMPILED={compiled}"
-        assert fast["summary"] == reference["summary"], f"SPECSIM_COMPILED={compiled}"
-        assert fast["csv"] == reference["csv"], f"SPECSIM_COMPILED={compiled}"
+        assert fast["rows"] == reference["rows"], f"loops={loops}"
+        assert fast["replicas"] == reference["replicas"], f"loops={loops}"
+        assert fast["summary"] == reference["summary"], f"loops={loops}"
+        assert fast["csv"] == reference["csv"], f"loops={loops}"
     return fast
 
 
@@ -284,10 +292,10 @@ def test_the_cases_exercise_what_they_name(tmp_path, monkeypatch):
 def test_stretches_carry_most_iterations_at_low_load(monkeypatch):
     """The fast path really takes stretches (it is not the reference in disguise): at low load
     nearly every iteration is inside one, and each stretch is one SimPy event. (With the
-    kernels on, the compiled decode loop carries them instead: ``test_sim_compiled_loop.py``.)"""
+    compiled loops, the decode loop carries them instead: ``test_sim_compiled_loop.py``.)"""
     from specsim.simulation import replica as replica_module
 
-    monkeypatch.setenv("SPECSIM_COMPILED", "0")
+    no_loops(monkeypatch)
     stretches, inside = [0], [0]
     apply = replica_module.Replica._apply_stretch
 
@@ -317,7 +325,7 @@ def count_finishes_inside_stretches(scenario: Scenario, monkeypatch) -> tuple[in
 
     with monkeypatch.context() as patch:
         patch.setattr(replica_module.Replica, "_apply_stretch", count)
-        patch.setenv("SPECSIM_COMPILED", "0")  # the compiled loop would take the stretches
+        no_loops(patch)  # the compiled loop would take the stretches
         run_simulation(scenario)
     return stretches[0], inside[0]
 
@@ -348,6 +356,7 @@ def test_a_window_chosen_before_a_preemption_is_chosen_again(monkeypatch):
         return step
 
     monkeypatch.setattr(Replica, "_plan_mixed", plan_with_a_stale_window)
+    no_loops(monkeypatch)  # iterations that Python plans
     run_simulation(make(CASES["preemption"]))
     assert planned and set(planned) == {BASE["speculation"]["k"]}  # the fixed policy's k
 
@@ -372,9 +381,9 @@ def test_a_stretch_that_keeps_its_unused_draws_is_caught(tmp_path, monkeypatch):
     """Planted bug: a stretch leaves the acceptance stream where its whole block of uniforms
     ends, not where its iterations' draws do."""
     from specsim.simulation import replica as replica_module
-    from specsim.simulation.stream import UniformStream
+    from specsim.simulation.compiled_stream import JumpStream
 
-    monkeypatch.setattr(UniformStream, "rewind", lambda self, position: None)
-    assert replica_module.UniformStream is UniformStream
+    monkeypatch.setattr(JumpStream, "rewind", lambda self, position: None)
+    assert replica_module.JumpStream is JumpStream
     with pytest.raises(AssertionError):
         assert_identical(make(CASES["fixed"]), tmp_path, monkeypatch)

@@ -13,6 +13,7 @@ with no such options takes them from Dask's own configuration (``distributed.com
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,10 @@ def connect_cluster(address: str, timeout_s: float, tls: ClusterTls | None = Non
         client = Client(address, timeout=f"{timeout_s}s", security=security, set_as_default=False)
     except Exception as exc:
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        # The half-made client closes itself when collected; collected later, inside another
+        # client's start, its close waits on that start's loop and the process hangs.
+        del exc
+        gc.collect()
         raise SpecsimError(
             f"cannot reach a Dask scheduler at {address} within {timeout_s:g} s ({reason})",
             key="--cluster",
@@ -114,11 +119,8 @@ def connect_cluster(address: str, timeout_s: float, tls: ClusterTls | None = Non
     return client
 
 
-def run_on_cluster(
-    client, task: Task, todo: dict[str, SweepPoint], expected_requests: float = 0.0
-) -> Iterator[tuple[str, dict]]:
-    """Submit every point to the cluster; yield (key, record) as each one completes.
-    ``expected_requests``: each worker's share of the sweep (``run_point``)."""
+def run_on_cluster(client, task: Task, todo: dict[str, SweepPoint]) -> Iterator[tuple[str, dict]]:
+    """Submit every point to the cluster; yield (key, record) as each one completes."""
     from dask.distributed import as_completed
 
     futures = {}
@@ -128,7 +130,6 @@ def run_on_cluster(
             task,
             point.scenario,
             list(point.overrides),
-            expected_requests,
             key=f"specsim-point-{key}",
             pure=False,
         )

@@ -276,12 +276,10 @@ class Sweeper:
 
     def _compute(self, todo: dict[str, SweepPoint]) -> Iterable[tuple[str, dict[str, Any]]]:
         if self._client is not None:
-            expected = expected_requests(todo.values(), self.parallelism)
-            yield from run_on_cluster(self._client, self.task, todo, expected)
+            yield from run_on_cluster(self._client, self.task, todo)
         elif self.workers == 1 or len(todo) == 1:
-            expected = expected_requests(todo.values(), 1)
             for key, point in todo.items():
-                yield key, run_point(self.task, point.scenario, list(point.overrides), expected)
+                yield key, run_point(self.task, point.scenario, list(point.overrides))
         else:
             yield from self._compute_pool(todo)
 
@@ -295,7 +293,6 @@ class Sweeper:
         """
         queue = deque(todo)
         suspects: deque[str] = deque()
-        expected = expected_requests(todo.values(), self.workers)
         while queue or suspects:
             pool = self._ensure_pool()
             if suspects:
@@ -303,7 +300,7 @@ class Sweeper:
                 point = todo[key]
                 try:
                     record = pool.submit(
-                        run_point, self.task, point.scenario, list(point.overrides), expected
+                        run_point, self.task, point.scenario, list(point.overrides)
                     ).result()
                 except BrokenProcessPool:
                     self._drop_pool()
@@ -319,7 +316,7 @@ class Sweeper:
                     point = todo[queue[0]]
                     try:
                         future = pool.submit(
-                            run_point, self.task, point.scenario, list(point.overrides), expected
+                            run_point, self.task, point.scenario, list(point.overrides)
                         )
                     except BrokenProcessPool:
                         # A worker died after the last wait returned: the pool refuses new
@@ -372,28 +369,6 @@ class Sweeper:
                 initargs=(watched,),
             )
         return self._pool
-
-
-def expected_requests(points: Iterable[SweepPoint], processes: int, sample: int = 16) -> float:
-    """About how many requests each of ``processes`` simulates over ``points``: the planned
-    requests of up to ``sample`` evenly spaced points (reading every scenario would cost a
-    large sweep seconds), scaled to all of them. Zero where a point cannot be read: its own
-    run reports why."""
-    from specsim.scenario import load_scenario
-    from specsim.simulation.run import planned_requests
-
-    points = list(points)
-    if not points:
-        return 0.0
-    step = max(1, len(points) // sample)
-    try:
-        planned = [
-            planned_requests(load_scenario(p.scenario, list(p.overrides)).workload)
-            for p in points[::step][:sample]
-        ]
-    except SpecsimError:
-        return 0.0
-    return sum(planned) / len(planned) * len(points) / processes
 
 
 def _exit_with_the_sweep(watched) -> None:

@@ -24,19 +24,13 @@ def simulate_point(scenario: str, overrides: list[str]) -> dict[str, Any]:
     return run_simulation(load_scenario(scenario, overrides)).summary
 
 
-def run_point(
-    task: Task, scenario: str, overrides: list[str], expected_requests: float = 0.0
-) -> dict[str, Any]:
+def run_point(task: Task, scenario: str, overrides: list[str]) -> dict[str, Any]:
     """Run ``task`` and turn any failure into a record, so one bad point cannot stop a sweep.
-    ``expected_requests``: what this process simulates over the sweep, which decides whether
-    the simulator compiles its kernels (``specsim.simulation.compiled.expecting``). A success
-    also records the CPU seconds the task took (this thread's: a Dask worker runs several)."""
-    from specsim.simulation import compiled
-
+    A success also records the CPU seconds the task took (this thread's: a Dask worker runs
+    several)."""
     try:
         start = time.thread_time()
-        with compiled.expecting(expected_requests):
-            summary = task(scenario, list(overrides))
+        summary = task(scenario, list(overrides))
         # Fail here, in the worker, if the summary cannot be stored as JSON.
         json.dumps(summary, allow_nan=False)
         return {"ok": True, "summary": summary, "cpu_s": round(time.thread_time() - start, 4)}

@@ -187,7 +187,7 @@ class DecodeLoop:
     def build(replica) -> DecodeLoop | None:
         """The loop for ``replica``, or None where it cannot run there."""
         if not (
-            replica.compiled
+            replica.fast
             and replica.jitter is None
             and not replica.padded
             and not replica.costs.checks_ranges

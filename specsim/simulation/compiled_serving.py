@@ -131,8 +131,7 @@ class ServingLoop:
             return None
         admission = replica.admission
         in_flight = len(admission.queue) + len(admission.prefilling) + replica.decoding
-        if in_flight > MOST_IN_FLIGHT:  # the Python path's stretches on their kernels meanwhile
-            replica.compiled_stretches = replica.compiled
+        if in_flight > MOST_IN_FLIGHT:  # the Python path's stretches meanwhile
             return None
         levels, arrivals, lengths = self._pack(replica, now, in_flight)
         decode, log, stream = self.decode, replica.log, replica._draws

@@ -24,7 +24,7 @@ The reference path (``fast=False``) makes each iteration one SimPy event. The fa
 steady stretch of decode iterations one event (``stretch.py``: computed at once, applied when it
 ends, cut back if a request reaches the replica meanwhile) and, for a replica alone on an
 open-loop source, takes the arrivals itself as their times pass; it gives the same results, bit
-for bit (``tests/test_sim_stretch.py``). With numba, a replica alone can run whole spans of
+for bit (``tests/test_sim_stretch.py``). A replica alone can run whole spans of
 iterations compiled (``compiled_serving.py``, ``compiled_loop.py``). Replayed acceptance
 sequences (``needs_position``) step one iteration at a time on either path: each step's counts
 depend on where the row stands.
@@ -45,13 +45,11 @@ from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
-from specsim.simulation.compiled import active as compiled_active
 from specsim.simulation.compiled_loop import DecodeLoop
 from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
-from specsim.simulation.stream import UniformStream
 from specsim.simulation.stretch import MIN_EXPECTED, Stretch, accumulate, plan_stretch
 
 _ONE = np.float64(1.0)
@@ -128,7 +126,6 @@ class Replica:
         jitter=None,
         fast: bool = False,
         prefix=None,
-        planned_requests: float = math.inf,
     ):
         self.index = index
         self.pool_index = pool_index
@@ -160,15 +157,11 @@ class Replica:
         # sequences depend on each row's position, step by step, so they run per iteration.
         # Tree pools run per iteration too: stretches total the chain's widths in closed form.
         self.fast = fast and not acceptance.needs_position and self.tree_rows is None
-        # The compiled kernels (compiled.py, numba): the same numbers, from PCG64's state; for a
-        # run of about ``planned_requests`` requests.
-        self.compiled = self.fast and compiled_active(planned_requests) and JumpStream.fits(rng)
-        # Stretches on the compiled kernels, unless the serving loop runs nearly every
-        # iteration: the few left to Python then plan theirs in numpy (the same numbers),
-        # and the stretch kernels need no compiling.
-        self.compiled_stretches = self.compiled
+        # The fast path runs the compiled kernels (compiled.py), which step PCG64's state.
         if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
-            rng = JumpStream(rng) if self.compiled else UniformStream(rng)
+            if not JumpStream.fits(rng):
+                raise ValueError("the fast path draws from numpy's PCG64 generator")
+            rng = JumpStream(rng)
         self._draws = rng
         self.admission = Admission(engine, self.kv_lookahead, kv_capacity, acceptance, rng, prefix)
         self.jitter = jitter  # a Jitter, or None: every iteration takes its median time
@@ -260,14 +253,12 @@ class Replica:
         if self.arrivals is not None:
             self._serving = ServingLoop.build(self, feed=self.arrivals)
             self._loop = DecodeLoop.build(self) if self._serving is None else None
-            self.compiled_stretches = self.compiled and self._serving is None
         self._process = env.process(self.process(env))
 
     def serve_clients(self, clients) -> None:
         """This replica alone serves closed-loop ``clients``: the compiled loop for them, where
         it runs (``compiled_serving.py``)."""
         self._serving = ServingLoop.build(self, clients=clients) if self.fast else None
-        self.compiled_stretches = self.compiled and self._serving is None
 
     def process(self, env):
         return self._fast_process(env) if self.fast else self._reference_process(env)

@@ -8,7 +8,6 @@ variable ``SPECSIM_ENGINE=reference`` for a whole process (the command line, swe
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,17 +191,6 @@ def _jitter(scenario: Scenario, setup: PoolSetup, rng: np.random.Generator) -> J
     return Jitter(profile.jitter, rng, profile.prefill_jitter)
 
 
-def planned_requests(workload) -> float:
-    """About how many requests a run serves, as far as the scenario says without running it:
-    ``requests``, or at most rate x duration for an open loop (0 where it says neither, as a
-    closed loop or a trace without ``requests`` may); it decides whether compiling the fast
-    path's kernels pays (``compiled.active``)."""
-    planned = math.inf if workload.requests is None else float(workload.requests)
-    if workload.rate is not None and workload.duration_s is not None:
-        planned = min(planned, workload.rate * workload.duration_s)
-    return 0.0 if planned == math.inf else planned
-
-
 def default_fast_path() -> bool:
     """False when ``SPECSIM_ENGINE=reference`` asks for the per-iteration reference path."""
     return os.environ.get("SPECSIM_ENGINE", "fast") != "reference"
@@ -259,7 +247,6 @@ def run_simulation(
             cap.on_finish(now)
 
     split = scenario.fleet.disaggregation
-    planned = planned_requests(scenario.workload)
     replicas: list[Replica] = []
     for pool_index, setup in enumerate(setups):
         replica_class = Replica if split is None else REPLICA_CLASSES[setup.name]
@@ -282,7 +269,6 @@ def run_simulation(
                     fast=fast,
                     # A split fleet's prefill replicas never hold the output's KV.
                     prefix=prefixes.for_replica(setup.kv_capacity, remembers_output=split is None),
-                    planned_requests=planned,
                 )
             )
     if split is None:

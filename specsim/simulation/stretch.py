@@ -105,13 +105,11 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     proposals = acceptance.proposal_rate < 1.0
     per_iteration = 0 if k == 0 else capacity * (2 if proposals else 1)
     stream_start = stream.position
-    compiled = replica.compiled_stretches
-    if compiled and k:  # only the occupied slots' uniforms (compiled_stream.py)
+    if k:  # only the occupied slots' uniforms (compiled_stream.py)
         blocks = 2 if proposals else 1
         draws, width, planned = stream.words_for(m, blocks, capacity), blocks, kernels_drawn
     else:
-        draws, width = stream.take(m * per_iteration), per_iteration
-        planned = kernels_rows if compiled else stretch_rows_numpy
+        draws, width, planned = stream.take(0), 0, kernels_rows
     n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs = planned(
         draws,
         width,
@@ -193,7 +191,7 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
 
 
 def kernels_rows(*args):
-    """``compiled_kernels.stretch_rows``, unpacked as ``stretch_rows_numpy`` returns it."""
+    """``compiled_kernels.stretch_rows`` (k = 0: no uniforms), unpacked."""
     return unpacked(kernels().stretch_rows(*args))
 
 
@@ -232,73 +230,3 @@ def accumulate(totals: list[float], columns: list, n: int) -> list[float]:
     for j, column in enumerate(columns):
         table[1:, j] = column[:n] if np.ndim(column) else column
     return np.cumsum(table, axis=0)[-1].tolist()
-
-
-def stretch_rows_numpy(
-    uniforms,
-    per_iteration: int,
-    capacity: int,
-    thresholds: np.ndarray,
-    counts: np.ndarray,
-    proposal_rate: float,
-    k: int,
-    shift: np.ndarray,
-    remaining: np.ndarray,
-    context: np.ndarray,
-    m: int,
-    through: bool,
-    decode_kv: float,
-):
-    """``compiled_kernels.stretch_rows`` in numpy (the same values): a stretch's rows up to its
-    first finish (or, ``through`` finishes, until the last row has left), at most ``m``."""
-    used = remaining.shape[0]
-    occupied = remaining > 0.0
-    proposal_cap = None
-    if k == 0:
-        raw = None
-        uncapped = np.broadcast_to(occupied.astype(np.float64), (m, used))
-    else:
-        uniforms = uniforms.reshape(m, per_iteration)
-        raw = counts[thresholds.searchsorted(shift + uniforms[:, :used])]
-        if proposal_rate < 1.0:
-            proposal_cap = (uniforms[:, capacity : capacity + used] < proposal_rate) * k
-            uncapped = np.minimum(raw, proposal_cap)
-        else:
-            uncapped = np.minimum(raw, float(k))
-        uncapped += 1.0
-        uncapped *= occupied
-    emitted_by = np.cumsum(uncapped, axis=0)  # tokens each row has emitted after i + 1 steps
-    done = emitted_by >= np.where(occupied, remaining, np.inf)  # a row's steps from its last on
-    before = emitted_by - uncapped  # emitted before each step
-    if through:
-        alive = before < remaining  # still to finish at each step (empty slots: 0 < 0)
-        rows = alive.sum(axis=1, dtype=np.float64)  # floats: the cost model's operands
-        n = int(rows.argmin()) if rows[-1] == 0 else m  # stop when the last row has left
-        left = np.maximum(remaining - before[:n], 0.0)  # a gone row's slot: empty (0 left)
-    else:
-        alive = None
-        finished = done.any(axis=1)
-        n = int(finished.argmax()) + 1 if finished[-1] else m  # up to the first finish
-        rows = None
-        left = remaining - before[:n]
-
-    # The iterations as the engine would plan them (the same formulas, per iteration).
-    drafts = np.minimum(left, k + 1.0)
-    drafts -= 1.0
-    if proposal_cap is not None:
-        drafts = np.minimum(drafts, proposal_cap[:n])
-    accepted = drafts.copy() if raw is None else np.minimum(raw[:n], drafts)
-    totals = accepted.sum(axis=1) + used  # tokens emitted by each iteration (empty slots: 0)
-    contexts = context + before[:n]
-    drafted = drafts.sum(axis=1)
-    new = drafted + used
-    # Whole numbers below 2^53 throughout: exact in any order of summation.
-    own_span = 0.5 * (np.einsum("ij,ij->i", drafts, drafts) + 2.0 * drafted + used + new)
-    if alive is None:
-        kv = decode_kv + (np.cumsum(totals) - totals)
-    else:
-        contexts *= alive[:n]  # a slot whose row has left holds no context
-        kv = contexts.sum(axis=1)
-        rows = rows[:n]
-    pairs = np.einsum("ij,ij->i", drafts, contexts) + kv + own_span
-    return n, rows, left, drafts, accepted, contexts, done[:n], totals, new, own_span, kv, pairs
