@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import pydantic
-import yaml
 
 from specsim.errors import SpecsimError
-from specsim.fileio import read_yaml
+from specsim.fileio import parse_yaml, read_yaml
 
 
 class StrictModel(pydantic.BaseModel):
@@ -134,8 +133,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             fix="write --set section.key=value",
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = parse_yaml(raw, "--set") if raw.strip() else ""
+    except SpecsimError:  # not YAML: the schema says what the key takes instead
         value = raw
     return path, value
 

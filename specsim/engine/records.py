@@ -19,7 +19,7 @@ import numpy as np
 from specsim.bounds import MAX_FACTOR, MAX_K, MAX_REPLICAS, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
 from specsim.engine.workload import EngineRequest
 from specsim.errors import SpecsimError
-from specsim.fileio import read_text
+from specsim.fileio import read_text, reading_csv
 from specsim.metrics import EngineStats, LogHistogram, RequestStats, round_floats, summarise
 from specsim.simulation.records import COLUMNS
 
@@ -123,7 +123,8 @@ def format_csv(records: dict[str, np.ndarray]) -> str:
 def read_engine_records(path: str | Path) -> dict[str, np.ndarray]:
     """Read an engine's requests.csv; a missing column or malformed row is a one-line error."""
     path = Path(path)
-    lines = list(csv.reader(io.StringIO(read_text(path, "requests.csv"), newline="")))
+    with reading_csv(str(path)):
+        lines = list(csv.reader(io.StringIO(read_text(path, "requests.csv"), newline="")))
     if not lines:
         raise SpecsimError("file is empty", file=str(path), fix="point at an engine run's folder")
     header = [name.strip() for name in lines[0]]

@@ -12,12 +12,11 @@ them into a profile's model section.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.fileio import read_text
+from specsim.fileio import parse_json, read_text
 from specsim.models.config_keys import get_key, token_id
 from specsim.models.families import (
     ARCHITECTURES,
@@ -251,14 +250,9 @@ class ModelConfig:
     def from_file(cls, path: str | Path, name: str | None = None) -> ModelConfig:
         path = Path(path)
         text = read_text(path, "config.json")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecsimError(
-                f"invalid JSON: {exc.msg} (line {exc.lineno})",
-                file=str(path),
-                fix="repair the file or copy it again from the model repository",
-            ) from None
+        data = parse_json(
+            text, str(path), "repair the file or copy it again from the model repository"
+        )
         if not isinstance(data, dict):
             raise SpecsimError("expected a JSON object", file=str(path))
         return _parse_hf_config(data, str(path), name if name is not None else path.parent.name)

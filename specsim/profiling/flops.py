@@ -28,14 +28,13 @@ object with the same attribute names (the loader's ``ModelConfig``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
-from specsim.fileio import read_text
+from specsim.fileio import parse_json, read_text
 from specsim.model_keys import (
     DEEPSEEK_V3_DEFAULTS,
     check_experts_per_token,
@@ -448,15 +447,10 @@ def load_shape(path: str | Path, name: str | None = None) -> ModelShape:
     if path.is_dir():
         path = path / "config.json"
     text = read_text(path, "model config")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecsimError(
-            f"invalid JSON: {exc.msg}" if text.strip() else "file is empty",
-            file=str(path),
-            key=f"line {exc.lineno}" if text.strip() else None,
-            fix="give a model's config.json: one JSON object of its sizes",
-        ) from None
+    fix = "give a model's config.json: one JSON object of its sizes"
+    if not text.strip():
+        raise SpecsimError("file is empty", file=str(path), fix=fix)
+    config = parse_json(text, str(path), fix)
     if not isinstance(config, dict):
         raise SpecsimError(
             f"expected a JSON object, found {type(config).__name__}",

@@ -6,13 +6,13 @@ blank lines holds one prompt per line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.fileio import read_text
+from specsim.fileio import parse_json, read_text
 
 PROMPT_KEYS = ("prompt", "text")
+JSONL_FIX = 'write one JSON object per line, e.g. {"prompt": "..."}'
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -40,15 +40,7 @@ def _jsonl(text: str, source: str) -> list[str]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecsimError(
-                f"invalid JSON: {exc.msg}",
-                file=source,
-                key=f"line {number}",
-                fix='write one JSON object per line, e.g. {"prompt": "..."}',
-            ) from None
+        row = parse_json(line, source, JSONL_FIX, line=number)
         value = next((row[k] for k in PROMPT_KEYS if isinstance(row, dict) and k in row), None)
         if not isinstance(value, str) or not value.strip():
             raise SpecsimError(
