@@ -36,11 +36,14 @@ FORMULA_STARTS = ("=", "+", "-", "@")
 
 
 def check_name(value: str) -> str:
-    """A name that reaches CSV cells, report titles or file names: printable, not a formula.
+    """A name that reaches CSV cells, report titles or file names: printable, not empty, not a
+    formula.
 
     Control characters (and the Unicode line and paragraph separators) would break rows or
     lines; a leading '=', '+', '-' or '@' would be run by a spreadsheet.
     """
+    if not value.strip():
+        raise ValueError("the name is empty; fix: give a name")
     bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
     if bad is not None:
         raise ValueError(

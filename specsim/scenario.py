@@ -33,6 +33,7 @@ from specsim.bounds import (
     Requests,
     Seconds,
     Seed,
+    Share,
     Temperature,
     TensorParallel,
     Tokens,
@@ -61,7 +62,7 @@ class LengthDist(StrictModel):
     high: Tokens | None = Field(
         default=None, description="largest length (uniform; lognormal clip, default unbounded)"
     )
-    median: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = Field(
+    median: Annotated[float, Field(ge=1, le=MAX_TOKENS)] | None = Field(
         default=None, description="median tokens, for 'lognormal'"
     )
     sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)] = Field(
@@ -167,7 +168,7 @@ class Workload(StrictModel):
     rate: Rate | None = Field(
         default=None, description="mean arrival rate in requests per second (open loop)"
     )
-    cv: Annotated[float, Field(gt=0, le=MAX_CV)] = Field(
+    cv: Annotated[float, Field(ge=MIN_FACTOR, le=MAX_CV)] = Field(
         default=2.0,
         description="'bursty': coefficient of variation of the gamma inter-arrival times "
         "(1 = Poisson, larger = burstier)",
@@ -271,7 +272,7 @@ class Engine(StrictModel):
         description="token budget per iteration (verification positions plus prefill tokens); "
         "with chunked prefill, the share left after decoding rows goes to prompt chunks",
     )
-    memory_utilisation: Annotated[float, Field(gt=0, le=1)] = Field(
+    memory_utilisation: Share = Field(
         default=1.0,
         description="fraction of the profile's hardware.memory_bytes given to weights and KV "
         "cache (the profile's figure is already what is available; lower it for headroom)",

@@ -11,6 +11,7 @@ sweep's worker processes are ended.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import signal
@@ -32,6 +33,9 @@ COMMANDS = {
     "validate": "run the real engine and compare it with the simulator's prediction",
     "schema": "print the JSON Schema of a scenario or profile file",
 }
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -91,6 +95,17 @@ def main(argv: list[str] | None = None) -> int:
             return int(args._run(args) or 0)
     except SpecsimError as exc:
         print(f"specsim {args.command}: error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        # Any writer may meet a full disk; the staging folder it wrote in is gone by now.
+        error = SpecsimError(
+            exc.strerror or "disk full",
+            file=exc.filename,
+            fix="free space on that disk, or write --out to another",
+        )
+        print(f"specsim {args.command}: error: {error.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.bounds import MIN_LEVEL
 from specsim.errors import SpecsimError
 from specsim.sampling import plugin, reference, stats
 from specsim.sampling.controls import CONTROLS
@@ -415,7 +416,7 @@ def _validate(
         (top_k >= 0 and float(top_k).is_integer(), "--top-k", "use a whole number >= 0 (0: off)"),
         (0 < top_p <= 1, "--top-p", "use a value in (0, 1] (1: off)"),
         (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
-        (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
+        (MIN_LEVEL <= alpha < 1, "--alpha", f"use a level in [{MIN_LEVEL:g}, 1), e.g. 0.01"),
         (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
         (inputs in ("probs", "logits"), "--inputs", "use probs or logits"),
         (dtype in ("float32", "float64"), "--dtype", "use float32 or float64"),

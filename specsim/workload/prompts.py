@@ -18,13 +18,17 @@ JSONL_FIX = 'write one JSON object per line, e.g. {"prompt": "..."}'
 def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     text = read_text(path, "prompt file")
-    if path.suffix in (".jsonl", ".ndjson"):
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # JSON lines under another suffix are still JSON: read as text, their keys would be prompts.
+    if path.suffix in (".jsonl", ".ndjson", ".json") or (
+        lines and all(line.startswith("{") and line.endswith("}") for line in lines)
+    ):
         prompts = _jsonl(text, str(path))
     else:
         blocks = [b.strip() for b in text.replace("\r\n", "\n").split("\n\n")]
         blocks = [b for b in blocks if b]
         if len(blocks) <= 1:
-            blocks = [line.strip() for line in text.splitlines() if line.strip()]
+            blocks = lines
         prompts = blocks
     if not prompts:
         raise SpecsimError(

@@ -1,0 +1,159 @@
+"""Bad values and conditions: refused up front in one clean line (exit 2, nothing written),
+never a traceback, a hang, a silent acceptance or a message naming the wrong thing."""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specsim.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
+HARDWARE = REPO / "profiles" / "hardware" / "h100-sxm.yaml"
+MODELS = REPO / "profiles" / "models"
+SCENARIO = {
+    "profile": str(PROFILE),
+    "workload": {
+        "kind": "poisson",
+        "rate": 4.0,
+        "requests": 20,
+        "prompt": {"dist": "fixed", "value": 100},
+        "output": {"dist": "fixed", "value": 20},
+    },
+    "speculation": {"drafter": "llama3.2-1b", "k": 2},
+}
+
+
+def refused(argv: list, capsys, *names: str) -> str:
+    """Run the command; it exits 2 with one line naming ``names`` and a fix."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # a usage error, from the parser
+        code = exc.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, lines
+    assert len(lines) == 1 and "; fix: " in lines[0], lines
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    return lines[0]
+
+
+def write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def scenario_with(tmp_path: Path, **sections) -> Path:
+    data = {**SCENARIO, **{k: {**SCENARIO.get(k, {}), **v} for k, v in sections.items()}}
+    return write(tmp_path / "s.yaml", data)
+
+
+def profile_with(tmp_path: Path, change) -> Path:
+    data = yaml.safe_load(PROFILE.read_text())
+    change(data)
+    return write(tmp_path / "p.yaml", data)
+
+
+def simulate_refused(tmp_path: Path, scenario: Path, capsys, *names: str) -> str:
+    line = refused(["simulate", scenario, "--out", tmp_path / "out"], capsys, *names)
+    assert not (tmp_path / "out").exists()
+    return line
+
+
+# -- tracebacks --------------------------------------------------------------------------------
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    simulate = importlib.import_module("specsim.api.simulate")
+
+    def disk_full(staging, scenario, baseline):
+        (staging / "requests.csv").write_text("half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging / "requests.csv"))
+
+    monkeypatch.setattr(simulate, "simulate_into", disk_full)
+    scenario = scenario_with(tmp_path)
+    line = simulate_refused(tmp_path, scenario, capsys, "requests.csv", "No space left")
+    assert "--out" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["s.yaml"]
+
+
+def test_a_link_too_slow_for_the_scaled_profile_names_the_link(tmp_path, capsys):
+    # 1 byte/s passes the schema; at 1% of it the scaled passes take longer than any run.
+    link = {"bandwidth_bytes_per_s": 1e-300, "latency_s": 1e-6, "efficiency": 0.01}
+    for bandwidth, names in ((1e-300, ("greater than or equal to 1",)), (1, ("out of bounds",))):
+        link["bandwidth_bytes_per_s"] = bandwidth
+        engine = {"tensor_parallel_size": 2, "tensor_parallel_scaling": link}
+        scenario = scenario_with(tmp_path, engine=engine)
+        simulate_refused(tmp_path, scenario, capsys, "bandwidth_bytes_per_s", *names)
+
+
+# -- hangs -------------------------------------------------------------------------------------
+
+
+def test_a_denormal_test_level_is_refused(capsys):
+    refused(["check", "sampler", "--alpha", "5e-324", "--samples", "0"], capsys, "--alpha")
+
+
+def test_a_load_list_past_the_cap_is_refused(tmp_path, capsys):
+    loads = ",".join(str(i + 1) for i in range(10_000))
+    argv = ["plan", "window", scenario_with(tmp_path), "--loads", loads, "--out", tmp_path / "o"]
+    refused(argv, capsys, "--loads", "10,000 loads", "at most 64")
+    assert not (tmp_path / "o").exists()
+
+
+def test_json_lines_under_another_suffix_are_read_as_json(tmp_path):
+    from specsim.errors import SpecsimError
+    from specsim.workload.prompts import read_prompts
+
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text('{"question": "what?"}\n')
+    with pytest.raises(SpecsimError, match=r"prompts.json: line 1: no non-empty 'prompt'"):
+        read_prompts(prompts)
+    prompts.write_text('{"prompt": "what?"}\n{"text": "why?"}\n')
+    assert read_prompts(prompts) == ["what?", "why?"]
+
+
+# -- silent acceptance -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("rate", 5e-324), ("rate", 1e-300)],
+)
+def test_a_positive_past_any_real_one_is_refused(tmp_path, capsys, key, value):
+    scenario = scenario_with(tmp_path, workload={key: value})
+    simulate_refused(tmp_path, scenario, capsys, f"workload.{key}", "greater than or equal")
+
+
+def test_a_drafter_with_an_empty_name_is_refused(tmp_path, capsys):
+    def rename(data):
+        data["drafters"][""] = data["drafters"].pop("llama3.2-1b")
+
+    profile = profile_with(tmp_path, rename)
+    scenario = write(tmp_path / "s.yaml", {**SCENARIO, "profile": str(profile)})
+    simulate_refused(tmp_path, scenario, capsys, "p.yaml", "drafters", "the name is empty")
+
+
+def test_a_per_position_list_longer_than_any_window_is_refused(tmp_path, capsys):
+    def lengthen(data):
+        data["acceptance"][0]["per_position"] = [0.5] * 200
+
+    profile = profile_with(tmp_path, lengthen)
+    scenario = write(tmp_path / "s.yaml", {**SCENARIO, "profile": str(profile)})
+    simulate_refused(tmp_path, scenario, capsys, "acceptance[0].per_position", "at most 32")
+
+
+# -- messages naming the wrong thing -----------------------------------------------------------
+
+
+def test_a_draft_model_without_a_config_names_the_option(tmp_path, capsys):
+    argv = ["plan", "capacity", scenario_with(tmp_path), "--target-rps", "10"]
+    argv += ["--hardware", HARDWARE, "--target-model", MODELS / "llama3.1-8b.json"]
+    argv += ["--draft-model", "small", "--out", tmp_path / "o"]
+    refused(argv, capsys, "--draft-model", "'small'", "NAME=CONFIG.json")
