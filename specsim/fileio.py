@@ -346,15 +346,32 @@ def atomic_output_dir(out: str | Path) -> Iterator[Path]:
     try:
         yield staging
         _make_folder(out, out)
-        for item in sorted(staging.rglob("*")):
-            if item.is_file() and item.name != STAGING_LOCK:
-                dest = out / item.relative_to(staging)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(item, dest)
+        items = [p for p in sorted(staging.rglob("*")) if p.is_file() and p.name != STAGING_LOCK]
+        _refuse_linked_folders(out, [item.relative_to(staging) for item in items])
+        for item in items:
+            dest = out / item.relative_to(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(item, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if lock is not None:
             os.close(lock)
+
+
+def _refuse_linked_folders(out: Path, relatives: list[Path]) -> None:
+    """Refuse, before any file moves, a folder inside ``out`` that is a symbolic link: results
+    would land wherever it points, outside the folder the user named."""
+    for relative in relatives:
+        folder = out
+        for part in relative.parent.parts:
+            folder = folder / part
+            if folder.is_symlink():
+                raise SpecsimError(
+                    f"{folder} is a symbolic link, and results are not written through one",
+                    file=str(out),
+                    key="--out",
+                    fix="remove the link, or choose another --out",
+                )
 
 
 def _make_folder(folder: Path, out: Path) -> None:

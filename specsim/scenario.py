@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal
 
+import pydantic
 from pydantic import Field, PrivateAttr, model_validator
 
 from specsim.bounds import (
@@ -695,6 +696,21 @@ class Scenario(StrictModel):
     slo: Slo | None = Field(default=None, description="objective for goodput; absent = none")
 
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _pools_speculate(self) -> Scenario:
+        # A pool's settings are merged with the scenario's, so only the merge can be checked.
+        for i, pool in enumerate(self.fleet.pools):
+            try:
+                self.pool_speculation(pool)
+            except pydantic.ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                key = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function"))
+                message = err["msg"].removeprefix("Value error, ")
+                if not message.startswith("speculation."):
+                    message = f"speculation.{key}: {message}" if key else message
+                raise ValueError(f"fleet.pools[{i}] ({pool.name!r}): {message}") from None
+        return self
 
     @property
     def source(self) -> Path | None:

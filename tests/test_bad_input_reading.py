@@ -139,3 +139,52 @@ def test_a_safetensors_index_whose_weight_map_is_a_list_is_refused(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["a"]}))
     with pytest.raises(SpecsimError, match=r"index.json: weight_map: malformed index"):
         _weight_files(tmp_path)
+
+
+def test_a_scrape_whose_position_labels_skip_one_is_refused(tmp_path):
+    from specsim.serving.prometheus import read_scrape
+
+    lines = [
+        "vllm:spec_decode_num_drafts_total 100",
+        "vllm:spec_decode_num_draft_tokens_total 300",
+        "vllm:spec_decode_num_accepted_tokens_total 120",
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 70',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 50',
+    ]
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SpecsimError, match=r"metrics.txt: .*position labels skip 1; fix: "):
+        read_scrape(scrape)
+    lines.insert(4, 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 0')
+    scrape.write_text("\n".join(lines) + "\n")
+    assert read_scrape(scrape).speculation.k == 3
+
+
+@pytest.mark.parametrize("steps, problem", [(-1, "negative"), (40, "past specsim.s bound of 32")])
+def test_an_sglang_run_with_an_impossible_step_count_is_refused(tmp_path, steps, problem):
+    from specsim.serving.detect import read_bench_files
+
+    runs = (REPO / "tests" / "data" / "bench" / "sglang_two_runs.jsonl").read_text()
+    bench = tmp_path / "sglang.jsonl"
+    bench.write_text(
+        runs.replace('"speculative_num_steps": 3', f'"speculative_num_steps": {steps}')
+    )
+    with pytest.raises(SpecsimError, match=f"speculative_num_steps: {steps}.*{problem}; fix: "):
+        read_bench_files([bench])
+
+
+def test_every_error_the_package_raises_says_how_to_fix_it():
+    """Each ``SpecsimError(...)`` in the package passes ``fix=`` (or writes '; fix:' itself)."""
+    import ast
+
+    missing = []
+    for path in sorted((REPO / "specsim").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = getattr(node, "func", None)
+            if not (isinstance(node, ast.Call) and getattr(name, "id", None) == "SpecsimError"):
+                continue
+            words = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]
+            given = {k.arg for k in node.keywords}
+            if not ({"fix", None} & given or any("; fix: " in str(w) for w in words)):
+                missing.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not missing, missing

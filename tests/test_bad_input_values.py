@@ -157,3 +157,86 @@ def test_a_draft_model_without_a_config_names_the_option(tmp_path, capsys):
     argv += ["--hardware", HARDWARE, "--target-model", MODELS / "llama3.1-8b.json"]
     argv += ["--draft-model", "small", "--out", tmp_path / "o"]
     refused(argv, capsys, "--draft-model", "'small'", "NAME=CONFIG.json")
+
+
+def test_a_bad_tree_in_a_pool_is_refused_as_at_the_top_level(tmp_path, capsys):
+    pools = [{"name": "a"}, {"name": "b", "speculation": {"tree": "2,x"}}]
+    scenario = scenario_with(tmp_path, fleet={"pools": pools})
+    simulate_refused(tmp_path, scenario, capsys, "fleet.pools[1] ('b')", "speculation.tree")
+    pools[1]["speculation"] = {"policy": "by_batch"}
+    scenario = scenario_with(tmp_path, fleet={"pools": pools})
+    simulate_refused(tmp_path, scenario, capsys, "fleet.pools[1]", "needs a 'k_by_batch' table")
+
+
+def test_a_misspelt_key_is_named_with_the_key_it_resembles(tmp_path, capsys):
+    data = {**SCENARIO, "worklaod": SCENARIO["workload"]}
+    del data["workload"]
+    line = simulate_refused(tmp_path, write(tmp_path / "s.yaml", data), capsys, "worklaod")
+    assert "rename it to 'workload'" in line
+    data = {**SCENARIO, "colour": "red"}
+    line = simulate_refused(tmp_path, write(tmp_path / "s.yaml", data), capsys, "colour")
+    assert "remove the key or check its spelling" in line
+
+
+def test_requests_nearly_alike_give_no_concentration_rather_than_one_past_the_schema():
+    import numpy as np
+
+    from specsim.profiling.acceptance import request_concentration
+
+    alike = [np.full(64, 0.5 + d) for d in (0.0, 1e-5, -1e-5, 2e-5, -2e-5)]
+    assert request_concentration(alike) is None
+    unlike = [np.full(64, m) for m in (0.3, 0.5, 0.7, 0.4, 0.6)]
+    assert 1 < request_concentration(unlike) < 100
+
+
+# -- safety ------------------------------------------------------------------------------------
+
+
+def test_results_are_not_written_through_a_linked_folder_inside_out(tmp_path, capsys):
+    from specsim.errors import SpecsimError
+    from specsim.fileio import atomic_output_dir
+
+    elsewhere, out = tmp_path / "elsewhere", tmp_path / "out"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "engine").symlink_to(elsewhere)
+    linked = r"out: --out: .*engine is a symbolic link"
+    with pytest.raises(SpecsimError, match=linked), atomic_output_dir(out) as staging:
+        (staging / "summary.json").write_text("{}")
+        (staging / "engine").mkdir()
+        (staging / "engine" / "vllm.json").write_text("{}")
+    assert list(elsewhere.iterdir()) == [] and not (out / "summary.json").exists()
+    with atomic_output_dir(out) as staging:  # a run that writes nothing under the link is fine
+        (staging / "summary.json").write_text("{}")
+    assert (out / "summary.json").read_text() == "{}"
+
+
+def test_plain_tcp_to_another_machine_warns_and_loopback_does_not():
+    from specsim.planning.cluster import _loopback
+
+    assert _loopback("127.0.0.1:8786") and _loopback("tcp://localhost:8786")
+    assert _loopback("tcp://[::1]:8786")
+    assert not _loopback("10.0.0.5:8786") and not _loopback("tcp://scheduler.lan:8786")
+
+
+def test_plain_tcp_cluster_warns_before_connecting():
+    from specsim.errors import SpecsimError
+    from specsim.planning import cluster
+
+    warned = pytest.warns(UserWarning, match="plain TCP to another machine")
+    with warned, pytest.raises(SpecsimError, match="cannot reach a Dask scheduler"):
+        cluster.connect_cluster("tcp://192.0.2.1:9", 0.2)
+
+
+# -- a plan of which nothing succeeded ---------------------------------------------------------
+
+
+def test_a_plan_whose_simulations_all_failed_exits_2_and_writes_no_report(tmp_path, capsys):
+    argv = ["plan", "window", scenario_with(tmp_path), "--k", "0..1", "--loads", "1"]
+    argv += ["--workers", "1", "--no-progress"]
+    failing = [*argv, "--out", tmp_path / "o", "--set", "engine.kv_capacity_tokens=50"]
+    assert main([str(a) for a in failing]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after each point's own line
+    assert last.startswith("specsim plan: error: all 3 simulations failed") and "; fix: " in last
+    assert not (tmp_path / "o" / "summary.json").exists()
+    assert main([str(a) for a in [*argv, "--out", tmp_path / "ok"]]) == 0

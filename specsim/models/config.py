@@ -254,7 +254,9 @@ class ModelConfig:
             text, str(path), "repair the file or copy it again from the model repository"
         )
         if not isinstance(data, dict):
-            raise SpecsimError("expected a JSON object", file=str(path))
+            raise SpecsimError(
+                "expected a JSON object", file=str(path), fix="give a model's config.json"
+            )
         return _parse_hf_config(data, str(path), name if name is not None else path.parent.name)
 
 
