@@ -93,6 +93,12 @@ def test_a_link_too_slow_for_the_scaled_profile_names_the_link(tmp_path, capsys)
         simulate_refused(tmp_path, scenario, capsys, "bandwidth_bytes_per_s", *names)
 
 
+@pytest.mark.parametrize("option", ["--seed", "--samples"])
+def test_a_5000_digit_option_value_is_one_short_line(capsys, option):
+    line = refused(["check", "sampler", option, "9" * 5000], capsys, option)
+    assert len(line) < 300
+
+
 # -- hangs -------------------------------------------------------------------------------------
 
 

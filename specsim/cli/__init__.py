@@ -14,6 +14,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -46,6 +47,8 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):
+        # argparse quotes the value it refused whole: a pasted megabyte stays out of the line.
+        message = re.sub(r"'([^']{40})[^']{20,}'", r"'\1...'", message)
         if "; fix: " not in message:  # an option's own type may say how to fix it
             message += f"; fix: see {self.prog} --help"
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
