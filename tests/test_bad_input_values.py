@@ -102,8 +102,10 @@ def test_a_5000_digit_option_value_is_one_short_line(capsys, option):
 # -- hangs -------------------------------------------------------------------------------------
 
 
-def test_a_denormal_test_level_is_refused(capsys):
-    refused(["check", "sampler", "--alpha", "5e-324", "--samples", "0"], capsys, "--alpha")
+@pytest.mark.parametrize("option", ["--alpha", "--temperature"])
+def test_a_denormal_level_or_temperature_is_refused(capsys, option):
+    # A level hangs the sample-size search; a temperature divides logits into nan.
+    refused(["check", "sampler", option, "5e-324", "--samples", "0"], capsys, option)
 
 
 def test_a_load_list_past_the_cap_is_refused(tmp_path, capsys):
