@@ -255,6 +255,8 @@ def check_output_folder(out: str | Path, option: str = "--out") -> Path:
     _check_writable(out.parent, out, option)
     if out.is_dir():
         _check_writable(out, out, option)
+        # Runs write into sub-folders of out (points, engine, deployments) as they go.
+        _refuse_linked_folders(out, [Path(c.name, "file") for c in out.iterdir() if c.is_dir()])
     return out
 
 

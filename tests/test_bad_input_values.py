@@ -200,19 +200,29 @@ def test_requests_nearly_alike_give_no_concentration_rather_than_one_past_the_sc
 # -- safety ------------------------------------------------------------------------------------
 
 
-def test_results_are_not_written_through_a_linked_folder_inside_out(tmp_path, capsys):
+def test_a_linked_folder_inside_out_is_refused_before_the_run(tmp_path, capsys):
+    elsewhere, out = tmp_path / "elsewhere", tmp_path / "out"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "points").symlink_to(elsewhere)
+    argv = ["plan", "window", scenario_with(tmp_path), "--k", "0", "--loads", "1", "--out", out]
+    refused(argv, capsys, "points is a symbolic link", "--out")
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == ["points"]
+
+
+def test_results_are_not_moved_through_a_linked_folder_deeper_in_out(tmp_path):
     from specsim.errors import SpecsimError
     from specsim.fileio import atomic_output_dir
 
     elsewhere, out = tmp_path / "elsewhere", tmp_path / "out"
     elsewhere.mkdir()
-    out.mkdir()
-    (out / "engine").symlink_to(elsewhere)
-    linked = r"out: --out: .*engine is a symbolic link"
+    (out / "engine").mkdir(parents=True)
+    (out / "engine" / "v1").symlink_to(elsewhere)
+    linked = r"out: --out: .*engine/v1 is a symbolic link"
     with pytest.raises(SpecsimError, match=linked), atomic_output_dir(out) as staging:
         (staging / "summary.json").write_text("{}")
-        (staging / "engine").mkdir()
-        (staging / "engine" / "vllm.json").write_text("{}")
+        (staging / "engine" / "v1").mkdir(parents=True)
+        (staging / "engine" / "v1" / "vllm.json").write_text("{}")
     assert list(elsewhere.iterdir()) == [] and not (out / "summary.json").exists()
     with atomic_output_dir(out) as staging:  # a run that writes nothing under the link is fine
         (staging / "summary.json").write_text("{}")
