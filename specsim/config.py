@@ -18,7 +18,8 @@ from typing import Annotated, Any, TypeVar
 import pydantic
 
 from specsim.errors import SpecsimError
-from specsim.fileio import parse_yaml, read_yaml
+from specsim.fileio import read_yaml
+from specsim.parsing import parse_yaml
 
 
 class StrictModel(pydantic.BaseModel):

@@ -19,7 +19,7 @@ import numpy as np
 
 from specsim.bounds import MAX_K
 from specsim.errors import SpecsimError
-from specsim.fileio import JSON_DECODER
+from specsim.parsing import JSON_DECODER
 
 MAX_TREE_NODES = 1024  # drafted nodes in one tree: past any engine's num_draft_tokens
 

@@ -13,7 +13,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecsimError
-from specsim.fileio import parse_json, parse_yaml
+from specsim.parsing import parse_json, parse_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"

@@ -18,7 +18,8 @@ import pandas as pd
 
 from specsim.engine.records import QUALITY_FORMATS
 from specsim.errors import SpecsimError
-from specsim.fileio import atomic_output_dir, check_output_folder, dump_json, parse_json, read_text
+from specsim.fileio import atomic_output_dir, check_output_folder, dump_json, read_text
+from specsim.parsing import parse_json
 from specsim.simulation.records import CELL_FORMATS, read_requests
 
 SUMMARY = "summary.json"

@@ -22,7 +22,8 @@ import pydantic
 from specsim.config import validation_error
 from specsim.docs.markdown import table
 from specsim.errors import SpecsimError
-from specsim.fileio import dump_json, parse_json, read_text, write_text_atomic
+from specsim.fileio import dump_json, read_text, write_text_atomic
+from specsim.parsing import parse_json
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "validation.json"

@@ -19,8 +19,9 @@ import numpy as np
 from specsim.bounds import MAX_FACTOR, MAX_K, MAX_REPLICAS, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
 from specsim.engine.workload import EngineRequest
 from specsim.errors import SpecsimError
-from specsim.fileio import read_text, reading_csv
+from specsim.fileio import read_text
 from specsim.metrics import EngineStats, LogHistogram, RequestStats, round_floats, summarise
+from specsim.parsing import reading_csv
 from specsim.simulation.records import COLUMNS
 
 if TYPE_CHECKING:  # the engine loop imports torch; reading records must not

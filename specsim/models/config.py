@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.fileio import parse_json, read_text
+from specsim.fileio import read_text
 from specsim.models.config_keys import get_key, token_id
 from specsim.models.families import (
     ARCHITECTURES,
@@ -25,6 +25,7 @@ from specsim.models.families import (
     family_hf_keys,
 )
 from specsim.models.fp8 import read_block_size
+from specsim.parsing import parse_json
 
 
 @dataclasses.dataclass(frozen=True)

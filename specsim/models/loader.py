@@ -17,13 +17,14 @@ from pathlib import Path
 import torch
 
 from specsim.errors import SpecsimError
-from specsim.fileio import atomic_output_dir, dump_json, parse_json, read_text
+from specsim.fileio import atomic_output_dir, dump_json, read_text
 from specsim.models import fp8
 from specsim.models.checkpoint import is_unused, to_checkpoint_keys, to_model_keys
 from specsim.models.config import ModelConfig
 from specsim.models.deepseek_mtp import OPTIONAL, MTPDrafter, MTPModule, check_has_mtp, module_key
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
+from specsim.parsing import parse_json
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 # name -> directory. The target and two drafters of clearly different size and quality, trained

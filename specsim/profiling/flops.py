@@ -34,13 +34,14 @@ from typing import Any
 
 from specsim.bounds import MAX_DIMENSION
 from specsim.errors import SpecsimError
-from specsim.fileio import parse_json, read_text
+from specsim.fileio import read_text
 from specsim.model_keys import (
     DEEPSEEK_V3_DEFAULTS,
     check_experts_per_token,
     deepseek_layer_counts,
     moe_dense_layers,
 )
+from specsim.parsing import parse_json
 
 # Hugging Face key aliases, first match wins: (our name, candidate keys).
 DIMENSION_KEYS = {

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.fileio import JSON_DECODER, check_input_file, reading_json
+from specsim.fileio import check_input_file
+from specsim.parsing import JSON_DECODER, reading_json
 from specsim.serving import normalised, sglang, vllm
 from specsim.serving.runs import BenchRun
 

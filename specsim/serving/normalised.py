@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from specsim.bounds import MAX_COUNT, MAX_K, MAX_RATE, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
-from specsim.fileio import reading_csv
+from specsim.parsing import reading_csv
 from specsim.serving.fields import Where, agree, number
 from specsim.serving.runs import (
     METRIC_NAMES,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.fileio import parse_json, read_text
+from specsim.fileio import read_text
+from specsim.parsing import parse_json
 
 PROMPT_KEYS = ("prompt", "text")
 JSONL_FIX = 'write one JSON object per line, e.g. {"prompt": "..."}'

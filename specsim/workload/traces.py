@@ -28,7 +28,8 @@ import numpy as np
 
 from specsim.bounds import MAX_SECONDS, MAX_TOKENS
 from specsim.errors import SpecsimError
-from specsim.fileio import check_input_file, read_text, reading_csv
+from specsim.fileio import check_input_file, read_text
+from specsim.parsing import reading_csv
 from specsim.trace_formats import AUTO, TRACE_FORMATS
 
 
