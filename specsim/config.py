@@ -9,16 +9,17 @@ type-checked by the same schema.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import pydantic
-import yaml
 
 from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
+from specsim.parsing import parse_yaml
 
 
 class StrictModel(pydantic.BaseModel):
@@ -37,11 +38,14 @@ FORMULA_STARTS = ("=", "+", "-", "@")
 
 
 def check_name(value: str) -> str:
-    """A name that reaches CSV cells, report titles or file names: printable, not a formula.
+    """A name that reaches CSV cells, report titles or file names: printable, not empty, not a
+    formula.
 
     Control characters (and the Unicode line and paragraph separators) would break rows or
     lines; a leading '=', '+', '-' or '@' would be run by a spreadsheet.
     """
+    if not value.strip():
+        raise ValueError("the name is empty; fix: give a name")
     bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
     if bad is not None:
         raise ValueError(
@@ -90,9 +94,23 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return "".join(parts)
 
 
+def _meant(loc: tuple[Any, ...], errors: list[dict]) -> str | None:
+    """The missing key beside an unknown one that its name resembles, if any."""
+    missing = [
+        str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1]
+    ]
+    close = difflib.get_close_matches(str(loc[-1]), missing, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError:
-    """The first problem of a pydantic error as a one-line ``SpecsimError``."""
-    err = exc.errors(include_url=False)[0]
+    """The first problem of a pydantic error as a one-line ``SpecsimError``.
+
+    An unknown key comes first: a misspelt key also leaves the key it meant missing, and the
+    misspelling is what the user must find. A missing key beside it is offered as the fix.
+    """
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     # Function validators and tagged unions add loc entries such as "function-after[...]" that
     # are not keys; drop them. A key may itself hold a hyphen (a drafter named "qwen2.5-0.5b")
     # or a bracket (a mistyped "pools[0]").
@@ -110,6 +128,9 @@ def validation_error(exc: pydantic.ValidationError, source: str) -> SpecsimError
         if len(shown) <= 60:
             message += f" (got {shown})"
     fix = own_fix or _FIXES.get(err["type"])
+    if err["type"] == "extra_forbidden":
+        meant = _meant(err["loc"], errors)
+        fix = f"rename it to {meant!r}, the key it resembles" if meant else fix
     if fix is None:
         # Type and parsing errors (and any other kind): the schema pages list what each key takes.
         fix = "give a value of the expected type (see docs/reference)"
@@ -134,8 +155,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             fix="write --set section.key=value",
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = parse_yaml(raw, "--set") if raw.strip() else ""
+    except SpecsimError:  # not YAML: the schema says what the key takes instead
         value = raw
     return path, value
 

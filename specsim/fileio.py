@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from specsim.errors import SpecsimError
+from specsim.parsing import parse_yaml
 
 try:
     import fcntl
@@ -54,19 +55,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 def read_yaml(path: str | Path, what: str = "YAML file") -> dict[str, Any]:
     """Read a YAML mapping; anything else (syntax error, a list, empty) is a one-line error."""
-    text = read_text(path, what)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecsimError(
-            f"invalid YAML: {problem}",
-            file=str(path),
-            key=where,
-            fix="correct the YAML syntax there (indentation, quotes, brackets)",
-        ) from None
+    data = parse_yaml(read_text(path, what), str(path))
     if data is None:
         raise SpecsimError("file is empty", file=str(path), fix=f"write a {what}")
     if not isinstance(data, dict):
@@ -118,6 +107,8 @@ def check_output_folder(out: str | Path, option: str = "--out") -> Path:
     _check_writable(out.parent, out, option)
     if out.is_dir():
         _check_writable(out, out, option)
+        # Runs write into sub-folders of out (points, engine, deployments) as they go.
+        _refuse_linked_folders(out, [Path(c.name, "file") for c in out.iterdir() if c.is_dir()])
     return out
 
 
@@ -209,15 +200,32 @@ def atomic_output_dir(out: str | Path) -> Iterator[Path]:
     try:
         yield staging
         _make_folder(out, out)
-        for item in sorted(staging.rglob("*")):
-            if item.is_file() and item.name != STAGING_LOCK:
-                dest = out / item.relative_to(staging)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(item, dest)
+        items = [p for p in sorted(staging.rglob("*")) if p.is_file() and p.name != STAGING_LOCK]
+        _refuse_linked_folders(out, [item.relative_to(staging) for item in items])
+        for item in items:
+            dest = out / item.relative_to(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(item, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if lock is not None:
             os.close(lock)
+
+
+def _refuse_linked_folders(out: Path, relatives: list[Path]) -> None:
+    """Refuse, before any file moves, a folder inside ``out`` that is a symbolic link: results
+    would land wherever it points, outside the folder the user named."""
+    for relative in relatives:
+        folder = out
+        for part in relative.parent.parts:
+            folder = folder / part
+            if folder.is_symlink():
+                raise SpecsimError(
+                    f"{folder} is a symbolic link, and results are not written through one",
+                    file=str(out),
+                    key="--out",
+                    fix="remove the link, or choose another --out",
+                )
 
 
 def _make_folder(folder: Path, out: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from specsim.bounds import Bytes, PositiveFlops, Price, Seconds
+from specsim.bounds import Bytes, PositiveFlops, Price, Seconds, Share
 from specsim.config import StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.profile.schema import Hardware
@@ -21,7 +21,7 @@ class Link(StrictModel):
     """A device-to-device interconnect (NVLink, PCIe) as an all-reduce sees it."""
 
     bandwidth_bytes_per_s: Bytes = Field(
-        gt=0, description="per device, per direction (datasheets quote both directions summed)"
+        description="per device, per direction (datasheets quote both directions summed)"
     )
     latency_s: Seconds = Field(description="per ring step (not on datasheets: stated)")
 
@@ -29,16 +29,16 @@ class Link(StrictModel):
 class Efficiency(StrictModel):
     """How far below the datasheet a serving engine runs (stated, not measured)."""
 
-    mfu: float = Field(default=0.5, gt=0, le=1, description="share of peak FLOP/s reached")
-    bandwidth: float = Field(default=0.8, gt=0, le=1, description="share of peak bandwidth")
+    mfu: Share = Field(default=0.5, description="share of peak FLOP/s reached")
+    bandwidth: Share = Field(default=0.8, description="share of peak bandwidth")
     launch_s_per_layer: Seconds = Field(
         default=1.0e-5, description="kernel-launch and framework cost per layer per pass"
     )
-    memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="share of device memory for weights and KV cache"
+    memory_utilization: Share = Field(
+        default=0.9, description="share of device memory for weights and KV cache"
     )
-    interconnect: float = Field(
-        default=0.8, gt=0, le=1, description="share of link bandwidth an all-reduce reaches"
+    interconnect: Share = Field(
+        default=0.8, description="share of link bandwidth an all-reduce reaches"
     )
 
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal
 
+import pydantic
 from pydantic import Field, PrivateAttr, model_validator
 
 from specsim.bounds import (
@@ -33,6 +34,7 @@ from specsim.bounds import (
     Requests,
     Seconds,
     Seed,
+    Share,
     Temperature,
     TensorParallel,
     Tokens,
@@ -61,7 +63,7 @@ class LengthDist(StrictModel):
     high: Tokens | None = Field(
         default=None, description="largest length (uniform; lognormal clip, default unbounded)"
     )
-    median: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = Field(
+    median: Annotated[float, Field(ge=1, le=MAX_TOKENS)] | None = Field(
         default=None, description="median tokens, for 'lognormal'"
     )
     sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)] = Field(
@@ -167,7 +169,7 @@ class Workload(StrictModel):
     rate: Rate | None = Field(
         default=None, description="mean arrival rate in requests per second (open loop)"
     )
-    cv: Annotated[float, Field(gt=0, le=MAX_CV)] = Field(
+    cv: Annotated[float, Field(ge=MIN_FACTOR, le=MAX_CV)] = Field(
         default=2.0,
         description="'bursty': coefficient of variation of the gamma inter-arrival times "
         "(1 = Poisson, larger = burstier)",
@@ -271,7 +273,7 @@ class Engine(StrictModel):
         description="token budget per iteration (verification positions plus prefill tokens); "
         "with chunked prefill, the share left after decoding rows goes to prompt chunks",
     )
-    memory_utilisation: Annotated[float, Field(gt=0, le=1)] = Field(
+    memory_utilisation: Share = Field(
         default=1.0,
         description="fraction of the profile's hardware.memory_bytes given to weights and KV "
         "cache (the profile's figure is already what is available; lower it for headroom)",
@@ -694,6 +696,21 @@ class Scenario(StrictModel):
     slo: Slo | None = Field(default=None, description="objective for goodput; absent = none")
 
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _pools_speculate(self) -> Scenario:
+        # A pool's settings are merged with the scenario's, so only the merge can be checked.
+        for i, pool in enumerate(self.fleet.pools):
+            try:
+                self.pool_speculation(pool)
+            except pydantic.ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                key = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function"))
+                message = err["msg"].removeprefix("Value error, ")
+                if not message.startswith("speculation."):
+                    message = f"speculation.{key}: {message}" if key else message
+                raise ValueError(f"fleet.pools[{i}] ({pool.name!r}): {message}") from None
+        return self
 
     @property
     def source(self) -> Path | None:

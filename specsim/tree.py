@@ -12,7 +12,6 @@ the tree ``(0,), (0, 0), ...`` with one child per node; ``branching`` builds ful
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from specsim.bounds import MAX_K
 from specsim.errors import SpecsimError
+from specsim.parsing import JSON_DECODER
 
 MAX_TREE_NODES = 1024  # drafted nodes in one tree: past any engine's num_draft_tokens
 
@@ -68,10 +68,11 @@ class TreeShape:
         text = text.strip()
         if text.startswith("["):
             try:
-                paths = json.loads(text.replace("(", "[").replace(")", "]"))
-            except json.JSONDecodeError as exc:
+                paths = JSON_DECODER.decode(text.replace("(", "[").replace(")", "]"))
+            except (ValueError, RecursionError) as exc:  # syntax, nesting, a huge integer
+                problem = getattr(exc, "msg", None) or "nested too deeply"
                 raise SpecsimError(
-                    f"tree {text!r} is not a list of paths ({exc.msg})",
+                    f"tree {text[:40]!r} is not a list of paths ({problem})",
                     fix="write e.g. [[0], [1], [0, 0]]",
                 ) from None
             if not isinstance(paths, list) or not all(

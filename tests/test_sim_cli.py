@@ -133,8 +133,8 @@ def test_typical_verifier_warns_in_the_human_summary(workdir, capsys):
 BAD_INPUTS = [
     (["--set", "workload.colour=red"], "workload.colour", "Extra inputs"),
     (["--set", "speculation.k=three"], "speculation.k", "integer"),
-    (["--set", "workload.rate=-2"], "workload.rate", "greater than 0"),
-    (["--set", "workload.rate=0"], "workload.rate", "greater than 0"),
+    (["--set", "workload.rate=-2"], "workload.rate", "greater than or equal to 0.000001"),
+    (["--set", "workload.rate=0"], "workload.rate", "greater than or equal to 0.000001"),
     (["--set", "speculation.drafter=huge"], "sim_profile.yaml", "no drafter 'huge'"),
     (["--set", "speculation.temperature=0.5"], "sim_profile.yaml", "temperature 0.5"),
     (["--set", "speculation.verifier=greedy", "--set", "speculation.drafter=c20"],

@@ -82,7 +82,7 @@ def _float_text(value: float) -> str:
 def _reads_back(text: str) -> bool:
     try:
         return yaml.safe_load(text) == text
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer past Python's digit limit
         return False
 
 

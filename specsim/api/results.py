@@ -10,7 +10,6 @@ from its folder hold equal frames.
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pandas as pd
 from specsim.engine.records import QUALITY_FORMATS
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json, read_text
+from specsim.parsing import parse_json
 from specsim.simulation.records import CELL_FORMATS, read_requests
 
 SUMMARY = "summary.json"
@@ -190,12 +190,7 @@ def _json(path: Path) -> dict[str, Any]:
             file=str(path.parent),
             fix="give the --out folder of specsim simulate, plan, report or validate",
         )
-    try:
-        data = json.loads(read_text(path, path.name))
-    except ValueError as exc:
-        raise SpecsimError(
-            f"not valid JSON ({exc})", file=str(path), fix="run the command again"
-        ) from None
+    data = parse_json(read_text(path, path.name), str(path), "run the command again")
     if not isinstance(data, dict):
         raise SpecsimError("expected a JSON object", file=str(path), fix="run the command again")
     return data

@@ -34,7 +34,11 @@ def calibrated_entry(
     """A profile acceptance entry (``source: calibrated``) from summed counters."""
     rates = counters.conditional_rates()
     if not rates:
-        raise SpecsimError("no position was ever accepted", key="per_position")
+        raise SpecsimError(
+            "no position was ever accepted",
+            key="per_position",
+            fix="scrape the server after it served speculative requests",
+        )
     return {
         "drafter": drafter,
         "verifier": verifier,

@@ -11,8 +11,10 @@ sweep's worker processes are ended.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -34,6 +36,9 @@ COMMANDS = {
 }
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """A parser whose usage errors are one line with a fix, like every other bad input.
 
@@ -42,6 +47,8 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):
+        # argparse quotes the value it refused whole: a pasted megabyte stays out of the line.
+        message = re.sub(r"'([^']{40})[^']{20,}'", r"'\1...'", message)
         if "; fix: " not in message:  # an option's own type may say how to fix it
             message += f"; fix: see {self.prog} --help"
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
@@ -91,6 +98,17 @@ def main(argv: list[str] | None = None) -> int:
             return int(args._run(args) or 0)
     except SpecsimError as exc:
         print(f"specsim {args.command}: error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        # Any writer may meet a full disk; the staging folder it wrote in is gone by now.
+        error = SpecsimError(
+            exc.strerror or "disk full",
+            file=exc.filename,
+            fix="free space on that disk, or write --out to another",
+        )
+        print(f"specsim {args.command}: error: {error.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)

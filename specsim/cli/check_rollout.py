@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli.common import Number, add_json, add_out, emit
+from specsim.cli.common import LEVEL, add_json, add_out, emit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate", metavar="RUN", required=True, help="run after the change")
     parser.add_argument(
         "--alpha",
-        type=Number(float, 0, 1, low_open=True, high_open=True),
+        type=LEVEL,
         default=0.01,
         help="false-alarm rate over all tests (0.01)",
     )

@@ -8,7 +8,7 @@ import math
 import sys
 from typing import Any
 
-from specsim.bounds import MAX_SECONDS, MAX_SEED
+from specsim.bounds import MAX_SECONDS, MAX_SEED, MIN_LEVEL, MIN_POSITIVE, MIN_SECONDS
 
 
 def add_out(parser: argparse.ArgumentParser, required: bool = True, help: str | None = None):
@@ -93,19 +93,23 @@ class Number:
 
     def __call__(self, text: str):
         fix = f"; fix: give {self.describe()}"
+        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text):,} characters)"
         try:
             value = self.kind(text.strip())
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {self.__name__}{fix}") from None
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a {self.__name__}{fix}") from None
         if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{fix}")
-        if value < self.low or (self.low_open and value == self.low):
-            raise argparse.ArgumentTypeError(f"{text} is too small{fix}")
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a finite number{fix}")
+        # An open bound at 0 refuses denormals too (5e-324 > 0, yet divides to infinity).
+        floor = MIN_POSITIVE if self.low_open and self.low == 0 else self.low
+        if value < floor or (self.low_open and value == self.low):
+            raise argparse.ArgumentTypeError(f"{shown} is too small{fix}")
         if value > self.high or (self.high_open and value == self.high):
-            raise argparse.ArgumentTypeError(f"{text} is too large{fix}")
+            raise argparse.ArgumentTypeError(f"{shown} is too large{fix}")
         return value
 
 
 SEED = Number(int, 0, MAX_SEED)
+LEVEL = Number(float, MIN_LEVEL, 1, high_open=True)  # a test's false-alarm rate
 SECONDS = Number(float, 0, MAX_SECONDS)
-POSITIVE_SECONDS = Number(float, 0, MAX_SECONDS, low_open=True)
+POSITIVE_SECONDS = Number(float, MIN_SECONDS, MAX_SECONDS)

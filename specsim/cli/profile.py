@@ -316,7 +316,9 @@ def run(args: argparse.Namespace) -> int:
     modes = [m for m in ("roofline", "calibrate", "from_bench") if getattr(args, m)]
     if len(modes) > 1:
         chosen = " and ".join("--" + m.replace("_", "-") for m in modes)
-        raise SpecsimError(f"choose one mode, not {chosen}", file="command line")
+        raise SpecsimError(
+            f"choose one mode, not {chosen}", file="command line", fix=f"keep one of {chosen}"
+        )
     if modes and (args.tree or args.tree_drafts):
         raise SpecsimError(
             "--tree measures trees on real models; --" + modes[0].replace("_", "-") + " does not",
@@ -393,7 +395,11 @@ def _run_calibrate(args, out: Path) -> int:
             fix="give exactly one --drafter NAME",
         )
     if len(args.temperature) != 1:
-        raise SpecsimError("--calibrate takes one --temperature", file="command line")
+        raise SpecsimError(
+            "--calibrate takes one --temperature",
+            file="--temperature",
+            fix="give the one temperature the server sampled at",
+        )
     labels = {}
     for text in args.label:
         key, sep, value = text.partition("=")

@@ -11,7 +11,6 @@ error over all runs.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import textwrap
 from datetime import date
@@ -24,6 +23,7 @@ from specsim.config import validation_error
 from specsim.docs.markdown import table
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, read_text, write_text_atomic
+from specsim.parsing import parse_json
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "validation.json"
@@ -66,12 +66,7 @@ class Results(pydantic.BaseModel):
 
 def load_results(path: Path = RESULTS) -> Results:
     text = read_text(path, "validation results file")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecsimError(
-            f"invalid JSON: {exc.msg}", file=str(path), key=f"line {exc.lineno}", fix="repair it"
-        ) from None
+    data = parse_json(text, str(path), "repair it")
     try:
         return Results.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -28,6 +28,7 @@ from specsim.metrics import (
     round_floats,
     summarise,
 )
+from specsim.parsing import reading_csv
 
 if TYPE_CHECKING:  # the engine loop imports torch; reading records must not
     from specsim.engine.iteration_log import IterationLog
@@ -129,7 +130,8 @@ def format_csv(records: dict[str, np.ndarray]) -> str:
 def read_engine_records(path: str | Path) -> dict[str, np.ndarray]:
     """Read an engine's requests.csv; a missing column or malformed row is a one-line error."""
     path = Path(path)
-    lines = list(csv.reader(io.StringIO(read_text(path, "requests.csv"), newline="")))
+    with reading_csv(str(path)):
+        lines = list(csv.reader(io.StringIO(read_text(path, "requests.csv"), newline="")))
     if not lines:
         raise SpecsimError("file is empty", file=str(path), fix="point at an engine run's folder")
     header = [name.strip() for name in lines[0]]

@@ -12,7 +12,6 @@ them into a profile's model section.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from specsim.models.families import (
     family_hf_keys,
 )
 from specsim.models.fp8 import read_block_size
+from specsim.parsing import parse_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,16 +251,13 @@ class ModelConfig:
     def from_file(cls, path: str | Path, name: str | None = None) -> ModelConfig:
         path = Path(path)
         text = read_text(path, "config.json")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecsimError(
-                f"invalid JSON: {exc.msg} (line {exc.lineno})",
-                file=str(path),
-                fix="repair the file or copy it again from the model repository",
-            ) from None
+        data = parse_json(
+            text, str(path), "repair the file or copy it again from the model repository"
+        )
         if not isinstance(data, dict):
-            raise SpecsimError("expected a JSON object", file=str(path))
+            raise SpecsimError(
+                "expected a JSON object", file=str(path), fix="give a model's config.json"
+            )
         return _parse_hf_config(data, str(path), name if name is not None else path.parent.name)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from specsim.models.config import ModelConfig
 from specsim.models.deepseek_mtp import OPTIONAL, MTPDrafter, MTPModule, check_has_mtp, module_key
 from specsim.models.tokenizer import ByteTokenizer, HFTokenizer
 from specsim.models.transformer import DecoderModel
+from specsim.parsing import parse_json
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 # name -> directory. The target and two drafters of clearly different size and quality, trained
@@ -225,15 +225,18 @@ def _weight_files(directory: Path) -> list[Path]:
     if single.is_file():
         return [single]
     if index.is_file():
-        try:
-            weight_map = json.loads(read_text(index, "index file"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+        fix = "copy the index file again from the model repository"
+        data = parse_json(read_text(index, "index file"), str(index), fix)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(shard, str) for shard in weight_map.values()
+        ):
             raise SpecsimError(
-                "malformed index: no weight_map",
+                "malformed index: weight_map is not a mapping of tensor names to shard files",
                 file=str(index),
                 key="weight_map",
-                fix="copy the index file again from the model repository",
-            ) from None
+                fix=fix,
+            )
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (directory / s).is_file()]
         if missing:
@@ -376,9 +379,11 @@ def _ids_from_tokenizer_config(directory: Path, bos: int | None, eos: int | None
     if not path.is_file():
         return bos, eos
     try:
-        data = json.loads(read_text(path, "tokenizer_config.json"))
-        tokens = json.loads(read_text(directory / "tokenizer.json", "tokenizer.json"))
-    except json.JSONDecodeError:
+        data = parse_json(read_text(path, "tokenizer_config.json"), str(path), "")
+        tokens = parse_json(read_text(directory / "tokenizer.json", "tokenizer.json"), "", "")
+    except SpecsimError:  # the tokenizer itself has been read; these ids are a nicety
+        return bos, eos
+    if not isinstance(data, dict) or not isinstance(tokens, dict):
         return bos, eos
     added = {t.get("content"): t.get("id") for t in tokens.get("added_tokens", [])}
 

@@ -161,7 +161,14 @@ def roofline_deployments(
     from specsim.profiling.writer import profile_yaml
 
     hw = load_hardware(recipe.hardware)
-    drafters = parse_drafters(recipe.drafters)
+    drafters = parse_drafters(recipe.drafters, "--draft-model")
+    for drafter in drafters:
+        if not (drafter.is_ngram or drafter.is_mtp or Path(drafter.spec).exists()):
+            raise SpecsimError(
+                f"no model config at {drafter.spec!r}",
+                file="--draft-model",
+                fix="write NAME=CONFIG.json (a config.json or its folder), NAME=ngram or NAME=mtp",
+            )
     folder = out / DEPLOYMENTS_DIR
     result = []
     for tp in tps:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import ipaddress
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,17 @@ def tls_address(address: str, tls: ClusterTls | None) -> str:
     return address
 
 
+def _loopback(address: str) -> bool:
+    """Whether ``address`` (SCHEME://HOST:PORT or HOST:PORT) names this machine."""
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # another host name
+        return False
+
+
 def connect_cluster(address: str, timeout_s: float, tls: ClusterTls | None = None):
     """A Dask client for ``address``, or a one-line error within about ``timeout_s`` seconds."""
     from dask.distributed import Client
@@ -94,6 +107,13 @@ def connect_cluster(address: str, timeout_s: float, tls: ClusterTls | None = Non
             fix="write HOST:PORT or tcp://HOST:PORT",
         )
     address = tls_address(address, tls)
+    if not (address.startswith("tls://") or _loopback(address)):
+        warnings.warn(
+            f"--cluster {address} is plain TCP to another machine: anyone on the network "
+            "can read the tasks or send back results, which are unpickled here and run as "
+            "code; use tls:// with --cluster-tls-ca-file and --cluster-tls-cert",
+            stacklevel=2,
+        )
     security = tls.security() if tls is not None and tls.given() else None
     try:
         client = Client(address, timeout=f"{timeout_s}s", security=security, set_as_default=False)

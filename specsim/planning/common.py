@@ -97,6 +97,9 @@ def default_loads(axis: LoadAxis, max_batch: int) -> list[float]:
     return [round(axis.base * f, 6) for f in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)]
 
 
+MAX_LOADS = 64
+
+
 def parse_loads(values: Sequence[str] | None, option: str = "--loads") -> list[float] | None:
     """``--loads 1 2 4`` or ``--loads 1,2,4``: positive numbers, sorted, duplicates dropped."""
     if values is None:
@@ -117,7 +120,15 @@ def parse_loads(values: Sequence[str] | None, option: str = "--loads") -> list[f
                 f"load {item} must be positive", key=option, fix="give loads above 0"
             )
         loads.append(load)
-    return sorted(set(loads))
+    loads = sorted(set(loads))
+    if len(loads) > MAX_LOADS:
+        raise SpecsimError(
+            f"{len(loads):,} loads: a sweep simulates every k at each, so past {MAX_LOADS} it "
+            "runs for hours and adds nothing a plot can show",
+            key=option,
+            fix=f"give at most {MAX_LOADS} loads",
+        )
+    return loads
 
 
 def check_loads(

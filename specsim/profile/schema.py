@@ -35,6 +35,7 @@ from specsim.bounds import (
     Requests,
     Seconds,
     Seed,
+    Share,
     Temperature,
     TensorParallel,
     TokenCount,
@@ -151,9 +152,7 @@ class Calibration(StrictModel):
     prior_source: str = Field(description="that profile's provenance.source")
     files: list[BenchFile] = Field(min_length=1)
     terms: list[CalibratedTerm]
-    threshold: Annotated[float, Field(gt=0, le=1)] = Field(
-        description="a term is determined when its spread ratio is below this"
-    )
+    threshold: Share = Field(description="a term is determined when its spread ratio is below this")
     fit_median_abs_error: NonNegFactor = Field(
         description="|simulated / measured - 1| over every fitted figure of every run, median"
     )
@@ -528,7 +527,7 @@ class Acceptance(StrictModel):
     drafter: Name
     verifier: VerifierName = Field(description=verifier_descriptions())
     temperature: Temperature
-    per_position: list[Probability] = Field(min_length=1)
+    per_position: list[Probability] = Field(min_length=1, max_length=MAX_K)
     mean_acceptance_length: dict[
         Annotated[int, Field(ge=1, le=MAX_K)], Annotated[float, Field(ge=1, le=MAX_K + 1)]
     ] = Field(
@@ -536,7 +535,7 @@ class Acceptance(StrictModel):
         description="k -> 1 + accepted / steps, as measured (at most k + 1); without gaps "
         "(every k from the smallest given to the largest), or the profile is refused",
     )
-    proposal_rate: Annotated[float, Field(gt=0, le=1)] = 1.0
+    proposal_rate: Share = 1.0
     request_concentration: Factor | None = Field(
         default=None,
         description="heterogeneity across requests: each request's rate scale is drawn from a "

@@ -21,10 +21,11 @@ derived profile says all of this in its provenance.
 
 from __future__ import annotations
 
+import pydantic
 from pydantic import Field
 
-from specsim.bounds import Bytes, Seconds
-from specsim.config import StrictModel
+from specsim.bounds import Bytes, Seconds, Share
+from specsim.config import StrictModel, validation_error
 from specsim.errors import SpecsimError
 from specsim.profile.schema import LatencyFit, ModelSpec, Profile, Sharding
 
@@ -36,10 +37,10 @@ class TensorParallelScaling(StrictModel):
     """The link the scaled profile's all-reduces cross (the profile's own are taken out over
     the same link): per direction per device, as the hardware files give it."""
 
-    bandwidth_bytes_per_s: Bytes = Field(gt=0, description="per device, per direction")
+    bandwidth_bytes_per_s: Bytes = Field(description="per device, per direction")
     latency_s: Seconds = Field(description="per ring step")
-    efficiency: float = Field(
-        default=0.8, gt=0, le=1, description="share of the link bandwidth an all-reduce reaches"
+    efficiency: Share = Field(
+        default=0.8, description="share of the link bandwidth an all-reduce reaches"
     )
 
 
@@ -183,7 +184,18 @@ def scale_profile(profile: Profile, tp: int, link: TensorParallelScaling, where:
             },
         }
     )
-    return Profile.model_validate(scaled.model_dump())
+    try:
+        return Profile.model_validate(scaled.model_dump())
+    except pydantic.ValidationError as exc:
+        # A slow link within the schema's bounds can still put a pass past any real one.
+        problem = validation_error(exc, where)
+        raise SpecsimError(
+            f"the profile scaled over this link is out of bounds ({problem.key}: "
+            f"{problem.message})",
+            file=where,
+            key="engine.tensor_parallel_scaling.bandwidth_bytes_per_s",
+            fix="state the link's real bandwidth (bytes per second, per direction)",
+        ) from None
 
 
 def scaled_note(profile: Profile) -> str | None:

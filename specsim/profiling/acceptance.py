@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.bounds import MAX_FACTOR
+
 MAX_K = 8
 
 
@@ -202,7 +204,8 @@ def request_concentration(betas: Sequence[np.ndarray]) -> float | None:
     Each request's mean acceptance m_j varies around the overall mean m; the part of that
     variance not explained by position-to-position noise within requests is the between-request
     variance v, and a Beta with mean m and variance v has concentration m (1 - m) / v - 1.
-    None when requests are indistinguishable (v <= 0) or there are fewer than 4 of them.
+    None when requests are indistinguishable (v <= 0, or so small that the concentration is
+    past the schema's bound: a Beta that narrow is the same as none) or there are fewer than 4.
     """
     usable = [np.asarray(b, dtype=np.float64) for b in betas if len(b) >= 2]
     if len(usable) < 4:
@@ -213,7 +216,8 @@ def request_concentration(betas: Sequence[np.ndarray]) -> float | None:
     m = float(np.mean(np.concatenate(usable)))
     if between <= 0 or not 0 < m < 1:
         return None
-    return float(max(m * (1 - m) / between - 1.0, 1e-3))
+    concentration = m * (1 - m) / between - 1.0
+    return None if concentration > MAX_FACTOR else float(max(concentration, 1e-3))
 
 
 def format_sequences(rows: Sequence[np.ndarray], kind: str) -> str:

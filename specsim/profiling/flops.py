@@ -28,7 +28,6 @@ object with the same attribute names (the loader's ``ModelConfig``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from specsim.model_keys import (
     deepseek_layer_counts,
     moe_dense_layers,
 )
+from specsim.parsing import parse_json
 
 # Hugging Face key aliases, first match wins: (our name, candidate keys).
 DIMENSION_KEYS = {
@@ -448,15 +448,10 @@ def load_shape(path: str | Path, name: str | None = None) -> ModelShape:
     if path.is_dir():
         path = path / "config.json"
     text = read_text(path, "model config")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecsimError(
-            f"invalid JSON: {exc.msg}" if text.strip() else "file is empty",
-            file=str(path),
-            key=f"line {exc.lineno}" if text.strip() else None,
-            fix="give a model's config.json: one JSON object of its sizes",
-        ) from None
+    fix = "give a model's config.json: one JSON object of its sizes"
+    if not text.strip():
+        raise SpecsimError("file is empty", file=str(path), fix=fix)
+    config = parse_json(text, str(path), fix)
     if not isinstance(config, dict):
         raise SpecsimError(
             f"expected a JSON object, found {type(config).__name__}",

@@ -50,34 +50,34 @@ def default_name(spec: str) -> str:
     return stem.removesuffix(".json") or "drafter"
 
 
-def parse_drafter(text: str) -> DrafterArg:
+def parse_drafter(text: str, option: str = "--drafter") -> DrafterArg:
     name, spec = text.split("=", 1) if "=" in text else ("", text)
     name, spec = name.strip(), spec.strip()
     if not spec:
         raise SpecsimError(
             f"drafter {text!r} has no model",
-            file="--drafter",
+            file=option,
             fix="write NAME=MODEL, NAME=ngram, NAME=ngram:N or NAME=mtp",
         )
     name = name or default_name(spec)
     if not _NAME.match(name):
         raise SpecsimError(
             f"drafter name {name!r} is not a plain name",
-            file="--drafter",
+            file=option,
             fix="use letters, digits, '.', '_' or '-'",
         )
     return DrafterArg(name=name, spec=spec, ngram=parse_ngram(spec))
 
 
-def parse_drafters(texts: list[str]) -> list[DrafterArg]:
-    drafters = [parse_drafter(t) for t in texts]
+def parse_drafters(texts: list[str], option: str = "--drafter") -> list[DrafterArg]:
+    drafters = [parse_drafter(t, option) for t in texts]
     seen: set[str] = set()
     for d in drafters:
         if d.name in seen:
             raise SpecsimError(
                 f"drafter name {d.name!r} given twice",
-                file="--drafter",
-                fix="name each drafter: --drafter NAME=MODEL",
+                file=option,
+                fix=f"name each drafter: {option} NAME=MODEL",
             )
         seen.add(d.name)
     return drafters

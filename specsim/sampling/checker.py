@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.bounds import MIN_FACTOR, MIN_LEVEL
 from specsim.errors import SpecsimError
 from specsim.sampling import plugin, reference, stats
 from specsim.sampling.controls import CONTROLS
@@ -411,11 +412,12 @@ def _validate(
          f"use 2..{MAX_VOCAB}: the exact result enumerates every draft path"),
         (1 <= k <= MAX_K, "--k", f"use 1..{MAX_K}: the exact result enumerates V^k draft paths"),
         (samples >= 0, "--samples", "use 0 (exact result only) or a positive count"),
-        (temperature >= 0 and np.isfinite(temperature), "--temperature", "use >= 0 (0: greedy)"),
+        ((temperature == 0 or temperature >= MIN_FACTOR) and np.isfinite(temperature),
+         "--temperature", f"use 0 (greedy) or from {MIN_FACTOR:g}"),
         (top_k >= 0 and float(top_k).is_integer(), "--top-k", "use a whole number >= 0 (0: off)"),
         (0 < top_p <= 1, "--top-p", "use a value in (0, 1] (1: off)"),
         (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
-        (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
+        (MIN_LEVEL <= alpha < 1, "--alpha", f"use a level in [{MIN_LEVEL:g}, 1), e.g. 0.01"),
         (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
         (inputs in ("probs", "logits"), "--inputs", "use probs or logits"),
         (dtype in ("float32", "float64"), "--dtype", "use float32 or float64"),

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.bounds import MIN_FACTOR, MIN_LEVEL
 from specsim.errors import SpecsimError
 from specsim.sampling import reference, stats, tree_reference
 from specsim.sampling.checker import MAX_VOCAB, MAX_WINDOW_CELLS, torch_available
@@ -268,10 +269,11 @@ def _validate(
     checks = [
         (2 <= vocab <= MAX_VOCAB, "--vocab", f"use 2..{MAX_VOCAB}"),
         (samples >= 0, "--samples", "use 0 (exact result only) or a positive count"),
-        (0 < temperature < float("inf"), "--temperature",
-         "use a temperature > 0 with --tree (the tree problem needs q of full support)"),
+        (MIN_FACTOR <= temperature < float("inf"), "--temperature",
+         f"use a temperature from {MIN_FACTOR:g} with --tree (the tree problem needs q of full "
+         "support)"),
         (drafter in DRAFTERS, "--drafter", f"use one of {', '.join(DRAFTERS)}"),
-        (0 < alpha < 1, "--alpha", "use a level in (0, 1), e.g. 0.01"),
+        (MIN_LEVEL <= alpha < 1, "--alpha", f"use a level in [{MIN_LEVEL:g}, 1), e.g. 0.01"),
         (0 < power < 1, "power", "use a value in (0, 1), e.g. 0.99"),
         (dtype in ("float32", "float64"), "--dtype", "use float32 or float64"),
         (drafter in subject.drafters, "--drafter",

@@ -14,13 +14,13 @@ twice are refused, since a fit over them would mean nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file
+from specsim.parsing import JSON_DECODER, reading_json
 from specsim.serving import normalised, registry
 from specsim.serving.runs import BenchRun
 
@@ -87,22 +87,14 @@ def json_objects(text: str, source: str) -> list[dict]:
     """The JSON objects of a file: one, or several separated by whitespace (JSONL, or vLLM's
     ``--append-result``). Python's parser takes SGLang's bare ``Infinity``; the readers refuse
     a non-finite number wherever a key does not allow one."""
-    decoder = json.JSONDecoder()
     objects, position = [], 0
     while True:
         while position < len(text) and text[position].isspace():
             position += 1
         if position == len(text):
             return objects
-        try:
-            data, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
-            raise SpecsimError(
-                f"invalid JSON: {exc.msg}",
-                file=source,
-                key=f"line {exc.lineno}",
-                fix="give the file as the benchmark wrote it",
-            ) from None
+        with reading_json(source, "give the file as the benchmark wrote it"):
+            data, position = JSON_DECODER.raw_decode(text, position)
         if not isinstance(data, dict):
             line = text.count("\n", 0, position) + 1
             raise SpecsimError(

@@ -85,6 +85,7 @@ def parse_prometheus(text: str, source: str) -> list[Sample]:
                 f"sample value {match.group('value')!r} is not a number",
                 file=source,
                 key=f"line {number}",
+                fix="give the /metrics text as the server wrote it",
             ) from None
         samples.append(Sample(match.group("name"), labels, value, number))
     return samples
@@ -255,6 +256,9 @@ def _check_consistent(totals: dict[str, float], per_pos: dict[int, float], sourc
         problems.append(f"more than {MAX_K} draft tokens per speculative step")
     if any(count > drafts for count in per_pos.values()):
         problems.append("a position accepted in more steps than there were")
+    skipped = [i for i in range(max(per_pos)) if i not in per_pos]
+    if skipped:  # vLLM exports every position up to k, accepted or not
+        problems.append(f"the position labels skip {skipped[0]}")
     if problems:
         raise SpecsimError(
             f"the counters disagree: {problems[0]}",
@@ -357,7 +361,10 @@ def sglang_gauges(
         )
     if rate is not None and rate > 1:
         raise SpecsimError(
-            f"acceptance rate {rate:g} is above 1", file=source, key=SGLANG_ACCEPT_RATE
+            f"acceptance rate {rate:g} is above 1",
+            file=source,
+            key=SGLANG_ACCEPT_RATE,
+            fix="give the unmodified /metrics text of SGLang",
         )
     return SpecCounters(
         k=k, acceptance_length=length or None, acceptance_rate=rate, scalar_only=True

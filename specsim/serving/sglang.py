@@ -174,8 +174,8 @@ def _speculation(data, where: Where, server: dict) -> SpecCounters | None:
                 fix="benchmark with an sglang backend (it reads accept_length from /server_info)",
             )
         return None
-    steps = server.get("speculative_num_steps")
-    k = steps if isinstance(steps, int) and 0 < steps <= MAX_K else None
+    steps = number(server, "speculative_num_steps", where, MAX_K, integer=True, required=False)
+    k = steps or None
     if not 1 <= length <= (k or MAX_K) + 1:
         raise where.error(
             f"{length:g} is outside [1, k + 1] (bonus token included)", "accept_length"

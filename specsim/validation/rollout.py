@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from specsim.bounds import MIN_LEVEL
 from specsim.engine.records import read_engine_records
 from specsim.errors import SpecsimError
 
@@ -164,8 +165,10 @@ def check_rollout(
     baseline: dict[str, np.ndarray], candidate: dict[str, np.ndarray], alpha: float = DEFAULT_ALPHA
 ) -> RolloutCheck:
     """Two-sample tests of the quality signals; Bonferroni over the tests actually run."""
-    if not 0 < alpha < 1:
-        raise SpecsimError(f"alpha {alpha} is not in (0, 1)", key="--alpha", fix="e.g. 0.01")
+    if not MIN_LEVEL <= alpha < 1:
+        raise SpecsimError(
+            f"alpha {alpha} is not from {MIN_LEVEL:g} to below 1", key="--alpha", fix="e.g. 0.01"
+        )
     notes = []
     plan: list[tuple[str, np.ndarray, np.ndarray]] = []
     plan.append(

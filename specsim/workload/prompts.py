@@ -6,25 +6,30 @@ blank lines holds one prompt per line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
+from specsim.parsing import parse_json
 
 PROMPT_KEYS = ("prompt", "text")
+JSONL_FIX = 'write one JSON object per line, e.g. {"prompt": "..."}'
 
 
 def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     text = read_text(path, "prompt file")
-    if path.suffix in (".jsonl", ".ndjson"):
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # JSON lines under another suffix are still JSON: read as text, their keys would be prompts.
+    if path.suffix in (".jsonl", ".ndjson", ".json") or (
+        lines and all(line.startswith("{") and line.endswith("}") for line in lines)
+    ):
         prompts = _jsonl(text, str(path))
     else:
         blocks = [b.strip() for b in text.replace("\r\n", "\n").split("\n\n")]
         blocks = [b for b in blocks if b]
         if len(blocks) <= 1:
-            blocks = [line.strip() for line in text.splitlines() if line.strip()]
+            blocks = lines
         prompts = blocks
     if not prompts:
         raise SpecsimError(
@@ -40,15 +45,7 @@ def _jsonl(text: str, source: str) -> list[str]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecsimError(
-                f"invalid JSON: {exc.msg}",
-                file=source,
-                key=f"line {number}",
-                fix='write one JSON object per line, e.g. {"prompt": "..."}',
-            ) from None
+        row = parse_json(line, source, JSONL_FIX, line=number)
         value = next((row[k] for k in PROMPT_KEYS if isinstance(row, dict) and k in row), None)
         if not isinstance(value, str) or not value.strip():
             raise SpecsimError(

@@ -29,6 +29,7 @@ import numpy as np
 from specsim.bounds import MAX_SECONDS, MAX_TOKENS
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file, read_text
+from specsim.parsing import reading_csv
 from specsim.trace_formats import AUTO, TRACE_FORMATS
 
 
@@ -143,7 +144,7 @@ def _read_trace_cached(path: Path, fmt: str, _mtime: int) -> Trace:
 
 def _header(path: Path) -> list[str]:
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
+        with open(path, encoding="utf-8", newline="") as fh, reading_csv(str(path)):
             return next(csv.reader(fh))
     except StopIteration:
         raise SpecsimError("trace file is empty", file=str(path), fix="give a trace") from None
@@ -275,7 +276,7 @@ def _read_rows(path: Path, fmt: str, width: int, cols: tuple[int, int, int]):
     to_time = TIME_PARSERS[TRACE_FORMATS[fmt].time_parser].cell
     times, prompts, outputs = array("d"), array("q"), array("q")
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
+        with open(path, encoding="utf-8", newline="") as fh, reading_csv(str(path)):
             reader = csv.reader(fh)
             next(reader)
             for line_no, row in enumerate(reader, start=2):
