@@ -14,6 +14,7 @@ LAYERS: tuple[str, ...] = (
     "version",  # the version string the outputs name
     "errors",  # SpecsimError: the one-line error every part raises
     "bounds",  # the limits every number is held to
+    "parsing",  # YAML, JSON and CSV read within limits (depth, size, aliases, duplicate keys)
     "fileio",  # atomic writes, checked reads
     "config",  # strict YAML models, --set overrides
     "tree",  # speculation tree shapes: drafted nodes as paths of child ranks
