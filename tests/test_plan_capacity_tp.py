@@ -133,9 +133,9 @@ def test_kv_cache_left_at_tp2_is_a_hand_worked_1167_tokens(built_70b):
     assert tokens == 210_479_104 // 180_224 == 1167
 
 
-def _result(label, tp, replicas, capacity_rps):
+def _result(label, tp, replicas, capacity_rps, drafter=None, k=0, policy="fixed"):
     deployment = Deployment(f"TP{tp} bf16", tp, "bf16", "roofline")
-    candidate = capacity.Candidate(label, None, 0, deployment=deployment)
+    candidate = capacity.Candidate(label, drafter, k, policy, deployment=deployment)
     price = 3.0 * tp
     return SimpleNamespace(
         candidate=candidate,
@@ -154,6 +154,53 @@ def test_the_cheapest_fleet_wins_over_the_fewest_replicas():
     # At one price, the higher capacity per device breaks the tie.
     same = _result("TP8 bf16, other", 8, 2, 7.5)
     assert capacity.choose_candidate([tp8, same]) is same
+
+
+def test_a_tie_in_cost_goes_to_speculation_off_and_says_why():
+    """3 replicas either way ($36/hour): the drafter's higher capacity per replica buys no
+    replica, so speculation off wins whichever comes first, and the tie is named."""
+    off = _result("TP4 bf16, speculation off", 4, 3, 8.23)
+    k4 = _result("TP4 bf16, 1b k=4", 4, 3, 8.74, drafter="1b", k=4)
+    adaptive = _result("TP4 bf16, 1b adaptive", 4, 3, 8.89, drafter="1b", k=4, policy="adaptive")
+    for order in ([adaptive, k4, off], [off, k4, adaptive], [k4, off, adaptive]):
+        assert capacity.choose_candidate(order) is off
+    tie = capacity.cost_ties([adaptive, k4, off], off)
+    assert tie["candidates"] == ["TP4 bf16, 1b adaptive", "TP4 bf16, 1b k=4"]
+    assert tie["reason"].startswith("TP4 bf16, 1b adaptive costs the same ($36.00/hour)")
+    assert "8.89 against 8.23 req/s per replica" in tie["reason"]
+    # Across deployments: 6 x TP2 with the drafter costs what 3 x TP4 without it does.
+    tp2 = _result("TP2 bf16, 1b k=4", 2, 6, 3.99, drafter="1b", k=4)
+    assert capacity.choose_candidate([tp2, off]) is off
+    assert capacity.cost_ties([tp2, off], off)["candidates"] == ["TP2 bf16, 1b k=4"]
+
+
+def test_the_console_names_the_tie_and_why():
+    from specsim.planning import capacity_report
+
+    off = _result("TP4 bf16, speculation off", 4, 3, 8.23)
+    k4 = _result("TP4 bf16, 1b k=4", 4, 3, 8.74, drafter="1b", k=4)
+    plan = SimpleNamespace(scenario=SimpleNamespace(name="chat"), target_rps=20, candidates=[1, 2])
+    rec = {"candidate": off.candidate.label, "replicas": 3, "planned_replicas": 3}
+    rec |= {"cost_usd_per_hour": 36.0, "fleet_meets_slo": True, "devices": 12}
+    rec |= {"tensor_parallel_size": 4, "tie_on_cost": capacity.cost_ties([off, k4], off)}
+    summary = {"simulations": {"computed": 9, "cached": 0}, "candidates": []}
+    summary["recommendation"] = rec | {"regressions_vs_speculation_off": None}
+    text = capacity_report.human(plan, summary)
+    assert "recommendation: 3 replicas with TP4 bf16, speculation off ($36.00/h)" in text
+    assert "tie on cost: TP4 bf16, 1b k=4 costs the same ($36.00/hour)" in text
+    assert "no drafter to deploy" in text
+
+
+def test_speculation_that_saves_wins_and_no_tie_is_reported():
+    off = _result("TP4 bf16, speculation off", 4, 4, 5.9)
+    k4 = _result("TP4 bf16, 1b k=4", 4, 3, 7.1, drafter="1b", k=4)
+    assert capacity.choose_candidate([off, k4]) is k4
+    assert capacity.cost_ties([off, k4], k4) is None
+    # Between speculative settings at one cost: the headroom, then a fixed k before adaptive.
+    k2 = _result("TP4 bf16, 1b k=2", 4, 3, 7.4, drafter="1b", k=2)
+    assert capacity.choose_candidate([k4, k2]) is k2
+    adaptive = _result("TP4 bf16, 1b adaptive", 4, 3, 7.4, drafter="1b", k=4, policy="adaptive")
+    assert capacity.choose_candidate([adaptive, k2]) is k2
 
 
 @pytest.fixture(scope="module")

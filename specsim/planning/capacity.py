@@ -174,8 +174,10 @@ def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
 
 
 def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
-    """The cheapest fleet, then the fewest replicas, the highest capacity per device and the
-    simpler candidate. On one deployment every replica costs the same, so cheapest is fewest."""
+    """The cheapest fleet; at equal cost speculation off before speculation, then the fewest
+    replicas, the highest capacity per device, a fixed k before the adaptive policy: speculation
+    that saves nothing still adds a drafter to deploy, and its prefill and longer steps to
+    every request's latency (``cost_ties`` says so in the report)."""
     order = {id(r): i for i, r in enumerate(results)}
     usable = [r for r in results if r.replicas is not None]
     if not usable:
@@ -184,11 +186,39 @@ def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
         usable,
         key=lambda r: (
             r.cost_per_hour,
+            r.candidate.drafter is not None,
             r.replicas,
             -r.capacity / r.candidate.devices,
+            r.candidate.policy == "adaptive",
             order[id(r)],
         ),
     )
+
+
+def cost_ties(results: list[CandidateResult], chosen: CandidateResult | None) -> dict | None:
+    """The speculative candidates whose fleet costs what the chosen one's does, passed over
+    because ``chosen`` runs without speculation, and why (None: no such tie)."""
+    if chosen is None or chosen.candidate.drafter is not None:
+        return None
+    tied = [
+        r
+        for r in results
+        if r.candidate.drafter is not None
+        and r.cost_per_hour is not None
+        and math.isclose(r.cost_per_hour, chosen.cost_per_hour, rel_tol=1e-9)
+    ]
+    if not tied:
+        return None
+    best = max(tied, key=lambda r: r.capacity / r.candidate.devices)
+    return {
+        "candidates": [r.candidate.label for r in tied],
+        "reason": (
+            f"{best.candidate.label} costs the same (${chosen.cost_per_hour:,.2f}/hour): "
+            f"speculation would add headroom ({best.capacity:.4g} against "
+            f"{chosen.capacity:.4g} req/s per replica) but no saving, so the simpler setting "
+            "wins the tie: no drafter to deploy and keep in step with the target"
+        ),
+    }
 
 
 def off_result(results: list[CandidateResult], candidate: Candidate) -> CandidateResult:
@@ -340,6 +370,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             else final[0] * replica_price(plan, chosen.candidate),
             "fleet_meets_slo": fleet_ok,
             "fleet": _fleet_figures(final[1].summary) if final and final[1].ok else None,
+            "tie_on_cost": cost_ties(outcome["candidates"], chosen),
             **_against_off(plan, outcome),
         },
         "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},

@@ -288,9 +288,9 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                 f"({plan.profile.profile.hardware.name})."
             ),
             Paragraph(
-                "Candidates are ranked by the replicas they need, then by their headroom "
-                "(capacity per replica); a rate counts as sustained when the share above meets "
-                "the SLO."
+                "Candidates are ranked by the replicas they need, at equal replicas speculation "
+                "off first, then by their headroom (capacity per replica); a rate counts as "
+                "sustained when the share above meets the SLO."
             ),
         ]
     else:
@@ -302,8 +302,8 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
             ),
             Paragraph(
                 "Candidates (deployment x speculation) are ranked by what their fleet costs, "
-                "then by the replicas and the capacity per device; a rate counts as sustained "
-                "when the share above meets the SLO."
+                "at equal cost speculation off first, then by the replicas and the capacity "
+                "per device; a rate counts as sustained when the share above meets the SLO."
             ),
         ]
     if rec is None:
@@ -336,7 +336,13 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
         against = _against_off_words(summary)
         if against is not None:
             answer.append(Paragraph(against[0].upper() + against[1:] + "."))
-        if chosen.candidate.drafter is None:
+        if rec["tie_on_cost"] is not None:
+            answer.append(
+                Paragraph(
+                    rec["tie_on_cost"]["reason"][0].upper() + rec["tie_on_cost"]["reason"][1:] + "."
+                )
+            )
+        elif chosen.candidate.drafter is None:
             answer.append(
                 Paragraph("Speculation does not reduce the replicas needed at this target.")
             )
@@ -399,6 +405,8 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
             lines.append(
                 f"  {rec['devices']} devices: {rec['replicas']} x TP{rec['tensor_parallel_size']}"
             )
+        if rec["tie_on_cost"] is not None:
+            lines.append(f"tie on cost: {rec['tie_on_cost']['reason']}")
         if not rec["candidate"].endswith(OFF):
             lines.append(
                 f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"
