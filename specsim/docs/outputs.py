@@ -318,10 +318,11 @@ COMMAND_OUTPUTS = {
         "pareto_frontier.png": "the points of pareto.csv and the frontier through them: one "
         "series per deployment, with --disaggregated one per kind (co-located, "
         "disaggregated) and speculation setting",
-        "report.txt": "with --disaggregated: each search's choice and its reasons (the "
-        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT, the "
-        "capacity bisected to --tolerance), co-located against disaggregated per speculation "
-        "setting, and the deployments that do not fit",
+        "report.html": REPORT_FILES["report.html"] + "; with --disaggregated: each search's "
+        "choice and its reasons (the bottleneck pool, one replica fewer in each pool, the "
+        "transfer's share of TTFT, the capacity bisected to --tolerance), co-located against "
+        "disaggregated per speculation setting, the deployments that do not fit and the "
+        "frontier plot",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,
