@@ -176,8 +176,8 @@ def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
 def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
     """The cheapest fleet; at equal cost speculation off before speculation, then the fewest
     replicas, the highest capacity per device, a fixed k before the adaptive policy: speculation
-    that saves nothing still adds a drafter to deploy, and its prefill and longer steps to
-    every request's latency (``cost_ties`` says so in the report)."""
+    that saves nothing still adds a drafter to deploy and keep in step with the target (and a
+    draft model's prefill to every TTFT); ``cost_ties`` names such a tie for the report."""
     order = {id(r): i for i, r in enumerate(results)}
     usable = [r for r in results if r.replicas is not None]
     if not usable:
