@@ -283,6 +283,10 @@ COMMAND_OUTPUTS = {
     "specsim plan capacity": {
         **REPORT_FILES,
         "summary.json": "the command's --json summary: the answer in machine-readable form. "
+        "Candidates rank by fleet cost, at equal cost speculation off first; "
+        "`recommendation.tie_on_cost` names the speculative candidates such a tie passed over "
+        "and why (null: none), and `fleet_checked_too` the candidates whose fleet was checked "
+        "because a cheaper plan's check needed more replicas. "
         "With --disaggregated: `target_rps`, `attainment`, `tolerance`, `max_replicas`, "
         "`searches` (per speculation setting and kind, co-located or disaggregated: `chosen`, "
         "`layouts_tried`, `reasons`, and `capacity`: `capacity_rps`, the highest rate the "

@@ -16,6 +16,7 @@ from specsim.planning.capacity import (
     off_result,
 )
 from specsim.planning.capacity_pareto import (
+    checked_too_words,
     deployment_table,
     pareto_figure,
     pareto_points,
@@ -204,10 +205,10 @@ def _against_off_words(summary: dict[str, Any]) -> str | None:
     worse = rec.get("regressions_vs_speculation_off") if rec else None
     if worse is None:
         return None
-    head = (
-        f"against speculation off on its {rec['speculation_off_fleet']['replicas']} replicas at "
-        "the target rate"
-    )
+    off = rec["speculation_off_fleet"]
+    head = f"against speculation off on its {off['replicas']} replicas at the target rate"
+    if not off["meets_slo"]:
+        head += " (a fleet that misses the SLO)"
     if not worse:
         compared = len(rec["compared_vs_speculation_off"])
         return f"{head}, none of the {compared} compared metrics is worse"
@@ -333,6 +334,8 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                     f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
                 )
             )
+        if not plan.deployments:  # the deployments section says it otherwise
+            answer += [Paragraph(checked_too_words(i)) for i in summary["fleet_checked_too"]]
         against = _against_off_words(summary)
         if against is not None:
             answer.append(Paragraph(against[0].upper() + against[1:] + "."))
@@ -407,6 +410,7 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
             )
         if rec["tie_on_cost"] is not None:
             lines.append(f"tie on cost: {rec['tie_on_cost']['reason']}")
+        lines += [checked_too_words(item) for item in summary["fleet_checked_too"]]
         if not rec["candidate"].endswith(OFF):
             lines.append(
                 f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"
