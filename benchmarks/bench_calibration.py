@@ -104,7 +104,12 @@ def medians(predicted: dict[str, dict]) -> dict[str, float]:
 
 
 def write_examples(fit: list[Path], held: list[Path], folder: Path) -> None:
-    for name, files in (("fit", fit), ("held-out", held)):
+    """``fit/``, ``held-out/`` (the Poisson rate: the tour's example, which the calibrated
+    profile predicts within every threshold) and ``closed-loop/`` (what it does not: see the
+    folder's README)."""
+    rates = [file for file in held if file.stem.startswith("rate-")]
+    loops = [file for file in held if file not in rates]
+    for name, files in (("fit", fit), ("held-out", rates), ("closed-loop", loops)):
         (folder / name).mkdir(parents=True, exist_ok=True)
         for file in files:
             shutil.copy(file, folder / name / file.name)

@@ -378,6 +378,17 @@ def test_the_lazy_names_are_the_apis_and_the_reference_page_covers_them():
     assert all(f"### `specsim.{name}" in page for name in specsim.api.__all__)
 
 
+def test_help_specsim_lists_the_api():
+    import pydoc
+
+    text = pydoc.render_doc(specsim, renderer=pydoc.plaintext)
+    functions = text.split("\nFUNCTIONS\n", 1)[1]
+    for name in specsim.API:
+        section = functions if name[0].islower() else text.split("\nCLASSES\n", 1)[1]
+        assert f"\n    {name}(" in section or f"class {name}(" in section, name
+    assert "``.requests``: requests.csv as a pandas DataFrame" in text
+
+
 def test_the_readme_example_runs(tmp_path, monkeypatch):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Python API\n", 1)[1].split("\n## ", 1)[0]

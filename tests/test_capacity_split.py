@@ -296,8 +296,8 @@ def test_each_deployment_says_why_it_won_or_lost(split_plans):
     assert dearer["reason"] == (
         "its cheapest layout costs $12.00/h, above 1P1D (TP1 bf16 + TP1 bf16) at $6.00/h"
     )
-    report = (split_plans.plans["0.05"].out / "report.txt").read_text()
-    assert "not fitting: TP3 bf16" in report
+    report = (split_plans.plans["0.05"].out / "report.md").read_text()
+    assert "## Not fitting" in report and "TP3 bf16: " in report
 
 
 @pytest.mark.slow
@@ -340,10 +340,11 @@ def test_every_layout_within_the_slo_is_on_one_pareto_file_with_the_choices(spli
     for search in plan.summary["searches"]:
         assert (search["setting"], search["chosen"]["layout"]) in named
     assert any(p["on_frontier"] == "True" for p in points)
-    assert (
-        "Pareto frontier (pareto.csv, pareto_frontier.png): "
-        in (plan.out / "report.txt").read_text()
-    )
+    line = f"Pareto frontier (pareto.csv, pareto_frontier.png): {len(points)} layouts within"
+    assert line in (plan.out / "report.md").read_text()
+    html = (plan.out / "report.html").read_text()
+    assert line in html and html.count("data:image/png;base64,") == 1
+    assert not (plan.out / "report.txt").exists()
 
 
 def test_no_deployment_serving_both_pools_is_refused_before_anything_is_written(
@@ -381,7 +382,7 @@ def test_the_api_entry_writes_what_the_command_writes(split_plans, repo, tmp_pat
         tp=[1, 2, 3],
         out=out,
     )
-    for name in ("layouts.csv", "candidates.csv", "report.txt"):
+    for name in ("layouts.csv", "candidates.csv", "report.md", "report.html"):
         assert (out / name).read_text() == (cli.out / name).read_text()
     # The summaries differ only in where each run keeps its built profiles.
     written = (out / "summary.json").read_text()
@@ -394,7 +395,10 @@ def test_the_api_entry_writes_what_the_command_writes(split_plans, repo, tmp_pat
     for name, frame in result.tables.items():
         expected = read_table((cli.out / f"{name}.csv").read_text())
         assert frame.equals(expected)
-    assert result.attachments == {"report.txt": (cli.out / "report.txt").read_text()}
+    assert result.attachments == {}
+    assert result.figures["pareto_frontier"].equals(
+        read_table((cli.out / "pareto_frontier.csv").read_text())
+    )
 
 
 def test_the_api_refuses_what_the_options_bound(tmp_path, repo):

@@ -97,6 +97,10 @@ def test_the_frontier_spans_co_located_and_disaggregated_layouts():
     ]
     assert [r["on_frontier"] for r in rows] == ["True", "True", "True", "False"]
     line = frontier_line([p.__dict__ for p in points])
-    assert line.startswith("Pareto frontier (pareto.csv, pareto_frontier.png): 3 of 4 layouts")
+    # Every layout within the SLO is a point of the plot; the frontier is a subset of them.
+    assert line.startswith(
+        "Pareto frontier (pareto.csv, pareto_frontier.png): 4 layouts within the SLO, 3 of them "
+        "on the frontier: "
+    )
     assert "1P1D (TP2 + TP4), speculation (125 tokens/s per user, 700 per device)" in line
     assert "2P1D" not in line

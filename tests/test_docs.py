@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import os
 import re
@@ -299,9 +300,14 @@ def fenced_blocks(markdown: str, language: str) -> list[str]:
 
 
 def shell_commands(block: str) -> list[list[str]]:
-    """Each command of a bash block as argv (continuations joined, comments dropped)."""
+    """Each command of a bash block as argv (continuations joined, comments dropped, leading
+    environment settings such as ``OMP_NUM_THREADS=1`` dropped)."""
     joined = block.replace("\\\n", " ")
-    return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
+    commands = [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
+    return [list(itertools.dropwhile(ENVIRONMENT.fullmatch, argv)) for argv in commands]
+
+
+ENVIRONMENT = re.compile(r"[A-Z_][A-Z0-9_]*=\S*")
 
 
 TOUR_SECTION = readme_section("Tour: from a profile to a drafter-swap report")
@@ -411,8 +417,8 @@ def test_tour_quick_commands_run(tmp_path, monkeypatch):
         assert argv[1] != "profile" or {"--roofline", "--calibrate", "--from-bench"} & set(argv)
         with contextlib.redirect_stdout(io.StringIO()):
             code = specsim(argv[1:])
-        # validate's exit 1 is its verdict (a figure beyond its threshold), not an error.
-        assert code in ((0, 1) if argv[1] == "validate" else (0,)), shlex.join(argv)
+        # A shipped example shows the tool working: validate --bench meets every threshold.
+        assert code == 0, shlex.join(argv)
         out = Path(argv[argv.index("--out") + 1])
         assert out.exists()
 

@@ -133,9 +133,9 @@ def test_kv_cache_left_at_tp2_is_a_hand_worked_1167_tokens(built_70b):
     assert tokens == 210_479_104 // 180_224 == 1167
 
 
-def _result(label, tp, replicas, capacity_rps):
+def _result(label, tp, replicas, capacity_rps, drafter=None, k=0, policy="fixed"):
     deployment = Deployment(f"TP{tp} bf16", tp, "bf16", "roofline")
-    candidate = capacity.Candidate(label, None, 0, deployment=deployment)
+    candidate = capacity.Candidate(label, drafter, k, policy, deployment=deployment)
     price = 3.0 * tp
     return SimpleNamespace(
         candidate=candidate,
@@ -154,6 +154,71 @@ def test_the_cheapest_fleet_wins_over_the_fewest_replicas():
     # At one price, the higher capacity per device breaks the tie.
     same = _result("TP8 bf16, other", 8, 2, 7.5)
     assert capacity.choose_candidate([tp8, same]) is same
+
+
+def test_a_tie_in_cost_goes_to_speculation_off_and_says_why():
+    """3 replicas either way ($36/hour): the drafter's higher capacity per replica buys no
+    replica, so speculation off wins whichever comes first, and the tie is named."""
+    off = _result("TP4 bf16, speculation off", 4, 3, 8.23)
+    k4 = _result("TP4 bf16, 1b k=4", 4, 3, 8.74, drafter="1b", k=4)
+    adaptive = _result("TP4 bf16, 1b adaptive", 4, 3, 8.89, drafter="1b", k=4, policy="adaptive")
+    for order in ([adaptive, k4, off], [off, k4, adaptive], [k4, off, adaptive]):
+        assert capacity.choose_candidate(order) is off
+    tie = capacity.cost_ties([adaptive, k4, off], off)
+    assert tie["candidates"] == ["TP4 bf16, 1b adaptive", "TP4 bf16, 1b k=4"]
+    assert tie["reason"].startswith(
+        "TP4 bf16, 1b adaptive plans a fleet at the same cost ($36.00/hour)"
+    )
+    assert "8.89 against 8.23 req/s per replica" in tie["reason"]
+    # Across deployments: 6 x TP2 with the drafter costs what 3 x TP4 without it does.
+    tp2 = _result("TP2 bf16, 1b k=4", 2, 6, 3.99, drafter="1b", k=4)
+    assert capacity.choose_candidate([tp2, off]) is off
+    assert capacity.cost_ties([tp2, off], off)["candidates"] == ["TP2 bf16, 1b k=4"]
+
+
+def test_the_console_names_the_tie_and_why():
+    from specsim.planning import capacity_report
+
+    off = _result("TP4 bf16, speculation off", 4, 3, 8.23)
+    k4 = _result("TP4 bf16, 1b k=4", 4, 3, 8.74, drafter="1b", k=4)
+    plan = SimpleNamespace(scenario=SimpleNamespace(name="chat"), target_rps=20, candidates=[1, 2])
+    rec = {"candidate": off.candidate.label, "replicas": 3, "planned_replicas": 3}
+    rec |= {"cost_usd_per_hour": 36.0, "fleet_meets_slo": True, "devices": 12}
+    rec |= {"tensor_parallel_size": 4, "tie_on_cost": capacity.cost_ties([off, k4], off)}
+    summary = {"simulations": {"computed": 9, "cached": 0}, "candidates": []}
+    summary["fleet_checked_too"] = []
+    summary["recommendation"] = rec | {"regressions_vs_speculation_off": None}
+    text = capacity_report.human(plan, summary)
+    assert "recommendation: 3 replicas with TP4 bf16, speculation off ($36.00/h)" in text
+    assert "tie on cost: TP4 bf16, 1b k=4 plans a fleet at the same cost ($36.00/hour)" in text
+    assert "no drafter to deploy" in text
+
+
+def test_the_comparison_with_speculation_off_says_when_that_fleet_misses_the_slo():
+    from specsim.planning import capacity_report
+
+    off = {"replicas": 3, "meets_slo": False}
+    rec = {"speculation_off_fleet": off, "compared_vs_speculation_off": ["ttft_s.p90"]}
+    rec["regressions_vs_speculation_off"] = []
+    words = capacity_report._against_off_words({"recommendation": rec})
+    assert words == (
+        "against speculation off on its 3 replicas at the target rate (a fleet that misses the "
+        "SLO), none of the 1 compared metrics is worse"
+    )
+    off["meets_slo"] = True
+    assert "misses" not in capacity_report._against_off_words({"recommendation": rec})
+
+
+def test_speculation_that_saves_wins_and_no_tie_is_reported():
+    off = _result("TP4 bf16, speculation off", 4, 4, 5.9)
+    k4 = _result("TP4 bf16, 1b k=4", 4, 3, 7.1, drafter="1b", k=4)
+    assert capacity.choose_candidate([off, k4]) is k4
+    assert capacity.cost_ties([off, k4], k4) is None
+    # Between speculative settings at one cost: the headroom, then a fixed k before adaptive.
+    k2 = _result("TP4 bf16, 1b k=2", 4, 3, 7.4, drafter="1b", k=2)
+    assert capacity.choose_candidate([k4, k2]) is k2
+    adaptive = _result("TP4 bf16, 1b adaptive", 4, 3, 7.4, drafter="1b", k=4, policy="adaptive")
+    assert capacity.choose_candidate([adaptive, k2]) is k2
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +315,38 @@ def test_a_fleet_check_that_needs_more_replicas_checks_the_next_deployment(monke
     assert checked == [tp2.candidate.label, tp4.candidate.label]
     assert chosen is tp4 and fleet[-1][0] == 3
     assert [entry for entry, _ in others] == [tp2]
+
+
+def test_a_tie_whose_simpler_fleet_needs_more_replicas_checks_the_tied_setting(monkeypatch):
+    """Speculation off and k = 4 both plan 3 replicas ($36/hour); off wins the tie, but its
+    fleet check needs 4 ($48): k = 4 is checked too, holds at 3 and is chosen (on one
+    deployment, as a plan without deployment options has)."""
+    off = _result("speculation off", 4, 3, 8.23)
+    k4 = _result("1b k=4", 4, 3, 8.74, drafter="1b", k=4)
+    k2 = _result("1b k=2", 4, 4, 6.0, drafter="1b", k=2)  # $48: never checked
+    needs = {"speculation off": 4, "1b k=4": 3, "1b k=2": 4}
+    checked = []
+
+    def confirm(plan, entry, sweeper):
+        checked.append(entry.candidate.label)
+        met = SimpleNamespace(ok=True, summary={"slo_attainment": 1.0})
+        return [(needs[entry.candidate.label], met)]
+
+    monkeypatch.setattr(capacity, "confirm", confirm)
+    monkeypatch.setattr(capacity, "replica_price", lambda plan, candidate: 12.0)
+    plan = SimpleNamespace(deployments=[], attainment=0.99)
+    chosen, fleet, others = capacity.cheapest_confirmed(plan, [k2, k4, off], None)
+    assert checked == ["speculation off", "1b k=4"]
+    assert chosen is k4 and fleet[-1][0] == 3
+    assert [entry for entry, _ in others] == [off]
+    from specsim.planning.capacity_pareto import checked_too_words
+
+    item = {"candidate": "speculation off", "planned_replicas": 3, "replicas": 4}
+    item |= {"cost_usd_per_hour": 48.0, "meets_slo": True}
+    assert checked_too_words(item) == (
+        "A fleet check needed more replicas than planned, so speculation off (planned 3) was "
+        "checked as well: its fleet met the SLO with 4 replicas, $48.00/hour."
+    )
 
 
 def test_given_profiles_are_deployments_with_their_tp_precision_and_device_price(repo):

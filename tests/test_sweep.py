@@ -174,6 +174,44 @@ def test_a_point_that_kills_its_worker_is_recorded_and_the_rest_finish(tmp_path,
     assert [r.summary["square"] for r in results if r.ok] == [0, 4, 9, 16]
 
 
+UNGUARDED_SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_sweep import _points, _sweeper
+out = Path({out!r})
+with _sweeper(out / "sweep", workers=2) as sweeper:
+    results = sweeper.run(_points(Path({scenario!r}), 4))
+print(json.dumps([[r.ok, r.error] for r in results]))
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_a_script_without_a_main_guard_sweeps_on_the_pool(tmp_path, scenario, how):
+    # Workers start without the caller's script: re-running it there would start the sweep
+    # again in each worker (no __main__ guard) or find no file (python -).
+    import subprocess
+
+    code = UNGUARDED_SCRIPT.format(
+        tests=str(Path(__file__).parent), out=str(tmp_path), scenario=str(scenario)
+    )
+    (tmp_path / "script.py").write_text(code, encoding="utf-8")
+    argv = [sys.executable, "script.py"] if how == "file" else [sys.executable, "-"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        argv,
+        input=code if how == "stdin" else None,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [[True, None]] * 4
+    assert "bootstrapping" not in done.stderr
+
+
 class RacingPool:
     """A process pool whose crashing point's worker dies while another point finishes: the
     next submission then finds the pool broken (``submit`` raises), before any wait says so.

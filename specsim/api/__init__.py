@@ -1,4 +1,5 @@
-"""specsim's Python API: the CLI's commands as functions that return pandas DataFrames.
+"""specsim's Python API: the CLI's commands as functions returning a ``Result`` or
+``PlanResult``, whose tables are pandas DataFrames.
 
 For example::
 

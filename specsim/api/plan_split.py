@@ -150,5 +150,6 @@ def plan_disaggregated(
 
 def _result(planned: SplitPlanned, out: Path | None) -> PlanResult:
     tables = {name: read_table(text) for name, text in planned.tables().items()}
-    files = {"report.txt": disagg_report.human(planned.summary) + "\n", **planned.attachments}
-    return PlanResult(summary=planned.summary, tables=tables, attachments=files, out=out)
+    report = disagg_report.build(planned.summary)
+    figures = {f.name: read_table(f.csv_text()) for f in report.figures()}
+    return PlanResult(planned.summary, tables, figures, dict(planned.attachments), out)

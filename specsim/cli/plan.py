@@ -58,7 +58,8 @@ With --disaggregated (a scenario with fleet.disaggregation): the cheapest prefil
 (xPyD) and the cheapest co-located fleet at R, with the scenario's speculation and with it off;
 with the deployment options (--tp, --precision, --profile) each pool's TP and precision too,
 and each choice's capacity bisected to --tolerance. Writes DIR/summary.json, DIR/layouts.csv,
-DIR/candidates.csv (why each deployment won or lost), DIR/report.txt and DIR/points.
+DIR/candidates.csv (why each deployment won or lost), DIR/report.html, DIR/report.md and
+DIR/points.
 Exit codes: 0 done, 1 done but some simulations failed (listed), 2 bad input.
 """
 
@@ -495,5 +496,5 @@ def _disaggregated(args: argparse.Namespace) -> int:
     engine = engine_line(summary)
     if engine:
         human += f"\n{engine}"
-    emit(args, summary, human + f"\nreport: {args.out}/report.txt")
+    emit(args, summary, human + f"\nreport: {args.out}/report.html")
     return 1 if summary["failed"] else 0

@@ -283,6 +283,10 @@ COMMAND_OUTPUTS = {
     "specsim plan capacity": {
         **REPORT_FILES,
         "summary.json": "the command's --json summary: the answer in machine-readable form. "
+        "Candidates rank by fleet cost, at equal cost speculation off first; "
+        "`recommendation.tie_on_cost` names the speculative candidates such a tie passed over "
+        "and why (null: none), and `fleet_checked_too` the candidates whose fleet was checked "
+        "because a cheaper plan's check needed more replicas. "
         "With --disaggregated: `target_rps`, `attainment`, `tolerance`, `max_replicas`, "
         "`searches` (per speculation setting and kind, co-located or disaggregated: `chosen`, "
         "`layouts_tried`, `reasons`, and `capacity`: `capacity_rps`, the highest rate the "
@@ -318,10 +322,11 @@ COMMAND_OUTPUTS = {
         "pareto_frontier.png": "the points of pareto.csv and the frontier through them: one "
         "series per deployment, with --disaggregated one per kind (co-located, "
         "disaggregated) and speculation setting",
-        "report.txt": "with --disaggregated: each search's choice and its reasons (the "
-        "bottleneck pool, one replica fewer in each pool, the transfer's share of TTFT, the "
-        "capacity bisected to --tolerance), co-located against disaggregated per speculation "
-        "setting, and the deployments that do not fit",
+        "report.html": REPORT_FILES["report.html"] + "; with --disaggregated: each search's "
+        "choice and its reasons (the bottleneck pool, one replica fewer in each pool, the "
+        "transfer's share of TTFT, the capacity bisected to --tolerance), co-located against "
+        "disaggregated per speculation setting, the deployments that do not fit and the "
+        "frontier plot",
     },
     "specsim report drafter-swap": {
         **REPORT_FILES,

@@ -33,7 +33,7 @@ from specsim.planning.search import Bisection
 from specsim.planning.sweep import PointResult, Sweeper
 
 MAX_EXTRA_REPLICAS = 3
-MAX_RECHECKS = 2  # other deployments' choices confirmed when the first check needed more
+MAX_RECHECKS = 2  # the next candidates confirmed when the first check needed more replicas
 
 
 def attainment_of(summary: dict[str, Any] | None) -> float | None:
@@ -173,22 +173,56 @@ def _price(plan: CapacityPlan, entry: CandidateResult) -> None:
         entry.cost_per_million = entry.cost_per_hour / tokens_per_hour * 1e6
 
 
-def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
-    """The cheapest fleet, then the fewest replicas, the highest capacity per device and the
-    simpler candidate. On one deployment every replica costs the same, so cheapest is fewest."""
+def ranked(results: list[CandidateResult]) -> list[CandidateResult]:
+    """The candidates that sustain a rate, best first: the cheapest fleet; at equal cost
+    speculation off before speculation, then the fewest replicas, the highest capacity per
+    device, a fixed k before the adaptive policy. Speculation that saves nothing still adds a
+    drafter to deploy and keep in step with the target (and a draft model's prefill to every
+    TTFT); ``cost_ties`` names such a tie for the report."""
     order = {id(r): i for i, r in enumerate(results)}
-    usable = [r for r in results if r.replicas is not None]
-    if not usable:
-        return None
-    return min(
-        usable,
+    return sorted(
+        (r for r in results if r.replicas is not None),
         key=lambda r: (
             r.cost_per_hour,
+            r.candidate.drafter is not None,
             r.replicas,
             -r.capacity / r.candidate.devices,
+            r.candidate.policy == "adaptive",
             order[id(r)],
         ),
     )
+
+
+def choose_candidate(results: list[CandidateResult]) -> CandidateResult | None:
+    """The first of ``ranked`` (None: no candidate sustains a rate)."""
+    return next(iter(ranked(results)), None)
+
+
+def cost_ties(results: list[CandidateResult], chosen: CandidateResult | None) -> dict | None:
+    """The speculative candidates whose fleet costs what the chosen one's does, passed over
+    because ``chosen`` runs without speculation, and why (None: no such tie)."""
+    if chosen is None or chosen.candidate.drafter is not None:
+        return None
+    tied = [
+        r
+        for r in results
+        if r.candidate.drafter is not None
+        and r.cost_per_hour is not None
+        and math.isclose(r.cost_per_hour, chosen.cost_per_hour, rel_tol=1e-9)
+    ]
+    if not tied:
+        return None
+    best = max(tied, key=lambda r: r.capacity / r.candidate.devices)
+    return {
+        "candidates": [r.candidate.label for r in tied],
+        "reason": (
+            f"{best.candidate.label} plans a fleet at the same cost "
+            f"(${chosen.cost_per_hour:,.2f}/hour): "
+            f"speculation would add headroom ({best.capacity:.4g} against "
+            f"{chosen.capacity:.4g} req/s per replica) but no saving, so the simpler setting "
+            "wins the tie: no drafter to deploy and keep in step with the target"
+        ),
+    }
 
 
 def off_result(results: list[CandidateResult], candidate: Candidate) -> CandidateResult:
@@ -263,27 +297,21 @@ def confirmed_cost(plan: CapacityPlan, entry: CandidateResult, fleet) -> float |
 
 
 def cheapest_confirmed(plan: CapacityPlan, results: list[CandidateResult], sweeper: Sweeper):
-    """The chosen candidate and its fleet check. Over deployments, a check that needed more
-    replicas may cost more than another deployment's plan: that deployment's own choice is
-    checked too while its planned cost is below the cheapest confirmed one (up to
-    ``MAX_RECHECKS``), and the cheapest confirmed fleet wins (ties: the first checked).
-    Returns (chosen, its fleet runs, [(other candidate, its fleet runs)] checked too)."""
-    chosen = choose_candidate(results)
-    if chosen is None:
+    """The chosen candidate and its fleet check. A check that needed more replicas may cost
+    more than the next candidates' plans (another deployment's, or a setting tied on cost that
+    ``ranked`` put second): those are checked too, in ranking order while their planned cost is
+    below the cheapest confirmed one (up to ``MAX_RECHECKS``), and the cheapest confirmed fleet
+    wins (ties: the first checked). Returns (chosen, its fleet runs, [(other candidate, its
+    fleet runs)] checked too)."""
+    order = ranked(results)
+    if not order:
         return None, [], []
-    checked = [(chosen, confirm(plan, chosen, sweeper))]
-    if not plan.deployments:
-        return chosen, checked[0][1], []
-    tried = {chosen.candidate.deployment.label}
-    for _ in range(MAX_RECHECKS):
+    checked = [(order[0], confirm(plan, order[0], sweeper))]
+    for entry in order[1 : MAX_RECHECKS + 1]:
         costs = [confirmed_cost(plan, e, f) for e, f in checked]
-        best = min((c for c in costs if c is not None), default=math.inf)
-        others = [r for r in results if r.candidate.deployment.label not in tried]
-        candidate = choose_candidate(others)
-        if candidate is None or candidate.cost_per_hour >= best:
+        if entry.cost_per_hour >= min((c for c in costs if c is not None), default=math.inf):
             break
-        tried.add(candidate.candidate.deployment.label)
-        checked.append((candidate, confirm(plan, candidate, sweeper)))
+        checked.append((entry, confirm(plan, entry, sweeper)))
     costs = [confirmed_cost(plan, e, f) for e, f in checked]
     confirmed = [i for i, c in enumerate(costs) if c is not None]
     pick = min(confirmed, key=lambda i: (costs[i], i)) if confirmed else 0
@@ -340,8 +368,20 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             else final[0] * replica_price(plan, chosen.candidate),
             "fleet_meets_slo": fleet_ok,
             "fleet": _fleet_figures(final[1].summary) if final and final[1].ok else None,
+            "tie_on_cost": cost_ties(outcome["candidates"], chosen),
             **_against_off(plan, outcome),
         },
+        "fleet_checked_too": [
+            {
+                "candidate": entry.candidate.label,
+                "planned_replicas": entry.replicas,
+                "replicas": fleet[-1][0] if fleet else None,
+                "cost_usd_per_hour": cost,
+                "meets_slo": cost is not None,
+            }
+            for entry, fleet in outcome["rechecked"]
+            for cost in [confirmed_cost(plan, entry, fleet)]
+        ],
         "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
         "failed": [
             {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
@@ -364,17 +404,6 @@ def _with_deployments(plan: CapacityPlan, outcome: dict[str, Any], summary: dict
     summary["deployments"] = deployment_rows(plan, outcome["candidates"], choose_candidate)
     summary["not_fitting"] = not_fitting_rows(plan.unfit)
     summary["pareto"] = [p.__dict__ for p in pareto_points(outcome["candidates"])]
-    summary["fleet_checked_too"] = [
-        {
-            "candidate": entry.candidate.label,
-            "planned_replicas": entry.replicas,
-            "replicas": fleet[-1][0] if fleet else None,
-            "cost_usd_per_hour": cost,
-            "meets_slo": cost is not None,
-        }
-        for entry, fleet in outcome["rechecked"]
-        for cost in [confirmed_cost(plan, entry, fleet)]
-    ]
     rec, chosen = summary["recommendation"], outcome["chosen"]
     if rec is not None:
         rec["deployment"] = chosen.candidate.deployment.label

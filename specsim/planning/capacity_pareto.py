@@ -215,6 +215,21 @@ def deployment_table(rows: list[dict[str, Any]], target_rps: float) -> Table:
     )
 
 
+def checked_too_words(item: dict[str, Any]) -> str:
+    """One of summary.json's ``fleet_checked_too`` in words: a candidate whose fleet was
+    checked because a cheaper plan's check needed more replicas, and what its check found."""
+    outcome = (
+        f"its fleet met the SLO with {item['replicas']} replicas, "
+        f"${item['cost_usd_per_hour']:,.2f}/hour"
+        if item["meets_slo"]
+        else f"no fleet of it up to {item['replicas']} replicas met the SLO"
+    )
+    return (
+        f"A fleet check needed more replicas than planned, so {item['candidate']} (planned "
+        f"{item['planned_replicas']}) was checked as well: {outcome}."
+    )
+
+
 def reasons(
     rows: list[dict[str, Any]], chosen, confirmed: int | None, checked_too: list[dict[str, Any]]
 ) -> list[Paragraph]:
@@ -252,18 +267,7 @@ def reasons(
     blocks = [Paragraph(text)]
     if words:
         blocks.append(Paragraph("Against the other deployments: " + "; ".join(words) + "."))
-    for item in checked_too:
-        outcome = (
-            f"{item['replicas']} replicas, ${item['cost_usd_per_hour']:,.2f}/hour"
-            if item["meets_slo"]
-            else f"no fleet up to {item['replicas']} replicas met the SLO"
-        )
-        blocks.append(
-            Paragraph(
-                f"The fleet check needed more replicas than planned, so {item['candidate']} "
-                f"(planned {item['planned_replicas']}) was checked too: {outcome}."
-            )
-        )
+    blocks += [Paragraph(checked_too_words(item)) for item in checked_too]
     unfit = [f"{r['deployment']}: {r['reason']}" for r in rows if not r["fits"]]
     if unfit:
         blocks.append(Paragraph("Not fitting: " + "; ".join(unfit) + "."))

@@ -16,6 +16,7 @@ from specsim.planning.capacity import (
     off_result,
 )
 from specsim.planning.capacity_pareto import (
+    checked_too_words,
     deployment_table,
     pareto_figure,
     pareto_points,
@@ -204,10 +205,10 @@ def _against_off_words(summary: dict[str, Any]) -> str | None:
     worse = rec.get("regressions_vs_speculation_off") if rec else None
     if worse is None:
         return None
-    head = (
-        f"against speculation off on its {rec['speculation_off_fleet']['replicas']} replicas at "
-        "the target rate"
-    )
+    off = rec["speculation_off_fleet"]
+    head = f"against speculation off on its {off['replicas']} replicas at the target rate"
+    if not off["meets_slo"]:
+        head += " (a fleet that misses the SLO)"
     if not worse:
         compared = len(rec["compared_vs_speculation_off"])
         return f"{head}, none of the {compared} compared metrics is worse"
@@ -288,9 +289,9 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                 f"({plan.profile.profile.hardware.name})."
             ),
             Paragraph(
-                "Candidates are ranked by the replicas they need, then by their headroom "
-                "(capacity per replica); a rate counts as sustained when the share above meets "
-                "the SLO."
+                "Candidates are ranked by the replicas they need, at equal replicas speculation "
+                "off first, then by their headroom (capacity per replica); a rate counts as "
+                "sustained when the share above meets the SLO."
             ),
         ]
     else:
@@ -302,8 +303,8 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
             ),
             Paragraph(
                 "Candidates (deployment x speculation) are ranked by what their fleet costs, "
-                "then by the replicas and the capacity per device; a rate counts as sustained "
-                "when the share above meets the SLO."
+                "at equal cost speculation off first, then by the replicas and the capacity "
+                "per device; a rate counts as sustained when the share above meets the SLO."
             ),
         ]
     if rec is None:
@@ -333,10 +334,18 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                     f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
                 )
             )
+        if not plan.deployments:  # the deployments section says it otherwise
+            answer += [Paragraph(checked_too_words(i)) for i in summary["fleet_checked_too"]]
         against = _against_off_words(summary)
         if against is not None:
             answer.append(Paragraph(against[0].upper() + against[1:] + "."))
-        if chosen.candidate.drafter is None:
+        if rec["tie_on_cost"] is not None:
+            answer.append(
+                Paragraph(
+                    rec["tie_on_cost"]["reason"][0].upper() + rec["tie_on_cost"]["reason"][1:] + "."
+                )
+            )
+        elif chosen.candidate.drafter is None:
             answer.append(
                 Paragraph("Speculation does not reduce the replicas needed at this target.")
             )
@@ -399,6 +408,9 @@ def human(plan: CapacityPlan, summary: dict[str, Any]) -> str:
             lines.append(
                 f"  {rec['devices']} devices: {rec['replicas']} x TP{rec['tensor_parallel_size']}"
             )
+        if rec["tie_on_cost"] is not None:
+            lines.append(f"tie on cost: {rec['tie_on_cost']['reason']}")
+        lines += [checked_too_words(item) for item in summary["fleet_checked_too"]]
         if not rec["candidate"].endswith(OFF):
             lines.append(
                 f"without speculation: {rec['replicas_without_speculation']} replicas by capacity"

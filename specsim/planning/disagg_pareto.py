@@ -82,19 +82,19 @@ def pareto_csv(points: list[dict[str, Any]]) -> str:
     return rows_csv(COLUMNS, rows)
 
 
-def pareto_png(points: list[dict[str, Any]]) -> bytes:
+def pareto_plot(points: list[dict[str, Any]]):
     """The frontier plot, one series per kind and setting (co-located against disaggregated,
     each with speculation and without)."""
-    figure = pareto_figure(
+    return pareto_figure(
         [LayoutPoint(**p) for p in points],
         group=lambda p: f"{p.kind}, {p.setting}",
         title="Layouts within the SLO at the target rate",
     )
-    return figure.png()
 
 
 def frontier_line(points: list[dict[str, Any]]) -> str:
-    """The human report's line: how many layouts are on the frontier, and which."""
+    """The human report's line: how many layouts met the SLO (the plot's points), how many of
+    them are on the frontier, and which."""
     if not points:
         return "Pareto frontier: no layout met the SLO (pareto.csv is empty)"
     front = sorted(
@@ -106,6 +106,6 @@ def frontier_line(points: list[dict[str, Any]]) -> str:
         for p in front
     )
     return (
-        f"Pareto frontier (pareto.csv, pareto_frontier.png): {len(front)} of {len(points)} "
-        f"layouts within the SLO: {named}"
+        f"Pareto frontier (pareto.csv, pareto_frontier.png): {len(points)} layouts within the "
+        f"SLO, {len(front)} of them on the frontier: {named}"
     )

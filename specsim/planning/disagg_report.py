@@ -1,6 +1,6 @@
 """The report of ``plan capacity --disaggregated``: each search's choice with its reasons (which
 pool limits it, the transfer's share of TTFT, co-located against disaggregated), every layout
-tried as a CSV row, and the short human summary."""
+tried as a CSV row, the short human summary, and report.html / report.md as every plan writes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from specsim.planning.disagg import (
     fewer,
     meets,
 )
-from specsim.planning.disagg_pareto import frontier_line, pareto_csv, pareto_png, pareto_points
+from specsim.planning.disagg_pareto import frontier_line, pareto_csv, pareto_plot, pareto_points
+from specsim.planning.report import Paragraph, Report, Section, write_report
 
 CSV_COLUMNS = (
     "setting",
@@ -249,6 +250,36 @@ def _headroom_line(capacity: dict[str, Any], tolerance: float) -> str:
     )
 
 
+def build(summary: dict[str, Any], attachments: dict[str, str] | None = None) -> Report:
+    """report.html's content: the human summary's parts as sections, and the frontier plot."""
+    sections = [
+        Section(
+            "Answer",
+            [Paragraph(line) for line in summary["comparison"]]
+            + [Paragraph(frontier_line(summary["pareto"]))],
+        )
+    ]
+    for search in summary["searches"]:
+        lines = list(search["reasons"])
+        if search["capacity"] is not None:
+            lines.append(_headroom_line(search["capacity"], summary["tolerance"]))
+        sections.append(
+            Section(f"{search['setting']}, {search['kind']}", [Paragraph(x) for x in lines])
+        )
+    unfit = [f"{item['candidate']}: {item['reason']}" for item in summary.get("not_fitting", [])]
+    if unfit:
+        sections.append(Section("Not fitting", [Paragraph(line) for line in unfit]))
+    sections.append(Section("Pareto frontier", [pareto_plot(summary["pareto"])]))
+    return Report(
+        title=f"Disaggregated capacity plan: {summary['scenario']}",
+        subtitle=f"prefill/decode pools against co-located replicas at {summary['target_rps']:g} "
+        f"req/s, SLO for {summary['attainment']:.0%} of requests; every layout in layouts.csv, "
+        "why each deployment won or lost in candidates.csv",
+        sections=sections,
+        attachments=dict(attachments or {}),
+    )
+
+
 def write(
     out: str | Path,
     plan: DisaggregatedPlan,
@@ -256,15 +287,12 @@ def write(
     summary: dict[str, Any],
     attachments: dict[str, str] | None = None,
 ) -> None:
-    """summary.json, layouts.csv, candidates.csv, pareto.csv, pareto_frontier.png, report.txt
-    and ``attachments`` (name -> text: the engines' files) into ``out``, atomically."""
+    """report.html, report.md, pareto_frontier.png (and its CSV), summary.json, layouts.csv,
+    candidates.csv, pareto.csv and ``attachments`` (name -> text: the engines' files) into
+    ``out``, atomically."""
     with atomic_output_dir(out) as staging:
-        for name, text in (attachments or {}).items():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            (staging / name).write_text(text, encoding="utf-8")
+        write_report(build(summary, attachments), staging)
         (staging / "summary.json").write_text(dump_json(summary), encoding="utf-8")
         (staging / "layouts.csv").write_text(layouts_csv(plan, searches), encoding="utf-8")
         (staging / "candidates.csv").write_text(candidates_csv(summary), encoding="utf-8")
         (staging / "pareto.csv").write_text(pareto_csv(summary["pareto"]), encoding="utf-8")
-        (staging / "pareto_frontier.png").write_bytes(pareto_png(summary["pareto"]))
-        (staging / "report.txt").write_text(human(summary) + "\n", encoding="utf-8")

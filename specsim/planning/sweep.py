@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -358,7 +358,8 @@ class Sweeper:
         if self._pool is None:
             # forkserver: workers start from a clean process, not a copy of this one's threads.
             method = "forkserver" if sys.platform.startswith("linux") else "spawn"
-            context = multiprocessing.get_context(method)
+            context = type(multiprocessing.get_context(method))()
+            context.Process = _ForkServerWorker if method == "forkserver" else _SpawnWorker
             if method == "forkserver":
                 context.set_forkserver_preload(["specsim.planning.sweep"])
             watched, self._stop_pool = context.Pipe(duplex=False)
@@ -369,6 +370,43 @@ class Sweeper:
                 initargs=(watched,),
             )
         return self._pool
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Hide the caller's main module from multiprocessing while a worker starts.
+
+    Workers run only specsim's functions, so they never need the caller's script; re-running it
+    in each worker would start the sweep again there when it lacks an ``if __name__ ==
+    "__main__"`` guard, and fail outright for ``python -`` (no file). Without ``__spec__`` and
+    ``__file__`` multiprocessing treats it as ``python -c``: the worker imports no main module.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {name: vars(main)[name] for name in ("__spec__", "__file__") if name in vars(main)}
+    main.__spec__ = None
+    vars(main).pop("__file__", None)
+    try:
+        yield
+    finally:
+        vars(main).pop("__spec__", None)
+        vars(main).update(saved)
+
+
+class _SpawnWorker(multiprocessing.context.SpawnProcess):
+    def start(self) -> None:
+        with _main_hidden():
+            super().start()
+
+
+if sys.platform != "win32":
+
+    class _ForkServerWorker(multiprocessing.context.ForkServerProcess):
+        def start(self) -> None:
+            with _main_hidden():
+                super().start()
 
 
 def _exit_with_the_sweep(watched) -> None:
