@@ -15,6 +15,7 @@ LAYERS: tuple[str, ...] = (
     "errors",  # SpecsimError: the one-line error every part raises
     "bounds",  # the limits every number is held to
     "fileio",  # atomic writes, checked reads
+    "axes",  # the rules every figure is drawn by (matplotlib, imported when drawing)
     "config",  # strict YAML models, --set overrides
     "tree",  # speculation tree shapes: drafted nodes as paths of child ranks
     "model_keys",  # config.json checks the loader and the roofline share (no torch)
