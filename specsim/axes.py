@@ -17,7 +17,10 @@ matplotlib is imported inside the functions, so importing a report module stays 
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
+import math
 from typing import Any
 
 MS = 1e3  # milliseconds per second
@@ -41,6 +44,26 @@ def latency(name: str, seconds: float | None) -> float | None:
     if seconds is None:
         return None
     return seconds * MS if LATENCY_UNIT[name] == "ms" else seconds
+
+
+# A figure's CSV: one row per point drawn, in the unit it is drawn in, which the row names.
+CSV_COLUMNS = ("panel", "series", "x", "y", "x_unit", "y_unit")
+
+
+def csv_text(rows) -> str:
+    """The rows (``CSV_COLUMNS`` each) as CSV; a point that did not run is an empty cell."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for panel, series, x, y, x_unit, y_unit in rows:
+        writer.writerow([panel, series, _num(x), _num(y), x_unit, y_unit])
+    return buf.getvalue()
+
+
+def _num(value) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def axis_label(name: str, unit: str) -> str:

@@ -119,7 +119,7 @@ def _comparison() -> Comparison:
 def test_validation_figure_is_in_ms_with_keyed_bars_and_apart_labels():
     """TPOT of 2.4..3.8 ms on a narrow panel: labels in ms, from zero, never running together;
     the bars' three colours named in a key outside the panels."""
-    fig = validation_figure(_comparison(), _records(0.0025), _records(0.0031), "check")
+    fig, data = validation_figure(_comparison(), _records(0.0025), _records(0.0031), "check")
     _, e2e, tpot = fig.axes
     assert tpot.get_xlabel() == "TPOT (ms)" and e2e.get_xlabel() == "E2E latency (s)"
     assert tpot.get_xlim()[0] == 0 and max(tpot.get_lines()[0].get_xdata()) < 5
@@ -134,8 +134,21 @@ def test_validation_figure_is_in_ms_with_keyed_bars_and_apart_labels():
         assert not box.overlaps(ax.get_window_extent(renderer))
     measured = {"tpot_s.p50": 0.0025, "tpot_s.p99": 0.0036, "e2e_s.p50": 0.17}
     runs = [(name, _comparison(), _records(0.003), measured) for name in ("a", "b")]
-    fig = bench_validation_figure(runs, "bench")
-    tpot = fig.axes[2]
+    bench, bench_data = bench_validation_figure(runs, "bench")
+    tpot = bench.axes[2]
     marks = [line for line in tpot.get_lines() if line.get_label().startswith("benchmark")]
     assert list(marks[0].get_xdata()) == [2.5, 3.6]  # the percentiles, in ms
-    assert overlapping_ticks(fig) == []
+    assert overlapping_ticks(bench) == []
+    # Every number drawn is in the CSV, in the unit drawn, which the row names.
+    marked = [r for r in bench_data if r[0] == "b: TPOT" and r[1].startswith("benchmark")]
+    assert [(r[2], r[3], r[4]) for r in marked] == [(2.5, 0.5, "ms"), (3.6, 0.99, "ms")]
+    simulated = [r[2] for r in data if r[:2] == ["TPOT: distribution", "simulator"]]
+    assert simulated == list(fig.axes[2].get_lines()[0].get_xdata()) and len(simulated) == 40
+    errors = {r[1]: r[3] for r in data if r[0] == "relative error"}
+    assert errors == {
+        "tpot_s.p50": 8.0,
+        "tpot_s.p50 threshold": 10.0,
+        "e2e_s.p90": 18.0,
+        "e2e_s.p90 threshold": 10.0,
+        "ttft_s.p50": 10.0,
+    }

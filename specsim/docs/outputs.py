@@ -373,6 +373,9 @@ COMMAND_OUTPUTS = {
         "validation.png": "engine against simulation, figure; with --bench, a row per run: "
         "the relative errors, and the simulator's E2E and TPOT distributions with the run's "
         "measured percentiles marked",
+        "validation.csv": "every number in validation.png, long format "
+        "(`panel,series,x,y,x_unit,y_unit`): each metric's relative error and threshold in %, "
+        "and each distribution's points (E2E in s, TPOT in ms, against the share of requests)",
         "profile.yaml": "the profile measured on this machine (without --profile)",
         "runs/": "with --bench, in place of engine/ and simulation/: one folder NN-LABEL per "
         "benchmark run (its number in file order, and its label or its file's stem) holding "

@@ -129,7 +129,7 @@ def pareto_figure(
                 linestyle="none",
             )
         )
-    # The frontier is a line through the points, drawn under them: each point keeps its
+    # The frontier is a line through rings drawn under the points: each point keeps its
     # group's colour and marker, on the frontier or not.
     front = sorted((p for p in points if p.on_frontier), key=lambda p: p.tokens_per_s_per_device)
     panel.series.insert(
@@ -138,8 +138,9 @@ def pareto_figure(
             "Pareto frontier",
             [p.tokens_per_s_per_device for p in front],
             [p.user_tokens_per_s for p in front],
-            marker="",
-            color="0.55",
+            marker="o",
+            color="0.45",
+            size=12.0,
         ),
     )
     return Figure(

@@ -84,6 +84,7 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
                         [adaptive_at],
                         [getattr(adaptive[0], value)],
                         marker="*",
+                        size=8.0,
                         linestyle="none",
                         color=colour,
                         legend=False,

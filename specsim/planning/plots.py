@@ -13,7 +13,6 @@ markers, not a line that looks as if k = 1 and 3 ran.
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ class Series:
     linestyle: str = "-"
     color: Any = None
     legend: bool = True  # False: drawn, but not listed in the legend (still in the CSV)
+    size: float = 5.0  # marker size; a larger ring drawn first circles the points it marks
 
 
 @dataclass
@@ -64,15 +64,12 @@ class Figure:
     ncols: int = 2
 
     def csv_text(self) -> str:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
-        for panel in self.panels:
-            for series in panel.series:
-                for x, y in zip(series.x, series.y, strict=True):
-                    row = [panel.title, series.label, _num(x), _num(y), panel.xunit, panel.yunit]
-                    writer.writerow(row)
-        return buf.getvalue()
+        return rules.csv_text(
+            [panel.title, series.label, x, y, panel.xunit, panel.yunit]
+            for panel in self.panels
+            for series in panel.series
+            for x, y in zip(series.x, series.y, strict=True)
+        )
 
     def png(self) -> bytes:
         return render_png(self.panels, self.ncols)
@@ -94,15 +91,6 @@ def k_ticks(ks: list[int], adaptive: bool) -> tuple[list[float], list[str]]:
 
 def adaptive_x(ks: list[int]) -> float:
     return float(max(ks)) + ADAPTIVE_GAP
-
-
-CSV_COLUMNS = ["panel", "series", "x", "y", "x_unit", "y_unit"]
-
-
-def _num(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
-    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):
@@ -181,7 +169,7 @@ def _draw_panel(ax, panel: Panel) -> None:
                 linestyle=series.linestyle,
                 label=series.label if listed else "_nolegend_",
                 color=colour,
-                markersize=5,
+                markersize=series.size,
                 linewidth=1.5,
                 **rules.hollow(colour),
             )

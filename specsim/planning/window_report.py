@@ -88,6 +88,7 @@ def _against_k(plan, loads, title, ylabel, name, stat, unit, logy=False) -> Pane
                     [adaptive_x(plan.ks)],
                     [value(entry.summary(ADAPTIVE))],
                     marker="*",
+                    size=8.0,
                     linestyle="none",
                     color=colour,
                     legend=False,
