@@ -126,7 +126,8 @@ def integer_ticks(ax, which: str = "y") -> None:
 
 
 def plain_numbers(ax) -> None:
-    """No offset or scientific notation on a linear axis: 282 rather than +2.8e2 and 2."""
+    """No offset or scientific notation on a linear axis: ticks read 282.5, never 2.5 beside
+    an offset of +280 that a reader misses."""
     from matplotlib.ticker import ScalarFormatter
 
     for axis in (ax.xaxis, ax.yaxis):
@@ -186,7 +187,7 @@ def separate_ticks(fig) -> None:
                             texts[i] = ""
                         axis.set_ticks(axis.get_majorticklocs(), texts)
                 elif axis.get_scale() == "linear":
-                    integer = getattr(axis.get_major_locator(), "_integer", False)
+                    integer = all(float(v).is_integer() for v in axis.get_majorticklocs())
                     axis.set_major_locator(
                         MaxNLocator(nbins=max(2, len(boxes) // 2), integer=integer)
                     )
@@ -198,19 +199,18 @@ def hollow(colour: Any) -> dict[str, Any]:
     return {"markerfacecolor": "white", "markeredgecolor": colour, "markeredgewidth": 1.4}
 
 
-def key(ax, entries: list[tuple[str, Any]], ncols: int = 3) -> None:
-    """A key of coloured patches (what a bar's colour means), below the panel's axis label."""
+def key(fig, patches: list[tuple[str, Any]], handles: list) -> None:
+    """One key below the figure: what each bar colour means (``patches``: label, colour), then
+    the other ``handles`` (lines, markers), each label once."""
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=colour, label=label) for label, colour in entries]
-    ax.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
-        ncols=ncols,
-        fontsize=7,
-        frameon=False,
-    )
+    entries = [Patch(facecolor=colour, label=label) for label, colour in patches]
+    seen = {e.get_label() for e in entries}
+    for handle in handles:
+        if handle.get_label() not in seen:
+            seen.add(handle.get_label())
+            entries.append(handle)
+    fig.legend(handles=entries, loc="outside lower center", ncols=len(entries), fontsize=9)
 
 
 def legends(fig, axes) -> None:

@@ -149,21 +149,15 @@ def _finish(fig, title: str):
     """One key below the figure (the bars' colours, the threshold, the lines), tick labels
     apart."""
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
-    handles = [
-        Patch(facecolor=WITHIN, label="within threshold"),
-        Patch(facecolor=EXCEEDED, label="threshold exceeded"),
-        Patch(facecolor=REPORTED, label="reported (no threshold)"),
-        Line2D([], [], color="black", linestyle=":", label="threshold (±)"),
+    threshold = Line2D([], [], color="black", linestyle=":", label="threshold (±)")
+    drawn = [h for ax in fig.axes for h in ax.get_legend_handles_labels()[0]]
+    bars = [
+        ("within threshold", WITHIN),
+        ("threshold exceeded", EXCEEDED),
+        ("reported (no threshold)", REPORTED),
     ]
-    seen = set()
-    for ax in fig.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            if label not in seen:
-                seen.add(label)
-                handles.append(handle)
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9)
+    rules.key(fig, bars, [threshold, *drawn])
     fig.suptitle(title)
     rules.separate_ticks(fig)
     return fig
