@@ -121,6 +121,7 @@ def test_validation_figure_is_in_ms_with_keyed_bars_and_apart_labels():
     the bars' three colours named in a key outside the panels."""
     fig, data = validation_figure(_comparison(), _records(0.0025), _records(0.0031), "check")
     _, e2e, tpot = fig.axes
+    assert fig.get_suptitle() == "check"
     assert tpot.get_xlabel() == "TPOT (ms)" and e2e.get_xlabel() == "E2E latency (s)"
     assert tpot.get_xlim()[0] == 0 and max(tpot.get_lines()[0].get_xdata()) < 5
     assert overlapping_ticks(fig) == []
@@ -136,6 +137,7 @@ def test_validation_figure_is_in_ms_with_keyed_bars_and_apart_labels():
     runs = [(name, _comparison(), _records(0.003), measured) for name in ("a", "b")]
     bench, bench_data = bench_validation_figure(runs, "bench")
     tpot = bench.axes[2]
+    assert bench.get_suptitle() == "bench"
     marks = [line for line in tpot.get_lines() if line.get_label().startswith("benchmark")]
     assert list(marks[0].get_xdata()) == [2.5, 3.6]  # the percentiles, in ms
     assert overlapping_ticks(bench) == []

@@ -14,6 +14,7 @@ markers, not a line that looks as if k = 1 and 3 ran.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,7 @@ class Figure:
 
 
 # The adaptive policy is not a k: its point stands apart, right of the largest k.
-ADAPTIVE_GAP = 1.5
+ADAPTIVE_GAP = 1.5  # steps of k
 
 
 def k_ticks(ks: list[int], adaptive: bool) -> tuple[list[float], list[str]]:
@@ -90,7 +91,10 @@ def k_ticks(ks: list[int], adaptive: bool) -> tuple[list[float], list[str]]:
 
 
 def adaptive_x(ks: list[int]) -> float:
-    return float(max(ks)) + ADAPTIVE_GAP
+    """``ADAPTIVE_GAP`` steps of k (the smallest step swept) right of the largest k."""
+    ks = sorted(set(ks))
+    step = min((b - a for a, b in itertools.pairwise(ks)), default=1)
+    return float(ks[-1] + ADAPTIVE_GAP * step)
 
 
 def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):

@@ -47,10 +47,10 @@ def validation_figure(
     predicted = request_latencies(predicted_records)
     measured = request_latencies(measured_records)
     for ax, (name, label) in zip(row[1:], LATENCIES, strict=True):
-        title = f"{label}: distribution"
-        _cdf(ax, predicted[name], name, "--", "simulator", SIMULATOR, title, data)
-        _cdf(ax, measured[name], name, "-", "engine", ENGINE, title, data)
-        _latency_axes(ax, name, label, title)
+        panel = f"{label}: distribution"
+        _cdf(ax, predicted[name], name, "--", "simulator", SIMULATOR, panel, data)
+        _cdf(ax, measured[name], name, "-", "engine", ENGINE, panel, data)
+        _latency_axes(ax, name, label, panel)
     return _finish(fig, title), data
 
 
