@@ -16,6 +16,7 @@ LAYERS: tuple[str, ...] = (
     "bounds",  # the limits every number is held to
     "parsing",  # YAML, JSON and CSV read within limits (depth, size, aliases, duplicate keys)
     "fileio",  # atomic writes, checked reads
+    "axes",  # the rules every figure is drawn by (matplotlib, imported when drawing)
     "config",  # strict YAML models, --set overrides
     "tree",  # speculation tree shapes: drafted nodes as paths of child ranks
     "model_keys",  # config.json checks the loader and the roofline share (no torch)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from specsim.planning.plots import (
+from specsim.axes import (
     MIN_CONTRAST,
-    Panel,
-    Series,
-    build_figure,
     contrast_on_white,
     gradient,
+    overlapping_ticks,
     palette,
+    styles,
 )
+from specsim.planning.plots import Figure, Panel, Series, build_figure
 
 
 def _drawn(fig) -> None:
@@ -119,3 +119,65 @@ def test_colours_read_on_white_and_stay_apart():
     panel = Panel("p", "x", "y", [Series(str(i), [0, 1], [i, i]) for i in range(7)])
     colours = [line.get_color() for line in build_figure([panel]).axes[0].get_lines()]
     assert colours == palette(7)
+
+
+def test_no_two_series_share_a_colour_and_a_marker():
+    """Twelve candidates: the palette's seven colours come round again, with other markers."""
+    assert len(set(styles(49))) == 49
+    panel = Panel(
+        "attainment", "rate", "share", [Series(str(i), [0, 1], [1, 1]) for i in range(12)]
+    )
+    lines = build_figure([panel]).axes[0].get_lines()
+    pairs = [(line.get_color(), line.get_marker()) for line in lines]
+    assert len(lines) == 12 and len(set(pairs)) == 12
+    # Hollow markers: a series drawn over another (all at 1.0) still shows its own marker.
+    assert all(line.get_markerfacecolor() == "white" for line in lines)
+
+
+@pytest.mark.parametrize("logy", [False, True])
+def test_quantities_are_drawn_from_zero_or_say_they_are_not(logy):
+    """A 13 % spread (10.2..11.6 req/s) must not fill the panel; a log axis says so."""
+    panel = Panel("capacity", "k", "rate", [Series("a", [0, 2, 4], [11.6, 10.6, 10.2])])
+    panel.yunit, panel.logy = "req/s", logy
+    fig = build_figure([panel])
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert low == 0 and high > 11.6  # the top point is not drawn on the frame
+    assert ax.get_xlim()[0] <= 0
+    assert ax.get_ylabel() == "rate (req/s)"
+    logged = Panel("p99", "load", "latency", [Series("a", [1, 2], [3, 300])], logy=True)
+    ax = build_figure([logged]).axes[0]
+    assert ax.get_yscale() == "log" and "log scale" in ax.get_ylabel()
+    # A ratio is read against its baseline: the axis holds 1, not 0.
+    ratio = Panel("speed-up", "load", "speed-up", [Series("a", [1, 2], [1.3, 1.7])], y_from=1.0)
+    low, _ = build_figure([ratio]).axes[0].get_ylim()
+    assert 0.5 < low <= 1.0
+
+
+def test_tick_labels_never_run_together():
+    """Long labels on a narrow panel ran together ("0.00240.00260.0028"); after drawing, no
+    two labels' extents overlap, for a numeric axis (thinned) and fixed k labels (turned)."""
+    xs = [1000.00241, 1000.00263, 1000.00287, 1000.00313, 1000.00377]  # long, finely spaced
+    numeric = Panel("TPOT", "TPOT", "share", [Series("a", xs, [1] * 5)], x_from=None)
+    ks = list(range(31))
+    fixed = Panel("k", "k", "share", [Series("a", ks, [1] * len(ks))])
+    fixed.xticks = ([float(k) for k in ks], [f"k={k}" for k in ks[:-1]] + ["adapt."])
+    fig = build_figure([numeric, fixed], ncols=2, dpi=60)
+    assert overlapping_ticks(fig) == []
+    shown = [t.get_text() for t in fig.axes[1].get_xticklabels() if t.get_text()]
+    assert shown[-1] == "adapt." and len(shown) < len(ks)
+    # The check itself sees overlaps: the same axes drawn with matplotlib's own ticks do.
+    fig.axes[1].set_xticks(ks, [f"k={k}" for k in ks], rotation=0)
+    fig.canvas.draw()
+    assert overlapping_ticks(fig)
+
+
+def test_the_csv_names_the_unit_of_every_number():
+    panel = Panel("TPOT p50", "k", "latency", [Series("2 req/s", [0, 1], [4.5, None])])
+    panel.yunit, panel.xunit = "ms", ""
+    lines = Figure("tpot", "TPOT", [panel]).csv_text().splitlines()
+    assert lines == [
+        "panel,series,x,y,x_unit,y_unit",
+        "TPOT p50,2 req/s,0,4.5,,ms",
+        "TPOT p50,2 req/s,1,,,ms",
+    ]

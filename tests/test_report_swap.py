@@ -136,7 +136,7 @@ def test_report_is_self_contained_and_every_figure_has_its_numbers(swap_run):
     for name in ("acceptance", "latency_vs_load", "throughput_waste_cost"):
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         rows = (out / f"{name}.csv").read_text().splitlines()
-        assert rows[0] == "panel,series,x,y" and len(rows) > 4
+        assert rows[0] == "panel,series,x,y,x_unit,y_unit" and len(rows) > 4
     markdown = (out / "report.md").read_text()
     assert "## Recommendation" in markdown and "## Side by side" in markdown
     sweep = (out / "sweep.csv").read_text().splitlines()

@@ -201,7 +201,7 @@ def test_validate_writes_everything_and_exit_code_follows_the_verdict(
     warning = "target latency fit misses its own held-out grid points by 26%"
     assert warning in bars and warning in printed
     assert warning in (out / "comparison.md").read_text()
-    for name in ("comparison.json", "comparison.md", "validation.png"):
+    for name in ("comparison.json", "comparison.md", "validation.png", "validation.csv"):
         assert (out / name).is_file()
     for part in ("engine", "simulation"):
         assert (out / part / "requests.csv").is_file()

@@ -94,7 +94,7 @@ def test_runs_of_the_truth_validate_on_the_truth_and_fail_on_the_prior(bench, tm
             assert row["relative_error"] == pytest.approx(0.0, abs=2e-4), row["metric"]
     assert summary["runs"][0]["workload"]["arrivals"] == "a closed loop of 8 clients"
     out = tmp_path / "ok"
-    for name in ("comparison.json", "comparison.md", "validation.png"):
+    for name in ("comparison.json", "comparison.md", "validation.png", "validation.csv"):
         assert (out / name).is_file()
     for run in summary["runs"]:
         for name in ("workload.csv", "requests.csv", "summary.json"):

@@ -57,11 +57,11 @@ class Result:
 class PlanResult:
     """A plan or report: ``summary`` is summary.json's dict (the answer), ``tables`` the
     report's tables and ``figures`` the numbers behind each figure (long format: panel, series,
-    x, y), each by its CSV file's stem, and ``attachments`` the other files written beside the
-    report (``k_by_batch.yaml``; with ``emit``, ``engine/vllm.json`` and the like) by name.
-    ``out`` is the folder, or None for a run kept in memory only; ``simulations`` how many
-    simulations the run computed and how many it reused from ``out/points`` (None for a folder
-    read back: summary.json leaves it out)."""
+    x, y, x_unit, y_unit), each by its CSV file's stem, and ``attachments`` the other files
+    written beside the report (``k_by_batch.yaml``; with ``emit``, ``engine/vllm.json`` and
+    the like) by name. ``out`` is the folder, or None for a run kept in memory only;
+    ``simulations`` how many simulations the run computed and how many it reused from
+    ``out/points`` (None for a folder read back: summary.json leaves it out)."""
 
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)

@@ -27,9 +27,10 @@ model; the profiling step measures its acceptance). It pads every batched pass t
 row, so the simulation runs with engine.padded_attention: true.
 
 Writes DIR/engine/ and DIR/simulation/ (requests.csv, summary.json), DIR/comparison.json,
-DIR/comparison.md, DIR/validation.png (and DIR/profile.yaml when it profiled). With --clock cpu
-or reference, comparison.md also splits every iteration group's time into the target pass, the
-drafter passes and the engine's own work, measured against predicted. The simulator serves the
+DIR/comparison.md, DIR/validation.png and its numbers DIR/validation.csv (and DIR/profile.yaml
+when it profiled). With --clock cpu or reference, comparison.md also splits every iteration
+group's time into the target pass, the drafter passes and the engine's own work, measured
+against predicted. The simulator serves the
 same requests --replications times with other acceptance and jitter draws (default 20; the
 first is DIR/simulation/): the prediction is each metric's median over them, and beside it
 stand their p10..p90 and, for a miss, how many of them lie below the measured value. The
@@ -49,10 +50,10 @@ measured it, with the thresholds, bands and exit codes above:
 
   specsim validate --bench runs/window --scenario scenarios/poisson.yaml --out runs/check
 
-It writes DIR/comparison.json, DIR/comparison.md, DIR/validation.png and DIR/runs/NN-LABEL/
-(the replayed trace, and the simulator's requests.csv and summary.json of it). Runs of two
-models or engines, a speculative run without counters for a speculating scenario (or one
-that drafted another k), and a file of unknown format are bad input.
+It writes DIR/comparison.json, DIR/comparison.md, DIR/validation.png and .csv and
+DIR/runs/NN-LABEL/ (the replayed trace, and the simulator's requests.csv and summary.json of
+it). Runs of two models or engines, a speculative run without counters for a speculating
+scenario (or one that drafted another k), and a file of unknown format are bad input.
 """
 
 from __future__ import annotations

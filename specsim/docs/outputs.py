@@ -185,7 +185,9 @@ REPORT_FILES = {
     "summary.json": "the command's --json summary: the answer in machine-readable form",
     "sweep.json": "every simulation of the sweep: its settings and its summary",
     "*.png": "the report's figures",
-    "*.csv": "every number in each figure and table, one CSV per figure or table",
+    "*.csv": "every number in each figure and table, one CSV per figure or table; a figure's "
+    "is long format, `panel,series,x,y,x_unit,y_unit`, each number in the unit it is drawn in "
+    "(TTFT and TPOT in ms, E2E in s, wasted FLOPs in %), a table's columns name their units",
     "points/": "one JSON per simulation (its settings, summary and `cpu_s`, the CPU seconds it "
     "took: measured, so the one value that differs between reruns): a rerun with the same --out "
     "reuses them",
@@ -376,6 +378,9 @@ COMMAND_OUTPUTS = {
         "validation.png": "engine against simulation, figure; with --bench, a row per run: "
         "the relative errors, and the simulator's E2E and TPOT distributions with the run's "
         "measured percentiles marked",
+        "validation.csv": "every number in validation.png, long format "
+        "(`panel,series,x,y,x_unit,y_unit`): each metric's relative error and threshold in %, "
+        "and each distribution's points (E2E in s, TPOT in ms, against the share of requests)",
         "profile.yaml": "the profile measured on this machine (without --profile)",
         "runs/": "with --bench, in place of engine/ and simulation/: one folder NN-LABEL per "
         "benchmark run (its number in file order, and its label or its file's stem) holding "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specsim.planning.common import metric
-from specsim.planning.plots import Figure, Panel, Series, palette
+from specsim.planning.plots import Figure, Panel, Series
 from specsim.planning.report import Paragraph, Table
 
 
@@ -109,9 +109,15 @@ def pareto_figure(
     title: str = "Probes within the SLO",
 ) -> Figure:
     """The points as one series per ``group`` (default: per deployment) and the frontier."""
-    panel = Panel(title, "output tokens/s per device", "output tokens/s per user")
+    panel = Panel(
+        title,
+        "throughput per device",
+        "speed per user",
+        xunit="output tokens/s",
+        yunit="output tokens/s",
+    )
     groups = sorted({group(p) for p in points})
-    for colour, name in zip(palette(len(groups)), groups, strict=True):
+    for name in groups:
         mine = sorted(
             (p for p in points if group(p) == name), key=lambda p: p.tokens_per_s_per_device
         )
@@ -120,20 +126,22 @@ def pareto_figure(
                 name or "scenario's profile",
                 [p.tokens_per_s_per_device for p in mine],
                 [p.user_tokens_per_s for p in mine],
-                marker=".",
                 linestyle="none",
-                color=colour,
             )
         )
+    # The frontier is a line through rings drawn under the points: each point keeps its
+    # group's colour and marker, on the frontier or not.
     front = sorted((p for p in points if p.on_frontier), key=lambda p: p.tokens_per_s_per_device)
-    panel.series.append(
+    panel.series.insert(
+        0,
         Series(
             "Pareto frontier",
             [p.tokens_per_s_per_device for p in front],
             [p.user_tokens_per_s for p in front],
             marker="o",
-            color="black",
-        )
+            color="0.45",
+            size=12.0,
+        ),
     )
     return Figure(
         "pareto_frontier",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsim.axes import styles
 from specsim.comparison import Change
 from specsim.metrics import round_floats
 from specsim.planning.capacity import (
@@ -24,7 +25,7 @@ from specsim.planning.capacity_pareto import (
     reasons,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
-from specsim.planning.plots import Figure, Panel, Series, palette
+from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 
 PERCENTILE_COLUMNS = [
@@ -47,16 +48,16 @@ def _by_drafter(results: list[CandidateResult]) -> dict[str, list[CandidateResul
 
 def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]:
     groups = _by_drafter(results)
-    top = max([r.candidate.k for r in results] + [0])
-    # Ticks at the k values searched only: a tick at a k that did not run reads as a result.
     tried = sorted({0, *(r.candidate.k for r in results if r.candidate.policy == "fixed")})
-    positions, labels = [float(k) for k in tried], [str(k) for k in tried]
-    if any(r.candidate.policy != "fixed" for r in results):
-        positions.append(top + 1.0)
-        labels.append("adapt.")
-    xticks = (positions, labels)
+    adaptive_at = adaptive_x(tried)
+    xticks = k_ticks(tried, any(r.candidate.policy != "fixed" for r in results))
     capacity = Panel(
-        "Sustained rate per replica", "k (0 = speculation off)", "requests/s", xticks=xticks
+        "Sustained rate per replica",
+        "k (0 = speculation off)",
+        "sustained rate",
+        xticks=xticks,
+        integer_x=True,
+        yunit="req/s",
     )
     replicas = Panel(
         f"Replicas for {plan.target_rps:g} req/s",
@@ -64,23 +65,27 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
         "replicas",
         xticks=xticks,
         integer_y=True,
+        integer_x=True,
     )
-    for colour, (drafter, entries) in zip(palette(len(groups)), groups.items(), strict=True):
+    for (colour, marker), (drafter, entries) in zip(
+        styles(len(groups)), groups.items(), strict=True
+    ):
         static = [r for r in entries if r.candidate.policy == "fixed"]
         adaptive = [r for r in entries if r.candidate.policy != "fixed"]
         xs = [0.0] + [float(r.candidate.k) for r in static]
         off = off_result(results, entries[0].candidate)
         for panel, value in ((capacity, "capacity"), (replicas, "replicas")):
             ys = [getattr(off, value)] + [getattr(r, value) for r in static]
-            panel.series.append(Series(drafter, xs, ys, color=colour))
+            panel.series.append(Series(drafter, xs, ys, color=colour, marker=marker))
             if adaptive:
-                # The adaptive policy is not a k: a lone marker at the right.
+                # The adaptive policy is not a k: a lone star at the right.
                 panel.series.append(
                     Series(
                         f"{drafter} adaptive",
-                        [top + 1.0],
+                        [adaptive_at],
                         [getattr(adaptive[0], value)],
-                        marker="^",
+                        marker="*",
+                        size=8.0,
                         linestyle="none",
                         color=colour,
                         legend=False,
@@ -88,16 +93,15 @@ def _figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]
                 )
     curve = Panel(
         "SLO attainment against arrival rate (every probe)",
-        "arrival rate (req/s)",
+        "arrival rate",
         "share of requests meeting the SLO",
         hlines=[(plan.attainment, f"required {plan.attainment:g}")],
+        xunit="req/s",
     )
-    for colour, entry in zip(palette(len(results)), results, strict=True):
+    for entry in results:
         if entry.attainment_curve:
             xs, ys = zip(*entry.attainment_curve, strict=True)
-            curve.series.append(
-                Series(entry.candidate.label, list(xs), list(ys), color=colour, marker=".")
-            )
+            curve.series.append(Series(entry.candidate.label, list(xs), list(ys)))
     return [
         Figure(
             "capacity_vs_k",

@@ -1,30 +1,25 @@
 """Figures for the planner's reports: PNG bytes from matplotlib (Agg), plus the numbers as CSV.
 
 A figure is a list of ``Panel``s, each a list of ``Series``. The same structure is written as a
-long-format CSV (panel, series, x, y), so every number plotted is also available as data.
+long-format CSV (panel, series, x, y and the units of x and y), so every number plotted is
+also available as data, in the unit it is drawn in.
 matplotlib is imported inside the functions that draw, so importing the planner stays cheap.
 
-How the panels are drawn, so that they do not mislead:
-
-- whole-number quantities (k, replicas, draft positions) get whole-number ticks, and on a
-  whole-number x axis a line joins only neighbouring values: k = 0, 2, 4 are three markers,
-  not a line that looks as if k = 1 and 3 ran;
-- a log axis spanning less than ``LINEAR_BELOW`` x is drawn linear; a wider one is labelled at
-  1, 2 and 5 times each power of ten (every power past three decades), so it never has a
-  single label;
-- legends sit outside the data: one below the figure when every panel lists the same series,
-  else beside each panel;
-- colours have at least ``MIN_CONTRAST`` : 1 contrast on white: Okabe and Ito's colour-blind-safe
-  palette for things told apart, the dark part of viridis for ordered levels (loads).
+The rules of drawing (axes from zero, milliseconds, whole-number ticks, colour and marker
+pairs, legends outside the data) live in ``specsim.axes``; here they are applied to every panel,
+and on a whole-number x axis a line joins only neighbouring values: k = 0, 2, 4 are three
+markers, not a line that looks as if k = 1 and 3 ran.
 """
 
 from __future__ import annotations
 
-import csv
 import io
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from specsim import axes as rules
 
 
 @dataclass
@@ -32,10 +27,11 @@ class Series:
     label: str
     x: list[float]
     y: list[float | None]
-    marker: str = "o"
+    marker: str | None = None  # None: the panel's next unused colour and marker pair
     linestyle: str = "-"
     color: Any = None
     legend: bool = True  # False: drawn, but not listed in the legend (still in the CSV)
+    size: float = 5.0  # marker size; a larger ring drawn first circles the points it marks
 
 
 @dataclass
@@ -51,6 +47,12 @@ class Panel:
     # neighbours. Explicit ``xticks`` all at whole numbers say the same.
     integer_x: bool = False
     hlines: list[tuple[float, str]] = field(default_factory=list)
+    xunit: str = ""
+    yunit: str = ""
+    # The value each axis includes: zero for a quantity, 1 for a ratio against a baseline;
+    # None only where a reader compares from nowhere in particular.
+    x_from: float | None = 0.0
+    y_from: float | None = 0.0
 
 
 @dataclass
@@ -63,35 +65,40 @@ class Figure:
     ncols: int = 2
 
     def csv_text(self) -> str:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["panel", "series", "x", "y"])
-        for panel in self.panels:
-            for series in panel.series:
-                for x, y in zip(series.x, series.y, strict=True):
-                    writer.writerow([panel.title, series.label, _num(x), _num(y)])
-        return buf.getvalue()
+        return rules.csv_text(
+            [panel.title, series.label, x, y, panel.xunit, panel.yunit]
+            for panel in self.panels
+            for series in panel.series
+            for x, y in zip(series.x, series.y, strict=True)
+        )
 
     def png(self) -> bytes:
         return render_png(self.panels, self.ncols)
 
 
-def _num(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
-    return repr(float(value)) if isinstance(value, float) else str(value)
+# The adaptive policy is not a k: its point stands apart, right of the largest k.
+ADAPTIVE_GAP = 1.5  # steps of k
 
 
-LINEAR_BELOW = 10.0  # a log axis over less than a decade is drawn linear
-MIN_CONTRAST = 3.0  # WCAG's minimum for graphics, against the white background
-# Okabe & Ito's colour-blind-safe palette, the colours of it with 3:1 contrast on white (its
-# orange, sky blue and yellow have less), then two dark ones for more series.
-CATEGORICAL = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000", "#8C510A", "#5E3C99")
-_VIRIDIS_LIGHTEST = 0.6  # viridis above this is too light on white (below 3:1)
+def k_ticks(ks: list[int], adaptive: bool) -> tuple[list[float], list[str]]:
+    """Ticks at the k values that ran (a tick at a k that did not reads as a result), and
+    "adapt." at ``adaptive_x`` when the adaptive policy ran."""
+    positions, labels = [float(k) for k in ks], [str(k) for k in ks]
+    if adaptive:
+        positions.append(adaptive_x(ks))
+        labels.append("adapt.")
+    return positions, labels
+
+
+def adaptive_x(ks: list[int]) -> float:
+    """``ADAPTIVE_GAP`` steps of k (the smallest step swept) right of the largest k."""
+    ks = sorted(set(ks))
+    step = min((b - a for a, b in itertools.pairwise(ks)), default=1)
+    return float(ks[-1] + ADAPTIVE_GAP * step)
 
 
 def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):
-    """The matplotlib figure of the panels in a grid (Agg; nothing is shown)."""
+    """The matplotlib figure of the panels in a grid (Agg; nothing is shown), laid out."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -102,15 +109,16 @@ def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):
     nrows = math.ceil(len(panels) / ncols)
     fig = MplFigure(figsize=(5.2 * ncols, 3.6 * nrows), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)  # a canvas that can lay the figure out and render it
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    grid = fig.subplots(nrows, ncols, squeeze=False)
     drawn = []
-    for index, ax in enumerate(axes.flat):
+    for index, ax in enumerate(grid.flat):
         if index >= len(panels):
             ax.set_visible(False)
             continue
         _draw_panel(ax, panels[index])
         drawn.append(ax)
-    _legends(fig, drawn)
+    rules.legends(fig, drawn)
+    rules.separate_ticks(fig)
     return fig
 
 
@@ -145,9 +153,13 @@ def segments(xs: list[float], ys: list[float], whole: bool) -> list[tuple[list, 
 
 def _draw_panel(ax, panel: Panel) -> None:
     whole = integer_axis(panel)
-    colours = iter(palette(len(panel.series)))
+    # Listed series take the next unused colour and marker pair; an unlisted companion (the
+    # adaptive policy's lone point beside its load's line) brings its own.
+    pairs = iter(rules.styles(len(panel.series)))
     for series in panel.series:
-        colour = series.color if series.color is not None else next(colours)
+        colour, marker = next(pairs) if series.legend else ("0.45", "o")
+        colour = series.color if series.color is not None else colour
+        marker = series.marker if series.marker is not None else marker
         points = [(x, y) for x, y in zip(series.x, series.y, strict=True) if y is not None]
         if not points:
             continue
@@ -157,106 +169,32 @@ def _draw_panel(ax, panel: Panel) -> None:
             ax.plot(
                 run_x,
                 run_y,
-                marker=series.marker,
+                marker=marker,
                 linestyle=series.linestyle,
                 label=series.label if listed else "_nolegend_",
                 color=colour,
-                markersize=4.5,
+                markersize=series.size,
                 linewidth=1.5,
+                **rules.hollow(colour),
             )
     for value, label in panel.hlines:
         ax.axhline(value, color="0.35", linestyle=":", linewidth=1.0, label=label)
     ax.set_title(panel.title, fontsize=10)
-    ax.set_xlabel(panel.xlabel)
-    ax.set_ylabel(panel.ylabel)
-    if panel.logy:
-        _log_axis(ax, panel)
+    ax.set_xlabel(rules.axis_label(panel.xlabel, panel.xunit))
+    ylabel = rules.axis_label(panel.ylabel, panel.yunit)
+    values = [y for s in panel.series for y in s.y if y is not None]
+    if panel.logy and rules.log_axis(ax, values + [v for v, _ in panel.hlines]):
+        ylabel += ", log scale"
+    ax.set_ylabel(ylabel)
+    if panel.y_from is not None:
+        rules.from_zero(ax, "y", panel.y_from)
+    if panel.x_from is not None:
+        rules.from_zero(ax, "x", panel.x_from)
     if panel.integer_y:
-        _integer_y(ax)
+        rules.integer_ticks(ax, "y")
     if panel.xticks is not None:
         ax.set_xticks(panel.xticks[0], panel.xticks[1])
     elif whole:
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        rules.integer_ticks(ax, "x")
+    rules.plain_numbers(ax)
     ax.grid(True, alpha=0.3)
-
-
-def _log_axis(ax, panel: Panel) -> None:
-    """Log scale with several labels, or linear where the values span less than a decade."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    values = [y for s in panel.series for y in s.y if y is not None and y > 0]
-    values += [v for v, _ in panel.hlines if v > 0]
-    if not values or max(values) / min(values) < LINEAR_BELOW:
-        return  # a log axis over so little range has one label or none
-    ax.set_yscale("log")
-    wide = max(values) / min(values) > 1000
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
-    # Plain numbers (0.5, 2, 20) rather than 5x10^-1: the readers are operators.
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _integer_y(ax) -> None:
-    """Whole-number ticks, with the view wide enough to hold at least three of them."""
-    from matplotlib.ticker import MaxNLocator
-
-    low, high = ax.get_ylim()
-    if high - low < 2.0:
-        middle = round((low + high) / 2)
-        ax.set_ylim(min(low, middle - 1.25), max(high, middle + 1.25))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _legends(fig, axes) -> None:
-    """One legend below the figure when every panel lists the same entries, else one beside
-    each panel that lists more than one; never over the data."""
-    entries = [ax.get_legend_handles_labels() for ax in axes]
-    listed = [(h, labels) for h, labels in entries if labels]
-    shared = len(axes) > 1 and len(listed) == len(axes)
-    shared = shared and all(labels == listed[0][1] for _, labels in listed)
-    if shared and len(listed[0][1]) > 1:
-        handles, labels = listed[0]
-        fig.legend(
-            handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8
-        )
-        return
-    for ax, (_, labels) in zip(axes, entries, strict=True):
-        if len(labels) > 1:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7)
-
-
-def relative_luminance(colour: Any) -> float:
-    """WCAG relative luminance of a matplotlib colour."""
-    from matplotlib.colors import to_rgb
-
-    def linear(c: float) -> float:
-        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (linear(c) for c in to_rgb(colour))
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
-def contrast_on_white(colour: Any) -> float:
-    """WCAG contrast ratio of a colour against white (1 to 21)."""
-    return 1.05 / (relative_luminance(colour) + 0.05)
-
-
-def palette(n: int) -> list[str]:
-    """``n`` colours for things told apart (drafters, candidates): colour-blind safe."""
-    return [CATEGORICAL[i % len(CATEGORICAL)] for i in range(n)]
-
-
-def gradient(n: int, cmap: str = "viridis") -> list[Any]:
-    """``n`` colours for ordered levels (loads: lighter = low load, darker = high), along the
-    part of the colour map dark enough to read on white. ``tab10`` (things told apart, as
-    callers once asked for it) gives ``palette``."""
-    import matplotlib
-
-    if cmap == "tab10":
-        return palette(n)
-    colours = matplotlib.colormaps[cmap]
-    if n <= 1:
-        return [colours(_VIRIDIS_LIGHTEST / 2)]
-    return [colours(_VIRIDIS_LIGHTEST * (1 - i / (n - 1))) for i in range(n)]

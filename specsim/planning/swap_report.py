@@ -5,8 +5,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from specsim import axes as rules
+from specsim.axes import styles
 from specsim.planning.common import k_text, method_text, metric, plural, slo_text
-from specsim.planning.plots import Figure, Panel, Series, palette
+from specsim.planning.plots import Figure, Panel, Series
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.swap import DrafterPlan, SwapPlan, regression_sentences
 from specsim.planning.window import LoadResult
@@ -50,9 +52,15 @@ def _speedups(loads: list[LoadResult]) -> list[float | None]:
 
 
 def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
-    colours = dict(zip(per, palette(len(per)), strict=True))
+    # A drafter keeps its colour and marker in every panel.
+    style = dict(zip(per, styles(len(per)), strict=True))
     axis = plan.first.axis
     loads = plan.loads
+
+    def drafter(name: str, label: str, xs, ys, **kwargs) -> Series:
+        colour, marker = style[name]
+        return Series(label, xs, ys, color=colour, marker=marker, **kwargs)
+
     conditional = Panel(
         "Acceptance per position (profile, conditional)",
         "draft position",
@@ -60,48 +68,51 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
         integer_x=True,
     )
     length = Panel(
-        "Mean acceptance length (simulated, lowest load)", "k", "tokens per step", integer_x=True
+        "Mean acceptance length (simulated, lowest load)",
+        "k",
+        "mean acceptance length",
+        integer_x=True,
+        yunit="tokens per step",
     )
     for d in plan.drafters:
         if d.tree is not None:  # its tree's length at its depth; its chain rates are not drawn
             y = metric(per[d.name][0].summary(d.tree.config), "mean_acceptance_length")
-            length.series.append(
-                Series(d.name, [d.tree.shape.depth], [y], color=colours[d.name], marker="^")
-            )
+            length.series.append(drafter(d.name, d.name, [d.tree.shape.depth], [y]))
             continue
         rates = d.acceptance.per_position
         conditional.series.append(
-            Series(d.name, list(range(1, len(rates) + 1)), list(rates), color=colours[d.name])
+            drafter(d.name, d.name, list(range(1, len(rates) + 1)), list(rates))
         )
         ks = [k for k in plan.ks if k > 0]
         length.series.append(
-            Series(
+            drafter(
+                d.name,
                 d.name,
                 ks,
                 [metric(per[d.name][0].summary(f"k={k}"), "mean_acceptance_length") for k in ks],
-                color=colours[d.name],
             )
         )
     acceptance = Figure("acceptance", "Acceptance of each drafter", [conditional, length])
 
-    def across(title, ylabel, name, stat, logy=False, baseline=True) -> Panel:
-        panel = Panel(title, axis.label, ylabel, logy=logy)
+    def across(title, ylabel, unit, name, stat, logy=False, baseline=True, scale=1.0) -> Panel:
+        panel = Panel(title, axis.label, ylabel, logy=logy, xunit=axis.unit, yunit=unit)
+
+        def value(summary):
+            y = metric(summary, name, stat)
+            if name in rules.LATENCY_UNIT:
+                return rules.latency(name, y)
+            return None if y is None else y * scale
+
         for d in plan.drafters:
-            panel.series.append(
-                Series(
-                    f"{d.name} (best k)",
-                    loads,
-                    [metric(e.best_setting, name, stat) for e in per[d.name]],
-                    color=colours[d.name],
-                )
-            )
+            ys = [value(e.best_setting) for e in per[d.name]]
+            panel.series.append(drafter(d.name, f"{d.name} (best k)", loads, ys))
         if baseline:
             first = per[plan.drafters[0].name]
             panel.series.append(
                 Series(
                     "k = 0",
                     loads,
-                    [metric(e.summary("k=0"), name, stat) for e in first],
+                    [value(e.summary("k=0")) for e in first],
                     linestyle="--",
                     marker="x",
                     color="0.45",
@@ -109,44 +120,50 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
             )
         return panel
 
-    latency = Figure(
+    def latency(title, name, stat) -> Panel:
+        return across(title, "latency", rules.LATENCY_UNIT[name], name, stat, True)
+
+    latency_figure = Figure(
         "latency_vs_load",
         "Latency across load, each drafter at its best k per load (dashed: speculation off)",
         [
-            across("End-to-end p50", "seconds", "e2e_s", "p50", True),
-            across("End-to-end p99", "seconds", "e2e_s", "p99", True),
-            across("TPOT p99", "seconds", "tpot_s", "p99", True),
-            across("TTFT p99", "seconds", "ttft_s", "p99", True),
+            latency("End-to-end p50", "e2e_s", "p50"),
+            latency("End-to-end p99", "e2e_s", "p99"),
+            latency("TPOT p99", "tpot_s", "p99"),
+            latency("TTFT p99", "ttft_s", "p99"),
         ],
     )
-    best_k = Panel("Best k", axis.label, "k", integer_y=True)
+    best_k = Panel("Best k", axis.label, "k", integer_y=True, xunit=axis.unit)
     for d in plan.drafters:
-        best_k.series.append(
-            Series(
-                d.name,
-                loads,
-                [d.best_window(e) for e in per[d.name]],
-                color=colours[d.name],
-                marker="s",
-            )
-        )
+        ys = [d.best_window(e) for e in per[d.name]]
+        # A marker per load simulated: a line between loads would draw a k that never ran.
+        best_k.series.append(drafter(d.name, d.name, loads, ys, linestyle="none"))
     economics = Figure(
         "throughput_waste_cost",
-        "Throughput, wasted FLOPs, cost per million tokens and the best k, across load",
+        "Throughput, wasted FLOPs, cost per million tokens and the best k, across load "
+        "(series drawn over each other keep their markers visible)",
         [
-            across("Throughput", "tokens/s", "throughput_tokens_per_s", None),
+            across("Throughput", "throughput", "tokens/s", "throughput_tokens_per_s", None),
             across(
                 "Wasted FLOPs (rejected drafts)",
-                "fraction of FLOPs",
+                "wasted FLOPs",
+                "% of FLOPs",
                 "flops_wasted_fraction",
                 None,
                 baseline=False,
+                scale=100.0,
             ),
-            across("Cost per million tokens", "USD", "cost_usd_per_million_tokens", None),
+            across(
+                "Cost per million tokens",
+                "cost",
+                "USD per million tokens",
+                "cost_usd_per_million_tokens",
+                None,
+            ),
             best_k,
         ],
     )
-    return [acceptance, latency, economics]
+    return [acceptance, latency_figure, economics]
 
 
 def _side_by_side(plan: SwapPlan, per, outcome) -> Table:

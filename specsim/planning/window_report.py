@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from specsim import axes as rules
 from specsim.planning.common import (
     k_text,
     lossy_note,
@@ -14,7 +15,7 @@ from specsim.planning.common import (
     plural,
     slo_text,
 )
-from specsim.planning.plots import Figure, Panel, Series, gradient
+from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
 from specsim.planning.window import (
     ADAPTIVE,
@@ -58,38 +59,36 @@ def _configs(plan: WindowPlan) -> list[str]:
     return configs
 
 
-def _x_of(plan: WindowPlan, config: str) -> float:
-    """Static k at its value; the adaptive policy one step to the right of the largest k."""
-    return float(config[2:]) if config.startswith("k=") else float(max(plan.ks) + 1)
+def _against_k(plan, loads, title, ylabel, name, stat, unit, logy=False) -> Panel:
+    """One line per load against k; a latency (``unit`` ms or s) is converted to its unit."""
+    adaptive = ADAPTIVE in _configs(plan)
+    panel = Panel(
+        title,
+        "k (drafted tokens per step)",
+        ylabel,
+        xticks=k_ticks(plan.ks, adaptive),
+        logy=logy,
+        integer_x=True,
+        yunit=unit,
+    )
 
+    def value(summary):
+        y = metric(summary, name, stat)
+        return rules.latency(name, y) if name in rules.LATENCY_UNIT else y
 
-def _xticks(plan: WindowPlan) -> tuple[list[float], list[str]]:
-    positions = [float(k) for k in plan.ks]
-    labels = [str(k) for k in plan.ks]
-    if max(plan.ks) > 0:
-        positions.append(float(max(plan.ks) + 1))
-        labels.append("adapt.")
-    return positions, labels
-
-
-def _against_k(plan, loads, title, ylabel, name, stat, logy=False) -> Panel:
-    colours = gradient(len(loads))
-    panel = Panel(title, "k (drafted tokens per step)", ylabel, xticks=_xticks(plan), logy=logy)
-    statics = [f"k={k}" for k in plan.ks]
-    for colour, entry in zip(colours, loads, strict=True):
-        xs = [_x_of(plan, c) for c in statics]
-        ys = [metric(entry.summary(c), name, stat) for c in statics]
+    for colour, entry in zip(rules.gradient(len(loads)), loads, strict=True):
         label = plan.axis.fmt(entry.load)
-        panel.series.append(Series(label, xs, ys, color=colour))
-        if ADAPTIVE in _configs(plan):
-            # The adaptive policy is not a k: a lone marker to the right, no line to it.
-            y = metric(entry.summary(ADAPTIVE), name, stat)
+        ys = [value(entry.summary(f"k={k}")) for k in plan.ks]
+        panel.series.append(Series(label, [float(k) for k in plan.ks], ys, color=colour))
+        if adaptive:
+            # The adaptive policy is not a k: a lone star to the right, no line to it.
             panel.series.append(
                 Series(
                     f"{label} adaptive",
-                    [_x_of(plan, ADAPTIVE)],
-                    [y],
-                    marker="^",
+                    [adaptive_x(plan.ks)],
+                    [value(entry.summary(ADAPTIVE))],
+                    marker="*",
+                    size=8.0,
                     linestyle="none",
                     color=colour,
                     legend=False,
@@ -101,14 +100,19 @@ def _against_k(plan, loads, title, ylabel, name, stat, logy=False) -> Panel:
 def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
     lat = []
     for metric_name, label in (("e2e_s", "end-to-end"), ("tpot_s", "TPOT"), ("ttft_s", "TTFT")):
+        unit = rules.LATENCY_UNIT[metric_name]
         lat.append(
             Figure(
                 name=f"{metric_name[:-2]}_vs_k",
                 caption=f"{label} latency (p50 and p99) against k, one line per load "
-                "(the last point is the adaptive policy)",
+                "(the star at the right is the adaptive policy)",
                 panels=[
-                    _against_k(plan, loads, f"{label} p50", "seconds", metric_name, "p50", True),
-                    _against_k(plan, loads, f"{label} p99", "seconds", metric_name, "p99", True),
+                    _against_k(
+                        plan, loads, f"{label} p50", "latency", metric_name, "p50", unit, True
+                    ),
+                    _against_k(
+                        plan, loads, f"{label} p99", "latency", metric_name, "p99", unit, True
+                    ),
                 ],
             )
         )
@@ -116,9 +120,17 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
         name="throughput_vs_k",
         caption="Throughput and goodput against k, one line per load",
         panels=[
-            _against_k(plan, loads, "Throughput", "tokens/s", "throughput_tokens_per_s", None),
             _against_k(
-                plan, loads, "Goodput (SLO-meeting)", "requests/s", "goodput_requests_per_s", None
+                plan, loads, "Throughput", "throughput", "throughput_tokens_per_s", None, "tokens/s"
+            ),
+            _against_k(
+                plan,
+                loads,
+                "Goodput (SLO-meeting)",
+                "goodput",
+                "goodput_requests_per_s",
+                None,
+                "req/s",
             ),
         ],
     )
@@ -138,30 +150,34 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
             out.append(zero / value if zero and value else None)
     best_k = Figure(
         name="best_k_vs_load",
-        caption="Best static k per load, and the mean end-to-end speed-up over k = 0 "
-        "(above 1: speculation pays)",
+        caption="Best static k per load (a marker per load simulated: between them nothing "
+        "ran), and the mean end-to-end speed-up over k = 0 (above 1: speculation pays)",
         panels=[
             Panel(
                 "Best static k",
                 plan.axis.label,
                 "k",
-                [Series("best k", xs, [e.best_k for e in loads], linestyle="-", marker="s")],
+                [Series("best k", xs, [e.best_k for e in loads], linestyle="none", marker="s")],
                 integer_y=True,
+                xunit=plan.axis.unit,
             ),
             Panel(
                 "Speed-up over k = 0 (mean e2e)",
                 plan.axis.label,
-                "× faster",
+                "speed-up",
                 [
                     Series("best static k", xs, speedup),
-                    Series("adaptive", xs, adaptive, linestyle="--", marker="^"),
+                    Series("adaptive", xs, adaptive, linestyle="--"),
                     *(
-                        [Series("k-by-batch table", xs, table, linestyle=":", marker="D")]
+                        [Series("k-by-batch table", xs, table, linestyle=":")]
                         if any(v is not None for v in table)
                         else []
                     ),
                 ],
                 hlines=[(1.0, "break-even")],
+                xunit=plan.axis.unit,
+                yunit="× k = 0",
+                y_from=1.0,  # a speed-up is read against break-even
             ),
         ],
     )

@@ -1,7 +1,7 @@
 """``specsim validate --bench``'s outputs: the comparison of every run (``bench``), written as
-the built-in engine's validation writes its one: ``comparison.json``, ``comparison.md`` and
-``validation.png``, plus ``runs/NN-LABEL/`` (the replayed trace and the simulator's seeded
-run of it), all atomically."""
+the built-in engine's validation writes its one: ``comparison.json``, ``comparison.md``,
+``validation.png`` and ``validation.csv``, plus ``runs/NN-LABEL/`` (the replayed trace and the
+simulator's seeded run of it), all atomically."""
 
 from __future__ import annotations
 

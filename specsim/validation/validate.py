@@ -8,7 +8,8 @@
    check the machine's speed against the profile before and after the run (``drift``), plot,
    and write everything atomically:
    ``OUT/engine/`` and ``OUT/simulation/`` (requests.csv + summary.json each),
-   ``OUT/comparison.json``, ``OUT/comparison.md``, ``OUT/validation.png``.
+   ``OUT/comparison.json``, ``OUT/comparison.md``, ``OUT/validation.png`` and its numbers,
+   ``OUT/validation.csv``.
 """
 
 from __future__ import annotations
