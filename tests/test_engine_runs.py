@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specsim.hardware import load_hardware
+from specsim.serving.detect import read_bench_files
 
 REPO = Path(__file__).resolve().parent.parent
 HARDWARE = sorted((REPO / "profiles" / "hardware").glob("*.yaml"))
@@ -32,3 +34,35 @@ def test_the_devices_the_issue_names_have_files():
     names = {p.stem for p in HARDWARE}
     wanted = {"b200", "gb200", "gb300", "mi300x", "mi355x", "h20", "rtx-pro-6000", "l40s"}
     assert wanted <= names
+
+
+RUNS = REPO / "tests" / "data" / "engine_runs"
+DEPLOYMENTS = sorted(p.parent for p in RUNS.glob("*/deployment.yaml"))
+
+
+def test_at_least_five_deployments_are_bundled_and_five_described():
+    described = [
+        d for d in DEPLOYMENTS if yaml.safe_load((d / "deployment.yaml").read_text())["describe"]
+    ]
+    assert len(DEPLOYMENTS) >= 5 and len(described) >= 5
+
+
+@pytest.mark.parametrize("folder", DEPLOYMENTS, ids=lambda p: p.name)
+def test_deployment_table_parses_and_its_description_resolves(folder):
+    meta = yaml.safe_load((folder / "deployment.yaml").read_text())
+    source = meta["source"]
+    assert source["licence"] and len(source["commit"]) == 40
+    assert source["url"].startswith("https://")
+    table = folder / "runs.csv"
+    runs = read_bench_files([table]) if table.exists() else []
+    if not meta["describe"]:
+        assert meta["not_described"].strip()
+        return
+    describe = meta["describe"]
+    assert (REPO / describe["hardware"]).is_file() and (REPO / describe["model"]).is_file()
+    labels = [run.label for run in runs]
+    # some runs fitted, at least one held out, and every run one of this engine's
+    assert set(describe["fit"]) < set(labels)
+    name = meta["engine"]["name"]
+    assert {run.engine for run in runs} == {name if name in ("vllm", "sglang") else "other"}
+    assert all(run.engine_version == meta["engine"]["version"] for run in runs)
