@@ -27,6 +27,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def specsim(*args: str) -> dict:
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         check=False,
     )
     if proc.returncode not in (0, 1):
