@@ -1,0 +1,228 @@
+"""How close specsim's step costs come to real engines, by the documented operator path, on the
+public runs bundled in ``tests/data/engine_runs/`` (one folder per deployment, ``SOURCES.md``).
+
+For each deployment whose ``deployment.yaml`` says how to describe it:
+
+1. ``specsim profile --roofline`` from its hardware and model files (the prior);
+2. ``specsim validate --bench`` of every run on the prior: the uncalibrated error;
+3. ``specsim profile --from-bench`` on the runs named under ``fit:``;
+4. ``specsim validate --bench`` of the other runs on the fitted profile: the held-out error.
+
+Every step is the command an operator types (run as a subprocess); a command that refuses is
+recorded with its one-line error. Deployments that cannot be described, and why, are listed
+from their ``not_described:``.
+
+The last stdout line is one JSON object: ``name``, ``figures`` (per deployment: the runs, per
+figure the median and worst |relative error| uncalibrated and held out, and each run's signed
+error; the fitted terms), ``not_described``, ``baseline`` and ``ratio`` (the largest held-out
+median |error| of throughput, TPOT or E2E over the deployments, divided by the 10 % the cost
+model is to reach: <= 1 is the target met).
+
+    python benchmarks/bench_fidelity.py [--only WORD] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS = REPO / "tests" / "data" / "engine_runs"
+# the figures the issue's target is stated for; others are reported, not scored
+TARGET_FIGURES = ("throughput_tokens_per_s", "tpot_s.mean", "e2e_s.mean")
+TARGET = 0.10
+
+
+class Refused(Exception):
+    """A specsim command exited 2 (bad input) or crashed: what it said, one line."""
+
+
+def specsim(*args: str) -> dict:
+    """``specsim ARGS --json`` as an operator runs it; exit 1 (a missed threshold) is an answer."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsim", *args, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    if proc.returncode not in (0, 1):
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+        raise Refused(f"specsim {args[0]} exit {proc.returncode}: {lines[-1]}")
+    return json.loads(proc.stdout)
+
+
+def split_runs(table: Path, fit: list[str], work: Path) -> tuple[Path, Path, Path]:
+    """The deployment's table as three bench folders: every run, the fitted ones, the rest."""
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    unknown = set(fit) - {r["label"] for r in rows}
+    if unknown:
+        raise Refused(f"{table}: fit names runs it does not hold: {sorted(unknown)}")
+    folders = []
+    for name, keep in (
+        ("all", lambda r: True),
+        ("fit", lambda r: r["label"] in fit),
+        ("held-out", lambda r: r["label"] not in fit),
+    ):
+        folder = work / name
+        folder.mkdir(parents=True)
+        with open(folder / "runs.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(r for r in rows if keep(r))
+        folders.append(folder)
+    return folders[0], folders[1], folders[2]
+
+
+def scenario(profile: Path, describe: dict, path: Path) -> Path:
+    """The deployment's engine caps on PROFILE (validate --bench replaces the workload)."""
+    text = {
+        "name": path.stem,
+        "seed": 0,
+        "profile": str(profile),
+        # replaced run by run, but the file must still be a whole scenario
+        "workload": {
+            "kind": "poisson",
+            "rate": 1.0,
+            "duration_s": 10,
+            "prompt": {"dist": "fixed", "value": 100},
+            "output": {"dist": "fixed", "value": 100},
+        },
+        "engine": {
+            "max_batch": describe["max_batch"],
+            "max_batched_tokens": describe["max_batched_tokens"],
+        },
+    }
+    path.write_text(yaml.safe_dump(text))
+    return path
+
+
+def errors(report: dict) -> dict[str, dict[str, float]]:
+    """validate --bench's JSON as {figure: {run label: signed relative error}}."""
+    out: dict[str, dict[str, float]] = {}
+    for run in report["runs"]:
+        for row in run["rows"]:
+            if row["relative_error"] is not None and row["metric"] != "mean_acceptance_length":
+                out.setdefault(row["metric"], {})[run["label"]] = round(row["relative_error"], 4)
+    return out
+
+
+def summary(by_figure: dict[str, dict[str, float]]) -> dict[str, dict]:
+    return {
+        figure: {
+            "median_abs": round(statistics.median(abs(e) for e in runs.values()), 4),
+            "worst_abs": round(max(abs(e) for e in runs.values()), 4),
+            "runs": runs,
+        }
+        for figure, runs in sorted(by_figure.items())
+    }
+
+
+def describe_one(folder: Path, meta: dict, work: Path) -> dict:
+    describe = meta["describe"]
+    everything, fit, held = split_runs(folder / "runs.csv", describe["fit"], work / "runs")
+    prior = work / "prior.yaml"
+    roofline = ["profile", "--roofline", "--hardware", describe["hardware"]]
+    roofline += ["--target", describe["model"], "--tp", str(describe["tp"]), "--out", str(prior)]
+    if describe.get("weights_dtype"):
+        roofline += ["--weights-dtype", describe["weights_dtype"]]
+    specsim(*roofline)
+    uncalibrated = specsim(
+        "validate",
+        "--bench",
+        str(everything),
+        "--scenario",
+        str(scenario(prior, describe, work / "prior-scenario.yaml")),
+        "--out",
+        str(work / "uncalibrated"),
+        "--replications",
+        "0",
+    )
+    fitted = work / "fitted.yaml"
+    caps = ["--max-batch", str(describe["max_batch"])]
+    caps += ["--max-batched-tokens", str(describe["max_batched_tokens"])]
+    report = specsim(
+        "profile", "--from-bench", str(fit / "runs.csv"), "--into", str(prior), *caps,
+        "--out", str(fitted), "--no-held-out",
+    )  # fmt: skip
+    predicted = specsim(
+        "validate",
+        "--bench",
+        str(held),
+        "--scenario",
+        str(scenario(fitted, describe, work / "fitted-scenario.yaml")),
+        "--out",
+        str(work / "held-out"),
+        "--replications",
+        "0",
+    )
+    return {
+        "engine": f"{meta['engine']['name']} {meta['engine']['version']}",
+        "gpu": meta["gpu"],
+        "model": meta["model"],
+        "fit_on": describe["fit"],
+        "uncalibrated": summary(errors(uncalibrated)),
+        "held_out": summary(errors(predicted)),
+        "terms": {
+            t["name"]: {"value": round(t["value"], 4), "determined": t["determined"]}
+            for t in report["terms"]
+        },
+        "fit_median_abs_error": round(report["fit"]["median_abs_error"], 4),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", metavar="WORD", help="deployments whose folder name has WORD")
+    parser.add_argument("--keep", metavar="DIR", help="keep every file written under DIR")
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    described: dict[str, dict] = {}
+    not_described: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="specsim-fidelity-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        for folder in sorted(p.parent for p in RUNS.glob("*/deployment.yaml")):
+            if args.only and args.only not in folder.name:
+                continue
+            meta = yaml.safe_load((folder / "deployment.yaml").read_text())
+            if not meta.get("describe"):
+                not_described[folder.name] = " ".join(meta["not_described"].split())
+                continue
+            try:
+                described[folder.name] = describe_one(folder, meta, work / folder.name)
+            except Refused as refused:
+                not_described[folder.name] = str(refused)
+    scored = [
+        described[d]["held_out"][f]["median_abs"]
+        for d in described
+        for f in TARGET_FIGURES
+        if f in described[d]["held_out"]
+    ]
+    output = {
+        "name": "fidelity",
+        "figures": described,
+        "not_described": not_described,
+        "baseline": "published engine measurements (tests/data/engine_runs/*/runs.csv); "
+        "relative error = predicted / measured - 1",
+        "ratio": round(max(scored) / TARGET, 3) if scored else None,
+        "target": f"held-out median |error| of {', '.join(TARGET_FIGURES)} <= {TARGET:.0%}",
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+    print(json.dumps(output))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
