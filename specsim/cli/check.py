@@ -500,6 +500,10 @@ row at a time and takes p, q as [N+1, V] (15 lines):
           tokens[b, len(nodes)] = token
       return type("Result", (), dict(accepted=accepted, path=path, tokens=tokens))
 
+This judges one step. Bugs that show only across steps (uniforms reused from step to step, a
+rejected draft's KV entry kept) pass it: `specsim check rollout --verifier ...` (or --step, with
+your KV cache) judges whole runs.
+
 Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
 decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,
 which the check must flag. Exit 0 when a verdict is computed (lossless or not), 2 on bad input;
