@@ -207,7 +207,7 @@ def _run(kind, factory, models, processing, shape, drafts, n, samples, seed):
     import torch
 
     from specsim.sampling import sequence_loops as loops
-    from specsim.sampling.tree_checker import tree_tables
+    from specsim.sampling.tree_montecarlo import tree_tables
 
     tables = tree_tables(models, processing, "float64")
     generator = torch.Generator().manual_seed(seed)

@@ -260,6 +260,8 @@ class _TreeSetup:
         return self.models.tables(self.processing).p
 
     def tables(self):
+        from specsim.sampling.tree_montecarlo import tree_tables
+
         return tree_tables(
             self.models, self.processing, self.dtype, self.subject.greedy_reference,
             self.inputs == "logits",
@@ -335,29 +337,6 @@ def parse_tree(tree: TreeShape | str) -> TreeShape:
         return TreeShape.parse(str(tree))
     except SpecsimError as exc:
         raise SpecsimError(exc.message, key="--tree", fix=exc.fix) from None
-
-
-def tree_tables(
-    models: ToyModels, processing: Processing, dtype: str, greedy: bool = False,
-    logits: bool = False,
-):  # fmt: skip
-    """The walks' tables: the verifier's inputs in ``dtype`` (processed p and q, or the raw
-    logits with ``logits``), the drafter's and the continuing target's in float64 (its argmax
-    with ``greedy``: the greedy reference), and the top-k ranking of the closed form."""
-    import torch
-
-    from specsim.sampling.harness import DTYPES
-    from specsim.sampling.tree_montecarlo import TreeTables
-
-    tables = models.tables(processing)
-    p, q = torch.from_numpy(tables.p), torch.from_numpy(tables.q_draft)
-    ranked = torch.from_numpy(np.argsort(-tables.q_draft, axis=-1, kind="stable"))
-    cast = DTYPES[dtype]
-    target = torch.from_numpy(reference.one_hot_argmax(tables.p)) if greedy else p
-    p_in, q_in = p, q
-    if logits:
-        p_in, q_in = torch.from_numpy(models.target_logits), torch.from_numpy(models.drafter_logits)
-    return TreeTables(p_in.to(cast), q_in.to(cast), q, target, ranked, models.prompt)
 
 
 def _skipped(note: str) -> dict[str, Any]:

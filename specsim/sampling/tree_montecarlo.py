@@ -18,6 +18,7 @@ import torch
 
 from specsim.sampling.harness import Malformed
 from specsim.sampling.logits import inverse_cdf
+from specsim.sampling.problem import Processing, ToyModels
 from specsim.sampling.randomness import draw_randomness
 from specsim.tree import TreeShape
 
@@ -71,6 +72,27 @@ class TreeTables:
     @property
     def vocab(self) -> int:
         return self.q_draft.shape[-1]
+
+
+def tree_tables(
+    models: ToyModels, processing: Processing, dtype: str, greedy: bool = False,
+    logits: bool = False,
+):  # fmt: skip
+    """The walks' tables: the verifier's inputs in ``dtype`` (processed p and q, or the raw
+    logits with ``logits``), the drafter's and the continuing target's in float64 (its argmax
+    with ``greedy``: the greedy reference), and the top-k ranking of the closed form."""
+    from specsim.sampling import reference
+    from specsim.sampling.harness import DTYPES
+
+    tables = models.tables(processing)
+    p, q = torch.from_numpy(tables.p), torch.from_numpy(tables.q_draft)
+    ranked = torch.from_numpy(np.argsort(-tables.q_draft, axis=-1, kind="stable"))
+    cast = DTYPES[dtype]
+    target = torch.from_numpy(reference.one_hot_argmax(tables.p)) if greedy else p
+    p_in, q_in = p, q
+    if logits:
+        p_in, q_in = torch.from_numpy(models.target_logits), torch.from_numpy(models.drafter_logits)
+    return TreeTables(p_in.to(cast), q_in.to(cast), q, target, ranked, models.prompt)
 
 
 def _rows(verifier, tables, tree, drafts, deterministic, rows, generator):
