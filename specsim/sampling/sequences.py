@@ -156,7 +156,7 @@ def _subject(verifier, step, control, tree, drafts):
             raise SpecsimError(f"unknown control {control!r}", key="--control", fix=fix)
         factories = {
             "exact-step": loops.make_step,
-            "reused-uniforms": lambda: loops.uniforms_reused(_builtin("rejection", "iid")),
+            "reused-uniforms": lambda: loops.uniforms_reused(_builtin("rejection", drafts)),
             "kept-rejected-entry": lambda: loops.make_step(kept_rejected_entry=True),
             "stale-bonus-position": lambda: loops.make_step(stale_bonus=True),
             "unnormalised-residual": _unnormalised_residual,
