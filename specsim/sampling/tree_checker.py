@@ -1,15 +1,18 @@
 """The losslessness checker for tree verification: an exact result plus a Monte Carlo test.
 
-``check_tree_sampler`` judges a tree verifier (``kinds.TREE_VERIFIER_KINDS``) or a tree control
-(``tree_controls.TREE_CONTROLS``) on the checker's seeded toy target/drafter pair
+``check_tree_sampler`` judges a tree verifier (``kinds.TREE_VERIFIER_KINDS``), a tree control
+(``tree_controls.TREE_CONTROLS``) or your own tree verifier (a callable or ``module:function``
+with the ``tree_verifiers`` signature) on the checker's seeded toy target/drafter pair
 (``problem.ToyModels``) for one tree shape, over the whole window of D + 1 tokens (D the tree's
 depth): one tree step from the prompt, continued by the target alone.
 
-1. **Exact result**: the closed form (``tree_reference``, numpy float64) of the step's output over
-   every drafted token of every node and every accept/reject outcome, continued by the target;
-   exact means within 1e-12 of what the target alone produces. Sizes: V^(D+1) <= 65,536 window
-   cells and V^(max(W, D) + 3) <= 2^24 cells for a tree of depth D whose widest node has W
-   children (``tree_reference.MAX_CELLS``).
+1. **Exact result**: for a built-in rule, the closed form (``tree_reference``, numpy float64) of
+   the step's output over every drafted token of every node and every accept/reject outcome,
+   continued by the target; exact means within 1e-12 of what the target alone produces. Sizes:
+   V^(D+1) <= 65,536 window cells and V^(max(W, D) + 3) <= 2^24 cells for a tree of depth D
+   whose widest node has W children (``tree_reference.MAX_CELLS``). For your own function, the
+   enumeration of its step over every drafted tree and every outcome of its uniforms
+   (``tree_enumeration``; at most 4,096 trees), exact within the rounding of its input dtype.
 2. **Monte Carlo** (torch): the real batched verifier over many rows (``tree_montecarlo``), a
    Cressie-Read test of the first j tokens for each j = 1..D+1 at level alpha / (D + 1), with the
    sample size, the seed and the smallest TV distance each test detects with the stated power
