@@ -20,9 +20,9 @@ from specsim.errors import SpecsimError
 from specsim.sampling import reference, stats, tree_reference
 from specsim.sampling.kinds import TREE_DRAFTS, TREE_VERIFIER_KINDS, VERIFIER_KINDS
 from specsim.sampling.problem import Processing, ToyModels
-from specsim.sampling.tree_checker import check_tree_sampler, tree_subject, tree_tables
+from specsim.sampling.tree_checker import check_tree_sampler, tree_subject
 from specsim.sampling.tree_controls import TREE_CONTROLS
-from specsim.sampling.tree_montecarlo import run_tree_monte_carlo
+from specsim.sampling.tree_montecarlo import run_tree_monte_carlo, tree_tables
 from specsim.tree import TreeShape
 
 IRREGULAR = "[[0], [1], [2], [0, 0], [0, 1], [2, 0]]"  # leaves at depths 1 and 2

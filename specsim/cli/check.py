@@ -221,18 +221,7 @@ def _run_sampler(args: argparse.Namespace) -> int:
             key="--control",
             fix="add --tree, e.g. --tree 2,2,1",
         )
-    own = args.verifier is not None and ":" in args.verifier
-    for flag, used in (
-        ("--lossy-by-design", args.lossy_by_design),
-        ("--reference", args.reference != "sampling"),
-        ("--inputs", args.inputs != "probs"),
-    ):
-        if used and not own:
-            raise SpecsimError(
-                "applies to your own verifier only",
-                key=flag,
-                fix="give --verifier package.module:function, or drop the option",
-            )
+    _require_own_verifier(args)
     report = check_sampler(
         args.control or args.verifier or DEFAULT_VERIFIER,
         vocab=args.vocab,
@@ -252,6 +241,23 @@ def _run_sampler(args: argparse.Namespace) -> int:
         dtype=args.dtype,
     )
     return _report(args, report, _human(report))
+
+
+def _require_own_verifier(args: argparse.Namespace) -> None:
+    from specsim.errors import SpecsimError
+
+    own = args.verifier is not None and ":" in args.verifier
+    for flag, used in (
+        ("--lossy-by-design", args.lossy_by_design),
+        ("--reference", args.reference != "sampling"),
+        ("--inputs", args.inputs != "probs"),
+    ):
+        if used and not own:
+            raise SpecsimError(
+                "applies to your own verifier only",
+                key=flag,
+                fix="give --verifier package.module:function, or drop the option",
+            )
 
 
 def _report(args: argparse.Namespace, report, human: str) -> int:
@@ -278,20 +284,17 @@ def _run_tree(args: argparse.Namespace) -> int:
         ("--ragged", args.ragged),
         ("--top-k", args.top_k != 0),
         ("--top-p", args.top_p != 1.0),
-        ("--inputs", args.inputs != "probs"),
-        ("--reference", args.reference != "sampling"),
-        ("--lossy-by-design", args.lossy_by_design),
-        ("--verifier", args.verifier is not None and ":" in args.verifier),
         ("--control", args.control in CONTROL_CHOICES),
     )
     for flag, used in chain_only:
         if used:
             raise SpecsimError(
-                "does not apply with --tree (the tree check runs the built-in tree verifiers "
-                "and tree-* controls, at a temperature, on the tree's own window)",
+                "does not apply with --tree (the tree problem runs at a temperature, with no "
+                "top-k / top-p, on the tree's own window)",
                 key=flag,
                 fix="drop it, or drop --tree",
             )
+    _require_own_verifier(args)
     report = check_tree_sampler(
         args.control or args.verifier or DEFAULT_VERIFIER,
         tree=args.tree,
@@ -304,6 +307,9 @@ def _run_tree(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         problem_seed=args.problem_seed,
         dtype=args.dtype,
+        greedy_reference=args.reference == "greedy",
+        lossy_by_design=args.lossy_by_design,
+        inputs=args.inputs,
     )
     return _report(args, report, _tree_human(report))
 
@@ -344,18 +350,23 @@ def _tree_human(r) -> str:
     lines = [
         f"{r.verifier}: {r.description}",
         f"problem: vocab {r.vocab}, tree {r.tree_description} ({r.tree}), {drafter}, "
-        f"temperature {r.temperature:g}, problem seed {r.problem_seed}; inputs in {r.dtype}; "
+        f"temperature {r.temperature:g}, problem seed {r.problem_seed}; inputs {r.inputs} in "
+        f"{r.dtype}; "
         f"reference: {r.reference}; judged: the whole window, tokens 1-{r.judged_tokens}",
         _verdict(r),
     ]
     if r.malformed is not None:
         lines.append(f"  reason: {r.malformed['reason']}")
         lines.extend(f"  {example}" for example in r.malformed["examples"])
-    lines.append(
-        f"exact ({r.exact_method}: {r.exact_scope}; {r.enumeration_cells:,} cells): max |error| "
-        f"{r.closed_form_max_abs_error:.3g}, TV {r.tv_distance:.3g} (exact needs <= "
-        f"{r.exact_tolerance:.2g})"
-    )
+    if r.closed_form_max_abs_error is None:
+        lines.append(f"exact: {r.exact_note or 'not available for this verifier'}")
+    else:
+        size = "" if r.enumeration_cells is None else f"; {r.enumeration_cells:,} cells"
+        lines.append(
+            f"exact ({r.exact_method}: {r.exact_scope}{size}): max |error| "
+            f"{r.closed_form_max_abs_error:.3g}, TV {r.tv_distance:.3g} (exact needs <= "
+            f"{r.exact_tolerance:.2g})"
+        )
     lines.extend(_monte_carlo_lines(r))
     return "\n".join(lines)
 
@@ -455,6 +466,43 @@ without-replacement); greedy follows the argmax child; typical is Medusa's. The 
 the closed form over every drafted token of every node (V^(depth+1) <= 65536 and
 V^(max(width, depth) + 3) <= 2^24 cells, width the most children of a node), the Monte Carlo
 test runs the real batched tree verifier; the tree-* controls must be flagged.
+
+Your own tree verifier (--tree with --verifier MODULE:FUNCTION or path/to/file.py:function) is
+called as
+  f(p, q, draft_tokens, tree, randomness)
+with tree a specsim.tree.TreeShape of N nodes in breadth-first order (tree.parents [N], -1 for
+the root's children; tree.paths[i][-1] is node i's rank among its siblings; tree.depth D),
+p [B, N+1, V] the target's processed probabilities (row 0 at the root, row i+1 after node i),
+q [B, N+1, V] the drafter's, each row the distribution that node's children were drafted from
+(None with --drafter greedy: top-k children), draft_tokens [B, N] int64, and
+randomness.accept [B, N] (one uniform per node) and randomness.sample [B]. With --inputs logits
+p and q are raw logits and the keyword temperature is added (top_k 0, top_p 1). It returns an
+object with .accepted [B] (nodes accepted, 0..D), .path [B, D] (the accepted nodes from the
+root down, -1 padded) and .tokens [B, D+1] (their tokens, then the corrected or bonus token).
+The exact result enumerates every drafted tree (at most 4,096: e.g. --tree 2,1 --vocab 4, or
+--drafter greedy) and every outcome of the uniforms. An adapter for a verifier that walks one
+row at a time and takes p, q as [N+1, V] (15 lines):
+
+  import torch
+
+  def verify(p, q, draft_tokens, tree, randomness):
+      rows, depth = draft_tokens.shape[0], tree.depth
+      accepted = torch.zeros(rows, dtype=torch.long)
+      path = torch.full((rows, depth), -1)
+      tokens = torch.full((rows, depth + 1), -1)
+      for b in range(rows):
+          nodes, token = their_tree_verify(           # their code: a list of nodes, a token
+              p[b], None if q is None else q[b], draft_tokens[b], tree.parents.tolist(),
+              randomness.accept[b], float(randomness.sample[b]))
+          accepted[b] = len(nodes)
+          path[b, : len(nodes)] = torch.tensor(nodes, dtype=torch.long)
+          tokens[b, : len(nodes)] = draft_tokens[b, nodes]
+          tokens[b, len(nodes)] = token
+      return type("Result", (), dict(accepted=accepted, path=path, tokens=tokens))
+
+This judges one step. Bugs that show only across steps (uniforms reused from step to step, a
+rejected draft's KV entry kept) pass it: `specsim check rollout --verifier ...` (or --step, with
+your KV cache) judges whole runs.
 
 Lossless means: distributed exactly as sampling from p (rejection); equal to target-only greedy
 decoding (greedy). Typical acceptance is lossy by design. --control runs a known-wrong verifier,

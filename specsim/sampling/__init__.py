@@ -55,8 +55,14 @@ path [B, D], tokens [B, D+1])``, row 0 of p and q at the root and row i+1 after 
 - ``verify_tree_greedy``: follow the argmax child; ``verify_tree_typical``: Medusa's, LOSSY;
 - ``kinds.TREE_VERIFIER_KINDS`` / ``kinds.tree_verifier_for(verifier, drafts)``: their registry;
 - ``check_tree_sampler(verifier, *, tree="2,2,1", drafts=None, ...) -> TreeSamplerCheck``: the
-  closed form (``tree_reference``) and a Monte Carlo test (``tree_montecarlo``) over the tree's
-  D + 1 tokens; ``TREE_CONTROLS`` (``tree_controls``): the tree bugs it must flag.
+  closed form (``tree_reference``), or for your own tree verifier (a callable or
+  ``module:function``) the enumeration of its step (``tree_enumeration``), and a Monte Carlo
+  test (``tree_montecarlo``) over the tree's D + 1 tokens; ``TREE_CONTROLS``
+  (``tree_controls``): the tree bugs it must flag.
+- ``check_sequences(verifier | step=... | control=..., *, tree=None, k=3, tokens=6, ...) ->
+  SequenceCheck``: whole runs of n tokens with a verifier (or a step function that owns its KV
+  cache, ``sequence_loops``) in the loop, tested against the target's exact sequence
+  distribution; ``SEQUENCE_CONTROLS``: the cross-step bugs it must flag (``sequences``).
 
 One verification step of an engine (the generator lives on p's device)::
 
@@ -97,6 +103,9 @@ _LAZY = {
     "check_tree_sampler": "tree_checker",
     "TreeSamplerCheck": "tree_checker",
     "TREE_CONTROLS": "tree_controls",
+    "check_sequences": "sequences",
+    "SequenceCheck": "sequences",
+    "SEQUENCE_CONTROLS": "sequences",
 }
 
 __all__ = sorted(_LAZY)

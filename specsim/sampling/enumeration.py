@@ -20,7 +20,9 @@ the same output (a verifier that returns to an earlier output along one uniform;
 inverse-CDF sampling in any token order never do). A verifier whose output differs when called
 twice on the same inputs (it draws its own random numbers) has no enumeration; nor has one whose
 grid grows past ``MAX_EVALUATIONS``. The step starts from the prompt and is judged over the whole
-window of k + 1 tokens, continued by the target (``reference.first_step_window``).
+window of k + 1 tokens, continued by the target (``reference.first_step_window``). ``Probe``
+takes any step that maps a case and its uniforms to tokens: ``tree_enumeration`` enumerates a
+tree verifier's step with it (a case is then a whole drafted tree, the axes one per node).
 """
 
 from __future__ import annotations
@@ -74,16 +76,37 @@ def enumerate_step(
     """The exact first-(k+1)-token distribution of one step of ``verifier`` from ``prompt``,
     continued by the target (``p_table``, float64, or its argmax with ``greedy_reference``)."""
     cases = _Cases.from_prompt(tables, prompt, k, draft_counts)
-    probe = _Probe(verifier, tables, cases, prompt)
+    context = torch.tensor(prompt, dtype=torch.long)
+
+    def call(case: np.ndarray, randomness: VerifierRandomness):
+        return call_verifier(
+            verifier, tables, context.expand(len(case), 2),
+            torch.from_numpy(cases.drafts[case]), torch.from_numpy(cases.n_drafts[case]),
+            randomness,
+        )  # fmt: skip
+
+    probe = Probe(cases.weights, k, k + 1, tables.vocab, call)
+    return enumerate_probe(probe, p_table, prompt, greedy_reference, seed)
+
+
+def enumerate_probe(
+    probe: Probe,
+    p_table: np.ndarray,
+    prompt: tuple[int, int],
+    greedy_reference: bool = False,
+    seed: int = 0,
+) -> Enumerated:
+    """The exact window of the step ``probe`` calls (any step that maps one case and its uniforms
+    to emitted tokens: a chain's or a tree's), continued by the target."""
     rng = np.random.default_rng(seed)
     try:
-        _require_determinism(probe, k, rng)
-        cuts = _discover(probe, k)
-        step = _integrate(probe, cuts, k, rng)
+        _require_determinism(probe, probe.axes, rng)
+        cuts = _discover(probe, probe.axes)
+        step = _integrate(probe, cuts, probe.axes, rng)
     except _Declined as declined:
-        return Enumerated(None, cases.count, probe.evaluations, declined.note, declined.malformed)
+        return Enumerated(None, probe.count, probe.evaluations, declined.note, declined.malformed)
     window = reference.first_step_window(step, p_table, prompt, greedy_reference)
-    return Enumerated(window, cases.count, probe.evaluations)
+    return Enumerated(window, probe.count, probe.evaluations)
 
 
 @dataclass(frozen=True)
@@ -121,15 +144,24 @@ class _Cases:
         )
 
 
-class _Probe:
-    """Evaluates the verifier at (case, point) rows; an output is a code that is equal for two
-    rows exactly when they emitted the same tokens."""
+class Probe:
+    """Evaluates a step at (case, point) rows; an output is a code that is equal for two rows
+    exactly when they emitted the same tokens.
 
-    def __init__(self, verifier, tables: VerifierTables, cases: _Cases, prompt):
-        self.verifier, self.tables, self.cases = verifier, tables, cases
-        self.prompt = torch.tensor(prompt, dtype=torch.long)
-        self.base = tables.vocab + 1
+    ``weights`` [C]: each case's probability; ``axes``: accept uniforms per row (a point is
+    those, then the sample uniform); ``longest``: most tokens a step emits; ``call(case,
+    randomness)``: (tokens [R, longest], -1 past each row's count; counts [R]) or ``Malformed``.
+    """
+
+    def __init__(self, weights: np.ndarray, axes: int, longest: int, vocab: int, call):
+        self.weights, self.axes, self.longest, self.vocab = weights, axes, longest, vocab
+        self.call = call
+        self.base = vocab + 1
         self.evaluations = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.weights)
 
     def __call__(self, case: np.ndarray, points: np.ndarray) -> np.ndarray:
         if len(case) == 0:
@@ -138,7 +170,7 @@ class _Probe:
         if self.evaluations > MAX_EVALUATIONS:
             raise _Declined(
                 f"the enumeration would take more than {MAX_EVALUATIONS:,} verifier rows; use a "
-                "smaller --vocab or --k for an exact result"
+                "smaller --vocab, --k or tree for an exact result"
             )
         return np.concatenate(
             [
@@ -148,22 +180,13 @@ class _Probe:
         )
 
     def _codes(self, case: np.ndarray, points: np.ndarray) -> np.ndarray:
-        k = self.cases.drafts.shape[1]
-        rows = len(case)
         points = torch.from_numpy(np.ascontiguousarray(points))
-        randomness = VerifierRandomness(points[:, :k], points[:, k])
-        out = call_verifier(
-            self.verifier,
-            self.tables,
-            self.prompt.expand(rows, 2),
-            torch.from_numpy(self.cases.drafts[case]),
-            torch.from_numpy(self.cases.n_drafts[case]),
-            randomness,
-        )
+        randomness = VerifierRandomness(points[:, : self.axes], points[:, self.axes])
+        out = self.call(case, randomness)
         if isinstance(out, Malformed):
             raise _Declined("the verifier's output breaks the contract", out)
         tokens, _ = out
-        powers = self.base ** torch.arange(k + 1, dtype=torch.long)
+        powers = self.base ** torch.arange(self.longest, dtype=torch.long)
         return ((tokens + 1) * powers).sum(dim=1).numpy()
 
     def decode(self, code: int) -> tuple[int, ...]:
@@ -180,18 +203,18 @@ NOT_DETERMINISTIC = (
 )
 
 
-def _require_determinism(probe: _Probe, k: int, rng: np.random.Generator) -> None:
+def _require_determinism(probe: Probe, k: int, rng: np.random.Generator) -> None:
     """Call the verifier twice on the same random rows (four per case)."""
-    case = np.repeat(np.arange(probe.cases.count), 4)
+    case = np.repeat(np.arange(probe.count), 4)
     points = rng.uniform(size=(len(case), k + 1))
     if not np.array_equal(probe(case, points), probe(case, points)):
         raise _Declined(NOT_DETERMINISTIC)
 
 
-def _discover(probe: _Probe, k: int) -> list[list[np.ndarray]]:
+def _discover(probe: Probe, k: int) -> list[list[np.ndarray]]:
     """Cuts per axis (k accept uniforms, then the sample uniform) per case: scan each axis from
     every piece of the other accept axes found so far, until a round finds nothing new."""
-    count = probe.cases.count
+    count = probe.count
     cuts = [[np.zeros(0) for _ in range(count)] for _ in range(k + 1)]
     for _ in range(MAX_ROUNDS):
         found = False
@@ -277,19 +300,21 @@ def _centres(cuts: np.ndarray) -> np.ndarray:
     return (edges[:-1] + edges[1:]) / 2
 
 
-def _integrate(probe: _Probe, cuts, k: int, rng: np.random.Generator) -> reference.Emitted:
+def _integrate(probe: Probe, cuts, k: int, rng: np.random.Generator) -> reference.Emitted:
     """Weight every cell's output by its volume; refine while a random point of a cell
     disagrees with its centre."""
     for _ in range(MAX_ROUNDS):
-        case, centre, low, width = _cells(cuts, probe.cases.count)
+        case, centre, low, width = _cells(cuts, probe.count)
         codes = probe(case, centre)
         if not np.array_equal(probe(case[:4096], centre[:4096]), codes[:4096]):
             raise _Declined(NOT_DETERMINISTIC)
         inside = low + width * rng.uniform(0.05, 0.95, size=width.shape)
-        differ = np.flatnonzero(probe(case, inside) != codes)
+        volume = probe.weights[case] * width.prod(axis=1)
+        # A piece of zero volume (u exactly 0 accepting where p'(x) = 0, as `u <= p/q` does)
+        # carries no probability, and its centre cannot be told from its edge in float64.
+        differ = np.flatnonzero((probe(case, inside) != codes) & (volume > 0))
         if len(differ) == 0:
-            volume = probe.cases.weights[case] * width.prod(axis=1)
-            return _emitted(probe, codes, volume, k)
+            return _emitted(probe, codes, volume)
         _refine(probe, cuts, case[differ], centre[differ], inside[differ])
     raise _Declined(
         "the verifier's output is not constant on the pieces found (no product of cuts along "
@@ -344,17 +369,17 @@ def _refine(probe, cuts, case, start, end) -> None:
         _merge(cuts[a], new)
 
 
-def _emitted(probe: _Probe, codes: np.ndarray, volume: np.ndarray, k: int) -> reference.Emitted:
+def _emitted(probe: Probe, codes: np.ndarray, volume: np.ndarray) -> reference.Emitted:
     """Sum the cells' probabilities per emitted sequence into the reference's step form."""
-    vocab = probe.tables.vocab
+    vocab, longest = probe.vocab, probe.longest
     unique, inverse = np.unique(codes, return_inverse=True)
     mass = np.bincount(inverse, weights=volume, minlength=len(unique))
-    exact = [np.zeros((vocab,) * length) for length in range(1, k + 1)]
-    at_least = np.zeros((vocab,) * (k + 1))
+    exact = [np.zeros((vocab,) * length) for length in range(1, longest)]
+    at_least = np.zeros((vocab,) * longest)
     for code, probability in zip(unique.tolist(), mass.tolist(), strict=True):
         tokens = probe.decode(code)
-        if len(tokens) == k + 1:
+        if len(tokens) == longest:
             at_least[tokens] += probability
         else:
             exact[len(tokens) - 1][tokens] += probability
-    return reference.Emitted(exact, at_least, k + 1)
+    return reference.Emitted(exact, at_least, longest)

@@ -1,15 +1,18 @@
 """The losslessness checker for tree verification: an exact result plus a Monte Carlo test.
 
-``check_tree_sampler`` judges a tree verifier (``kinds.TREE_VERIFIER_KINDS``) or a tree control
-(``tree_controls.TREE_CONTROLS``) on the checker's seeded toy target/drafter pair
+``check_tree_sampler`` judges a tree verifier (``kinds.TREE_VERIFIER_KINDS``), a tree control
+(``tree_controls.TREE_CONTROLS``) or your own tree verifier (a callable or ``module:function``
+with the ``tree_verifiers`` signature) on the checker's seeded toy target/drafter pair
 (``problem.ToyModels``) for one tree shape, over the whole window of D + 1 tokens (D the tree's
 depth): one tree step from the prompt, continued by the target alone.
 
-1. **Exact result**: the closed form (``tree_reference``, numpy float64) of the step's output over
-   every drafted token of every node and every accept/reject outcome, continued by the target;
-   exact means within 1e-12 of what the target alone produces. Sizes: V^(D+1) <= 65,536 window
-   cells and V^(max(W, D) + 3) <= 2^24 cells for a tree of depth D whose widest node has W
-   children (``tree_reference.MAX_CELLS``).
+1. **Exact result**: for a built-in rule, the closed form (``tree_reference``, numpy float64) of
+   the step's output over every drafted token of every node and every accept/reject outcome,
+   continued by the target; exact means within 1e-12 of what the target alone produces. Sizes:
+   V^(D+1) <= 65,536 window cells and V^(max(W, D) + 3) <= 2^24 cells for a tree of depth D
+   whose widest node has W children (``tree_reference.MAX_CELLS``). For your own function, the
+   enumeration of its step over every drafted tree and every outcome of its uniforms
+   (``tree_enumeration``; at most 4,096 trees), exact within the rounding of its input dtype.
 2. **Monte Carlo** (torch): the real batched verifier over many rows (``tree_montecarlo``), a
    Cressie-Read test of the first j tokens for each j = 1..D+1 at level alpha / (D + 1), with the
    sample size, the seed and the smallest TV distance each test detects with the stated power
@@ -23,6 +26,8 @@ every node can have as many distinct children as the vocabulary allows.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,7 +35,7 @@ import numpy as np
 
 from specsim.bounds import MIN_FACTOR, MIN_LEVEL
 from specsim.errors import SpecsimError
-from specsim.sampling import reference, stats, tree_reference
+from specsim.sampling import plugin, reference, stats, tree_reference
 from specsim.sampling.checker import MAX_VOCAB, MAX_WINDOW_CELLS, torch_available
 from specsim.sampling.kinds import (
     TREE_DRAFTS,
@@ -60,12 +65,14 @@ class TreeSamplerCheck:
     tree_description: str
     drafts: str  # how a sampling drafter drew each node's children
     judged_tokens: int  # D + 1
-    exact_method: str
-    exact_scope: str
+    exact_method: str | None  # "closed form", "enumeration", or None (not available)
+    exact_scope: str | None
     exact_tolerance: float
-    closed_form_max_abs_error: float
-    tv_distance: float
-    enumeration_cells: int  # the closed form's largest array
+    closed_form_max_abs_error: float | None  # None: no exact result (exact_note says why)
+    tv_distance: float | None
+    exact_note: str | None
+    enumeration_cells: int | None  # the closed form's largest array
+    enumeration_cases: int | None  # drafted trees enumerated for a callable
     malformed: dict[str, Any] | None
     p_value: float | None  # None: Monte Carlo skipped
     statistic: float | None
@@ -81,6 +88,7 @@ class TreeSamplerCheck:
     vocab: int
     temperature: float
     drafter: str
+    inputs: str  # "probs" or "logits": what the verifier was given
     dtype: str
     monte_carlo_note: str | None
 
@@ -92,7 +100,7 @@ class TreeSamplerCheck:
 class TreeSubject:
     name: str
     description: str
-    rule: tree_reference.TreeRule
+    rule: tree_reference.TreeRule | None  # None: a callable, enumerated
     drafts: str
     greedy_reference: bool
     lossy_by_design: bool
@@ -101,9 +109,23 @@ class TreeSubject:
     drafters: tuple[str, ...] = DRAFTERS  # the drafters it can be checked with
 
 
-def tree_subject(verifier: str, drafts: str | None) -> TreeSubject:
+def tree_subject(
+    verifier: str | Callable,
+    drafts: str | None,
+    greedy_reference: bool = False,
+    lossy_by_design: bool = False,
+) -> TreeSubject:
     """A built-in verifier (with the drafts it is checked under), a tree verifier's own name
-    (``rejection-without-replacement``), or a tree control."""
+    (``rejection-without-replacement``), a tree control, or your own tree verifier (a callable
+    or its ``module:function`` name)."""
+    if callable(verifier) or plugin.is_plugin_spec(verifier):
+        function = plugin.load_verifier(verifier) if isinstance(verifier, str) else verifier
+        name = verifier if isinstance(verifier, str) else getattr(function, "__name__", "verifier")
+        what = "user-supplied tree verifier" + (" (lossy by design)" if lossy_by_design else "")
+        return TreeSubject(
+            name, what, None, _drafts(drafts), greedy_reference, lossy_by_design, False,
+            lambda: function,
+        )  # fmt: skip
     if verifier in TREE_CONTROLS:
         control = TREE_CONTROLS[verifier]
         if drafts not in (None, control.drafts):
@@ -129,10 +151,7 @@ def tree_subject(verifier: str, drafts: str | None) -> TreeSubject:
         raise SpecsimError(
             f"unknown tree verifier {verifier!r}", key="--verifier", fix=f"use {names}"
         )
-    drafts = drafts or TREE_DRAFTS[0]
-    if drafts not in TREE_DRAFTS:
-        fix = f"use {', '.join(TREE_DRAFTS)}"
-        raise SpecsimError("value out of range", key="--drafts", fix=fix)
+    drafts = _drafts(drafts)
     kind = tree_verifier_for(verifier, drafts)
     return TreeSubject(
         kind.name, kind.description, kind.closed_form(), drafts, kind.kind.greedy_reference,
@@ -140,8 +159,16 @@ def tree_subject(verifier: str, drafts: str | None) -> TreeSubject:
     )  # fmt: skip
 
 
+def _drafts(drafts: str | None) -> str:
+    drafts = drafts or TREE_DRAFTS[0]
+    if drafts not in TREE_DRAFTS:
+        fix = f"use {', '.join(TREE_DRAFTS)}"
+        raise SpecsimError("value out of range", key="--drafts", fix=fix)
+    return drafts
+
+
 def check_tree_sampler(
-    verifier: str = "rejection",
+    verifier: str | Callable = "rejection",
     *,
     tree: TreeShape | str = DEFAULT_TREE,
     drafts: str | None = None,
@@ -154,32 +181,45 @@ def check_tree_sampler(
     power: float = 0.99,
     problem_seed: int = 0,
     dtype: str = "float32",
+    greedy_reference: bool = False,
+    lossy_by_design: bool = False,
+    inputs: str = "probs",
 ) -> TreeSamplerCheck:
     """Check a tree verifier (a ``VERIFIER_KINDS`` name, checked as ``tree_verifier_for`` its
-    drafts, default i.i.d.) or a tree control on ``tree`` (a shape or ``TreeShape.parse``
-    text). ``samples=0`` skips the Monte Carlo test. Lossless only if the exact result is within
-    1e-12 and every window Cressie-Read test passes at level alpha / (D + 1)."""
+    drafts, default i.i.d.), a tree control, or your own tree verifier (a callable or
+    ``module:function``, with the ``tree_verifiers`` signature; ``inputs="logits"`` hands it raw
+    logits and the keywords temperature, top_k and top_p) on ``tree`` (a shape or
+    ``TreeShape.parse`` text). ``samples=0`` skips the Monte Carlo test. Lossless only if the
+    exact result (a closed form, or the enumeration of a callable) is within its tolerance and
+    every window Cressie-Read test passes at level alpha / (D + 1)."""
     shape = parse_tree(tree)
-    subject = tree_subject(verifier, drafts)
+    subject = tree_subject(verifier, drafts, greedy_reference, lossy_by_design)
     seeds = (("--seed", seed), ("--problem-seed", problem_seed))
     _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype, seeds)
+    if inputs not in ("probs", "logits") or (inputs == "logits" and subject.rule is not None):
+        raise SpecsimError(
+            "built-in tree verifiers and controls take processed probabilities",
+            key="--inputs",
+            fix="use --inputs logits only with a MODULE:FUNCTION verifier",
+        )
     processing = Processing(float(temperature))
     models = ToyModels.make(vocab, problem_seed)
-    tables = models.tables(processing)
+    setup = _TreeSetup(subject, models, processing, shape, drafter == "greedy", inputs, dtype)
     window = shape.depth + 1
-    deterministic = drafter == "greedy"
-    step = tree_reference.tree_step(
-        tables, shape, subject.rule, subject.drafts, models.prompt, deterministic
-    )
-    produced = reference.first_step_window(step, tables.p, models.prompt, subject.greedy_reference)
     target = reference.target_distribution(
-        tables.p, models.prompt, window, greedy=subject.greedy_reference
+        setup.p_table, models.prompt, window, greedy=subject.greedy_reference
     )
-    error = float(np.abs(produced - target).max())
-    mc = _monte_carlo(subject, models, processing, shape, deterministic, samples, seed, dtype,
-                      target, alpha, power)  # fmt: skip
-    malformed = mc.pop("malformed")
-    verdicts = [error <= EXACT_TOLERANCE, malformed is None]
+    exact = _exact(setup, target, seed)
+    malformed = exact.pop("malformed")
+    if malformed is None:
+        mc = _monte_carlo(setup, samples, seed, target, alpha, power)
+        malformed = mc.pop("malformed")
+    else:
+        mc = _skipped("not run: the exact enumeration found a malformed output")
+        del mc["malformed"]
+    verdicts = [malformed is None]
+    if exact["closed_form_max_abs_error"] is not None:
+        verdicts.append(exact["closed_form_max_abs_error"] <= exact["exact_tolerance"])
     if mc["p_value"] is not None:
         verdicts.append(mc["p_value"] >= alpha)
     return TreeSamplerCheck(
@@ -191,15 +231,8 @@ def check_tree_sampler(
         reference="target greedy decoding" if subject.greedy_reference else "target sampling",
         tree=shape.to_paths(),
         tree_description=shape.describe(),
-        drafts="top-k" if deterministic else subject.drafts,
+        drafts="top-k" if setup.deterministic else subject.drafts,
         judged_tokens=window,
-        exact_method="closed form",
-        exact_scope=f"one tree step from the prompt over every drafted token and outcome, then "
-        f"the target; tokens 1-{window}",
-        exact_tolerance=EXACT_TOLERANCE,
-        closed_form_max_abs_error=error,
-        tv_distance=reference.total_variation(produced, target),
-        enumeration_cells=tree_reference.enumeration_cells(shape, vocab),
         malformed=None if malformed is None else malformed.to_json(),
         power=power,
         alpha=alpha,
@@ -209,9 +242,95 @@ def check_tree_sampler(
         vocab=vocab,
         temperature=processing.temperature,
         drafter=drafter,
+        inputs=inputs,
         dtype=dtype,
+        **exact,
         **mc,
     )
+
+
+@dataclass(frozen=True)
+class _TreeSetup:
+    subject: TreeSubject
+    models: ToyModels
+    processing: Processing
+    shape: TreeShape
+    deterministic: bool
+    inputs: str
+    dtype: str
+
+    @property
+    def p_table(self) -> np.ndarray:
+        return self.models.tables(self.processing).p
+
+    def tables(self):
+        from specsim.sampling.tree_montecarlo import tree_tables
+
+        return tree_tables(
+            self.models, self.processing, self.dtype, self.subject.greedy_reference,
+            self.inputs == "logits",
+        )  # fmt: skip
+
+    def verifier(self) -> Callable:
+        """The verifier as the walks call it: with the processing keywords for raw logits."""
+        function = self.subject.load()
+        if self.inputs == "probs":
+            return function
+        keywords = dict(temperature=self.processing.temperature, top_k=0, top_p=1.0)
+        return functools.partial(function, **keywords)
+
+
+def _exact(setup: _TreeSetup, target: np.ndarray, seed: int) -> dict[str, Any]:
+    """The closed form of a built-in rule, or the enumeration of a callable."""
+    shape, window = setup.shape, setup.shape.depth + 1
+    result: dict[str, Any] = dict(
+        exact_method=None, exact_scope=None, exact_tolerance=EXACT_TOLERANCE,
+        closed_form_max_abs_error=None, tv_distance=None, exact_note=None,
+        enumeration_cells=None, enumeration_cases=None, malformed=None,
+    )  # fmt: skip
+    subject, models = setup.subject, setup.models
+    if subject.rule is not None:
+        step = tree_reference.tree_step(
+            models.tables(setup.processing), shape, subject.rule, subject.drafts, models.prompt,
+            setup.deterministic,
+        )  # fmt: skip
+        produced = reference.first_step_window(
+            step, setup.p_table, models.prompt, subject.greedy_reference
+        )
+        result.update(
+            exact_method="closed form",
+            exact_scope=f"one tree step from the prompt over every drafted token and outcome, "
+            f"then the target; tokens 1-{window}",
+            enumeration_cells=tree_reference.enumeration_cells(shape, models.vocab),
+        )
+    elif not torch_available():
+        result["exact_note"] = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
+        return result
+    else:
+        from specsim.sampling.checker import callable_tolerance
+        from specsim.sampling.tree_enumeration import enumerate_tree_step
+
+        enumerated = enumerate_tree_step(
+            setup.verifier(), setup.tables(), shape, subject.drafts, setup.deterministic,
+            p_table=setup.p_table, greedy_reference=subject.greedy_reference, seed=seed,
+        )  # fmt: skip
+        result.update(
+            exact_method="enumeration",
+            exact_scope=f"one tree step from the prompt over its {enumerated.cases:,} drafted "
+            f"trees and every outcome of its uniforms, then the target; tokens 1-{window}",
+            exact_tolerance=callable_tolerance(setup.dtype, models.vocab, shape.num_nodes),
+            enumeration_cases=enumerated.cases,
+            exact_note=enumerated.note,
+            malformed=enumerated.malformed,
+        )
+        if enumerated.window is None:
+            return result
+        produced = enumerated.window
+    result.update(
+        closed_form_max_abs_error=float(np.abs(produced - target).max()),
+        tv_distance=reference.total_variation(produced, target),
+    )
+    return result
 
 
 def parse_tree(tree: TreeShape | str) -> TreeShape:
@@ -224,42 +343,27 @@ def parse_tree(tree: TreeShape | str) -> TreeShape:
         raise SpecsimError(exc.message, key="--tree", fix=exc.fix) from None
 
 
-def tree_tables(models: ToyModels, processing: Processing, dtype: str, greedy: bool = False):
-    """The Monte Carlo's tables: the verifier's inputs in ``dtype``, the drafter's and the
-    continuing target's in float64 (its argmax with ``greedy``: the greedy reference), and the
-    top-k ranking of the closed form."""
-    import torch
-
-    from specsim.sampling.harness import DTYPES
-    from specsim.sampling.tree_montecarlo import TreeTables
-
-    tables = models.tables(processing)
-    p, q = torch.from_numpy(tables.p), torch.from_numpy(tables.q_draft)
-    ranked = torch.from_numpy(np.argsort(-tables.q_draft, axis=-1, kind="stable"))
-    cast = DTYPES[dtype]
-    target = torch.from_numpy(reference.one_hot_argmax(tables.p)) if greedy else p
-    return TreeTables(p.to(cast), q.to(cast), q, target, ranked, models.prompt)
-
-
-def _monte_carlo(subject, models, processing, shape, deterministic, samples, seed, dtype, target,
-                 alpha, power) -> dict[str, Any]:  # fmt: skip
+def _skipped(note: str) -> dict[str, Any]:
     keys = ("p_value", "statistic", "dof", "impossible_samples", "detectable_tv")
-    skipped = {**dict.fromkeys(keys), "window_tests": None, "malformed": None}
+    return {**dict.fromkeys(keys), "window_tests": None, "malformed": None,
+            "monte_carlo_note": note}  # fmt: skip
+
+
+def _monte_carlo(setup: _TreeSetup, samples, seed, target, alpha, power) -> dict[str, Any]:
     if samples == 0:
-        return {**skipped, "monte_carlo_note": "skipped (--samples 0)"}
+        return _skipped("skipped (--samples 0)")
     if not torch_available():
-        note = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
-        return {**skipped, "monte_carlo_note": note}
+        return _skipped("skipped: torch is not installed (pip install 'specsim-llm[torch]')")
     from specsim.sampling.harness import Malformed
     from specsim.sampling.tree_montecarlo import run_tree_monte_carlo
 
     counts = run_tree_monte_carlo(
-        subject.load(), tree_tables(models, processing, dtype, subject.greedy_reference), shape,
-        subject.drafts, samples, seed, deterministic=deterministic,
+        setup.verifier(), setup.tables(), setup.shape, setup.subject.drafts, samples, seed,
+        deterministic=setup.deterministic,
     )  # fmt: skip
     if isinstance(counts, Malformed):
-        note = "stopped: the verifier's output broke the contract"
-        return {**skipped, "malformed": counts, "monte_carlo_note": note}
+        return {**_skipped("stopped: the verifier's output broke the contract"),
+                "malformed": counts}  # fmt: skip
     return stats.window_result(counts, target, alpha, power)
 
 

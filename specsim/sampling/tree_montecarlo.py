@@ -18,6 +18,7 @@ import torch
 
 from specsim.sampling.harness import Malformed
 from specsim.sampling.logits import inverse_cdf
+from specsim.sampling.problem import Processing, ToyModels
 from specsim.sampling.randomness import draw_randomness
 from specsim.tree import TreeShape
 
@@ -73,28 +74,33 @@ class TreeTables:
         return self.q_draft.shape[-1]
 
 
+def tree_tables(
+    models: ToyModels, processing: Processing, dtype: str, greedy: bool = False,
+    logits: bool = False,
+):  # fmt: skip
+    """The walks' tables: the verifier's inputs in ``dtype`` (processed p and q, or the raw
+    logits with ``logits``), the drafter's and the continuing target's in float64 (its argmax
+    with ``greedy``: the greedy reference), and the top-k ranking of the closed form."""
+    from specsim.sampling import reference
+    from specsim.sampling.harness import DTYPES
+
+    tables = models.tables(processing)
+    p, q = torch.from_numpy(tables.p), torch.from_numpy(tables.q_draft)
+    ranked = torch.from_numpy(np.argsort(-tables.q_draft, axis=-1, kind="stable"))
+    cast = DTYPES[dtype]
+    target = torch.from_numpy(reference.one_hot_argmax(tables.p)) if greedy else p
+    p_in, q_in = p, q
+    if logits:
+        p_in, q_in = torch.from_numpy(models.target_logits), torch.from_numpy(models.drafter_logits)
+    return TreeTables(p_in.to(cast), q_in.to(cast), q, target, ranked, models.prompt)
+
+
 def _rows(verifier, tables, tree, drafts, deterministic, rows, generator):
+    start = torch.tensor(tables.prompt, dtype=torch.long).expand(rows, 2)
+    tokens, context_a, context_b = draft_tree(
+        tables, tree, drafts, deterministic, start[:, 0], start[:, 1], generator
+    )
     n = tree.num_nodes
-    parents = (torch.from_numpy(tree.parents) + 1).tolist()
-    ranks = [path[-1] for path in tree.paths]
-    context_a = torch.full((rows, n + 1), tables.prompt[0], dtype=torch.long)
-    context_b = torch.full((rows, n + 1), tables.prompt[1], dtype=torch.long)
-    tokens = torch.zeros((rows, n), dtype=torch.long)
-    index = torch.arange(rows)
-    for node in range(n):
-        a, b = context_a[:, parents[node]], context_b[:, parents[node]]
-        if deterministic:
-            token = tables.ranked[a, b, ranks[node]]
-        else:
-            weights = tables.q_draft[a, b]
-            if drafts == "without-replacement":
-                for sibling in range(node):
-                    if parents[sibling] == parents[node]:
-                        weights[index, tokens[:, sibling]] = 0.0
-            u = torch.rand(rows, generator=generator, dtype=torch.float64)
-            token, _ = inverse_cdf(weights, u)
-        tokens[:, node] = token
-        context_a[:, node + 1], context_b[:, node + 1] = b, token
     p = tables.p_verify[context_a, context_b]
     q = None if deterministic else tables.q_verify[context_a, context_b]
     randomness = draw_randomness(generator, rows, n)
@@ -108,6 +114,33 @@ def _rows(verifier, tables, tree, drafts, deterministic, rows, generator):
         return step
     emitted, counts = step
     return _continue(tables, emitted, counts, context_a[:, 0], context_b[:, 0], generator)
+
+
+def draft_tree(tables, tree: TreeShape, drafts: str, deterministic: bool, a, b, generator):
+    """Draft a whole tree per row after the context (a, b) [R]: the node tokens [R, N] and
+    each row's context pair [R, N+1] (column 0 the root's, column i+1 after node i)."""
+    rows, n = a.shape[0], tree.num_nodes
+    parents = (torch.from_numpy(tree.parents) + 1).tolist()
+    ranks = [path[-1] for path in tree.paths]
+    context_a = a.unsqueeze(1).repeat(1, n + 1)
+    context_b = b.unsqueeze(1).repeat(1, n + 1)
+    tokens = torch.zeros((rows, n), dtype=torch.long)
+    index = torch.arange(rows)
+    for node in range(n):
+        pa, pb = context_a[:, parents[node]], context_b[:, parents[node]]
+        if deterministic:
+            token = tables.ranked[pa, pb, ranks[node]]
+        else:
+            weights = tables.q_draft[pa, pb]
+            if drafts == "without-replacement":
+                for sibling in range(node):
+                    if parents[sibling] == parents[node]:
+                        weights[index, tokens[:, sibling]] = 0.0
+            u = torch.rand(rows, generator=generator, dtype=torch.float64)
+            token, _ = inverse_cdf(weights, u)
+        tokens[:, node] = token
+        context_a[:, node + 1], context_b[:, node + 1] = pb, token
+    return tokens, context_a, context_b
 
 
 def _continue(tables, emitted, counts, a, b, generator):

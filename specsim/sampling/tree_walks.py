@@ -68,6 +68,8 @@ class ExactRule:
     proposal: str  # "iid": q as drafted; "without-replacement": earlier siblings removed
     update_residual: bool = True  # False: siblings are all tested against the node's p
     sibling_uniform: bool = False  # True: every sibling reuses the first sibling's uniform
+    normalise_residual: bool = True  # False: a sibling after a rejection is tested against
+    # the unnormalised max(0, p' - q'), a bug the whole-run check plants
 
 
 def first_sibling(tree: TreeShape) -> torch.Tensor:
@@ -144,7 +146,8 @@ class NodeState:
         else:
             q_x = self._at_x(self.q, self.res_q, index, x).double()
         q_mass = self.q_mass[index] if rule.proposal == "without-replacement" else 1.0
-        return u.double() * q_x * self.p_mass[index] < p_x * q_mass
+        p_mass = self.p_mass[index] if rule.normalise_residual else 1.0
+        return u.double() * q_x * p_mass < p_x * q_mass
 
     def reject(self, index, x, rule) -> None:
         if index.numel() == 0:
