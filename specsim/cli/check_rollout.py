@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli.common import LEVEL, add_json, add_out, emit
+from specsim.bounds import MIN_FACTOR
+from specsim.cli.common import LEVEL, Number, add_json, add_out, emit
 
 SEQUENCE_CONTROLS = (
     "exact-step", "reused-uniforms", "kept-rejected-entry", "stale-bonus-position",
@@ -82,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--problem-seed", type=Number(int, 0, 2**63 - 1), default=0, help="toy pair seed (0)"
     )
     parser.add_argument(
-        "--temperature", type=Number(float, 0, 100, low_open=True), default=1.0,
+        "--temperature", type=Number(float, MIN_FACTOR, 100), default=1.0,
         help="shared temperature (1)",
     )  # fmt: skip
     parser.add_argument(
