@@ -267,6 +267,7 @@ STRING_OPTIONS = {
     "--cluster-tls-cert": "file",
     "--cluster-tls-key": "file",
     "--verifier": "verifier",
+    "--step": "verifier",  # check rollout: a step function, named as a verifier is
     "--profile": "file",
     "--hardware": "file",
     "--acceptance-from": "file",
