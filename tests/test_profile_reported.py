@@ -118,3 +118,15 @@ def test_a_profile_with_reported_forms_loads_and_simulates_its_rates(repo, tmp_p
 def test_the_reference_page_states_the_rules(repo):
     page = (repo / "docs" / "reference" / "profile.md").read_text()
     assert "acceptance_histogram" in page and "1 + a + ... + a^k0" in page
+
+
+def test_an_acceptance_file_may_publish_an_al_table_from_the_block_size_up():
+    # A block drafter measured at k >= 2 only; the roofline profile copies it with its rates.
+    from specsim.profiling.writer import acceptance_entries
+
+    table = {"drafter": "d", "verifier": "greedy", "temperature": 0.0, "source": "published"}
+    entries = acceptance_entries(
+        {"acceptance": [{**table, "mean_acceptance_length": {2: 1.75, 3: 1.95, 4: 2.05}}]}, "f"
+    )
+    assert entries[0]["per_position"] == pytest.approx([0.5, 0.5, 0.8, 0.5], **EXACT)
+    assert entries[0]["mean_acceptance_length"] == {"2": 1.75, "3": 1.95, "4": 2.05}
