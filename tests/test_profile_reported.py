@@ -62,6 +62,10 @@ def test_histogram_rates_are_the_conditional_shares_of_steps():
     accepted = entry(acceptance_histogram={"k": 3, "counts": [39, 1, 0, 3]})
     assert accepted.mean_acceptance_length == {3: pytest.approx(1 + 10 / 43, **EXACT)}
     assert accepted.request_concentration is None
+    # A drafter proposing in half the steps: the histogram counts those, the length all steps.
+    lookup = entry(acceptance_histogram={"k": 3, "counts": [39, 1, 0, 3]}, proposal_rate=0.5)
+    assert lookup.mean_acceptance_length == {3: pytest.approx(1 + 5 / 43, **EXACT)}
+    assert lookup.per_position == pytest.approx([4 / 43, 3 / 4, 1.0], **EXACT)
     # No step got past draft 1: later positions are 0, not undefined.
     assert histogram_rates([2, 2, 0, 0]) == [0.5, 0.0, 0.0]
 

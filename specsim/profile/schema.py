@@ -556,7 +556,8 @@ class Acceptance(StrictModel):
         description="k -> 1 + accepted / steps, as measured or published (at most k + 1): one "
         "k (a scalar length) or an AL(k) table, which need not rise with k; without gaps "
         "(every k from the smallest given to the largest), or the profile is refused. Absent "
-        "with acceptance_histogram: its mean length at its k",
+        "with acceptance_histogram: its mean length at its k (1 + r x its mean accepted drafts at "
+        "proposal_rate r)",
     )
     acceptance_histogram: AcceptanceHistogram | None = Field(
         default=None,
@@ -616,7 +617,9 @@ class Acceptance(StrictModel):
         histogram = self.acceptance_histogram
         if histogram is not None:
             if not self.mean_acceptance_length:
-                self.mean_acceptance_length = {histogram.k: histogram.mean_length()}
+                # The histogram counts steps that proposed; the length is over every step.
+                accepted = self.proposal_rate * (histogram.mean_length() - 1.0)
+                self.mean_acceptance_length = {histogram.k: 1.0 + accepted}
             if self.request_concentration is None and histogram.requests:
                 self.request_concentration = histogram_concentration(histogram.requests)
             if not self.per_position:
