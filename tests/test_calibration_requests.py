@@ -83,7 +83,7 @@ def test_calibrate_keeps_the_requests_and_derives_rates_and_spread(repo, data, t
     assert summary["mean_acceptance_length"] == pytest.approx(1 + 40 / 63, **EXACT)
     entry = load_profile(tmp_path / "calibrated.yaml").acceptance("llama3.2-1b", "rejection", 1.0)
     assert entry.source == "calibrated"
-    assert entry.acceptance_histogram.requests == [[39, 1, 0, 3], [5, 5, 5, 5]]
+    assert [h.requests for h in entry.acceptance_histograms] == [[[39, 1, 0, 3], [5, 5, 5, 5]]]
     assert entry.per_position == pytest.approx([19 / 63, 13 / 19, 8 / 13], rel=1e-5)
     assert entry.mean_acceptance_length == {3: pytest.approx(1 + 40 / 63, rel=1e-5)}
     # First-draft acceptance 4/43 and 15/20 around a = 19/63: S^2 = 0.122286...,
@@ -95,7 +95,7 @@ def test_calibrate_from_lengths_alone_writes_the_scalar_length(repo, data, tmp_p
     assert main(calibrate(repo, tmp_path, data / "sglang_lengths.jsonl")) == 0
     assert "from 20 steps (2 requests), k=3" in capsys.readouterr().out
     entry = load_profile(tmp_path / "calibrated.yaml").acceptance("llama3.2-1b", "rejection", 1.0)
-    assert entry.acceptance_histogram is None and entry.request_concentration is None
+    assert entry.acceptance_histograms == [] and entry.request_concentration is None
     assert entry.mean_acceptance_length == {3: 2.4}
     assert entry.per_position == pytest.approx([constant_rate(2.4, 3)] * 3, rel=1e-5)
 

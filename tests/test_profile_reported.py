@@ -11,7 +11,7 @@ from specsim.profile.reported import (
     histogram_rates,
     table_rates,
 )
-from specsim.simulation.acceptance import build_acceptance
+from specsim.simulation.acceptance import build_acceptance, window_rates
 
 EXACT = {"rel": 1e-12, "abs": 1e-15}
 
@@ -59,11 +59,11 @@ def test_histogram_rates_are_the_conditional_shares_of_steps():
     # vLLM's example: [39, 1, 0, 3] over 43 steps: u = 4/43, 3/43, 3/43; mean length
     # 1 + (1 + 0 + 9) / 43 = 1.2325581395...
     assert histogram_rates([39, 1, 0, 3]) == pytest.approx([4 / 43, 3 / 4, 1.0], **EXACT)
-    accepted = entry(acceptance_histogram={"k": 3, "counts": [39, 1, 0, 3]})
+    accepted = entry(acceptance_histograms=[{"k": 3, "counts": [39, 1, 0, 3]}])
     assert accepted.mean_acceptance_length == {3: pytest.approx(1 + 10 / 43, **EXACT)}
     assert accepted.request_concentration is None
     # A drafter proposing in half the steps: the histogram counts those, the length all steps.
-    lookup = entry(acceptance_histogram={"k": 3, "counts": [39, 1, 0, 3]}, proposal_rate=0.5)
+    lookup = entry(acceptance_histograms=[{"k": 3, "counts": [39, 1, 0, 3]}], proposal_rate=0.5)
     assert lookup.mean_acceptance_length == {3: pytest.approx(1 + 5 / 43, **EXACT)}
     assert lookup.per_position == pytest.approx([4 / 43, 3 / 4, 1.0], **EXACT)
     # No step got past draft 1: later positions are 0, not undefined.
@@ -74,32 +74,48 @@ def test_per_request_counts_give_their_spread():
     # Two requests of 10 steps, first draft accepted in 8 and 2: a = 0.5, S^2 = 0.09,
     # h = 0.1; rho = (0.09 / 0.25 - 0.1) / 0.9 = 13 / 45, c = 45 / 13 - 1 = 32 / 13.
     assert histogram_concentration([[2, 8], [8, 2]]) == pytest.approx(32 / 13, **EXACT)
-    accepted = entry(acceptance_histogram={"k": 1, "requests": [[2, 8], [8, 2]]})
+    accepted = entry(acceptance_histograms=[{"k": 1, "requests": [[2, 8], [8, 2]]}])
     assert accepted.request_concentration == pytest.approx(32 / 13, **EXACT)
     assert accepted.per_position == pytest.approx([0.5], **EXACT)
     # Alike requests (spread within binomial noise) and a single request: no concentration.
     assert histogram_concentration([[5, 5], [5, 5]]) is None
     assert histogram_concentration([[2, 8], [0, 0]]) is None
     # A shorter list (SGLang's grows with the most accepted) counts the rest as 0.
-    short = entry(acceptance_histogram={"k": 3, "requests": [[1, 1], [0, 0, 2]]})
-    assert short.acceptance_histogram.pooled() == [1, 1, 2, 0]
+    short = entry(acceptance_histograms=[{"k": 3, "requests": [[1, 1], [0, 0, 2]]}])
+    assert short.acceptance_histograms[0].pooled() == [1, 1, 2, 0]
+
+
+def test_histograms_per_k_give_the_lengths_and_the_widest_gives_the_rates():
+    # k = 1: [2, 8], length 1.8; k = 2: [2, 4, 4], length 1 + 12 / 10 = 2.2 and rates
+    # u = 0.8, 0.4: [0.8, 0.5], which is also what the simulator chains from the two lengths.
+    both = entry(acceptance_histograms=[{"k": 2, "counts": [2, 4, 4]}, {"k": 1, "counts": [2, 8]}])
+    assert both.mean_acceptance_length == {
+        1: pytest.approx(1.8, **EXACT),
+        2: pytest.approx(2.2, **EXACT),
+    }
+    assert both.per_position == pytest.approx([0.8, 0.5], **EXACT)
+    assert window_rates(both) == pytest.approx([0.8, 0.5], **EXACT)
+    with pytest.raises(ValueError, match="not k = 2"):
+        entry(acceptance_histograms=[{"k": 1, "counts": [2, 8]}, {"k": 3, "counts": [1]}])
+    with pytest.raises(ValueError, match="two at one k"):
+        entry(acceptance_histograms=[{"k": 1, "counts": [2, 8]}, {"k": 1, "counts": [1]}])
 
 
 def test_given_fields_are_kept_and_bad_histograms_refused():
     kept = entry(
         per_position=[0.9],
         request_concentration=3.0,
-        acceptance_histogram={"k": 1, "requests": [[2, 8], [8, 2]]},
+        acceptance_histograms=[{"k": 1, "requests": [[2, 8], [8, 2]]}],
     )
     assert kept.per_position == [0.9] and kept.request_concentration == 3.0
     with pytest.raises(ValueError, match="no per_position"):
         entry()
     with pytest.raises(ValueError, match="longer than k"):
-        entry(acceptance_histogram={"k": 1, "counts": [1, 1, 1]})
+        entry(acceptance_histograms=[{"k": 1, "counts": [1, 1, 1]}])
     with pytest.raises(ValueError, match="not the sum"):
-        entry(acceptance_histogram={"k": 1, "counts": [1, 1], "requests": [[1, 2]]})
+        entry(acceptance_histograms=[{"k": 1, "counts": [1, 1], "requests": [[1, 2]]}])
     with pytest.raises(ValueError, match="counts no step"):
-        entry(acceptance_histogram={"k": 2, "counts": [0, 0]})
+        entry(acceptance_histograms=[{"k": 2, "counts": [0, 0]}])
 
 
 def test_a_profile_with_reported_forms_loads_and_simulates_its_rates(repo, tmp_path):
@@ -121,7 +137,7 @@ def test_a_profile_with_reported_forms_loads_and_simulates_its_rates(repo, tmp_p
 
 def test_the_reference_page_states_the_rules(repo):
     page = (repo / "docs" / "reference" / "profile.md").read_text()
-    assert "acceptance_histogram" in page and "1 + a + ... + a^k0" in page
+    assert "acceptance_histograms" in page and "1 + a + ... + a^k0" in page
 
 
 def test_an_acceptance_file_may_publish_an_al_table_from_the_block_size_up():

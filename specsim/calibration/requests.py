@@ -1,7 +1,7 @@
 """Acceptance calibrated from the engines' per-request responses
 (``specsim.serving.request_metrics``).
 
-Where every request has its histogram, the entry keeps them all (``acceptance_histogram``
+Where every request has its histogram, the entry keeps them all (``acceptance_histograms``
 with ``requests``), so the profile has the spread across requests and not only the mean; where
 some lack one, it keeps the pooled mean acceptance length at the deployed k. The schema turns
 either into chain rates (``specsim.profile.reported``).
@@ -20,7 +20,7 @@ def requests_entry(
     """A profile acceptance entry (``source: calibrated``) from per-request records."""
     entry = {"drafter": drafter, "verifier": verifier, "temperature": temperature}
     if requests.histograms is not None:
-        entry["acceptance_histogram"] = {"k": requests.k, "requests": requests.histograms}
+        entry["acceptance_histograms"] = [{"k": requests.k, "requests": requests.histograms}]
     else:
         entry["mean_acceptance_length"] = {requests.k: requests.mean_acceptance_length}
     return {**entry, "source": "calibrated", "tokens_scored": sum(requests.steps) * requests.k}

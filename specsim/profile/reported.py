@@ -4,7 +4,7 @@ An acceptance entry may give, instead of ``per_position``:
 
 - a mean acceptance length at one k, or a table of them over k (``mean_acceptance_length``):
   ``table_rates``;
-- counts of steps by accepted drafts (``acceptance_histogram``, pooled or per request):
+- counts of steps by accepted drafts (``acceptance_histograms``, pooled or per request, per k):
   ``histogram_rates``, and from per-request counts their spread, ``histogram_concentration``.
 
 Each function is the one stated rule for its form; the schema's field descriptions quote them.
@@ -121,19 +121,19 @@ class AcceptanceHistogram(StrictModel):
     def _counts_fit_the_window(self) -> AcceptanceHistogram:
         lists = ([self.counts] if self.counts is not None else []) + (self.requests or [])
         if not lists:
-            raise ValueError("acceptance_histogram needs counts or requests; fix: give one")
+            raise ValueError("an acceptance histogram needs counts or requests; fix: give one")
         if any(len(c) > self.k + 1 for c in lists):
             raise ValueError(
-                f"acceptance_histogram has a list longer than k + 1 = {self.k + 1} (0..k "
+                f"an acceptance histogram has a list longer than k + 1 = {self.k + 1} (0..k "
                 "drafts accepted); fix: give the k the steps drafted"
             )
         if self.counts is not None and self.requests and self.pooled() != self.summed():
             raise ValueError(
-                "acceptance_histogram counts are not the sum of its requests; fix: give one "
+                "an acceptance histogram's counts are not the sum of its requests; fix: give one "
                 "of them, or the sum"
             )
         if sum(self.pooled()) == 0:
-            raise ValueError("acceptance_histogram counts no step; fix: give counts of steps")
+            raise ValueError("an acceptance histogram counts no step; fix: give counts of steps")
         return self
 
     def summed(self) -> list[int]:

@@ -531,7 +531,7 @@ class Acceptance(StrictModel):
 
     Acceptance as engines report it may stand in for ``per_position``: a mean acceptance length
     at one k or a table of them (``mean_acceptance_length``), or counts of steps by accepted
-    drafts (``acceptance_histogram``). Where ``per_position`` is absent it is derived from them
+    drafts (``acceptance_histograms``). Where ``per_position`` is absent it is derived from them
     by the rules in ``specsim.profile.reported``; where given, it is kept.
     """
 
@@ -542,7 +542,8 @@ class Acceptance(StrictModel):
         default_factory=list,
         max_length=MAX_K,
         description="conditional rate of draft i + 1 given drafts 1..i were accepted. Absent: "
-        "from acceptance_histogram (u_i = share of steps that accepted at least i drafts, "
+        "from the widest acceptance_histograms entry (u_i = share of steps that accepted at "
+        "least i drafts, "
         "rate i = u_i / u_(i-1)), else from mean_acceptance_length (positions 1..k0 of the "
         "smallest k given share the constant rate a with 1 + a + ... + a^k0 = L_k0, solved "
         "to rounding; each further k's rate is its gain L_k - L_(k-1) over the chain's reach, "
@@ -556,21 +557,23 @@ class Acceptance(StrictModel):
         description="k -> 1 + accepted / steps, as measured or published (at most k + 1): one "
         "k (a scalar length) or an AL(k) table, which need not rise with k; without gaps "
         "(every k from the smallest given to the largest), or the profile is refused. Absent "
-        "with acceptance_histogram: its mean length at its k (1 + r x its mean accepted drafts at "
-        "proposal_rate r)",
+        "with acceptance_histograms: their mean lengths, 1 + r x the mean accepted drafts at "
+        "proposal_rate r (the histograms count the steps that proposed)",
     )
-    acceptance_histogram: AcceptanceHistogram | None = Field(
-        default=None,
-        description="steps counted by accepted drafts at one k (vLLM's per-request "
-        "metrics.speculative_decoding, SGLang's meta_info): per_position, the mean length at "
-        "its k and, from per-request counts, request_concentration are derived where absent",
+    acceptance_histograms: list[AcceptanceHistogram] = Field(
+        default_factory=list,
+        max_length=MAX_K,
+        description="steps counted by accepted drafts, one histogram per k (vLLM's per-request "
+        "metrics.speculative_decoding, SGLang's meta_info): where absent, mean_acceptance_length "
+        "is each one's at its k, and per_position and (from per-request counts) "
+        "request_concentration are the widest k's",
     )
     proposal_rate: Share = 1.0
     request_concentration: Factor | None = Field(
         default=None,
         description="heterogeneity across requests: each request's rate scale is drawn from a "
         "Beta with this concentration (larger = more alike); absent = all alike. Absent with "
-        "per-request acceptance_histogram counts: fitted to the spread of the requests' "
+        "per-request acceptance_histograms counts: fitted to the spread of the requests' "
         "first-draft acceptance by the method of moments (beta-binomial; none where the "
         "spread is within what the step counts alone give)",
     )
@@ -583,6 +586,23 @@ class Acceptance(StrictModel):
     sequences: AcceptanceSequences | None = None
     source: Literal["measured", "calibrated", "published", "assumed"] = "measured"
     tokens_scored: Count | None = None
+
+    @model_validator(mode="after")
+    def _lengths_from_histograms(self) -> Acceptance:
+        # Before the length checks, so that a derived table is checked as a given one is.
+        ks = [h.k for h in self.acceptance_histograms]
+        if len(set(ks)) < len(ks):
+            raise ValueError(
+                f"acceptance_histograms for {self.drafter}/{self.verifier} has two at one k; "
+                "fix: give one histogram per k (sum the runs)"
+            )
+        if not self.mean_acceptance_length:
+            # The histograms count steps that proposed; the length is over every step.
+            self.mean_acceptance_length = {
+                h.k: 1.0 + self.proposal_rate * (h.mean_length() - 1.0)
+                for h in self.acceptance_histograms
+            }
+        return self
 
     @model_validator(mode="after")
     def _lengths_within_windows(self) -> Acceptance:
@@ -614,22 +634,18 @@ class Acceptance(StrictModel):
     @model_validator(mode="after")
     def _derived_from_reported_forms(self) -> Acceptance:
         # Converted once at load time, so the simulator reads per_position as always.
-        histogram = self.acceptance_histogram
-        if histogram is not None:
-            if not self.mean_acceptance_length:
-                # The histogram counts steps that proposed; the length is over every step.
-                accepted = self.proposal_rate * (histogram.mean_length() - 1.0)
-                self.mean_acceptance_length = {histogram.k: 1.0 + accepted}
-            if self.request_concentration is None and histogram.requests:
-                self.request_concentration = histogram_concentration(histogram.requests)
+        if self.acceptance_histograms:
+            widest = max(self.acceptance_histograms, key=lambda h: h.k)
+            if self.request_concentration is None and widest.requests:
+                self.request_concentration = histogram_concentration(widest.requests)
             if not self.per_position:
-                self.per_position = histogram_rates(histogram.pooled())
+                self.per_position = histogram_rates(widest.pooled())
         if self.per_position:
             return self
         if not self.mean_acceptance_length:
             raise ValueError(
                 f"acceptance for {self.drafter}/{self.verifier} has no per_position, "
-                "mean_acceptance_length or acceptance_histogram; fix: give one of them"
+                "mean_acceptance_length or acceptance_histograms; fix: give one of them"
             )
         for k, length in self.mean_acceptance_length.items():
             if 1.0 + (length - 1.0) / self.proposal_rate > k + 1:

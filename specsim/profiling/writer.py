@@ -103,7 +103,7 @@ def chain_mean_acceptance_lengths(
 
 def complete_acceptance(entry: dict[str, Any]) -> dict[str, Any]:
     """Fill ``mean_acceptance_length`` from the chain rates when the entry has none (an entry
-    given by its acceptance_histogram has its length derived by the schema)."""
+    given by its acceptance_histograms has its length derived by the schema)."""
     entry = dict(entry)
     if not entry.get("mean_acceptance_length") and entry.get("per_position"):
         entry["mean_acceptance_length"] = chain_mean_acceptance_lengths(
