@@ -137,7 +137,7 @@ def test_a_profile_with_reported_forms_loads_and_simulates_its_rates(repo, tmp_p
 
 def test_the_reference_page_states_the_rules(repo):
     page = (repo / "docs" / "reference" / "profile.md").read_text()
-    assert "acceptance_histograms" in page and "1 + a + ... + a^k0" in page
+    assert "acceptance_histograms" in page and "1 + a + ... + a^k0 = L_k0" in page
 
 
 def test_an_acceptance_file_may_publish_an_al_table_from_the_block_size_up():

@@ -543,12 +543,12 @@ class Acceptance(StrictModel):
         max_length=MAX_K,
         description="conditional rate of draft i + 1 given drafts 1..i were accepted. Absent: "
         "from the widest acceptance_histograms entry (u_i = share of steps that accepted at "
-        "least i drafts, "
-        "rate i = u_i / u_(i-1)), else from mean_acceptance_length (positions 1..k0 of the "
-        "smallest k given share the constant rate a with 1 + a + ... + a^k0 = L_k0, solved "
-        "to rounding; each further k's rate is its gain L_k - L_(k-1) over the chain's reach, "
-        "within [0, 1], so where the table falls the rates are 0 from there on; lengths of a "
-        "drafter with proposal_rate r < 1 are first taken per proposal, 1 + (L - 1) / r)",
+        "least i drafts, rate i = u_i / u_(i-1)), else from mean_acceptance_length (positions "
+        "1..k0 of the smallest k given share the constant rate a with 1 + a + ... + a^k0 = "
+        "L_k0, solved to rounding; each further k's rate is its gain L_k - L_(k-1) over the "
+        "chain's reach, within [0, 1], so where the table falls the rates are 0 from there on; "
+        "lengths of a drafter with proposal_rate r < 1 are first taken per proposal, "
+        "1 + (L - 1) / r)",
     )
     mean_acceptance_length: dict[
         Annotated[int, Field(ge=1, le=MAX_K)], Annotated[float, Field(ge=1, le=MAX_K + 1)]
