@@ -68,6 +68,7 @@ ACCEPTANCE = {
     "temperature": 1.0,
     "per_position": [0.8, 0.7, 0.6],
     "mean_acceptance_length": {1: 1.8, 2: 2.4},
+    "acceptance_histograms": [{"k": 2, "counts": [1, 2, 3], "requests": [[1, 1, 1], [0, 1, 2]]}],
     "proposal_rate": 1.0,
     "request_concentration": 5.0,
     "token_beta_mean": 0.8,

@@ -13,7 +13,9 @@ Estimate hardware you do not have from datasheet numbers (a roofline model):
 A replica over 4 devices, or in FP8 (weights and KV cache), is --tp 4 / --weights-dtype fp8
 --kv-dtype fp8 (and --draft-tp 1 for a draft model on one device).
 
-Calibrate acceptance from a production vLLM's Prometheus counters:
+Calibrate acceptance from a production vLLM's Prometheus counters, or from saved responses
+that carry per-request acceptance (vLLM --per-request-spec-decode-metrics, SGLang meta_info;
+their histograms keep the spread across requests):
   specsim profile --calibrate metrics.txt --into profiles/mine.yaml --drafter small \\
       --verifier rejection --temperature 1.0 --out profiles/mine-calibrated.yaml
 
@@ -52,7 +54,12 @@ MAX_PROMPTS = 1_000_000
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_argument_group("mode (default: measure)")
     mode.add_argument("--roofline", action="store_true", help="estimate from datasheet numbers")
-    mode.add_argument("--calibrate", metavar="METRICS", help="Prometheus text dump of vLLM")
+    mode.add_argument(
+        "--calibrate",
+        metavar="METRICS",
+        help="Prometheus text dump of vLLM, or per-request responses as JSON or JSON Lines "
+        "(vLLM metrics.speculative_decoding, SGLang meta_info)",
+    )
     mode.add_argument(
         "--from-bench",
         metavar="FILE",
@@ -428,7 +435,7 @@ def _run_calibrate(args, out: Path) -> int:
         "temperature": entry.temperature,
         "k": counters.k,
         "speculative_steps": counters.drafts,
-        "label_sets": counters.series,
+        counters.series_of.replace(" ", "_"): counters.series,
         "mean_acceptance_length": counters.mean_acceptance_length,
         "draft_acceptance_rate": counters.draft_acceptance_rate,
         "per_position_unconditional": counters.unconditional_rates(),
@@ -437,7 +444,8 @@ def _run_calibrate(args, out: Path) -> int:
     rates = ", ".join(f"{r:.3f}" for r in entry.per_position)
     human = (
         f"wrote {out}: {entry.drafter}/{entry.verifier} at T={entry.temperature:g} calibrated "
-        f"from {counters.drafts:.0f} steps ({counters.series} label sets), k={counters.k}\n"
+        f"from {counters.drafts:.0f} steps ({counters.series} {counters.series_of}), "
+        f"k={counters.k}\n"
         f"  mean acceptance length {counters.mean_acceptance_length:.3f}, draft acceptance rate "
         f"{counters.draft_acceptance_rate:.3f}, conditional per-position rates [{rates}]"
     )
