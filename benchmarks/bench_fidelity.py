@@ -134,7 +134,7 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
     describe = meta["describe"]
     everything, fit, held = split_runs(folder / "runs.csv", describe["fit"], work / "runs")
     prior = work / "prior.yaml"
-    roofline = ["profile", "--roofline", "--hardware", describe["hardware"]]
+    roofline = ["profile", "roofline", "--hardware", describe["hardware"]]
     roofline += ["--target", describe["model"], "--tp", str(describe["tp"]), "--out", str(prior)]
     if describe.get("weights_dtype"):
         roofline += ["--weights-dtype", describe["weights_dtype"]]
@@ -143,7 +143,6 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
         "validate",
         "--bench",
         str(everything),
-        "--scenario",
         str(scenario(prior, describe, work / "prior-scenario.yaml")),
         "--out",
         str(work / "uncalibrated"),
@@ -154,14 +153,13 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
     caps = ["--max-batch", str(describe["max_batch"])]
     caps += ["--max-batched-tokens", str(describe["max_batched_tokens"])]
     report = specsim(
-        "profile", "--from-bench", str(fit / "runs.csv"), "--into", str(prior), *caps,
+        "profile", "from-bench", str(fit / "runs.csv"), "--into", str(prior), *caps,
         "--out", str(fitted), "--no-held-out",
     )  # fmt: skip
     predicted = specsim(
         "validate",
         "--bench",
         str(held),
-        "--scenario",
         str(scenario(fitted, describe, work / "fitted-scenario.yaml")),
         "--out",
         str(work / "held-out"),

@@ -395,7 +395,7 @@ def test_profile_tree_from_the_command_line(tmp_path):
 
     out = tmp_path / "cli-trees.yaml"
     argv = [
-        *("profile", "--target", model_spec("specsim-target")),
+        *("profile", "measure", "--target", model_spec("specsim-target")),
         *("--drafter", f"small={model_spec('specsim-draft-tiny')}", *SMALL_GRID[2:]),
         *("--repeats", "1", "--prompts", str(prompts_path()), "--max-prompts", "3"),
         *("--max-new-tokens", "12", "--tree", "2,1", "--tree", "1,1", "--tree-drafts", "iid"),
