@@ -3,9 +3,9 @@ public runs bundled in ``tests/data/engine_runs/`` (one folder per deployment, `
 
 For each deployment whose ``deployment.yaml`` says how to describe it:
 
-1. ``specsim profile --roofline`` from its hardware and model files (the prior);
+1. ``specsim profile roofline`` from its hardware and model files (the prior);
 2. ``specsim validate --bench`` of every run on the prior: the uncalibrated error;
-3. ``specsim profile --from-bench`` on the runs named under ``fit:``;
+3. ``specsim profile from-bench`` on the runs named under ``fit:``;
 4. ``specsim validate --bench`` of the other runs on the fitted profile: the held-out error.
 
 Every step is the command an operator types (run as a subprocess); a command that refuses is

@@ -1,5 +1,5 @@
 """calibrate -> predict -> compare on the CPU: the built-in engine's runs, written as vllm bench
-serve writes its results, fitted by profile --from-bench and predicted by validate --bench.
+serve writes its results, fitted by profile from-bench and predicted by validate --bench.
 
 A small version of ``benchmarks/bench_calibration.py`` (which speculates, at more loads): 8
 requests a load (seed 1), speculation off, two Poisson rates to fit and a closed loop of 2

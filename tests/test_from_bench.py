@@ -1,4 +1,4 @@
-"""profile --from-bench: a known deployment's benchmark runs, fitted back onto its prior.
+"""profile from-bench: a known deployment's benchmark runs, fitted back onto its prior.
 
 The runs come from ``bench_runs``: the prior ``calibration_prior.yaml`` with its terms scaled
 (``TRUTH``: decode x 1.4, prefill x 0.7, the draft model x 1.6, 1.5 ms per speculative step),

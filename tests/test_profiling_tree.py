@@ -385,7 +385,7 @@ def test_the_greedy_tree_walk_predicts_the_engines_tree_steps(monkeypatch):
 
 
 def test_profile_tree_from_the_command_line(tmp_path):
-    """``specsim profile --tree 2,1 --tree 1,1 --tree-drafts iid --tree-drafts
+    """``specsim profile measure --tree 2,1 --tree 1,1 --tree-drafts iid --tree-drafts
     without-replacement`` writes those entries for both shapes and no top-k ones (without
     --tree-drafts the same run writes every drafting:
     test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for)."""
