@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_fit_options(
         parser,
-        "the prior: a roofline or measured profile of the same model and device, whose terms "
-        "are fitted",
+        "the prior (required): a roofline or measured profile of the same model and device, whose "
+        "terms are fitted",
         required=False,
         defaults={
             "--drafter": " (default: the --into profile's only one)",
