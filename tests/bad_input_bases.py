@@ -479,23 +479,30 @@ BASE_COMMANDS: dict[str, list[str]] = {
         *("--out", OUT),
     ],
     "profile roofline": [
-        *("profile", "--roofline", "--hardware", f"{D}/hardware.yaml"),
+        *("profile", "roofline", "--hardware", f"{D}/hardware.yaml"),
         *("--target", f"{D}/target.json", "--drafter", f"d1={D}/draft.json"),
         *("--drafter", "ngram=ngram", "--acceptance-from", f"{D}/acceptance.yaml"),
         *("--out", f"{OUT}/p.yaml"),
     ],
     "profile calibrate": [
-        *("profile", "--calibrate", f"{D}/metrics.txt", "--into", f"{D}/profile.yaml"),
+        *("profile", "calibrate", f"{D}/metrics.txt", "--into", f"{D}/profile.yaml"),
         *("--drafter", "d1", "--verifier", "rejection", "--temperature", "1.0"),
         *("--out", f"{OUT}/p.yaml"),
     ],
     "profile from-bench": [
-        *("profile", "--from-bench", f"{D}/bench.json", "--into", f"{D}/profile.yaml"),
+        *("profile", "from-bench", f"{D}/bench.json", "--into", f"{D}/profile.yaml"),
         *("--no-held-out", "--out", f"{OUT}/p.yaml"),
     ],
     # Measuring takes minutes: every case of it must fail before the timing starts.
     "profile measure": [
-        *("profile", "--target", "specsim-target", "--drafter", "small=specsim-draft-small"),
+        *(
+            "profile",
+            "measure",
+            "--target",
+            "specsim-target",
+            "--drafter",
+            "small=specsim-draft-small",
+        ),
         *("--prompts", f"{D}/prompts.jsonl", "--out", f"{OUT}/p.yaml"),
     ],
     "check rollout": [
@@ -505,7 +512,7 @@ BASE_COMMANDS: dict[str, list[str]] = {
     # Runs the real engine: every case of it must fail before the engine starts.
     "validate": ["validate", f"{D}/validate.yaml", "--profile", f"{D}/profile.yaml", "--out", OUT],
     "validate bench": [
-        *("validate", "--bench", f"{D}/bench", "--scenario", f"{D}/bench_scenario.yaml"),
+        *("validate", f"{D}/bench_scenario.yaml", "--bench", f"{D}/bench"),
         *("--profile", f"{D}/profile.yaml", "--replications", "0", "--out", OUT),
     ],
     "check sampler": ["check", "sampler", "--samples", "0", "--out", OUT],
@@ -527,12 +534,3 @@ QUICK = (
     "check sampler",
     "schema",
 )
-
-
-# ``specsim profile`` options by argument group: which mode's base command they go into.
-PROFILE_GROUPS = {
-    "measuring": "profile measure",
-    "roofline": "profile roofline",
-    "calibration": "profile calibrate",
-    "from benchmark runs": "profile from-bench",
-}

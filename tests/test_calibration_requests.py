@@ -59,7 +59,7 @@ def calibrate(repo, tmp_path, responses, *extra) -> list[str]:
     out = tmp_path / "calibrated.yaml"
     return [
         "profile",
-        "--calibrate",
+        "calibrate",
         str(responses),
         "--into",
         str(into),

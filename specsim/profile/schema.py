@@ -113,7 +113,7 @@ FLAT_SPEED_KEYS = {
 
 
 class BenchFile(StrictModel):
-    """A benchmark result file a calibration read (``specsim profile --from-bench``)."""
+    """A benchmark result file a calibration read (``specsim profile from-bench``)."""
 
     path: str = Field(description="the file as given on the command line")
     sha256: str = Field(description="of the whole file")
@@ -173,7 +173,7 @@ class Calibration(StrictModel):
 class Provenance(StrictModel):
     source: Literal["measured", "calibrated", "published", "roofline"] = Field(
         description="measured on a device, calibrated to a serving engine's own benchmark "
-        "runs (specsim profile --from-bench), taken from a publication, or a roofline estimate"
+        "runs (specsim profile from-bench), taken from a publication, or a roofline estimate"
     )
     device: str = Field(description="the device the numbers describe, in words")
     date: str = Field(description="ISO date the numbers were produced")
