@@ -21,7 +21,7 @@ slow (its probes then ran x0.9 or less of them: it warns so) is measured once mo
 
 With ``--save benchmarks/results/validation.json`` the JSON object is also added to that results
 file (to its runs when they come from the same code and command, else as its only run), from
-which ``python -m specsim.docs`` writes the README's validation table.
+which ``python -m specsim.docs`` writes the validation table of docs/guide/validate.md.
 
     python benchmarks/bench_validation.py [--models DIR] [--only WORD] [--budget S] [--repeat N]
         [--device cuda] [--save FILE]
@@ -164,7 +164,7 @@ def main() -> int:
     parser.add_argument(
         "--save",
         help="add this run to a results file (benchmarks/results/validation.json feeds the "
-        "README's table: python -m specsim.docs)",
+        "table in docs/guide/validate.md: python -m specsim.docs)",
     )
     args = parser.parse_args()
     args.clock = args.clock or ("reference" if args.device == "cpu" else "wall")

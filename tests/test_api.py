@@ -389,10 +389,9 @@ def test_help_specsim_lists_the_api():
     assert "``.requests``: requests.csv as a pandas DataFrame" in text
 
 
-def test_the_readme_example_runs(tmp_path, monkeypatch):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
-    (example,) = section.split("```python\n")[1:]
+def test_the_guide_example_runs(tmp_path, monkeypatch):
+    page = (REPO / "docs" / "guide" / "python.md").read_text(encoding="utf-8")
+    (example,) = page.split("```python\n")[1:]
     for name in ("scenarios", "profiles"):
         (tmp_path / name).symlink_to(REPO / name)
     monkeypatch.chdir(tmp_path)

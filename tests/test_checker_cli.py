@@ -252,7 +252,7 @@ def write_third_party(folder, name, q_scale=""):
 
 
 def test_the_readme_example_verifier_is_exact(capsys, monkeypatch, repo):
-    # The command of README tour step 6, at vocab 6 to keep it quick (N = 20000, seed 0).
+    # The command of docs/guide/check-verifier.md, at vocab 6 to keep it quick (N = 20000, seed 0).
     monkeypatch.chdir(repo)
     code, summary = run_json(
         capsys, "--verifier", "tests/data/third_party_verifier.py:verify", "--vocab", "6",

@@ -3,8 +3,9 @@
 - The reference pages in docs/reference are what ``python -m specsim.docs`` generates now.
 - The pages document every schema field and every command option, and the output files and keys
   they describe are the ones real runs write.
-- The README keeps its two CI set-up commands; its tour commands parse with the real CLI and name
-  files that exist (the quick ones are run); its scenario example validates; its links resolve.
+- The README keeps its two CI set-up commands; its tour commands, and the guide's, parse with the
+  real CLI and name files that exist (the tour's quick ones are run); the guide's scenario and
+  profile examples validate; the README links every guide page and every link resolves.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from specsim.docs import cli as cli_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = ROOT / "docs" / "guide"
 INPUT_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".txt", ".csv")
 
 
@@ -54,14 +56,20 @@ def test_stale_and_leftover_pages_are_detected(tmp_path):
     (tmp_path / "scenario.md").write_text(edited, encoding="utf-8")
     (tmp_path / "cli" / "retired.md").write_text("an old command\n", encoding="utf-8")
     assert docs.stale_pages(tmp_path, pages) == ["cli/retired.md", "scenario.md"]
-    readme = tmp_path.parent / f"{tmp_path.name}-README.md"  # the command writes its table too
-    shutil.copy(ROOT / "README.md", readme)
-    where = ["--out", str(tmp_path), "--readme", str(readme)]
+    # A page written by hand is kept: neither stale nor removed.
+    (handwritten,) = docs.HANDWRITTEN
+    (tmp_path / handwritten).write_text("# by hand\n", encoding="utf-8")
+    assert docs.stale_pages(tmp_path, pages) == ["cli/retired.md", "scenario.md"]
+    assert f"]({handwritten})" in pages["README.md"]
+    page = tmp_path.parent / f"{tmp_path.name}-validate.md"  # the command writes its table too
+    shutil.copy(GUIDE / "validate.md", page)
+    where = ["--out", str(tmp_path), "--table-page", str(page)]
     with contextlib.redirect_stdout(io.StringIO()):
         assert docs.main(["--check", *where]) == 1
         assert docs.main(where) == 0
         assert docs.main(["--check", *where]) == 0
     assert not (tmp_path / "cli" / "retired.md").exists()
+    assert (tmp_path / handwritten).read_text(encoding="utf-8") == "# by hand\n"
 
 
 def test_docs_command_refuses_a_file_as_its_folder(tmp_path, capsys):
@@ -298,6 +306,10 @@ def readme_section(title: str) -> str:
     return _section(README, title)
 
 
+def guide_page(name: str) -> str:
+    return (GUIDE / name).read_text(encoding="utf-8")
+
+
 def fenced_blocks(markdown: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", markdown, re.S | re.M)
 
@@ -313,8 +325,14 @@ def shell_commands(block: str) -> list[list[str]]:
 ENVIRONMENT = re.compile(r"[A-Z_][A-Z0-9_]*=\S*")
 
 
-TOUR_SECTION = readme_section("Tour: from a profile to a drafter-swap report")
+TOUR_SECTION = readme_section("Tour")
 TOUR = [argv for block in fenced_blocks(TOUR_SECTION, "bash") for argv in shell_commands(block)]
+GUIDE_COMMANDS = [
+    argv
+    for page in sorted(GUIDE.glob("*.md"))
+    for block in fenced_blocks(page.read_text(encoding="utf-8"), "bash")
+    for argv in shell_commands(block)
+]
 
 
 def ci_block(tag: str) -> str:
@@ -382,6 +400,19 @@ def test_tour_commands_parse_and_name_existing_files(monkeypatch):
     assert tour_problems(TOUR, ROOT) == []
     covered = {argv[1] for argv in TOUR}
     assert {"profile", "simulate", "plan", "report", "check", "validate"} <= covered
+    # One command per question: the tour stays a tour, the manual is the guide.
+    assert len(TOUR_SECTION.strip().splitlines()) <= 60
+    assert len(README.encode("utf-8")) <= 10 * 1024
+
+
+def test_guide_commands_parse_and_name_existing_files(monkeypatch):
+    """The guide's commands may read what the tour wrote (a profile in runs/)."""
+    monkeypatch.chdir(ROOT)
+    assert len(GUIDE_COMMANDS) >= 15
+    assert tour_problems(TOUR + GUIDE_COMMANDS, ROOT) == []
+    covered = {" ".join(argv[1:3]) for argv in GUIDE_COMMANDS}
+    assert {"plan capacity", "plan window", "check sampler"} <= covered
+    assert any(argv[1] == "validate" and "--bench" in argv for argv in GUIDE_COMMANDS)
 
 
 def test_tour_checker_flags_planted_mistakes(monkeypatch):
@@ -445,11 +476,11 @@ def test_readme_transcripts_match_what_the_cli_prints(tmp_path, monkeypatch, cap
             assert not out.exists(), "nothing is written on bad input"
 
 
-def test_readme_scenario_example_is_valid_and_runs(tmp_path):
+def test_guide_scenario_example_is_valid_and_runs(tmp_path):
     from specsim.scenario import load_scenario
     from specsim.simulation import run_simulation
 
-    (block,) = fenced_blocks(readme_section("Write your own scenario"), "yaml")
+    (block,) = fenced_blocks(guide_page("scenarios.md"), "yaml")
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "profiles").symlink_to(ROOT / "profiles")
     path = tmp_path / "scenarios" / "mine.yaml"
@@ -460,12 +491,12 @@ def test_readme_scenario_example_is_valid_and_runs(tmp_path):
     assert summary["requests"] > 50 and summary["mean_acceptance_length"] > 1
 
 
-def test_readme_profile_example_is_valid_and_drives_a_scenario(tmp_path):
+def test_guide_profile_example_is_valid_and_drives_a_scenario(tmp_path):
     from specsim.profile import load_profile
     from specsim.scenario import load_scenario
     from specsim.simulation import run_simulation
 
-    section = readme_section("Write your own profile")
+    section = _section(guide_page("calibrate.md"), "By hand")
     (block,) = fenced_blocks(section, "yaml")
     (tmp_path / "profiles").mkdir()
     # A real folder, not a link: scenarios/../profiles must lead to the copy's profiles.
@@ -483,13 +514,33 @@ def test_readme_profile_example_is_valid_and_drives_a_scenario(tmp_path):
     assert summary["scenario"]["drafter"] == "ngram" and summary["mean_acceptance_length"] > 1
 
 
+def local_links(markdown: str) -> list[str]:
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", markdown)
+    return [link for link in links if not link.startswith(("http://", "https://"))]
+
+
 def test_readme_links_resolve_and_attribution_is_kept():
-    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
-    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    local = local_links(README)
     assert len(local) >= 10
     assert [link for link in local if not (ROOT / link).exists()] == []
+    # The README is the front door to every guide page, and the guide's index lists them too.
+    pages = sorted(p.name for p in GUIDE.glob("*.md") if p.name != "README.md")
+    assert len(pages) >= 8
+    assert [name for name in pages if f"docs/guide/{name}" not in local] == []
+    index = local_links(guide_page("README.md"))
+    assert [name for name in pages if name not in index] == []
     notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert all(f"notebooks/{name}" in README for name in notebooks)
     data = readme_section("Data")
     for words in ("CC-BY 4.0", "Patel et al.", "Splitwise", "ISCA 2024", "SOURCE.md"):
         assert words in data
+
+
+def test_guide_links_resolve():
+    broken = [
+        f"{page.name}: {link}"
+        for page in sorted(GUIDE.glob("*.md"))
+        for link in local_links(page.read_text(encoding="utf-8"))
+        if not (page.parent / link).exists()
+    ]
+    assert broken == []

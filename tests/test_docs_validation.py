@@ -1,4 +1,4 @@
-"""The README's validation table is generated from the saved validation benchmark runs
+"""The validation guide's table is generated from the saved validation benchmark runs
 (``specsim.docs.validation``): it matches the committed results file, goes stale when they
 change, and a saved run joins the runs of its own code only."""
 
@@ -20,15 +20,19 @@ from specsim.errors import SpecsimError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def table_block(readme: str) -> str:
-    start = readme.index(validation.BEGIN) + len(validation.BEGIN)
-    return readme[start : readme.index(validation.END)]
+PAGE = ROOT / "docs" / "guide" / "validate.md"
 
 
-def test_the_readme_table_states_the_committed_results():
-    assert validation.readme_is_current(), "run `python -m specsim.docs` and commit README.md"
+def table_block(page: str) -> str:
+    start = page.index(validation.BEGIN) + len(validation.BEGIN)
+    return page[start : page.index(validation.END)]
+
+
+def test_the_guide_table_states_the_committed_results():
+    assert validation.PAGE == PAGE
+    assert validation.page_is_current(), f"run `python -m specsim.docs` and commit {PAGE.name}"
     results = json.loads(validation.RESULTS.read_text(encoding="utf-8"))
-    block = table_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    block = table_block(PAGE.read_text(encoding="utf-8"))
     rows = {
         m.group(1): m.group(2).split(" | ")
         for m in re.finditer(r"^\| `([^`]+)` \| (.+) \|$", block, flags=re.MULTILINE)
@@ -45,49 +49,56 @@ def test_the_readme_table_states_the_committed_results():
             figures = run["figures"][name]
             error = figures["relative_error"]["e2e_s.mean"]
             assert cell == f"{error * 100:+.1f} % {'✓' if figures['passed'] else '✗'}"
-    # The README itself states no figures of its own outside the generated block.
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split(validation.BEGIN)[0]
+    # Neither the page nor the README states figures of its own outside the generated block.
+    section = PAGE.read_text(encoding="utf-8").split(validation.BEGIN)[0]
+    section += (ROOT / "README.md").read_text(encoding="utf-8")
+    assert validation.BEGIN not in section
     assert "Three runs gave" not in section and "x0.93" not in section
 
 
 def copies(tmp_path: Path) -> tuple[Path, Path]:
-    readme, results = tmp_path / "README.md", tmp_path / "validation.json"
-    shutil.copy(ROOT / "README.md", readme)
+    page, results = tmp_path / "validate.md", tmp_path / "validation.json"
+    shutil.copy(PAGE, page)
     shutil.copy(validation.RESULTS, results)
-    return readme, results
+    return page, results
 
 
 def test_a_changed_result_makes_the_table_stale_and_the_docs_command_rewrites_it(tmp_path):
-    readme, results = copies(tmp_path)
+    page, results = copies(tmp_path)
     data = json.loads(results.read_text(encoding="utf-8"))
     data["runs"][0]["figures"]["validate-b8-k0"]["relative_error"]["e2e_s.mean"] = 0.0423
     results.write_text(json.dumps(data), encoding="utf-8")
-    assert not validation.readme_is_current(readme, results)
-    where = ["--out", str(docs.DEFAULT_FOLDER), "--readme", str(readme), "--results", str(results)]
+    assert not validation.page_is_current(page, results)
+    where = [
+        "--out",
+        str(docs.DEFAULT_FOLDER),
+        "--table-page",
+        str(page),
+        "--results",
+        str(results),
+    ]
     with contextlib.redirect_stdout(io.StringIO()) as out:
         assert docs.main(["--check", *where]) == 1
     assert "validation table" in out.getvalue()
-    before = readme.read_text(encoding="utf-8")
+    before = page.read_text(encoding="utf-8")
     with contextlib.redirect_stdout(io.StringIO()):
         assert docs.main(where) == 0
         assert docs.main(["--check", *where]) == 0
-    after = readme.read_text(encoding="utf-8")
+    after = page.read_text(encoding="utf-8")
     assert "| `validate-b8-k0` | +4.2 % ✓ |" in after
     # Only the block between the markers changed.
     assert after.split(validation.BEGIN)[0] == before.split(validation.BEGIN)[0]
     assert after.split(validation.END)[1] == before.split(validation.END)[1]
 
 
-def test_a_readme_without_its_markers_or_a_broken_results_file_is_a_one_line_error(
-    tmp_path, capsys
-):
-    readme, results = copies(tmp_path)
-    readme.write_text("# specsim\n", encoding="utf-8")
-    where = ["--out", str(tmp_path / "ref"), "--readme", str(readme), "--results", str(results)]
+def test_a_page_without_its_markers_or_a_broken_results_file_is_a_one_line_error(tmp_path, capsys):
+    page, results = copies(tmp_path)
+    page.write_text("# Validate\n", encoding="utf-8")
+    where = ["--out", str(tmp_path / "ref"), "--table-page", str(page), "--results", str(results)]
     assert docs.main(where) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "validation table block" in err and "fix:" in err
-    shutil.copy(ROOT / "README.md", readme)
+    shutil.copy(PAGE, page)
     data = json.loads(validation.RESULTS.read_text(encoding="utf-8"))
     results.write_text(json.dumps({**data, "runs": []}), encoding="utf-8")
     with pytest.raises(SpecsimError, match="runs: List should have at least 1 item"):

@@ -1,6 +1,6 @@
 """Reference pages generated from the code, so the docs cannot drift from what specsim accepts.
 
-    python -m specsim.docs            # rewrite docs/reference/ and the README's validation table
+    python -m specsim.docs            # rewrite docs/reference/ and the validation guide's table
     python -m specsim.docs --check    # exit 1 (and name the pages) when either is stale
 
 Four kinds of page: the profile and scenario schemas (from the pydantic models: key, type,
@@ -14,8 +14,9 @@ The pages depend only on the code, never on the machine: argparse's own help lay
 varies with the terminal width and the Python version) is not used; tables are built from the
 parsers' actions instead.
 
-The README's validation table is generated too, from the latest saved runs of
-``benchmarks/bench_validation.py`` (``specsim.docs.validation``).
+The validation table of ``docs/guide/validate.md`` is generated too, from the latest saved runs
+of ``benchmarks/bench_validation.py`` (``specsim.docs.validation``). Pages written by hand may
+sit beside the generated ones when named in ``HANDWRITTEN``.
 """
 
 from __future__ import annotations
@@ -36,16 +37,19 @@ from specsim.docs.outputs import (
     outputs_page,
 )
 from specsim.docs.schema import nested_models, schema_page, schema_pages
-from specsim.docs.validation import README, RESULTS, readme_is_current, write_readme_table
+from specsim.docs.validation import PAGE, RESULTS, page_is_current, write_page_table
 from specsim.errors import EXIT_BAD_INPUT, SpecsimError
 from specsim.fileio import write_text_atomic
 
 DEFAULT_FOLDER = Path(__file__).resolve().parent.parent.parent / "docs" / "reference"
+# Reference pages written by hand (sources cited page by page): kept, indexed, never rewritten.
+HANDWRITTEN = {"engine-formats.md": "the engines' file formats and options, with their sources"}
 
 __all__ = [
     "BASELINE_KEYS",
     "COMMAND_OUTPUTS",
     "DEFAULT_FOLDER",
+    "HANDWRITTEN",
     "REQUEST_COLUMNS",
     "SUMMARY_KEYS",
     "cell",
@@ -83,6 +87,7 @@ def index_page() -> str:
         ["[outputs.md](outputs.md)", "what each output file holds"],
         ["[api.md](api.md)", "the Python API: each function and what it returns"],
         ["[bench-csv.md](bench-csv.md)", "the normalised CSV of benchmark runs"],
+        *([f"[{name}]({name})", f"{what} (written by hand)"] for name, what in HANDWRITTEN.items()),
     ]
     return "\n\n".join(["# Reference", GENERATED, table(["page", "what it holds"], rows)]) + "\n"
 
@@ -94,7 +99,7 @@ def stale_pages(folder: Path, pages: dict[str, str]) -> list[str]:
         stale += [
             str(p.relative_to(folder))
             for p in sorted(folder.rglob("*.md"))
-            if str(p.relative_to(folder)) not in pages
+            if str(p.relative_to(folder)) not in {**pages, **HANDWRITTEN}
         ]
     return sorted(stale)
 
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_FOLDER, help="reference folder")
     parser.add_argument("--check", action="store_true", help="only report stale pages (exit 1)")
     parser.add_argument(
-        "--readme", type=Path, default=README, help="the README whose validation table to write"
+        "--table-page", type=Path, default=PAGE, help="the page whose validation table to write"
     )
     parser.add_argument(
         "--results", type=Path, default=RESULTS, help="the validation results the table shows"
@@ -135,20 +140,22 @@ def main(argv: list[str] | None = None) -> int:
         pages = reference_pages()
         if args.check:
             stale = stale_pages(args.out, pages)
-            readme_current = readme_is_current(args.readme, args.results)
+            table_current = page_is_current(args.table_page, args.results)
         else:
             changed = write_pages(args.out, pages)
-            rewrote = write_readme_table(args.readme, args.results)
+            rewrote = write_page_table(args.table_page, args.results)
     except SpecsimError as error:
         print(f"python -m specsim.docs: error: {error.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.check:
-        stale += [] if readme_current else [f"{args.readme} (its validation table)"]
+        stale += [] if table_current else [f"{args.table_page} (its validation table)"]
         if stale:
             print(f"stale in {args.out}: {', '.join(stale)}; run python -m specsim.docs")
             return 1
-        print(f"{args.out}: {len(pages)} pages current; {args.readme}: validation table current")
+        print(
+            f"{args.out}: {len(pages)} pages current; {args.table_page}: validation table current"
+        )
         return 0
     print(f"{args.out}: {len(changed)} of {len(pages)} pages rewritten")
-    print(f"{args.readme}: validation table {'rewritten' if rewrote else 'current'}")
+    print(f"{args.table_page}: validation table {'rewritten' if rewrote else 'current'}")
     return 0

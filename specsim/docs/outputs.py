@@ -415,7 +415,7 @@ def outputs_page() -> str:
         GENERATED,
         "Every command writes into `--out DIR` atomically: the files appear only once the "
         "whole run succeeded. Times are simulated seconds; latency statistics `{mean, p50, p90, "
-        "p99}` follow vLLM's definitions (see the README's notation).",
+        "p99}` follow vLLM's definitions (see docs/guide/concepts.md).",
         "## `specsim simulate`: `requests.csv`",
         "One row per completed request, by request id (the order of arrival); standard CSV: a "
         "cell holding a comma or a quote (a pool name) is quoted.",

@@ -4,7 +4,7 @@ Metric keys use specsim's names (``ttft_s.mean``, ``tpot_s.p99``, ``itl_s.p50``,
 ``throughput_tokens_per_s`` = output tokens per second, ``request_throughput``) and seconds
 everywhere; the engines' ``median`` is ``p50``, and a percentile a tool writes beyond specsim's
 three keeps its own name (vLLM's ``p99.9_ttft_ms`` is ``ttft_s.p99.9``). See
-docs/notes/2026-12-01-engine-formats.md for the formats themselves.
+docs/reference/engine-formats.md for the formats themselves.
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ def unknown_formats(setting: EngineSetting, engine: str) -> list[str]:
     if not formats:
         return []
     return [
-        f"the profile assumes {' and '.join(formats)}; docs/notes/2026-12-01-engine-formats.md "
+        f"the profile assumes {' and '.join(formats)}; docs/reference/engine-formats.md "
         f"documents no {engine} option for them, so none is written: serve a checkpoint in "
         "that format or set the engine's quantisation options yourself"
     ]
