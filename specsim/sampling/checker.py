@@ -300,6 +300,19 @@ def callable_tolerance(dtype: str, vocab: int, k: int) -> float:
     return max(EXACT_TOLERANCE, 2.0 * (k + 1) * vocab * eps)
 
 
+def record_enumeration(result: dict, enumerated, scope: str, window: int, tolerance: float):
+    """``result``'s exact-check fields from an enumeration of one step (chain or tree)."""
+    result.update(
+        exact_method="enumeration",
+        exact_scope=f"{scope} and every outcome of its uniforms, then the target; "
+        f"tokens 1-{window}",
+        exact_tolerance=tolerance,
+        enumeration_cases=enumerated.cases,
+        exact_note=enumerated.note,
+        malformed=enumerated.malformed,
+    )
+
+
 def _exact(setup: _Setup, target: np.ndarray) -> dict[str, Any]:
     """The exact window: the closed form of a built-in rule, or the enumeration of a callable."""
     subject, models, window = setup.subject, setup.models, setup.k + 1
@@ -331,15 +344,9 @@ def _exact(setup: _Setup, target: np.ndarray) -> dict[str, Any]:
             greedy_reference=subject.greedy_reference, seed=setup.seed,
         )  # fmt: skip
         paths = "path" if enumerated.cases == 1 else "paths"
-        result.update(
-            exact_method="enumeration",
-            exact_scope=f"one step from the prompt over its {enumerated.cases} draft {paths} "
-            f"and every outcome of its uniforms, then the target; tokens 1-{window}",
-            exact_tolerance=callable_tolerance(setup.dtype, models.vocab, setup.k),
-            enumeration_cases=enumerated.cases,
-            exact_note=enumerated.note,
-            malformed=enumerated.malformed,
-        )
+        scope = f"one step from the prompt over its {enumerated.cases} draft {paths}"
+        tolerance = callable_tolerance(setup.dtype, models.vocab, setup.k)
+        record_enumeration(result, enumerated, scope, window, tolerance)
         if enumerated.window is None:
             return result
         produced = enumerated.window

@@ -307,22 +307,16 @@ def _exact(setup: _TreeSetup, target: np.ndarray, seed: int) -> dict[str, Any]:
         result["exact_note"] = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
         return result
     else:
-        from specsim.sampling.checker import callable_tolerance
+        from specsim.sampling.checker import callable_tolerance, record_enumeration
         from specsim.sampling.tree_enumeration import enumerate_tree_step
 
         enumerated = enumerate_tree_step(
             setup.verifier(), setup.tables(), shape, subject.drafts, setup.deterministic,
             p_table=setup.p_table, greedy_reference=subject.greedy_reference, seed=seed,
         )  # fmt: skip
-        result.update(
-            exact_method="enumeration",
-            exact_scope=f"one tree step from the prompt over its {enumerated.cases:,} drafted "
-            f"trees and every outcome of its uniforms, then the target; tokens 1-{window}",
-            exact_tolerance=callable_tolerance(setup.dtype, models.vocab, shape.num_nodes),
-            enumeration_cases=enumerated.cases,
-            exact_note=enumerated.note,
-            malformed=enumerated.malformed,
-        )
+        scope = f"one tree step from the prompt over its {enumerated.cases:,} drafted trees"
+        tolerance = callable_tolerance(setup.dtype, models.vocab, shape.num_nodes)
+        record_enumeration(result, enumerated, scope, window, tolerance)
         if enumerated.window is None:
             return result
         produced = enumerated.window
