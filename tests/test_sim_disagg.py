@@ -242,6 +242,16 @@ def test_a_pool_profile_of_another_target_is_refused(tmp_path):
     assert info.value.key == "fleet.disaggregation.decode.profile"
 
 
+def test_a_pool_tensor_parallel_size_its_profile_does_not_describe_names_the_pool(tmp_path):
+    with pytest.raises(
+        SpecsimError, match=r"fleet\.disaggregation\.decode\.tensor_parallel_size is 4"
+    ):
+        run(make(decode={"replicas": 1, "tensor_parallel_size": 4}), tmp_path)
+    with pytest.raises(SpecsimError) as info:
+        run(make(prefill={"replicas": 1, "tensor_parallel_size": 2}), tmp_path)
+    assert info.value.key == "fleet.disaggregation.prefill.tensor_parallel_size"
+
+
 @pytest.mark.parametrize(
     "fleet, message",
     [

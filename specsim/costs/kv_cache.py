@@ -47,18 +47,20 @@ def kv_capacity_tokens(
     return int(free // per_token)
 
 
-def check_tensor_parallel(profile: LoadedProfile, engine: Engine) -> None:
-    """A scenario's stated tensor-parallel size must be the one the profile describes: a pass's
-    time, the memory per device and the price all depend on it."""
+def check_tensor_parallel(
+    profile: LoadedProfile, engine: Engine, key: str = "engine.tensor_parallel_size"
+) -> None:
+    """A scenario's stated tensor-parallel size (at ``key``) must be the one the profile
+    describes: a pass's time, the memory per device and the price all depend on it."""
     stated = engine.tensor_parallel_size
     described = profile.profile.hardware.devices
     if stated is not None and stated != described:
         raise SpecsimError(
-            f"the scenario's engine.tensor_parallel_size is {stated} but profile "
+            f"the scenario's {key} is {stated} but profile "
             f"{profile.path.name} describes replicas of {described} device(s)",
             file=str(profile.path),
-            key="engine.tensor_parallel_size",
-            fix=f"set engine.tensor_parallel_size: {described}, use a profile written "
+            key=key,
+            fix=f"set {key}: {described}, use a profile written "
             f"for {stated} devices (specsim profile roofline --tp {stated}), or scale a "
             "roofline profile with engine.tensor_parallel_scaling (flagged as derived)",
         )

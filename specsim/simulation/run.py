@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from specsim.costs import StepCosts, kv_capacity_tokens
+from specsim.costs.kv_cache import check_tensor_parallel
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
 from specsim.profile import LoadedProfile, Profile, load_profile
@@ -142,6 +143,9 @@ def _disaggregated_setups(scenario: Scenario, profile: LoadedProfile) -> list[Po
         engine = scenario.engine
         if pool.tensor_parallel_size is not None:
             engine = engine.model_copy(update={"tensor_parallel_size": pool.tensor_parallel_size})
+            key = f"fleet.disaggregation.{name}.tensor_parallel_size"
+            if engine.tensor_parallel_scaling is None:  # a scaled profile is checked as scaled
+                check_tensor_parallel(own, engine, key)
         pool_scenario = scenario.model_copy(update={"engine": engine})
         pool_scenario.with_source(scenario.source)
         spec = scenario.speculation if name == "decode" else Speculation()
