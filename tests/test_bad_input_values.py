@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from specsim.cli import main
+from specsim.errors import SpecsimError
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
@@ -237,19 +238,28 @@ def test_plain_tcp_to_another_machine_warns_and_loopback_does_not():
     assert not _loopback("10.0.0.5:8786") and not _loopback("tcp://scheduler.lan:8786")
 
 
-def test_plain_tcp_cluster_warns_before_connecting():
+def test_plain_tcp_cluster_warns_before_connecting(monkeypatch):
+    """No packet leaves the machine: the client refuses at once, as an unreachable host would."""
+    import dask.distributed
+
     from specsim.errors import SpecsimError
     from specsim.planning import cluster
 
+    def refused(*args, **kwargs):
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(dask.distributed, "Client", refused)
     warned = pytest.warns(UserWarning, match="plain TCP to another machine")
     with warned, pytest.raises(SpecsimError, match="cannot reach a Dask scheduler"):
-        cluster.connect_cluster("tcp://192.0.2.1:9", 0.2)
+        cluster.connect_cluster("tcp://scheduler.example:9", 0.2)
 
 
 # -- a plan of which nothing succeeded ---------------------------------------------------------
 
 
 def test_a_plan_whose_simulations_all_failed_exits_2_and_writes_no_report(tmp_path, capsys):
+    """The command line exits 2; the Python API raises the same one-line error (a script
+    exits non-zero) and writes nothing either."""
     argv = ["plan", "window", scenario_with(tmp_path), "--k", "0..1", "--loads", "1"]
     argv += ["--workers", "1", "--no-progress"]
     failing = [*argv, "--out", tmp_path / "o", "--set", "engine.kv_capacity_tokens=50"]
@@ -258,3 +268,11 @@ def test_a_plan_whose_simulations_all_failed_exits_2_and_writes_no_report(tmp_pa
     assert last.startswith("specsim plan: error: all 3 simulations failed") and "; fix: " in last
     assert not (tmp_path / "o" / "summary.json").exists()
     assert main([str(a) for a in [*argv, "--out", tmp_path / "ok"]]) == 0
+    import specsim
+
+    with pytest.raises(SpecsimError, match="all 3 simulations failed"):
+        specsim.plan_window(
+            scenario_with(tmp_path), k="0..1", loads=[1], workers=1, progress=False,
+            out=tmp_path / "api", engine__kv_capacity_tokens=50,
+        )  # fmt: skip
+    assert not (tmp_path / "api" / "summary.json").exists()

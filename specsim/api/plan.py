@@ -19,6 +19,7 @@ from typing import Any
 
 from specsim.api.overrides import override_texts
 from specsim.api.results import SUMMARY, PlanResult, plan_result
+from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json
 from specsim.planning import (
     capacity,
@@ -365,11 +366,28 @@ def run_planner(
     if out is None:
         with tempfile.TemporaryDirectory(prefix="specsim-plan-") as folder:
             planned = run(path, texts, out=Path(folder) / "sweep", options=options, **arguments)
+        refuse_all_failed(planned.summary)
         return result(planned, None)
     check_output_folder(out, "out")
     planned = run(path, texts, out=Path(out), options=options, **arguments)
+    refuse_all_failed(planned.summary)
     write(out, planned)
     return result(planned, Path(out))
+
+
+def refuse_all_failed(summary: dict) -> None:
+    """A sweep of which no simulation succeeded has no result: its tables would be empty, so
+    it is refused (exit 2, no report written; the points stay for a rerun) with the first
+    failure's reason, which is usually the input's fault."""
+    failed, sims = summary["failed"], summary.get("simulations") or {}
+    if not failed or len(failed) < sims.get("computed", 0) + sims.get("cached", 0):
+        return
+    reason, _, fix = failed[0]["error"].partition("; fix: ")
+    raise SpecsimError(
+        f"all {len(failed)} simulations failed, the first ({' '.join(failed[0]['overrides'])}) "
+        f"with: {reason}",
+        fix=fix or "correct what the error names and run again",
+    )
 
 
 def _result(planned: Planned, out: Path | None) -> PlanResult:

@@ -372,24 +372,9 @@ def sweep_options(args: argparse.Namespace):
     return SweepOptions(args.workers, args.cluster, tls, not args.no_progress)
 
 
-def refuse_all_failed(summary: dict) -> None:
-    """A sweep of which no simulation succeeded has no result: its tables would be empty, so
-    it is refused (exit 2, no report written; the points stay for a rerun) with the first
-    failure's reason, which is usually the input's fault."""
-    failed, sims = summary["failed"], summary.get("simulations") or {}
-    if not failed or len(failed) < sims.get("computed", 0) + sims.get("cached", 0):
-        return
-    reason, _, fix = failed[0]["error"].partition("; fix: ")
-    raise SpecsimError(
-        f"all {len(failed)} simulations failed, the first ({' '.join(failed[0]['overrides'])}) "
-        f"with: {reason}",
-        fix=fix or "correct what the error names and run again",
-    )
-
-
 def finish(args, planned, human: str) -> int:
     """Write the report files atomically, print the summary, and pick the exit code."""
-    from specsim.api.plan import write_plan
+    from specsim.api.plan import refuse_all_failed, write_plan
     from specsim.planning.emit import human as engine_line
 
     refuse_all_failed(planned.summary)
@@ -474,6 +459,7 @@ def _deployment(args: argparse.Namespace):
 
 
 def _disaggregated(args: argparse.Namespace) -> int:
+    from specsim.api.plan import refuse_all_failed
     from specsim.api.plan_split import disaggregated_run, write_disaggregated
     from specsim.planning import disagg_report
     from specsim.planning.emit_split import human as engine_line
