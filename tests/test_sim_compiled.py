@@ -259,3 +259,13 @@ def test_an_edit_to_any_kernel_source_moves_the_cache_folder(monkeypatch, tmp_pa
         assert compiled.cache_folder() != folder
         monkeypatch.setattr(Path, "read_bytes", read)
     assert compiled.cache_folder() == folder
+
+
+def test_a_cache_folder_that_cannot_be_made_falls_back_to_a_temporary_one(tmp_path):
+    """A home that cannot be written (here: a file where the folder would go) still runs: the
+    kernels then compile into a temporary folder, once per process."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    fallback = compiled.writable(blocked / "specsim")
+    assert fallback.is_dir() and not fallback.is_relative_to(tmp_path)
+    assert compiled.writable(tmp_path / "made") == tmp_path / "made"

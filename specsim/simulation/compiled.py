@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -52,6 +53,17 @@ def cache_folder() -> Path:
     return Path(root, f"numba-{digest.hexdigest()[:16]}")
 
 
+def writable(folder: Path) -> Path:
+    """``folder``, made if need be; a temporary one where it cannot be written (a read-only
+    home): the kernels then compile once per process instead of once per machine."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            return folder
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="specsim-numba-"))
+
+
 def kernel_module(name: str = "compiled_kernels") -> ModuleType:
     """A compiled kernels' module (numba imported, and every kernel module loaded from the
     on-disk cache or made to be compiled into it, on the first call)."""
@@ -59,7 +71,7 @@ def kernel_module(name: str = "compiled_kernels") -> ModuleType:
     if _loaded is None:
         from numba.core import config
 
-        before, config.CACHE_DIR = config.CACHE_DIR, str(cache_folder())
+        before, config.CACHE_DIR = config.CACHE_DIR, str(writable(cache_folder()))
         try:  # each dispatcher takes its cache folder when it is made, at import
             for module in KERNEL_MODULES:
                 importlib.import_module(f"specsim.simulation.{module}")
