@@ -140,8 +140,9 @@ def spoil(folder: Path, files: list[str], what: str) -> Path:
         return out
     shutil.copy(off, out)
     data = json.loads(off.read_text())
-    if what == "unknown-format":
-        (out / "notes.txt").write_text("these are not results\n")
+    if what == "only-notes":
+        (out / off.name).unlink()
+        (out / "server.log").write_text("INFO: Started server process\n")
     elif what == "two-models":
         (out / "other.json").write_text(json.dumps({**data, "model_id": "other/model"}))
     elif what == "two-engines":
@@ -169,7 +170,7 @@ def spoil(folder: Path, files: list[str], what: str) -> Path:
 
 BAD = {
     "empty": (0, "holds no benchmark result files"),
-    "unknown-format": (0, "notes.txt: not a benchmark result of a known format"),
+    "only-notes": (0, "holds no benchmark result files (skipped "),
     "two-models": (0, "runs of two models"),
     "two-engines": (0, "runs of two engines"),
     "missing-key": (0, "completed: missing"),
@@ -272,3 +273,39 @@ def test_a_scrape_gives_a_result_file_without_counters_its_acceptance(bench, tmp
     capsys.readouterr()
     assert main([*argv[:1], str(spec_scenario), *options, "--out", str(tmp_path / "x")]) == 2
     assert "no --bench is given" in capsys.readouterr().err
+
+
+def test_a_server_log_beside_the_results_is_skipped_and_one_replication_is_accepted(
+    bench, tmp_path, capsys
+):
+    _, files, truth = bench
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(files[0], runs)
+    (runs / "server.log").write_text("INFO: Started server process [1]\n")
+    argv = [runs, scenario(tmp_path, truth), tmp_path / "out", "--replications", "1"]
+    code, summary = validate(capsys, *argv)
+    assert code in (0, 1), summary
+    assert summary["skipped"] == {
+        str(runs / "server.log"): "not a benchmark result of a known format"
+    }
+    (run,) = summary["runs"]
+    assert all(row["band"] is None for row in run["rows"])  # one draw: no band
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert f"skipped {runs / 'server.log'}: not a benchmark result" in text
+
+
+def test_latency_thresholds_move_to_p95_where_a_run_has_no_p90():
+    from specsim.validation.compare import compare_figures, tail_thresholds
+
+    keys = ["ttft_s.p95", "ttft_s.p99", "tpot_s.p90", "tpot_s.p95", "e2e_s.mean"]
+    thresholds = tail_thresholds(keys)
+    assert thresholds["ttft_s.p95"] == 0.10 and "ttft_s.p90" not in thresholds
+    assert "ttft_s.p99" not in thresholds and "tpot_s.p95" not in thresholds
+    assert thresholds["tpot_s.p90"] == 0.10 and thresholds["e2e_s.p90"] == 0.10  # kept
+    draw = {key: 1.2 for key in keys}
+    rows = {
+        r.metric: r
+        for r in compare_figures(keys, [draw], dict.fromkeys(keys, 1.0), thresholds).rows
+    }
+    assert rows["ttft_s.p95"].ok is False and rows["ttft_s.p99"].ok is None

@@ -46,14 +46,16 @@ content). Each run's workload is rebuilt as profile --from-bench rebuilds it (it
 and lengths when saved), served by the scenario's engine, speculation and fleet on --profile
 (default: the scenario's profile), and every figure the file holds (TTFT, TPOT, ITL, E2E
 percentiles, throughputs, the counted acceptance length) compared as the benchmark client
-measured it, with the thresholds, bands and exit codes above:
+measured it, with the thresholds, bands and exit codes above (a latency without a p90 has the
+p90 threshold on its next percentile up: p95 or p99, which published runs carry). Files under
+DIR that are no results (a server.log, a README, a /metrics scrape) are skipped with a note:
 
   specsim validate --bench runs/window --scenario scenarios/poisson.yaml --out runs/check
 
 It writes DIR/comparison.json, DIR/comparison.md, DIR/validation.png and .csv and
 DIR/runs/NN-LABEL/ (the replayed trace, and the simulator's requests.csv and summary.json of
 it). Runs of two models or engines, a speculative run without counters for a speculating
-scenario (or one that drafted another k), and a file of unknown format are bad input.
+scenario (or one that drafted another k), and a folder without any result file are bad input.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=20,
         metavar="N",
         help="simulate the same requests N times (other acceptance and jitter draws) for each "
-        "metric's p10..p90 beside the prediction (default 20; 0: none)",
+        "metric's p10..p90 beside the prediction (default 20; 0 or 1: the seeded run alone, "
+        "no band)",
     )
     add_json(parser)
 
@@ -212,12 +215,6 @@ def run(args: argparse.Namespace) -> int:
     from specsim.validation.validate import ValidateOptions, validate
 
     scenario = load_scenario(scenario_path(args), args.overrides)
-    if args.replications == 1:
-        raise SpecsimError(
-            "needs 0 or at least 2 runs for a spread",
-            file="--replications",
-            fix="e.g. --replications 20",
-        )
     if args.bench is not None:
         return run_bench(args, scenario)
     if args.metrics:

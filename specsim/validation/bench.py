@@ -31,10 +31,10 @@ from specsim.fileio import dump_json
 from specsim.profile import LoadedProfile, load_profile
 from specsim.scenario import Scenario
 from specsim.serving.bench_commands import FOLDER, SCRIPT, label
-from specsim.serving.detect import read_bench_files
+from specsim.serving.detect import not_results, read_bench_files
 from specsim.serving.runs import METRIC_NAMES, THROUGHPUT_KEYS, BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
-from specsim.validation.compare import Comparison, compare_figures
+from specsim.validation.compare import Comparison, compare_figures, tail_thresholds
 
 ACCEPTANCE = "mean_acceptance_length"
 BENCH_FOLDER = Path("engine") / FOLDER
@@ -85,6 +85,27 @@ def result_files(folder: str | Path) -> list[Path]:
             fix="run the benchmark (bench.sh), or give the folder its results are in",
         )
     return files
+
+
+def split_results(files: list[Path]) -> tuple[list[Path], dict[str, str]]:
+    """The result files among ``files`` and, by path, why each other one is skipped (a
+    ``server.log`` or a README beside the results); none left is bad input."""
+    kept, skipped = [], {}
+    for path in files:
+        reason = not_results(path)
+        if reason is None:
+            kept.append(path)
+        else:
+            skipped[str(path)] = reason
+    if not kept:
+        named = "; ".join(f"{path}: {why}" for path, why in skipped.items())
+        raise SpecsimError(
+            f"holds no benchmark result files (skipped {named})",
+            file=str(files[0].parent),
+            key="--bench",
+            fix="run the benchmark (bench.sh), or give the folder its results are in",
+        )
+    return kept, skipped
 
 
 def check_speculation(run: BenchRun, scenario: Scenario) -> None:
@@ -203,7 +224,8 @@ def validate_run(
             if replication == 0:
                 records = these
                 (folder / "summary.json").write_text(dump_json(result.summary), "utf-8")
-    return replayed.describe(), compare_figures(keys, draws, measured), skipped, records
+    comparison = compare_figures(keys, draws, measured, tail_thresholds(keys))
+    return replayed.describe(), comparison, skipped, records
 
 
 def run_names(runs: list[BenchRun]) -> list[str]:
@@ -218,13 +240,15 @@ def validate_bench(
     replications: int,
     staging: Path | None = None,
     metrics: tuple[str, ...] = (),
-) -> tuple[str, list[RunValidation]]:
-    """The profile used and every run under ``bench`` against the simulator. Bad input is
+) -> tuple[str, list[RunValidation], dict[str, str]]:
+    """The profile used, every run under ``bench`` against the simulator, and the files
+    skipped as no results (``split_results``). Bad input is
     refused before anything is simulated; the runs' files go into ``staging/runs/NAME/``
     (a temporary folder when None). ``metrics`` (RESULT=SCRAPE) gives a scrape's acceptance to
     a result file that counts none (``specsim.serving.scrapes``)."""
     pairs = [parse_pair(text) for text in metrics]
-    runs = attach_scrapes(read_bench_files(result_files(bench)), pairs)
+    files, skipped = split_results(result_files(bench))
+    runs = attach_scrapes(read_bench_files(files), pairs)
     for run in runs:
         check_speculation(run, scenario)
     path = str(scenario.resolve(scenario.profile)) if profile is None else profile
@@ -237,4 +261,4 @@ def validate_bench(
         for run, name in zip(runs, run_names(runs), strict=True):
             parts = validate_run(run, scenario, loaded, replications, root / "runs" / name)
             validated.append(RunValidation(run, name, *parts))
-    return path, validated
+    return path, validated, skipped

@@ -98,7 +98,7 @@ def write_bench_validation(
     from specsim.validation.plot import plot_bench_validation
 
     with atomic_output_dir(out) as staging:
-        profile_path, runs = validate_bench(
+        profile_path, runs, skipped = validate_bench(
             scenario, bench, profile, replications, staging, metrics
         )
         spec = scenario.speculation
@@ -109,6 +109,7 @@ def write_bench_validation(
             f"({what}, max_batch {scenario.engine.max_batch}; profile {profile_path}): "
             f"{passed} of {len(runs)} within every threshold"
         )
+        head += "".join(f"\nskipped {path}: {why}" for path, why in skipped.items())
         report = "\n\n".join([head, *(run_text(r) for r in runs)])
         payload = {
             "scenario": scenario.name,
@@ -117,6 +118,8 @@ def write_bench_validation(
             "passed": passed == len(runs),
             "runs": [run_payload(r) for r in runs],
         }
+        if skipped:  # absent when nothing was skipped, as before
+            payload["skipped"] = skipped
         plot_bench_validation(
             [(r.name, r.comparison, r.records, r.run.metrics) for r in runs],
             f"{scenario.name}: simulator (profile {Path(profile_path).name}) vs benchmark runs",
