@@ -35,6 +35,7 @@ from specsim.calibration.acceptance import (
     windows_from_runs,
 )
 from specsim.calibration.fit import DETERMINED, NOISE, FitResult, calibrate
+from specsim.calibration.gate import MAX_HELD_OUT_ERROR, accepted_note, judge
 from specsim.calibration.simulate import Evaluator, unfitted_reason
 from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
 from specsim.calibration.workload import EngineDefaults, Speculation, replay
@@ -67,6 +68,8 @@ class BenchOptions:
     seed: int = 0
     held_out: bool = True
     command: str | None = None
+    max_held_out_error: float = MAX_HELD_OUT_ERROR  # the quality gate (``gate``)
+    accept_poor_fit: bool = False
 
 
 @dataclass
@@ -74,6 +77,12 @@ class BenchCalibration:
     profile: Profile
     report: dict[str, Any]
     report_name: str
+
+    @property
+    def writable(self) -> bool:
+        """Under the quality gate's threshold, or accepted above it."""
+        gate = self.report["gate"]
+        return gate["passed"] or gate["accepted_with"] is not None
 
 
 def report_name(out: Path) -> str:
@@ -198,6 +207,7 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
         result = calibrate(evaluator, opts.held_out)
         per_run = [_run_report(evaluator, result, i) for i in range(len(runs))]
     report = _report(evaluator, result, per_run, loaded, acceptance)
+    report["gate"] = judge(report, opts.max_held_out_error, opts.accept_poor_fit)
     profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))
 
@@ -279,6 +289,9 @@ def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
             "simulations": evaluator.simulations,
         },
         "terms": _terms(evaluator, result),
+        "undetermined": [
+            t.name for i, t in enumerate(evaluator.terms) if i not in result.determined
+        ],
         "correlation": np.round(result.correlation, 3).tolist(),
         "fit": _summary(fit_errors),
         "held_out": None if result.held_out is None else _summary(held_errors),
@@ -357,6 +370,7 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
             f"from a scalar: {a['rule']}."
             for a in scalar
         )
+        + ("" if report["gate"]["accepted_with"] is None else accepted_note(report["gate"]))
     )
     data["provenance"] = {
         "source": "calibrated",

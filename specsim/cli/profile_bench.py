@@ -4,11 +4,13 @@ print the per-run, per-figure table (measured, fitted, error, held out)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 from specsim.bounds import MAX_BATCH, MAX_K, MAX_TOKENS
+from specsim.calibration.gate import MAX_HELD_OUT_ERROR
 from specsim.cli.common import Number, emit
 from specsim.errors import SpecsimError
 from specsim.sampling.kinds import DEFAULT_VERIFIER
@@ -83,7 +85,23 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--no-held-out",
         action="store_true",
-        help="skip the leave-one-run-out fits (one fit per run: the slow part)",
+        help="skip the leave-one-run-out fits (one fit per run: the slow part); the quality "
+        "gate then judges the fit's own error",
+    )
+    bench.add_argument(
+        "--max-held-out-error",
+        metavar="F",
+        type=Number(float, 0, 100),
+        default=MAX_HELD_OUT_ERROR,
+        help="the quality gate: a fit whose held-out median |predicted / measured - 1| is "
+        "above F is not written (a warning, exit 1) unless --accept-poor-fit is given "
+        f"(default {MAX_HELD_OUT_ERROR:g}: ten per cent)",
+    )
+    bench.add_argument(
+        "--accept-poor-fit",
+        action="store_true",
+        help="write a fit above --max-held-out-error anyway, with its error and this flag in "
+        "its provenance notes and in the report's gate",
     )
 
 
@@ -105,6 +123,7 @@ def _one(args: argparse.Namespace, option: str, values: list) -> Any:
 
 def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
     from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
+    from specsim.calibration.gate import warning_line
     from specsim.calibration.workload import EngineDefaults
     from specsim.fileio import dump_json
     from specsim.profiling.writer import command_line, write_profile
@@ -130,10 +149,17 @@ def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
         seed=args.seed,
         held_out=not args.no_held_out,
         command=command_line(),
+        max_held_out_error=args.max_held_out_error,
+        accept_poor_fit=args.accept_poor_fit,
     )
     result = calibrate_from_bench(opts)
-    write_profile(result.profile, out, {result.report_name: dump_json(result.report)})
     report_path = out.parent / result.report_name
+    if not result.writable:
+        sys.stderr.write(warning_line(result.report["gate"], str(out)) + "\n")
+        summary = {"out": None, "report": None, **result.report}
+        emit(args, summary, "\n".join(summary_lines(result.report, None, report_path)))
+        return 1
+    write_profile(result.profile, out, {result.report_name: dump_json(result.report)})
     summary = {"out": str(out), "report": str(report_path), **result.report}
     emit(args, summary, "\n".join(summary_lines(result.report, out, report_path)))
     return 0
@@ -143,11 +169,17 @@ def _percent(value: float) -> str:
     return f"{value:+.1%}"
 
 
-def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[str]:
+def summary_lines(report: dict[str, Any], out: Path | None, report_path: Path) -> list[str]:
+    """``out`` None: the fit was refused by the quality gate and nothing written."""
     runs = report["runs"]
     files = len({run["file"] for run in runs})
+    done = (
+        "not written (poor fit)"
+        if out is None
+        else f"wrote {out} (calibrated) and {report_path.name}"
+    )
     lines = [
-        f"wrote {out} (calibrated) and {report_path.name}: {len(runs)} run(s) in {files} "
+        f"{done}: {len(runs)} run(s) in {files} "
         f"file(s), on the prior {report['prior']['path']} ({report['prior']['source']})"
     ]
     for term in report["terms"]:
@@ -173,6 +205,18 @@ def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[
     else:
         line += "; held out: not computed (a single run, or --no-held-out)"
     lines.append(line)
+    if report["undetermined"]:
+        lines.append(
+            "  not determined by these runs (kept at the prior's values): "
+            + ", ".join(report["undetermined"])
+        )
+    gate = report["gate"]
+    if not gate["passed"]:
+        lines.append(
+            f"  quality gate: median |error| {gate['median_abs_error']:.1%} above "
+            f"{gate['threshold']:.0%}"
+            + ("" if gate["accepted_with"] is None else f", written with {gate['accepted_with']}")
+        )
     for entry in report["acceptance"]:
         lengths = ", ".join(f"k={k}: {v:.3f}" for k, v in entry["mean_acceptance_length"].items())
         lines.append(
