@@ -273,6 +273,7 @@ STRING_OPTIONS = {
     "--into": "file",
     "--calibrate": "file",
     "--from-bench": "file",
+    "--server-args": "file",
     "--acceptance-length": "acceptance-scalar",
     "--acceptance-rate": "acceptance-scalar",
     "--metrics": "scrape-pair",

@@ -199,6 +199,15 @@ def test_a_good_fit_passes_the_quality_gate_on_its_held_out_error(recovered):
     assert gate["passed"] and gate["accepted_with"] is None
     assert gate["median_abs_error"] == report["held_out"]["median_abs_error"] <= 0.10
     assert report["undetermined"] == []
+    # No caps given: the runs' engine (vLLM) defaults for the prior's device, said so.
+    vllm_default = "vLLM 0.33's API-server default (test-gpu, 75 GiB)"
+    assert report["engine_caps"] == {
+        "max_batch": {"value": 1024, "source": vllm_default},
+        "max_batched_tokens": {"value": 8192, "source": vllm_default},
+    }
+    assert all(
+        run["workload"]["engine_sources"]["max_batch"] == vllm_default for run in report["runs"]
+    )
 
 
 def _disagreeing_runs(folder: Path) -> list[str]:

@@ -309,3 +309,36 @@ def test_latency_thresholds_move_to_p95_where_a_run_has_no_p90():
         for r in compare_figures(keys, [draw], dict.fromkeys(keys, 1.0), thresholds).rows
     }
     assert rows["ttft_s.p95"].ok is False and rows["ttft_s.p99"].ok is None
+
+
+def test_engine_caps_come_from_the_scenario_a_server_log_or_the_engine_and_say_which(
+    bench, tmp_path, capsys
+):
+    _, files, truth = bench
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(files[0], runs)
+    code, summary = validate(
+        capsys, runs, scenario(tmp_path, truth), tmp_path / "a", "--replications", "0"
+    )
+    assert code in (0, 1), summary
+    default = "vLLM 0.33's API-server default (test-gpu, 75 GiB)"
+    assert summary["engine_caps"]["max_batch"] == {"value": 1024, "source": default}
+    assert summary["engine_caps"]["max_batched_tokens"] == {"value": 8192, "source": default}
+    # The scenario's own setting, and the server's log for what the scenario leaves unset.
+    log = tmp_path / "server.log"
+    log.write_text("INFO non-default args: {'max_num_seqs': 64, 'max_num_batched_tokens': 2048}\n")
+    path = scenario(tmp_path, truth)
+    argv = ["--set", "engine.max_batch=32", "--server-args", str(log), "--replications", "0"]
+    code, summary = validate(capsys, runs, path, tmp_path / "b", *argv)
+    assert code in (0, 1), summary
+    assert summary["engine_caps"]["max_batch"] == {
+        "value": 32,
+        "source": f"{path} (engine.max_batch)",
+    }
+    assert summary["engine_caps"]["max_batched_tokens"] == {
+        "value": 2048,
+        "source": "server.log (max_num_batched_tokens)",
+    }
+    (run,) = summary["runs"]
+    assert run["workload"]["engine"] == {"max_batch": 32, "max_batched_tokens": 2048}

@@ -34,11 +34,12 @@ from specsim.calibration.acceptance import (
     run_k,
     windows_from_runs,
 )
+from specsim.calibration.caps import resolve_caps
 from specsim.calibration.fit import DETERMINED, NOISE, FitResult, calibrate
 from specsim.calibration.gate import MAX_HELD_OUT_ERROR, accepted_note, judge
 from specsim.calibration.simulate import Evaluator, unfitted_reason
 from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
-from specsim.calibration.workload import EngineDefaults, Speculation, replay
+from specsim.calibration.workload import Speculation, replay
 from specsim.config import validate_as
 from specsim.errors import SpecsimError
 from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
@@ -61,7 +62,8 @@ class BenchOptions:
     verifier: str = DEFAULT_VERIFIER
     temperature: float = 1.0
     k: int | None = None
-    engine: EngineDefaults = field(default_factory=EngineDefaults)
+    caps: dict[str, tuple[int, str]] = field(default_factory=dict)  # given: cap -> (value, where)
+    server_args: str | None = None  # the server's log or flags file, for its caps
     acceptance_lengths: tuple[str, ...] = ()  # NAME:K=L
     acceptance_rates: tuple[str, ...] = ()  # NAME:K=R
     metrics: tuple[str, ...] = ()  # RESULT=SCRAPE: acceptance for a result file without counters
@@ -188,6 +190,7 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     drafter = bench_drafter(loaded, opts.drafter, bool(spec_runs))
     data, acceptance = with_acceptance(loaded, spec_runs, drafter, opts)
     prior = build_profile(data, str(loaded.path))
+    caps = resolve_caps(runs, opts.caps, opts.server_args, prior)
     terms = terms_for(prior, drafter if spec_runs else None)
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         folder = Path(tmp)
@@ -202,11 +205,15 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
                     opts.temperature,
                     own_acceptance(run, drafter, opts, prior),
                 )
-            replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, opts.engine, opts.seed))
+            replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, caps, opts.seed))
         evaluator = Evaluator(prior, str(loaded.path), replays, terms, folder)
         result = calibrate(evaluator, opts.held_out)
         per_run = [_run_report(evaluator, result, i) for i in range(len(runs))]
     report = _report(evaluator, result, per_run, loaded, acceptance)
+    report["engine_caps"] = {
+        cap: {"value": getattr(caps, cap), "source": source}
+        for cap, source in zip(("max_batch", "max_batched_tokens"), caps.sources, strict=True)
+    }
     report["gate"] = judge(report, opts.max_held_out_error, opts.accept_poor_fit)
     profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))

@@ -36,17 +36,25 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=Number(int, 1, MAX_BATCH),
         default=None,
-        help="the engine's cap on running sequences (vLLM --max-num-seqs) for runs whose file "
-        "does not state it (SGLang's server_info does); default: a scenario's "
-        "engine.max_batch default",
+        help="the engine's cap on running sequences (vLLM --max-num-seqs, SGLang "
+        "--max-running-requests, TensorRT-LLM max_batch_size) for runs whose file does not "
+        "state it (SGLang's server_info does); default: --server-args's, else the engine "
+        "version's default for the --into profile's device (the output says which)",
     )
     bench.add_argument(
         "--max-batched-tokens",
         metavar="N",
         type=Number(int, 1, MAX_TOKENS),
         default=None,
-        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens); "
-        "default: a scenario's engine.max_batched_tokens default",
+        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens, SGLang "
+        "--chunked-prefill-size, TensorRT-LLM max_num_tokens); default as --max-batch's",
+    )
+    bench.add_argument(
+        "--server-args",
+        metavar="FILE",
+        default=None,
+        help="the server's log or flags file (vllm serve's command line or startup log, "
+        "SGLang's server_args, a TensorRT-LLM options YAML): the batch caps it states",
     )
     bench.add_argument(
         "--k",
@@ -124,11 +132,9 @@ def _one(args: argparse.Namespace, option: str, values: list) -> Any:
 def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
     from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
     from specsim.calibration.gate import warning_line
-    from specsim.calibration.workload import EngineDefaults
     from specsim.fileio import dump_json
     from specsim.profiling.writer import command_line, write_profile
 
-    defaults = EngineDefaults()
     temperature = _one(args, "--temperature", args.temperature or [])
     opts = BenchOptions(
         files=tuple(args.from_bench),
@@ -139,10 +145,8 @@ def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
         verifier=args.verifier or DEFAULT_VERIFIER,
         temperature=1.0 if temperature is None else temperature,
         k=args.k,
-        engine=EngineDefaults(
-            args.max_batch or defaults.max_batch,
-            args.max_batched_tokens or defaults.max_batched_tokens,
-        ),
+        caps=given_caps(args),
+        server_args=args.server_args,
         acceptance_lengths=tuple(args.acceptance_length),
         acceptance_rates=tuple(args.acceptance_rate),
         metrics=tuple(args.metrics),
@@ -163,6 +167,16 @@ def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
     summary = {"out": str(out), "report": str(report_path), **result.report}
     emit(args, summary, "\n".join(summary_lines(result.report, out, report_path)))
     return 0
+
+
+def given_caps(args: argparse.Namespace) -> dict[str, tuple[int, str]]:
+    """The caps given on the command line, and where."""
+    given = {"max_batch": args.max_batch, "max_batched_tokens": args.max_batched_tokens}
+    return {
+        cap: (value, f"the command line (--{cap.replace('_', '-')})")
+        for cap, value in given.items()
+        if value is not None
+    }
 
 
 def _percent(value: float) -> str:
@@ -205,6 +219,12 @@ def summary_lines(report: dict[str, Any], out: Path | None, report_path: Path) -
     else:
         line += "; held out: not computed (a single run, or --no-held-out)"
     lines.append(line)
+    lines.append(
+        "  engine caps: "
+        + "; ".join(
+            f"{cap} {c['value']} from {c['source']}" for cap, c in report["engine_caps"].items()
+        )
+    )
     if report["undetermined"]:
         lines.append(
             "  not determined by these runs (kept at the prior's values): "

@@ -44,7 +44,9 @@ engine: the result files the bench.sh of plan ... --emit writes (DIR/engine/benc
 SGLang JSONL), or every file under DIR (vLLM, SGLang or the normalised CSV, told apart by their
 content). Each run's workload is rebuilt as profile --from-bench rebuilds it (its own send times
 and lengths when saved), served by the scenario's engine, speculation and fleet on --profile
-(default: the scenario's profile), and every figure the file holds (TTFT, TPOT, ITL, E2E
+(default: the scenario's profile) with the batch caps the scenario sets, else those
+--server-args FILE states, else the runs' engine version's defaults for the profile's device
+(the output names each cap's source), and every figure the file holds (TTFT, TPOT, ITL, E2E
 percentiles, throughputs, the counted acceptance length) compared as the benchmark client
 measured it, with the thresholds, bands and exit codes above (a latency without a p90 has the
 p90 threshold on its next percentile up: p95 or p99, which published runs carry). Files under
@@ -92,6 +94,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="with --bench: the acceptance of the runs in RESULT (a result file that counts "
         "none) from SCRAPE, its server's /metrics scrape; repeatable",
+    )
+    parser.add_argument(
+        "--server-args",
+        metavar="FILE",
+        help="with --bench: the server's log or flags file (vllm serve's command line or "
+        "startup log, SGLang's server_args, a TensorRT-LLM options YAML), for the batch caps "
+        "it states; otherwise the scenario's own engine.max_batch / max_batched_tokens where it "
+        "sets them, else the runs' engine version's defaults for the profile's device (the "
+        "output says which)",
     )
     parser.add_argument(
         "--profile",
@@ -203,7 +214,13 @@ def run_bench(args: argparse.Namespace, scenario) -> int:
                 fix=f"drop {option} (or --bench, to run the built-in engine)",
             )
     result = write_bench_validation(
-        scenario, args.bench, args.profile, args.replications, args.out, tuple(args.metrics)
+        scenario,
+        args.bench,
+        args.profile,
+        args.replications,
+        args.out,
+        tuple(args.metrics),
+        args.server_args,
     )
     summary = {"out": args.out, **result.payload}
     emit(args, summary, result.report)
@@ -223,6 +240,13 @@ def run(args: argparse.Namespace) -> int:
             file="command line",
             key="--metrics",
             fix="add --bench DIR, or drop --metrics",
+        )
+    if args.server_args is not None:
+        raise SpecsimError(
+            "gives benchmark runs their server's caps, and no --bench is given",
+            file="command line",
+            key="--server-args",
+            fix="add --bench DIR, or drop --server-args",
         )
     if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
         from specsim.workload.prompts import read_prompts

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.calibration.caps import resolve_caps
 from specsim.calibration.simulate import metric_parts, run_metrics, unfitted_reason
 from specsim.calibration.workload import EngineDefaults, replay
 from specsim.errors import SpecsimError
@@ -182,7 +183,12 @@ def run_scenario(scenario: Scenario, workload, seed: int, engine: dict, profile:
 
 
 def validate_run(
-    run: BenchRun, scenario: Scenario, loaded: LoadedProfile, replications: int, folder: Path
+    run: BenchRun,
+    scenario: Scenario,
+    loaded: LoadedProfile,
+    replications: int,
+    folder: Path,
+    caps: EngineDefaults,
 ) -> tuple[dict[str, Any], Comparison, dict[str, str], dict[str, np.ndarray]]:
     """One run against the simulator: how it was replayed, the comparison, the figures left
     out (and why) and the seeded simulation's records. Writes the replayed trace
@@ -191,9 +197,7 @@ def validate_run(
     from specsim.simulation.records import read_records
 
     folder.mkdir(parents=True)
-    engine = scenario.engine
-    defaults = EngineDefaults(engine.max_batch, engine.max_batched_tokens)
-    replayed = replay(run, folder / "workload.csv", None, defaults)
+    replayed = replay(run, folder / "workload.csv", None, caps)
     profile_path = str(Path(loaded.path).resolve())
     simulated = run_scenario(
         scenario,
@@ -228,6 +232,13 @@ def validate_run(
     return replayed.describe(), comparison, skipped, records
 
 
+def scenario_caps(scenario: Scenario) -> dict[str, tuple[int, str]]:
+    """The caps the scenario sets itself (its file or --set): those replace the engine's."""
+    where = str(scenario.source) if scenario.source else "the scenario"
+    given = scenario.engine.model_fields_set & {"max_batch", "max_batched_tokens"}
+    return {cap: (getattr(scenario.engine, cap), f"{where} (engine.{cap})") for cap in given}
+
+
 def run_names(runs: list[BenchRun]) -> list[str]:
     """Each run's folder under runs/: its number and its label (or its file's stem)."""
     return [f"{i + 1:02d}-{label(r.label or Path(r.source).stem)}" for i, r in enumerate(runs)]
@@ -240,9 +251,11 @@ def validate_bench(
     replications: int,
     staging: Path | None = None,
     metrics: tuple[str, ...] = (),
-) -> tuple[str, list[RunValidation], dict[str, str]]:
+    server_args: str | None = None,
+) -> tuple[str, list[RunValidation], dict[str, str], EngineDefaults]:
     """The profile used, every run under ``bench`` against the simulator, and the files
-    skipped as no results (``split_results``). Bad input is
+    skipped as no results (``split_results``) and the engine caps the runs were replayed with
+    (``scenario_caps``). Bad input is
     refused before anything is simulated; the runs' files go into ``staging/runs/NAME/``
     (a temporary folder when None). ``metrics`` (RESULT=SCRAPE) gives a scrape's acceptance to
     a result file that counts none (``specsim.serving.scrapes``)."""
@@ -253,12 +266,13 @@ def validate_bench(
         check_speculation(run, scenario)
     path = str(scenario.resolve(scenario.profile)) if profile is None else profile
     loaded = load_profile(path)
+    caps = resolve_caps(runs, scenario_caps(scenario), server_args, loaded.profile)
     with tempfile.TemporaryDirectory(prefix="specsim-validate-") as tmp:
         # Absolute: the replayed traces are read through a scenario whose relative paths
         # resolve against its own file's folder, not the working one.
         root = (Path(tmp) if staging is None else staging).resolve()
         validated = []
         for run, name in zip(runs, run_names(runs), strict=True):
-            parts = validate_run(run, scenario, loaded, replications, root / "runs" / name)
+            parts = validate_run(run, scenario, loaded, replications, root / "runs" / name, caps)
             validated.append(RunValidation(run, name, *parts))
-    return path, validated, skipped
+    return path, validated, skipped, caps
