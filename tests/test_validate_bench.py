@@ -342,3 +342,34 @@ def test_engine_caps_come_from_the_scenario_a_server_log_or_the_engine_and_say_w
     }
     (run,) = summary["runs"]
     assert run["workload"]["engine"] == {"max_batch": 32, "max_batched_tokens": 2048}
+
+
+def test_a_run_s_hit_share_replaces_the_scenario_s_prefix_which_is_kept_otherwise(
+    bench, tmp_path, capsys
+):
+    _, files, truth = bench
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(files[0], runs)
+    result = runs / Path(files[0]).name
+    plain = scenario(tmp_path, truth)
+    cached = tmp_path / "cached.yaml"
+    data = yaml.safe_load(plain.read_text())
+    data["workload"]["prefix"] = {"source": "fraction", "fraction": 0.5}
+    cached.write_text(yaml.safe_dump(data))
+
+    def ttft(summary) -> tuple[dict | None, float]:
+        (run,) = summary["runs"]
+        rows = {row["metric"]: row for row in run["rows"]}
+        return run["workload"]["prefix"], rows["ttft_s.mean"]["predicted"]
+
+    once = ("--replications", "0")
+    _, none = validate(capsys, runs, plain, tmp_path / "none", *once)
+    _, kept = validate(capsys, runs, cached, tmp_path / "kept", *once)
+    stated = ("--prefix-hit", f"{result}=0.9", *once)
+    _, share = validate(capsys, runs, cached, tmp_path / "share", *stated)
+    assert ttft(none)[0] is None
+    assert ttft(kept)[0] == {"source": "fraction", "fraction": 0.5, "hit_rate": 1.0}
+    assert ttft(share)[0] == {"source": "fraction", "fraction": 0.9, "hit_rate": 1.0}
+    # Cached prompt tokens skip prefill: the more cached, the shorter the predicted TTFT.
+    assert ttft(none)[1] > ttft(kept)[1] > ttft(share)[1]

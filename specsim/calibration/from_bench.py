@@ -46,6 +46,7 @@ from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
 from specsim.profiling.writer import build_profile, software_versions, today
 from specsim.sampling.kinds import DEFAULT_VERIFIER
 from specsim.serving.detect import read_bench_files
+from specsim.serving.prefix_share import parse_share, state_shares
 from specsim.serving.runs import BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
 
@@ -64,6 +65,7 @@ class BenchOptions:
     k: int | None = None
     caps: dict[str, tuple[int, str]] = field(default_factory=dict)  # given: cap -> (value, where)
     server_args: str | None = None  # the server's log or flags file, for its caps
+    prefix_hits: tuple[str, ...] = ()  # RESULT=SHARE: stated prefix-cache hit shares
     acceptance_lengths: tuple[str, ...] = ()  # NAME:K=L
     acceptance_rates: tuple[str, ...] = ()  # NAME:K=R
     metrics: tuple[str, ...] = ()  # RESULT=SCRAPE: acceptance for a result file without counters
@@ -184,7 +186,8 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
             "device: specsim profile --roofline makes one)",
         )
     pairs = [parse_pair(text) for text in opts.metrics]
-    runs = attach_scrapes(read_bench_files(opts.files), pairs)
+    shares = [parse_share(text) for text in opts.prefix_hits]
+    runs = state_shares(attach_scrapes(read_bench_files(opts.files), pairs), shares)
     loaded = load_profile(opts.into)
     spec_runs = [run for run in runs if run.speculation is not None]
     drafter = bench_drafter(loaded, opts.drafter, bool(spec_runs))

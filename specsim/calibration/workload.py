@@ -18,6 +18,8 @@ replayed with ``workload.max_concurrency`` when the client capped requests in fl
   otherwise uniform over the range the file states (SGLang's ``random`` dataset), otherwise
   every request at the file's mean lengths (rounded). Fixed lengths lack the real spread, which
   TTFT and E2E percentiles follow, so those are then left out of the fit (``spread_known``).
+- A run's prefix-cache hit share (``BenchRun.prefix_hit_share``) becomes the replay's
+  ``workload.prefix``: that share of every prompt cached (source 'fraction').
 - Only the completed requests are replayed (the metrics are theirs; failures are not modelled).
 - Engine caps no result file states come from ``EngineDefaults``, each with its source
   (``calibration.caps.resolve_caps``): SGLang's ``server_info`` gives ``max_running_requests``,
@@ -87,6 +89,8 @@ class Replay:
         workload = {"kind": "trace", "trace": str(self.trace), "format": "vidur"}
         if self.run.traffic.max_concurrency is not None:
             workload["max_concurrency"] = self.run.traffic.max_concurrency
+        if self.run.prefix_hit_share:
+            workload["prefix"] = {"source": "fraction", "fraction": self.run.prefix_hit_share}
         speculation = {}
         if self.speculation is not None:
             spec = self.speculation
@@ -115,6 +119,7 @@ class Replay:
             "lengths": self.lengths,
             "engine": self.engine,
             "engine_sources": self.engine_sources,
+            "prefix_hit_share": self.run.prefix_hit_share,
             "seed": self.seed,
         }
 

@@ -91,6 +91,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "spec_decode counters or SGLang's spec_accept gauges); repeatable",
     )
     bench.add_argument(
+        "--prefix-hit",
+        metavar="RESULT=SHARE",
+        action="append",
+        default=[],
+        help="the share of the prompt tokens of the runs in RESULT that the server's prefix "
+        "cache held (vLLM's prefix_cache_hits / prefix_cache_queries; a --metrics scrape with "
+        "those counters gives it too), replayed as workload.prefix source 'fraction'; "
+        "repeatable",
+    )
+    bench.add_argument(
         "--no-held-out",
         action="store_true",
         help="skip the leave-one-run-out fits (one fit per run: the slow part); the quality "
@@ -147,6 +157,7 @@ def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
         k=args.k,
         caps=given_caps(args),
         server_args=args.server_args,
+        prefix_hits=tuple(args.prefix_hit),
         acceptance_lengths=tuple(args.acceptance_length),
         acceptance_rates=tuple(args.acceptance_rate),
         metrics=tuple(args.metrics),

@@ -96,6 +96,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "none) from SCRAPE, its server's /metrics scrape; repeatable",
     )
     parser.add_argument(
+        "--prefix-hit",
+        metavar="RESULT=SHARE",
+        action="append",
+        default=[],
+        help="with --bench: the share of the prompt tokens of the runs in RESULT that the "
+        "server's prefix cache held (vLLM's prefix_cache_hits / prefix_cache_queries; a "
+        "--metrics scrape gives it too), replayed as workload.prefix source 'fraction'; runs "
+        "without one keep the scenario's own workload.prefix; repeatable",
+    )
+    parser.add_argument(
         "--server-args",
         metavar="FILE",
         help="with --bench: the server's log or flags file (vllm serve's command line or "
@@ -221,6 +231,7 @@ def run_bench(args: argparse.Namespace, scenario) -> int:
         args.out,
         tuple(args.metrics),
         args.server_args,
+        tuple(args.prefix_hit),
     )
     summary = {"out": args.out, **result.payload}
     emit(args, summary, result.report)
@@ -240,6 +251,13 @@ def run(args: argparse.Namespace) -> int:
             file="command line",
             key="--metrics",
             fix="add --bench DIR, or drop --metrics",
+        )
+    if args.prefix_hit:
+        raise SpecsimError(
+            "gives benchmark runs their prefix-cache hit share, and no --bench is given",
+            file="command line",
+            key="--prefix-hit",
+            fix="add --bench DIR, or drop --prefix-hit",
         )
     if args.server_args is not None:
         raise SpecsimError(

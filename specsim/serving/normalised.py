@@ -98,6 +98,13 @@ COLUMNS = (
         "completed requests per second (default: completed / duration_s)",
     ),
     Column(
+        "prefix_hit_share",
+        "number",
+        False,
+        "the share of prompt tokens the server's prefix cache held (vLLM's "
+        "prefix_cache_hits / prefix_cache_queries over the run); absent: no cache hits",
+    ),
+    Column(
         "itl_per_token",
         "flag",
         False,
@@ -286,6 +293,7 @@ def _run(cells: dict[str, str], where: Where, sha256: str) -> BenchRun:
         metrics=dict(sorted(metrics.items())),
         itl_per_token=bool(_flag(cells, "itl_per_token", where)),
         speculation=_speculation(cells, where),
+        prefix_hit_share=_value(cells, "prefix_hit_share", where, 1.0),
     )
     check_pace(run, "request_rate", "duration_s")
     return run

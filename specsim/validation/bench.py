@@ -33,6 +33,7 @@ from specsim.profile import LoadedProfile, load_profile
 from specsim.scenario import Scenario
 from specsim.serving.bench_commands import FOLDER, SCRIPT, label
 from specsim.serving.detect import not_results, read_bench_files
+from specsim.serving.prefix_share import parse_share, state_shares
 from specsim.serving.runs import METRIC_NAMES, THROUGHPUT_KEYS, BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
 from specsim.validation.compare import Comparison, compare_figures, tail_thresholds
@@ -109,6 +110,24 @@ def split_results(files: list[Path]) -> tuple[list[Path], dict[str, str]]:
     return kept, skipped
 
 
+def check_prefix(runs: list[BenchRun], scenario: Scenario) -> None:
+    """A scenario prefix read from trace columns cannot describe runs whose replayed traces
+    have none; a run without its own hit share would take it."""
+    prefix = scenario.workload.prefix
+    if prefix is None or prefix.source not in ("column", "session"):
+        return
+    for run in runs:
+        if run.prefix_hit_share is None:
+            raise SpecsimError(
+                f"the scenario's prefix source {prefix.source!r} reads trace columns, and the "
+                "replayed benchmark runs carry none",
+                file=str(scenario.source or "scenario"),
+                key="workload.prefix.source",
+                fix="state the runs' hit share (--prefix-hit RESULT=SHARE, or a /metrics "
+                "scrape with --metrics), or use source 'fraction' or 'system_prompt'",
+            )
+
+
 def check_speculation(run: BenchRun, scenario: Scenario) -> None:
     """The run must have speculated as the scenario does, with counters to compare."""
     spec = scenario.speculation
@@ -171,7 +190,11 @@ def figures(run: BenchRun, spread_known: bool) -> tuple[list[str], dict[str, str
 
 
 def run_scenario(scenario: Scenario, workload, seed: int, engine: dict, profile: str) -> Scenario:
-    """The scenario's setting serving the replayed workload."""
+    """The scenario's setting serving the replayed workload: with the run's prefix-cache hit
+    share where it has one, otherwise with the scenario's own ``workload.prefix``."""
+    own = scenario.workload.prefix
+    if workload.prefix is None and own is not None:
+        workload = workload.model_copy(update={"prefix": own})
     return scenario.model_copy(
         update={
             "workload": workload,
@@ -229,7 +252,10 @@ def validate_run(
                 records = these
                 (folder / "summary.json").write_text(dump_json(result.summary), "utf-8")
     comparison = compare_figures(keys, draws, measured, tail_thresholds(keys))
-    return replayed.describe(), comparison, skipped, records
+    described = replayed.describe()
+    prefix = simulated.workload.prefix
+    described["prefix"] = None if prefix is None else prefix.model_dump(exclude_none=True)
+    return described, comparison, skipped, records
 
 
 def scenario_caps(scenario: Scenario) -> dict[str, tuple[int, str]]:
@@ -252,6 +278,7 @@ def validate_bench(
     staging: Path | None = None,
     metrics: tuple[str, ...] = (),
     server_args: str | None = None,
+    prefix_hits: tuple[str, ...] = (),
 ) -> tuple[str, list[RunValidation], dict[str, str], EngineDefaults]:
     """The profile used, every run under ``bench`` against the simulator, and the files
     skipped as no results (``split_results``) and the engine caps the runs were replayed with
@@ -260,10 +287,12 @@ def validate_bench(
     (a temporary folder when None). ``metrics`` (RESULT=SCRAPE) gives a scrape's acceptance to
     a result file that counts none (``specsim.serving.scrapes``)."""
     pairs = [parse_pair(text) for text in metrics]
+    shares = [parse_share(text) for text in prefix_hits]
     files, skipped = split_results(result_files(bench))
-    runs = attach_scrapes(read_bench_files(files), pairs)
+    runs = state_shares(attach_scrapes(read_bench_files(files), pairs), shares)
     for run in runs:
         check_speculation(run, scenario)
+    check_prefix(runs, scenario)
     path = str(scenario.resolve(scenario.profile)) if profile is None else profile
     loaded = load_profile(path)
     caps = resolve_caps(runs, scenario_caps(scenario), server_args, loaded.profile)

@@ -94,13 +94,14 @@ def write_bench_validation(
     out: str | Path,
     metrics: tuple[str, ...] = (),
     server_args: str | None = None,
+    prefix_hits: tuple[str, ...] = (),
 ) -> BenchValidationResult:
     """Validate every run under ``bench`` (``validate_bench``) and write the outputs to ``out``."""
     from specsim.validation.plot import plot_bench_validation
 
     with atomic_output_dir(out) as staging:
         profile_path, runs, skipped, caps = validate_bench(
-            scenario, bench, profile, replications, staging, metrics, server_args
+            scenario, bench, profile, replications, staging, metrics, server_args, prefix_hits
         )
         spec = scenario.speculation
         what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
