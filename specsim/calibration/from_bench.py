@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from specsim.calibration.acceptance import (
     Scalar,
     acceptance_entry,
@@ -35,10 +33,11 @@ from specsim.calibration.acceptance import (
     windows_from_runs,
 )
 from specsim.calibration.caps import resolve_caps
-from specsim.calibration.fit import DETERMINED, NOISE, FitResult, calibrate
+from specsim.calibration.fit import DETERMINED, calibrate
 from specsim.calibration.gate import MAX_HELD_OUT_ERROR, accepted_note, judge
-from specsim.calibration.simulate import Evaluator, unfitted_reason
-from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
+from specsim.calibration.report import calibration_report, run_report
+from specsim.calibration.simulate import Evaluator
+from specsim.calibration.terms import apply, terms_for
 from specsim.calibration.workload import Speculation, replay
 from specsim.config import validate_as
 from specsim.errors import SpecsimError
@@ -211,8 +210,8 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
             replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, caps, opts.seed))
         evaluator = Evaluator(prior, str(loaded.path), replays, terms, folder)
         result = calibrate(evaluator, opts.held_out)
-        per_run = [_run_report(evaluator, result, i) for i in range(len(runs))]
-    report = _report(evaluator, result, per_run, loaded, acceptance)
+        per_run = [run_report(evaluator, result, i) for i in range(len(runs))]
+    report = calibration_report(evaluator, result, per_run, loaded, acceptance)
     report["engine_caps"] = {
         cap: {"value": getattr(caps, cap), "source": source}
         for cap, source in zip(("max_batch", "max_batched_tokens"), caps.sources, strict=True)
@@ -220,118 +219,6 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     report["gate"] = judge(report, opts.max_held_out_error, opts.accept_poor_fit)
     profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))
-
-
-def _run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str, Any]:
-    replay_ = evaluator.replays[index]
-    run = replay_.run
-    theta0 = np.array([t.theta0 for t in evaluator.terms])
-    prior = evaluator.metrics(theta0, index)
-    fitted = evaluator.metrics(result.theta, index)
-    held = None if result.held_out is None else evaluator.metrics(result.held_out[index], index)
-    metrics = {}
-    for key, measured in run.metrics.items():
-        reason = unfitted_reason(key, measured, replay_.spread_known)
-        if reason is not None:
-            metrics[key] = {"measured": measured, "not_fitted": reason}
-            continue
-        row = {
-            "measured": measured,
-            "prior": prior[key],
-            "fitted": fitted[key],
-            "error": fitted[key] / measured - 1,
-        }
-        if held is not None:
-            row.update(held_out=held[key], held_out_error=held[key] / measured - 1)
-        metrics[key] = row
-    spec = replay_.speculation
-    return {
-        "file": run.source,
-        "run": run.index + 1,
-        "label": run.label,
-        "engine": run.engine,
-        "engine_version": run.engine_version,
-        "model": run.model,
-        "traffic": {
-            "request_rate": run.traffic.request_rate
-            if np.isfinite(run.traffic.request_rate)
-            else "inf",
-            "burstiness": run.traffic.burstiness,
-            "max_concurrency": run.traffic.max_concurrency,
-        },
-        "workload": replay_.describe(),
-        "speculation": None if spec is None else {"drafter": spec.drafter, "k": spec.k},
-        "metrics": metrics,
-        "notes": list(run.notes),
-    }
-
-
-def _errors(per_run: list[dict], column: str) -> np.ndarray:
-    return np.array(
-        [abs(row[column]) for run in per_run for row in run["metrics"].values() if column in row]
-    )
-
-
-def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
-    fit_errors, held_errors = _errors(per_run, "error"), _errors(per_run, "held_out_error")
-    notes = []
-    if evaluator.out_of_range:
-        notes.append("the runs' loads took the prior's latency fits outside their measured range")
-    models = sorted({run["model"] for run in per_run if run["model"]})
-    target = loaded.profile.target.description
-    if models and target and target not in models:
-        notes.append(f"the runs serve {models[0]}; the prior's target is {target!r}")
-    return {
-        "prior": {"path": str(loaded.path), "source": loaded.profile.provenance.source},
-        "method": {
-            "residuals": "log(simulated / measured) of every figure the simulation gives, "
-            "a percentile weighted by a mean's sampling error over its own, each run's figures "
-            f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
-            "prior_spread": {
-                "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
-                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
-            },
-            "determined_below": DETERMINED,
-            "held_out": (
-                "each run left out in turn; the determined terms refitted on the rest, from the "
-                "prior"
-            ),
-            "simulations": evaluator.simulations,
-        },
-        "terms": _terms(evaluator, result),
-        "undetermined": [
-            t.name for i, t in enumerate(evaluator.terms) if i not in result.determined
-        ],
-        "correlation": np.round(result.correlation, 3).tolist(),
-        "fit": _summary(fit_errors),
-        "held_out": None if result.held_out is None else _summary(held_errors),
-        "acceptance": acceptance,
-        "runs": per_run,
-        "notes": notes,
-    }
-
-
-def _summary(errors: np.ndarray) -> dict[str, float]:
-    return {
-        "figures": int(errors.size),
-        "median_abs_error": float(np.median(errors)) if errors.size else 0.0,
-        "max_abs_error": float(np.max(errors)) if errors.size else 0.0,
-    }
-
-
-def _terms(evaluator: Evaluator, result: FitResult) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": term.name,
-            "kind": term.kind,
-            "value": term.value(result.theta[i]),
-            "prior": term.prior,
-            "determined": i in result.determined,
-            "spread_ratio": float(min(result.spread_ratio[i], 1.0)),
-            "description": term.description,
-        }
-        for i, term in enumerate(evaluator.terms)
-    ]
 
 
 def _files(runs: list[BenchRun]) -> list[dict[str, Any]]:

@@ -66,7 +66,8 @@ class Engine:
     bench: BenchClient | None = None
     reader: Reader | None = None
     scrape: Callable[..., prometheus.Scrape | None] | None = None
-    # Documented defaults of the engine at ``version`` (engine-formats.md), by its own keys.
+    # Documented defaults of the engine at ``version`` (engine-formats.md), by its own keys,
+    # other than its batch caps (``caps``, which depend on the device).
     defaults: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     caps: CapRule | None = None  # its batch caps' keys and defaults per device
 
@@ -97,8 +98,6 @@ VLLM = Engine(
         vllm.read_runs,
     ),
     scrape=prometheus.vllm_scrape,
-    # The API server's on a device of 70 to 160 GiB, not A100 or GB10 (an H100, H200; §3.6).
-    defaults=MappingProxyType({"max_num_seqs": 1024, "max_num_batched_tokens": 8192}),
     caps=caps.VLLM,
 )
 SGLANG = Engine(
@@ -117,8 +116,8 @@ SGLANG = Engine(
         sglang.read_runs,
     ),
     scrape=prometheus.sglang_scrape,
-    # max_running_requests when speculating and unset, and tp_size (§4.5); page_size (§4.8).
-    defaults=MappingProxyType({"max_running_requests": 48, "page_size": 1, "tp_size": 1}),
+    # tp_size (§4.5); page_size (§4.8). Its batch caps: ``caps``.
+    defaults=MappingProxyType({"page_size": 1, "tp_size": 1}),
     caps=caps.SGLANG,
 )
 TRTLLM = Engine(
@@ -130,7 +129,6 @@ TRTLLM = Engine(
     methods=MappingProxyType(trtllm_config.KIND_METHODS),
     router=trtllm_config.ROUTER,
     router_file=(trtllm_config.DISAGG_FILE, trtllm_config.router_file),
-    defaults=MappingProxyType({"max_batch_size": 2048, "max_num_tokens": 8192}),  # §5.5
     caps=caps.TRTLLM,
 )
 
