@@ -76,3 +76,26 @@ def test_a_table_row_states_its_own_share(tmp_path):
     )
     turns, cold = read_bench_files([table])
     assert (turns.prefix_hit_share, cold.prefix_hit_share) == (0.92, None)
+
+
+def test_a_scenario_prefix_read_from_trace_columns_is_refused_for_runs_without_a_share(tmp_path):
+    from specsim.scenario import Scenario
+    from specsim.validation.bench import check_prefix
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens,session_id\n0,8,8,a\n")
+    scenario = Scenario.model_validate(
+        {
+            "profile": str(DATA / "calibration_prior.yaml"),
+            "workload": {
+                "kind": "trace",
+                "trace": str(trace),
+                "format": "vidur",
+                "prefix": {"source": "session"},
+            },
+        }
+    )
+    (run,) = read_bench_files([DATA / "vllm_v33_spec.json"])
+    with pytest.raises(SpecsimError, match=r"workload\.prefix\.source: the scenario"):
+        check_prefix([run], scenario)
+    check_prefix([dataclasses.replace(run, prefix_hit_share=0.3)], scenario)  # its own share
