@@ -1,6 +1,6 @@
 """calibrate -> predict -> compare, closed on this machine: the built-in engine's benchmark runs,
 written as ``vllm bench serve --save-result --save-detailed`` writes its own, fitted by
-``profile --from-bench`` and predicted at loads the fit never saw by ``validate --bench``.
+``profile from-bench`` and predicted at loads the fit never saw by ``validate --bench``.
 
 The deployment is ``scenarios/validate-b8-small-k2.yaml`` (the built-in target with the small
 drafter at k = 2, at most 8 sequences, 96-token prompts, 32..128 generated tokens) served at

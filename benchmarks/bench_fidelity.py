@@ -3,9 +3,9 @@ public runs bundled in ``tests/data/engine_runs/`` (one folder per deployment, `
 
 For each deployment whose ``deployment.yaml`` says how to describe it:
 
-1. ``specsim profile --roofline`` from its hardware and model files (the prior);
+1. ``specsim profile roofline`` from its hardware and model files (the prior);
 2. ``specsim validate --bench`` of every run on the prior: the uncalibrated error;
-3. ``specsim profile --from-bench`` on the runs named under ``fit:``;
+3. ``specsim profile from-bench`` on the runs named under ``fit:``;
 4. ``specsim validate --bench`` of the other runs on the fitted profile: the held-out error.
 
 Every step is the command an operator types (run as a subprocess); a command that refuses is
@@ -134,7 +134,7 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
     describe = meta["describe"]
     everything, fit, held = split_runs(folder / "runs.csv", describe["fit"], work / "runs")
     prior = work / "prior.yaml"
-    roofline = ["profile", "--roofline", "--hardware", describe["hardware"]]
+    roofline = ["profile", "roofline", "--hardware", describe["hardware"]]
     roofline += ["--target", describe["model"], "--tp", str(describe["tp"]), "--out", str(prior)]
     if describe.get("weights_dtype"):
         roofline += ["--weights-dtype", describe["weights_dtype"]]
@@ -143,7 +143,6 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
         "validate",
         "--bench",
         str(everything),
-        "--scenario",
         str(scenario(prior, describe, work / "prior-scenario.yaml")),
         "--out",
         str(work / "uncalibrated"),
@@ -154,14 +153,13 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
     caps = ["--max-batch", str(describe["max_batch"])]
     caps += ["--max-batched-tokens", str(describe["max_batched_tokens"])]
     report = specsim(
-        "profile", "--from-bench", str(fit / "runs.csv"), "--into", str(prior), *caps,
+        "profile", "from-bench", str(fit / "runs.csv"), "--into", str(prior), *caps,
         "--out", str(fitted), "--no-held-out", "--accept-poor-fit",
     )  # fmt: skip  # the error is what this measures: a poor fit is written, not refused
     predicted = specsim(
         "validate",
         "--bench",
         str(held),
-        "--scenario",
         str(scenario(fitted, describe, work / "fitted-scenario.yaml")),
         "--out",
         str(work / "held-out"),

@@ -40,7 +40,7 @@ checks)
 measure)
   # The built-in models in bfloat16 (the profiler's GPU default), timed with CUDA events. Models
   # this small are expected to be bound by kernel launches on a GPU, not by its arithmetic.
-  step profile 200 python3 -m specsim profile --target specsim-target \
+  step profile 200 python3 -m specsim profile measure --target specsim-target \
     --drafter small=specsim-draft-small --drafter tiny=specsim-draft-tiny --drafter ngram \
     --device cuda --temperature 1.0 --temperature 0.7 --max-prompts 64 --max-new-tokens 128 \
     --grid batch=1,2,4,8,16,32,64 --sequences --out "$out/profile/builtin-cuda.yaml"

@@ -9,7 +9,7 @@
 # provenance): re-run this on your own machine for numbers that describe it.
 set -euo pipefail
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-specsim profile --target specsim-target \
+specsim profile measure --target specsim-target \
   --drafter small=specsim-draft-small --drafter tiny=specsim-draft-tiny --drafter ngram \
   --device cpu --clock reference --repeats 11 --temperature 1.0 --temperature 0.7 --max-prompts 64 \
   --max-new-tokens 128 \

@@ -4,7 +4,7 @@
 # by `specsim profile` on the machine they describe; see each file's provenance.command.)
 set -euo pipefail
 roofline() {  # HW-SPEC TARGET DRAFTER ACCEPTANCE OUT [DEPLOYMENT OPTIONS: --tp N, --weights-dtype D]
-  specsim profile --roofline --hardware "profiles/hardware/$1.yaml" \
+  specsim profile roofline --hardware "profiles/hardware/$1.yaml" \
     --target "profiles/models/$2.json" --drafter "$3=profiles/models/$3.json" --drafter ngram \
     --acceptance-from "profiles/acceptance/$4.assumed.yaml" --out "profiles/$5-roofline.yaml" \
     "${@:6}"
@@ -26,7 +26,7 @@ roofline h100-sxm llama3.1-70b llama3.2-1b llama3.1-8b_llama3.2-1b llama3.1-70b_
   --tp 8
 # DeepSeek-V3 (671 B, a mixture of experts) drafting with its own MTP module on eight H200s in
 # FP8 (84.1 GB of weights per device, shared experts in FP8 too; bf16 does not fit). Acceptance assumed (see its notes).
-specsim profile --roofline --hardware profiles/hardware/h200-sxm.yaml \
+specsim profile roofline --hardware profiles/hardware/h200-sxm.yaml \
   --target profiles/models/deepseek-v3.json --drafter mtp=mtp --drafter ngram \
   --acceptance-from profiles/acceptance/deepseek-v3_mtp.assumed.yaml \
   --out profiles/deepseek-v3_mtp_8xh200-fp8-roofline.yaml --tp 8 --weights-dtype fp8 --kv-dtype fp8

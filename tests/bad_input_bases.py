@@ -68,6 +68,7 @@ ACCEPTANCE = {
     "temperature": 1.0,
     "per_position": [0.8, 0.7, 0.6],
     "mean_acceptance_length": {1: 1.8, 2: 2.4},
+    "acceptance_histograms": [{"k": 2, "counts": [1, 2, 3], "requests": [[1, 1, 1], [0, 1, 2]]}],
     "proposal_rate": 1.0,
     "request_concentration": 5.0,
     "token_beta_mean": 0.8,
@@ -478,25 +479,32 @@ BASE_COMMANDS: dict[str, list[str]] = {
         *("--out", OUT),
     ],
     "profile roofline": [
-        *("profile", "--roofline", "--hardware", f"{D}/hardware.yaml"),
+        *("profile", "roofline", "--hardware", f"{D}/hardware.yaml"),
         *("--target", f"{D}/target.json", "--drafter", f"d1={D}/draft.json"),
         *("--drafter", "ngram=ngram", "--acceptance-from", f"{D}/acceptance.yaml"),
         *("--out", f"{OUT}/p.yaml"),
     ],
     "profile calibrate": [
-        *("profile", "--calibrate", f"{D}/metrics.txt", "--into", f"{D}/profile.yaml"),
+        *("profile", "calibrate", f"{D}/metrics.txt", "--into", f"{D}/profile.yaml"),
         *("--drafter", "d1", "--verifier", "rejection", "--temperature", "1.0"),
         *("--out", f"{OUT}/p.yaml"),
     ],
     "profile from-bench": [
-        *("profile", "--from-bench", f"{D}/bench.json", "--into", f"{D}/profile.yaml"),
+        *("profile", "from-bench", f"{D}/bench.json", "--into", f"{D}/profile.yaml"),
         # The base run's round figures fit the base profile poorly: written, not refused.
         "--accept-poor-fit",
         *("--no-held-out", "--out", f"{OUT}/p.yaml"),
     ],
     # Measuring takes minutes: every case of it must fail before the timing starts.
     "profile measure": [
-        *("profile", "--target", "specsim-target", "--drafter", "small=specsim-draft-small"),
+        *(
+            "profile",
+            "measure",
+            "--target",
+            "specsim-target",
+            "--drafter",
+            "small=specsim-draft-small",
+        ),
         *("--prompts", f"{D}/prompts.jsonl", "--out", f"{OUT}/p.yaml"),
     ],
     "check rollout": [
@@ -506,7 +514,7 @@ BASE_COMMANDS: dict[str, list[str]] = {
     # Runs the real engine: every case of it must fail before the engine starts.
     "validate": ["validate", f"{D}/validate.yaml", "--profile", f"{D}/profile.yaml", "--out", OUT],
     "validate bench": [
-        *("validate", "--bench", f"{D}/bench", "--scenario", f"{D}/bench_scenario.yaml"),
+        *("validate", f"{D}/bench_scenario.yaml", "--bench", f"{D}/bench"),
         *("--profile", f"{D}/profile.yaml", "--replications", "0", "--out", OUT),
     ],
     "check sampler": ["check", "sampler", "--samples", "0", "--out", OUT],
@@ -528,12 +536,3 @@ QUICK = (
     "check sampler",
     "schema",
 )
-
-
-# ``specsim profile`` options by argument group: which mode's base command they go into.
-PROFILE_GROUPS = {
-    "measuring": "profile measure",
-    "roofline": "profile roofline",
-    "calibration": "profile calibrate",
-    "from benchmark runs": "profile from-bench",
-}

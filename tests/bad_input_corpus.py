@@ -32,7 +32,6 @@ from bad_input_bases import (
     HARDWARE,
     OUT,
     PROFILE,
-    PROFILE_GROUPS,
     SCENARIO,
     TRACE_SCENARIO,
     D,
@@ -267,13 +266,14 @@ STRING_OPTIONS = {
     "--cluster-tls-cert": "file",
     "--cluster-tls-key": "file",
     "--verifier": "verifier",
+    "--step": "verifier",  # check rollout: a step function, named as a verifier is
     "--profile": "file",
     "--hardware": "file",
     "--acceptance-from": "file",
     "--into": "file",
-    "--calibrate": "file",
-    "--from-bench": "file",
     "--server-args": "file",
+    "results": "file",  # profile from-bench's result files
+    "scrape": "file",  # profile calibrate's /metrics scrape
     "--acceptance-length": "acceptance-scalar",
     "--acceptance-rate": "acceptance-scalar",
     "--metrics": "scrape-pair",
@@ -291,7 +291,6 @@ STRING_OPTIONS = {
     "--baseline": "folder",
     "--candidate": "folder",
     "--bench": "folder",
-    "--scenario": "file",
     "scenario": "file",
     "--tp": "tp-list",  # plan capacity's (profile's --tp is a bounded number)
     "--precision": "precision",
@@ -341,7 +340,7 @@ BAD_STRINGS["tree-drafter"] = ["", "small", "=2,2,1", "d1=", "d1=1,1", "d1=x", "
 BAD_STRINGS["tree-counts"] = ["", "x", "0", "-1", "4..1", "1.5", "nan", "99999999999"]
 # The profiler measures any well-formed tree (the checker's size limits are not its own).
 BAD_STRINGS["profile-tree"] = [*BAD_STRINGS["tree"][:11], "99999999999", "64,64"]
-COMMAND_STRINGS = {("profile", "--tree"): "profile-tree"}
+COMMAND_STRINGS = {("profile measure", "--tree"): "profile-tree"}
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -379,15 +378,6 @@ def option_name(action: argparse.Action) -> str:
     return max(action.option_strings, key=len) if action.option_strings else action.dest
 
 
-def base_for(command: str, parser: argparse.ArgumentParser, action: argparse.Action) -> str:
-    if command != "profile":
-        return command
-    for group in parser._action_groups:
-        if action in group._group_actions and group.title in PROFILE_GROUPS:
-            return PROFILE_GROUPS[group.title]
-    return "profile measure"
-
-
 def option_cases() -> Iterator[Case]:
     """Bad values of every numeric and every choice option of every command."""
     for command, parser in commands().items():
@@ -395,7 +385,7 @@ def option_cases() -> Iterator[Case]:
             if not action.option_strings or action.nargs == 0:
                 continue
             name = option_name(action)
-            argv = BASE_COMMANDS[base_for(command, parser, action)]
+            argv = BASE_COMMANDS[command]
             bounds = option_bounds(action)
             values: list[tuple[str, Any]] = []
             if bounds is not None:

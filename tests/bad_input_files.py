@@ -56,7 +56,7 @@ def unknown_key_case(label: str, file: str, argv: list[str], doc: dict) -> Case:
 
 
 def model_config_cases() -> Iterator[Case]:
-    """A Hugging Face config.json (``profile --roofline --target``): each dimension key."""
+    """A Hugging Face config.json (``profile roofline --target``): each dimension key."""
     from specsim.profiling.flops import DIMENSION_KEYS, OPTIONAL_DIMENSION_KEYS
 
     argv = BASE_COMMANDS["profile roofline"]
@@ -180,7 +180,7 @@ def sequences_cases() -> Iterator[Case]:
 
 
 def metrics_cases() -> Iterator[Case]:
-    """``profile --calibrate``'s Prometheus counters: each counter's value, the position."""
+    """``profile calibrate``'s Prometheus counters: each counter's value, the position."""
     from bad_input_bases import METRICS
 
     argv = BASE_COMMANDS["profile calibrate"]
@@ -260,7 +260,7 @@ SPEC_COUNTERS = {
 
 
 def bench_cases() -> Iterator[Case]:
-    """The benchmark results that profile --from-bench and validate --bench read: the file's
+    """The benchmark results that profile from-bench and validate --bench read: the file's
     structure, and the bad inputs issue 19 lists (a file of unknown format, missing keys, a
     rate and duration that disagree, two models or two engines in one call, a speculative
     run without its counters), for both commands."""

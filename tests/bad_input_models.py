@@ -1,6 +1,6 @@
 """Bad-input cases of the model families' own config.json keys: for the loader (``profile``
 measuring a config.json target, which reads every model's config before any loads) and for the
-roofline's sizing (``profile --roofline --target``), a model_type neither knows, the
+roofline's sizing (``profile roofline --target``), a model_type neither knows, the
 mixture-of-experts keys, and DeepSeek-V3's latent-attention, router and YaRN keys.
 
 Each family has a small valid base (``LOADER_BASES``, ``ROOFLINE_BASES``; ``test_bad_inputs``

@@ -106,7 +106,7 @@ def test_a_model_config_past_the_parser_is_refused(tmp_path, capsys, text, names
     (tmp_path / "config.json").write_text(text)
     argv = [
         "profile",
-        "--roofline",
+        "roofline",
         "--target",
         tmp_path,
         "--hardware",
@@ -121,7 +121,7 @@ def test_a_bench_file_with_a_line_past_the_csv_limit_is_refused(tmp_path, capsys
     long_cell = tmp_path / "bench.csv"
     long_cell.write_text('completed,duration_s\n"' + "x" * 140_000 + '",1\n')
     for bench, problem in ((long_line, "not a benchmark result"), (long_cell, "field limit")):
-        argv = ["profile", "--from-bench", bench, "--into", PROFILE, "--out", tmp_path / "o"]
+        argv = ["profile", "from-bench", bench, "--into", PROFILE, "--out", tmp_path / "o"]
         refused(argv, capsys, bench.name, problem)
 
 

@@ -206,7 +206,7 @@ def test_every_option_is_covered():
 SUBPROCESS_CASES = [
     "scenario:slo.ttft_s=inf",
     "profile:target.latency.fit.fixed_s=huge",
-    "profile:--repeats=below",
+    "profile measure:--repeats=below",
     "validate:--profile-budget=nan",
     "rollout-csv:output_tokens=below",
     "model-json:hidden_size=nan",

@@ -63,7 +63,7 @@ def test_calibrate_cli_replaces_the_entry_and_keeps_the_rest(dump, into, tmp_pat
     out = tmp_path / "calibrated.yaml"
     argv = [
         "profile",
-        "--calibrate",
+        "calibrate",
         str(dump),
         "--into",
         str(into),
@@ -137,7 +137,7 @@ def test_calibrate_cli_bad_input_exit_2(dump, into, tmp_path, capsys, change, wo
     out = tmp_path / "c.yaml"
     argv = [
         "profile",
-        "--calibrate",
+        "calibrate",
         str(dump),
         "--verifier",
         "rejection",
@@ -175,7 +175,7 @@ def test_a_profile_with_missing_or_mistyped_keys_is_refused(
     out = tmp_path / "c.yaml"
     argv = [
         "profile",
-        "--calibrate",
+        "calibrate",
         str(dump),
         "--into",
         str(broken),

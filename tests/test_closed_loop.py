@@ -1,5 +1,5 @@
 """calibrate -> predict -> compare on the CPU: the built-in engine's runs, written as vllm bench
-serve writes its results, fitted by profile --from-bench and predicted by validate --bench.
+serve writes its results, fitted by profile from-bench and predicted by validate --bench.
 
 A small version of ``benchmarks/bench_calibration.py`` (which speculates, at more loads): 8
 requests a load (seed 1), speculation off, two Poisson rates to fit and a closed loop of 2
@@ -119,13 +119,13 @@ def run_loop(folder: Path):
     fit = engine_bench(base, FIT, folder / "fit", clock="reference", **options)
     held = engine_bench(base, HELD_OUT, folder / "held", clock="reference", **options)
     calibrated = folder / "calibrated.yaml"
-    argv = ["profile", "--from-bench", *map(str, fit), "--into", str(prior)]
+    argv = ["profile", "from-bench", *map(str, fit), "--into", str(prior)]
     # Written whatever its held-out error (the quality gate's verdict), which the tests judge.
     code, report = cli(*argv, "--accept-poor-fit", "--out", str(calibrated))
     assert code == 0
     predictions = {}
     for name, profile in (("prior", prior), ("calibrated", calibrated)):
-        argv = ["validate", "--bench", str(folder / "held"), "--scenario"]
+        argv = ["validate", "--bench", str(folder / "held")]
         argv += [str(scenario_file(folder, profile)), "--replications", "4"]
         code, predictions[name] = cli(*argv, "--out", str(folder / f"check-{name}"))
         assert code in (0, 1)

@@ -1,4 +1,4 @@
-"""profile --from-bench: a known deployment's benchmark runs, fitted back onto its prior.
+"""profile from-bench: a known deployment's benchmark runs, fitted back onto its prior.
 
 The runs come from ``bench_runs``: the prior ``calibration_prior.yaml`` with its terms scaled
 (``TRUTH``: decode x 1.4, prefill x 0.7, the draft model x 1.6, 1.5 ms per speculative step),
@@ -51,7 +51,7 @@ LOW_LOAD = [Case("off-r1", 1.0, prompt=(32, 96)), Case("off-r2", 2.0, prompt=(32
 
 
 def calibrate(capsys, files, out: Path, *options: str) -> dict:
-    argv = ["profile", "--from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
     assert main([*argv, *options, "--json"]) == 0, capsys.readouterr().err
     return json.loads(capsys.readouterr().out)
 
@@ -66,7 +66,7 @@ def recovery(tmp_path_factory):
 def recovered(recovery):
     folder, files = recovery
     out = folder / "calibrated.yaml"
-    argv = ["profile", "--from-bench", *files, "--into", str(PRIOR), "--drafter", DRAFTER]
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--drafter", DRAFTER]
     stdout = io.StringIO()  # a module fixture has no capsys
     with contextlib.redirect_stdout(stdout):
         assert main([*argv, "--out", str(out), "--json"]) == 0
@@ -227,7 +227,7 @@ def _disagreeing_runs(folder: Path) -> list[str]:
 def test_a_poor_fit_is_refused_unless_accepted_and_then_says_so(tmp_path, capsys):
     files = _disagreeing_runs(tmp_path / "runs")
     out = tmp_path / "poor.yaml"
-    argv = ["profile", "--from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
     assert main(argv) == 1
     captured = capsys.readouterr()
     (warning,) = captured.err.strip().splitlines()
@@ -279,7 +279,7 @@ def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
     first = (tmp_path / "low.calibration.json").read_bytes()
     assert (tmp_path / "again.calibration.json").read_bytes() == first
     # The console names the terms the runs leave undetermined.
-    argv = ["profile", "--from-bench", *files, "--into", str(PRIOR), "--no-held-out"]
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--no-held-out"]
     assert main([*argv, "--out", str(tmp_path / "human.yaml")]) == 0
     human = capsys.readouterr().out
     assert "not determined by these runs (kept at the prior's values): target.prefill" in human
@@ -288,7 +288,7 @@ def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
 def test_a_scalar_acceptance_length_becomes_one_constant_rate_and_says_so(tmp_path, capsys):
     files = write_runs(tmp_path / "runs", LOW_LOAD[:1], requests=20, seed=3)
     out = tmp_path / "scalar.yaml"
-    argv = ["profile", "--from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
     assert main([*argv, "--no-held-out", "--acceptance-length", "ngram:3=2.1"]) == 0
     human = capsys.readouterr().out
     assert "k = 3 from a scalar: a scalar mean acceptance length L" in human
@@ -307,7 +307,7 @@ def test_a_scalar_acceptance_length_becomes_one_constant_rate_and_says_so(tmp_pa
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"into": None}, "--into: --from-bench needs a prior profile"),
+        ({"into": None}, "--into: profile from-bench needs a prior profile"),
         ({"drafter": None}, "the --into profile has 2 drafters (ngram, small)"),
         ({"drafter": "nosuch"}, "profile has no drafter 'nosuch'"),
         ({"scalar": f"{DRAFTER}:4=2.0"}, "the benchmark runs report acceptance at k = 4"),
@@ -318,7 +318,7 @@ def test_bad_options_are_refused_in_one_line_with_nothing_written(
     recovery, tmp_path, capsys, change, expected
 ):
     _, files = recovery
-    argv = ["profile", "--from-bench", *files[-2:], "--out", str(tmp_path / "p.yaml")]
+    argv = ["profile", "from-bench", *files[-2:], "--out", str(tmp_path / "p.yaml")]
     if change.get("into", str(PRIOR)):
         argv += ["--into", str(PRIOR)]
     if change.get("drafter", DRAFTER):
@@ -367,7 +367,7 @@ def test_bad_result_files_are_refused_in_one_line_with_nothing_written(
     spec = Path(files[3])  # k1-r8: a speculative run at 8 requests/s, 80 requests
     given = spoil(spec)
     out = tmp_path / "out"
-    argv = ["profile", "--from-bench", *given, "--into", str(PRIOR), "--drafter", DRAFTER]
+    argv = ["profile", "from-bench", *given, "--into", str(PRIOR), "--drafter", DRAFTER]
     assert main([*argv, "--out", str(out / "p.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and "\n" not in err
@@ -434,7 +434,7 @@ def test_bad_scrape_pairings_are_refused_in_one_line(tmp_path, capsys, pairing, 
     scrape.write_text(vllm_scrape(json.loads(Path(counted).read_text())))
     text = pairing.format(counted=counted, plain=plain, scrape=scrape, other=tmp_path / "x.json")
     out = tmp_path / "bad.yaml"
-    argv = ["profile", "--from-bench", plain, counted, "--into", str(PRIOR), "--out", str(out)]
+    argv = ["profile", "from-bench", plain, counted, "--into", str(PRIOR), "--out", str(out)]
     assert main([*argv, "--drafter", DRAFTER, "--metrics", text]) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and "\n" not in err

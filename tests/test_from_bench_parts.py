@@ -1,4 +1,4 @@
-"""The parts of profile --from-bench: acceptance from counters and scalars, the rebuilt
+"""The parts of profile from-bench: acceptance from counters and scalars, the rebuilt
 workload, the simulated figures' definitions, the fitted terms and the figures' weights."""
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def roofline(repo, tmp_path, hardware: str, target: str, *options: str) -> tuple
     out = tmp_path / f"{target}-{hardware}.yaml"
     argv = [
         "profile",
-        "--roofline",
+        "roofline",
         "--hardware",
         str(repo / "profiles" / "hardware" / f"{hardware}.yaml"),
         "--target",

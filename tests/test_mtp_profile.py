@@ -87,7 +87,7 @@ def test_mtp_drafts_past_the_first_depend_on_where_the_step_started(models):  # 
 
 def profile_argv(folder, out, *extra) -> list[str]:
     return [
-        "profile",
+        *("profile", "measure"),
         *("--target", str(folder), "--drafter", "deep-mtp=mtp", "--out", str(out)),
         *("--grid", "batch=1,2", "--grid", "context=8,24", "--grid", "new=1,3"),
         *("--grid", "prefill=12", "--repeats", "1", "--seed", "4"),

@@ -24,7 +24,7 @@ OUT_COMMANDS = {
     "plan window": ["plan", "window", "missing.yaml"],
     "plan capacity": ["plan", "capacity", "missing.yaml", "--target-rps", "5"],
     "report drafter-swap": ["report", "drafter-swap", "missing.yaml", "--drafter", "a"],
-    "profile (folder)": ["profile", "--roofline", "--hardware", "missing.yaml"],
+    "profile (folder)": ["profile", "roofline", "--hardware", "missing.yaml", "--target", "x.json"],
     "validate": ["validate", "missing.yaml"],
     "check sampler": ["check", "sampler"],
     "check rollout": ["check", "rollout", "--baseline", "missing", "--candidate", "missing"],
@@ -87,7 +87,8 @@ def test_profile_out_file_under_a_file_or_naming_a_folder(tmp_path, capsys):
         tmp_path / "taken.yaml": "output file is an existing folder",
     }
     for out, expected in cases.items():
-        assert main(["profile", "--roofline", "--out", str(out)]) == 2
+        argv = ["profile", "roofline", "--hardware", "missing.yaml", "--target", "missing.json"]
+        assert main([*argv, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(out) in err and expected in err
 

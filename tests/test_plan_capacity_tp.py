@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from test_plan_support import write_scenario
 
-from specsim.cli import main
+from specsim.cli import build_parser, main
 from specsim.errors import SpecsimError
 from specsim.planning import capacity
 from specsim.planning.capacity_deploy import (
@@ -375,6 +375,8 @@ def test_expert_parallel_deployments_of_mixtral(tmp_path, repo):
     tp8 = built["TP8 bf16 EP"].profile.profile
     assert "Expert parallelism over 8 devices" in tp8.provenance.notes
     assert "--enable-expert-parallel" in tp8.provenance.command
+    args = build_parser().parse_args(shlex.split(tp8.provenance.command)[1:])  # a real command
+    assert (args.mode, args.tp, args.expert_parallel) == ("roofline", 8, True)
     assert tp8.target.sharding.weight_bytes_per_device == 93_405_585_408 // 8
     # The split is recorded where TP is, so --emit can ask the engine for it.
     from specsim.serving.setting import deployment

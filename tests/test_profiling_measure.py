@@ -225,6 +225,7 @@ def test_measure_cli_writes_a_profile_that_loads_and_answers(configs, prompts, t
     out = tmp_path / "prof" / "tiny.yaml"
     argv = [
         "profile",
+        "measure",
         "--target",
         configs["target"],
         "--drafter",
@@ -315,7 +316,7 @@ def test_measure_cli_bad_input_exit_2_nothing_written(
         else:
             args[key] = value
     out = tmp_path / "out" / "p.yaml"
-    argv = ["profile", "--out", str(out), "--repeats", "1", *SMALL_GRID, *extra]
+    argv = ["profile", "measure", "--out", str(out), "--repeats", "1", *SMALL_GRID, *extra]
     for key, value in args.items():
         argv += [key, value]
     try:
@@ -370,6 +371,7 @@ def test_a_budget_too_short_to_fit_is_a_clear_error(configs, tmp_path, capsys):
     out = tmp_path / "p.yaml"
     argv = [
         "profile",
+        "measure",
         "--target",
         configs["target"],
         "--no-acceptance",
@@ -408,7 +410,14 @@ def test_cpu_clock_times_the_process_and_needs_one_thread(configs, monkeypatch):
 
 def test_reference_clock_profile_records_the_speed_it_rescaled_to(configs, tmp_path):
     out = tmp_path / "p.yaml"
-    argv = ["profile", "--target", configs["target"], "--drafter", f"small={configs['draft']}"]
+    argv = [
+        "profile",
+        "measure",
+        "--target",
+        configs["target"],
+        "--drafter",
+        f"small={configs['draft']}",
+    ]
     argv += ["--no-acceptance", *SMALL_GRID, "--repeats", "2", "--clock", "reference"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -190,7 +190,7 @@ def test_draft_tp_one_holds_the_whole_drafter_on_one_device(repo, tmp_path, monk
     monkeypatch.chdir(repo)
     out = tmp_path / "p.yaml"
     argv = [
-        *("profile", "--roofline", "--hardware", "profiles/hardware/h100-sxm.yaml"),
+        *("profile", "roofline", "--hardware", "profiles/hardware/h100-sxm.yaml"),
         *("--target", "profiles/models/llama3.1-70b.json"),
         *("--drafter", "d=profiles/models/llama3.2-1b.json", "--tp", "4", "--draft-tp", "1"),
         *("--out", str(out)),
@@ -303,11 +303,11 @@ def test_expert_parallelism_needs_experts_devices_and_no_more_devices_than_exper
 
 
 def test_profile_ep_writes_the_exchange_into_the_fit(tmp_path, repo):
-    """``profile --roofline --tp 8 --ep`` on Mixtral: the compute slope differs from TP's by
+    """``profile roofline --tp 8 --ep`` on Mixtral: the compute slope differs from TP's by
     the traffic difference above, and the notes say how the experts are placed."""
     from specsim.cli import main
 
-    base = ["profile", "--roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
+    base = ["profile", "roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
     base += ["--target", str(repo / MIXTRAL), "--tp", "8"]
     assert main([*base, "--out", str(tmp_path / "tp.yaml")]) == 0
     assert main([*base, "--enable-expert-parallel", "--out", str(tmp_path / "ep.yaml")]) == 0
@@ -332,13 +332,13 @@ def _fit_terms(spec):
 @pytest.mark.parametrize(("source_tp", "tp"), [(4, 8), (4, 2), (1, 2)])
 def test_a_scaled_roofline_is_the_roofline_written_for_that_tp(tmp_path, repo, source_tp, tp):
     """Scaling the 70B's TP4 roofline to TP8 (or TP2, or a TP1 8B to TP2) over the H100's
-    NVLink gives the profile `profile --roofline --tp N` writes from the model and hardware
+    NVLink gives the profile `profile roofline --tp N` writes from the model and hardware
     files, term for term, to the 6 significant digits profiles are written in."""
     from specsim.cli import main
     from specsim.profile.tp_scaling import TensorParallelScaling, scale_profile
 
     target = "llama3.1-70b" if source_tp > 1 else "llama3.1-8b"
-    base = ["profile", "--roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
+    base = ["profile", "roofline", "--hardware", str(repo / "profiles/hardware/h100-sxm.yaml")]
     base += ["--target", str(repo / f"profiles/models/{target}.json")]
     base += ["--drafter", f"llama3.2-1b={repo}/profiles/models/llama3.2-1b.json"]
     paths = {}

@@ -385,7 +385,7 @@ def test_the_greedy_tree_walk_predicts_the_engines_tree_steps(monkeypatch):
 
 
 def test_profile_tree_from_the_command_line(tmp_path):
-    """``specsim profile --tree 2,1 --tree 1,1 --tree-drafts iid --tree-drafts
+    """``specsim profile measure --tree 2,1 --tree 1,1 --tree-drafts iid --tree-drafts
     without-replacement`` writes those entries for both shapes and no top-k ones (without
     --tree-drafts the same run writes every drafting:
     test_the_profiler_writes_tree_acceptance_when_shapes_are_asked_for)."""
@@ -395,7 +395,7 @@ def test_profile_tree_from_the_command_line(tmp_path):
 
     out = tmp_path / "cli-trees.yaml"
     argv = [
-        *("profile", "--target", model_spec("specsim-target")),
+        *("profile", "measure", "--target", model_spec("specsim-target")),
         *("--drafter", f"small={model_spec('specsim-draft-tiny')}", *SMALL_GRID[2:]),
         *("--repeats", "1", "--prompts", str(prompts_path()), "--max-prompts", "3"),
         *("--max-new-tokens", "12", "--tree", "2,1", "--tree", "1,1", "--tree-drafts", "iid"),

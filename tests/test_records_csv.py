@@ -162,7 +162,8 @@ def test_ordinary_names_still_load(workdir):
 )
 def test_a_profile_name_that_reaches_a_file_name_is_checked_first(tmp_path, capsys, args, option):
     out = tmp_path / ("=p.yaml" if option == "--out" else "profiles")
-    assert main(["profile", "--roofline", "--out", str(out), *args]) == 2
+    argv = ["profile", "roofline", "--hardware", "missing.yaml", "--target", "missing.json"]
+    assert main([*argv, "--out", str(out), *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{option}: name " in err and "fix:" in err
     assert list(tmp_path.iterdir()) == []

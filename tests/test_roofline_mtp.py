@@ -31,7 +31,7 @@ def paths(repo):
 def roofline(paths, out, *extra, target=None):
     return main(
         [
-            *("profile", "--roofline", "--hardware", str(paths["hardware"])),
+            *("profile", "roofline", "--hardware", str(paths["hardware"])),
             *("--target", str(target or paths["target"]), "--drafter", "mtp=mtp"),
             *("--drafter", "ngram"),
             *("--acceptance-from", str(paths["acceptance"]), "--out", str(out), *extra),
@@ -95,7 +95,16 @@ def test_measuring_an_mtp_drafter_on_a_target_without_one_is_refused_before_it_l
     # weights are made.
     out = tmp_path / "p.yaml"
     code = main(
-        ["profile", "--target", str(paths["dense"]), "--drafter", "m=mtp", "--out", str(out)]
+        [
+            "profile",
+            "measure",
+            "--target",
+            str(paths["dense"]),
+            "--drafter",
+            "m=mtp",
+            "--out",
+            str(out),
+        ]
     )
     assert code == 2
     err = capsys.readouterr().err.strip()

@@ -67,7 +67,7 @@ def _edited(data: dict, **changes) -> dict:
         ('{"model_id": "m", "duration": 1.0', ["invalid JSON", "line 1"]),
         ("[1, 2]", ["not a benchmark result"]),
         ('{"model_id": "m", "duration": 1}\n[1]', ["expected a JSON object", "line 2"]),
-        ((DATA / "vllm_metrics.txt").read_text(), ["a /metrics scrape", "profile --calibrate"]),
+        ((DATA / "vllm_metrics.txt").read_text(), ["a /metrics scrape", "profile calibrate"]),
     ],
     ids=["text", "guidellm-json", "empty", "truncated-json", "json-list", "jsonl-list", "scrape"],
 )

@@ -1,8 +1,8 @@
-"""The pieces the fast path relies on give exactly what the per-iteration path computes.
+"""The compiled pieces a stretch relies on give exactly what the per-iteration path computes.
 
-- ``StepCosts.decode_seconds`` (and ``_by_k``) equal ``iteration_s`` bit for bit, element by
-  element, for every drafter kind and window;
-- ``GoodputWindow.choose_along`` picks what ``choose_batch`` picks at each iteration;
+- ``compiled_step_kernel.decode_seconds_each`` and ``draft_flops_each`` equal ``iteration_s``
+  and ``draft_flops`` bit for bit, iteration by iteration, for every drafter kind and window;
+- ``windows_along`` picks what ``GoodputWindow.choose_batch`` picks at each iteration;
 - ``Clock.timeout_at`` wakes at the exact time, where a relative delay cannot land.
 """
 
@@ -15,6 +15,7 @@ import pytest
 
 from specsim.costs import PassTotals, StepCosts
 from specsim.profile import load_profile
+from specsim.simulation import compiled_loop
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.clock import Clock
 from specsim.simulation.policy import GoodputWindow
@@ -24,67 +25,54 @@ REPO = Path(__file__).resolve().parent.parent
 ROOFLINE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
 
 
-@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
-def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter):
-    costs = StepCosts(load_profile(ROOFLINE), drafter)
+def kernel():
+    return compiled_loop.step_kernel()
+
+
+def each(function, costs: StepCosts, k: int, *columns) -> np.ndarray:
+    out = np.empty(len(columns[0]))
+    function(compiled_loop.cost_vector(costs), k, *columns, out)
+    return out
+
+
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram", "eagle"])
+def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter, eagle_profile):
+    """Seconds and draft FLOPs of 50 iterations per k and batch size (seed 3), one batch size
+    for all and one per iteration, each the scalar call's."""
+    profile = eagle_profile if drafter == "eagle" else load_profile(ROOFLINE)
+    costs = StepCosts(profile, drafter)
     rng = np.random.default_rng(3)
     for k in range(0 if drafter is None else 9):
-        for rows in (1, 2, 7, 64, 256):
-            tokens = rows * (k + 1.0) - rng.integers(0, rows * k + 1, 50)
-            kv = rng.integers(rows * 16, rows * 9000, 50).astype(float)
+        for size in (1, 2, 7, 64, 256, None):
+            rows = rng.integers(1, 300, 50) if size is None else np.full(50, size)
+            rows = rows.astype(np.float64)
+            tokens = rows * (k + 1.0) - rng.integers(0, 2, 50) * rows
+            kv = rows * rng.integers(16, 9000, 50)
             pairs = kv * (k + 1) + rng.integers(0, 1000, 50)
-            vector = costs.decode_seconds(k, rows, tokens, kv, pairs)
-            scalar = [
-                costs.iteration_s(k, PassTotals(rows, float(t), float(c), float(p)))
-                for t, c, p in zip(tokens, kv, pairs, strict=True)
-            ]
-            assert vector.tolist() == scalar
-            decode_only = [
-                costs.decode_iteration_s(k, rows, float(t), float(c), float(p))
-                for t, c, p in zip(tokens, kv, pairs, strict=True)
-            ]
-            assert decode_only == scalar
+            seconds = each(kernel().decode_seconds_each, costs, k, rows, tokens, kv, pairs)
+            flops = each(kernel().draft_flops_each, costs, k, rows, kv)
+            for i in range(50):
+                r, t, c, q = int(rows[i]), float(tokens[i]), float(kv[i]), float(pairs[i])
+                assert seconds[i] == costs.iteration_s(k, PassTotals(r, t, c, q))
+                assert seconds[i] == costs.decode_iteration_s(k, r, t, c, q)
+                assert flops[i] == costs.draft_flops(r, k, c)
         if drafter is None:
             break
 
 
-@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
-def test_decode_terms_with_a_batch_size_per_iteration_equal_the_scalar_calls(drafter):
-    """A stretch through finishes has one batch size per iteration: seconds and draft FLOPs
-    per iteration are each the scalar call's, bit for bit (50 iterations per k, seed 4)."""
-    costs = StepCosts(load_profile(ROOFLINE), drafter)
-    rng = np.random.default_rng(4)
-    for k in range(0 if drafter is None else 6):
-        rows = rng.integers(1, 300, 50).astype(float)
-        tokens = rows * (k + 1.0) - rng.integers(0, 2, 50) * rows
-        kv = rows * rng.integers(16, 9000, 50)
-        pairs = kv * (k + 1) + rng.integers(0, 1000, 50)
-        seconds = costs.decode_seconds(k, rows, tokens, kv, pairs)
-        flops = np.broadcast_to(costs.decode_draft_flops(rows, k, kv), rows.shape)
-        for i in range(50):
-            r, t, c, p = int(rows[i]), float(tokens[i]), float(kv[i]), float(pairs[i])
-            assert seconds[i] == costs.iteration_s(k, PassTotals(r, t, c, p))
-            assert flops[i] == costs.draft_flops(r, k, c)
-        if drafter is None:
-            break
+@pytest.fixture(scope="module")
+def eagle_profile():
+    """The roofline profile with its 1B drafter as autoregressive heads (EAGLE's kind)."""
+    loaded = load_profile(ROOFLINE)
+    data = loaded.profile.model_dump(mode="json", exclude_none=True)
+    head = dict(data["drafters"]["llama3.2-1b"], kind="heads", passes="autoregressive")
+    data["drafters"]["eagle"] = head
+    data["acceptance"] = [
+        dict(a, drafter="eagle") if a["drafter"] == "llama3.2-1b" else a for a in data["acceptance"]
+    ]
+    from specsim.profile import LoadedProfile, Profile
 
-
-@pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
-def test_decode_seconds_for_every_window_equal_iteration_s_bit_for_bit(drafter):
-    """The adaptive policy's candidates along a stretch: (iterations, windows) totals at one
-    batch size, each value the scalar call's (40 iterations x 7 windows per batch size)."""
-    costs = StepCosts(load_profile(ROOFLINE), drafter)
-    rng = np.random.default_rng(5)
-    windows = 7
-    for rows in (1, 3, 64, 256):
-        kv = rng.integers(rows * 16, rows * 9000, 40).astype(float)
-        tokens = rows * (np.arange(windows) + 1.0) - rng.integers(0, rows + 1, (40, windows))
-        pairs = kv[:, None] * 3.0 + rng.integers(0, 1000, (40, windows))
-        seconds = costs.decode_seconds_by_k(rows, tokens, kv, pairs)
-        for i in range(40):
-            for k in range(windows):
-                decode = PassTotals(rows, float(tokens[i, k]), float(kv[i]), float(pairs[i, k]))
-                assert seconds[i, k] == costs.iteration_s(k, decode)
+    return LoadedProfile(Profile.model_validate(data), loaded.path)
 
 
 def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
@@ -92,6 +80,7 @@ def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
     acceptance = RateAcceptance(np.array([0.8, 0.7, 0.65, 0.6, 0.55, 0.5]), concentration=None)
     policy = GoodputWindow(6)
     policy.attach(costs, acceptance)
+    _, goodput = compiled_loop.window_terms(policy)
     rng = np.random.default_rng(7)
     slots, iterations = 12, 40
     for rows in (1, 3, 12):
@@ -101,13 +90,15 @@ def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
         remaining[:, used] = rng.integers(1, 40, (iterations, rows))
         context[:, used] = rng.integers(10, 6000, (iterations, rows))
         kv = context.sum(axis=1)
-        along = policy.choose_along(rows, kv, remaining, context, slots)
-        each = [
+        along = np.empty(iterations, dtype=np.int64)
+        vector = compiled_loop.cost_vector(costs)
+        kernel().windows_along(goodput, vector, rows, kv, remaining, context, slots, along)
+        each_choice = [
             policy.choose_batch(rows, kv[i], remaining[i], context[i], None, 8192)
             for i in range(iterations)
         ]
-        assert along.tolist() == each
-        assert len(set(each)) > 1 or rows == 1  # short rows move the choice
+        assert along.tolist() == each_choice
+        assert len(set(each_choice)) > 1 or rows == 1  # short rows move the choice
 
 
 def test_clock_wakes_at_the_exact_time_a_delay_cannot_reach():

@@ -64,7 +64,7 @@ def scenario(folder: Path, profile: Path, k: int = 0) -> Path:
 
 
 def validate(capsys, bench_dir, scenario_file, out, *options) -> tuple[int, dict | str]:
-    argv = ["validate", "--bench", str(bench_dir), "--scenario", str(scenario_file)]
+    argv = ["validate", "--bench", str(bench_dir), str(scenario_file)]
     code = main([*argv, "--out", str(out), "--replications", "4", "--json", *options])
     captured = capsys.readouterr()
     return code, json.loads(captured.out) if code in (0, 1) else captured.err.strip()
@@ -268,7 +268,7 @@ def test_a_scrape_gives_a_result_file_without_counters_its_acceptance(bench, tmp
     expected = 1 + data["spec_decode_accepted_tokens"] / data["spec_decode_num_drafts"]
     assert rows["mean_acceptance_length"]["measured"] == pytest.approx(expected, rel=1e-9)
     # Without it the file reads as speculation off, which a speculating scenario refuses.
-    argv = ["validate", "--bench", str(runs), "--scenario", str(spec_scenario)]
+    argv = ["validate", "--bench", str(runs), str(spec_scenario)]
     assert main([*argv, "--out", str(tmp_path / "off")]) == 2
     capsys.readouterr()
     assert main([*argv[:1], str(spec_scenario), *options, "--out", str(tmp_path / "x")]) == 2

@@ -1,4 +1,4 @@
-"""``specsim profile --from-bench``: a profile calibrated to a serving engine's own benchmark runs.
+"""``specsim profile from-bench``: a profile calibrated to a serving engine's own benchmark runs.
 
 1. The runs are read (``specsim.serving.detect.read_bench_files``: vLLM, SGLang or the
    normalised CSV; one deployment per call).
@@ -177,12 +177,12 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     """The calibrated profile and its report (module docstring); writes nothing."""
     if opts.into is None:
         raise SpecsimError(
-            "--from-bench needs a prior profile: the latency form and the model's sizes that "
+            "profile from-bench needs a prior profile: the latency form and the model's sizes that "
             "the runs' figures scale",
             file="command line",
             key="--into",
             fix="add --into PROFILE (a roofline or measured profile of the same model and "
-            "device: specsim profile --roofline makes one)",
+            "device: specsim profile roofline makes one)",
         )
     pairs = [parse_pair(text) for text in opts.metrics]
     shares = [parse_share(text) for text in opts.prefix_hits]

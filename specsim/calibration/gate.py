@@ -1,4 +1,4 @@
-"""The fit quality gate of ``profile --from-bench``: a poor fit is not written as good.
+"""The fit quality gate of ``profile from-bench``: a poor fit is not written as good.
 
 The gate judges the held-out error (each run predicted from a fit without it), the median of
 |predicted / measured - 1| over every fitted figure of every run: the error a user of the

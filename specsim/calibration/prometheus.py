@@ -1,4 +1,5 @@
-"""Acceptance calibrated from production: vLLM's speculative-decoding Prometheus counters.
+"""Acceptance calibrated from production: vLLM's speculative-decoding Prometheus counters, or
+the engines' per-request responses (``specsim.calibration.requests``).
 
 The scrape is read by ``specsim.serving.prometheus`` (the counters, their sums over label sets
 and the rates derived from them); this module turns the sums into a profile's acceptance entry.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specsim.calibration.requests import requests_counters, requests_entry
 from specsim.errors import SpecsimError
+from specsim.fileio import read_text
 from specsim.serving.prometheus import (
     PREFIX,
     Sample,
@@ -16,6 +19,7 @@ from specsim.serving.prometheus import (
     parse_prometheus,
     read_counters,
 )
+from specsim.serving.request_metrics import looks_like_json, read_request_acceptance
 
 __all__ = [
     "PREFIX",
@@ -68,9 +72,21 @@ def calibrate_profile(
 
     loaded = load_profile(profile_path)
     loaded.drafter(drafter)  # a clear error when the profile lacks it
-    counters = read_counters(metrics_path, label_filter)
+    if looks_like_json(read_text(metrics_path, "metrics dump")):
+        if label_filter:
+            raise SpecsimError(
+                "--label picks Prometheus label sets; per-request responses have none",
+                file=str(metrics_path),
+                key="--label",
+                fix="drop --label, or give a /metrics scrape",
+            )
+        requests = read_request_acceptance(metrics_path)
+        counters = requests_counters(requests)
+        entry = requests_entry(requests, drafter, verifier, temperature)
+    else:
+        counters = read_counters(metrics_path, label_filter)
+        entry = calibrated_entry(counters, drafter, verifier, temperature)
     data = loaded.profile.model_dump(mode="json", exclude_none=True)
-    entry = calibrated_entry(counters, drafter, verifier, temperature)
     kept = [
         a
         for a in data["acceptance"]
@@ -89,7 +105,7 @@ def calibrate_profile(
     note = (
         f" Acceptance of {drafter}/{verifier} at T={temperature:g} calibrated from "
         f"{Path(metrics_path).name}: {counters.drafts:.0f} speculative steps over "
-        f"{counters.series} label set(s), k={counters.k}, draft acceptance rate "
+        f"{counters.series} {counters.series_of}, k={counters.k}, draft acceptance rate "
         f"{counters.draft_acceptance_rate:.3f}."
     )
     data["provenance"]["notes"] = (data["provenance"].get("notes", "") + note).strip()

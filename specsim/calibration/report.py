@@ -1,4 +1,4 @@
-"""The report of ``profile --from-bench`` (``NEW.calibration.json``): per run and figure the
+"""The report of ``profile from-bench`` (``NEW.calibration.json``): per run and figure the
 measured value, the prior's prediction, the fit's and the held-out one; the terms, with which
 the runs determine; the method; and the errors' summaries."""
 

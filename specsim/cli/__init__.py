@@ -26,7 +26,7 @@ from specsim.errors import EXIT_BAD_INPUT, SpecsimError
 
 # name -> one-line help. The module is specsim.cli.<name>.
 COMMANDS = {
-    "profile": "measure models (or estimate them) and write a profile YAML",
+    "profile": "measure, estimate or calibrate a profile YAML",
     "simulate": "simulate a scenario and write per-request records and a summary",
     "plan": "sweep k, load and replicas: choose k, plan capacity",
     "report": "what-if reports, such as swapping one drafter for another",

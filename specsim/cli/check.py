@@ -129,10 +129,15 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
         help="dtype of the tensors the verifier is given (default float32)",
     )
     parser.add_argument(
-        "--vocab", type=int, default=8, help=f"toy vocabulary size, 2..{MAX_VOCAB} (default 8)"
+        "--vocab",
+        metavar="N",
+        type=int,
+        default=8,
+        help=f"toy vocabulary size, 2..{MAX_VOCAB} (default 8)",
     )
     parser.add_argument(
         "--k",
+        metavar="K",
         type=int,
         default=None,
         help=f"window size, 1..{MAX_K} (default 3), with vocab^(k+1) <= 65536: the whole "
@@ -140,19 +145,35 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--samples",
+        metavar="N",
         type=int,
         default=200_000,
         help="Monte Carlo generations (default 200000; 0 = exact result only)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     parser.add_argument(
-        "--problem-seed", type=int, default=0, help="seed of the toy target/drafter (default 0)"
+        "--seed", metavar="SEED", type=int, default=0, help="Monte Carlo seed (default 0)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="shared temperature (0 = greedy)"
+        "--problem-seed",
+        metavar="SEED",
+        type=int,
+        default=0,
+        help="seed of the toy target/drafter (default 0)",
     )
-    parser.add_argument("--top-k", type=int, default=0, help="shared top-k (0 = off)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="shared top-p in (0, 1]")
+    parser.add_argument(
+        "--temperature",
+        metavar="T",
+        type=float,
+        default=1.0,
+        help="shared temperature (default 1; 0 = greedy)",
+    )
+    parser.add_argument(
+        "--top-k", metavar="N", type=int, default=0, help="shared top-k (default 0: off)"
+    )
+    parser.add_argument(
+        "--top-p", metavar="FRACTION", type=float, default=1.0,
+        help="shared top-p in (0, 1] (default 1)",
+    )  # fmt: skip
     parser.add_argument(
         "--drafter",
         choices=("sample", "greedy"),
@@ -166,7 +187,11 @@ def _add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
         "n-gram drafter makes)",
     )
     parser.add_argument(
-        "--alpha", type=float, default=0.01, help="level of the Monte Carlo test (default 0.01)"
+        "--alpha",
+        metavar="FRACTION",
+        type=float,
+        default=0.01,
+        help="level of the Monte Carlo test (default 0.01)",
     )
     add_out(parser, required=False, help="also write the report to DIR/sampler_check.json")
     parser.add_argument(

@@ -68,29 +68,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", metavar="MODULE:FUNCTION", help="your step function (chains)")
     parser.add_argument("--control", choices=SEQUENCE_CONTROLS, help="a planted whole-run bug")
     parser.add_argument("--tree", metavar="SHAPE", help="with --verifier: the drafted tree")
-    parser.add_argument("--k", type=Number(int, 1, 8), default=3, help="chain drafts (3)")
+    parser.add_argument(
+        "--k", metavar="K", type=Number(int, 1, 8), default=3, help="chain drafts (default 3)"
+    )
     parser.add_argument(
         "--drafts", choices=("iid", "without-replacement"), default="iid",
-        help="how each node's children are drawn from q (iid)",
+        help="how each node's children are drawn from q (default iid)",
     )  # fmt: skip
-    parser.add_argument("--tokens", type=Number(int, 1, 16), default=6, help="n per run (6)")
-    parser.add_argument("--vocab", type=Number(int, 2, 16), default=4, help="toy vocabulary (4)")
+    for option, kind, default, what in (
+        ("--tokens", Number(int, 1, 16), 6, "tokens n per run"),
+        ("--vocab", Number(int, 2, 16), 4, "toy vocabulary size"),
+        ("--samples", Number(int, 1, 10_000_000), 200_000, "runs"),
+    ):
+        parser.add_argument(
+            option, metavar="N", type=kind, default=default, help=f"{what} (default {default})"
+        )
+    for option, what in (("--seed", "run seed"), ("--problem-seed", "toy pair seed")):
+        parser.add_argument(
+            option, metavar="SEED", type=Number(int, 0, 2**63 - 1), default=0,
+            help=f"{what} (default 0)",
+        )  # fmt: skip
     parser.add_argument(
-        "--samples", type=Number(int, 1, 10_000_000), default=200_000, help="runs (200000)"
-    )
-    parser.add_argument("--seed", type=Number(int, 0, 2**63 - 1), default=0, help="run seed (0)")
-    parser.add_argument(
-        "--problem-seed", type=Number(int, 0, 2**63 - 1), default=0, help="toy pair seed (0)"
-    )
-    parser.add_argument(
-        "--temperature", type=Number(float, MIN_FACTOR, 100), default=1.0,
-        help="shared temperature (1)",
+        "--temperature", metavar="T", type=Number(float, MIN_FACTOR, 100), default=1.0,
+        help="shared temperature (default 1)",
     )  # fmt: skip
     parser.add_argument(
         "--alpha",
+        metavar="FRACTION",
         type=LEVEL,
         default=0.01,
-        help="false-alarm rate over all tests (0.01)",
+        help="false-alarm rate over all tests (default 0.01)",
     )
     add_out(parser, required=False, help="also write DIR/rollout.json")
     parser.add_argument("--fail-on-shift", action="store_true", help="exit 1 when a shift is found")

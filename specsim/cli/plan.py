@@ -12,10 +12,9 @@ Sweeps run on a local process pool (--workers N) or a Dask cluster (--cluster HO
 workers need specsim installed and the scenario and profile files at the same paths). The
 cluster's results come back as pickles that this process unpickles, which runs whatever code
 the sender chose: use only a cluster you trust, over TLS (--cluster-tls-*) on a shared network.
-Results are
-kept per simulation under DIR/points: rerunning an interrupted command with the same --out
-computes only what is missing. Exit codes: 0 done, 1 done but some simulations failed (listed),
-2 bad input.
+Results are kept per simulation under DIR/points: rerunning an interrupted command with the
+same --out computes only what is missing. Exit codes: 0 done, 1 done but some simulations
+failed (listed), 2 bad input.
 """
 
 from __future__ import annotations
@@ -103,6 +102,7 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
         "--seed",
         type=SEED,
         default=None,
+        metavar="SEED",
         help="seed for every simulation (default: the scenario's seed)",
     )
     parser.add_argument(
@@ -112,17 +112,21 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_emit_options(parser: argparse.ArgumentParser) -> None:
-    """``--emit`` and ``--model``: the recommended setting in the engines' own configuration."""
+def add_emit_options(parser: argparse.ArgumentParser, disaggregated: bool = False) -> None:
+    """``--emit`` and ``--model``: the recommended setting in the engines' own configuration.
+    ``disaggregated``: the command has ``--disaggregated``, whose files the help names."""
+    split = (
+        " (with --disaggregated: each pool's, vllm-prefill.args and the like, and "
+        "trtllm-disagg.yaml for the router)"
+    )
     parser.add_argument(
         "--emit",
         default=None,
         metavar="ENGINES",
         help="also write the recommended setting in these engines' own configuration, a "
         "comma-separated subset of vllm,sglang,trtllm: DIR/engine/vllm.json and vllm.args, "
-        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction "
-        "(with --disaggregated: each pool's, vllm-prefill.args and the like, and "
-        "trtllm-disagg.yaml for the router)",
+        "sglang.args, trtllm.yaml, and bench.sh with the load tests that check the prediction"
+        + (split if disaggregated else ""),
     )
     parser.add_argument(
         "--model",
@@ -191,7 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description=WINDOW_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    window.add_argument("scenario", help="scenario YAML file")
+    window.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     window.add_argument(
         "--k",
         default=None,
@@ -233,12 +237,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description=CAPACITY_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    capacity.add_argument("scenario", help="scenario YAML file (open-loop workload, with an slo)")
+    capacity.add_argument(
+        "scenario", metavar="SCENARIO", help="scenario YAML file (open-loop workload, with an slo)"
+    )
     capacity.add_argument(
         "--target-rps",
         type=Number(float, 0, MAX_RATE, low_open=True),
         required=True,
-        metavar="R",
+        metavar="RATE",
         help="the arrival rate the fleet must sustain (requests per second)",
     )
     capacity.add_argument(
@@ -258,6 +264,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tolerance",
         type=Number(float, 0, 0.5, low_open=True, high_open=True),
         default=0.02,
+        metavar="FRACTION",
         help="relative width at which the bisection stops (default 0.02 = 2%%); with "
         "--disaggregated, the bisection of each chosen layout's capacity above the target",
     )
@@ -265,6 +272,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--attainment",
         type=Number(float, 0, 1, low_open=True),
         default=0.99,
+        metavar="FRACTION",
         help="share of requests that must meet the SLO for a rate to count as sustained "
         "(default 0.99)",
     )
@@ -280,10 +288,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-replicas",
         type=Number(int, 2, MAX_DISAGG_REPLICAS),
         default=8,
+        metavar="N",
         help="with --disaggregated: the most replicas a layout holds (default 8)",
     )
     _deployment_options(capacity)
-    _common(capacity)
+    _common(capacity, disaggregated=True)
 
 
 def _deployment_options(parser: argparse.ArgumentParser) -> None:
@@ -295,7 +304,7 @@ def _deployment_options(parser: argparse.ArgumentParser) -> None:
         "--profile",
         action="append",
         default=None,
-        metavar="PROFILE.yaml",
+        metavar="PROFILE",
         help="a deployment given as a profile, with the TP and precision it describes (repeatable)",
     )
     group.add_argument(
@@ -309,20 +318,21 @@ def _deployment_options(parser: argparse.ArgumentParser) -> None:
         "--precision",
         action="append",
         default=None,
-        metavar="W[/KV]",
+        metavar="DTYPE[/DTYPE]",
         help="weight[/KV-cache] formats of the roofline deployments, e.g. bf16,fp8 or int4/fp8 "
         "(the KV cache follows the weights where it can; default bf16)",
     )
-    group.add_argument("--hardware", metavar="HW.yaml", help="hardware spec for the roofline")
+    group.add_argument("--hardware", metavar="HW", help="hardware spec YAML for the roofline")
     group.add_argument(
-        "--target-model", metavar="CONFIG.json", help="the target's config.json for the roofline"
+        "--target-model", metavar="CONFIG", help="the target's config.json for the roofline"
     )
     group.add_argument(
         "--draft-model",
         action="append",
         default=None,
-        metavar="NAME=CONFIG|ngram",
-        help="a drafter of the roofline deployments (repeatable; as profile --drafter)",
+        metavar="NAME=MODEL",
+        help="a drafter of the roofline deployments: NAME=MODEL (a config.json), NAME=ngram or "
+        "NAME=ngram:N (repeatable; as profile roofline takes it)",
     )
     group.add_argument(
         "--acceptance-from",
@@ -333,8 +343,9 @@ def _deployment_options(parser: argparse.ArgumentParser) -> None:
         "--draft-tp",
         type=Number(int, 1, 1),
         default=None,
-        metavar="1",
-        help="draft models on one device (default: sharded like the target, vLLM's default)",
+        metavar="N",
+        help="devices a draft model spans: only 1, draft models on one device (default: "
+        "sharded like the target, vLLM's default)",
     )
     group.add_argument(
         "--enable-expert-parallel",
@@ -345,9 +356,9 @@ def _deployment_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, disaggregated: bool = False) -> None:
     add_sweep_options(parser)
-    add_emit_options(parser)
+    add_emit_options(parser, disaggregated)
     add_set(parser)
     add_out(parser)
     add_json(parser)

@@ -1,36 +1,49 @@
-"""``specsim profile --from-bench``: run the calibration, write the profile and its report, and
-print the per-run, per-figure table (measured, fitted, error, held out)."""
+"""Calibrate a profile to the serving engine's own benchmark runs (vllm bench serve
+--save-result JSON, SGLang bench_serving JSONL, or specsim's normalised CSV) and write it: the
+prior's latency terms are scaled until simulating every run reproduces its TTFT, TPOT, ITL and
+E2E figures and throughput. The report (per run and figure: measured, fitted, held out) goes
+beside the profile as NEW.calibration.json, and the table is printed.
+
+  specsim profile from-bench runs/*.json --into profiles/mine-roofline.yaml \\
+      --drafter llama3.2-1b --out profiles/mine-calibrated.yaml
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 from specsim.bounds import MAX_BATCH, MAX_K, MAX_TOKENS
 from specsim.calibration.gate import MAX_HELD_OUT_ERROR
 from specsim.cli.common import Number, emit
-from specsim.errors import SpecsimError
+from specsim.cli.profile_shared import add_fit_options, add_output, add_seed, out_path
 from specsim.sampling.kinds import DEFAULT_VERIFIER
 
-BENCH_GROUP = "from benchmark runs"
 
-
-def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    bench = parser.add_argument_group(
-        BENCH_GROUP,
-        textwrap.fill(
-            "--from-bench also reads --into (the prior), --drafter NAME (the drafter the "
-            "speculative runs ran; default the --into profile's only one), --verifier and "
-            f"--temperature (theirs; default {DEFAULT_VERIFIER} at 1.0) and --seed (the replayed "
-            "schedules', where a file saved none).",
-            width=78,
-            initial_indent="  ",
-            subsequent_indent="  ",
-        ),
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results",
+        metavar="RESULT",
+        nargs="+",
+        help="benchmark result files of one deployment (vllm bench serve --save-result JSON, "
+        "SGLang bench_serving JSONL, specsim's normalised CSV: docs/reference/bench-csv.md)",
     )
+    add_fit_options(
+        parser,
+        "the prior (required): a roofline or measured profile of the same model and device, whose "
+        "terms are fitted",
+        required=False,
+        defaults={
+            "--drafter": " (default: the --into profile's only one)",
+            "--verifier": f" (default {DEFAULT_VERIFIER})",
+            "--temperature": " (default 1.0)",
+        },
+    )
+    add_seed(parser, "the replayed schedules' seed, where a file saved none")
+    add_output(parser)
+    bench = parser.add_argument_group("what the files do not state")
     bench.add_argument(
         "--max-batch",
         metavar="N",
@@ -123,37 +136,21 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _one(args: argparse.Namespace, option: str, values: list) -> Any:
-    if len(values) > 1 or (option == "--drafter" and values and "=" in values[0]):
-        what = (
-            "one --drafter NAME (a drafter of the --into profile)"
-            if option == "--drafter"
-            else (f"one {option}")
-        )
-        raise SpecsimError(
-            f"--from-bench takes {what}",
-            file="command line",
-            key=option,
-            fix=f"give {option} once",
-        )
-    return values[0] if values else None
-
-
-def run_from_bench(args: argparse.Namespace, out: Path, name: str) -> int:
+def run(args: argparse.Namespace) -> int:
     from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
     from specsim.calibration.gate import warning_line
     from specsim.fileio import dump_json
     from specsim.profiling.writer import command_line, write_profile
 
-    temperature = _one(args, "--temperature", args.temperature or [])
+    out, name = out_path(args.out, args.name)
     opts = BenchOptions(
-        files=tuple(args.from_bench),
+        files=tuple(args.results),
         into=args.into,
         out=out,
         name=name,
-        drafter=_one(args, "--drafter", args.drafter),
+        drafter=args.drafter,
         verifier=args.verifier or DEFAULT_VERIFIER,
-        temperature=1.0 if temperature is None else temperature,
+        temperature=1.0 if args.temperature is None else args.temperature,
         k=args.k,
         caps=given_caps(args),
         server_args=args.server_args,

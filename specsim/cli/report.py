@@ -1,7 +1,7 @@
 """What-if reports.
 
-  specsim report drafter-swap SCENARIO.yaml --drafter A --drafter B [--profile P ...] --out DIR
-  specsim report drafter-swap SCENARIO.yaml --drafter A --tree-drafter A=2,2,1 --out DIR
+  specsim report drafter-swap SCENARIO --drafter A --drafter B [--profile PROFILE ...] --out DIR
+  specsim report drafter-swap SCENARIO --drafter A --tree-drafter A=2,2,1 --out DIR
       the drafters (or a chain against a tree) side by side across load: acceptance, latency
       percentiles, throughput, wasted FLOPs, cost per million tokens, best k per load, and a
       recommendation with its reasons. A lossy verifier is flagged with its distance from the
@@ -29,7 +29,7 @@ from specsim.cli.plan import (
 
 SWAP_DESCRIPTION = """Compare two or more drafters side by side, and recommend one.
 
-  specsim report drafter-swap SCENARIO.yaml --drafter A --drafter B [--profile P ...] \\
+  specsim report drafter-swap SCENARIO --drafter A --drafter B [--profile PROFILE ...] \\
       [--k 0..4] [--loads 2 6 10] --out DIR
 
 Each drafter gets the plan-window grid (every k at every load, with its own profile when one is
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description=SWAP_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    swap.add_argument("scenario", help="scenario YAML file")
+    swap.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     swap.add_argument(
         "--drafter",
         action="append",

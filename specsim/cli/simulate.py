@@ -16,7 +16,7 @@ from specsim.cli.common import add_json, add_out, add_set, emit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     add_out(parser)
     add_set(parser)
     add_json(parser)

@@ -16,7 +16,7 @@ the drafter every quarter second and rescales both sides, pass by pass, to the m
 when profiling began (the profile's provenance.speed_reference; wide passes slow down
 differently from decodes, and a drafter differently from the target):
 
-  OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \
+  OMP_NUM_THREADS=1 specsim validate scenarios/validate-b1-small-k4.yaml --clock reference \\
       --out runs/v1
 
 The engine serves the scenario's workload (same seed, so the same arrivals and lengths as the
@@ -40,9 +40,9 @@ when every metric is within its threshold (mean E2E and throughput 5 %, p90 TTFT
 acceptance length 3 %), 1 when one is not, 2 on bad input.
 
 With --bench DIR the measured side is a serving engine's own load tests instead of the built-in
-engine: the result files the bench.sh of plan ... --emit writes (DIR/engine/bench/, vLLM JSON or
+engine: the result files the bench.sh that plan writes leaves (DIR/engine/bench/, vLLM JSON or
 SGLang JSONL), or every file under DIR (vLLM, SGLang or the normalised CSV, told apart by their
-content). Each run's workload is rebuilt as profile --from-bench rebuilds it (its own send times
+content). Each run's workload is rebuilt as profile from-bench rebuilds it (its own send times
 and lengths when saved), served by the scenario's engine, speculation and fleet on --profile
 (default: the scenario's profile) with the batch caps the scenario sets, else those
 --server-args FILE states, else the runs' engine version's defaults for the profile's device
@@ -52,7 +52,7 @@ measured it, with the thresholds, bands and exit codes above (a latency without 
 p90 threshold on its next percentile up: p95 or p99, which published runs carry). Files under
 DIR that are no results (a server.log, a README, a /metrics scrape) are skipped with a note:
 
-  specsim validate --bench runs/window --scenario scenarios/poisson.yaml --out runs/check
+  specsim validate scenarios/poisson.yaml --bench runs/window --out runs/check
 
 It writes DIR/comparison.json, DIR/comparison.md, DIR/validation.png and .csv and
 DIR/runs/NN-LABEL/ (the replayed trace, and the simulator's requests.csv and summary.json of
@@ -73,19 +73,13 @@ MAX_REPLICATIONS = 10_000
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from specsim.profiling.measure import DTYPES
 
-    parser.add_argument("scenario", metavar="SCENARIO", nargs="?", help="scenario YAML file")
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_option",
-        metavar="S",
-        help="the scenario YAML file, given as an option (the same as SCENARIO)",
-    )
+    parser.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     parser.add_argument(
         "--bench",
         metavar="DIR",
         help="compare with the serving engine's own benchmark results in DIR (DIR/engine/bench/ "
-        "as plan ... --emit's bench.sh writes them, or any result files under DIR) instead of "
-        "running the built-in engine",
+        "as the bench.sh that plan writes leaves them, or any result files under DIR) instead "
+        "of running the built-in engine",
     )
     parser.add_argument(
         "--metrics",
@@ -116,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--profile",
-        metavar="P",
+        metavar="PROFILE",
         help="use this profile instead of measuring (with --bench: default the scenario's)",
     )
     add_out(parser)
@@ -136,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model behind a scenario drafter name (default: small, tiny, ngram built-ins)",
     )
     parser.add_argument("--prompts", metavar="FILE", help="prompt set (default: built-in)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", metavar="DEVICE", default="cpu", help="cpu or cuda")
     parser.add_argument(
         "--dtype",
         choices=list(DTYPES),
@@ -145,7 +139,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with --profile, give the type that profile was measured in)",
     )
     parser.add_argument(
-        "--profile-budget", type=POSITIVE_SECONDS, metavar="S", help="cap the profiling grid's time"
+        "--profile-budget",
+        type=POSITIVE_SECONDS,
+        metavar="SECONDS",
+        help="cap the profiling grid's time",
     )
     parser.add_argument(
         "--clock",
@@ -196,22 +193,6 @@ ENGINE_ONLY = {
 }
 
 
-def scenario_path(args: argparse.Namespace) -> str:
-    given = [path for path in (args.scenario, args.scenario_option) if path is not None]
-    if not given:
-        raise SpecsimError(
-            "no scenario given", file="command line", key="--scenario", fix="give SCENARIO"
-        )
-    if len(given) == 2 and given[0] != given[1]:
-        raise SpecsimError(
-            f"two scenarios: {given[0]} and {given[1]}",
-            file="command line",
-            key="--scenario",
-            fix="give one scenario, as SCENARIO or as --scenario S",
-        )
-    return given[0]
-
-
 def run_bench(args: argparse.Namespace, scenario) -> int:
     from specsim.validation.bench_report import write_bench_validation
 
@@ -242,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     from specsim.scenario import load_scenario
     from specsim.validation.validate import ValidateOptions, validate
 
-    scenario = load_scenario(scenario_path(args), args.overrides)
+    scenario = load_scenario(args.scenario, args.overrides)
     if args.bench is not None:
         return run_bench(args, scenario)
     if args.metrics:

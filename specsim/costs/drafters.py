@@ -2,16 +2,14 @@
 
 Seconds come from the drafter's latency fit (or its fixed ``draft_step_s``); FLOPs from its
 per-token and attention FLOPs. Speculation off (no drafter deployed) is ``NoDrafterCost``: free.
-``decode_draft_s`` and ``decode_draft_flops`` are ``draft_s`` and ``draft_flops`` of decoding
-batches (rows >= 1) with any argument an array (the simulator's stretches): the same operations,
-elementwise.
+These are the specification the per-iteration reference charges; the compiled kernels
+(``simulation/compiled_step_kernel.py``) do the same operations, and the identity tests hold
+them together.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
-
-import numpy as np
 
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
 from specsim.profile.kinds import DRAFTER_KINDS
@@ -33,24 +31,11 @@ class NoDrafterCost:
         """Seconds of one step's drafting for ``rows`` sequences holding ``kv`` context."""
         return 0.0
 
-    def decode_draft_s(self, rows, k: int, kv):
-        return 0.0
-
-    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
-        """``decode_draft_s(rows, k, kv)`` for k in 0..windows-1, as (len(kv), windows)."""
-        seconds = np.empty((kv.shape[0], windows))
-        for k in range(windows):
-            seconds[:, k] = self.decode_draft_s(rows, k, kv)
-        return seconds
-
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         """Seconds of the drafter's own pass over prompt chunks."""
         return 0.0
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
-        return 0.0
-
-    def decode_draft_flops(self, rows, k: int, kv):
         return 0.0
 
     def prefill_flops(self, tokens: float, pairs: float) -> float:
@@ -87,21 +72,6 @@ class DraftModelCost(NoDrafterCost):
         mean_kv = kv + rows * (k - 1) / 2.0
         return k * self.latency.seconds_from_totals(rows, rows, mean_kv, mean_kv + rows)
 
-    def decode_draft_s(self, rows, k: int, kv):
-        if k == 0:
-            return self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
-        mean_kv = kv + rows * (k - 1) / 2.0
-        return k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
-
-    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
-        # decode_draft_s's operations with k along the second axis (k * x for an integer k and
-        # a float x is the float product, as here).
-        k = np.arange(windows)
-        mean_kv = kv[:, None] + rows * (k - 1) / 2.0
-        seconds = k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
-        seconds[:, 0] = self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
-        return seconds
-
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         if rows == 0:
             return 0.0
@@ -111,12 +81,6 @@ class DraftModelCost(NoDrafterCost):
         if rows == 0:
             return 0.0
         if k == 0:  # the KV-sync pass (see draft_s)
-            return self.flops_per_token * rows + self.attn_flops * (kv + rows)
-        mean_kv = kv + rows * (k - 1) / 2.0
-        return k * (self.flops_per_token * rows + self.attn_flops * (mean_kv + rows))
-
-    def decode_draft_flops(self, rows, k: int, kv):
-        if k == 0:
             return self.flops_per_token * rows + self.attn_flops * (kv + rows)
         mean_kv = kv + rows * (k - 1) / 2.0
         return k * (self.flops_per_token * rows + self.attn_flops * (mean_kv + rows))
@@ -147,18 +111,6 @@ class PromptLookupCost(NoDrafterCost):
             return self.latency.seconds_from_totals(rows, rows, kv, kv + rows)
         return self.step_s
 
-    def decode_draft_s(self, rows, k: int, kv):
-        if k == 0:
-            return 0.0
-        if self.latency is not None:
-            return self.latency.seconds_from_arrays(rows, rows, kv, kv + rows)
-        return self.step_s
-
-    def decode_draft_s_by_k(self, rows: int, windows: int, kv: np.ndarray) -> np.ndarray:
-        seconds = np.zeros((kv.shape[0], windows))  # k = 0: nothing drafted
-        seconds[:, 1:] = np.asarray(self.decode_draft_s(rows, 1, kv))[..., None]  # any k > 0
-        return seconds
-
 
 class HeadsCost(PromptLookupCost):
     """Decoding heads on the target's hidden states, ``passes: parallel`` (Medusa): one head
@@ -171,9 +123,6 @@ class HeadsCost(PromptLookupCost):
         if rows == 0 or k == 0:
             return 0.0
         return self.flops_per_token * rows * k
-
-    def decode_draft_flops(self, rows, k: int, kv):
-        return 0.0 if k == 0 else self.flops_per_token * rows * k
 
     def wasted_flops_per_position(self, mean_context: float) -> float:
         return self.flops_per_token
@@ -196,24 +145,8 @@ class AutoregressiveHeadsCost(HeadsCost):
         mean_kv = self._mean_kv(rows, k, kv)
         return k * self.latency.seconds_from_totals(rows, rows, mean_kv, mean_kv + rows)
 
-    def decode_draft_s(self, rows, k: int, kv):
-        if k == 0:
-            return 0.0
-        if self.latency is None:
-            return k * self.step_s
-        mean_kv = self._mean_kv(rows, k, kv)
-        return k * self.latency.seconds_from_arrays(rows, rows, mean_kv, mean_kv + rows)
-
-    # The generic per-window loop: PromptLookupCost's shortcut prices one pass per step.
-    decode_draft_s_by_k = NoDrafterCost.decode_draft_s_by_k
-
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         if rows == 0 or k == 0:
-            return 0.0
-        return self.decode_draft_flops(rows, k, kv)
-
-    def decode_draft_flops(self, rows, k: int, kv):
-        if k == 0:
             return 0.0
         mean_kv = self._mean_kv(rows, k, kv)
         return k * (self.flops_per_token * rows + self.attn_flops * (mean_kv + rows))

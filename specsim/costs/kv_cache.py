@@ -59,7 +59,7 @@ def check_tensor_parallel(profile: LoadedProfile, engine: Engine) -> None:
             file=str(profile.path),
             key="engine.tensor_parallel_size",
             fix=f"set engine.tensor_parallel_size: {described}, use a profile written "
-            f"for {stated} devices (specsim profile --roofline --tp {stated}), or scale a "
+            f"for {stated} devices (specsim profile roofline --tp {stated}), or scale a "
             "roofline profile with engine.tensor_parallel_scaling (flagged as derived)",
         )
 

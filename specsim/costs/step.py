@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numpy as np
-
 from specsim.costs.drafters import drafter_cost
 from specsim.costs.tree import TreeDrafterCost, TreeRows
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
@@ -82,7 +80,6 @@ class StepCosts:
         t = self.target_spec
         self.target_flops_per_token = t.flops_per_token
         self.target_attn_flops = t.attention_flops_per_context_token
-        self._overhead_by_k: dict[tuple[int, int], np.ndarray] = {}
 
     # ---- seconds -------------------------------------------------------------------------
     def target_pass_s(self, batch: int, new: float, kv: float, pairs: float) -> float:
@@ -157,52 +154,6 @@ class StepCosts:
         target = self.target.seconds_from_totals(rows, tokens, kv, pairs)
         return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
 
-    def decode_seconds(self, k: int, rows, tokens, kv, pairs):
-        """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of decode-only iterations
-        with ``rows`` > 0, for arrays of the totals (``rows`` too): the same operations in the
-        same order, elementwise, so each value is bit for bit what the scalar call gives."""
-        target = self.decode_seconds_target(rows, tokens, kv, pairs)
-        return target + self.drafter.decode_draft_s(rows, k, kv) + self.decode_overhead_s(rows, k)
-
-    def decode_overhead_s(self, rows, k: int):
-        """``overhead_s(rows, k, rows)`` with ``rows`` > 0 (one value or an array)."""
-        seconds = self.overhead_step_s + self.overhead_seq_s * rows
-        if k:
-            seconds += self.overhead_spec_step_s + self.overhead_spec_seq_s * rows
-            seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * rows)
-        return seconds
-
-    def decode_seconds_target(self, rows, tokens, kv, pairs):
-        """The target's pass of ``decode_seconds`` (``LatencyModel.seconds_from_totals`` on
-        arrays; any of the arguments may be one)."""
-        fit = self.target.latency.fit
-        seconds = fit.fixed_s + fit.per_sequence_s * rows
-        # Below the knee the token term is 0.0 and adding it leaves every sum as it was.
-        if np.max(tokens) > fit.knee_tokens:
-            seconds = seconds + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
-        return seconds + fit.per_kv_token_s * kv + fit.per_attention_pair_s * pairs
-
-    def decode_seconds_by_k(self, rows, tokens, kv, pairs):
-        """``decode_seconds`` for every k in 0..K-1 at once: ``tokens`` and ``pairs`` are
-        (iterations, K) arrays, ``kv`` and ``rows`` one value per iteration (or ``rows`` one for
-        all: the adaptive window policy's candidates)."""
-        column = rows[:, None] if np.ndim(rows) else rows
-        target = self.decode_seconds_target(column, tokens, kv[:, None], pairs)
-        windows = tokens.shape[1]
-        if np.ndim(rows):
-            draft = np.empty(tokens.shape)
-            host = np.empty(tokens.shape)
-            for k in range(windows):
-                draft[:, k] = self.drafter.decode_draft_s(rows, k, kv)
-                host[:, k] = self.decode_overhead_s(rows, k)
-        else:  # one batch size: every window's overhead is one value, kept per batch size
-            draft = self.drafter.decode_draft_s_by_k(rows, windows, kv)
-            host = self._overhead_by_k.get((rows, windows))
-            if host is None:
-                host = np.array([self.decode_overhead_s(rows, k) for k in range(windows)])
-                self._overhead_by_k[(rows, windows)] = host
-        return target + draft + host
-
     def silent_context_limit(self, batch: int, max_new: float, min_new: float) -> float:
         """The largest cached context for which ``check_ranges(batch, context, max_new,
         min_new)`` can neither warn nor raise (infinite when no range is checked any more;
@@ -228,10 +179,6 @@ class StepCosts:
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         return self.drafter.draft_flops(rows, k, kv)
-
-    def decode_draft_flops(self, rows, k: int, kv):
-        """``draft_flops`` with ``rows`` > 0, any argument an array."""
-        return self.drafter.decode_draft_flops(rows, k, kv)
 
     def draft_prefill_flops(self, tokens: float, pairs: float) -> float:
         return self.drafter.prefill_flops(tokens, pairs)

@@ -128,9 +128,6 @@ class TreeDrafterCost(NoDrafterCost):
             seconds += count * self.latency.seconds_from_totals(rows, tokens, mean_kv, pairs)
         return seconds
 
-    def decode_draft_s(self, rows, k: int, kv):
-        return self.draft_s(int(rows), k, float(kv))
-
     def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         return self.base.prefill_s(rows, tokens, kv, pairs)
 
@@ -143,9 +140,6 @@ class TreeDrafterCost(NoDrafterCost):
         for count, tokens, _, pairs in self._passes(rows, kv):
             flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)
         return flops
-
-    def decode_draft_flops(self, rows, k: int, kv):
-        return self.draft_flops(int(rows), k, float(kv))
 
     def prefill_flops(self, tokens: float, pairs: float) -> float:
         return self.base.prefill_flops(tokens, pairs)

@@ -16,11 +16,17 @@ def _takes_value(action: argparse.Action) -> bool:
     return action.nargs != 0
 
 
+def hidden(action: argparse.Action) -> bool:
+    """Help and hidden options (an old spelling that only says what replaced it) are not
+    documented."""
+    return isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS
+
+
 def synopsis(prog: str, parser: argparse.ArgumentParser, width: int = 96) -> str:
     """The command line's shape, wrapped at ``width`` with continuation lines indented."""
     words = []
     for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
+        if hidden(action):
             continue
         if isinstance(action, argparse._SubParsersAction):
             words.append("{" + ",".join(action.choices) + "} ...")
@@ -83,7 +89,7 @@ def command_section(
         if described:
             lines.append(described)
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        actions = [a for a in group._group_actions if not hidden(a)]
         actions = [a for a in actions if not isinstance(a, argparse._SubParsersAction)]
         if not actions:
             continue

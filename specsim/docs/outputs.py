@@ -353,7 +353,7 @@ COMMAND_OUTPUTS = {
         "target_s and drafter_s, the part of seconds in each model's passes) and vllm-bench.json "
         "(the same run as `vllm bench serve --save-result --save-detailed --metric-percentiles "
         "50,90,99` writes its own, its `produced_by` key saying that specsim's engine wrote it: "
-        "what profile --from-bench and validate --bench read)",
+        "what profile from-bench and validate --bench read)",
         "simulation/": "the simulator's first run of the same workload: requests.csv, summary.json",
         "comparison.json": "each metric: measured (engine), predicted (the median over "
         "--replications simulator runs of the same requests), relative error, threshold, ok, "
@@ -388,9 +388,9 @@ COMMAND_OUTPUTS = {
         "and the simulator's seeded run of it (requests.csv, summary.json)",
     },
     "specsim profile": {
-        "FILE.yaml": "the profile (schema: [profile.md](profile.md)); with --sequences, the "
-        "per-request acceptance sequences beside it",
-        "FILE.calibration.json": "with --from-bench: prior (path, source); method (the "
+        "FILE.yaml": "the profile (schema: [profile.md](profile.md)); with measure --sequences, "
+        "the per-request acceptance sequences beside it",
+        "FILE.calibration.json": "from-bench: prior (path, source); method (the "
         "residuals' weighting, the prior's spread, the threshold below which a term is "
         "determined, the simulations run); terms (each fitted term: kind, value, prior, "
         "determined, spread_ratio, description) and correlation (their posterior "

@@ -3,7 +3,7 @@
 A deployment is a profile: given (``--profile``, which carries its TP and precision) or built
 by the roofline per TP and precision from a model and a hardware file (``--tp``, ``--precision``
 with ``--hardware``, ``--target-model``, ``--draft-model``; ``specsim.profiling.roofline``, the
-same arithmetic as ``profile --roofline``). A roofline that does not fit (weights over the
+same arithmetic as ``profile roofline``). A roofline that does not fit (weights over the
 device memory, heads that do not split) is kept as a deployment that does not fit, with the
 one-line reason, so the report can say why it was left out. A replica's price is its profile's
 (``tp`` devices at the device's price), so a fleet costs replicas x tp x the device's price.
@@ -139,7 +139,7 @@ def given_deployments(paths: list[str]) -> list[Deployment]:
 
 @dataclass(frozen=True)
 class RooflineRecipe:
-    """What ``profile --roofline`` needs, less the TP and precision the search varies."""
+    """What ``profile roofline`` needs, less the TP and precision the search varies."""
 
     hardware: str
     target: str
@@ -218,8 +218,8 @@ def write_built(deployments: list[Deployment]) -> None:
 def profile_command(
     recipe: RooflineRecipe, tp, draft_tp, weights, kv, out: Path, ep: bool = False
 ) -> str:
-    """The ``specsim profile --roofline`` command that writes the same profile."""
-    words = ["specsim", "profile", "--roofline", "--hardware", recipe.hardware]
+    """The ``specsim profile roofline`` command that writes the same profile."""
+    words = ["specsim", "profile", "roofline", "--hardware", recipe.hardware]
     words += ["--target", recipe.target]
     for drafter in recipe.drafters:
         words += ["--drafter", drafter]

@@ -8,7 +8,7 @@ the forced-acceptance test). Each engine's writer, found by name in the engine r
 ``bench.sh`` holds the load tests (``serving.bench_commands``). The files join the report's
 attachments under ``engine/``, so they are written atomically with the rest, and summary.json
 gets an ``engine`` block. Model paths: ``--model NAME=PATH`` first, then a profile description
-that reads as a Hugging Face id (``owner/name``, which ``profile --roofline`` copies from the
+that reads as a Hugging Face id (``owner/name``, which ``profile roofline`` copies from the
 model's config.json), else a placeholder the header tells the user to replace.
 """
 
@@ -237,7 +237,7 @@ def common_header(choice: Choice, setting: EngineSetting) -> list[str]:
     if spec is not None and spec.kind == "ngram":
         lines.append(
             f"Prompt lookup matches the last n = {spec.ngram_size} tokens, as specsim's does "
-            "(profile --drafter ngram); a profile measured with ngram:N needs N instead."
+            "(profile measure --drafter ngram); a profile measured with ngram:N needs N instead."
         )
     if not scenario.engine.chunked_prefill:
         lines.append(

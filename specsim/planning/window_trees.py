@@ -32,8 +32,8 @@ FROM_CHAIN = (
     "acceptance is derived from the chain's per-position rates with siblings accepting "
     "nothing: each tree is its rank-0 chain plus nodes it verifies and never accepts, so no "
     "tree is chosen (a simulated difference in acceptance length from the chain's is the two "
-    "acceptance models' bookkeeping, not a gain); profile trees (specsim profile --tree) to "
-    "compare them"
+    "acceptance models' bookkeeping, not a gain); profile trees (specsim profile measure "
+    "--tree) to compare them"
 )
 
 

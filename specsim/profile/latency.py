@@ -51,18 +51,6 @@ class LatencyModel:
             + per_pair * attention_pairs
         )
 
-    def seconds_from_arrays(self, batch, new_tokens, kv_tokens, attention_pairs):
-        """``seconds_from_totals`` with any argument an array: the same operations, elementwise
-        (``np.maximum`` for ``max``), so each value is bit for bit the scalar call's."""
-        fixed, per_seq, per_tok, knee, per_kv, per_pair = self._coef
-        # The leading terms once where they are single values (the same additions, in order).
-        head = fixed + per_seq * batch
-        if np.ndim(new_tokens):
-            head = head + per_tok * np.maximum(0.0, new_tokens - knee)
-        else:
-            head += per_tok * max(0.0, new_tokens - knee)
-        return head + per_kv * kv_tokens + per_pair * attention_pairs
-
     def pass_seconds(self, context: np.ndarray, new_tokens: np.ndarray | int) -> float:
         """Seconds for one pass: sequence i has ``context[i]`` cached tokens and adds
         ``new_tokens[i]`` (1 = decode, k + 1 = verification, prompt length = prefill)."""

@@ -44,6 +44,12 @@ from specsim.bounds import (
 from specsim.config import Name, StrictModel
 from specsim.errors import SpecsimError
 from specsim.profile.kinds import DRAFTER_KINDS, MODEL_KINDS
+from specsim.profile.reported import (
+    AcceptanceHistogram,
+    histogram_concentration,
+    histogram_rates,
+    table_rates,
+)
 from specsim.sampling.kinds import VERIFIER_KINDS, VerifierName, verifier_descriptions
 from specsim.tree import MAX_TREE_NODES, TreeShape
 
@@ -107,7 +113,7 @@ FLAT_SPEED_KEYS = {
 
 
 class BenchFile(StrictModel):
-    """A benchmark result file a calibration read (``specsim profile --from-bench``)."""
+    """A benchmark result file a calibration read (``specsim profile from-bench``)."""
 
     path: str = Field(description="the file as given on the command line")
     sha256: str = Field(description="of the whole file")
@@ -167,7 +173,7 @@ class Calibration(StrictModel):
 class Provenance(StrictModel):
     source: Literal["measured", "calibrated", "published", "roofline"] = Field(
         description="measured on a device, calibrated to a serving engine's own benchmark "
-        "runs (specsim profile --from-bench), taken from a publication, or a roofline estimate"
+        "runs (specsim profile from-bench), taken from a publication, or a roofline estimate"
     )
     device: str = Field(description="the device the numbers describe, in words")
     date: str = Field(description="ISO date the numbers were produced")
@@ -522,24 +528,54 @@ class Acceptance(StrictModel):
     narrower window's; where ``mean_acceptance_length`` holds every k from 1 up, the simulator
     chains the rates that reproduce each of those lengths instead
     (``specsim.simulation.acceptance.window_rates``).
+
+    Acceptance as engines report it may stand in for ``per_position``: a mean acceptance length
+    at one k or a table of them (``mean_acceptance_length``), or counts of steps by accepted
+    drafts (``acceptance_histograms``). Where ``per_position`` is absent it is derived from them
+    by the rules in ``specsim.profile.reported``; where given, it is kept.
     """
 
     drafter: Name
     verifier: VerifierName = Field(description=verifier_descriptions())
     temperature: Temperature
-    per_position: list[Probability] = Field(min_length=1, max_length=MAX_K)
+    per_position: list[Probability] = Field(
+        default_factory=list,
+        max_length=MAX_K,
+        description="conditional rate of draft i + 1 given drafts 1..i were accepted. Absent: "
+        "from the widest acceptance_histograms entry (u_i = share of steps that accepted at "
+        "least i drafts, rate i = u_i / u_(i-1)), else from mean_acceptance_length (positions "
+        "1..k0 of the smallest k given share the constant rate a with 1 + a + ... + a^k0 = "
+        "L_k0, solved to rounding; each further k's rate is its gain L_k - L_(k-1) over the "
+        "chain's reach, within [0, 1], so where the table falls the rates are 0 from there on; "
+        "lengths of a drafter with proposal_rate r < 1 are first taken per proposal, "
+        "1 + (L - 1) / r)",
+    )
     mean_acceptance_length: dict[
         Annotated[int, Field(ge=1, le=MAX_K)], Annotated[float, Field(ge=1, le=MAX_K + 1)]
     ] = Field(
         default_factory=dict,
-        description="k -> 1 + accepted / steps, as measured (at most k + 1); without gaps "
-        "(every k from the smallest given to the largest), or the profile is refused",
+        description="k -> 1 + accepted / steps, as measured or published (at most k + 1): one "
+        "k (a scalar length) or an AL(k) table, which need not rise with k; without gaps "
+        "(every k from the smallest given to the largest), or the profile is refused. Absent "
+        "with acceptance_histograms: their mean lengths, 1 + r x the mean accepted drafts at "
+        "proposal_rate r (the histograms count the steps that proposed)",
+    )
+    acceptance_histograms: list[AcceptanceHistogram] = Field(
+        default_factory=list,
+        max_length=MAX_K,
+        description="steps counted by accepted drafts, one histogram per k (vLLM's per-request "
+        "metrics.speculative_decoding, SGLang's meta_info): where absent, mean_acceptance_length "
+        "is each one's at its k, and per_position and (from per-request counts) "
+        "request_concentration are the widest k's",
     )
     proposal_rate: Share = 1.0
     request_concentration: Factor | None = Field(
         default=None,
         description="heterogeneity across requests: each request's rate scale is drawn from a "
-        "Beta with this concentration (larger = more alike); absent = all alike",
+        "Beta with this concentration (larger = more alike); absent = all alike. Absent with "
+        "per-request acceptance_histograms counts: fitted to the spread of the requests' "
+        "first-draft acceptance by the method of moments (beta-binomial; none where the "
+        "spread is within what the step counts alone give)",
     )
     token_beta_mean: Probability | None = Field(
         default=None, description="beta averaged over every position (overstates chains)"
@@ -550,6 +586,23 @@ class Acceptance(StrictModel):
     sequences: AcceptanceSequences | None = None
     source: Literal["measured", "calibrated", "published", "assumed"] = "measured"
     tokens_scored: Count | None = None
+
+    @model_validator(mode="after")
+    def _lengths_from_histograms(self) -> Acceptance:
+        # Before the length checks, so that a derived table is checked as a given one is.
+        ks = [h.k for h in self.acceptance_histograms]
+        if len(set(ks)) < len(ks):
+            raise ValueError(
+                f"acceptance_histograms for {self.drafter}/{self.verifier} has two at one k; "
+                "fix: give one histogram per k (sum the runs)"
+            )
+        if not self.mean_acceptance_length:
+            # The histograms count steps that proposed; the length is over every step.
+            self.mean_acceptance_length = {
+                h.k: 1.0 + self.proposal_rate * (h.mean_length() - 1.0)
+                for h in self.acceptance_histograms
+            }
+        return self
 
     @model_validator(mode="after")
     def _lengths_within_windows(self) -> Acceptance:
@@ -576,6 +629,32 @@ class Acceptance(StrictModel):
                 f"lengths past the gap; fix: add k = {lacks} (measure it), or remove the k "
                 "values past the gap"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _derived_from_reported_forms(self) -> Acceptance:
+        # Converted once at load time, so the simulator reads per_position as always.
+        if self.acceptance_histograms:
+            widest = max(self.acceptance_histograms, key=lambda h: h.k)
+            if self.request_concentration is None and widest.requests:
+                self.request_concentration = histogram_concentration(widest.requests)
+            if not self.per_position:
+                self.per_position = histogram_rates(widest.pooled())
+        if self.per_position:
+            return self
+        if not self.mean_acceptance_length:
+            raise ValueError(
+                f"acceptance for {self.drafter}/{self.verifier} has no per_position, "
+                "mean_acceptance_length or acceptance_histograms; fix: give one of them"
+            )
+        for k, length in self.mean_acceptance_length.items():
+            if 1.0 + (length - 1.0) / self.proposal_rate > k + 1:
+                raise ValueError(
+                    f"mean_acceptance_length at k = {k} is {length:g}, more than k + 1 "
+                    f"tokens per proposal at proposal_rate {self.proposal_rate:g}; fix: give "
+                    "1 + accepted / steps over every step, or the share of steps that propose"
+                )
+        self.per_position = table_rates(self.mean_acceptance_length, self.proposal_rate)
         return self
 
 

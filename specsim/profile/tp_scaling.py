@@ -79,7 +79,7 @@ def scaled_fit(
             file=where,
             key="engine.tensor_parallel_scaling",
             fix="state the link the profile was written with, or write a profile for this TP "
-            "(specsim profile --roofline --tp N)",
+            "(specsim profile roofline --tp N)",
         )
     shrink = t0 / t1
     slope = compute * shrink + token1
@@ -149,7 +149,7 @@ def scale_profile(profile: Profile, tp: int, link: TensorParallelScaling, where:
                 "and two all-reduces per layer, each divided over the devices) does not model",
                 file=where,
                 key="engine.tensor_parallel_scaling",
-                fix=f"write a roofline for {tp} devices (profile --roofline --tp {tp}), or drop "
+                fix=f"write a roofline for {tp} devices (profile roofline --tp {tp}), or drop "
                 "engine.tensor_parallel_scaling",
             )
     hardware = profile.hardware.model_copy(

@@ -102,9 +102,10 @@ def chain_mean_acceptance_lengths(
 
 
 def complete_acceptance(entry: dict[str, Any]) -> dict[str, Any]:
-    """Fill ``mean_acceptance_length`` from the chain rates when the entry has none."""
+    """Fill ``mean_acceptance_length`` from the chain rates when the entry has none (an entry
+    given by its acceptance_histograms has its length derived by the schema)."""
     entry = dict(entry)
-    if not entry.get("mean_acceptance_length"):
+    if not entry.get("mean_acceptance_length") and entry.get("per_position"):
         entry["mean_acceptance_length"] = chain_mean_acceptance_lengths(
             entry["per_position"], entry.get("proposal_rate", 1.0)
         )

@@ -77,7 +77,7 @@ def read_bench_text(text: str, source: str, sha256: str) -> list[BenchRun]:
             "a /metrics scrape holds acceptance, not a benchmark run",
             file=source,
             fix="give the benchmark's result file here, and the scrape as --metrics RESULT=SCRAPE "
-            "(or to profile --calibrate)",
+            "(or to profile calibrate)",
         )
     raise SpecsimError("not a benchmark result of a known format", file=source, fix=f"give {KNOWN}")
 

@@ -83,7 +83,7 @@ def state_shares(runs: list[BenchRun], pairs: list[tuple[str, float]]) -> list[B
                 f"{result} is given twice or is not one of the benchmark result files given",
                 file="command line",
                 key=OPTION,
-                fix="name each result file once, as given to --from-bench (or under --bench)",
+                fix="name each result file once, as given to profile from-bench (or under --bench)",
             )
         by_file[path] = share
     out = []

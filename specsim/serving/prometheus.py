@@ -102,7 +102,8 @@ class SpecDecodeCounters:
     draft_tokens: float
     accepted: float
     per_position: list[float]  # accepted-at-position counts, position 0 first
-    series: int  # label sets summed
+    series: int  # label sets (or requests) summed
+    series_of: str = "label sets"
 
     @property
     def k(self) -> int:

@@ -52,7 +52,8 @@ def attach_scrapes(runs: list[BenchRun], pairs: list[tuple[str, str]]) -> list[B
                 f"{result} is not one of the benchmark result files given",
                 file="command line",
                 key=OPTION,
-                fix="name a file given to --from-bench (or --bench) before the =",
+                fix="name a result file given to profile from-bench (or under validate --bench) "
+                "before the =",
             )
         by_file[path] = scrape
     return [_with_scrape(run, by_file.get(Path(run.source).resolve())) for run in runs]

@@ -104,8 +104,6 @@ class GoodputWindow:
         self._row_new = [1.0 + p * k for k in windows]
         self._bonus_pairs = [p * (k + 1.0) * (k + 2.0) / 2.0 for k in windows]
         self._row_pairs = [b + 1.0 - p for b in self._bonus_pairs]
-        self._by_k = [np.asarray(v) for v in (self._row_tokens, self._row_new, self._row_pairs)]
-        self._bonus_by_k = np.asarray(self._bonus_pairs)
 
     def choose_batch(
         self,
@@ -167,39 +165,6 @@ class GoodputWindow:
                 added -= costs.iteration_s(0, NO_ROWS, chunk)
             scores.append(mu * tokens - added)
         return scores
-
-    def choose_along(
-        self,
-        rows: int,
-        kv_tokens: np.ndarray,
-        remaining: np.ndarray,
-        context: np.ndarray,
-        slots: int,
-    ) -> np.ndarray:
-        """``choose_batch`` for each iteration of a stretch of decode-only iterations (no
-        prompt chunks): ``kv_tokens`` per iteration, ``remaining`` and ``context`` per
-        iteration and slot. The same operations as ``scores``, elementwise over iterations and
-        windows (adding 0.0 where a row is not short leaves a sum as it was)."""
-        k_max = self.k_max
-        row_tokens, row_new, row_pairs = self._by_k
-        bonus, p = self._bonus_by_k, self._proposal
-        short = (remaining > 0) & (remaining <= k_max)
-        long_rows = (rows - short.sum(axis=1))[:, None]
-        long_context = (kv_tokens - (context * short).sum(axis=1))[:, None]
-        tokens = long_rows * row_tokens
-        new = long_rows * row_new
-        pairs = row_new * long_context + long_rows * row_pairs
-        windows = np.arange(k_max + 1)
-        for slot in np.flatnonzero(short[:, :slots].any(axis=0)).tolist():
-            mask = short[:, slot, None]
-            d = np.minimum(windows, remaining[:, slot, None].astype(np.int64) - 1)
-            tokens = tokens + np.where(mask, row_tokens[d], 0.0)
-            new = new + np.where(mask, row_new[d], 0.0)
-            added = row_new[d] * context[:, slot, None] + bonus[d] + 1.0 - p
-            pairs = pairs + np.where(mask, added, 0.0)
-        alone = self.costs.decode_seconds_by_k(rows, new, kv_tokens, pairs)
-        mu = (alone / tokens).min(axis=1, keepdims=True)
-        return (mu * tokens - alone).argmax(axis=1)
 
     def _expected_decode(self, k, long_rows, long_context, short_left, short_context, p):
         """Expected (tokens emitted, positions verified, query-key pairs) of the decoding rows.

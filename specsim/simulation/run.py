@@ -104,7 +104,8 @@ def _tree_pool_setup(scenario, profile, name, replicas, spec, shape) -> PoolSetu
             f"{exc.message} (profile {profile.path})",
             file=where,
             key="speculation.tree",
-            fix=exc.fix or "profile this tree (specsim profile --tree) or remove speculation.tree",
+            fix=exc.fix
+            or "profile this tree (specsim profile measure --tree) or remove speculation.tree",
         ) from None
     capacity = kv_capacity_tokens(profile, spec.drafter, True, scenario.engine)
     return PoolSetup(name, replicas, spec, costs, capacity, TreeLengthAcceptance(entry), entry)

@@ -6,9 +6,9 @@ the contexts' growth. With rate-based acceptance a row's raw accepted count depe
 level and its slot's uniform, so m iterations' counts come from one (m, slots) block of the
 stream (the numbers m single draws would give). Capped at the drafts a row has left, its
 emissions follow from one cumulative sum: the cap binds only in the step that finishes the row.
-Seconds are the cost model on arrays, with the scalar path's operations
-(``StepCosts.decode_seconds``); end times accumulate by the same float additions (a cumulative
-sum adds in order).
+Seconds, FLOPs and the adaptive window come from the compiled cost model the loops use
+(``compiled_step_kernel``: the scalar path's operations); end times accumulate by the same
+float additions (a cumulative sum adds in order).
 
 A stretch ends with the first iteration that finishes a row (or, on a replica that takes its own
 open-loop arrivals with none queued, where a finish changes nothing but the batch, with the last
@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from specsim.simulation.compiled import kernels
+from specsim.simulation.compiled import kernel_module, kernels
 
 MAX_ITERATIONS = 2048  # per stretch: bounds the arrays drawn ahead
 # A stretch costs a few dozen numpy calls, a few single iterations' worth: where the first finish
@@ -154,7 +154,16 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
         charged_kv, charged_pairs = batch * longest, new[:n] * longest + own_span[:n]
     else:
         charged_kv, charged_pairs = kv[:n], pairs[:n]
-    seconds = costs.decode_seconds(k, batch, new[:n], charged_kv, charged_pairs)
+    seconds = np.empty(n)
+    step_kernel().decode_seconds_each(
+        replica.cost_terms,
+        k,
+        per_iteration_of(batch, n),
+        new[:n],
+        charged_kv,
+        charged_pairs,
+        seconds,
+    )
     if replica.jitter is not None:
         seconds = seconds * replica.jitter.peek(n)
     times = np.empty(n + 1)  # the start, then each iteration's end as the clock adds them
@@ -165,10 +174,17 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     if bound < math.inf:
         n = min(n, int(starts[:n].searchsorted(bound, side="left")))
     if replica._batch_policy and n > 1:
-        choices = replica.policy.choose_along(rows, kv[:n], left[:n], contexts[:n], used)
-        changed = choices != k
-        if changed.any():
-            n = min(n, int(changed.argmax()))
+        if replica.window_terms is None:  # a policy the kernels do not know: its own choice
+            n = 1
+        else:
+            choices = np.empty(n, dtype=np.int64)
+            goodput = replica.window_terms[1]
+            step_kernel().windows_along(
+                goodput, replica.cost_terms, rows, kv[:n], left[:n], contexts[:n], used, choices
+            )
+            changed = choices != k
+            if changed.any():
+                n = min(n, int(changed.argmax()))
     if n == 0:
         stream.rewind(stream_start)
         return None
@@ -182,12 +198,21 @@ def plan_stretch(replica, k: int, start: float, bound: float, through: bool = Fa
     stretch.accepted, stretch.drafts, stretch.totals, stretch.held = accepted, drafts, totals, held
     per_token, per_pair = costs.target_flops_per_token, costs.target_attn_flops
     stretch.verification_flops = per_token * new + per_pair * pairs
-    stretch.drafted_flops = costs.decode_draft_flops(batch, k, kv[: len(ends)])
+    stretch.drafted_flops = np.empty(len(ends))
+    step_kernel().draft_flops_each(
+        replica.cost_terms, k, per_iteration_of(batch, len(ends)), kv[: len(ends)],
+        stretch.drafted_flops,
+    )  # fmt: skip
     planned = rows_of(rows, len(kv))
     stretch.wasted_flops = (new - totals) * costs.wasted_flops_per_position(kv / planned)
     stretch.stream_start, stretch.per_iteration = stream_start, per_iteration
     stretch.blocked = bool(replica.admission.queue) or replica.decoding >= replica.max_batch
     return stretch
+
+
+def step_kernel():
+    """The compiled cost model, window policy and decode step (``compiled_step_kernel``)."""
+    return kernel_module("compiled_step_kernel")
 
 
 def kernels_rows(*args):
@@ -205,6 +230,13 @@ def unpacked(result) -> tuple:
     left, drafts, accepted, contexts = per_slot
     rows, totals, new, own_span, kv, pairs = per_step
     return n, rows, left, drafts, accepted, contexts, done, totals, new, own_span, kv, pairs
+
+
+def per_iteration_of(rows, n: int) -> np.ndarray:
+    """Batch sizes as one float per iteration (``rows`` is one for all, or one per iteration)."""
+    if isinstance(rows, np.ndarray):
+        return rows[:n].astype(np.float64, copy=False)
+    return np.full(n, float(rows))
 
 
 def rows_of(rows, n: int):

@@ -5,7 +5,7 @@ benchmark runs.
    ``sglang`` writes, ``plan ... --emit`` having written the script) when it exists, otherwise
    every file under ``DIR``; each is read by its content (``read_bench_files``: vLLM, SGLang or
    the normalised CSV, one deployment).
-2. Each run's workload is rebuilt as ``profile --from-bench`` rebuilds it
+2. Each run's workload is rebuilt as ``profile from-bench`` rebuilds it
    (``calibration.workload.replay``: its own send times and lengths when saved) and simulated
    with the scenario's engine, speculation and fleet on the profile (default: the scenario's),
    the seeded run and ``replications - 1`` more with other acceptance and jitter draws.

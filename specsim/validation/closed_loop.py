@@ -3,7 +3,7 @@ measured side of calibrate -> predict -> compare on a machine without a serving 
 
 ``engine_bench`` serves a scenario's request lengths at each ``BenchLoad`` (a Poisson rate, or
 a closed loop of clients, as ``bench.sh`` runs them) on the built-in engine and writes each run's
-``vllm-bench.json`` as ``FOLDER/LABEL.json``; ``profile --from-bench`` fits a profile to some of
+``vllm-bench.json`` as ``FOLDER/LABEL.json``; ``profile from-bench`` fits a profile to some of
 them and ``validate --bench`` predicts the others (``benchmarks/bench_calibration.py``).
 The files are specsim's engine's runs, not vLLM's: only their format is vLLM's.
 """
