@@ -271,11 +271,13 @@ STRING_OPTIONS = {
     "--hardware": "file",
     "--acceptance-from": "file",
     "--into": "file",
+    "--server-args": "file",
     "results": "file",  # profile from-bench's result files
     "scrape": "file",  # profile calibrate's /metrics scrape
     "--acceptance-length": "acceptance-scalar",
     "--acceptance-rate": "acceptance-scalar",
     "--metrics": "scrape-pair",
+    "--prefix-hit": "share-pair",
     "--prompts": "file",
     "--emit": "engines",
     "--model": "model-path",
@@ -326,6 +328,7 @@ BAD_STRINGS = {
         "99999999999",
     ],
     "scrape-pair": ["", "x", "=x", "x=", "nosuch.json=metrics.txt"],
+    "share-pair": ["", "x", "=0.5", "r.json=2", "r.json=nan", "nosuch.json=0.5"],
     "acceptance-scalar": ["", "d1", "d1:3", "d1:x=2", "nosuch:3=2", "d1:0=1", "d1:3=nan", "d1:3=9"],
 }
 BAD_STRINGS["tp-list"] = ["", "x", "0", "-1", "2,,4", "4.5", "65", "99999999999", "nan"]

@@ -120,7 +120,8 @@ def run_loop(folder: Path):
     held = engine_bench(base, HELD_OUT, folder / "held", clock="reference", **options)
     calibrated = folder / "calibrated.yaml"
     argv = ["profile", "from-bench", *map(str, fit), "--into", str(prior)]
-    code, report = cli(*argv, "--out", str(calibrated))
+    # Written whatever its held-out error (the quality gate's verdict), which the tests judge.
+    code, report = cli(*argv, "--accept-poor-fit", "--out", str(calibrated))
     assert code == 0
     predictions = {}
     for name, profile in (("prior", prior), ("calibrated", calibrated)):

@@ -192,6 +192,66 @@ def report_files(report: dict) -> list[str]:
     return [run["file"] for run in report["runs"]]
 
 
+def test_a_good_fit_passes_the_quality_gate_on_its_held_out_error(recovered):
+    report, _, _ = recovered
+    gate = report["gate"]
+    assert gate["basis"] == "held_out" and gate["threshold"] == 0.10
+    assert gate["passed"] and gate["accepted_with"] is None
+    assert gate["median_abs_error"] == report["held_out"]["median_abs_error"] <= 0.10
+    assert report["undetermined"] == []
+    # No caps given: the runs' engine (vLLM) defaults for the prior's device, said so.
+    vllm_default = "vLLM 0.33's API-server default (test-gpu, 75 GiB)"
+    assert report["engine_caps"] == {
+        "max_batch": {"value": 1024, "source": vllm_default},
+        "max_batched_tokens": {"value": 8192, "source": vllm_default},
+    }
+    assert all(
+        run["workload"]["engine_sources"]["max_batch"] == vllm_default for run in report["runs"]
+    )
+
+
+def _disagreeing_runs(folder: Path) -> list[str]:
+    """Two runs of one deployment whose latencies disagree: the second's TTFT, TPOT, ITL and
+    E2E doubled (another server's, say), its throughput left as measured. No setting of the
+    terms predicts both, so each run's held-out prediction misses by about half."""
+    cases = [Case("off-r2", 2.0, detailed=False), Case("off-r3", 3.0, detailed=False)]
+    files = write_runs(folder, cases, requests=40, seed=5)
+    data = json.loads(Path(files[1]).read_text())
+    data = {k: v for k, v in data.items() if not isinstance(v, list)}  # arrays would disagree
+    for key in [k for k in data if k.endswith("_ms")]:
+        data[key] *= 2
+    Path(files[1]).write_text(json.dumps(data))
+    return files
+
+
+def test_a_poor_fit_is_refused_unless_accepted_and_then_says_so(tmp_path, capsys):
+    files = _disagreeing_runs(tmp_path / "runs")
+    out = tmp_path / "poor.yaml"
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--out", str(out)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    (warning,) = captured.err.strip().splitlines()
+    assert warning.startswith(f"warning: poor fit, {out} not written: held-out median |error|")
+    assert "above the 10% threshold (worst figure " in warning and "--accept-poor-fit" in warning
+    assert captured.out.startswith("not written (poor fit)")
+    assert not out.exists() and not (tmp_path / "poor.calibration.json").exists()
+
+    assert main([*argv, "--accept-poor-fit", "--json"]) == 0, capsys.readouterr().err
+    gate = json.loads(capsys.readouterr().out)["gate"]
+    assert not gate["passed"] and gate["accepted_with"] == "--accept-poor-fit"
+    assert gate["median_abs_error"] > 0.25 and gate["worst_figure"]["median_abs_error"] > 0.25
+    profile = load_profile(out).profile
+    assert profile.provenance.source == "calibrated"
+    notes = profile.provenance.notes
+    assert "Written above the quality gate with --accept-poor-fit: held-out median" in notes
+    assert f"{gate['median_abs_error']:.1%}" in notes
+    report = json.loads((tmp_path / "poor.calibration.json").read_text())
+    assert report["gate"] == gate
+    # A stated threshold above the error lets the same fit through, flag or not.
+    loose = ["--max-held-out-error", "0.9", "--out", str(tmp_path / "loose.yaml")]
+    assert main([*argv[:-2], *loose]) == 0
+
+
 def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
     files = write_runs(tmp_path / "runs", LOW_LOAD, requests=40, seed=7)
     report = calibrate(capsys, files, tmp_path / "low.yaml", "--no-held-out")
@@ -203,6 +263,8 @@ def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
     assert terms["target.decode"]["determined"] is True
     assert abs(math.log(terms["target.decode"]["value"] / TRUTH["target.decode"])) < 0.02
     assert report["held_out"] is None
+    assert report["undetermined"] == ["target.prefill"]
+    assert report["gate"]["basis"] == "fit" and report["gate"]["passed"]
     prior, fitted = load_profile(PRIOR).profile, load_profile(tmp_path / "low.yaml").profile
     assert (
         fitted.target.latency.fit.per_batched_token_s
@@ -216,6 +278,11 @@ def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
     calibrate(capsys, files, tmp_path / "again.yaml", "--no-held-out")
     first = (tmp_path / "low.calibration.json").read_bytes()
     assert (tmp_path / "again.calibration.json").read_bytes() == first
+    # The console names the terms the runs leave undetermined.
+    argv = ["profile", "from-bench", *files, "--into", str(PRIOR), "--no-held-out"]
+    assert main([*argv, "--out", str(tmp_path / "human.yaml")]) == 0
+    human = capsys.readouterr().out
+    assert "not determined by these runs (kept at the prior's values): target.prefill" in human
 
 
 def test_a_scalar_acceptance_length_becomes_one_constant_rate_and_says_so(tmp_path, capsys):

@@ -183,6 +183,24 @@ def test_normalised_csv_rows():
     assert closed.speculation.k is None
 
 
+def test_a_published_table_with_comments_and_throughput_only_rows_reads(tmp_path):
+    """A table copied from a publication: its source in # lines, a row with throughput alone
+    (its latencies missing, not refused) and a row with p95 and p99 but no p90."""
+    table = tmp_path / "published.csv"
+    table.write_text(
+        "# Qwen3-8B on 1x H100, from a vendor's blog (figures as printed)\n"
+        "label,engine,max_concurrency,completed,duration_s,input_mean,output_mean,"
+        "throughput_tokens_per_s,tpot_s.p95,tpot_s.p99\n"
+        "# concurrency 1: throughput only\n"
+        "c1,vllm,1,100,120,1000,200,166.7,,\n"
+        "c8,vllm,8,400,100,1000,200,800,0.011,0.013\n"
+    )
+    (c1, c8) = read_bench_files([table])
+    assert c1.metrics == approx({"throughput_tokens_per_s": 166.7, "request_throughput": 100 / 120})
+    assert (c8.metrics["tpot_s.p95"], c8.metrics["tpot_s.p99"]) == (0.011, 0.013)
+    assert "tpot_s.p90" not in c8.metrics and c8.label == "c8"
+
+
 def test_format_comes_from_the_content_not_the_name(tmp_path):
     renamed = tmp_path / "results.txt"
     renamed.write_bytes((DATA / "sglang_two_runs.jsonl").read_bytes())

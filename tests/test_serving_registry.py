@@ -44,7 +44,11 @@ def test_every_entry_is_complete():
         assert engine.display and engine.version and engine.router and engine.files
         assert callable(engine.writer.render) and callable(engine.writer.refuses)
         assert set(engine.methods) == {*DRAFTER_KINDS, "mtp", "heads-eagle3"}, engine.name
-        assert engine.defaults and all(v > 0 for v in engine.defaults.values()), engine.name
+        assert all(v > 0 for v in engine.defaults.values()), engine.name
+        assert len(set(engine.caps.keys)) == 2, engine.name
+        for speculating in (False, True):
+            batch, tokens, why = engine.caps.defaults(None, speculating)
+            assert batch > 0 and tokens > 0 and engine.display in why, engine.name
         if engine.bench is not None:
             assert engine.bench.engine == engine.name
             assert bench_commands.CLIENTS[engine.name] is engine.bench

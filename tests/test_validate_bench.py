@@ -140,8 +140,9 @@ def spoil(folder: Path, files: list[str], what: str) -> Path:
         return out
     shutil.copy(off, out)
     data = json.loads(off.read_text())
-    if what == "unknown-format":
-        (out / "notes.txt").write_text("these are not results\n")
+    if what == "only-notes":
+        (out / off.name).unlink()
+        (out / "server.log").write_text("INFO: Started server process\n")
     elif what == "two-models":
         (out / "other.json").write_text(json.dumps({**data, "model_id": "other/model"}))
     elif what == "two-engines":
@@ -169,7 +170,7 @@ def spoil(folder: Path, files: list[str], what: str) -> Path:
 
 BAD = {
     "empty": (0, "holds no benchmark result files"),
-    "unknown-format": (0, "notes.txt: not a benchmark result of a known format"),
+    "only-notes": (0, "holds no benchmark result files (skipped "),
     "two-models": (0, "runs of two models"),
     "two-engines": (0, "runs of two engines"),
     "missing-key": (0, "completed: missing"),
@@ -272,3 +273,103 @@ def test_a_scrape_gives_a_result_file_without_counters_its_acceptance(bench, tmp
     capsys.readouterr()
     assert main([*argv[:1], str(spec_scenario), *options, "--out", str(tmp_path / "x")]) == 2
     assert "no --bench is given" in capsys.readouterr().err
+
+
+def test_a_server_log_beside_the_results_is_skipped_and_one_replication_is_accepted(
+    bench, tmp_path, capsys
+):
+    _, files, truth = bench
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(files[0], runs)
+    (runs / "server.log").write_text("INFO: Started server process [1]\n")
+    argv = [runs, scenario(tmp_path, truth), tmp_path / "out", "--replications", "1"]
+    code, summary = validate(capsys, *argv)
+    assert code in (0, 1), summary
+    assert summary["skipped"] == {
+        str(runs / "server.log"): "not a benchmark result of a known format"
+    }
+    (run,) = summary["runs"]
+    assert all(row["band"] is None for row in run["rows"])  # one draw: no band
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert f"skipped {runs / 'server.log'}: not a benchmark result" in text
+
+
+def test_latency_thresholds_move_to_p95_where_a_run_has_no_p90():
+    from specsim.validation.compare import compare_figures, tail_thresholds
+
+    keys = ["ttft_s.p95", "ttft_s.p99", "tpot_s.p90", "tpot_s.p95", "e2e_s.mean"]
+    thresholds = tail_thresholds(keys)
+    assert thresholds["ttft_s.p95"] == 0.10 and "ttft_s.p90" not in thresholds
+    assert "ttft_s.p99" not in thresholds and "tpot_s.p95" not in thresholds
+    assert thresholds["tpot_s.p90"] == 0.10 and thresholds["e2e_s.p90"] == 0.10  # kept
+    draw = {key: 1.2 for key in keys}
+    rows = {
+        r.metric: r
+        for r in compare_figures(keys, [draw], dict.fromkeys(keys, 1.0), thresholds).rows
+    }
+    assert rows["ttft_s.p95"].ok is False and rows["ttft_s.p99"].ok is None
+
+
+def test_engine_caps_come_from_the_scenario_a_server_log_or_the_engine_and_say_which(
+    bench, tmp_path, capsys
+):
+    _, files, truth = bench
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(files[0], runs)
+    code, summary = validate(
+        capsys, runs, scenario(tmp_path, truth), tmp_path / "a", "--replications", "0"
+    )
+    assert code in (0, 1), summary
+    default = "vLLM 0.33's API-server default (test-gpu, 75 GiB)"
+    assert summary["engine_caps"]["max_batch"] == {"value": 1024, "source": default}
+    assert summary["engine_caps"]["max_batched_tokens"] == {"value": 8192, "source": default}
+    # The scenario's own setting, and the server's log for what the scenario leaves unset.
+    log = tmp_path / "server.log"
+    log.write_text("INFO non-default args: {'max_num_seqs': 64, 'max_num_batched_tokens': 2048}\n")
+    path = scenario(tmp_path, truth)
+    argv = ["--set", "engine.max_batch=32", "--server-args", str(log), "--replications", "0"]
+    code, summary = validate(capsys, runs, path, tmp_path / "b", *argv)
+    assert code in (0, 1), summary
+    assert summary["engine_caps"]["max_batch"] == {
+        "value": 32,
+        "source": f"{path} (engine.max_batch)",
+    }
+    assert summary["engine_caps"]["max_batched_tokens"] == {
+        "value": 2048,
+        "source": "server.log (max_num_batched_tokens)",
+    }
+    (run,) = summary["runs"]
+    assert run["workload"]["engine"] == {"max_batch": 32, "max_batched_tokens": 2048}
+
+
+def test_a_run_s_hit_share_replaces_the_scenario_s_prefix_which_is_kept_otherwise(
+    bench, tmp_path, capsys
+):
+    _, files, truth = bench
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(files[0], runs)
+    result = runs / Path(files[0]).name
+    plain = scenario(tmp_path, truth)
+    cached = tmp_path / "cached.yaml"
+    data = yaml.safe_load(plain.read_text())
+    data["workload"]["prefix"] = {"source": "fraction", "fraction": 0.5}
+    cached.write_text(yaml.safe_dump(data))
+
+    def ttft(summary) -> tuple[dict | None, float]:
+        (run,) = summary["runs"]
+        rows = {row["metric"]: row for row in run["rows"]}
+        return run["workload"]["prefix"], rows["ttft_s.mean"]["predicted"]
+
+    once = ("--replications", "0")
+    _, none = validate(capsys, runs, plain, tmp_path / "none", *once)
+    _, kept = validate(capsys, runs, cached, tmp_path / "kept", *once)
+    stated = ("--prefix-hit", f"{result}=0.9", *once)
+    _, share = validate(capsys, runs, cached, tmp_path / "share", *stated)
+    assert ttft(none)[0] is None
+    assert ttft(kept)[0] == {"source": "fraction", "fraction": 0.5, "hit_rate": 1.0}
+    assert ttft(share)[0] == {"source": "fraction", "fraction": 0.9, "hit_rate": 1.0}
+    # Cached prompt tokens skip prefill: the more cached, the shorter the predicted TTFT.
+    assert ttft(none)[1] > ttft(kept)[1] > ttft(share)[1]

@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from specsim.calibration.acceptance import (
     Scalar,
     acceptance_entry,
@@ -34,16 +32,20 @@ from specsim.calibration.acceptance import (
     run_k,
     windows_from_runs,
 )
-from specsim.calibration.fit import DETERMINED, NOISE, FitResult, calibrate
-from specsim.calibration.simulate import Evaluator, unfitted_reason
-from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD, apply, terms_for
-from specsim.calibration.workload import EngineDefaults, Speculation, replay
+from specsim.calibration.caps import resolve_caps
+from specsim.calibration.fit import DETERMINED, calibrate
+from specsim.calibration.gate import MAX_HELD_OUT_ERROR, accepted_note, judge
+from specsim.calibration.report import calibration_report, run_report
+from specsim.calibration.simulate import Evaluator
+from specsim.calibration.terms import apply, terms_for
+from specsim.calibration.workload import Speculation, replay
 from specsim.config import validate_as
 from specsim.errors import SpecsimError
 from specsim.profile import Acceptance, LoadedProfile, Profile, load_profile
 from specsim.profiling.writer import build_profile, software_versions, today
 from specsim.sampling.kinds import DEFAULT_VERIFIER
 from specsim.serving.detect import read_bench_files
+from specsim.serving.prefix_share import parse_share, state_shares
 from specsim.serving.runs import BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
 
@@ -60,13 +62,17 @@ class BenchOptions:
     verifier: str = DEFAULT_VERIFIER
     temperature: float = 1.0
     k: int | None = None
-    engine: EngineDefaults = field(default_factory=EngineDefaults)
+    caps: dict[str, tuple[int, str]] = field(default_factory=dict)  # given: cap -> (value, where)
+    server_args: str | None = None  # the server's log or flags file, for its caps
+    prefix_hits: tuple[str, ...] = ()  # RESULT=SHARE: stated prefix-cache hit shares
     acceptance_lengths: tuple[str, ...] = ()  # NAME:K=L
     acceptance_rates: tuple[str, ...] = ()  # NAME:K=R
     metrics: tuple[str, ...] = ()  # RESULT=SCRAPE: acceptance for a result file without counters
     seed: int = 0
     held_out: bool = True
     command: str | None = None
+    max_held_out_error: float = MAX_HELD_OUT_ERROR  # the quality gate (``gate``)
+    accept_poor_fit: bool = False
 
 
 @dataclass
@@ -74,6 +80,12 @@ class BenchCalibration:
     profile: Profile
     report: dict[str, Any]
     report_name: str
+
+    @property
+    def writable(self) -> bool:
+        """Under the quality gate's threshold, or accepted above it."""
+        gate = self.report["gate"]
+        return gate["passed"] or gate["accepted_with"] is not None
 
 
 def report_name(out: Path) -> str:
@@ -173,12 +185,14 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
             "device: specsim profile roofline makes one)",
         )
     pairs = [parse_pair(text) for text in opts.metrics]
-    runs = attach_scrapes(read_bench_files(opts.files), pairs)
+    shares = [parse_share(text) for text in opts.prefix_hits]
+    runs = state_shares(attach_scrapes(read_bench_files(opts.files), pairs), shares)
     loaded = load_profile(opts.into)
     spec_runs = [run for run in runs if run.speculation is not None]
     drafter = bench_drafter(loaded, opts.drafter, bool(spec_runs))
     data, acceptance = with_acceptance(loaded, spec_runs, drafter, opts)
     prior = build_profile(data, str(loaded.path))
+    caps = resolve_caps(runs, opts.caps, opts.server_args, prior)
     terms = terms_for(prior, drafter if spec_runs else None)
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         folder = Path(tmp)
@@ -193,122 +207,18 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
                     opts.temperature,
                     own_acceptance(run, drafter, opts, prior),
                 )
-            replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, opts.engine, opts.seed))
+            replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, caps, opts.seed))
         evaluator = Evaluator(prior, str(loaded.path), replays, terms, folder)
         result = calibrate(evaluator, opts.held_out)
-        per_run = [_run_report(evaluator, result, i) for i in range(len(runs))]
-    report = _report(evaluator, result, per_run, loaded, acceptance)
+        per_run = [run_report(evaluator, result, i) for i in range(len(runs))]
+    report = calibration_report(evaluator, result, per_run, loaded, acceptance)
+    report["engine_caps"] = {
+        cap: {"value": getattr(caps, cap), "source": source}
+        for cap, source in zip(("max_batch", "max_batched_tokens"), caps.sources, strict=True)
+    }
+    report["gate"] = judge(report, opts.max_held_out_error, opts.accept_poor_fit)
     profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))
-
-
-def _run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str, Any]:
-    replay_ = evaluator.replays[index]
-    run = replay_.run
-    theta0 = np.array([t.theta0 for t in evaluator.terms])
-    prior = evaluator.metrics(theta0, index)
-    fitted = evaluator.metrics(result.theta, index)
-    held = None if result.held_out is None else evaluator.metrics(result.held_out[index], index)
-    metrics = {}
-    for key, measured in run.metrics.items():
-        reason = unfitted_reason(key, measured, replay_.spread_known)
-        if reason is not None:
-            metrics[key] = {"measured": measured, "not_fitted": reason}
-            continue
-        row = {
-            "measured": measured,
-            "prior": prior[key],
-            "fitted": fitted[key],
-            "error": fitted[key] / measured - 1,
-        }
-        if held is not None:
-            row.update(held_out=held[key], held_out_error=held[key] / measured - 1)
-        metrics[key] = row
-    spec = replay_.speculation
-    return {
-        "file": run.source,
-        "run": run.index + 1,
-        "label": run.label,
-        "engine": run.engine,
-        "engine_version": run.engine_version,
-        "model": run.model,
-        "traffic": {
-            "request_rate": run.traffic.request_rate
-            if np.isfinite(run.traffic.request_rate)
-            else "inf",
-            "burstiness": run.traffic.burstiness,
-            "max_concurrency": run.traffic.max_concurrency,
-        },
-        "workload": replay_.describe(),
-        "speculation": None if spec is None else {"drafter": spec.drafter, "k": spec.k},
-        "metrics": metrics,
-        "notes": list(run.notes),
-    }
-
-
-def _errors(per_run: list[dict], column: str) -> np.ndarray:
-    return np.array(
-        [abs(row[column]) for run in per_run for row in run["metrics"].values() if column in row]
-    )
-
-
-def _report(evaluator, result, per_run, loaded, acceptance) -> dict[str, Any]:
-    fit_errors, held_errors = _errors(per_run, "error"), _errors(per_run, "held_out_error")
-    notes = []
-    if evaluator.out_of_range:
-        notes.append("the runs' loads took the prior's latency fits outside their measured range")
-    models = sorted({run["model"] for run in per_run if run["model"]})
-    target = loaded.profile.target.description
-    if models and target and target not in models:
-        notes.append(f"the runs serve {models[0]}; the prior's target is {target!r}")
-    return {
-        "prior": {"path": str(loaded.path), "source": loaded.profile.provenance.source},
-        "method": {
-            "residuals": "log(simulated / measured) of every figure the simulation gives, "
-            "a percentile weighted by a mean's sampling error over its own, each run's figures "
-            f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
-            "prior_spread": {
-                "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
-                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
-            },
-            "determined_below": DETERMINED,
-            "held_out": (
-                "each run left out in turn; the determined terms refitted on the rest, from the "
-                "prior"
-            ),
-            "simulations": evaluator.simulations,
-        },
-        "terms": _terms(evaluator, result),
-        "correlation": np.round(result.correlation, 3).tolist(),
-        "fit": _summary(fit_errors),
-        "held_out": None if result.held_out is None else _summary(held_errors),
-        "acceptance": acceptance,
-        "runs": per_run,
-        "notes": notes,
-    }
-
-
-def _summary(errors: np.ndarray) -> dict[str, float]:
-    return {
-        "figures": int(errors.size),
-        "median_abs_error": float(np.median(errors)) if errors.size else 0.0,
-        "max_abs_error": float(np.max(errors)) if errors.size else 0.0,
-    }
-
-
-def _terms(evaluator: Evaluator, result: FitResult) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": term.name,
-            "kind": term.kind,
-            "value": term.value(result.theta[i]),
-            "prior": term.prior,
-            "determined": i in result.determined,
-            "spread_ratio": float(min(result.spread_ratio[i], 1.0)),
-            "description": term.description,
-        }
-        for i, term in enumerate(evaluator.terms)
-    ]
 
 
 def _files(runs: list[BenchRun]) -> list[dict[str, Any]]:
@@ -357,6 +267,7 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
             f"from a scalar: {a['rule']}."
             for a in scalar
         )
+        + ("" if report["gate"]["accepted_with"] is None else accepted_note(report["gate"]))
     )
     data["provenance"] = {
         "source": "calibrated",

@@ -18,10 +18,12 @@ replayed with ``workload.max_concurrency`` when the client capped requests in fl
   otherwise uniform over the range the file states (SGLang's ``random`` dataset), otherwise
   every request at the file's mean lengths (rounded). Fixed lengths lack the real spread, which
   TTFT and E2E percentiles follow, so those are then left out of the fit (``spread_known``).
+- A run's prefix-cache hit share (``BenchRun.prefix_hit_share``) becomes the replay's
+  ``workload.prefix``: that share of every prompt cached (source 'fraction').
 - Only the completed requests are replayed (the metrics are theirs; failures are not modelled).
-- Engine settings no result file states come from the calibration's options
-  (``EngineDefaults``): SGLang's ``server_info`` gives ``max_running_requests``, which is the
-  running-batch cap.
+- Engine caps no result file states come from ``EngineDefaults``, each with its source
+  (``calibration.caps.resolve_caps``): SGLang's ``server_info`` gives ``max_running_requests``,
+  which is the running-batch cap.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class EngineDefaults:
 
     max_batch: int = Engine().max_batch
     max_batched_tokens: int = Engine().max_batched_tokens
+    # Where each came from, in words (``calibration.caps.resolve_caps``).
+    sources: tuple[str, str] = ("specsim's default", "specsim's default")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Replay:
     lead_in_s: float = (
         0.0  # the run's wait before its first send, when its saved times are replayed
     )
+    engine_sources: dict[str, str] | None = None  # where each cap came from, in words
 
     def duration(self, simulated_s: float) -> float:
         """The run's length as its client counts it: the simulated one (first send to last
@@ -84,6 +89,8 @@ class Replay:
         workload = {"kind": "trace", "trace": str(self.trace), "format": "vidur"}
         if self.run.traffic.max_concurrency is not None:
             workload["max_concurrency"] = self.run.traffic.max_concurrency
+        if self.run.prefix_hit_share:
+            workload["prefix"] = {"source": "fraction", "fraction": self.run.prefix_hit_share}
         speculation = {}
         if self.speculation is not None:
             spec = self.speculation
@@ -111,6 +118,8 @@ class Replay:
             "max_concurrency": traffic.max_concurrency,
             "lengths": self.lengths,
             "engine": self.engine,
+            "engine_sources": self.engine_sources,
+            "prefix_hit_share": self.run.prefix_hit_share,
             "seed": self.seed,
         }
 
@@ -177,10 +186,18 @@ def spread_known(run: BenchRun) -> bool:
     )
 
 
-def engine_settings(run: BenchRun, defaults: EngineDefaults) -> dict[str, int]:
+def engine_settings(run: BenchRun, defaults: EngineDefaults) -> tuple[dict[str, int], dict]:
+    """The run's caps, and where each came from."""
     running = run.server.get("max_running_requests")
-    max_batch = running if isinstance(running, int) and running > 0 else defaults.max_batch
-    return {"max_batch": max_batch, "max_batched_tokens": defaults.max_batched_tokens}
+    stated = isinstance(running, int) and running > 0
+    max_batch = running if stated else defaults.max_batch
+    sources = {
+        "max_batch": "the run's server_info (max_running_requests)"
+        if stated
+        else defaults.sources[0],
+        "max_batched_tokens": defaults.sources[1],
+    }
+    return {"max_batch": max_batch, "max_batched_tokens": defaults.max_batched_tokens}, sources
 
 
 def replay(
@@ -199,9 +216,18 @@ def replay(
     # repr of a Python float keeps every digit, so the replay sends at the same instants.
     rows = zip(times[order].tolist(), prompts[order].tolist(), outputs[order].tolist(), strict=True)
     trace.write_text(TRACE_HEADER + "".join(f"{t!r},{p},{o}\n" for t, p, o in rows), "utf-8")
-    engine = engine_settings(run, defaults)
+    engine, sources = engine_settings(run, defaults)
     saved = math.isfinite(run.traffic.request_rate) and run.lengths.start_times_s is not None
     lead_in = (run.lengths.lead_in_s or 0.0) if saved else 0.0
     return Replay(
-        run, trace, seed, engine, speculation, arrivals, lengths, spread_known(run), lead_in
+        run,
+        trace,
+        seed,
+        engine,
+        speculation,
+        arrivals,
+        lengths,
+        spread_known(run),
+        lead_in,
+        sources,
     )

@@ -11,10 +11,12 @@ beside the profile as NEW.calibration.json, and the table is printed.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from specsim.bounds import MAX_BATCH, MAX_K, MAX_TOKENS
+from specsim.calibration.gate import MAX_HELD_OUT_ERROR
 from specsim.cli.common import Number, emit
 from specsim.cli.profile_shared import add_fit_options, add_output, add_seed, out_path
 from specsim.sampling.kinds import DEFAULT_VERIFIER
@@ -47,17 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=Number(int, 1, MAX_BATCH),
         default=None,
-        help="the engine's cap on running sequences (vLLM --max-num-seqs) for runs whose file "
-        "does not state it (SGLang's server_info does); default: a scenario's "
-        "engine.max_batch default",
+        help="the engine's cap on running sequences (vLLM --max-num-seqs, SGLang "
+        "--max-running-requests, TensorRT-LLM max_batch_size) for runs whose file does not "
+        "state it (SGLang's server_info does); default: --server-args's, else the engine "
+        "version's default for the --into profile's device (the output says which)",
     )
     bench.add_argument(
         "--max-batched-tokens",
         metavar="N",
         type=Number(int, 1, MAX_TOKENS),
         default=None,
-        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens); "
-        "default: a scenario's engine.max_batched_tokens default",
+        help="the engine's token budget per iteration (vLLM --max-num-batched-tokens, SGLang "
+        "--chunked-prefill-size, TensorRT-LLM max_num_tokens); default as --max-batch's",
+    )
+    bench.add_argument(
+        "--server-args",
+        metavar="FILE",
+        default=None,
+        help="the server's log or flags file (vllm serve's command line or startup log, "
+        "SGLang's server_args, a TensorRT-LLM options YAML): the batch caps it states",
     )
     bench.add_argument(
         "--k",
@@ -94,20 +104,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "spec_decode counters or SGLang's spec_accept gauges); repeatable",
     )
     bench.add_argument(
+        "--prefix-hit",
+        metavar="RESULT=SHARE",
+        action="append",
+        default=[],
+        help="the share of the prompt tokens of the runs in RESULT that the server's prefix "
+        "cache held (vLLM's prefix_cache_hits / prefix_cache_queries; a --metrics scrape with "
+        "those counters gives it too), replayed as workload.prefix source 'fraction'; "
+        "repeatable",
+    )
+    bench.add_argument(
         "--no-held-out",
         action="store_true",
-        help="skip the leave-one-run-out fits (one fit per run: the slow part)",
+        help="skip the leave-one-run-out fits (one fit per run: the slow part); the quality "
+        "gate then judges the fit's own error",
+    )
+    bench.add_argument(
+        "--max-held-out-error",
+        metavar="F",
+        type=Number(float, 0, 100),
+        default=MAX_HELD_OUT_ERROR,
+        help="the quality gate: a fit whose held-out median |predicted / measured - 1| is "
+        "above F is not written (a warning, exit 1) unless --accept-poor-fit is given "
+        f"(default {MAX_HELD_OUT_ERROR:g}: ten per cent)",
+    )
+    bench.add_argument(
+        "--accept-poor-fit",
+        action="store_true",
+        help="write a fit above --max-held-out-error anyway, with its error and this flag in "
+        "its provenance notes and in the report's gate",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
-    from specsim.calibration.workload import EngineDefaults
+    from specsim.calibration.gate import warning_line
     from specsim.fileio import dump_json
     from specsim.profiling.writer import command_line, write_profile
 
     out, name = out_path(args.out, args.name)
-    defaults = EngineDefaults()
     opts = BenchOptions(
         files=tuple(args.results),
         into=args.into,
@@ -117,34 +152,56 @@ def run(args: argparse.Namespace) -> int:
         verifier=args.verifier or DEFAULT_VERIFIER,
         temperature=1.0 if args.temperature is None else args.temperature,
         k=args.k,
-        engine=EngineDefaults(
-            args.max_batch or defaults.max_batch,
-            args.max_batched_tokens or defaults.max_batched_tokens,
-        ),
+        caps=given_caps(args),
+        server_args=args.server_args,
+        prefix_hits=tuple(args.prefix_hit),
         acceptance_lengths=tuple(args.acceptance_length),
         acceptance_rates=tuple(args.acceptance_rate),
         metrics=tuple(args.metrics),
         seed=args.seed,
         held_out=not args.no_held_out,
         command=command_line(),
+        max_held_out_error=args.max_held_out_error,
+        accept_poor_fit=args.accept_poor_fit,
     )
     result = calibrate_from_bench(opts)
-    write_profile(result.profile, out, {result.report_name: dump_json(result.report)})
     report_path = out.parent / result.report_name
+    if not result.writable:
+        sys.stderr.write(warning_line(result.report["gate"], str(out)) + "\n")
+        summary = {"out": None, "report": None, **result.report}
+        emit(args, summary, "\n".join(summary_lines(result.report, None, report_path)))
+        return 1
+    write_profile(result.profile, out, {result.report_name: dump_json(result.report)})
     summary = {"out": str(out), "report": str(report_path), **result.report}
     emit(args, summary, "\n".join(summary_lines(result.report, out, report_path)))
     return 0
+
+
+def given_caps(args: argparse.Namespace) -> dict[str, tuple[int, str]]:
+    """The caps given on the command line, and where."""
+    given = {"max_batch": args.max_batch, "max_batched_tokens": args.max_batched_tokens}
+    return {
+        cap: (value, f"the command line (--{cap.replace('_', '-')})")
+        for cap, value in given.items()
+        if value is not None
+    }
 
 
 def _percent(value: float) -> str:
     return f"{value:+.1%}"
 
 
-def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[str]:
+def summary_lines(report: dict[str, Any], out: Path | None, report_path: Path) -> list[str]:
+    """``out`` None: the fit was refused by the quality gate and nothing written."""
     runs = report["runs"]
     files = len({run["file"] for run in runs})
+    done = (
+        "not written (poor fit)"
+        if out is None
+        else f"wrote {out} (calibrated) and {report_path.name}"
+    )
     lines = [
-        f"wrote {out} (calibrated) and {report_path.name}: {len(runs)} run(s) in {files} "
+        f"{done}: {len(runs)} run(s) in {files} "
         f"file(s), on the prior {report['prior']['path']} ({report['prior']['source']})"
     ]
     for term in report["terms"]:
@@ -170,6 +227,24 @@ def summary_lines(report: dict[str, Any], out: Path, report_path: Path) -> list[
     else:
         line += "; held out: not computed (a single run, or --no-held-out)"
     lines.append(line)
+    lines.append(
+        "  engine caps: "
+        + "; ".join(
+            f"{cap} {c['value']} from {c['source']}" for cap, c in report["engine_caps"].items()
+        )
+    )
+    if report["undetermined"]:
+        lines.append(
+            "  not determined by these runs (kept at the prior's values): "
+            + ", ".join(report["undetermined"])
+        )
+    gate = report["gate"]
+    if not gate["passed"]:
+        lines.append(
+            f"  quality gate: median |error| {gate['median_abs_error']:.1%} above "
+            f"{gate['threshold']:.0%}"
+            + ("" if gate["accepted_with"] is None else f", written with {gate['accepted_with']}")
+        )
     for entry in report["acceptance"]:
         lengths = ", ".join(f"k={k}: {v:.3f}" for k, v in entry["mean_acceptance_length"].items())
         lines.append(

@@ -44,16 +44,20 @@ engine: the result files the bench.sh that plan writes leaves (DIR/engine/bench/
 SGLang JSONL), or every file under DIR (vLLM, SGLang or the normalised CSV, told apart by their
 content). Each run's workload is rebuilt as profile from-bench rebuilds it (its own send times
 and lengths when saved), served by the scenario's engine, speculation and fleet on --profile
-(default: the scenario's profile), and every figure the file holds (TTFT, TPOT, ITL, E2E
+(default: the scenario's profile) with the batch caps the scenario sets, else those
+--server-args FILE states, else the runs' engine version's defaults for the profile's device
+(the output names each cap's source), and every figure the file holds (TTFT, TPOT, ITL, E2E
 percentiles, throughputs, the counted acceptance length) compared as the benchmark client
-measured it, with the thresholds, bands and exit codes above:
+measured it, with the thresholds, bands and exit codes above (a latency without a p90 has the
+p90 threshold on its next percentile up: p95 or p99, which published runs carry). Files under
+DIR that are no results (a server.log, a README, a /metrics scrape) are skipped with a note:
 
   specsim validate scenarios/poisson.yaml --bench runs/window --out runs/check
 
 It writes DIR/comparison.json, DIR/comparison.md, DIR/validation.png and .csv and
 DIR/runs/NN-LABEL/ (the replayed trace, and the simulator's requests.csv and summary.json of
 it). Runs of two models or engines, a speculative run without counters for a speculating
-scenario (or one that drafted another k), and a file of unknown format are bad input.
+scenario (or one that drafted another k), and a folder without any result file are bad input.
 """
 
 from __future__ import annotations
@@ -84,6 +88,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="with --bench: the acceptance of the runs in RESULT (a result file that counts "
         "none) from SCRAPE, its server's /metrics scrape; repeatable",
+    )
+    parser.add_argument(
+        "--prefix-hit",
+        metavar="RESULT=SHARE",
+        action="append",
+        default=[],
+        help="with --bench: the share of the prompt tokens of the runs in RESULT that the "
+        "server's prefix cache held (vLLM's prefix_cache_hits / prefix_cache_queries; a "
+        "--metrics scrape gives it too), replayed as workload.prefix source 'fraction'; runs "
+        "without one keep the scenario's own workload.prefix; repeatable",
+    )
+    parser.add_argument(
+        "--server-args",
+        metavar="FILE",
+        help="with --bench: the server's log or flags file (vllm serve's command line or "
+        "startup log, SGLang's server_args, a TensorRT-LLM options YAML), for the batch caps "
+        "it states; otherwise the scenario's own engine.max_batch / max_batched_tokens where it "
+        "sets them, else the runs' engine version's defaults for the profile's device (the "
+        "output says which)",
     )
     parser.add_argument(
         "--profile",
@@ -136,7 +159,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=20,
         metavar="N",
         help="simulate the same requests N times (other acceptance and jitter draws) for each "
-        "metric's p10..p90 beside the prediction (default 20; 0: none)",
+        "metric's p10..p90 beside the prediction (default 20; 0 or 1: the seeded run alone, "
+        "no band)",
     )
     add_json(parser)
 
@@ -181,7 +205,14 @@ def run_bench(args: argparse.Namespace, scenario) -> int:
                 fix=f"drop {option} (or --bench, to run the built-in engine)",
             )
     result = write_bench_validation(
-        scenario, args.bench, args.profile, args.replications, args.out, tuple(args.metrics)
+        scenario,
+        args.bench,
+        args.profile,
+        args.replications,
+        args.out,
+        tuple(args.metrics),
+        args.server_args,
+        tuple(args.prefix_hit),
     )
     summary = {"out": args.out, **result.payload}
     emit(args, summary, result.report)
@@ -193,12 +224,6 @@ def run(args: argparse.Namespace) -> int:
     from specsim.validation.validate import ValidateOptions, validate
 
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.replications == 1:
-        raise SpecsimError(
-            "needs 0 or at least 2 runs for a spread",
-            file="--replications",
-            fix="e.g. --replications 20",
-        )
     if args.bench is not None:
         return run_bench(args, scenario)
     if args.metrics:
@@ -207,6 +232,20 @@ def run(args: argparse.Namespace) -> int:
             file="command line",
             key="--metrics",
             fix="add --bench DIR, or drop --metrics",
+        )
+    if args.prefix_hit:
+        raise SpecsimError(
+            "gives benchmark runs their prefix-cache hit share, and no --bench is given",
+            file="command line",
+            key="--prefix-hit",
+            fix="add --bench DIR, or drop --prefix-hit",
+        )
+    if args.server_args is not None:
+        raise SpecsimError(
+            "gives benchmark runs their server's caps, and no --bench is given",
+            file="command line",
+            key="--server-args",
+            fix="add --bench DIR, or drop --server-args",
         )
     if args.prompts is not None:  # a bad prompt file fails now, not after the profiling
         from specsim.workload.prompts import read_prompts

@@ -72,8 +72,7 @@ def read_bench_text(text: str, source: str, sha256: str) -> list[BenchRun]:
         return found.pop().reader.read_runs(objects, source, sha256)
     if normalised.is_normalised_csv(text):
         return normalised.read_runs(text, source, sha256)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if all(_PROMETHEUS.match(line) for line in lines[:20]):
+    if is_scrape(text):
         raise SpecsimError(
             "a /metrics scrape holds acceptance, not a benchmark run",
             file=source,
@@ -81,6 +80,27 @@ def read_bench_text(text: str, source: str, sha256: str) -> list[BenchRun]:
             "(or to profile calibrate)",
         )
     raise SpecsimError("not a benchmark result of a known format", file=source, fix=f"give {KNOWN}")
+
+
+def is_scrape(text: str) -> bool:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return all(_PROMETHEUS.match(line) for line in lines[:20])
+
+
+def not_results(path: Path) -> str | None:
+    """Why a file in a results folder is no benchmark result (a server log, notes, a scrape),
+    or None when its content reads as one: ``validate --bench DIR`` skips the others."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    if not text.strip():
+        return "file is empty"
+    if text.lstrip().startswith("{") or normalised.is_normalised_csv(text):
+        return None
+    if is_scrape(text):
+        return "a /metrics scrape (give it as --metrics RESULT=SCRAPE)"
+    return "not a benchmark result of a known format"
 
 
 def json_objects(text: str, source: str) -> list[dict]:

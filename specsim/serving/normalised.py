@@ -83,7 +83,7 @@ COLUMNS = (
     *(
         Column(f"{name}.{stat}", "number", False, f"{_METRIC_TEXT[name]} ({stat}, seconds)")
         for name in METRIC_NAMES
-        for stat in ("mean", "p50", "p90", "p99")
+        for stat in ("mean", "p50", "p90", "p95", "p99")
     ),
     Column(
         "throughput_tokens_per_s",
@@ -96,6 +96,13 @@ COLUMNS = (
         "number",
         False,
         "completed requests per second (default: completed / duration_s)",
+    ),
+    Column(
+        "prefix_hit_share",
+        "number",
+        False,
+        "the share of prompt tokens the server's prefix cache held (vLLM's "
+        "prefix_cache_hits / prefix_cache_queries over the run); absent: no cache hits",
     ),
     Column(
         "itl_per_token",
@@ -138,7 +145,9 @@ RULES = (
     "One row per run; the header names the columns used, in any order; an empty cell is an "
     "absent value. A column not listed here is refused (a misspelt name would be lost).",
     "Every number is finite and not negative (`inf` only for request_rate).",
-    "At least one latency column is filled. Only the percentiles measured need be given.",
+    "At least one latency or throughput column is filled (a published table's throughput-only "
+    "row is a run); only the figures measured need be given, and a figure missing is left out.",
+    "A line whose first character is # is a comment (a table's source, its units).",
     "An open-loop run (finite request_rate, no max_concurrency) whose duration_s is too short "
     "to send its completed requests at that rate is refused (5 standard deviations of the "
     "arrival process below its expected span).",
@@ -157,8 +166,15 @@ EXAMPLE = (
 )
 
 
+def _uncommented(text: str) -> str:
+    """The table without its comment lines (``#`` first)."""
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#")
+    )
+
+
 def is_normalised_csv(text: str) -> bool:
-    first = next((line for line in text.splitlines() if line.strip()), "")
+    first = next((line for line in _uncommented(text).splitlines() if line.strip()), "")
     try:
         names = next(csv.reader([first]), [])
     except csv.Error:  # a field past the reader's limit: not this table's header
@@ -169,7 +185,7 @@ def is_normalised_csv(text: str) -> bool:
 def read_runs(text: str, source: str, sha256: str) -> list[BenchRun]:
     """One run per row of the table (``COLUMNS``)."""
     with reading_csv(source):
-        return _read_rows(csv.DictReader(io.StringIO(text)), source, sha256)
+        return _read_rows(csv.DictReader(io.StringIO(_uncommented(text))), source, sha256)
 
 
 def _read_rows(reader: csv.DictReader, source: str, sha256: str) -> list[BenchRun]:
@@ -246,15 +262,15 @@ def _run(cells: dict[str, str], where: Where, sha256: str) -> BenchRun:
     for column in COLUMNS:
         if column.name.split(".")[0] in METRIC_NAMES and column.name in cells:
             metrics[column.name] = _value(cells, column.name, where, MAX_SECONDS)
-    if not metrics:
-        raise where.error(
-            "no latency column is filled",
-            "ttft_s.mean",
-            fix=f"fill the measured percentiles ({REFERENCE})",
-        )
     lengths = _lengths(cells, where)
     output_rate = _value(cells, "throughput_tokens_per_s", where, MAX_COUNT)
     request_rate = _value(cells, "request_throughput", where, MAX_RATE)
+    if not metrics and output_rate is None and request_rate is None:
+        raise where.error(
+            "no latency or throughput column is filled",
+            "ttft_s.mean",
+            fix=f"fill the measured figures ({REFERENCE})",
+        )
     metrics["throughput_tokens_per_s"] = (
         lengths.output_mean * completed / duration if output_rate is None else output_rate
     )
@@ -277,6 +293,7 @@ def _run(cells: dict[str, str], where: Where, sha256: str) -> BenchRun:
         metrics=dict(sorted(metrics.items())),
         itl_per_token=bool(_flag(cells, "itl_per_token", where)),
         speculation=_speculation(cells, where),
+        prefix_hit_share=_value(cells, "prefix_hit_share", where, 1.0),
     )
     check_pace(run, "request_rate", "duration_s")
     return run

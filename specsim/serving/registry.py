@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from specsim.errors import SpecsimError
 from specsim.serving import (
     bench_commands,
+    caps,
     prometheus,
     sglang,
     sglang_config,
@@ -27,6 +28,7 @@ from specsim.serving import (
     vllm_config,
 )
 from specsim.serving.bench_commands import BenchClient
+from specsim.serving.caps import CapRule
 from specsim.serving.runs import BenchRun
 from specsim.serving.setting import ROLES, EngineSetting, Rendered, Speculative, engine_method
 from specsim.serving.setting import role_file as _role_file
@@ -64,8 +66,10 @@ class Engine:
     bench: BenchClient | None = None
     reader: Reader | None = None
     scrape: Callable[..., prometheus.Scrape | None] | None = None
-    # Documented defaults of the engine at ``version`` (engine-formats.md), by its own keys.
+    # Documented defaults of the engine at ``version`` (engine-formats.md), by its own keys,
+    # other than its batch caps (``caps``, which depend on the device).
     defaults: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    caps: CapRule | None = None  # its batch caps' keys and defaults per device
 
     def method(self, spec: Speculative) -> str:
         """The engine's method for the drafter; a kind it has no method for is refused."""
@@ -94,8 +98,7 @@ VLLM = Engine(
         vllm.read_runs,
     ),
     scrape=prometheus.vllm_scrape,
-    # The API server's on a device of 70 to 160 GiB, not A100 or GB10 (an H100, H200; §3.6).
-    defaults=MappingProxyType({"max_num_seqs": 1024, "max_num_batched_tokens": 8192}),
+    caps=caps.VLLM,
 )
 SGLANG = Engine(
     name="sglang",
@@ -113,8 +116,9 @@ SGLANG = Engine(
         sglang.read_runs,
     ),
     scrape=prometheus.sglang_scrape,
-    # max_running_requests when speculating and unset, and tp_size (§4.5); page_size (§4.8).
-    defaults=MappingProxyType({"max_running_requests": 48, "page_size": 1, "tp_size": 1}),
+    # tp_size (§4.5); page_size (§4.8). Its batch caps: ``caps``.
+    defaults=MappingProxyType({"page_size": 1, "tp_size": 1}),
+    caps=caps.SGLANG,
 )
 TRTLLM = Engine(
     name="trtllm",
@@ -125,7 +129,7 @@ TRTLLM = Engine(
     methods=MappingProxyType(trtllm_config.KIND_METHODS),
     router=trtllm_config.ROUTER,
     router_file=(trtllm_config.DISAGG_FILE, trtllm_config.router_file),
-    defaults=MappingProxyType({"max_batch_size": 2048, "max_num_tokens": 8192}),  # §5.5
+    caps=caps.TRTLLM,
 )
 
 ENGINES = (VLLM, SGLANG, TRTLLM)

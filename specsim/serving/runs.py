@@ -78,6 +78,8 @@ class BenchRun:
     speculation: SpecCounters | None  # None: speculation off
     server: dict = field(default_factory=dict)  # what the file says of the server
     notes: tuple[str, ...] = ()  # caveats a reader found (a lifetime average, a fixed bug)
+    # The share of prompt tokens found in the prefix cache (``serving.prefix_share``), if known.
+    prefix_hit_share: float | None = None
 
     @property
     def where(self) -> str:

@@ -1,4 +1,6 @@
-"""Acceptance from a /metrics scrape for benchmark runs whose files count none.
+"""Acceptance from a /metrics scrape for benchmark runs whose files count none, and the
+runs' prefix-cache hit share where the scrape has the cache's series
+(``specsim.serving.prefix_share``).
 
 Older ``vllm bench serve`` layouts and a plain ``--save-result`` without speculative counters
 leave a speculative run's acceptance out of its file; the server's /metrics scrape has it. A
@@ -14,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.fileio import check_input_file
-from specsim.serving.prometheus import read_scrape
+from specsim.fileio import check_input_file, read_text
+from specsim.serving.prefix_share import scrape_share
+from specsim.serving.prometheus import parse_prometheus, read_scrape
 from specsim.serving.runs import BenchRun
 
 OPTION = "--metrics"
@@ -57,8 +60,21 @@ def attach_scrapes(runs: list[BenchRun], pairs: list[tuple[str, str]]) -> list[B
 
 
 def _with_scrape(run: BenchRun, scrape_path: str | None) -> BenchRun:
+    """The scrape's acceptance for a run that counts none, and its prefix-cache hit share."""
     if scrape_path is None:
         return run
+    samples = parse_prometheus(read_text(scrape_path, "metrics dump"), scrape_path)
+    share = scrape_share(samples, scrape_path)
+    speculative = any(s.name.startswith(("vllm:spec_decode", "sglang:spec_")) for s in samples)
+    if share is not None:
+        note = f"prefix-cache hit share {share[0]:.4g} from {scrape_path}: {share[1]}"
+        run = replace(run, prefix_hit_share=share[0], notes=(*run.notes, note))
+        if not speculative or run.speculation is not None:
+            return run
+    return _with_acceptance(run, scrape_path)
+
+
+def _with_acceptance(run: BenchRun, scrape_path: str) -> BenchRun:
     if run.speculation is not None:
         raise SpecsimError(
             "the run counts its own acceptance, so a scrape is not given to it",

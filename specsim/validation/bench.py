@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.calibration.caps import resolve_caps
 from specsim.calibration.simulate import metric_parts, run_metrics, unfitted_reason
 from specsim.calibration.workload import EngineDefaults, replay
 from specsim.errors import SpecsimError
@@ -31,10 +32,11 @@ from specsim.fileio import dump_json
 from specsim.profile import LoadedProfile, load_profile
 from specsim.scenario import Scenario
 from specsim.serving.bench_commands import FOLDER, SCRIPT, label
-from specsim.serving.detect import read_bench_files
+from specsim.serving.detect import not_results, read_bench_files
+from specsim.serving.prefix_share import parse_share, state_shares
 from specsim.serving.runs import METRIC_NAMES, THROUGHPUT_KEYS, BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
-from specsim.validation.compare import Comparison, compare_figures
+from specsim.validation.compare import Comparison, compare_figures, tail_thresholds
 
 ACCEPTANCE = "mean_acceptance_length"
 BENCH_FOLDER = Path("engine") / FOLDER
@@ -85,6 +87,45 @@ def result_files(folder: str | Path) -> list[Path]:
             fix="run the benchmark (bench.sh), or give the folder its results are in",
         )
     return files
+
+
+def split_results(files: list[Path]) -> tuple[list[Path], dict[str, str]]:
+    """The result files among ``files`` and, by path, why each other one is skipped (a
+    ``server.log`` or a README beside the results); none left is bad input."""
+    kept, skipped = [], {}
+    for path in files:
+        reason = not_results(path)
+        if reason is None:
+            kept.append(path)
+        else:
+            skipped[str(path)] = reason
+    if not kept:
+        named = "; ".join(f"{path}: {why}" for path, why in skipped.items())
+        raise SpecsimError(
+            f"holds no benchmark result files (skipped {named})",
+            file=str(files[0].parent),
+            key="--bench",
+            fix="run the benchmark (bench.sh), or give the folder its results are in",
+        )
+    return kept, skipped
+
+
+def check_prefix(runs: list[BenchRun], scenario: Scenario) -> None:
+    """A scenario prefix read from trace columns cannot describe runs whose replayed traces
+    have none; a run without its own hit share would take it."""
+    prefix = scenario.workload.prefix
+    if prefix is None or prefix.source not in ("column", "session"):
+        return
+    for run in runs:
+        if run.prefix_hit_share is None:
+            raise SpecsimError(
+                f"the scenario's prefix source {prefix.source!r} reads trace columns, and the "
+                "replayed benchmark runs carry none",
+                file=str(scenario.source or "scenario"),
+                key="workload.prefix.source",
+                fix="state the runs' hit share (--prefix-hit RESULT=SHARE, or a /metrics "
+                "scrape with --metrics), or use source 'fraction' or 'system_prompt'",
+            )
 
 
 def check_speculation(run: BenchRun, scenario: Scenario) -> None:
@@ -149,7 +190,11 @@ def figures(run: BenchRun, spread_known: bool) -> tuple[list[str], dict[str, str
 
 
 def run_scenario(scenario: Scenario, workload, seed: int, engine: dict, profile: str) -> Scenario:
-    """The scenario's setting serving the replayed workload."""
+    """The scenario's setting serving the replayed workload: with the run's prefix-cache hit
+    share where it has one, otherwise with the scenario's own ``workload.prefix``."""
+    own = scenario.workload.prefix
+    if workload.prefix is None and own is not None:
+        workload = workload.model_copy(update={"prefix": own})
     return scenario.model_copy(
         update={
             "workload": workload,
@@ -161,7 +206,12 @@ def run_scenario(scenario: Scenario, workload, seed: int, engine: dict, profile:
 
 
 def validate_run(
-    run: BenchRun, scenario: Scenario, loaded: LoadedProfile, replications: int, folder: Path
+    run: BenchRun,
+    scenario: Scenario,
+    loaded: LoadedProfile,
+    replications: int,
+    folder: Path,
+    caps: EngineDefaults,
 ) -> tuple[dict[str, Any], Comparison, dict[str, str], dict[str, np.ndarray]]:
     """One run against the simulator: how it was replayed, the comparison, the figures left
     out (and why) and the seeded simulation's records. Writes the replayed trace
@@ -170,9 +220,7 @@ def validate_run(
     from specsim.simulation.records import read_records
 
     folder.mkdir(parents=True)
-    engine = scenario.engine
-    defaults = EngineDefaults(engine.max_batch, engine.max_batched_tokens)
-    replayed = replay(run, folder / "workload.csv", None, defaults)
+    replayed = replay(run, folder / "workload.csv", None, caps)
     profile_path = str(Path(loaded.path).resolve())
     simulated = run_scenario(
         scenario,
@@ -203,7 +251,18 @@ def validate_run(
             if replication == 0:
                 records = these
                 (folder / "summary.json").write_text(dump_json(result.summary), "utf-8")
-    return replayed.describe(), compare_figures(keys, draws, measured), skipped, records
+    comparison = compare_figures(keys, draws, measured, tail_thresholds(keys))
+    described = replayed.describe()
+    prefix = simulated.workload.prefix
+    described["prefix"] = None if prefix is None else prefix.model_dump(exclude_none=True)
+    return described, comparison, skipped, records
+
+
+def scenario_caps(scenario: Scenario) -> dict[str, tuple[int, str]]:
+    """The caps the scenario sets itself (its file or --set): those replace the engine's."""
+    where = str(scenario.source) if scenario.source else "the scenario"
+    given = scenario.engine.model_fields_set & {"max_batch", "max_batched_tokens"}
+    return {cap: (getattr(scenario.engine, cap), f"{where} (engine.{cap})") for cap in given}
 
 
 def run_names(runs: list[BenchRun]) -> list[str]:
@@ -218,23 +277,31 @@ def validate_bench(
     replications: int,
     staging: Path | None = None,
     metrics: tuple[str, ...] = (),
-) -> tuple[str, list[RunValidation]]:
-    """The profile used and every run under ``bench`` against the simulator. Bad input is
+    server_args: str | None = None,
+    prefix_hits: tuple[str, ...] = (),
+) -> tuple[str, list[RunValidation], dict[str, str], EngineDefaults]:
+    """The profile used, every run under ``bench`` against the simulator, and the files
+    skipped as no results (``split_results``) and the engine caps the runs were replayed with
+    (``scenario_caps``). Bad input is
     refused before anything is simulated; the runs' files go into ``staging/runs/NAME/``
     (a temporary folder when None). ``metrics`` (RESULT=SCRAPE) gives a scrape's acceptance to
     a result file that counts none (``specsim.serving.scrapes``)."""
     pairs = [parse_pair(text) for text in metrics]
-    runs = attach_scrapes(read_bench_files(result_files(bench)), pairs)
+    shares = [parse_share(text) for text in prefix_hits]
+    files, skipped = split_results(result_files(bench))
+    runs = state_shares(attach_scrapes(read_bench_files(files), pairs), shares)
     for run in runs:
         check_speculation(run, scenario)
+    check_prefix(runs, scenario)
     path = str(scenario.resolve(scenario.profile)) if profile is None else profile
     loaded = load_profile(path)
+    caps = resolve_caps(runs, scenario_caps(scenario), server_args, loaded.profile)
     with tempfile.TemporaryDirectory(prefix="specsim-validate-") as tmp:
         # Absolute: the replayed traces are read through a scenario whose relative paths
         # resolve against its own file's folder, not the working one.
         root = (Path(tmp) if staging is None else staging).resolve()
         validated = []
         for run, name in zip(runs, run_names(runs), strict=True):
-            parts = validate_run(run, scenario, loaded, replications, root / "runs" / name)
+            parts = validate_run(run, scenario, loaded, replications, root / "runs" / name, caps)
             validated.append(RunValidation(run, name, *parts))
-    return path, validated
+    return path, validated, skipped, caps

@@ -93,30 +93,45 @@ def write_bench_validation(
     replications: int,
     out: str | Path,
     metrics: tuple[str, ...] = (),
+    server_args: str | None = None,
+    prefix_hits: tuple[str, ...] = (),
 ) -> BenchValidationResult:
     """Validate every run under ``bench`` (``validate_bench``) and write the outputs to ``out``."""
     from specsim.validation.plot import plot_bench_validation
 
     with atomic_output_dir(out) as staging:
-        profile_path, runs = validate_bench(
-            scenario, bench, profile, replications, staging, metrics
+        profile_path, runs, skipped, caps = validate_bench(
+            scenario, bench, profile, replications, staging, metrics, server_args, prefix_hits
         )
         spec = scenario.speculation
         what = f"k={spec.k} drafter {spec.drafter}" if spec.enabled else "k=0 (no speculation)"
         passed = sum(r.comparison.passed for r in runs)
         head = (
             f"{scenario.name}: {len(runs)} benchmark run(s) from {bench} against the simulator "
-            f"({what}, max_batch {scenario.engine.max_batch}; profile {profile_path}): "
+            f"({what}, max_batch {caps.max_batch}; profile {profile_path}): "
             f"{passed} of {len(runs)} within every threshold"
         )
+        head += (
+            f"\nengine caps: max_batch {caps.max_batch} from {caps.sources[0]}; "
+            f"max_batched_tokens {caps.max_batched_tokens} from {caps.sources[1]}"
+        )
+        head += "".join(f"\nskipped {path}: {why}" for path, why in skipped.items())
         report = "\n\n".join([head, *(run_text(r) for r in runs)])
         payload = {
             "scenario": scenario.name,
             "profile": profile_path,
             "bench": str(bench),
             "passed": passed == len(runs),
+            "engine_caps": {
+                cap: {"value": getattr(caps, cap), "source": source}
+                for cap, source in zip(
+                    ("max_batch", "max_batched_tokens"), caps.sources, strict=True
+                )
+            },
             "runs": [run_payload(r) for r in runs],
         }
+        if skipped:  # absent when nothing was skipped, as before
+            payload["skipped"] = skipped
         plot_bench_validation(
             [(r.name, r.comparison, r.records, r.run.metrics) for r in runs],
             f"{scenario.name}: simulator (profile {Path(profile_path).name}) vs benchmark runs",

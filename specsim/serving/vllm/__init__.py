@@ -19,7 +19,10 @@ lacks (p50, p90, p99) are computed from them as vLLM would; where the file has a
 arrays also give, the two must agree. ITL is one gap per streamed chunk (vLLM's client does not
 count tokens in a chunk), so ``itl_per_token`` is False; under speculation a chunk carries
 several tokens. The engine is told from ``backend``: names with ``sglang`` are SGLang, the
-``openai*`` and ``vllm*`` backends (vLLM's own clients) vLLM, any other "other".
+``openai*`` and ``vllm*`` backends (vLLM's own clients) vLLM, any other "other". The client
+writes no server version: a ``vllm_version`` (or ``engine_version``, ``version``) key added
+with ``--metadata`` is the run's engine version, and the layout's note says "an unknown
+version" otherwise (the layout names the keys, not the version that wrote them).
 """
 
 from specsim.serving.vllm.bench_reader import FORMAT, is_vllm_result, read_run, read_runs

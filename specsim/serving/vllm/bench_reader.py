@@ -28,6 +28,14 @@ SPEC_KEYS = (
     "spec_decode_per_position_acceptance_rates",
 )
 DERIVED = (50, 90, 99)  # the percentiles computed from saved arrays when the file lacks them
+# vllm bench serve writes no server version; ``--metadata vllm_version=0.11.0`` (any KEY=VALUE)
+# adds one to the result, under one of these keys.
+VERSION_KEYS = ("vllm_version", "engine_version", "version")
+LAYOUTS = {
+    "0.33": "with backend and burstiness (vLLM after 0.10.2)",
+    "0.10": "with burstiness, without backend (vLLM 0.10)",
+    "2024-script": "of benchmarks/benchmark_serving.py (2024)",
+}
 NO_COUNTERS_NOTE = (
     "this layout never records speculative counters: read as speculation off (a /metrics "
     "scrape supplies acceptance)"
@@ -70,13 +78,15 @@ def read_run(data: Mapping[str, Any], where: Where, sha256: str) -> BenchRun:
     metrics, notes = _metrics(data, where, layout, mask)
     notes += [] if layout == "0.33" else [NO_COUNTERS_NOTE]
     backend = text(data, "backend", where) or text(data, "endpoint_type", where)
+    version = next((text(data, key, where) for key in VERSION_KEYS if key in data), None)
+    written = f"written by vLLM {version}" if version else "written by an unknown version"
     run = BenchRun(
         source=where.source,
         sha256=sha256,
         index=where.run,
         format=FORMAT,
         engine=engine_of(backend),
-        engine_version=None,  # vllm bench serve does not write the server's version
+        engine_version=version,
         model=text(data, "model_id", where),
         label=text(data, "label", where),
         traffic=traffic,
@@ -87,7 +97,7 @@ def read_run(data: Mapping[str, Any], where: Where, sha256: str) -> BenchRun:
         itl_per_token=False,
         speculation=_speculation(data, where),
         server={"backend": backend} if backend else {},
-        notes=(f"vLLM bench layout {layout}", *notes),
+        notes=(f"vLLM bench layout {LAYOUTS[layout]}, {written}", *notes),
     )
     check_pace(run, "request_rate", "duration")
     _check_throughput(data, where, run)
