@@ -60,6 +60,8 @@ ENGINE_FLAGS = {
     "--speculative-num-steps",
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
+    "--max-running-requests",
+    "--chunked-prefill-size",
 }
 
 

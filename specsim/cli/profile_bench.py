@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--prefix-hit",
-        metavar="RESULT=SHARE",
+        metavar="RESULT=FRACTION",
         action="append",
         default=[],
         help="the share of the prompt tokens of the runs in RESULT that the server's prefix "
@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--max-held-out-error",
-        metavar="F",
+        metavar="FRACTION",
         type=Number(float, 0, 100),
         default=MAX_HELD_OUT_ERROR,
         help="the quality gate: a fit whose held-out median |predicted / measured - 1| is "

@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefix-hit",
-        metavar="RESULT=SHARE",
+        metavar="RESULT=FRACTION",
         action="append",
         default=[],
         help="with --bench: the share of the prompt tokens of the runs in RESULT that the "
