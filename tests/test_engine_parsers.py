@@ -198,22 +198,33 @@ def test_vllm_parses_every_emitted_config(models):
     assert checked == {*DRAFTERS, "off"}
 
 
-def test_vllm_parser_rejects_what_vllm_rejects(models):
-    """The harness can fail: an unknown key and a bad method are vLLM errors, not passes."""
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        (
+            {"method": "ngram", "prompt_lookup_depth": 3},
+            "Unexpected keyword",
+        ),
+        ({"method": "medusa", "model": "draft"}, "input_value='medusa'"),
+        ({"method": "ngram", "prompt_lookup_min": 4, "prompt_lookup_max": 2}, "must be <="),
+    ],
+)
+def test_vllm_parser_rejects_what_vllm_rejects(models, extra, error):
+    """The harness can fail: an unknown key, a method vLLM 0.33 lacks (medusa) and inverted
+    prompt-lookup bounds are vLLM's errors, not passes."""
     pytest.importorskip("vllm.engine.arg_utils", exc_type=ImportError)
     from vllm.config import ParallelConfig
     from vllm.engine.arg_utils import EngineArgs
 
-    target = str(models / "target")
-    for config in (
-        {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_depth": 3},
-        {"method": "medusa", "model": str(models / "draft"), "num_speculative_tokens": 3},
-    ):
-        engine = EngineArgs(model=target, skip_tokenizer_init=True, speculative_config=config)
-        with pytest.raises(Exception, match=r"validation error|Input should be"):
-            engine.create_speculative_config(
-                engine.create_model_config(), ParallelConfig(tensor_parallel_size=1)
-            )
+    config = {"num_speculative_tokens": 3, **extra}
+    if "model" in config:
+        config["model"] = str(models / config["model"])
+    engine = EngineArgs(model=str(models / "target"), skip_tokenizer_init=True)
+    engine.speculative_config = config
+    with pytest.raises(Exception, match=error):
+        engine.create_speculative_config(
+            engine.create_model_config(), ParallelConfig(tensor_parallel_size=1)
+        )
 
 
 # --- SGLang ---------------------------------------------------------------------------------
