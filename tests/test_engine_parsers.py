@@ -133,18 +133,21 @@ def variants(models: Path) -> list[tuple[str, EngineSetting]]:
     target, spec = speculation(models, "mtp")
     moe = dict(tensor_parallel_size=2, draft_tensor_parallel_size=1, expert_parallel=True)
     out.append(("mtp-tp2-ep", EngineSetting(target, 128, 16384, spec, **moe)))
+    # Medusa heads (parallel passes): no engine version specsim follows has them.
+    target, heads = speculation(models, "heads", passes="parallel")
+    out.append(("medusa-chain", EngineSetting(target, 64, 8192, heads)))
     for role in ("prefill", "decode"):
         target, spec = speculation(models, "heads-eagle3")
         out.append((f"split-{role}", EngineSetting(target, 32, 8192, spec, role=role)))
     return out
 
 
-# Variants an engine's writer refuses (with a reason): vLLM 0.33 takes no tree; TensorRT-LLM's
-# trees are Eagle's only; SGLang's NGRAM builds its own.
+# Variants an engine's writer refuses (with a reason): Medusa heads everywhere; vLLM 0.33 takes
+# no tree; TensorRT-LLM's trees are Eagle's only; SGLang's NGRAM builds its own.
 REFUSED = {
-    "vllm": {f"{kind}-tree" for kind in DRAFTERS},
-    "sglang": {"ngram-tree"},
-    "trtllm": {"draft_model-tree", "ngram-tree", "mtp-tree"},
+    "vllm": {"medusa-chain", *(f"{kind}-tree" for kind in DRAFTERS)},
+    "sglang": {"medusa-chain", "ngram-tree"},
+    "trtllm": {"medusa-chain", "draft_model-tree", "ngram-tree", "mtp-tree"},
 }
 
 
@@ -295,7 +298,14 @@ def test_trtllm_yaml_matches_the_llm_args_schema(models):
     [
         {"max_batch_size": 8, "speculative_config": {"decoding_type": "Medusa"}},
         {"max_batch_size": 8, "kv_cache_config": {"block_size": 16}},
-        {"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 3, "topk": 2}},
+        {
+            "speculative_config": {
+                "decoding_type": "Eagle3",
+                "max_draft_len": 3,
+                "speculative_model": "m",
+                "topk": 2,
+            }
+        },
         {"speculative_config": {"decoding_type": "NGram", "max_draft_len": 0}},
         {"cache_transceiver_config": {"backend": "default"}},
     ],
