@@ -6,7 +6,7 @@ in its prefix cache, which the replayed workload then skips (``workload.prefix``
   ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` (``_total`` as exported), summed
   over their series: totals since the server started, not the run's own, as its spec-decode
   counters are; SGLang's ``sglang:cache_hit_rate`` gauge (its latest logging interval).
-- Stated (``--prefix-hit RESULT=SHARE``, or a normalised table's ``prefix_hit_share`` column).
+- Stated (``--prefix-hit RESULT=FRACTION``, or a normalised table's ``prefix_hit_share`` column).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def parse_share(text: str) -> tuple[str, float]:
         value = math.nan
     if not sep or not result or not 0 <= value <= 1:
         raise SpecsimError(
-            f"{text!r} is not RESULT=SHARE with a share from 0 to 1",
+            f"{text!r} is not RESULT=FRACTION with a share from 0 to 1",
             file="command line",
             key=OPTION,
             fix="give a benchmark result file and its prefix-cache hit share, e.g. runs.json=0.6",

@@ -123,7 +123,7 @@ def check_prefix(runs: list[BenchRun], scenario: Scenario) -> None:
                 "replayed benchmark runs carry none",
                 file=str(scenario.source or "scenario"),
                 key="workload.prefix.source",
-                fix="state the runs' hit share (--prefix-hit RESULT=SHARE, or a /metrics "
+                fix="state the runs' hit share (--prefix-hit RESULT=FRACTION, or a /metrics "
                 "scrape with --metrics), or use source 'fraction' or 'system_prompt'",
             )
 
