@@ -11,9 +11,8 @@ its provenance notes and the report's ``gate``.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
-
-import numpy as np
 
 MAX_HELD_OUT_ERROR = 0.10
 ACCEPT_FLAG = "--accept-poor-fit"
@@ -26,7 +25,9 @@ def figure_errors(per_run: list[dict[str, Any]], column: str) -> dict[str, float
         for key, row in run["metrics"].items():
             if column in row:
                 by_figure.setdefault(key, []).append(abs(row[column]))
-    return {key: float(np.median(values)) for key, values in by_figure.items()}
+    # The standard library's median: the command line reads this module's default, and
+    # building the parser loads no numerical library.
+    return {key: float(statistics.median(values)) for key, values in by_figure.items()}
 
 
 def judge(report: dict[str, Any], threshold: float, accepted: bool) -> dict[str, Any]:

@@ -137,6 +137,8 @@ def profile_yaml(profile: Profile) -> str:
         entry["mean_acceptance_length"] = {
             int(k): v for k, v in entry.get("mean_acceptance_length", {}).items()
         }
+        if not entry.get("acceptance_histograms"):  # none given: the file says nothing of them
+            entry.pop("acceptance_histograms", None)
     header = (
         f"# specsim profile {profile.name!r} ({profile.provenance.source}, "
         f"{profile.provenance.device}). Schema: `specsim schema profile`.\n"
