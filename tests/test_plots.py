@@ -181,3 +181,15 @@ def test_the_csv_names_the_unit_of_every_number():
         "TPOT p50,2 req/s,0,4.5,,ms",
         "TPOT p50,2 req/s,1,,,ms",
     ]
+
+
+def test_a_value_scaled_to_its_unit_is_written_without_binary_noise():
+    """0.0392321 s drawn in ms is 39.2321 in the CSV (the product alone is 39.232099999999996)."""
+    ms = 0.0392321 * 1000
+    assert repr(ms) != "39.2321"
+    panel = Panel("TTFT p50", "k", "latency", [Series("2 req/s", [0.0], [ms])])
+    panel.yunit, panel.xunit = "ms", ""
+    assert (
+        Figure("ttft", "TTFT", [panel]).csv_text().splitlines()[1]
+        == "TTFT p50,2 req/s,0.0,39.2321,,ms"
+    )
