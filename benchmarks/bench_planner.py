@@ -13,9 +13,9 @@ Measures, in one process on this machine:
   24 simulations;
 - the planner's own overhead: the same sweep rerun with every point already on disk (keys,
   reading results), which is all the sweep engine adds to the simulations themselves;
-- the same sweep screened (``specsim.planning.screen``, as ``plan window --screen`` screens each
-  drafter's grid: k = 0 always simulated): its wall time, how many it simulated, and whether its
-  best k per drafter and load is the exhaustive sweep's.
+- the same sweep screened (``specsim.planning.sweep.screen``, as ``plan window --screen`` screens
+  each drafter's grid: k = 0 always simulated): its wall time, how many it simulated, and whether
+  its best k per drafter and load is the exhaustive sweep's.
 
 The third drafter is a benchmark fixture: a copy of the 1B drafter with acceptance raised by 0.05
 per position, so that the sweep has three drafters on the shipped profile. The last stdout line is
@@ -99,7 +99,7 @@ def timed_sweep(out: Path, points, **options) -> tuple[float, int]:
 
 
 def timed_results(out: Path, points, **options) -> tuple[float, list]:
-    from specsim.planning.sweep import Sweeper
+    from specsim.planning.sweep.sweeper import Sweeper
 
     started = time.perf_counter()
     with Sweeper(out, {"command": "bench"}, progress=False, **options) as sweeper:
@@ -121,8 +121,8 @@ def best_k(results, use_slo: bool) -> dict:
 
 def timed_screen(out: Path, points, use_slo: bool) -> tuple[float, object]:
     """The same sweep screened as ``plan window --screen`` screens each drafter's grid."""
-    from specsim.planning.screen import screen_grid
-    from specsim.planning.sweep import Sweeper
+    from specsim.planning.sweep.screen import screen_grid
+    from specsim.planning.sweep.sweeper import Sweeper
 
     started = time.perf_counter()
     with Sweeper(out, {"command": "bench"}, progress=False, workers=2) as sweeper:
@@ -155,7 +155,7 @@ def environment(**values: str):
 def main(argv: list[str]) -> dict:
     from dask.distributed import LocalCluster
 
-    from specsim.planning import swap
+    from specsim.planning.swap import swap
 
     requests = 200 if "--quick" in argv else 2000
     with tempfile.TemporaryDirectory(prefix="bench-planner-") as tmp:

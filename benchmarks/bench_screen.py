@@ -88,7 +88,7 @@ def configurations() -> list[tuple[str, list[str]]]:
 
 
 def points(scenario: Path, loads: list[float]):
-    from specsim.planning.points import SweepPoint
+    from specsim.planning.sweep.points import SweepPoint
 
     return [
         SweepPoint.make(
@@ -112,8 +112,8 @@ def winners(results) -> dict[float, str]:
 
 
 def main(argv: list[str]) -> dict:
-    from specsim.planning.screen import screen_grid
-    from specsim.planning.sweep import Sweeper
+    from specsim.planning.sweep.screen import screen_grid
+    from specsim.planning.sweep.sweeper import Sweeper
 
     quick = "--quick" in argv
     loads = QUICK_LOADS if quick else LOADS

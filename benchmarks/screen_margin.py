@@ -29,9 +29,9 @@ SCENARIOS = ["poisson", "chat", "code", "closed_loop", "drafter_swap"]
 
 def rows_for(name: str, folder: Path, simulated: dict | None = None) -> list[dict]:
     from specsim.estimate import estimate_point
-    from specsim.planning import window
     from specsim.planning.common import metric
-    from specsim.planning.sweep import Sweeper
+    from specsim.planning.sweep.sweeper import Sweeper
+    from specsim.planning.window import window
 
     path = str(REPO / "scenarios" / f"{name}.yaml")
     plan = window.prepare(path, [], None, None, None)
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> dict:
         for name in SCENARIOS:
             rows += rows_for(name, Path(tmp), simulated)
     out.write_text(json.dumps(rows, indent=1))
-    from specsim.planning.screen import ranking_errors
+    from specsim.planning.sweep.screen import ranking_errors
 
     return {"name": "screen_margin", "points": len(rows), "errors": ranking_errors(rows)}
 

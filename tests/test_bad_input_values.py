@@ -231,7 +231,7 @@ def test_results_are_not_moved_through_a_linked_folder_deeper_in_out(tmp_path):
 
 
 def test_plain_tcp_to_another_machine_warns_and_loopback_does_not():
-    from specsim.planning.cluster import _loopback
+    from specsim.planning.sweep.cluster import _loopback
 
     assert _loopback("127.0.0.1:8786") and _loopback("tcp://localhost:8786")
     assert _loopback("tcp://[::1]:8786")
@@ -243,7 +243,7 @@ def test_plain_tcp_cluster_warns_before_connecting(monkeypatch):
     import dask.distributed
 
     from specsim.errors import SpecsimError
-    from specsim.planning import cluster
+    from specsim.planning.sweep import cluster
 
     def refused(*args, **kwargs):
         raise OSError("connection refused")

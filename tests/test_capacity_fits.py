@@ -11,8 +11,12 @@ import yaml
 from test_plan_support import write_scenario
 
 from specsim.cli import main
-from specsim.planning import capacity
-from specsim.planning.capacity_deploy import Precision, RooflineRecipe, roofline_deployments
+from specsim.planning.capacity import capacity
+from specsim.planning.capacity.capacity_deploy import (
+    Precision,
+    RooflineRecipe,
+    roofline_deployments,
+)
 from specsim.scenario import load_scenario
 from specsim.simulation.fits import longest_request
 

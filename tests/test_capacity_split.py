@@ -1,7 +1,7 @@
-"""``plan capacity --disaggregated`` over deployments (``specsim.planning.capacity_split``): each
-pool's TP and precision, priced as replicas x TP x the device's price per pool, the layouts in
-price order across deployments, why each deployment won or lost, and ``--tolerance`` on the
-choices' capacity bisection."""
+"""``plan capacity --disaggregated`` over deployments
+(``specsim.planning.capacity.capacity_split``): each pool's TP and precision, priced as replicas x
+TP x the device's price per pool, the layouts in price order across deployments, why each
+deployment won or lost, and ``--tolerance`` on the choices' capacity bisection."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import yaml
 from test_plan_support import write_scenario
 
 from specsim.cli import main
-from specsim.planning.capacity_split import deployment_overrides, pairs
-from specsim.planning.disagg import (
+from specsim.planning.capacity.capacity_split import deployment_overrides, pairs
+from specsim.planning.capacity.disagg import (
     COLOCATED,
     DISAGGREGATED,
     SPEC_ON,
@@ -84,7 +84,7 @@ def test_pairs_share_a_precision_and_may_differ_in_tp():
 
 
 def test_each_pool_gets_its_deployments_profile_and_tp(tmp_path):
-    from specsim.planning.capacity_deploy import Deployment
+    from specsim.planning.capacity.capacity_deploy import Deployment
 
     def built(label, tp):
         profile = SimpleNamespace(path=tmp_path / f"{label}.yaml")
@@ -112,8 +112,8 @@ def test_a_deployment_holding_the_longest_prompt_but_not_its_output_serves_prefi
     or co-located row needs; at 2,100 tokens it serves every role."""
     from test_plan_support import PROFILE
 
-    from specsim.planning.capacity_deploy import Deployment
-    from specsim.planning.capacity_split import role_fits
+    from specsim.planning.capacity.capacity_deploy import Deployment
+    from specsim.planning.capacity.capacity_split import role_fits
     from specsim.profile import load_profile
     from specsim.scenario import load_scenario
 
@@ -140,7 +140,7 @@ def test_a_deployment_holding_the_longest_prompt_but_not_its_output_serves_prefi
 
 
 def test_a_headroom_search_counts_only_the_simulations_above_the_target():
-    from specsim.planning.capacity_split import Headroom
+    from specsim.planning.capacity.capacity_split import Headroom
 
     identity = SimpleNamespace(rate=lambda knob: knob)
     headroom = Headroom.above(4.0, 0.1)
@@ -151,7 +151,7 @@ def test_a_headroom_search_counts_only_the_simulations_above_the_target():
 
 
 def _run(ttft_p99: float, tpot_p99: float):
-    from specsim.planning.sweep import PointResult
+    from specsim.planning.sweep.sweeper import PointResult
 
     summary = {
         "slo_attainment": 0.5,
@@ -176,8 +176,8 @@ def _run(ttft_p99: float, tpot_p99: float):
 def test_a_placement_that_misses_the_slo_names_the_limit_and_its_pool(ttft, tpot, why):
     """A missed TTFT points at the prefill pool, a missed TPOT at the decode pool (both: the
     limits alone); a dearer placement never simulated is 'not reached'."""
-    from specsim.planning.capacity_split_report import candidate_rows
-    from specsim.planning.disagg import DisaggregatedPlan, Search
+    from specsim.planning.capacity.capacity_split_report import candidate_rows
+    from specsim.planning.capacity.disagg import DisaggregatedPlan, Search
 
     missed = Layout(SPEC_ON, 1, 1, "TP2 fp8", "TP4 fp8")  # $18/h
     chosen = Layout(SPEC_ON, 2, 1, "TP2 fp8", "TP2 fp8")  # $18/h, tried in the same round
@@ -407,7 +407,7 @@ def test_the_api_refuses_what_the_options_bound(tmp_path, repo):
     import specsim
     from specsim.cli.plan import MAX_DISAGG_REPLICAS
     from specsim.errors import SpecsimError
-    from specsim.planning.disagg import MAX_LAYOUT_REPLICAS
+    from specsim.planning.capacity.disagg import MAX_LAYOUT_REPLICAS
 
     assert MAX_DISAGG_REPLICAS == MAX_LAYOUT_REPLICAS
     scenario = split_scenario(tmp_path, repo)

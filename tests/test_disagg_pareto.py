@@ -1,6 +1,7 @@
-"""The Pareto frontier of ``plan capacity --disaggregated`` (``specsim.planning.disagg_pareto``),
-on layouts whose figures are given by hand: which layouts are points, their throughput per
-device from each pool's replicas x TP, and which are on the frontier."""
+"""The Pareto frontier of ``plan capacity --disaggregated``
+(``specsim.planning.capacity.disagg_pareto``), on layouts whose figures are given by hand: which
+layouts are points, their throughput per device from each pool's replicas x TP, and which are on
+the frontier."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import io
 
 import pytest
 
-from specsim.planning.disagg import (
+from specsim.planning.capacity.disagg import (
     COLOCATED,
     DISAGGREGATED,
     SPEC_OFF,
@@ -19,8 +20,8 @@ from specsim.planning.disagg import (
     Pricing,
     Search,
 )
-from specsim.planning.disagg_pareto import frontier_line, pareto_csv, pareto_points
-from specsim.planning.sweep import PointResult
+from specsim.planning.capacity.disagg_pareto import frontier_line, pareto_csv, pareto_points
+from specsim.planning.sweep.sweeper import PointResult
 
 # A TP2 replica is 2 devices at $6/h, a TP4 one 4 devices at $12/h.
 PRICING = Pricing((0.0, 1), (0.0, 1), (0.0, 1), {"TP2": (6.0, 2), "TP4": (12.0, 4)})

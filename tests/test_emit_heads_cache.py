@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specsim.planning import emit
+from specsim.planning.emit import emit
 from specsim.profile import load_profile
 from specsim.serving import sglang_config, trtllm_config, vllm_config
 from specsim.serving.setting import FROM_PROFILE, EngineSetting, ModelRef, Speculative

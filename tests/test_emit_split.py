@@ -1,4 +1,4 @@
-"""``--emit`` for ``plan capacity --disaggregated`` (``specsim.planning.emit_split``): each
+"""``--emit`` for ``plan capacity --disaggregated`` (``specsim.planning.emit.emit_split``): each
 pool's engine files, checked key by key, the engines' disaggregation options, a refusal in one
 line, and files of an earlier run removed."""
 
@@ -178,7 +178,7 @@ def test_pools_of_different_tp_are_written_with_their_own():
 def test_an_engine_that_cannot_express_a_pool_is_refused_in_one_line():
     """vLLM 0.33 has no token tree: a decode pool drafting one is refused with its pool named,
     and nothing is written for vLLM."""
-    from specsim.planning.emit_split import _engine_files
+    from specsim.planning.emit.emit_split import _engine_files
 
     tree = TreeShape.parse("2,1")
     settings = {"prefill": _setting("prefill", 1), "decode": _setting("decode", 1, tree)}

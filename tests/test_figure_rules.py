@@ -10,8 +10,8 @@ import numpy as np
 from specsim.axes import overlapping_ticks
 from specsim.planning.common import LoadAxis
 from specsim.planning.plots import build_figure
-from specsim.planning.window import ADAPTIVE, LoadResult
-from specsim.planning.window_report import _figures
+from specsim.planning.window.window import ADAPTIVE, LoadResult
+from specsim.planning.window.window_report import _figures
 from specsim.validation.compare import Comparison, Row
 from specsim.validation.plot import bench_validation_figure, validation_figure
 

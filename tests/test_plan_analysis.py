@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.planning.capacity import attainment_of, attains_slo
+from specsim.planning.capacity.capacity import attainment_of, attains_slo
 from specsim.planning.common import choose, parse_counts, parse_k_values, parse_loads
-from specsim.planning.sweep import PointResult
-from specsim.planning.window import LoadResult, crossover, k_by_batch
-from specsim.planning.window_table import (
+from specsim.planning.sweep.sweeper import PointResult
+from specsim.planning.window.window import LoadResult, crossover, k_by_batch
+from specsim.planning.window.window_table import (
     E2E_TIE,
     NOT_RECOMMENDED,
     RECOMMENDED,
@@ -19,7 +19,7 @@ from specsim.planning.window_table import (
     table_verdict,
     vllm_ranges,
 )
-from specsim.planning.window_table_report import verdict_text
+from specsim.planning.window.window_table_report import verdict_text
 
 
 def summary(e2e: float, goodput: float = 1.0, batch: float = 4.0, served: float = 0.0) -> dict:
@@ -98,7 +98,7 @@ def test_crossover_is_the_load_from_which_k0_wins_for_good(best, start, last_pay
 def _plan(tmp_path, repo, ks=(0, 1, 2, 3, 4)):
     from test_plan_support import write_scenario
 
-    from specsim.planning.window import prepare
+    from specsim.planning.window.window import prepare
 
     return prepare(str(write_scenario(tmp_path, repo)), [], list(ks), [2.0, 60.0, 150.0], None)
 
@@ -352,8 +352,10 @@ def test_the_planner_never_imports_torch(repo):
     code = (
         "import sys\n"
         "import specsim.cli.plan, specsim.cli.report\n"
-        "from specsim.planning import capacity, swap, swap_report, window, window_report\n"
-        "from specsim.planning.sweep import simulate_point\n"
+        "from specsim.planning.capacity import capacity\n"
+        "from specsim.planning.swap import swap, swap_report\n"
+        "from specsim.planning.window import window, window_report\n"
+        "from specsim.planning.sweep.sweeper import simulate_point\n"
         "simulate_point('scenarios/poisson.yaml', ['workload.duration_s=2'])\n"
         "print('torch' in sys.modules)\n"
     )

@@ -11,7 +11,7 @@ import yaml
 from test_plan_support import PROFILE, write_scenario
 
 from specsim.cli import main
-from specsim.planning.capacity import attains_slo
+from specsim.planning.capacity.capacity import attains_slo
 
 SLO = {"ttft_s": 0.5, "tpot_s": 0.04}
 # Tight on TPOT: speculation sustains more per replica, so the plan chooses it and sets its
@@ -175,7 +175,7 @@ def test_no_fleet_check_runs_past_max_replicas(monkeypatch):
     from types import SimpleNamespace
 
     from specsim.bounds import MAX_REPLICAS
-    from specsim.planning import capacity
+    from specsim.planning.capacity import capacity
 
     tried = []
 
@@ -214,7 +214,7 @@ def test_a_trace_offers_rows_in_its_window_per_second_and_the_inverse_finds_the_
 
 
 def test_capacity_of_a_trace_replay_is_searched_on_its_speed(tmp_path, repo, traces_dir):
-    from specsim.planning import capacity
+    from specsim.planning.capacity import capacity
 
     scenario = tmp_path / "trace.yaml"
     scenario.write_text(

@@ -14,8 +14,8 @@ from test_plan_support import write_scenario
 
 from specsim.cli import build_parser, main
 from specsim.errors import SpecsimError
-from specsim.planning import capacity
-from specsim.planning.capacity_deploy import (
+from specsim.planning.capacity import capacity
+from specsim.planning.capacity.capacity_deploy import (
     Deployment,
     Precision,
     RooflineRecipe,
@@ -24,7 +24,7 @@ from specsim.planning.capacity_deploy import (
     parse_tp_values,
     roofline_deployments,
 )
-from specsim.planning.capacity_pareto import frontier_flags
+from specsim.planning.capacity.capacity_pareto import frontier_flags
 
 H100 = "profiles/hardware/h100-sxm.yaml"
 LLAMA_70B = "profiles/models/llama3.1-70b.json"
@@ -177,7 +177,7 @@ def test_a_tie_in_cost_goes_to_speculation_off_and_says_why():
 
 
 def test_the_console_names_the_tie_and_why():
-    from specsim.planning import capacity_report
+    from specsim.planning.capacity import capacity_report
 
     off = _result("TP4 bf16, speculation off", 4, 3, 8.23)
     k4 = _result("TP4 bf16, 1b k=4", 4, 3, 8.74, drafter="1b", k=4)
@@ -195,7 +195,7 @@ def test_the_console_names_the_tie_and_why():
 
 
 def test_the_comparison_with_speculation_off_says_when_that_fleet_misses_the_slo():
-    from specsim.planning import capacity_report
+    from specsim.planning.capacity import capacity_report
 
     off = {"replicas": 3, "meets_slo": False}
     rec = {"speculation_off_fleet": off, "compared_vs_speculation_off": ["ttft_s.p90"]}
@@ -339,7 +339,7 @@ def test_a_tie_whose_simpler_fleet_needs_more_replicas_checks_the_tied_setting(m
     assert checked == ["speculation off", "1b k=4"]
     assert chosen is k4 and fleet[-1][0] == 3
     assert [entry for entry, _ in others] == [off]
-    from specsim.planning.capacity_pareto import checked_too_words
+    from specsim.planning.capacity.capacity_pareto import checked_too_words
 
     item = {"candidate": "speculation off", "planned_replicas": 3, "replicas": 4}
     item |= {"cost_usd_per_hour": 48.0, "meets_slo": True}
@@ -350,7 +350,7 @@ def test_a_tie_whose_simpler_fleet_needs_more_replicas_checks_the_tied_setting(m
 
 
 def test_given_profiles_are_deployments_with_their_tp_precision_and_device_price(repo):
-    from specsim.planning.capacity_deploy import given_deployments
+    from specsim.planning.capacity.capacity_deploy import given_deployments
 
     names = ["4xh100-tp4", "8xh100-tp8", "h200-fp8"]
     paths = [str(repo / f"profiles/llama3.1-70b_llama3.2-1b_{n}-roofline.yaml") for n in names]

@@ -1,6 +1,6 @@
-"""``plan capacity --disaggregated`` (``specsim.planning.disagg``): layouts in price order, the
-overrides each one simulates, and a small end-to-end sizing whose choices are checked against
-every cheaper layout it tried."""
+"""``plan capacity --disaggregated`` (``specsim.planning.capacity.disagg``): layouts in price
+order, the overrides each one simulates, and a small end-to-end sizing whose choices are checked
+against every cheaper layout it tried."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 from test_sim_disagg import BASE, DATA
 
 from specsim.cli import main
-from specsim.planning.disagg import (
+from specsim.planning.capacity.disagg import (
     COLOCATED,
     DISAGGREGATED,
     SPEC_OFF,
@@ -117,7 +117,7 @@ def test_sizing_refuses_a_co_located_scenario_and_options_it_ignores(tmp_path, c
 
 
 def _result(attainment: float, busy=(0.4, 0.9), link=0.1):
-    from specsim.planning.sweep import PointResult
+    from specsim.planning.sweep.sweeper import PointResult
 
     split = {
         "busy_fraction": {"prefill": busy[0], "decode": busy[1]},
@@ -129,7 +129,7 @@ def _result(attainment: float, busy=(0.4, 0.9), link=0.1):
 
 
 def _plan(searches):
-    from specsim.planning.disagg import DisaggregatedPlan
+    from specsim.planning.capacity.disagg import DisaggregatedPlan
 
     pricing = Pricing((4.0, 1), (2.0, 1), (2.0, 1))
     return DisaggregatedPlan("s.yaml", [], None, 10.0, [], 0.99, 8, pricing, searches)
@@ -146,8 +146,8 @@ def _plan(searches):
 def test_the_bottleneck_is_the_pool_that_can_least_spare_a_replica(
     prefill_fewer, decode_fewer, link, bottleneck
 ):
-    from specsim.planning.disagg import Search
-    from specsim.planning.disagg_report import reasons
+    from specsim.planning.capacity.disagg import Search
+    from specsim.planning.capacity.disagg_report import reasons
 
     chosen = Layout(SPEC_ON, 2, 2)
     search = Search(SPEC_ON, DISAGGREGATED, [], chosen=chosen, done=True)

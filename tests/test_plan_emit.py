@@ -18,8 +18,9 @@ from test_plan_support import PROFILE, write_scenario
 import specsim
 from specsim.cli import main
 from specsim.errors import SpecsimError
-from specsim.planning import emit, emit_choice, emit_workload, window
+from specsim.planning.emit import emit, emit_choice, emit_workload
 from specsim.planning.report import Report
+from specsim.planning.window import window
 from specsim.version import __version__
 
 ALL = "vllm,sglang,trtllm"
@@ -301,7 +302,7 @@ def test_past_the_crossover_the_files_say_to_turn_speculation_off(tmp_path, repo
 
 
 def test_the_adaptive_policy_is_not_expressible_and_its_best_static_stands_in(tmp_path, repo):
-    from specsim.planning import capacity
+    from specsim.planning.capacity import capacity
 
     scenario = write_scenario(tmp_path, repo, requests=100, slo={"ttft_s": 1.0, "tpot_s": 0.05})
     plan = capacity.prepare(str(scenario), [], 12.0, None, [1, 2], 0.2, 0.99, None)

@@ -1,4 +1,4 @@
-"""Screen, then confirm (``specsim.planning.screen``): the pruning rule, and a screened
+"""Screen, then confirm (``specsim.planning.sweep.screen``): the pruning rule, and a screened
 ``plan window`` that finds the exhaustive sweep's winners while simulating less."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pytest
 from test_plan_support import write_scenario
 
 from specsim.cli import main
-from specsim.planning import window
-from specsim.planning.screen import (
+from specsim.planning.sweep.screen import (
     MARGIN,
     SCREEN_FROM,
     Figures,
@@ -19,7 +18,8 @@ from specsim.planning.screen import (
     cannot_win,
     ranking_errors,
 )
-from specsim.planning.sweep import Sweeper
+from specsim.planning.sweep.sweeper import Sweeper
+from specsim.planning.window import window
 
 BEST = Figures(e2e=1.0, goodput=10.0, served=10.0, met=True, trusted=True, ceiling=10.02)
 

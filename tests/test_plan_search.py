@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsim.planning.search import Bisection, solve
+from specsim.planning.sweep.search import Bisection, solve
 
 
 @pytest.mark.parametrize("threshold", [0.013, 0.7, 7.3, 55.0, 4321.0])

@@ -14,8 +14,8 @@ import yaml
 from specsim.cli import main
 from specsim.errors import SpecsimError
 from specsim.planning.common import parse_counts
-from specsim.planning.points import SweepPoint
-from specsim.planning.screen import Figures, screen_grid
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.screen import Figures, screen_grid
 from specsim.planning.trees import (
     SglangSpace,
     acceptance_rates,
@@ -186,7 +186,7 @@ def test_on_the_shipped_cpu_profile_a_chain_wins_and_trees_are_in_the_sweep(tmp_
 
 
 def test_without_tree_options_the_plan_has_no_tree_point_or_key(tmp_path):
-    from specsim.planning import window
+    from specsim.planning.window import window
 
     plan = window.prepare(str(REPO / "scenarios/poisson.yaml"), [], [0, 1], [2.0], None)
     assert [p.tags["config"] for p in plan.grid()] == ["k=0", "k=1", "adaptive"]
@@ -213,7 +213,7 @@ class _Sweeper:
         return [self.estimates[p.tags["config"]] for p in points]
 
     def run(self, points, desc=""):
-        from specsim.planning.sweep import PointResult
+        from specsim.planning.sweep.sweeper import PointResult
 
         return [
             PointResult(p, p.tags["config"], True, self.simulated[p.tags["config"]]) for p in points
@@ -304,8 +304,8 @@ def test_trees_derived_from_the_chain_alone_are_never_chosen_and_that_is_said(tm
 def test_a_faster_simulated_tree_derived_from_the_chain_still_does_not_win():
     # The roofline profile of chat.yaml has no tree table: its trees are derived from the
     # chain's rates. Planted results where the tree is the fastest must still choose the chain.
-    from specsim.planning import window
-    from specsim.planning.sweep import PointResult
+    from specsim.planning.sweep.sweeper import PointResult
+    from specsim.planning.window import window
 
     plan = window.prepare(
         str(REPO / "scenarios/chat.yaml"), [], [0, 3], [1.0], None, False, given_trees(["2,2,1"])
@@ -324,9 +324,9 @@ def test_a_faster_simulated_tree_derived_from_the_chain_still_does_not_win():
 def test_a_tree_must_beat_the_best_chain_beyond_the_tie_band(tree_e2e, best):
     # Planted results on the tree scenario (measured trees): 1.19 s is within 2 % of the
     # chain's 1.2 s (kept), 1.15 s beyond it (the tree wins).
-    from specsim.planning import window
-    from specsim.planning.sweep import PointResult
-    from specsim.planning.window_trees import reason
+    from specsim.planning.sweep.sweeper import PointResult
+    from specsim.planning.window import window
+    from specsim.planning.window.window_trees import reason
 
     plan = window.prepare(
         str(REPO / "scenarios/tree.yaml"), [], [0, 3], [1.0], None, False, given_trees(["2,2,1"])

@@ -11,7 +11,7 @@ import yaml
 from test_plan_support import write_scenario
 
 from specsim.cli import main
-from specsim.planning.window_table import E2E_TIE
+from specsim.planning.window.window_table import E2E_TIE
 
 
 @pytest.fixture(scope="module")

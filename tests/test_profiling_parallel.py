@@ -226,7 +226,7 @@ def test_a_scenario_asking_another_tp_than_the_profile_is_refused(repo):
 def test_the_capacity_report_names_a_replicas_devices(repo):
     from types import SimpleNamespace
 
-    from specsim.planning.capacity_report import replica_devices
+    from specsim.planning.capacity.capacity_report import replica_devices
 
     tp4 = SimpleNamespace(profile=load_profile(repo / "profiles" / H100_TP4))
     one = SimpleNamespace(profile=load_profile(repo / "profiles" / H200_FP8))

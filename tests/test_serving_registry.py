@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.planning import emit
+from specsim.planning.emit import emit
 from specsim.profile.kinds import DRAFTER_KINDS
 from specsim.serving import bench_commands, detect, prometheus, registry
 from specsim.serving.setting import ROLES, EngineSetting, ModelRef, Speculative

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.planning.cluster import ClusterTls
-from specsim.planning.points import SweepPoint
-from specsim.planning.sweep import Sweeper, run_point
+from specsim.planning.sweep.cluster import ClusterTls
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.sweeper import Sweeper, run_point
 
 
 def _values(overrides: list[str]) -> dict[str, str]:

@@ -21,22 +21,21 @@ from specsim.api.overrides import override_texts
 from specsim.api.results import SUMMARY, PlanResult, plan_result
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json
-from specsim.planning import (
-    capacity,
-    capacity_report,
-    emit_choice,
-    swap,
-    swap_report,
-    window,
-    window_report,
+from specsim.planning.capacity import capacity, capacity_report
+from specsim.planning.capacity.capacity_deploy import (
+    DeploymentRequest,
+    deployment_request,
+    write_built,
 )
-from specsim.planning import emit as engine_files
-from specsim.planning.capacity_deploy import DeploymentRequest, deployment_request, write_built
-from specsim.planning.cluster import ClusterTls
 from specsim.planning.common import check_loads, parse_k_values, parse_loads
-from specsim.planning.emit import EmitRequest
+from specsim.planning.emit import emit as engine_files
+from specsim.planning.emit import emit_choice
+from specsim.planning.emit.emit import EmitRequest
 from specsim.planning.report import Report, write_report
-from specsim.planning.sweep import Sweeper
+from specsim.planning.swap import swap, swap_report
+from specsim.planning.sweep.cluster import ClusterTls
+from specsim.planning.sweep.sweeper import Sweeper
+from specsim.planning.window import window, window_report
 
 # Varies between runs (how many simulations a rerun reused), so summary.json leaves it out.
 SIMULATIONS = "simulations"

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from specsim.api.results import PlanResult, read_table
-from specsim.planning import disagg, disagg_report, emit_split
-from specsim.planning import emit as engine_files
-from specsim.planning.capacity_deploy import DeploymentRequest, write_built
-from specsim.planning.cluster import ClusterTls
-from specsim.planning.disagg_pareto import pareto_csv
-from specsim.planning.emit import EmitRequest
+from specsim.planning.capacity import disagg, disagg_report
+from specsim.planning.capacity.capacity_deploy import DeploymentRequest, write_built
+from specsim.planning.capacity.disagg_pareto import pareto_csv
+from specsim.planning.emit import emit as engine_files
+from specsim.planning.emit import emit_split
+from specsim.planning.emit.emit import EmitRequest
+from specsim.planning.sweep.cluster import ClusterTls
 
 
 @dataclass

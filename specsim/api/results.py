@@ -27,7 +27,7 @@ REQUESTS = "requests.csv"
 COMPARISON = "comparison.json"
 # Files of a plan or report folder that are neither a table, a figure nor an attachment.
 PLAN_FILES = {SUMMARY, "sweep.json", "report.html", "report.md"}
-ENGINE_FOLDER = "engine"  # a plan's --emit files (specsim.planning.emit.FOLDER)
+ENGINE_FOLDER = "engine"  # a plan's --emit files (specsim.planning.emit.emit.FOLDER)
 
 
 @dataclass(eq=False)

@@ -28,7 +28,7 @@ from specsim.errors import SpecsimError
 MAX_DISAGG_REPLICAS = 64  # --max-replicas: the (x, y) grid grows as its square
 
 MAX_WORKERS = 4096
-SCREEN_FROM = 200  # as specsim.planning.screen.SCREEN_FROM (a test holds them equal)
+SCREEN_FROM = 200  # as specsim.planning.sweep.screen.SCREEN_FROM (a test holds them equal)
 # As specsim.profile.schema.TREE_DRAFTS (a test holds them equal).
 TREE_DRAFTS = ("top-k", "iid", "without-replacement")
 
@@ -141,7 +141,7 @@ def add_emit_options(parser: argparse.ArgumentParser, disaggregated: bool = Fals
 
 
 def emit_request(args: argparse.Namespace):
-    from specsim.planning.emit import emit_request
+    from specsim.planning.emit.emit import emit_request
 
     return emit_request(args.emit, args.model)
 
@@ -366,7 +366,7 @@ def _common(parser: argparse.ArgumentParser, disaggregated: bool = False) -> Non
 
 def sweep_options(args: argparse.Namespace):
     from specsim.api.plan import SweepOptions
-    from specsim.planning.cluster import ClusterTls
+    from specsim.planning.sweep.cluster import ClusterTls
 
     tls = ClusterTls(args.cluster_tls_ca_file, args.cluster_tls_cert, args.cluster_tls_key)
     return SweepOptions(args.workers, args.cluster, tls, not args.no_progress)
@@ -375,7 +375,7 @@ def sweep_options(args: argparse.Namespace):
 def finish(args, planned, human: str) -> int:
     """Write the report files atomically, print the summary, and pick the exit code."""
     from specsim.api.plan import refuse_all_failed, write_plan
-    from specsim.planning.emit import human as engine_line
+    from specsim.planning.emit.emit import human as engine_line
 
     refuse_all_failed(planned.summary)
     write_plan(args.out, planned)
@@ -397,8 +397,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _window(args: argparse.Namespace) -> int:
     from specsim.api.plan import window_run
-    from specsim.planning import window_report
     from specsim.planning.common import parse_k_values, parse_loads
+    from specsim.planning.window import window_report
 
     emit = emit_request(args)
     planned = window_run(
@@ -420,7 +420,7 @@ def _capacity(args: argparse.Namespace) -> int:
     if args.disaggregated:
         return _disaggregated(args)
     from specsim.api.plan import capacity_run
-    from specsim.planning import capacity_report
+    from specsim.planning.capacity import capacity_report
     from specsim.planning.common import parse_k_values
 
     emit = emit_request(args)
@@ -443,7 +443,7 @@ def _capacity(args: argparse.Namespace) -> int:
 
 def _deployment(args: argparse.Namespace):
     """The deployment search the options ask for (None: the scenario's own profile)."""
-    from specsim.planning.capacity_deploy import deployment_request
+    from specsim.planning.capacity.capacity_deploy import deployment_request
 
     return deployment_request(
         args.profile,
@@ -461,8 +461,8 @@ def _deployment(args: argparse.Namespace):
 def _disaggregated(args: argparse.Namespace) -> int:
     from specsim.api.plan import refuse_all_failed
     from specsim.api.plan_split import disaggregated_run, write_disaggregated
-    from specsim.planning import disagg_report
-    from specsim.planning.emit_split import human as engine_line
+    from specsim.planning.capacity import disagg_report
+    from specsim.planning.emit.emit_split import human as engine_line
 
     refused = (("--drafter", args.drafter), ("--k", args.k))
     for option, given in refused:

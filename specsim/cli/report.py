@@ -106,8 +106,8 @@ def tree_drafters(texts: list[str]):
 
 def run(args: argparse.Namespace) -> int:
     from specsim.api.plan import swap_run
-    from specsim.planning import swap_report
     from specsim.planning.common import parse_k_values, parse_loads
+    from specsim.planning.swap import swap_report
 
     emit = emit_request(args)
     planned = swap_run(

@@ -193,7 +193,7 @@ REPORT_FILES = {
     "reuses them",
 }
 
-# --emit ENGINES on plan window, plan capacity and report drafter-swap (specsim.planning.emit).
+# --emit ENGINES on plan window, plan capacity and report drafter-swap (specsim.planning.emit.emit).
 ENGINE_FILES = {
     "engine/vllm.json": "vLLM's `--speculative-config` value, exactly: one JSON object (no "
     'comments: JSON has none), so `--speculative-config "$(cat vllm.json)"` passes it; absent '

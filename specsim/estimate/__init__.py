@@ -5,7 +5,7 @@ Little's law on the iteration-cost model (``load``), with the simulator's accept
 (``acceptance``), the engine's step costs (``passes``), the scenario's own traffic
 (``traffic``) and per-request latencies and SLO share (``latency``), assembled per scenario in
 ``point``. Nothing is simulated. Planning ranks configurations by it and simulates only those
-that can win (``specsim.planning.screen``).
+that can win (``specsim.planning.sweep.screen``).
 """
 
 from __future__ import annotations

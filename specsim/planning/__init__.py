@@ -3,8 +3,8 @@
 No torch here: the planner only runs the simulator and reads profiles.
 """
 
-from specsim.planning.points import SweepPoint
-from specsim.planning.search import Bisection, solve
-from specsim.planning.sweep import PointResult, Sweeper, simulate_point
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.search import Bisection, solve
+from specsim.planning.sweep.sweeper import PointResult, Sweeper, simulate_point
 
 __all__ = ["Bisection", "PointResult", "SweepPoint", "Sweeper", "simulate_point", "solve"]

@@ -356,7 +356,7 @@ def slo_text(scenario) -> str:
 
 def scenario_identity(path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
     """The part of a sweep's identity that names its inputs (content, not only the path)."""
-    from specsim.planning.points import referenced_digest
+    from specsim.planning.sweep.points import referenced_digest
 
     return {
         "scenario": str(Path(path).resolve()),

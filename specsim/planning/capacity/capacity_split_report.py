@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsim.planning.capacity.disagg import COLOCATED, DisaggregatedPlan, Layout, Search, meets
 from specsim.planning.common import metric
-from specsim.planning.disagg import COLOCATED, DisaggregatedPlan, Layout, Search, meets
 
 CANDIDATE_COLUMNS = (
     "setting",

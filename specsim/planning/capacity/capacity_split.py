@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsim.planning.capacity_deploy import Deployment
-from specsim.planning.capacity_plan import Candidate, length_misfit, memory_misfit
-from specsim.planning.search import Bisection
+from specsim.planning.capacity.capacity_deploy import Deployment
+from specsim.planning.capacity.capacity_plan import Candidate, length_misfit, memory_misfit
+from specsim.planning.sweep.search import Bisection
 
 HEADROOM_LIMIT = 8.0  # a choice's capacity is searched up to 8 x the target's load
 

@@ -21,11 +21,11 @@ from typing import Any
 
 from specsim.comparison import across_loads, across_loads_text
 from specsim.errors import SpecsimError
-from specsim.planning import window
 from specsim.planning.common import choose, metric, scenario_identity
-from specsim.planning.sweep import Sweeper
+from specsim.planning.sweep.sweeper import Sweeper
 from specsim.planning.trees import TreeCandidate
-from specsim.planning.window_trees import FROM_CHAIN
+from specsim.planning.window import window
+from specsim.planning.window.window_trees import FROM_CHAIN
 from specsim.sampling.kinds import LOSSY_VERIFIERS
 
 OFF = "speculation off"

@@ -10,8 +10,8 @@ from specsim.axes import styles
 from specsim.planning.common import k_text, method_text, metric, plural, slo_text
 from specsim.planning.plots import Figure, Panel, Series
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
-from specsim.planning.swap import DrafterPlan, SwapPlan, regression_sentences
-from specsim.planning.window import LoadResult
+from specsim.planning.swap.swap import DrafterPlan, SwapPlan, regression_sentences
+from specsim.planning.window.window import LoadResult
 from specsim.simulation.acceptance import window_rates
 
 SWEEP_COLUMNS = [

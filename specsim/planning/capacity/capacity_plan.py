@@ -16,7 +16,7 @@ from typing import Any
 
 from specsim.bounds import MAX_REPLICAS
 from specsim.errors import SpecsimError
-from specsim.planning.capacity_deploy import Deployment
+from specsim.planning.capacity.capacity_deploy import Deployment
 from specsim.planning.common import (
     answerable_k,
     check_k_values,
@@ -25,8 +25,8 @@ from specsim.planning.common import (
     scenario_identity,
     without_pools,
 )
-from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
+from specsim.planning.sweep.points import SweepPoint
 
 RANGE_FACTOR = 1024.0  # the search looks between start / 1024 and start * 1024
 OFF = "speculation off"

@@ -71,7 +71,7 @@ class Deployment:
             return None
         if self.text is not None:
             return hashlib.sha256(self.text.encode()).hexdigest()
-        from specsim.planning.points import file_digest
+        from specsim.planning.sweep.points import file_digest
 
         return file_digest(self.profile.path)
 

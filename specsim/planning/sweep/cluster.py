@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.planning.points import SweepPoint
-from specsim.planning.tasks import Task, run_point
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.tasks import Task, run_point
 
 CLUSTER_CONNECT_TIMEOUT_S = 5.0
 

@@ -23,12 +23,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.planning.capacity_deploy import Deployment
-from specsim.planning.capacity_split import Fit, Headroom, deployment_overrides, pairs, role_fits
+from specsim.planning.capacity.capacity_deploy import Deployment
+from specsim.planning.capacity.capacity_split import (
+    Fit,
+    Headroom,
+    deployment_overrides,
+    pairs,
+    role_fits,
+)
 from specsim.planning.common import load_axis, metric, scenario_identity
-from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
-from specsim.planning.sweep import PointResult, Sweeper
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.sweeper import PointResult, Sweeper
 
 COLOCATED, DISAGGREGATED = "co-located", "disaggregated"
 SPEC_ON, SPEC_OFF = "speculation", "speculation off"

@@ -24,7 +24,7 @@ import numpy as np
 
 from specsim.planning.common import choose, metric
 from specsim.planning.trees import TreeCandidate
-from specsim.planning.window_table import context_per_sequence
+from specsim.planning.window.window_table import context_per_sequence
 
 TREE, CHAIN, OFF = "tree", "chain", "off"
 FROM_CHAIN = (
@@ -186,7 +186,7 @@ def reason(plan, entry, winner, best_chain, best_tree) -> str:
 
 
 def _tied(plan, entry, tree: str, chain: str) -> bool:
-    from specsim.planning.window_table import table_verdict
+    from specsim.planning.window.window_table import table_verdict
 
     return table_verdict(entry.summary(tree), entry.summary(chain), plan.use_slo) == "equal"
 

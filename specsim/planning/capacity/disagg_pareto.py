@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specsim.planning.capacity_pareto import mark_frontier, pareto_figure, user_speed
+from specsim.planning.capacity.capacity_pareto import mark_frontier, pareto_figure, user_speed
+from specsim.planning.capacity.disagg import DisaggregatedPlan, Layout, Search, meets
 from specsim.planning.common import metric, rows_csv
-from specsim.planning.disagg import DisaggregatedPlan, Layout, Search, meets
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from specsim.planning.common import (
 )
 from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
 from specsim.planning.report import Callout, Paragraph, Report, Section, Table
-from specsim.planning.window import (
+from specsim.planning.window.window import (
     ADAPTIVE,
     BY_BATCH,
     LoadResult,
@@ -25,15 +25,15 @@ from specsim.planning.window import (
     batch_size,
     regressions_vs_off_text,
 )
-from specsim.planning.window_table import vllm_ranges
-from specsim.planning.window_table_report import (
+from specsim.planning.window.window_table import vllm_ranges
+from specsim.planning.window.window_table_report import (
     off_text,
     serving_config,
     table_section,
     verdict_text,
 )
-from specsim.planning.window_trees_report import human as trees_human
-from specsim.planning.window_trees_report import section as trees_section
+from specsim.planning.window.window_trees_report import human as trees_human
+from specsim.planning.window.window_trees_report import section as trees_section
 
 METRIC_COLUMNS = [
     ("throughput (tok/s)", "throughput_tokens_per_s", None),

@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from specsim.planning import emit
+from specsim.planning.capacity.disagg import DISAGGREGATED, SPEC_OFF, DisaggregatedPlan, Search
 from specsim.planning.common import plural
-from specsim.planning.disagg import DISAGGREGATED, SPEC_OFF, DisaggregatedPlan, Search
-from specsim.planning.emit import FOLDER, EmitRequest, common_header, setting_for
-from specsim.planning.emit_choice import Choice
+from specsim.planning.emit import emit
+from specsim.planning.emit.emit import FOLDER, EmitRequest, common_header, setting_for
+from specsim.planning.emit.emit_choice import Choice
 from specsim.serving import registry
 from specsim.serving.registry import NAMES
 from specsim.serving.setting import ROLES

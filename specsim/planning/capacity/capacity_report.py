@@ -7,7 +7,7 @@ from typing import Any
 from specsim.axes import styles
 from specsim.comparison import Change
 from specsim.metrics import round_floats
-from specsim.planning.capacity import (
+from specsim.planning.capacity.capacity import (
     OFF,
     CandidateResult,
     CapacityPlan,
@@ -16,7 +16,7 @@ from specsim.planning.capacity import (
     fleet_changes,
     off_result,
 )
-from specsim.planning.capacity_pareto import (
+from specsim.planning.capacity.capacity_pareto import (
     checked_too_words,
     deployment_table,
     pareto_figure,

@@ -8,8 +8,8 @@ import textwrap
 from typing import Any
 
 from specsim.planning.report import Paragraph, Table
-from specsim.planning.window import WindowPlan
-from specsim.planning.window_table import RECOMMENDED, vllm_ranges
+from specsim.planning.window.window import WindowPlan
+from specsim.planning.window.window_table import RECOMMENDED, vllm_ranges
 
 
 def verdict_text(table: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.planning.report import Callout, Paragraph, Section, Table
-from specsim.planning.window_trees import CHAIN, OFF, TREE, answer_text
+from specsim.planning.window.window_trees import CHAIN, OFF, TREE, answer_text
 
 
 def _figure(item: dict[str, Any], side: str, key: str):

@@ -18,8 +18,8 @@ from typing import Any
 
 from specsim.bounds import MAX_REPLICAS
 from specsim.comparison import Change, compare, regressions_json
-from specsim.planning.capacity_pareto import deployment_rows, pareto_points
-from specsim.planning.capacity_plan import (  # noqa: F401 (OFF, prepare: the command's names)
+from specsim.planning.capacity.capacity_pareto import deployment_rows, pareto_points
+from specsim.planning.capacity.capacity_plan import (  # noqa: F401 (OFF, prepare: the command's names)
     OFF,
     RANGE_FACTOR,
     Candidate,
@@ -27,10 +27,10 @@ from specsim.planning.capacity_plan import (  # noqa: F401 (OFF, prepare: the co
     prepare,
 )
 from specsim.planning.common import metric, not_fitting_rows
-from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
-from specsim.planning.search import Bisection
-from specsim.planning.sweep import PointResult, Sweeper
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.search import Bisection
+from specsim.planning.sweep.sweeper import PointResult, Sweeper
 
 MAX_EXTRA_REPLICAS = 3
 MAX_RECHECKS = 2  # the next candidates confirmed when the first check needed more replicas

@@ -28,8 +28,8 @@ from itertools import permutations
 from typing import Any
 
 from specsim.planning.common import GOODPUT_TIE, choose, metric
-from specsim.planning.points import SweepPoint
-from specsim.planning.sweep import PointResult, Sweeper
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.sweeper import PointResult, Sweeper
 
 # Grids of more points than this are screened unless --exhaustive (plan window): below it a
 # sweep takes a minute or two and its report shows every point; the default grids are 70-99.

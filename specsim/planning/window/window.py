@@ -32,10 +32,10 @@ from specsim.planning.common import (
     scenario_identity,
     without_pools,
 )
-from specsim.planning.points import SweepPoint
 from specsim.planning.rates import ArrivalScale
-from specsim.planning.screen import SCREEN_FROM, ScreenOutcome, screen_grid
-from specsim.planning.sweep import PointResult, Sweeper
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
+from specsim.planning.sweep.sweeper import PointResult, Sweeper
 from specsim.planning.trees import (
     SglangSpace,
     TreeCandidate,
@@ -44,7 +44,7 @@ from specsim.planning.trees import (
     merge,
     sglang_candidates,
 )
-from specsim.planning.window_table import (
+from specsim.planning.window.window_table import (
     LoadCheck,
     best_window_by_batch,
     context_per_sequence,
@@ -52,7 +52,7 @@ from specsim.planning.window_table import (
     table_verdict,
     vllm_ranges,
 )
-from specsim.planning.window_trees import json_block
+from specsim.planning.window.window_trees import json_block
 
 ADAPTIVE = "adaptive"
 BY_BATCH = "by_batch"

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specsim.planning.capacity import choose_candidate
+from specsim.planning.capacity.capacity import choose_candidate
 from specsim.planning.common import metric, plural
-from specsim.planning.emit_workload import PlannedLoad, open_loop_requests
-from specsim.planning.window import BY_BATCH
-from specsim.planning.window_table import RECOMMENDED
+from specsim.planning.emit.emit_workload import PlannedLoad, open_loop_requests
+from specsim.planning.window.window import BY_BATCH
+from specsim.planning.window.window_table import RECOMMENDED
 from specsim.serving.bench_commands import number
 
 

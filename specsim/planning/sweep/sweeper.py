@@ -33,14 +33,14 @@ from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_json, write_text_atomic
-from specsim.planning.cluster import (
+from specsim.planning.sweep.cluster import (
     CLUSTER_CONNECT_TIMEOUT_S,
     ClusterTls,
     connect_cluster,
     run_on_cluster,
 )
-from specsim.planning.points import SweepPoint
-from specsim.planning.tasks import Task, run_point, simulate_point
+from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.tasks import Task, run_point, simulate_point
 
 __all__ = ["PointResult", "SweepStats", "Sweeper", "run_point", "simulate_point"]
 
@@ -87,7 +87,7 @@ class Sweeper:
     ``identity`` is a JSON-able mapping naming the sweep (command, scenario digest, options): a
     folder whose ``sweep.json`` names another identity is refused. ``workers`` is the local pool
     size (1 runs in this process); ``cluster`` a Dask scheduler address, which replaces the pool,
-    and ``cluster_tls`` the client's TLS files for it (see ``specsim.planning.cluster``).
+    and ``cluster_tls`` the client's TLS files for it (see ``specsim.planning.sweep.cluster``).
     """
 
     def __init__(
@@ -361,7 +361,7 @@ class Sweeper:
             context = type(multiprocessing.get_context(method))()
             context.Process = _ForkServerWorker if method == "forkserver" else _SpawnWorker
             if method == "forkserver":
-                context.set_forkserver_preload(["specsim.planning.sweep"])
+                context.set_forkserver_preload(["specsim.planning.sweep.sweeper"])
             watched, self._stop_pool = context.Pipe(duplex=False)
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from specsim.fileio import atomic_output_dir, dump_json
-from specsim.planning.capacity_split_report import (
+from specsim.planning.capacity.capacity_split_report import (
     CANDIDATE_COLUMNS,
     candidate_rows,
     deployment_rows,
 )
-from specsim.planning.common import metric, not_fitting_rows, rows_csv
-from specsim.planning.disagg import (
+from specsim.planning.capacity.disagg import (
     COLOCATED,
     DISAGGREGATED,
     DisaggregatedPlan,
@@ -24,7 +23,13 @@ from specsim.planning.disagg import (
     fewer,
     meets,
 )
-from specsim.planning.disagg_pareto import frontier_line, pareto_csv, pareto_plot, pareto_points
+from specsim.planning.capacity.disagg_pareto import (
+    frontier_line,
+    pareto_csv,
+    pareto_plot,
+    pareto_points,
+)
+from specsim.planning.common import metric, not_fitting_rows, rows_csv
 from specsim.planning.report import Paragraph, Report, Section, write_report
 
 CSV_COLUMNS = (

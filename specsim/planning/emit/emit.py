@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.planning.emit_choice import Choice
-from specsim.planning.emit_workload import bench_plan
+from specsim.planning.emit.emit_choice import Choice
+from specsim.planning.emit.emit_workload import bench_plan
 from specsim.serving import bench_commands, registry
 from specsim.serving.registry import NAMES
 from specsim.serving.setting import (
