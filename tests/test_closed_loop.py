@@ -12,8 +12,8 @@ No figure depends on this machine's speed: the engine runs on the reference cloc
 rescaled, pass by pass, to the speed of the machine that measured the shipped profile, by its
 ``provenance.speed_reference``), so the truth is 0.25 on any CPU. The fixture runs twice, once
 as this machine is and once with every model pass made 3 x slower (a busy loop of twice the
-pass's own CPU time, which the reference probes see too), standing for a slower CPU: under
-the plain CPU clock the second fitted 1.18 and failed both tests.
+pass's own CPU time, which the reference probes see too), standing for a slower CPU, which
+the plain CPU clock would fail.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -77,7 +78,7 @@ def test_results_come_back_in_order_and_one_file_per_point(tmp_path, scenario):
     record = json.loads((out / "points" / f"{results[3].key}.json").read_text())
     assert record["overrides"] == ["x=3"]
     assert record["summary"]["square"] == 9
-    assert 0.0 <= record["cpu_s"] < 60.0  # the CPU seconds the point took, measured
+    assert math.isfinite(record["cpu_s"]) and record["cpu_s"] >= 0.0  # measured, not asserted
     assert json.loads((out / "sweep.json").read_text())["identity"] == IDENTITY
 
 

@@ -196,8 +196,7 @@ class DecodeLoop:
             and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
         ):
             return None
-        costs = cost_vector(replica.costs)
-        window = window_terms(replica.policy)
+        costs, window = replica.cost_terms, replica.window_terms  # made with the replica
         if costs is None or window is None:
             return None
         return DecodeLoop(replica, costs, window)
