@@ -51,6 +51,11 @@ WINDOW_POLICIES = registry(
         "from the engine's own cost model (see specsim.simulation.policy); it cannot remove the "
         "cost of having a drafter deployed",
     ),
+    Choice(
+        "adaptive_steps",
+        "SGLang's --speculative-adaptive: per batch-size tier, steps chosen among candidates by "
+        "a moving average of accepted drafts (`adaptive_steps`; k is the initial steps)",
+    ),
 )
 
 ROUTERS = registry(

@@ -26,6 +26,7 @@ LAYERS: tuple[str, ...] = (
     "hardware",  # the hardware file: a device's datasheet figures, links, efficiencies
     "trace_formats",  # the request-trace layouts the scenario names and the workload reads
     "choices",  # what a scenario may name: window policies, routers
+    "policy_settings",  # the engines' switches on speculation a scenario may set
     "scenario",  # the scenario file
     "workload",  # traffic: arrivals, lengths, traces, prompt sets
     "drafters",  # proposal rules that need no model (prompt lookup)

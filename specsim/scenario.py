@@ -43,6 +43,7 @@ from specsim.bounds import (
 from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema_literal
 from specsim.config import Name, StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
+from specsim.policy_settings import AcceptanceGate, AcceptanceShift, AdaptiveSteps
 from specsim.profile.schema import TREE_DRAFTS
 from specsim.profile.tp_scaling import TensorParallelScaling
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
@@ -394,6 +395,26 @@ class Speculation(StrictModel):
         description="how the tree's children are drafted (picks the profile's tree_acceptance "
         "entry): " + "; ".join(f"'{k}': {v}" for k, v in TREE_DRAFTS.items()),
     )
+    max_concurrency: BatchSize | None = Field(
+        default=None,
+        description="policy 'fixed': speculation off (k = 0) while more sequences than this "
+        "run (TensorRT-LLM's max_concurrency; a k_by_batch table ends its own rows instead); "
+        "absent: no cut-off",
+    )
+    acceptance_gate: AcceptanceGate | None = Field(
+        default=None,
+        description="TensorRT-LLM's acceptance off-switch, with policy 'fixed' or 'by_batch'; "
+        "absent: speculation stays on whatever the acceptance",
+    )
+    adaptive_steps: AdaptiveSteps | None = Field(
+        default=None,
+        description="policy 'adaptive_steps': SGLang's adaptive config (absent: its defaults)",
+    )
+    acceptance_shift: AcceptanceShift | None = Field(
+        default=None,
+        description="a change of acceptance part-way through the workload (rate models only); "
+        "absent: every request accepts as the profile says",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -454,22 +475,59 @@ class Speculation(StrictModel):
                 raise ValueError("k_by_batch rows must have increasing max_batch")
         if self.acceptance_rate is not None and self.acceptance != "iid":
             raise ValueError("acceptance_rate applies only with acceptance: iid")
+        self._check_switches()
         return self
+
+    def _check_switches(self) -> None:
+        """The engine switches go with the policies whose engines have them."""
+        policy = self.policy
+        if self.max_concurrency is not None and policy != "fixed":
+            raise ValueError(
+                f"max_concurrency cuts a fixed k off (policy 'fixed'), not policy {policy!r}"
+                + ("; fix: end the k_by_batch table there" if policy == "by_batch" else "")
+            )
+        if self.acceptance_gate is not None and policy not in ("fixed", "by_batch"):
+            raise ValueError(
+                f"acceptance_gate is TensorRT-LLM's, for policy 'fixed' or 'by_batch', not "
+                f"{policy!r}; fix: remove acceptance_gate or change the policy"
+            )
+        if self.adaptive_steps is not None and policy != "adaptive_steps":
+            raise ValueError("adaptive_steps applies only with policy: adaptive_steps")
+        if policy == "adaptive_steps":
+            steps = self.steps_config.candidate_steps
+            if self.k not in steps:
+                raise ValueError(
+                    f"k (the initial steps) is {self.k}, not one of the candidate steps "
+                    f"{steps}; fix: set k to one of them (SGLang refuses it too)"
+                )
+        if self.acceptance_shift is not None and self.acceptance == "sequences":
+            raise ValueError(
+                "acceptance_shift scales the rate models' rates, not replayed sequences; fix: "
+                "use acceptance per_position or iid"
+            )
+        if self.acceptance_shift is not None and self.tree is not None:
+            raise ValueError("acceptance_shift applies to chains, not speculation.tree")
+
+    @property
+    def steps_config(self) -> AdaptiveSteps:
+        """Policy 'adaptive_steps': the scenario's config, else SGLang's defaults."""
+        return self.adaptive_steps if self.adaptive_steps is not None else AdaptiveSteps()
 
     @property
     def enabled(self) -> bool:
         if self.drafter is None:
             return False
-        if self.policy == "by_batch":
-            return any(row.k > 0 for row in self.k_by_batch)
-        return self.k > 0
+        return self.max_k > 0
 
     @property
     def max_k(self) -> int:
-        if not self.enabled:
+        """The widest window the policy may choose (0: speculation off)."""
+        if self.drafter is None:
             return 0
         if self.policy == "by_batch":
             return max(row.k for row in self.k_by_batch)
+        if self.policy == "adaptive_steps":
+            return max(self.steps_config.candidate_steps)
         return self.k
 
 

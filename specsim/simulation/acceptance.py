@@ -26,6 +26,7 @@ from scipy.special import betaincinv
 from specsim.bounds import MAX_TOKENS
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
+from specsim.policy_settings import AcceptanceShift
 from specsim.profile import Acceptance, LoadedProfile
 
 LEVELS = 64
@@ -68,6 +69,20 @@ def window_rates(entry: Acceptance) -> list[float]:
     return rates + list(entry.per_position[len(rates) :])
 
 
+def _level_rates(rates: np.ndarray, concentration: float | None) -> np.ndarray:
+    """Each level's conditional rates (one level without a concentration)."""
+    if concentration is None or rates.shape[0] == 0:
+        return rates[None, :]
+    quantiles = (np.arange(LEVELS) + 0.5) / LEVELS
+    a = np.clip(rates, 1e-9, 1 - 1e-9)
+    level_rates = betaincinv(
+        concentration * a[None, :], concentration * (1 - a[None, :]), quantiles[:, None]
+    )
+    # Exact rates of 0 or 1 stay exact for every request.
+    level_rates = np.where(rates[None, :] >= 1.0, 1.0, level_rates)
+    return np.where(rates[None, :] <= 0.0, 0.0, level_rates)
+
+
 class RateAcceptance:
     """Rate-based acceptance: i.i.d. or per-position, optionally heterogeneous across requests."""
 
@@ -78,28 +93,29 @@ class RateAcceptance:
         rates: np.ndarray,
         proposal_rate: float = 1.0,
         concentration: float | None = None,
+        shift: AcceptanceShift | None = None,
     ):
         self.k_max = int(rates.shape[0])
         self.proposal_rate = float(proposal_rate)
-        if concentration is None or self.k_max == 0:
-            level_rates = rates[None, :]
-        else:
-            quantiles = (np.arange(LEVELS) + 0.5) / LEVELS
-            a = np.clip(rates, 1e-9, 1 - 1e-9)
-            level_rates = betaincinv(
-                concentration * a[None, :], concentration * (1 - a[None, :]), quantiles[:, None]
-            )
-            # Exact rates of 0 or 1 stay exact for every request.
-            level_rates = np.where(rates[None, :] >= 1.0, 1.0, level_rates)
-            level_rates = np.where(rates[None, :] <= 0.0, 0.0, level_rates)
+        level_rates = _level_rates(rates, concentration)
+        # Requests drawn before the shift take levels 0..base-1; after it, the same quantile
+        # of the shifted rates, ``base`` levels further on (so draws never change with it).
+        self.base_levels = level_rates.shape[0]
+        self.shift = shift
+        if shift is not None:
+            shifted = _level_rates(np.minimum(rates * shift.factor, 1.0), concentration)
+            level_rates = np.concatenate([level_rates, shifted])
         self.levels = level_rates.shape[0]
         survival = np.cumprod(level_rates, axis=1)  # S[level, i-1] = P(first i accepted)
         self.survival = survival
+        # What the profile says (the expectations a policy or a stretch plans with): the levels
+        # before any shift, which the workload springs on the engine unannounced.
+        self._planned = survival[: self.base_levels]
         # thresholds[k][level] = 1 - S[level, :k], ascending; contiguous per k for fast gathers.
         self._thresholds = [
             np.ascontiguousarray(1.0 - survival[:, :k]) for k in range(self.k_max + 1)
         ]
-        self._homogeneous = self.levels == 1
+        self._homogeneous = self.base_levels == 1
         # Flat search tables: level l's thresholds shifted by 2 l, then a sentinel above any
         # uniform, so searchsorted(2 l + w) - l (k + 1) counts the accepted drafts; counts[k]
         # maps a search index straight to that count. One search serves every level at once.
@@ -114,13 +130,21 @@ class RateAcceptance:
     def assign_levels(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._homogeneous:
             return np.zeros(n, dtype=np.int64)
-        return rng.integers(0, self.levels, size=n, dtype=np.int64)
+        return rng.integers(0, self.base_levels, size=n, dtype=np.int64)
+
+    def request_level(self, level: int, rid: int, arrival: float) -> int:
+        """A drawn level as the request keeps it: moved to the shifted rates when the
+        workload's acceptance has shifted by its index or its arrival."""
+        shift = self.shift
+        if shift is not None and shift.applies(rid, arrival):
+            return level + self.base_levels
+        return level
 
     def expected_emitted(self, k: int) -> float:
         """Mean tokens a step of window k emits, over requests (before end-of-request caps)."""
         if k == 0:
             return 1.0
-        return 1.0 + self.proposal_rate * float(self.survival[:, :k].sum(axis=1).mean())
+        return 1.0 + self.proposal_rate * float(self._planned[:, :k].sum(axis=1).mean())
 
     def row_expected_emitted(self, k: int) -> float:
         """Mean tokens a step of window k emits for a row of the running batch.
@@ -132,7 +156,7 @@ class RateAcceptance:
         """
         if k == 0:
             return 1.0
-        per_level = 1.0 + self.proposal_rate * self.survival[:, :k].sum(axis=1)
+        per_level = 1.0 + self.proposal_rate * self._planned[:, :k].sum(axis=1)
         return float(1.0 / np.mean(1.0 / per_level))
 
     def draw(
@@ -261,8 +285,9 @@ def build_acceptance(
     k_max: int,
     rate: float | None = None,
     heterogeneity: bool = True,
+    shift: AcceptanceShift | None = None,
 ) -> RateAcceptance | SequenceAcceptance:
-    """The acceptance model a pool's speculation settings ask for."""
+    """The acceptance model a pool's speculation settings ask for (``shift``: rate models)."""
     concentration = entry.request_concentration if heterogeneity else None
     if model == "sequences":
         path = profile.sequences_path(entry)
@@ -273,4 +298,4 @@ def build_acceptance(
         rates = np.full(k_max, alpha, dtype=np.float64)
     else:
         rates = extend_rates(window_rates(entry), k_max)
-    return RateAcceptance(rates, entry.proposal_rate, concentration)
+    return RateAcceptance(rates, entry.proposal_rate, concentration, shift)

@@ -241,11 +241,15 @@ class Admission:
         return hit
 
     # ---- admission and preemption ----------------------------------------------------------
-    def _next_level(self) -> int:
-        """The next request's acceptance level, drawn in chunks from the replica's stream."""
+    def _next_level(self, request: Request) -> int:
+        """The next request's acceptance level, drawn in chunks from the replica's stream (a
+        rate model moves it to the shifted rates past the workload's shift)."""
         if not self._levels:
             self._levels = self.acceptance.assign_levels(self.rng, 4096)[::-1].tolist()
-        return self._levels.pop()
+        level = self._levels.pop()
+        if getattr(self.acceptance, "shift", None) is None:
+            return level
+        return self.acceptance.request_level(level, request.rid, request.arrival)
 
     def admit(self, now: float, decoding: int, decode_kv: float) -> None:
         queue = self.queue
@@ -285,7 +289,7 @@ class Admission:
     def _start_prefill(self, request: Request, now: float, used: float) -> None:
         if request.scheduled < 0:
             request.scheduled = now
-            request.level = self._next_level()
+            request.level = self._next_level(request)
         request.prefilled = self._cached(request, used)
         if self.shared is not None and request.prefilled:
             self.shared.hold(request.rid, request.prefilled // (self.block_size or 1))

@@ -114,7 +114,7 @@ class DecodeAdmission(Admission):
         return request.prefilled > 0  # preemption sets it back to 0
 
     def join(self, request: Request) -> None:
-        request.level = self._next_level()  # this pool's acceptance levels
+        request.level = self._next_level(request)  # this pool's acceptance levels
         self._joined(request)
 
     def _cached(self, request: Request, used: float) -> int:

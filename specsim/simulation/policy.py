@@ -3,6 +3,9 @@ scenario may give ``speculation.policy`` (``specsim.choices.WINDOW_POLICIES``).
 
 - ``FixedWindow``: always k.
 - ``BatchTableWindow``: k from a table by running batch size (above the table: k = 0).
+- ``AdaptiveStepsWindow`` (``policy: adaptive_steps``): SGLang's adaptive steps, and
+  ``AcceptanceGate``, TensorRT-LLM's acceptance off-switch around a fixed or by-batch policy
+  (both in ``engine_policies.py``: they keep state across iterations).
 - ``GoodputWindow`` (``policy: adaptive``): before each iteration, the k in 0..k_max that saves
   the most time. It evaluates the engine's own cost function (``StepCosts.iteration_s``) on the
   batch as it stands, with each row's ragged window near the end of its request. A decode-only
@@ -31,6 +34,7 @@ import numpy as np
 from specsim.choices import WINDOW_POLICIES, check_implemented
 from specsim.costs import NO_ROWS, PassTotals
 from specsim.scenario import Speculation
+from specsim.simulation.engine_policies import AcceptanceGate, AdaptiveStepsWindow
 
 
 class FixedWindow:
@@ -186,16 +190,25 @@ class GoodputWindow:
         return tokens, new, pairs
 
 
-WindowPolicy = FixedWindow | BatchTableWindow | GoodputWindow
+WindowPolicy = FixedWindow | BatchTableWindow | GoodputWindow | AdaptiveStepsWindow
 
 # The implementation of each policy a scenario may name (``specsim.choices.WINDOW_POLICIES``).
 WINDOW_POLICY_CLASSES: dict[str, type[WindowPolicy]] = {
-    cls.name: cls for cls in (FixedWindow, BatchTableWindow, GoodputWindow)
+    cls.name: cls for cls in (FixedWindow, BatchTableWindow, GoodputWindow, AdaptiveStepsWindow)
 }
 check_implemented(WINDOW_POLICIES, WINDOW_POLICY_CLASSES, "window policies")
 
 
-def build_policy(speculation: Speculation, max_batch: int) -> WindowPolicy:
+def build_policy(speculation: Speculation, max_batch: int) -> WindowPolicy | AcceptanceGate:
+    """The scenario's policy; ``max_concurrency`` makes a fixed k the table {max_concurrency:
+    k} (TensorRT-LLM's own translation, ``engine_policies``), and ``acceptance_gate`` wraps it
+    in the off-switch."""
     if not speculation.enabled:
         return FixedWindow(0)
-    return WINDOW_POLICY_CLASSES[speculation.policy].build(speculation, max_batch)
+    if speculation.max_concurrency is not None:
+        policy = BatchTableWindow([(speculation.max_concurrency, speculation.k)], max_batch)
+    else:
+        policy = WINDOW_POLICY_CLASSES[speculation.policy].build(speculation, max_batch)
+    if speculation.acceptance_gate is not None:
+        return AcceptanceGate(policy, speculation.acceptance_gate)
+    return policy

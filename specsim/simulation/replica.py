@@ -156,7 +156,16 @@ class Replica:
         # The fast path (stretches of decode iterations at once) needs a rate model: replayed
         # sequences depend on each row's position, step by step, so they run per iteration.
         # Tree pools run per iteration too: stretches total the chain's widths in closed form.
-        self.fast = fast and not acceptance.needs_position and self.tree_rows is None
+        # Policies that observe each iteration (``engine_policies.py``) and a workload whose
+        # acceptance shifts part-way run per iteration too: the kernels know neither.
+        self.fast = (
+            fast
+            and not acceptance.needs_position
+            and self.tree_rows is None
+            and not getattr(policy, "observes", False)
+            and getattr(acceptance, "shift", None) is None
+        )
+        self._observes = getattr(policy, "observes", False)
         # The fast path runs the compiled kernels (compiled.py), which step PCG64's state.
         if self.fast:  # the same numbers, drawn ahead in blocks (or jumped over)
             if not JumpStream.fits(rng):
@@ -654,6 +663,9 @@ class Replica:
         finished = ()
         if decode is not None:
             k, drafts, accepted = decode.k, decode.drafts, decode.accepted
+            if self._observes:  # before ``accepted`` becomes the tokens emitted, in place
+                rows_now = drafts >= 0.0  # occupied slots (empty ones draft -1)
+                self.policy.observe(drafts[rows_now], accepted[rows_now], now)
             log = self.log
             log.record_step(accepted, drafts)
             remaining, context, _, row_drafted, ones = decode.views

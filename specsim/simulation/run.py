@@ -83,7 +83,13 @@ def _pool_setup(
     capacity = kv_capacity_tokens(profile, spec.drafter, enabled, scenario.engine)
     if enabled:
         acceptance = build_acceptance(
-            profile, entry, spec.acceptance, spec.max_k, spec.acceptance_rate, spec.heterogeneity
+            profile,
+            entry,
+            spec.acceptance,
+            spec.max_k,
+            spec.acceptance_rate,
+            spec.heterogeneity,
+            spec.acceptance_shift,
         )
     else:
         acceptance = RateAcceptance(np.zeros(0))
@@ -387,6 +393,10 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         price_per_hour_usd=price,
         duration_s=duration,
     )
+    # Policies with state say what they did (when the off-switch tripped, how steps moved).
+    reports = [r.policy.report() for r in replicas if getattr(r.policy, "observes", False)]
+    if reports:
+        summary["window_policy"] = reports
     lossy = any(s.speculation.enabled and s.speculation.verifier in LOSSY_VERIFIERS for s in setups)
     main = setups[-1] if scenario.fleet.disaggregation is not None else setups[0]  # decode
     summary["scenario"] = {
