@@ -212,11 +212,17 @@ ENGINE_FILES = {
     "`--speculative-eagle-topk` 1, `--speculative-num-draft-tokens` steps + 1 (prompt lookup: "
     "NGRAM with `--speculative-ngram-max-bfs-breadth` 1), `--max-running-requests`, `--tp-size`, "
     "`--page-size` for the scenario's `engine.block_size` (the radix cache is left on, SGLang's "
-    "default)",
+    "default), `--speculative-adaptive` with `--speculative-adaptive-config` for policy "
+    "`adaptive_steps`",
+    "engine/sglang-adaptive.json": "SGLang's adaptive-steps config (policy `adaptive_steps` on "
+    "an EAGLE/EAGLE3 chain): the global constants and one entry per batch-size tier with its "
+    "`candidate_steps`, as `--speculative-adaptive-config` reads it",
     "engine/trtllm.yaml": "TensorRT-LLM's `--extra_llm_api_options` YAML under the same header: "
     "`max_batch_size`, `max_num_tokens`, `tensor_parallel_size` and `speculative_config` "
     "(`decoding_type`, `max_draft_len`, `speculative_model`, `draft_len_schedule` for a "
-    "k-by-batch table, `max_matching_ngram_size` for prompt lookup), and `kv_cache_config` "
+    "k-by-batch table, `max_concurrency` for a static k's cut-off, `acceptance_rate_threshold` "
+    "and `acceptance_rate_window_size` for the acceptance off-switch, "
+    "`max_matching_ngram_size` for prompt lookup), and `kv_cache_config` "
     "(`tokens_per_block` for the scenario's `engine.block_size`, `enable_block_reuse: true` for "
     "a workload with cached prefixes)",
     "engine/bench.sh": "bash: `bash bench.sh vllm` (or `sglang`, when emitted) runs the engine's "

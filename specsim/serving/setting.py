@@ -75,6 +75,10 @@ class Speculative:
     profile's drafter method (``mtp``: the target's own MTP layers, no model of its own).
     ``passes``: a heads drafter's stated ``passes`` (parallel: Medusa heads; autoregressive:
     EAGLE-style); None when the profile does not say, written as EAGLE as before.
+    ``max_concurrency``: speculation off above this many running sequences (a static k's
+    cut-off; a table ends its own rows); ``acceptance_gate``: (threshold, window) of
+    TensorRT-LLM's acceptance off-switch; ``adaptive_steps``: SGLang's adaptive config (the
+    JSON of --speculative-adaptive-config), k its initial steps.
     """
 
     drafter: str
@@ -90,6 +94,17 @@ class Speculative:
     sglang_knobs: tuple[int, int, int] | None = None
     method: str | None = None
     passes: str | None = None
+    max_concurrency: int | None = None
+    acceptance_gate: tuple[float, int] | None = None
+    adaptive_steps: dict | None = None
+
+    @property
+    def schedule_rows(self) -> tuple[BatchRow, ...]:
+        """The k-by-batch rows an engine's table takes: the table, or a static k's cut-off
+        as {max_concurrency: k} (TensorRT-LLM's own translation of max_concurrency)."""
+        if self.by_batch or self.max_concurrency is None:
+            return self.by_batch
+        return (BatchRow(self.max_concurrency, self.k),)
 
     @property
     def is_medusa(self) -> bool:

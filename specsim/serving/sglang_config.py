@@ -9,7 +9,10 @@ given shape its depth, its widest node's children and its nodes + 1, when SGLang
 hold it (at most topk nodes per depth expand, §4.5); SGLang rebuilds its tree every step from
 the drafter's scores, so the knobs set its budget and the shape is the plan's stand-in.
 SGLang has no batch-size schedule: a k-by-batch table is written as the static k the plan found
-best at its chosen load, and said so. The scenario's KV block size is ``--page-size``; the
+best at its chosen load, and said so. Adaptive steps (``policy: adaptive_steps``) are
+``--speculative-adaptive`` with ``--speculative-adaptive-config sglang-adaptive.json``, the
+tiers and constants beside the arguments (EAGLE/EAGLE3 chains only, as SGLang runs them).
+The scenario's KV block size is ``--page-size``; the
 radix cache (prefix reuse) is left on, SGLang's default, which has no flag to enable it (§4.8).
 A split fleet's pool adds ``--disaggregation-mode`` and its transfer backend (§4.8). ``check``
 holds the arguments to §4.5 and §4.8 first.
@@ -17,6 +20,7 @@ holds the arguments to §4.5 and §4.8 first.
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from specsim.serving.setting import (
@@ -36,6 +40,10 @@ from specsim.serving.setting import (
 from specsim.serving.setting import comment_block as comments
 
 ARGS_FILE = "sglang.args"
+ADAPTIVE_FILE = "sglang-adaptive.json"  # --speculative-adaptive-config's file
+# SGLang runs adaptive steps for these only, with topk 1 (adaptive_spec_params.py
+# adaptive_unsupported_reason); for others it logs a warning and keeps the static steps.
+ADAPTIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3"})
 
 # The algorithm per specsim drafter kind: a separate draft model is STANDALONE, prompt lookup
 # NGRAM, heads EAGLE, the target's MTP layers EAGLE (SGLang's NEXTN resolves to it, §4.5).
@@ -63,6 +71,8 @@ FLAGS = frozenset(
         "--disaggregation-mode",
         "--disaggregation-transfer-backend",
         "--page-size",
+        "--speculative-adaptive",
+        "--speculative-adaptive-config",
     }
 )
 # A split fleet's pools (§4.8): each server's mode, and the KV transfer engine between them.
@@ -136,6 +146,9 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
         if spec.tree is not None:
             # SGLang's overlap scheduler runs topk-1 chains only and refuses a tree without this.
             out.append(("--disable-overlap-schedule", None))
+        if adaptive(spec):
+            out.append(("--speculative-adaptive", None))
+            out.append(("--speculative-adaptive-config", role_file(ADAPTIVE_FILE, setting.role)))
     # Always given: with speculation SGLang would otherwise reset it to 48 (§4.5).
     out.append(("--max-running-requests", str(setting.max_batch)))
     out.append(("--tp-size", str(setting.tensor_parallel_size)))
@@ -149,6 +162,18 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
         out.append(("--disaggregation-mode", setting.role))
         out.append(("--disaggregation-transfer-backend", TRANSFER_BACKEND))
     return out
+
+
+def adaptive(spec: Speculative) -> bool:
+    """Whether SGLang runs the setting's adaptive steps (EAGLE or EAGLE3 chains)."""
+    chain = spec.tree is None
+    return spec.adaptive_steps is not None and chain and algorithm(spec) in ADAPTIVE_ALGORITHMS
+
+
+def adaptive_steps(config: dict) -> list[int]:
+    """Every tier's candidate steps (SGLang's resolve_candidate_steps_from_config)."""
+    tiers = [entry for key, entry in config.items() if key.isdigit()]
+    return sorted({s for entry in tiers for s in entry.get("candidate_steps", [])})
 
 
 def draft_path(setting: EngineSetting) -> str:
@@ -206,6 +231,36 @@ def check(options: list[tuple[str, str]], args_file: str = ARGS_FILE) -> None:
         # More than the nodes SGLang drafts: bench_speculative refuses it (§4.7).
         flag = "--speculative-num-draft-tokens"
         raise violation(args_file, flag, "is above steps x topk + 1", "§4.7")
+    if "--speculative-adaptive" in given:
+        _check_adaptive(given, name, steps, topk, args_file)
+
+
+def _check_adaptive(given: dict, name: str, steps: int, topk: int, args_file: str) -> None:
+    """SGLang's adaptive steps run for EAGLE/EAGLE3 chains, from the config file the flag
+    names (its checks: adaptive_spec_params.py, speculative_hook.py)."""
+    if name not in ADAPTIVE_ALGORITHMS or topk != 1:
+        raise violation(args_file, "--speculative-adaptive", "needs EAGLE(3) with topk 1", "§4.5")
+    if not given.get("--speculative-adaptive-config"):
+        # Without one SGLang runs its built-in tiers, not the plan's.
+        flag = "--speculative-adaptive-config"
+        raise violation(args_file, flag, "must name the plan's config file", "§4.5")
+
+
+def check_adaptive_config(config: dict, steps: int) -> None:
+    """The config SGLang's _load_adaptive_config accepts: at least one tier (an integer key)
+    with a non-empty list of non-negative whole candidate steps; and the initial steps among
+    them (SGLang raises otherwise)."""
+    tiers = {key: entry for key, entry in config.items() if key.isdigit()}
+    if not tiers:
+        raise violation(ADAPTIVE_FILE, "tiers", "needs an integer batch-size key", "§4.5")
+    for key, entry in tiers.items():
+        candidates = entry.get("candidate_steps")
+        whole = isinstance(candidates, list) and candidates
+        if not whole or not all(isinstance(c, int) and c >= 0 for c in candidates):
+            raise violation(ADAPTIVE_FILE, f"{key}.candidate_steps", "non-negative ints", "§4.5")
+    if steps not in adaptive_steps(config):
+        flag = "--speculative-num-steps"
+        raise violation(ARGS_FILE, flag, "is not among the adaptive candidate steps", "§4.5")
 
 
 def _count(given: dict[str, str], flag: str) -> int:
@@ -218,6 +273,22 @@ def not_expressible(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     if spec is None:
         return notes
+    if spec.adaptive_steps is not None and not adaptive(spec):
+        notes.append(
+            f"adaptive steps: SGLang runs them for EAGLE/EAGLE3 chains only, not "
+            f"{algorithm(spec)}{' trees' if spec.tree is not None else ''} (it would warn and "
+            f"keep the static steps); written with k = {spec.k}, the initial steps"
+        )
+    if spec.max_concurrency is not None and not spec.by_batch:
+        notes.append(
+            f"max_concurrency {spec.max_concurrency}: SGLang has no cut-off by batch size "
+            "(§4.5); written without it, so speculation stays on at every batch"
+        )
+    if spec.acceptance_gate is not None:
+        notes.append(
+            "the acceptance off-switch (TensorRT-LLM's acceptance_rate_threshold): SGLang has "
+            "none (§4.5); written without it, so speculation stays on however acceptance falls"
+        )
     if spec.by_batch:
         fallback = f"k = {spec.fallback_k}" if spec.fallback_k else "speculation off"
         notes.append(
@@ -291,4 +362,10 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
         for flag, value in options
     }
     files = {args_file: args_text(comments(top), options)}
+    if "--speculative-adaptive" in dict(options):
+        # The config file sits beside the arguments, which name it by its bare file name.
+        check_adaptive_config(spec.adaptive_steps, k)
+        text = json.dumps(spec.adaptive_steps, indent=2) + "\n"
+        files[role_file(ADAPTIVE_FILE, setting.role)] = text
+        written["adaptive_config"] = spec.adaptive_steps
     return Rendered("sglang", files, written, missing, remarks, start)

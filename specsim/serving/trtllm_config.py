@@ -6,7 +6,11 @@ The file is what ``trtllm-serve`` and ``trtllm-bench`` take with ``--extra_llm_a
 (``Draft_Target``, ``NGram``, ``Eagle``/``Eagle3``, ``MTP``; §5.2), ``max_draft_len``,
 ``speculative_model`` and for a k-by-batch table ``draft_len_schedule`` (§5.3): keys are
 inclusive upper bounds of the running batch, larger batches draft nothing, and the value at the
-smallest key must equal ``max_draft_len``. A tree is Eagle's static ``eagle_choices`` (the
+smallest key must equal ``max_draft_len``. A static k's cut-off is ``max_concurrency`` (which
+TensorRT-LLM turns into the schedule {max_concurrency: max_draft_len}; the two are exclusive),
+and the acceptance off-switch ``acceptance_rate_threshold`` with
+``acceptance_rate_window_size`` (DecodingBaseConfig, §5.3; ``simulation/engine_policies.py``).
+A tree is Eagle's static ``eagle_choices`` (the
 paths of child ranks, specsim's own form) with ``max_draft_len`` its depth (§5.4); the other
 decoding types draft chains only. The scenario's KV block size is ``kv_cache_config``'s
 ``tokens_per_block`` and cached prefixes its ``enable_block_reuse``; a split fleet's servers add
@@ -75,6 +79,8 @@ SPEC_KEYS = frozenset(
         "max_matching_ngram_size",
         "max_concurrency",
         "eagle_choices",
+        "acceptance_rate_threshold",
+        "acceptance_rate_window_size",
     }
 )
 TREE_TYPES = frozenset({"Eagle", "Eagle3"})  # eagle_choices (§5.4)
@@ -159,6 +165,12 @@ def options(setting: EngineSetting) -> tuple[dict[str, Any], list[str]]:
         config["max_matching_ngram_size"] = spec.ngram_size
     if schedule is not None:
         config["draft_len_schedule"] = schedule
+    elif spec.max_concurrency is not None:
+        config["max_concurrency"] = spec.max_concurrency  # {max_concurrency: max_draft_len}
+    if spec.acceptance_gate is not None:
+        config["acceptance_rate_threshold"], config["acceptance_rate_window_size"] = (
+            spec.acceptance_gate
+        )
     out["speculative_config"] = config
     return out, notes
 
@@ -220,6 +232,30 @@ def check(document: dict[str, Any], yaml_file: str = YAML_FILE) -> None:
         _check_schedule(config, top, yaml_file)
     if "eagle_choices" in config:
         _check_choices(config, name, top, yaml_file)
+    _check_switches(config, yaml_file)
+
+
+def _check_switches(config: dict[str, Any], yaml_file: str) -> None:
+    """max_concurrency is a positive whole number; the acceptance off-switch needs both of its
+    keys (the executor builds its gate only then) with a threshold in (0, 1] (§5.3)."""
+    cut = config.get("max_concurrency", 1)
+    if not _whole(cut) or cut < 1:
+        raise violation(yaml_file, "speculative_config.max_concurrency", "must be >= 1", "§5.3")
+    threshold = config.get("acceptance_rate_threshold")
+    window = config.get("acceptance_rate_window_size")
+    if (threshold is None) != (window is None):
+        key = "speculative_config.acceptance_rate_threshold"
+        raise violation(yaml_file, key, "and its window size go together", "§5.3")
+    if threshold is None:
+        return
+    key = "speculative_config.acceptance_rate_threshold"
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise violation(yaml_file, key, "must be a number", "§5.3")
+    if not 0 < threshold <= 1:
+        raise violation(yaml_file, key, "must be in (0, 1]", "§5.3")
+    if not _whole(window) or window < 1:
+        key = "speculative_config.acceptance_rate_window_size"
+        raise violation(yaml_file, key, "must be a whole number >= 1 (0 turns it off)", "§5.3")
 
 
 def _check_choices(config: dict[str, Any], name: str, top: int, yaml_file: str) -> None:
@@ -257,6 +293,13 @@ def _whole(value: Any) -> bool:
 
 def not_expressible(setting: EngineSetting, notes: list[str]) -> list[str]:
     out = [*setting.unexpressed, *notes]
+    spec = setting.speculation
+    if spec is not None and spec.adaptive_steps is not None:
+        out.append(
+            "SGLang's adaptive steps: TensorRT-LLM chooses no draft length from acceptance "
+            f"(draft_len_schedule follows the batch only); written with max_draft_len = {spec.k}, "
+            "the initial steps"
+        )
     if setting.speculation is not None and setting.verifier == "typical":
         out.append(
             "verifier typical: TensorRT-LLM's relaxed acceptance is MTP's thinking-phase rule "

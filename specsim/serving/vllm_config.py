@@ -20,6 +20,7 @@ import shlex
 from typing import Any
 
 from specsim.serving.setting import (
+    BatchRow,
     EngineSetting,
     Rendered,
     Speculative,
@@ -100,10 +101,17 @@ def refuses(setting: EngineSetting) -> str | None:
     )
 
 
-def schedule(spec: Speculative) -> list[list[int]]:
-    """specsim's rows as vLLM's ``[start, end, K]`` ranges: the first starts at 1 (§3.4)."""
+def schedule(spec: Speculative, max_num_seqs: int) -> list[list[int]]:
+    """specsim's rows as vLLM's ``[start, end, K]`` ranges: the first starts at 1 (§3.4). A
+    static k's max_concurrency is the ranges [1, cut, k] and [cut + 1, max_num_seqs, 0]: past
+    its last range vLLM carries the last K forward, so the zero is written out."""
+    rows = spec.schedule_rows
+    if not spec.by_batch and rows:
+        if rows[0].max_batch >= max_num_seqs:
+            return []  # never more than --max-num-seqs run: nothing to cut
+        rows = (*rows, BatchRow(max_num_seqs, 0))
     ranges, start = [], 1
-    for row in spec.by_batch:
+    for row in rows:
         ranges.append([start, row.max_batch, row.k])
         start = row.max_batch + 1
     return ranges
@@ -128,8 +136,9 @@ def speculative_config(setting: EngineSetting, synthetic: bool = False) -> dict[
         config["draft_tensor_parallel_size"] = setting.draft_tp
         if setting.weights_dtype == "fp8":
             config["quantization"] = "fp8"  # the draft model's weights too (§3.2)
-    if spec.by_batch:
-        config["num_speculative_tokens_per_batch_size"] = schedule(spec)
+    ranges = schedule(spec, setting.max_batch)
+    if ranges:
+        config["num_speculative_tokens_per_batch_size"] = ranges
     if synthetic:
         config["rejection_sample_method"] = "synthetic"
         config["synthetic_acceptance_rates"] = [round(p, 6) for p in spec.unconditional_rates]
@@ -270,6 +279,18 @@ def _whole(value: Any) -> bool:
 
 def not_expressible(setting: EngineSetting) -> list[str]:
     notes = list(setting.unexpressed)
+    spec = setting.speculation
+    if spec is not None and spec.acceptance_gate is not None:
+        notes.append(
+            "the acceptance off-switch (TensorRT-LLM's acceptance_rate_threshold): vLLM 0.33's "
+            "SpeculativeConfig has none (§3.2); written without it, so speculation stays on "
+            "however acceptance falls"
+        )
+    if spec is not None and spec.adaptive_steps is not None:
+        notes.append(
+            "SGLang's adaptive steps: vLLM 0.33 chooses no k from acceptance (its per-batch "
+            f"table follows the batch only, §3.4); written with k = {spec.k}, the initial steps"
+        )
     if setting.speculation is not None and setting.verifier == "typical":
         notes.append(
             "verifier typical: vLLM 0.33 has no typical acceptance (only V0's "

@@ -173,6 +173,32 @@ def unconditional_rates(choice: Choice, k: int) -> tuple[float, ...]:
     return tuple(float(p) for p in np.cumprod(conditional))
 
 
+def cut_rows(rows: list, cut: int | None, scenario) -> tuple[BatchRow, ...]:
+    """A chosen table's rows, ended at the scenario's max_concurrency when it has one (then
+    k = 0 up to the largest batch, so that every engine's table says so)."""
+    table = tuple(BatchRow(r["max_batch"], r["k"]) for r in rows)
+    if not table or cut is None:
+        return table
+    at_cut = next((row.k for row in table if row.max_batch >= cut), 0)
+    kept = (*(row for row in table if row.max_batch < cut), BatchRow(cut, at_cut))
+    largest = scenario.engine.max_batch
+    return kept + ((BatchRow(largest, 0),) if cut < largest else ())
+
+
+def engine_switches(speculation, rows: list) -> dict:
+    """The scenario's engine switches as ``Speculative`` holds them. A table chosen with a
+    max_concurrency ends its rows there instead (TensorRT-LLM refuses both at once)."""
+    out: dict = {}
+    gate = speculation.acceptance_gate
+    if gate is not None:
+        out["acceptance_gate"] = (gate.threshold, gate.window)
+    if speculation.policy == "adaptive_steps":
+        out["adaptive_steps"] = speculation.steps_config.engine_config()
+    if speculation.max_concurrency is not None and not rows:
+        out["max_concurrency"] = speculation.max_concurrency
+    return out
+
+
 def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
     """The engine-neutral setting of a recommendation."""
     from specsim.drafters import DEFAULT_NGRAM
@@ -194,7 +220,7 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
             k=choice.k,
             model=model,
             unconditional_rates=unconditional_rates(choice, choice.k),
-            by_batch=tuple(BatchRow(r["max_batch"], r["k"]) for r in choice.rows),
+            by_batch=cut_rows(choice.rows, scenario.speculation.max_concurrency, scenario),
             static_k=choice.static_k,
             ngram_size=DEFAULT_NGRAM if kind == "ngram" else None,
             tree=None if choice.tree is None else choice.tree.shape,
@@ -202,6 +228,7 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
             sglang_knobs=None if choice.tree is None else choice.tree.sglang,
             method=drafter.method,
             passes=drafter.passes,
+            **engine_switches(scenario.speculation, choice.rows),
         )
     return EngineSetting(
         target=target,
