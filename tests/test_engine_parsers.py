@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specsim.policy_settings import AdaptiveSteps
 from specsim.serving import registry, vllm_config
 from specsim.serving.setting import BatchRow, EngineSetting, ModelRef, Speculative
 from specsim.tree import TreeShape
@@ -139,6 +140,17 @@ def variants(models: Path) -> list[tuple[str, EngineSetting]]:
     for role in ("prefill", "decode"):
         target, spec = speculation(models, "heads-eagle3")
         out.append((f"split-{role}", EngineSetting(target, 32, 8192, spec, role=role)))
+    # The engines' switches: a static k's cut-off, the acceptance off-switch (on a chain and
+    # on a table), SGLang's adaptive steps (k = 3, one of its default candidates).
+    switches = {
+        "cut-off": {"max_concurrency": 16},
+        "gate": {"acceptance_gate": (0.3, 50)},
+        "table-gate": {"acceptance_gate": (0.3, 50), "by_batch": rows, "static_k": 2},
+        "adaptive": {"adaptive_steps": AdaptiveSteps().engine_config()},
+    }
+    for name, extra in switches.items():
+        target, spec = speculation(models, "heads-eagle3", **extra)
+        out.append((name, EngineSetting(target, 64, 8192, spec)))
     return out
 
 
@@ -253,7 +265,7 @@ def test_sglang_parses_every_emitted_flag_set(models):
     pytest.importorskip("sglang.srt.server_args", exc_type=ImportError)
     checked = set()
     for name, setting, files in rendered(models, "sglang"):
-        (text,) = files.values()
+        text = next(t for f, t in files.items() if f.endswith(".args"))
         server = sglang_server_args(setting.target.path, text)
         written = registry.SGLANG.writer.render(setting, []).written
         for key, value in written.items():
@@ -308,6 +320,15 @@ def test_trtllm_yaml_matches_the_llm_args_schema(models):
         },
         {"speculative_config": {"decoding_type": "NGram", "max_draft_len": 0}},
         {"cache_transceiver_config": {"backend": "default"}},
+        {"speculative_config": {"decoding_type": "MTP", "acceptance_rate_threshold": 1.5}},
+        {"speculative_config": {"decoding_type": "MTP", "acceptance_rate_window_size": -1}},
+        {
+            "speculative_config": {
+                "decoding_type": "MTP",
+                "max_concurrency": 8,
+                "draft_len_schedule": {"8": 3},
+            }
+        },
     ],
 )
 def test_trtllm_schema_rejects_keys_llm_args_rejects(document):

@@ -367,5 +367,4 @@ def render(setting: EngineSetting, header: list[str]) -> Rendered:
         check_adaptive_config(spec.adaptive_steps, k)
         text = json.dumps(spec.adaptive_steps, indent=2) + "\n"
         files[role_file(ADAPTIVE_FILE, setting.role)] = text
-        written["adaptive_config"] = spec.adaptive_steps
     return Rendered("sglang", files, written, missing, remarks, start)
