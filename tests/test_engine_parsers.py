@@ -25,6 +25,7 @@ import os
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -282,6 +283,34 @@ def test_sglang_parser_rejects_what_sglang_rejects(models, flags, error):
     pytest.importorskip("sglang.srt.server_args", exc_type=ImportError)
     with pytest.raises(error):
         sglang_server_args(str(models / "target"), flags)
+
+
+def test_sglangs_own_adaptive_steps_agree_with_specsims(models, tmp_path):
+    """The emitted config, read by SGLang's AdaptiveSpeculativeParams, and specsim's policy
+    built from the same settings choose the same steps for the same batches and acceptance."""
+    pytest.importorskip("sglang.srt.speculative.adaptive_spec_params", exc_type=ImportError)
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    from specsim.simulation.engine_policies import AdaptiveStepsWindow
+
+    config = AdaptiveSteps(warmup_batches=2, update_interval=2, ema_alpha=0.3)
+    path = tmp_path / "sglang-adaptive.json"
+    path.write_text(json.dumps(config.engine_config()))
+    theirs = AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(path))
+    ours = AdaptiveStepsWindow(3, config)
+    rng = np.random.default_rng(7)
+    chosen = set()
+    for i in range(400):
+        rows = int(rng.integers(1, 80))
+        k = ours.choose(rows, 0.0)
+        assert k == theirs.get_steps_for_batch(rows), (i, rows)
+        chosen.add(k)
+        # All drafts accepted mostly at first (steps climb), then mostly few (they fall).
+        full = rng.random(rows) < (0.95 if i < 200 else 0.2)
+        accepted = np.where(full, k, rng.integers(0, k + 1, size=rows))
+        theirs.on_verify_complete(accepted.tolist(), rows)
+        ours.observe(np.full(rows, float(k)), accepted.astype(float), 0.0)
+    assert chosen == {0, 1, 3, 5, 7}  # every default candidate was reached
 
 
 # --- TensorRT-LLM ---------------------------------------------------------------------------
