@@ -555,6 +555,18 @@ class SpeculationOverride(StrictModel):
     tree_drafts: TreeDraftsName | None = Field(
         default=None, description="see speculation.tree_drafts"
     )
+    max_concurrency: BatchSize | None = Field(
+        default=None, description="see speculation.max_concurrency"
+    )
+    acceptance_gate: AcceptanceGate | None = Field(
+        default=None, description="see speculation.acceptance_gate"
+    )
+    adaptive_steps: AdaptiveSteps | None = Field(
+        default=None, description="see speculation.adaptive_steps"
+    )
+    acceptance_shift: AcceptanceShift | None = Field(
+        default=None, description="see speculation.acceptance_shift"
+    )
 
 
 class Pool(StrictModel):

@@ -216,6 +216,20 @@ SPECULATION = {
     "k_by_batch": [{"max_batch": 4, "k": 2}],
     "acceptance": "per_position",
     "heterogeneity": True,
+    "max_concurrency": 8,
+    "acceptance_gate": {"threshold": 0.2, "window": 5},
+    "acceptance_shift": {"after_requests": 6, "factor": 0.5},
+}
+# SGLang's adaptive steps (their own policy, so a base of their own).
+ADAPTIVE_STEPS: dict[str, Any] = {
+    "ema_alpha": 0.2,
+    "update_interval": 5,
+    "warmup_batches": 10,
+    "up_hysteresis": 0.0,
+    "down_hysteresis": -0.25,
+    "tiers": [
+        {"min_batch": 1, "candidate_steps": [1, 2], "up_hysteresis": 0.0, "down_hysteresis": 0.0}
+    ],
 }
 SCENARIO: dict[str, Any] = {
     "name": "bad-input-base",

@@ -690,6 +690,28 @@ def tree_cases() -> Iterator[Case]:
     )
 
 
+def adaptive_steps_cases() -> Iterator[Case]:
+    """speculation.adaptive_steps: every key spoiled, in a scenario of policy adaptive_steps
+    (the base scenario's fixed k refuses the section)."""
+    from bad_input_bases import ADAPTIVE_STEPS
+
+    from specsim.policy_settings import AdaptiveSteps
+
+    def render(steps: Any) -> str:
+        speculation = {"drafter": "d1", "k": 1, "policy": "adaptive_steps", "adaptive_steps": steps}
+        return dump({**SCENARIO, "fleet": {"replicas": 1}, "speculation": speculation})
+
+    yield from schema_cases(
+        "scenario:speculation.adaptive_steps",
+        AdaptiveSteps,
+        ADAPTIVE_STEPS,
+        "scenario.yaml",
+        BASE_COMMANDS["simulate"],
+        render=render,
+        where=lambda path: ("speculation", "adaptive_steps", *path),
+    )
+
+
 def disagg_cases() -> Iterator[Case]:
     """fleet.disaggregation: every key of the 1P1D base spoiled (the base scenario has pools,
     which a split fleet refuses), and the combinations no single value spoils."""
@@ -819,6 +841,7 @@ def all_cases() -> list[Case]:
     cases += hand_cases()
     cases += tree_cases()
     cases += disagg_cases()
+    cases += adaptive_steps_cases()
     from bad_input_files import file_cases  # it builds on this module
 
     cases += file_cases()

@@ -169,16 +169,23 @@ def test_the_disaggregated_base_succeeds(base_dir, tmp_path, capsys):
 
 def test_base_inputs_have_room_for_every_schema_key():
     """A section the base documents lack would leave its keys out of the corpus."""
-    from bad_input_bases import ACCEPTANCE_FILE, DISAGGREGATION, HARDWARE
+    from bad_input_bases import ACCEPTANCE_FILE, ADAPTIVE_STEPS, DISAGGREGATION, HARDWARE
 
     from specsim.hardware import HardwareSpec
+    from specsim.policy_settings import AdaptiveSteps
     from specsim.profile.schema import Acceptance, Profile
     from specsim.scenario import Disaggregation, Scenario
 
-    # A split fleet refuses pools: its keys are walked in a base of their own.
+    # A split fleet refuses pools, and adaptive steps are a policy of their own: their keys are
+    # walked in bases of their own.
     walk = walk_schema(Scenario, SCENARIO)
-    assert walk.uncovered == ["fleet.disaggregation"]
+    assert walk.uncovered == [
+        "speculation.adaptive_steps",
+        "fleet.pools[0].speculation.adaptive_steps",
+        "fleet.disaggregation",
+    ]
     for model, doc in (
+        (AdaptiveSteps, ADAPTIVE_STEPS),
         (Disaggregation, DISAGGREGATION),
         (Profile, PROFILE),
         (HardwareSpec, HARDWARE),

@@ -79,7 +79,13 @@ def test_the_plans_setting_carries_passes_block_size_and_prefix(repo, monkeypatc
         scenario = SimpleNamespace(
             engine=SimpleNamespace(max_batch=8, max_batched_tokens=2048, block_size=block),
             workload=SimpleNamespace(prefix=prefix),
-            speculation=SimpleNamespace(verifier="rejection", temperature=1.0),
+            speculation=SimpleNamespace(
+                verifier="rejection",
+                temperature=1.0,
+                policy="fixed",
+                max_concurrency=None,
+                acceptance_gate=None,
+            ),
         )
         choice = SimpleNamespace(
             profile=profile, drafter="heads", k=2, rows=[], static_k=None, tree=None,

@@ -20,7 +20,7 @@ from specsim.comparison import compare, regressions_json
 from specsim.config import apply_overrides, validate_as
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json, write_text_atomic
 from specsim.metrics import round_floats
-from specsim.planning.common import answerable_k
+from specsim.planning.common import answerable_k, switch_overrides
 from specsim.profile import load_profile
 from specsim.scenario import Scenario, load_scenario
 from specsim.simulation import run_simulation
@@ -83,7 +83,9 @@ def prepare(
     warn_beyond_measured_k(main)
     if not compare_baseline:
         return main, None
-    baseline = load(scenario, [*overrides, *BASELINE_OVERRIDES])
+    # The scenario's engine switches that policy fixed refuses go with its speculation.
+    switches = switch_overrides(main.speculation, "fixed")
+    baseline = load(scenario, [*overrides, *BASELINE_OVERRIDES, *switches])
     for pool in baseline.fleet.pools:
         pool.speculation.tree = None
         pool.speculation.k = 0

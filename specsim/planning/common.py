@@ -56,6 +56,24 @@ class LoadAxis:
         return f"{load:g} {self.unit}"
 
 
+def switch_overrides(speculation, policy: str, tree: bool = False) -> list[str]:
+    """``--set`` overrides that drop the scenario's engine switches a swept candidate refuses:
+    max_concurrency (policy fixed only), the acceptance off-switch (fixed or by_batch),
+    adaptive_steps' config (its own policy) and an acceptance shift (chains only). A planner
+    comparing policies runs each as its engine would be configured for it; a scenario that sets
+    none of them gets none, so its sweep is as before."""
+    drop = []
+    if speculation.max_concurrency is not None and policy != "fixed":
+        drop.append("max_concurrency")
+    if speculation.acceptance_gate is not None and policy not in ("fixed", "by_batch"):
+        drop.append("acceptance_gate")
+    if speculation.adaptive_steps is not None and policy != "adaptive_steps":
+        drop.append("adaptive_steps")
+    if speculation.acceptance_shift is not None and tree:
+        drop.append("acceptance_shift")
+    return [f"speculation.{key}=null" for key in drop]
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 

@@ -23,6 +23,7 @@ from specsim.planning.common import (
     check_loads,
     load_axis,
     scenario_identity,
+    switch_overrides,
     without_pools,
 )
 from specsim.planning.rates import ArrivalScale
@@ -108,6 +109,7 @@ class CapacityPlan:
             *self.base_overrides,
             f"seed={self.seed}",
             *candidate.overrides(),
+            *switch_overrides(self.scenario.speculation, candidate.policy),
             *self.scale.axis.overrides(knob),
             *extra,
         ]

@@ -30,6 +30,7 @@ from specsim.planning.common import (
     load_axis,
     metric,
     scenario_identity,
+    switch_overrides,
     without_pools,
 )
 from specsim.planning.rates import ArrivalScale
@@ -110,6 +111,14 @@ class WindowPlan:
             f"speculation.k={candidate.shape.depth}",
             "speculation.policy=fixed",
             f"speculation.tree_drafts={self.tree_drafts}",
+            *switch_overrides(self.scenario.speculation, "fixed", tree=True),
+        ]
+
+    def policy_overrides(self, policy: str) -> list[str]:
+        """The policy, and the scenario's engine switches it refuses dropped."""
+        return [
+            f"speculation.policy={policy}",
+            *switch_overrides(self.scenario.speculation, policy),
         ]
 
     def point(self, load: float, config: str, extra: list[str]) -> SweepPoint:
@@ -124,7 +133,9 @@ class WindowPlan:
             for k in self.ks:
                 points.append(
                     self.point(
-                        load, f"k={k}", [f"speculation.k={k}", "speculation.policy=fixed", *chain]
+                        load,
+                        f"k={k}",
+                        [f"speculation.k={k}", *self.policy_overrides("fixed"), *chain],
                     )
                 )
             for candidate in self.trees:
@@ -135,7 +146,7 @@ class WindowPlan:
                     self.point(
                         load,
                         ADAPTIVE,
-                        [f"speculation.k={top}", "speculation.policy=adaptive", *chain],
+                        [f"speculation.k={top}", *self.policy_overrides("adaptive"), *chain],
                     )
                 )
         return points
@@ -350,7 +361,7 @@ def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepP
     if not rows or all(row["k"] == 0 for row in rows):
         return []
     table = "[" + ", ".join(f"{{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows) + "]"
-    extra = ["speculation.policy=by_batch", f"speculation.k_by_batch={table}"]
+    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table}"]
     return [plan.point(load, BY_BATCH, extra) for load in plan.loads]
 
 
