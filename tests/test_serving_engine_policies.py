@@ -123,3 +123,16 @@ def test_trtllm_check_refuses_bad_switches(extra, message):
     with pytest.raises(SpecsimError, match=message):
         document = {"max_batch_size": 8, "max_num_tokens": 64, "tensor_parallel_size": 1}
         trtllm_config.check({**document, "speculative_config": config})
+
+
+def test_a_recommended_table_ends_at_the_scenarios_max_concurrency():
+    from types import SimpleNamespace
+
+    from specsim.planning.emit.emit import cut_rows
+
+    scenario = SimpleNamespace(engine=SimpleNamespace(max_batch=256))
+    rows = [{"max_batch": 16, "k": 4}, {"max_batch": 64, "k": 2}, {"max_batch": 256, "k": 1}]
+    assert cut_rows(rows, 32, scenario) == (BatchRow(16, 4), BatchRow(32, 2), BatchRow(256, 0))
+    assert cut_rows(rows, 16, scenario) == (BatchRow(16, 4), BatchRow(256, 0))
+    assert cut_rows(rows, 256, scenario) == (BatchRow(16, 4), BatchRow(64, 2), BatchRow(256, 1))
+    assert cut_rows(rows, None, scenario) == (BatchRow(16, 4), BatchRow(64, 2), BatchRow(256, 1))

@@ -327,3 +327,52 @@ def test_new_keys_default_to_off():
     spec = Speculation.model_validate({"drafter": "d", "k": 4})
     assert (spec.max_concurrency, spec.acceptance_gate, spec.acceptance_shift) == (None,) * 3
     assert type(build_policy(spec, max_batch=8)) is FixedWindow
+
+
+def test_a_shift_by_a_factor_of_one_changes_nothing(folder):
+    """The shifted requests take other levels with the same rates: the draws and so every
+    figure are those of the run without a shift."""
+    plain = run_simulation(shifted(folder, {"k": 3})).summary
+    same = run_simulation(
+        shifted(folder, {"k": 3, "acceptance_shift": {"after_requests": 5, "factor": 1.0}})
+    ).summary
+    assert same == plain
+
+
+def test_requests_shift_by_their_index_or_their_send_time():
+    from specsim.policy_settings import AcceptanceShift
+    from specsim.simulation.acceptance import RateAcceptance
+
+    rates = np.array([0.8, 0.5])
+    by_index = RateAcceptance(rates, 1.0, None, AcceptanceShift(after_requests=3, factor=0.5))
+    assert by_index.levels == 2 and by_index.base_levels == 1
+    assert [by_index.request_level(0, rid, 0.0) for rid in (2, 3)] == [0, 1]
+    np.testing.assert_allclose(by_index.survival, [[0.8, 0.4], [0.4, 0.1]])
+    by_time = RateAcceptance(rates, 1.0, None, AcceptanceShift(after_s=2.0, factor=2.0))
+    assert [by_time.request_level(0, 9, t) for t in (1.9, 2.0)] == [0, 1]
+    np.testing.assert_allclose(by_time.survival[1], [1.0, 1.0])  # rates capped at 1
+    # What a policy plans with stays the profile's: the levels before the shift.
+    assert by_time.expected_emitted(2) == pytest.approx(1 + 0.8 + 0.4)
+
+
+def test_planners_drop_the_switches_a_swept_policy_refuses():
+    from specsim.planning.common import switch_overrides
+
+    spec = Speculation.model_validate(
+        {
+            "drafter": "d",
+            "k": 3,
+            "max_concurrency": 8,
+            "acceptance_gate": {"threshold": 0.3, "window": 10},
+            "acceptance_shift": {"after_s": 1.0, "factor": 0.5},
+        }
+    )
+    assert switch_overrides(spec, "fixed") == []
+    assert switch_overrides(spec, "by_batch") == ["speculation.max_concurrency=null"]
+    assert switch_overrides(spec, "adaptive") == [
+        "speculation.max_concurrency=null",
+        "speculation.acceptance_gate=null",
+    ]
+    assert switch_overrides(spec, "fixed", tree=True) == ["speculation.acceptance_shift=null"]
+    plain = Speculation.model_validate({"drafter": "d", "k": 3})
+    assert switch_overrides(plain, "adaptive", tree=True) == []  # sweeps as before
