@@ -175,7 +175,8 @@ def roofline_deployments(
             raise SpecsimError(
                 f"no model config at {drafter.spec!r}",
                 file="--draft-model",
-                fix="write NAME=CONFIG.json (a config.json or its folder), NAME=ngram or NAME=mtp",
+                fix="write NAME=CONFIG.json (a config.json or its folder), NAME=ngram, NAME=mtp "
+                "or NAME=eagle3:CONFIG.json",
             )
     folder = out / DEPLOYMENTS_DIR
     result = []
