@@ -47,6 +47,23 @@ def test_eagle3_head_counts_match_hand_count(repo, target):
     assert read_shape(shape).weight_bytes(2) == 2 * EAGLE3_PARAMS
 
 
+def test_a_speculators_config_sizes_the_same_head(repo, target, tmp_path):
+    """RedHatAI's heads keep the layer under transformer_layer_config; norm_before_fc adds an
+    RMSNorm over the fc's 3 h input."""
+    flat = json.loads((repo / "profiles/models/eagle3-llama3.1-8b.json").read_text())
+    nested = {
+        "architectures": ["Eagle3Speculator"],
+        "draft_vocab_size": DRAFT_VOCAB,
+        "norm_before_fc": True,
+        "transformer_layer_config": {k: v for k, v in flat.items() if k != "draft_vocab_size"},
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(nested))
+    head = load_head("eagle3", path, target)
+    assert head.shape.param_count() == EAGLE3_PARAMS + 3 * H
+    assert head.shape.flops_per_token() == 2 * EAGLE3_MATMUL
+
+
 def test_eagle_head_reads_the_targets_lm_head(repo, target):
     head = load_head("eagle", repo / "profiles/models/eagle-llama3.1-8b.json", target)
     assert head.taps == 1
@@ -144,6 +161,30 @@ def test_cli_writes_a_heads_profile_the_cost_model_drafts_with(repo, tmp_path):
     # k = 1 is one pass over each row's drafted token.
     assert cost.draft_s(4, 1, 4096) == pytest.approx(one_pass, rel=1e-12)
     assert "eagle3 head" in loaded.profile.provenance.notes
+
+
+def test_emit_writes_the_shipped_head_as_vllms_eagle3_with_its_checkpoint(repo, monkeypatch):
+    from types import SimpleNamespace
+
+    from specsim.planning.emit import emit
+    from specsim.serving import sglang_config, vllm_config
+
+    monkeypatch.setattr(emit, "unconditional_rates", lambda choice, k: (0.7,) * k)
+    profile = load_profile(repo / "profiles/llama3.1-8b_eagle3_h100-roofline.yaml")
+    scenario = SimpleNamespace(
+        engine=SimpleNamespace(max_batch=8, max_batched_tokens=2048, block_size=None),
+        workload=SimpleNamespace(prefix=None),
+        speculation=SimpleNamespace(verifier="greedy", temperature=0.0),
+    )
+    choice = SimpleNamespace(
+        profile=profile, drafter="eagle3", k=3, rows=[], static_k=None, tree=None,
+        scenario=scenario, unexpressed=[],
+    )  # fmt: skip
+    ours = emit.setting_for(choice, SimpleNamespace(models=()))
+    assert ours.speculation.model.path == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    config = vllm_config.speculative_config(ours)
+    assert (config["method"], config["model"]) == ("eagle3", ours.speculation.model.path)
+    assert sglang_config.algorithm(ours.speculation) == "EAGLE3"
 
 
 def _config(repo, tmp_path, **changes):

@@ -43,6 +43,11 @@ class Head:
     shape: ModelShape
     taps: int
 
+    @property
+    def fc_inputs(self) -> int:
+        """Hidden-size vectors the fc reads: EAGLE's embedding and tap, EAGLE-3's taps."""
+        return self.taps + 1 if self.method == "eagle" else self.taps
+
 
 def load_head(method: str, path: str | Path, target: ModelShape) -> Head:
     """The ``method`` head described by the config at ``path``, drafting for ``target``."""

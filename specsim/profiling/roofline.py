@@ -166,7 +166,7 @@ def head_note(heads: dict[str, Head], layout: Layout, target: ModelShape) -> str
     """How EAGLE heads are costed, with their sizes."""
     sizes = "; ".join(
         f"{name}: {h.method} head, {h.shape.param_count() / 1e9:.3g} B parameters of its own "
-        f"({h.shape.num_layers} layer(s), fc over {h.taps + (h.method == 'eagle')} x hidden, "
+        f"({h.shape.num_layers} layer(s), fc over {h.fc_inputs} x hidden, "
         + (
             f"its own LM head over {h.shape.draft_vocab_size:,} tokens"
             if h.shape.draft_vocab_size
@@ -252,11 +252,12 @@ def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source
 
 
 def head_spec(head: Head, hw: HardwareSpec, draft_layout: Layout, replica_tp: int) -> dict:
-    """An EAGLE head's entry: kind heads, one pass per drafted depth, its own latency fit."""
+    """An EAGLE head's entry: kind heads, one pass per drafted depth, its own latency fit;
+    described by its checkpoint's name, which --emit writes as the draft model (and from which
+    the engines, and specsim's writers, tell an EAGLE-3 head by its name)."""
     layout = head_layout(draft_layout)
     latency = head_latency(head, hw, layout)
-    label = f"{head.method} head {head.shape.name}"
-    spec = deployed_spec(head.shape, "heads", hw, layout, replica_tp, label, latency)
+    spec = deployed_spec(head.shape, "heads", hw, layout, replica_tp, head.shape.name, latency)
     spec["passes"] = "autoregressive"
     return spec
 
