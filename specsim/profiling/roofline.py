@@ -375,7 +375,7 @@ def roofline_profile(
     notes = [efficiency_note(hw, tp)]
     if tp > 1 or weights_dtype is not None or kv_dtype is not None:
         split = draft_tp if model_drafters or heads else None
-        notes.append(deployment_note(target, hw, layout, split))
+        notes.append(deployment_note(target, hw, layout, split, bool(heads)))
     if layout.ep_size(target) > 1:
         notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
@@ -421,9 +421,10 @@ def roofline_profile(
 
 
 def deployment_note(
-    target: ModelShape, hw: HardwareSpec, layout: Layout, draft_tp: int | None
+    target: ModelShape, hw: HardwareSpec, layout: Layout, draft_tp: int | None, heads=False
 ) -> str:
-    """What the profile assumes of the split and the formats, with the all-reduce's cost."""
+    """What the profile assumes of the split and the formats, with the all-reduce's cost;
+    ``heads``: EAGLE heads are among the drafters."""
     parts = []
     if layout.tp > 1:
         per_token, per_pass = allreduce_terms(target, layout)
@@ -464,7 +465,8 @@ def deployment_note(
             f"matrices; embedding, LM head, router and norms in {hw.dtype})"
             + (f", their matrix products {peak}" if weights != hw.dtype else "")
             + f"; KV cache in {layout.kv_cache or hw.dtype}; attention at the bf16 peak; "
-            "the formats apply to the draft models too."
+            "the formats apply to the draft models too"
+            + (" (to EAGLE heads the KV format only)." if heads else ".")
         )
     return " ".join(parts)
 
