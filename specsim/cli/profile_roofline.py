@@ -12,7 +12,9 @@ A replica over 4 devices, or in FP8 (weights and KV cache), is --tp 4 / --weight
 mxfp4 for FP4 checkpoints. A drafter may also be ngram or ngram:N (prompt lookup with n-gram
 size N), mtp: the target's multi-token-prediction module (DeepSeek-V3's), costed as a draft
 model, or eagle:CONFIG / eagle3:CONFIG: an EAGLE or EAGLE-3 head given by its own config.json
-(profiles/models/eagle3-llama3.1-8b.json), costed as heads drafting one pass per depth.
+(profiles/models/eagle3-llama3.1-8b.json), costed as heads drafting one pass per depth, or a
+parallel drafter, dflash:CONFIG or p_eagle:CONFIG:K (K: the drafts one pass proposes; DFlash's
+config gives its block), costed as kind block drafting the window in one pass.
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ from typing import Any
 from specsim.errors import SpecsimError
 from specsim.profiling.flops import ModelShape, config_label, read_config, shape_from_config
 
-HEAD_METHODS = ("eagle", "eagle3")
+# Autoregressive heads (kind heads), and the parallel drafters sized here (kind block).
+BLOCK_METHODS = ("p_eagle", "dflash")
+HEAD_METHODS = ("eagle", "eagle3", *BLOCK_METHODS)
 EAGLE3_TAPS = 3  # vLLM's default when the config names no tap layers
 
 
@@ -42,6 +44,11 @@ class Head:
     method: str
     shape: ModelShape
     taps: int
+    max_k: int | None = None  # a parallel drafter's most drafts per pass (its trained block)
+
+    @property
+    def is_block(self) -> bool:
+        return self.method in BLOCK_METHODS
 
     @property
     def fc_inputs(self) -> int:
@@ -49,8 +56,9 @@ class Head:
         return self.taps + 1 if self.method == "eagle" else self.taps
 
 
-def load_head(method: str, path: str | Path, target: ModelShape) -> Head:
-    """The ``method`` head described by the config at ``path``, drafting for ``target``."""
+def load_head(method: str, path: str | Path, target: ModelShape, max_k: int | None = None) -> Head:
+    """The ``method`` head described by the config at ``path``, drafting for ``target``;
+    ``max_k``: a parallel drafter's block, when the config does not give it."""
     config, path = read_config(path)
     source = str(path)
     layer = config.get("transformer_layer_config", config)
@@ -65,10 +73,51 @@ def load_head(method: str, path: str | Path, target: ModelShape) -> Head:
     _check_fits_target(base, layer, target, source)
     if method == "eagle":
         return Head(method, eagle_shape(base), taps=1)
+    if method == "dflash":
+        taps = len(_dflash(config).get("target_layer_ids") or range(target.num_layers))
+        block = max_k or _dflash_block(config, source)
+        return Head(method, dflash_shape(base, taps), taps, block)
     taps = _whole(config, "num_aux_hidden_states", _tap_layers(config), target.num_layers, source)
     draft_vocab = _whole(config, "draft_vocab_size", target.vocab_size, target.vocab_size, source)
     norms = _fc_norms(config, base.hidden_size, taps)
-    return Head(method, eagle3_shape(base, taps, draft_vocab, norms), taps)
+    head = Head(method, eagle3_shape(base, taps, draft_vocab, norms), taps)
+    if method != "p_eagle":
+        return head
+    if max_k is None:  # P-EAGLE's parallel width is a training choice its config does not keep
+        raise SpecsimError(
+            "a P-EAGLE head's config does not say how many drafts one pass proposes",
+            file=source,
+            fix="give it after the config: NAME=p_eagle:CONFIG:K (K from its model card)",
+        )
+    return dataclasses.replace(head, max_k=max_k)
+
+
+def dflash_shape(base: ModelShape, taps: int) -> ModelShape:
+    """DFlash: the draft layers (Qwen3 blocks, vLLM ``qwen3_dflash.py``), an fc projecting the
+    ``taps`` target hidden states into its context, the target's embedding and LM head."""
+    h = base.hidden_size
+    return dataclasses.replace(
+        base, shares_embeddings=True, tie_word_embeddings=False, extra_matmul_params=taps * h * h
+    )
+
+
+def _dflash(config: dict[str, Any]) -> dict[str, Any]:
+    section = config.get("dflash_config")
+    return section if isinstance(section, dict) else {}
+
+
+def _dflash_block(config: dict[str, Any], source: str) -> int:
+    """Drafts per pass: the trained block less its first position, the last verified token
+    (SGLang's DFLASH verifies ``block_size`` tokens; vLLM queries 1 + k per request)."""
+    block = config.get("block_size", _dflash(config).get("block_size"))
+    if isinstance(block, bool) or not isinstance(block, int) or block < 2:
+        raise SpecsimError(
+            f"expected the DFlash block size, a whole number above 1, got {str(block)[:40]}",
+            file=source,
+            key="block_size",
+            fix="give the drafter's config.json as published, or NAME=dflash:CONFIG:K",
+        )
+    return block - 1
 
 
 def eagle_shape(base: ModelShape) -> ModelShape:

@@ -194,6 +194,23 @@ def head_note(heads: dict[str, Head], layout: Layout, target: ModelShape) -> str
     )
 
 
+def block_note(blocks: dict[str, Head]) -> str:
+    """How parallel drafters sized from their configs are costed."""
+    sizes = "; ".join(
+        f"{name}: {h.method}, {h.shape.param_count() / 1e9:.3g} B parameters of its own "
+        f"({h.shape.num_layers} layer(s), fc over {h.fc_inputs} x hidden), at most {h.max_k} "
+        "drafts per pass"
+        for name, h in blocks.items()
+    )
+    return (
+        f"Parallel drafters {sizes}. Costed as kind block: one pass per step over k + 1 query "
+        "tokens per row (the last verified token and k mask slots), reading its layers, fc and "
+        "LM head in 16 bits and its own KV cache in the target's KV format, and per sequence "
+        "the fc's taps of the target's hidden states; its cache of the context is filled by a "
+        "pass over prompt chunks and kept in step by a pass at k = 0."
+    )
+
+
 def roofline_latency(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = None) -> Latency:
     """A ``Latency`` section: the roofline fit, no samples, valid everywhere (an estimate)."""
     return Latency(
@@ -257,8 +274,12 @@ def head_spec(head: Head, hw: HardwareSpec, draft_layout: Layout, replica_tp: in
     the engines, and specsim's writers, tell an EAGLE-3 head by its name)."""
     layout = head_layout(draft_layout)
     latency = head_latency(head, hw, layout)
-    spec = deployed_spec(head.shape, "heads", hw, layout, replica_tp, head.shape.name, latency)
-    spec["passes"] = "autoregressive"
+    kind = "block" if head.is_block else "heads"
+    spec = deployed_spec(head.shape, kind, hw, layout, replica_tp, head.shape.name, latency)
+    if head.is_block:  # one pass of k + 1 queries per row drafts the window
+        spec.update(method=head.method, max_k=head.max_k)
+    else:
+        spec["passes"] = "autoregressive"
     return spec
 
 
@@ -350,7 +371,7 @@ def roofline_profile(
         for d in drafters
         if not (d.is_ngram or d.head)
     }
-    heads = {d.name: load_head(d.head, d.spec, target) for d in drafters if d.head}
+    heads = {d.name: load_head(d.head, d.spec, target, d.max_k) for d in drafters if d.head}
     deployed = [
         (target, layout),
         *((s, draft_layout) for s in model_drafters.values()),
@@ -381,8 +402,11 @@ def roofline_profile(
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
     if mtp:
         notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
-    if heads:
-        notes.append(head_note(heads, draft_layout, target))
+    chains = {n: h for n, h in heads.items() if not h.is_block}
+    if chains:
+        notes.append(head_note(chains, draft_layout, target))
+    if len(chains) < len(heads):
+        notes.append(block_note({n: h for n, h in heads.items() if h.is_block}))
     if any(d.is_ngram for d in drafters):
         notes.append(
             f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "

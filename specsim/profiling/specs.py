@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specsim.drafters import parse_ngram
 from specsim.errors import SpecsimError
-from specsim.profiling.heads import HEAD_METHODS
+from specsim.profiling.heads import BLOCK_METHODS, HEAD_METHODS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MTP = "mtp"  # the target's MTP module as the drafter (``ModelShape.mtp_shape``)
@@ -27,7 +27,8 @@ class DrafterArg:
     name: str
     spec: str
     ngram: int | None = None  # n-gram size for prompt lookup; None for a model
-    head: str | None = None  # eagle or eagle3: a head whose config.json is ``spec``
+    head: str | None = None  # eagle, eagle3, p_eagle or dflash: its config.json is ``spec``
+    max_k: int | None = None  # a parallel drafter's block, given as NAME=METHOD:CONFIG:K
 
     @property
     def is_ngram(self) -> bool:
@@ -86,6 +87,9 @@ def parse_drafter(text: str, option: str = "--drafter") -> DrafterArg:
                 file=option,
                 fix=f"write NAME={head}:CONFIG, CONFIG the head's config.json",
             )
+        config, colon, block = path.rpartition(":")
+        if colon and block.isdigit() and int(block) > 0 and head in BLOCK_METHODS:
+            return DrafterArg(name=name, spec=config, head=head, max_k=int(block))
         return DrafterArg(name=name, spec=path, head=head)
     return DrafterArg(name=name, spec=spec, ngram=parse_ngram(spec))
 
