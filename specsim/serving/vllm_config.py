@@ -28,6 +28,7 @@ from specsim.serving.setting import (
     engine_method,
     header_lines,
     medusa_refusal,
+    method_refusal,
     role_file,
     use,
     violation,
@@ -58,6 +59,7 @@ FIELDS = frozenset(
         "rejection_sample_method",
         "synthetic_acceptance_rates",
         "synthetic_acceptance_length",
+        "parallel_drafting",
     }
 )
 # SpeculativeMethod per specsim drafter kind (§3.2: V33 has no medusa; heads are EAGLE).
@@ -67,9 +69,16 @@ KIND_METHODS = {
     "heads": "eagle",
     "heads-eagle3": "eagle3",
     "mtp": "mtp",
+    # Parallel drafters: P-EAGLE and PARD are EAGLE-3 heads and draft models trained to draft
+    # in parallel (SpeculativeConfig.parallel_drafting); DFlash and DSpark set it themselves.
+    "dflash": "dflash",
+    "dspark": "dspark",
+    "p_eagle": "eagle3",
+    "pard": "draft_model",
 }
+PARALLEL_DRAFTING = frozenset({"p_eagle", "pard"})
 METHODS = frozenset(KIND_METHODS.values())
-NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})  # §3.5
+NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})  # §3.5
 # On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
 SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.3
@@ -90,6 +99,8 @@ def token_tree(shape) -> str:
 def refuses(setting: EngineSetting) -> str | None:
     """vLLM 0.33 has no tree option: ``speculative_token_tree`` is gone from its
     SpeculativeConfig (§3.2, §3.5), so a tree is refused rather than written as a chain."""
+    if missing := method_refusal(setting, KIND_METHODS, "vLLM 0.33"):
+        return missing
     spec = setting.speculation
     medusa = medusa_refusal(setting, "vLLM 0.33", "§3.2: medusa left its SpeculativeMethod")
     if medusa is not None or spec is None or spec.tree is None:
@@ -136,6 +147,8 @@ def speculative_config(setting: EngineSetting, synthetic: bool = False) -> dict[
         config["draft_tensor_parallel_size"] = setting.draft_tp
         if setting.weights_dtype == "fp8":
             config["quantization"] = "fp8"  # the draft model's weights too (§3.2)
+    if spec.deployed_kind in PARALLEL_DRAFTING:
+        config["parallel_drafting"] = True
     ranges = schedule(spec, setting.max_batch)
     if ranges:
         config["num_speculative_tokens_per_batch_size"] = ranges
@@ -168,6 +181,10 @@ def kv_transfer_config(setting: EngineSetting) -> dict[str, str]:
     connector, which both instances run with ``kv_role`` ``kv_both``; the proxy in front sends
     each request to a prefill instance first and then to a decode one."""
     return {"kv_connector": KV_CONNECTOR, "kv_role": "kv_both"}
+
+
+# Formats vLLM takes from a checkpoint's quantization_config, with its method names (§3.7).
+PRE_QUANTISED = {"int4": "AWQ, GPTQ", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4"}
 
 
 def format_arguments(setting: EngineSetting) -> list[tuple[str, str]]:
@@ -303,10 +320,11 @@ def not_expressible(setting: EngineSetting) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     out = []
-    if setting.weights_dtype == "int4":
+    if setting.weights_dtype in PRE_QUANTISED:
         out.append(
-            "int4 weights: vLLM reads the method (AWQ, GPTQ) from a pre-quantised checkpoint's "
-            "config, so no --quantization is written: serve such a checkpoint (§3.7)"
+            f"{setting.weights_dtype} weights: vLLM reads the method "
+            f"({PRE_QUANTISED[setting.weights_dtype]}) from a pre-quantised checkpoint's config, "
+            "so no --quantization is written: serve such a checkpoint (§3.7)"
         )
     if spec is not None and spec.is_mtp:
         out.append(

@@ -22,13 +22,7 @@ from types import ModuleType
 
 import numpy as np
 
-from specsim.costs.drafters import (
-    AutoregressiveHeadsCost,
-    DraftModelCost,
-    HeadsCost,
-    NoDrafterCost,
-    PromptLookupCost,
-)
+from specsim.costs.drafters import DrafterCost, NoDrafterCost
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import STEP_STATE
@@ -37,13 +31,6 @@ from specsim.simulation.steplog import BUFFER_ITERATIONS
 
 STATE = STEP_STATE + 3  # the values ``run`` hands the kernel in ``state`` (it adds two: the
 # KV held, the first iteration's end)
-_DRAFTER_CODES = {
-    NoDrafterCost: 0,
-    DraftModelCost: 1,
-    PromptLookupCost: 2,
-    HeadsCost: 3,
-    AutoregressiveHeadsCost: 4,
-}
 _kernel: ModuleType | None = None
 
 
@@ -99,14 +86,19 @@ def restore_step_state(replica, values: list[float]) -> float:
 
 
 def cost_vector(costs) -> np.ndarray | None:
-    """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter class
-    the kernel does not know)."""
+    """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter the
+    kernel does not price, a tree's)."""
     drafter = costs.drafter
-    code = _DRAFTER_CODES.get(type(drafter))
-    if code is None:
+    if type(drafter) not in (DrafterCost, NoDrafterCost):
         return None
     latency = drafter.latency
     drafter_coef = latency._coef if latency is not None else (0.0,) * 6
+    passes = drafter.passes
+    flags = (
+        (1.0, passes.block, passes.own_cache, passes.model, passes.mlp_heads)
+        if passes is not None
+        else (0.0,) * 5
+    )
     return np.array(
         [
             *costs.target._coef,
@@ -117,7 +109,7 @@ def cost_vector(costs) -> np.ndarray | None:
             costs.overhead_draft_step_s,
             costs.overhead_draft_token_s,
             *drafter_coef,
-            code,
+            passes is not None and passes.per_draft,
             0.0 if latency is None else 1.0,
             drafter.step_s,
             drafter.flops_per_token,
@@ -126,6 +118,7 @@ def cost_vector(costs) -> np.ndarray | None:
             costs.target_attn_flops,
             costs.overhead_prefill_s,
             costs.overhead_prefill_token_s,
+            *flags,
         ],
         dtype=np.float64,
     )
