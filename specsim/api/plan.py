@@ -88,11 +88,14 @@ def window_run(
     trees: list | None = None,
     space=None,
     tree_drafts: str | None = None,
+    policies: Sequence[str] = (),
 ) -> Planned:
     """``plan window``'s sweep into ``out`` (its points and sweep.json), and its report;
-    ``screen``, ``trees``, ``space`` and ``tree_drafts`` as ``window.prepare`` takes them
-    (screen None: screened above ``SCREEN_FROM`` points)."""
-    plan = window.prepare(scenario, overrides, ks, loads, seed, screen, trees, space, tree_drafts)
+    ``screen``, ``trees``, ``space``, ``tree_drafts`` and ``policies`` as ``window.prepare``
+    takes them (screen None: screened above ``SCREEN_FROM`` points)."""
+    plan = window.prepare(
+        scenario, overrides, ks, loads, seed, screen, trees, space, tree_drafts, policies
+    )
     check_loads(plan.scenario_path, plan.base_overrides, plan.axis, plan.loads, plan.seed)
     engine_files.check_models(emit, [plan.profile])
     return _swept(plan, window, window_report, emit_choice.window_choice, out, options, emit)
@@ -191,6 +194,7 @@ def plan_window(
     tree_topk: str | None = None,
     tree_tokens: str | None = None,
     tree_drafts: str | None = None,
+    policies: str | Sequence[str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan window``: the best k at each load, the crossover load and the k-by-batch
@@ -204,6 +208,7 @@ def plan_window(
     ``tree_tokens`` (``"1..4"``) and ``tree_drafts`` as ``--trees``, ``--tree-*``: trees beside
     the chains, in the summary's ``trees`` block and the ``chain_or_tree`` table."""
     from specsim.planning.trees import SglangSpace, given_trees
+    from specsim.planning.window.window_policies import parse_policies
 
     return run_planner(
         window_run,
@@ -219,6 +224,7 @@ def plan_window(
         trees=given_trees([trees] if isinstance(trees, str) else trees),
         space=SglangSpace.parse(*(_text(v) for v in (tree_steps, tree_topk, tree_tokens))),
         tree_drafts=tree_drafts,
+        policies=parse_policies(policies),
     )
 
 

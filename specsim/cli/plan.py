@@ -228,6 +228,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const=False,
         help="simulate every point, however large the grid",
     )
+    window.add_argument(
+        "--policies",
+        default=None,
+        metavar="NAMES",
+        help="window policies to run beside the static k, the goodput policy and the k-by-batch "
+        "table, comma-separated: adaptive_steps (SGLang's, at its default tiers or the "
+        "scenario's speculation.adaptive_steps); the report's 'Window policy per load' names "
+        "the winner at each load",
+    )
     add_tree_options(window)
     _common(window)
 
@@ -400,6 +409,7 @@ def _window(args: argparse.Namespace) -> int:
     from specsim.api.plan import window_run
     from specsim.planning.common import parse_k_values, parse_loads
     from specsim.planning.window import window_report
+    from specsim.planning.window.window_policies import parse_policies
 
     emit = emit_request(args)
     planned = window_run(
@@ -412,6 +422,7 @@ def _window(args: argparse.Namespace) -> int:
         sweep_options(args),
         emit,
         screen=args.screen,
+        policies=parse_policies(args.policies),
         **tree_options(args),
     )
     return finish(args, planned, window_report.human(planned.plan, planned.summary))

@@ -45,6 +45,12 @@ from specsim.planning.trees import (
     merge,
     sglang_candidates,
 )
+from specsim.planning.window.window_policies import (
+    ADAPTIVE_STEPS,
+    EXTRA_POLICIES,
+    choices,
+    initial_steps,
+)
 from specsim.planning.window.window_table import (
     LoadCheck,
     best_window_by_batch,
@@ -72,6 +78,7 @@ class WindowPlan:
     ks: list[int]
     seed: int
     adaptive: bool = True
+    policies: tuple[str, ...] = ()  # policies run beside the default ones (``window_policies``)
     scale: ArrivalScale | None = None  # offered req/s per load (None for a closed loop)
     screen: bool = False  # estimate every point, simulate only those that can win (``screen``)
     # Trees tried beside the chains (``planning.trees``), their drafting, and what was skipped.
@@ -96,6 +103,8 @@ class WindowPlan:
 
     def identity(self) -> dict[str, Any]:
         trees = {"trees": [c.config for c in self.trees]} if self.trees else {}
+        if self.policies:
+            trees["policies"] = list(self.policies)
         return {
             "command": "plan window",
             **scenario_identity(self.scenario_path, self.base_overrides),
@@ -149,6 +158,10 @@ class WindowPlan:
                         [f"speculation.k={top}", *self.policy_overrides("adaptive"), *chain],
                     )
                 )
+            if top > 0 and ADAPTIVE_STEPS in self.policies:
+                steps = initial_steps(self.scenario.speculation.steps_config.candidate_steps, top)
+                extra = [f"speculation.k={steps}", *self.policy_overrides(ADAPTIVE_STEPS), *chain]
+                points.append(self.point(load, ADAPTIVE_STEPS, extra))
         return points
 
 
@@ -162,6 +175,7 @@ def prepare(
     trees: list[TreeCandidate] | None = None,
     space: SglangSpace | None = None,
     tree_drafts: str | None = None,
+    policies: Sequence[str] = (),
 ) -> WindowPlan:
     """Validate everything (one-line errors) and fix the grid; nothing is written.
 
@@ -205,8 +219,32 @@ def prepare(
     )
     if trees or space is not None:
         add_trees(plan, trees or [], space, tree_drafts)
+    add_policies(plan, policies, limit)
     plan.screen = len(plan.grid()) > SCREEN_FROM if screen is None else screen
     return plan
+
+
+def add_policies(plan: WindowPlan, policies: Sequence[str], limit: int) -> None:
+    """The policies run beside the default ones, checked against what the acceptance answers."""
+    from specsim.errors import SpecsimError
+
+    for name in policies:
+        if name not in EXTRA_POLICIES:
+            raise SpecsimError(
+                f"{name!r} is not a policy plan window adds",
+                key="--policies",
+                fix=f"give one of: {', '.join(EXTRA_POLICIES)}",
+            )
+    if ADAPTIVE_STEPS in policies:
+        widest = max(plan.scenario.speculation.steps_config.candidate_steps)
+        if widest > limit:
+            raise SpecsimError(
+                f"SGLang's adaptive steps may choose {widest} steps, but the profile's "
+                f"acceptance for {plan.scenario.speculation.drafter!r} answers k up to {limit}",
+                key="--policies",
+                fix="profile more positions, or give speculation.adaptive_steps tiers within it",
+            )
+    plan.policies = tuple(dict.fromkeys(policies))
 
 
 def add_trees(plan: WindowPlan, given, space, drafts: str | None) -> None:
@@ -380,9 +418,9 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
             use_slo=plan.use_slo,
             sweeper=sweeper,
             always=lambda point: point.tags["config"] == "k=0",
-            competes=lambda point: point.tags["config"] not in (ADAPTIVE, *trees),
+            competes=lambda point: point.tags["config"] not in (ADAPTIVE, ADAPTIVE_STEPS, *trees),
             desc="plan window (screened)",
-            estimable=lambda point: point.tags["config"] not in trees,
+            estimable=lambda point: point.tags["config"] not in (ADAPTIVE_STEPS, *trees),
         )
         results = [result for result in screened.results if result is not None]
     else:
@@ -407,6 +445,7 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
     verdict = judge(checks, rows, cross, plan.use_slo, derivation["no_table_reason"])
     return {
         "loads": loads,
+        "policies": choices(loads, plan.use_slo),
         "rows": rows,
         "crossover": cross,
         "context": derivation["context_tokens_per_sequence"],
@@ -467,6 +506,7 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
         "crossover_load": outcome["crossover"]["load"],
         "last_load_where_speculation_pays": outcome["crossover"]["last_paying"],
         "regressions_vs_k0": regressions_vs_off(loads),
+        "policies": outcome["policies"],
         "k_by_batch": {
             "rows": outcome["rows"],
             "num_speculative_tokens_per_batch_size": vllm_ranges(outcome["rows"]),

@@ -25,6 +25,7 @@ from specsim.planning.window.window import (
     batch_size,
     regressions_vs_off_text,
 )
+from specsim.planning.window.window_policies import table as policies_table
 from specsim.planning.window.window_table import vllm_ranges
 from specsim.planning.window.window_table_report import (
     off_text,
@@ -188,7 +189,7 @@ def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
     columns = [plan.axis.label, "config", *[c[0] for c in METRIC_COLUMNS]]
     rows = []
     for entry in loads:
-        for config in [*_configs(plan), *(c.config for c in plan.trees), BY_BATCH]:
+        for config in [*_configs(plan), *(c.config for c in plan.trees), BY_BATCH, *plan.policies]:
             result = entry.by_config.get(config)
             if result is None:
                 continue
@@ -206,6 +207,7 @@ def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) ->
     sections = [
         Section("Answer", _answer(plan, outcome, summary)),
         Section("Best k per load", [_best_k_table(plan, loads, summary)]),
+        Section("Window policy per load", [policies_table(plan, outcome["policies"])]),
         *([trees_section(plan, summary["trees"])] if plan.trees else []),
         Section("k by batch size", table_section(plan, outcome, summary)),
         Section("Latency and throughput against k", _figures(plan, loads)),

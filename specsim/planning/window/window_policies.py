@@ -1,0 +1,117 @@
+"""Which window policy wins at each load: the best static k, the k-by-batch table (vLLM's
+``num_speculative_tokens_per_batch_size``, TensorRT-LLM's ``draft_len_schedule``), specsim's
+goodput policy and, with ``--policies adaptive_steps``, SGLang's adaptive steps at its default
+tiers; each against speculation off.
+
+Judged as the plan judges k: goodput under the SLO when the scenario has one, else mean
+end-to-end latency. A policy a load did not simulate (or whose run failed) is left out there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specsim.planning.common import metric
+from specsim.planning.report import Table
+
+ADAPTIVE_STEPS = "adaptive_steps"
+# The policies ``--policies`` may add beside the static k (the goodput policy and the table
+# run by default).
+EXTRA_POLICIES = (ADAPTIVE_STEPS,)
+LABELS = {
+    "static": "best static k",
+    "by_batch": "k-by-batch table",
+    "adaptive": "goodput policy",
+    ADAPTIVE_STEPS: "SGLang adaptive steps",
+}
+
+
+def parse_policies(given: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``--policies``' comma-separated names (or a list of them), in order, once each."""
+    if given is None:
+        return ()
+    items = given.split(",") if isinstance(given, str) else list(given)
+    return tuple(dict.fromkeys(str(n).strip() for n in items if str(n).strip()))
+
+
+def initial_steps(candidates: list[int], top: int) -> int:
+    """SGLang's starting --speculative-num-steps: the largest candidate within the sweep's k
+    (it must be a candidate)."""
+    within = [c for c in candidates if 0 < c <= top]
+    return max(within) if within else min(candidates)
+
+
+def score(summary: dict[str, Any] | None, use_slo: bool) -> float | None:
+    """Higher is better: goodput under the SLO, else minus the mean end-to-end latency."""
+    if summary is None:
+        return None
+    if use_slo:
+        return metric(summary, "goodput_requests_per_s")
+    value = metric(summary, "e2e_s", "mean")
+    return None if value is None else -value
+
+
+def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
+    """Per load: each policy's figure, the winner, its margin over the runner-up and whether it
+    beats speculation off (``loads``: the plan's ``LoadResult``s)."""
+    out = []
+    for entry in loads:
+        summaries = {
+            "static": entry.best,
+            **{name: entry.summary(name) for name in ("by_batch", "adaptive", ADAPTIVE_STEPS)},
+        }
+        scored = ((n, score(v, use_slo)) for n, v in summaries.items())
+        scores = {n: s for n, s in scored if s is not None}
+        ranked = sorted(scores, key=lambda n: -scores[n])  # stable: the order above breaks ties
+        off = score(entry.summary("k=0"), use_slo)
+        winner = ranked[0] if ranked else None
+        out.append(
+            {
+                "load": entry.load,
+                "best_static_k": entry.best_k,
+                "figures": {
+                    n: abs(scores[n]) if n in scores else None for n in summaries if n in scores
+                },
+                "winner": winner,
+                "margin": _margin(scores, ranked),
+                "winner_beats_off": None if winner is None or off is None else scores[winner] > off,
+            }
+        )
+    return out
+
+
+def _margin(scores: dict[str, float], ranked: list[str]) -> float | None:
+    """How much better the winner is than the runner-up, as a fraction of the runner-up."""
+    if len(ranked) < 2 or scores[ranked[1]] == 0:
+        return None
+    return abs(scores[ranked[0]] - scores[ranked[1]]) / abs(scores[ranked[1]])
+
+
+def table(plan, rows: list[dict[str, Any]]) -> Table:
+    figure = "goodput (req/s)" if plan.use_slo else "e2e mean (s)"
+    names = [n for n in LABELS if any(n in r["figures"] for r in rows)]
+    body = [
+        [
+            r["load"],
+            r["best_static_k"],
+            *(r["figures"].get(n) for n in names),
+            LABELS.get(r["winner"], ""),
+            r["margin"],
+            r["winner_beats_off"],
+        ]
+        for r in rows
+    ]
+    return Table(
+        "policies",
+        [
+            plan.axis.label,
+            "best static k",
+            *(f"{LABELS[n]} {figure}" for n in names),
+            "winner",
+            "margin over the next",
+            "winner beats k = 0",
+        ],
+        body,
+        "Each window policy per load, judged as the plan judges k; the margin is the winner's "
+        "lead over the next policy, as a fraction of it",
+    )
