@@ -23,6 +23,8 @@ from specsim.simulation.compiled_kernels import (
     _search_left,
 )
 from specsim.simulation.compiled_layout import (
+    COST_LATENCY,
+    COST_SIZES,
     DECODE_KV,
     DECODE_ROWS,
     DRAFTER_FLOPS,
@@ -38,19 +40,38 @@ from specsim.simulation.compiled_layout import (
 # Drafter kinds, as ``compiled_loop._DRAFTER_CODES`` numbers them.
 NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
 
-# ``costs`` array layout (``compiled_loop.cost_vector``).
-TARGET, OVERHEAD, DRAFTER = 0, 6, 12
-KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN, T_FLOPS, T_ATTN = 18, 19, 20, 21, 22, 23, 24
-PREFILL_S, PREFILL_TOKEN_S = 25, 26
+# ``costs`` array layout (``compiled_layout``; built by ``compiled_loop.cost_vector``).
+TARGET, OVERHEAD = 0, COST_LATENCY
+DRAFTER = OVERHEAD + 6
+KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
+    DRAFTER + COST_LATENCY, DRAFTER + COST_LATENCY + 5
+)
+T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(KIND + 5, COST_SIZES)
 
 
 @_inner
 def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
-    """``LatencyModel.seconds_from_totals`` with its coefficients at ``c[at:at + 6]``."""
-    over = new_tokens - c[at + 3]
+    """``LatencyModel.seconds_from_totals``, its latency block at ``c[at:at + COST_LATENCY]``."""
+    tokens = new_tokens
+    count = int(c[at + 7])
+    if count > 0 and 0.0 < tokens <= c[int(c[at + 6]) + count - 1]:
+        low, high = int(c[at + 6]), int(c[at + 6]) + count - 1
+        while low < high:  # the first captured size at or above the tokens (bisect_left)
+            mid = (low + high) // 2
+            if c[mid] < tokens:
+                low = mid + 1
+            else:
+                high = mid
+        tokens = c[low]
+    over = tokens - c[at + 3]
     if not over > 0.0:
         over = 0.0
-    return c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+    seconds = (
+        c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+    )
+    if c[at + 8] != 0.0:
+        seconds += c[at + 8] * (1.0 - (1.0 - c[at + 9]) ** new_tokens)
+    return seconds
 
 
 @_inner
