@@ -75,9 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cuda-graphs",
-        metavar="TOKENS",
+        metavar="N",
         type=Number(int, 1, 65536),
-        help="the engine captures CUDA graphs for passes up to TOKENS tokens at vLLM's default "
+        help="the engine captures CUDA graphs for passes of up to N tokens at vLLM's default "
         "sizes, padding each pass to the next (vLLM 0.33: 512, 1024 on B200/GB200/GB300, at "
         "most max_num_batched_tokens); default: no padding",
     )
