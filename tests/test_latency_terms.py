@@ -6,8 +6,10 @@ experts' routed-expert read (``LatencyFit.graph_sizes`` / ``LatencyFit.experts``
 - the roofline: vLLM's default sizes, the MoE fit's weight read equal to the bytes the
   tokens' experts hold, the shipped files' fits unchanged without the options;
 - the reference (``LatencyModel``, ``StepCosts``), the estimate's array form and the compiled
-  kernel (``compiled_step_kernel._latency``) charge them bit for bit;
-- the TP scaling and the calibration's factors carry the experts' read along.
+  kernel (``compiled_step_kernel._latency``) charge them bit for bit, and whole runs on the
+  fast path (compiled loops) equal the per-iteration reference;
+- the TP scaling and the calibration's factors carry the experts' read along, and a
+  calibration recovers a known deployment's factors on a prior with both terms.
 """
 
 from __future__ import annotations
@@ -312,3 +314,55 @@ def test_a_calibration_recovers_the_factors_of_a_prior_with_both_terms(tmp_path,
     fitted = calibration.profile.target.latency.fit
     assert fitted.experts.weights_s == pytest.approx(0.005 * values["target.decode"], rel=1e-5)
     assert fitted.graph_sizes == vllm_graph_sizes(512)
+
+
+@pytest.fixture(scope="module")
+def graphed_moe(tmp_path_factory) -> Path:
+    """``test_sim_compiled_loop``'s every-term profile with graphs and an experts term on the
+    target and the draft model (a folder a scenario can point at)."""
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_sim_compiled_loop import DATA, DRAFTERS, FIT
+
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    terms = {"graph_sizes": [1, 2, 4, 8, 16, 32, 64]}
+    experts = {"weights_s": 0.004, "experts": 32, "experts_per_token": 2}
+    target = {**FIT, "fixed_s": 0.007, "knee_tokens": 4, **terms, "experts": experts}
+    profile["target"]["latency"]["fit"] = target
+    model = dict(DRAFTERS["model"])
+    model["latency"] = {"fit": {**FIT, **terms, "experts": dict(experts, weights_s=4e-4)}}
+    profile["drafters"]["model"] = model
+    rates = [0.8, 0.7, 0.6, 0.5, 0.4]
+    profile["acceptance"].append(
+        {"drafter": "model", "verifier": "rejection", "temperature": 1.0, "per_position": rates}
+    )
+    folder = tmp_path_factory.mktemp("graphed-moe")
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("speculation", "prefix"),
+    [({}, False), ({"drafter": "model", "k": 3}, False), ({"drafter": "model", "k": 3}, True)],
+)
+def test_the_fast_path_charges_the_terms_as_the_reference_does(
+    speculation, prefix, graphed_moe, tmp_path, monkeypatch
+):
+    """Whole runs, fast path (the compiled serving loop; with a prefix cache, the decode loop)
+    against the per-iteration reference: every record, summary and replica statistic equal."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_sim_compiled_loop import PREFIX, loop_iterations
+    from test_sim_stretch import assert_identical, make
+
+    workload = {"rate": 4.0, **({"prefix": PREFIX} if prefix else {})}
+    scenario = make({"speculation": speculation, "workload": workload}, graphed_moe)
+    engine = scenario.engine.model_copy(update={"jitter": False})
+    scenario = scenario.model_copy(update={"engine": engine})
+    assert loop_iterations(scenario, monkeypatch)[0] > 0  # the compiled loops did run
+    assert_identical(scenario, tmp_path, monkeypatch)
