@@ -366,3 +366,29 @@ def test_the_fast_path_charges_the_terms_as_the_reference_does(
     scenario = scenario.model_copy(update={"engine": engine})
     assert loop_iterations(scenario, monkeypatch)[0] > 0  # the compiled loops did run
     assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("drafter", [None, "llama3.2-1b"])
+def test_the_estimates_prompt_price_is_what_the_engine_charges_with_the_terms(chunked, drafter):
+    """``test_estimate``'s check on the profile with graphs and experts: a prompt's chunk
+    beside 8 rows verifying 43 positions (padded to 48 alone, and past it with the chunk) costs
+    the iteration with it less the one without; alone, its own iteration."""
+    from specsim.costs import NO_ROWS
+    from specsim.estimate.passes import Passes
+    from specsim.scenario import load_scenario
+
+    scenario = load_scenario(REPO / "scenarios" / "poisson.yaml", [])
+    engine = scenario.engine.model_copy(update={"chunked_prefill": chunked})
+    costs = StepCosts(_with_terms(load_profile(ROOFLINE)), drafter)
+    passes = Passes(costs, engine)
+    prompts = np.array([5.0, 300.0, 2000.0])
+    decode = PassTotals(8, 43.0, 8 * 1500.0, 43.0 * 1500.0)
+    got = passes.prompt_s(prompts, decode.tokens if chunked else 0.0)
+    for prompt, seconds in zip(prompts.tolist(), got.tolist(), strict=True):
+        chunk = PassTotals(1, prompt, 0.0, prompt * (prompt + 1.0) / 2.0)
+        if chunked:
+            want = costs.iteration_s(3, decode, chunk) - costs.iteration_s(3, decode)
+        else:
+            want = costs.iteration_s(0, NO_ROWS, chunk)
+        assert seconds == pytest.approx(want, rel=1e-9)
