@@ -78,14 +78,27 @@ MODELS = {
     "eagle-head": {**LLAMA, "num_hidden_layers": 1},
     "eagle3-head": {**LLAMA, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1},
     "deepseek-mtp": DEEPSEEK,
+    # A DFlash drafter as z-lab publishes them: Qwen3 layers over the target's hidden states.
+    "dflash-draft": {
+        **LLAMA,
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "head_dim": 16,
+        "dflash_config": {"mask_token_id": 999, "target_layer_ids": [0, 1]},
+    },
 }
-DRAFTERS = {  # specsim drafter kind -> (drafter folder, target folder, method)
+DRAFTERS = {  # deployed kind -> (drafter folder, target folder, method)
     "draft_model": ("draft", "target", None),
     "ngram": (None, "target", None),
     "heads": ("eagle-head", "target", None),
     "heads-eagle3": ("eagle3-head", "target", None),
     "mtp": (None, "deepseek-mtp", "mtp"),
+    # Parallel drafters (kind block): P-EAGLE is an EAGLE-3 head, PARD a draft model.
+    "dflash": ("dflash-draft", "target", "dflash"),
+    "p_eagle": ("eagle3-head", "target", "p_eagle"),
+    "pard": ("draft", "target", "pard"),
 }
+BLOCK = ("dflash", "p_eagle", "pard")
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +115,7 @@ def speculation(models: Path, kind: str, k: int = 3, **extra) -> tuple[ModelRef,
     model = None if draft is None else ModelRef("drafter", str(models / draft), "given")
     spec = Speculative(
         drafter=kind,
-        kind="heads" if kind in ("heads-eagle3", "mtp") else kind,
+        kind="block" if kind in BLOCK else "heads" if kind in ("heads-eagle3", "mtp") else kind,
         k=k,
         model=model,
         unconditional_rates=RATES[:k],
@@ -124,6 +137,8 @@ def variants(models: Path) -> list[tuple[str, EngineSetting]]:
         rows = (BatchRow(8, 3), BatchRow(32, 2), BatchRow(64, 1))
         target, table = speculation(models, kind, by_batch=rows, static_k=2)
         out.append((f"{kind}-by-batch", EngineSetting(target, 64, 8192, table)))
+        if kind in BLOCK:
+            continue  # a block drafter drafts a chain: specsim plans no tree for it
         tree = TreeShape.parse("2,1")
         target, branched = speculation(models, kind, k=tree.depth, tree=tree)
         out.append((f"{kind}-tree", EngineSetting(target, 64, 8192, branched)))
@@ -144,11 +159,16 @@ def variants(models: Path) -> list[tuple[str, EngineSetting]]:
 
 # Variants an engine's writer refuses (with a reason): Medusa heads everywhere; vLLM 0.33 takes
 # no tree; TensorRT-LLM's trees are Eagle's only; SGLang's NGRAM builds its own.
+# SGLang has no P-EAGLE or PARD, TensorRT-LLM no P-EAGLE.
+LACKS = {"vllm": set(), "sglang": {"p_eagle", "pard"}, "trtllm": {"p_eagle"}}
+CHAINS = [kind for kind in DRAFTERS if kind not in BLOCK]
 REFUSED = {
-    "vllm": {"medusa-chain", *(f"{kind}-tree" for kind in DRAFTERS)},
+    "vllm": {"medusa-chain", *(f"{kind}-tree" for kind in CHAINS)},
     "sglang": {"medusa-chain", "ngram-tree"},
     "trtllm": {"medusa-chain", "draft_model-tree", "ngram-tree", "mtp-tree"},
 }
+for _engine, _kinds in LACKS.items():
+    REFUSED[_engine] |= {f"{kind}-{v}" for kind in _kinds for v in ("chain", "by-batch")}
 
 
 def rendered(models: Path, engine: str):
@@ -259,7 +279,7 @@ def test_sglang_parses_every_emitted_flag_set(models):
         for key, value in written.items():
             assert getattr(server, key) == value, (name, key)
         checked.add(setting.speculation.deployed_kind if setting.speculation else "off")
-    assert checked == {*DRAFTERS, "off"}
+    assert checked == {*DRAFTERS, "off"} - LACKS["sglang"]
 
 
 @pytest.mark.parametrize(
@@ -290,7 +310,7 @@ def test_trtllm_yaml_matches_the_llm_args_schema(models):
         errors = [e.message for e in validator.iter_errors(yaml.safe_load(text))]
         assert not errors, (name, errors)
         checked.add(setting.speculation.deployed_kind if setting.speculation else "off")
-    assert checked == {*DRAFTERS, "off"}
+    assert checked == {*DRAFTERS, "off"} - LACKS["trtllm"]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,15 @@ import pytest
 from specsim.errors import SpecsimError
 from specsim.planning.emit import emit
 from specsim.profile.kinds import DRAFTER_KINDS
-from specsim.serving import bench_commands, detect, prometheus, registry
+from specsim.serving import (
+    bench_commands,
+    detect,
+    prometheus,
+    registry,
+    sglang_config,
+    trtllm_config,
+    vllm_config,
+)
 from specsim.serving.setting import ROLES, EngineSetting, ModelRef, Speculative
 
 SPECSIM = Path(__file__).parent.parent / "specsim"
@@ -33,6 +41,15 @@ DRAFTERS = {
 }
 
 
+# The parallel drafters each engine's source has a method for (vLLM 0.33 SpeculativeConfig,
+# SGLang 0.5.23 speculative_hook.py, TensorRT-LLM llm_args.py's decoding types).
+BLOCK_METHODS = {
+    "vllm": {"dflash", "dspark", "p_eagle", "pard"},
+    "sglang": {"dflash", "dspark"},
+    "trtllm": {"dflash", "dspark", "pard"},
+}
+
+
 def setting(spec: Speculative | None, role: str | None = None) -> EngineSetting:
     return EngineSetting(TARGET, 32, 2048, spec, role=role)
 
@@ -43,7 +60,14 @@ def test_every_entry_is_complete():
     for engine in registry.ENGINES:
         assert engine.display and engine.version and engine.router and engine.files
         assert callable(engine.writer.render) and callable(engine.writer.refuses)
-        assert set(engine.methods) == {*DRAFTER_KINDS, "mtp", "heads-eagle3"}, engine.name
+        # Every kind but the parallel drafters, which are keyed by their method: each engine
+        # runs the methods its source lists (the rest it refuses, below).
+        chain_kinds = set(DRAFTER_KINDS) - {"block"}
+        assert chain_kinds | {"mtp", "heads-eagle3"} <= set(engine.methods), engine.name
+        assert (
+            set(engine.methods) - chain_kinds - {"mtp", "heads-eagle3"}
+            == BLOCK_METHODS[engine.name]
+        )
         assert all(v > 0 for v in engine.defaults.values()), engine.name
         assert len(set(engine.caps.keys)) == 2, engine.name
         for speculating in (False, True):
@@ -141,3 +165,35 @@ def test_no_module_outside_serving_branches_on_an_engine_name():
                 if any(n.endswith("_config") and ".serving." in n for n in names):
                     found.append(f"{path.name}:{node.lineno} imports a writer")
     assert found == []
+
+
+BLOCKS = {
+    m: Speculative(m, "block", 3, ModelRef(m, f"org/{m}", "given"), RATES, method=m)
+    for m in ("dflash", "dspark", "p_eagle", "pard")
+}
+
+
+@pytest.mark.parametrize("method", list(BLOCKS))
+@pytest.mark.parametrize("engine", registry.ENGINES, ids=registry.NAMES)
+def test_parallel_drafters_are_written_with_one_draft_pass_or_refused(engine, method):
+    spec = BLOCKS[method]
+    assert spec.deployed_kind == method
+    if method not in BLOCK_METHODS[engine.name]:
+        assert "has no speculative method for a " + method in engine.writer.refuses(setting(spec))
+        return
+    assert engine.writer.refuses(setting(spec)) is None
+    rendered = engine.writer.render(setting(spec), ["header"])
+    assert f"'{engine.method(spec)}'" in str(rendered.written)
+    if engine.name == "vllm":
+        config = vllm_config.speculative_config(setting(spec))
+        assert config["model"] == f"org/{method}" and config["num_speculative_tokens"] == 3
+        assert config.get("parallel_drafting", False) == (method in ("p_eagle", "pard"))
+    elif engine.name == "sglang":
+        options = dict(sglang_config.arguments(setting(spec), 3))
+        # One draft pass per step; the last token and 3 drafts verified.
+        assert options["--speculative-num-steps"] == "1"
+        assert options["--speculative-eagle-topk"] == "1"
+        assert options["--speculative-num-draft-tokens"] == "4"
+    else:
+        config = trtllm_config.options(setting(spec))[0]["speculative_config"]
+        assert config["max_draft_len"] == 3 and config["speculative_model"] == f"org/{method}"

@@ -9,6 +9,7 @@ on every shipped scenario and window policy is in ``test_sim_stretch.py``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -48,15 +49,19 @@ DRAFTERS = {
               "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
     "eagle fit": {"kind": "heads", "passes": "autoregressive", "latency": {"fit": FIT},
                   "flops_per_token": 3.0e8, "attention_flops_per_context_token": 4096.0},
+    "dflash": {"kind": "block", "method": "dflash", "max_k": 15, "latency": {"fit": FIT},
+               "flops_per_token": 1.0e9, "attention_flops_per_context_token": 8192.0},
 }  # fmt: skip
 # A prefix cache: with it the serving loop stays out, and this loop runs a fixed k.
 PREFIX = {"source": "fraction", "fraction": 0.25, "hit_rate": 0.5}
-CLASSES = {
-    None: "NoDrafterCost",
-    "model": "DraftModelCost",
-    "lookup": "PromptLookupCost",
-    "medusa": "HeadsCost",
-    "eagle": "AutoregressiveHeadsCost",
+# Each drafter's passes (``DraftPasses``): per draft, block, own cache, model, MLP heads.
+PASSES = {
+    None: None,
+    "model": (True, False, True, True, False),
+    "lookup": (False, False, False, False, False),
+    "medusa": (False, False, False, True, True),
+    "eagle": (True, False, False, True, False),
+    "dflash": (False, True, True, True, False),
 }
 
 
@@ -90,7 +95,9 @@ def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
     """Seconds, drafter FLOPs and FLOPs per wasted position of decode-only iterations: 6 k x
     5 batch sizes x 4 draws of the totals (half of them past the knee), compared with ``==``."""
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
-    assert type(costs.drafter).__name__ == CLASSES[drafter.split()[0] if drafter else None]
+    passes = costs.drafter.passes
+    shape = None if passes is None else dataclasses.astuple(passes)
+    assert shape == PASSES[drafter.split()[0] if drafter else None]
     vector = compiled_loop.cost_vector(costs)
     kernel = compiled_loop.step_kernel()
     rng = np.random.default_rng(11)

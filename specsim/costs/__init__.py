@@ -7,12 +7,11 @@ replica holds) and the drafter kinds' costs (``drafters``). The simulator charge
 profiler fits the engine's overhead against it, and the real engine's log is compared with it.
 """
 
-from specsim.costs.drafters import DRAFTER_COSTS, drafter_cost
+from specsim.costs.drafters import drafter_cost
 from specsim.costs.kv_cache import kv_capacity_tokens
 from specsim.costs.step import NO_ROWS, IterationParts, PassTotals, StepCosts
 
 __all__ = [
-    "DRAFTER_COSTS",
     "NO_ROWS",
     "IterationParts",
     "PassTotals",

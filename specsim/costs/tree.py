@@ -26,12 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.costs.drafters import (
-    AutoregressiveHeadsCost,
-    DraftModelCost,
-    HeadsCost,
-    NoDrafterCost,
-)
+from specsim.costs.drafters import NoDrafterCost
 from specsim.errors import SpecsimError
 from specsim.tree import TreeShape
 
@@ -79,7 +74,9 @@ class TreeDrafterCost(NoDrafterCost):
 
     def __init__(self, base: NoDrafterCost, shape: TreeShape):
         # Prompt lookup proposes one continuation: its only tree is the chain (top-k 1).
-        if not isinstance(base, DraftModelCost | HeadsCost) and not shape.is_chain:
+        passes = base.passes
+        branching = passes is not None and passes.model and not passes.block
+        if not branching and not shape.is_chain:
             raise SpecsimError(
                 f"branching trees are priced for draft models and decoding heads, not "
                 f"{base.kind!r}",
@@ -89,11 +86,12 @@ class TreeDrafterCost(NoDrafterCost):
         super().__init__(base.spec, base.latency)
         self.base = base
         self.kind = base.kind
+        self.passes = passes
         self.checks_range = base.checks_range
         self.shape = shape
         # Parallel heads (and prompt lookup's chain): the whole tree in the chain's one pass,
         # its k the tree's depth.
-        self.one_pass = not isinstance(base, DraftModelCost | AutoregressiveHeadsCost)
+        self.one_pass = not passes.per_draft
         # (passes, tokens per row, nodes fed before the group, mean depth + 1 of a fed token):
         # pass j feeds the nodes at depth j that have children (the root at j = 0), grouped by
         # equal width.

@@ -27,7 +27,8 @@ class Passes:
         self.engine = engine
         self.target_fit = costs.target.latency.fit
         latency = costs.drafter.latency
-        builds_cache = costs.drafter.kind == "draft_model" and latency is not None
+        passes = costs.drafter.passes
+        builds_cache = passes is not None and passes.own_cache and latency is not None
         self.draft_fit = latency.latency.fit if builds_cache else None
 
     def decode_s(self, k: int, rows: float, tokens: float, kv: float, pairs: float) -> float:

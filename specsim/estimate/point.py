@@ -126,9 +126,9 @@ def build_replica(scenario, profile) -> Replica:
     engine = scenario.engine
     lookahead = top + 1
     if engine.block_size is not None:
-        # As the simulator counts blocks: whole blocks, and a draft model's own k slots more.
+        # As the simulator counts blocks: whole blocks, and k slots more for a drafter's own cache.
         capacity = kv_capacity_blocks(capacity, engine.block_size)
-        if costs.drafter.kind == "draft_model":
+        if costs.drafter.passes is not None and costs.drafter.passes.own_cache:
             lookahead += top
     return Replica(
         Passes(costs, engine),

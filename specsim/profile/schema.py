@@ -43,7 +43,7 @@ from specsim.bounds import (
 )
 from specsim.config import Name, StrictModel
 from specsim.errors import SpecsimError
-from specsim.profile.kinds import DRAFTER_KINDS, MODEL_KINDS
+from specsim.profile.kinds import DRAFTER_KINDS, DRAFTER_METHODS, MODEL_KINDS
 from specsim.profile.reported import (
     AcceptanceHistogram,
     histogram_concentration,
@@ -463,11 +463,19 @@ class ModelSpec(StrictModel):
     precision: Precision | None = Field(
         default=None, description="weight and KV-cache formats; absent = the profile's dtype"
     )
-    method: Literal["mtp"] | None = Field(
+    method: Literal[DRAFTER_METHODS] | None = Field(  # type: ignore[valid-type]
         default=None,
-        description="draft models: mtp, the target's own multi-token-prediction module (its "
-        "checkpoint's MTP layers, costed as a draft model: the engines run it as their MTP "
-        "method, with no model path of its own); absent = a separate model",
+        description="which engine method the drafter is. draft models: mtp, the target's own "
+        "multi-token-prediction module (its checkpoint's MTP layers, costed as a draft model: "
+        "the engines run it as their MTP method, with no model path of its own); absent = a "
+        "separate model. block drafters (required): dflash, dspark, p_eagle (an EAGLE-3 head "
+        "trained for parallel drafting) or pard (a draft model trained for it)",
+    )
+    max_k: Dimension | None = Field(
+        default=None,
+        description="block drafters: the most drafts one pass proposes (the mask slots of the "
+        "block it was trained with, e.g. 15 for a DFlash b16 drafter); a window above it is "
+        "refused. dspark runs exactly this many (vLLM's default num_speculative_tokens)",
     )
 
     @property
@@ -490,8 +498,14 @@ class ModelSpec(StrictModel):
             raise ValueError(f"a {self.kind} needs a 'latency' section")
         if not needs_latency and self.latency is None and self.draft_step_s is None:
             raise ValueError(f"a {self.kind} drafter needs 'draft_step_s' or a 'latency' section")
-        if self.method is not None and self.kind != "draft_model":
-            raise ValueError(f"method {self.method} is a draft_model's, not a {self.kind}'s")
+        methods = MODEL_KINDS[self.kind].methods
+        if self.method is not None and self.method not in methods:
+            owner = next(k.name for k in DRAFTER_KINDS.values() if self.method in k.methods)
+            raise ValueError(f"method {self.method} is a {owner}'s, not a {self.kind}'s")
+        if self.kind == "block" and self.method is None:
+            raise ValueError(f"a block drafter needs 'method': one of {', '.join(methods)}")
+        if (self.max_k is not None) != (self.kind == "block"):
+            raise ValueError("'max_k' is a block drafter's key, and every block drafter needs it")
         if self.passes is not None and self.kind != "heads":
             raise ValueError(
                 f"'passes' describes decoding heads, not a {self.kind}; remove it from this model"

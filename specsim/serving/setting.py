@@ -106,6 +106,8 @@ class Speculative:
         the draft model's name the same way, engine-formats.md §3.5), else the kind."""
         if self.is_mtp:
             return "mtp"
+        if self.kind == "block":  # the profile names which parallel drafter it is
+            return self.method
         if self.kind == "heads" and self.model and "eagle3" in self.model.path.lower():
             return "heads-eagle3"
         return self.kind
@@ -198,6 +200,15 @@ def engine_method(methods: Mapping[str, str], spec: Speculative, engine: str) ->
             fix=f"choose a drafter of a kind {engine} runs: {', '.join(methods)}",
         )
     return methods[kind]
+
+
+def method_refusal(setting: EngineSetting, methods: Mapping[str, str], engine: str) -> str:
+    """Why the engine cannot run the setting's drafter: it has no method for its kind (empty
+    when it has one, or speculation is off)."""
+    spec = setting.speculation
+    if spec is None or spec.deployed_kind in methods:
+        return ""
+    return f"{engine} has no speculative method for a {spec.deployed_kind} drafter"
 
 
 def medusa_refusal(setting: EngineSetting, engine: str, where: str) -> str | None:

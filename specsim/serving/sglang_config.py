@@ -28,6 +28,7 @@ from specsim.serving.setting import (
     engine_method,
     header_lines,
     medusa_refusal,
+    method_refusal,
     role_file,
     unknown_formats,
     use,
@@ -45,7 +46,12 @@ KIND_METHODS = {
     "heads": "EAGLE",
     "heads-eagle3": "EAGLE3",
     "mtp": "EAGLE",
+    "dflash": "DFLASH",
+    "dspark": "DSPARK",
 }
+# One draft pass per step: SGLang forces num_steps and topk to 1 and verifies the
+# last token plus k drafts (speculative_hook.py, _handle_dflash / _handle_dspark).
+BLOCK_ALGORITHMS = frozenset({"DFLASH", "DSPARK"})
 ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"})
 CHAIN_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})  # steps, topk, tokens
 FLAGS = frozenset(
@@ -100,6 +106,8 @@ def tree_knobs(spec: Speculative) -> tuple[int, int, int] | str:
 
 def refuses(setting: EngineSetting) -> str | None:
     """Why SGLang cannot run the setting's tree (None: it can, or there is no tree)."""
+    if missing := method_refusal(setting, KIND_METHODS, "SGLang 0.5.23"):
+        return missing
     spec = setting.speculation
     medusa = medusa_refusal(setting, "SGLang", "§4.5: its builtin algorithms")
     if medusa is not None or spec is None or spec.tree is None:
@@ -129,7 +137,7 @@ def arguments(setting: EngineSetting, k: int) -> list[tuple[str, str | None]]:
             out.append(("--speculative-eagle-topk", str(topk)))
         else:
             out.append(("--speculative-draft-model-path", draft_path(setting)))
-            out.append(("--speculative-num-steps", str(k)))
+            out.append(("--speculative-num-steps", "1" if name in BLOCK_ALGORITHMS else str(k)))
             out.append(("--speculative-eagle-topk", "1"))
         tokens = tree_knobs(spec)[2] if spec.tree is not None and name != "NGRAM" else k + 1
         out.append(("--speculative-num-draft-tokens", str(tokens)))
@@ -193,8 +201,15 @@ def check(options: list[tuple[str, str]], args_file: str = ARGS_FILE) -> None:
         if tokens < 2:
             raise violation(args_file, "--speculative-num-draft-tokens", "below 2", "§4.5")
         return
-    if name in CHAIN_ALGORITHMS and not given.get("--speculative-draft-model-path"):
+    if name in CHAIN_ALGORITHMS | BLOCK_ALGORITHMS and not given.get(
+        "--speculative-draft-model-path"
+    ):
         raise violation(args_file, "--speculative-draft-model-path", f"{name} needs one", "§4.5")
+    if name in BLOCK_ALGORITHMS:
+        if given.get("--speculative-num-steps") != "1" or tokens < 2:
+            flag = "--speculative-num-steps"
+            raise violation(args_file, flag, f"{name} drafts in 1 step of 2+ tokens", "§4.5")
+        return
     steps = _count(given, "--speculative-num-steps")
     topk = _count(given, "--speculative-eagle-topk")
     if min(steps, topk, tokens) < 1:

@@ -28,6 +28,7 @@ from specsim.serving.setting import (
     engine_method,
     header_lines,
     medusa_refusal,
+    method_refusal,
     role_file,
     unknown_formats,
     violation,
@@ -44,6 +45,9 @@ KIND_METHODS = {
     "heads": "Eagle",
     "heads-eagle3": "Eagle3",
     "mtp": "MTP",
+    "dflash": "DFlash",
+    "dspark": "DSpark",
+    "pard": "PARD",
 }
 DECODING_TYPES = frozenset(
     {"Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "PARD", "DFlash", "DSpark"}
@@ -82,6 +86,8 @@ TREE_TYPES = frozenset({"Eagle", "Eagle3"})  # eagle_choices (§5.4)
 
 def refuses(setting: EngineSetting) -> str | None:
     """Why TensorRT-LLM cannot run the setting's tree (None: it can, or there is none)."""
+    if missing := method_refusal(setting, KIND_METHODS, "TensorRT-LLM"):
+        return missing
     spec = setting.speculation
     medusa = medusa_refusal(setting, "TensorRT-LLM", "§5.2: Medusa left its decoding configs")
     if medusa is not None or spec is None or spec.tree is None:

@@ -27,6 +27,7 @@ from specsim.serving.setting import (
     engine_method,
     header_lines,
     medusa_refusal,
+    method_refusal,
     role_file,
     use,
     violation,
@@ -57,6 +58,7 @@ FIELDS = frozenset(
         "rejection_sample_method",
         "synthetic_acceptance_rates",
         "synthetic_acceptance_length",
+        "parallel_drafting",
     }
 )
 # SpeculativeMethod per specsim drafter kind (§3.2: V33 has no medusa; heads are EAGLE).
@@ -66,9 +68,16 @@ KIND_METHODS = {
     "heads": "eagle",
     "heads-eagle3": "eagle3",
     "mtp": "mtp",
+    # Parallel drafters: P-EAGLE and PARD are EAGLE-3 heads and draft models trained to draft
+    # in parallel (SpeculativeConfig.parallel_drafting); DFlash and DSpark set it themselves.
+    "dflash": "dflash",
+    "dspark": "dspark",
+    "p_eagle": "eagle3",
+    "pard": "draft_model",
 }
+PARALLEL_DRAFTING = frozenset({"p_eagle", "pard"})
 METHODS = frozenset(KIND_METHODS.values())
-NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})  # §3.5
+NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})  # §3.5
 # On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
 SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.3
@@ -89,6 +98,8 @@ def token_tree(shape) -> str:
 def refuses(setting: EngineSetting) -> str | None:
     """vLLM 0.33 has no tree option: ``speculative_token_tree`` is gone from its
     SpeculativeConfig (§3.2, §3.5), so a tree is refused rather than written as a chain."""
+    if missing := method_refusal(setting, KIND_METHODS, "vLLM 0.33"):
+        return missing
     spec = setting.speculation
     medusa = medusa_refusal(setting, "vLLM 0.33", "§3.2: medusa left its SpeculativeMethod")
     if medusa is not None or spec is None or spec.tree is None:
@@ -128,6 +139,8 @@ def speculative_config(setting: EngineSetting, synthetic: bool = False) -> dict[
         config["draft_tensor_parallel_size"] = setting.draft_tp
         if setting.weights_dtype == "fp8":
             config["quantization"] = "fp8"  # the draft model's weights too (§3.2)
+    if spec.deployed_kind in PARALLEL_DRAFTING:
+        config["parallel_drafting"] = True
     if spec.by_batch:
         config["num_speculative_tokens_per_batch_size"] = schedule(spec)
     if synthetic:

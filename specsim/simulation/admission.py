@@ -64,11 +64,13 @@ def verify_lookahead(k_max: int, tree_rows) -> int:
 
 def kv_lookahead(k_max: int, costs, block_size: int | None) -> int:
     """KV slots each sequence holds beyond its tokens: the verified positions and, with KV
-    blocks, a draft model's own k (vLLM's v1 scheduler allocates num_lookahead_tokens = k slots
-    for a proposer that writes KV of its own: draft models, EAGLE; not n-gram or Medusa;
-    vllm/v1/core/sched/scheduler.py, into KVCacheManager.allocate_slots)."""
+    blocks, the k of a drafter with a KV cache of its own (vLLM's v1 scheduler allocates
+    num_lookahead_tokens = k slots for a proposer that writes KV of its own: draft models,
+    EAGLE-type and parallel drafters; not n-gram or Medusa; vllm/v1/core/sched/scheduler.py,
+    into KVCacheManager.allocate_slots). specsim's heads keep no cache of their own."""
     slots = verify_lookahead(k_max, costs.tree_rows)
-    if block_size is not None and costs.tree_rows is None and costs.drafter.kind == "draft_model":
+    passes = costs.drafter.passes
+    if block_size is not None and costs.tree_rows is None and passes and passes.own_cache:
         slots += k_max
     return slots
 

@@ -22,13 +22,7 @@ from types import ModuleType
 
 import numpy as np
 
-from specsim.costs.drafters import (
-    AutoregressiveHeadsCost,
-    DraftModelCost,
-    HeadsCost,
-    NoDrafterCost,
-    PromptLookupCost,
-)
+from specsim.costs.drafters import DrafterCost, NoDrafterCost
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import COST_LATENCY, COST_SIZES, STEP_STATE
@@ -37,13 +31,6 @@ from specsim.simulation.steplog import BUFFER_ITERATIONS
 
 STATE = STEP_STATE + 3  # the values ``run`` hands the kernel in ``state`` (it adds two: the
 # KV held, the first iteration's end)
-_DRAFTER_CODES = {
-    NoDrafterCost: 0,
-    DraftModelCost: 1,
-    PromptLookupCost: 2,
-    HeadsCost: 3,
-    AutoregressiveHeadsCost: 4,
-}
 _kernel: ModuleType | None = None
 
 
@@ -99,15 +86,20 @@ def restore_step_state(replica, values: list[float]) -> float:
 
 
 def cost_vector(costs) -> np.ndarray | None:
-    """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter class
-    the kernel does not know)."""
+    """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter the
+    kernel does not price, a tree's)."""
     drafter = costs.drafter
-    code = _DRAFTER_CODES.get(type(drafter))
-    if code is None:
+    if type(drafter) not in (DrafterCost, NoDrafterCost):
         return None
     latency = drafter.latency
     target, sizes_at, target_sizes = latency_block(costs.target, COST_SIZES)
     draft, _, draft_sizes = latency_block(latency, sizes_at)
+    passes = drafter.passes
+    flags = (
+        (1.0, passes.block, passes.own_cache, passes.model, passes.mlp_heads)
+        if passes is not None
+        else (0.0,) * 5
+    )
     return np.array(
         [
             *target,
@@ -118,7 +110,7 @@ def cost_vector(costs) -> np.ndarray | None:
             costs.overhead_draft_step_s,
             costs.overhead_draft_token_s,
             *draft,
-            code,
+            passes is not None and passes.per_draft,
             0.0 if latency is None else 1.0,
             drafter.step_s,
             drafter.flops_per_token,
@@ -127,6 +119,7 @@ def cost_vector(costs) -> np.ndarray | None:
             costs.target_attn_flops,
             costs.overhead_prefill_s,
             costs.overhead_prefill_token_s,
+            *flags,
             *target_sizes,
             *draft_sizes,
         ],

@@ -89,8 +89,7 @@ from specsim.simulation.compiled_layout import (
 from specsim.simulation.compiled_step_kernel import (
     D_ATTN,
     D_FLOPS,
-    DRAFT_MODEL,
-    KIND,
+    OWN_CACHE,
     T_ATTN,
     T_FLOPS,
     _decode_s,
@@ -543,7 +542,7 @@ def serving_loop(
             )
             if p_rows:
                 target = per_token * p_tokens + per_pair * p_pairs
-                if c[KIND] == DRAFT_MODEL:
+                if c[OWN_CACHE] != 0.0:
                     st[PREFILL_FLOPS] += target + (c[D_FLOPS] * p_tokens + c[D_ATTN] * p_pairs)
                 else:
                     st[PREFILL_FLOPS] += target + 0.0

@@ -37,16 +37,16 @@ from specsim.simulation.compiled_layout import (
     WINDOW_ROWS,
 )
 
-# Drafter kinds, as ``compiled_loop._DRAFTER_CODES`` numbers them.
-NONE, DRAFT_MODEL, PROMPT_LOOKUP, HEADS, AUTOREGRESSIVE_HEADS = 0, 1, 2, 3, 4
-
-# ``costs`` array layout (``compiled_layout``; built by ``compiled_loop.cost_vector``).
+# ``costs`` array layout (``compiled_layout``; built by ``compiled_loop.cost_vector``). The
+# drafter's passes (``DraftPasses``) are flags, 1.0 or 0.0: no drafter deployed has none set
+# and no passes.
 TARGET, OVERHEAD = 0, COST_LATENCY
 DRAFTER = OVERHEAD + 6
-KIND, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
+PER_DRAFT, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
     DRAFTER + COST_LATENCY, DRAFTER + COST_LATENCY + 5
 )
-T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(KIND + 5, COST_SIZES)
+T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(D_ATTN + 1, D_ATTN + 5)
+DRAFTS, BLOCK, OWN_CACHE, MODEL, MLP_HEADS = range(PREFILL_TOKEN_S + 1, COST_SIZES)
 
 
 @_inner
@@ -75,57 +75,56 @@ def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
 
 
 @_inner
+def _pass_count(c, k):
+    """``DrafterCost.pass_count``: forward passes per step at window ``k``."""
+    if k == 0:
+        return 1 if c[OWN_CACHE] != 0.0 else 0
+    return k if c[PER_DRAFT] != 0.0 else 1
+
+
+@_inner
+def _pass_totals(c, rows, k, kv, passes):
+    """``DrafterCost._pass``' (tokens, mean KV, pairs) of each of the step's passes."""
+    queries = k + 1 if c[BLOCK] != 0.0 and k else 1
+    mean_kv = kv + rows * (passes - 1) / 2.0 if c[PER_DRAFT] != 0.0 else kv
+    return rows * queries, mean_kv, queries * mean_kv + rows * queries * (queries + 1) / 2.0
+
+
+@_inner
 def _draft_s(c, rows, k, kv):
     """The drafter's ``draft_s(rows, k, kv)`` for rows > 0 (``specsim.costs.drafters``)."""
-    kind = c[KIND]
-    if kind == NONE:
+    passes = _pass_count(c, k) if c[DRAFTS] != 0.0 else 0
+    if passes == 0:
         return 0.0
-    if kind == DRAFT_MODEL:
-        if k == 0:
-            return _latency(c, DRAFTER, rows, rows, kv, kv + rows)
-        mean_kv = kv + rows * (k - 1) / 2.0
-        return k * _latency(c, DRAFTER, rows, rows, mean_kv, mean_kv + rows)
-    if k == 0:
-        return 0.0
-    if kind == AUTOREGRESSIVE_HEADS:
-        if c[HAS_LATENCY] == 0.0:
-            return k * c[STEP_S]
-        mean_kv = kv + rows * (k - 1) / 2.0
-        return k * _latency(c, DRAFTER, rows, rows, mean_kv, mean_kv + rows)
-    if c[HAS_LATENCY] != 0.0:  # prompt lookup and parallel heads: one pass per step
-        return _latency(c, DRAFTER, rows, rows, kv, kv + rows)
-    return c[STEP_S]
+    tokens, mean_kv, pairs = _pass_totals(c, rows, k, kv, passes)
+    if c[HAS_LATENCY] == 0.0:
+        return passes * c[STEP_S]
+    return passes * _latency(c, DRAFTER, rows, tokens, mean_kv, pairs)
 
 
 @_inner
 def _draft_flops(c, rows, k, kv):
     """The drafter's ``draft_flops(rows, k, kv)`` for rows > 0."""
-    kind = c[KIND]
-    if kind == DRAFT_MODEL:
-        if k == 0:
-            return c[D_FLOPS] * rows + c[D_ATTN] * (kv + rows)
-        mean_kv = kv + rows * (k - 1) / 2.0
-        return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
-    if k == 0 or kind in (NONE, PROMPT_LOOKUP):
+    passes = _pass_count(c, k) if c[MODEL] != 0.0 else 0
+    if passes == 0:
         return 0.0
-    if kind == HEADS:
+    if c[MLP_HEADS] != 0.0:
         return c[D_FLOPS] * rows * k
-    mean_kv = kv + rows * (k - 1) / 2.0
-    return k * (c[D_FLOPS] * rows + c[D_ATTN] * (mean_kv + rows))
+    tokens, _, pairs = _pass_totals(c, rows, k, kv, passes)
+    return passes * (c[D_FLOPS] * tokens + c[D_ATTN] * pairs)
 
 
 @_inner
 def _wasted_per_position(c, mean_context):
     """``StepCosts.wasted_flops_per_position``."""
     target = c[T_FLOPS] + c[T_ATTN] * mean_context
-    kind = c[KIND]
-    if kind == DRAFT_MODEL:
-        draft = c[D_FLOPS]
-        draft += c[D_ATTN] * mean_context
-        return target + draft
-    if kind in (HEADS, AUTOREGRESSIVE_HEADS):
+    if c[MODEL] == 0.0:
+        return target + 0.0
+    if c[MLP_HEADS] != 0.0:
         return target + c[D_FLOPS]
-    return target + 0.0
+    draft = c[D_FLOPS]
+    draft += c[D_ATTN] * mean_context
+    return target + draft
 
 
 @_inner
@@ -157,7 +156,7 @@ def _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
     host = _overhead_with(c, batch, k, rows)
     draft = _draft_s(c, rows, k, kv) if rows else 0.0
     host += c[PREFILL_S] + c[PREFILL_TOKEN_S] * p_tokens
-    if c[KIND] == DRAFT_MODEL:  # the draft model builds its own cache of the prompts
+    if c[OWN_CACHE] != 0.0:  # a drafter with its own cache builds it over the prompts
         draft += _latency(c, DRAFTER, p_rows, p_tokens, p_kv, p_pairs)
     else:
         draft += 0.0

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from specsim.costs import StepCosts, kv_capacity_tokens
+from specsim.costs.drafters import check_window
 from specsim.costs.kv_cache import check_tensor_parallel
 from specsim.errors import SpecsimError
 from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
@@ -76,7 +77,8 @@ def _pool_setup(
     if spec.drafter is not None and shape is not None:
         return _tree_pool_setup(scenario, profile, name, replicas, spec, shape)
     if spec.drafter is not None:
-        profile.drafter(spec.drafter)
+        where = str(scenario.source) if scenario.source else None
+        check_window(profile.drafter(spec.drafter), spec.drafter, spec.max_k, spec.policy, where)
         entry = profile.acceptance(spec.drafter, spec.verifier, spec.temperature)
     enabled = spec.enabled
     costs = StepCosts(profile, spec.drafter if enabled else None)
