@@ -8,6 +8,7 @@ the roofline's all-reduces do.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -15,6 +16,8 @@ from specsim.bounds import Bytes, PositiveFlops, Price, Seconds, Share
 from specsim.config import StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.profile.schema import Hardware
+
+FP4_FORMATS = ("nvfp4", "mxfp4")
 
 
 class Link(StrictModel):
@@ -51,6 +54,11 @@ class HardwareSpec(StrictModel):
     peak_flops_fp8: PositiveFlops | None = Field(
         default=None, description="dense FP8 tensor-core FLOP/s; absent: fp8 weights run at bf16"
     )
+    peak_flops_fp4: dict[Literal[FP4_FORMATS], PositiveFlops] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="dense FP4 tensor-core FLOP/s per format the tensor cores run (nvfp4, "
+        "mxfp4); a format absent here runs its matrix products at the bf16 peak",
+    )
     memory_bandwidth_bytes_per_s: Bytes
     dtype: str = "bfloat16"
     price_per_hour_usd: Price = Field(description="example price; edit to your own")
@@ -69,6 +77,15 @@ class HardwareSpec(StrictModel):
             memory_bandwidth_bytes_per_s=self.memory_bandwidth_bytes_per_s,
             tensor_parallel_size=tp if tp > 1 else None,
         )
+
+    def quantised_peak(self, weights: str | None) -> float | None:
+        """Dense FLOP/s of the matrix products of weights in ``weights`` where the tensor
+        cores run that format (FP8; NVFP4 or MXFP4 with activations quantised alike, W4A4),
+        else None: the weights are dequantised and multiplied at the bf16 peak (int4's AWQ and
+        GPTQ, FP4 on a device without FP4 tensor cores: weight-only, bandwidth only)."""
+        if weights == "fp8":
+            return self.peak_flops_fp8
+        return (self.peak_flops_fp4 or {}).get(weights)
 
     def interconnect(self) -> tuple[str, Link | None]:
         """The link a tensor-parallel replica all-reduces over: NVLink where the file has it."""

@@ -329,6 +329,7 @@ HARDWARE = {
     "price_note": "example",
     "source": "test",
     "peak_flops_fp8": 2.0e15,
+    "peak_flops_fp4": {"nvfp4": 4.0e15},
     "nvlink": {"bandwidth_bytes_per_s": 4.5e11, "latency_s": 1.0e-6},
     "pcie": {"bandwidth_bytes_per_s": 6.4e10, "latency_s": 2.0e-6},
     "efficiency": {

@@ -50,6 +50,8 @@ def test_frontier_of_a_tiny_table():
         ("int4", "int4", "bfloat16", "int4"),
         ("int4/fp8", "int4", "fp8", "int4/fp8"),
         ("fp8/bf16", "fp8", "bfloat16", "fp8/bf16"),
+        ("nvfp4", "nvfp4", "bfloat16", "nvfp4"),
+        ("mxfp4/fp8", "mxfp4", "fp8", "mxfp4/fp8"),
     ],
 )
 def test_precision_text(text, weights, kv, label):

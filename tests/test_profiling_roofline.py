@@ -119,10 +119,11 @@ def test_shipped_roofline_profiles_load_and_answer(repo):
         verify = loaded.latency_model("target").pass_seconds([1024] * 8, 5)
         assert 1e-3 < decode <= verify < 0.1
         kinds = {spec.kind for spec in loaded.profile.drafters.values()}
-        assert kinds == {"draft_model", "ngram"}
+        assert "ngram" in kinds and kinds - {"ngram"} in ({"draft_model"}, {"heads"})
         for drafter in loaded.profile.drafters:
             verifiers = {a.verifier for a in loaded.profile.acceptance if a.drafter == drafter}
-            assert verifiers == {"rejection", "greedy", "typical"}
+            # EAGLE-3 has no published typical-acceptance figure, so no entry for it.
+            assert {"rejection", "greedy"} <= verifiers <= {"rejection", "greedy", "typical"}
             entry = loaded.acceptance(drafter, "rejection", 1.0)
             assert entry.source == "assumed"
             assert sorted(entry.mean_acceptance_length) == list(range(1, 9))

@@ -452,10 +452,14 @@ def test_fp8_is_vllms_quantization_and_kv_cache_dtype_and_a_note_elsewhere():
     assert "fp8" not in json.dumps(trt(trtllm))
 
 
-def test_int4_weights_write_no_flag_but_say_why():
-    vllm = vllm_config.render(setting(None, weights_dtype="int4"), HEADER)
+@pytest.mark.parametrize(
+    "weights, method", [("int4", "AWQ, GPTQ"), ("nvfp4", "modelopt_fp4"), ("mxfp4", "mxfp4")]
+)
+def test_prequantised_weights_write_no_flag_but_say_why(weights, method):
+    vllm, sglang, _ = render_all(setting(None, weights_dtype=weights))
     assert "--quantization" not in arguments(vllm.files["vllm.args"])
-    assert any("int4" in n for n in vllm.notes)
+    assert any(f"{weights} weights" in n and f"({method})" in n for n in vllm.notes)
+    assert any(f"weights {weights}" in n for n in sglang.notes)  # no SGLang flag is guessed
 
 
 def test_sixteen_bit_formats_write_nothing_new():

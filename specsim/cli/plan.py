@@ -320,7 +320,8 @@ def _deployment_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DTYPE[/DTYPE]",
         help="weight[/KV-cache] formats of the roofline deployments, e.g. bf16,fp8 or int4/fp8 "
-        "(the KV cache follows the weights where it can; default bf16)",
+        "(weights bf16, fp16, fp8, int4, nvfp4 or mxfp4; the KV cache follows the weights "
+        "where it can; default bf16)",
     )
     group.add_argument("--hardware", metavar="HW", help="hardware spec YAML for the roofline")
     group.add_argument(

@@ -134,11 +134,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specsim.profiling.measure import MeasureOptions, measure_profile
-    from specsim.profiling.specs import parse_drafters
+    from specsim.profiling.specs import parse_drafters, refuse_heads
     from specsim.profiling.writer import command_line, write_profile
 
     out, name = out_path(args.out, args.name)
     drafters = parse_drafters(args.drafter)
+    refuse_heads(drafters)
     trees = _tree_shapes(args, drafters)
     temperatures = args.temperature if args.temperature is not None else [1.0]
     opts = MeasureOptions(

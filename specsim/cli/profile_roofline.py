@@ -8,9 +8,13 @@ profile YAML.
       --out profiles/llama3.1-8b_llama3.2-1b_h100-roofline.yaml
 
 A replica over 4 devices, or in FP8 (weights and KV cache), is --tp 4 / --weights-dtype fp8
---kv-dtype fp8 (and --draft-tp 1 for a draft model on one device). A drafter may also be ngram
-or ngram:N (prompt lookup with n-gram size N), or mtp: the target's multi-token-prediction
-module (DeepSeek-V3's), costed as a draft model.
+--kv-dtype fp8 (and --draft-tp 1 for a draft model on one device); --weights-dtype nvfp4 or
+mxfp4 for FP4 checkpoints. A drafter may also be ngram or ngram:N (prompt lookup with n-gram
+size N), mtp: the target's multi-token-prediction module (DeepSeek-V3's), costed as a draft
+model, or eagle:CONFIG / eagle3:CONFIG: an EAGLE or EAGLE-3 head given by its own config.json
+(profiles/models/eagle3-llama3.1-8b.json), costed as heads drafting one pass per depth, or a
+parallel drafter, dflash:CONFIG or p_eagle:CONFIG:K (K: the drafts one pass proposes; DFlash's
+config gives its block), costed as kind block drafting the window in one pass.
 """
 
 from __future__ import annotations
@@ -23,7 +27,13 @@ from specsim.cli.profile_shared import add_drafter_models, add_output, out_path,
 
 TENSOR_PARALLEL = Number(int, 1, MAX_TENSOR_PARALLEL)
 # The command line's short names for the profile's formats.
-WEIGHT_FORMATS = {"bf16": "bfloat16", "fp8": "fp8", "int4": "int4"}
+WEIGHT_FORMATS = {
+    "bf16": "bfloat16",
+    "fp8": "fp8",
+    "int4": "int4",
+    "nvfp4": "nvfp4",
+    "mxfp4": "mxfp4",
+}
 KV_FORMATS = {"bf16": "bfloat16", "fp8": "fp8"}
 
 
@@ -66,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights-dtype",
         choices=sorted(WEIGHT_FORMATS),
-        help="weight format of the decoder layers (default: the hardware file's dtype)",
+        help="weight format of the decoder layers (default: the hardware file's dtype); fp8 and "
+        "FP4 (nvfp4, mxfp4) multiply at the hardware file's peak for the format where it gives "
+        "one, else (and int4) at the bf16 peak",
     )
     parser.add_argument(
         "--kv-dtype",

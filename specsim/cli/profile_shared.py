@@ -48,8 +48,10 @@ def add_drafter_models(parser: argparse.ArgumentParser, model: str) -> None:
         action="append",
         default=[],
         help=f"a drafter: NAME=MODEL ({model}), NAME=ngram, NAME=ngram:N (prompt lookup with "
-        "n-gram size N) or NAME=mtp (the target's own multi-token-prediction module, "
-        "DeepSeek-V3's); repeatable",
+        "n-gram size N), NAME=mtp (the target's own multi-token-prediction module, "
+        "DeepSeek-V3's) or, for profile roofline, NAME=eagle:CONFIG / NAME=eagle3:CONFIG (an "
+        "EAGLE or EAGLE-3 head's config.json) or NAME=dflash:CONFIG / NAME=p_eagle:CONFIG:K "
+        "(a parallel drafter); repeatable",
     )
 
 

@@ -208,7 +208,7 @@ class Provenance(StrictModel):
         return {**rest, "speed_reference": block}
 
 
-WEIGHT_DTYPES = ("bfloat16", "float16", "fp8", "int4")
+WEIGHT_DTYPES = ("bfloat16", "float16", "fp8", "int4", "nvfp4", "mxfp4")
 KV_DTYPES = ("bfloat16", "float16", "fp8")
 
 

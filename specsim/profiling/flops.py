@@ -117,6 +117,12 @@ class ModelShape:
     # target, but its head is still multiplied by.
     shares_embeddings: bool = False
     extra_matmul_params: int = 0  # an MTP module's projection of [embedding; hidden state]
+    # An EAGLE-3 head's own LM head over a reduced draft vocabulary (held by the head, though
+    # its embedding is the target's); 0: the LM head spans ``vocab_size``.
+    draft_vocab_size: int = 0
+    # Norm weights beyond two per layer and the final one: negative where an architecture
+    # drops some (an EAGLE head's first layer has no input norm, and it has no final norm).
+    extra_norm_params: int = 0
 
     # -- parameters ---------------------------------------------------------------------------
     @property
@@ -155,8 +161,16 @@ class ModelShape:
         return 0 if self.shares_embeddings else self.vocab_size * self.hidden_size
 
     @property
+    def lm_head_rows(self) -> int:
+        """Rows of the LM head a pass multiplies by: the draft vocabulary where it has one."""
+        return self.draft_vocab_size or self.vocab_size
+
+    @property
     def lm_head_params(self) -> int:
-        """Separate LM-head matrix; zero when tied to the embedding (or the target's)."""
+        """Separate LM-head matrix; zero when tied to the embedding (or the target's), unless
+        it is a head's own over a draft vocabulary."""
+        if self.draft_vocab_size:
+            return self.draft_vocab_size * self.hidden_size
         tied = self.tie_word_embeddings or self.shares_embeddings
         return 0 if tied else self.vocab_size * self.hidden_size
 
@@ -176,7 +190,7 @@ class ModelShape:
     def _params(self, experts: int) -> int:
         norms = 2 * self.hidden_size + self.extra_norm_params_per_layer
         layers = self.num_layers * (self.attention_params_per_layer + norms)
-        final_norm = self.hidden_size
+        final_norm = self.hidden_size + self.extra_norm_params
         score_bias = self.moe_layers * self.num_experts if self.router_bias else 0
         return (
             layers
@@ -201,7 +215,7 @@ class ModelShape:
         (the LM head always is one)."""
         attention = self.num_layers * self.attention_params_per_layer
         mlp = self._mlp_params(self.experts_per_token)
-        return attention + mlp + self.extra_matmul_params + self.vocab_size * self.hidden_size
+        return attention + mlp + self.extra_matmul_params + self.lm_head_rows * self.hidden_size
 
     def mtp_shape(self) -> ModelShape:
         """One of DeepSeek-V3's multi-token-prediction modules as a drafter: the norms of the
@@ -444,6 +458,17 @@ def _moe_shape(config: dict[str, Any], model_type: str, num_layers: int, checked
 
 def load_shape(path: str | Path, name: str | None = None) -> ModelShape:
     """Read a ``config.json`` file (or a model folder holding one) into a ``ModelShape``."""
+    config, path = read_config(path)
+    label = name or config_label(config, path)
+    return shape_from_config(config, label, str(path))
+
+
+def config_label(config: dict[str, Any], path: Path) -> str:
+    return str(config.get("_name_or_path") or path.parent.name or path.stem)
+
+
+def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
+    """A ``config.json`` file (or a model folder holding one) as a mapping, and its path."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -458,8 +483,7 @@ def load_shape(path: str | Path, name: str | None = None) -> ModelShape:
             file=str(path),
             fix="give a model's config.json: one JSON object of its sizes",
         )
-    label = name or str(config.get("_name_or_path") or path.parent.name or path.stem)
-    return shape_from_config(config, label, str(path))
+    return config, path
 
 
 def shape_from_object(config: Any, name: str = "") -> ModelShape:

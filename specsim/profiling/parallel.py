@@ -14,8 +14,9 @@ bytes each) takes
 MPICH", IJHPCA 19(1), 2005), with ``beta`` the link bandwidth per direction times a stated
 efficiency and ``alpha`` its latency per step, both from the hardware file.
 
-Weights in fp8 or int4 apply to the decoder layers' matrices; the embedding, LM head, router
-and norms stay in the hardware file's dtype, as vLLM's fp8 and AWQ/GPTQ checkpoints keep them.
+Weights in fp8, int4, nvfp4 or mxfp4 apply to the decoder layers' matrices; the embedding, LM
+head, router and norms stay in the hardware file's dtype, as vLLM's fp8, AWQ/GPTQ and FP4
+checkpoints keep them.
 
 Expert parallelism (``--enable-expert-parallel``, vLLM's flag): a mixture of experts' experts are
 not sharded but dealt out whole, ``ceil(E / EP)`` of them to the device holding the most, over
@@ -48,9 +49,24 @@ from specsim.profile.tp_scaling import (
 )
 from specsim.profiling.flops import ModelShape
 
-# Bytes per parameter. int4: 4-bit weights with a 16-bit scale per group of 128 (GPTQ's and
-# AWQ's default group size).
-WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
+# Bytes per parameter: the values and their block scales (WEIGHT_FORMAT_NOTES).
+WEIGHT_BYTES = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "int4": 0.5 + 2.0 / 128,
+    "nvfp4": 0.5 + 1.0 / 16,
+    "mxfp4": 0.5 + 1.0 / 32,
+}
+WEIGHT_FORMAT_NOTES = {
+    "fp8": "E4M3 values, per-tensor or per-channel scales",
+    "int4": "4-bit values, a 16-bit scale per group of 128 (GPTQ's and AWQ's default group)",
+    # NVIDIA's NVFP4 (Blackwell's FP4 tensor-core format; ModelOpt checkpoints): its one
+    # FP32 scale per tensor is left out.
+    "nvfp4": "E2M1 values, an FP8 (E4M3) scale per block of 16",
+    # OCP Microscaling Formats (MX) v1.0 spec: MXFP4 = E2M1 elements, E8M0 scale per 32.
+    "mxfp4": "E2M1 values, an E8M0 scale per block of 32",
+}
 KV_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1}
 
 
@@ -93,7 +109,7 @@ def hardware_layout(
 
 
 def quantised_params(shape: ModelShape) -> int:
-    """The decoder layers' matrices: what fp8 or int4 weights apply to (every expert, the
+    """The decoder layers' matrices: what quantised weights apply to (every expert, the
     shared ones too)."""
     dense_mlp = (shape.num_layers - shape.moe_layers) * shape.mlp_params_per_layer
     experts = shape.moe_layers * (shape.num_experts + shape.shared_experts) * shape.expert_params

@@ -20,9 +20,16 @@ Effective means multiplied by a stated efficiency: model FLOP utilisation (MFU) 
 bandwidth efficiency for memory, plus a per-layer launch overhead. Nothing here is measured; the
 profile says so in its provenance.
 
-A replica may span several devices (``--tp``) and hold its weights and KV cache in fp8 or int4
-(``--weights-dtype``, ``--kv-dtype``): ``specsim.profiling.parallel`` says how that enters each
-term; the profile's hardware block then describes one device's memory and the replica's price.
+A replica may span several devices (``--tp``) and hold its weights in fp8, int4, nvfp4 or mxfp4
+and its KV cache in fp8 (``--weights-dtype``, ``--kv-dtype``): ``specsim.profiling.parallel``
+says how that enters each term; the profile's hardware block then describes one device's memory
+and the replica's price. Quantised weights are read at their bytes per parameter; their matrix
+products run at that format's peak where the hardware file gives one (FP8; FP4 on devices with
+FP4 tensor cores, activations quantised alike), otherwise at the bf16 peak (weight-only: int4,
+FP4 elsewhere).
+
+EAGLE and EAGLE-3 heads (``--drafter NAME=eagle3:CONFIG``, ``specsim.profiling.heads``) are kind
+``heads`` with ``passes: autoregressive`` and a fit of their own (``head_latency``).
 """
 
 from __future__ import annotations
@@ -34,8 +41,12 @@ from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
 from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
 from specsim.profile.schema import ExpertRead, Latency, LatencyFit
+from specsim.profile.tp_scaling import ACTIVATION_BYTES
 from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.heads import Head, load_head
 from specsim.profiling.parallel import (
+    WEIGHT_BYTES,
+    WEIGHT_FORMAT_NOTES,
     DoesNotFit,
     Layout,
     allreduce_terms,
@@ -119,9 +130,10 @@ def vllm_graph_sizes(largest: int) -> list[int]:
 
 
 def read_shape(shape: ModelShape) -> ModelShape:
-    """The weights a pass reads: an MTP module holds none of the target's embedding and LM
-    head, but reads the head (vocab x hidden, once) in every pass."""
-    if not shape.shares_embeddings:
+    """The weights a pass reads: an MTP module or an EAGLE head holds none of the target's
+    embedding and LM head, but reads the head (vocab x hidden, once) in every pass; an EAGLE-3
+    head reads its own (``draft_vocab_size``), which it holds."""
+    if not shape.shares_embeddings or shape.draft_vocab_size:
         return shape
     return dataclasses.replace(shape, shares_embeddings=False, tie_word_embeddings=True)
 
@@ -153,14 +165,94 @@ def mtp_note(names: list[str], shape: ModelShape, target: ModelShape) -> str:
 
 
 def matmul_s_per_token(shape: ModelShape, hw: HardwareSpec, layout: Layout) -> float:
-    """Seconds of one token's matrix products on one device: fp8 weights at the FP8 peak where
-    the file gives one (the embedding, LM head and router stay at the bf16 peak)."""
+    """Seconds of one token's matrix products on one device: fp8 or FP4 weights at that
+    format's peak where the file gives one (``HardwareSpec.quantised_peak``), else at the bf16
+    peak; the embedding, LM head and router stay at the bf16 peak."""
     peak = hw.peak_flops * hw.efficiency.mfu
-    if layout.weights != "fp8" or hw.peak_flops_fp8 is None:
+    low_peak = hw.quantised_peak(layout.weights)
+    if low_peak is None:
         return shape.flops_per_token() / peak
     quantised = quantised_flops_per_token(shape)
     rest = shape.flops_per_token() - quantised
-    return quantised / (hw.peak_flops_fp8 * hw.efficiency.mfu) + rest / peak
+    return quantised / (low_peak * hw.efficiency.mfu) + rest / peak
+
+
+def head_layout(layout: Layout) -> Layout:
+    """An EAGLE head's deployment: the drafter's split and the KV-cache format (vLLM's cache
+    config is the engine's), its weights in 16 bits (module ``heads``)."""
+    return dataclasses.replace(layout, weights=None)
+
+
+def head_latency(
+    head: Head, hw: HardwareSpec, layout: Layout, graph_sizes: list[int] | None = None
+) -> Latency:
+    """A head's one-token pass: the roofline fit of its shape, plus per sequence the bytes its
+    taps and its embedding row move (``head_bytes_per_sequence``) at effective bandwidth."""
+    fit = roofline_fit(head.shape, hw, layout, graph_sizes)
+    bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
+    per_sequence = head_bytes_per_sequence(head, DTYPE_BYTES[hw.dtype]) / bandwidth
+    return Latency(
+        fit=fit.model_copy(update={"per_sequence_s": per_sequence}),
+        valid_range=None,
+        outside_range="extrapolate",
+    )
+
+
+def head_bytes_per_sequence(head: Head, base_bytes: float) -> float:
+    """Bytes a head's pass moves per sequence beyond its weights and KV: each tap's hidden
+    state written by the target and read by the fc (16-bit activations), and the embedding
+    row the drafted token gathers from the target's embedding."""
+    hidden = head.shape.hidden_size
+    return 2 * head.taps * hidden * ACTIVATION_BYTES + hidden * base_bytes
+
+
+def head_note(heads: dict[str, Head], layout: Layout, target: ModelShape) -> str:
+    """How EAGLE heads are costed, with their sizes."""
+    sizes = "; ".join(
+        f"{name}: {h.method} head, {h.shape.param_count() / 1e9:.3g} B parameters of its own "
+        f"({h.shape.num_layers} layer(s), fc over {h.fc_inputs} x hidden, "
+        + (
+            f"its own LM head over {h.shape.draft_vocab_size:,} tokens"
+            if h.shape.draft_vocab_size
+            else f"{target.name}'s LM head over {target.vocab_size:,} tokens"
+        )
+        + ")"
+        for name, h in heads.items()
+    )
+    return (
+        f"Drafters {sizes}. Costed as kind heads with passes autoregressive (vLLM's methods "
+        "eagle and eagle3): k one-token passes per step, each reading the head's decoder "
+        "layer(s), fc and LM head in 16 bits (published heads are 16-bit checkpoints), its "
+        "one-layer KV cache in the target's KV format, and per sequence the fc's taps of the "
+        "target's hidden states (written by the target, read by the head) and one embedding "
+        "row. The fc and taps are counted in each of the k passes; vLLM runs them once per "
+        "step over the k + 1 verified positions, so about one position fewer. Not priced: "
+        "the head's pass over prompt tokens (vLLM fills its one-layer KV cache there, about "
+        f"1/{target.num_layers} of the target's prefill FLOPs)"
+        + (
+            f"; sharded like the target over {layout.tp} devices (vLLM replicates the fc: "
+            "its bytes per device are under-counted by (tp - 1)/tp of it)."
+            if layout.tp > 1
+            else "."
+        )
+    )
+
+
+def block_note(blocks: dict[str, Head]) -> str:
+    """How parallel drafters sized from their configs are costed."""
+    sizes = "; ".join(
+        f"{name}: {h.method}, {h.shape.param_count() / 1e9:.3g} B parameters of its own "
+        f"({h.shape.num_layers} layer(s), fc over {h.fc_inputs} x hidden), at most {h.max_k} "
+        "drafts per pass"
+        for name, h in blocks.items()
+    )
+    return (
+        f"Parallel drafters {sizes}. Costed as kind block: one pass per step over k + 1 query "
+        "tokens per row (the last verified token and k mask slots), reading its layers, fc and "
+        "LM head in 16 bits and its own KV cache in the target's KV format, and per sequence "
+        "the fc's taps of the target's hidden states; its cache of the context is filled by a "
+        "pass over prompt chunks and kept in step by a pass at k = 0."
+    )
 
 
 def roofline_latency(
@@ -241,6 +333,27 @@ def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source
         )
 
 
+def head_spec(
+    head: Head,
+    hw: HardwareSpec,
+    draft_layout: Layout,
+    replica_tp: int,
+    graph_sizes: list[int] | None = None,
+) -> dict:
+    """An EAGLE head's entry: kind heads, one pass per drafted depth, its own latency fit;
+    described by its checkpoint's name, which --emit writes as the draft model (and from which
+    the engines, and specsim's writers, tell an EAGLE-3 head by its name)."""
+    layout = head_layout(draft_layout)
+    latency = head_latency(head, hw, layout, graph_sizes)
+    kind = "block" if head.is_block else "heads"
+    spec = deployed_spec(head.shape, kind, hw, layout, replica_tp, head.shape.name, latency)
+    if head.is_block:  # one pass of k + 1 queries per row drafts the window
+        spec.update(method=head.method, max_k=head.max_k)
+    else:
+        spec["passes"] = "autoregressive"
+    return spec
+
+
 def deployed_spec(
     shape: ModelShape,
     kind: str,
@@ -248,12 +361,14 @@ def deployed_spec(
     layout: Layout,
     replica_tp: int,
     label="",
+    latency: Latency | None = None,
     graph_sizes: list[int] | None = None,
 ) -> dict:
     """A model entry of the profile, with its split and formats where they are not the
-    defaults (one device, the hardware file's dtype)."""
+    defaults (one device, the hardware file's dtype); ``latency``: the roofline's unless
+    given."""
     dtype_bytes = DTYPE_BYTES[hw.dtype]
-    latency = roofline_latency(shape, hw, layout, graph_sizes)
+    latency = latency or roofline_latency(shape, hw, layout, graph_sizes)
     spec = model_spec(shape, kind, dtype_bytes, latency, label)
     spec["weight_bytes"] = weight_bytes(shape, layout, dtype_bytes)
     spec["kv_bytes_per_token"] = device_kv_bytes_per_token(shape, layout.with_tp(1), dtype_bytes)
@@ -329,31 +444,36 @@ def roofline_profile(
     model_drafters = {
         d.name: mtp_drafter_shape(target, str(target_path)) if d.is_mtp else load_shape(d.spec)
         for d in drafters
-        if not d.is_ngram
+        if not (d.is_ngram or d.head)
     }
-    for shape, lay in [(target, layout), *((s, draft_layout) for s in model_drafters.values())]:
+    heads = {d.name: load_head(d.head, d.spec, target, d.max_k) for d in drafters if d.head}
+    deployed = [
+        (target, layout),
+        *((s, draft_layout) for s in model_drafters.values()),
+        *((h.shape, head_layout(draft_layout)) for h in heads.values()),
+    ]
+    for shape, lay in deployed:
         check_split(shape, lay.tp, "command line")
-    check_fits(
-        [(target, layout), *((s, draft_layout) for s in model_drafters.values())],
-        hw,
-        str(hardware_path),
-    )
+    check_fits(deployed, hw, str(hardware_path))
 
     drafter_specs = {}
     for d in drafters:
         if d.is_ngram:
             drafter_specs[d.name] = ngram_spec(d.ngram, ngram_step_s)
+        elif d.head:
+            drafter_specs[d.name] = head_spec(heads[d.name], hw, draft_layout, tp, graph_sizes)
         else:
             shape = model_drafters[d.name]
             label = f"{target.name} MTP module" if d.is_mtp else shape.name
             drafter_specs[d.name] = deployed_spec(
-                shape, "draft_model", hw, draft_layout, tp, label, graph_sizes
+                shape, "draft_model", hw, draft_layout, tp, label, graph_sizes=graph_sizes
             )
             if d.is_mtp:
                 drafter_specs[d.name]["method"] = "mtp"
     notes = [efficiency_note(hw, tp)]
     if tp > 1 or weights_dtype is not None or kv_dtype is not None:
-        notes.append(deployment_note(target, hw, layout, draft_tp if model_drafters else None))
+        split = draft_tp if model_drafters or heads else None
+        notes.append(deployment_note(target, hw, layout, split, bool(heads)))
     if layout.ep_size(target) > 1:
         notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
@@ -361,6 +481,11 @@ def roofline_profile(
         notes.append(graph_note(graph_sizes))
     if mtp:
         notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
+    chains = {n: h for n, h in heads.items() if not h.is_block}
+    if chains:
+        notes.append(head_note(chains, draft_layout, target))
+    if len(chains) < len(heads):
+        notes.append(block_note({n: h for n, h in heads.items() if h.is_block}))
     if any(d.is_ngram for d in drafters):
         notes.append(
             f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "
@@ -399,9 +524,10 @@ def roofline_profile(
 
 
 def deployment_note(
-    target: ModelShape, hw: HardwareSpec, layout: Layout, draft_tp: int | None
+    target: ModelShape, hw: HardwareSpec, layout: Layout, draft_tp: int | None, heads=False
 ) -> str:
-    """What the profile assumes of the split and the formats, with the all-reduce's cost."""
+    """What the profile assumes of the split and the formats, with the all-reduce's cost;
+    ``heads``: EAGLE heads are among the drafters."""
     parts = []
     if layout.tp > 1:
         per_token, per_pass = allreduce_terms(target, layout)
@@ -429,17 +555,21 @@ def deployment_note(
             )
     if layout.weights is not None or layout.kv_cache is not None:
         weights = layout.weights or hw.dtype
-        fp8_peak = (
-            f"at the FP8 peak {hw.peak_flops_fp8 / 1e12:g} TFLOP/s"
-            if weights == "fp8" and hw.peak_flops_fp8
-            else "at the bf16 peak (weight-only: dequantised to 16 bits)"
+        low_peak = hw.quantised_peak(weights)
+        peak = (
+            f"at the {weights} peak {low_peak / 1e12:g} TFLOP/s (activations quantised alike)"
+            if low_peak
+            else "at the bf16 peak (weight-only: dequantised to 16 bits; the format saves "
+            "bandwidth, not compute)"
         )
         parts.append(
-            f"Weights in {weights} (decoder layers' matrices; embedding, LM head, router and "
-            f"norms in {hw.dtype})"
-            + (f", their matrix products {fp8_peak}" if weights != hw.dtype else "")
+            f"Weights in {weights} ({WEIGHT_BYTES.get(weights, DTYPE_BYTES[hw.dtype]):g} B per "
+            f"parameter: {WEIGHT_FORMAT_NOTES.get(weights, 'no scales')}; decoder layers' "
+            f"matrices; embedding, LM head, router and norms in {hw.dtype})"
+            + (f", their matrix products {peak}" if weights != hw.dtype else "")
             + f"; KV cache in {layout.kv_cache or hw.dtype}; attention at the bf16 peak; "
-            "the formats apply to the draft models too."
+            "the formats apply to the draft models too"
+            + (" (to EAGLE heads the KV format only)." if heads else ".")
         )
     return " ".join(parts)
 

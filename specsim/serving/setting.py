@@ -160,7 +160,8 @@ class EngineSetting:
         return [self.target, *([spec.model] if spec and spec.model else [])]
 
 
-QUANTISED = ("fp8", "int4")  # formats an engine must be told of (16-bit ones are the default)
+# Formats an engine must be told of or serve a checkpoint in (16-bit ones are the default).
+QUANTISED = ("fp8", "int4", "nvfp4", "mxfp4")
 
 
 def deployment(profile: Any, drafter: str | None) -> dict[str, Any]:

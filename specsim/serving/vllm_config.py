@@ -174,6 +174,10 @@ def kv_transfer_config(setting: EngineSetting) -> dict[str, str]:
     return {"kv_connector": KV_CONNECTOR, "kv_role": "kv_both"}
 
 
+# Formats vLLM takes from a checkpoint's quantization_config, with its method names (§3.7).
+PRE_QUANTISED = {"int4": "AWQ, GPTQ", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4"}
+
+
 def format_arguments(setting: EngineSetting) -> list[tuple[str, str]]:
     """fp8 weights (quantised when loaded) and an fp8 KV cache (§3.7); int4 has no flag: its
     method comes with an AWQ or GPTQ checkpoint (``notes``)."""
@@ -295,10 +299,11 @@ def not_expressible(setting: EngineSetting) -> list[str]:
 def notes(setting: EngineSetting) -> list[str]:
     spec = setting.speculation
     out = []
-    if setting.weights_dtype == "int4":
+    if setting.weights_dtype in PRE_QUANTISED:
         out.append(
-            "int4 weights: vLLM reads the method (AWQ, GPTQ) from a pre-quantised checkpoint's "
-            "config, so no --quantization is written: serve such a checkpoint (§3.7)"
+            f"{setting.weights_dtype} weights: vLLM reads the method "
+            f"({PRE_QUANTISED[setting.weights_dtype]}) from a pre-quantised checkpoint's config, "
+            "so no --quantization is written: serve such a checkpoint (§3.7)"
         )
     if spec is not None and spec.is_mtp:
         out.append(

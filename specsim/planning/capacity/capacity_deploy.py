@@ -21,7 +21,14 @@ from specsim.errors import SpecsimError
 
 DEPLOYMENTS_DIR = "deployments"  # under --out: the profiles built per TP, which the runs load
 KV_FORMATS = ("bfloat16", "float16", "fp8")
-SHORT_FORMATS = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "int4": "int4"}
+SHORT_FORMATS = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp8": "fp8",
+    "int4": "int4",
+    "nvfp4": "nvfp4",
+    "mxfp4": "mxfp4",
+}
 SHORT_NAMES = {v: k for k, v in SHORT_FORMATS.items()}
 
 
@@ -35,11 +42,12 @@ class Precision:
     @property
     def label(self) -> str:
         w, kv = SHORT_NAMES.get(self.weights, self.weights), SHORT_NAMES.get(self.kv_cache)
-        return w if kv == w or (w == "int4" and kv == "bf16") else f"{w}/{kv}"
+        weights_only = self.weights not in KV_FORMATS  # int4, FP4: no KV cache of their own
+        return w if kv == w or (weights_only and kv == "bf16") else f"{w}/{kv}"
 
 
 def parse_precision(text: str, option: str = "--precision") -> Precision:
-    """``WEIGHTS[/KV]``: the KV cache follows the weights where it can (int4: bf16)."""
+    """``WEIGHTS[/KV]``: the KV cache follows the weights where it can (int4, FP4: bf16)."""
     weights, slash, kv = text.strip().lower().partition("/")
     if not slash:
         kv = weights if SHORT_FORMATS.get(weights) in KV_FORMATS else "bf16"
@@ -47,8 +55,8 @@ def parse_precision(text: str, option: str = "--precision") -> Precision:
         raise SpecsimError(
             f"unknown precision {text!r}",
             key=option,
-            fix="give WEIGHTS[/KV] with weights bf16, fp16, fp8 or int4 and KV bf16, fp16 or "
-            "fp8, e.g. fp8 or int4/fp8",
+            fix="give WEIGHTS[/KV] with weights bf16, fp16, fp8, int4, nvfp4 or mxfp4 and KV "
+            "bf16, fp16 or fp8, e.g. fp8 or nvfp4/fp8",
         )
     return Precision(SHORT_FORMATS[weights], SHORT_FORMATS[kv])
 
@@ -167,7 +175,8 @@ def roofline_deployments(
             raise SpecsimError(
                 f"no model config at {drafter.spec!r}",
                 file="--draft-model",
-                fix="write NAME=CONFIG.json (a config.json or its folder), NAME=ngram or NAME=mtp",
+                fix="write NAME=CONFIG.json (a config.json or its folder), NAME=ngram, NAME=mtp "
+                "or NAME=eagle3:CONFIG.json",
             )
     folder = out / DEPLOYMENTS_DIR
     result = []
