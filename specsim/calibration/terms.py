@@ -5,8 +5,9 @@ memory-bound and which compute-bound, how cost grows with batch, context and new
 benchmark's percentiles cannot pin six coefficients per model, but they do pin how far each
 part of the prior is off, so the fit scales the prior's parts rather than refitting them:
 
-- ``target.decode``: one factor on the target's fixed, per-sequence and per-KV-token terms,
-  the memory-bound part that every decode and verification pass pays (weights and cache read).
+- ``target.decode``: one factor on the target's fixed, per-sequence and per-KV-token terms
+  (and a mixture of experts' routed-expert read), the memory-bound part that every decode and
+  verification pass pays (weights and cache read).
 - ``target.prefill``: one factor on its per-batched-token (past the knee) and per-attention-pair
   terms, the compute-bound part that long prompts and large batches pay.
 - ``drafters.NAME.latency``: one factor on the whole latency fit of a draft model.
@@ -124,7 +125,12 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
 
 
 def _scaled(fit, names: tuple[str, ...], factor: float):
-    return fit.model_copy(update={name: getattr(fit, name) * factor for name in names})
+    update = {name: getattr(fit, name) * factor for name in names}
+    if "fixed_s" in names and fit.experts is not None:  # the experts' read is a weight read
+        update["experts"] = fit.experts.model_copy(
+            update={"weights_s": fit.experts.weights_s * factor}
+        )
+    return fit.model_copy(update=update)
 
 
 def _with_fit(spec, fit):

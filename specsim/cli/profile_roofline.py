@@ -85,6 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(KV_FORMATS),
         help="KV-cache format (default: the hardware file's dtype)",
     )
+    parser.add_argument(
+        "--cuda-graphs",
+        metavar="N",
+        type=Number(int, 1, 65536),
+        help="the engine captures CUDA graphs for passes of up to N tokens at vLLM's default "
+        "sizes, padding each pass to the next (vLLM 0.33: 512, 1024 on B200/GB200/GB300, at "
+        "most max_num_batched_tokens); default: no padding",
+    )
     for option, what, default in (
         ("--ngram-step-s", "prompt-lookup cost per step", 1.0e-4),
         ("--overhead-step-s", "engine overhead per step", 5.0e-4),
@@ -120,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         weights_dtype=WEIGHT_FORMATS.get(args.weights_dtype),
         kv_dtype=KV_FORMATS.get(args.kv_dtype),
         expert_parallel=args.expert_parallel,
+        cuda_graphs=args.cuda_graphs,
     )
     write_profile(profile, out)
     summarise(args, profile, out)

@@ -2,11 +2,11 @@
 each prompt adds to the iterations that carry it.
 
 Decode iterations are priced by ``StepCosts.iteration_s`` itself (the function the engine
-charges), for a batch of ``rows`` mean rows. A prompt's price is the same linear latency fits
-evaluated on arrays of prompts: with chunked prefill, the seconds its chunks add to decode
-iterations of that batch (the target's tokens past the compute knee, its KV reads and attention
-pairs, the drafter's own prefill pass, the prefill overhead); without, the prompt-only iteration
-it runs in alone.
+charges), for a batch of ``rows`` mean rows. A prompt's price is the same latency fits
+evaluated on arrays of prompts (``specsim.profile.latency.fit_seconds``): with chunked prefill,
+the seconds its chunks add to decode iterations of that batch (the target's tokens past the
+compute knee, its KV reads and attention pairs, the drafter's own prefill pass, the prefill
+overhead); without, the prompt-only iteration it runs in alone.
 """
 
 from __future__ import annotations
@@ -14,18 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.costs import NO_ROWS, PassTotals, StepCosts
+from specsim.profile.latency import experts_seconds, fit_seconds, graphed_tokens
 from specsim.scenario import Engine
-
-
-def _fit_seconds(fit, rows, tokens, kv, pairs):
-    """``LatencyModel.seconds_from_totals`` on arrays."""
-    return (
-        fit.fixed_s
-        + fit.per_sequence_s * rows
-        + fit.per_batched_token_s * np.maximum(0.0, tokens - fit.knee_tokens)
-        + fit.per_kv_token_s * kv
-        + fit.per_attention_pair_s * pairs
-    )
 
 
 class Passes:
@@ -70,9 +60,15 @@ class Passes:
         full = chunks - 1.0
         fit = self.target_fit
         knee = fit.knee_tokens
-        base = max(0.0, decode_tokens - knee)
-        past_knee = full * (max(0.0, decode_tokens + room - knee) - base)
-        past_knee += np.maximum(0.0, decode_tokens + last - knee) - base
+        # the pass's tokens as its CUDA graph pads them; the experts the chunk's tokens add
+        base = max(0.0, float(graphed_tokens(fit, decode_tokens)) - knee)
+        past_knee = full * (
+            max(0.0, float(graphed_tokens(fit, decode_tokens + room)) - knee) - base
+        )
+        past_knee += np.maximum(0.0, graphed_tokens(fit, decode_tokens + last) - knee) - base
+        alone = experts_seconds(fit, decode_tokens)
+        experts = full * (experts_seconds(fit, decode_tokens + room) - alone)
+        experts += experts_seconds(fit, decode_tokens + last) - alone
         read = room * chunks * (chunks - 1.0) / 2.0  # KV tokens earlier chunks left in the cache
         pairs = prompt * (prompt + 1.0) / 2.0
         if cached is not None:  # every chunk reads the cached prefix; the computed attend on
@@ -83,6 +79,7 @@ class Passes:
             + fit.per_batched_token_s * past_knee
             + fit.per_kv_token_s * read
             + fit.per_attention_pair_s * pairs
+            + experts
         )
         costs = self.costs
         host = chunks * (costs.overhead_seq_s + costs.overhead_prefill_s)
@@ -90,13 +87,15 @@ class Passes:
         seconds = target + host
         if self.draft_fit is not None:
             d = self.draft_fit
-            draft_knee = full * max(0.0, room - d.knee_tokens)
-            draft_knee += np.maximum(0.0, last - d.knee_tokens)
+            draft_knee = full * max(0.0, float(graphed_tokens(d, room)) - d.knee_tokens)
+            draft_knee += np.maximum(0.0, graphed_tokens(d, last) - d.knee_tokens)
             seconds += (
                 (d.fixed_s + d.per_sequence_s) * chunks
                 + d.per_batched_token_s * draft_knee
                 + d.per_kv_token_s * read
                 + d.per_attention_pair_s * pairs
+                + full * experts_seconds(d, room)
+                + experts_seconds(d, last)
             )
         return seconds
 
@@ -108,11 +107,11 @@ class Passes:
         else:
             computed, kv = prompt - cached, cached
             pairs = computed * (cached + (computed + 1.0) / 2.0)
-        seconds = _fit_seconds(self.target_fit, 1.0, computed, kv, pairs)
+        seconds = fit_seconds(self.target_fit, 1.0, computed, kv, pairs)
         seconds += costs.overhead_s(1) + costs.overhead_prefill_s
         seconds += costs.overhead_prefill_token_s * computed
         if self.draft_fit is not None:
-            seconds += _fit_seconds(self.draft_fit, 1.0, computed, kv, pairs)
+            seconds += fit_seconds(self.draft_fit, 1.0, computed, kv, pairs)
         return seconds
 
     def idle_s(self) -> float:

@@ -6,11 +6,12 @@ Pure numpy, no torch: the simulator and planner call this once per engine iterat
 from __future__ import annotations
 
 import warnings
+from bisect import bisect_left
 
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.profile.schema import Latency
+from specsim.profile.schema import Latency, LatencyFit
 
 
 class OutOfRangeWarning(UserWarning):
@@ -36,6 +37,17 @@ class LatencyModel:
             fit.per_kv_token_s,
             fit.per_attention_pair_s,
         )
+        # The optional terms (``LatencyFit``), as the compiled kernel reads them too
+        # (``compiled_loop.cost_vector``): the captured sizes as floats, and the experts'
+        # read seconds with the share of them one token picks.
+        sizes = fit.graph_sizes
+        self.graph_sizes = None if sizes is None else tuple(float(s) for s in sizes)
+        experts = fit.experts
+        self.experts = (
+            None
+            if experts is None
+            else (experts.weights_s, experts.experts_per_token / experts.experts)
+        )
         self._warned = False
 
     def seconds_from_totals(
@@ -43,13 +55,21 @@ class LatencyModel:
     ) -> float:
         """Seconds for a pass given batch totals (no range check; the caller has done it)."""
         fixed, per_seq, per_tok, knee, per_kv, per_pair = self._coef
-        return (
+        tokens = new_tokens
+        sizes = self.graph_sizes
+        if sizes is not None and 0.0 < tokens <= sizes[-1]:
+            tokens = sizes[bisect_left(sizes, tokens)]  # the CUDA graph it is padded to
+        seconds = (
             fixed
             + per_seq * batch
-            + per_tok * max(0.0, new_tokens - knee)
+            + per_tok * max(0.0, tokens - knee)
             + per_kv * kv_tokens
             + per_pair * attention_pairs
         )
+        if self.experts is not None:  # the routed experts its real tokens pick
+            weights_s, share = self.experts
+            seconds += weights_s * (1.0 - (1.0 - share) ** new_tokens)
+        return seconds
 
     def pass_seconds(self, context: np.ndarray, new_tokens: np.ndarray | int) -> float:
         """Seconds for one pass: sequence i has ``context[i]`` cached tokens and adds
@@ -104,3 +124,35 @@ class LatencyModel:
                 OutOfRangeWarning,
                 stacklevel=2,
             )
+
+
+def graphed_tokens(fit: LatencyFit, tokens: np.ndarray) -> np.ndarray:
+    """``tokens`` per pass padded as ``LatencyModel.seconds_from_totals`` pads them (arrays)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if fit.graph_sizes is None:
+        return tokens
+    sizes = np.asarray(fit.graph_sizes, dtype=np.float64)
+    at = np.minimum(np.searchsorted(sizes, tokens), sizes.size - 1)
+    return np.where((tokens > 0.0) & (tokens <= sizes[-1]), sizes[at], tokens)
+
+
+def experts_seconds(fit: LatencyFit, tokens) -> np.ndarray | float:
+    """The routed experts' read of passes over ``tokens`` tokens (0 without experts)."""
+    experts = fit.experts
+    if experts is None:
+        return 0.0
+    share = experts.experts_per_token / experts.experts
+    return experts.weights_s * (1.0 - (1.0 - share) ** np.asarray(tokens, dtype=np.float64))
+
+
+def fit_seconds(fit: LatencyFit, rows, tokens, kv, pairs) -> np.ndarray:
+    """``LatencyModel.seconds_from_totals`` on arrays of passes (the estimate's mean batches)."""
+    past_knee = np.maximum(0.0, graphed_tokens(fit, tokens) - fit.knee_tokens)
+    return (
+        fit.fixed_s
+        + fit.per_sequence_s * rows
+        + fit.per_batched_token_s * past_knee
+        + fit.per_kv_token_s * kv
+        + fit.per_attention_pair_s * pairs
+        + experts_seconds(fit, tokens)
+    )

@@ -5,7 +5,8 @@ A scenario that asks for a TP its profile does not describe is refused unless it
 scales: its fit is the roofline's sum of terms (``specsim.profiling.roofline``), so each term
 can be taken apart and rebuilt for ``t1`` devices from the profile's ``t0``:
 
-* weight read ``knee x slope`` and matmul compute ``slope - all-reduce per token`` shrink by
+* weight read ``knee x slope`` (a mixture of experts' routed experts' read among it) and
+  matmul compute ``slope - all-reduce per token`` shrink by
   ``t0 / t1``; the launch overhead ``fixed - weight read - all-reduce per pass`` stays;
 * the all-reduces, two ring all-reduces per layer of ``hidden x 2`` bytes a token, are taken
   out at ``t0`` and put in at ``t1`` over the stated link;
@@ -71,7 +72,9 @@ def scaled_fit(
     token0, pass0 = allreduce_seconds(spec.layers, spec.hidden_size, t0, link)
     token1, pass1 = allreduce_seconds(spec.layers, spec.hidden_size, t1, link)
     compute = fit.per_batched_token_s - token0
-    launch = fit.fixed_s - memory - pass0
+    experts = fit.experts
+    experts_s = experts.weights_s if experts is not None else 0.0  # read by share, not fixed
+    launch = fit.fixed_s - (memory - experts_s) - pass0
     if compute <= 0 or launch < -1e-5 * fit.fixed_s or not spec.layers or not spec.hidden_size:
         raise SpecsimError(
             "its latency fit is not the roofline's sum of terms over the stated link, so it "
@@ -85,11 +88,14 @@ def scaled_fit(
     slope = compute * shrink + token1
     return fit.model_copy(
         update={
-            "fixed_s": memory * shrink + max(launch, 0.0) + pass1,
+            "fixed_s": (memory - experts_s) * shrink + max(launch, 0.0) + pass1,
             "per_batched_token_s": slope,
             "knee_tokens": memory * shrink / slope,
             "per_kv_token_s": fit.per_kv_token_s * shrink,
             "per_attention_pair_s": fit.per_attention_pair_s * shrink,
+            "experts": None
+            if experts is None
+            else experts.model_copy(update={"weights_s": experts_s * shrink}),
             "held_out": None,
         }
     )

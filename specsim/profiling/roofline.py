@@ -12,6 +12,10 @@ pairs of FLOPs. This maps exactly onto the profile's fit form, because
 * ``per_kv_token_s``       = KV bytes per token / effective bandwidth
 * ``per_attention_pair_s`` = attention FLOPs per pair / effective peak
 
+A mixture of experts' routed experts leave ``fixed_s`` for the fit's ``experts`` term: a pass
+reads the union of the experts its tokens route to. With ``--cuda-graphs`` the fit lists the
+engine's captured CUDA-graph sizes, and a pass pays its matmuls on the padded token count.
+
 Effective means multiplied by a stated efficiency: model FLOP utilisation (MFU) for compute and a
 bandwidth efficiency for memory, plus a per-layer launch overhead. Nothing here is measured; the
 profile says so in its provenance.
@@ -36,7 +40,7 @@ from pathlib import Path
 from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
 from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
-from specsim.profile.schema import Latency, LatencyFit
+from specsim.profile.schema import ExpertRead, Latency, LatencyFit
 from specsim.profile.tp_scaling import ACTIVATION_BYTES
 from specsim.profiling.flops import ModelShape, load_shape
 from specsim.profiling.heads import Head, load_head
@@ -46,6 +50,7 @@ from specsim.profiling.parallel import (
     DoesNotFit,
     Layout,
     allreduce_terms,
+    bytes_per_param,
     check_expert_parallel,
     check_split,
     device_kv_bytes_per_token,
@@ -65,10 +70,17 @@ from specsim.profiling.writer import (
 )
 
 
-def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = None) -> LatencyFit:
+def roofline_fit(
+    shape: ModelShape,
+    hw: HardwareSpec,
+    layout: Layout | None = None,
+    graph_sizes: list[int] | None = None,
+) -> LatencyFit:
     """The latency fit of ``shape`` on ``hw`` under the roofline model (see module docstring),
     on one device of ``layout.tp``; the all-reduces' per-token seconds join the compute slope,
-    and the knee is where that slope reaches the weight read."""
+    and the knee is where that slope reaches the whole weight read. A mixture of experts reads
+    its routed experts by the share a pass's tokens pick (``LatencyFit.experts``), the rest in
+    ``fixed_s``; ``graph_sizes``: the engine's captured CUDA-graph sizes (None: no padding)."""
     layout = layout or Layout()
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
@@ -77,14 +89,44 @@ def roofline_fit(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = No
     per_token_s = matmul_s_per_token(shape, hw, layout) / layout.tp
     allreduce_token_s, allreduce_pass_s = allreduce_terms(shape, layout)
     slope = per_token_s + allreduce_token_s
+    experts = None
+    experts_s = 0.0
+    if shape.num_experts:
+        experts_s = device_expert_bytes(shape, layout, dtype_bytes) / bandwidth
+        experts = ExpertRead(
+            weights_s=experts_s,
+            experts=shape.num_experts,
+            experts_per_token=shape.experts_per_token,
+        )
+    launch_s = shape.num_layers * hw.efficiency.launch_s_per_layer
     return LatencyFit(
-        fixed_s=memory_s + shape.num_layers * hw.efficiency.launch_s_per_layer + allreduce_pass_s,
+        fixed_s=memory_s - experts_s + launch_s + allreduce_pass_s,
         per_sequence_s=0.0,
         per_batched_token_s=slope,
         knee_tokens=memory_s / slope,
         per_kv_token_s=device_kv_bytes_per_token(shape, layout, dtype_bytes) / bandwidth,
         per_attention_pair_s=shape.attention_flops_per_pair() / layout.tp / peak,
+        graph_sizes=graph_sizes,
+        experts=experts,
     )
+
+
+def device_expert_bytes(shape: ModelShape, layout: Layout, dtype_bytes: float) -> float:
+    """Bytes of routed experts on the device holding the most: a 1/tp shard of every expert,
+    or ``ceil(E / EP)`` whole ones per MoE layer (shared experts are read by every token)."""
+    ep = layout.ep_size(shape)
+    held = shape.num_experts / layout.tp if ep == 1 else -(-shape.num_experts // ep)
+    return shape.moe_layers * held * shape.expert_params * bytes_per_param(layout, dtype_bytes)
+
+
+def vllm_graph_sizes(largest: int) -> list[int]:
+    """vLLM's default CUDA-graph capture sizes up to ``largest`` tokens (0.33,
+    ``VllmConfig._set_cudagraph_sizes``): 1, 2, 4, multiples of 8 below 256, multiples of 16
+    from 256, and ``largest`` itself (vLLM's ceiling is min(512 (1024 on data-centre
+    Blackwell), 2 x max_num_seqs x tokens per decode row, max_num_batched_tokens))."""
+    sizes = [n for n in (1, 2, 4) if n <= largest]
+    sizes += list(range(8, min(largest + 1, 256), 8)) + list(range(256, largest + 1, 16))
+    return sorted({*sizes, largest})
 
 
 def read_shape(shape: ModelShape) -> ModelShape:
@@ -141,10 +183,12 @@ def head_layout(layout: Layout) -> Layout:
     return dataclasses.replace(layout, weights=None)
 
 
-def head_latency(head: Head, hw: HardwareSpec, layout: Layout) -> Latency:
+def head_latency(
+    head: Head, hw: HardwareSpec, layout: Layout, graph_sizes: list[int] | None = None
+) -> Latency:
     """A head's one-token pass: the roofline fit of its shape, plus per sequence the bytes its
     taps and its embedding row move (``head_bytes_per_sequence``) at effective bandwidth."""
-    fit = roofline_fit(head.shape, hw, layout)
+    fit = roofline_fit(head.shape, hw, layout, graph_sizes)
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
     per_sequence = head_bytes_per_sequence(head, DTYPE_BYTES[hw.dtype]) / bandwidth
     return Latency(
@@ -211,10 +255,17 @@ def block_note(blocks: dict[str, Head]) -> str:
     )
 
 
-def roofline_latency(shape: ModelShape, hw: HardwareSpec, layout: Layout | None = None) -> Latency:
+def roofline_latency(
+    shape: ModelShape,
+    hw: HardwareSpec,
+    layout: Layout | None = None,
+    graph_sizes: list[int] | None = None,
+) -> Latency:
     """A ``Latency`` section: the roofline fit, no samples, valid everywhere (an estimate)."""
     return Latency(
-        fit=roofline_fit(shape, hw, layout), valid_range=None, outside_range="extrapolate"
+        fit=roofline_fit(shape, hw, layout, graph_sizes),
+        valid_range=None,
+        outside_range="extrapolate",
     )
 
 
@@ -238,14 +289,28 @@ def efficiency_note(hw: HardwareSpec, tp: int = 1) -> str:
 
 
 def moe_note(shape: ModelShape) -> str:
-    """How a mixture of experts enters the roofline (the fit's form has one weight read)."""
+    """How a mixture of experts enters the roofline: the routed experts a pass reads."""
     return (
         f"{shape.name} is a mixture of experts: {shape.param_count() / 1e9:.1f} B parameters "
         f"in memory, {shape.active_param_count() / 1e9:.1f} B active per token "
         f"({shape.experts_per_token} of {shape.num_experts} experts). FLOPs per token count the "
-        "active experts; a pass is taken to read every expert's weights, as a batch of B tokens "
-        f"touches E(1 - (1 - k/E)^B) experts per layer ({shape.experts_read(8):.1f} at B = 8), so "
-        "passes of a few tokens are estimated slow."
+        "active experts; a pass over N tokens reads the union of the routed experts they pick, "
+        f"E(1 - (1 - k/E)^N) per MoE layer expected under uniform routing "
+        f"({shape.experts_read(1):.0f} at N = 1, {shape.experts_read(8):.1f} at N = 8, "
+        f"{shape.experts_read(64):.1f} at N = 64; latency fit's experts term), so verifying "
+        "(k + 1) x batch tokens reads more experts than one decode token; the knee is where "
+        "compute reaches the read of every expert."
+    )
+
+
+def graph_note(sizes: list[int]) -> str:
+    """What the captured CUDA graphs add to a pass."""
+    return (
+        f"CUDA graphs: the engine runs a pass of up to {sizes[-1]} tokens as the captured graph "
+        f"of the next size ({len(sizes)} sizes, vLLM 0.33's default list: 1, 2, 4, multiples of "
+        "8 below 256, of 16 from 256), its matrix products over the padded count (the "
+        "latency fit's graph_sizes: a staircase in step time past the knee); larger passes "
+        "run eager, unpadded."
     )
 
 
@@ -268,12 +333,18 @@ def check_fits(shapes: list[tuple[ModelShape, Layout]], hw: HardwareSpec, source
         )
 
 
-def head_spec(head: Head, hw: HardwareSpec, draft_layout: Layout, replica_tp: int) -> dict:
+def head_spec(
+    head: Head,
+    hw: HardwareSpec,
+    draft_layout: Layout,
+    replica_tp: int,
+    graph_sizes: list[int] | None = None,
+) -> dict:
     """An EAGLE head's entry: kind heads, one pass per drafted depth, its own latency fit;
     described by its checkpoint's name, which --emit writes as the draft model (and from which
     the engines, and specsim's writers, tell an EAGLE-3 head by its name)."""
     layout = head_layout(draft_layout)
-    latency = head_latency(head, hw, layout)
+    latency = head_latency(head, hw, layout, graph_sizes)
     kind = "block" if head.is_block else "heads"
     spec = deployed_spec(head.shape, kind, hw, layout, replica_tp, head.shape.name, latency)
     if head.is_block:  # one pass of k + 1 queries per row drafts the window
@@ -291,12 +362,13 @@ def deployed_spec(
     replica_tp: int,
     label="",
     latency: Latency | None = None,
+    graph_sizes: list[int] | None = None,
 ) -> dict:
     """A model entry of the profile, with its split and formats where they are not the
     defaults (one device, the hardware file's dtype); ``latency``: the roofline's unless
     given."""
     dtype_bytes = DTYPE_BYTES[hw.dtype]
-    latency = latency or roofline_latency(shape, hw, layout)
+    latency = latency or roofline_latency(shape, hw, layout, graph_sizes)
     spec = model_spec(shape, kind, dtype_bytes, latency, label)
     spec["weight_bytes"] = weight_bytes(shape, layout, dtype_bytes)
     spec["kv_bytes_per_token"] = device_kv_bytes_per_token(shape, layout.with_tp(1), dtype_bytes)
@@ -332,6 +404,7 @@ def roofline_profile(
     weights_dtype: str | None = None,
     kv_dtype: str | None = None,
     expert_parallel: bool = False,
+    cuda_graphs: int | None = None,
 ):
     """A complete roofline profile (validated ``Profile``) for a target and its drafters.
 
@@ -341,9 +414,11 @@ def roofline_profile(
     A replica spans ``tp`` devices; draft models span ``draft_tp`` (1 or ``tp``; default
     ``tp``, vLLM's default). The formats apply to the target and the draft models alike.
     ``expert_parallel``: a mixture of experts' experts dealt out whole over the ``tp`` devices
-    (``specsim.profiling.parallel``).
+    (``specsim.profiling.parallel``). ``cuda_graphs``: the engine captures CUDA graphs up to
+    that many tokens at vLLM's default sizes (``vllm_graph_sizes``); None: no padding.
     """
     hw = load_hardware(hardware_path)
+    graph_sizes = None if cuda_graphs is None else vllm_graph_sizes(cuda_graphs)
     draft_tp = tp if draft_tp is None else draft_tp
     if draft_tp not in (1, tp):
         raise SpecsimError(
@@ -386,11 +461,13 @@ def roofline_profile(
         if d.is_ngram:
             drafter_specs[d.name] = ngram_spec(d.ngram, ngram_step_s)
         elif d.head:
-            drafter_specs[d.name] = head_spec(heads[d.name], hw, draft_layout, tp)
+            drafter_specs[d.name] = head_spec(heads[d.name], hw, draft_layout, tp, graph_sizes)
         else:
             shape = model_drafters[d.name]
             label = f"{target.name} MTP module" if d.is_mtp else shape.name
-            drafter_specs[d.name] = deployed_spec(shape, "draft_model", hw, draft_layout, tp, label)
+            drafter_specs[d.name] = deployed_spec(
+                shape, "draft_model", hw, draft_layout, tp, label, graph_sizes=graph_sizes
+            )
             if d.is_mtp:
                 drafter_specs[d.name]["method"] = "mtp"
     notes = [efficiency_note(hw, tp)]
@@ -400,6 +477,8 @@ def roofline_profile(
     if layout.ep_size(target) > 1:
         notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
+    if graph_sizes is not None:
+        notes.append(graph_note(graph_sizes))
     if mtp:
         notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
     chains = {n: h for n, h in heads.items() if not h.is_block}
@@ -432,7 +511,7 @@ def roofline_profile(
             "notes": " ".join(notes),
         },
         "hardware": hw.as_profile_hardware(tp).model_dump(mode="json", exclude_none=True),
-        "target": deployed_spec(target, "target", hw, layout, tp),
+        "target": deployed_spec(target, "target", hw, layout, tp, graph_sizes=graph_sizes),
         "drafters": drafter_specs,
         "overhead": {
             "per_step_s": overhead_step_s,

@@ -25,7 +25,7 @@ import numpy as np
 from specsim.costs.drafters import DrafterCost, NoDrafterCost
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
-from specsim.simulation.compiled_layout import STEP_STATE
+from specsim.simulation.compiled_layout import COST_LATENCY, COST_SIZES, STEP_STATE
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 
@@ -92,7 +92,8 @@ def cost_vector(costs) -> np.ndarray | None:
     if type(drafter) not in (DrafterCost, NoDrafterCost):
         return None
     latency = drafter.latency
-    drafter_coef = latency._coef if latency is not None else (0.0,) * 6
+    target, sizes_at, target_sizes = latency_block(costs.target, COST_SIZES)
+    draft, _, draft_sizes = latency_block(latency, sizes_at)
     passes = drafter.passes
     flags = (
         (1.0, passes.block, passes.own_cache, passes.model, passes.mlp_heads)
@@ -101,14 +102,14 @@ def cost_vector(costs) -> np.ndarray | None:
     )
     return np.array(
         [
-            *costs.target._coef,
+            *target,
             costs.overhead_step_s,
             costs.overhead_seq_s,
             costs.overhead_spec_step_s,
             costs.overhead_spec_seq_s,
             costs.overhead_draft_step_s,
             costs.overhead_draft_token_s,
-            *drafter_coef,
+            *draft,
             passes is not None and passes.per_draft,
             0.0 if latency is None else 1.0,
             drafter.step_s,
@@ -119,9 +120,23 @@ def cost_vector(costs) -> np.ndarray | None:
             costs.overhead_prefill_s,
             costs.overhead_prefill_token_s,
             *flags,
+            *target_sizes,
+            *draft_sizes,
         ],
         dtype=np.float64,
     )
+
+
+def latency_block(model, sizes_at: int) -> tuple[list[float], int, tuple[float, ...]]:
+    """A ``LatencyModel``'s block of the cost vector (``compiled_step_kernel._latency``), with
+    its graph sizes to be placed at ``sizes_at``; returns the block, where the next model's
+    sizes go, and the sizes (zeros and nothing for no model)."""
+    if model is None:
+        return [0.0] * COST_LATENCY, sizes_at, ()
+    sizes = model.graph_sizes or ()
+    weights_s, share = model.experts or (0.0, 0.0)
+    block = [*model._coef, float(sizes_at if sizes else 0), float(len(sizes)), weights_s, share]
+    return block, sizes_at + len(sizes), sizes
 
 
 def window_terms(policy) -> tuple[np.ndarray, np.ndarray] | None:

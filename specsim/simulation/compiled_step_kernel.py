@@ -23,6 +23,8 @@ from specsim.simulation.compiled_kernels import (
     _search_left,
 )
 from specsim.simulation.compiled_layout import (
+    COST_LATENCY,
+    COST_SIZES,
     DECODE_KV,
     DECODE_ROWS,
     DRAFTER_FLOPS,
@@ -35,21 +37,41 @@ from specsim.simulation.compiled_layout import (
     WINDOW_ROWS,
 )
 
-# ``costs`` array layout (``compiled_loop.cost_vector``). The drafter's passes
-# (``DraftPasses``) are flags, 1.0 or 0.0: no drafter deployed has none set and no passes.
-TARGET, OVERHEAD, DRAFTER = 0, 6, 12
-PER_DRAFT, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN, T_FLOPS, T_ATTN = 18, 19, 20, 21, 22, 23, 24
-PREFILL_S, PREFILL_TOKEN_S = 25, 26
-DRAFTS, BLOCK, OWN_CACHE, MODEL, MLP_HEADS = 27, 28, 29, 30, 31
+# ``costs`` array layout (``compiled_layout``; built by ``compiled_loop.cost_vector``). The
+# drafter's passes (``DraftPasses``) are flags, 1.0 or 0.0: no drafter deployed has none set
+# and no passes.
+TARGET, OVERHEAD = 0, COST_LATENCY
+DRAFTER = OVERHEAD + 6
+PER_DRAFT, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
+    DRAFTER + COST_LATENCY, DRAFTER + COST_LATENCY + 5
+)
+T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(D_ATTN + 1, D_ATTN + 5)
+DRAFTS, BLOCK, OWN_CACHE, MODEL, MLP_HEADS = range(PREFILL_TOKEN_S + 1, COST_SIZES)
 
 
 @_inner
 def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
-    """``LatencyModel.seconds_from_totals`` with its coefficients at ``c[at:at + 6]``."""
-    over = new_tokens - c[at + 3]
+    """``LatencyModel.seconds_from_totals``, its latency block at ``c[at:at + COST_LATENCY]``."""
+    tokens = new_tokens
+    count = int(c[at + 7])
+    if count > 0 and 0.0 < tokens <= c[int(c[at + 6]) + count - 1]:
+        low, high = int(c[at + 6]), int(c[at + 6]) + count - 1
+        while low < high:  # the first captured size at or above the tokens (bisect_left)
+            mid = (low + high) // 2
+            if c[mid] < tokens:
+                low = mid + 1
+            else:
+                high = mid
+        tokens = c[low]
+    over = tokens - c[at + 3]
     if not over > 0.0:
         over = 0.0
-    return c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+    seconds = (
+        c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+    )
+    if c[at + 8] != 0.0:
+        seconds += c[at + 8] * (1.0 - (1.0 - c[at + 9]) ** new_tokens)
+    return seconds
 
 
 @_inner
