@@ -21,6 +21,7 @@ FIT = {
     "knee_tokens": 16.0,
     "per_kv_token_s": 1.0e-8,
     "per_attention_pair_s": 1.0e-10,
+    "experts": {"weights_s": 0.002, "experts": 8, "experts_per_token": 2},
     "held_out": {
         "method": "leave-one-out",
         "points": 4,

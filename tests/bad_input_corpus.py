@@ -296,6 +296,7 @@ STRING_OPTIONS = {
     "--precision": "precision",
     "--target-model": "model",
     "--draft-model": "drafter",
+    "--policies": "policies",
 }
 
 
@@ -334,6 +335,7 @@ BAD_STRINGS = {
 BAD_STRINGS["tp-list"] = ["", "x", "0", "-1", "2,,4", "4.5", "65", "99999999999", "nan"]
 BAD_STRINGS["precision"] = ["", "x", "fp9", "bf16/", "fp8/int4", "/fp8", "fp8,x"]
 BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
+BAD_STRINGS["policies"] = ["", "x", "adaptive_steps,x", "adaptive_steps,,", "ADAPTIVE_STEPS"]
 # plan window's trees: malformed shapes, a chain (that is k), one past the size limits.
 BAD_STRINGS["plan-trees"] = [*BAD_STRINGS["tree"][:11], "1,1,1", "99999999999"]
 BAD_STRINGS["tree-drafter"] = ["", "small", "=2,2,1", "d1=", "d1=1,1", "d1=x", "nosuch=2,2"]

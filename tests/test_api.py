@@ -241,7 +241,8 @@ def test_plan_window_writes_what_the_cli_writes_and_reads_back(tmp_path):
     assert in_memory.out is None
     for result in (kept, in_memory, specsim.load_run(tmp_path / "cli")):
         assert result.summary == json.loads((tmp_path / "cli" / "summary.json").read_text())
-        assert set(result.tables) == {"sweep", "best_k", "k_by_batch", "k_by_batch_check"}
+        tables = {"sweep", "best_k", "policies", "k_by_batch", "k_by_batch_check"}
+        assert set(result.tables) == tables
         for name, frame in [*result.tables.items(), *result.figures.items()]:
             csv = (tmp_path / "cli" / f"{name}.csv").read_text()
             pd.testing.assert_frame_equal(frame, read_table(csv))

@@ -208,7 +208,11 @@ def test_mixtral_roofline_profile_holds_every_expert_and_computes_the_active_one
     # The profile writes six significant digits.
     assert target.flops_per_token == pytest.approx(shape.flops_per_token(), rel=1e-5)
     bandwidth = 4.8e12 * 0.8  # h200-sxm.yaml: datasheet bandwidth x stated efficiency
-    assert target.latency.fit.fixed_s == pytest.approx(
+    # A pass reads the dense part always and the routed experts its tokens pick: all of them
+    # together are the whole model's bytes (8 experts, 2 per token).
+    fit = target.latency.fit
+    assert (fit.experts.experts, fit.experts.experts_per_token) == (8, 2)
+    assert fit.fixed_s + fit.experts.weights_s == pytest.approx(
         2 * MIXTRAL_TOTAL / bandwidth + 32e-5, rel=1e-5
     )
     notes = profile.provenance.notes

@@ -174,7 +174,13 @@ def test_emit_writes_the_shipped_head_as_vllms_eagle3_with_its_checkpoint(repo, 
     scenario = SimpleNamespace(
         engine=SimpleNamespace(max_batch=8, max_batched_tokens=2048, block_size=None),
         workload=SimpleNamespace(prefix=None),
-        speculation=SimpleNamespace(verifier="greedy", temperature=0.0),
+        speculation=SimpleNamespace(
+            verifier="greedy",
+            temperature=0.0,
+            policy="fixed",
+            acceptance_gate=None,
+            max_concurrency=None,
+        ),
     )
     choice = SimpleNamespace(
         profile=profile, drafter="eagle3", k=3, rows=[], static_k=None, tree=None,

@@ -231,7 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     window.add_argument(
         "--policies",
         default=None,
-        metavar="NAMES",
+        metavar="KIND",
         help="window policies to run beside the static k, the goodput policy and the k-by-batch "
         "table, comma-separated: adaptive_steps (SGLang's, at its default tiers or the "
         "scenario's speculation.adaptive_steps); the report's 'Window policy per load' names "

@@ -145,6 +145,9 @@ WINDOW_SUMMARY_KEYS = {
     "throughput, goodput, cost) that is worse at the best k than with speculation off, at the "
     "loads where a k > 0 is chosen: `{metric, label, by_load: [{load, worse_by}], loads_worse, "
     "loads_compared, worse_by: {min, median, max}}` (worse_by 0.3: 30 % worse); empty when none",
+    "policies": "per load, the window policies judged as k is: `{load, best_static_k, figures: "
+    "{static, by_batch, adaptive, adaptive_steps (with --policies)}, winner, margin (its lead "
+    "over the next, a fraction), winner_beats_off}`; a policy whose run is missing is left out",
     "k_by_batch": "the k-by-batch-size table and its verdict (keys below)",
     "simulations": "printed with --json only (it varies between reruns, the file must not): "
     "{computed, cached}, simulations run now and reused from `points/`",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsim.errors import SpecsimError
 from specsim.planning.common import metric
 from specsim.planning.report import Table
 
@@ -30,8 +31,14 @@ def parse_policies(given: str | list[str] | tuple[str, ...] | None) -> tuple[str
     """``--policies``' comma-separated names (or a list of them), in order, once each."""
     if given is None:
         return ()
-    items = given.split(",") if isinstance(given, str) else list(given)
-    return tuple(dict.fromkeys(str(n).strip() for n in items if str(n).strip()))
+    items = [str(n).strip() for n in (given.split(",") if isinstance(given, str) else given)]
+    if not all(items):
+        raise SpecsimError(
+            f"an empty policy name in {given!r}",
+            key="--policies",
+            fix=f"give comma-separated names: {', '.join(EXTRA_POLICIES)}",
+        )
+    return tuple(dict.fromkeys(items))
 
 
 def initial_steps(candidates: list[int], top: int) -> int:
