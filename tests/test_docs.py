@@ -351,7 +351,7 @@ def test_setup_section_holds_exactly_the_two_ci_commands():
     assert main in setup and tests in setup
     assert "pip install -e ." in main and "torch" not in main
     assert main.endswith("specsim simulate scenarios/chat.yaml --out runs/chat")
-    assert "torch==2.13.0" in tests and "'.[dev]'" in tests and tests.endswith("pytest")
+    assert "torch==2.13.0" in tests and "'.[dev]'" in tests and tests.endswith("pytest -n 2")
 
 
 def _path_values(argv: list[str]) -> list[tuple[str, str]]:
