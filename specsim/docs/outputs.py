@@ -147,7 +147,8 @@ WINDOW_SUMMARY_KEYS = {
     "loads_compared, worse_by: {min, median, max}}` (worse_by 0.3: 30 % worse); empty when none",
     "policies": "per load, the window policies judged as k is: `{load, best_static_k, figures: "
     "{static, by_batch, adaptive, adaptive_steps (with --policies)}, winner, margin (its lead "
-    "over the next, a fraction), winner_beats_off}`; a policy whose run is missing is left out",
+    "over the best other policy, a fraction), tied_with (policies within the plan's tie band: "
+    "the simplest wins), winner_beats_off}`; a policy whose run is missing is left out",
     "k_by_batch": "the k-by-batch-size table and its verdict (keys below)",
     "simulations": "printed with --json only (it varies between reruns, the file must not): "
     "{computed, cached}, simulations run now and reused from `points/`",

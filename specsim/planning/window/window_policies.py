@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.planning.common import metric
+from specsim.planning.common import GOODPUT_TIE, metric
 from specsim.planning.report import Table
+from specsim.planning.window.window_table import E2E_TIE
 
 ADAPTIVE_STEPS = "adaptive_steps"
 # The policies ``--policies`` may add beside the static k (the goodput policy and the table
@@ -59,8 +60,13 @@ def score(summary: dict[str, Any] | None, use_slo: bool) -> float | None:
 
 
 def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
-    """Per load: each policy's figure, the winner, its margin over the runner-up and whether it
-    beats speculation off (``loads``: the plan's ``LoadResult``s)."""
+    """Per load: each policy's figure, the winner, its margin over the best other policy and
+    whether it beats speculation off (``loads``: the plan's ``LoadResult``s).
+
+    Policies within the plan's tie band of the best (``GOODPUT_TIE`` of goodput, ``E2E_TIE`` of
+    mean E2E) are equal, and the first of them in ``LABELS``' order, the simplest, wins: a
+    lead inside the band is noise of one run, not a reason to deploy a policy."""
+    band = GOODPUT_TIE if use_slo else E2E_TIE
     out = []
     for entry in loads:
         summaries = {
@@ -69,29 +75,28 @@ def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
         }
         scored = ((n, score(v, use_slo)) for n, v in summaries.items())
         scores = {n: s for n, s in scored if s is not None}
-        ranked = sorted(scores, key=lambda n: -scores[n])  # stable: the order above breaks ties
         off = score(entry.summary("k=0"), use_slo)
-        winner = ranked[0] if ranked else None
+        winner = margin = None
+        tied: list[str] = []
+        if scores:
+            best = max(scores.values())
+            within = [n for n in scores if scores[n] >= best - band * abs(best)]
+            winner, tied = within[0], within[1:]
+            others = [scores[n] for n in scores if n != winner]
+            if others:
+                margin = (scores[winner] - max(others)) / abs(max(others))
         out.append(
             {
                 "load": entry.load,
                 "best_static_k": entry.best_k,
-                "figures": {
-                    n: abs(scores[n]) if n in scores else None for n in summaries if n in scores
-                },
+                "figures": {n: abs(s) for n, s in scores.items()},
                 "winner": winner,
-                "margin": _margin(scores, ranked),
+                "margin": margin,
+                "tied_with": tied,
                 "winner_beats_off": None if winner is None or off is None else scores[winner] > off,
             }
         )
     return out
-
-
-def _margin(scores: dict[str, float], ranked: list[str]) -> float | None:
-    """How much better the winner is than the runner-up, as a fraction of the runner-up."""
-    if len(ranked) < 2 or scores[ranked[1]] == 0:
-        return None
-    return abs(scores[ranked[0]] - scores[ranked[1]]) / abs(scores[ranked[1]])
 
 
 def table(plan, rows: list[dict[str, Any]]) -> Table:
@@ -104,6 +109,7 @@ def table(plan, rows: list[dict[str, Any]]) -> Table:
             *(r["figures"].get(n) for n in names),
             LABELS.get(r["winner"], ""),
             r["margin"],
+            ", ".join(LABELS[n] for n in r["tied_with"]),
             r["winner_beats_off"],
         ]
         for r in rows
@@ -115,10 +121,12 @@ def table(plan, rows: list[dict[str, Any]]) -> Table:
             "best static k",
             *(f"{LABELS[n]} {figure}" for n in names),
             "winner",
-            "margin over the next",
+            "margin over the best other",
+            "tied within the band",
             "winner beats k = 0",
         ],
         body,
-        "Each window policy per load, judged as the plan judges k; the margin is the winner's "
-        "lead over the next policy, as a fraction of it",
+        "Each window policy per load, judged as the plan judges k; policies within its tie band "
+        "are equal and the simplest wins; the margin is the winner's lead over the best other "
+        "policy, as a fraction of it (negative: a tied policy was nominally ahead)",
     )
