@@ -15,6 +15,7 @@ from test_sim_engine import LONE_REQUEST
 from specsim.errors import SpecsimError
 from specsim.hardware import load_hardware
 from specsim.profile import load_profile
+from specsim.profile.kinds import reads_hidden_states
 from specsim.profiling.parallel import hardware_layout
 from specsim.scenario import Scenario
 from specsim.simulation import run_simulation
@@ -58,15 +59,24 @@ def run(scenario: Scenario, tmp_path: Path, name: str = "r", **kwargs):
     return result.summary, read_records(path)
 
 
+DRAFTERS_READING = [
+    ("draft_model", None),  # recomputes its own cache over the prompt
+    ("ngram", None),
+    ("heads", None),
+    ("block", "dflash"),
+    ("block", "pard"),
+]
+
+
 def test_transfer_bytes_follow_the_model_shape_and_the_drafter_kind():
     target = load_profile(PROFILE_70B).profile.target
     # Llama 3.1 70B: 80 layers x 8 KV heads x 128 head dims x (K and V) x 2 bytes (bf16).
     assert target.kv_bytes_per_token == 80 * 8 * 128 * 2 * 2 == 327_680
-    assert transfer_bytes(target, None, 1000) == 327_680_000
-    assert transfer_bytes(target, "draft_model", 1000) == 327_680_000  # recomputes its own
-    assert transfer_bytes(target, "ngram", 1000) == 327_680_000
+    assert transfer_bytes(target, False, 1000) == 327_680_000
     # Heads take the prompt's hidden states too: 8192 dims x 2 bytes per token.
-    assert transfer_bytes(target, "heads", 1000) == 327_680_000 + 1000 * 8192 * 2
+    assert transfer_bytes(target, True, 1000) == 327_680_000 + 1000 * 8192 * 2
+    # Which drafters read them: heads and the block drafters but PARD (a draft model of its own).
+    assert [reads_hidden_states(*d) for d in DRAFTERS_READING] == [False, False, True, True, False]
 
 
 def test_transfer_time_is_bytes_over_bandwidth_plus_latency_queued_per_sender(tmp_path):
@@ -210,10 +220,21 @@ def test_routers_spread_over_both_pools(tmp_path):
     assert summary["scenario"]["replicas"] == 5
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "heads"])
+@pytest.mark.parametrize("drafter", ["ngram", "heads", "dflash"])
 def test_drafter_kinds_move_their_own_bytes(tmp_path, drafter):
     profile = load_profile(DATA / "sim_profile.yaml").profile.model_dump(exclude_none=True)
     profile["target"]["hidden_size"] = 1024
+    # A DFlash drafter reads the target's hidden states, as heads do.
+    fit = {"fit": {"fixed_s": 0.001}}
+    profile["drafters"]["dflash"] = {
+        "kind": "block",
+        "method": "dflash",
+        "max_k": 4,
+        "latency": fit,
+    }
+    profile["acceptance"].append(
+        {"drafter": "dflash", "verifier": "rejection", "temperature": 1.0, "per_position": [0.7]}
+    )
     path = tmp_path / "profile.yaml"
     path.write_text(yaml.safe_dump(profile))
     data = copy.deepcopy(BASE)
@@ -223,8 +244,8 @@ def test_drafter_kinds_move_their_own_bytes(tmp_path, drafter):
     split = summary["disaggregation"]
     prompts = rec["prompt_tokens"][rec["output_tokens"] > 1].astype(np.float64)
     kv = float(load_profile(path).profile.target.kv_bytes_per_token)
-    per_token = kv + (1024 * 2 if drafter == "heads" else 0)
-    assert split["drafter_kind"] == drafter
+    per_token = kv + (1024 * 2 if drafter in ("heads", "dflash") else 0)
+    assert split["drafter_kind"] == ("block" if drafter == "dflash" else drafter)
     # summary.json keeps 6 significant digits.
     assert split["transfer_bytes_mean"] == pytest.approx(prompts.mean() * per_token, rel=1e-5)
 

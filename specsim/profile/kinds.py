@@ -89,6 +89,13 @@ MODEL_KINDS: dict[str, ModelKind] = {TARGET.name: TARGET, **DRAFTER_KINDS}
 DRAFTER_METHODS = tuple(m for kind in DRAFTER_KINDS.values() for m in kind.methods)
 
 
+def reads_hidden_states(kind: str, method: str | None = None) -> bool:
+    """Whether the drafter drafts from the target's hidden states (decoding heads, and the
+    block drafters but PARD, a draft model of its own), which a split fleet's handover must
+    carry beside the KV cache."""
+    return kind == "heads" or (kind == "block" and method != "pard")
+
+
 def draft_passes(kind: str, head_passes: str = "parallel") -> DraftPasses:
     """The passes of a drafter of ``kind`` (heads: by their ``passes`` key)."""
     passes = DRAFTER_KINDS[kind].passes

@@ -41,25 +41,25 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware import load_hardware
 from specsim.metrics import exact_summary
+from specsim.profile.kinds import reads_hidden_states
 from specsim.simulation.admission import Admission
 from specsim.simulation.fleet import Fleet
 from specsim.simulation.replica import Plan, Replica
 from specsim.simulation.request import Request
 
 HIDDEN_STATE_BYTES = 2  # the target's hidden states travel in 16 bits, whatever its weights
-DRAFT_PROMPT_PASS = "draft_model"  # the drafter kind that recomputes the prompt on decode
-HIDDEN_STATE_KIND = "heads"  # the drafter kind whose features cross with the KV cache
 
 
-def transfer_bytes(target, drafter_kind: str | None, prompt: int) -> float:
-    """Bytes one prompt's handover moves: the target's KV cache, and hidden states for heads."""
+def transfer_bytes(target, hidden_states: bool, prompt: int) -> float:
+    """Bytes one prompt's handover moves: the target's KV cache, and its hidden states for a
+    drafter that reads them (``kinds.reads_hidden_states``)."""
     moved = float(prompt) * target.kv_bytes_per_token
-    if drafter_kind == HIDDEN_STATE_KIND:
+    if hidden_states:
         moved += float(prompt) * target.hidden_size * HIDDEN_STATE_BYTES
     return moved
 
 
-def check_transfer_sizes(target, drafter_kind: str | None, path) -> None:
+def check_transfer_sizes(target, hidden_states: bool, path) -> None:
     """The profile must give what the handover's bytes are made of."""
     if target.kv_bytes_per_token <= 0:
         raise SpecsimError(
@@ -68,9 +68,9 @@ def check_transfer_sizes(target, drafter_kind: str | None, path) -> None:
             key="target.kv_bytes_per_token",
             fix="add it to the profile (2 x layers x kv_heads x head_dim x bytes per value)",
         )
-    if drafter_kind == HIDDEN_STATE_KIND and target.hidden_size <= 0:
+    if hidden_states and target.hidden_size <= 0:
         raise SpecsimError(
-            "decoding heads on the decode pool need the prompt's hidden states, but the "
+            "the decode pool's drafter needs the prompt's hidden states, but the "
             "profile has no target.hidden_size",
             file=str(path),
             key="target.hidden_size",
@@ -154,7 +154,7 @@ class DecodeReplica(Replica):
         self.admission = DecodeAdmission(
             engine, self.kv_lookahead, self.kv_capacity, self.acceptance, old.rng, join=self._join
         )
-        self.draft_prompt_pass = False  # set by the fleet for a draft model
+        self.draft_prompt_pass = False  # set by the fleet for a drafter with its own cache
         self._first_pending: list[Request] = []  # joined; first token not yet streamed
         self._prompt_pass = [0, 0.0, 0.0]  # the draft model's prompt pass owed: rows, tokens, pairs
 
@@ -219,13 +219,19 @@ class DisaggregatedFleet:
         self.link = link
         prefill_setup, decode_setup = setups
         self.target = prefill_setup.costs.profile.profile.target
-        self.drafter_kind = decode_kind(decode_setup)
-        check_transfer_sizes(self.target, self.drafter_kind, prefill_setup.costs.profile.path)
+        drafter = decode_drafter(decode_setup)
+        self.drafter_kind = None if drafter is None else drafter.kind
+        self.hidden_states = drafter is not None and reads_hidden_states(
+            drafter.kind, drafter.method
+        )
+        check_transfer_sizes(self.target, self.hidden_states, prefill_setup.costs.profile.path)
         self._sender = {id(r): i for i, r in enumerate(prefill)}
         for replica in prefill:
             replica.handoff = self.handoff
         for replica in decode:
-            replica.draft_prompt_pass = self.drafter_kind == DRAFT_PROMPT_PASS
+            # A drafter with a cache of its own builds it over the prompt on the decode side.
+            passes = decode_setup.costs.drafter.passes
+            replica.draft_prompt_pass = passes is not None and passes.own_cache
         self.transfer_s: list[float] = []
         self.transfer_bytes = 0.0
 
@@ -236,7 +242,7 @@ class DisaggregatedFleet:
     def handoff(self, replica: PrefillReplica, request: Request, now: float) -> None:
         target = self.decode.choose()
         target.expect()
-        nbytes = transfer_bytes(self.target, self.drafter_kind, request.prompt)
+        nbytes = transfer_bytes(self.target, self.hidden_states, request.prompt)
         arrival = self.link.send(self._sender[id(replica)], now, nbytes)
         self.transfer_s.append(arrival - now)
         self.transfer_bytes += nbytes
@@ -270,12 +276,12 @@ class DisaggregatedFleet:
         }
 
 
-def decode_kind(setup) -> str | None:
-    """The decode pool's drafter kind (None with speculation off)."""
+def decode_drafter(setup):
+    """The decode pool's drafter spec (None with speculation off)."""
     spec = setup.speculation
     if not spec.enabled:
         return None
-    return setup.costs.profile.drafter(spec.drafter).kind
+    return setup.costs.profile.drafter(spec.drafter)
 
 
 def kv_link(scenario, split, prefill_devices: int, decode_devices: int) -> KvLink:
