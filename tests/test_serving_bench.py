@@ -130,6 +130,25 @@ def test_the_controlled_test_forces_the_profiles_acceptance():
     assert bench.controlled_servers(off, ("vllm", "sglang")) == []
 
 
+def test_tensorrt_llm_forces_accepted_drafts_on_its_one_model_paths():
+    """TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS counts drafts: the acceptance length less the
+    bonus token (1.85 = 0.8 + 0.6 + 0.45), on MTP and EAGLE-3; a draft model gets a note."""
+    rates = (0.8, 0.6, 0.45)
+    head = ModelRef("h3", "org/EAGLE3-x", GIVEN)
+    eagle3 = Speculative("h3", "heads", 3, head, rates, passes="autoregressive")
+    setting = EngineSetting(ModelRef("target", "org/t", GIVEN), 32, 1024, eagle3)
+    (line,) = bench.controlled_servers(setting, ("trtllm",))
+    assert line.strip() == (
+        "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=1.8500 trtllm-serve org/t "
+        "--extra_llm_api_options trtllm.yaml"
+    )
+    assert bench.uncontrolled(setting, "trtllm") is None
+    model = Speculative("small", "draft_model", 3, ModelRef("small", "org/d", GIVEN), rates)
+    drafted = EngineSetting(ModelRef("target", "org/t", GIVEN), 32, 1024, model)
+    assert bench.controlled_servers(drafted, ("trtllm",)) == []
+    assert "no controlled test for Draft_Target" in bench.uncontrolled(drafted, "trtllm")
+
+
 @needs_bash
 def test_the_script_is_valid_bash_and_runs_each_load(tmp_path):
     script = tmp_path / "engine" / "bench.sh"

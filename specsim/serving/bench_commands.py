@@ -21,8 +21,8 @@ import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from specsim.serving import sglang_config, vllm_config
-from specsim.serving.setting import EngineSetting, comment_block
+from specsim.serving import sglang_config, trtllm_config, vllm_config
+from specsim.serving.setting import EngineSetting, comment_block, role_file
 
 SCRIPT = "bench.sh"
 FOLDER = "bench"  # the clients' result folders, beside the script
@@ -187,11 +187,17 @@ def shell_lines(argv: list[str], indent: str = "  ") -> list[str]:
 
 def controlled_servers(setting: EngineSetting, engines: Iterable[str]) -> list[str]:
     """Servers (commented out) with acceptance forced to the profile's rates, for the engines
-    whose client has such a test."""
+    that have such a test (vLLM's client load-tests any of them)."""
     if setting.speculation is None:
         return []
-    lines = [bench.controlled(setting) for bench in _clients(engines)]
+    lines = [FORCED[name][0](setting) for name in engines if name in FORCED]
     return [f"  {line}" for line in lines if line is not None]
+
+
+def uncontrolled(setting: EngineSetting, engine: str) -> str | None:
+    """Why the engine's server has no controlled test for the setting (None: it has one, or
+    no setting needs one)."""
+    return FORCED[engine][1](setting) if engine in FORCED else None
 
 
 def vllm_controlled(setting: EngineSetting) -> str:
@@ -213,6 +219,37 @@ def sglang_controlled(setting: EngineSetting) -> str | None:
     return (
         f"SGLANG_SIMULATE_ACC_LEN={spec.mean_acceptance_length(k):.4f} python -m "
         f"sglang.launch_server --model-path {shlex.quote(setting.target.path)} {sglang}"
+    )
+
+
+# TensorRT-LLM forces acceptance in its one-model speculative sampler
+# (tensorrt_llm/_torch/speculative/interface.py, FORCE_NUM_ACCEPTED_TOKENS_ENV_VAR): MTP and
+# EAGLE-3 run there; the two-model paths (Draft_Target, NGram) do not read it.
+TRTLLM_FORCED_TYPES = frozenset({"MTP", "Eagle3"})
+
+
+def trtllm_controlled(setting: EngineSetting) -> str | None:
+    """TensorRT-LLM's forced acceptance: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` counts
+    accepted drafts (the mean acceptance length less the bonus token); its whole part is
+    accepted every step and its fraction is the chance of one more."""
+    spec = setting.speculation
+    k = spec.fallback_k if spec.by_batch else spec.k
+    if k == 0 or trtllm_config.decoding_type(spec) not in TRTLLM_FORCED_TYPES:
+        return None
+    name = role_file(trtllm_config.YAML_FILE, setting.role)
+    return (
+        f"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS={spec.mean_acceptance_length(k) - 1:.4f} "
+        f"trtllm-serve {shlex.quote(setting.target.path)} --extra_llm_api_options {name}"
+    )
+
+
+def trtllm_uncontrolled(setting: EngineSetting) -> str | None:
+    spec = setting.speculation
+    if spec is None or trtllm_config.decoding_type(spec) in TRTLLM_FORCED_TYPES:
+        return None
+    return (
+        f"TensorRT-LLM has no controlled test for {trtllm_config.decoding_type(spec)}: "
+        "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS acts in its one-model sampler (MTP, Eagle3)."
     )
 
 
@@ -250,15 +287,12 @@ def script(plan: BenchPlan, header: list[str], clients: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class BenchClient:
-    """An engine's own load-test client: its command per load, where it writes the results,
-    what it cannot reproduce, and its server with acceptance forced (None: it has none)."""
+    """An engine's own load-test client: its command per load, where it writes the results and
+    what it cannot reproduce (each server's forced acceptance is ``FORCED``'s)."""
 
     engine: str
     command: Callable[[BenchPlan, BenchLoad], list[str]]
     notes: Callable[[BenchPlan], list[str]]
-    controlled: Callable[[EngineSetting], str | None]
-    # Why the engine's server has no controlled test for a setting (None: it has one).
-    uncontrolled: Callable[[EngineSetting], str | None] = lambda setting: None
     suffix: str = ".json"
     appends: bool = False  # a rerun would add to the file, so the script removes it first
     any_server: bool = False  # it load-tests every engine's server (an OpenAI-style endpoint)
@@ -271,16 +305,14 @@ class BenchClient:
         return f"{self.results}/{label}{self.suffix}"
 
 
-VLLM = BenchClient("vllm", vllm_command, vllm_notes, vllm_controlled, any_server=True)
-SGLANG = BenchClient(
-    "sglang",
-    sglang_command,
-    sglang_notes,
-    sglang_controlled,
-    sglang_uncontrolled,
-    suffix=".jsonl",
-    appends=True,
-)
+VLLM = BenchClient("vllm", vllm_command, vllm_notes, any_server=True)
+SGLANG = BenchClient("sglang", sglang_command, sglang_notes, suffix=".jsonl", appends=True)
+# Each engine's server with acceptance forced, and why a setting has none (None: it has one).
+FORCED = {
+    "vllm": (vllm_controlled, lambda setting: None),
+    "sglang": (sglang_controlled, sglang_uncontrolled),
+    "trtllm": (trtllm_controlled, trtllm_uncontrolled),
+}
 # The clients by engine name; the engine registry (``serving.registry``) names each its own.
 CLIENTS = {bench.engine: bench for bench in (VLLM, SGLANG)}
 RESULTS = {name: bench.results for name, bench in CLIENTS.items()}

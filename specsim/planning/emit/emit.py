@@ -308,7 +308,7 @@ def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) 
                 "the profile's per-position chain instead."
             )
     for engine in registry.entries(rendered):
-        note = engine.bench and engine.bench.uncontrolled(setting)
+        note = bench_commands.uncontrolled(setting, engine.name)
         if note:
             lines.append(note)
     return lines
