@@ -27,7 +27,7 @@ PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
 def folder(tmp_path_factory) -> Path:
     profile = yaml.safe_load(PROFILE.read_text())
     block = copy.deepcopy(profile["drafters"]["llama3.2-1b"])
-    block.update(kind="block", method="p_eagle", max_k=8)
+    block.update(kind="block", method="p_eagle", max_k=7)
     block.pop("overhead", None)
     profile["drafters"]["parallel"] = block
     same = [copy.deepcopy(a) for a in profile["acceptance"] if a["drafter"] == "llama3.2-1b"]
@@ -59,6 +59,19 @@ def test_one_pass_per_window_moves_the_best_window_up(folder):
 
 
 def test_a_window_beyond_the_block_is_refused(folder):
-    with pytest.raises(SpecsimError, match="at most 8") as raised:
-        run_simulation(scenario(folder, "parallel", 9))
+    with pytest.raises(SpecsimError, match="at most 7") as raised:
+        run_simulation(scenario(folder, "parallel", 8))
     assert raised.value.key == "speculation.k"
+
+
+def test_the_planner_sweeps_no_window_beyond_the_block(folder, capsys):
+    from specsim.cli import main
+
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario(folder, "parallel", 4).model_dump(mode="json")))
+    out = folder / "plan"
+    # Its acceptance answers 8 positions; its block, 7.
+    assert main(["plan", "window", str(path), "--k", "0..8", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "k = 8 is beyond" in err and "answers k up to 7" in err and err.count("\n") == 1
+    assert not out.exists()

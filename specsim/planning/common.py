@@ -258,14 +258,16 @@ def answerable_k(profile, speculation) -> int:
     Per-position acceptance is measured for ``len(per_position)`` positions; beyond them the
     simulator would repeat the last rate, which is a guess, not a measurement. One i.i.d. rate and
     replayed sequences answer any k. A target latency fit that refuses queries outside its
-    measured range also caps k at its largest measured new-token count - 1 (verification width).
+    measured range also caps k at its largest measured new-token count - 1 (verification width),
+    and a block drafter at its ``max_k`` (the drafts its trained block holds).
     """
     entry = profile.acceptance(speculation.drafter, speculation.verifier, speculation.temperature)
     limit = 32 if speculation.acceptance in ("iid", "sequences") else len(entry.per_position)
     latency = profile.profile.target.latency
     if latency is not None and latency.outside_range == "error" and latency.valid_range:
         limit = min(limit, latency.valid_range.new_tokens[1] - 1)
-    return limit
+    block = profile.drafter(speculation.drafter).max_k
+    return limit if block is None else min(limit, block)
 
 
 def check_k_values(ks: list[int], limit: int, drafter: str, profile_path: Path | str) -> None:
@@ -273,10 +275,11 @@ def check_k_values(ks: list[int], limit: int, drafter: str, profile_path: Path |
     if too_big:
         raise SpecsimError(
             f"k = {too_big[0]} is beyond what the profile can answer for drafter {drafter!r} "
-            f"(acceptance measured for k up to {limit})",
+            f"(it answers k up to {limit}: measured acceptance positions, the target fit's range "
+            "and a block drafter's max_k)",
             file=str(profile_path),
             key="acceptance.per_position",
-            fix=f"use --k 0..{limit} or profile more positions",
+            fix=f"use --k 0..{limit}, or profile more positions where those are the limit",
         )
 
 

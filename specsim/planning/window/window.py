@@ -102,16 +102,16 @@ class WindowPlan:
         return self.scenario.slo is not None
 
     def identity(self) -> dict[str, Any]:
-        trees = {"trees": [c.config for c in self.trees]} if self.trees else {}
+        extra: dict[str, Any] = {"trees": [c.config for c in self.trees]} if self.trees else {}
         if self.policies:
-            trees["policies"] = list(self.policies)
+            extra["policies"] = list(self.policies)
         return {
             "command": "plan window",
             **scenario_identity(self.scenario_path, self.base_overrides),
             "loads": self.loads,
             "k": self.ks,
             "seed": self.seed,
-            **trees,
+            **extra,
         }
 
     def tree_overrides(self, candidate: TreeCandidate) -> list[str]:
