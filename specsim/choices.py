@@ -56,6 +56,12 @@ WINDOW_POLICIES = registry(
         "SGLang's --speculative-adaptive: per batch-size tier, steps chosen among candidates by "
         "a moving average of accepted drafts (`adaptive_steps`; k is the initial steps)",
     ),
+    Choice(
+        "adaptive_verification",
+        "vLLM's enable_adaptive_verification: every row drafts k; each iteration verifies the "
+        "budget of drafts with the most expected tokens per second of step time, the drafts "
+        "most likely to survive first, so rows verify different lengths",
+    ),
 )
 
 ROUTERS = registry(

@@ -500,6 +500,11 @@ class Speculation(StrictModel):
                     f"k (the initial steps) is {self.k}, not one of the candidate steps "
                     f"{steps}; fix: set k to one of them (SGLang refuses it too)"
                 )
+        if policy == "adaptive_verification" and self.acceptance == "sequences":
+            raise ValueError(
+                "adaptive_verification ranks drafts by the rate models' expected survival, "
+                "which replayed sequences do not give; fix: use acceptance per_position or iid"
+            )
         if self.acceptance_shift is not None and self.acceptance == "sequences":
             raise ValueError(
                 "acceptance_shift scales the rate models' rates, not replayed sequences; fix: "

@@ -88,6 +88,16 @@ MODELS = {
         "head_dim": 16,
         "dflash_config": {"mask_token_id": 999, "target_layer_ids": [0, 1]},
     },
+    # A DSpark drafter on a Qwen3 target (vLLM maps DSparkDraftModel + qwen3 to
+    # Qwen3DSparkModel); its block is 3, the width it drafts.
+    "dspark-draft": {
+        **LLAMA,
+        "architectures": ["DSparkDraftModel"],
+        "model_type": "qwen3",
+        "head_dim": 16,
+        "block_size": 3,
+        "dspark_target_layer_ids": [0, 1],
+    },
 }
 DRAFTERS = {  # deployed kind -> (drafter folder, target folder, method)
     "draft_model": ("draft", "target", None),
@@ -97,10 +107,11 @@ DRAFTERS = {  # deployed kind -> (drafter folder, target folder, method)
     "mtp": (None, "deepseek-mtp", "mtp"),
     # Parallel drafters (kind block): P-EAGLE is an EAGLE-3 head, PARD a draft model.
     "dflash": ("dflash-draft", "target", "dflash"),
+    "dspark": ("dspark-draft", "target", "dspark"),
     "p_eagle": ("eagle3-head", "target", "p_eagle"),
     "pard": ("draft", "target", "pard"),
 }
-BLOCK = ("dflash", "p_eagle", "pard")
+BLOCK = ("dflash", "dspark", "p_eagle", "pard")
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +174,7 @@ def variants(models: Path) -> list[tuple[str, EngineSetting]]:
         "gate": {"acceptance_gate": (0.3, 50)},
         "table-gate": {"acceptance_gate": (0.3, 50), "by_batch": rows, "static_k": 2},
         "adaptive": {"adaptive_steps": AdaptiveSteps().engine_config()},
+        "adaptive-verification": {"adaptive_verification": True},
     }
     for name, extra in switches.items():
         target, spec = speculation(models, "heads-eagle3", **extra)

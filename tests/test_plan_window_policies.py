@@ -17,7 +17,8 @@ def run(tmp_path_factory, repo):
     folder = tmp_path_factory.mktemp("policies")
     scenario = write_scenario(folder, repo, requests=300)
     out = folder / "out"
-    args = ["--k", "0..8", "--loads", "2,60", "--policies", "adaptive_steps", "--no-progress"]
+    args = ["--k", "0..8", "--loads", "2,60", "--policies", "adaptive_steps,adaptive_verification"]
+    args.append("--no-progress")
     code = main(["plan", "window", str(scenario), *args, "--out", str(out), "--json"])
     return {"code": code, "out": out, "scenario": scenario}
 
@@ -27,8 +28,9 @@ def test_every_policy_is_judged_at_every_load(run):
     summary = json.loads((run["out"] / "summary.json").read_text())
     with (run["out"] / "sweep.csv").open() as f:
         configs = {(float(row[0]), row[1]) for row in list(csv.reader(f))[1:]}
-    assert {(2.0, "adaptive_steps"), (60.0, "adaptive_steps")} <= configs
-    order = ["static", "by_batch", "adaptive", "adaptive_steps"]
+    extra = ("adaptive_steps", "adaptive_verification")
+    assert {(load, name) for load in (2.0, 60.0) for name in extra} <= configs
+    order = ["static", "by_batch", "adaptive", *extra]
     for choice in summary["policies"]:
         figures = choice["figures"]
         assert set(figures) == set(order)
@@ -43,7 +45,8 @@ def test_every_policy_is_judged_at_every_load(run):
         rows = list(csv.DictReader(f))
     assert [row["winner"] for row in rows] == [
         {"static": "best static k", "by_batch": "k-by-batch table", "adaptive": "goodput policy",
-         "adaptive_steps": "SGLang adaptive steps"}[c["winner"]]
+         "adaptive_steps": "SGLang adaptive steps",
+         "adaptive_verification": "vLLM adaptive verification"}[c["winner"]]
         for c in summary["policies"]
     ]  # fmt: skip
 

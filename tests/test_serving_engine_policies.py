@@ -136,3 +136,24 @@ def test_a_recommended_table_ends_at_the_scenarios_max_concurrency():
     assert cut_rows(rows, 16, scenario) == (BatchRow(16, 4), BatchRow(256, 0))
     assert cut_rows(rows, 256, scenario) == (BatchRow(16, 4), BatchRow(64, 2), BatchRow(256, 1))
     assert cut_rows(rows, None, scenario) == (BatchRow(16, 4), BatchRow(64, 2), BatchRow(256, 1))
+
+
+def test_adaptive_verification_is_vllms_switch_and_a_note_elsewhere():
+    item = setting(k=4, adaptive_verification=True)
+    rendered = vllm_config.render(item, HEADER)
+    spec = json.loads(rendered.files["vllm.json"])
+    assert spec["enable_adaptive_verification"] is True and spec["num_speculative_tokens"] == 4
+    assert any("Model Runner V2" in note for note in rendered.notes)
+    config, trt_rendered = trt(item)
+    assert config["max_draft_len"] == 4 and "adaptive" not in json.dumps(config)
+    assert any("adaptive verification" in n for n in trt_rendered.not_expressible)
+    sglang = sglang_config.render(item, HEADER)
+    assert sglang_args(sglang)["--speculative-num-steps"] == "4"
+    assert any("ragged-verify budget" in n for n in sglang.not_expressible)
+
+
+def test_adaptive_verification_without_draft_logits_is_written_as_fixed_k():
+    spec = Speculative("ngram", "ngram", 4, None, RATES, ngram_size=3, adaptive_verification=True)
+    rendered = vllm_config.render(EngineSetting(TARGET, 64, 2048, spec), HEADER)
+    assert "enable_adaptive_verification" not in json.loads(rendered.files["vllm.json"])
+    assert any("prompt lookup has none" in note for note in rendered.not_expressible)

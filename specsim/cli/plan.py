@@ -234,7 +234,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KIND",
         help="window policies to run beside the static k, the goodput policy and the k-by-batch "
         "table, comma-separated: adaptive_steps (SGLang's, at its default tiers or the "
-        "scenario's speculation.adaptive_steps); the report's 'Window policy per load' names "
+        "scenario's speculation.adaptive_steps), adaptive_verification (vLLM's per-step verify "
+        "budget, drafting the sweep's largest k); the report's 'Window policy per load' names "
         "the winner at each load",
     )
     add_tree_options(window)

@@ -130,11 +130,13 @@ def drafter_cost(profile: LoadedProfile, name: str | None) -> NoDrafterCost:
 
 def check_window(spec: ModelSpec, name: str, k: int, policy: str, where: str | None) -> None:
     """A block drafter drafts at most its ``max_k`` per pass, and DSpark at a fixed window
-    exactly that many (vLLM 0.33 ``SpeculativeConfig``: DSpark's width is its trained block)."""
+    (or verifying adaptively from it) exactly that many (vLLM 0.33 ``SpeculativeConfig``:
+    DSpark's width is its trained block)."""
     if spec.kind != "block" or k == 0:
         return
     limit = spec.max_k
-    if k > limit or (spec.method == "dspark" and policy == "fixed" and k != limit):
+    at_block = policy in ("fixed", "adaptive_verification")  # the block drafted, whole
+    if k > limit or (spec.method == "dspark" and at_block and k != limit):
         rule = f"exactly {limit}" if spec.method == "dspark" else f"at most {limit}"
         raise SpecsimError(
             f"drafter {name!r} ({spec.method}) drafts {rule} per step, not k = {k}",

@@ -146,7 +146,8 @@ WINDOW_SUMMARY_KEYS = {
     "loads where a k > 0 is chosen: `{metric, label, by_load: [{load, worse_by}], loads_worse, "
     "loads_compared, worse_by: {min, median, max}}` (worse_by 0.3: 30 % worse); empty when none",
     "policies": "per load, the window policies judged as k is: `{load, best_static_k, figures: "
-    "{static, by_batch, adaptive, adaptive_steps (with --policies)}, winner, margin (its lead "
+    "{static, by_batch, adaptive, and with --policies adaptive_steps, adaptive_verification}, "
+    "winner, margin (its lead "
     "over the best other policy, a fraction), tied_with (policies within the plan's tie band: "
     "the simplest wins), winner_beats_off}`; a policy whose run is missing is left out",
     "k_by_batch": "the k-by-batch-size table and its verdict (keys below)",

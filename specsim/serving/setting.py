@@ -78,7 +78,8 @@ class Speculative:
     ``max_concurrency``: speculation off above this many running sequences (a static k's
     cut-off; a table ends its own rows); ``acceptance_gate``: (threshold, window) of
     TensorRT-LLM's acceptance off-switch; ``adaptive_steps``: SGLang's adaptive config (the
-    JSON of --speculative-adaptive-config), k its initial steps.
+    JSON of --speculative-adaptive-config), k its initial steps; ``adaptive_verification``:
+    vLLM's per-step verify budget (k drafted, fewer verified).
     """
 
     drafter: str
@@ -97,6 +98,7 @@ class Speculative:
     max_concurrency: int | None = None
     acceptance_gate: tuple[float, int] | None = None
     adaptive_steps: dict | None = None
+    adaptive_verification: bool = False
 
     @property
     def schedule_rows(self) -> tuple[BatchRow, ...]:

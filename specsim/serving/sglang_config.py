@@ -294,6 +294,13 @@ def not_expressible(setting: EngineSetting) -> list[str]:
             f"{algorithm(spec)}{' trees' if spec.tree is not None else ''} (it would warn and "
             f"keep the static steps); written with k = {spec.k}, the initial steps"
         )
+    if spec.adaptive_verification:
+        notes.append(
+            "vLLM's adaptive verification: SGLang 0.5.23's nearest rule, DSpark's ragged-verify "
+            "budget (SGLANG_RAGGED_VERIFY_MODE, --speculative-dspark-sps-table-path), needs a "
+            f"step-cost table profiled on the server; written with k = {spec.k}, every draft "
+            "verified"
+        )
     if spec.max_concurrency is not None and not spec.by_batch:
         notes.append(
             f"max_concurrency {spec.max_concurrency}: SGLang has no cut-off by batch size "

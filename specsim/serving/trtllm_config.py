@@ -306,6 +306,11 @@ def not_expressible(setting: EngineSetting, notes: list[str]) -> list[str]:
             f"(draft_len_schedule follows the batch only); written with max_draft_len = {spec.k}, "
             "the initial steps"
         )
+    if spec is not None and spec.adaptive_verification:
+        out.append(
+            "vLLM's adaptive verification: TensorRT-LLM verifies every draft of a step; "
+            f"written with max_draft_len = {spec.k}"
+        )
     if setting.speculation is not None and setting.verifier == "typical":
         out.append(
             "verifier typical: TensorRT-LLM's relaxed acceptance is MTP's thinking-phase rule "

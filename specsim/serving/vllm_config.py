@@ -60,6 +60,7 @@ FIELDS = frozenset(
         "synthetic_acceptance_rates",
         "synthetic_acceptance_length",
         "parallel_drafting",
+        "enable_adaptive_verification",
     }
 )
 # SpeculativeMethod per specsim drafter kind (§3.2: V33 has no medusa; heads are EAGLE).
@@ -82,6 +83,10 @@ NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"}) 
 # On Model Runner V1 a batch-size schedule is dropped for any other method (§3.4).
 SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 REJECTION_METHODS = frozenset({"standard", "synthetic", "block", "fly"})  # §3.3
+# Adaptive verification scores drafts by DSpark's confidence head, or else by an acceptance
+# estimate from the draft logits, which prompt lookup has none of (vLLM 0.33
+# ``v1/worker/gpu/spec_decode/speculator.py``, ``acceptance_estimator.py``).
+ADAPTIVE_METHODS = METHODS - {"ngram"}
 
 
 def method(spec: Speculative) -> str:
@@ -152,6 +157,8 @@ def speculative_config(setting: EngineSetting, synthetic: bool = False) -> dict[
     ranges = schedule(spec, setting.max_batch)
     if ranges:
         config["num_speculative_tokens_per_batch_size"] = ranges
+    if spec.adaptive_verification and name in ADAPTIVE_METHODS:
+        config["enable_adaptive_verification"] = True
     if synthetic:
         config["rejection_sample_method"] = "synthetic"
         config["synthetic_acceptance_rates"] = [round(p, 6) for p in spec.unconditional_rates]
@@ -308,6 +315,11 @@ def not_expressible(setting: EngineSetting) -> list[str]:
             "SGLang's adaptive steps: vLLM 0.33 chooses no k from acceptance (its per-batch "
             f"table follows the batch only, §3.4); written with k = {spec.k}, the initial steps"
         )
+    if spec is not None and spec.adaptive_verification and method(spec) not in ADAPTIVE_METHODS:
+        notes.append(
+            "adaptive verification: vLLM 0.33 scores drafts from draft logits, which prompt "
+            f"lookup has none of; written as fixed k = {spec.k}, every draft verified"
+        )
     if setting.speculation is not None and setting.verifier == "typical":
         notes.append(
             "verifier typical: vLLM 0.33 has no typical acceptance (only V0's "
@@ -330,6 +342,12 @@ def notes(setting: EngineSetting) -> list[str]:
         out.append(
             "method mtp runs the target checkpoint's MTP layers (num_nextn_predict_layers), the "
             "one module k times per step, with no draft model of its own (§3.2, §3.5)"
+        )
+    if spec is not None and spec.adaptive_verification and method(spec) in ADAPTIVE_METHODS:
+        out.append(
+            "enable_adaptive_verification profiles step costs at start-up and runs on Model "
+            "Runner V2 with full CUDA graphs: leave --enforce-eager off and "
+            "VLLM_USE_V2_MODEL_RUNNER unset"
         )
     if setting.prefix_caching:
         out.append(

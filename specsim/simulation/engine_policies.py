@@ -48,6 +48,7 @@ import numpy as np
 
 from specsim.policy_settings import AcceptanceGate as GateSettings
 from specsim.policy_settings import AdaptiveSteps
+from specsim.profile.latency import fit_seconds
 
 REPORTED_CHANGES = 50  # a run's summary lists this many of the steps' changes
 
@@ -200,5 +201,102 @@ class AdaptiveStepsWindow:
                 "steps": {str(b): s.steps for b, s in zip(self.starts, self.slots, strict=True)},
                 "changes": len(self.changes),
                 "first_changes": [list(c) for c in self.changes[:REPORTED_CHANGES]],
+            }
+        }
+
+
+class AdaptiveVerification:
+    """vLLM's adaptive verification (``enable_adaptive_verification``, policy
+    ``adaptive_verification``): the drafter proposes k for every row, and before the target's
+    pass the engine picks how many of those drafts to verify, and whose.
+
+    Source: vllm-project/vllm @ 8eadfc2c4c29812fba0dfe8a547b4ef29bdafec9,
+    ``vllm/v1/worker/gpu/spec_decode/adaptive_verification.py`` (AdaptiveVerificationManager:
+    ``_compute_budget``, ``_assign_draft_token_budget_kernel``; PR #47808). Each scheduled draft
+    scores its survival, the running product of its request's per-position confidences. The
+    budget B* maximises (requests sampling + the B highest survivals) / (the drafter's cost at
+    the batch's request count + the verify cost at the batch's non-draft tokens + B), the
+    first maximum on ties; then the B* highest survivals are admitted (survival falls along a
+    request, so each keeps a prefix; ties go to the shallower step, then the earlier request).
+
+    Here the confidences are the expected conditional acceptance rates of each row's
+    acceptance level (times the drafter's proposal rate): DSpark's confidence head scores each
+    draft, which tells it more than an expectation does, so this prices the policy on the
+    cautious side. vLLM's cost tables are step times profiled at start-up by token count; here
+    the engine's own cost model prices each budget on the batch as it stands (the verified
+    drafts attend to the batch's mean context). Prompt chunks are scheduled with every draft
+    counted, as vLLM's scheduler counts them before the budget trims.
+    """
+
+    name: ClassVar[str] = "adaptive_verification"
+    fixed: ClassVar[bool] = False
+    trims: ClassVar[bool] = True  # hands each row its verified drafts: per-iteration path
+
+    def __init__(self, k: int):
+        self.k = self.k_max = k
+        self.costs = None
+        self._scores = np.zeros((1, k))
+        self.scheduled = 0.0  # drafts proposed over the run, and verified
+        self.verified = 0.0
+
+    @classmethod
+    def build(cls, speculation, max_batch: int) -> AdaptiveVerification:
+        return cls(speculation.k)
+
+    def attach(self, costs, acceptance) -> None:
+        """The engine's cost model, and each acceptance level's survivals (a rate model's:
+        the scenario refuses the policy with replayed sequences)."""
+        self.costs = costs
+        self._fit = costs.target.latency.fit
+        self._scores = acceptance.survival[:, : self.k] * acceptance.proposal_rate
+
+    def choose(self, rows: int, kv_tokens: float) -> int:
+        return self.k
+
+    def admit(self, drafts: np.ndarray, levels: np.ndarray, decode, prefill, sampling) -> None:
+        """Trim ``drafts`` (each occupied row's scheduled drafts; -1 in empty slots) in place
+        to the drafts verified. ``levels``: the rows' acceptance levels; ``decode``: the rows'
+        totals with no draft verified; ``prefill``: the prompt chunks in the pass;
+        ``sampling``: the rows and finishing prompts that sample a token."""
+        rows = np.flatnonzero(drafts > 0.0)
+        scheduled = drafts[rows]
+        total = int(scheduled.sum())
+        self.scheduled += total
+        if total == 0:
+            return
+        k = self.k
+        scores = self._scores[levels[rows]]
+        scores = np.where(np.arange(k)[None, :] < scheduled[:, None], scores, -np.inf)
+        flat = scores.T.ravel()  # step-major: a stable sort breaks ties by step, then row
+        order = np.argsort(-flat, kind="stable")[:total]
+        expected = sampling + np.concatenate(([0.0], np.cumsum(flat[order])))
+        budget = int(np.argmax(expected / self._seconds(total, decode, prefill)))
+        self.verified += budget
+        if budget < total:
+            admitted = np.zeros(flat.shape[0], dtype=bool)
+            admitted[order[:budget]] = True
+            drafts[rows] = admitted.reshape(k, -1).sum(axis=0)
+
+    def _seconds(self, total: int, decode, prefill) -> np.ndarray:
+        """The iteration's seconds with 0..total drafts verified."""
+        added = np.arange(total + 1, dtype=np.float64)
+        mean_context = decode.kv / decode.rows
+        target = fit_seconds(
+            self._fit,
+            decode.rows + prefill.rows,
+            decode.tokens + prefill.tokens + added,
+            decode.kv + prefill.kv,
+            decode.pairs + prefill.pairs + added * mean_context,
+        )
+        _, draft, host = self.costs.iteration_parts(self.k, decode, prefill)
+        return target + draft + host
+
+    def report(self) -> dict:
+        share = self.verified / self.scheduled if self.scheduled else None
+        return {
+            "adaptive_verification": {
+                "drafts_proposed": self.scheduled,
+                "drafts_verified": self.verified,
+                "verified_share": share,
             }
         }

@@ -3,9 +3,10 @@ scenario may give ``speculation.policy`` (``specsim.choices.WINDOW_POLICIES``).
 
 - ``FixedWindow``: always k.
 - ``BatchTableWindow``: k from a table by running batch size (above the table: k = 0).
-- ``AdaptiveStepsWindow`` (``policy: adaptive_steps``): SGLang's adaptive steps, and
-  ``AcceptanceGate``, TensorRT-LLM's acceptance off-switch around a fixed or by-batch policy
-  (both in ``engine_policies.py``: they keep state across iterations).
+- ``AdaptiveStepsWindow`` (``policy: adaptive_steps``): SGLang's adaptive steps,
+  ``AcceptanceGate``, TensorRT-LLM's acceptance off-switch around a fixed or by-batch policy,
+  and ``AdaptiveVerification`` (``policy: adaptive_verification``), vLLM's per-row verify
+  budget (all in ``engine_policies.py``: they run one iteration at a time).
 - ``GoodputWindow`` (``policy: adaptive``): before each iteration, the k in 0..k_max that saves
   the most time. It evaluates the engine's own cost function (``StepCosts.iteration_s``) on the
   batch as it stands, with each row's ragged window near the end of its request. A decode-only
@@ -34,7 +35,11 @@ import numpy as np
 from specsim.choices import WINDOW_POLICIES, check_implemented
 from specsim.costs import NO_ROWS, PassTotals
 from specsim.scenario import Speculation
-from specsim.simulation.engine_policies import AcceptanceGate, AdaptiveStepsWindow
+from specsim.simulation.engine_policies import (
+    AcceptanceGate,
+    AdaptiveStepsWindow,
+    AdaptiveVerification,
+)
 
 
 class FixedWindow:
@@ -190,11 +195,20 @@ class GoodputWindow:
         return tokens, new, pairs
 
 
-WindowPolicy = FixedWindow | BatchTableWindow | GoodputWindow | AdaptiveStepsWindow
+WindowPolicy = (
+    FixedWindow | BatchTableWindow | GoodputWindow | AdaptiveStepsWindow | AdaptiveVerification
+)
 
 # The implementation of each policy a scenario may name (``specsim.choices.WINDOW_POLICIES``).
 WINDOW_POLICY_CLASSES: dict[str, type[WindowPolicy]] = {
-    cls.name: cls for cls in (FixedWindow, BatchTableWindow, GoodputWindow, AdaptiveStepsWindow)
+    cls.name: cls
+    for cls in (
+        FixedWindow,
+        BatchTableWindow,
+        GoodputWindow,
+        AdaptiveStepsWindow,
+        AdaptiveVerification,
+    )
 }
 check_implemented(WINDOW_POLICIES, WINDOW_POLICY_CLASSES, "window policies")
 

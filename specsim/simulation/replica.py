@@ -163,6 +163,7 @@ class Replica:
             and not acceptance.needs_position
             and self.tree_rows is None
             and not getattr(policy, "observes", False)
+            and not getattr(policy, "trims", False)
             and getattr(acceptance, "shift", None) is None
         )
         self._observes = getattr(policy, "observes", False)
@@ -215,7 +216,8 @@ class Replica:
         self._kv_planned = 0.0
         # A batch-aware policy (adaptive) evaluates the engine's own cost function on this batch.
         self._batch_policy = hasattr(policy, "choose_batch")
-        if self._batch_policy:
+        self._trims = getattr(policy, "trims", False)  # verifies fewer drafts than proposed
+        if hasattr(policy, "attach"):
             policy.attach(costs, acceptance)
         # The cost model and the window policy as the kernels read them (a stretch's seconds,
         # FLOPs and windows come from the same compiled functions as the loops').
@@ -586,6 +588,11 @@ class Replica:
             # emit nothing. Numpy scalars and in-place operations keep this to a few microseconds.
             drafts = _minimum(remaining, self._k_plus_1[k])
             drafts -= _ONE
+            if self._trims and k:
+                # Prompt chunks are scheduled around every proposed draft, then the policy
+                # trims the drafts it verifies (vLLM's order).
+                chunks, prefill = self._prefill_chunks(float(drafts.dot(ones)) + used)
+                self._trim(drafts, views, decode_kv, prefill, chunks)
             if k == 0:
                 # Nothing drafted, nothing to accept: no draws. (Window policies that switch
                 # speculation off for some iterations leave the stream to the steps that use it.)
@@ -622,15 +629,8 @@ class Replica:
                 charged_pairs = new_tokens * longest + own_span
             decode = DecodePlan(k, drafts, accepted, new_tokens, decode_kv, self._joined, views)
             self._joined = 0
-        chunks = None
-        prefill = NO_ROWS
-        if admission.prefilling:
-            chunks, prefill = admission.chunks(self.token_budget - new_tokens)
-            if prefill.rows:
-                p_tokens, p_pairs = prefill.tokens, prefill.pairs
-                self.stats.flops["prefill"] += costs.target_flops(
-                    p_tokens, p_pairs
-                ) + costs.draft_prefill_flops(p_tokens, p_pairs)
+        if not (self._trims and k and rows):
+            chunks, prefill = self._prefill_chunks(new_tokens)
         if costs.checks_ranges:
             self._check_ranges(rows, k, chunks or ())
         if rows and not prefill.rows:
@@ -645,6 +645,28 @@ class Replica:
             )
             self.log.drafter_flops += costs.draft_flops(rows, k, decode_kv)
         return Plan(dt, decode, chunks, rows + prefill.rows)
+
+    def _prefill_chunks(self, decode_tokens: float) -> tuple[Chunks | None, PassTotals]:
+        """The prompt chunks that fit beside ``decode_tokens`` (their FLOPs counted)."""
+        admission = self.admission
+        if not admission.prefilling:
+            return None, NO_ROWS
+        chunks, prefill = admission.chunks(self.token_budget - decode_tokens)
+        if prefill.rows:
+            costs = self.costs
+            p_tokens, p_pairs = prefill.tokens, prefill.pairs
+            self.stats.flops["prefill"] += costs.target_flops(
+                p_tokens, p_pairs
+            ) + costs.draft_prefill_flops(p_tokens, p_pairs)
+        return chunks, prefill
+
+    def _trim(self, drafts, views: SlotViews, decode_kv: float, prefill, chunks) -> None:
+        """The policy's verified drafts per row, in place of ``drafts``."""
+        rows = self.decoding
+        decode = PassTotals(rows, float(rows), decode_kv, decode_kv + rows)
+        finishing = sum(1 for r, c in chunks or () if r.prefilled + c >= r.prefill_target)
+        levels = (views.level_shift * 0.5).astype(np.int64)
+        self.policy.admit(drafts, levels, decode, prefill, float(rows + finishing))
 
     def _check_ranges(self, rows: int, k: int, chunks) -> None:
         top = float(self.context.max()) if rows else 0.0

@@ -396,7 +396,7 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         duration_s=duration,
     )
     # Policies with state say what they did (when the off-switch tripped, how steps moved).
-    reports = [r.policy.report() for r in replicas if getattr(r.policy, "observes", False)]
+    reports = [r.policy.report() for r in replicas if hasattr(r.policy, "report")]
     if reports:
         summary["window_policy"] = reports
     lossy = any(s.speculation.enabled and s.speculation.verifier in LOSSY_VERIFIERS for s in setups)

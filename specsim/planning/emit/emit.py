@@ -194,6 +194,8 @@ def engine_switches(speculation, rows: list) -> dict:
         out["acceptance_gate"] = (gate.threshold, gate.window)
     if speculation.policy == "adaptive_steps":
         out["adaptive_steps"] = speculation.steps_config.engine_config()
+    if speculation.policy == "adaptive_verification":
+        out["adaptive_verification"] = True
     if speculation.max_concurrency is not None and not rows:
         out["max_concurrency"] = speculation.max_concurrency
     return out

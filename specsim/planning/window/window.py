@@ -47,6 +47,7 @@ from specsim.planning.trees import (
 )
 from specsim.planning.window.window_policies import (
     ADAPTIVE_STEPS,
+    ADAPTIVE_VERIFICATION,
     EXTRA_POLICIES,
     choices,
     initial_steps,
@@ -162,6 +163,9 @@ class WindowPlan:
                 steps = initial_steps(self.scenario.speculation.steps_config.candidate_steps, top)
                 extra = [f"speculation.k={steps}", *self.policy_overrides(ADAPTIVE_STEPS), *chain]
                 points.append(self.point(load, ADAPTIVE_STEPS, extra))
+            if top > 0 and ADAPTIVE_VERIFICATION in self.policies:
+                extra = [f"speculation.k={top}", *self.policy_overrides(ADAPTIVE_VERIFICATION)]
+                points.append(self.point(load, ADAPTIVE_VERIFICATION, [*extra, *chain]))
         return points
 
 
@@ -418,9 +422,9 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
             use_slo=plan.use_slo,
             sweeper=sweeper,
             always=lambda point: point.tags["config"] == "k=0",
-            competes=lambda point: point.tags["config"] not in (ADAPTIVE, ADAPTIVE_STEPS, *trees),
+            competes=lambda point: point.tags["config"] not in (ADAPTIVE, *EXTRA_POLICIES, *trees),
             desc="plan window (screened)",
-            estimable=lambda point: point.tags["config"] not in (ADAPTIVE_STEPS, *trees),
+            estimable=lambda point: point.tags["config"] not in (*EXTRA_POLICIES, *trees),
         )
         results = [result for result in screened.results if result is not None]
     else:

@@ -1,7 +1,7 @@
 """Which window policy wins at each load: the best static k, the k-by-batch table (vLLM's
 ``num_speculative_tokens_per_batch_size``, TensorRT-LLM's ``draft_len_schedule``), specsim's
-goodput policy and, with ``--policies adaptive_steps``, SGLang's adaptive steps at its default
-tiers; each against speculation off.
+goodput policy and, with ``--policies``, SGLang's adaptive steps at its default tiers and vLLM's
+adaptive verification at the sweep's largest k; each against speculation off.
 
 Judged as the plan judges k: goodput under the SLO when the scenario has one, else mean
 end-to-end latency. A policy a load did not simulate (or whose run failed) is left out there.
@@ -17,14 +17,16 @@ from specsim.planning.report import Table
 from specsim.planning.window.window_table import E2E_TIE
 
 ADAPTIVE_STEPS = "adaptive_steps"
+ADAPTIVE_VERIFICATION = "adaptive_verification"
 # The policies ``--policies`` may add beside the static k (the goodput policy and the table
 # run by default).
-EXTRA_POLICIES = (ADAPTIVE_STEPS,)
+EXTRA_POLICIES = (ADAPTIVE_STEPS, ADAPTIVE_VERIFICATION)
 LABELS = {
     "static": "best static k",
     "by_batch": "k-by-batch table",
     "adaptive": "goodput policy",
     ADAPTIVE_STEPS: "SGLang adaptive steps",
+    ADAPTIVE_VERIFICATION: "vLLM adaptive verification",
 }
 
 
@@ -71,7 +73,7 @@ def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
     for entry in loads:
         summaries = {
             "static": entry.best,
-            **{name: entry.summary(name) for name in ("by_batch", "adaptive", ADAPTIVE_STEPS)},
+            **{name: entry.summary(name) for name in ("by_batch", "adaptive", *EXTRA_POLICIES)},
         }
         scored = ((n, score(v, use_slo)) for n, v in summaries.items())
         scores = {n: s for n, s in scored if s is not None}
