@@ -18,7 +18,8 @@ fi
 pip=("$venv/bin/pip" install -q)
 "${pip[@]}" torch==2.13.0 # the project's torch: CPU build where the machine provides it
 # The engines without their CUDA dependencies, then what their argument code imports. The
-# versions are the ones this check was last run with; the engines' own pins ask for other
+# versions are the ones this check was last run with (specsim's own runtime dependencies last:
+# the adaptive-steps test imports its simulator); the engines' own pins ask for other
 # torch builds, so pip's resolver warnings about them are expected.
 "${pip[@]}" --no-deps vllm==0.33.0 sglang==0.5.23
 "${pip[@]}" --no-deps \
@@ -38,7 +39,9 @@ pip=("$venv/bin/pip" install -q)
   partial-json-parser==0.2.1.1.post7 llguidance==1.9.1 einops==0.8.2 orjson==3.13.0 \
   triton==3.9.0 ipython==9.18.1 traitlets==5.16.1 jsonschema==4.26.0 \
   jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
-  pytest==9.2.0 iniconfig==2.3.1 pluggy==1.7.0
+  pytest==9.2.0 iniconfig==2.3.1 pluggy==1.7.0 \
+  scipy==1.17.1 simpy==4.1.2 pandas==3.1.1 python-dateutil==4.0.0 six==1.17.0 tzdata==2026.6 \
+  numba==0.68.1 llvmlite==0.50.0
 echo "== environment ready after $(($(date +%s) - start)) s"
 
 # vLLM reads its platform from VLLM_TARGET_DEVICE without CUDA; nothing is downloaded.

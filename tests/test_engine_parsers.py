@@ -188,7 +188,8 @@ def variants(models: Path) -> list[tuple[str, EngineSetting]]:
 LACKS = {"vllm": set(), "sglang": {"p_eagle", "pard"}, "trtllm": {"p_eagle"}}
 CHAINS = [kind for kind in DRAFTERS if kind not in BLOCK]
 REFUSED = {
-    "vllm": {"medusa-chain", *(f"{kind}-tree" for kind in CHAINS)},
+    # DSpark drafts its whole block: vLLM drops a per-batch table for it.
+    "vllm": {"medusa-chain", "dspark-by-batch", *(f"{kind}-tree" for kind in CHAINS)},
     "sglang": {"medusa-chain", "ngram-tree"},
     "trtllm": {"medusa-chain", "draft_model-tree", "ngram-tree", "mtp-tree"},
 }

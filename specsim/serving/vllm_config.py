@@ -107,6 +107,11 @@ def refuses(setting: EngineSetting) -> str | None:
     if missing := method_refusal(setting, KIND_METHODS, "vLLM 0.33"):
         return missing
     spec = setting.speculation
+    if spec is not None and spec.schedule_rows and method(spec) not in SCHEDULE_METHODS:
+        return (
+            f"vLLM 0.33 drops num_speculative_tokens_per_batch_size for method {method(spec)} "
+            "(§3.4; DSpark drafts its whole block), so the k-by-batch table cannot be written"
+        )
     medusa = medusa_refusal(setting, "vLLM 0.33", "§3.2: medusa left its SpeculativeMethod")
     if medusa is not None or spec is None or spec.tree is None:
         return medusa
