@@ -116,6 +116,14 @@ CACHE_SUMMARY_KEYS = {
     "prompt preempted there in full (counted in prefill_tokens_computed)",
 }
 
+# Present only with an engine policy that keeps a record (a list: one entry per replica).
+POLICY_SUMMARY_KEYS = {
+    "window_policy": "per replica, what its engine policy did: `acceptance_gate` (`samples`, "
+    "`tripped_at_sample`, `speculation_off_at_s`), `adaptive_steps` (each tier's `steps` at the "
+    "end, `changes`, `first_changes` as [time, tier, steps]) or `adaptive_verification` "
+    "(`drafts_proposed`, `drafts_verified`, `verified_share`)",
+}
+
 BASELINE_KEYS = {
     "baseline": "with --compare-baseline: the same metrics with speculation off (k = 0)",
     "speedup_vs_baseline": "with --compare-baseline: k = 0 latency over speculative latency "
@@ -438,6 +446,8 @@ def outputs_page() -> str:
         ),
         "Where the scenario sets them, after `kv_capacity_tokens` (and in each pool's summary):",
         table(["key", "meaning"], [[f"`{k}`", v] for k, v in CACHE_SUMMARY_KEYS.items()]),
+        "With an engine policy that keeps a record (before `scenario`):",
+        table(["key", "meaning"], [[f"`{k}`", v] for k, v in POLICY_SUMMARY_KEYS.items()]),
         "### `summary.json`: `disaggregation`",
         "A disaggregated fleet (`fleet.disaggregation`) adds `disaggregation` after `pools`: "
         "the pools' sizes and use, and the KV transfers.",

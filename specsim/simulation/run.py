@@ -395,7 +395,8 @@ def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
         price_per_hour_usd=price,
         duration_s=duration,
     )
-    # Policies with state say what they did (when the off-switch tripped, how steps moved).
+    # Engine policies say what they did (when the off-switch tripped, how steps moved, how
+    # many drafts were verified).
     reports = [r.policy.report() for r in replicas if hasattr(r.policy, "report")]
     if reports:
         summary["window_policy"] = reports
