@@ -21,7 +21,7 @@ from specsim.api.overrides import override_texts
 from specsim.api.results import SUMMARY, PlanResult, plan_result
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json
-from specsim.planning.capacity import capacity, capacity_report
+from specsim.planning.capacity import capacity, capacity_policies, capacity_report
 from specsim.planning.capacity.capacity_deploy import (
     DeploymentRequest,
     deployment_request,
@@ -114,16 +114,20 @@ def capacity_run(
     options: SweepOptions,
     emit: EmitRequest | None = None,
     deployments: DeploymentRequest | None = None,
+    policies: Sequence[str] = (),
 ) -> Planned:
     """``plan capacity``'s searches into ``out``, and its report; ``deployments``: the TP and
-    precision choices searched (None: the scenario's profile only)."""
+    precision choices searched (None: the scenario's profile only); ``policies``: the window
+    policies compared (``capacity_policies``; checked names, as ``compared_policies`` gives)."""
     built = None if deployments is None else deployments.build(Path(out))
     plan = capacity.prepare(
         scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed, built
     )
+    capacity_policies.add(plan, tuple(policies))
     engine_files.check_models(emit, [plan.profile, *(d.profile for d in built or [] if d.fits)])
     write_built(plan.deployments)
-    return _swept(plan, capacity, capacity_report, emit_choice.capacity_choice, out, options, emit)
+    command, report = (capacity_policies,) * 2 if plan.policies else (capacity, capacity_report)
+    return _swept(plan, command, report, emit_choice.capacity_choice, out, options, emit)
 
 
 def swap_run(
@@ -253,6 +257,7 @@ def plan_capacity(
     acceptance_from: str | None = None,
     draft_tp: int | None = None,
     expert_parallel: bool = False,
+    policies: str | Sequence[str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
@@ -260,9 +265,12 @@ def plan_capacity(
     scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``);
     ``profiles``, ``tp`` (``"2,4,8"`` or ints), ``precision``, ``hardware``, ``target_model``,
     ``draft_models``, ``acceptance_from``, ``draft_tp`` and ``expert_parallel`` as the
-    deployment options.
+    deployment options; ``policies`` as ``--policies`` (``"by_batch,adaptive_steps"`` or a
+    list): the window policies compared at the target, in the summary's ``policies``.
     Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
-    with deployments also ``deployments`` and ``pareto``."""
+    with deployments also ``deployments`` and ``pareto``; with policies ``policies``."""
+    from specsim.planning.policy_compare import compared_policies
+
     return run_planner(
         capacity_run,
         scenario,
@@ -287,6 +295,7 @@ def plan_capacity(
             draft_tp,
             expert_parallel,
         ),
+        policies=compared_policies(policies, "plan capacity"),
     )
 
 

@@ -33,6 +33,7 @@ from specsim.planning.common import (
     switch_overrides,
     without_pools,
 )
+from specsim.planning.policy_compare import table_text
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
 from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
@@ -398,8 +399,7 @@ def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepP
     """Run the derived table at every load (nothing to check when it is k = 0 throughout)."""
     if not rows or all(row["k"] == 0 for row in rows):
         return []
-    table = "[" + ", ".join(f"{{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows) + "]"
-    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table}"]
+    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table_text(rows)}"]
     return [plan.point(load, BY_BATCH, extra) for load in plan.loads]
 
 
