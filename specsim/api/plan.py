@@ -32,7 +32,7 @@ from specsim.planning.emit import emit as engine_files
 from specsim.planning.emit import emit_choice
 from specsim.planning.emit.emit import EmitRequest
 from specsim.planning.report import Report, write_report
-from specsim.planning.swap import swap, swap_report
+from specsim.planning.swap import swap, swap_policies, swap_report
 from specsim.planning.sweep.cluster import ClusterTls
 from specsim.planning.sweep.sweeper import Sweeper
 from specsim.planning.window import window, window_report
@@ -143,17 +143,21 @@ def swap_run(
     emit: EmitRequest | None = None,
     tree_drafters: list | None = None,
     tree_drafts: str | None = None,
+    policies: Sequence[str] = (),
 ) -> Planned:
     """``report drafter-swap``'s sweep into ``out``, and its report (``tree_drafters``: (name,
-    TreeCandidate) pairs, as ``--tree-drafter``)."""
+    TreeCandidate) pairs, as ``--tree-drafter``; ``policies``: the window policies compared,
+    ``swap_policies``)."""
     plan = swap.prepare(
         scenario, overrides, drafters, profiles, ks, loads, seed, tree_drafters, tree_drafts
     )
+    swap_policies.add(plan, tuple(policies))
     for drafter in plan.drafters:
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
     engine_files.check_models(emit, [d.plan.profile for d in plan.drafters])
-    return _swept(plan, swap, swap_report, emit_choice.swap_choice, out, options, emit)
+    command, report = (swap_policies,) * 2 if plan.policies else (swap, swap_report)
+    return _swept(plan, command, report, emit_choice.swap_choice, out, options, emit)
 
 
 def _swept(plan, command, report, choice, out, options: SweepOptions, emit) -> Planned:
@@ -334,12 +338,16 @@ def drafter_swap(
     progress: bool = True,
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
+    policies: str | Sequence[str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim report drafter-swap``: two or more drafters side by side across load, and a
     recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter); ``emit``
-    and ``models`` as for ``plan_window``. Tables: ``drafters``, ``acceptance_per_position``,
-    ``per_load``, ``sweep``."""
+    and ``models`` as for ``plan_window``; ``policies`` as ``--policies``: the drafters with
+    each window policy per load, in the summary's ``policies``. Tables: ``drafters``,
+    ``acceptance_per_position``, ``per_load``, ``sweep``; with policies ``policies``."""
+    from specsim.planning.policy_compare import compared_policies
+
     return run_planner(
         swap_run,
         scenario,
@@ -352,6 +360,7 @@ def drafter_swap(
         ks=_k_values(k),
         loads=_loads(loads),
         seed=seed,
+        policies=compared_policies(policies, "report drafter-swap"),
     )
 
 

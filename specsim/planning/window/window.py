@@ -33,7 +33,7 @@ from specsim.planning.common import (
     switch_overrides,
     without_pools,
 )
-from specsim.planning.policy_compare import table_text
+from specsim.planning.policy_compare import check_reach, table_text
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
 from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
@@ -236,15 +236,7 @@ def add_policies(plan: WindowPlan, policies: Sequence[str], limit: int) -> None:
                 key="--policies",
                 fix=f"give one of: {', '.join(EXTRA_POLICIES)}",
             )
-    if ADAPTIVE_STEPS in policies:
-        widest = max(plan.scenario.speculation.steps_config.candidate_steps)
-        if widest > limit:
-            raise SpecsimError(
-                f"SGLang's adaptive steps may choose {widest} steps, but the profile's "
-                f"acceptance for {plan.scenario.speculation.drafter!r} answers k up to {limit}",
-                key="--policies",
-                fix="profile more positions, or give speculation.adaptive_steps tiers within it",
-            )
+    check_reach(policies, plan.scenario.speculation, limit)
     plan.policies = tuple(dict.fromkeys(policies))
 
 
