@@ -5,7 +5,8 @@ Each chain drafter's ``plan window`` grid gains the policies named: the goodput 
 (``adaptive``), the engines' own (``window_policies.EXTRA_POLICIES``, as ``plan window`` runs
 them) and, with ``by_batch``, the drafter's k-by-batch table, derived and run as ``plan window``
 does (``window.k_by_batch``). A tree drafter runs its tree and is not among them. The static k
-(each drafter's best k at the load) is always compared.
+is always compared: each drafter's best k above 0 at the load (k = 0 is speculation off, what
+every pair is set against).
 
 Judged as ``plan window`` judges its policies (goodput under the SLO, else mean end-to-end
 latency; the plan's tie bands): (drafter, policy) pairs within the band of the best are equal
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specsim.planning.common import GOODPUT_TIE, answerable_k
+from specsim.planning.common import GOODPUT_TIE, answerable_k, choose
 from specsim.planning.policy_compare import ADAPTIVE, BY_BATCH, STATIC, banded
 from specsim.planning.report import Paragraph, Section, Table
 from specsim.planning.swap import swap, swap_report
@@ -77,11 +78,12 @@ def choices(plan: SwapPlan, per_drafter) -> list[dict[str, Any]]:
     for i, load in enumerate(plan.loads):
         scores: dict[tuple[str, str], float] = {}
         offs: dict[str, float | None] = {}
+        static_k = {d.name: drafting_k(d, per_drafter[d.name][i], use_slo) for d in _chains(plan)}
         for name in compared(plan):
             for d in _chains(plan):
                 entry = per_drafter[d.name][i]
-                summary = entry.best if name == STATIC else entry.summary(name)
-                value = score(summary, use_slo)
+                config = name if name != STATIC else f"k={static_k[d.name]}"
+                value = score(entry.summary(config), use_slo)
                 if value is not None:
                     scores[(d.name, name)] = value
                 offs[d.name] = score(entry.summary("k=0"), use_slo)
@@ -98,6 +100,7 @@ def choices(plan: SwapPlan, per_drafter) -> list[dict[str, Any]]:
         out.append(
             {
                 "load": load,
+                "static_k": static_k,
                 "figures": figures,
                 "speculation_off": {d: None if v is None else abs(v) for d, v in offs.items()},
                 "winner": None if winner is None else _pair(winner),
@@ -108,6 +111,12 @@ def choices(plan: SwapPlan, per_drafter) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def drafting_k(d, entry, use_slo: bool) -> int | None:
+    """The drafter's best static k above 0 at a load (``common.choose``): the static policy
+    speculates, so that it can lose to speculation off as the other policies can."""
+    return choose([(k, entry.summary(f"k={k}")) for k in d.plan.ks if k > 0], use_slo)
 
 
 def _pair(pair: tuple[str, str]) -> dict[str, str]:
@@ -166,6 +175,7 @@ def table(plan: SwapPlan, outcome: dict[str, Any]) -> Table:
         rows.append(
             [
                 c["load"],
+                *(c["static_k"][d.name] for d in _chains(plan)),
                 *(c["figures"].get(d, {}).get(n) for d, n in pairs),
                 *(c["speculation_off"].get(d.name) for d in _chains(plan)),
                 "" if winner is None else _who(winner),
@@ -179,6 +189,7 @@ def table(plan: SwapPlan, outcome: dict[str, Any]) -> Table:
         "policies",
         [
             plan.first.axis.label,
+            *(f"{d.name}: static k" for d in _chains(plan)),
             *(f"{d}, {LABELS[n]}: {figure}" for d, n in pairs),
             *(f"{d.name}, k = 0: {figure}" for d in _chains(plan)),
             "winner",
@@ -188,7 +199,8 @@ def table(plan: SwapPlan, outcome: dict[str, Any]) -> Table:
             "lose to k = 0",
         ],
         rows,
-        "Each drafter with each window policy per load, judged as the plan judges k; pairs "
+        "Each drafter with each window policy per load (the static k: its best above 0), "
+        "judged as the plan judges k; pairs "
         "within its tie band are equal and the simplest policy wins, then the drafter given "
         "first; the margin is the winner's lead over the best other pair, as a fraction of it "
         "(negative: a tied pair was nominally ahead); a pair loses to k = 0 beyond the band",
