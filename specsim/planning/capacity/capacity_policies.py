@@ -146,7 +146,7 @@ def entries(plan: CapacityPlan, outcome: dict[str, Any]) -> list[dict[str, Any]]
             }
             if adaptive.deployment is not None:
                 item["deployment"] = adaptive.deployment.label
-            out.append({"json": item, "best": best, "off": off, "searched": searched})
+            out.append({"json": item, "best": best, "off": off})
     return out
 
 
@@ -154,18 +154,18 @@ def verdict(plan: CapacityPlan, outcome: dict[str, Any]) -> list[dict[str, Any]]
     """The summary's ``policies``: one entry per traffic level (the target rate)."""
     found = entries(plan, outcome)
     order = {id(e): i for i, e in enumerate(found)}
-    ranked = sorted(
+    standing = sorted(
         (e for e in found if e["best"] is not None and e["best"].replicas is not None),
         key=lambda e: (*_fleet(e["best"]), simplicity(e["json"]["policy"]), order[id(e)]),
     )
-    winner = ranked[0] if ranked else None
+    winner = standing[0] if standing else None
     tied = [
         e
-        for e in ranked[1:]
+        for e in standing[1:]
         if e["best"].replicas == winner["best"].replicas
         and math.isclose(e["best"].cost_per_hour, winner["best"].cost_per_hour, rel_tol=1e-9)
     ]
-    other = next((e for e in ranked if e is not winner), None)
+    other = next((e for e in standing if e is not winner), None)
     margin_replicas = margin = None
     if winner is not None and other is not None:
         margin_replicas = other["best"].replicas - winner["best"].replicas
