@@ -243,3 +243,52 @@ def test_bad_policies_are_refused_in_one_line(scenario, command, args, message, 
     err = capsys.readouterr().err
     assert code == 2 and message in err and "--policies" in err
     assert err.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_the_api_refuses_bad_policies_before_any_run(scenario):
+    from specsim import drafter_swap, plan_capacity
+
+    with pytest.raises(SpecsimError, match="'nope' is not a policy plan capacity compares"):
+        plan_capacity(scenario, target_rps=60, policies="nope")
+    with pytest.raises(SpecsimError, match="'nope' is not a policy report drafter-swap compares"):
+        drafter_swap(scenario, drafters=["llama3.2-1b", "ngram"], policies=["by_batch", "nope"])
+
+
+def test_swap_ties_go_to_the_simpler_policy_then_the_first_drafter():
+    from types import SimpleNamespace as NS
+
+    from specsim.planning.swap.swap_policies import choices
+
+    def entry(e2e: dict[str, float]):
+        runs = {config: {"e2e_s": {"mean": v}} for config, v in e2e.items()}
+        return NS(summary=runs.get)
+
+    def drafter(name):
+        return NS(name=name, tree=None, plan=NS(ks=[0, 1, 2]))
+
+    plan = NS(
+        first=NS(use_slo=False), loads=[1.0], policies=("adaptive",),
+        drafters=[drafter("current"), drafter("candidate")],
+    )  # fmt: skip
+    # Mean E2E (lower is better), k = 0 at 1.0. The current drafter's goodput policy is 1 %
+    # ahead of the candidate's k = 1, inside the 2 % band: the static k, the simpler, wins.
+    per = {
+        "current": [entry({"k=0": 1.0, "k=1": 0.9, "k=2": 1.03, "adaptive": 0.5})],
+        "candidate": [entry({"k=0": 1.0, "k=1": 0.505, "k=2": 0.6, "adaptive": 0.505})],
+    }
+    (choice,) = choices(plan, per)
+    assert choice["static_k"] == {"current": 1, "candidate": 1}
+    assert choice["winner"] == {"drafter": "candidate", "policy": "static"}
+    assert choice["tied_with"] == [
+        {"drafter": "current", "policy": "adaptive"},
+        {"drafter": "candidate", "policy": "adaptive"},
+    ]
+    # Its lead over the best other (0.5), as a fraction of that: behind by 1 %.
+    assert choice["margin"] == pytest.approx(-0.005 / 0.5)
+    assert choice["winner_beats_off"] is True and choice["lose_to_off"] == []
+    # Equal figures at the same policy: the drafter given first. The current drafter's goodput
+    # policy is 5 % behind its k = 0, beyond the band: a loss.
+    per["current"] = [entry({"k=0": 1.0, "k=1": 0.505, "k=2": 1.03, "adaptive": 1.05})]
+    (choice,) = choices(plan, per)
+    assert choice["winner"] == {"drafter": "current", "policy": "static"}
+    assert choice["lose_to_off"] == [{"drafter": "current", "policy": "adaptive"}]
