@@ -24,8 +24,9 @@ from dataclasses import replace
 from typing import Any
 
 from specsim.planning.capacity import capacity, capacity_report
-from specsim.planning.capacity.capacity import CandidateResult, choose_candidate, off_result
+from specsim.planning.capacity.capacity import choose_candidate, off_result
 from specsim.planning.capacity.capacity_plan import Candidate, CapacityPlan
+from specsim.planning.capacity.capacity_search import CandidateResult, find_capacities
 from specsim.planning.common import answerable_k
 from specsim.planning.policy_compare import (
     ADAPTIVE,
@@ -100,7 +101,7 @@ def run(plan: CapacityPlan, sweeper) -> dict[str, Any]:
     made, outcome["no_table"] = tables(plan, outcome["candidates"])
     searched = [*plan.policy_candidates, *made]
     only = replace(plan, candidates=searched)
-    outcome["policy_candidates"] = capacity.find_capacities(only, sweeper) if searched else []
+    outcome["policy_candidates"] = find_capacities(only, sweeper) if searched else []
     return outcome
 
 
