@@ -33,7 +33,7 @@ from specsim.planning.common import (
     switch_overrides,
     without_pools,
 )
-from specsim.planning.policy_compare import check_reach, table_text
+from specsim.planning.policy_compare import check_reach, start_k, table_text
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
 from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
@@ -47,10 +47,8 @@ from specsim.planning.trees import (
     sglang_candidates,
 )
 from specsim.planning.window.window_policies import (
-    ADAPTIVE_STEPS,
     EXTRA_POLICIES,
     choices,
-    initial_steps,
 )
 from specsim.planning.window.window_table import (
     LoadCheck,
@@ -159,10 +157,10 @@ class WindowPlan:
                         [f"speculation.k={top}", *self.policy_overrides("adaptive"), *chain],
                     )
                 )
-            if top > 0 and ADAPTIVE_STEPS in self.policies:
-                steps = initial_steps(self.scenario.speculation.steps_config.candidate_steps, top)
-                extra = [f"speculation.k={steps}", *self.policy_overrides(ADAPTIVE_STEPS), *chain]
-                points.append(self.point(load, ADAPTIVE_STEPS, extra))
+            for name in self.policies if top > 0 else ():
+                k = start_k(name, self.scenario.speculation, top)
+                extra = [f"speculation.k={k}", *self.policy_overrides(name), *chain]
+                points.append(self.point(load, name, extra))
         return points
 
 
@@ -410,9 +408,9 @@ def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
             use_slo=plan.use_slo,
             sweeper=sweeper,
             always=lambda point: point.tags["config"] == "k=0",
-            competes=lambda point: point.tags["config"] not in (ADAPTIVE, ADAPTIVE_STEPS, *trees),
+            competes=lambda point: point.tags["config"] not in (ADAPTIVE, *EXTRA_POLICIES, *trees),
             desc="plan window (screened)",
-            estimable=lambda point: point.tags["config"] not in (ADAPTIVE_STEPS, *trees),
+            estimable=lambda point: point.tags["config"] not in (*EXTRA_POLICIES, *trees),
         )
         results = [result for result in screened.results if result is not None]
     else:
