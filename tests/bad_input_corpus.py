@@ -335,7 +335,9 @@ BAD_STRINGS = {
 BAD_STRINGS["tp-list"] = ["", "x", "0", "-1", "2,,4", "4.5", "65", "99999999999", "nan"]
 BAD_STRINGS["precision"] = ["", "x", "fp9", "bf16/", "fp8/int4", "/fp8", "fp8,x"]
 BAD_STRINGS["tree-drafts"] = ["", "sideways", "top_k", "IID"]
+# Not names (or "fixed", speculation.policy's, which --policies calls "static"), in any case.
 BAD_STRINGS["policies"] = ["", "x", "adaptive_steps,x", "adaptive_steps,,", "ADAPTIVE_STEPS"]
+BAD_STRINGS["policies"] += ["fixed", "by_batch,static,k"]
 # plan window's trees: malformed shapes, a chain (that is k), one past the size limits.
 BAD_STRINGS["plan-trees"] = [*BAD_STRINGS["tree"][:11], "1,1,1", "99999999999"]
 BAD_STRINGS["tree-drafter"] = ["", "small", "=2,2,1", "d1=", "d1=1,1", "d1=x", "nosuch=2,2"]

@@ -289,6 +289,7 @@ def test_plan_and_report_outputs_match_the_reference(tmp_path):
         "specsim report drafter-swap": [
             *("report", "drafter-swap", scenario, "--drafter", "llama3.2-1b"),
             *("--drafter", "ngram", "--k", "0,2", "--loads", "4"),
+            *("--policies", "adaptive"),  # policies.csv, documented as written with it
         ],
     }
     for command, argv in runs.items():

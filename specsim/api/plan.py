@@ -21,7 +21,7 @@ from specsim.api.overrides import override_texts
 from specsim.api.results import SUMMARY, PlanResult, plan_result
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json
-from specsim.planning.capacity import capacity, capacity_report
+from specsim.planning.capacity import capacity, capacity_policies, capacity_report
 from specsim.planning.capacity.capacity_deploy import (
     DeploymentRequest,
     deployment_request,
@@ -32,7 +32,7 @@ from specsim.planning.emit import emit as engine_files
 from specsim.planning.emit import emit_choice
 from specsim.planning.emit.emit import EmitRequest
 from specsim.planning.report import Report, write_report
-from specsim.planning.swap import swap, swap_report
+from specsim.planning.swap import swap, swap_policies, swap_report
 from specsim.planning.sweep.cluster import ClusterTls
 from specsim.planning.sweep.sweeper import Sweeper
 from specsim.planning.window import window, window_report
@@ -114,16 +114,20 @@ def capacity_run(
     options: SweepOptions,
     emit: EmitRequest | None = None,
     deployments: DeploymentRequest | None = None,
+    policies: Sequence[str] = (),
 ) -> Planned:
     """``plan capacity``'s searches into ``out``, and its report; ``deployments``: the TP and
-    precision choices searched (None: the scenario's profile only)."""
+    precision choices searched (None: the scenario's profile only); ``policies``: the window
+    policies compared (``capacity_policies``; checked names, as ``compared_policies`` gives)."""
     built = None if deployments is None else deployments.build(Path(out))
     plan = capacity.prepare(
         scenario, overrides, target_rps, drafters, ks, tolerance, attainment, seed, built
     )
+    capacity_policies.add(plan, tuple(policies))
     engine_files.check_models(emit, [plan.profile, *(d.profile for d in built or [] if d.fits)])
     write_built(plan.deployments)
-    return _swept(plan, capacity, capacity_report, emit_choice.capacity_choice, out, options, emit)
+    command, report = (capacity_policies,) * 2 if plan.policies else (capacity, capacity_report)
+    return _swept(plan, command, report, emit_choice.capacity_choice, out, options, emit)
 
 
 def swap_run(
@@ -139,17 +143,21 @@ def swap_run(
     emit: EmitRequest | None = None,
     tree_drafters: list | None = None,
     tree_drafts: str | None = None,
+    policies: Sequence[str] = (),
 ) -> Planned:
     """``report drafter-swap``'s sweep into ``out``, and its report (``tree_drafters``: (name,
-    TreeCandidate) pairs, as ``--tree-drafter``)."""
+    TreeCandidate) pairs, as ``--tree-drafter``; ``policies``: the window policies compared,
+    ``swap_policies``)."""
     plan = swap.prepare(
         scenario, overrides, drafters, profiles, ks, loads, seed, tree_drafters, tree_drafts
     )
+    swap_policies.add(plan, tuple(policies))
     for drafter in plan.drafters:
         p = drafter.plan
         check_loads(p.scenario_path, p.base_overrides, p.axis, p.loads, p.seed)
     engine_files.check_models(emit, [d.plan.profile for d in plan.drafters])
-    return _swept(plan, swap, swap_report, emit_choice.swap_choice, out, options, emit)
+    command, report = (swap_policies,) * 2 if plan.policies else (swap, swap_report)
+    return _swept(plan, command, report, emit_choice.swap_choice, out, options, emit)
 
 
 def _swept(plan, command, report, choice, out, options: SweepOptions, emit) -> Planned:
@@ -253,6 +261,7 @@ def plan_capacity(
     acceptance_from: str | None = None,
     draft_tp: int | None = None,
     expert_parallel: bool = False,
+    policies: str | Sequence[str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim plan capacity``: the rate one replica sustains within the SLO per candidate,
@@ -260,9 +269,12 @@ def plan_capacity(
     scenario's), the rest as their options (``emit`` and ``models`` as for ``plan_window``);
     ``profiles``, ``tp`` (``"2,4,8"`` or ints), ``precision``, ``hardware``, ``target_model``,
     ``draft_models``, ``acceptance_from``, ``draft_tp`` and ``expert_parallel`` as the
-    deployment options.
+    deployment options; ``policies`` as ``--policies`` (``"by_batch,adaptive_steps"`` or a
+    list): the window policies compared at the target, in the summary's ``policies``.
     Tables: ``capacity``, ``fleet``, ``fleet_vs_off`` (when the choice uses speculation);
-    with deployments also ``deployments`` and ``pareto``."""
+    with deployments also ``deployments`` and ``pareto``; with policies ``policies``."""
+    from specsim.planning.policy_compare import compared_policies
+
     return run_planner(
         capacity_run,
         scenario,
@@ -287,6 +299,7 @@ def plan_capacity(
             draft_tp,
             expert_parallel,
         ),
+        policies=compared_policies(policies, "plan capacity"),
     )
 
 
@@ -325,12 +338,16 @@ def drafter_swap(
     progress: bool = True,
     emit: str | Sequence[str] | None = None,
     models: dict[str, str] | None = None,
+    policies: str | Sequence[str] | None = None,
     **overrides: Any,
 ) -> PlanResult:
     """``specsim report drafter-swap``: two or more drafters side by side across load, and a
     recommendation. ``profiles`` as ``--profile`` (one for all, or one per drafter); ``emit``
-    and ``models`` as for ``plan_window``. Tables: ``drafters``, ``acceptance_per_position``,
-    ``per_load``, ``sweep``."""
+    and ``models`` as for ``plan_window``; ``policies`` as ``--policies``: the drafters with
+    each window policy per load, in the summary's ``policies``. Tables: ``drafters``,
+    ``acceptance_per_position``, ``per_load``, ``sweep``; with policies ``policies``."""
+    from specsim.planning.policy_compare import compared_policies
+
     return run_planner(
         swap_run,
         scenario,
@@ -343,6 +360,7 @@ def drafter_swap(
         ks=_k_values(k),
         loads=_loads(loads),
         seed=seed,
+        policies=compared_policies(policies, "report drafter-swap"),
     )
 
 

@@ -301,6 +301,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --disaggregated: the most replicas a layout holds (default 8)",
     )
+    capacity.add_argument(
+        "--policies",
+        default=None,
+        metavar="KIND",
+        help="window policies to compare at the target beside the static k and the goodput "
+        "policy, comma-separated: by_batch (a k-by-batch table per drafter), adaptive_steps "
+        "(SGLang's), adaptive_verification (vLLM's per-step verify budget); the report's 'Window policy at the target' gives the replicas each needs, "
+        "the winner and those needing more replicas than speculation off",
+    )
     _deployment_options(capacity)
     _common(capacity, disaggregated=True)
 
@@ -433,8 +442,9 @@ def _capacity(args: argparse.Namespace) -> int:
     if args.disaggregated:
         return _disaggregated(args)
     from specsim.api.plan import capacity_run
-    from specsim.planning.capacity import capacity_report
+    from specsim.planning.capacity import capacity_policies, capacity_report
     from specsim.planning.common import parse_k_values
+    from specsim.planning.policy_compare import compared_policies
 
     emit = emit_request(args)
     planned = capacity_run(
@@ -450,8 +460,12 @@ def _capacity(args: argparse.Namespace) -> int:
         sweep_options(args),
         emit,
         _deployment(args),
+        compared_policies(args.policies, "plan capacity"),
     )
-    return finish(args, planned, capacity_report.human(planned.plan, planned.summary))
+    human = capacity_report.human(planned.plan, planned.summary)
+    if planned.plan.policies:
+        human += "\n" + capacity_policies.human(planned.summary)
+    return finish(args, planned, human)
 
 
 def _deployment(args: argparse.Namespace):
@@ -477,7 +491,7 @@ def _disaggregated(args: argparse.Namespace) -> int:
     from specsim.planning.capacity import disagg_report
     from specsim.planning.emit.emit_split import human as engine_line
 
-    refused = (("--drafter", args.drafter), ("--k", args.k))
+    refused = (("--drafter", args.drafter), ("--k", args.k), ("--policies", args.policies))
     for option, given in refused:
         if given:
             raise SpecsimError(

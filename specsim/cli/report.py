@@ -91,6 +91,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LOAD",
         help="load levels (as for plan window; default: a ladder around the scenario's load)",
     )
+    swap.add_argument(
+        "--policies",
+        default=None,
+        metavar="KIND",
+        help="window policies to compare with the drafters at every load beside the static k, "
+        "comma-separated: by_batch, adaptive (the goodput policy), adaptive_steps (SGLang's), "
+        "adaptive_verification (vLLM's per-step verify budget); "
+        "the report's 'Drafter and window policy per load' names the winning drafter and "
+        "policy there and those that lose to k = 0",
+    )
     add_sweep_options(swap)
     add_emit_options(swap)
     add_set(swap)
@@ -107,7 +117,8 @@ def tree_drafters(texts: list[str]):
 def run(args: argparse.Namespace) -> int:
     from specsim.api.plan import swap_run
     from specsim.planning.common import parse_k_values, parse_loads
-    from specsim.planning.swap import swap_report
+    from specsim.planning.policy_compare import compared_policies
+    from specsim.planning.swap import swap_policies, swap_report
 
     emit = emit_request(args)
     planned = swap_run(
@@ -123,5 +134,9 @@ def run(args: argparse.Namespace) -> int:
         emit,
         tree_drafters(args.tree_drafter),
         args.tree_drafts,
+        compared_policies(args.policies, "report drafter-swap"),
     )
-    return finish(args, planned, swap_report.human(planned.plan, planned.summary))
+    human = swap_report.human(planned.plan, planned.summary)
+    if planned.plan.policies:
+        human += "\n" + swap_policies.human(planned.summary)
+    return finish(args, planned, human)

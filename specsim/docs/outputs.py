@@ -315,6 +315,17 @@ COMMAND_OUTPUTS = {
         "bisection ran above the target, and `headroom`, capacity over the target less 1), "
         "`comparison`, `candidates` (candidates.csv's rows), `pareto` (pareto.csv's points), "
         "`failed`, and with the deployment options `deployments` and `not_fitting`",
+        "policies.csv": "with --policies: per drafter and window policy (the best static k, "
+        "the k-by-batch table, the goodput policy, the engines' policies named) its best "
+        "candidate, capacity, the replicas and cost the target needs, speculation off's "
+        "replicas, whether it needs more, and the winner (fewest replicas, then cost, then the "
+        "simpler policy); summary.json's `policies`: per traffic level (the target), "
+        "`{target_rps, by_policy: [{drafter, policy, candidate, capacity_rps, replicas, "
+        "cost_usd_per_hour, replicas_without_speculation, more_replicas_than_off}], winner: "
+        "{drafter, policy, candidate}, margin_replicas (fewer than the next), margin (capacity "
+        "per device over the next's, less 1), tied_with, winner_beats_off, no_table (drafters "
+        "without a table, and why)}`. Compared, not recommended: the recommendation stays among "
+        "the plan's own candidates",
         "capacity.csv": "per candidate (k = 0, each drafter x k, adaptive): the highest rate "
         "one replica sustains within the SLO, replicas and cost for the target rate",
         "fleet.csv": "the fleet simulation at the target rate that confirms the choice",
@@ -353,6 +364,13 @@ COMMAND_OUTPUTS = {
         **REPORT_FILES,
         "drafters.csv": "the drafters side by side (medians over the loads, each at its best k)",
         "per_load.csv": "each load: every drafter at its best k, and the winner",
+        "policies.csv": "with --policies: each load, every chain drafter with each window "
+        "policy (its best static k above 0, and those named), each drafter's k = 0, the "
+        "winning pair, its margin, the pairs tied with it, whether it beats k = 0 and the "
+        "pairs that lose to k = 0; summary.json's `policies`: per load `{load, static_k, "
+        "figures: {drafter: {policy: figure}}, speculation_off: {drafter: figure}, winner: "
+        "{drafter, policy}, margin, tied_with, winner_beats_off, lose_to_off}`, judged as `plan "
+        "window` judges its policies (a pair loses beyond the tie band)",
         "sweep.csv": "one row per simulation (drafter x load x k)",
     },
     "specsim validate": {

@@ -40,6 +40,7 @@ class Candidate:
     k: int
     policy: str = "fixed"
     deployment: Deployment | None = None  # None: the scenario's own profile
+    extra: tuple[str, ...] = ()  # what else its policy sets (a k-by-batch table)
 
     def overrides(self) -> list[str]:
         placed = self.deployment.overrides() if self.deployment is not None else []
@@ -56,6 +57,7 @@ class Candidate:
             f"speculation.drafter={self.drafter}",
             f"speculation.k={self.k}",
             f"speculation.policy={self.policy}",
+            *self.extra,
         ]
 
     @property
@@ -88,6 +90,10 @@ class CapacityPlan:
     # (candidate label, why it does not fit: its weights leave no KV cache, or one too small
     # for the workload's longest request) for candidates left out.
     unfit: list[tuple[str, str]] = field(default_factory=list)
+    # ``--policies`` (``capacity_policies``): the policies compared, and the candidates run
+    # for them after the search above (the k-by-batch tables join once it has run).
+    policies: tuple[str, ...] = ()
+    policy_candidates: list[Candidate] = field(default_factory=list)
 
     def identity(self) -> dict[str, Any]:
         identity = {
@@ -101,6 +107,8 @@ class CapacityPlan:
         }
         if self.deployments:
             identity["deployments"] = [d.identity() for d in self.deployments]
+        if self.policies:
+            identity["policies"] = list(self.policies)
         return identity
 
     def point(self, candidate: Candidate, knob: float, extra: Sequence[str] = ()) -> SweepPoint:

@@ -71,6 +71,7 @@ class SwapPlan:
     loads: list[float]
     ks: list[int]
     seed: int
+    policies: tuple[str, ...] = ()  # the window policies compared (``swap_policies``)
 
     @property
     def first(self) -> window.WindowPlan:
@@ -85,6 +86,7 @@ class SwapPlan:
             "loads": self.loads,
             "k": self.ks,
             "seed": self.seed,
+            **({"policies": list(self.policies)} if self.policies else {}),
         }
 
 

@@ -33,6 +33,7 @@ from specsim.planning.common import (
     switch_overrides,
     without_pools,
 )
+from specsim.planning.policy_compare import check_reach, start_k, table_text
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
 from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
@@ -46,11 +47,8 @@ from specsim.planning.trees import (
     sglang_candidates,
 )
 from specsim.planning.window.window_policies import (
-    ADAPTIVE_STEPS,
-    ADAPTIVE_VERIFICATION,
     EXTRA_POLICIES,
     choices,
-    initial_steps,
 )
 from specsim.planning.window.window_table import (
     LoadCheck,
@@ -159,13 +157,10 @@ class WindowPlan:
                         [f"speculation.k={top}", *self.policy_overrides("adaptive"), *chain],
                     )
                 )
-            if top > 0 and ADAPTIVE_STEPS in self.policies:
-                steps = initial_steps(self.scenario.speculation.steps_config.candidate_steps, top)
-                extra = [f"speculation.k={steps}", *self.policy_overrides(ADAPTIVE_STEPS), *chain]
-                points.append(self.point(load, ADAPTIVE_STEPS, extra))
-            if top > 0 and ADAPTIVE_VERIFICATION in self.policies:
-                extra = [f"speculation.k={top}", *self.policy_overrides(ADAPTIVE_VERIFICATION)]
-                points.append(self.point(load, ADAPTIVE_VERIFICATION, [*extra, *chain]))
+            for name in self.policies if top > 0 else ():
+                k = start_k(name, self.scenario.speculation, top)
+                extra = [f"speculation.k={k}", *self.policy_overrides(name), *chain]
+                points.append(self.point(load, name, extra))
         return points
 
 
@@ -239,15 +234,7 @@ def add_policies(plan: WindowPlan, policies: Sequence[str], limit: int) -> None:
                 key="--policies",
                 fix=f"give one of: {', '.join(EXTRA_POLICIES)}",
             )
-    if ADAPTIVE_STEPS in policies:
-        widest = max(plan.scenario.speculation.steps_config.candidate_steps)
-        if widest > limit:
-            raise SpecsimError(
-                f"SGLang's adaptive steps may choose {widest} steps, but the profile's "
-                f"acceptance for {plan.scenario.speculation.drafter!r} answers k up to {limit}",
-                key="--policies",
-                fix="profile more positions, or give speculation.adaptive_steps tiers within it",
-            )
+    check_reach(policies, plan.scenario.speculation, limit)
     plan.policies = tuple(dict.fromkeys(policies))
 
 
@@ -402,8 +389,7 @@ def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepP
     """Run the derived table at every load (nothing to check when it is k = 0 throughout)."""
     if not rows or all(row["k"] == 0 for row in rows):
         return []
-    table = "[" + ", ".join(f"{{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows) + "]"
-    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table}"]
+    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table_text(rows)}"]
     return [plan.point(load, BY_BATCH, extra) for load in plan.loads]
 
 
