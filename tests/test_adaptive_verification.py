@@ -8,6 +8,7 @@ highest survivals are admitted, each row keeping a prefix.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -154,3 +155,36 @@ def test_published_shape_fixed_k_falls_below_no_speculation_and_adaptive_does_no
     assert arms["no_spec"] == pytest.approx(published["no_spec"], rel=0.05)
     assert arms["fixed_k7"] < arms["no_spec"] < arms["adaptive"]
     assert arms["adaptive"] > 1.1 * arms["fixed_k7"]
+
+
+def test_plan_window_emits_adaptive_verification_where_it_is_the_best_an_engine_runs(
+    tmp_path, capsys
+):
+    # The published deployment at 256 clients: specsim's goodput policy is ahead, but no
+    # engine runs it; of the policies an engine runs, adaptive verification wins and beats
+    # speculation off, so vLLM's config carries it (and SGLang's says it cannot).
+    from specsim.cli import main
+
+    data = yaml.safe_load((REPO / "scenarios" / "closed_loop.yaml").read_text())
+    data["profile"] = str(REPO / "tests" / "data" / "adaptive_verification" / "profile.yaml")
+    fixed = {"dist": "fixed"}
+    data["workload"].update(
+        concurrency=256,
+        requests=1024,
+        prompt={**fixed, "value": 256},
+        output={**fixed, "value": 512},
+    )
+    data["engine"] = {"max_batch": 256, "max_batched_tokens": 8192}
+    data["speculation"] = {"drafter": "dspark", "k": 7, "temperature": 1.0}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    args = ["--k", "0,7", "--loads", "256", "--policies", "adaptive_verification", "--no-progress"]
+    assert (
+        main(["plan", "window", str(path), *args, "--emit", "vllm,sglang", "--out", str(out)]) == 0
+    )
+    assert "of what an engine runs: vLLM adaptive verification" in capsys.readouterr().out
+    config = json.loads((out / "engine" / "vllm.json").read_text())
+    assert config["enable_adaptive_verification"] is True and config["num_speculative_tokens"] == 7
+    sglang = (out / "engine" / "sglang.args").read_text()
+    assert "Not expressible: vLLM's adaptive verification" in sglang

@@ -89,7 +89,7 @@ def test_the_plans_setting_carries_passes_block_size_and_prefix(repo, monkeypatc
         )
         choice = SimpleNamespace(
             profile=profile, drafter="heads", k=2, rows=[], static_k=None, tree=None,
-            scenario=scenario, unexpressed=[],
+            scenario=scenario, unexpressed=[], policy=None,
         )  # fmt: skip
         ours = emit.setting_for(choice, SimpleNamespace(models=()))
         assert ours.speculation.passes == passes

@@ -19,8 +19,8 @@ from specsim.cli import main
 from specsim.errors import SpecsimError
 from specsim.planning.capacity.capacity_plan import Candidate
 from specsim.planning.capacity.capacity_policies import verdict
-from specsim.planning.policy_compare import banded, compared_policies
-from specsim.planning.window.window_policies import LABELS
+from specsim.planning.policy_compare import compared_policies
+from specsim.planning.window.window_policies import LABELS, banded
 
 SLO = {"ttft_s": 0.5, "tpot_s": 0.01}
 ACCEPT = ["--set", "speculation.acceptance=iid", "--set", "speculation.acceptance_rate="]

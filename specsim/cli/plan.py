@@ -307,8 +307,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KIND",
         help="window policies to compare at the target beside the static k and the goodput "
         "policy, comma-separated: by_batch (a k-by-batch table per drafter), adaptive_steps "
-        "(SGLang's), adaptive_verification (vLLM's per-step verify budget); the report's 'Window policy at the target' gives the replicas each needs, "
-        "the winner and those needing more replicas than speculation off",
+        "(SGLang's), adaptive_verification (vLLM's per-step verify budget); the report's "
+        "'Window policy at the target' gives the replicas each needs, the winner and those "
+        "needing more replicas than speculation off",
     )
     _deployment_options(capacity)
     _common(capacity, disaggregated=True)

@@ -8,8 +8,7 @@ tie rule go to the simplest, since a lead inside it is no reason to deploy a har
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from specsim.errors import SpecsimError
 from specsim.planning.window.window_policies import (
@@ -60,23 +59,6 @@ def check_reach(names: Sequence[str], speculation, limit: int) -> None:
                 key="--policies",
                 fix="profile more positions, or give speculation.adaptive_steps tiers within it",
             )
-
-
-def banded(scores: Mapping[Hashable, float], band: float) -> tuple[Any, list, float | None]:
-    """(winner, tied, margin) of ``scores`` (higher is better; given in tie-break order).
-
-    Those within ``band`` x |best| of the best are equal and the first of them wins; the margin
-    is its lead over the best other, as a fraction of that (negative: a tied one was ahead)."""
-    if not scores:
-        return None, [], None
-    best = max(scores.values())
-    within = [n for n in scores if scores[n] >= best - band * abs(best)]
-    winner = within[0]
-    others = [scores[n] for n in scores if n != winner]
-    margin = None
-    if others and max(others) != 0:
-        margin = (scores[winner] - max(others)) / abs(max(others))
-    return winner, within[1:], margin
 
 
 def table_text(rows: Sequence[Mapping[str, int]]) -> str:

@@ -185,16 +185,18 @@ def cut_rows(rows: list, cut: int | None, scenario) -> tuple[BatchRow, ...]:
     return kept + ((BatchRow(largest, 0),) if cut < largest else ())
 
 
-def engine_switches(speculation, rows: list) -> dict:
-    """The scenario's engine switches as ``Speculative`` holds them. A table chosen with a
-    max_concurrency ends its rows there instead (TensorRT-LLM refuses both at once)."""
+def engine_switches(speculation, rows: list, policy: str | None = None) -> dict:
+    """The scenario's engine switches as ``Speculative`` holds them, for its policy or the
+    engine policy the plan chose (``policy``). A table chosen with a max_concurrency ends its
+    rows there instead (TensorRT-LLM refuses both at once)."""
     out: dict = {}
+    policy = policy or speculation.policy
     gate = speculation.acceptance_gate
-    if gate is not None:
+    if gate is not None and policy in ("fixed", "by_batch"):
         out["acceptance_gate"] = (gate.threshold, gate.window)
-    if speculation.policy == "adaptive_steps":
+    if policy == "adaptive_steps":
         out["adaptive_steps"] = speculation.steps_config.engine_config()
-    if speculation.policy == "adaptive_verification":
+    if policy == "adaptive_verification":
         out["adaptive_verification"] = True
     if speculation.max_concurrency is not None and not rows:
         out["max_concurrency"] = speculation.max_concurrency
@@ -230,7 +232,7 @@ def setting_for(choice: Choice, request: EmitRequest) -> EngineSetting:
             sglang_knobs=None if choice.tree is None else choice.tree.sglang,
             method=drafter.method,
             passes=drafter.passes,
-            **engine_switches(scenario.speculation, choice.rows),
+            **engine_switches(scenario.speculation, choice.rows, choice.policy),
         )
     return EngineSetting(
         target=target,

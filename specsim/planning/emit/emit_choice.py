@@ -1,8 +1,11 @@
 """Which setting a finished plan recommends to deploy, per command, and at which loads to test it.
 
-- ``plan window``: the k-by-batch table when its verdict is "recommended"; otherwise the best
-  static k at the swept load nearest the scenario's own (k = 0 there: speculation off). A
-  table still needs a static k for the engines without one: the best static k at that load.
+- ``plan window``: with ``--policies``, an engine's own policy (SGLang's adaptive steps, vLLM's
+  adaptive verification) where it wins the policy verdict at the swept load nearest the
+  scenario's own and beats speculation off there; otherwise the k-by-batch table when its
+  verdict is "recommended"; otherwise the best static k at that load (k = 0 there:
+  speculation off). A table still needs a static k for the engines without one: the best
+  static k at that load.
 - ``plan capacity``: the candidate the fleet is planned with. The goodput-adaptive policy
   picks k every step from the running batch and acceptance, which no engine's configuration
   can: the same drafter's best static candidate stands in, said so in every file.
@@ -21,7 +24,14 @@ from typing import Any
 from specsim.planning.capacity.capacity import choose_candidate
 from specsim.planning.common import metric, plural
 from specsim.planning.emit.emit_workload import PlannedLoad, open_loop_requests
+from specsim.planning.policy_compare import start_k
 from specsim.planning.window.window import BY_BATCH
+from specsim.planning.window.window_policies import (
+    EXTRA_POLICIES,
+    LABELS,
+    deployable_winner,
+    score,
+)
 from specsim.planning.window.window_table import RECOMMENDED
 from specsim.serving.bench_commands import number
 
@@ -43,6 +53,7 @@ class Choice:
     unexpressed: list[str] = field(default_factory=list)
     tree: Any = None  # a TreeCandidate when a tree is recommended (k is its depth)
     tree_drafts: str | None = None
+    policy: str | None = None  # an engine policy the plan chose (None: the scenario's own)
 
 
 def nearest(entries: list, base: float):
@@ -99,7 +110,17 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     common.update(command="plan window", profile=plan.profile, loads=loads)
     rows = outcome["rows"]
     tree = plan.tree_by_config.get(chosen.best_config or "")
-    if tree is not None:
+    engine_policy = _winning_engine_policy(plan, outcome, chosen)
+    if engine_policy is not None and tree is None:
+        k = start_k(engine_policy, plan.scenario.speculation, max(plan.ks))
+        reason = (
+            f"{LABELS[engine_policy]} (k = {k}), the window policy that wins at {where} and "
+            "beats speculation off there"
+        )
+        choice = Choice(drafter=drafter, k=k, reason=reason, **common)
+        choice.policy = engine_policy
+        choice.loads = _swept_loads(plan, outcome["loads"], lambda entry: engine_policy)
+    elif tree is not None:
         # A tree beats every chain here: it is what to run (no engine takes a tree table).
         reason = f"tree {tree.config} ({tree.shape.describe()}), the best setting at {where}"
         choice = Choice(drafter=drafter, k=tree.shape.depth, reason=reason, **common)
@@ -121,6 +142,18 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         choice = Choice(drafter=drafter, k=chosen.best_k, reason=reason, **common)
     choice.unexpressed += _off_above(outcome, plan.axis, choice.drafter is not None)
     return choice
+
+
+def _winning_engine_policy(plan, outcome: dict[str, Any], chosen) -> str | None:
+    """The engine policy (``--policies``) that is best at the chosen load among the policies
+    an engine can run and beats speculation off there; None if none is."""
+    row = next((r for r in outcome.get("policies", ()) if r["load"] == chosen.load), None)
+    winner = None if row is None else deployable_winner(row, plan.use_slo)
+    off = score(chosen.summary("k=0"), plan.use_slo)
+    if winner not in EXTRA_POLICIES or off is None:
+        return None
+    mine = score(chosen.summary(winner), plan.use_slo)
+    return winner if mine is not None and mine > off else None
 
 
 def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:

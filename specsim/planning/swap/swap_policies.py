@@ -20,12 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from specsim.planning.common import GOODPUT_TIE, answerable_k, choose
-from specsim.planning.policy_compare import ADAPTIVE, BY_BATCH, STATIC, banded
+from specsim.planning.policy_compare import ADAPTIVE, BY_BATCH, STATIC
 from specsim.planning.report import Paragraph, Section, Table
 from specsim.planning.swap import swap, swap_report
 from specsim.planning.swap.swap import SwapPlan
 from specsim.planning.window import window
-from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS, score
+from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS, banded, score
 from specsim.planning.window.window_table import E2E_TIE
 
 

@@ -9,6 +9,7 @@ end-to-end latency. A policy a load did not simulate (or whose run failed) is le
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from specsim.errors import SpecsimError
@@ -78,15 +79,7 @@ def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
         scored = ((n, score(v, use_slo)) for n, v in summaries.items())
         scores = {n: s for n, s in scored if s is not None}
         off = score(entry.summary("k=0"), use_slo)
-        winner = margin = None
-        tied: list[str] = []
-        if scores:
-            best = max(scores.values())
-            within = [n for n in scores if scores[n] >= best - band * abs(best)]
-            winner, tied = within[0], within[1:]
-            others = [scores[n] for n in scores if n != winner]
-            if others:
-                margin = (scores[winner] - max(others)) / abs(max(others))
+        winner, tied, margin = banded(scores, band)
         out.append(
             {
                 "load": entry.load,
@@ -99,6 +92,31 @@ def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def deployable_winner(row: dict[str, Any], use_slo: bool) -> str | None:
+    """The best policy at a verdict row's load among those an engine can run (the goodput
+    policy left out: no engine's configuration picks k that way), by the same tie band."""
+    sign = 1.0 if use_slo else -1.0  # figures: goodput (higher is better) or mean E2E
+    scores = {n: sign * v for n, v in row["figures"].items() if n != "adaptive"}
+    return banded(scores, GOODPUT_TIE if use_slo else E2E_TIE)[0]
+
+
+def banded(scores: Mapping[Hashable, float], band: float) -> tuple[Any, list, float | None]:
+    """(winner, tied, margin) of ``scores`` (higher is better; given in tie-break order).
+
+    Those within ``band`` x |best| of the best are equal and the first of them wins; the margin
+    is its lead over the best other, as a fraction of that (negative: a tied one was ahead)."""
+    if not scores:
+        return None, [], None
+    best = max(scores.values())
+    within = [n for n in scores if scores[n] >= best - band * abs(best)]
+    winner = within[0]
+    others = [scores[n] for n in scores if n != winner]
+    margin = None
+    if others and max(others) != 0:
+        margin = (scores[winner] - max(others)) / abs(max(others))
+    return winner, within[1:], margin
 
 
 def table(plan, rows: list[dict[str, Any]]) -> Table:

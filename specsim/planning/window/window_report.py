@@ -25,6 +25,7 @@ from specsim.planning.window.window import (
     batch_size,
     regressions_vs_off_text,
 )
+from specsim.planning.window.window_policies import LABELS, deployable_winner
 from specsim.planning.window.window_policies import table as policies_table
 from specsim.planning.window.window_table import vllm_ranges
 from specsim.planning.window.window_table_report import (
@@ -320,6 +321,22 @@ def _best_k_table(plan: WindowPlan, loads: list[LoadResult], summary: dict[str, 
     )
 
 
+def policies_text(plan: WindowPlan, rows: list[dict[str, Any]]) -> str:
+    """The policy verdict in one line: the winner per load, whether it beats k = 0, and the
+    best an engine can run where the goodput policy wins."""
+    parts = []
+    for row in rows:
+        if row["winner"] is None:
+            continue
+        beats = "beats k = 0" if row["winner_beats_off"] else "does not beat k = 0"
+        text = f"{plan.axis.fmt(row['load'])} -> {LABELS[row['winner']]} ({beats})"
+        runnable = deployable_winner(row, plan.use_slo)
+        if runnable != row["winner"] and runnable is not None:
+            text += f", of what an engine runs: {LABELS[runnable]}"
+        parts.append(text)
+    return "window policy: " + ("; ".join(parts) or "no load has every policy's run")
+
+
 def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
     """A few lines for the terminal."""
     axis = plan.axis
@@ -360,6 +377,8 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
         )
     chosen = any(item["best_k"] for item in summary["best_k"])
     lines.append(regressions_vs_off_text(summary["regressions_vs_k0"], chosen))
+    if plan.policies:
+        lines.append(policies_text(plan, summary["policies"]))
     if plan.trees:
         lines += trees_human(plan, summary["trees"])
     note = lossy_note(plan.profile, plan.scenario.speculation)
