@@ -184,7 +184,7 @@ def test_emit_writes_the_shipped_head_as_vllms_eagle3_with_its_checkpoint(repo, 
     )
     choice = SimpleNamespace(
         profile=profile, drafter="eagle3", k=3, rows=[], static_k=None, tree=None,
-        scenario=scenario, unexpressed=[],
+        scenario=scenario, unexpressed=[], policy=None,
     )  # fmt: skip
     ours = emit.setting_for(choice, SimpleNamespace(models=()))
     assert ours.speculation.model.path == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
