@@ -188,3 +188,26 @@ def test_plan_window_emits_adaptive_verification_where_it_is_the_best_an_engine_
     assert config["enable_adaptive_verification"] is True and config["num_speculative_tokens"] == 7
     sglang = (out / "engine" / "sglang.args").read_text()
     assert "Not expressible: vLLM's adaptive verification" in sglang
+
+
+def test_drafter_swap_emits_the_recommended_drafters_best_engine_policy():
+    # By hand: mean E2E (lower is better) of the recommended drafter's policies at the load;
+    # the goodput policy is best but no engine runs it; adaptive verification is next and
+    # beats speculation off (k = 0: 14.7 s).
+    from specsim.planning.emit.emit_choice import _swap_engine_policy
+
+    summaries = {"k=0": 14.7, "adaptive_verification": 12.5}
+    chosen = SimpleNamespace(
+        load=256.0, summary=lambda c: {"e2e_s": {"mean": summaries[c]}} if c in summaries else None
+    )
+    figures = {"static": 15.0, "adaptive": 12.1, "adaptive_verification": 12.5}
+    plan = SimpleNamespace(first=SimpleNamespace(use_slo=False))
+    outcome = {"policies": [{"load": 256.0, "figures": {"dspark": figures}}]}
+    assert _swap_engine_policy(plan, outcome, "dspark", chosen) == "adaptive_verification"
+    # Slower than speculation off: the static rule stands.
+    summaries["adaptive_verification"] = 15.5
+    figures["adaptive_verification"] = 15.5
+    assert _swap_engine_policy(plan, outcome, "dspark", chosen) is None
+    # Another drafter's row, or no --policies: nothing changes.
+    assert _swap_engine_policy(plan, outcome, "other", chosen) is None
+    assert _swap_engine_policy(plan, {}, "dspark", chosen) is None

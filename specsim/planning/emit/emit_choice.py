@@ -10,7 +10,8 @@
   picks k every step from the running batch and acceptance, which no engine's configuration
   can: the same drafter's best static candidate stands in, said so in every file.
 - ``report drafter-swap``: the recommended drafter at its best k at the load nearest the
-  scenario's own.
+  scenario's own; with ``--policies``, with an engine's own policy where that is the drafter's
+  best among what an engine runs there and beats speculation off.
 
 The bench runs every load the plan swept (``plan capacity``: each replica's share of the target
 rate, and the candidate's capacity).
@@ -156,6 +157,22 @@ def _winning_engine_policy(plan, outcome: dict[str, Any], chosen) -> str | None:
     return winner if mine is not None and mine > off else None
 
 
+def _swap_engine_policy(plan, outcome: dict[str, Any], name: str, chosen) -> str | None:
+    """With ``--policies``: the engine policy that is the recommended drafter's best among
+    what an engine runs at the chosen load and beats its speculation off; None otherwise."""
+    row = next((r for r in outcome.get("policies", ()) if r["load"] == chosen.load), None)
+    figures = None if row is None else row["figures"].get(name)
+    if not figures:
+        return None
+    use_slo = plan.first.use_slo
+    winner = deployable_winner({"figures": figures}, use_slo)
+    off = score(chosen.summary("k=0"), use_slo)
+    if winner not in EXTRA_POLICIES or off is None:
+        return None
+    mine = score(chosen.summary(winner), use_slo)
+    return winner if mine is not None and mine > off else None
+
+
 def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     """``report drafter-swap``'s: the recommended drafter at its best k near the own load."""
     name = outcome["recommended"]
@@ -179,6 +196,17 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         )
         choice = Choice(drafter=drafter.drafter_name, k=tree.shape.depth, reason=reason, **common)
         choice.tree, choice.tree_drafts = tree, own.tree_drafts
+        return choice
+    policy = _swap_engine_policy(plan, outcome, name, chosen)
+    if policy is not None:
+        k = start_k(policy, own.scenario.speculation, max(own.ks))
+        common["loads"] = _swept_loads(own, entries, lambda entry: policy)
+        reason = (
+            f"drafter {name} (recommended) with {LABELS[policy]} (k = {k}), its best window "
+            f"policy an engine runs at {where}, ahead of speculation off"
+        )
+        choice = Choice(drafter=drafter.drafter_name, k=k, reason=reason, **common)
+        choice.policy = policy
         return choice
     if chosen.best_k == 0:
         reason = f"speculation off: the recommended {name}'s best k is 0 at {where}"
