@@ -134,6 +134,23 @@ class Fleet:
         self.choose(request).enqueue(request)
 
 
+class Frontend:
+    """The API server in front of a fleet: each request reaches the fleet ``request_s`` after
+    its client sent it (the profile's ``overhead.per_request_s``: HTTP, chat template,
+    tokenising). Its ``arrival`` stays the send time, so its TTFT and E2E pay the delay; the
+    engine's iterations do not (the server runs beside the engine's loop)."""
+
+    def __init__(self, env, fleet, request_s: float):
+        self.env = env
+        self.fleet = fleet
+        self.replicas = fleet.replicas
+        self.request_s = request_s
+
+    def dispatch(self, request: Request) -> None:
+        send = self.fleet.dispatch
+        self.env.timeout(self.request_s).callbacks.append(lambda _event: send(request))
+
+
 def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):
     """SimPy process: issue each request of an open-loop source or trace at its arrival time."""
     for times, prompts, outputs in source.chunks():
