@@ -30,7 +30,8 @@ class Link(StrictModel):
 
 
 class Efficiency(StrictModel):
-    """How far below the datasheet a serving engine runs (stated, not measured)."""
+    """How far below the datasheet a serving engine runs: each hardware file says where its
+    values come from (fitted on bundled public runs, or stated)."""
 
     mfu: Share = Field(default=0.5, description="share of peak FLOP/s reached")
     bandwidth: Share = Field(default=0.8, description="share of peak bandwidth")

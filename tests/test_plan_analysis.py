@@ -150,8 +150,11 @@ def test_k_by_batch_takes_the_fastest_window_at_each_batch_with_the_drafter_depl
         for batch in {first, (first + last) // 2, last}:
             rates = {j: _tokens_per_second(plan, j, batch, 400.0) for j in plan.ks}
             assert rates[k] == pytest.approx(max(rates.values()), rel=1e-12), (batch, rates)
-    # Larger batches make verification dearer: the window never grows with the batch.
-    assert [k for _, _, k in ranges] == sorted((k for _, _, k in ranges), reverse=True)
+    # Larger batches make verification dearer: the largest batches take the shortest window.
+    # (It may first grow: a per-sequence cost a step, 120 us in the roofline, is paid whatever
+    # k, and longer windows spread it over more tokens until verification passes the knee.)
+    windows = [k for _, _, k in ranges]
+    assert windows[-1] == min(windows) < max(windows)
     from specsim.scenario import Speculation
 
     spec = Speculation.model_validate({"drafter": "d", "policy": "by_batch", "k_by_batch": rows})

@@ -24,6 +24,12 @@ import argparse
 from specsim.bounds import MAX_TENSOR_PARALLEL
 from specsim.cli.common import SECONDS, Number
 from specsim.cli.profile_shared import add_drafter_models, add_output, out_path, summarise
+from specsim.profiling.engine_costs import (
+    DEFAULT_REQUEST_S,
+    DEFAULT_SEQUENCE_S,
+    DEFAULT_STEP_S,
+    EngineCosts,
+)
 
 TENSOR_PARALLEL = Number(int, 1, MAX_TENSOR_PARALLEL)
 # The command line's short names for the profile's formats.
@@ -95,8 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for option, what, default in (
         ("--ngram-step-s", "prompt-lookup cost per step", 1.0e-4),
-        ("--overhead-step-s", "engine overhead per step", 5.0e-4),
-        ("--overhead-sequence-s", "engine overhead per sequence per step", 1.0e-5),
+        ("--overhead-step-s", "engine overhead per iteration", DEFAULT_STEP_S),
+        ("--overhead-sequence-s", "engine overhead per sequence per iteration", DEFAULT_SEQUENCE_S),
+        (
+            "--overhead-request-s",
+            "API-server delay per request (TTFT and E2E pay it)",
+            DEFAULT_REQUEST_S,
+        ),
     ):
         parser.add_argument(
             option,
@@ -120,8 +131,7 @@ def run(args: argparse.Namespace) -> int:
         name=name,
         acceptance_path=args.acceptance_from,
         ngram_step_s=args.ngram_step_s,
-        overhead_step_s=args.overhead_step_s,
-        overhead_sequence_s=args.overhead_sequence_s,
+        engine=EngineCosts(args.overhead_step_s, args.overhead_sequence_s, args.overhead_request_s),
         command=command_line(),
         tp=args.tp,
         draft_tp=args.draft_tp,

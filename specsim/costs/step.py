@@ -67,6 +67,7 @@ class StepCosts:
         overhead = profile.profile.overhead
         self.overhead_step_s = overhead.per_step_s
         self.overhead_seq_s = overhead.per_sequence_s
+        self.request_s = overhead.per_request_s  # a request's way in: TTFT pays it, no pass
         own = self.drafter.spec.overhead if self.drafter.spec is not None else None
         draft_terms = own if own is not None else overhead
         self.overhead_draft_step_s = draft_terms.per_draft_step_s

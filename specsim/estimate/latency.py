@@ -67,7 +67,8 @@ class Latencies:
         base = empty * passes.idle_s() + (1.0 - empty) * t0 if chunked else 0.0
         extra = max(0.0, t - t0) if chunked else 0.0
         self.wait_probability, self.queueing_s = erlang_wait(point.rate, rows, point.batch_limit)
-        self.ttft = self.queueing_s + residual + own + chunks * (base + extra)
+        wait = self.queueing_s + passes.costs.request_s  # the API server's delay, then a slot
+        self.ttft = wait + residual + own + chunks * (base + extra)
         self.steps = window.sample_steps
         self.steps_per_token = window.steps_per_token
         self.mean_steps = window.steps

@@ -533,7 +533,8 @@ class Overhead(StrictModel):
     serving loop's prefill adds (slots, first-token sampling, passes cache-cold after the other
     model's). All but the first two default to 0 so profiles written before them stay valid,
     and a drafter's own ``overhead`` section, when it has one, replaces the draft and prefill
-    terms for that drafter.
+    terms for that drafter. ``per_request_s`` is no iteration's: each request reaches the
+    engine that long after its client sent it, so its TTFT and E2E pay it and no pass does.
     """
 
     per_step_s: Seconds = 0.0
@@ -542,6 +543,12 @@ class Overhead(StrictModel):
     per_draft_token_s: Seconds = 0.0
     per_prefill_s: Seconds = 0.0
     per_prefill_token_s: Seconds = 0.0
+    per_request_s: Seconds = Field(
+        default=0.0,
+        description="each request's way in, from the client's send to the engine's queue (HTTP, "
+        "chat template, tokenising in the API server): added to its TTFT and E2E, not to any "
+        "iteration (the API server runs beside the engine's loop)",
+    )
     source: Literal["measured", "stated", "roofline"] = "stated"
 
 

@@ -42,11 +42,10 @@ from specsim.fileio import read_yaml
 from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
 from specsim.profile.schema import ExpertRead, Latency, LatencyFit
 from specsim.profile.tp_scaling import ACTIVATION_BYTES
+from specsim.profiling.engine_costs import EngineCosts
 from specsim.profiling.flops import ModelShape, load_shape
 from specsim.profiling.heads import Head, load_head
 from specsim.profiling.parallel import (
-    WEIGHT_BYTES,
-    WEIGHT_FORMAT_NOTES,
     DoesNotFit,
     Layout,
     allreduce_terms,
@@ -55,10 +54,19 @@ from specsim.profiling.parallel import (
     check_split,
     device_kv_bytes_per_token,
     device_weight_bytes,
-    expert_exchange_terms,
     hardware_layout,
     quantised_flops_per_token,
     weight_bytes,
+)
+from specsim.profiling.roofline_notes import (
+    block_note,
+    deployment_note,
+    efficiency_note,
+    expert_parallel_note,
+    graph_note,
+    head_note,
+    moe_note,
+    mtp_note,
 )
 from specsim.profiling.writer import (
     acceptance_entries,
@@ -151,19 +159,6 @@ def mtp_drafter_shape(target: ModelShape, source: str) -> ModelShape:
     return target.mtp_shape()
 
 
-def mtp_note(names: list[str], shape: ModelShape, target: ModelShape) -> str:
-    """How an MTP drafter is costed: the draft_model kind's arithmetic over one module."""
-    return (
-        f"Drafter {', '.join(names)}: {target.name}'s multi-token-prediction module "
-        f"({shape.param_count() / 1e9:.2f} B parameters of its own: one decoder layer, the "
-        "2h x h projection of [embedding; hidden state], norms), costed as a draft model: "
-        "k one-token passes per step (vLLM's method mtp runs the one module k times), a pass "
-        "over the prompt and its own one-layer latent cache; each pass reads the module and the "
-        "target's LM head, which it shares with the embedding (held once, by the target); "
-        "sharded like the target."
-    )
-
-
 def matmul_s_per_token(shape: ModelShape, hw: HardwareSpec, layout: Layout) -> float:
     """Seconds of one token's matrix products on one device: fp8 or FP4 weights at that
     format's peak where the file gives one (``HardwareSpec.quantised_peak``), else at the bf16
@@ -206,55 +201,6 @@ def head_bytes_per_sequence(head: Head, base_bytes: float) -> float:
     return 2 * head.taps * hidden * ACTIVATION_BYTES + hidden * base_bytes
 
 
-def head_note(heads: dict[str, Head], layout: Layout, target: ModelShape) -> str:
-    """How EAGLE heads are costed, with their sizes."""
-    sizes = "; ".join(
-        f"{name}: {h.method} head, {h.shape.param_count() / 1e9:.3g} B parameters of its own "
-        f"({h.shape.num_layers} layer(s), fc over {h.fc_inputs} x hidden, "
-        + (
-            f"its own LM head over {h.shape.draft_vocab_size:,} tokens"
-            if h.shape.draft_vocab_size
-            else f"{target.name}'s LM head over {target.vocab_size:,} tokens"
-        )
-        + ")"
-        for name, h in heads.items()
-    )
-    return (
-        f"Drafters {sizes}. Costed as kind heads with passes autoregressive (vLLM's methods "
-        "eagle and eagle3): k one-token passes per step, each reading the head's decoder "
-        "layer(s), fc and LM head in 16 bits (published heads are 16-bit checkpoints), its "
-        "one-layer KV cache in the target's KV format, and per sequence the fc's taps of the "
-        "target's hidden states (written by the target, read by the head) and one embedding "
-        "row. The fc and taps are counted in each of the k passes; vLLM runs them once per "
-        "step over the k + 1 verified positions, so about one position fewer. Not priced: "
-        "the head's pass over prompt tokens (vLLM fills its one-layer KV cache there, about "
-        f"1/{target.num_layers} of the target's prefill FLOPs)"
-        + (
-            f"; sharded like the target over {layout.tp} devices (vLLM replicates the fc: "
-            "its bytes per device are under-counted by (tp - 1)/tp of it)."
-            if layout.tp > 1
-            else "."
-        )
-    )
-
-
-def block_note(blocks: dict[str, Head]) -> str:
-    """How parallel drafters sized from their configs are costed."""
-    sizes = "; ".join(
-        f"{name}: {h.method}, {h.shape.param_count() / 1e9:.3g} B parameters of its own "
-        f"({h.shape.num_layers} layer(s), fc over {h.fc_inputs} x hidden), at most {h.max_k} "
-        "drafts per pass"
-        for name, h in blocks.items()
-    )
-    return (
-        f"Parallel drafters {sizes}. Costed as kind block: one pass per step over k + 1 query "
-        "tokens per row (the last verified token and k mask slots), reading its layers, fc and "
-        "LM head in 16 bits and its own KV cache in the target's KV format, and per sequence "
-        "the fc's taps of the target's hidden states; its cache of the context is filled by a "
-        "pass over prompt chunks and kept in step by a pass at k = 0."
-    )
-
-
 def roofline_latency(
     shape: ModelShape,
     hw: HardwareSpec,
@@ -266,51 +212,6 @@ def roofline_latency(
         fit=roofline_fit(shape, hw, layout, graph_sizes),
         valid_range=None,
         outside_range="extrapolate",
-    )
-
-
-def efficiency_note(hw: HardwareSpec, tp: int = 1) -> str:
-    eff = hw.efficiency
-    return (
-        f"Roofline estimate, not a measurement: {hw.name} at {hw.dtype}, "
-        f"peak {hw.peak_flops / 1e12:g} TFLOP/s x MFU {eff.mfu:g}, "
-        f"bandwidth {hw.memory_bandwidth_bytes_per_s / 1e12:g} TB/s x efficiency "
-        f"{eff.bandwidth:g}, launch overhead {eff.launch_s_per_layer * 1e6:g} us per layer per "
-        f"pass, {eff.memory_utilization:g} of device memory for weights and KV cache. A pass "
-        "takes max(weight read, matmul compute) plus KV-cache read plus attention compute; "
-        + (
-            "single device, no tensor parallelism. Price per hour is an example: edit it."
-            if tp == 1
-            else f"each of a replica's {tp} devices holds and reads a 1/{tp} shard "
-            f"(tensor parallelism). Price per hour is the replica's: {tp} x "
-            f"${hw.price_per_hour_usd:g} per device, an example: edit it."
-        )
-    )
-
-
-def moe_note(shape: ModelShape) -> str:
-    """How a mixture of experts enters the roofline: the routed experts a pass reads."""
-    return (
-        f"{shape.name} is a mixture of experts: {shape.param_count() / 1e9:.1f} B parameters "
-        f"in memory, {shape.active_param_count() / 1e9:.1f} B active per token "
-        f"({shape.experts_per_token} of {shape.num_experts} experts). FLOPs per token count the "
-        "active experts; a pass over N tokens reads the union of the routed experts they pick, "
-        f"E(1 - (1 - k/E)^N) per MoE layer expected under uniform routing "
-        f"({shape.experts_read(1):.0f} at N = 1, {shape.experts_read(8):.1f} at N = 8, "
-        f"{shape.experts_read(64):.1f} at N = 64; latency fit's experts term), so verifying "
-        "(k + 1) x batch tokens reads more experts than one decode token; the knee is where "
-        "compute reaches the read of every expert."
-    )
-
-
-def graph_note(sizes: list[int]) -> str:
-    """What the captured CUDA graphs add to a pass."""
-    return (
-        f"CUDA graphs: the engine runs a pass of up to {sizes[-1]} tokens as the captured graph "
-        f"of the next size ({len(sizes)} sizes, vLLM 0.33's default list: 1, 2, 4, multiples of "
-        "8 below 256, of 16 from 256), its matrix products over the padded count (the "
-        "latency fit's graph_sizes: a staircase in step time past the knee); larger passes "
-        "run eager, unpadded."
     )
 
 
@@ -396,8 +297,7 @@ def roofline_profile(
     name: str,
     acceptance_path: str | Path | None = None,
     ngram_step_s: float = 1.0e-4,
-    overhead_step_s: float = 5.0e-4,
-    overhead_sequence_s: float = 1.0e-5,
+    engine: EngineCosts | None = None,
     command: str | None = None,
     tp: int = 1,
     draft_tp: int | None = None,
@@ -416,8 +316,10 @@ def roofline_profile(
     ``expert_parallel``: a mixture of experts' experts dealt out whole over the ``tp`` devices
     (``specsim.profiling.parallel``). ``cuda_graphs``: the engine captures CUDA graphs up to
     that many tokens at vLLM's default sizes (``vllm_graph_sizes``); None: no padding.
+    ``engine``: the costs outside the passes (default: ``EngineCosts()``'s fitted values).
     """
     hw = load_hardware(hardware_path)
+    engine = engine or EngineCosts()
     graph_sizes = None if cuda_graphs is None else vllm_graph_sizes(cuda_graphs)
     draft_tp = tp if draft_tp is None else draft_tp
     if draft_tp not in (1, tp):
@@ -491,10 +393,7 @@ def roofline_profile(
             f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "
             "search over the context), not measured."
         )
-    notes.append(
-        f"Engine overhead {overhead_step_s:g} s per step and {overhead_sequence_s:g} s per "
-        "sequence is stated (scheduling, sampling), not measured."
-    )
+    notes.append(engine.note())
     acceptance = []
     if acceptance_path is not None:
         acceptance, note = copied_acceptance(acceptance_path, set(drafter_specs))
@@ -513,81 +412,10 @@ def roofline_profile(
         "hardware": hw.as_profile_hardware(tp).model_dump(mode="json", exclude_none=True),
         "target": deployed_spec(target, "target", hw, layout, tp, graph_sizes=graph_sizes),
         "drafters": drafter_specs,
-        "overhead": {
-            "per_step_s": overhead_step_s,
-            "per_sequence_s": overhead_sequence_s,
-            "source": "stated",
-        },
+        "overhead": engine.overhead(),
         "acceptance": acceptance,
     }
     return build_profile(data, f"{name} (from the command line)")
-
-
-def deployment_note(
-    target: ModelShape, hw: HardwareSpec, layout: Layout, draft_tp: int | None, heads=False
-) -> str:
-    """What the profile assumes of the split and the formats, with the all-reduce's cost;
-    ``heads``: EAGLE heads are among the drafters."""
-    parts = []
-    if layout.tp > 1:
-        per_token, per_pass = allreduce_terms(target, layout)
-        link = layout.link
-        parts.append(
-            f"Tensor parallelism {layout.tp}: weights, embedding, LM head and KV heads sharded "
-            f"(KV heads replicated where fewer than devices); two ring all-reduces per layer "
-            f"of tokens x hidden x 2 bytes over {layout.link_name} "
-            f"({link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction x efficiency "
-            f"{layout.link_efficiency:g}, {link.latency_s * 1e6:g} us per step): "
-            f"{per_pass * 1e3:.3g} ms per target pass plus {per_token * 1e6:.3g} us per token, "
-            "added to the compute slope (the fit's knee form under-states passes just below "
-            f"the knee by at most that slope x the knee). Memory per device: the weights' "
-            f"shard; price: the replica's devices."
-        )
-        if draft_tp is not None:
-            parts.append(
-                f"Draft models run over {draft_tp} device(s) (draft_tensor_parallel_size "
-                f"{draft_tp}); "
-                + (
-                    "sharded like the target."
-                    if draft_tp > 1
-                    else "each whole on one device, which its weights and KV cache then bind."
-                )
-            )
-    if layout.weights is not None or layout.kv_cache is not None:
-        weights = layout.weights or hw.dtype
-        low_peak = hw.quantised_peak(weights)
-        peak = (
-            f"at the {weights} peak {low_peak / 1e12:g} TFLOP/s (activations quantised alike)"
-            if low_peak
-            else "at the bf16 peak (weight-only: dequantised to 16 bits; the format saves "
-            "bandwidth, not compute)"
-        )
-        parts.append(
-            f"Weights in {weights} ({WEIGHT_BYTES.get(weights, DTYPE_BYTES[hw.dtype]):g} B per "
-            f"parameter: {WEIGHT_FORMAT_NOTES.get(weights, 'no scales')}; decoder layers' "
-            f"matrices; embedding, LM head, router and norms in {hw.dtype})"
-            + (f", their matrix products {peak}" if weights != hw.dtype else "")
-            + f"; KV cache in {layout.kv_cache or hw.dtype}; attention at the bf16 peak; "
-            "the formats apply to the draft models too"
-            + (" (to EAGLE heads the KV format only)." if heads else ".")
-        )
-    return " ".join(parts)
-
-
-def expert_parallel_note(target: ModelShape, hw: HardwareSpec, layout: Layout) -> str:
-    """What expert parallelism changes: the experts per device and the MoE layers' traffic."""
-    ep = layout.ep_size(target)
-    token_s, pass_s = expert_exchange_terms(target, layout)
-    return (
-        f"Expert parallelism over {ep} devices (vLLM's --enable-expert-parallel, EP = TP x DP "
-        f"with DP 1): up to {-(-target.num_experts // ep)} of the {target.num_experts} experts "
-        "whole on each device, attention tensor parallel; each of the "
-        f"{target.moe_layers} MoE layers replaces its MLP all-reduce with an all-to-all "
-        f"dispatch and combine of the tokens' {target.experts_per_token} expert copies (each "
-        f"device sending its 1/{ep} of the tokens, (p - 1)/p of the copies off-device) and an "
-        f"all-gather of the outputs over {layout.link_name}: {pass_s * 1e6:.3g} us per pass "
-        f"plus {token_s * 1e9:.3g} ns per token per MoE layer (stated model, not measured)."
-    )
 
 
 def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:

@@ -134,6 +134,27 @@ class Fleet:
         self.choose(request).enqueue(request)
 
 
+class Frontend:
+    """The API server in front of a fleet: each request reaches the fleet ``request_s`` after
+    its client sent it (the profile's ``overhead.per_request_s``: HTTP, chat template,
+    tokenising), and arrives then. The records take the delay off again (``RecordSink``), so
+    a request's TTFT and E2E pay it; the engine's iterations do not (the server runs beside
+    the engine's loop). An open loop's feed adds it to its times instead (``ArrivalFeed``)."""
+
+    def __init__(self, env, fleet, request_s: float):
+        self.env = env
+        self.fleet = fleet
+        self.replicas = fleet.replicas
+        self.request_s = request_s
+
+    def dispatch(self, request: Request) -> None:
+        self.env.timeout(self.request_s).callbacks.append(lambda _event: self._arrive(request))
+
+    def _arrive(self, request: Request) -> None:
+        request.arrival = self.env.now
+        self.fleet.dispatch(request)
+
+
 def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):
     """SimPy process: issue each request of an open-loop source or trace at its arrival time."""
     for times, prompts, outputs in source.chunks():
@@ -148,10 +169,12 @@ def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):
 
 class ArrivalFeed:
     """An open-loop source's requests one at a time, with the next one's time in view (the
-    fast path's replicas end their stretches before it; a replica alone takes them itself)."""
+    fast path's replicas end their stretches before it; a replica alone takes them itself);
+    ``delay``: the API server's (``Frontend``), added to every time."""
 
-    def __init__(self, source, counter: list[int]):
+    def __init__(self, source, counter: list[int], delay: float = 0.0):
         self._chunks = source.chunks()
+        self._delay = delay
         self._counter = counter
         self._times: list[float] = []
         self._prompts: list[int] = []
@@ -163,6 +186,7 @@ class ArrivalFeed:
     def _load(self) -> None:
         for times, prompts, outputs in self._chunks:
             if len(times):
+                times = times + self._delay if self._delay else times
                 self._times, self._prompts = times.tolist(), prompts.tolist()
                 self._outputs, self._next = outputs.tolist(), 0
                 self.next_time = self._times[0]

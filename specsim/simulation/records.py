@@ -33,11 +33,20 @@ class RecordSink:
     """Collects finished-request rows; streams them to CSV and into per-pool statistics.
 
     A row is ``(id, arrival_s, scheduled_s, first_token_s, finish_s, prompt_tokens,
-    output_tokens, steps, drafted, accepted, preemptions, replica, pool_index)``.
+    output_tokens, steps, drafted, accepted, preemptions, replica, pool_index)``. A request
+    arrives ``delay`` after its client sent it (``simulation.fleet.Frontend``): its row's
+    arrival is taken back to the send time, which its TTFT and E2E count from.
     """
 
-    def __init__(self, pools: list[str], slo_limits: dict[str, float], path: Path | None):
+    def __init__(
+        self,
+        pools: list[str],
+        slo_limits: dict[str, float],
+        path: Path | None,
+        delay: float = 0.0,
+    ):
         self.pools = pools
+        self.delay = delay
         self.stats = [RequestStats(slo_limits) for _ in pools]
         self.rows: list[tuple] = []
         self.count = 0
@@ -50,6 +59,8 @@ class RecordSink:
             self._csv.writerow(RECORD_COLUMNS)
 
     def add(self, row: tuple) -> None:
+        if self.delay:
+            row = (row[0], row[1] - self.delay, *row[2:])
         self.rows.append(row)
         if self._fh is not None:
             heapq.heappush(self._waiting, row)

@@ -32,6 +32,7 @@ from specsim.simulation.fleet import (
     ArrivalFeed,
     ClosedLoopClients,
     Fleet,
+    Frontend,
     fed_arrivals,
     open_loop_arrivals,
 )
@@ -248,7 +249,9 @@ def run_simulation(
     env = Clock()
     limits = scenario.slo.limits() if scenario.slo else {}
     path = None if records_path is None else Path(records_path)
-    sink = RecordSink([s.name for s in setups], limits, path)
+    # Requests reach the fleet through the front pool's API server, a delay (Frontend).
+    request_s = setups[0].costs.request_s
+    sink = RecordSink([s.name for s in setups], limits, path, request_s)
     counter = [0]
     clients: ClosedLoopClients | None = None
     cap: ClientCap | None = None
@@ -290,24 +293,25 @@ def run_simulation(
         )
     else:
         fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
+    entry = fleet if request_s == 0 else Frontend(env, fleet, request_s)
     # A replica alone on the fast path takes its arrivals itself (replayed sequences keep the
     # reference); a client cap holds arrivals back, so a capped loop's replicas wait for them.
     capped = scenario.workload.max_concurrency is not None
     fed = not (source.closed_loop or capped) and all(replica.fast for replica in replicas)
-    feed = ArrivalFeed(source, counter) if fed else None
+    feed = ArrivalFeed(source, counter, request_s) if fed else None
     alone = feed is not None and len(replicas) == 1  # takes its arrivals itself
     for replica in replicas:
         replica.start(env, feed if alone else None)
     if source.closed_loop:
-        clients = ClosedLoopClients(env, source, fleet, counter)
+        clients = ClosedLoopClients(env, source, entry, counter)
         clients.start()
-        if len(replicas) == 1 and split is None:
+        if len(replicas) == 1 and split is None and entry is fleet:
             replicas[0].serve_clients(clients)
     elif scenario.workload.max_concurrency is not None:
-        cap = ClientCap(scenario.workload.max_concurrency, fleet.dispatch)
+        cap = ClientCap(scenario.workload.max_concurrency, entry.dispatch)
         env.process(open_loop_arrivals(env, source, cap, counter))
     elif feed is None:
-        env.process(open_loop_arrivals(env, source, fleet, counter))
+        env.process(open_loop_arrivals(env, source, entry, counter))
     elif not alone:
         env.process(fed_arrivals(env, feed, fleet))
     try:
