@@ -12,6 +12,9 @@ speculation at concurrency 256; adaptive verification stays above it everywhere.
 3. The fixed K = 7 and adaptive arms are then predicted, with the per-position acceptance
    vLLM PR #52992 published for a DSpark drafter (tests/data/adaptive_verification/).
 
+The prior's per-sequence and per-request engine costs are held at 10 us and 0 (stated): the
+no-speculation arm cannot separate a cost per sequence from a cost per token.
+
 Writes the fitted profile to ``--out`` (the test data's, by default) and prints one JSON line:
 per concurrency the published and predicted throughput of each arm.
 
@@ -61,6 +64,11 @@ def prior(work: Path) -> dict:
         check=True, capture_output=True,
     )  # fmt: skip
     profile = yaml.safe_load(out.read_text())
+    # A pass over the no-speculation arm cannot tell a cost per sequence from one per token
+    # (each row adds one token), and the prior's engine costs were fitted on other engines'
+    # runs: the per-sequence and per-request costs are held small and stated, so that the
+    # fitted per-token terms carry the step's growth, which verification tokens pay too.
+    profile["overhead"].update(per_sequence_s=1e-5, per_request_s=0.0)
     block = profile["drafters"].pop("mtp")
     block.update(kind="block", method="dspark", max_k=7, description="DSpark block drafter")
     profile["drafters"] = {"dspark": block}
