@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
 from test_sim_stretch import assert_identical, make, no_loops
 
@@ -209,7 +208,7 @@ def test_levels_drawn_past_the_first_chunk_and_a_folding_step_log(tmp_path, monk
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
-def bench_scenario(kind: str, folder: Path) -> Scenario:
+def bench_scenario(kind: str) -> Scenario:
     """``bench_simulator.py``'s scenarios on a shipped 8B profile, shortened: its saturated
     replica (80 clients, 64 slots), with k = 4 or the adaptive policy, and a busy open loop
     (40 requests/s into 64 slots) with the adaptive policy. On this profile prompt chunks move
@@ -227,21 +226,13 @@ def bench_scenario(kind: str, folder: Path) -> Scenario:
         data = bench_simulator.scenario_data(600)
         if kind == "saturated, adaptive":
             data["speculation"] = {"drafter": "llama3.2-1b", "k": 5, "policy": "adaptive"}
-        # The kernel's closed loop sends a client's next request as the answer ends: it takes
-        # no delay on the way in (as no think time), and a profile with one runs the loop per
-        # iteration (test_request_cost). Its coverage is checked on the profile without it.
-        profile = yaml.safe_load(Path(data["profile"]).read_text())
-        profile["overhead"]["per_request_s"] = 0.0
-        path = folder / "profile.yaml"
-        path.write_text(yaml.safe_dump(profile))
-        data["profile"] = str(path)
     return Scenario.model_validate(data)
 
 
 @pytest.mark.parametrize("kind", ["saturated", "saturated, adaptive", "busy open loop, adaptive"])
 def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
     """The kernel runs nearly all of each, with the reference's results."""
-    scenario = bench_scenario(kind, tmp_path)
+    scenario = bench_scenario(kind)
     inside, total, _ = kernel_iterations(scenario, monkeypatch)
     assert inside >= 0.95 * total
     assert_identical(scenario, tmp_path, monkeypatch)

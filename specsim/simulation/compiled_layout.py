@@ -86,8 +86,9 @@ RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool 
     OPENED_EMITTED,
     CLOSED_AT,
     CLOSED_EMITTED,
-) = range(STEP_STATE, STEP_STATE + 13)
-STATE = STEP_STATE + 13
+    DELAY,  # the API server's delay on a client's request (``fleet.Frontend``)
+) = range(STEP_STATE, STEP_STATE + 14)
+STATE = STEP_STATE + 14
 
 # ``ct``: counts in and out.
 (
@@ -120,5 +121,7 @@ STATE = STEP_STATE + 13
     ARRIVALS_AT,
     MORE_ARRIVALS,
     CLIENTS,
-) = range(29)
-COUNTS = 29
+    PEND_HEAD,  # the ring of clients' requests sent but not yet arrived
+    PEND_LEN,
+) = range(31)
+COUNTS = 31

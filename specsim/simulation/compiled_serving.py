@@ -34,6 +34,7 @@ from specsim.simulation.compiled_layout import (
     COUNTS,
     DECODE_STEPS,
     DECODING,
+    DELAY,
     DRAWN,
     FIELDS,
     FILLED,
@@ -57,6 +58,8 @@ from specsim.simulation.compiled_layout import (
     OPENED_EMITTED,
     P_HEAD,
     P_LEN,
+    PEND_HEAD,
+    PEND_LEN,
     Q_HEAD,
     Q_LEN,
     RECORD,
@@ -97,6 +100,13 @@ class ServingLoop:
         self.records = np.zeros((AHEAD, RECORD))
         self.st = np.zeros(STATE)
         self.ct = np.zeros(COUNTS, dtype=np.int64)
+        # Clients' requests on their way through an API server (``fleet.Frontend``): between
+        # calls the loop holds those it sent (``pending``), and hands them to the server
+        # before Python steps the replica itself; while the server has any on the way, the
+        # loop waits (it would run past their arrival).
+        self.frontend = getattr(clients, "fleet", None) if clients is not None else None
+        self.delay = getattr(self.frontend, "request_s", 0.0)
+        self.pending: list[Request] = []
         self.rows = 0
         self._table(clients.source.concurrency if clients is not None else cap + AHEAD)
         self.wait = 0  # iterations to leave to Python before the next call
@@ -108,6 +118,7 @@ class ServingLoop:
         self.rows_free = np.zeros(rows, dtype=np.int64)
         self.queue = np.zeros(rows, dtype=np.int64)
         self.prefilling = np.zeros(rows, dtype=np.int64)
+        self.pending_ring = np.zeros(rows, dtype=np.int64)
 
     @staticmethod
     def build(replica, feed=None, clients=None) -> ServingLoop | None:
@@ -126,12 +137,17 @@ class ServingLoop:
     def run(self, replica, now: float) -> float | None:
         """Run iterations from ``now`` until the kernel stops; returns where it stopped (None:
         it ran none and waited for nothing; whatever admission it did is written back)."""
+        if getattr(self.frontend, "in_flight", 0):  # until they arrive, Python steps it
+            self._hand_off()
+            return None
         if self.wait:
             self.wait -= 1
+            self._hand_off()
             return None
         admission = replica.admission
         in_flight = len(admission.queue) + len(admission.prefilling) + replica.decoding
         if in_flight > MOST_IN_FLIGHT:  # the Python path's stretches meanwhile
+            self._hand_off()
             return None
         levels, arrivals, lengths = self._pack(replica, now, in_flight)
         decode, log, stream = self.decode, replica.log, replica._draws
@@ -166,6 +182,7 @@ class ServingLoop:
             self.rows_free,
             self.queue,
             self.prefilling,
+            self.pending_ring,
             levels,
             arrivals,
             lengths,
@@ -184,8 +201,18 @@ class ServingLoop:
         end = float(self.st[NOW])
         if not ct[ITERATIONS] and end == now:
             self.wait = RETRY_AFTER
+            self._hand_off()
             return None
+        if not (admission.queue or replica.decoding or admission.prefilling):
+            self._hand_off()  # the replica waits for them to arrive
         return end
+
+    def _hand_off(self) -> None:
+        """The clients' requests still on their way go to the API server, to arrive at their
+        times exactly, for the Python path to take."""
+        for request in self.pending:
+            self.frontend.arrive_at(request, request.arrival)
+        self.pending = []
 
     # ---- packing -------------------------------------------------------------------------
     def _pack(self, replica, now: float, in_flight: int):
@@ -208,6 +235,10 @@ class ServingLoop:
                 ring[j] = self._load(request, loaded)
                 loaded += 1
             ct[size] = len(requests)
+        for j, request in enumerate(self.pending):
+            self.pending_ring[j] = self._load(request, loaded)
+            loaded += 1
+        ct[PEND_LEN] = len(self.pending)
         self.slot_row[:] = -1
         for slot, request in enumerate(replica.slot_request):
             if request is not None:
@@ -238,6 +269,7 @@ class ServingLoop:
             np.inf,  # the clients' horizon, if any
             replica.token_budget,
         )
+        st[DELAY] = self.delay
         levels = np.array(admission._levels[::-1], dtype=np.int64)  # in the order pop() takes
         lengths = self._clients(replica) if self.clients is not None else np.zeros((2, 0))
         return levels, arrivals, lengths
@@ -292,6 +324,10 @@ class ServingLoop:
         admission.prefilling = [
             in_flight[row] for row in _ring(self.prefilling, ct[P_HEAD], ct[P_LEN])
         ]
+        before = len(self.pending)
+        self.pending = [
+            in_flight[row] for row in _ring(self.pending_ring, ct[PEND_HEAD], ct[PEND_LEN])
+        ]
         for slot, row in enumerate(self.slot_row.tolist()):
             replica.slot_request[slot] = None if row < 0 else in_flight[row]
             if row >= 0:
@@ -302,7 +338,9 @@ class ServingLoop:
         replica._joined = int(ct[JOINED])
         replica.decode_steps = int(ct[DECODE_STEPS])
         taken = int(ct[ARRIVALS_AT]) if self.feed is not None else int(ct[ISSUED])
-        replica.outstanding += taken - int(ct[RECORDS])
+        # A request counts at the replica from its arrival (``Replica.enqueue``).
+        arrived = taken - (len(self.pending) - before)
+        replica.outstanding += arrived - int(ct[RECORDS])
         admission.admissions = int(ct[ADMISSIONS])
         del admission._levels[len(admission._levels) - int(ct[LEVELS_AT]) :]
         values = st.tolist()

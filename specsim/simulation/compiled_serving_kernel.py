@@ -35,6 +35,7 @@ from specsim.simulation.compiled_layout import (
     DECODE_KV,
     DECODE_STEPS,
     DECODING,
+    DELAY,
     DRAFTED,
     DRAWN,
     EMITTED,
@@ -68,6 +69,8 @@ from specsim.simulation.compiled_layout import (
     OUTPUT,
     P_HEAD,
     P_LEN,
+    PEND_HEAD,
+    PEND_LEN,
     PENDING,
     PREEMPTIONS,
     PREFILL_COMPUTED,
@@ -176,10 +179,21 @@ def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
 
 
 @_inner
-def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
+def _release_pending(req, queue, pending, st, ct):
+    """The clients' requests that have arrived by ``st[NOW]`` queued, in the order sent (one
+    delay for all: the order they arrive)."""
+    while ct[PEND_LEN] and req[pending[ct[PEND_HEAD]], ARRIVAL] <= st[NOW]:
+        _enqueue(queue, pending[ct[PEND_HEAD]], ct)
+        ct[PEND_HEAD] = (ct[PEND_HEAD] + 1) % pending.shape[0]
+        ct[PEND_LEN] -= 1
+
+
+@_inner
+def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
     """``Replica._finish``: the record; then, for closed-loop clients (no think time),
     ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
-    queued in the row (or the client refused); else the row is free."""
+    in the row (or the client refused), queued, or with an API server's delay
+    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
     r = ct[RECORDS]
     for j, field in enumerate(
         (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
@@ -202,9 +216,14 @@ def _finish(req, c, now, records, queue, rows_free, lengths, st, ct):
         ct[LENGTHS_AT] = at + 1
         ct[ISSUE_LEFT] -= 1
         ct[ISSUED] += 1
-        _new_request(req, c, ct[NEXT_RID], now, lengths[0, at], lengths[1, at], req[c, CLIENT])
+        arrival = now + st[DELAY] if st[DELAY] > 0.0 else now
+        _new_request(req, c, ct[NEXT_RID], arrival, lengths[0, at], lengths[1, at], req[c, CLIENT])
         ct[NEXT_RID] += 1
-        _enqueue(queue, c, ct)
+        if st[DELAY] > 0.0:
+            pending[(ct[PEND_HEAD] + ct[PEND_LEN]) % pending.shape[0]] = c
+            ct[PEND_LEN] += 1
+        else:
+            _enqueue(queue, c, ct)
         return
     req[c, RID] = -1.0  # the client is done
     if ct[CLOSED] == 0:
@@ -413,6 +432,7 @@ def serving_loop(
     rows_free,
     queue,
     prefilling,
+    pending,
     levels,
     arrivals,
     lengths,
@@ -438,7 +458,9 @@ def serving_loop(
     rows, a stack of ``ct[ROWS_FREE_N]``); ``levels``: acceptance levels in the order
     admissions take them; ``arrivals``: the open loop's next arrivals (times, prompts,
     outputs); ``lengths``: the clients' next requests' prompt and output lengths (with
-    ``ct[CLIENTS]``); ``log``: the step log's float buffers (durations, KV, gaps, weights).
+    ``ct[CLIENTS]``); ``pending``: the ring of clients' requests not yet arrived
+    (``ct[PEND_HEAD]``, ``ct[PEND_LEN]``); ``log``: the step log's float buffers (durations,
+    KV, gaps, weights).
     The acceptance draws start ``offset`` doubles after the PCG64 state ``base_words``
     (``ct[DRAWN]`` gets how many the iterations took)."""
     remaining, context, _, _, shift, drafted_by_row, _ = batch
@@ -467,11 +489,15 @@ def serving_loop(
             lengths_left = lengths.shape[1] - ct[LENGTHS_AT]
             if lengths_left < capacity and lengths_left < ct[ISSUE_LEFT]:
                 break
+            _release_pending(req, queue, pending, st, ct)
         elif not _take_arrivals(req, queue, rows_free, arrivals, st, ct):
             break
         elif ct[ARRIVALS_AT] == arrivals.shape[1] and ct[MORE_ARRIVALS]:
             break  # the next arrival is not known here
         if not (ct[Q_LEN] or ct[DECODING] or ct[P_LEN]):
+            if ct[PEND_LEN]:
+                st[NOW] = req[pending[ct[PEND_HEAD]], ARRIVAL]  # idle until a client's arrives
+                continue
             if ct[CLIENTS] or ct[ARRIVALS_AT] == arrivals.shape[1]:
                 break
             st[NOW] = arrivals[0, ct[ARRIVALS_AT]]  # idle until the next arrival
@@ -583,7 +609,7 @@ def serving_loop(
                     _bank_row(req, client, s, batch, join_step, join_left, ct)
                     req[client, GENERATED] = req[client, OUTPUT]
                     _free_slot(s, batch, slot_row, free, st, ct)
-                    _finish(req, client, end, records, queue, rows_free, lengths, st, ct)
+                    _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
         else:  # prompt chunks alone: no inter-token gap
             log_iteration(
                 log_dt,
@@ -608,7 +634,7 @@ def serving_loop(
                 client = done[j]
                 st[EMITTED] += 1.0
                 if req[client, GENERATED] >= req[client, OUTPUT]:
-                    _finish(req, client, end, records, queue, rows_free, lengths, st, ct)
+                    _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
                 else:
                     _start_decoding(
                         req, client, batch, slot_row, join_step, join_left, free, st, ct

@@ -146,11 +146,19 @@ class Frontend:
         self.fleet = fleet
         self.replicas = fleet.replicas
         self.request_s = request_s
+        self.in_flight = 0  # requests sent and not yet arrived
 
     def dispatch(self, request: Request) -> None:
+        self.in_flight += 1
         self.env.timeout(self.request_s).callbacks.append(lambda _event: self._arrive(request))
 
+    def arrive_at(self, request: Request, when: float) -> None:
+        """A request a compiled loop sent, arriving at ``when`` exactly."""
+        self.in_flight += 1
+        self.env.timeout_at(when).callbacks.append(lambda _event: self._arrive(request))
+
     def _arrive(self, request: Request) -> None:
+        self.in_flight -= 1
         request.arrival = self.env.now
         self.fleet.dispatch(request)
 

@@ -305,7 +305,7 @@ def run_simulation(
     if source.closed_loop:
         clients = ClosedLoopClients(env, source, entry, counter)
         clients.start()
-        if len(replicas) == 1 and split is None and entry is fleet:
+        if len(replicas) == 1 and split is None:
             replicas[0].serve_clients(clients)
     elif scenario.workload.max_concurrency is not None:
         cap = ClientCap(scenario.workload.max_concurrency, entry.dispatch)
