@@ -42,8 +42,8 @@ class Case:
     output: tuple[int, int] = (16, 48)
 
 
-def truth_profile(folder: Path, truth: dict[str, float] = TRUTH) -> Path:
-    loaded = load_profile(PRIOR)
+def truth_profile(folder: Path, truth: dict[str, float] = TRUTH, prior: Path = PRIOR) -> Path:
+    loaded = load_profile(prior)
     terms = terms_for(loaded.profile, DRAFTER)
     theta = [
         math.log(truth[t.name]) if t.kind == "factor" else truth[t.name] / t.unit for t in terms
@@ -62,10 +62,13 @@ def schedule(rate: float, n: int, rng: np.random.Generator) -> np.ndarray:
     return times * (n / rate) / times[-1]
 
 
-def write_runs(folder: Path, cases: list[Case], requests: int, seed: int) -> list[str]:
-    """One vllm bench serve result file per case, simulated on the truth profile."""
+def write_runs(
+    folder: Path, cases: list[Case], requests: int, seed: int, prior: Path = PRIOR
+) -> list[str]:
+    """One vllm bench serve result file per case, simulated on the truth (applied to
+    ``prior``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    profile = truth_profile(folder)
+    profile = truth_profile(folder, prior=prior)
     files = []
     for number, case in enumerate(cases):
         rng = np.random.default_rng([seed, number])
@@ -103,6 +106,21 @@ def write_runs(folder: Path, cases: list[Case], requests: int, seed: int) -> lis
         path.write_text(json.dumps(data), encoding="utf-8")
         files.append(str(path))
     return files
+
+
+def calibrate_on(folder: Path, data: dict):
+    """The calibration of three speculation-off runs (2 and 20 requests/s, a closed loop of
+    16; 80 requests each) simulated on the profile ``data`` with the truth applied, fitted back
+    onto ``data`` itself."""
+    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
+    from specsim.profile import Profile
+
+    prior = folder / "prior.yaml"
+    write_profile(Profile.model_validate(data), prior)
+    cases = [Case("off-r2", 2.0), Case("off-r20", 20.0), Case("off-c16", math.inf, 16)]
+    files = write_runs(folder / "runs", cases, requests=80, seed=0, prior=prior)
+    out = folder / "fit.yaml"
+    return calibrate_from_bench(BenchOptions(tuple(files), str(prior), out, "fit", held_out=False))
 
 
 def recovered(report: dict) -> dict[str, float]:

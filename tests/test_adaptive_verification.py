@@ -194,20 +194,24 @@ def test_drafter_swap_emits_the_recommended_drafters_best_engine_policy():
     # By hand: mean E2E (lower is better) of the recommended drafter's policies at the load;
     # the goodput policy is best but no engine runs it; adaptive verification is next and
     # beats speculation off (k = 0: 14.7 s).
-    from specsim.planning.emit.emit_choice import _swap_engine_policy
+    from specsim.planning.emit.emit_choice import _engine_policy, _verdict_row
 
     summaries = {"k=0": 14.7, "adaptive_verification": 12.5}
     chosen = SimpleNamespace(
         load=256.0, summary=lambda c: {"e2e_s": {"mean": summaries[c]}} if c in summaries else None
     )
     figures = {"static": 15.0, "adaptive": 12.1, "adaptive_verification": 12.5}
-    plan = SimpleNamespace(first=SimpleNamespace(use_slo=False))
     outcome = {"policies": [{"load": 256.0, "figures": {"dspark": figures}}]}
-    assert _swap_engine_policy(plan, outcome, "dspark", chosen) == "adaptive_verification"
+
+    def engine_policy(outcome, name):
+        row = _verdict_row(outcome, chosen.load)
+        return _engine_policy(row and row["figures"].get(name), chosen, False)
+
+    assert engine_policy(outcome, "dspark") == "adaptive_verification"
     # Slower than speculation off: the static rule stands.
     summaries["adaptive_verification"] = 15.5
     figures["adaptive_verification"] = 15.5
-    assert _swap_engine_policy(plan, outcome, "dspark", chosen) is None
+    assert engine_policy(outcome, "dspark") is None
     # Another drafter's row, or no --policies: nothing changes.
-    assert _swap_engine_policy(plan, outcome, "other", chosen) is None
-    assert _swap_engine_policy(plan, {}, "dspark", chosen) is None
+    assert engine_policy(outcome, "other") is None
+    assert engine_policy({}, "dspark") is None

@@ -276,7 +276,7 @@ def test_a_profile_with_descending_graph_sizes_is_one_line_refusal(tmp_path):
     assert "graph_sizes" in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_a_calibration_recovers_the_factors_of_a_prior_with_both_terms(tmp_path, monkeypatch):
+def test_a_calibration_recovers_the_factors_of_a_prior_with_both_terms(tmp_path):
     """Recovery: the calibration prior made a mixture of experts (5 of its 8 ms are 64 experts'
     read, top 4) with vLLM's graphs; runs simulated on it with decode x 1.4 and prefill x 0.7
     (``bench_runs``: the truth) are fitted back onto it. The decode factor carries the
@@ -287,26 +287,12 @@ def test_a_calibration_recovers_the_factors_of_a_prior_with_both_terms(tmp_path,
     sys.path.insert(0, str(Path(__file__).parent))
     import bench_runs
 
-    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
-    from specsim.profiling.writer import write_profile
-
     data = load_profile(bench_runs.PRIOR).profile.model_dump(mode="json", exclude_none=True)
     fit = data["target"]["latency"]["fit"]
     fit["fixed_s"] = 0.003
     fit["experts"] = {"weights_s": 0.005, "experts": 64, "experts_per_token": 4}
     fit["graph_sizes"] = vllm_graph_sizes(512)
-    prior = tmp_path / "prior.yaml"
-    write_profile(Profile.model_validate(data), prior)
-    monkeypatch.setattr(bench_runs, "PRIOR", prior)
-    cases = [
-        bench_runs.Case("off-r2", 2.0),
-        bench_runs.Case("off-r20", 20.0),
-        bench_runs.Case("off-c16", math.inf, 16),
-    ]
-    files = bench_runs.write_runs(tmp_path / "runs", cases, requests=80, seed=0)
-    out = tmp_path / "fit.yaml"
-    options = BenchOptions(tuple(files), str(prior), out, "fit", None, held_out=False)
-    calibration = calibrate_from_bench(options)
+    calibration = bench_runs.calibrate_on(tmp_path, data)
     report = calibration.report
     values = {t["name"]: t["value"] for t in report["terms"]}
     assert abs(math.log(values["target.decode"] / 1.4)) <= 0.02

@@ -213,9 +213,7 @@ def test_the_roofline_writes_the_engine_costs_with_their_source(tmp_path):
     assert math.isclose(EngineCosts(1e-3, 0.0, 0.0).overhead()["per_step_s"], 1e-3)
 
 
-def test_a_calibration_recovers_the_factors_of_a_deployment_with_the_engine_costs(
-    tmp_path, monkeypatch
-):
+def test_a_calibration_recovers_the_factors_of_a_deployment_with_the_engine_costs(tmp_path):
     """Recovery: the calibration prior given the roofline's fitted engine costs (50 ms a
     request on its way in, 120 us a sequence a step); runs simulated on it with decode x 1.4
     and prefill x 0.7 (``bench_runs``: three speculation-off loads of 80 requests, one a
@@ -227,24 +225,9 @@ def test_a_calibration_recovers_the_factors_of_a_deployment_with_the_engine_cost
     sys.path.insert(0, str(Path(__file__).parent))
     import bench_runs
 
-    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
-    from specsim.profile import Profile
-    from specsim.profiling.writer import write_profile
-
     data = load_profile(bench_runs.PRIOR).profile.model_dump(mode="json", exclude_none=True)
     data["overhead"].update(per_request_s=0.05, per_sequence_s=1.2e-4)
-    prior = tmp_path / "prior.yaml"
-    write_profile(Profile.model_validate(data), prior)
-    monkeypatch.setattr(bench_runs, "PRIOR", prior)
-    cases = [
-        bench_runs.Case("off-r2", 2.0),
-        bench_runs.Case("off-r20", 20.0),
-        bench_runs.Case("off-c16", math.inf, 16),
-    ]
-    files = bench_runs.write_runs(tmp_path / "runs", cases, requests=80, seed=0)
-    out = tmp_path / "fit.yaml"
-    options = BenchOptions(tuple(files), str(prior), out, "fit", None, held_out=False)
-    calibration = calibrate_from_bench(options)
+    calibration = bench_runs.calibrate_on(tmp_path, data)
     values = {t["name"]: t["value"] for t in calibration.report["terms"]}
     assert set(values) == {"target.decode", "target.prefill"}
     assert abs(math.log(values["target.decode"] / 1.4)) <= 0.02

@@ -21,17 +21,23 @@ from specsim.planning.window.window_policies import (
 STATIC, BY_BATCH, ADAPTIVE = "static", "by_batch", "adaptive"
 
 
+def check_names(names: Sequence[str], allowed: Sequence[str], what: str) -> None:
+    """One-line error for a ``--policies`` name not in ``allowed`` (``what``: "a policy plan
+    window adds", ...)."""
+    for name in names:
+        if name not in allowed:
+            raise SpecsimError(
+                f"{name!r} is not {what}",
+                key="--policies",
+                fix=f"give comma-separated names of: {', '.join(allowed)}",
+            )
+
+
 def compared_policies(given, command: str) -> tuple[str, ...]:
     """``--policies`` for a command that compares every policy ``LABELS`` names: the names in
     ``LABELS``' order, once each (one-line error for any other)."""
     names = parse_policies(given)
-    for name in names:
-        if name not in LABELS:
-            raise SpecsimError(
-                f"{name!r} is not a policy {command} compares",
-                key="--policies",
-                fix=f"give comma-separated names of: {', '.join(LABELS)}",
-            )
+    check_names(names, tuple(LABELS), f"a policy {command} compares")
     return tuple(n for n in LABELS if n in names)
 
 

@@ -104,7 +104,7 @@ class ServingLoop:
         # calls the loop holds those it sent (``pending``), and hands them to the server
         # before Python steps the replica itself; while the server has any on the way, the
         # loop waits (it would run past their arrival).
-        self.frontend = getattr(clients, "fleet", None) if clients is not None else None
+        self.frontend = getattr(clients, "fleet", None)
         self.delay = getattr(self.frontend, "request_s", 0.0)
         self.pending: list[Request] = []
         self.rows = 0

@@ -111,7 +111,8 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     common.update(command="plan window", profile=plan.profile, loads=loads)
     rows = outcome["rows"]
     tree = plan.tree_by_config.get(chosen.best_config or "")
-    engine_policy = _winning_engine_policy(plan, outcome, chosen)
+    row = _verdict_row(outcome, chosen.load)
+    engine_policy = _engine_policy(row and row["figures"], chosen, plan.use_slo)
     if engine_policy is not None and tree is None:
         k = start_k(engine_policy, plan.scenario.speculation, max(plan.ks))
         reason = (
@@ -145,27 +146,18 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     return choice
 
 
-def _winning_engine_policy(plan, outcome: dict[str, Any], chosen) -> str | None:
-    """The engine policy (``--policies``) that is best at the chosen load among the policies
-    an engine can run and beats speculation off there; None if none is."""
-    row = next((r for r in outcome.get("policies", ()) if r["load"] == chosen.load), None)
-    winner = None if row is None else deployable_winner(row, plan.use_slo)
-    off = score(chosen.summary("k=0"), plan.use_slo)
-    if winner not in EXTRA_POLICIES or off is None:
-        return None
-    mine = score(chosen.summary(winner), plan.use_slo)
-    return winner if mine is not None and mine > off else None
+def _verdict_row(outcome: dict[str, Any], load: float) -> dict[str, Any] | None:
+    """The policy verdict's row at ``load`` (None without ``--policies`` results there)."""
+    return next((r for r in outcome.get("policies", ()) if r["load"] == load), None)
 
 
-def _swap_engine_policy(plan, outcome: dict[str, Any], name: str, chosen) -> str | None:
-    """With ``--policies``: the engine policy that is the recommended drafter's best among
-    what an engine runs at the chosen load and beats its speculation off; None otherwise."""
-    row = next((r for r in outcome.get("policies", ()) if r["load"] == chosen.load), None)
-    figures = None if row is None else row["figures"].get(name)
+def _engine_policy(figures: dict[str, float] | None, chosen, use_slo: bool) -> str | None:
+    """The engine policy (``--policies``) that is best among what an engine runs in
+    ``figures`` (a verdict row's, by policy) and beats speculation off at the chosen load;
+    None if none is."""
     if not figures:
         return None
-    use_slo = plan.first.use_slo
-    winner = deployable_winner({"figures": figures}, use_slo)
+    winner = deployable_winner(figures, use_slo)
     off = score(chosen.summary("k=0"), use_slo)
     if winner not in EXTRA_POLICIES or off is None:
         return None
@@ -197,7 +189,8 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         choice = Choice(drafter=drafter.drafter_name, k=tree.shape.depth, reason=reason, **common)
         choice.tree, choice.tree_drafts = tree, own.tree_drafts
         return choice
-    policy = _swap_engine_policy(plan, outcome, name, chosen)
+    row = _verdict_row(outcome, chosen.load)
+    policy = _engine_policy(row and row["figures"].get(name), chosen, plan.first.use_slo)
     if policy is not None:
         k = start_k(policy, own.scenario.speculation, max(own.ks))
         common["loads"] = _swept_loads(own, entries, lambda entry: policy)

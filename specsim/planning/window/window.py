@@ -33,7 +33,7 @@ from specsim.planning.common import (
     switch_overrides,
     without_pools,
 )
-from specsim.planning.policy_compare import check_reach, start_k, table_text
+from specsim.planning.policy_compare import check_names, check_reach, start_k, table_text
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
 from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
@@ -225,15 +225,7 @@ def prepare(
 
 def add_policies(plan: WindowPlan, policies: Sequence[str], limit: int) -> None:
     """The policies run beside the default ones, checked against what the acceptance answers."""
-    from specsim.errors import SpecsimError
-
-    for name in policies:
-        if name not in EXTRA_POLICIES:
-            raise SpecsimError(
-                f"{name!r} is not a policy plan window adds",
-                key="--policies",
-                fix=f"give one of: {', '.join(EXTRA_POLICIES)}",
-            )
+    check_names(policies, EXTRA_POLICIES, "a policy plan window adds")
     check_reach(policies, plan.scenario.speculation, limit)
     plan.policies = tuple(dict.fromkeys(policies))
 

@@ -94,11 +94,12 @@ def choices(loads, use_slo: bool) -> list[dict[str, Any]]:
     return out
 
 
-def deployable_winner(row: dict[str, Any], use_slo: bool) -> str | None:
-    """The best policy at a verdict row's load among those an engine can run (the goodput
-    policy left out: no engine's configuration picks k that way), by the same tie band."""
+def deployable_winner(figures: dict[str, float], use_slo: bool) -> str | None:
+    """The best of a verdict row's ``figures`` (by policy) among the policies an engine can
+    run (the goodput policy left out: no engine's configuration picks k that way), by the
+    same tie band."""
     sign = 1.0 if use_slo else -1.0  # figures: goodput (higher is better) or mean E2E
-    scores = {n: sign * v for n, v in row["figures"].items() if n != "adaptive"}
+    scores = {n: sign * v for n, v in figures.items() if n != "adaptive"}
     return banded(scores, GOODPUT_TIE if use_slo else E2E_TIE)[0]
 
 

@@ -330,7 +330,7 @@ def policies_text(plan: WindowPlan, rows: list[dict[str, Any]]) -> str:
             continue
         beats = "beats k = 0" if row["winner_beats_off"] else "does not beat k = 0"
         text = f"{plan.axis.fmt(row['load'])} -> {LABELS[row['winner']]} ({beats})"
-        runnable = deployable_winner(row, plan.use_slo)
+        runnable = deployable_winner(row["figures"], plan.use_slo)
         if runnable != row["winner"] and runnable is not None:
             text += f", of what an engine runs: {LABELS[runnable]}"
         parts.append(text)
