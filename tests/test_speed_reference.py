@@ -130,3 +130,21 @@ def test_run_engine_takes_one_clock_argument_and_the_names_map_to_it():
     for name, kind in (("wall", WallClock), ("cpu", ProcessClock)):
         clock = start_clock(name)
         assert type(clock) is kind and clock.report() is None  # nothing for the summary
+
+
+def test_the_reference_pass_loads_through_the_loader_as_it_stands_when_called(monkeypatch):
+    """The probe module may be imported first while a caller has replaced the model loader (the
+    bad-input corpus refuses loading); it must not keep that loader for later callers."""
+    pytest.importorskip("torch")
+    from specsim.engine.speed_reference import probes
+
+    seen = []
+
+    def loader(spec, device, dtype):
+        seen.append(spec)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("specsim.models.load_model", loader)
+    with pytest.raises(RuntimeError, match="stop here"):
+        probes.ReferencePass.load("builtin:small", "cpu", "float32", now=lambda: 0.0)
+    assert seen == ["builtin:small"]
