@@ -137,7 +137,7 @@ class ServingTable:
             loaded += 1
         ct[PEND_LEN] = len(self.pending)
         self.slot_row[:] = -1
-        for slot, request in enumerate(replica.slot_request[: replica.high]):
+        for slot, request in enumerate(replica.slot_request):
             if request is not None:
                 self.slot_row[slot] = self._load(request, loaded)
                 loaded += 1
@@ -226,8 +226,7 @@ class ServingTable:
         self.pending = [
             in_flight[row] for row in _ring(self.pending_ring, ct[PEND_HEAD], ct[PEND_LEN])
         ]
-        used = max(replica.high, int(ct[HIGH]))  # slots above both were empty throughout
-        for slot, row in enumerate(self.slot_row[:used].tolist()):
+        for slot, row in enumerate(self.slot_row.tolist()):
             replica.slot_request[slot] = None if row < 0 else in_flight[row]
             if row >= 0:
                 replica.join_step[slot] = int(self.join_step[slot])
