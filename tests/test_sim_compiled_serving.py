@@ -241,8 +241,6 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "changes",
     [
-        {"workload": {**CLOSED, "think_time_s": 0.2}},
-        {"workload": CLOSED, "fleet": {"replicas": 2, "router": "least_outstanding"}},
         {"workload": CLOSED, "engine": {"max_batch": 32, "chunked_prefill": False}},
         {"workload": CLOSED, "engine": {"max_batch": 32, "padded_attention": True}},
         {
@@ -252,9 +250,10 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
             }
         },
     ],
-    ids=["think time", "two replicas", "no chunked prefill", "padded", "prefix"],
+    ids=["no chunked prefill", "padded", "prefix"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
+    """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""
     inside, total, _ = kernel_iterations(make(changes), monkeypatch)
     assert inside == 0 and total > 0
 

@@ -123,5 +123,7 @@ STATE = STEP_STATE + 14
     CLIENTS,
     PEND_HEAD,  # the ring of clients' requests sent but not yet arrived
     PEND_LEN,
-) = range(31)
-COUNTS = 31
+    ITERATION_LIMIT,  # the call stops after this many iterations
+    STOP_AT_FINISH,  # 1: the call stops after the iteration in which a request finishes
+) = range(33)
+COUNTS = 33

@@ -1,14 +1,11 @@
-"""The compiled serving loop, Python's side: where it runs, and its state in and out.
+"""The compiled serving loop, Python's side: where it runs, and its calls.
 
 A replica alone on its traffic (open-loop arrivals, or closed-loop clients without think time),
 under any window policy, runs ``compiled_serving_kernel.serving_loop``: admission, chunked
 prefill, preemption, decoding, finishes and the clients' next requests in one call, from one
-stop to the next (busy or saturated, where the queue rarely empties, as at low load).
-This module packs what the kernel reads (the requests in flight as rows of a table, the queue
-and the prompts in prefill as rings of rows, the batch's slots, the acceptance levels, arrivals
-and clients' lengths drawn ahead) and writes back what it did: the records in finish order,
-the requests still in flight as ``Request`` objects, and the replica's, admission's, step
-log's, arrival feed's and clients' counts. It runs where the replica's other conditions for a
+stop to the next (busy or saturated, where the queue rarely empties, as at low load). Its state
+goes in and out through the table (``serving_table.py``); a replica behind a router runs the
+same kernel through ``fleet_serving.py``. It runs where the replica's other conditions for a
 compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and no prefix cache
 is kept; elsewhere, and whenever the kernel stops for Python (levels to draw, one sequence
 outgrowing the cache), the other paths run.
@@ -16,145 +13,104 @@ outgrowing the cache), the other paths run.
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import repeat
-from operator import attrgetter
-
-import numpy as np
-
-from specsim.simulation.admission import fitting
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import (
-    ADMISSIONS,
-    ARRIVALS_AT,
-    CLIENTS,
-    CLOSED,
-    CLOSED_AT,
-    CLOSED_EMITTED,
-    COUNTS,
-    DECODE_STEPS,
-    DECODING,
-    DELAY,
     DRAWN,
-    FIELDS,
-    FILLED,
-    FIRST_HI,
-    FIRST_LEFT,
-    FIRST_LO,
-    FREE_N,
-    HIGH,
-    HORIZON,
-    ISSUE_LEFT,
-    ISSUED,
+    ITERATION_LIMIT,
     ITERATIONS,
-    JOINED,
-    LEVELS_AT,
-    LOGGED,
-    MORE_ARRIVALS,
-    NEXT_RID,
     NOW,
-    OPENED,
-    OPENED_AT,
-    OPENED_EMITTED,
-    P_HEAD,
-    P_LEN,
-    PEND_HEAD,
-    PEND_LEN,
-    Q_HEAD,
-    Q_LEN,
-    RECORD,
-    RECORDS,
-    REQUEST_FIELDS,
-    RESERVED,
-    RID,
-    ROWS_FREE_N,
-    STATE,
-    TIME_FIELDS,
-    TOKEN_BUDGET,
+    STOP_AT_FINISH,
 )
-from specsim.simulation.compiled_loop import DecodeLoop, restore_step_state, step_state
-from specsim.simulation.request import Request
-from specsim.simulation.steplog import BUFFER_ITERATIONS
+from specsim.simulation.compiled_loop import DecodeLoop
+from specsim.simulation.serving_table import TRACE, ServingTable
 from specsim.workload.prefix import NoPrefix
 
-AHEAD = 4096  # arrivals or clients' lengths handed to one call, and records it may write
 RETRY_AFTER = 16  # iterations Python runs after a call that ran none, before the next call
 # Most requests in flight that a call packs: each call packs them all, so past this (an
 # overloaded open loop's growing queue) packing would cost more than the kernel saves.
 MOST_IN_FLIGHT = 2048
 
 
-class ServingLoop:
-    """One replica's buffers for the serving kernel, and the traffic it serves (an open-loop
-    ``ArrivalFeed`` or ``ClosedLoopClients``)."""
+class ServingLoop(ServingTable):
+    """The serving kernel's calls for one replica."""
 
-    def __init__(self, replica, decode: DecodeLoop, feed=None, clients=None):
-        self.feed = feed
-        self.clients = clients
-        self.decode = decode  # the cost vector, window terms and acceptance tables
-        cap = replica.capacity
-        self.slot_row = np.full(cap, -1, dtype=np.int64)
-        self.join_step = np.zeros(cap, dtype=np.int64)
-        self.join_left = np.zeros(cap)
-        self.free = np.zeros(cap, dtype=np.int64)
-        self.records = np.zeros((AHEAD, RECORD))
-        self.st = np.zeros(STATE)
-        self.ct = np.zeros(COUNTS, dtype=np.int64)
-        # Clients' requests on their way through an API server (``fleet.Frontend``): between
-        # calls the loop holds those it sent (``pending``), and hands them to the server
-        # before Python steps the replica itself; while the server has any on the way, the
-        # loop waits (it would run past their arrival).
-        self.frontend = getattr(clients, "fleet", None)
-        self.delay = getattr(self.frontend, "request_s", 0.0)
-        self.pending: list[Request] = []
-        self.rows = 0
-        self._table(clients.source.concurrency if clients is not None else cap + AHEAD)
-        self.wait = 0  # iterations to leave to Python before the next call
-
-    def _table(self, rows: int) -> None:
-        """The request table and its rings, for ``rows`` requests in flight."""
-        self.rows = rows
-        self.req = np.zeros((rows, FIELDS))
-        self.rows_free = np.zeros(rows, dtype=np.int64)
-        self.queue = np.zeros(rows, dtype=np.int64)
-        self.prefilling = np.zeros(rows, dtype=np.int64)
-        self.pending_ring = np.zeros(rows, dtype=np.int64)
-
-    @staticmethod
-    def build(replica, feed=None, clients=None) -> ServingLoop | None:
-        """The loop for ``replica`` alone on ``feed`` or ``clients``, or None where it cannot
-        run."""
+    @classmethod
+    def build(cls, replica, feed=None, clients=None) -> ServingLoop | None:
+        """The loop for ``replica`` alone on ``feed`` or ``clients`` (``fleet_serving``'s
+        subclass: for requests routed to it), or None where it cannot run."""
         decode = DecodeLoop.build(replica)
         if (
             decode is None
             or not replica.chunked
+            or not replica.serving_kernel
             or type(replica.admission.prefix) is not NoPrefix
             or (clients is not None and clients.source.think_mean > 0)
         ):
             return None
-        return ServingLoop(replica, decode, feed, clients)
+        return cls(replica, decode, feed, clients)
+
+    def serve(self, replica, env):
+        """SimPy: run iterations from now until the kernel stops, and wait for the last one's
+        end; returns False where it ran none and waited for nothing (whatever admission it did
+        is written back) and the replica's Python path takes the next iteration."""
+        end = self.run(replica, env.now)
+        if end is None:
+            return False
+        yield env.timeout_at(end)
+        return True
+
+    def takes(self, request) -> bool:
+        """A request routed to the replica: a lone replica's loop leaves it to Python (it is
+        never under way then, and writes the replica's state back after every call)."""
+        return False
+
+    def release(self, replica) -> None:
+        """The replica's state is Python's between a lone loop's calls: nothing to write."""
 
     def run(self, replica, now: float) -> float | None:
-        """Run iterations from ``now`` until the kernel stops; returns where it stopped (None:
-        it ran none and waited for nothing; whatever admission it did is written back)."""
+        """Run iterations from ``now`` until the kernel stops and apply them; returns where it
+        stopped (None: it ran none and waited for nothing)."""
         if getattr(self.frontend, "in_flight", 0):  # until they arrive, Python steps it
             self._hand_off()
             return None
+        if not self._call(replica, now, TRACE):
+            return None
+        replica._draws.skip(int(self.ct[DRAWN]))
+        self._unpack(replica)
+        end = float(self.st[NOW])
+        if not self.ct[ITERATIONS] and end == now:
+            self.wait = RETRY_AFTER
+            self._hand_off()
+            return None
+        admission = replica.admission
+        if not (admission.queue or replica.decoding or admission.prefilling):
+            self._hand_off()  # the replica waits for them to arrive
+        return end
+
+    def _call(self, replica, now: float, limit: int) -> bool:
+        """The kernel run from the replica's state at ``now`` for at most ``limit`` iterations,
+        nothing applied (False: not called, Python steps the replica meanwhile)."""
         if self.wait:
             self.wait -= 1
             self._hand_off()
-            return None
+            return False
         admission = replica.admission
         in_flight = len(admission.queue) + len(admission.prefilling) + replica.decoding
         if in_flight > MOST_IN_FLIGHT:  # the Python path's stretches meanwhile
             self._hand_off()
-            return None
-        levels, arrivals, lengths = self._pack(replica, now, in_flight)
-        decode, log, stream = self.decode, replica.log, replica._draws
-        base_words, offset = stream.base()
-        ct = self.ct
-        kernel = _serving_kernel()
-        kernel.serving_loop(
+            return False
+        self._pack(replica, now, in_flight)
+        self._kernel(replica, limit)
+        return True
+
+    def _kernel(self, replica, limit: int) -> None:
+        """The kernel on the packed state, for at most ``limit`` iterations."""
+        self.ct[ITERATION_LIMIT] = limit
+        self.ct[STOP_AT_FINISH] = self.feed is None and self.clients is None
+        decode, log, admission = self.decode, replica.log, replica.admission
+        levels, arrivals, lengths = self.inputs
+        base_words, offset = replica._draws.base()
+        _serving_kernel().serving_loop(
             decode.by_rows.shape[0] == 0,
             base_words,
             offset,
@@ -189,23 +145,14 @@ class ServingLoop:
             self.records,
             decode.costs,
             self.st,
-            ct,
+            self.ct,
             (log._dt, log._kv, log._itl, log._itl_weight),
             log._batch,
             log._accepted,
             log._drafted,
             log._step_limit,
+            self.trace,
         )
-        stream.skip(int(ct[DRAWN]))
-        self._unpack(replica)
-        end = float(self.st[NOW])
-        if not ct[ITERATIONS] and end == now:
-            self.wait = RETRY_AFTER
-            self._hand_off()
-            return None
-        if not (admission.queue or replica.decoding or admission.prefilling):
-            self._hand_off()  # the replica waits for them to arrive
-        return end
 
     def _hand_off(self) -> None:
         """The clients' requests still on their way go to the API server, to arrive at their
@@ -214,202 +161,11 @@ class ServingLoop:
             self.frontend.arrive_at(request, request.arrival)
         self.pending = []
 
-    # ---- packing -------------------------------------------------------------------------
-    def _pack(self, replica, now: float, in_flight: int):
-        """The table, rings and counts loaded from the replica; returns the levels, arrivals
-        and clients' lengths for the call."""
-        admission, log = replica.admission, replica.log
-        ct, st = self.ct, self.st
-        ct[:] = 0
-        arrivals, more = self._arrivals(replica)
-        if self.clients is None and in_flight + arrivals.shape[1] > self.rows:
-            self._table(2 * (in_flight + arrivals.shape[1]))
-        req = self.req
-        req[:, RID] = -1.0
-        loaded = 0
-        for ring, requests, size in (
-            (self.queue, admission.queue, Q_LEN),
-            (self.prefilling, admission.prefilling, P_LEN),
-        ):
-            for j, request in enumerate(requests):
-                ring[j] = self._load(request, loaded)
-                loaded += 1
-            ct[size] = len(requests)
-        for j, request in enumerate(self.pending):
-            self.pending_ring[j] = self._load(request, loaded)
-            loaded += 1
-        ct[PEND_LEN] = len(self.pending)
-        self.slot_row[:] = -1
-        for slot, request in enumerate(replica.slot_request):
-            if request is not None:
-                self.slot_row[slot] = self._load(request, loaded)
-                loaded += 1
-                self.join_step[slot] = replica.join_step[slot]
-                self.join_left[slot] = replica.join_remaining[slot]
-        unused = np.flatnonzero(req[:, RID] < 0)[::-1]  # taken from the end: the lowest first
-        self.rows_free[: unused.shape[0]] = unused
-        ct[ROWS_FREE_N] = unused.shape[0]
-        free = replica.free_slots
-        self.free[: len(free)] = free
-        ct[FREE_N] = len(free)
-        ct[HIGH], ct[DECODING], ct[JOINED] = replica.high, replica.decoding, replica._joined
-        ct[DECODE_STEPS], ct[ADMISSIONS] = replica.decode_steps, admission.admissions
-        ct[LOGGED], ct[FILLED] = log._iterations, log._filled
-        ct[MORE_ARRIVALS] = more
-        st[:] = 0.0
-        st[: TOKEN_BUDGET + 1] = (
-            *step_state(replica, now),
-            admission.reserved,
-            admission.pending,
-            replica.kv_capacity,
-            replica._kv_planned,
-            replica.stats.flops["prefill"],
-            admission.prefill_computed,
-            admission.prefix_queried,
-            np.inf,  # the clients' horizon, if any
-            replica.token_budget,
-        )
-        st[DELAY] = self.delay
-        levels = np.array(admission._levels[::-1], dtype=np.int64)  # in the order pop() takes
-        lengths = self._clients(replica) if self.clients is not None else np.zeros((2, 0))
-        return levels, arrivals, lengths
 
-    def _load(self, request: Request, loaded: int) -> int:
-        """The request's row (a client's own, else the next one), filled in."""
-        row = request.client if self.clients is not None else loaded
-        self.req[row] = _request_fields(request)
-        return row
-
-    def _fitting(self, replica, prompts, outputs) -> np.ndarray:
-        """Prompt and output lengths up to (not with) the first that never fits the cache: the
-        per-iteration path refuses it when it reaches the replica, so Python takes it."""
-        lengths = np.array([prompts, outputs], dtype=np.float64).reshape(2, -1)
-        admission = replica.admission
-        count = fitting(lengths[0], lengths[1], admission.lookahead, admission.kv_capacity)
-        return lengths[:, :count]
-
-    def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
-        """The feed's next arrivals (times, prompts, outputs), and whether more may follow."""
-        if self.feed is None:
-            return np.zeros((3, 0)), False
-        self.ct[NEXT_RID] = self.feed.next_id
-        times, prompts, outputs = self.feed.upcoming(AHEAD)
-        lengths = self._fitting(replica, prompts, outputs)
-        count = lengths.shape[1]
-        arrivals = np.empty((3, count))
-        arrivals[0] = times[:count]
-        arrivals[1:] = lengths
-        return arrivals, bool(times)  # an empty list: the feed has no more
-
-    def _clients(self, replica) -> np.ndarray:
-        """The clients' next requests' lengths, and the clients' counts."""
-        clients, ct, st = self.clients, self.ct, self.st
-        source = clients.source
-        ct[CLIENTS] = 1
-        ct[NEXT_RID] = clients.counter[0]
-        limit = source.limit
-        ct[ISSUE_LEFT] = np.iinfo(np.int64).max if limit is None else limit - source.issued
-        ct[FIRST_LO], ct[FIRST_HI], ct[FIRST_LEFT] = clients.first_requests()
-        st[HORIZON] = np.inf if source.horizon is None else source.horizon
-        prompts, outputs = source.upcoming(int(min(ct[ISSUE_LEFT], AHEAD)))
-        return np.ascontiguousarray(self._fitting(replica, prompts, outputs))
-
-    # ---- unpacking -----------------------------------------------------------------------
-    def _unpack(self, replica) -> None:
-        admission, log = replica.admission, replica.log
-        ct, st = self.ct, self.st
-        self._write_records(replica)
-        in_flight = self._requests()
-        admission.queue = deque(in_flight[row] for row in _ring(self.queue, ct[Q_HEAD], ct[Q_LEN]))
-        admission.prefilling = [
-            in_flight[row] for row in _ring(self.prefilling, ct[P_HEAD], ct[P_LEN])
-        ]
-        before = len(self.pending)
-        self.pending = [
-            in_flight[row] for row in _ring(self.pending_ring, ct[PEND_HEAD], ct[PEND_LEN])
-        ]
-        for slot, row in enumerate(self.slot_row.tolist()):
-            replica.slot_request[slot] = None if row < 0 else in_flight[row]
-            if row >= 0:
-                replica.join_step[slot] = int(self.join_step[slot])
-                replica.join_remaining[slot] = int(self.join_left[slot])
-        replica.free_slots = self.free[: ct[FREE_N]].tolist()
-        replica.high, replica.decoding = int(ct[HIGH]), int(ct[DECODING])
-        replica._joined = int(ct[JOINED])
-        replica.decode_steps = int(ct[DECODE_STEPS])
-        taken = int(ct[ARRIVALS_AT]) if self.feed is not None else int(ct[ISSUED])
-        # A request counts at the replica from its arrival (``Replica.enqueue``).
-        arrived = taken - (len(self.pending) - before)
-        replica.outstanding += arrived - int(ct[RECORDS])
-        admission.admissions = int(ct[ADMISSIONS])
-        del admission._levels[len(admission._levels) - int(ct[LEVELS_AT]) :]
-        values = st.tolist()
-        restore_step_state(replica, values)
-        (
-            admission.reserved,
-            admission.pending,
-            _,
-            replica._kv_planned,
-            replica.stats.flops["prefill"],
-            admission.prefill_computed,
-            prefix_queried,
-        ) = values[RESERVED:HORIZON]
-        admission.prefix_queried = int(prefix_queried)
-        log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
-        if log._iterations == BUFFER_ITERATIONS:
-            log._flush_iterations()
-        if log._filled > log._step_limit:
-            log._flush_steps()
-        if self.feed is not None:
-            self.feed.taken(taken)
-        if self.clients is not None:
-            self._clients_after()
-
-    def _clients_after(self) -> None:
-        clients, ct, st = self.clients, self.ct, self.st
-        clients.counter[0] = int(ct[NEXT_RID])
-        clients.source.issued_ahead(int(ct[ISSUED]))
-        opened = (float(st[OPENED_AT]), float(st[OPENED_EMITTED])) if ct[OPENED] else None
-        closed = (float(st[CLOSED_AT]), float(st[CLOSED_EMITTED])) if ct[CLOSED] else None
-        clients.caught_up(int(ct[FIRST_LEFT]), opened, closed)
-
-    def _write_records(self, replica) -> None:
-        count = int(self.ct[RECORDS])
-        if not count:
-            return
-        columns = self.records[:count].T
-        ints = columns.astype(np.int64)
-        rows = zip(
-            ints[0].tolist(),
-            columns[1].tolist(),
-            columns[2].tolist(),
-            columns[3].tolist(),
-            columns[4].tolist(),
-            *(ints[j].tolist() for j in range(5, RECORD)),
-            repeat(replica.index),
-            repeat(replica.pool_index),
-        )
-        replica.sink.add_rows(rows)
-
-    def _requests(self) -> dict[int, Request]:
-        """The requests in flight after the call, by row, as ``Request`` objects."""
-        requests = {}
-        rows = np.flatnonzero(self.req[:, RID] >= 0)
-        for row, values in zip(rows.tolist(), self.req[rows].tolist(), strict=True):
-            request = Request.__new__(Request)  # every slot is set here
-            for name, value in zip(REQUEST_FIELDS, values, strict=True):
-                setattr(request, name, value if name in TIME_FIELDS else int(value))
-            requests[row] = request
-        return requests
-
-
-_request_fields = attrgetter(*REQUEST_FIELDS)
-
-
-def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:
-    count = ring.shape[0]
-    return [int(ring[(head + j) % count]) for j in range(size)]
+_module = []
 
 
 def _serving_kernel():
-    return kernel_module("compiled_serving_kernel")
+    if not _module:
+        _module.append(kernel_module("compiled_serving_kernel"))
+    return _module[0]

@@ -13,7 +13,9 @@ Requests live in a table of rows (a closed-loop client's next request takes its 
 queue and the prompts in prefill are rings of row numbers. It stops, at the top of an
 iteration, where Python must act (``compiled_serving.py``): the step log folds, the records,
 the arrivals or the clients' lengths run short, admission needs an acceptance level not drawn
-yet, one sequence outgrows the cache, or nothing is left to run.
+yet, one sequence outgrows the cache, or nothing is left to run; and where Python asks it
+to, after a given number of iterations or after the iteration in which a request finishes (a
+fleet's replica, ``fleet_serving.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from specsim.simulation.compiled_layout import (
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
+    ITERATION_LIMIT,
     ITERATIONS,
     JOINED,
     KV_CAPACITY,
@@ -86,6 +89,7 @@ from specsim.simulation.compiled_layout import (
     ROWS_FREE_N,
     SCHEDULED,
     STEPS,
+    STOP_AT_FINISH,
     TARGET,
     TOKEN_BUDGET,
 )
@@ -445,6 +449,7 @@ def serving_loop(
     log_accepted,
     log_drafted,
     step_limit,
+    trace,
 ):
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
 
@@ -460,7 +465,8 @@ def serving_loop(
     outputs); ``lengths``: the clients' next requests' prompt and output lengths (with
     ``ct[CLIENTS]``); ``pending``: the ring of clients' requests not yet arrived
     (``ct[PEND_HEAD]``, ``ct[PEND_LEN]``); ``log``: the step log's float buffers (durations,
-    KV, gaps, weights).
+    KV, gaps, weights); ``trace``: each iteration's end and the tokens emitted by then (a
+    fleet's router and clients read a call under way from it, ``fleet_serving.py``).
     The acceptance draws start ``offset`` doubles after the PCG64 state ``base_words``
     (``ct[DRAWN]`` gets how many the iterations took)."""
     remaining, context, _, _, shift, drafted_by_row, _ = batch
@@ -481,6 +487,8 @@ def serving_loop(
     most = log_dt.shape[0]
     per_token, per_pair = c[T_FLOPS], c[T_ATTN]
     while True:
+        if ct[ITERATIONS] >= ct[ITERATION_LIMIT] or (ct[STOP_AT_FINISH] and ct[RECORDS]):
+            break
         if ct[LOGGED] == most or ct[FILLED] > step_limit:  # the log folds its buffers first
             break
         if records.shape[0] - ct[RECORDS] < capacity:
@@ -642,4 +650,6 @@ def serving_loop(
         else:
             st[LAST_DT] = dt
         st[NOW] = end
+        trace[0, ct[ITERATIONS]] = end
+        trace[1, ct[ITERATIONS]] = st[EMITTED]
         ct[ITERATIONS] += 1

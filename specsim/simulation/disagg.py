@@ -44,7 +44,8 @@ from specsim.metrics import exact_summary
 from specsim.profile.kinds import reads_hidden_states
 from specsim.simulation.admission import Admission
 from specsim.simulation.fleet import Fleet
-from specsim.simulation.replica import Plan, Replica
+from specsim.simulation.plans import Plan
+from specsim.simulation.replica import Replica
 from specsim.simulation.request import Request
 
 HIDDEN_STATE_BYTES = 2  # the target's hidden states travel in 16 bits, whatever its weights
@@ -125,6 +126,8 @@ class PrefillReplica(Replica):
     """Prefill only: a request whose prompt is through goes to ``handoff`` (unless its first
     token was its last). Its prefix cache (``prefix``) remembers the prompts it computed."""
 
+    serving_kernel = False  # the kernel finishes a prefill as a lone replica does
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         engine, old = args[2], self.admission
@@ -147,6 +150,8 @@ class PrefillReplica(Replica):
 
 class DecodeReplica(Replica):
     """Decode with speculation; requests arrive with their KV cache (``receive``)."""
+
+    serving_kernel = False  # the kernel knows no joining with a KV cache
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

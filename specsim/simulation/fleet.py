@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import ClassVar
 
 import numpy as np
@@ -39,12 +40,15 @@ class RoundRobin(Router):
         return replica
 
 
+_outstanding = attrgetter("outstanding")
+
+
 class LeastOutstanding(Router):
     name = "least_outstanding"
 
     def choose(self, request: Request | None = None) -> Replica:
         # Ties go to the lowest index, so the choice is deterministic.
-        return min(self.replicas, key=lambda r: r.outstanding)
+        return min(self.replicas, key=_outstanding)
 
 
 # sglang-router's --balance-abs-threshold default (its docs/router/router.md): the load gap,

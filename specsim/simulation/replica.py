@@ -25,7 +25,9 @@ steady stretch of decode iterations one event (``stretch.py``: computed at once,
 ends, cut back if a request reaches the replica meanwhile) and, for a replica alone on an
 open-loop source, takes the arrivals itself as their times pass; it gives the same results, bit
 for bit (``tests/test_sim_stretch.py``). A replica alone can run whole spans of
-iterations compiled (``compiled_serving.py``, ``compiled_loop.py``). Replayed acceptance
+iterations compiled (``compiled_serving.py``, ``compiled_loop.py``), and so can a replica that
+requests are routed to (``fleet_serving.py``: up to its next finish, cut back where a request
+reaches it meanwhile). Replayed acceptance
 sequences (``needs_position``) step one iteration at a time on either path: each step's counts
 depend on where the row stands.
 Where two replicas' (or a replica's and a client's) events fall on exactly the same float time,
@@ -35,7 +37,6 @@ the reference orders them by when SimPy created them, which a stretch does not r
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from simpy import Interrupt
@@ -48,6 +49,8 @@ from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify
 from specsim.simulation.compiled_loop import DecodeLoop, cost_vector, window_terms
 from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.compiled_stream import JumpStream
+from specsim.simulation.fleet_serving import FleetServing
+from specsim.simulation.plans import DecodePlan, Plan, SlotViews
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 from specsim.simulation.stretch import MIN_EXPECTED, Stretch, accumulate, plan_stretch
@@ -57,59 +60,10 @@ _minimum = np.minimum
 _count_nonzero = np.count_nonzero
 
 
-# The plans are slotted classes, read-only by convention, for the reason ``PassTotals`` is.
-
-
-class DecodePlan:
-    """The decoding rows' part of a planned iteration (per occupied slot; -1 in empty ones)."""
-
-    __slots__ = ("accepted", "drafts", "joined", "k", "kv", "verified", "views")
-
-    def __init__(
-        self,
-        k: int,
-        drafts: np.ndarray,
-        accepted: np.ndarray,
-        verified: float,
-        kv: float,
-        joined: int,
-        views: SlotViews,
-    ):
-        self.k = k  # the window
-        self.drafts = drafts  # tokens each row drafts
-        self.accepted = accepted  # of those, accepted
-        self.verified = verified  # positions the target verifies, all rows
-        self.kv = kv  # KV-cache tokens the rows held when planned
-        self.joined = joined  # rows that started decoding since the last decode iteration
-        self.views = views  # the batch arrays' slots it covers
-
-
-class Plan:
-    """One planned engine iteration."""
-
-    __slots__ = ("batch", "chunks", "decode", "seconds")
-
-    def __init__(
-        self, seconds: float, decode: DecodePlan | None, chunks: Chunks | None, batch: int
-    ):
-        self.seconds = seconds  # its duration at the median (before jitter)
-        self.decode = decode  # None: no row decodes
-        self.chunks = chunks  # prompt chunks that ride in it
-        self.batch = batch  # sequences in it
-
-
-class SlotViews(NamedTuple):
-    """Views of the batch arrays' occupied prefix (they share memory with the arrays)."""
-
-    remaining: np.ndarray
-    context: np.ndarray
-    level_shift: np.ndarray
-    drafted: np.ndarray
-    ones: np.ndarray  # for sums as dot products
-
-
 class Replica:
     """A serving engine with its own queue, batch, KV cache and random stream."""
+
+    serving_kernel = True  # the compiled serving loop knows its rules (``compiled_serving``)
 
     def __init__(
         self,
@@ -241,8 +195,9 @@ class Replica:
         """Queue a request (refused when it could never fit the KV cache)."""
         admission = self.admission
         admission.check_fits(request)
-        admission.queue.append(request)
         self.outstanding += 1
+        if self._serving is None or not self._serving.takes(request):
+            admission.queue.append(request)
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()
@@ -253,6 +208,8 @@ class Replica:
         """Output tokens emitted by time ``now`` (a stretch under way counts the iterations
         that have ended)."""
         stretch = self._stretch
+        if getattr(self._serving, "holding", False):
+            return self._serving.emitted_at(now)
         if stretch is None:
             return self.emitted_tokens
         done = int(stretch.ends[: stretch.n].searchsorted(now, side="right"))
@@ -268,12 +225,15 @@ class Replica:
         if self.arrivals is not None:
             self._serving = ServingLoop.build(self, feed=self.arrivals)
             self._loop = DecodeLoop.build(self) if self._serving is None else None
+        elif self.fast:  # requests routed to it: the fleet's serving loop
+            self._serving = FleetServing.build(self)
         self._process = env.process(self.process(env))
 
     def serve_clients(self, clients) -> None:
         """This replica alone serves closed-loop ``clients``: the compiled loop for them, where
         it runs (``compiled_serving.py``)."""
-        self._serving = ServingLoop.build(self, clients=clients) if self.fast else None
+        loop = ServingLoop.build(self, clients=clients) if self.fast else None
+        self._serving = loop or self._serving
 
     def process(self, env):
         return self._fast_process(env) if self.fast else self._reference_process(env)
@@ -317,7 +277,7 @@ class Replica:
         while True:
             if arrivals is not None:
                 self._take_arrivals(env.now)
-            if not (admission.queue or self.decoding or admission.prefilling):
+            if not self._has_work():
                 if arrivals is None:
                     self.idle_event = env.event()
                     yield self.idle_event
@@ -327,11 +287,8 @@ class Replica:
                 else:
                     return
             serving = self._serving
-            if serving is not None:
-                end = serving.run(self, env.now)
-                if end is not None:  # when its last iteration ends
-                    yield env.timeout_at(end)
-                    continue
+            if serving is not None and (yield from serving.serve(self, env)):
+                continue
             start = env.now
             if admission.queue:
                 admission.admit(start, self.decoding, self._held())
@@ -386,6 +343,12 @@ class Replica:
             if not plan.chunks:  # a prompt chunk's iteration would undersize the next stretch
                 self.last_decode_s = dt
             self._apply_mixed(plan, env.now, start)
+
+    def _has_work(self) -> bool:
+        if getattr(self._serving, "holding", False):  # the fleet's serving loop holds it
+            return self._serving.has_work()
+        admission = self.admission
+        return bool(admission.queue or self.decoding or admission.prefilling)
 
     def _take_arrivals(self, now: float) -> None:
         arrivals = self.arrivals
@@ -834,4 +797,6 @@ class Replica:
 
     def close(self) -> None:
         """Fold the buffered statistics in (call once the simulation has ended)."""
+        if self._serving is not None:
+            self._serving.release(self)
         self.log.close()

@@ -1,0 +1,311 @@
+"""The compiled serving loop's table (``compiled_serving.py``): a replica's state packed for
+the kernel, and written back after it.
+
+``_pack`` loads what the kernel reads (the requests in flight as rows of a table, the queue and
+the prompts in prefill as rings of rows, the batch's slots, the acceptance levels, arrivals and
+clients' lengths drawn ahead); ``_unpack`` writes back what it did: the records in finish
+order, the requests still in flight as ``Request`` objects, and the replica's, admission's,
+step log's, arrival feed's and clients' counts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import repeat
+from operator import attrgetter
+
+import numpy as np
+
+from specsim.simulation.admission import fitting
+from specsim.simulation.compiled_layout import (
+    ADMISSIONS,
+    ARRIVALS_AT,
+    CLIENTS,
+    CLOSED,
+    CLOSED_AT,
+    CLOSED_EMITTED,
+    COUNTS,
+    DECODE_STEPS,
+    DECODING,
+    DELAY,
+    FIELDS,
+    FILLED,
+    FIRST_HI,
+    FIRST_LEFT,
+    FIRST_LO,
+    FREE_N,
+    HIGH,
+    HORIZON,
+    ISSUE_LEFT,
+    ISSUED,
+    JOINED,
+    LEVELS_AT,
+    LOGGED,
+    MORE_ARRIVALS,
+    NEXT_RID,
+    OPENED,
+    OPENED_AT,
+    OPENED_EMITTED,
+    P_HEAD,
+    P_LEN,
+    PEND_HEAD,
+    PEND_LEN,
+    Q_HEAD,
+    Q_LEN,
+    RECORD,
+    RECORDS,
+    REQUEST_FIELDS,
+    RESERVED,
+    RID,
+    ROWS_FREE_N,
+    STATE,
+    TIME_FIELDS,
+    TOKEN_BUDGET,
+)
+from specsim.simulation.compiled_loop import DecodeLoop, restore_step_state, step_state
+from specsim.simulation.request import Request
+from specsim.simulation.steplog import BUFFER_ITERATIONS
+
+AHEAD = 4096  # arrivals or clients' lengths handed to one call, and records it may write
+FLEET_ROWS = 64  # a fleet replica's first request table (it doubles as needed)
+TRACE = BUFFER_ITERATIONS  # iterations one call may run (the step log folds after as many)
+
+
+class ServingTable:
+    """One replica's buffers for the serving kernel, and the traffic it serves (an open-loop
+    ``ArrivalFeed`` or ``ClosedLoopClients``)."""
+
+    def __init__(self, replica, decode: DecodeLoop, feed=None, clients=None):
+        self.feed = feed
+        self.clients = clients
+        self.decode = decode  # the cost vector, window terms and acceptance tables
+        cap = replica.capacity
+        self.slot_row = np.full(cap, -1, dtype=np.int64)
+        self.join_step = np.zeros(cap, dtype=np.int64)
+        self.join_left = np.zeros(cap)
+        self.free = np.zeros(cap, dtype=np.int64)
+        self.records = np.zeros((AHEAD, RECORD))
+        self.st = np.zeros(STATE)
+        self.ct = np.zeros(COUNTS, dtype=np.int64)
+        # Clients' requests on their way through an API server (``fleet.Frontend``): between
+        # calls the loop holds those it sent (``pending``), and hands them to the server
+        # before Python steps the replica itself; while the server has any on the way, the
+        # loop waits (it would run past their arrival).
+        self.frontend = getattr(clients, "fleet", None)
+        self.delay = getattr(self.frontend, "request_s", 0.0)
+        self.pending: list[Request] = []
+        self.rows = 0
+        # A client's request takes the client's row; a lone replica's arrivals take up to
+        # AHEAD rows; a fleet replica's table grows with what is in flight (``_pack``).
+        rows = cap + AHEAD if feed is not None else FLEET_ROWS
+        self._table(clients.source.concurrency if clients is not None else rows)
+        self.wait = 0  # iterations to leave to Python before the next call
+        self.trace = np.zeros((2, TRACE))  # each iteration's end and the tokens emitted by then
+
+    def _table(self, rows: int) -> None:
+        """The request table and its rings, for ``rows`` requests in flight."""
+        self.rows = rows
+        self.req = np.zeros((rows, FIELDS))
+        self.rows_free = np.zeros(rows, dtype=np.int64)
+        self.queue = np.zeros(rows, dtype=np.int64)
+        self.prefilling = np.zeros(rows, dtype=np.int64)
+        self.pending_ring = np.zeros(rows, dtype=np.int64)
+
+    # ---- packing -------------------------------------------------------------------------
+    def _pack(self, replica, now: float, in_flight: int) -> None:
+        """The table, rings and counts loaded from the replica, and the levels, arrivals and
+        clients' lengths for the call (``inputs``)."""
+        admission, log = replica.admission, replica.log
+        ct, st = self.ct, self.st
+        ct[:] = 0
+        arrivals, more = self._arrivals(replica)
+        if self.clients is None and in_flight + arrivals.shape[1] > self.rows:
+            self._table(2 * (in_flight + arrivals.shape[1]))
+        req = self.req
+        req[:, RID] = -1.0
+        loaded = 0
+        for ring, requests, size in (
+            (self.queue, admission.queue, Q_LEN),
+            (self.prefilling, admission.prefilling, P_LEN),
+        ):
+            for j, request in enumerate(requests):
+                ring[j] = self._load(request, loaded)
+                loaded += 1
+            ct[size] = len(requests)
+        for j, request in enumerate(self.pending):
+            self.pending_ring[j] = self._load(request, loaded)
+            loaded += 1
+        ct[PEND_LEN] = len(self.pending)
+        self.slot_row[:] = -1
+        for slot, request in enumerate(replica.slot_request):
+            if request is not None:
+                self.slot_row[slot] = self._load(request, loaded)
+                loaded += 1
+                self.join_step[slot] = replica.join_step[slot]
+                self.join_left[slot] = replica.join_remaining[slot]
+        unused = np.flatnonzero(req[:, RID] < 0)[::-1]  # taken from the end: the lowest first
+        self.rows_free[: unused.shape[0]] = unused
+        ct[ROWS_FREE_N] = unused.shape[0]
+        free = replica.free_slots
+        self.free[: len(free)] = free
+        ct[FREE_N] = len(free)
+        ct[HIGH], ct[DECODING], ct[JOINED] = replica.high, replica.decoding, replica._joined
+        ct[DECODE_STEPS], ct[ADMISSIONS] = replica.decode_steps, admission.admissions
+        ct[LOGGED], ct[FILLED] = log._iterations, log._filled
+        ct[MORE_ARRIVALS] = more
+        st[:] = 0.0
+        st[: TOKEN_BUDGET + 1] = (
+            *step_state(replica, now),
+            admission.reserved,
+            admission.pending,
+            replica.kv_capacity,
+            replica._kv_planned,
+            replica.stats.flops["prefill"],
+            admission.prefill_computed,
+            admission.prefix_queried,
+            np.inf,  # the clients' horizon, if any
+            replica.token_budget,
+        )
+        st[DELAY] = self.delay
+        lengths = self._clients(replica) if self.clients is not None else np.zeros((2, 0))
+        # At most one level for each request not yet admitted, in the order pop() takes them.
+        most = len(admission.queue) + len(self.pending) + arrivals.shape[1] + lengths.shape[1]
+        levels = np.array(admission._levels[: -most - 1 : -1], dtype=np.int64)
+        self.inputs = levels, arrivals, lengths
+
+    def _load(self, request: Request, loaded: int) -> int:
+        """The request's row (a client's own, else the next one), filled in."""
+        row = request.client if self.clients is not None else loaded
+        self.req[row] = _request_fields(request)
+        return row
+
+    def _fitting(self, replica, prompts, outputs) -> np.ndarray:
+        """Prompt and output lengths up to (not with) the first that never fits the cache: the
+        per-iteration path refuses it when it reaches the replica, so Python takes it."""
+        lengths = np.array([prompts, outputs], dtype=np.float64).reshape(2, -1)
+        admission = replica.admission
+        count = fitting(lengths[0], lengths[1], admission.lookahead, admission.kv_capacity)
+        return lengths[:, :count]
+
+    def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
+        """The feed's next arrivals (times, prompts, outputs), and whether more may follow."""
+        if self.feed is None:
+            return np.zeros((3, 0)), False
+        self.ct[NEXT_RID] = self.feed.next_id
+        times, prompts, outputs = self.feed.upcoming(AHEAD)
+        lengths = self._fitting(replica, prompts, outputs)
+        count = lengths.shape[1]
+        arrivals = np.empty((3, count))
+        arrivals[0] = times[:count]
+        arrivals[1:] = lengths
+        return arrivals, bool(times)  # an empty list: the feed has no more
+
+    def _clients(self, replica) -> np.ndarray:
+        """The clients' next requests' lengths, and the clients' counts."""
+        clients, ct, st = self.clients, self.ct, self.st
+        source = clients.source
+        ct[CLIENTS] = 1
+        ct[NEXT_RID] = clients.counter[0]
+        limit = source.limit
+        ct[ISSUE_LEFT] = np.iinfo(np.int64).max if limit is None else limit - source.issued
+        ct[FIRST_LO], ct[FIRST_HI], ct[FIRST_LEFT] = clients.first_requests()
+        st[HORIZON] = np.inf if source.horizon is None else source.horizon
+        prompts, outputs = source.upcoming(int(min(ct[ISSUE_LEFT], AHEAD)))
+        return np.ascontiguousarray(self._fitting(replica, prompts, outputs))
+
+    # ---- unpacking -----------------------------------------------------------------------
+    def _unpack(self, replica) -> None:
+        admission, log = replica.admission, replica.log
+        ct, st = self.ct, self.st
+        in_flight = self._requests()
+        admission.queue = deque(in_flight[row] for row in _ring(self.queue, ct[Q_HEAD], ct[Q_LEN]))
+        admission.prefilling = [
+            in_flight[row] for row in _ring(self.prefilling, ct[P_HEAD], ct[P_LEN])
+        ]
+        before = len(self.pending)
+        self.pending = [
+            in_flight[row] for row in _ring(self.pending_ring, ct[PEND_HEAD], ct[PEND_LEN])
+        ]
+        for slot, row in enumerate(self.slot_row.tolist()):
+            replica.slot_request[slot] = None if row < 0 else in_flight[row]
+            if row >= 0:
+                replica.join_step[slot] = int(self.join_step[slot])
+                replica.join_remaining[slot] = int(self.join_left[slot])
+        replica.free_slots = self.free[: ct[FREE_N]].tolist()
+        replica.high, replica.decoding = int(ct[HIGH]), int(ct[DECODING])
+        replica._joined = int(ct[JOINED])
+        replica.decode_steps = int(ct[DECODE_STEPS])
+        taken = int(ct[ARRIVALS_AT]) if self.feed is not None else int(ct[ISSUED])
+        # A request counts at the replica from its arrival (``Replica.enqueue``).
+        arrived = taken - (len(self.pending) - before)
+        replica.outstanding += arrived
+        admission.admissions = int(ct[ADMISSIONS])
+        del admission._levels[len(admission._levels) - int(ct[LEVELS_AT]) :]
+        values = st.tolist()
+        restore_step_state(replica, values)
+        (
+            admission.reserved,
+            admission.pending,
+            _,
+            replica._kv_planned,
+            replica.stats.flops["prefill"],
+            admission.prefill_computed,
+            prefix_queried,
+        ) = values[RESERVED:HORIZON]
+        admission.prefix_queried = int(prefix_queried)
+        log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
+        if log._iterations == BUFFER_ITERATIONS:
+            log._flush_iterations()
+        if log._filled > log._step_limit:
+            log._flush_steps()
+        if self.feed is not None:
+            self.feed.taken(taken)
+        if self.clients is not None:
+            self._clients_after()
+        self._write_records(replica)
+
+    def _clients_after(self) -> None:
+        clients, ct, st = self.clients, self.ct, self.st
+        clients.counter[0] = int(ct[NEXT_RID])
+        clients.source.issued_ahead(int(ct[ISSUED]))
+        opened = (float(st[OPENED_AT]), float(st[OPENED_EMITTED])) if ct[OPENED] else None
+        closed = (float(st[CLOSED_AT]), float(st[CLOSED_EMITTED])) if ct[CLOSED] else None
+        clients.caught_up(int(ct[FIRST_LEFT]), opened, closed)
+
+    def _write_records(self, replica) -> None:
+        count = int(self.ct[RECORDS])
+        if not count:
+            return
+        replica.outstanding -= count
+        columns = self.records[:count].T
+        ints = columns.astype(np.int64)
+        rows = zip(
+            ints[0].tolist(),
+            columns[1].tolist(),
+            columns[2].tolist(),
+            columns[3].tolist(),
+            columns[4].tolist(),
+            *(ints[j].tolist() for j in range(5, RECORD)),
+            repeat(replica.index),
+            repeat(replica.pool_index),
+        )
+        replica.sink.add_rows(rows)
+
+    def _requests(self) -> dict[int, Request]:
+        """The requests in flight after the call, by row, as ``Request`` objects."""
+        requests = {}
+        rows = np.flatnonzero(self.req[:, RID] >= 0)
+        for row, values in zip(rows.tolist(), self.req[rows].tolist(), strict=True):
+            request = Request.__new__(Request)  # every slot is set here
+            for name, value in zip(REQUEST_FIELDS, values, strict=True):
+                setattr(request, name, value if name in TIME_FIELDS else int(value))
+            requests[row] = request
+        return requests
+
+
+_request_fields = attrgetter(*REQUEST_FIELDS)
+
+
+def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:
+    count = ring.shape[0]
+    return [int(ring[(head + j) % count]) for j in range(size)]

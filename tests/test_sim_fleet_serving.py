@@ -1,0 +1,134 @@
+"""The compiled serving loop for replicas behind a router (``specsim/simulation/
+fleet_serving.py``): a call runs a replica up to its first finish, is applied when its last
+iteration ends, and is cut back (replayed from its starting state) to the iterations that
+started before a request routed to the replica meanwhile.
+
+Identity with the per-iteration reference (every record, each replica's engine statistics,
+the summary and requests.csv, with the kernels on and off, ``test_sim_stretch.assert_identical``)
+for round robin and least outstanding, two and eight replicas, open-loop arrivals, closed-loop
+clients through the API server's delay with and without think time, a client cap, and a
+saturated fleet with a queue and preemption; the kernel runs most iterations of each. Planted
+faults (a cut that keeps the iterations after the arrival; a closed loop's steady window that
+ignores a call under way) fail them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_sim_stretch import DATA, assert_identical, make, observe
+
+from specsim.simulation import fleet_serving
+from specsim.simulation.compiled_layout import ITERATIONS
+
+CLOSED = {"kind": "closed_loop", "concurrency": 10, "requests": 300, "rate": None}
+SATURATED = {"engine": {"max_batch": 16, "kv_capacity_tokens": 1500}}
+
+FLEETS = {
+    "two replicas, round robin": {"fleet": {"replicas": 2, "router": "round_robin"}},
+    "two replicas, least outstanding, adaptive": {
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "speculation": {"drafter": "c05", "k": 4, "policy": "adaptive"},
+    },
+    "eight replicas, least outstanding": {
+        "fleet": {"replicas": 8, "router": "least_outstanding"},
+        "workload": {"rate": 16.0, "requests": 400},
+    },
+    "eight replicas, round robin, ngram": {
+        "fleet": {"replicas": 8, "router": "round_robin"},
+        "workload": {"rate": 16.0, "requests": 400},
+        "speculation": {"drafter": "ngram", "k": 3},
+    },
+    "two replicas, saturated, preemption": {
+        **SATURATED,
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400},
+    },
+    "closed loop, two replicas": {
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": CLOSED,
+    },
+    "closed loop, eight replicas, think time": {
+        "fleet": {"replicas": 8, "router": "round_robin"},
+        "workload": {**CLOSED, "concurrency": 24, "think_time_s": 0.3},
+    },
+    "closed loop, one replica, think time": {"workload": {**CLOSED, "think_time_s": 0.2}},
+    "client cap, two replicas": {
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 12.0, "max_concurrency": 6},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def delayed_profile(tmp_path_factory) -> Path:
+    """The test profile with passes that cost more with tokens and context (so that replicas'
+    iterations do not end on the same float times) and an API server's delay per request."""
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    profile["target"]["latency"]["fit"].update(
+        per_batched_token_s=3.0e-5, knee_tokens=48, per_kv_token_s=4.0e-8, per_attention_pair_s=1e-9
+    )
+    profile["overhead"] = {"per_step_s": 3.0e-4, "per_sequence_s": 2.0e-6, "per_request_s": 0.02}
+    folder = tmp_path_factory.mktemp("profile")
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+def kernel_share(scenario, tmp_path, monkeypatch) -> float:
+    """The share of the run's engine iterations that fleet replicas ran in the kernel."""
+    original = fleet_serving.FleetServing._settle
+    ran = [0]
+
+    def counted(self, replica):
+        ran[0] += int(self.ct[ITERATIONS])
+        original(self, replica)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fleet_serving.FleetServing, "_settle", counted)
+        run = observe(scenario, tmp_path / "share.csv", True, monkeypatch)
+    return ran[0] / run["summary"]["engine_iterations"]
+
+
+@pytest.mark.parametrize("name", list(FLEETS))
+def test_fleet_replicas_run_on_the_kernel_as_the_reference(
+    name, delayed_profile, tmp_path, monkeypatch
+):
+    scenario = make(FLEETS[name], delayed_profile)
+    assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["two replicas, round robin", "eight replicas, least outstanding"])
+def test_on_the_plain_test_profile_too(name, tmp_path, monkeypatch):
+    scenario = make(FLEETS[name])
+    assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def differs(scenario, tmp_path, monkeypatch) -> bool:
+    fast = observe(scenario, tmp_path / "fast.csv", True, monkeypatch)
+    reference = observe(scenario, tmp_path / "reference.csv", False, monkeypatch)
+    return fast["csv"] != reference["csv"] or fast["summary"] != reference["summary"]
+
+
+def test_a_cut_that_keeps_the_iterations_after_the_arrival_fails(
+    delayed_profile, tmp_path, monkeypatch
+):
+    scenario = make(FLEETS["eight replicas, least outstanding"], delayed_profile)
+    assert not differs(scenario, tmp_path, monkeypatch)
+    monkeypatch.setattr(fleet_serving.FleetServing, "_started_before", lambda self, now: self.ran)
+    assert differs(scenario, tmp_path, monkeypatch)
+
+
+def test_a_steady_window_that_ignores_a_call_under_way_fails(
+    delayed_profile, tmp_path, monkeypatch
+):
+    scenario = make(FLEETS["closed loop, eight replicas, think time"], delayed_profile)
+    assert not differs(scenario, tmp_path, monkeypatch)
+    monkeypatch.setattr(
+        fleet_serving.FleetServing, "emitted_at", lambda self, now: self.replica.emitted_tokens
+    )
+    assert differs(scenario, tmp_path, monkeypatch)
