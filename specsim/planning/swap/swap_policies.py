@@ -53,10 +53,12 @@ def compared(plan: SwapPlan) -> list[str]:
 def run(plan: SwapPlan, sweeper) -> dict[str, Any]:
     """The swap's sweep, then each drafter's k-by-batch table at every load when asked."""
     outcome = swap.run(plan, sweeper)
+    outcome["tables"] = {}  # each drafter's derived table (what --emit writes where it wins)
     if BY_BATCH in plan.policies:
         for d in _chains(plan):
             loads = outcome["per_drafter"][d.name]
             rows, _ = window.k_by_batch(d.plan, loads)
+            outcome["tables"][d.name] = rows
             points = [
                 type(p)(p.scenario, p.overrides, {**p.tags, "drafter": d.name})
                 for p in window.by_batch_points(d.plan, rows)
