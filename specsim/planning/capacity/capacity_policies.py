@@ -37,11 +37,14 @@ from specsim.planning.policy_compare import (
     check_reach,
     simplicity,
     start_k,
-    table_text,
 )
 from specsim.planning.report import Paragraph, Section, Table
 from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS
-from specsim.planning.window.window_table import best_window_by_batch, context_per_sequence
+from specsim.planning.window.window_table import (
+    best_window_by_batch,
+    context_per_sequence,
+    table_text,
+)
 
 TABLE = "k-by-batch"
 

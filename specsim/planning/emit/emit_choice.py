@@ -32,14 +32,13 @@ from specsim.planning.capacity.capacity import choose_candidate
 from specsim.planning.common import metric, plural
 from specsim.planning.emit.emit_workload import PlannedLoad, open_loop_requests
 from specsim.planning.policy_compare import start_k
-from specsim.planning.window.window import BY_BATCH
 from specsim.planning.window.window_policies import (
     EXTRA_POLICIES,
     LABELS,
     deployable_winner,
     score,
 )
-from specsim.planning.window.window_table import RECOMMENDED
+from specsim.planning.window.window_table import BY_BATCH, RECOMMENDED
 from specsim.serving.bench_commands import number
 
 

@@ -4,7 +4,7 @@ which drafter with which policy wins, by how much, and which lose to speculation
 Each chain drafter's ``plan window`` grid gains the policies named: the goodput policy
 (``adaptive``), the engines' own (``window_policies.EXTRA_POLICIES``, as ``plan window`` runs
 them) and, with ``by_batch``, the drafter's k-by-batch table, derived and run as ``plan window``
-does (``window.k_by_batch``). A tree drafter runs its tree and is not among them. The static k
+does (``window_table.k_by_batch``). A tree drafter runs its tree and is not among them. The static k
 is always compared: each drafter's best k above 0 at the load (k = 0 is speculation off, what
 every pair is set against).
 
@@ -24,7 +24,7 @@ from specsim.planning.policy_compare import ADAPTIVE, BY_BATCH, STATIC
 from specsim.planning.report import Paragraph, Section, Table
 from specsim.planning.swap import swap, swap_report
 from specsim.planning.swap.swap import SwapPlan
-from specsim.planning.window import window
+from specsim.planning.window import window, window_table
 from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS, banded, score
 from specsim.planning.window.window_table import E2E_TIE
 
@@ -57,15 +57,15 @@ def run(plan: SwapPlan, sweeper) -> dict[str, Any]:
     if BY_BATCH in plan.policies:
         for d in _chains(plan):
             loads = outcome["per_drafter"][d.name]
-            rows, _ = window.k_by_batch(d.plan, loads)
+            rows, _ = window_table.k_by_batch(d.plan, loads)
             outcome["tables"][d.name] = rows
             points = [
                 type(p)(p.scenario, p.overrides, {**p.tags, "drafter": d.name})
-                for p in window.by_batch_points(d.plan, rows)
+                for p in window_table.by_batch_points(d.plan, rows)
             ]
             for result in sweeper.run(points, desc=f"k-by-batch check, {d.name}"):
                 entry = next(e for e in loads if e.load == result.tags["load"])
-                entry.by_config[window.BY_BATCH] = result
+                entry.by_config[window_table.BY_BATCH] = result
     outcome["policies"] = choices(plan, outcome["per_drafter"])
     return outcome
 

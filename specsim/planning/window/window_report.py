@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from specsim import axes as rules
+from specsim.comparison import across_loads_text
 from specsim.planning.common import (
     k_text,
     lossy_note,
@@ -22,8 +23,6 @@ from specsim.planning.window.window import (
     BY_BATCH,
     LoadResult,
     WindowPlan,
-    batch_size,
-    regressions_vs_off_text,
 )
 from specsim.planning.window.window_policies import LABELS, deployable_winner
 from specsim.planning.window.window_policies import table as policies_table
@@ -292,7 +291,7 @@ def _best_k_table(plan: WindowPlan, loads: list[LoadResult], summary: dict[str, 
                 entry.load,
                 *([item["offered_rps"]] if speed_axis else []),
                 entry.best_k,
-                batch_size(entry.best),
+                metric(entry.best, "batch_size"),
                 item["e2e_speedup_vs_k0"],
                 metric(entry.best, "e2e_s", "p99"),
                 metric(entry.best, "goodput_requests_per_s"),
@@ -385,3 +384,12 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
     if note:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def regressions_vs_off_text(regressions: list[dict[str, Any]], chosen_anywhere: bool) -> str:
+    """The sentence that states what the best k makes worse (or that nothing is)."""
+    if not chosen_anywhere:
+        return "Speculation is not chosen at any load, so nothing is compared with it off."
+    if not regressions:
+        return "No compared metric is worse at the best k than with speculation off, at any load."
+    return f"Worse at the best k than with speculation off: {across_loads_text(regressions)}."
