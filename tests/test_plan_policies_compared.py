@@ -166,12 +166,22 @@ def test_capacity_words_at_equal_replicas_say_they_tie_and_what_decides():
     )
     # Equal replicas and cost: no figure decides, the simpler policy does.
     items = [(_item("static", 2), 24.0), (_item("adaptive", 2), 24.0)]
-    assert "ties on them with d with the goodput policy; at equal cost the simpler policy " in (
-        words(level(items, [1]))
+    assert words(level(items, [1])).startswith(
+        "At 10 req/s d with the best static k (d static) needs 2 replicas and ties on replicas "
+        "and cost with d with the goodput policy; the simpler policy wins."
     )
     # The same policy of two drafters: the drafter given first.
     items = [(_item("static", 2), 24.0), (_item("static", 2, drafter="e"), 24.0)]
-    assert "at equal cost the drafter given first wins over e with" in words(level(items, [1]))
+    assert "cost with e with the best static k; the drafter given first wins." in (
+        words(level(items, [1]))
+    )
+    # Cheaper than one, as dear as another: cost, then simplicity.
+    items = [(_item("static", 2), 24.0), (_item("by_batch", 2), 32.0)]
+    items.append((_item("adaptive", 2), 24.0))
+    assert (
+        "it costs least ($24.00/hour against $32.00); at equal cost the simpler policy wins "
+        in (words(level(items, [2])))
+    )
     # No tie on replicas: the lead in replicas, as before.
     one = level([(_item("static", 2), 24.0), (_item("by_batch", 3), 36.0)], [])
     one |= {"margin_replicas": 1, "margin": 0.5}

@@ -38,7 +38,7 @@ from specsim.planning.policy_compare import (
     simplicity,
     start_k,
 )
-from specsim.planning.report import Paragraph, Section, Table
+from specsim.planning.report import Column, Paragraph, Section, Table, column_table
 from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS
 from specsim.planning.window.window_table import (
     best_window_by_batch,
@@ -289,59 +289,52 @@ def _lead(level: dict[str, Any], mine: dict[str, Any]) -> str:
             f"needs the fewest replicas, {replicas}, {level['margin_replicas']} fewer than the "
             f"next (capacity per device {level['margin']:+.1%})"
         )
-    text = f"needs {replicas} replicas and ties on them with "
-    text += ", ".join(_who(i) for i in level_with)
     tied = {n["candidate"] for n in level["tied_with"]}
     dearer = [i for i in level_with if i["candidate"] not in tied]
-    if dearer:
-        text += f"; it costs least (${cost:,.2f}/hour against "
-        text += ", ".join(f"${i['cost_usd_per_hour']:,.2f}" for i in dearer) + ")"
+    same = {n["policy"] == mine["policy"] for n in level["tied_with"]}
+    by = {False: "the simpler policy", True: "the drafter given first"}
+    decides = ", then ".join(by[p] for p in sorted(same))
+    if not dearer:
+        others = ", ".join(_who(i) for i in level_with)
+        return (
+            f"needs {replicas} replicas and ties on replicas and cost with {others}; {decides} wins"
+        )
+    text = f"needs {replicas} replicas and ties on them with "
+    text += ", ".join(_who(i) for i in level_with)
+    text += f"; it costs least (${cost:,.2f}/hour against "
+    text += ", ".join(f"${i['cost_usd_per_hour']:,.2f}" for i in dearer) + ")"
     if tied:
-        policies = {n["policy"] == mine["policy"] for n in level["tied_with"]}
-        by = {False: "the simpler policy", True: "the drafter given first"}
-        same = ", then ".join(by[p] for p in sorted(policies))
-        text += f"; at equal cost {same} wins over "
+        text += f"; at equal cost {decides} wins over "
         text += ", ".join(_who(n) for n in level["tied_with"])
     return text
 
 
 def table(plan: CapacityPlan, levels: list[dict[str, Any]]) -> Table:
-    deployed = bool(plan.deployments)
-    rows = []
-    for level in levels:
+    def won(pair) -> bool:
+        level, item = pair
         winner = level["winner"] or {}
-        for item in level["by_policy"]:
-            rows.append(
-                [
-                    level["target_rps"],
-                    *([item["deployment"]] if deployed else []),
-                    item["drafter"],
-                    LABELS[item["policy"]],
-                    item["candidate"],
-                    item["capacity_rps"],
-                    item["replicas"],
-                    item["cost_usd_per_hour"],
-                    item["replicas_without_speculation"],
-                    item["more_replicas_than_off"],
-                    item["candidate"] is not None and item["candidate"] == winner.get("candidate"),
-                ]
-            )
-    return Table(
+        return item["candidate"] is not None and item["candidate"] == winner.get("candidate")
+
+    def of(key: str):
+        return lambda pair: pair[1][key]
+
+    columns: list[Column] = [
+        ("target (req/s)", lambda pair: pair[0]["target_rps"]),
+        *([("deployment", of("deployment"))] if plan.deployments else []),
+        ("drafter", of("drafter")),
+        ("policy", lambda pair: LABELS[pair[1]["policy"]]),
+        ("best candidate", of("candidate")),
+        ("capacity (req/s)", of("capacity_rps")),
+        ("replicas", of("replicas")),
+        ("$/hour", of("cost_usd_per_hour")),
+        ("replicas without speculation", of("replicas_without_speculation")),
+        ("more replicas than speculation off", of("more_replicas_than_off")),
+        ("winner", won),
+    ]
+    return column_table(
         "policies",
-        [
-            "target (req/s)",
-            *(["deployment"] if deployed else []),
-            "drafter",
-            "policy",
-            "best candidate",
-            "capacity (req/s)",
-            "replicas",
-            "$/hour",
-            "replicas without speculation",
-            "more replicas than speculation off",
-            "winner",
-        ],
-        rows,
+        columns,
+        [(level, item) for level in levels for item in level["by_policy"]],
         "Each window policy's best candidate per drafter, and the replicas the target then "
         "needs; the winner needs the fewest replicas, then costs least, then is the simplest "
         "policy (compared, not recommended: the recommendation stays among the plan's own "
