@@ -20,19 +20,14 @@ from specsim.planning.report import (
 )
 from specsim.planning.swap.swap import DrafterPlan, SwapPlan, regression_sentences
 from specsim.planning.window.window import LoadResult
+from specsim.planning.window.window_report import METRIC_COLUMNS
 from specsim.simulation.acceptance import window_rates
 
+# plan window's sweep columns but those a drafter comparison leaves out.
 SWEEP_COLUMNS = [
-    ("throughput (tok/s)", "throughput_tokens_per_s", None),
-    ("goodput (req/s)", "goodput_requests_per_s", None),
-    ("TTFT p99 (s)", "ttft_s", "p99"),
-    ("TPOT p50 (s)", "tpot_s", "p50"),
-    ("TPOT p99 (s)", "tpot_s", "p99"),
-    ("e2e mean (s)", "e2e_s", "mean"),
-    ("e2e p99 (s)", "e2e_s", "p99"),
-    ("accept. length", "mean_acceptance_length", None),
-    ("wasted FLOPs", "flops_wasted_fraction", None),
-    ("$/M tokens", "cost_usd_per_million_tokens", None),
+    column
+    for column in METRIC_COLUMNS
+    if column[0] not in ("TTFT p50 (s)", "e2e p50 (s)", "batch size")
 ]
 
 
