@@ -169,13 +169,29 @@ def test_a_tie_in_cost_goes_to_speculation_off_and_says_why():
     tie = capacity.cost_ties([adaptive, k4, off], off)
     assert tie["candidates"] == ["TP4 bf16, 1b adaptive", "TP4 bf16, 1b k=4"]
     assert tie["reason"].startswith(
-        "TP4 bf16, 1b adaptive plans a fleet at the same cost ($36.00/hour)"
+        "TP4 bf16, 1b adaptive ties with speculation off on replicas and cost (3 replicas, "
+        "$36.00/hour): speculation would add headroom (8.89 against 8.23 req/s per replica)"
     )
-    assert "8.89 against 8.23 req/s per replica" in tie["reason"]
     # Across deployments: 6 x TP2 with the drafter costs what 3 x TP4 without it does.
     tp2 = _result("TP2 bf16, 1b k=4", 2, 6, 3.99, drafter="1b", k=4)
     assert capacity.choose_candidate([tp2, off]) is off
-    assert capacity.cost_ties([tp2, off], off)["candidates"] == ["TP2 bf16, 1b k=4"]
+    tie = capacity.cost_ties([tp2, off], off)
+    assert tie["candidates"] == ["TP2 bf16, 1b k=4"]
+    assert "on cost ($36.00/hour; 6 replicas against 3)" in tie["reason"]
+
+
+def test_a_tie_where_speculation_has_less_headroom_does_not_claim_it_adds_some():
+    """README tour 8's case: 4 replicas either way, speculation's capacity per replica below
+    speculation off's (10.75 against 11.62): nothing to add, the simpler setting wins."""
+    off = _result("speculation off", 1, 4, 11.62)
+    k2 = _result("llama3.2-1b k=2", 1, 4, 10.75, drafter="llama3.2-1b", k=2)
+    reason = capacity.cost_ties([off, k2], off)["reason"]
+    assert reason == (
+        "llama3.2-1b k=2 ties with speculation off on replicas and cost (4 replicas, "
+        "$12.00/hour): speculation adds no headroom either (10.75 against 11.62 req/s per "
+        "replica), and the simpler setting wins: no drafter to deploy and keep in step with "
+        "the target"
+    )
 
 
 def test_the_console_names_the_tie_and_why():
@@ -192,7 +208,7 @@ def test_the_console_names_the_tie_and_why():
     summary["recommendation"] = rec | {"regressions_vs_speculation_off": None}
     text = capacity_report.human(plan, summary)
     assert "recommendation: 3 replicas with TP4 bf16, speculation off ($36.00/h)" in text
-    assert "tie on cost: TP4 bf16, 1b k=4 plans a fleet at the same cost ($36.00/hour)" in text
+    assert "tie on cost: TP4 bf16, 1b k=4 ties with speculation off on replicas and cost" in text
     assert "no drafter to deploy" in text
 
 

@@ -18,7 +18,7 @@ from test_plan_support import write_scenario
 from specsim.cli import main
 from specsim.errors import SpecsimError
 from specsim.planning.capacity.capacity_plan import Candidate
-from specsim.planning.capacity.capacity_policies import verdict
+from specsim.planning.capacity.capacity_policies import verdict, words
 from specsim.planning.policy_compare import compared_policies
 from specsim.planning.window.window_policies import LABELS, banded
 
@@ -138,6 +138,56 @@ def test_capacity_fewest_replicas_win_and_equal_fleets_go_to_the_simpler_policy(
     # As many replicas as speculation off: the winner does not beat it.
     level = _capacity_verdict({"static": 3, "adaptive": 3, "adaptive_steps": 3}, off=3)
     assert (level["winner"]["policy"], level["winner_beats_off"]) == ("static", False)
+
+
+def _item(policy: str, replicas: int, drafter: str = "d") -> dict:
+    candidate = f"{drafter} {policy}"
+    return {"drafter": drafter, "policy": policy, "candidate": candidate, "replicas": replicas}
+
+
+def test_capacity_words_at_equal_replicas_say_they_tie_and_what_decides():
+    def level(items, tied):
+        cost = {i["candidate"]: c for i, c in items}
+        by = [i | {"cost_usd_per_hour": cost[i["candidate"]]} for i, _ in items]
+        for i in by:
+            i |= {"replicas_without_speculation": 4, "more_replicas_than_off": False}
+        names = [{k: i[k] for k in ("drafter", "policy", "candidate")} for i in by]
+        return {
+            "target_rps": 10.0, "by_policy": by, "winner": names[0], "winner_beats_off": True,
+            "tied_with": [names[t] for t in tied], "margin_replicas": 0, "margin": -0.05,
+        }  # fmt: skip
+
+    # Equal replicas, the winner cheaper (another deployment): a tie on replicas, won on cost.
+    text = words(level([(_item("static", 2), 24.0), (_item("by_batch", 2), 32.0)], []))
+    assert text == (
+        "At 10 req/s d with the best static k (d static) needs 2 replicas and ties on them "
+        "with d with the k-by-batch table; it costs least ($24.00/hour against $32.00). "
+        "Speculation off needs 4."
+    )
+    # Equal replicas and cost: no figure decides, the simpler policy does.
+    items = [(_item("static", 2), 24.0), (_item("adaptive", 2), 24.0)]
+    assert words(level(items, [1])).startswith(
+        "At 10 req/s d with the best static k (d static) needs 2 replicas and ties on replicas "
+        "and cost with d with the goodput policy; the simpler policy wins."
+    )
+    # The same policy of two drafters: the drafter given first.
+    items = [(_item("static", 2), 24.0), (_item("static", 2, drafter="e"), 24.0)]
+    assert "cost with e with the best static k; the drafter given first wins." in (
+        words(level(items, [1]))
+    )
+    # Cheaper than one, as dear as another: cost, then simplicity.
+    items = [(_item("static", 2), 24.0), (_item("by_batch", 2), 32.0)]
+    items.append((_item("adaptive", 2), 24.0))
+    assert (
+        "it costs least ($24.00/hour against $32.00); at equal cost the simpler policy wins "
+        in (words(level(items, [2])))
+    )
+    # No tie on replicas: the lead in replicas, as before.
+    one = level([(_item("static", 2), 24.0), (_item("by_batch", 3), 36.0)], [])
+    one |= {"margin_replicas": 1, "margin": 0.5}
+    assert "needs the fewest replicas, 2, 1 fewer than the next (capacity per device +50.0%)" in (
+        words(one)
+    )
 
 
 @pytest.mark.slow

@@ -78,9 +78,9 @@ def test_search_space_defaults_are_bench_speculatives_and_options_are_checked():
 
 
 def test_the_command_line_offers_the_profiles_tree_draftings():
-    from specsim.cli import plan
+    from specsim.cli import plan_options
 
-    assert tuple(TREE_DRAFTS) == plan.TREE_DRAFTS
+    assert tuple(TREE_DRAFTS) == plan_options.TREE_DRAFTS
 
 
 def test_given_trees_are_named_by_their_widths_and_chains_or_repeats_are_refused():

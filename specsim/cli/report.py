@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.cli.common import add_json, add_out, add_set
-from specsim.cli.plan import (
+from specsim.cli.plan_options import (
     TREE_DRAFTS,
     add_emit_options,
     add_sweep_options,

@@ -324,8 +324,9 @@ COMMAND_OUTPUTS = {
         "cost_usd_per_hour, replicas_without_speculation, more_replicas_than_off}], winner: "
         "{drafter, policy, candidate}, margin_replicas (fewer than the next), margin (capacity "
         "per device over the next's, less 1), tied_with, winner_beats_off, no_table (drafters "
-        "without a table, and why)}`. Compared, not recommended: the recommendation stays among "
-        "the plan's own candidates",
+        "without a table, and why)}`. The recommendation stays among the plan's own candidates; "
+        "`--emit` writes the best policy an engine runs (not the goodput policy) where it is "
+        "not the static k and needs fewer replicas than speculation off",
         "capacity.csv": "per candidate (k = 0, each drafter x k, adaptive): the highest rate "
         "one replica sustains within the SLO, replicas and cost for the target rate",
         "fleet.csv": "the fleet simulation at the target rate that confirms the choice",
@@ -498,6 +499,10 @@ def engine_section() -> list[str]:
         "`engine/bench/`). The setting is the k-by-batch table when `plan window` recommends "
         "it, else the best static k at the swept load nearest the scenario's own (`plan "
         "capacity`: the chosen candidate; `report drafter-swap`: the recommended drafter). "
+        "With `--policies`, one rule for the three commands: the best policy an engine runs "
+        "(the goodput policy left out) is written where it is not the static k and beats "
+        "speculation off (an engine's own policy, or a k-by-batch table; `plan window` writes "
+        "its table only where it recommends it). "
         "Each file is checked against the engine's documented constraints before it is "
         "written; what an engine cannot express (the goodput-adaptive policy; a k-by-batch "
         "table on SGLang) is said in its header and in summary.json, with what was written "

@@ -8,7 +8,7 @@ tie rule go to the simplest, since a lead inside it is no reason to deploy a har
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from specsim.errors import SpecsimError
 from specsim.planning.window.window_policies import (
@@ -65,8 +65,3 @@ def check_reach(names: Sequence[str], speculation, limit: int) -> None:
                 key="--policies",
                 fix="profile more positions, or give speculation.adaptive_steps tiers within it",
             )
-
-
-def table_text(rows: Sequence[Mapping[str, int]]) -> str:
-    """A k-by-batch table as ``--set speculation.k_by_batch=`` takes it."""
-    return "[" + ", ".join(f"{{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows) + "]"

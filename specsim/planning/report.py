@@ -14,6 +14,7 @@ import html
 import io
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,17 @@ class Table:
         for row in self.rows:
             writer.writerow([_csv_cell(v) for v in row])
         return buf.getvalue()
+
+
+Column = tuple[str, Callable[[Any], Any]]  # a header, and the cell it shows of one item
+
+
+def column_table(name: str, columns: Sequence[Column], items: Iterable, caption: str = "") -> Table:
+    """A table as data: a row per item, each column a header and the cell it takes of the
+    item, so that a report's table is its list of columns, not code keeping two lists in step."""
+    return Table(
+        name, [h for h, _ in columns], [[cell(i) for _, cell in columns] for i in items], caption
+    )
 
 
 @dataclass

@@ -80,15 +80,23 @@ def cost_ties(results: list[CandidateResult], chosen: CandidateResult | None) ->
     if not tied:
         return None
     best = max(tied, key=lambda r: r.capacity / r.candidate.devices)
+    cost = f"${chosen.cost_per_hour:,.2f}/hour"
+    if best.replicas == chosen.replicas:
+        on = f"replicas and cost ({best.replicas} replicas, {cost})"
+    else:
+        on = f"cost ({cost}; {best.replicas} replicas against {chosen.replicas})"
+    head = f"{best.candidate.label} ties with speculation off on {on}"
+    capacities = f"{best.capacity:.4g} against {chosen.capacity:.4g} req/s per replica"
+    if best.capacity / best.candidate.devices > chosen.capacity / chosen.candidate.devices:
+        why = (
+            f"speculation would add headroom ({capacities}) but no saving, so the simpler "
+            "setting wins the tie"
+        )
+    else:
+        why = f"speculation adds no headroom either ({capacities}), and the simpler setting wins"
     return {
         "candidates": [r.candidate.label for r in tied],
-        "reason": (
-            f"{best.candidate.label} plans a fleet at the same cost "
-            f"(${chosen.cost_per_hour:,.2f}/hour): "
-            f"speculation would add headroom ({best.capacity:.4g} against "
-            f"{chosen.capacity:.4g} req/s per replica) but no saving, so the simpler setting "
-            "wins the tie: no drafter to deploy and keep in step with the target"
-        ),
+        "reason": f"{head}: {why}: no drafter to deploy and keep in step with the target",
     }
 
 

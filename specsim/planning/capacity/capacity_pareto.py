@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 from specsim.planning.common import metric
 from specsim.planning.plots import Figure, Panel, Series
-from specsim.planning.report import Paragraph, Table
+from specsim.planning.report import Column, Paragraph, Table, column_table
 
 
 @dataclass(frozen=True)
@@ -73,31 +74,22 @@ def mark_frontier(points: list) -> list:
     return [replace(p, on_frontier=flag) for p, flag in zip(points, flags, strict=True)]
 
 
+PARETO_COLUMNS: list[Column] = [
+    ("candidate", lambda p: p.candidate),
+    ("deployment", lambda p: p.deployment),
+    ("TP", lambda p: p.tp),
+    ("rate per replica (req/s)", lambda p: p.rate_rps),
+    ("tokens/s per user", lambda p: p.user_tokens_per_s),
+    ("tokens/s per device", lambda p: p.tokens_per_s_per_device),
+    ("on frontier", lambda p: "yes" if p.on_frontier else ""),
+]
+
+
 def pareto_table(points: list[ParetoPoint]) -> Table:
-    rows = [
-        [
-            p.candidate,
-            p.deployment,
-            p.tp,
-            p.rate_rps,
-            p.user_tokens_per_s,
-            p.tokens_per_s_per_device,
-            "yes" if p.on_frontier else "",
-        ]
-        for p in sorted(points, key=lambda p: (-p.tokens_per_s_per_device, -p.user_tokens_per_s))
-    ]
-    return Table(
+    return column_table(
         "pareto",
-        [
-            "candidate",
-            "deployment",
-            "TP",
-            "rate per replica (req/s)",
-            "tokens/s per user",
-            "tokens/s per device",
-            "on frontier",
-        ],
-        rows,
+        PARETO_COLUMNS,
+        sorted(points, key=lambda p: (-p.tokens_per_s_per_device, -p.user_tokens_per_s)),
         "Every probe that met the SLO: per-user speed (1 / median TPOT) against output tokens "
         "per second per device; the frontier is the points no other beats on both",
     )
@@ -184,40 +176,33 @@ def deployment_rows(plan, results: list, choose) -> list[dict[str, Any]]:
     return rows
 
 
+def _why_not(r: dict[str, Any]) -> str:
+    if r["reason"]:
+        return r["reason"]
+    if not r["candidates_not_fitting"]:
+        return ""
+    count = len(r["candidates_not_fitting"])
+    return f"{count} candidate(s) do not fit: {r['not_fitting_reason']}"
+
+
+DEPLOYMENT_COLUMNS: list[Column] = [
+    ("deployment", itemgetter("deployment")),
+    ("TP", itemgetter("tensor_parallel_size")),
+    ("precision", itemgetter("precision")),
+    ("fits", lambda r: "yes" if r["fits"] else "no"),
+    ("cheapest candidate", itemgetter("best_candidate")),
+    ("replicas", itemgetter("replicas")),
+    ("devices", itemgetter("devices")),
+    ("$/hour", itemgetter("cost_usd_per_hour")),
+    ("why not", _why_not),
+]
+
+
 def deployment_table(rows: list[dict[str, Any]], target_rps: float) -> Table:
-    return Table(
+    return column_table(
         "deployments",
-        [
-            "deployment",
-            "TP",
-            "precision",
-            "fits",
-            "cheapest candidate",
-            "replicas",
-            "devices",
-            "$/hour",
-            "why not",
-        ],
-        [
-            [
-                r["deployment"],
-                r["tensor_parallel_size"],
-                r["precision"],
-                "yes" if r["fits"] else "no",
-                r["best_candidate"],
-                r["replicas"],
-                r["devices"],
-                r["cost_usd_per_hour"],
-                r["reason"]
-                or (
-                    f"{len(r['candidates_not_fitting'])} candidate(s) do not fit: "
-                    f"{r['not_fitting_reason']}"
-                    if r["candidates_not_fitting"]
-                    else ""
-                ),
-            ]
-            for r in rows
-        ],
+        DEPLOYMENT_COLUMNS,
+        rows,
         f"Each deployment's cheapest fleet for {target_rps:g} req/s (price = replicas x TP x "
         "the device's price)",
     )

@@ -8,8 +8,10 @@ each starting where ``policy_compare.start_k`` says) and, with ``by_batch``, a k
 per drafter, derived as ``plan window`` derives its table (``best_window_by_batch``) at the
 context a sequence held in the drafter's best static candidate at its capacity.
 
-These candidates are compared, not recommended: the recommendation and its fleet check stay
-among the plan's own candidates, whose settings every engine's files can carry.
+The recommendation and its fleet check stay among the plan's own candidates; ``deployable``
+names what ``--emit`` writes instead (the rule ``plan window`` and ``report drafter-swap``
+follow): the best policy an engine runs, where it is not the static k and needs fewer replicas
+than speculation off.
 
 The winner needs the fewest replicas for the target, then costs least, then is the simplest
 policy (``policy_compare``), then the first drafter asked for: replicas are the plan's
@@ -35,11 +37,14 @@ from specsim.planning.policy_compare import (
     check_reach,
     simplicity,
     start_k,
+)
+from specsim.planning.report import Column, Paragraph, Section, Table, column_table
+from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS
+from specsim.planning.window.window_table import (
+    best_window_by_batch,
+    context_per_sequence,
     table_text,
 )
-from specsim.planning.report import Paragraph, Section, Table
-from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS
-from specsim.planning.window.window_table import best_window_by_batch, context_per_sequence
 
 TABLE = "k-by-batch"
 
@@ -65,9 +70,10 @@ def compared(plan: CapacityPlan) -> list[str]:
     return [n for n in LABELS if n in (STATIC, ADAPTIVE, *plan.policies)]
 
 
-def tables(plan: CapacityPlan, results: list[CandidateResult]) -> tuple[list[Candidate], list]:
-    """Each drafter's k-by-batch table as a candidate, and why a drafter has none."""
-    made: list[Candidate] = []
+def tables(plan: CapacityPlan, results: list[CandidateResult]) -> tuple[list, list]:
+    """Each drafter's k-by-batch table as a (candidate, rows) pair, and why a drafter has
+    none."""
+    made: list[tuple[Candidate, list[dict[str, int]]]] = []
     missing: list[str] = []
     if BY_BATCH not in plan.policies:
         return made, missing
@@ -91,7 +97,8 @@ def tables(plan: CapacityPlan, results: list[CandidateResult]) -> tuple[list[Can
             continue
         extra = (f"speculation.k_by_batch={table_text(rows)}",)
         top = max(row["k"] for row in rows)
-        made.append(replace(adaptive, label=f"{name} {TABLE}", k=top, policy=BY_BATCH, extra=extra))
+        candidate = replace(adaptive, label=f"{name} {TABLE}", k=top, policy=BY_BATCH, extra=extra)
+        made.append((candidate, rows))
     return made, missing
 
 
@@ -99,7 +106,8 @@ def run(plan: CapacityPlan, sweeper) -> dict[str, Any]:
     """The plan's search and fleet check, then the policies' own searches."""
     outcome = capacity.run(plan, sweeper)
     made, outcome["no_table"] = tables(plan, outcome["candidates"])
-    searched = [*plan.policy_candidates, *made]
+    outcome["tables"] = {c.label: rows for c, rows in made}
+    searched = [*plan.policy_candidates, *(c for c, _ in made)]
     only = replace(plan, candidates=searched)
     outcome["policy_candidates"] = find_capacities(only, sweeper) if searched else []
     return outcome
@@ -151,14 +159,34 @@ def entries(plan: CapacityPlan, outcome: dict[str, Any]) -> list[dict[str, Any]]
     return out
 
 
-def verdict(plan: CapacityPlan, outcome: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary's ``policies``: one entry per traffic level (the target rate)."""
-    found = entries(plan, outcome)
+def _standing(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` that sustain a rate, best first: the fewest replicas, then the lowest cost,
+    then the simplest policy, then the first drafter asked for."""
     order = {id(e): i for i, e in enumerate(found)}
-    standing = sorted(
+    return sorted(
         (e for e in found if e["best"] is not None and e["best"].replicas is not None),
         key=lambda e: (*_fleet(e["best"]), simplicity(e["json"]["policy"]), order[id(e)]),
     )
+
+
+def deployable(plan: CapacityPlan, outcome: dict[str, Any]) -> CandidateResult | None:
+    """What ``--emit`` writes instead of the plan's own candidate: the best policy an engine
+    runs (the goodput policy left out, as ``window_policies.deployable_winner`` leaves it),
+    when that is not the static k and needs a smaller fleet than speculation off (None: the
+    plan's own recommendation stands)."""
+    if not plan.policies:
+        return None
+    runnable = [e for e in entries(plan, outcome) if e["json"]["policy"] != ADAPTIVE]
+    best = next(iter(_standing(runnable)), None)
+    if best is None or best["json"]["policy"] == STATIC:
+        return None
+    return best["best"] if _fleet(best["best"]) < _fleet(best["off"]) else None
+
+
+def verdict(plan: CapacityPlan, outcome: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's ``policies``: one entry per traffic level (the target rate)."""
+    found = entries(plan, outcome)
+    standing = _standing(found)
     winner = standing[0] if standing else None
     tied = [
         e
@@ -233,16 +261,7 @@ def words(level: dict[str, Any]) -> str:
     if winner is None:
         return f"{at} no policy sustains a rate within the SLO."
     mine = next(i for i in level["by_policy"] if i["candidate"] == winner["candidate"])
-    text = f"{at} {_who(winner)} ({winner['candidate']}) needs the fewest replicas, "
-    text += str(mine["replicas"])
-    if level["tied_with"]:
-        text += "; tied on replicas and cost, the simpler policy wins over: "
-        text += ", ".join(_who(n) for n in level["tied_with"])
-    elif level["margin_replicas"] is not None:
-        text += (
-            f", {level['margin_replicas']} fewer than the next (capacity per device "
-            f"{level['margin']:+.1%})"
-        )
+    text = f"{at} {_who(winner)} ({winner['candidate']}) " + _lead(level, mine)
     off = mine["replicas_without_speculation"]
     text += (
         f". Speculation off needs {off}."
@@ -255,43 +274,67 @@ def words(level: dict[str, Any]) -> str:
     return text
 
 
+def _lead(level: dict[str, Any], mine: dict[str, Any]) -> str:
+    """How the winner leads: by replicas, or, tied on them, by cost or by simplicity."""
+    replicas, cost = mine["replicas"], mine["cost_usd_per_hour"]
+    level_with = [
+        i
+        for i in level["by_policy"]
+        if i["replicas"] == replicas and i["candidate"] not in (None, mine["candidate"])
+    ]
+    if not level_with:
+        if level["margin_replicas"] is None:
+            return f"needs the fewest replicas, {replicas}"
+        return (
+            f"needs the fewest replicas, {replicas}, {level['margin_replicas']} fewer than the "
+            f"next (capacity per device {level['margin']:+.1%})"
+        )
+    tied = {n["candidate"] for n in level["tied_with"]}
+    dearer = [i for i in level_with if i["candidate"] not in tied]
+    same = {n["policy"] == mine["policy"] for n in level["tied_with"]}
+    by = {False: "the simpler policy", True: "the drafter given first"}
+    decides = ", then ".join(by[p] for p in sorted(same))
+    if not dearer:
+        others = ", ".join(_who(i) for i in level_with)
+        return (
+            f"needs {replicas} replicas and ties on replicas and cost with {others}; {decides} wins"
+        )
+    text = f"needs {replicas} replicas and ties on them with "
+    text += ", ".join(_who(i) for i in level_with)
+    text += f"; it costs least (${cost:,.2f}/hour against "
+    text += ", ".join(f"${i['cost_usd_per_hour']:,.2f}" for i in dearer) + ")"
+    if tied:
+        text += f"; at equal cost {decides} wins over "
+        text += ", ".join(_who(n) for n in level["tied_with"])
+    return text
+
+
 def table(plan: CapacityPlan, levels: list[dict[str, Any]]) -> Table:
-    deployed = bool(plan.deployments)
-    rows = []
-    for level in levels:
+    def won(pair) -> bool:
+        level, item = pair
         winner = level["winner"] or {}
-        for item in level["by_policy"]:
-            rows.append(
-                [
-                    level["target_rps"],
-                    *([item["deployment"]] if deployed else []),
-                    item["drafter"],
-                    LABELS[item["policy"]],
-                    item["candidate"],
-                    item["capacity_rps"],
-                    item["replicas"],
-                    item["cost_usd_per_hour"],
-                    item["replicas_without_speculation"],
-                    item["more_replicas_than_off"],
-                    item["candidate"] is not None and item["candidate"] == winner.get("candidate"),
-                ]
-            )
-    return Table(
+        return item["candidate"] is not None and item["candidate"] == winner.get("candidate")
+
+    def of(key: str):
+        return lambda pair: pair[1][key]
+
+    columns: list[Column] = [
+        ("target (req/s)", lambda pair: pair[0]["target_rps"]),
+        *([("deployment", of("deployment"))] if plan.deployments else []),
+        ("drafter", of("drafter")),
+        ("policy", lambda pair: LABELS[pair[1]["policy"]]),
+        ("best candidate", of("candidate")),
+        ("capacity (req/s)", of("capacity_rps")),
+        ("replicas", of("replicas")),
+        ("$/hour", of("cost_usd_per_hour")),
+        ("replicas without speculation", of("replicas_without_speculation")),
+        ("more replicas than speculation off", of("more_replicas_than_off")),
+        ("winner", won),
+    ]
+    return column_table(
         "policies",
-        [
-            "target (req/s)",
-            *(["deployment"] if deployed else []),
-            "drafter",
-            "policy",
-            "best candidate",
-            "capacity (req/s)",
-            "replicas",
-            "$/hour",
-            "replicas without speculation",
-            "more replicas than speculation off",
-            "winner",
-        ],
-        rows,
+        columns,
+        [(level, item) for level in levels for item in level["by_policy"]],
         "Each window policy's best candidate per drafter, and the replicas the target then "
         "needs; the winner needs the fewest replicas, then costs least, then is the simplest "
         "policy (compared, not recommended: the recommendation stays among the plan's own "

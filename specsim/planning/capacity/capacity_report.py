@@ -24,7 +24,15 @@ from specsim.planning.capacity.capacity_pareto import (
     reasons,
 )
 from specsim.planning.common import lossy_note, method_text, metric, slo_text
-from specsim.planning.report import Callout, Paragraph, Report, Section, Table
+from specsim.planning.report import (
+    Callout,
+    Column,
+    Paragraph,
+    Report,
+    Section,
+    Table,
+    column_table,
+)
 
 PERCENTILE_COLUMNS = [
     (f"{label} {stat} (s)", name, stat)
@@ -33,73 +41,52 @@ PERCENTILE_COLUMNS = [
 ]
 
 
+CANDIDATE_COLUMNS: list[Column] = [
+    ("candidate", lambda r: r.candidate.label),
+    ("capacity (req/s)", lambda r: r.capacity),
+    ("first failing (req/s)", lambda r: r.first_failing),
+    ("search", lambda r: (r.error and f"failed: {r.error}") or r.search.status),
+    ("probes", lambda r: len(r.probes)),
+    ("replicas", lambda r: r.replicas),
+    ("$/hour", lambda r: r.cost_per_hour),
+    ("$/M tokens", lambda r: r.cost_per_million),
+    ("TPOT p99 at capacity (s)", lambda r: metric(r.at_capacity, "tpot_s", "p99")),
+    ("e2e p99 at capacity (s)", lambda r: metric(r.at_capacity, "e2e_s", "p99")),
+    ("accept. length", lambda r: metric(r.at_capacity, "mean_acceptance_length")),
+]
+
+
 def _candidate_table(plan: CapacityPlan, results: list[CandidateResult]) -> Table:
-    rows = []
-    for r in results:
-        s = r.at_capacity
-        rows.append(
-            [
-                r.candidate.label,
-                r.capacity,
-                r.first_failing,
-                (r.error and f"failed: {r.error}") or r.search.status,
-                len(r.probes),
-                r.replicas,
-                r.cost_per_hour,
-                r.cost_per_million,
-                metric(s, "tpot_s", "p99"),
-                metric(s, "e2e_s", "p99"),
-                metric(s, "mean_acceptance_length"),
-            ]
-        )
-    return Table(
+    return column_table(
         "capacity",
-        [
-            "candidate",
-            "capacity (req/s)",
-            "first failing (req/s)",
-            "search",
-            "probes",
-            "replicas",
-            "$/hour",
-            "$/M tokens",
-            "TPOT p99 at capacity (s)",
-            "e2e p99 at capacity (s)",
-            "accept. length",
-        ],
-        rows,
+        CANDIDATE_COLUMNS,
+        results,
         f"Highest sustained rate per replica (bisection to {plan.tolerance:g} relative), and "
         f"what {plan.target_rps:g} req/s then needs",
     )
 
 
 def _fleet_table(plan: CapacityPlan, fleet) -> Table:
-    rows = []
-    for replicas, result in fleet:
-        s = result.summary if result.ok else None
-        rows.append(
-            [
-                replicas,
-                attainment_of(s),
-                "yes" if attains_slo(s, plan.attainment) else ("failed" if not result.ok else "no"),
-                *[metric(s, n, st) for _, n, st in PERCENTILE_COLUMNS],
-                metric(s, "throughput_tokens_per_s"),
-                metric(s, "cost_usd_per_million_tokens"),
-            ]
-        )
-    return Table(
-        "fleet",
-        [
-            "replicas",
-            "SLO attainment",
-            "meets SLO",
-            *[c[0] for c in PERCENTILE_COLUMNS],
-            "throughput (tok/s)",
-            "$/M tokens",
-        ],
-        rows,
-        f"Fleet simulation at {plan.target_rps:g} req/s",
-    )
+    def summary(run):  # a (replicas, PointResult) pair's summary (None: the run failed)
+        return run[1].summary if run[1].ok else None
+
+    def meets(run) -> str:
+        if attains_slo(summary(run), plan.attainment):
+            return "yes"
+        return "no" if run[1].ok else "failed"
+
+    def of(name: str, stat: str | None = None):
+        return lambda run: metric(summary(run), name, stat)
+
+    columns: list[Column] = [
+        ("replicas", lambda run: run[0]),
+        ("SLO attainment", lambda run: attainment_of(summary(run))),
+        ("meets SLO", meets),
+        *[(label, of(name, stat)) for label, name, stat in PERCENTILE_COLUMNS],
+        ("throughput (tok/s)", of("throughput_tokens_per_s")),
+        ("$/M tokens", of("cost_usd_per_million_tokens")),
+    ]
+    return column_table("fleet", columns, fleet, f"Fleet simulation at {plan.target_rps:g} req/s")
 
 
 def _against_off_table(plan: CapacityPlan, outcome: dict[str, Any], changes) -> Table:

@@ -24,7 +24,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.planning.emit.emit_choice import Choice
-from specsim.planning.emit.emit_workload import bench_plan
+from specsim.planning.emit.emit_workload import bench_header, bench_plan, bench_summary
 from specsim.serving import bench_commands, registry
 from specsim.serving.registry import NAMES
 from specsim.serving.setting import (
@@ -278,46 +278,6 @@ def common_header(choice: Choice, setting: EngineSetting) -> list[str]:
     return lines
 
 
-def bench_header(choice: Choice, setting: EngineSetting, rendered, plan, notes) -> list[str]:
-    clients = registry.bench_clients(rendered)
-    lines = common_header(choice, setting)[:2]
-    lines += [f"Workload {note}." for note in notes]
-    lines += [f"Note: {note}." for note in bench_commands.client_notes(plan, clients)]
-    lines.append(
-        "Loads: "
-        + "; ".join(f"{load.label} ({load.num_prompts} requests)" for load in plan.loads)
-        + ". --save-detailed keeps each request's lengths and send times, so that "
-        "`specsim validate --bench` on this plan's folder predicts for the requests sent."
-    )
-    results = [e.bench.result_file("LABEL") for e in registry.ENGINES if e.bench is not None]
-    lines += [
-        f"Results: {' and '.join(results)} beside this script.",
-        "The clients send their own default sampling temperature; set it to the planned one "
-        "in the tool's request options if they differ.",
-        "Start the planned server first, from this folder (vLLM's client talks to any of "
-        "them through its OpenAI-compatible endpoint):",
-        *[f"  {item.start}" for item in rendered.values()],
-    ]
-    controlled = bench_commands.controlled_servers(setting, tuple(rendered))
-    if controlled:
-        lines += [
-            "Controlled test: acceptance forced to the profile's rates, the same for every "
-            "request (simulate it with --set speculation.heterogeneity=false), so that the "
-            "costs alone are compared; start this server instead:",
-            *controlled,
-        ]
-        if choice.scenario.speculation.acceptance == "sequences":
-            lines.append(
-                "The scenario replays per-request acceptance sequences; the forced rates are "
-                "the profile's per-position chain instead."
-            )
-    for engine in registry.entries(rendered):
-        note = bench_commands.uncontrolled(setting, engine.name)
-        if note:
-            lines.append(note)
-    return lines
-
-
 def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
     """Render the engines' files into the report's attachments and the summary's block."""
     if choice is None:
@@ -356,37 +316,16 @@ def attach(planned, choice: Choice | None, request: EmitRequest) -> None:
             planned.report.attachments[f"{FOLDER}/{name}"] = text
         block[engine] = item.summary(FOLDER)
     clients = registry.bench_clients(rendered)
-    lines = bench_header(choice, setting, rendered, plan, notes)
+    lines = bench_header(header[:2], choice, setting, rendered, plan, notes)
     script = bench_commands.script(plan, lines, clients)
     planned.report.attachments[f"{FOLDER}/{bench_commands.SCRIPT}"] = script
-    block["bench"] = bench_summary(plan, clients, notes)
+    block["bench"] = bench_summary(plan, clients, notes, FOLDER)
     planned.summary["engine"] = block
 
 
 def refusal(engine: str, setting: EngineSetting) -> str | None:
     """The engine's one-line refusal of the setting (None: it writes it)."""
     return registry.engine(engine).writer.refuses(setting)
-
-
-def bench_summary(plan, clients: tuple[str, ...], notes: list[str]) -> dict[str, Any]:
-    return {
-        "file": f"{FOLDER}/{bench_commands.SCRIPT}",
-        "clients": list(clients),
-        "results": {c: f"{FOLDER}/{registry.engine(c).bench.results}" for c in clients},
-        "prompt_tokens": [plan.prompt.low, plan.prompt.high],
-        "output_tokens": [plan.output.low, plan.output.high],
-        "burstiness": None if plan.burstiness == float("inf") else plan.burstiness,
-        "loads": [
-            {
-                "label": load.label,
-                "request_rate": None if load.max_concurrency is not None else load.request_rate,
-                "max_concurrency": load.max_concurrency,
-                "num_prompts": load.num_prompts,
-            }
-            for load in plan.loads
-        ],
-        "notes": [*notes, *bench_commands.client_notes(plan, clients)],
-    }
 
 
 def remove_stale(out: str | Path, summary: dict[str, Any], files: tuple[str, ...] = FILES) -> None:
@@ -403,15 +342,19 @@ def remove_stale(out: str | Path, summary: dict[str, Any], files: tuple[str, ...
 
 
 def human(summary: dict[str, Any]) -> str | None:
-    """One line for the terminal: the files written, and any placeholder path."""
+    """One line for the terminal: the files written (a split layout's files, named by the
+    layout), and any placeholder path."""
     block = summary.get("engine")
     if block is None:
         return None
     if block.get("recommended") is None:
         return f"engine: nothing written ({block['reason']})"
     files = [f for e in NAMES for f in (block.get(e) or {}).get("files", [])]
-    files.append(block["bench"]["file"])
-    return files_line(block, f"engine: {', '.join(files)}")
+    if block.get("bench"):
+        files.append(block["bench"]["file"])
+    layout = block["recommended"].get("layout")
+    head = "engine" if layout is None else f"engine ({layout})"
+    return files_line(block, f"{head}: {', '.join(files) or 'no files'}")
 
 
 def files_line(block: dict[str, Any], line: str) -> str:

@@ -8,10 +8,16 @@
   static k at that load.
 - ``plan capacity``: the candidate the fleet is planned with. The goodput-adaptive policy
   picks k every step from the running batch and acceptance, which no engine's configuration
-  can: the same drafter's best static candidate stands in, said so in every file.
+  can: the same drafter's best static candidate stands in, said so in every file. With
+  ``--policies``, the engine's policy or k-by-batch table that wins the comparison among what
+  an engine runs, where it needs fewer replicas than speculation off.
 - ``report drafter-swap``: the recommended drafter at its best k at the load nearest the
-  scenario's own; with ``--policies``, with an engine's own policy where that is the drafter's
-  best among what an engine runs there and beats speculation off.
+  scenario's own; with ``--policies``, with an engine's own policy or its k-by-batch table
+  where that is the drafter's best among what an engine runs there and beats speculation off.
+
+One rule picks an emitted policy (``_engine_policy``; ``capacity_policies.deployable`` for
+replicas): the best of what an engine runs, the goodput policy left out, when it is not the
+static k and beats speculation off.
 
 The bench runs every load the plan swept (``plan capacity``: each replica's share of the target
 rate, and the candidate's capacity).
@@ -26,14 +32,13 @@ from specsim.planning.capacity.capacity import choose_candidate
 from specsim.planning.common import metric, plural
 from specsim.planning.emit.emit_workload import PlannedLoad, open_loop_requests
 from specsim.planning.policy_compare import start_k
-from specsim.planning.window.window import BY_BATCH
 from specsim.planning.window.window_policies import (
     EXTRA_POLICIES,
     LABELS,
     deployable_winner,
     score,
 )
-from specsim.planning.window.window_table import RECOMMENDED
+from specsim.planning.window.window_table import BY_BATCH, RECOMMENDED
 from specsim.serving.bench_commands import number
 
 
@@ -113,7 +118,7 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     tree = plan.tree_by_config.get(chosen.best_config or "")
     row = _verdict_row(outcome, chosen.load)
     engine_policy = _engine_policy(row and row["figures"], chosen, plan.use_slo)
-    if engine_policy is not None and tree is None:
+    if engine_policy in EXTRA_POLICIES and tree is None:
         k = start_k(engine_policy, plan.scenario.speculation, max(plan.ks))
         reason = (
             f"{LABELS[engine_policy]} (k = {k}), the window policy that wins at {where} and "
@@ -128,14 +133,10 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         choice = Choice(drafter=drafter, k=tree.shape.depth, reason=reason, **common)
         choice.tree, choice.tree_drafts = tree, plan.tree_drafts
         choice.loads = _swept_loads(plan, outcome["loads"], lambda entry: tree.config)
-    elif table and len({r["k"] for r in rows}) == 1:
-        # One k at every batch size is a static k: every engine can run it as such.
-        reason = f"k = {rows[0]['k']}, the recommended k-by-batch table's only window"
-        choice = Choice(drafter=drafter, k=rows[0]["k"], reason=reason, **common)
     elif table:
         reason = f"the k-by-batch table, which the plan recommends: {outcome['verdict']['reason']}"
-        choice = Choice(drafter=drafter, k=max(r["k"] for r in rows), reason=reason, **common)
-        choice.rows, choice.static_k = rows, chosen.best_k
+        choice = Choice(drafter=drafter, k=0, reason=reason, **common)
+        table_choice(choice, rows, chosen.best_k, "the recommended k-by-batch table")
     elif chosen.best_k == 0:
         reason = f"speculation off: k = 0 with no drafter is best at {where}"
         choice = Choice(drafter=None, k=0, reason=reason, **common)
@@ -152,17 +153,30 @@ def _verdict_row(outcome: dict[str, Any], load: float) -> dict[str, Any] | None:
 
 
 def _engine_policy(figures: dict[str, float] | None, chosen, use_slo: bool) -> str | None:
-    """The engine policy (``--policies``) that is best among what an engine runs in
-    ``figures`` (a verdict row's, by policy) and beats speculation off at the chosen load;
-    None if none is."""
+    """The one rule for an emitted policy: the best of ``figures`` (a verdict row's, by policy)
+    among what an engine runs (``deployable_winner``), when that is not the static k and it
+    beats speculation off at the chosen load (``by_batch`` or an ``EXTRA_POLICIES`` name; None
+    otherwise: the static rule stands)."""
     if not figures:
         return None
     winner = deployable_winner(figures, use_slo)
     off = score(chosen.summary("k=0"), use_slo)
-    if winner not in EXTRA_POLICIES or off is None:
+    if winner not in (BY_BATCH, *EXTRA_POLICIES) or off is None:
         return None
     mine = score(chosen.summary(winner), use_slo)
     return winner if mine is not None and mine > off else None
+
+
+def table_choice(choice: Choice, rows: list[dict[str, int]], static_k: int | None, name: str):
+    """``choice`` (its drafter, command and loads set) running the k-by-batch table ``rows``
+    (``name``: the table in words), with ``static_k`` for the engines without a table; one k
+    at every batch size is a static k, which every engine runs as such."""
+    if len({r["k"] for r in rows}) == 1:
+        choice.k, choice.reason = rows[0]["k"], f"k = {rows[0]['k']}, {name}'s only window"
+        return choice
+    choice.k = max(r["k"] for r in rows)
+    choice.rows, choice.static_k = rows, static_k
+    return choice
 
 
 def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
@@ -191,6 +205,15 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         return choice
     row = _verdict_row(outcome, chosen.load)
     policy = _engine_policy(row and row["figures"].get(name), chosen, plan.first.use_slo)
+    if policy == BY_BATCH:
+        common["loads"] = _swept_loads(own, entries, lambda entry: BY_BATCH)
+        reason = (
+            f"drafter {name} (recommended) with its k-by-batch table, its best window policy "
+            f"an engine runs at {where}, ahead of speculation off"
+        )
+        choice = Choice(drafter=drafter.drafter_name, k=0, reason=reason, **common)
+        rows = outcome["tables"][name]
+        return table_choice(choice, rows, chosen.best_k, f"drafter {name}'s k-by-batch table")
     if policy is not None:
         k = start_k(policy, own.scenario.speculation, max(own.ks))
         common["loads"] = _swept_loads(own, entries, lambda entry: policy)
@@ -209,26 +232,21 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
 
 
 def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
-    """``plan capacity``'s: the chosen candidate (an adaptive one replaced by the same
-    drafter's best static candidate)."""
+    """``plan capacity``'s: with ``--policies``, the best policy an engine runs where it is not
+    the static k and needs fewer replicas than speculation off (``capacity_policies.
+    deployable``); else the chosen candidate (an adaptive one replaced by the same drafter's
+    best static candidate)."""
+    from specsim.planning.capacity.capacity_policies import deployable
+
+    policy = deployable(plan, outcome)
+    if policy is not None:
+        return _capacity_policy_choice(plan, outcome, policy)
     chosen = outcome["chosen"]
     if chosen is None:
         return None
     fleet = outcome["fleet"]
     replicas = fleet[-1][0] if fleet else chosen.replicas
-    share = plan.target_rps / replicas
-    loads = []
-    rates = [("share", share)]
-    if chosen.capacity != share:
-        rates.append(("capacity", chosen.capacity))
-    for name, rate in rates:
-        knob = plan.scale.knob(rate)
-        requests = open_loop_requests(plan.scenario, rate, plan.scale, knob)
-        text = f"{rate:.4g} req/s ({'each replica' if name == 'share' else 'one replica'}'s "
-        text += "share of the target)" if name == "share" else "capacity)"
-        loads.append(PlannedLoad(f"{name}-{rate:.4g}", text, rate, None, requests))
-    common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path, "loads": loads}
-    common.update(command="plan capacity", profile=chosen.candidate.profile(plan))
+    common = _capacity_common(plan, chosen, replicas)
     candidate = chosen.candidate
     fleet_text = f"{plural(replicas, 'replica')} for {plan.target_rps:g} req/s"
     if candidate.drafter is None:
@@ -236,14 +254,7 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     if candidate.policy != "adaptive":
         reason = f"{candidate.label} ({fleet_text})"
         return Choice(drafter=candidate.drafter, k=candidate.k, reason=reason, **common)
-    static = [
-        r
-        for r in outcome["candidates"]
-        if r.candidate.drafter == candidate.drafter
-        and r.candidate.policy != "adaptive"
-        and r.candidate.deployment is candidate.deployment  # the same TP and precision
-    ]
-    stand_in = choose_candidate(static)
+    stand_in = choose_candidate(_static_of(outcome, candidate))
     note = (
         f"the goodput-adaptive policy the plan chose ({candidate.label}, {fleet_text}) picks k "
         "at every step from the running batch and acceptance, which no engine's configuration "
@@ -262,3 +273,53 @@ def capacity_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         f"{stand_in.capacity:.4g} req/s per replica)"
     )
     return choice
+
+
+def _capacity_common(plan, chosen, replicas: int) -> dict[str, Any]:
+    """A capacity choice's fields but its setting: the loads the bench runs (each replica's
+    share of the target, and the candidate's capacity) and where it comes from."""
+    share = plan.target_rps / replicas
+    loads = []
+    rates = [("share", share)]
+    if chosen.capacity != share:
+        rates.append(("capacity", chosen.capacity))
+    for name, rate in rates:
+        knob = plan.scale.knob(rate)
+        requests = open_loop_requests(plan.scenario, rate, plan.scale, knob)
+        text = f"{rate:.4g} req/s ({'each replica' if name == 'share' else 'one replica'}'s "
+        text += "share of the target)" if name == "share" else "capacity)"
+        loads.append(PlannedLoad(f"{name}-{rate:.4g}", text, rate, None, requests))
+    common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path, "loads": loads}
+    common.update(command="plan capacity", profile=chosen.candidate.profile(plan))
+    return common
+
+
+def _static_of(outcome: dict[str, Any], candidate) -> list:
+    """The plan's fixed-k results of ``candidate``'s drafter on its deployment (TP, precision)."""
+    return [
+        r
+        for r in outcome["candidates"]
+        if r.candidate.drafter == candidate.drafter
+        and r.candidate.policy == "fixed"
+        and r.candidate.deployment is candidate.deployment
+    ]
+
+
+def _capacity_policy_choice(plan, outcome: dict[str, Any], result) -> Choice:
+    """The engine policy (or k-by-batch table) that wins the policy comparison at the target;
+    its fleet is the one its capacity calls for (the fleet check ran the plan's own)."""
+    candidate = result.candidate
+    common = _capacity_common(plan, result, result.replicas)
+    reason = (
+        f"{candidate.label} ({plural(result.replicas, 'replica')} for {plan.target_rps:g} "
+        "req/s by capacity), the window policy an engine runs that wins the comparison at the "
+        "target and needs fewer replicas than speculation off"
+    )
+    choice = Choice(drafter=candidate.drafter, k=candidate.k, reason=reason, **common)
+    if candidate.policy != BY_BATCH:
+        choice.policy = candidate.policy
+        return choice
+    best = choose_candidate(_static_of(outcome, candidate))
+    static_k = None if best is None else best.candidate.k
+    rows = outcome["tables"][candidate.label]
+    return table_choice(choice, rows, static_k, candidate.label)

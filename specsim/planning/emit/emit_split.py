@@ -23,7 +23,6 @@ from specsim.planning.emit import emit
 from specsim.planning.emit.emit import FOLDER, EmitRequest, common_header, setting_for
 from specsim.planning.emit.emit_choice import Choice
 from specsim.serving import registry
-from specsim.serving.registry import NAMES
 from specsim.serving.setting import ROLES
 
 # Every file a split emit may write: a rerun removes the ones it no longer writes.
@@ -154,14 +153,3 @@ def remove_stale(out: str | Path, summary: dict[str, Any]) -> None:
     """After a split plan is written: the engine files an earlier run wrote and this one did
     not."""
     emit.remove_stale(out, summary, FILES)
-
-
-def human(summary: dict[str, Any]) -> str | None:
-    block = summary.get("engine")
-    if block is None:
-        return None
-    if block.get("recommended") is None:
-        return f"engine: nothing written ({block['reason']})"
-    files = [f for e in NAMES for f in (block.get(e) or {}).get("files", [])]
-    line = f"engine ({block['recommended']['layout']}): {', '.join(files) or 'no files'}"
-    return emit.files_line(block, line)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.planning.rates import ArrivalScale
+from specsim.serving import bench_commands, registry
 from specsim.serving.bench_commands import BenchLoad, BenchPlan, LengthRange, label, number
 from specsim.workload.lengths import LengthSampler
 
@@ -151,3 +152,68 @@ def bench_plan(scenario, loads: list[PlannedLoad]) -> tuple[BenchPlan, list[str]
     )
     plan = BenchPlan(prompt, output, shape, bench, seed=scenario.seed)
     return plan, [f"prompts: {prompt_text}", f"outputs: {output_text}", f"arrivals: {arrivals}"]
+
+
+def bench_header(head: list[str], choice, setting, rendered, plan, notes) -> list[str]:
+    """bench.sh's header: ``head`` (what the plan was and chose), the workload, the loads,
+    the servers to start and the controlled test."""
+    clients = registry.bench_clients(rendered)
+    lines = list(head)
+    lines += [f"Workload {note}." for note in notes]
+    lines += [f"Note: {note}." for note in bench_commands.client_notes(plan, clients)]
+    lines.append(
+        "Loads: "
+        + "; ".join(f"{load.label} ({load.num_prompts} requests)" for load in plan.loads)
+        + ". --save-detailed keeps each request's lengths and send times, so that "
+        "`specsim validate --bench` on this plan's folder predicts for the requests sent."
+    )
+    results = [e.bench.result_file("LABEL") for e in registry.ENGINES if e.bench is not None]
+    lines += [
+        f"Results: {' and '.join(results)} beside this script.",
+        "The clients send their own default sampling temperature; set it to the planned one "
+        "in the tool's request options if they differ.",
+        "Start the planned server first, from this folder (vLLM's client talks to any of "
+        "them through its OpenAI-compatible endpoint):",
+        *[f"  {item.start}" for item in rendered.values()],
+    ]
+    controlled = bench_commands.controlled_servers(setting, tuple(rendered))
+    if controlled:
+        lines += [
+            "Controlled test: acceptance forced to the profile's rates, the same for every "
+            "request (simulate it with --set speculation.heterogeneity=false), so that the "
+            "costs alone are compared; start this server instead:",
+            *controlled,
+        ]
+        if choice.scenario.speculation.acceptance == "sequences":
+            lines.append(
+                "The scenario replays per-request acceptance sequences; the forced rates are "
+                "the profile's per-position chain instead."
+            )
+    for engine in registry.entries(rendered):
+        note = bench_commands.uncontrolled(setting, engine.name)
+        if note:
+            lines.append(note)
+    return lines
+
+
+def bench_summary(plan, clients: tuple[str, ...], notes: list[str], folder: str) -> dict:
+    """summary.json's ``engine.bench``: the script (in ``folder``), its clients and what it
+    sends."""
+    return {
+        "file": f"{folder}/{bench_commands.SCRIPT}",
+        "clients": list(clients),
+        "results": {c: f"{folder}/{registry.engine(c).bench.results}" for c in clients},
+        "prompt_tokens": [plan.prompt.low, plan.prompt.high],
+        "output_tokens": [plan.output.low, plan.output.high],
+        "burstiness": None if plan.burstiness == float("inf") else plan.burstiness,
+        "loads": [
+            {
+                "label": load.label,
+                "request_rate": None if load.max_concurrency is not None else load.request_rate,
+                "max_concurrency": load.max_concurrency,
+                "num_prompts": load.num_prompts,
+            }
+            for load in plan.loads
+        ],
+        "notes": [*notes, *bench_commands.client_notes(plan, clients)],
+    }

@@ -4,7 +4,7 @@ which drafter with which policy wins, by how much, and which lose to speculation
 Each chain drafter's ``plan window`` grid gains the policies named: the goodput policy
 (``adaptive``), the engines' own (``window_policies.EXTRA_POLICIES``, as ``plan window`` runs
 them) and, with ``by_batch``, the drafter's k-by-batch table, derived and run as ``plan window``
-does (``window.k_by_batch``). A tree drafter runs its tree and is not among them. The static k
+does (``window_table.k_by_batch``). A tree drafter runs its tree and is not among them. The static k
 is always compared: each drafter's best k above 0 at the load (k = 0 is speculation off, what
 every pair is set against).
 
@@ -17,14 +17,15 @@ recommendation keeps its own rule (drafters at their best static k).
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from specsim.planning.common import GOODPUT_TIE, answerable_k, choose
 from specsim.planning.policy_compare import ADAPTIVE, BY_BATCH, STATIC
-from specsim.planning.report import Paragraph, Section, Table
+from specsim.planning.report import Column, Paragraph, Section, Table, column_table
 from specsim.planning.swap import swap, swap_report
 from specsim.planning.swap.swap import SwapPlan
-from specsim.planning.window import window
+from specsim.planning.window import window, window_table
 from specsim.planning.window.window_policies import EXTRA_POLICIES, LABELS, banded, score
 from specsim.planning.window.window_table import E2E_TIE
 
@@ -53,17 +54,19 @@ def compared(plan: SwapPlan) -> list[str]:
 def run(plan: SwapPlan, sweeper) -> dict[str, Any]:
     """The swap's sweep, then each drafter's k-by-batch table at every load when asked."""
     outcome = swap.run(plan, sweeper)
+    outcome["tables"] = {}  # each drafter's derived table (what --emit writes where it wins)
     if BY_BATCH in plan.policies:
         for d in _chains(plan):
             loads = outcome["per_drafter"][d.name]
-            rows, _ = window.k_by_batch(d.plan, loads)
+            rows, _ = window_table.k_by_batch(d.plan, loads)
+            outcome["tables"][d.name] = rows
             points = [
                 type(p)(p.scenario, p.overrides, {**p.tags, "drafter": d.name})
-                for p in window.by_batch_points(d.plan, rows)
+                for p in window_table.by_batch_points(d.plan, rows)
             ]
             for result in sweeper.run(points, desc=f"k-by-batch check, {d.name}"):
                 entry = next(e for e in loads if e.load == result.tags["load"])
-                entry.by_config[window.BY_BATCH] = result
+                entry.by_config[window_table.BY_BATCH] = result
     outcome["policies"] = choices(plan, outcome["per_drafter"])
     return outcome
 
@@ -168,37 +171,30 @@ def words(plan: SwapPlan, choice: dict[str, Any]) -> str:
 
 def table(plan: SwapPlan, outcome: dict[str, Any]) -> Table:
     figure = "goodput (req/s)" if plan.first.use_slo else "e2e mean (s)"
-    pairs = [(d.name, n) for d in _chains(plan) for n in compared(plan)]
-    rows = []
-    for c in outcome["policies"]:
-        winner = c["winner"]
-        rows.append(
-            [
-                c["load"],
-                *(c["static_k"][d.name] for d in _chains(plan)),
-                *(c["figures"].get(d, {}).get(n) for d, n in pairs),
-                *(c["speculation_off"].get(d.name) for d in _chains(plan)),
-                "" if winner is None else _who(winner),
-                c["margin"],
-                ", ".join(_who(p) for p in c["tied_with"]),
-                c["winner_beats_off"],
-                ", ".join(_who(p) for p in c["lose_to_off"]),
-            ]
-        )
-    return Table(
+    chains = [d.name for d in _chains(plan)]
+
+    def who(pairs: list[dict[str, str]]) -> str:
+        return ", ".join(_who(p) for p in pairs)
+
+    columns: list[Column] = [
+        (plan.first.axis.label, itemgetter("load")),
+        *((f"{d}: static k", lambda c, d=d: c["static_k"][d]) for d in chains),
+        *(
+            (f"{d}, {LABELS[n]}: {figure}", lambda c, d=d, n=n: c["figures"].get(d, {}).get(n))
+            for d in chains
+            for n in compared(plan)
+        ),
+        *((f"{d}, k = 0: {figure}", lambda c, d=d: c["speculation_off"].get(d)) for d in chains),
+        ("winner", lambda c: "" if c["winner"] is None else _who(c["winner"])),
+        ("margin over the best other", itemgetter("margin")),
+        ("tied within the band", lambda c: who(c["tied_with"])),
+        ("winner beats k = 0", itemgetter("winner_beats_off")),
+        ("lose to k = 0", lambda c: who(c["lose_to_off"])),
+    ]
+    return column_table(
         "policies",
-        [
-            plan.first.axis.label,
-            *(f"{d.name}: static k" for d in _chains(plan)),
-            *(f"{d}, {LABELS[n]}: {figure}" for d, n in pairs),
-            *(f"{d.name}, k = 0: {figure}" for d in _chains(plan)),
-            "winner",
-            "margin over the best other",
-            "tied within the band",
-            "winner beats k = 0",
-            "lose to k = 0",
-        ],
-        rows,
+        columns,
+        outcome["policies"],
         "Each drafter with each window policy per load (the static k: its best above 0), "
         "judged as the plan judges k; pairs "
         "within its tie band are equal and the simplest policy wins, then the drafter given "

@@ -9,22 +9,25 @@ from specsim import axes as rules
 from specsim.axes import styles
 from specsim.planning.common import k_text, method_text, metric, plural, slo_text
 from specsim.planning.plots import Figure, Panel, Series
-from specsim.planning.report import Callout, Paragraph, Report, Section, Table
+from specsim.planning.report import (
+    Callout,
+    Column,
+    Paragraph,
+    Report,
+    Section,
+    Table,
+    column_table,
+)
 from specsim.planning.swap.swap import DrafterPlan, SwapPlan, regression_sentences
 from specsim.planning.window.window import LoadResult
+from specsim.planning.window.window_report import METRIC_COLUMNS
 from specsim.simulation.acceptance import window_rates
 
+# plan window's sweep columns but those a drafter comparison leaves out.
 SWEEP_COLUMNS = [
-    ("throughput (tok/s)", "throughput_tokens_per_s", None),
-    ("goodput (req/s)", "goodput_requests_per_s", None),
-    ("TTFT p99 (s)", "ttft_s", "p99"),
-    ("TPOT p50 (s)", "tpot_s", "p50"),
-    ("TPOT p99 (s)", "tpot_s", "p99"),
-    ("e2e mean (s)", "e2e_s", "mean"),
-    ("e2e p99 (s)", "e2e_s", "p99"),
-    ("accept. length", "mean_acceptance_length", None),
-    ("wasted FLOPs", "flops_wasted_fraction", None),
-    ("$/M tokens", "cost_usd_per_million_tokens", None),
+    column
+    for column in METRIC_COLUMNS
+    if column[0] not in ("TTFT p50 (s)", "e2e p50 (s)", "batch size")
 ]
 
 
@@ -167,39 +170,31 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
 
 
 def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
-    rows = []
     top = max(plan.ks)
-    for d in plan.drafters:
-        loads = per[d.name]
+
+    def at_best(name: str):  # the median over the loads of a drafter's best setting's figure
+        return lambda d: _median([metric(e.best_setting, name) for e in per[d.name]])
+
+    def length(d: DrafterPlan):
         config = f"k={top}" if d.tree is None else d.tree.config
-        rows.append(
-            [
-                d.name,
-                d.plan.scenario.speculation.verifier,
-                distribution_note(d),
-                d.acceptance.per_position[0],
-                metric(loads[0].summary(config), "mean_acceptance_length"),
-                outcome["wins"][d.name],
-                _median(_speedups(loads)),
-                _median([metric(e.best_setting, "flops_wasted_fraction") for e in loads]),
-                _median([metric(e.best_setting, "cost_usd_per_million_tokens") for e in loads]),
-            ]
-        )
-    return Table(
+        return metric(per[d.name][0].summary(config), "mean_acceptance_length")
+
+    tree = " (a tree drafter: its tree)" if any(d.tree for d in plan.drafters) else ""
+    columns: list[Column] = [
+        ("drafter", lambda d: d.name),
+        ("verifier", lambda d: d.plan.scenario.speculation.verifier),
+        ("output distribution", distribution_note),
+        ("acceptance, position 1", lambda d: d.acceptance.per_position[0]),
+        (f"accept. length at k={top}{tree}", length),
+        (f"loads won (of {len(plan.loads)})", lambda d: outcome["wins"][d.name]),
+        ("median speed-up vs k=0", lambda d: _median(_speedups(per[d.name]))),
+        ("median wasted FLOPs", at_best("flops_wasted_fraction")),
+        ("median $/M tokens", at_best("cost_usd_per_million_tokens")),
+    ]
+    return column_table(
         "drafters",
-        [
-            "drafter",
-            "verifier",
-            "output distribution",
-            "acceptance, position 1",
-            f"accept. length at k={top}"
-            + (" (a tree drafter: its tree)" if any(d.tree for d in plan.drafters) else ""),
-            f"loads won (of {len(plan.loads)})",
-            "median speed-up vs k=0",
-            "median wasted FLOPs",
-            "median $/M tokens",
-        ],
-        rows,
+        columns,
+        plan.drafters,
         "Side by side (medians over the loads, each drafter at its best k)",
     )
 

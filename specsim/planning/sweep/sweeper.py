@@ -9,22 +9,18 @@ different sweep is refused.
 
 The local path is ``concurrent.futures.ProcessPoolExecutor``; the distributed path is
 ``dask.distributed.Client``. Neither is reimplemented here: this module only keeps the books.
-Each pool worker watches a pipe that only this process holds open: when the sweep ends early
-(an error, Ctrl-C, SIGTERM) it closes the pipe, and when this process is killed the kernel does,
-so the workers never outlive the sweep.
+The pool's workers never outlive the sweep (``pool``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -39,16 +35,14 @@ from specsim.planning.sweep.cluster import (
     connect_cluster,
     run_on_cluster,
 )
+from specsim.planning.sweep.folder import POINTS, check_folder, jsonable, write_manifest
 from specsim.planning.sweep.points import SweepPoint
+from specsim.planning.sweep.pool import new_pool
 from specsim.planning.sweep.tasks import Task, run_point, simulate_point
 
 __all__ = ["PointResult", "SweepStats", "Sweeper", "run_point", "simulate_point"]
 
-MANIFEST = "sweep.json"
-POINTS = "points"
-MANIFEST_FORMAT = 1
 WORKER_DIED = "the worker process running it died (a crash or out of memory)"
-WORKER_STOPPED = 75  # exit status of a worker whose sweep has ended
 
 
 @dataclass
@@ -164,42 +158,10 @@ class Sweeper:
     # -- the folder --------------------------------------------------------------------------------
     def check_folder(self) -> None:
         """Refuse a folder that holds another sweep or unrelated files; touch nothing."""
-        out = self.out
-        if out.exists() and not out.is_dir():
-            raise SpecsimError(
-                "output path exists and is not a folder", file=str(out), fix="choose a folder"
-            )
-        manifest = out / MANIFEST
-        if manifest.is_file():
-            try:
-                stored = json.loads(manifest.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                raise SpecsimError(
-                    "sweep manifest is unreadable",
-                    file=str(manifest),
-                    fix="delete the folder or choose another --out",
-                ) from None
-            theirs, ours = stored.get("identity"), _jsonable(self.identity)
-            if theirs != ours:
-                raise SpecsimError(
-                    f"folder holds a different sweep ({identity_difference(theirs, ours)})",
-                    file=str(out),
-                    key=MANIFEST,
-                    fix="choose another --out folder, or delete this one to start afresh",
-                )
-        elif out.is_dir() and (out / POINTS).exists():
-            raise SpecsimError(
-                "folder holds sweep points but no sweep.json",
-                file=str(out),
-                fix="choose another --out folder, or delete this one",
-            )
+        check_folder(self.out, self.identity)
 
     def _write_manifest(self) -> None:
-        manifest = self.out / MANIFEST
-        if not manifest.is_file():
-            text = dump_json({"format": MANIFEST_FORMAT, "identity": _jsonable(self.identity)})
-            write_text_atomic(manifest, text)
-        (self.out / POINTS).mkdir(parents=True, exist_ok=True)
+        write_manifest(self.out, self.identity)
 
     def _path(self, key: str, failed: bool = False) -> Path:
         return self.out / POINTS / (f"{key}.failed.json" if failed else f"{key}.json")
@@ -220,7 +182,7 @@ class Sweeper:
             "key": key,
             "scenario": point.scenario,
             "overrides": list(point.overrides),
-            "tags": _jsonable(dict(point.tags)),
+            "tags": jsonable(dict(point.tags)),
         }
         if record["ok"]:
             measured = {"cpu_s": record["cpu_s"], "summary": record["summary"]}
@@ -356,73 +318,8 @@ class Sweeper:
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # forkserver: workers start from a clean process, not a copy of this one's threads.
-            method = "forkserver" if sys.platform.startswith("linux") else "spawn"
-            context = type(multiprocessing.get_context(method))()
-            context.Process = _ForkServerWorker if method == "forkserver" else _SpawnWorker
-            if method == "forkserver":
-                context.set_forkserver_preload(["specsim.planning.sweep.sweeper"])
-            watched, self._stop_pool = context.Pipe(duplex=False)
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=context,
-                initializer=_exit_with_the_sweep,
-                initargs=(watched,),
-            )
+            self._pool, self._stop_pool = new_pool(self.workers)
         return self._pool
-
-
-@contextlib.contextmanager
-def _main_hidden() -> Iterator[None]:
-    """Hide the caller's main module from multiprocessing while a worker starts.
-
-    Workers run only specsim's functions, so they never need the caller's script; re-running it
-    in each worker would start the sweep again there when it lacks an ``if __name__ ==
-    "__main__"`` guard, and fail outright for ``python -`` (no file). Without ``__spec__`` and
-    ``__file__`` multiprocessing treats it as ``python -c``: the worker imports no main module.
-    """
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    saved = {name: vars(main)[name] for name in ("__spec__", "__file__") if name in vars(main)}
-    main.__spec__ = None
-    vars(main).pop("__file__", None)
-    try:
-        yield
-    finally:
-        vars(main).pop("__spec__", None)
-        vars(main).update(saved)
-
-
-class _SpawnWorker(multiprocessing.context.SpawnProcess):
-    def start(self) -> None:
-        with _main_hidden():
-            super().start()
-
-
-if sys.platform != "win32":
-
-    class _ForkServerWorker(multiprocessing.context.ForkServerProcess):
-        def start(self) -> None:
-            with _main_hidden():
-                super().start()
-
-
-def _exit_with_the_sweep(watched) -> None:
-    """Pool worker start-up: exit when the sweep closes the pipe or its process is gone.
-
-    Only the sweep's process holds the pipe's write end, so end-of-file comes exactly when it
-    closes it or dies (SIGKILL included); the worker has nothing of its own to save.
-    """
-
-    def wait_for_the_end() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            while True:
-                watched.recv_bytes()
-        os._exit(WORKER_STOPPED)
-
-    threading.Thread(target=wait_for_the_end, name="specsim-sweep-watch", daemon=True).start()
 
 
 def _retag(result: PointResult, point: SweepPoint) -> PointResult:
@@ -430,28 +327,6 @@ def _retag(result: PointResult, point: SweepPoint) -> PointResult:
     if result.point is point:
         return result
     return PointResult(point, result.key, result.ok, result.summary, result.error, result.cached)
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
-def identity_difference(theirs: Any, ours: dict[str, Any]) -> str:
-    """Which settings differ between the stored sweep and this one, in a few words."""
-    if not isinstance(theirs, dict):
-        return "unrecognised manifest"
-    keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-    shown = []
-    for key in keys[:3]:
-        old, new = json.dumps(theirs.get(key)), json.dumps(ours.get(key))
-        if key == "content":
-            shown.append("the scenario or a file it refers to has changed since")
-        elif len(old) + len(new) > 80:
-            shown.append(f"{key} differs")
-        else:
-            shown.append(f"{key}: {old} there, {new} here")
-    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-    return "; ".join(shown) + more
 
 
 class _NoBar:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specsim.comparison import across_loads, across_loads_text
+from specsim.comparison import across_loads
 from specsim.planning.common import (
     LoadAxis,
     answerable_k,
@@ -33,35 +33,28 @@ from specsim.planning.common import (
     switch_overrides,
     without_pools,
 )
-from specsim.planning.policy_compare import check_names, check_reach, start_k, table_text
+from specsim.planning.policy_compare import check_names, check_reach, start_k
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
 from specsim.planning.sweep.screen import SCREEN_FROM, ScreenOutcome, screen_grid
 from specsim.planning.sweep.sweeper import PointResult, Sweeper
-from specsim.planning.trees import (
-    SglangSpace,
-    TreeCandidate,
-    acceptance_rates,
-    measured_trees,
-    merge,
-    sglang_candidates,
-)
+from specsim.planning.trees import SglangSpace, TreeCandidate
 from specsim.planning.window.window_policies import (
     EXTRA_POLICIES,
     choices,
 )
 from specsim.planning.window.window_table import (
+    BY_BATCH,
     LoadCheck,
-    best_window_by_batch,
-    context_per_sequence,
+    by_batch_points,
     judge,
+    k_by_batch,
     table_verdict,
     vllm_ranges,
 )
-from specsim.planning.window.window_trees import json_block
+from specsim.planning.window.window_trees import add_trees, json_block
 
 ADAPTIVE = "adaptive"
-BY_BATCH = "by_batch"
 
 
 @dataclass
@@ -230,58 +223,6 @@ def add_policies(plan: WindowPlan, policies: Sequence[str], limit: int) -> None:
     plan.policies = tuple(dict.fromkeys(policies))
 
 
-def add_trees(plan: WindowPlan, given, space, drafts: str | None) -> None:
-    """The trees beside the chains, each checked by loading it as a point would (one-line
-    errors naming the option)."""
-    from specsim.costs import StepCosts
-    from specsim.errors import SpecsimError
-    from specsim.scenario import load_scenario
-
-    spec = plan.scenario.speculation
-    plan.tree_drafts = drafts or spec.tree_drafts
-    kind = plan.profile.drafter(spec.drafter).kind
-    if kind not in ("draft_model", "heads"):
-        raise SpecsimError(
-            f"drafter {spec.drafter!r} is {kind}: trees are drafted by draft models and "
-            "decoding heads only",
-            key="--trees",
-            fix="choose such a drafter (--set speculation.drafter=NAME) or drop the tree options",
-        )
-    searched: list[TreeCandidate] = []
-    if space is not None:
-        rates = acceptance_rates(plan.profile, spec, plan.tree_drafts)
-        searched, plan.tree_skipped = sglang_candidates(space, rates)
-    plan.trees = merge(given, searched)
-    plan.trees_from_chain = not measured_trees(plan.profile, spec, plan.tree_drafts)
-    if not plan.trees:
-        raise SpecsimError(
-            "the tree options leave no tree to try (every one is a chain: "
-            + "; ".join(plan.tree_skipped[:3])
-            + ")",
-            key="--tree-topk",
-            fix="give a topk above 1 and draft tokens above steps + 1",
-        )
-    for candidate in plan.trees:
-        try:
-            load_scenario(
-                plan.scenario_path, [*plan.base_overrides, *plan.tree_overrides(candidate)]
-            )
-            plan.profile.profile.tree_acceptance_for(
-                spec.drafter, spec.verifier, spec.temperature, candidate.shape, plan.tree_drafts
-            )
-            costs = StepCosts(plan.profile, spec.drafter, candidate.shape)
-            latency = plan.profile.profile.target.latency
-            if latency is not None and latency.outside_range == "error" and latency.valid_range:
-                width = candidate.shape.num_nodes + 1.0
-                costs.check_ranges(1, 0.0, width, width)
-        except SpecsimError as exc:
-            raise SpecsimError(
-                f"tree {candidate.config} cannot run: {exc.message}",
-                key="--trees" if candidate.sglang is None else "--tree-tokens",
-                fix=exc.fix or "give a smaller tree",
-            ) from None
-
-
 # -- analysis -------------------------------------------------------------------------------------
 
 
@@ -343,48 +284,6 @@ def crossover(loads: list[LoadResult]) -> dict[str, float | None]:
     return {"load": start, "last_paying": max(paying) if paying else None}
 
 
-def batch_size(summary: dict[str, Any] | None) -> float | None:
-    """Mean running batch of a run (the summary's ``batch_size`` mean, or the value itself)."""
-    return metric(summary, "batch_size")
-
-
-def k_by_batch(plan: WindowPlan, loads: list[LoadResult]) -> tuple[list[dict[str, int]], dict]:
-    """The table's rows (empty when there is none to offer) and how they were derived.
-
-    Derived per running batch size from the step costs with the drafter deployed, at the context
-    a running sequence held in the best static runs of the loads where speculation pays.
-    """
-    paying = [entry.best for entry in loads if entry.best_k]
-    context = context_per_sequence(paying)
-    derivation: dict[str, Any] = {"context_tokens_per_sequence": context, "no_table_reason": None}
-    if max(plan.ks) == 0:
-        derivation["no_table_reason"] = "only k = 0 was swept"
-    elif all(entry.best_k is None for entry in loads):
-        derivation["no_table_reason"] = "no load has a result (its simulations failed)"
-    elif not paying or context is None:
-        derivation["no_table_reason"] = (
-            "speculation does not pay at any load swept: k = 0 (no drafter) is best at every one"
-        )
-    if derivation["no_table_reason"]:
-        return [], derivation
-    spec, max_batch = plan.scenario.speculation, plan.scenario.engine.max_batch
-    rows = best_window_by_batch(plan.profile, spec, plan.ks, max_batch, context)
-    if all(row["k"] == 0 for row in rows):
-        derivation["no_table_reason"] = (
-            "with the drafter deployed no window beats k = 0 at any batch size"
-        )
-        return [], derivation
-    return rows, derivation
-
-
-def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepPoint]:
-    """Run the derived table at every load (nothing to check when it is k = 0 throughout)."""
-    if not rows or all(row["k"] == 0 for row in rows):
-        return []
-    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table_text(rows)}"]
-    return [plan.point(load, BY_BATCH, extra) for load in plan.loads]
-
-
 def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
     """Run the grid and the table check; return everything the report and summary need."""
     screened: ScreenOutcome | None = None
@@ -443,15 +342,6 @@ def regressions_vs_off(loads: list[LoadResult]) -> list[dict[str, Any]]:
     return across_loads(pairs)
 
 
-def regressions_vs_off_text(regressions: list[dict[str, Any]], chosen_anywhere: bool) -> str:
-    """The sentence that states what the best k makes worse (or that nothing is)."""
-    if not chosen_anywhere:
-        return "Speculation is not chosen at any load, so nothing is compared with it off."
-    if not regressions:
-        return "No compared metric is worse at the best k than with speculation off, at any load."
-    return f"Worse at the best k than with speculation off: {across_loads_text(regressions)}."
-
-
 def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
     loads: list[LoadResult] = outcome["loads"]
     best = []
@@ -467,7 +357,7 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
                 "offered_rps": plan.offered_rps(entry.load),
                 "best_k": entry.best_k,
                 "e2e_speedup_vs_k0": gain,
-                "batch_size": batch_size(summary),
+                "batch_size": metric(summary, "batch_size"),
                 "goodput_requests_per_s": metric(summary, "goodput_requests_per_s"),
                 "adaptive_e2e_mean_s": metric(entry.summary(ADAPTIVE), "e2e_s", "mean"),
                 "best_e2e_mean_s": metric(summary, "e2e_s", "mean"),

@@ -10,11 +10,12 @@ end-to-end latency. A policy a load did not simulate (or whose run failed) is le
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from specsim.errors import SpecsimError
 from specsim.planning.common import GOODPUT_TIE, metric
-from specsim.planning.report import Table
+from specsim.planning.report import Column, Table, column_table
 from specsim.planning.window.window_table import E2E_TIE
 
 ADAPTIVE_STEPS = "adaptive_steps"
@@ -123,30 +124,19 @@ def banded(scores: Mapping[Hashable, float], band: float) -> tuple[Any, list, fl
 def table(plan, rows: list[dict[str, Any]]) -> Table:
     figure = "goodput (req/s)" if plan.use_slo else "e2e mean (s)"
     names = [n for n in LABELS if any(n in r["figures"] for r in rows)]
-    body = [
-        [
-            r["load"],
-            r["best_static_k"],
-            *(r["figures"].get(n) for n in names),
-            LABELS.get(r["winner"], ""),
-            r["margin"],
-            ", ".join(LABELS[n] for n in r["tied_with"]),
-            r["winner_beats_off"],
-        ]
-        for r in rows
+    columns: list[Column] = [
+        (plan.axis.label, itemgetter("load")),
+        ("best static k", itemgetter("best_static_k")),
+        *((f"{LABELS[n]} {figure}", lambda r, n=n: r["figures"].get(n)) for n in names),
+        ("winner", lambda r: LABELS.get(r["winner"], "")),
+        ("margin over the best other", itemgetter("margin")),
+        ("tied within the band", lambda r: ", ".join(LABELS[n] for n in r["tied_with"])),
+        ("winner beats k = 0", itemgetter("winner_beats_off")),
     ]
-    return Table(
+    return column_table(
         "policies",
-        [
-            plan.axis.label,
-            "best static k",
-            *(f"{LABELS[n]} {figure}" for n in names),
-            "winner",
-            "margin over the best other",
-            "tied within the band",
-            "winner beats k = 0",
-        ],
-        body,
+        columns,
+        rows,
         "Each window policy per load, judged as the plan judges k; policies within its tie band "
         "are equal and the simplest wins; the margin is the winner's lead over the best other "
         "policy, as a fraction of it (negative: a tied policy was nominally ahead)",

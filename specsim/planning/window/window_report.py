@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from specsim import axes as rules
+from specsim.comparison import across_loads_text
 from specsim.planning.common import (
     k_text,
     lossy_note,
@@ -16,14 +17,20 @@ from specsim.planning.common import (
     slo_text,
 )
 from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
-from specsim.planning.report import Callout, Paragraph, Report, Section, Table
+from specsim.planning.report import (
+    Callout,
+    Column,
+    Paragraph,
+    Report,
+    Section,
+    Table,
+    column_table,
+)
 from specsim.planning.window.window import (
     ADAPTIVE,
     BY_BATCH,
     LoadResult,
     WindowPlan,
-    batch_size,
-    regressions_vs_off_text,
 )
 from specsim.planning.window.window_policies import LABELS, deployable_winner
 from specsim.planning.window.window_policies import table as policies_table
@@ -283,39 +290,33 @@ def screening_text(screening: dict[str, Any]) -> str:
 
 def _best_k_table(plan: WindowPlan, loads: list[LoadResult], summary: dict[str, Any]) -> Table:
     """Per load: the best static k, beside the adaptive policy and the derived k-by-batch table."""
-    speed_axis = plan.axis.kind == "speed"
-    best_rows = []
-    for entry, item in zip(loads, summary["best_k"], strict=True):
-        check = entry.summary(BY_BATCH)
-        best_rows.append(
-            [
-                entry.load,
-                *([item["offered_rps"]] if speed_axis else []),
-                entry.best_k,
-                batch_size(entry.best),
-                item["e2e_speedup_vs_k0"],
-                metric(entry.best, "e2e_s", "p99"),
-                metric(entry.best, "goodput_requests_per_s"),
-                item["adaptive_e2e_mean_s"],
-                metric(check, "e2e_s", "mean"),
-                item["best_e2e_mean_s"],
-            ]
-        )
-    return Table(
-        "best_k",
-        [
-            plan.axis.label,
-            *(["offered (req/s)"] if speed_axis else []),
-            "best k",
-            "batch size",
-            "speed-up vs k=0",
-            "e2e p99 (s)",
-            "goodput (req/s)",
-            "adaptive e2e mean (s)",
+
+    def best(name: str, stat: str | None = None):  # of the best static run, per (entry, item)
+        return lambda pair: metric(pair[0].best, name, stat)
+
+    columns: list[Column] = [
+        (plan.axis.label, lambda pair: pair[0].load),
+        *(
+            [("offered (req/s)", lambda pair: pair[1]["offered_rps"])]
+            if plan.axis.kind == "speed"
+            else []
+        ),
+        ("best k", lambda pair: pair[0].best_k),
+        ("batch size", best("batch_size")),
+        ("speed-up vs k=0", lambda pair: pair[1]["e2e_speedup_vs_k0"]),
+        ("e2e p99 (s)", best("e2e_s", "p99")),
+        ("goodput (req/s)", best("goodput_requests_per_s")),
+        ("adaptive e2e mean (s)", lambda pair: pair[1]["adaptive_e2e_mean_s"]),
+        (
             "k-by-batch e2e mean (s)",
-            "best static e2e mean (s)",
-        ],
-        best_rows,
+            lambda pair: metric(pair[0].summary(BY_BATCH), "e2e_s", "mean"),
+        ),
+        ("best static e2e mean (s)", lambda pair: pair[1]["best_e2e_mean_s"]),
+    ]
+    return column_table(
+        "best_k",
+        columns,
+        list(zip(loads, summary["best_k"], strict=True)),
         "Best static k per load, with the adaptive policy and the derived k-by-batch table "
         "run at the same load",
     )
@@ -385,3 +386,12 @@ def human(plan: WindowPlan, summary: dict[str, Any]) -> str:
     if note:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def regressions_vs_off_text(regressions: list[dict[str, Any]], chosen_anywhere: bool) -> str:
+    """The sentence that states what the best k makes worse (or that nothing is)."""
+    if not chosen_anywhere:
+        return "Speculation is not chosen at any load, so nothing is compared with it off."
+    if not regressions:
+        return "No compared metric is worse at the best k than with speculation off, at any load."
+    return f"Worse at the best k than with speculation off: {across_loads_text(regressions)}."

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specsim.planning.common import GOODPUT_TIE, metric
+from specsim.planning.sweep.points import SweepPoint
+
+if TYPE_CHECKING:  # the plan and its results, which import this module
+    from specsim.planning.window.window import LoadResult, WindowPlan
 
 # Mean end-to-end latencies less than 2 % apart count as equal: redrawing only the acceptance
 # and jitter streams of the same traffic moves the mean by about 1 %
@@ -34,6 +38,7 @@ E2E_TIE = 0.02
 
 RECOMMENDED = "recommended"
 NOT_RECOMMENDED = "not recommended"
+BY_BATCH = "by_batch"  # the table's policy, and its run's config in a plan's grid
 
 
 def context_per_sequence(summaries: Sequence[Mapping[str, Any] | None]) -> float | None:
@@ -96,6 +101,48 @@ def best_window_by_batch(
         else:
             rows.append({"max_batch": size, "k": int(k)})
     return rows
+
+
+def k_by_batch(plan: WindowPlan, loads: list[LoadResult]) -> tuple[list[dict[str, int]], dict]:
+    """The table's rows (empty when there is none to offer) and how they were derived.
+
+    Derived per running batch size from the step costs with the drafter deployed, at the context
+    a running sequence held in the best static runs of the loads where speculation pays.
+    """
+    paying = [entry.best for entry in loads if entry.best_k]
+    context = context_per_sequence(paying)
+    derivation: dict[str, Any] = {"context_tokens_per_sequence": context, "no_table_reason": None}
+    if max(plan.ks) == 0:
+        derivation["no_table_reason"] = "only k = 0 was swept"
+    elif all(entry.best_k is None for entry in loads):
+        derivation["no_table_reason"] = "no load has a result (its simulations failed)"
+    elif not paying or context is None:
+        derivation["no_table_reason"] = (
+            "speculation does not pay at any load swept: k = 0 (no drafter) is best at every one"
+        )
+    if derivation["no_table_reason"]:
+        return [], derivation
+    spec, max_batch = plan.scenario.speculation, plan.scenario.engine.max_batch
+    rows = best_window_by_batch(plan.profile, spec, plan.ks, max_batch, context)
+    if all(row["k"] == 0 for row in rows):
+        derivation["no_table_reason"] = (
+            "with the drafter deployed no window beats k = 0 at any batch size"
+        )
+        return [], derivation
+    return rows, derivation
+
+
+def by_batch_points(plan: WindowPlan, rows: list[dict[str, int]]) -> list[SweepPoint]:
+    """Run the derived table at every load (nothing to check when it is k = 0 throughout)."""
+    if not rows or all(row["k"] == 0 for row in rows):
+        return []
+    extra = [*plan.policy_overrides("by_batch"), f"speculation.k_by_batch={table_text(rows)}"]
+    return [plan.point(load, BY_BATCH, extra) for load in plan.loads]
+
+
+def table_text(rows: Sequence[Mapping[str, int]]) -> str:
+    """A k-by-batch table as ``--set speculation.k_by_batch=`` takes it."""
+    return "[" + ", ".join(f"{{max_batch: {r['max_batch']}, k: {r['k']}}}" for r in rows) + "]"
 
 
 def vllm_ranges(rows: list[dict[str, int]]) -> list[list[int]]:

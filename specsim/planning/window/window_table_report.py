@@ -7,7 +7,7 @@ import json
 import textwrap
 from typing import Any
 
-from specsim.planning.report import Paragraph, Table
+from specsim.planning.report import Column, Paragraph, Table, column_table
 from specsim.planning.window.window import WindowPlan
 from specsim.planning.window.window_table import RECOMMENDED, vllm_ranges
 
@@ -75,38 +75,25 @@ def table_section(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, 
 
 
 def check_table(plan: WindowPlan, table: dict[str, Any]) -> Table:
-    rows = []
-    for item in table["per_load"]:
-        mine, best = item["table"] or {}, item["best_static"] or {}
-        rows.append(
-            [
-                item["load"],
-                best.get("k"),
-                best.get("goodput_requests_per_s"),
-                mine.get("goodput_requests_per_s"),
-                best.get("e2e_mean_s"),
-                mine.get("e2e_mean_s"),
-                best.get("tpot_p99_s"),
-                mine.get("tpot_p99_s"),
-                item["outcome"],
-                "yes" if item["judged"] else "no (speculation off wins)",
-            ]
-        )
-    return Table(
+    def of(side: str, key: str):  # "table" (its run) or "best_static" (the best static k)
+        return lambda item: (item[side] or {}).get(key)
+
+    columns: list[Column] = [
+        (plan.axis.label, lambda item: item["load"]),
+        ("best static k", of("best_static", "k")),
+        ("static goodput (req/s)", of("best_static", "goodput_requests_per_s")),
+        ("table goodput (req/s)", of("table", "goodput_requests_per_s")),
+        ("static e2e mean (s)", of("best_static", "e2e_mean_s")),
+        ("table e2e mean (s)", of("table", "e2e_mean_s")),
+        ("static TPOT p99 (s)", of("best_static", "tpot_p99_s")),
+        ("table TPOT p99 (s)", of("table", "tpot_p99_s")),
+        ("table vs static", lambda item: item["outcome"]),
+        ("judged", lambda item: "yes" if item["judged"] else "no (speculation off wins)"),
+    ]
+    return column_table(
         "k_by_batch_check",
-        [
-            plan.axis.label,
-            "best static k",
-            "static goodput (req/s)",
-            "table goodput (req/s)",
-            "static e2e mean (s)",
-            "table e2e mean (s)",
-            "static TPOT p99 (s)",
-            "table TPOT p99 (s)",
-            "table vs static",
-            "judged",
-        ],
-        rows,
+        columns,
+        table["per_load"],
         "The table's own simulation against the best static k at each load",
     )
 

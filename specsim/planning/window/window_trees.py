@@ -18,13 +18,22 @@ and says so.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specsim.planning.common import choose, metric
-from specsim.planning.trees import TreeCandidate
+from specsim.planning.trees import (
+    TreeCandidate,
+    acceptance_rates,
+    measured_trees,
+    merge,
+    sglang_candidates,
+)
 from specsim.planning.window.window_table import context_per_sequence
+
+if TYPE_CHECKING:  # the plan, which imports this module
+    from specsim.planning.window.window import WindowPlan
 
 TREE, CHAIN, OFF = "tree", "chain", "off"
 FROM_CHAIN = (
@@ -296,3 +305,55 @@ def answer_text(block: dict[str, Any], fmt) -> str:
     if block["trees_derived_from_chain"]:
         text += f" No tree can be chosen: {FROM_CHAIN}."
     return text
+
+
+def add_trees(plan: WindowPlan, given, space, drafts: str | None) -> None:
+    """The trees beside the chains, each checked by loading it as a point would (one-line
+    errors naming the option)."""
+    from specsim.costs import StepCosts
+    from specsim.errors import SpecsimError
+    from specsim.scenario import load_scenario
+
+    spec = plan.scenario.speculation
+    plan.tree_drafts = drafts or spec.tree_drafts
+    kind = plan.profile.drafter(spec.drafter).kind
+    if kind not in ("draft_model", "heads"):
+        raise SpecsimError(
+            f"drafter {spec.drafter!r} is {kind}: trees are drafted by draft models and "
+            "decoding heads only",
+            key="--trees",
+            fix="choose such a drafter (--set speculation.drafter=NAME) or drop the tree options",
+        )
+    searched: list[TreeCandidate] = []
+    if space is not None:
+        rates = acceptance_rates(plan.profile, spec, plan.tree_drafts)
+        searched, plan.tree_skipped = sglang_candidates(space, rates)
+    plan.trees = merge(given, searched)
+    plan.trees_from_chain = not measured_trees(plan.profile, spec, plan.tree_drafts)
+    if not plan.trees:
+        raise SpecsimError(
+            "the tree options leave no tree to try (every one is a chain: "
+            + "; ".join(plan.tree_skipped[:3])
+            + ")",
+            key="--tree-topk",
+            fix="give a topk above 1 and draft tokens above steps + 1",
+        )
+    for candidate in plan.trees:
+        try:
+            load_scenario(
+                plan.scenario_path, [*plan.base_overrides, *plan.tree_overrides(candidate)]
+            )
+            plan.profile.profile.tree_acceptance_for(
+                spec.drafter, spec.verifier, spec.temperature, candidate.shape, plan.tree_drafts
+            )
+            costs = StepCosts(plan.profile, spec.drafter, candidate.shape)
+            latency = plan.profile.profile.target.latency
+            if latency is not None and latency.outside_range == "error" and latency.valid_range:
+                width = candidate.shape.num_nodes + 1.0
+                costs.check_ranges(1, 0.0, width, width)
+        except SpecsimError as exc:
+            raise SpecsimError(
+                f"tree {candidate.config} cannot run: {exc.message}",
+                key="--trees" if candidate.sglang is None else "--tree-tokens",
+                fix=exc.fix or "give a smaller tree",
+            ) from None

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
-from specsim.planning.report import Callout, Paragraph, Section, Table
+from specsim.planning.report import Callout, Column, Paragraph, Section, Table, column_table
 from specsim.planning.window.window_trees import CHAIN, OFF, TREE, answer_text
 
 
-def _figure(item: dict[str, Any], side: str, key: str):
-    figures = item["figures"].get(side)
-    return None if figures is None else figures.get(key)
+def _figure(side: str, key: str):
+    """A load's figure ``key`` of its best ``side`` (chain, tree or off; None: no such run)."""
+
+    def cell(item: dict[str, Any]):
+        figures = item["figures"].get(side)
+        return None if figures is None else figures.get(key)
+
+    return cell
 
 
 def section(plan, block: dict[str, Any]) -> Section:
@@ -23,43 +29,21 @@ def section(plan, block: dict[str, Any]) -> Section:
             "(ties go to the chain)."
         )
     ]
-    rows = []
-    for item in block["per_load"]:
-        rows.append(
-            [
-                item["load"],
-                item["winner"],
-                item["best"],
-                item["best_chain"],
-                _figure(item, CHAIN, "mean_acceptance_length"),
-                _figure(item, CHAIN, "e2e_mean_s"),
-                item["best_tree"],
-                _figure(item, TREE, "mean_acceptance_length"),
-                _figure(item, TREE, "verified_per_step"),
-                _figure(item, TREE, "e2e_mean_s"),
-                _figure(item, OFF, "e2e_mean_s"),
-            ]
-        )
-    blocks.append(
-        Table(
-            "chain_or_tree",
-            [
-                plan.axis.label,
-                "winner",
-                "best setting",
-                "best chain",
-                "chain accept. length",
-                "chain e2e mean (s)",
-                "best tree",
-                "tree accept. length",
-                "tree verified / step",
-                "tree e2e mean (s)",
-                "k=0 e2e mean (s)",
-            ],
-            rows,
-            "Per load: the best chain (k > 0), the best tree and no speculation",
-        )
-    )
+    columns: list[Column] = [
+        (plan.axis.label, itemgetter("load")),
+        ("winner", itemgetter("winner")),
+        ("best setting", itemgetter("best")),
+        ("best chain", itemgetter("best_chain")),
+        ("chain accept. length", _figure(CHAIN, "mean_acceptance_length")),
+        ("chain e2e mean (s)", _figure(CHAIN, "e2e_mean_s")),
+        ("best tree", itemgetter("best_tree")),
+        ("tree accept. length", _figure(TREE, "mean_acceptance_length")),
+        ("tree verified / step", _figure(TREE, "verified_per_step")),
+        ("tree e2e mean (s)", _figure(TREE, "e2e_mean_s")),
+        ("k=0 e2e mean (s)", _figure(OFF, "e2e_mean_s")),
+    ]
+    text = "Per load: the best chain (k > 0), the best tree and no speculation"
+    blocks.append(column_table("chain_or_tree", columns, block["per_load"], text))
     blocks += [Paragraph(f"{fmt(item['load'])}: {item['reason']}.") for item in block["per_load"]]
     blocks.append(_candidates(block))
     batch = block["by_batch_size"]
@@ -80,69 +64,48 @@ def section(plan, block: dict[str, Any]) -> Section:
     return Section("Chain or tree", blocks)
 
 
+def _sglang(knob: str):
+    return lambda c: None if c["sglang"] is None else c["sglang"][knob]
+
+
+CANDIDATE_COLUMNS: list[Column] = [
+    ("tree", itemgetter("config")),
+    ("nodes", itemgetter("nodes")),
+    ("depth", itemgetter("depth")),
+    ("nodes per depth", lambda c: ",".join(map(str, c["nodes_per_depth"]))),
+    ("num_steps", _sglang("num_steps")),
+    ("topk", _sglang("topk")),
+    ("num_draft_tokens", _sglang("num_draft_tokens")),
+    ("accept. length", itemgetter("mean_acceptance_length")),
+    ("acceptance", itemgetter("acceptance_source")),
+]
+BY_BATCH_COLUMNS: list[Column] = [
+    ("batch sizes", lambda r: f"{r['min_batch']}-{r['max_batch']}"),
+    ("winner", itemgetter("winner")),
+    ("best setting", itemgetter("best")),
+    ("k=0 tok/s", lambda r: r["tokens_per_s"]["off"]),
+    ("best chain", itemgetter("best_chain")),
+    ("chain tok/s", lambda r: r["tokens_per_s"]["best_chain"]),
+    ("best tree", itemgetter("best_tree")),
+    ("tree tok/s", lambda r: r["tokens_per_s"]["best_tree"]),
+]
+
+
 def _candidates(block: dict[str, Any]) -> Table:
-    rows = []
-    for c in block["candidates"]:
-        sglang = c["sglang"]
-        rows.append(
-            [
-                c["config"],
-                c["nodes"],
-                c["depth"],
-                ",".join(map(str, c["nodes_per_depth"])),
-                None if sglang is None else sglang["num_steps"],
-                None if sglang is None else sglang["topk"],
-                None if sglang is None else sglang["num_draft_tokens"],
-                c["mean_acceptance_length"],
-                c["acceptance_source"],
-            ]
-        )
-    return Table(
+    return column_table(
         "trees",
-        [
-            "tree",
-            "nodes",
-            "depth",
-            "nodes per depth",
-            "num_steps",
-            "topk",
-            "num_draft_tokens",
-            "accept. length",
-            "acceptance",
-        ],
-        rows,
+        CANDIDATE_COLUMNS,
+        block["candidates"],
         "The trees tried: their shape, SGLang's knobs where they came from them, and the "
         "profile's acceptance length (measured for this shape, or derived)",
     )
 
 
 def _by_batch(batch: dict[str, Any]) -> Table:
-    rows = [
-        [
-            f"{r['min_batch']}-{r['max_batch']}",
-            r["winner"],
-            r["best"],
-            r["tokens_per_s"]["off"],
-            r["best_chain"],
-            r["tokens_per_s"]["best_chain"],
-            r["best_tree"],
-            r["tokens_per_s"]["best_tree"],
-        ]
-        for r in batch["rows"]
-    ]
-    return Table(
+    return column_table(
         "chain_or_tree_by_batch",
-        [
-            "batch sizes",
-            "winner",
-            "best setting",
-            "k=0 tok/s",
-            "best chain",
-            "chain tok/s",
-            "best tree",
-            "tree tok/s",
-        ],
-        rows,
+        BY_BATCH_COLUMNS,
+        batch["rows"],
         "Expected tokens per second of a decode-only step, per running batch size (the last "
         "batch size of each range)",
     )
