@@ -10,7 +10,12 @@ import numpy as np
 
 from specsim.calibration.fit import DETERMINED, NOISE, FitResult
 from specsim.calibration.simulate import Evaluator, unfitted_reason
-from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD
+from specsim.calibration.terms import (
+    FACTOR_PRIOR_SD,
+    REQUEST_SPREAD_S,
+    REQUEST_TERM,
+    SECONDS_PRIOR_SD,
+)
 
 
 def run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str, Any]:
@@ -80,7 +85,8 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
             f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
             "prior_spread": {
                 "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
-                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
+                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass (a drafter's added "
+                f"seconds), {REQUEST_SPREAD_S:g} s ({REQUEST_TERM})",
             },
             "determined_below": DETERMINED,
             "held_out": (
