@@ -28,7 +28,7 @@ TRUTH = {
     "target.prefill": 0.7,
     f"drafters.{DRAFTER}.latency": 1.6,
     f"drafters.{DRAFTER}.per_speculative_step_s": 0.0015,
-    # An API server's delay (the prior has none). Not 0: a closed loop's next request would
+    # An API server's delay (the prior states 20 ms). Not 0: a closed loop's next request would
     # then reach the engine exactly at an iteration's end, and any delay at all moves it into
     # the next iteration, a jump the fit cannot follow down to a true 0.
     "overhead.per_request_s": 0.03,

@@ -19,7 +19,10 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
 - ``overhead.per_request_s``: the API server's delay on a request's way in (the profile's
   ``overhead.per_request_s``), paid once by its TTFT and E2E. Runs at low load determine it
   (TTFT at one client is the delay plus one prefill); under a queue it is a small share of TTFT
-  and the posterior leaves it undetermined, at the prior.
+  and the posterior leaves it undetermined, at the prior. A prior that states no delay (0:
+  runs served without an API server, as specsim's built-in engine and a measured CPU profile
+  serve them) keeps it, unfitted: a true 0 sits on the term's bound, where a closed loop's
+  next request jumps from an iteration's end into the next one at any delay at all.
 
 Runs with speculation off see the target's terms and the delay; runs with it on see all of
 them. The factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a
@@ -93,8 +96,8 @@ def decode_seconds(profile: Profile) -> float:
 
 
 def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
-    """The terms a calibration fits: the target's two, the request delay, and the drafter's
-    when runs speculate."""
+    """The terms a calibration fits: the target's two, the request delay where the prior
+    states one, and the drafter's when runs speculate."""
     unit = decode_seconds(profile)
     terms = [
         Term("target.decode", "factor", 1.0, 1.0, "target: fixed, per-sequence, per-KV-token"),
@@ -106,17 +109,9 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
             "target: per-batched-token, per-pair",
             part="prefill",
         ),
-        Term(
-            REQUEST_TERM,
-            "seconds",
-            profile.overhead.per_request_s,
-            unit,
-            "seconds from a request's send to the engine's queue (API server)",
-            "engine",
-            "per_request_s",
-            REQUEST_SPREAD_S,
-        ),
     ]
+    if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
+        terms.append(request_term(profile, unit))
     if drafter is None:
         return terms
     spec = profile.drafters[drafter]
@@ -147,6 +142,20 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
         )
     )
     return terms
+
+
+def request_term(profile: Profile, unit: float) -> Term:
+    """The API server's delay as a fitted term (module docstring)."""
+    return Term(
+        REQUEST_TERM,
+        "seconds",
+        profile.overhead.per_request_s,
+        unit,
+        "seconds from a request's send to the engine's queue (API server)",
+        "engine",
+        "per_request_s",
+        REQUEST_SPREAD_S,
+    )
 
 
 def _scaled(fit, names: tuple[str, ...], factor: float):
