@@ -5,8 +5,15 @@ For each deployment whose ``deployment.yaml`` says how to describe it:
 
 1. ``specsim profile roofline`` from its hardware and model files (the prior);
 2. ``specsim validate --bench`` of every run on the prior: the uncalibrated error;
-3. ``specsim profile from-bench`` on the runs named under ``fit:``;
-4. ``specsim validate --bench`` of the other runs on the fitted profile: the held-out error.
+3. ``specsim profile from-bench`` on the runs named under ``fit:``, the others given as
+   ``--check-runs`` (their error per figure goes into the profile's provenance);
+4. ``specsim validate --bench`` of the other runs on the fitted profile: the held-out error
+   (the same replays as ``--check-runs``: ``checked_agrees`` says whether the two agree).
+
+``--library DIR`` keeps what an operator would ship: each prior as
+``DIR/priors/DEPLOYMENT-roofline.yaml``, the split runs as ``DIR/runs/DEPLOYMENT/{fit,held-out}
+/runs.csv`` and the calibrated profile as ``DIR/DEPLOYMENT.yaml`` with its report beside it
+(``profiles/regenerate-calibrated.sh`` writes ``profiles/calibrated/`` so).
 
 Every step is the command an operator types (run as a subprocess); a command that refuses is
 recorded with its one-line error. Deployments that cannot be described, and why, are listed
@@ -22,7 +29,7 @@ checked on the others (held out by deployment): per group, the median and worst 
 deployments of each figure's median |error|, and ``ratio``, the largest held-out median |error|
 of throughput or TPOT over the 25 % an uncalibrated prediction is to reach.
 
-    python benchmarks/bench_fidelity.py [--only WORD] [--keep DIR]
+    python benchmarks/bench_fidelity.py [--only WORD] [--keep DIR] [--library DIR]
 """
 
 from __future__ import annotations
@@ -82,20 +89,21 @@ def specsim(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def split_runs(table: Path, fit: list[str], work: Path) -> tuple[Path, Path, Path]:
-    """The deployment's table as three bench folders: every run, the fitted ones, the rest."""
+def split_runs(table: Path, fit: list[str], work: Path, split: Path) -> tuple[Path, Path, Path]:
+    """The deployment's table as three bench folders: every run (under ``work``), the fitted
+    ones and the rest (under ``split``)."""
     rows = list(csv.DictReader(io.StringIO(table.read_text())))
     unknown = set(fit) - {r["label"] for r in rows}
     if unknown:
         raise Refused(f"{table}: fit names runs it does not hold: {sorted(unknown)}")
     folders = []
-    for name, keep in (
-        ("all", lambda r: True),
-        ("fit", lambda r: r["label"] in fit),
-        ("held-out", lambda r: r["label"] not in fit),
+    for base, name, keep in (
+        (work, "all", lambda r: True),
+        (split, "fit", lambda r: r["label"] in fit),
+        (split, "held-out", lambda r: r["label"] not in fit),
     ):
-        folder = work / name
-        folder.mkdir(parents=True)
+        folder = base / name
+        folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "runs.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
             writer.writeheader()
@@ -148,12 +156,21 @@ def summary(by_figure: dict[str, dict[str, float]]) -> dict[str, dict]:
     }
 
 
-def describe_one(folder: Path, meta: dict, work: Path) -> dict:
+def shown(path: Path) -> str:
+    """A path as the commands are given it: from the repository root where it lies inside."""
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def describe_one(folder: Path, meta: dict, work: Path, library: Path | None = None) -> dict:
     describe = meta["describe"]
-    everything, fit, held = split_runs(folder / "runs.csv", describe["fit"], work / "runs")
-    prior = work / "prior.yaml"
+    shipped = library is not None
+    split = library / "runs" / folder.name if shipped else work / "runs"
+    everything, fit, held = split_runs(folder / "runs.csv", describe["fit"], work / "runs", split)
+    prior = library / "priors" / f"{folder.name}-roofline.yaml" if shipped else work / "prior.yaml"
+    prior.parent.mkdir(parents=True, exist_ok=True)
     roofline = ["profile", "roofline", "--hardware", describe["hardware"]]
-    roofline += ["--target", describe["model"], "--tp", str(describe["tp"]), "--out", str(prior)]
+    roofline += ["--target", describe["model"], "--tp", str(describe["tp"]), "--out", shown(prior)]
     if describe.get("weights_dtype"):
         roofline += ["--weights-dtype", describe["weights_dtype"]]
     graphs = CUDA_GRAPHS.get(meta["engine"]["name"])
@@ -164,42 +181,65 @@ def describe_one(folder: Path, meta: dict, work: Path) -> dict:
         "validate",
         "--bench",
         str(everything),
-        str(scenario(prior, describe, work / "prior-scenario.yaml")),
+        str(scenario(prior.resolve(), describe, work / "prior-scenario.yaml")),
         "--out",
         str(work / "uncalibrated"),
         "--replications",
         "0",
     )
-    fitted = work / "fitted.yaml"
+    fitted = library / f"{folder.name}.yaml" if shipped else work / "fitted.yaml"
     caps = ["--max-batch", str(describe["max_batch"])]
     caps += ["--max-batched-tokens", str(describe["max_batched_tokens"])]
     report = specsim(
-        "profile", "from-bench", str(fit / "runs.csv"), "--into", str(prior), *caps,
-        "--out", str(fitted), "--no-held-out", "--accept-poor-fit",
+        "profile", "from-bench", shown(fit / "runs.csv"), "--into", shown(prior), *caps,
+        "--check-runs", shown(held / "runs.csv"), "--out", shown(fitted), "--no-held-out",
+        "--accept-poor-fit", "--runs-source", runs_source(meta),
     )  # fmt: skip  # the error is what this measures: a poor fit is written, not refused
     predicted = specsim(
         "validate",
         "--bench",
         str(held),
-        str(scenario(fitted, describe, work / "fitted-scenario.yaml")),
+        str(scenario(fitted.resolve(), describe, work / "fitted-scenario.yaml")),
         "--out",
         str(work / "held-out"),
         "--replications",
         "0",
     )
+    held_out = summary(errors(predicted))
     return {
         "engine": f"{meta['engine']['name']} {meta['engine']['version']}",
         "gpu": meta["gpu"],
         "model": meta["model"],
         "fit_on": describe["fit"],
         "uncalibrated": summary(errors(uncalibrated)),
-        "held_out": summary(errors(predicted)),
+        "held_out": held_out,
+        "checked_agrees": agrees(report["checked"], held_out),
         "terms": {
             t["name"]: {"value": round(t["value"], 4), "determined": t["determined"]}
             for t in report["terms"]
         },
         "fit_median_abs_error": round(report["fit"]["median_abs_error"], 4),
     }
+
+
+def runs_source(meta: dict) -> str:
+    """The deployment's source in one line: engine and version, where and when published."""
+    source = meta["source"]
+    return (
+        f"{meta['engine']['name']} {meta['engine']['version']} on {meta['gpu']}, "
+        f"{meta['model']}: {source['url']} ({source['blocks']}; {source['licence']}), "
+        f"published {source['published']}"
+    )
+
+
+def agrees(checked: dict, held_out: dict) -> bool:
+    """Whether from-bench's ``--check-runs`` errors are validate --bench's held-out ones."""
+    pairs = [
+        (checked["errors"][run].get(figure), error)
+        for figure, row in held_out.items()
+        for run, error in row["runs"].items()
+    ]
+    return all(abs(mine - error) < 1e-3 for mine, error in pairs if mine is not None)
 
 
 def prior_scores(described: dict[str, dict]) -> dict:
@@ -236,6 +276,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", metavar="WORD", help="deployments whose folder name has WORD")
     parser.add_argument("--keep", metavar="DIR", help="keep every file written under DIR")
+    parser.add_argument(
+        "--library",
+        metavar="DIR",
+        type=Path,
+        help="write the priors, split runs and calibrated profiles under DIR (module docstring)",
+    )
     args = parser.parse_args()
     t0 = time.monotonic()
     described: dict[str, dict] = {}
@@ -250,7 +296,9 @@ def main() -> int:
                 not_described[folder.name] = " ".join(meta["not_described"].split())
                 continue
             try:
-                described[folder.name] = describe_one(folder, meta, work / folder.name)
+                described[folder.name] = describe_one(
+                    folder, meta, work / folder.name, args.library
+                )
             except Refused as refused:
                 not_described[folder.name] = str(refused)
     scored = [

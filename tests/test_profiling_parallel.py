@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from test_model_sizing import DEEPSEEK_ATTENTION, DEEPSEEK_DENSE, DEEPSEEK_EXPERT, deepseek_v3
@@ -42,6 +43,7 @@ HW = HardwareSpec(
     efficiency=Efficiency(mfu=0.5, bandwidth=0.8, launch_s_per_layer=1e-6, interconnect=0.5),
 )
 H100_TP4 = "llama3.1-70b_llama3.2-1b_4xh100-tp4-roofline.yaml"
+REPO = Path(__file__).resolve().parent.parent
 H200_FP8 = "llama3.1-70b_llama3.2-1b_h200-fp8-roofline.yaml"
 
 
@@ -119,6 +121,22 @@ def test_fp8_matmuls_run_at_the_fp8_peak_except_the_lm_head():
     assert matmul_s_per_token(TOY, no_fp8, Layout(weights="fp8")) == pytest.approx(
         3904 / 0.5e12, rel=1e-12
     )
+
+
+def test_fp8_weights_on_the_a100_are_read_at_one_byte_and_multiplied_at_the_bf16_peak():
+    """The shipped A100 file gives no FP8 peak (Ampere has no FP8 tensor cores): engines run
+    FP8 checkpoints there as weight-only kernels (Marlin FP8), so the roofline halves the
+    layers' weight read and keeps every matrix product at the bf16 peak, by hand on the toy
+    shape: 1152 layer weights at 1 byte, the other 1640 parameters at 2."""
+    a100 = load_hardware(REPO / "profiles" / "hardware" / "a100-sxm-80gb.yaml")
+    assert a100.peak_flops_fp8 is None and a100.quantised_peak("fp8") is None
+    bandwidth, peak = 2.039e12 * 0.8, 312e12 * 0.55
+    fp8, bf16 = roofline_fit(TOY, a100, Layout(weights="fp8")), roofline_fit(TOY, a100)
+    launch = 2 * 1e-5  # two layers at the file's 10 us
+    assert fp8.fixed_s == pytest.approx((1152 + 2 * (TOY_PARAMS - 1152)) / bandwidth + launch)
+    assert bf16.fixed_s == pytest.approx(2 * TOY_PARAMS / bandwidth + launch)
+    assert fp8.per_batched_token_s == bf16.per_batched_token_s
+    assert fp8.per_batched_token_s == pytest.approx(TOY.flops_per_token() / peak, rel=1e-12)
 
 
 def test_tensor_parallel_fit_matches_hand_calculation():

@@ -129,12 +129,12 @@ def posterior(evaluator: Evaluator, theta: np.ndarray, runs: list[int]):
 
 
 def staged_fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarray):
-    """``fit`` in stages that follow what pins what: the target's terms on the runs without
-    speculation, then the drafter's on the runs with it, then all together, and that once
-    more (a fresh trust region: the simulated figures are not smooth in the terms, and a
-    single pass stops where a step over a discrete event is refused)."""
+    """``fit`` in stages that follow what pins what: the target's terms and the request delay
+    on the runs without speculation, then the drafter's on the runs with it, then all
+    together, and that once more (a fresh trust region: the simulated figures are not smooth
+    in the terms, and a single pass stops where a step over a discrete event is refused)."""
     theta = start.copy()
-    target = [i for i in free if evaluator.terms[i].model == "target"]
+    target = [i for i in free if evaluator.terms[i].model in ("target", "engine")]
     drafter = [i for i in free if i not in target]
     plain = [r for r in runs if evaluator.replays[r].speculation is None]
     speculative = [r for r in runs if r not in plain]

@@ -14,6 +14,9 @@
    calibrated``, its provenance naming the files (with their sha256), the engine, the fitted
    terms and the errors; the full report (per run and figure: measured, the prior's
    prediction, fitted, held out) goes beside it as ``NEW.calibration.json``.
+5. ``--check-runs``: runs of the same deployment that the fit never sees, predicted on the
+   fitted terms as ``validate --bench`` predicts them (same replay, same seed); their error
+   per figure goes into the report and ``provenance.calibration.checked``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from specsim.calibration.acceptance import (
 from specsim.calibration.caps import resolve_caps
 from specsim.calibration.fit import DETERMINED, calibrate
 from specsim.calibration.gate import MAX_HELD_OUT_ERROR, accepted_note, judge
-from specsim.calibration.report import calibration_report, run_report
+from specsim.calibration.report import calibration_report, check_report, run_report
 from specsim.calibration.simulate import Evaluator
 from specsim.calibration.terms import apply, terms_for
 from specsim.calibration.workload import Speculation, replay
@@ -73,6 +76,8 @@ class BenchOptions:
     command: str | None = None
     max_held_out_error: float = MAX_HELD_OUT_ERROR  # the quality gate (``gate``)
     accept_poor_fit: bool = False
+    check_files: tuple[str, ...] = ()  # runs the fit does not see, predicted on its result
+    runs_source: str | None = None  # where the runs come from, as stated
 
 
 @dataclass
@@ -187,6 +192,9 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     pairs = [parse_pair(text) for text in opts.metrics]
     shares = [parse_share(text) for text in opts.prefix_hits]
     runs = state_shares(attach_scrapes(read_bench_files(opts.files), pairs), shares)
+    checks = []
+    if opts.check_files:
+        checks = state_shares(attach_scrapes(read_bench_files(opts.check_files), pairs), shares)
     loaded = load_profile(opts.into)
     spec_runs = [run for run in runs if run.speculation is not None]
     drafter = bench_drafter(loaded, opts.drafter, bool(spec_runs))
@@ -196,22 +204,17 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     terms = terms_for(prior, drafter if spec_runs else None)
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         folder = Path(tmp)
-        replays = []
-        for i, run in enumerate(runs):
-            spec = None
-            if run.speculation is not None:
-                spec = Speculation(
-                    drafter,
-                    run_k(run, opts.k),
-                    opts.verifier,
-                    opts.temperature,
-                    own_acceptance(run, drafter, opts, prior),
-                )
-            replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, caps, opts.seed))
+        replays = replays_of(runs, folder, drafter, caps, prior, opts)
         evaluator = Evaluator(prior, str(loaded.path), replays, terms, folder)
         result = calibrate(evaluator, opts.held_out)
         per_run = [run_report(evaluator, result, i) for i in range(len(runs))]
+        checked = None
+        if checks:
+            replays = replays_of(checks, folder / "check", drafter, caps, prior, opts)
+            checker = Evaluator(prior, str(loaded.path), replays, terms, folder / "check")
+            checked = check_report(checker, result.theta, _files(checks))
     report = calibration_report(evaluator, result, per_run, loaded, acceptance)
+    report["checked"] = checked
     report["engine_caps"] = {
         cap: {"value": getattr(caps, cap), "source": source}
         for cap, source in zip(("max_batch", "max_batched_tokens"), caps.sources, strict=True)
@@ -219,6 +222,33 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     report["gate"] = judge(report, opts.max_held_out_error, opts.accept_poor_fit)
     profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))
+
+
+def replays_of(runs: list[BenchRun], folder: Path, drafter, caps, prior, opts) -> list:
+    """Each run's workload rebuilt as a trace under ``folder`` (``workload.replay``), a
+    speculative one with its own acceptance."""
+    folder.mkdir(parents=True, exist_ok=True)
+    replays = []
+    for i, run in enumerate(runs):
+        spec = None
+        if run.speculation is not None:
+            if drafter is None:
+                raise SpecsimError(
+                    "a --check-runs file speculates, and the fitted runs do not",
+                    file=run.source,
+                    key="--check-runs",
+                    fix="check on runs of the deployment the fit describes (speculation off), "
+                    "or fit on speculative runs too",
+                )
+            spec = Speculation(
+                drafter,
+                run_k(run, opts.k),
+                opts.verifier,
+                opts.temperature,
+                own_acceptance(run, drafter, opts, prior),
+            )
+        replays.append(replay(run, folder / f"run-{i:03d}.csv", spec, caps, opts.seed))
+    return replays
 
 
 def _files(runs: list[BenchRun]) -> list[dict[str, Any]]:
@@ -262,6 +292,7 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
         + f" Fit error median {fit['median_abs_error']:.1%}"
         + ("" if held is None else f", held out {held['median_abs_error']:.1%}")
         + "."
+        + checked_note(report["checked"])
         + "".join(
             f" Acceptance of {a['drafter']} at k = {', '.join(map(str, a['from_scalar']))} came "
             f"from a scalar: {a['rule']}."
@@ -293,11 +324,30 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
             "report": report_name(opts.out),
         },
     }
+    if opts.runs_source is not None:
+        data["provenance"]["calibration"]["runs_source"] = opts.runs_source
+    if report["checked"] is not None:
+        checked = {k: v for k, v in report["checked"].items() if k != "errors"}
+        data["provenance"]["calibration"]["checked"] = checked
     if data["provenance"]["command"] is None:
         del data["provenance"]["command"]
     if held is None:
         del data["provenance"]["calibration"]["held_out"]
     return build_profile(data, str(opts.out))
+
+
+def checked_note(checked: dict | None) -> str:
+    """The provenance note's sentence on the runs the fit never saw."""
+    if checked is None:
+        return ""
+    figures = ", ".join(
+        f"{name} {f['median_abs_error']:.1%} ({f['max_abs_error']:.1%})"
+        for name, f in checked["figures"].items()
+    )
+    return (
+        f" Predicted on {len(checked['runs'])} run(s) the fit never saw "
+        f"({', '.join(checked['runs'])}): median |error| per figure (worst) {figures}."
+    )
 
 
 def _drop_stale_samples(data: dict, prior: Profile, final: Profile) -> None:

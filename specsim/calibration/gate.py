@@ -1,9 +1,10 @@
 """The fit quality gate of ``profile from-bench``: a poor fit is not written as good.
 
-The gate judges the held-out error (each run predicted from a fit without it), the median of
-|predicted / measured - 1| over every fitted figure of every run: the error a user of the
-profile meets on runs it did not see. Without held-out fits (a single run, ``--no-held-out``)
-it judges the fit's own error, which can only understate it. Above ``--max-held-out-error``
+The gate judges the error on runs the fit never saw: those given as ``--check-runs`` where
+there are any, else the held-out error (each run predicted from a fit without it); the median
+of |predicted / measured - 1| over every fitted figure of every run: the error a user of the
+profile meets on runs it did not see. Without either (a single run, ``--no-held-out``) it
+judges the fit's own error, which can only understate it. Above ``--max-held-out-error``
 (default ``MAX_HELD_OUT_ERROR``) nothing is written and the command exits 1, unless
 ``--accept-poor-fit`` is given: then the profile is written, with the error and the flag in
 its provenance notes and the report's ``gate``.
@@ -32,12 +33,17 @@ def figure_errors(per_run: list[dict[str, Any]], column: str) -> dict[str, float
 
 def judge(report: dict[str, Any], threshold: float, accepted: bool) -> dict[str, Any]:
     """The gate's verdict on a calibration report (``from_bench._report``)."""
-    held = report["held_out"]
-    basis = "fit" if held is None else "held_out"
-    summary = report["fit"] if held is None else held
-    figures = figure_errors(report["runs"], "error" if held is None else "held_out_error")
+    held, checked = report["held_out"], report.get("checked")
+    if checked is not None:
+        basis = "checked"
+        every = [abs(e) for run in checked["errors"].values() for e in run.values()]
+        error = float(statistics.median(every)) if every else 0.0
+        figures = {k: f["median_abs_error"] for k, f in checked["figures"].items()}
+    else:
+        basis = "fit" if held is None else "held_out"
+        error = (report["fit"] if held is None else held)["median_abs_error"]
+        figures = figure_errors(report["runs"], "error" if held is None else "held_out_error")
     worst = max(figures, key=lambda key: (figures[key], key)) if figures else None
-    error = summary["median_abs_error"]
     passed = error <= threshold
     return {
         "basis": basis,
@@ -52,7 +58,11 @@ def judge(report: dict[str, Any], threshold: float, accepted: bool) -> dict[str,
 
 
 def _words(gate: dict[str, Any]) -> str:
-    what = "held-out" if gate["basis"] == "held_out" else "fit (no held-out runs)"
+    what = {
+        "checked": "--check-runs",
+        "held_out": "held-out",
+        "fit": "fit (no held-out runs)",
+    }[gate["basis"]]
     text = (
         f"{what} median |error| {gate['median_abs_error']:.1%} is above the "
         f"{gate['threshold']:.0%} threshold"

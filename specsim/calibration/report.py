@@ -10,7 +10,12 @@ import numpy as np
 
 from specsim.calibration.fit import DETERMINED, NOISE, FitResult
 from specsim.calibration.simulate import Evaluator, unfitted_reason
-from specsim.calibration.terms import FACTOR_PRIOR_SD, SECONDS_PRIOR_SD
+from specsim.calibration.terms import (
+    FACTOR_PRIOR_SD,
+    REQUEST_SPREAD_S,
+    REQUEST_TERM,
+    SECONDS_PRIOR_SD,
+)
 
 
 def run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str, Any]:
@@ -80,7 +85,8 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
             f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
             "prior_spread": {
                 "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
-                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass",
+                "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass (a drafter's added "
+                f"seconds), {REQUEST_SPREAD_S:g} s ({REQUEST_TERM})",
             },
             "determined_below": DETERMINED,
             "held_out": (
@@ -123,3 +129,30 @@ def terms(evaluator: Evaluator, result: FitResult) -> list[dict[str, Any]]:
         }
         for i, term in enumerate(evaluator.terms)
     ]
+
+
+def check_report(checker: Evaluator, theta: np.ndarray, files: list[dict]) -> dict[str, Any]:
+    """Runs the fit never saw (``--check-runs``) predicted with the fitted terms: per run and
+    figure the signed error, and per figure the median and largest |error| over the runs."""
+    runs: dict[str, dict[str, float]] = {}
+    by_figure: dict[str, list[float]] = {}
+    for index, replay_ in enumerate(checker.replays):
+        predicted = checker.metrics(theta, index)
+        measured = replay_.run.metrics
+        errors = {key: predicted[key] / measured[key] - 1 for key in checker.keys[index]}
+        runs[replay_.run.label or f"run {index + 1}"] = errors
+        for key, error in errors.items():
+            by_figure.setdefault(key, []).append(abs(error))
+    return {
+        "files": files,
+        "runs": list(runs),
+        "figures": {
+            key: {
+                "runs": len(values),
+                "median_abs_error": float(np.median(values)),
+                "max_abs_error": float(np.max(values)),
+            }
+            for key, values in sorted(by_figure.items())
+        },
+        "errors": runs,
+    }

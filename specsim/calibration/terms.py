@@ -16,12 +16,22 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   passes (proposal, rejection sampling, the verification pass run slower inside a step). For a
   drafter without a latency fit (prompt lookup, heads) it is the only drafter term: its fixed
   ``draft_step_s`` is paid once per speculative step too, and the two cannot be told apart.
+- ``overhead.per_request_s``: the API server's delay on a request's way in (the profile's
+  ``overhead.per_request_s``), paid once by its TTFT and E2E. Runs at low load determine it
+  (TTFT at one client is the delay plus one prefill); under a queue it is a small share of TTFT
+  and the posterior leaves it undetermined, at the prior. A prior that states no delay (0:
+  runs served without an API server, as specsim's built-in engine and a measured CPU profile
+  serve them) keeps it, unfitted: a true 0 sits on the term's bound, where a closed loop's
+  next request jumps from an iteration's end into the next one at any delay at all.
 
-Runs with speculation off only see the target's terms; runs with it on see all of them. The
-factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a factor of 4 at
-one standard deviation), the added seconds in units of the prior target's decode pass (prior:
-the profile's value, spread one pass). The knee, the engine's shared overhead terms and every
-term the data leaves undetermined keep the prior's values.
+Runs with speculation off see the target's terms and the delay; runs with it on see all of
+them. The factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a
+factor of 4 at one standard deviation), a drafter's added seconds in units of the prior
+target's decode pass (prior: the profile's value, spread one pass), the delay in the same unit
+with a spread of ``REQUEST_SPREAD_S`` (50 ms: API servers' delays are tens of milliseconds, a
+pass a few; the unit sets the optimiser's steps, small beside a low-load TTFT). The knee,
+the engine's other overhead terms and every term the data leaves undetermined keep the
+prior's values.
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ FACTOR_PRIOR_SD = math.log(4.0)
 FACTOR_BOUNDS = (math.log(1e-2), math.log(1e2))
 SECONDS_PRIOR_SD = 1.0  # in decode passes
 SECONDS_BOUNDS = (0.0, 50.0)
+REQUEST_SPREAD_S = 0.05  # the request delay's prior spread
+REQUEST_TERM = "overhead.per_request_s"
 DECODE_TERMS = ("fixed_s", "per_sequence_s", "per_kv_token_s")
 PREFILL_TERMS = ("per_batched_token_s", "per_attention_pair_s")
 DRAFT_TERMS = (*DECODE_TERMS, *PREFILL_TERMS)
@@ -51,8 +63,9 @@ class Term:
     prior: float  # the prior's factor (1) or seconds
     unit: float  # seconds per unit of theta (seconds terms), 1 for factors
     description: str
-    model: str = "target"  # "target" or the drafter's name
-    part: str = "decode"  # decode, prefill, latency or per_speculative_step_s
+    model: str = "target"  # "target", "engine" (the profile's overhead) or the drafter's name
+    part: str = "decode"  # decode, prefill, latency, per_speculative_step_s or per_request_s
+    spread_s: float | None = None  # a seconds term's prior spread, when not one unit
 
     @property
     def theta0(self) -> float:
@@ -60,13 +73,16 @@ class Term:
 
     @property
     def prior_sd(self) -> float:
-        return FACTOR_PRIOR_SD if self.kind == "factor" else SECONDS_PRIOR_SD
+        if self.kind == "factor":
+            return FACTOR_PRIOR_SD
+        return SECONDS_PRIOR_SD if self.spread_s is None else self.spread_s / self.unit
 
     @property
     def bounds(self) -> tuple[float, float]:
         if self.kind == "factor":
             return FACTOR_BOUNDS
-        return (SECONDS_BOUNDS[0], max(SECONDS_BOUNDS[1], 2 * self.theta0))
+        high = SECONDS_BOUNDS[1] * max(1.0, self.prior_sd)
+        return (SECONDS_BOUNDS[0], max(high, 2 * self.theta0))
 
     def value(self, theta: float) -> float:
         return math.exp(theta) if self.kind == "factor" else theta * self.unit
@@ -80,7 +96,9 @@ def decode_seconds(profile: Profile) -> float:
 
 
 def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
-    """The terms a calibration fits: the target's two, and the drafter's when runs speculate."""
+    """The terms a calibration fits: the target's two, the request delay where the prior
+    states one, and the drafter's when runs speculate."""
+    unit = decode_seconds(profile)
     terms = [
         Term("target.decode", "factor", 1.0, 1.0, "target: fixed, per-sequence, per-KV-token"),
         Term(
@@ -92,6 +110,8 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
             part="prefill",
         ),
     ]
+    if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
+        terms.append(request_term(profile, unit))
     if drafter is None:
         return terms
     spec = profile.drafters[drafter]
@@ -115,13 +135,27 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
             name,
             "seconds",
             own,
-            decode_seconds(profile),
+            unit,
             description,
             drafter,
             "per_speculative_step_s",
         )
     )
     return terms
+
+
+def request_term(profile: Profile, unit: float) -> Term:
+    """The API server's delay as a fitted term (module docstring)."""
+    return Term(
+        REQUEST_TERM,
+        "seconds",
+        profile.overhead.per_request_s,
+        unit,
+        "seconds from a request's send to the engine's queue (API server)",
+        "engine",
+        "per_request_s",
+        REQUEST_SPREAD_S,
+    )
 
 
 def _scaled(fit, names: tuple[str, ...], factor: float):
@@ -141,9 +175,13 @@ def _with_fit(spec, fit):
 def apply(profile: Profile, terms: list[Term], theta) -> Profile:
     """The prior with every term set to ``theta`` (copies; the prior is left as it was)."""
     target = profile.target
+    overhead = profile.overhead
     drafters = dict(profile.drafters)
     for term, x in zip(terms, theta, strict=True):
         value = term.value(x)
+        if term.model == "engine":
+            overhead = overhead.model_copy(update={term.part: value})
+            continue
         if term.model == "target":
             names = DECODE_TERMS if term.part == "decode" else PREFILL_TERMS
             target = _with_fit(target, _scaled(target.latency.fit, names, value))
@@ -152,9 +190,9 @@ def apply(profile: Profile, terms: list[Term], theta) -> Profile:
         if term.part == "latency":
             drafters[term.model] = _with_fit(spec, _scaled(spec.latency.fit, DRAFT_TERMS, value))
         else:
-            overhead = own_overhead(profile, spec, value)
-            drafters[term.model] = spec.model_copy(update={"overhead": overhead})
-    return profile.model_copy(update={"target": target, "drafters": drafters})
+            own = own_overhead(profile, spec, value)
+            drafters[term.model] = spec.model_copy(update={"overhead": own})
+    return profile.model_copy(update={"target": target, "overhead": overhead, "drafters": drafters})
 
 
 def own_overhead(profile: Profile, spec, per_speculative_step_s: float) -> DraftOverhead:

@@ -114,6 +114,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "repeatable",
     )
     bench.add_argument(
+        "--check-runs",
+        metavar="RESULT",
+        action="append",
+        default=[],
+        help="benchmark files of the same deployment that the fit does not see: predicted on "
+        "the fitted profile, their error per figure goes into the report and the profile's "
+        "provenance (calibration.checked); repeatable",
+    )
+    bench.add_argument(
+        "--runs-source",
+        metavar="TEXT",
+        default=None,
+        help="where the runs come from (publication, address, engine version, date of the "
+        "runs), written into the profile's provenance (calibration.runs_source)",
+    )
+    bench.add_argument(
         "--no-held-out",
         action="store_true",
         help="skip the leave-one-run-out fits (one fit per run: the slow part); the quality "
@@ -163,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         command=command_line(),
         max_held_out_error=args.max_held_out_error,
         accept_poor_fit=args.accept_poor_fit,
+        check_files=tuple(args.check_runs),
+        runs_source=args.runs_source,
     )
     result = calibrate_from_bench(opts)
     report_path = out.parent / result.report_name
@@ -227,6 +245,15 @@ def summary_lines(report: dict[str, Any], out: Path | None, report_path: Path) -
     else:
         line += "; held out: not computed (a single run, or --no-held-out)"
     lines.append(line)
+    checked = report.get("checked")
+    if checked is not None:
+        lines.append(
+            f"  runs the fit never saw ({', '.join(checked['runs'])}): "
+            + "; ".join(
+                f"{name} median {f['median_abs_error']:.1%}, max {f['max_abs_error']:.1%}"
+                for name, f in checked["figures"].items()
+            )
+        )
     lines.append(
         "  engine caps: "
         + "; ".join(

@@ -151,6 +151,25 @@ class HeldOut(StrictModel):
     max_abs_error: NonNegFactor = Field(description="|predicted / measured - 1|, largest")
 
 
+class CheckedFigure(StrictModel):
+    """One figure over the runs a calibration never saw."""
+
+    runs: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(description="runs with the figure")
+    median_abs_error: NonNegFactor = Field(description="|predicted / measured - 1|, median")
+    max_abs_error: NonNegFactor = Field(description="|predicted / measured - 1|, largest")
+
+
+class Checked(StrictModel):
+    """Runs of the deployment the fit never saw (``profile from-bench --check-runs``),
+    predicted on the fitted profile as ``validate --bench`` predicts them."""
+
+    files: list[BenchFile] = Field(min_length=1)
+    runs: list[str] = Field(min_length=1, description="the runs' labels")
+    figures: dict[str, CheckedFigure] = Field(
+        description="per figure (e.g. tpot_s.mean, throughput_tokens_per_s) the error over the runs"
+    )
+
+
 class Calibration(StrictModel):
     """How a calibrated profile was fitted to an engine's own benchmark runs."""
 
@@ -164,6 +183,15 @@ class Calibration(StrictModel):
     )
     held_out: HeldOut | None = Field(
         default=None, description="absent with a single run, or when not computed"
+    )
+    runs_source: str | None = Field(
+        default=None,
+        description="where the runs come from, as stated with --runs-source (publication, "
+        "address, engine version, date of the runs)",
+    )
+    checked: Checked | None = Field(
+        default=None,
+        description="the error on runs the fit never saw, per figure (absent without --check-runs)",
     )
     report: str | None = Field(
         default=None, description="the calibration report beside the profile (JSON)"

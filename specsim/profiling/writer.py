@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def software_versions(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def command_line(argv: list[str] | None = None) -> str:
     args = sys.argv[1:] if argv is None else argv
-    return " ".join(["specsim", *args])
+    return shlex.join(["specsim", *args])  # quoted: an argument may hold spaces
 
 
 def model_spec(
