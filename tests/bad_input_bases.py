@@ -123,6 +123,28 @@ PROFILE: dict[str, Any] = {
             "threshold": 0.5,
             "fit_median_abs_error": 0.02,
             "held_out": {"runs": 2, "median_abs_error": 0.03, "max_abs_error": 0.05},
+            "runs_source": "the corpus's own runs",
+            "checked": {
+                "files": [
+                    {
+                        "path": "unseen.json",
+                        "sha256": "1" * 64,
+                        "runs": 1,
+                        "format": "vllm-bench",
+                        "engine": "vllm",
+                        "engine_version": "0.33.0",
+                        "model": "target",
+                    }
+                ],
+                "runs": ["rate-8"],
+                "figures": {
+                    "throughput_tokens_per_s": {
+                        "runs": 1,
+                        "median_abs_error": 0.04,
+                        "max_abs_error": 0.04,
+                    }
+                },
+            },
             "report": "p.calibration.json",
         },
         "speed_reference": {

@@ -297,6 +297,8 @@ STRING_OPTIONS = {
     "--target-model": "model",
     "--draft-model": "drafter",
     "--policies": "policies",
+    "--check-runs": "file",
+    "--runs-source": "text",  # free text written into provenance as given: no value is wrong
 }
 
 

@@ -40,6 +40,7 @@ PLACEHOLDERS = {
     "PROFILE": "a profile YAML",
     "R": "a draft acceptance rate",
     "RATE": "requests per second",
+    "TEXT": "free text, kept as given",
     "RESULT": "a benchmark result file",
     "RUN": "an engine run's folder",
     "SCENARIO": "a scenario YAML",

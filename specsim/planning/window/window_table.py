@@ -21,15 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from specsim.planning.common import GOODPUT_TIE, metric
 from specsim.planning.sweep.points import SweepPoint
 
-if TYPE_CHECKING:  # the plan and its results, which import this module
-    from specsim.planning.window.window import LoadResult, WindowPlan
+# ``window``'s plan types, which import this module: named here, not imported (no cycle).
+LoadResult = Any
+WindowPlan = Any
 
 # Mean end-to-end latencies less than 2 % apart count as equal: redrawing only the acceptance
 # and jitter streams of the same traffic moves the mean by about 1 %

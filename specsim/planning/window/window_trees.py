@@ -18,7 +18,7 @@ and says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +32,8 @@ from specsim.planning.trees import (
 )
 from specsim.planning.window.window_table import context_per_sequence
 
-if TYPE_CHECKING:  # the plan, which imports this module
-    from specsim.planning.window.window import WindowPlan
+# ``window``'s plan types, which import this module: named here, not imported (no cycle).
+WindowPlan = Any
 
 TREE, CHAIN, OFF = "tree", "chain", "off"
 FROM_CHAIN = (
