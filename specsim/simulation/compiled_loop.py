@@ -27,7 +27,6 @@ from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import COST_LATENCY, COST_SIZES, STEP_STATE
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
-from specsim.simulation.steplog import BUFFER_ITERATIONS
 
 STATE = STEP_STATE + 3  # the values ``run`` hands the kernel in ``state`` (it adds two: the
 # KV held, the first iteration's end)
@@ -280,11 +279,7 @@ class DecodeLoop:
         stream.skip(drawn)
         if not n:
             return None
-        log._iterations, log._filled = iterations, filled
-        if iterations == BUFFER_ITERATIONS:
-            log._flush_iterations()
-        if filled > log._step_limit:
-            log._flush_steps()
+        log.adopt(iterations, filled)
         replica._joined = joined
         values = state.tolist()
         end = restore_step_state(replica, values)

@@ -48,7 +48,6 @@ from specsim.simulation.compiled_layout import (
 from specsim.simulation.compiled_serving import MOST_IN_FLIGHT, RETRY_AFTER, ServingLoop
 from specsim.simulation.request import Request
 from specsim.simulation.serving_table import TRACE
-from specsim.simulation.steplog import BUFFER_ITERATIONS
 
 
 class FleetServing(ServingLoop):
@@ -193,13 +192,7 @@ class FleetServing(ServingLoop):
         ct, log = self.ct, replica.log
         replica._draws.skip(int(ct[DRAWN]))
         ct[DRAWN] = 0
-        if ct[LOGGED] == BUFFER_ITERATIONS or ct[FILLED] > log._step_limit:
-            log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
-            if log._iterations == BUFFER_ITERATIONS:
-                log._flush_iterations()
-            if log._filled > log._step_limit:
-                log._flush_steps()
-            ct[LOGGED], ct[FILLED] = log._iterations, log._filled
+        ct[LOGGED], ct[FILLED] = log.adopt(int(ct[LOGGED]), int(ct[FILLED]))
         late, self.late = self.late, []
         for request in late:
             if not (self.holding and self._queue(request)):

@@ -253,11 +253,7 @@ class ServingTable:
             prefix_queried,
         ) = values[RESERVED:HORIZON]
         admission.prefix_queried = int(prefix_queried)
-        log._iterations, log._filled = int(ct[LOGGED]), int(ct[FILLED])
-        if log._iterations == BUFFER_ITERATIONS:
-            log._flush_iterations()
-        if log._filled > log._step_limit:
-            log._flush_steps()
+        log.adopt(int(ct[LOGGED]), int(ct[FILLED]))
         if self.feed is not None:
             self.feed.taken(taken)
         if self.clients is not None:

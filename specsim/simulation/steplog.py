@@ -105,6 +105,15 @@ class StepLog:
             if end == BUFFER_ITERATIONS:
                 self._flush_iterations()
 
+    def adopt(self, iterations: int, filled: int) -> tuple[int, int]:
+        """The buffers' fill as a compiled loop left it, flushed where full; the fill after."""
+        self._iterations, self._filled = iterations, filled
+        if iterations == BUFFER_ITERATIONS:
+            self._flush_iterations()
+        if filled > self._step_limit:
+            self._flush_steps()
+        return self._iterations, self._filled
+
     def _flush_iterations(self) -> None:
         n = self._iterations
         if n:
