@@ -169,7 +169,7 @@ def separate_ticks(fig) -> None:
     Lays the figure out (draws it) as many times as it takes."""
     from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     for _ in range(6):
         if not overlapping_ticks(fig):
             return
@@ -193,7 +193,7 @@ def separate_ticks(fig) -> None:
                     axis.set_major_locator(
                         MaxNLocator(nbins=max(2, len(boxes) // 2), integer=integer)
                     )
-        fig.canvas.draw()
+        fig.draw_without_rendering()
 
 
 def hollow(colour: Any) -> dict[str, Any]:
