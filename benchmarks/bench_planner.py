@@ -15,7 +15,11 @@ Measures, in one process on this machine:
   reading results), which is all the sweep engine adds to the simulations themselves;
 - the same sweep screened (``specsim.planning.sweep.screen``, as ``plan window --screen`` screens
   each drafter's grid: k = 0 always simulated): its wall time, how many it simulated, and whether
-  its best k per drafter and load is the exhaustive sweep's.
+  its best k per drafter and load is the exhaustive sweep's;
+- the README tour's ``plan window`` command at ``--workers 1`` (``TOUR``), a fresh process, in CPU
+  seconds against a fixed pure-Python reference loop run the same way (``REFERENCE_LOOP``: a
+  SimPy single-server queue, the simulator's kind of Python without specsim), each run
+  ``TOUR_RUNS`` times alternately; and the tour's CPU in parts (imports, simulations, report).
 
 The third drafter is a benchmark fixture: a copy of the 1B drafter with acceptance raised by 0.05
 per position, so that the sweep has three drafters on the shipped profile. The last stdout line is
@@ -29,6 +33,10 @@ from __future__ import annotations
 
 import json
 import os
+import pstats
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +53,40 @@ LOADS = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
 DRAFTERS = ["llama3.2-1b", "ngram", "llama3.2-1b-tuned"]
 SERIAL_SAMPLE = 12
 DASK_POINTS = 24
+TOUR = [
+    "plan",
+    "window",
+    "scenarios/poisson.yaml",
+    "--k",
+    "0..4",
+    "--loads",
+    "2",
+    "6",
+    "10",
+    "14",
+    "--workers",
+    "1",
+]
+TOUR_RUNS = 3
+# A fixed amount of interpreted work (2 to 3 CPU s on this machine): the machine's speed at the
+# simulator's kind of Python, so that the tour's ratio to it holds across machines and load.
+REFERENCE_LOOP = """
+import random, simpy
+rng, env, server, waits = random.Random(0), simpy.Environment(), None, []
+server = simpy.Resource(env, capacity=1)
+def customer(env):
+    arrived = env.now
+    with server.request() as turn:
+        yield turn
+        waits.append(env.now - arrived)
+        yield env.timeout(rng.expovariate(1.0))
+def arrivals(env):
+    for _ in range(150_000):
+        yield env.timeout(rng.expovariate(0.9))
+        env.process(customer(env))
+env.process(arrivals(env))
+env.run()
+"""
 
 
 def write_inputs(folder: Path, requests: int) -> Path:
@@ -137,6 +179,54 @@ def timed_screen(out: Path, points, use_slo: bool) -> tuple[float, object]:
     return time.perf_counter() - started, outcome
 
 
+def child_cpu_s(argv: list[str], out: Path | None = None) -> float:
+    """CPU seconds (user and system) of one child process running ``argv`` in the repository."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, cwd=REPO, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def tour(folder: Path) -> dict:
+    """The README tour's ``plan window`` (a fresh folder per run, so it simulates every point)
+    against the reference loop, alternately; then its CPU in parts, from one profiled run."""
+    tour_s, reference_s = [], []
+    for run in range(TOUR_RUNS):
+        out = folder / f"tour{run}"
+        tour_s.append(child_cpu_s([sys.executable, "-m", "specsim", *TOUR, "--out", str(out)]))
+        reference_s.append(child_cpu_s([sys.executable, "-c", REFERENCE_LOOP]))
+    parts = tour_parts(folder / "tour-profiled")
+    ratios = [t / r for t, r in zip(tour_s, reference_s, strict=True)]
+    return {
+        "tour_cpu_s": [round(t, 2) for t in tour_s],
+        "reference_loop_cpu_s": [round(r, 2) for r in reference_s],
+        "tour_over_reference": [round(r, 3) for r in ratios],
+        "tour_over_reference_median": round(statistics.median(ratios), 3),
+        "tour_target_ratio": 1.4,
+        **{f"tour_{name}_share": share for name, share in parts.items()},
+    }
+
+
+def tour_parts(out: Path) -> dict:
+    """Shares of one tour run's profiled time: its simulations, its report (figures and tables
+    written), and the rest (imports, reading inputs, the CLI)."""
+    stats_file = out.with_suffix(".prof")
+    argv = [sys.executable, "-m", "cProfile", "-o", str(stats_file), "-m", "specsim"]
+    child_cpu_s([*argv, *TOUR, "--out", str(out)])
+    stats = pstats.Stats(str(stats_file)).stats
+    total = max(v[3] for v in stats.values())
+
+    def cumulative(function: str) -> float:
+        return sum(v[3] for k, v in stats.items() if k[2] == function and "specsim" in k[0])
+
+    simulations, report = cumulative("run_simulation"), cumulative("write_report")
+    return {
+        "simulations": round(simulations / total, 3),
+        "report": round(report / total, 3),
+        "rest": round(1 - (simulations + report) / total, 3),
+    }
+
+
 @contextmanager
 def environment(**values: str):
     """Set environment variables for the block (sweep workers in this process read them)."""
@@ -196,6 +286,7 @@ def main(argv: list[str]) -> dict:
                 dask_wall[workers], _ = timed_sweep(
                     folder / f"dask{workers}", subset, cluster=cluster.scheduler_address
                 )
+        tour_figures = tour(folder)
     dask_speedup = dask_wall[1] / dask_wall[2]
     return {
         "name": "planner",
@@ -223,6 +314,7 @@ def main(argv: list[str]) -> dict:
             "dask_1_worker_s": round(dask_wall[1], 2),
             "dask_2_workers_s": round(dask_wall[2], 2),
             "cpus": len(os.sched_getaffinity(0)),
+            **tour_figures,
         },
         "baseline": f"Dask LocalCluster with 1 worker on the same {len(subset)} simulations",
         "ratio": round(dask_speedup, 3),
