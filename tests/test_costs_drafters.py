@@ -1,4 +1,5 @@
-"""What each kind of drafter costs per step, worked by hand from its passes (``DraftPasses``).
+"""What each kind of drafter costs per step, worked by hand from its passes (``DraftPasses``):
+the cost formula (``costs.formula``) on the drafter's terms.
 
 A linear fit with whole coefficients (seconds = 1 + 2 B + 3 N + 5 KV + 7 P, knee 0) makes every
 expected value an exact sum of small integers, so each comparison is ``==``. The rows hold 4
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from specsim.costs import formula
 from specsim.costs.drafters import DrafterCost, check_window
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, ModelSpec
@@ -30,7 +32,28 @@ def fit(batch, tokens, kv, pairs):
     return 1 + 2 * batch + 3 * tokens + 5 * kv + 7 * pairs
 
 
-def drafter(kind: str, **keys) -> DrafterCost:
+class Priced:
+    """A drafter's terms in the cost vector (the target's and the overhead's left at 0), and
+    the formula's functions on them."""
+
+    def __init__(self, cost: DrafterCost):
+        target = LatencyModel(Latency(fit=FIT), "target")
+        self.c = formula.cost_vector(target, (0.0,) * 6, cost, (0.0, 0.0), (0.0, 0.0))
+
+    def draft_s(self, rows, k, kv):
+        return formula.draft_s(self.c, rows, k, kv)
+
+    def draft_flops(self, rows, k, kv):
+        return formula.draft_flops(self.c, rows, k, kv)
+
+    def prefill_s(self, rows, tokens, kv, pairs):
+        return formula.draft_prefill_s(self.c, rows, tokens, kv, pairs)
+
+    def wasted_flops_per_position(self, mean_context):
+        return formula.wasted_per_position(self.c, mean_context)  # the target's FLOPs are 0
+
+
+def drafter(kind: str, **keys) -> Priced:
     spec = ModelSpec(
         kind=kind,
         latency=Latency(fit=FIT),
@@ -38,7 +61,7 @@ def drafter(kind: str, **keys) -> DrafterCost:
         attention_flops_per_context_token=1.0,
         **keys,
     )
-    return DrafterCost(spec, LatencyModel(spec.latency, kind))
+    return Priced(DrafterCost(spec, LatencyModel(spec.latency, kind)))
 
 
 def test_a_block_drafter_runs_one_pass_of_k_plus_one_queries_per_row():
@@ -71,7 +94,7 @@ def test_heads_and_prompt_lookup_follow_their_passes():
     assert medusa.draft_flops(ROWS, 5, KV) == 10.0 * ROWS * 5
     assert medusa.wasted_flops_per_position(50.0) == 10.0
     # Prompt lookup: a CPU search per step with no FLOPs.
-    lookup = DrafterCost(ModelSpec(kind="ngram", draft_step_s=0.25), None)
+    lookup = Priced(DrafterCost(ModelSpec(kind="ngram", draft_step_s=0.25), None))
     assert lookup.draft_s(ROWS, 4, KV) == 0.25
     assert lookup.draft_s(ROWS, 0, KV) == 0.0
     assert lookup.draft_flops(ROWS, 4, KV) == 0.0

@@ -148,7 +148,7 @@ def test_autoregressive_heads_run_k_passes_in_a_chain_by_hand(profile):
     # The compiled cost model charges the same (a stretch's seconds and FLOPs).
     from specsim.simulation import compiled_loop
 
-    vector = compiled_loop.cost_vector(eagle)
+    vector = np.array(eagle.terms)
     out = np.empty(2)
     rows, kv = np.array([2.0, 2.0]), np.array([150.0, 40.0])
     compiled_loop.step_kernel().draft_flops_each(vector, 3, rows, kv, out)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specsim.cli import main
-from specsim.costs.drafters import drafter_cost
+from specsim.costs import StepCosts, formula
 from specsim.hardware import load_hardware
 from specsim.profile import load_profile
 from specsim.profiling.flops import load_shape
@@ -155,10 +155,10 @@ def test_cli_writes_a_heads_profile_the_cost_model_drafts_with(repo, tmp_path):
     assert spec.kv_bytes_per_token == 2 * 8 * 128  # one layer in the fp8 KV cache
     assert (spec.precision.weights, spec.precision.kv_cache) == ("bfloat16", "fp8")
     assert loaded.profile.target.precision.weights == "nvfp4"
-    cost = drafter_cost(loaded, "e3")
+    cost = StepCosts(loaded, "e3")
     # One pass per drafted depth, none at k = 0 and none over prompts.
-    assert [cost.pass_count(k) for k in (0, 1, 3)] == [0, 1, 3]
-    assert cost.prefill_s(4, 1000, 0, 5e5) == 0.0
+    assert [formula.pass_count(cost.terms, k) for k in (0, 1, 3)] == [0, 1, 3]
+    assert cost.draft_prefill_s(4, 1000, 0, 5e5) == 0.0
     one_pass = loaded.latency_model("e3").seconds_from_totals(4, 4, 4096, 4100)
     # k = 1 is one pass over each row's drafted token.
     assert cost.draft_s(4, 1, 4096) == pytest.approx(one_pass, rel=1e-12)

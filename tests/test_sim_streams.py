@@ -31,7 +31,7 @@ def kernel():
 
 def each(function, costs: StepCosts, k: int, *columns) -> np.ndarray:
     out = np.empty(len(columns[0]))
-    function(compiled_loop.cost_vector(costs), k, *columns, out)
+    function(np.array(costs.terms), k, *columns, out)
     return out
 
 
@@ -98,7 +98,7 @@ def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
         context[:, used] = rng.integers(10, 6000, (iterations, rows))
         kv = context.sum(axis=1)
         along = np.empty(iterations, dtype=np.int64)
-        vector = compiled_loop.cost_vector(costs)
+        vector = np.array(costs.terms)
         kernel().windows_along(goodput, vector, rows, kv, remaining, context, slots, along)
         each_choice = [
             policy.choose_batch(rows, kv[i], remaining[i], context[i], None, 8192)

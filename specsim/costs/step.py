@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from specsim.costs import formula
 from specsim.costs.drafters import drafter_cost
 from specsim.costs.tree import TreeDrafterCost, TreeRows
 from specsim.profile import LatencyModel, LoadedProfile, ModelSpec
@@ -57,12 +58,6 @@ class StepCosts:
         self.target: LatencyModel = profile.latency_model("target")
         self.drafter_name = drafter
         self.drafter = drafter_cost(profile, drafter)
-        # Tree steps (``specsim.costs.tree``): k is the tree's depth, the drafter's passes and
-        # the verification widths follow the shape; None: chain steps.
-        self.tree_rows = None
-        if tree is not None and drafter is not None:
-            self.drafter = TreeDrafterCost(self.drafter, tree)
-            self.tree_rows = TreeRows(tree)
         self.draft_latency: LatencyModel | None = self.drafter.latency
         overhead = profile.profile.overhead
         self.overhead_step_s = overhead.per_step_s
@@ -70,17 +65,35 @@ class StepCosts:
         self.request_s = overhead.per_request_s  # a request's way in: TTFT pays it, no pass
         own = self.drafter.spec.overhead if self.drafter.spec is not None else None
         draft_terms = own if own is not None else overhead
-        self.overhead_draft_step_s = draft_terms.per_draft_step_s
-        self.overhead_draft_token_s = draft_terms.per_draft_token_s
         self.overhead_prefill_s = draft_terms.per_prefill_s
         self.overhead_prefill_token_s = draft_terms.per_prefill_token_s
-        self.overhead_spec_step_s = own.per_speculative_step_s if own is not None else 0.0
-        self.overhead_spec_seq_s = own.per_speculative_sequence_s if own is not None else 0.0
-        self._check_target = self.target.latency.valid_range is not None
-        self.checks_ranges = self._check_target or self.drafter.checks_range
         t = self.target_spec
         self.target_flops_per_token = t.flops_per_token
         self.target_attn_flops = t.attention_flops_per_context_token
+        # The terms as ``formula`` reads them: what every path charges, interpreted here and
+        # compiled in the kernels.
+        self.terms = formula.cost_vector(
+            self.target,
+            (
+                overhead.per_step_s,
+                overhead.per_sequence_s,
+                own.per_speculative_step_s if own is not None else 0.0,
+                own.per_speculative_sequence_s if own is not None else 0.0,
+                draft_terms.per_draft_step_s,
+                draft_terms.per_draft_token_s,
+            ),
+            self.drafter,
+            (self.target_flops_per_token, self.target_attn_flops),
+            (self.overhead_prefill_s, self.overhead_prefill_token_s),
+        )
+        # Tree steps (``specsim.costs.tree``): k is the tree's depth, the drafter's passes and
+        # the verification widths follow the shape; None: chain steps.
+        self.tree_rows = None
+        if tree is not None and drafter is not None:
+            self.drafter = TreeDrafterCost(self.drafter, tree, self.terms)
+            self.tree_rows = TreeRows(tree)
+        self._check_target = self.target.latency.valid_range is not None
+        self.checks_ranges = self._check_target or self.drafter.checks_range
 
     # ---- seconds -------------------------------------------------------------------------
     def target_pass_s(self, batch: int, new: float, kv: float, pairs: float) -> float:
@@ -89,21 +102,21 @@ class StepCosts:
     def draft_s(self, rows: int, k: int, kv: float) -> float:
         """Drafting cost of one step for ``rows`` decoding sequences with ``kv`` context in all
         (see the drafter kinds in ``specsim.costs.drafters``)."""
-        return self.drafter.draft_s(rows, k, kv)
+        if not rows:
+            return 0.0
+        if self.tree_rows is not None:
+            return self.drafter.draft_s(rows, kv)
+        return formula.draft_s(self.terms, rows, k, kv)
 
     def draft_prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
         """A draft model also builds its own KV cache for prompt chunks."""
-        return self.drafter.prefill_s(rows, tokens, kv, pairs)
+        return formula.draft_prefill_s(self.terms, rows, tokens, kv, pairs)
 
     def overhead_s(self, sequences: int, k: int = 0, drafting: int = 0) -> float:
         """The profile's overhead formula (see ``Overhead``): ``sequences`` in the iteration,
         ``drafting`` of them through ``k`` draft passes (the drafter's own draft terms when its
         spec has them, and its terms per speculative step)."""
-        seconds = self.overhead_step_s + self.overhead_seq_s * sequences
-        if k and drafting:
-            seconds += self.overhead_spec_step_s + self.overhead_spec_seq_s * drafting
-            seconds += k * (self.overhead_draft_step_s + self.overhead_draft_token_s * drafting)
-        return seconds
+        return formula.overhead_s(self.terms, sequences, k, drafting)
 
     def check_ranges(self, batch: int, max_context: float, max_new: float, min_new: float) -> None:
         """The profile's rule for queries outside the measured range (no-op without a range)."""
@@ -131,29 +144,19 @@ class StepCosts:
         return IterationParts(*self._parts(k, decode, prefill))
 
     def _parts(self, k: int, decode: PassTotals, prefill: PassTotals) -> tuple[float, float, float]:
-        rows = decode.rows
-        kv = decode.kv
-        p_rows = prefill.rows
-        p_tokens = prefill.tokens
-        p_kv = prefill.kv
-        p_pairs = prefill.pairs
-        batch = rows + p_rows
-        target = self.target.seconds_from_totals(
-            batch, decode.tokens + p_tokens, kv + p_kv, decode.pairs + p_pairs
-        )
-        host = self.overhead_s(batch, k, rows)
-        draft = self.drafter.draft_s(rows, k, kv) if rows else 0.0
-        if p_rows:
-            host += self.overhead_prefill_s + self.overhead_prefill_token_s * p_tokens
-            draft += self.drafter.prefill_s(p_rows, p_tokens, p_kv, p_pairs)
-        return target, draft, host
+        totals = (decode.rows, decode.tokens, decode.kv, decode.pairs)
+        chunks = (prefill.rows, prefill.tokens, prefill.kv, prefill.pairs)
+        if self.tree_rows is None:
+            return formula.iteration_parts(self.terms, k, *totals, *chunks)
+        target, host, prefill_draft = formula.pass_parts(self.terms, k, *totals, *chunks)
+        return target, self.draft_s(decode.rows, k, decode.kv) + prefill_draft, host
 
     def decode_iteration_s(self, k: int, rows: int, tokens: float, kv: float, pairs: float):
         """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of a decode-only iteration
-        with ``rows`` > 0 (no prompt chunks: the terms they would add are left out, not 0.0
-        added, which leaves every sum as it was)."""
-        target = self.target.seconds_from_totals(rows, tokens, kv, pairs)
-        return target + self.drafter.draft_s(rows, k, kv) + self.overhead_s(rows, k, rows)
+        with ``rows`` > 0."""
+        if self.tree_rows is not None:
+            return self.iteration_s(k, PassTotals(rows, tokens, kv, pairs))
+        return formula.decode_s(self.terms, k, rows, tokens, kv, pairs)
 
     def silent_context_limit(self, batch: int, max_new: float, min_new: float) -> float:
         """The largest cached context for which ``check_ranges(batch, context, max_new,
@@ -179,12 +182,15 @@ class StepCosts:
         return self.target_flops_per_token * new + self.target_attn_flops * pairs
 
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
-        return self.drafter.draft_flops(rows, k, kv)
+        if not rows:
+            return 0.0
+        if self.tree_rows is not None:
+            return self.drafter.draft_flops(rows, kv)
+        return formula.draft_flops(self.terms, rows, k, kv)
 
     def draft_prefill_flops(self, tokens: float, pairs: float) -> float:
-        return self.drafter.prefill_flops(tokens, pairs)
+        return formula.draft_prefill_flops(self.terms, tokens, pairs)
 
     def wasted_flops_per_position(self, mean_context: float) -> float:
         """FLOPs of one rejected position: the target's verification plus the draft's pass."""
-        target = self.target_flops_per_token + self.target_attn_flops * mean_context
-        return target + self.drafter.wasted_flops_per_position(mean_context)
+        return formula.wasted_per_position(self.terms, mean_context)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.costs import formula
 from specsim.costs.drafters import NoDrafterCost
 from specsim.errors import SpecsimError
 from specsim.tree import TreeShape
@@ -72,7 +73,7 @@ def expanding_at(shape: TreeShape, depth: int) -> int:
 class TreeDrafterCost(NoDrafterCost):
     """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
 
-    def __init__(self, base: NoDrafterCost, shape: TreeShape):
+    def __init__(self, base: NoDrafterCost, shape: TreeShape, terms: list[float]):
         # Prompt lookup proposes one continuation: its only tree is the chain (top-k 1).
         passes = base.passes
         branching = passes is not None and passes.model and not passes.block
@@ -89,6 +90,7 @@ class TreeDrafterCost(NoDrafterCost):
         self.passes = passes
         self.checks_range = base.checks_range
         self.shape = shape
+        self.terms = terms  # the chain's cost vector (``formula``): a one-pass tree is its chain
         # Parallel heads (and prompt lookup's chain): the whole tree in the chain's one pass,
         # its k the tree's depth.
         self.one_pass = not passes.per_draft
@@ -114,11 +116,10 @@ class TreeDrafterCost(NoDrafterCost):
             mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
             yield count, rows * width, mean_kv, width * kv + rows * width * reach
 
-    def draft_s(self, rows: int, k: int, kv: float) -> float:
-        if rows == 0:
-            return 0.0
+    def draft_s(self, rows: int, kv: float) -> float:
+        """Seconds of one tree step's drafting for ``rows`` > 0 sequences."""
         if self.one_pass:
-            return self.base.draft_s(rows, self.shape.depth, kv)
+            return formula.draft_s(self.terms, rows, self.shape.depth, kv)
         if self.latency is None:  # heads without a fit: their fixed pass, once per depth
             return self.shape.depth * self.step_s
         seconds = 0.0
@@ -126,24 +127,14 @@ class TreeDrafterCost(NoDrafterCost):
             seconds += count * self.latency.seconds_from_totals(rows, tokens, mean_kv, pairs)
         return seconds
 
-    def prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
-        return self.base.prefill_s(rows, tokens, kv, pairs)
-
-    def draft_flops(self, rows: int, k: int, kv: float) -> float:
-        if rows == 0:
-            return 0.0
+    def draft_flops(self, rows: int, kv: float) -> float:
+        """The drafter's FLOPs of one tree step for ``rows`` > 0 sequences."""
         if self.one_pass:
-            return self.base.draft_flops(rows, self.shape.depth, kv)
+            return formula.draft_flops(self.terms, rows, self.shape.depth, kv)
         flops = 0.0
         for count, tokens, _, pairs in self._passes(rows, kv):
             flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)
         return flops
-
-    def prefill_flops(self, tokens: float, pairs: float) -> float:
-        return self.base.prefill_flops(tokens, pairs)
-
-    def wasted_flops_per_position(self, mean_context: float) -> float:
-        return self.base.wasted_flops_per_position(mean_context)
 
     def check_range(self, batch: int, max_context: float) -> None:
         self.base.check_range(batch, max_context)

@@ -6,12 +6,44 @@ Pure numpy, no torch: the simulator and planner call this once per engine iterat
 from __future__ import annotations
 
 import warnings
-from bisect import bisect_left
 
 import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.profile.schema import Latency, LatencyFit
+
+# A latency block: the fit's six coefficients (fixed, per sequence, per batched token past the
+# knee, the knee, per KV token read, per attention pair); where its captured CUDA-graph sizes
+# start in the vector and how many; the routed experts' read seconds and the share of them one
+# token picks.
+LATENCY_BLOCK = 10
+
+
+def latency_s(c, at, batch, new_tokens, kv_tokens, pairs):
+    """Seconds of one pass of the model whose latency block is ``c[at:at + LATENCY_BLOCK]``:
+    ``batch`` sequences feeding ``new_tokens`` positions over ``kv_tokens`` cached tokens with
+    ``pairs`` query-key pairs. Scalar arithmetic only: the compiled kernels compile this same
+    source (``costs/formula.py``)."""
+    tokens = new_tokens
+    count = int(c[at + 7])
+    if count > 0 and 0.0 < tokens <= c[int(c[at + 6]) + count - 1]:
+        low, high = int(c[at + 6]), int(c[at + 6]) + count - 1
+        while low < high:  # the first captured size at or above the tokens: its CUDA graph
+            mid = (low + high) // 2
+            if c[mid] < tokens:
+                low = mid + 1
+            else:
+                high = mid
+        tokens = c[low]
+    over = tokens - c[at + 3]
+    if not over > 0.0:
+        over = 0.0
+    seconds = (
+        c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
+    )
+    if c[at + 8] != 0.0:  # the routed experts its real tokens pick
+        seconds += c[at + 8] * (1.0 - (1.0 - c[at + 9]) ** new_tokens)
+    return seconds
 
 
 class OutOfRangeWarning(UserWarning):
@@ -29,7 +61,7 @@ class LatencyModel:
         self.name = name
         self.source = source
         fit = latency.fit
-        self._coef = (
+        self.coef = (
             fit.fixed_s,
             fit.per_sequence_s,
             fit.per_batched_token_s,
@@ -37,8 +69,7 @@ class LatencyModel:
             fit.per_kv_token_s,
             fit.per_attention_pair_s,
         )
-        # The optional terms (``LatencyFit``), as the compiled kernel reads them too
-        # (``compiled_loop.cost_vector``): the captured sizes as floats, and the experts'
+        # The optional terms (``LatencyFit``): the captured sizes as floats, and the experts'
         # read seconds with the share of them one token picks.
         sizes = fit.graph_sizes
         self.graph_sizes = None if sizes is None else tuple(float(s) for s in sizes)
@@ -48,28 +79,23 @@ class LatencyModel:
             if experts is None
             else (experts.weights_s, experts.experts_per_token / experts.experts)
         )
+        block, sizes = self.block_at(LATENCY_BLOCK)
+        self.block = [*block, *sizes]  # the pass's terms as ``latency_s`` reads them
         self._warned = False
 
     def seconds_from_totals(
         self, batch: int, new_tokens: float, kv_tokens: float, attention_pairs: float
     ) -> float:
         """Seconds for a pass given batch totals (no range check; the caller has done it)."""
-        fixed, per_seq, per_tok, knee, per_kv, per_pair = self._coef
-        tokens = new_tokens
-        sizes = self.graph_sizes
-        if sizes is not None and 0.0 < tokens <= sizes[-1]:
-            tokens = sizes[bisect_left(sizes, tokens)]  # the CUDA graph it is padded to
-        seconds = (
-            fixed
-            + per_seq * batch
-            + per_tok * max(0.0, tokens - knee)
-            + per_kv * kv_tokens
-            + per_pair * attention_pairs
-        )
-        if self.experts is not None:  # the routed experts its real tokens pick
-            weights_s, share = self.experts
-            seconds += weights_s * (1.0 - (1.0 - share) ** new_tokens)
-        return seconds
+        return latency_s(self.block, 0, batch, new_tokens, kv_tokens, attention_pairs)
+
+    def block_at(self, sizes_at: int) -> tuple[list[float], tuple[float, ...]]:
+        """The model's latency block (``latency_s``) with its graph sizes to be placed at
+        ``sizes_at`` of a vector, and the sizes."""
+        sizes = self.graph_sizes or ()
+        weights_s, share = self.experts or (0.0, 0.0)
+        at = float(sizes_at if sizes else 0)
+        return [*self.coef, at, float(len(sizes)), weights_s, share], sizes
 
     def pass_seconds(self, context: np.ndarray, new_tokens: np.ndarray | int) -> float:
         """Seconds for one pass: sequence i has ``context[i]`` cached tokens and adds

@@ -6,8 +6,9 @@ first runs (``kernel_module``), so commands that simulate nothing never import n
 The kernels compile once per machine: numba's on-disk cache keeps them in
 ``cache_folder()`` (``$SPECSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/specsim`` or
 ``~/.cache/specsim``), in a sub-folder named by a hash of every ``compiled_*.py`` source and of
-numba's version. numba checks only a kernel's own file for changes, not the files of the
-kernels and constants it uses, so the hash covers them all: an edit anywhere compiles afresh.
+numba's version, and of the cost formula they compile (``kernel_sources``). numba checks only a
+kernel's own file for changes, not the files of the functions and constants it uses, so the
+hash covers them all: an edit anywhere compiles afresh.
 A later process, a pool worker or a Dask worker on the machine loads them in well under a
 second.
 
@@ -48,9 +49,20 @@ def cache_folder() -> Path:
         os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "specsim"
     )
     digest = hashlib.sha256(numba.__version__.encode())
-    for source in sorted(Path(__file__).parent.glob("compiled_*.py")):
+    for source in kernel_sources():
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return Path(root, f"numba-{digest.hexdigest()[:16]}")
+
+
+def kernel_sources() -> list[Path]:
+    """Every file the kernels are compiled from: the ``compiled_*.py`` modules and the cost
+    formula they compile (``costs/formula.py``, with the pass latency it calls)."""
+    package = Path(__file__).parent.parent
+    return [
+        *sorted(Path(__file__).parent.glob("compiled_*.py")),
+        package / "costs" / "formula.py",
+        package / "profile" / "latency.py",
+    ]
 
 
 def writable(folder: Path) -> Path:

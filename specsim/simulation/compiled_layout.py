@@ -3,16 +3,6 @@ begin with (the decode step's, ``compiled_step_kernel.apply_step``), and the ser
 (``compiled_serving_kernel``): the columns of its request table and records, and the slots of
 its float and count arrays."""
 
-# The cost vector (``compiled_loop.cost_vector``; ``compiled_step_kernel`` names its slots):
-# the target's latency block, the overhead's six terms, the drafter's latency block, nine
-# constants and the five flags of its passes, then the graph sizes (the target's, then the
-# drafter's) from COST_SIZES. A
-# latency block is COST_LATENCY values: the fit's six coefficients; where its captured
-# CUDA-graph sizes start in the vector and how many; the routed experts' read seconds and the
-# share of them one token picks.
-COST_LATENCY = 10
-COST_SIZES = 2 * COST_LATENCY + 6 + 9 + 5
-
 # The decode step's float slots, first in both loops' state arrays.
 (
     DECODE_KV,

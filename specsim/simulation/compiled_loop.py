@@ -22,10 +22,9 @@ from types import ModuleType
 
 import numpy as np
 
-from specsim.costs.drafters import DrafterCost, NoDrafterCost
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
-from specsim.simulation.compiled_layout import COST_LATENCY, COST_SIZES, STEP_STATE
+from specsim.simulation.compiled_layout import STEP_STATE
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
 
 STATE = STEP_STATE + 3  # the values ``run`` hands the kernel in ``state`` (it adds two: the
@@ -82,60 +81,6 @@ def restore_step_state(replica, values: list[float]) -> float:
         log.decode_rows,
     ) = values[:STEP_STATE]
     return now
-
-
-def cost_vector(costs) -> np.ndarray | None:
-    """A ``StepCosts``' decode-iteration terms as the kernel reads them (None: a drafter the
-    kernel does not price, a tree's)."""
-    drafter = costs.drafter
-    if type(drafter) not in (DrafterCost, NoDrafterCost):
-        return None
-    latency = drafter.latency
-    target, sizes_at, target_sizes = latency_block(costs.target, COST_SIZES)
-    draft, _, draft_sizes = latency_block(latency, sizes_at)
-    passes = drafter.passes
-    flags = (
-        (1.0, passes.block, passes.own_cache, passes.model, passes.mlp_heads)
-        if passes is not None
-        else (0.0,) * 5
-    )
-    return np.array(
-        [
-            *target,
-            costs.overhead_step_s,
-            costs.overhead_seq_s,
-            costs.overhead_spec_step_s,
-            costs.overhead_spec_seq_s,
-            costs.overhead_draft_step_s,
-            costs.overhead_draft_token_s,
-            *draft,
-            passes is not None and passes.per_draft,
-            0.0 if latency is None else 1.0,
-            drafter.step_s,
-            drafter.flops_per_token,
-            drafter.attn_flops,
-            costs.target_flops_per_token,
-            costs.target_attn_flops,
-            costs.overhead_prefill_s,
-            costs.overhead_prefill_token_s,
-            *flags,
-            *target_sizes,
-            *draft_sizes,
-        ],
-        dtype=np.float64,
-    )
-
-
-def latency_block(model, sizes_at: int) -> tuple[list[float], int, tuple[float, ...]]:
-    """A ``LatencyModel``'s block of the cost vector (``compiled_step_kernel._latency``), with
-    its graph sizes to be placed at ``sizes_at``; returns the block, where the next model's
-    sizes go, and the sizes (zeros and nothing for no model)."""
-    if model is None:
-        return [0.0] * COST_LATENCY, sizes_at, ()
-    sizes = model.graph_sizes or ()
-    weights_s, share = model.experts or (0.0, 0.0)
-    block = [*model._coef, float(sizes_at if sizes else 0), float(len(sizes)), weights_s, share]
-    return block, sizes_at + len(sizes), sizes
 
 
 def window_terms(policy) -> tuple[np.ndarray, np.ndarray] | None:

@@ -1,7 +1,7 @@
 """The compiled loops' shared parts (numba): the cost model, the window policy and a decode step.
 
-The cost model's functions do what ``StepCosts`` does for one iteration, in the same operations
-and order (``cost_parts``, ``mixed_seconds`` and ``choose_window`` expose them to the tests);
+The cost model is ``costs.formula`` compiled, the source ``StepCosts`` runs interpreted
+(``cost_parts``, ``mixed_seconds`` and ``choose_window`` expose it to the tests);
 ``draw_rows``, ``row_totals`` and ``emit_rows`` are a decode step's parts as
 ``Replica._plan_mixed`` and ``_apply_mixed`` run them: the drafts and the acceptance draws from
 the PCG64 state (a block of ``capacity`` doubles per draw, of which the occupied slots' are read
@@ -13,7 +13,9 @@ with the step log's row. Used by ``compiled_loop_kernel`` (a replica fed open-lo
 from __future__ import annotations
 
 import numpy as np
+from numba.extending import register_jitable
 
+from specsim.costs import formula
 from specsim.simulation.compiled_kernels import (
     _apply,
     _inner,
@@ -23,8 +25,6 @@ from specsim.simulation.compiled_kernels import (
     _search_left,
 )
 from specsim.simulation.compiled_layout import (
-    COST_LATENCY,
-    COST_SIZES,
     DECODE_KV,
     DECODE_ROWS,
     DRAFTER_FLOPS,
@@ -37,152 +37,30 @@ from specsim.simulation.compiled_layout import (
     WINDOW_ROWS,
 )
 
-# ``costs`` array layout (``compiled_layout``; built by ``compiled_loop.cost_vector``). The
-# drafter's passes (``DraftPasses``) are flags, 1.0 or 0.0: no drafter deployed has none set
-# and no passes.
-TARGET, OVERHEAD = 0, COST_LATENCY
-DRAFTER = OVERHEAD + 6
-PER_DRAFT, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
-    DRAFTER + COST_LATENCY, DRAFTER + COST_LATENCY + 5
-)
-T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(D_ATTN + 1, D_ATTN + 5)
-DRAFTS, BLOCK, OWN_CACHE, MODEL, MLP_HEADS = range(PREFILL_TOKEN_S + 1, COST_SIZES)
-
-
-@_inner
-def _latency(c, at, batch, new_tokens, kv_tokens, pairs):
-    """``LatencyModel.seconds_from_totals``, its latency block at ``c[at:at + COST_LATENCY]``."""
-    tokens = new_tokens
-    count = int(c[at + 7])
-    if count > 0 and 0.0 < tokens <= c[int(c[at + 6]) + count - 1]:
-        low, high = int(c[at + 6]), int(c[at + 6]) + count - 1
-        while low < high:  # the first captured size at or above the tokens (bisect_left)
-            mid = (low + high) // 2
-            if c[mid] < tokens:
-                low = mid + 1
-            else:
-                high = mid
-        tokens = c[low]
-    over = tokens - c[at + 3]
-    if not over > 0.0:
-        over = 0.0
-    seconds = (
-        c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
-    )
-    if c[at + 8] != 0.0:
-        seconds += c[at + 8] * (1.0 - (1.0 - c[at + 9]) ** new_tokens)
-    return seconds
-
-
-@_inner
-def _pass_count(c, k):
-    """``DrafterCost.pass_count``: forward passes per step at window ``k``."""
-    if k == 0:
-        return 1 if c[OWN_CACHE] != 0.0 else 0
-    return k if c[PER_DRAFT] != 0.0 else 1
-
-
-@_inner
-def _pass_totals(c, rows, k, kv, passes):
-    """``DrafterCost._pass``' (tokens, mean KV, pairs) of each of the step's passes."""
-    queries = k + 1 if c[BLOCK] != 0.0 and k else 1
-    mean_kv = kv + rows * (passes - 1) / 2.0 if c[PER_DRAFT] != 0.0 else kv
-    return rows * queries, mean_kv, queries * mean_kv + rows * queries * (queries + 1) / 2.0
-
-
-@_inner
-def _draft_s(c, rows, k, kv):
-    """The drafter's ``draft_s(rows, k, kv)`` for rows > 0 (``specsim.costs.drafters``)."""
-    passes = _pass_count(c, k) if c[DRAFTS] != 0.0 else 0
-    if passes == 0:
-        return 0.0
-    tokens, mean_kv, pairs = _pass_totals(c, rows, k, kv, passes)
-    if c[HAS_LATENCY] == 0.0:
-        return passes * c[STEP_S]
-    return passes * _latency(c, DRAFTER, rows, tokens, mean_kv, pairs)
-
-
-@_inner
-def _draft_flops(c, rows, k, kv):
-    """The drafter's ``draft_flops(rows, k, kv)`` for rows > 0."""
-    passes = _pass_count(c, k) if c[MODEL] != 0.0 else 0
-    if passes == 0:
-        return 0.0
-    if c[MLP_HEADS] != 0.0:
-        return c[D_FLOPS] * rows * k
-    tokens, _, pairs = _pass_totals(c, rows, k, kv, passes)
-    return passes * (c[D_FLOPS] * tokens + c[D_ATTN] * pairs)
-
-
-@_inner
-def _wasted_per_position(c, mean_context):
-    """``StepCosts.wasted_flops_per_position``."""
-    target = c[T_FLOPS] + c[T_ATTN] * mean_context
-    if c[MODEL] == 0.0:
-        return target + 0.0
-    if c[MLP_HEADS] != 0.0:
-        return target + c[D_FLOPS]
-    draft = c[D_FLOPS]
-    draft += c[D_ATTN] * mean_context
-    return target + draft
-
-
-@_inner
-def _overhead_s(c, rows, k):
-    """``StepCosts.overhead_s(rows, k, rows)`` for rows > 0."""
-    seconds = c[OVERHEAD] + c[OVERHEAD + 1] * rows
-    if k:
-        seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * rows
-        seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * rows)
-    return seconds
-
-
-@_inner
-def _overhead_with(c, sequences, k, drafting):
-    """``StepCosts.overhead_s(sequences, k, drafting)``."""
-    seconds = c[OVERHEAD] + c[OVERHEAD + 1] * sequences
-    if k and drafting:
-        seconds += c[OVERHEAD + 2] + c[OVERHEAD + 3] * drafting
-        seconds += k * (c[OVERHEAD + 4] + c[OVERHEAD + 5] * drafting)
-    return seconds
-
-
-@_inner
-def _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
-    """``StepCosts.iteration_s(k, PassTotals(rows, tokens, kv, pairs), prefill)`` with prompt
-    chunks (``p_rows`` > 0) and ``rows`` >= 0 decoding rows (``_parts``' operations)."""
-    batch = rows + p_rows
-    target = _latency(c, TARGET, batch, tokens + p_tokens, kv + p_kv, pairs + p_pairs)
-    host = _overhead_with(c, batch, k, rows)
-    draft = _draft_s(c, rows, k, kv) if rows else 0.0
-    host += c[PREFILL_S] + c[PREFILL_TOKEN_S] * p_tokens
-    if c[OWN_CACHE] != 0.0:  # a drafter with its own cache builds it over the prompts
-        draft += _latency(c, DRAFTER, p_rows, p_tokens, p_kv, p_pairs)
-    else:
-        draft += 0.0
-    return target + draft + host
+# The cost model is ``costs.formula``'s source, compiled here: registered with numba, each of its
+# functions compiles where a kernel calls it, so the kernels charge what ``StepCosts`` charges.
+for _function in formula.FUNCTIONS:
+    register_jitable(_function)
+_decode_s, _mixed_s = formula.decode_s, formula.mixed_s
+_draft_flops, _wasted_per_position = formula.draft_flops, formula.wasted_per_position
+# The vector's slots the serving kernel reads directly.
+D_ATTN, D_FLOPS, OWN_CACHE = formula.D_ATTN, formula.D_FLOPS, formula.OWN_CACHE
+T_ATTN, T_FLOPS = formula.T_ATTN, formula.T_FLOPS
 
 
 @_jit
 def mixed_seconds(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
-    """``_mixed_s`` (for the tests)."""
+    """``formula.mixed_s`` compiled (for the tests)."""
     return _mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
 
 
 @_jit
 def cost_parts(c, k, rows, tokens, kv, pairs, out):
-    """``decode_iteration_s``, ``draft_flops`` and ``wasted_flops_per_position(kv / rows)`` of
-    one decode-only iteration, into ``out`` (for the tests: the loop calls the parts itself)."""
+    """``decode_s``, ``draft_flops`` and ``wasted_per_position(kv / rows)`` of one decode-only
+    iteration compiled, into ``out`` (for the tests: the loop calls the parts itself)."""
     out[0] = _decode_s(c, k, rows, tokens, kv, pairs)
     out[1] = _draft_flops(c, rows, k, kv)
     out[2] = _wasted_per_position(c, kv / rows)
-
-
-@_inner
-def _decode_s(c, k, rows, tokens, kv, pairs):
-    """``StepCosts.decode_iteration_s``."""
-    target = _latency(c, TARGET, rows, tokens, kv, pairs)
-    return target + _draft_s(c, rows, k, kv) + _overhead_s(c, rows, k)
 
 
 @_jit

@@ -46,7 +46,7 @@ from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
-from specsim.simulation.compiled_loop import DecodeLoop, cost_vector, window_terms
+from specsim.simulation.compiled_loop import DecodeLoop, window_terms
 from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.fleet_serving import FleetServing
@@ -175,7 +175,7 @@ class Replica:
             policy.attach(costs, acceptance)
         # The cost model and the window policy as the kernels read them (a stretch's seconds,
         # FLOPs and windows come from the same compiled functions as the loops').
-        self.cost_terms = cost_vector(costs) if self.fast else None
+        self.cost_terms = np.array(costs.terms) if self.fast else None
         self.window_terms = window_terms(policy) if self.fast else None
         self._joined = 0  # rows that started decoding since the last decode iteration
         # The fast path: the stretch under way (not yet applied), whether a request has cut it,
