@@ -63,6 +63,7 @@ ENGINE_FLAGS = {
     "--speculative-num-draft-tokens",
     "--max-running-requests",
     "--chunked-prefill-size",
+    "--enable-mixed-chunk",
 }
 
 

@@ -92,3 +92,41 @@ def test_each_cap_says_where_it_came_from(tmp_path):
     log.write_text("nothing about caps\n")
     with pytest.raises(SpecsimError, match="states none of the engine's batch caps"):
         resolve_caps(runs, {}, str(log), prior.profile)
+
+
+@pytest.mark.parametrize(
+    ("text", "on"),
+    [
+        ("python -m sglang.launch_server --model-path m --enable-mixed-chunk --tp 2", True),
+        ("server_args=ServerArgs(model_path='m', enable_mixed_chunk=True, tp_size=1)", True),
+        ("server_args=ServerArgs(model_path='m', enable_mixed_chunk=False, tp_size=1)", False),
+        ("enable_mixed_chunk: true\n", True),
+        ("--enable-mixed-chunk-size 3 (another flag)", False),
+        ("no such flag", False),
+    ],
+)
+def test_a_switch_is_read_from_a_log_or_flags_in_each_of_their_forms(text, on):
+    assert caps.states_flag(text, "enable_mixed_chunk") is on
+
+
+def test_sglang_runs_replay_prefill_apart_unless_its_server_mixes_them(tmp_path):
+    """SGLang runs prefill batches apart from decode batches (enable_mixed_chunk off by
+    default): its runs replay with engine.chunked_prefill false and say why; a server log that
+    turns the flag on mixes them, as vLLM's runs always are."""
+    from specsim.calibration.workload import replay
+
+    prior = load_profile(DATA / "calibration_prior.yaml")
+    sglang = read_bench_files([DATA / "sglang_two_runs.jsonl"])
+    defaults = resolve_caps(sglang, {}, None, prior.profile)
+    assert defaults.prefill_apart
+    rebuilt = replay(sglang[0], tmp_path / "a.csv", None, defaults)
+    assert rebuilt.engine["chunked_prefill"] is False
+    assert "enable_mixed_chunk off" in rebuilt.engine_sources["chunked_prefill"]
+    assert rebuilt.scenario(str(DATA / "calibration_prior.yaml")).engine.chunked_prefill is False
+    log = tmp_path / "server.log"
+    log.write_text("launch_server --model-path m --max-running-requests 48 --enable-mixed-chunk\n")
+    mixed = resolve_caps(sglang, {}, str(log), prior.profile)
+    assert not mixed.prefill_apart and "server.log (enable_mixed_chunk on" in mixed.prefill_source
+    assert "chunked_prefill" not in replay(sglang[0], tmp_path / "b.csv", None, mixed).engine
+    vllm = read_bench_files([DATA / "vllm_v33_spec.json"])
+    assert not resolve_caps(vllm, {}, None, prior.profile).prefill_apart

@@ -7,6 +7,10 @@ own default for the device (the profile's hardware; ``specsim.serving.caps``). O
 runs' engine has no known defaults (a normalised table's ``other``) is it specsim's scenario
 default, and the source then says so. SGLang's ``server_info`` still gives each of its runs
 its ``max_running_requests`` (``workload.engine_settings``).
+
+The engine's prefill schedule comes the same way: SGLang runs prefill batches apart from decode
+batches unless ``--enable-mixed-chunk`` is on (``prefill_schedule``), replayed as
+``engine.chunked_prefill: false``; vLLM and TensorRT-LLM mix prompt chunks into decode batches.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from specsim.fileio import check_input_file
 from specsim.profile import Profile
 from specsim.scenario import Engine
 from specsim.serving import registry
-from specsim.serving.caps import CAPS, Device, read_server_args
+from specsim.serving.caps import CAPS, Device, read_server_args, states_flag
 from specsim.serving.runs import BenchRun
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*GB\b", re.IGNORECASE)
@@ -90,4 +94,22 @@ def resolve_caps(
             source = f"specsim's default: the runs' engine ({engine}) has no known defaults"
         out.append(value)
         words.append(source)
-    return EngineDefaults(out[0], out[1], tuple(words))
+    apart, why = prefill_schedule(engine, server_args)
+    return EngineDefaults(out[0], out[1], tuple(words), apart, why)
+
+
+def prefill_schedule(engine: str, server_args: str | None) -> tuple[bool, str]:
+    """Whether the runs' engine ran prefill batches apart from decode batches (SGLang's
+    default), and why, in words: its mixing flag on in ``server_args`` mixes them."""
+    if engine not in registry.NAMES or registry.engine(engine).mixing_flag is None:
+        return False, EngineDefaults.prefill_source
+    spec = registry.engine(engine)
+    flag = spec.mixing_flag
+    if server_args is not None and states_flag(
+        Path(server_args).read_text("utf-8", "replace"), flag
+    ):
+        return False, f"{Path(server_args).name} ({flag} on: prompt chunks ride in decode batches)"
+    return (
+        True,
+        f"{spec.display}'s default: prefill batches run apart from decode batches ({flag} off)",
+    )

@@ -49,6 +49,10 @@ class EngineDefaults:
     max_batched_tokens: int = Engine().max_batched_tokens
     # Where each came from, in words (``calibration.caps.resolve_caps``).
     sources: tuple[str, str] = ("specsim's default", "specsim's default")
+    # The engine ran prefill batches apart from decode batches (``engine.chunked_prefill``
+    # false), and why, in words.
+    prefill_apart: bool = False
+    prefill_source: str = "prompt chunks ride in the decode iterations (chunked prefill)"
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,8 @@ def spread_known(run: BenchRun) -> bool:
 
 
 def engine_settings(run: BenchRun, defaults: EngineDefaults) -> tuple[dict[str, int], dict]:
-    """The run's caps, and where each came from."""
+    """The run's caps (and its prefill schedule where the engine runs prefill apart), and where
+    each came from."""
     running = run.server.get("max_running_requests")
     stated = isinstance(running, int) and running > 0
     max_batch = running if stated else defaults.max_batch
@@ -197,7 +202,11 @@ def engine_settings(run: BenchRun, defaults: EngineDefaults) -> tuple[dict[str, 
         else defaults.sources[0],
         "max_batched_tokens": defaults.sources[1],
     }
-    return {"max_batch": max_batch, "max_batched_tokens": defaults.max_batched_tokens}, sources
+    engine = {"max_batch": max_batch, "max_batched_tokens": defaults.max_batched_tokens}
+    if defaults.prefill_apart:
+        engine["chunked_prefill"] = False
+        sources["chunked_prefill"] = defaults.prefill_source
+    return engine, sources
 
 
 def replay(

@@ -104,9 +104,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="with --bench: the server's log or flags file (vllm serve's command line or "
         "startup log, SGLang's server_args, a TensorRT-LLM options YAML), for the batch caps "
-        "it states; otherwise the scenario's own engine.max_batch / max_batched_tokens where it "
-        "sets them, else the runs' engine version's defaults for the profile's device (the "
-        "output says which)",
+        "it states and whether SGLang mixes prompt chunks into decode batches "
+        "(--enable-mixed-chunk; SGLang's runs otherwise replay with prefill batches apart); "
+        "otherwise the scenario's own engine.max_batch / max_batched_tokens where it sets "
+        "them, else the runs' engine version's defaults for the profile's device (the output "
+        "says which)",
     )
     parser.add_argument(
         "--profile",

@@ -84,6 +84,18 @@ def _pattern(key: str) -> re.Pattern:
     return re.compile(rf"(?<![\w-])(?:--)?{name}['\"]?\s*(?:=|:|\s)\s*['\"]?(\d+)\b")
 
 
+def states_flag(text: str, flag: str) -> bool:
+    """Whether a server log or flags file turns ``flag`` on: ``--enable-mixed-chunk`` (a
+    switch on the command line), ``enable_mixed_chunk=True`` (a ServerArgs repr),
+    ``enable_mixed_chunk: true`` (YAML); the last mention decides."""
+    name = flag.replace("_", "[-_]")
+    mentions = re.findall(rf"(?<![\w-])(?:--)?{name}(?![\w-])['\"]?(\s*[=:]\s*['\"]?\w+)?", text)
+    if not mentions:
+        return False
+    value = mentions[-1].strip(" =:'\"").lower()
+    return value in ("", "true", "1")
+
+
 def read_server_args(text: str, rule: CapRule) -> dict[str, int]:
     """The caps a server log or flags file states, by specsim's keys (the last mention of
     each: a log repeats its arguments at most as they were given)."""

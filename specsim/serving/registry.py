@@ -70,6 +70,10 @@ class Engine:
     # other than its batch caps (``caps``, which depend on the device).
     defaults: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     caps: CapRule | None = None  # its batch caps' keys and defaults per device
+    # Where the engine runs prefill batches apart from decode batches by default: the flag that
+    # mixes them (SGLang's ``enable_mixed_chunk``, off by default, §4.9). None: prompt chunks
+    # ride in the decode iterations under the token budget (vLLM, TensorRT-LLM).
+    mixing_flag: str | None = None
 
     def method(self, spec: Speculative) -> str:
         """The engine's method for the drafter; a kind it has no method for is refused."""
@@ -119,6 +123,7 @@ SGLANG = Engine(
     # tp_size (§4.5); page_size (§4.8). Its batch caps: ``caps``.
     defaults=MappingProxyType({"page_size": 1, "tp_size": 1}),
     caps=caps.SGLANG,
+    mixing_flag="enable_mixed_chunk",
 )
 TRTLLM = Engine(
     name="trtllm",
