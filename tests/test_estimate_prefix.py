@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.costs import NO_ROWS, PassTotals, StepCosts
+from specsim.costs import NO_ROWS, PassTotals, StepCosts, formula
 from specsim.estimate import estimate_point
 from specsim.estimate.passes import Passes
 from specsim.estimate.point import build_replica
@@ -42,7 +42,7 @@ def test_a_cached_prompts_seconds_are_what_the_engine_charges_for_its_uncached_t
     scenario = load_scenario(repo / "scenarios" / "poisson.yaml", [])
     engine = scenario.engine.model_copy(update={"chunked_prefill": chunked})
     costs = StepCosts(cached_profile(scenario.resolve(scenario.profile)), drafter)
-    costs.overhead_prefill_token_s = 1e-6  # 0 in the profile: a term per computed token
+    costs.terms[formula.PREFILL_TOKEN_S] = 1e-6  # 0 in the profile: a term per computed token
     passes = Passes(costs, engine)
     prompts, cached = np.array([16.0, 300.0, 2000.0]), np.array([0.0, 288.0, 1024.0])
     decode = PassTotals(8, 40.0, 8 * 1500.0, 40.0 * 1500.0)

@@ -160,12 +160,12 @@ def test_simulator_charges_every_overhead_term_at_batch_one(tmp_path, monkeypatc
     assert simulated_tpot(tmp_path) == pytest.approx(step / 3, rel=1e-9)
 
     # Planted bug: the draft terms left out of the charge (the formula before them).
-    from specsim import costs
+    from specsim.costs import formula as cost_formula
 
-    def without_draft_terms(self, sequences, k=0, drafting=0):
-        return self.overhead_step_s + self.overhead_seq_s * sequences
+    def without_draft_terms(c, sequences, k, drafting):
+        return c[cost_formula.OVERHEAD] + c[cost_formula.OVERHEAD + 1] * sequences
 
-    monkeypatch.setattr(costs.StepCosts, "overhead_s", without_draft_terms)
+    monkeypatch.setattr(cost_formula, "overhead_s", without_draft_terms)
     assert simulated_tpot(tmp_path) != pytest.approx(step / 3, rel=1e-3)
 
 

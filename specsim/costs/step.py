@@ -60,13 +60,9 @@ class StepCosts:
         self.drafter = drafter_cost(profile, drafter)
         self.draft_latency: LatencyModel | None = self.drafter.latency
         overhead = profile.profile.overhead
-        self.overhead_step_s = overhead.per_step_s
-        self.overhead_seq_s = overhead.per_sequence_s
         self.request_s = overhead.per_request_s  # a request's way in: TTFT pays it, no pass
         own = self.drafter.spec.overhead if self.drafter.spec is not None else None
         draft_terms = own if own is not None else overhead
-        self.overhead_prefill_s = draft_terms.per_prefill_s
-        self.overhead_prefill_token_s = draft_terms.per_prefill_token_s
         t = self.target_spec
         self.target_flops_per_token = t.flops_per_token
         self.target_attn_flops = t.attention_flops_per_context_token
@@ -84,7 +80,7 @@ class StepCosts:
             ),
             self.drafter,
             (self.target_flops_per_token, self.target_attn_flops),
-            (self.overhead_prefill_s, self.overhead_prefill_token_s),
+            (draft_terms.per_prefill_s, draft_terms.per_prefill_token_s),
         )
         # Tree steps (``specsim.costs.tree``): k is the tree's depth, the drafter's passes and
         # the verification widths follow the shape; None: chain steps.
@@ -94,6 +90,19 @@ class StepCosts:
             self.tree_rows = TreeRows(tree)
         self._check_target = self.target.latency.valid_range is not None
         self.checks_ranges = self._check_target or self.drafter.checks_range
+
+    # The terms the estimate reads apart, from the vector (one copy of each).
+    @property
+    def overhead_seq_s(self) -> float:
+        return self.terms[formula.OVERHEAD + 1]
+
+    @property
+    def overhead_prefill_s(self) -> float:
+        return self.terms[formula.PREFILL_S]
+
+    @property
+    def overhead_prefill_token_s(self) -> float:
+        return self.terms[formula.PREFILL_TOKEN_S]
 
     # ---- seconds -------------------------------------------------------------------------
     def target_pass_s(self, batch: int, new: float, kv: float, pairs: float) -> float:
