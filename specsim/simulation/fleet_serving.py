@@ -15,7 +15,9 @@ and cuts the call where an iteration the call ran starts at or after t (it would
 request): the call is run again from the same starting state and draw position, limited to
 the iterations that start before t (``_replay``; the draws are deterministic, so those are the
 same iterations), the replica waits for the last of them to end, applies them, and queues what
-arrived meanwhile behind the kernel's queue.
+arrived meanwhile behind the kernel's queue. Where admission stopped short of the queue's tail
+at every iteration from t on (a request waits ahead, the batch is full or the prompt budget
+spent: admission is FCFS), the request could not have changed them, and waits without a cut.
 
 Between calls the kernel's arrays keep the replica's state (``holding``): a routed request
 goes straight into the kernel's queue, and the replica's Python state is written back
@@ -36,6 +38,7 @@ from specsim.simulation.compiled_layout import (
     ITERATIONS,
     LOGGED,
     NOW,
+    OPEN_UNTIL,
     P_LEN,
     Q_HEAD,
     Q_LEN,
@@ -86,11 +89,19 @@ class FleetServing(ServingLoop):
         if self.busy:
             self.late.append(request)
             process = self.replica._process
-            if not self.cutting and process.env.now < self._iteration_start(self.ran - 1):
+            if not self.cutting and self._cut_by(process.env.now):
                 self.cutting = True
                 process.interrupt()
             return True
         return self.holding and self._queue(request)
+
+    def _cut_by(self, now: float) -> bool:
+        """Whether a request routed here at ``now`` changes the call under way: an iteration
+        it ran starts at or after ``now`` and its admission could reach the queue's tail (where
+        every such admission stopped short, as ``Stretch.blocked``, the request waits behind)."""
+        if now >= self._iteration_start(self.ran - 1):
+            return False
+        return self._started_before(now) < self.ct[OPEN_UNTIL]
 
     # ---- a call ------------------------------------------------------------------------------
     def serve(self, replica, env):
@@ -163,7 +174,7 @@ class FleetServing(ServingLoop):
 
     def _begin(self, start: float) -> None:
         self.st[NOW] = start
-        self.ct[RECORDS] = self.ct[ITERATIONS] = self.ct[DRAWN] = 0
+        self.ct[RECORDS] = self.ct[ITERATIONS] = self.ct[DRAWN] = self.ct[OPEN_UNTIL] = 0
         for saved, array in zip(self.saved, self._arrays(), strict=True):
             saved[...] = array  # (quicker than np.copyto on these small arrays)
         self.saved_emitted = float(self.st[EMITTED])
