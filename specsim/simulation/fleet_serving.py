@@ -145,32 +145,14 @@ class FleetServing(ServingLoop):
         self._pack(replica, now, in_flight)
         levels = np.array(admission._levels[::-1], dtype=np.int64)  # for the whole hold
         self.inputs = (levels, *self.inputs[1:])
+        self._args = None
         self.saved = [array.copy() for array in self._arrays()]  # the table is this size now
         self.holding = True
         return True
 
     def _arrays(self) -> tuple:
-        """Every array a call changes (the replica's batch included)."""
-        replica = self.replica
-        return (
-            replica.remaining,
-            replica.context,
-            replica.level,
-            replica.level_shift,
-            replica.row_drafted,
-            replica.admit_order,
-            replica.output,
-            self.req,
-            self.rows_free,
-            self.queue,
-            self.prefilling,
-            self.slot_row,
-            self.join_step,
-            self.join_left,
-            self.free,
-            self.st,
-            self.ct,
-        )
+        """Every array a call changes (the replica's batch among them: ``ServingTable._slots``)."""
+        return self.floats, self.counts, self.req, self.rings
 
     def _begin(self, start: float) -> None:
         self.st[NOW] = start
