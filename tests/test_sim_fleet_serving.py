@@ -55,6 +55,11 @@ FLEETS = {
         "workload": {**CLOSED, "concurrency": 24, "think_time_s": 0.3},
     },
     "closed loop, one replica, think time": {"workload": {**CLOSED, "think_time_s": 0.2}},
+    "two replicas, overloaded, the table fills": {
+        "fleet": {"replicas": 2, "router": "round_robin"},
+        "engine": {"max_batch": 4},
+        "workload": {"rate": 60.0, "requests": 400},
+    },
     "client cap, two replicas": {
         "fleet": {"replicas": 2, "router": "least_outstanding"},
         "workload": {"rate": 12.0, "max_concurrency": 6},

@@ -211,8 +211,12 @@ class FleetServing(ServingLoop):
         """The replica's state back from the kernel's arrays (nothing to do when not held)."""
         if self.holding:
             self.holding = False
-            self.ct[RECORDS] = 0  # each call's records went at its end
+            # A call's records go at its end, after what was routed here meanwhile is queued
+            # (``_settle``, where a full table releases the state): not with the state.
+            ct = self.ct
+            records, ct[RECORDS] = int(ct[RECORDS]), 0
             self._unpack(replica)
+            ct[RECORDS] = records
 
     def _load(self, request: Request, loaded: int) -> int:
         row = super()._load(request, loaded)
