@@ -21,7 +21,7 @@ import yaml
 from test_sim_stretch import DATA, assert_identical, make, observe
 
 from specsim.simulation import fleet_serving
-from specsim.simulation.compiled_layout import ITERATIONS
+from specsim.simulation.compiled_layout import ITERATIONS, OPEN_UNTIL
 
 CLOSED = {"kind": "closed_loop", "concurrency": 10, "requests": 300, "rate": None}
 SATURATED = {"engine": {"max_batch": 16, "kv_capacity_tokens": 1500}}
@@ -55,6 +55,11 @@ FLEETS = {
         "workload": {**CLOSED, "concurrency": 24, "think_time_s": 0.3},
     },
     "closed loop, one replica, think time": {"workload": {**CLOSED, "think_time_s": 0.2}},
+    "two replicas, overloaded, the table fills": {
+        "fleet": {"replicas": 2, "router": "round_robin"},
+        "engine": {"max_batch": 4},
+        "workload": {"rate": 60.0, "requests": 400},
+    },
     "client cap, two replicas": {
         "fleet": {"replicas": 2, "router": "least_outstanding"},
         "workload": {"rate": 12.0, "max_concurrency": 6},
@@ -131,4 +136,64 @@ def test_a_steady_window_that_ignores_a_call_under_way_fails(
     monkeypatch.setattr(
         fleet_serving.FleetServing, "emitted_at", lambda self, now: self.replica.emitted_tokens
     )
+    assert differs(scenario, tmp_path, monkeypatch)
+
+
+# Fleets whose replicas' queues wait: on a full batch, and on a cache too small for the next.
+QUEUED = {
+    "a full batch": {
+        "fleet": {"replicas": 4, "router": "round_robin"},
+        "engine": {"max_batch": 4},
+        "workload": {"rate": 40.0, "requests": 400},
+    },
+    "a full cache": {
+        "fleet": {"replicas": 3, "router": "round_robin"},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1200},
+        "workload": {"rate": 40.0, "requests": 400},
+    },
+}
+
+
+def uncut(scenario, tmp_path, monkeypatch) -> tuple[int, int]:
+    """How many requests were routed to a replica while an iteration of its call that starts
+    after them was still to come, and how many of those queued behind it without a cut."""
+    original = fleet_serving.FleetServing._cut_by
+    counts = [0, 0]
+
+    def counted(self, now):
+        cut = original(self, now)
+        if now < self._iteration_start(self.ran - 1):
+            counts[0] += 1
+            counts[1] += not cut
+        return cut
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fleet_serving.FleetServing, "_cut_by", counted)
+        observe(scenario, tmp_path / "uncut.csv", True, monkeypatch)
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("name", list(QUEUED))
+def test_a_request_behind_a_blocked_queue_waits_without_a_cut(
+    name, delayed_profile, tmp_path, monkeypatch
+):
+    scenario = make(QUEUED[name], delayed_profile)
+    later, waited = uncut(scenario, tmp_path, monkeypatch)
+    assert waited >= 0.2 * later > 0
+    assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+def test_a_wait_that_skips_the_first_iteration_to_see_the_request_fails(
+    delayed_profile, tmp_path, monkeypatch
+):
+    scenario = make(QUEUED["a full cache"], delayed_profile)
+    assert not differs(scenario, tmp_path, monkeypatch)
+
+    def one_late(self, now):  # the first iteration to see the request taken as blocked
+        if now >= self._iteration_start(self.ran - 1):
+            return False
+        return self._started_before(now) + 1 < self.ct[OPEN_UNTIL]
+
+    monkeypatch.setattr(fleet_serving.FleetServing, "_cut_by", one_late)
     assert differs(scenario, tmp_path, monkeypatch)

@@ -115,5 +115,6 @@ STATE = STEP_STATE + 14
     PEND_LEN,
     ITERATION_LIMIT,  # the call stops after this many iterations
     STOP_AT_FINISH,  # 1: the call stops after the iteration in which a request finishes
-) = range(33)
-COUNTS = 33
+    OPEN_UNTIL,  # 1 + the last iteration whose admission could reach a request queued last
+) = range(34)
+COUNTS = 34

@@ -107,13 +107,17 @@ class ServingLoop(ServingTable):
         """The kernel on the packed state, for at most ``limit`` iterations."""
         self.ct[ITERATION_LIMIT] = limit
         self.ct[STOP_AT_FINISH] = self.feed is None and self.clients is None
+        if self._args is None:  # the same arrays from call to call while the table stands
+            self._args = self._arguments(replica)
+        base_words, offset = replica._draws.base()
+        _serving_kernel().serving_loop(self._adaptive, base_words, offset, *self._args)
+
+    def _arguments(self, replica) -> tuple:
+        """The kernel's arguments after the draws' position."""
         decode, log, admission = self.decode, replica.log, replica.admission
         levels, arrivals, lengths = self.inputs
-        base_words, offset = replica._draws.base()
-        _serving_kernel().serving_loop(
-            decode.by_rows.shape[0] == 0,
-            base_words,
-            offset,
+        self._adaptive = decode.by_rows.shape[0] == 0
+        return (
             decode.blocks,
             decode.tables,
             decode.table_at,

@@ -66,6 +66,7 @@ from specsim.simulation.compiled_layout import (
     MORE_ARRIVALS,
     NEXT_RID,
     NOW,
+    OPEN_UNTIL,
     OPENED,
     OPENED_AT,
     OPENED_EMITTED,
@@ -512,6 +513,12 @@ def serving_loop(
             continue
         if not _admit(req, queue, prefilling, levels, st, ct, lookahead, capacity):
             break
+        # Admission stopped short of the queue's tail only where a request still waits (FCFS),
+        # the batch is full or the prompt budget spent: else one queued last would have joined.
+        if not (
+            ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or st[PENDING] >= st[TOKEN_BUDGET]
+        ):
+            ct[OPEN_UNTIL] = ct[ITERATIONS] + 1
         if not _make_room(
             req,
             queue,

@@ -15,7 +15,9 @@ and cuts the call where an iteration the call ran starts at or after t (it would
 request): the call is run again from the same starting state and draw position, limited to
 the iterations that start before t (``_replay``; the draws are deterministic, so those are the
 same iterations), the replica waits for the last of them to end, applies them, and queues what
-arrived meanwhile behind the kernel's queue.
+arrived meanwhile behind the kernel's queue. Where admission stopped short of the queue's tail
+at every iteration from t on (a request waits ahead, the batch is full or the prompt budget
+spent: admission is FCFS), the request could not have changed them, and waits without a cut.
 
 Between calls the kernel's arrays keep the replica's state (``holding``): a routed request
 goes straight into the kernel's queue, and the replica's Python state is written back
@@ -36,6 +38,7 @@ from specsim.simulation.compiled_layout import (
     ITERATIONS,
     LOGGED,
     NOW,
+    OPEN_UNTIL,
     P_LEN,
     Q_HEAD,
     Q_LEN,
@@ -86,11 +89,19 @@ class FleetServing(ServingLoop):
         if self.busy:
             self.late.append(request)
             process = self.replica._process
-            if not self.cutting and process.env.now < self._iteration_start(self.ran - 1):
+            if not self.cutting and self._cut_by(process.env.now):
                 self.cutting = True
                 process.interrupt()
             return True
         return self.holding and self._queue(request)
+
+    def _cut_by(self, now: float) -> bool:
+        """Whether a request routed here at ``now`` changes the call under way: an iteration
+        it ran starts at or after ``now`` and its admission could reach the queue's tail (where
+        every such admission stopped short, as ``Stretch.blocked``, the request waits behind)."""
+        if now >= self._iteration_start(self.ran - 1):
+            return False
+        return self._started_before(now) < self.ct[OPEN_UNTIL]
 
     # ---- a call ------------------------------------------------------------------------------
     def serve(self, replica, env):
@@ -134,36 +145,18 @@ class FleetServing(ServingLoop):
         self._pack(replica, now, in_flight)
         levels = np.array(admission._levels[::-1], dtype=np.int64)  # for the whole hold
         self.inputs = (levels, *self.inputs[1:])
+        self._args = None
         self.saved = [array.copy() for array in self._arrays()]  # the table is this size now
         self.holding = True
         return True
 
     def _arrays(self) -> tuple:
-        """Every array a call changes (the replica's batch included)."""
-        replica = self.replica
-        return (
-            replica.remaining,
-            replica.context,
-            replica.level,
-            replica.level_shift,
-            replica.row_drafted,
-            replica.admit_order,
-            replica.output,
-            self.req,
-            self.rows_free,
-            self.queue,
-            self.prefilling,
-            self.slot_row,
-            self.join_step,
-            self.join_left,
-            self.free,
-            self.st,
-            self.ct,
-        )
+        """Every array a call changes (the replica's batch among them: ``ServingTable._slots``)."""
+        return self.floats, self.counts, self.req, self.rings
 
     def _begin(self, start: float) -> None:
         self.st[NOW] = start
-        self.ct[RECORDS] = self.ct[ITERATIONS] = self.ct[DRAWN] = 0
+        self.ct[RECORDS] = self.ct[ITERATIONS] = self.ct[DRAWN] = self.ct[OPEN_UNTIL] = 0
         for saved, array in zip(self.saved, self._arrays(), strict=True):
             saved[...] = array  # (quicker than np.copyto on these small arrays)
         self.saved_emitted = float(self.st[EMITTED])
@@ -218,8 +211,12 @@ class FleetServing(ServingLoop):
         """The replica's state back from the kernel's arrays (nothing to do when not held)."""
         if self.holding:
             self.holding = False
-            self.ct[RECORDS] = 0  # each call's records went at its end
+            # A call's records go at its end, after what was routed here meanwhile is queued
+            # (``_settle``, where a full table releases the state): not with the state.
+            ct = self.ct
+            records, ct[RECORDS] = int(ct[RECORDS]), 0
             self._unpack(replica)
+            ct[RECORDS] = records
 
     def _load(self, request: Request, loaded: int) -> int:
         row = super()._load(request, loaded)

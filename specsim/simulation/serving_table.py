@@ -79,14 +79,8 @@ class ServingTable:
         self.feed = feed
         self.clients = clients
         self.decode = decode  # the cost vector, window terms and acceptance tables
-        cap = replica.capacity
-        self.slot_row = np.full(cap, -1, dtype=np.int64)
-        self.join_step = np.zeros(cap, dtype=np.int64)
-        self.join_left = np.zeros(cap)
-        self.free = np.zeros(cap, dtype=np.int64)
+        self._slots(replica)
         self.records = np.zeros((AHEAD, RECORD))
-        self.st = np.zeros(STATE)
-        self.ct = np.zeros(COUNTS, dtype=np.int64)
         # Clients' requests on their way through an API server (``fleet.Frontend``): between
         # calls the loop holds those it sent (``pending``), and hands them to the server
         # before Python steps the replica itself; while the server has any on the way, the
@@ -97,19 +91,41 @@ class ServingTable:
         self.rows = 0
         # A client's request takes the client's row; a lone replica's arrivals take up to
         # AHEAD rows; a fleet replica's table grows with what is in flight (``_pack``).
-        rows = cap + AHEAD if feed is not None else FLEET_ROWS
+        rows = replica.capacity + AHEAD if feed is not None else FLEET_ROWS
         self._table(clients.source.concurrency if clients is not None else rows)
         self.wait = 0  # iterations to leave to Python before the next call
         self.trace = np.zeros((2, TRACE))  # each iteration's end and the tokens emitted by then
+
+    def _slots(self, replica) -> None:
+        """The per-slot arrays and the state, as views into two arrays (``floats``, ``counts``):
+        with the request table and its rings, what a call changes is four arrays, which a
+        fleet replica copies to replay a call from (``fleet_serving.py``). The replica's batch
+        arrays become views too, their values kept."""
+        cap = replica.capacity
+        self.floats = np.zeros(6 * cap + STATE)
+        self.counts = np.zeros(5 * cap + COUNTS, dtype=np.int64)
+        floats = self.floats[: 6 * cap].reshape(6, cap)
+        counts = self.counts[: 5 * cap].reshape(5, cap)
+        for views, names in (
+            (floats, ("remaining", "context", "output", "level_shift", "row_drafted")),
+            (counts, ("level", "admit_order")),
+        ):
+            for view, name in zip(views, names, strict=False):  # the rest are the table's
+                view[:] = getattr(replica, name)
+                setattr(replica, name, view)
+        self.join_left = floats[5]
+        self.slot_row, self.join_step, self.free = counts[2], counts[3], counts[4]
+        self.slot_row[:] = -1
+        self.st = self.floats[6 * cap :]
+        self.ct = self.counts[5 * cap :]
 
     def _table(self, rows: int) -> None:
         """The request table and its rings, for ``rows`` requests in flight."""
         self.rows = rows
         self.req = np.zeros((rows, FIELDS))
-        self.rows_free = np.zeros(rows, dtype=np.int64)
-        self.queue = np.zeros(rows, dtype=np.int64)
-        self.prefilling = np.zeros(rows, dtype=np.int64)
-        self.pending_ring = np.zeros(rows, dtype=np.int64)
+        self.rings = np.zeros((4, rows), dtype=np.int64)
+        self.rows_free, self.queue, self.prefilling, self.pending_ring = self.rings
+        self._args = None  # the kernel's arguments name the table's arrays
 
     # ---- packing -------------------------------------------------------------------------
     def _pack(self, replica, now: float, in_flight: int) -> None:
@@ -172,6 +188,7 @@ class ServingTable:
         most = len(admission.queue) + len(self.pending) + arrivals.shape[1] + lengths.shape[1]
         levels = np.array(admission._levels[: -most - 1 : -1], dtype=np.int64)
         self.inputs = levels, arrivals, lengths
+        self._args = None
 
     def _load(self, request: Request, loaded: int) -> int:
         """The request's row (a client's own, else the next one), filled in."""
