@@ -9,13 +9,11 @@ spread, so the fit is the posterior mode of a Gaussian prior and a likelihood on
 The likelihood is a Cauchy one per run (a Student t of one degree of freedom, scale
 ``ROBUST_SCALE`` noises): a run whose figures the terms reproduce to a few noises counts as in
 a Gaussian fit, one they miss by far more counts less and less (weight 1 / (1 + z^2 / c^2) at z
-noises). A run that the cost model cannot describe whatever the terms (a missing cost, as a
-thousand short requests sent at once into vLLM's API server: TTFT x3 the prior's at every
-setting of the terms that fits the others) then no longer sets the terms for all the others.
-A Gaussian likelihood let such runs drag the compute factor to x1.2 to x3.4 and made the
-runs the fit never saw worse than the prior predicts them
-(docs/notes/2026-12-03-honest-fits.md). Each run's weight at the fit is in the report, and the
-runs the fit discounts are named (``DISCOUNTED``).
+noises). A run that the cost model cannot describe whatever the terms (a cost it lacks) then
+no longer sets the terms for all the others, as under a Gaussian likelihood, where such runs
+made the runs a fit never saw worse than its prior (docs/notes/2026-12-03-honest-fits.md).
+Each run's weight at the fit is in the report, and the runs it discounts are named
+(``DISCOUNTED``).
 
 Which terms the runs determine: the posterior covariance at the optimum,
 (J'WJ / s^2 + prior precision)^-1, from a central-difference Jacobian J of the weighted figures,

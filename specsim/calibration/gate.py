@@ -15,8 +15,7 @@ Worse means a mean's or a throughput's median |error| over the judged runs above
 the same runs by more than ``PRIOR_MARGIN`` (the 5 % each run's figures are fitted to), or the
 median over every figure so. A percentile counts in that median, not alone: one run's p99 is
 set by its last few requests (a sampling error several times a mean's), and a fit that trades
-it for the means is no worse than its prior (the README's CPU runs: TTFT p99 held out 20 %
-against the prior's 5 %, TPOT 2-7 % against 11-17 %).
+it for the means is no worse than its prior (docs/notes/2026-12-03-honest-fits.md).
 """
 
 from __future__ import annotations

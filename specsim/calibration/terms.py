@@ -12,11 +12,10 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   products that long prompts and large batches pay.
 - ``target.attention``: one factor on its per-attention-pair term: attention over the context
   a new token reads, run by other kernels (FlashAttention, MLA) at another utilisation than the
-  matrix products, and a share of a prompt's cost that grows with its length (3 % of a 2k-token
-  prompt's on a 14B model, a third of a 32k one's). A factor shared with the matrix products
-  carried what short-prompt runs say of those onto the long prompts' attention (the 32k runs'
-  TTFT x1.2 to x6 worse than the prior's, docs/notes/2026-12-03-honest-fits.md); apart, runs
-  of short prompts leave it undetermined, at the prior. Fitted where the prior prices it.
+  matrix products, a share of a prompt's cost that grows with its length. Shared with the
+  matrix products, a factor carried what short-prompt runs say of those onto long prompts'
+  attention (docs/notes/2026-12-03-honest-fits.md); apart, short-prompt runs leave it
+  undetermined, at the prior. Fitted where the prior prices attention.
 - ``drafters.NAME.latency``: one factor on the whole latency fit of a draft model.
 - ``drafters.NAME.per_speculative_step_s``: seconds added to every step that drafts (the
   drafter's ``overhead.per_speculative_step_s``): what a speculative iteration costs beyond the
