@@ -3,12 +3,22 @@
 The residuals are every fitted figure's weighted log(simulated / measured) over ``NOISE`` (a
 run's figures together taken as one observation known to about 5 %; the weights:
 ``specsim.calibration.simulate``), and one row per term, (theta - prior) over the prior's
-spread, so the fit is the posterior mode of a Gaussian prior and a Gaussian likelihood on the
-log scale (``scipy.optimize.least_squares``, bounded trust region).
+spread, so the fit is the posterior mode of a Gaussian prior and a likelihood on the log scale
+(``scipy.optimize.least_squares``, bounded trust region).
+
+The likelihood is a Cauchy one per run (a Student t of one degree of freedom, scale
+``ROBUST_SCALE`` noises): a run whose figures the terms reproduce to a few noises counts as in
+a Gaussian fit, one they miss by far more counts less and less (weight 1 / (1 + z^2 / c^2) at z
+noises). A run that the cost model cannot describe whatever the terms (a cost it lacks) then
+no longer sets the terms for all the others, as under a Gaussian likelihood, where such runs
+made the runs a fit never saw worse than its prior (docs/notes/2026-12-03-honest-fits.md).
+Each run's weight at the fit is in the report, and the runs it discounts are named
+(``DISCOUNTED``).
 
 Which terms the runs determine: the posterior covariance at the optimum,
-(J'J / s^2 + prior precision)^-1, from a central-difference Jacobian J of the weighted figures
-and s the larger of ``NOISE`` and the runs' own root-mean-square weighted error. The simulated
+(J'WJ / s^2 + prior precision)^-1, from a central-difference Jacobian J of the weighted figures,
+W the runs' Cauchy weights there and s the larger of ``NOISE`` and the runs' own
+root-mean-square weighted error (each run's times its weight's square root). The simulated
 figures are not smooth in the terms (an iteration more or less, a request admitted a step
 earlier), so the differences span ``SPREAD_STEP`` either way (20 % on a factor): narrower ones
 read those jumps as slopes, and so as information the runs do not hold. A term
@@ -32,6 +42,8 @@ from specsim.calibration.simulate import Evaluator
 
 NOISE = 0.05
 DETERMINED = 0.5
+ROBUST_SCALE = 3.0  # noises: a run fitted to 15 % weighs half as much as a Gaussian fit's
+DISCOUNTED = 0.5  # a run whose weight at the fit is below this is named in the report
 STEP = 0.1  # the optimiser's forward differences (10 % on a factor)
 SPREAD_STEP = 0.2  # the posterior's central differences
 MAX_NFEV = 25  # trust-region iterations per fit (Jacobian evaluations not counted)
@@ -44,6 +56,7 @@ class FitResult:
     correlation: np.ndarray  # the terms' posterior correlations
     determined: list[int]
     held_out: dict[int, np.ndarray] | None  # run -> theta fitted without it
+    weights: np.ndarray  # each run's Cauchy weight at theta (module docstring)
 
 
 def _priors(evaluator: Evaluator) -> tuple[np.ndarray, np.ndarray]:
@@ -55,6 +68,30 @@ def errors(evaluator: Evaluator, theta: np.ndarray, runs: list[int]) -> np.ndarr
     """The weighted log(simulated / measured) of every fitted figure of ``runs`` (each run's
     weights with a sum of squares of 1: ``specsim.calibration.simulate``)."""
     return np.concatenate([evaluator.weighted_errors(theta, run) for run in runs])
+
+
+def run_weight(error: np.ndarray) -> float:
+    """A run's Cauchy weight, 1 / (1 + z^2 / c^2), its weighted errors ``z`` noises long."""
+    z2 = float(np.sum(error**2)) / NOISE**2
+    return 1.0 / (1.0 + z2 / ROBUST_SCALE**2)
+
+
+def robust(error: np.ndarray) -> np.ndarray:
+    """A run's weighted errors over ``NOISE``, shortened so that their sum of squares is the
+    Cauchy cost c^2 log(1 + z^2 / c^2): least squares on these is the robust fit."""
+    z2 = float(np.sum(error**2)) / NOISE**2
+    if z2 == 0.0:
+        return error / NOISE
+    cost = ROBUST_SCALE**2 * np.log1p(z2 / ROBUST_SCALE**2)
+    return error / NOISE * np.sqrt(cost / z2)
+
+
+def robust_errors(evaluator: Evaluator, theta: np.ndarray, runs: list[int]) -> np.ndarray:
+    return np.concatenate([robust(evaluator.weighted_errors(theta, run)) for run in runs])
+
+
+def weights(evaluator: Evaluator, theta: np.ndarray, runs: list[int]) -> np.ndarray:
+    return np.array([run_weight(evaluator.weighted_errors(theta, run)) for run in runs])
 
 
 def fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarray) -> np.ndarray:
@@ -73,7 +110,7 @@ def fit(evaluator: Evaluator, free: list[int], runs: list[int], start: np.ndarra
         theta = start.copy()
         theta[free] = u - shift
         prior = (theta[free] - theta0[free]) / sd[free]
-        return np.concatenate([errors(evaluator, theta, runs) / NOISE, prior])
+        return np.concatenate([robust_errors(evaluator, theta, runs), prior])
 
     def forward_differences(u: np.ndarray) -> np.ndarray:
         # Absolute steps of STEP (scipy's own are relative to u and far smaller).
@@ -119,9 +156,12 @@ def posterior(evaluator: Evaluator, theta: np.ndarray, runs: list[int]):
     correlations (module docstring)."""
     free = list(range(len(evaluator.terms)))
     _, sd = _priors(evaluator)
-    residual = errors(evaluator, theta, runs)
+    # Each figure's row scaled by the square root of its run's weight.
+    per_run = [evaluator.weighted_errors(theta, run) for run in runs]
+    scale = np.concatenate([np.full(e.size, np.sqrt(run_weight(e))) for e in per_run])
+    residual = np.concatenate(per_run) * scale
     noise = max(NOISE, float(np.sqrt(np.sum(residual**2) / len(runs))))
-    J = jacobian(evaluator, theta, runs, free)
+    J = jacobian(evaluator, theta, runs, free) * scale[:, None]
     precision = J.T @ J / noise**2 + np.diag(1.0 / sd**2)
     covariance = np.linalg.inv(precision)
     spread = np.sqrt(np.clip(np.diag(covariance), 1e-300, None))
@@ -165,4 +205,6 @@ def calibrate(evaluator: Evaluator, held_out: bool = True) -> FitResult:
             run: staged_fit(evaluator, determined, [r for r in runs if r != run], theta0)
             for run in runs
         }
-    return FitResult(theta, ratio, correlation, determined, left_out)
+    return FitResult(
+        theta, ratio, correlation, determined, left_out, weights(evaluator, theta, runs)
+    )

@@ -327,7 +327,9 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
     if opts.runs_source is not None:
         data["provenance"]["calibration"]["runs_source"] = opts.runs_source
     if report["checked"] is not None:
-        checked = {k: v for k, v in report["checked"].items() if k != "errors"}
+        checked = {
+            k: v for k, v in report["checked"].items() if k not in ("errors", "prior_errors")
+        }
         data["provenance"]["calibration"]["checked"] = checked
     if data["provenance"]["command"] is None:
         del data["provenance"]["command"]

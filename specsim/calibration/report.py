@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.calibration.fit import DETERMINED, NOISE, FitResult
+from specsim.calibration.fit import DETERMINED, DISCOUNTED, NOISE, ROBUST_SCALE, FitResult
 from specsim.calibration.simulate import Evaluator, unfitted_reason
 from specsim.calibration.terms import (
     FACTOR_PRIOR_SD,
@@ -34,6 +34,7 @@ def run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str,
         row = {
             "measured": measured,
             "prior": prior[key],
+            "prior_error": prior[key] / measured - 1,
             "fitted": fitted[key],
             "error": fitted[key] / measured - 1,
         }
@@ -57,6 +58,7 @@ def run_report(evaluator: Evaluator, result: FitResult, index: int) -> dict[str,
         },
         "workload": replay_.describe(),
         "speculation": None if spec is None else {"drafter": spec.drafter, "k": spec.k},
+        "weight": float(result.weights[index]),
         "metrics": metrics,
         "notes": list(run.notes),
     }
@@ -73,6 +75,18 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
     notes = []
     if evaluator.out_of_range:
         notes.append("the runs' loads took the prior's latency fits outside their measured range")
+    discounted = [
+        f"{run['label'] or run['run']} ({run['weight']:.2f})"
+        for run in per_run
+        if run["weight"] < DISCOUNTED
+    ]
+    if discounted:
+        notes.append(
+            "the fitted terms do not reproduce run(s) "
+            + ", ".join(discounted)
+            + " within a few noises, and the fit gives them the weight in brackets: a cost the "
+            "model lacks, or runs of another deployment; their fit error says how far off"
+        )
     models = sorted({run["model"] for run in per_run if run["model"]})
     target = loaded.profile.target.description
     if models and target and target not in models:
@@ -82,7 +96,8 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
         "method": {
             "residuals": "log(simulated / measured) of every figure the simulation gives, "
             "a percentile weighted by a mean's sampling error over its own, each run's figures "
-            f"together one observation known to {NOISE:.0%}, with a Gaussian prior on each term",
+            f"together one observation known to {NOISE:.0%}, a Cauchy likelihood per run (scale "
+            f"{ROBUST_SCALE:g} noises), with a Gaussian prior on each term",
             "prior_spread": {
                 "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
                 "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass (a drafter's added "
@@ -133,14 +148,19 @@ def terms(evaluator: Evaluator, result: FitResult) -> list[dict[str, Any]]:
 
 def check_report(checker: Evaluator, theta: np.ndarray, files: list[dict]) -> dict[str, Any]:
     """Runs the fit never saw (``--check-runs``) predicted with the fitted terms: per run and
-    figure the signed error, and per figure the median and largest |error| over the runs."""
+    figure the signed error, and per figure the median and largest |error| over the runs; and
+    the prior's signed errors on the same runs (what the quality gate compares the fit with)."""
     runs: dict[str, dict[str, float]] = {}
+    prior_runs: dict[str, dict[str, float]] = {}
     by_figure: dict[str, list[float]] = {}
+    theta0 = np.array([t.theta0 for t in checker.terms])
     for index, replay_ in enumerate(checker.replays):
-        predicted = checker.metrics(theta, index)
         measured = replay_.run.metrics
-        errors = {key: predicted[key] / measured[key] - 1 for key in checker.keys[index]}
-        runs[replay_.run.label or f"run {index + 1}"] = errors
+        label = replay_.run.label or f"run {index + 1}"
+        for into, at in ((runs, theta), (prior_runs, theta0)):
+            predicted = checker.metrics(at, index)
+            into[label] = {key: predicted[key] / measured[key] - 1 for key in checker.keys[index]}
+        errors = runs[label]
         for key, error in errors.items():
             by_figure.setdefault(key, []).append(abs(error))
     return {
@@ -155,4 +175,5 @@ def check_report(checker: Evaluator, theta: np.ndarray, files: list[dict]) -> di
             for key, values in sorted(by_figure.items())
         },
         "errors": runs,
+        "prior_errors": prior_runs,
     }

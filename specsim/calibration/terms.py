@@ -8,8 +8,14 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
 - ``target.decode``: one factor on the target's fixed, per-sequence and per-KV-token terms
   (and a mixture of experts' routed-expert read), the memory-bound part that every decode and
   verification pass pays (weights and cache read).
-- ``target.prefill``: one factor on its per-batched-token (past the knee) and per-attention-pair
-  terms, the compute-bound part that long prompts and large batches pay.
+- ``target.prefill``: one factor on its per-batched-token term (past the knee): the matrix
+  products that long prompts and large batches pay.
+- ``target.attention``: one factor on its per-attention-pair term: attention over the context
+  a new token reads, run by other kernels (FlashAttention, MLA) at another utilisation than the
+  matrix products, a share of a prompt's cost that grows with its length. Shared with the
+  matrix products, a factor carried what short-prompt runs say of those onto long prompts'
+  attention (docs/notes/2026-12-03-honest-fits.md); apart, short-prompt runs leave it
+  undetermined, at the prior. Fitted where the prior prices attention.
 - ``drafters.NAME.latency``: one factor on the whole latency fit of a draft model.
 - ``drafters.NAME.per_speculative_step_s``: seconds added to every step that drafts (the
   drafter's ``overhead.per_speculative_step_s``): what a speculative iteration costs beyond the
@@ -49,8 +55,10 @@ SECONDS_BOUNDS = (0.0, 50.0)
 REQUEST_SPREAD_S = 0.05  # the request delay's prior spread
 REQUEST_TERM = "overhead.per_request_s"
 DECODE_TERMS = ("fixed_s", "per_sequence_s", "per_kv_token_s")
-PREFILL_TERMS = ("per_batched_token_s", "per_attention_pair_s")
-DRAFT_TERMS = (*DECODE_TERMS, *PREFILL_TERMS)
+PREFILL_TERMS = ("per_batched_token_s",)
+ATTENTION_TERMS = ("per_attention_pair_s",)
+DRAFT_TERMS = (*DECODE_TERMS, *PREFILL_TERMS, *ATTENTION_TERMS)
+TARGET_PARTS = {"decode": DECODE_TERMS, "prefill": PREFILL_TERMS, "attention": ATTENTION_TERMS}
 REFERENCE_CONTEXT = 1024
 
 
@@ -64,7 +72,7 @@ class Term:
     unit: float  # seconds per unit of theta (seconds terms), 1 for factors
     description: str
     model: str = "target"  # "target", "engine" (the profile's overhead) or the drafter's name
-    part: str = "decode"  # decode, prefill, latency, per_speculative_step_s or per_request_s
+    part: str = "decode"  # decode, prefill, attention, latency, per_speculative_step_s, ...
     spread_s: float | None = None  # a seconds term's prior spread, when not one unit
 
     @property
@@ -106,10 +114,21 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
             "factor",
             1.0,
             1.0,
-            "target: per-batched-token, per-pair",
+            "target: per-batched-token (matrix products past the knee)",
             part="prefill",
         ),
     ]
+    if profile.target.latency.fit.per_attention_pair_s > 0:
+        terms.append(
+            Term(
+                "target.attention",
+                "factor",
+                1.0,
+                1.0,
+                "target: per-attention-pair (attention over the context)",
+                part="attention",
+            )
+        )
     if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
         terms.append(request_term(profile, unit))
     if drafter is None:
@@ -183,8 +202,7 @@ def apply(profile: Profile, terms: list[Term], theta) -> Profile:
             overhead = overhead.model_copy(update={term.part: value})
             continue
         if term.model == "target":
-            names = DECODE_TERMS if term.part == "decode" else PREFILL_TERMS
-            target = _with_fit(target, _scaled(target.latency.fit, names, value))
+            target = _with_fit(target, _scaled(target.latency.fit, TARGET_PARTS[term.part], value))
             continue
         spec = drafters[term.model]
         if term.part == "latency":

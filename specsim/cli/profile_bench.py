@@ -141,13 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Number(float, 0, 100),
         default=MAX_HELD_OUT_ERROR,
         help="the quality gate: a fit whose held-out median |predicted / measured - 1| is "
-        "above F is not written (a warning, exit 1) unless --accept-poor-fit is given "
+        "above F, or that predicts those runs worse than its prior does, is not written (a "
+        "warning, exit 1) unless --accept-poor-fit is given "
         f"(default {MAX_HELD_OUT_ERROR:g}: ten per cent)",
     )
     bench.add_argument(
         "--accept-poor-fit",
         action="store_true",
-        help="write a fit above --max-held-out-error anyway, with its error and this flag in "
+        help="write a fit the quality gate refuses anyway, with its error and this flag in "
         "its provenance notes and in the report's gate",
     )
 
@@ -267,9 +268,10 @@ def summary_lines(report: dict[str, Any], out: Path | None, report_path: Path) -
         )
     gate = report["gate"]
     if not gate["passed"]:
+        from specsim.calibration.gate import verdict as gate_words
+
         lines.append(
-            f"  quality gate: median |error| {gate['median_abs_error']:.1%} above "
-            f"{gate['threshold']:.0%}"
+            f"  quality gate: {gate_words(gate)}"
             + ("" if gate["accepted_with"] is None else f", written with {gate['accepted_with']}")
         )
     for entry in report["acceptance"]:
