@@ -67,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         default=None,
         help="the server's log or flags file (vllm serve's command line or startup log, "
-        "SGLang's server_args, a TensorRT-LLM options YAML): the batch caps it states",
+        "SGLang's server_args, a TensorRT-LLM options YAML): the batch caps it states, and "
+        "whether SGLang mixes prompt chunks into decode batches (--enable-mixed-chunk; SGLang's "
+        "runs otherwise replay with prefill batches apart)",
     )
     bench.add_argument(
         "--k",
