@@ -95,12 +95,10 @@ from specsim.simulation.compiled_layout import (
     TOKEN_BUDGET,
 )
 from specsim.simulation.compiled_step_kernel import (
-    D_ATTN,
-    D_FLOPS,
-    OWN_CACHE,
     T_ATTN,
     T_FLOPS,
     _decode_s,
+    _draft_prefill_flops,
     _mixed_s,
     _window,
     apply_step,
@@ -583,10 +581,7 @@ def serving_loop(
             )
             if p_rows:
                 target = per_token * p_tokens + per_pair * p_pairs
-                if c[OWN_CACHE] != 0.0:
-                    st[PREFILL_FLOPS] += target + (c[D_FLOPS] * p_tokens + c[D_ATTN] * p_pairs)
-                else:
-                    st[PREFILL_FLOPS] += target + 0.0
+                st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
         if rows and not p_rows:
             dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
         else:

@@ -43,8 +43,8 @@ for _function in formula.FUNCTIONS:
     register_jitable(_function)
 _decode_s, _mixed_s = formula.decode_s, formula.mixed_s
 _draft_flops, _wasted_per_position = formula.draft_flops, formula.wasted_per_position
+_draft_prefill_flops = formula.draft_prefill_flops
 # The vector's slots the serving kernel reads directly.
-D_ATTN, D_FLOPS, OWN_CACHE = formula.D_ATTN, formula.D_FLOPS, formula.OWN_CACHE
 T_ATTN, T_FLOPS = formula.T_ATTN, formula.T_FLOPS
 
 
