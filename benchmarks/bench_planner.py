@@ -68,7 +68,7 @@ TOUR = [
     "1",
 ]
 TOUR_RUNS = 3
-# A fixed amount of interpreted work (2 to 3 CPU s on this machine): the machine's speed at the
+# A fixed amount of interpreted work (a few CPU seconds): the machine's speed at the
 # simulator's kind of Python, so that the tour's ratio to it holds across machines and load.
 REFERENCE_LOOP = """
 import random, simpy

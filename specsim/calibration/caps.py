@@ -44,8 +44,7 @@ def _rules(engine: str):
     return [e.caps for e in registry.ENGINES if e.caps is not None]
 
 
-def _from_file(path: str, engine: str) -> tuple[dict[str, int], dict[str, str]]:
-    text = check_input_file(path, "server log or flags file").read_text("utf-8", "replace")
+def _from_file(path: str, text: str, engine: str) -> tuple[dict[str, int], dict[str, str]]:
     values, sources = {}, {}
     for rule in _rules(engine):
         for cap, value in read_server_args(text, rule).items():
@@ -72,9 +71,12 @@ def resolve_caps(
     """The caps for ``runs`` and where each came from (module docstring); ``given`` maps a
     cap to its value and where it was given."""
     engine = runs[0].engine
-    values, sources = {}, {}
+    values, sources, text = {}, {}, None
     if server_args is not None:
-        values, sources = _from_file(server_args, engine)
+        text = check_input_file(server_args, "server log or flags file").read_text(
+            "utf-8", "replace"
+        )
+        values, sources = _from_file(server_args, text, engine)
     rules = _rules(engine) if engine in registry.NAMES else []
     default = None
     if rules:
@@ -94,20 +96,19 @@ def resolve_caps(
             source = f"specsim's default: the runs' engine ({engine}) has no known defaults"
         out.append(value)
         words.append(source)
-    apart, why = prefill_schedule(engine, server_args)
+    apart, why = prefill_schedule(engine, server_args, text)
     return EngineDefaults(out[0], out[1], tuple(words), apart, why)
 
 
-def prefill_schedule(engine: str, server_args: str | None) -> tuple[bool, str]:
+def prefill_schedule(engine: str, server_args: str | None, text: str | None) -> tuple[bool, str]:
     """Whether the runs' engine ran prefill batches apart from decode batches (SGLang's
-    default), and why, in words: its mixing flag on in ``server_args`` mixes them."""
-    if engine not in registry.NAMES or registry.engine(engine).mixing_flag is None:
+    default), and why, in words: its mixing flag on in the ``server_args`` file (its ``text``)
+    mixes them."""
+    spec = registry.engine(engine) if engine in registry.NAMES else None
+    if spec is None or spec.mixing_flag is None:
         return False, EngineDefaults.prefill_source
-    spec = registry.engine(engine)
     flag = spec.mixing_flag
-    if server_args is not None and states_flag(
-        Path(server_args).read_text("utf-8", "replace"), flag
-    ):
+    if text is not None and states_flag(text, flag):
         return False, f"{Path(server_args).name} ({flag} on: prompt chunks ride in decode batches)"
     return (
         True,

@@ -30,18 +30,27 @@ PRIOR_MARGIN = 0.05  # the fit's NOISE: closer than this, fit and prior are not 
 
 def figure_errors(per_run: list[dict[str, Any]], column: str) -> dict[str, float]:
     """Each figure's median |error| over the runs that have it, in ``column``."""
-    by_figure: dict[str, list[float]] = {}
-    for run in per_run:
-        for key, row in run["metrics"].items():
-            if column in row:
-                by_figure.setdefault(key, []).append(abs(row[column]))
-    # The standard library's median: the command line reads this module's default, and
-    # building the parser loads no numerical library.
-    return {key: float(statistics.median(values)) for key, values in by_figure.items()}
+    return _figure_medians(_signed(per_run, column))
+
+
+def _signed(per_run: list[dict[str, Any]], column: str, where: str | None = None) -> list[dict]:
+    """Each run's {figure: signed error} in ``column``, over its figures whose rows have
+    ``where`` (default: ``column``)."""
+    return [
+        {key: row[column] for key, row in run["metrics"].items() if (where or column) in row}
+        for run in per_run
+    ]
 
 
 def _median(values: list[float]) -> float:
+    # The standard library's median: the command line reads this module's default, and
+    # building the parser loads no numerical library.
     return float(statistics.median(values)) if values else 0.0
+
+
+def _overall(runs) -> float:
+    """The median |error| over every figure of ``runs`` ({figure: signed error} each)."""
+    return _median([abs(error) for run in runs for error in run.values()])
 
 
 def _figure_medians(runs) -> dict[str, float]:
@@ -64,25 +73,16 @@ def judge(report: dict[str, Any], threshold: float, accepted: bool) -> dict[str,
     held, checked = report["held_out"], report.get("checked")
     if checked is not None:
         basis = "checked"
-        error = _median([abs(e) for run in checked["errors"].values() for e in run.values()])
+        error = _overall(checked["errors"].values())
         figures = {k: f["median_abs_error"] for k, f in checked["figures"].items()}
-        prior_error = _median(
-            [abs(e) for run in checked["prior_errors"].values() for e in run.values()]
-        )
+        prior_error = _overall(checked["prior_errors"].values())
         prior = _figure_medians(checked["prior_errors"].values())
     else:
         basis = "fit" if held is None else "held_out"
         column = "error" if held is None else "held_out_error"
         error = (report["fit"] if held is None else held)["median_abs_error"]
         figures = figure_errors(report["runs"], column)
-        prior_error = _median(
-            [
-                abs(row["prior_error"])
-                for run in report["runs"]
-                for row in run["metrics"].values()
-                if column in row
-            ]
-        )
+        prior_error = _overall(_signed(report["runs"], "prior_error", column))
         prior = figure_errors(report["runs"], "prior_error")
     worst = max(figures, key=lambda key: (figures[key], key)) if figures else None
     worse = [
