@@ -5,7 +5,7 @@ these trees, measured), the small drafter, exact rejection at T = 1 with i.i.d. 
 64..128-token prompts, 32..160 generated tokens, max batch 8 (the profile's measured range).
 Two loads: Poisson at 4 requests/s (low load: a row or two a batch) and a closed loop of 16
 clients (saturated: 8 rows).
-At each load: the chain k = 3 (on its fast path, steady stretches as one event, as users run
+At each load: the chain k = 3 (on its fast path, compiled where the kernels apply, as users run
 it, and on the per-iteration path) and the trees 2,2,1 (10 nodes, depth 3) and 2,2,2,2 (30
 nodes, depth 4), which always step per iteration.
 

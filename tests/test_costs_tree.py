@@ -145,18 +145,15 @@ def test_autoregressive_heads_run_k_passes_in_a_chain_by_hand(profile):
     assert eagle.draft_s(2, 3, 150.0) == pytest.approx(seconds, rel=1e-12)
     flops = sum(4e7 * 2 + 2e4 * (kv + 2) for kv in passes)
     assert eagle.draft_flops(2, 3, 150.0) == pytest.approx(flops, rel=1e-12)
-    # The compiled cost model charges the same (a stretch's seconds and FLOPs).
+    # The compiled cost model charges the same (the kernels' seconds and FLOPs).
     from specsim.simulation import compiled_loop
 
-    vector = np.array(eagle.terms)
-    out = np.empty(2)
-    rows, kv = np.array([2.0, 2.0]), np.array([150.0, 40.0])
-    compiled_loop.step_kernel().draft_flops_each(vector, 3, rows, kv, out)
-    assert out[0] == pytest.approx(flops, rel=1e-12)
-    tokens, pairs = np.array([8.0, 8.0]), np.array([700.0, 200.0])
-    compiled_loop.step_kernel().decode_seconds_each(vector, 0, rows, tokens, kv, pairs, out)
-    expected = [eagle.decode_iteration_s(0, 2, 8.0, c, q) for c, q in zip(kv, pairs, strict=True)]
-    assert out.tolist() == expected
+    vector, out = np.array(eagle.terms), np.empty(3)
+    compiled_loop.step_kernel().cost_parts(vector, 3, 2.0, 8.0, 150.0, 700.0, out)
+    assert out[1] == pytest.approx(flops, rel=1e-12)
+    for kv, pairs in ((150.0, 700.0), (40.0, 200.0)):
+        compiled_loop.step_kernel().cost_parts(vector, 0, 2.0, 8.0, kv, pairs, out)
+        assert out[0] == eagle.decode_iteration_s(0, 2, 8.0, kv, pairs)
     # With only draft_step_s: its fixed pass k times; per-token FLOPs for each of the k tokens.
     fixed = StepCosts(profile, "eagle_fixed")
     assert fixed.draft_s(2, 3, 150.0) == pytest.approx(3 * 3e-4, rel=1e-12)

@@ -162,7 +162,7 @@ def _with_terms(loaded: LoadedProfile) -> LoadedProfile:
 @pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram"])
 def test_the_kernel_charges_the_terms_as_the_reference_bit_for_bit(drafter):
     """Decode-only and mixed iterations of random totals (seed 5), across the graph sizes'
-    steps and above the largest: ``decode_seconds_each`` and ``mixed_seconds`` equal
+    steps and above the largest: ``cost_parts`` and ``mixed_seconds`` equal
     ``StepCosts.iteration_s``."""
     costs = StepCosts(_with_terms(load_profile(ROOFLINE)), drafter)
     vector = np.array(costs.terms)
@@ -173,11 +173,11 @@ def test_the_kernel_charges_the_terms_as_the_reference_bit_for_bit(drafter):
         tokens = rows * (k + 1.0) - rng.integers(0, 2, 60) * rows
         kv = rows * rng.integers(16, 9000, 60)
         pairs = kv * (k + 1) + rng.integers(0, 1000, 60)
-        out = np.empty(60)
-        kernel.decode_seconds_each(vector, k, rows, tokens, kv, pairs, out)
+        out = np.empty(3)
         for i in range(60):
+            kernel.cost_parts(vector, k, rows[i], tokens[i], kv[i], pairs[i], out)
             decode = PassTotals(int(rows[i]), float(tokens[i]), float(kv[i]), float(pairs[i]))
-            assert out[i] == costs.iteration_s(k, decode)
+            assert out[0] == costs.iteration_s(k, decode)
             p_tokens = float(rng.integers(1, 700))
             prompt = PassTotals(2, p_tokens, 100.0, p_tokens * 60.0)
             mixed = kernel.mixed_seconds(

@@ -15,11 +15,9 @@ import pytest
 from pydantic import ValidationError
 
 from specsim.scenario import Scenario
-from specsim.simulation import replica as replica_module
 from specsim.simulation import run_simulation
 from specsim.simulation.fleet import DEFAULT_BALANCE_ABS_THRESHOLD, Fleet
 from specsim.simulation.request import Request
-from specsim.simulation.stretch import plan_stretch
 from specsim.workload.prefix import NoPrefix, SessionMemory
 
 DATA = Path(__file__).parent / "data"
@@ -165,8 +163,9 @@ def test_on_the_notes_conversation_trace_four_replicas_keep_the_one_replica_hit_
     assert blind < one / 2
 
 
-def test_the_fast_path_matches_the_reference_with_the_cache_aware_router(tmp_path, monkeypatch):
-    # 300 requests over 40 sessions on three replicas, sparse enough for stretches to run.
+def test_the_fast_path_matches_the_reference_with_the_cache_aware_router(tmp_path):
+    # 300 requests over 40 sessions on three replicas (the fast path steps them in Python, with
+    # its own acceptance stream, until the kernels know a session's memory).
     rng = np.random.default_rng(5)
     n = 300
     rows = [
@@ -180,21 +179,11 @@ def test_the_fast_path_matches_the_reference_with_the_cache_aware_router(tmp_pat
         )
     ]
     trace = write_trace(tmp_path / "m.csv", rows)
-    stretches = []
-
-    def counted(*args, **kwargs):
-        stretch = plan_stretch(*args, **kwargs)
-        stretches.append(stretch is not None)
-        return stretch
-
-    monkeypatch.setattr(replica_module, "plan_stretch", counted)
     cached = {}
     for threshold in (None, 1):
         fleet = {} if threshold is None else {"balance_abs_threshold": threshold}
         run = scenario(trace, 3, "cache_aware", DATA / "sim_profile.yaml", **fleet)
-        stretches.clear()
         fast = run_simulation(run, records_path=tmp_path / "f.csv", fast_path=True)
-        assert sum(stretches) > 100  # the fast path ran (about 400 stretches)
         slow = run_simulation(run, records_path=tmp_path / "r.csv", fast_path=False)
         assert (tmp_path / "f.csv").read_bytes() == (tmp_path / "r.csv").read_bytes()
         assert fast.summary == slow.summary

@@ -1,8 +1,8 @@
-"""The compiled pieces a stretch relies on give exactly what the per-iteration path computes.
+"""The compiled pieces the kernels rely on give exactly what the per-iteration path computes.
 
-- ``compiled_step_kernel.decode_seconds_each`` and ``draft_flops_each`` equal ``iteration_s``
-  and ``draft_flops`` bit for bit, iteration by iteration, for every drafter kind and window;
-- ``windows_along`` picks what ``GoodputWindow.choose_batch`` picks at each iteration;
+- ``compiled_step_kernel.cost_parts`` (the cost formula compiled) equals ``iteration_s`` and
+  ``draft_flops`` bit for bit, iteration by iteration, for every drafter kind and window;
+- ``choose_window`` picks what ``GoodputWindow.choose_batch`` picks at each iteration;
 - ``Clock.timeout_at`` wakes at the exact time, where a relative delay cannot land.
 """
 
@@ -29,10 +29,12 @@ def kernel():
     return compiled_loop.step_kernel()
 
 
-def each(function, costs: StepCosts, k: int, *columns) -> np.ndarray:
-    out = np.empty(len(columns[0]))
-    function(np.array(costs.terms), k, *columns, out)
-    return out
+def each(costs: StepCosts, k: int, *columns) -> np.ndarray:
+    """The compiled cost parts (seconds, draft FLOPs, wasted FLOPs) of each iteration."""
+    vector, parts = np.array(costs.terms), np.empty((len(columns[0]), 3))
+    for i, values in enumerate(zip(*columns, strict=True)):
+        kernel().cost_parts(vector, k, *values, parts[i])
+    return parts.T
 
 
 @pytest.mark.parametrize("drafter", [None, "llama3.2-1b", "ngram", "eagle"])
@@ -49,8 +51,7 @@ def test_decode_seconds_equal_iteration_s_bit_for_bit(drafter, eagle_profile):
             tokens = rows * (k + 1.0) - rng.integers(0, 2, 50) * rows
             kv = rows * rng.integers(16, 9000, 50)
             pairs = kv * (k + 1) + rng.integers(0, 1000, 50)
-            seconds = each(kernel().decode_seconds_each, costs, k, rows, tokens, kv, pairs)
-            flops = each(kernel().draft_flops_each, costs, k, rows, kv)
+            seconds, flops, _ = each(costs, k, rows, tokens, kv, pairs)
             for i in range(50):
                 r, t, c, q = int(rows[i]), float(tokens[i]), float(kv[i]), float(pairs[i])
                 assert seconds[i] == costs.iteration_s(k, PassTotals(r, t, c, q))
@@ -75,7 +76,7 @@ def eagle_profile():
     return LoadedProfile(Profile.model_validate(data), loaded.path)
 
 
-def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
+def test_the_compiled_adaptive_choice_equals_the_policys_at_each_iteration():
     # A per-sequence cost of 10 us (the roofline's before its fitted 120 us): with it the
     # choice still moves at 12 rows, so the equality below is not of a constant.
     from specsim.profile import LoadedProfile
@@ -97,14 +98,16 @@ def test_the_adaptive_choice_along_a_stretch_equals_each_iterations_choice():
         remaining[:, used] = rng.integers(1, 40, (iterations, rows))
         context[:, used] = rng.integers(10, 6000, (iterations, rows))
         kv = context.sum(axis=1)
-        along = np.empty(iterations, dtype=np.int64)
-        vector = np.array(costs.terms)
-        kernel().windows_along(goodput, vector, rows, kv, remaining, context, slots, along)
+        vector, none = np.array(costs.terms), np.empty(0, dtype=np.int64)
+        along = [
+            kernel().choose_window(none, goodput, vector, rows, kv[i], remaining[i], context[i])
+            for i in range(iterations)
+        ]
         each_choice = [
             policy.choose_batch(rows, kv[i], remaining[i], context[i], None, 8192)
             for i in range(iterations)
         ]
-        assert along.tolist() == each_choice
+        assert along == each_choice
         assert len(set(each_choice)) > 1 or rows == 1  # short rows move the choice
 
 

@@ -1,9 +1,9 @@
-"""The fast path (steady decode stretches advanced several iterations at a time, arrivals drained
-inside the replica loop) gives byte-identical results to the per-iteration reference path.
+"""The fast path (compiled spans of iterations where the kernels know the replica's rules,
+arrivals drained inside the replica loop) gives byte-identical results to the per-iteration
+reference path.
 
-Each case runs three times, the fast path as it runs (the compiled serving loop where it
-applies), the fast path with the compiled loops held off (``no_loops``: every iteration Python
-plans, in stretches or one by one), and the reference (``fast_path=False``), and they must agree on
+Each case runs twice, the fast path as it runs (the compiled loops where they apply, Python
+elsewhere) and the reference (``fast_path=False``), and they must agree on
 requests.csv (bytes), summary.json (the dict), every finished request's row at full float
 precision, and every replica's engine statistics (busy seconds, KV token-seconds, FLOPs, ITL
 histogram, acceptance and batch counts), exactly. The cases cover every shipped scenario (with
@@ -238,15 +238,14 @@ def observe(scenario: Scenario, path: Path, fast: bool, monkeypatch, loops: bool
 
 
 def assert_identical(scenario: Scenario, tmp_path: Path, monkeypatch) -> dict:
-    """The fast path, as it runs and with the compiled loops held off, against the reference."""
+    """The fast path, as it runs, against the reference."""
     reference = observe(scenario, tmp_path / "reference.csv", False, monkeypatch)
-    for loops in (True, False):
-        fast = observe(scenario, tmp_path / f"fast-{loops}.csv", True, monkeypatch, loops)
-        assert fast["summary"]["requests"] > 0
-        assert fast["rows"] == reference["rows"], f"loops={loops}"
-        assert fast["replicas"] == reference["replicas"], f"loops={loops}"
-        assert fast["summary"] == reference["summary"], f"loops={loops}"
-        assert fast["csv"] == reference["csv"], f"loops={loops}"
+    fast = observe(scenario, tmp_path / "fast.csv", True, monkeypatch)
+    assert fast["summary"]["requests"] > 0
+    assert fast["rows"] == reference["rows"]
+    assert fast["replicas"] == reference["replicas"]
+    assert fast["summary"] == reference["summary"]
+    assert fast["csv"] == reference["csv"]
     return fast
 
 
@@ -287,103 +286,3 @@ def test_the_cases_exercise_what_they_name(tmp_path, monkeypatch):
     adaptive = observe(make(CASES["adaptive busy"]), tmp_path / "a.csv", True, monkeypatch)
     counts = np.frombuffer(adaptive["replicas"][0]["drafted"], dtype=np.int64)
     assert np.count_nonzero(counts) >= 3  # the window changed during the run
-
-
-def test_stretches_carry_most_iterations_at_low_load(monkeypatch):
-    """The fast path really takes stretches (it is not the reference in disguise): at low load
-    nearly every iteration is inside one, and each stretch is one SimPy event. (With the
-    compiled loops, the decode loop carries them instead: ``test_sim_compiled_loop.py``.)"""
-    from specsim.simulation import replica as replica_module
-
-    no_loops(monkeypatch)
-    stretches, inside = [0], [0]
-    apply = replica_module.Replica._apply_stretch
-
-    def count(self, stretch):
-        stretches[0] += 1
-        inside[0] += stretch.n
-        apply(self, stretch)
-
-    monkeypatch.setattr(replica_module.Replica, "_apply_stretch", count)
-    summary = run_simulation(make({"workload": {"rate": 1.0}})).summary
-    assert inside[0] >= 0.8 * summary["engine_iterations"]
-    assert inside[0] >= 5 * stretches[0]
-
-
-def count_finishes_inside_stretches(scenario: Scenario, monkeypatch) -> tuple[int, int]:
-    """Stretches applied, and rows that finished before their stretch's last iteration."""
-    from specsim.simulation import replica as replica_module
-
-    stretches, inside = [0], [0]
-    apply = replica_module.Replica._apply_stretch
-
-    def count(self, stretch):
-        stretches[0] += 1
-        if stretch.n > 1:  # rows whose last step came before the stretch's last iteration
-            inside[0] += int(np.count_nonzero(stretch.done[stretch.n - 2]))
-        apply(self, stretch)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(replica_module.Replica, "_apply_stretch", count)
-        no_loops(patch)  # the compiled loop would take the stretches
-        run_simulation(scenario)
-    return stretches[0], inside[0]
-
-
-def test_stretches_run_through_finishes_only_where_nothing_waits_on_them(monkeypatch):
-    """A replica alone on an open-loop source goes on past a row's finish in the same stretch;
-    with closed-loop clients (a finish issues the next request) a stretch ends at a finish."""
-    stretches, finishes = count_finishes_inside_stretches(
-        make({"workload": {"rate": 1.0}}), monkeypatch
-    )
-    assert stretches > 0 and finishes > 0
-    closed = {"kind": "closed_loop", "concurrency": 4, "rate": None}
-    stretches, finishes = count_finishes_inside_stretches(make({"workload": closed}), monkeypatch)
-    assert stretches > 0 and finishes == 0
-
-
-def test_a_window_chosen_before_a_preemption_is_chosen_again(monkeypatch):
-    """The fast path hands the iteration the k it chose for the batch as it stood; when the
-    iteration must preempt first, that choice is dropped (here: a k no policy would take)."""
-    plan, planned = Replica._plan_mixed, []
-
-    def plan_with_a_stale_window(self, window=None):
-        held = self.admission.kv_in_use(self.decoding, self.decode_kv)
-        if held <= self.kv_capacity:
-            return plan(self, window)
-        step = plan(self, self.k_max + 1)
-        planned.append(step.decode.k if step.decode is not None else None)
-        return step
-
-    monkeypatch.setattr(Replica, "_plan_mixed", plan_with_a_stale_window)
-    no_loops(monkeypatch)  # iterations that Python plans
-    run_simulation(make(CASES["preemption"]))
-    assert planned and set(planned) == {BASE["speculation"]["k"]}  # the fixed policy's k
-
-
-def test_a_stretch_that_runs_past_the_next_arrival_is_caught(tmp_path, monkeypatch):
-    """Planted bug: stretches ignore the next arrival's time (the request then waits for the
-    stretch to end instead of joining the next iteration)."""
-    from specsim.simulation import replica as replica_module
-    from specsim.simulation import stretch as stretch_module
-
-    plan = stretch_module.plan_stretch
-
-    def unbounded(replica, k, start, bound, through=False):
-        return plan(replica, k, start, np.inf, through)
-
-    monkeypatch.setattr(replica_module, "plan_stretch", unbounded)
-    with pytest.raises(AssertionError):
-        assert_identical(make(CASES["fixed"]), tmp_path, monkeypatch)
-
-
-def test_a_stretch_that_keeps_its_unused_draws_is_caught(tmp_path, monkeypatch):
-    """Planted bug: a stretch leaves the acceptance stream where its whole block of uniforms
-    ends, not where its iterations' draws do."""
-    from specsim.simulation import replica as replica_module
-    from specsim.simulation.compiled_stream import JumpStream
-
-    monkeypatch.setattr(JumpStream, "rewind", lambda self, position: None)
-    assert replica_module.JumpStream is JumpStream
-    with pytest.raises(AssertionError):
-        assert_identical(make(CASES["fixed"]), tmp_path, monkeypatch)

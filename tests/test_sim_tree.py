@@ -123,8 +123,8 @@ def test_a_chain_shaped_tree_gives_the_chain(tmp_path, fast):
 
 
 def test_fast_path_matches_the_reference_for_a_tree(tmp_path):
-    """Tree pools step per iteration on either path (their widths are not the chain's closed
-    forms the stretches total), so the two must agree byte for byte."""
+    """Tree pools step per iteration on either path (the kernels know no tree), so the two
+    must agree byte for byte."""
     scenario = _scenario(tmp_path, {"tree": "2,2,1"})
     fast, slow = tmp_path / "fast.csv", tmp_path / "slow.csv"
     a = run_simulation(scenario, fast, fast_path=True).summary

@@ -368,6 +368,13 @@ class Admission:
         """The totals of the prompt chunks a budget would admit (for the window policy)."""
         return self.chunks(budget)[1]
 
+    @staticmethod
+    def completing(chunks: Chunks) -> int:
+        """How many requests ``chunks`` take through their prompt (``complete``'s rule)."""
+        return sum(
+            1 for request, chunk in chunks if request.prefilled + chunk >= request.prefill_target
+        )
+
     def complete(self, chunks: Chunks, now: float) -> list[Request]:
         """Count the chunks as run; the requests whose prompt is now through leave prefill
         (their first token sampled, their reservation released) and are returned in order."""

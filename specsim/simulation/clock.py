@@ -1,6 +1,6 @@
 """The simulation's SimPy environment, which can also wake a process at an exact time.
 
-A stretch of engine iterations ends at ``start + dt_1 + dt_2 + ...`` added in order, the time
+A compiled span of engine iterations ends at ``start + dt_1 + dt_2 + ...`` added in order, the time
 the per-iteration path reaches one timeout at a time. ``env.timeout(end - env.now)`` lands on
 ``env.now + (end - env.now)``, which rounding can leave an ulp away with no delay that hits
 ``end`` exactly (seen: from 0.0225 to 0.11449999999999998), so ``Clock.timeout_at`` schedules the

@@ -17,7 +17,7 @@ every number they add up is a whole number below 2^53 (token counts, contexts, q
 so the order of the additions cannot change a sum, and the one non-integer operation (a uniform
 plus its row's level shift, searched in the acceptance table) is the same float addition and
 comparison. The acceptance stream on this path is ``compiled_stream.JumpStream``: numpy's PCG64
-stepped in numba, so a stretch draws only its occupied slots' uniforms and jumps over the rest.
+stepped in numba, so a kernel draws only its occupied slots' uniforms and jumps over the rest.
 """
 
 from __future__ import annotations
@@ -94,5 +94,5 @@ def kernel_module(name: str = "compiled_kernels") -> ModuleType:
 
 
 def kernels() -> ModuleType:
-    """The stretch kernels' module (``compiled_kernels``)."""
+    """The shared kernels' module (``compiled_kernels``: the PCG64 stream)."""
     return kernel_module()

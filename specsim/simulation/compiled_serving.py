@@ -96,7 +96,7 @@ class ServingLoop(ServingTable):
             return False
         admission = replica.admission
         in_flight = len(admission.queue) + len(admission.prefilling) + replica.decoding
-        if in_flight > MOST_IN_FLIGHT:  # the Python path's stretches meanwhile
+        if in_flight > MOST_IN_FLIGHT:  # the Python path steps it meanwhile
             self._hand_off()
             return False
         self._pack(replica, now, in_flight)

@@ -390,6 +390,18 @@ def window_goodput(
 
 
 @_inner
+def _completing(req, prefilling, rows, chunk, ct):
+    """``Admission.completing``: how many prompts the ``rows`` chunks take through."""
+    count = req.shape[0]
+    through = 0
+    for j in range(rows):
+        c = prefilling[(ct[P_HEAD] + j) % count]
+        if req[c, PREFILLED] + chunk[j] >= req[c, TARGET]:
+            through += 1
+    return through
+
+
+@_inner
 def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
     """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
     (into ``done``, in order) with their first token. Returns how many."""
@@ -588,6 +600,8 @@ def serving_loop(
             dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
         end = now + dt
         i = ct[LOGGED]
+        # First tokens count before any finish, which may end the steady window.
+        st[EMITTED] += _completing(req, prefilling, p_rows, chunk, ct)
         if rows:
             apply_step(
                 st,
@@ -642,7 +656,6 @@ def serving_loop(
             through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
             for j in range(through):
                 client = done[j]
-                st[EMITTED] += 1.0
                 if req[client, GENERATED] >= req[client, OUTPUT]:
                     _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
                 else:

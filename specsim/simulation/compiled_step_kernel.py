@@ -63,30 +63,6 @@ def cost_parts(c, k, rows, tokens, kv, pairs, out):
     out[2] = _wasted_per_position(c, kv / rows)
 
 
-@_jit
-def decode_seconds_each(c, k, rows, tokens, kv, pairs, out):
-    """``_decode_s`` of each decode-only iteration of a stretch, into ``out`` (``rows`` one per
-    iteration)."""
-    for i in range(out.shape[0]):
-        out[i] = _decode_s(c, k, rows[i], tokens[i], kv[i], pairs[i])
-
-
-@_jit
-def draft_flops_each(c, k, rows, kv, out):
-    """``_draft_flops`` of each iteration of a stretch, into ``out``."""
-    for i in range(out.shape[0]):
-        out[i] = _draft_flops(c, rows[i], k, kv[i])
-
-
-@_jit
-def windows_along(goodput, c, rows, kv_tokens, remaining, context, used, out):
-    """The goodput policy's k for each decode-only iteration of a stretch (``rows`` rows,
-    ``kv_tokens`` per iteration, ``remaining`` and ``context`` per iteration and slot)."""
-    none = np.empty(0, dtype=np.int64)
-    for i in range(out.shape[0]):
-        out[i] = _window(none, goodput, c, rows, kv_tokens[i], remaining[i], context[i], used)
-
-
 @_inner
 def goodput_windows(goodput, c, rows, kv_tokens, remaining, context, used, windows):
     """``GoodputWindow.scores``' per-window terms for ``rows`` > 0 decoding rows: into

@@ -2,11 +2,10 @@
 
 The same numbers, in the same order, as ``UniformStream`` and so as ``Generator.random``: the
 state is numpy's PCG64 (a 128-bit LCG), kept as four uint64 words and advanced by the compiled
-kernels exactly as numpy's C code advances it. What it adds: a stretch takes only the doubles
-of its occupied slots (``slot_uniforms``) and jumps over the others' (the reference draws one
-per batch slot, hundreds, per iteration), and a rewind or a skip is one jump-ahead rather than
-doubles drawn and dropped. Any other draw (``integers``: the acceptance levels) hands the state
-back to the generator first and takes it back after.
+kernels exactly as numpy's C code advances it. What it adds: a kernel jumps over the draws of
+empty batch slots (the reference draws one per slot, hundreds, per iteration), and a skip is
+one jump-ahead rather than doubles drawn and dropped. Any other draw (``integers``: the
+acceptance levels) hands the state back to the generator first and takes it back after.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ class JumpStream:
 
     Single takes (an iteration's one uniform per slot) come from a block drawn ahead, which
     doubles while takes follow on from each other (a busy replica) and is one take long after
-    a jump (at low load, where a stretch follows each iteration and would skip the rest)."""
+    a jump (at low load, where a kernel call follows each iteration and would skip the rest)."""
 
     def __init__(self, rng: np.random.Generator):
         self.rng = rng
@@ -60,20 +59,6 @@ class JumpStream:
             return self.take(int(np.prod(size))).reshape(size)
         return self.take(int(size))
 
-    def words_for(self, m: int, blocks: int, capacity: int) -> np.ndarray:
-        """The state here, for a kernel to draw from (a copy), and the stream moved past the
-        next ``m * blocks * capacity`` doubles (``m`` iterations drawing ``blocks`` blocks of
-        one per slot); ``rewind`` hands back what is not used."""
-        words = self._state_at(self.position)
-        self.position += m * blocks * capacity
-        return words
-
-    def slot_uniforms(self, m: int, blocks: int, capacity: int, used: int) -> np.ndarray:
-        """Of the next ``m * blocks * capacity`` doubles, those of the first ``used`` slots of
-        each block: ``(m, blocks * used)`` flat."""
-        words = self.words_for(m, blocks, capacity)
-        return self._kernels.pcg_slot_uniforms(words, m, blocks, capacity, used)
-
     def base(self) -> tuple[np.ndarray, int]:
         """A known state and how many doubles the stream stands past it (for a kernel that
         jumps ahead itself and draws from a copy; ``skip`` then moves the stream on)."""
@@ -82,12 +67,6 @@ class JumpStream:
     def skip(self, n: int) -> None:
         """Move on past ``n`` doubles drawn elsewhere from the state at ``position``."""
         self.position += n
-
-    def rewind(self, position: int) -> None:
-        """Hand back the doubles taken after stream position ``position``."""
-        if not self._base <= position <= self.position:
-            raise ValueError(f"cannot rewind to {position}: the state is from {self._base}")
-        self.position = position
 
     def integers(self, *args, **kwargs):
         """``Generator.integers``, drawn where the doubles handed out so far end."""

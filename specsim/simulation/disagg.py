@@ -138,7 +138,6 @@ class PrefillReplica(Replica):
 
     def _finish_prefills(self, chunks, now: float) -> None:
         for request in self.admission.complete(chunks, now):
-            self.emitted_tokens += 1.0
             if request.generated >= request.output:
                 self._finish(request, now)
                 continue
@@ -173,8 +172,6 @@ class DecodeReplica(Replica):
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()
-        elif self._stretch is not None:
-            self._cut_stretch()
 
     def _join(self, request: Request) -> None:
         self._start_decoding(request)
@@ -185,12 +182,8 @@ class DecodeReplica(Replica):
             owed[1] += prompt
             owed[2] += prompt * (prompt + 1) / 2.0
 
-    def _steady_for_a_while(self) -> bool:
-        # The iteration after a join streams first tokens and may owe a prompt pass: its own.
-        return not self._first_pending and super()._steady_for_a_while()
-
-    def _plan_mixed(self, window: int | None = None) -> Plan:
-        plan = super()._plan_mixed(window)
+    def _plan_mixed(self) -> Plan:
+        plan = super()._plan_mixed()
         rows, tokens, pairs = self._prompt_pass
         if rows:
             costs = self.costs

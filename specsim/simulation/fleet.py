@@ -181,7 +181,7 @@ def open_loop_arrivals(env, source, fleet: Fleet, counter: list[int]):
 
 class ArrivalFeed:
     """An open-loop source's requests one at a time, with the next one's time in view (the
-    fast path's replicas end their stretches before it; a replica alone takes them itself);
+    fast path's replicas end their compiled calls before it; a replica alone takes them itself);
     ``delay``: the API server's (``Frontend``), added to every time."""
 
     def __init__(self, source, counter: list[int], delay: float = 0.0):

@@ -98,7 +98,7 @@ class FleetServing(ServingLoop):
     def _cut_by(self, now: float) -> bool:
         """Whether a request routed here at ``now`` changes the call under way: an iteration
         it ran starts at or after ``now`` and its admission could reach the queue's tail (where
-        every such admission stopped short, as ``Stretch.blocked``, the request waits behind)."""
+        every such admission stopped short, the request waits behind)."""
         if now >= self._iteration_start(self.ran - 1):
             return False
         return self._started_before(now) < self.ct[OPEN_UNTIL]

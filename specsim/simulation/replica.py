@@ -20,18 +20,13 @@ operation runs on the whole array without masks. Each engine iteration:
    ``engine.jitter`` on, see ``jitter.py``);
 5. apply: every decoding row emits accepted + 1 tokens; finished rows become records.
 
-The reference path (``fast=False``) makes each iteration one SimPy event. The fast path makes a
-steady stretch of decode iterations one event (``stretch.py``: computed at once, applied when it
-ends, cut back if a request reaches the replica meanwhile) and, for a replica alone on an
-open-loop source, takes the arrivals itself as their times pass; it gives the same results, bit
-for bit (``tests/test_sim_stretch.py``). A replica alone can run whole spans of
-iterations compiled (``compiled_serving.py``, ``compiled_loop.py``), and so can a replica that
-requests are routed to (``fleet_serving.py``: up to its next finish, cut back where a request
-reaches it meanwhile). Replayed acceptance
-sequences (``needs_position``) step one iteration at a time on either path: each step's counts
-depend on where the row stands.
-Where two replicas' (or a replica's and a client's) events fall on exactly the same float time,
-the reference orders them by when SimPy created them, which a stretch does not reproduce.
+Each iteration is one SimPy event, stepped here in Python: the reference path (``fast=False``)
+and the specification the compiled kernels are tested against. On the fast path a replica alone
+on an open-loop source takes its arrivals itself as their times pass, and where the serving
+kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router;
+``compiled_loop.py`` for a lone replica's decode spans) whole spans of iterations run compiled,
+with the same results bit for bit (``tests/test_sim_stretch.py``). Elsewhere (replayed acceptance
+sequences, trees, policies that observe each iteration, ...) the fast path steps here too.
 """
 
 from __future__ import annotations
@@ -39,7 +34,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from simpy import Interrupt
 
 from specsim.costs import NO_ROWS, PassTotals, StepCosts
 from specsim.costs.kv_cache import kv_capacity_blocks
@@ -53,7 +47,6 @@ from specsim.simulation.fleet_serving import FleetServing
 from specsim.simulation.plans import DecodePlan, Plan, SlotViews
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
-from specsim.simulation.stretch import MIN_EXPECTED, Stretch, accumulate, plan_stretch
 
 _ONE = np.float64(1.0)
 _minimum = np.minimum
@@ -95,7 +88,7 @@ class Replica:
         # holds KV slots for every node it verifies.
         self.tree_rows = costs.tree_rows
         self.lookahead = verify_lookahead(self.k_max, self.tree_rows)
-        # With a block size the cache is counted in blocks (``admission.py``); a stretch counts
+        # With a block size the cache is counted in blocks (``admission.py``); the kernels count
         # tokens, so such a replica steps one iteration at a time.
         self.block_size = engine.block_size
         # Slots each sequence holds beyond its tokens.
@@ -103,15 +96,14 @@ class Replica:
         if self.block_size is not None:
             kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
             fast = False
-        if getattr(prefix, "shared", False):  # a stretch counts each row's copy of the prefix
+        if getattr(prefix, "shared", False):  # the kernels count each row's copy of the prefix
             fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
-        # The fast path (stretches of decode iterations at once) needs a rate model: replayed
-        # sequences depend on each row's position, step by step, so they run per iteration.
-        # Tree pools run per iteration too: stretches total the chain's widths in closed form.
-        # Policies that observe each iteration (``engine_policies.py``) and a workload whose
-        # acceptance shifts part-way run per iteration too: the kernels know neither.
+        # The compiled loops need a rate model: replayed sequences depend on each row's
+        # position, step by step, so they run per iteration; tree pools too. Policies that
+        # observe each iteration (``engine_policies.py``) and a workload whose acceptance shifts
+        # part-way run per iteration too: the kernels know neither.
         self.fast = (
             fast
             and not acceptance.needs_position
@@ -173,21 +165,16 @@ class Replica:
         self._trims = getattr(policy, "trims", False)  # verifies fewer drafts than proposed
         if hasattr(policy, "attach"):
             policy.attach(costs, acceptance)
-        # The cost model and the window policy as the kernels read them (a stretch's seconds,
-        # FLOPs and windows come from the same compiled functions as the loops').
+        # The cost model and the window policy as the kernels read them.
         self.cost_terms = np.array(costs.terms) if self.fast else None
         self.window_terms = window_terms(policy) if self.fast else None
         self._joined = 0  # rows that started decoding since the last decode iteration
-        # The fast path: the stretch under way (not yet applied), whether a request has cut it,
-        # the open-loop arrivals (this replica's own, or the fleet's) and sizing hints.
-        self._stretch: Stretch | None = None
-        self._cutting = False
+        # The fast path: the open-loop arrivals (this replica's own, or the fleet's).
         self._process = None
         self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
         self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
         self.arrivals = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
-        self._expected_emitted: list[float] = []
         self.left_total = 0.0  # tokens the decoding rows still need, all together
 
     # ---- queue ---------------------------------------------------------------------------
@@ -201,19 +188,13 @@ class Replica:
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()
-        elif self._stretch is not None:
-            self._cut_stretch()
 
     def emitted_tokens_at(self, now: float) -> float:
-        """Output tokens emitted by time ``now`` (a stretch under way counts the iterations
-        that have ended)."""
-        stretch = self._stretch
+        """Output tokens emitted by time ``now`` (a compiled call under way counts the
+        iterations that have ended)."""
         if getattr(self._serving, "holding", False):
             return self._serving.emitted_at(now)
-        if stretch is None:
-            return self.emitted_tokens
-        done = int(stretch.ends[: stretch.n].searchsorted(now, side="right"))
-        return self.emitted_tokens + float(stretch.totals[:done].sum())
+        return self.emitted_tokens
 
     # ---- the SimPy process -----------------------------------------------------------------
     def start(self, env, arrivals=None) -> None:
@@ -236,44 +217,10 @@ class Replica:
         self._serving = loop or self._serving
 
     def process(self, env):
-        return self._fast_process(env) if self.fast else self._reference_process(env)
-
-    def _reference_process(self, env):
-        """One SimPy event per engine iteration."""
-        admission = self.admission
-        while True:
-            if not (admission.queue or self.decoding or admission.prefilling):
-                self.idle_event = env.event()
-                yield self.idle_event
-            start = env.now
-            if admission.queue:
-                admission.admit(start, self.decoding, self._held())
-            if not self.chunked and admission.prefilling:
-                yield from self._prefill_only_iteration(env)
-                continue
-            plan = self._plan_mixed()
-            dt = plan.seconds
-            if self.jitter is not None:
-                dt *= self.jitter.factor(prefill=plan.decode is None)  # no decode rows rode
-            yield env.timeout(dt)
-            self._apply_mixed(plan, env.now, start)
-
-    def _prefill_only_iteration(self, env):
-        """An iteration of prompt chunks alone (prefill not chunked into decode iterations)."""
-        plan = self._plan_prefill_only()
-        dt = plan.seconds
-        if self.jitter is not None:
-            dt *= self.jitter.factor(prefill=True)
-        yield env.timeout(dt)
-        self._finish_prefills(plan.chunks, env.now)
-        self._record_iteration(dt, plan.batch, None)
-
-    def _fast_process(self, env):
-        """The reference's iterations, except that a steady stretch of decode iterations is one
-        SimPy event (``stretch.py``), and a replica alone takes its arrivals itself."""
+        """The replica's iterations, one SimPy event each, except where a compiled loop runs a
+        span of them as one; a replica alone on an open-loop source takes its arrivals itself."""
         admission = self.admission
         arrivals = self.arrivals
-        window = None  # k already chosen for the next iteration, if any
         while True:
             if arrivals is not None:
                 self._take_arrivals(env.now)
@@ -303,46 +250,25 @@ class Replica:
                 if end is not None:  # when its last iteration ends
                     yield env.timeout_at(end)
                     continue
-            # A replica that takes its own arrivals, with none waiting, runs a stretch through
-            # finishes: a finish then changes nothing but its batch (no client or router waits
-            # on it, and no queued request could take the freed room).
-            through = arrivals is not None and not admission.queue
-            if (
-                self.decoding
-                and not admission.prefilling
-                and (through or self._steady_for_a_while())
-            ):
-                k = self._choose_window(self.decoding, self.decode_kv)
-                # In a fleet, a request routed here cuts the stretch (``enqueue``); the others
-                # do not concern it: a router reads what changes at a finish or an admission,
-                # and a stretch ends at its first finish.
-                bound = arrivals.next_time if arrivals is not None else math.inf
-                stretch = plan_stretch(self, k, start, bound, through)
-                if stretch is None:
-                    window = k  # chosen for this batch as it stands: the iteration's own
-                else:
-                    self._stretch = stretch
-                    while True:
-                        try:
-                            yield env.timeout_at(float(stretch.ends[stretch.n - 1]))
-                            break
-                        except Interrupt:  # a request reached the replica: see _cut_stretch
-                            self._cutting = False
-                            stretch.cut(stretch.started_before(env.now))
-                            if not stretch.n or stretch.ends[stretch.n - 1] <= env.now:
-                                break
-                    self._stretch = None
-                    self._apply_stretch(stretch)
-                    continue
-            plan = self._plan_mixed(window)
-            window = None
+            plan = self._plan_mixed()
             dt = plan.seconds
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
             yield env.timeout(dt)
-            if not plan.chunks:  # a prompt chunk's iteration would undersize the next stretch
+            if not plan.chunks:
                 self.last_decode_s = dt
             self._apply_mixed(plan, env.now, start)
+
+    def _prefill_only_iteration(self, env):
+        """An iteration of prompt chunks alone (prefill not chunked into decode iterations)."""
+        plan = self._plan_prefill_only()
+        dt = plan.seconds
+        if self.jitter is not None:
+            dt *= self.jitter.factor(prefill=True)
+        yield env.timeout(dt)
+        self.emitted_tokens += self.admission.completing(plan.chunks)
+        self._finish_prefills(plan.chunks, env.now)
+        self._record_iteration(dt, plan.batch, None)
 
     def _has_work(self) -> bool:
         if getattr(self._serving, "holding", False):  # the fleet's serving loop holds it
@@ -354,79 +280,6 @@ class Replica:
         arrivals = self.arrivals
         while arrivals.next_time <= now:
             self.enqueue(arrivals.pop())
-
-    def _cut_stretch(self) -> None:
-        """A request reached the replica while a stretch is under way: the iterations that
-        start after now would have seen it, so the stretch stops after the one running now
-        (not needed when the queue already waits, or the batch is full: it would wait too)."""
-        stretch = self._stretch
-        if self._cutting or stretch.blocked:
-            return
-        if self._process.env.now < stretch.starts[stretch.n - 1]:
-            self._cutting = True
-            self._process.interrupt()
-
-    def _apply_stretch(self, stretch: Stretch) -> None:
-        """Apply a stretch's first ``n`` iterations, as ``_apply_mixed`` applies one."""
-        n = stretch.n
-        self._draws.rewind(stretch.stream_start + n * stretch.per_iteration)
-        if not n:
-            return
-        if self.jitter is not None:
-            self.jitter.skip(n)
-        log = self.log
-        accepted, drafts = stretch.accepted[:n], stretch.drafts[:n]
-        log.record_steps(accepted, drafts)
-        remaining, context, _, row_drafted, _ = stretch.views
-        gained = accepted.sum(axis=0)
-        gained += n  # each step emits its accepted drafts + 1 (a slot left empty: -1 + 1)
-        remaining -= gained
-        context += gained
-        row_drafted += drafts.sum(axis=0)
-        emitted = float(stretch.totals[:n].sum())
-        self.emitted_tokens += emitted
-        self.decode_kv += emitted
-        self.left_total -= emitted
-        steps_before = self.decode_steps
-        self.decode_steps += n
-        rows, k = stretch.rows, stretch.k
-        log.verification_flops, log.drafter_flops, log.wasted_flops = accumulate(
-            [log.verification_flops, log.drafter_flops, log.wasted_flops],
-            [stretch.verification_flops, stretch.drafted_flops, stretch.wasted_flops],
-            n,
-        )
-        if isinstance(rows, np.ndarray):  # rows left during the stretch
-            rows = rows[:n]
-            row_steps, first_rows = int(rows.sum()), int(rows[0])
-        else:
-            row_steps, first_rows = rows * n, rows
-        log.window_rows += float(k * row_steps)
-        log.decode_rows += float(row_steps)
-        ends = stretch.ends[:n]
-        starts = stretch.starts[:n]
-        durations = ends - starts
-        gaps = durations.copy()  # each iteration starts where the previous one ended
-        gaps[0] = ends[0] - self.last_decode_end
-        joined = self._joined
-        self._joined = 0
-        log.record_iterations(durations, rows, stretch.held[:n], gaps, first_rows - joined, joined)
-        now = float(ends[-1])
-        self.last_decode_end = now
-        self.last_decode_s = float(durations[-1])
-        done = stretch.done[:n]
-        if not done[-1].any():
-            return
-        # The rows that finished, in the order the per-iteration path finishes them: by their
-        # last step, then by slot. A slot's drafts after its row's last step were -1 each.
-        slots = done[-1].nonzero()[0]
-        last_steps = done[:, slots].argmax(axis=0)
-        for step, slot in sorted(zip(last_steps.tolist(), slots.tolist(), strict=True)):
-            request = self.slot_request[slot]
-            row_drafted[slot] += n - 1 - step
-            self._bank_row(slot, request, steps_before + step + 1)
-            request.generated = request.output
-            self._free_slot(slot)
-            self._finish(request, float(ends[step]))
 
     def release(self, slot: int, drafted: float, decode_steps: int, now: float) -> None:
         """Bank and record a row that the compiled loop finished (it has cleared the slot's
@@ -461,20 +314,6 @@ class Replica:
         views = self._prefix(self.high)
         held = -(-(views.context + self.kv_lookahead) // self.block_size)
         return float(held[views.remaining > 0].sum())
-
-    def _steady_for_a_while(self) -> bool:
-        """A cheap guess that the batch's first finish is several iterations away (rows with a
-        mean share left, finishing in turn), before a stretch is worth planning."""
-        rows = self.decoding
-        steps = self.left_total / (rows * rows * self.expected_emitted(self.k_max))
-        return steps >= MIN_EXPECTED / 2.0
-
-    def expected_emitted(self, k: int) -> float:
-        """Mean tokens a row emits per step of window k (to size a stretch)."""
-        per_k = self._expected_emitted
-        while len(per_k) <= k:
-            per_k.append(self.acceptance.row_expected_emitted(len(per_k)))
-        return per_k[k]
 
     def evict_youngest(self) -> Request:
         """Take the most recently admitted decoding row out of the batch (preemption: its KV is
@@ -525,20 +364,18 @@ class Replica:
             rows, decode_kv, views.remaining, views.context, prefill, self.token_budget
         )
 
-    def _plan_mixed(self, window: int | None = None) -> Plan:
-        """The next iteration; ``window``: the k the policy chose for the batch as it stands
-        (chosen again if preemption changes the batch)."""
+    def _plan_mixed(self) -> Plan:
+        """The next iteration."""
         costs = self.costs
         admission = self.admission
         held = admission.kv_in_use(self.decoding, self._held())
         if held > self.kv_capacity:
             admission.make_room(self)
             held = admission.kv_in_use(self.decoding, self._held())
-            window = None
         self._kv_planned = held
         decode_kv = self.decode_kv
         rows = self.decoding
-        k = self._choose_window(rows, decode_kv) if window is None else window
+        k = self._choose_window(rows, decode_kv)
         decode = None
         new_tokens = 0.0
         pairs = charged_pairs = 0.0
@@ -675,6 +512,8 @@ class Replica:
             # Most iterations finish no row: one count of the rows still going says so.
             if _count_nonzero(remaining) < rows:
                 finished = (emitted > remaining * 64.0).nonzero()[0].tolist()
+        if chunks:  # first tokens count before any finish, which may end the steady window
+            self.emitted_tokens += self.admission.completing(chunks)
         self._record_iteration(now - start, batch, decode, now)
         if decode is not None:
             self.last_decode_end = now
@@ -691,7 +530,6 @@ class Replica:
         """Count the chunks as run; a request whose prompt is through starts decoding (or
         finishes, when the prefill's token was its last)."""
         for request in self.admission.complete(chunks, now):
-            self.emitted_tokens += 1.0
             if request.generated >= request.output:
                 self._finish(request, now)
                 continue

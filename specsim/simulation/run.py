@@ -1,9 +1,10 @@
 """The simulation entry point: scenario in, per-request records and a summary out.
 
-Replicas advance steady decode stretches several iterations at a time (``stretch.py``). The
-per-iteration path, one SimPy event per engine iteration, is kept as the reference the fast
-path must match byte for byte: ``run_simulation(..., fast_path=False)``, or the environment
-variable ``SPECSIM_ENGINE=reference`` for a whole process (the command line, sweep workers).
+Where the compiled serving kernel knows a replica's rules it runs spans of iterations at once
+(``compiled_serving.py``, ``fleet_serving.py``). The per-iteration path, one SimPy event per
+engine iteration, is the reference the fast path must match byte for byte:
+``run_simulation(..., fast_path=False)``, or the environment variable
+``SPECSIM_ENGINE=reference`` for a whole process (the command line, sweep workers).
 """
 
 from __future__ import annotations
