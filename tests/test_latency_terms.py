@@ -331,26 +331,22 @@ def graphed_moe(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize(
-    ("speculation", "prefix"),
-    [({}, False), ({"drafter": "model", "k": 3}, False), ({"drafter": "model", "k": 3}, True)],
-)
+@pytest.mark.parametrize("speculation", [{}, {"drafter": "model", "k": 3}])
 def test_the_fast_path_charges_the_terms_as_the_reference_does(
-    speculation, prefix, graphed_moe, tmp_path, monkeypatch
+    speculation, graphed_moe, tmp_path, monkeypatch
 ):
-    """Whole runs, fast path (the compiled serving loop; with a prefix cache, the decode loop)
-    against the per-iteration reference: every record, summary and replica statistic equal."""
+    """Whole runs, fast path (the compiled serving loop) against the per-iteration reference:
+    every record, summary and replica statistic equal."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_sim_compiled_loop import PREFIX, loop_iterations
+    from test_sim_compiled_loop import loop_iterations
     from test_sim_stretch import assert_identical, make
 
-    workload = {"rate": 4.0, **({"prefix": PREFIX} if prefix else {})}
-    scenario = make({"speculation": speculation, "workload": workload}, graphed_moe)
+    scenario = make({"speculation": speculation, "workload": {"rate": 4.0}}, graphed_moe)
     engine = scenario.engine.model_copy(update={"jitter": False})
     scenario = scenario.model_copy(update={"engine": engine})
-    assert loop_iterations(scenario, monkeypatch)[0] > 0  # the compiled loops did run
+    assert loop_iterations(scenario, monkeypatch)[0] > 0  # the compiled loop did run
     assert_identical(scenario, tmp_path, monkeypatch)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from specsim.scenario import Scenario
-from specsim.simulation import compiled, compiled_loop, compiled_serving, run_simulation
+from specsim.simulation import compiled, compiled_serving, run_simulation
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.replica import Replica
 
@@ -59,8 +59,6 @@ def counting(monkeypatch) -> dict[str, int]:
 
         return wrapper
 
-    loop = compiled_loop.kernel()
-    monkeypatch.setattr(loop, "decode_loop", counted("loops", loop.decode_loop))
     serving = compiled_serving._serving_kernel()
     monkeypatch.setattr(serving, "serving_loop", counted("loops", serving.serving_loop))
     return calls

@@ -1,9 +1,9 @@
-"""The compiled decode loop (``specsim/simulation/compiled_loop*.py``): its cost terms against
-``StepCosts`` for every drafter class, where it runs and where it does not, and identity with
-the per-iteration reference on profiles whose every cost term is non-zero.
+"""The compiled step (``compiled_step_kernel``, ``compiled_loop.py``): its cost terms and window
+choice against ``StepCosts`` and the policy for every drafter class on a profile whose every cost
+term is non-zero, and where the compiled serving loop runs a lone replica and where it does not.
 
-The identity of the whole fast path (loop included) with the reference
-on every shipped scenario and window policy is in ``test_sim_stretch.py``.
+The identity of the whole fast path with the reference is in ``test_sim_stretch.py`` (every
+shipped scenario and window policy) and ``test_sim_compiled_serving.py`` (every cost term).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_sim_stretch import assert_identical, make, no_loops
+from test_sim_stretch import make, no_loops
 
 from specsim.costs import PassTotals, StepCosts
 from specsim.profile import load_profile
@@ -52,8 +52,6 @@ DRAFTERS = {
     "dflash": {"kind": "block", "method": "dflash", "max_k": 15, "latency": {"fit": FIT},
                "flops_per_token": 1.0e9, "attention_flops_per_context_token": 8192.0},
 }  # fmt: skip
-# A prefix cache: with it the serving loop stays out, and this loop runs a fixed k.
-PREFIX = {"source": "fraction", "fraction": 0.25, "hit_rate": 0.5}
 # Each drafter's passes (``DraftPasses``): per draft, block, own cache, model, MLP heads.
 PASSES = {
     None: None,
@@ -169,50 +167,19 @@ def test_the_goodput_choice_matches_the_policy(drafter, every_term):
     assert len(chosen) >= 2  # the batches move the choice
 
 
-@pytest.mark.parametrize(
-    "drafter, k, policy",
-    [(None, 0, "fixed"), ("model", 0, "fixed"), ("model", 4, "fixed"), ("lookup", 3, "fixed"),
-     ("lookup fit", 2, "fixed"), ("medusa", 2, "fixed"), ("medusa fit", 3, "fixed"),
-     ("eagle", 4, "fixed"), ("eagle fit", 1, "fixed"), ("model", 5, "adaptive"),
-     ("lookup fit", 4, "adaptive"), ("eagle fit", 3, "adaptive"), ("model", 4, "by_batch")],
-)  # fmt: skip
-def test_the_loop_matches_the_reference_on_every_cost_term(
-    drafter, k, policy, every_term, tmp_path, monkeypatch
-):
-    speculation = {"drafter": drafter, "k": k, "policy": policy}
-    if policy == "by_batch":
-        speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 4, "k": 2}]
-    workload = {"rate": 4.0, "prefix": PREFIX}  # which keeps the serving loop out
-    scenario = make({"speculation": speculation, "workload": workload}, every_term)
-    engine = scenario.engine.model_copy(update={"jitter": False})
-    scenario = scenario.model_copy(update={"engine": engine})
-    assert loop_iterations(scenario, monkeypatch, serving_too=False)[0] > 0
-    assert_identical(scenario, tmp_path, monkeypatch)
-
-
-def loop_iterations(
-    scenario, monkeypatch, loops: bool = True, serving_too: bool = True
-) -> tuple[int, int, dict]:
-    """Iterations the compiled loop ran (and, with ``serving_too``, the serving loop, which
-    stands in for it with a fixed k or k by batch size, chunked prefill and no prefix cache:
-    ``test_sim_compiled_serving.py``), the run's engine iterations, and its summary."""
-    kernel = compiled_loop.kernel()
-    original = kernel.decode_loop
+def loop_iterations(scenario, monkeypatch, loops: bool = True) -> tuple[int, int, dict]:
+    """Iterations the compiled serving loop ran for a lone replica, the run's engine
+    iterations, and its summary."""
     serving = compiled_serving.ServingLoop.run
     ran = [0]
 
-    def counted(*args):
-        original(*args)
-        ran[0] += int(args[-1][0])  # the iterations it ran
-
     def counted_serving(self, replica, now):
         end = serving(self, replica, now)
-        if end is not None and serving_too:
+        if end is not None:
             ran[0] += int(self.ct[compiled_serving.ITERATIONS])
         return end
 
     with monkeypatch.context() as patch:
-        patch.setattr(kernel, "decode_loop", counted)
         patch.setattr(compiled_serving.ServingLoop, "run", counted_serving)
         if not loops:
             no_loops(patch)
@@ -264,31 +231,3 @@ def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
     engine = scenario.engine.model_copy(update={"jitter": False})
     steady = scenario.model_copy(update={"engine": engine})
     assert loop_iterations(steady, monkeypatch)[0] > 0
-
-
-def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypatch):
-    """A 2-slot engine fills the step log's 2,046 entries every ~1,000 iterations, inside the
-    loop: it must stop there for the log to fold, as ``record_step`` folds it."""
-    scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5, "prefix": PREFIX}})
-    inside, total, _ = loop_iterations(scenario, monkeypatch, serving_too=False)
-    assert inside >= 0.5 * total and total > 2 * 1024
-    assert_identical(scenario, tmp_path, monkeypatch)
-
-
-def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
-    """Bursts bring several prompts into one iteration: the loop's first iteration takes them
-    all (their rows come off the free list's end, after the slots its finishes freed)."""
-    kernel = compiled_loop.kernel()
-    original = kernel.decode_loop
-    prompts = []
-
-    def counted(*args):
-        prompts.append(int(args[-8][0]))  # the first iteration's prompt chunks
-        original(*args)
-
-    scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0, "prefix": PREFIX}})
-    with monkeypatch.context() as patch:
-        patch.setattr(kernel, "decode_loop", counted)
-        run_simulation(scenario)
-    assert max(prompts) >= 2 and prompts.count(1) > 10
-    assert_identical(scenario, tmp_path, monkeypatch)

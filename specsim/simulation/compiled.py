@@ -36,7 +36,6 @@ _loaded: ModuleType | None = None
 KERNEL_MODULES = (
     "compiled_kernels",
     "compiled_step_kernel",
-    "compiled_loop_kernel",
     "compiled_serving_kernel",
 )
 

@@ -379,7 +379,7 @@ def window_goodput(
     by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
 ):
     """``GoodputWindow.choose_batch``'s window: with prompt chunks waiting, weighed against
-    them; without, the decode loop's choice."""
+    them; without, ``choose_window``'s."""
     if rows == 0:
         return 0
     if ct[P_LEN]:

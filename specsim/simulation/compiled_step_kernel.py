@@ -6,8 +6,8 @@ The cost model is ``costs.formula`` compiled, the source ``StepCosts`` runs inte
 ``Replica._plan_mixed`` and ``_apply_mixed`` run them: the drafts and the acceptance draws from
 the PCG64 state (a block of ``capacity`` doubles per draw, of which the occupied slots' are read
 and the rest jumped over), the verified positions and query-key pairs, and the emitted tokens
-with the step log's row. Used by ``compiled_loop_kernel`` (a replica fed open-loop arrivals) and
-``compiled_serving_kernel`` (a lone replica's whole loop, queue and all).
+with the step log's row. Used by ``compiled_serving_kernel`` (a replica's whole loop, queue and
+all).
 """
 
 from __future__ import annotations

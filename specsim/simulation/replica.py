@@ -23,8 +23,8 @@ operation runs on the whole array without masks. Each engine iteration:
 Each iteration is one SimPy event, stepped here in Python: the reference path (``fast=False``)
 and the specification the compiled kernels are tested against. On the fast path a replica alone
 on an open-loop source takes its arrivals itself as their times pass, and where the serving
-kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router;
-``compiled_loop.py`` for a lone replica's decode spans) whole spans of iterations run compiled,
+kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router)
+whole spans of iterations run compiled,
 with the same results bit for bit (``tests/test_sim_stretch.py``). Elsewhere (replayed acceptance
 sequences, trees, policies that observe each iteration, ...) the fast path steps here too.
 """
@@ -40,7 +40,7 @@ from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
-from specsim.simulation.compiled_loop import DecodeLoop, window_terms
+from specsim.simulation.compiled_loop import window_terms
 from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.fleet_serving import FleetServing
@@ -171,7 +171,6 @@ class Replica:
         self._joined = 0  # rows that started decoding since the last decode iteration
         # The fast path: the open-loop arrivals (this replica's own, or the fleet's).
         self._process = None
-        self._loop: DecodeLoop | None = None  # the compiled decode loop, where it runs
         self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
         self.arrivals = None
         self.last_decode_s = 0.0  # the last decode-only iteration's seconds
@@ -201,11 +200,9 @@ class Replica:
         """Start the replica's process; ``arrivals`` (an ``ArrivalFeed``, fast path only): the
         replica takes an open-loop source's requests itself, as their times pass."""
         self.arrivals = arrivals if self.fast else None
-        # Alone on an open-loop source, iterations can run compiled: all of them
-        # (compiled_serving.py), or else those with no queue (compiled_loop.py).
+        # Alone on an open-loop source, iterations can run compiled (compiled_serving.py).
         if self.arrivals is not None:
             self._serving = ServingLoop.build(self, feed=self.arrivals)
-            self._loop = DecodeLoop.build(self) if self._serving is None else None
         elif self.fast:  # requests routed to it: the fleet's serving loop
             self._serving = FleetServing.build(self)
         self._process = env.process(self.process(env))
@@ -242,14 +239,6 @@ class Replica:
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env)
                 continue
-            # Alone, with no queue: the compiled loop, where it runs (it runs none when the next
-            # iteration must preempt, or its prompt chunks are not the prompts whole).
-            loop = self._loop
-            if loop is not None and (self.decoding or admission.prefilling) and not admission.queue:
-                end = loop.run(self, start, arrivals.next_time)
-                if end is not None:  # when its last iteration ends
-                    yield env.timeout_at(end)
-                    continue
             plan = self._plan_mixed()
             dt = plan.seconds
             if self.jitter is not None:
