@@ -79,6 +79,20 @@ CASES = {
     "small token budget": {"engine": {"max_batch": 12, "max_batched_tokens": 96}},
     "first token is the last": {"workload": {"output": {"dist": "uniform", "low": 1, "high": 3}}},
     "horizon": {"workload": {"requests": None, "duration_s": 12.0}},
+    "prefill apart": {"engine": {"max_batch": 12, "chunked_prefill": False}},
+    "prefill apart, small token budget, preemption": {
+        "engine": {
+            "max_batch": 12,
+            "chunked_prefill": False,
+            "max_batched_tokens": 300,
+            "kv_capacity_tokens": 1500,
+        }
+    },
+    "prefill apart, adaptive, first token is the last": {
+        "engine": {"max_batch": 12, "chunked_prefill": False},
+        "speculation": {"drafter": "c20", "k": 5, "policy": "adaptive"},
+        "workload": {"output": {"dist": "uniform", "low": 1, "high": 6}},
+    },
 }
 
 
@@ -115,6 +129,10 @@ OPEN = {
             "prompt": {"dist": "uniform", "low": 8, "high": 60},
             "output": {"dist": "uniform", "low": 1, "high": 10},
         }
+    },
+    "open loop, prefill apart, preemption": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500, "chunked_prefill": False},
     },
     "open loop, k by batch": {
         "workload": {"rate": 20.0},
@@ -241,7 +259,6 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "changes",
     [
-        {"workload": CLOSED, "engine": {"max_batch": 32, "chunked_prefill": False}},
         {"workload": CLOSED, "engine": {"max_batch": 32, "padded_attention": True}},
         {
             "workload": {
@@ -250,7 +267,7 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
             }
         },
     ],
-    ids=["no chunked prefill", "padded", "prefix"],
+    ids=["padded", "prefix"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""

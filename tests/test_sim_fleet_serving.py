@@ -64,6 +64,16 @@ FLEETS = {
         "fleet": {"replicas": 2, "router": "least_outstanding"},
         "workload": {"rate": 12.0, "max_concurrency": 6},
     },
+    "two replicas, prefill apart, saturated": {
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500, "chunked_prefill": False},
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400},
+    },
+    "closed loop, two replicas, prefill apart": {
+        "engine": {"max_batch": 32, "chunked_prefill": False},
+        "fleet": {"replicas": 2, "router": "round_robin"},
+        "workload": CLOSED,
+    },
 }
 
 

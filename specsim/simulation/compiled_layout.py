@@ -116,5 +116,6 @@ STATE = STEP_STATE + 14
     ITERATION_LIMIT,  # the call stops after this many iterations
     STOP_AT_FINISH,  # 1: the call stops after the iteration in which a request finishes
     OPEN_UNTIL,  # 1 + the last iteration whose admission could reach a request queued last
-) = range(34)
-COUNTS = 34
+    PREFILL_APART,  # 1: prefill not chunked, waiting prompts run whole in iterations of their own
+) = range(35)
+COUNTS = 35

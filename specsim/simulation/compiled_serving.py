@@ -5,14 +5,16 @@ under any window policy, runs ``compiled_serving_kernel.serving_loop``: admissio
 prefill, preemption, decoding, finishes and the clients' next requests in one call, from one
 stop to the next (busy or saturated, where the queue rarely empties, as at low load). Its state
 goes in and out through the table (``serving_table.py``); a replica behind a router runs the
-same kernel through ``fleet_serving.py``. It runs where the replica's other conditions for a
-compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and no prefix cache
-is kept; elsewhere, and whenever the kernel stops for Python (levels to draw, one sequence
-outgrowing the cache), the other paths run.
+same kernel through ``fleet_serving.py``. Prefill chunked into decode iterations or not (then
+waiting prompts run whole in iterations of their own). It runs where the replica's fast path
+has a rate model of acceptance, a compiled window policy, no range of the profile to check and
+no prefix cache (``decode_tables``); elsewhere, and whenever the kernel stops for Python
+(levels to draw, one sequence outgrowing the cache), the other paths run.
 """
 
 from __future__ import annotations
 
+from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import (
     DRAWN,
@@ -38,10 +40,9 @@ class ServingLoop(ServingTable):
     def build(cls, replica, feed=None, clients=None) -> ServingLoop | None:
         """The loop for ``replica`` alone on ``feed`` or ``clients`` (``fleet_serving``'s
         subclass: for requests routed to it), or None where it cannot run."""
-        decode = DecodeLoop.build(replica)
+        decode = decode_tables(replica)
         if (
             decode is None
-            or not replica.chunked
             or not replica.serving_kernel
             or type(replica.admission.prefix) is not NoPrefix
             or (clients is not None and clients.source.think_mean > 0)
@@ -164,6 +165,24 @@ class ServingLoop(ServingTable):
         for request in self.pending:
             self.frontend.arrive_at(request, request.arrival)
         self.pending = []
+
+
+def decode_tables(replica) -> DecodeLoop | None:
+    """The acceptance tables, cost vector and window terms the kernel reads, where it can run
+    the replica's decode steps (None elsewhere)."""
+    if not (
+        replica.fast
+        and replica.jitter is None
+        and not replica.padded
+        and not replica.costs.checks_ranges
+        and isinstance(replica.acceptance, RateAcceptance)
+        and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
+    ):
+        return None
+    costs, window = replica.cost_terms, replica.window_terms  # made with the replica
+    if costs is None or window is None:
+        return None
+    return DecodeLoop(replica, costs, window)
 
 
 _module = []

@@ -77,6 +77,7 @@ from specsim.simulation.compiled_layout import (
     PEND_LEN,
     PENDING,
     PREEMPTIONS,
+    PREFILL_APART,
     PREFILL_COMPUTED,
     PREFILL_FLOPS,
     PREFILLED,
@@ -112,8 +113,8 @@ from specsim.simulation.compiled_step_kernel import (
 
 @_inner
 def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
-    """``Admission.admit`` at ``st[NOW]`` (no prefix cache, chunked prefill); False where the
-    next request to start needs an acceptance level beyond ``levels`` (Python draws them)."""
+    """``Admission.admit`` at ``st[NOW]`` (no prefix cache); False where the next request to
+    start needs an acceptance level beyond ``levels`` (Python draws them)."""
     count = req.shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
@@ -121,7 +122,7 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
     used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
     while ct[Q_LEN] and running < max_batch:
         c = queue[ct[Q_HEAD]]
-        if st[PENDING] >= st[TOKEN_BUDGET]:
+        if not ct[PREFILL_APART] and st[PENDING] >= st[TOKEN_BUDGET]:
             break
         need = req[c, TARGET] + lookahead
         if used + need > st[KV_CAPACITY]:
@@ -344,6 +345,37 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
 
 
 @_inner
+def _whole_prompts(req, prefilling, budget, chunk, ct):
+    """``Admission.whole_prompts``: the prompts in prefill whole, in order, within the token
+    budget (the first always), into ``chunk``; their rows, tokens, KV tokens read and
+    query-key pairs."""
+    count = req.shape[0]
+    rows = 0
+    tokens = kv = pairs = 0.0
+    for j in range(ct[P_LEN]):
+        c = prefilling[(ct[P_HEAD] + j) % count]
+        size = req[c, TARGET] - req[c, PREFILLED]
+        if rows and tokens + size > budget:
+            break
+        chunk[j] = size
+        tokens += size
+        kv += req[c, PREFILLED]
+        pairs += size * (req[c, PREFILLED] + (size + 1) / 2.0)
+        rows += 1
+    return rows, tokens, kv, pairs
+
+
+@_inner
+def _prompts_apart(req, prefilling, chunk, c, st, ct):
+    """``Replica._plan_prefill_only``: an iteration of the prompts whole
+    (``_whole_prompts``), their FLOPs counted; returns their rows and its seconds."""
+    rows, tokens, kv, pairs = _whole_prompts(req, prefilling, st[TOKEN_BUDGET], chunk, ct)
+    target = c[T_FLOPS] * tokens + c[T_ATTN] * pairs
+    st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, tokens, pairs)
+    return rows, _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, rows, tokens, kv, pairs)
+
+
+@_inner
 def _goodput_with_chunks(
     goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
 ):
@@ -412,6 +444,30 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
             req[c, FIRST] = now
         req[c, GENERATED] += 1.0
     return through
+
+
+@_inner
+def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end):
+    """The prompts' chunks run by ``end`` (``Replica._finish_prefills``): those now through
+    finish (their first token their last) or start decoding."""
+    slot_row, join_step, join_left, free, records, queue, pending, rows_free = places
+    through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
+    for j in range(through):
+        client = done[j]
+        st[EMITTED] += 1.0
+        if req[client, GENERATED] >= req[client, OUTPUT]:
+            _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
+        else:
+            _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
+
+
+@_inner
+def _advance(trace, st, ct, end):
+    """The iteration over at ``end``: the clock, and the trace's entry."""
+    st[NOW] = end
+    trace[0, ct[ITERATIONS]] = end
+    trace[1, ct[ITERATIONS]] = st[EMITTED]
+    ct[ITERATIONS] += 1
 
 
 @_jit
@@ -484,6 +540,7 @@ def serving_loop(
     chunk = np.empty(count)
     done = np.empty(count, dtype=np.int64)
     most = log_dt.shape[0]
+    places = (slot_row, join_step, join_left, free, records, queue, pending, rows_free)
     per_token, per_pair = c[T_FLOPS], c[T_ATTN]
     while True:
         if ct[ITERATIONS] >= ct[ITERATION_LIMIT] or (ct[STOP_AT_FINISH] and ct[RECORDS]):
@@ -513,11 +570,13 @@ def serving_loop(
             break
         # Admission stopped short of the queue's tail only where a request still waits (FCFS),
         # the batch is full or the prompt budget spent: else one queued last would have joined.
-        if not (
-            ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or st[PENDING] >= st[TOKEN_BUDGET]
-        ):
+        # Without chunked prefill the budget stops no admission, and prompts waiting run whole
+        # in an iteration of their own, with no room made first (``_prompts_apart``).
+        apart = ct[PREFILL_APART] and ct[P_LEN]
+        spent = st[PENDING] >= st[TOKEN_BUDGET] and not ct[PREFILL_APART]
+        if not (ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or spent):
             ct[OPEN_UNTIL] = ct[ITERATIONS] + 1
-        if not _make_room(
+        if not apart and not _make_room(
             req,
             queue,
             prefilling,
@@ -538,6 +597,21 @@ def serving_loop(
             break
         now = st[NOW]
         used = ct[HIGH]
+        i = ct[LOGGED]
+        if apart:
+            p_rows, dt = _prompts_apart(req, prefilling, chunk, c, st, ct)
+            end = now + dt
+            # The reference logs the duration itself (not end - now): the same with now 0.0.
+            log_iteration(
+                log_dt, log_batch, log_kv, log_itl, log_weight, i, 0.0, dt, p_rows, held, 0.0, 0, 0
+            )
+            ct[LOGGED] = i + 1
+            st[HELD] = held
+            _through(
+                req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end
+            )
+            _advance(trace, st, ct, end)
+            continue
         if adaptive:  # one flag, not a function argument: numba's on-disk cache keys on types
             k = window_goodput(
                 by_rows,
@@ -587,7 +661,6 @@ def serving_loop(
         else:
             dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
         end = now + dt
-        i = ct[LOGGED]
         if rows:
             apply_step(
                 st,
@@ -639,19 +712,9 @@ def serving_loop(
         ct[LOGGED] = i + 1
         st[HELD] = held
         if p_rows:
-            through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
-            for j in range(through):
-                client = done[j]
-                st[EMITTED] += 1.0
-                if req[client, GENERATED] >= req[client, OUTPUT]:
-                    _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
-                else:
-                    _start_decoding(
-                        req, client, batch, slot_row, join_step, join_left, free, st, ct
-                    )
+            _through(
+                req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end
+            )
         else:
             st[LAST_DT] = dt
-        st[NOW] = end
-        trace[0, ct[ITERATIONS]] = end
-        trace[1, ct[ITERATIONS]] = st[EMITTED]
-        ct[ITERATIONS] += 1
+        _advance(trace, st, ct, end)

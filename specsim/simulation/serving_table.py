@@ -50,6 +50,7 @@ from specsim.simulation.compiled_layout import (
     P_LEN,
     PEND_HEAD,
     PEND_LEN,
+    PREFILL_APART,
     Q_HEAD,
     Q_LEN,
     RECORD,
@@ -169,6 +170,7 @@ class ServingTable:
         ct[DECODE_STEPS], ct[ADMISSIONS] = replica.decode_steps, admission.admissions
         ct[LOGGED], ct[FILLED] = log._iterations, log._filled
         ct[MORE_ARRIVALS] = more
+        ct[PREFILL_APART] = not replica.chunked
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
