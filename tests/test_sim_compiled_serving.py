@@ -8,6 +8,7 @@ every drafter class on a profile whose every cost term is non-zero, fixed k, k b
 and the adaptive (goodput) policy, preemption, prompts cut into chunks, prompts whose first
 token is their last, a horizon, acceptance levels drawn past the first chunk of 4,096, a step
 log that folds inside the loop, bursts, an overloaded queue that outgrows what a call packs,
+prefill apart (not chunked: prompts whole in iterations of their own), iteration jitter,
 and the benchmark's saturated replica on a shipped profile (the shipped scenarios are in
 ``test_sim_stretch.py``). Then where it runs (nearly every iteration) and where it does not,
 and that a request that never fits is refused as before.
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
-from test_sim_stretch import assert_identical, make, no_loops
+from test_sim_stretch import assert_identical, make, no_loops, varying_profile  # noqa: F401
 
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
@@ -204,6 +205,44 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     engine = scenario.engine.model_copy(update={"jitter": False})
     scenario = scenario.model_copy(update={"engine": engine})
     assert kernel_iterations(scenario, monkeypatch)[0] > 0
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+# On the varying profile (``test_sim_stretch.varying_profile``): decode and prefill-only
+# iterations take multipliers of different spreads from the replica's jitter stream.
+JITTER = {
+    "jitter": {"workload": CLOSED},
+    "jitter, prefill apart": {
+        "workload": CLOSED,
+        "engine": {"max_batch": 12, "chunked_prefill": False},
+    },
+    "jitter, adaptive, preemption": {
+        "workload": CLOSED,
+        "engine": {"max_batch": 12, "kv_capacity_tokens": 1500},
+        "speculation": {"drafter": "c20", "k": 5, "policy": "adaptive"},
+    },
+    "jitter, open loop, prefill apart, saturated": {
+        "workload": {"rate": 60.0},
+        "engine": {"max_batch": 16, "chunked_prefill": False},
+    },
+    "jitter, open loop, small token budget": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "max_batched_tokens": 96},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(JITTER))
+def test_the_loop_matches_the_reference_with_jitter(
+    name,
+    varying_profile,  # noqa: F811 (the fixture, imported above)
+    tmp_path,
+    monkeypatch,
+):
+    scenario = make(JITTER[name], varying_profile)
+    assert scenario.engine.jitter
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.5 * total
     assert_identical(scenario, tmp_path, monkeypatch)
 
 

@@ -117,5 +117,6 @@ STATE = STEP_STATE + 14
     STOP_AT_FINISH,  # 1: the call stops after the iteration in which a request finishes
     OPEN_UNTIL,  # 1 + the last iteration whose admission could reach a request queued last
     PREFILL_APART,  # 1: prefill not chunked, waiting prompts run whole in iterations of their own
-) = range(35)
-COUNTS = 35
+    JITTERED,  # 1: iteration times take the replica's multipliers (``Jitter``)
+) = range(36)
+COUNTS = 36

@@ -77,6 +77,8 @@ class ServingLoop(ServingTable):
         if not self._call(replica, now, TRACE):
             return None
         replica._draws.skip(int(self.ct[DRAWN]))
+        if replica.jitter is not None:  # one multiplier an iteration
+            replica.jitter.skip(int(self.ct[ITERATIONS]))
         self._unpack(replica)
         end = float(self.st[NOW])
         if not self.ct[ITERATIONS] and end == now:
@@ -108,6 +110,8 @@ class ServingLoop(ServingTable):
         """The kernel on the packed state, for at most ``limit`` iterations."""
         self.ct[ITERATION_LIMIT] = limit
         self.ct[STOP_AT_FINISH] = self.feed is None and self.clients is None
+        if replica.jitter is not None:  # as many as the call may run iterations (TRACE at most)
+            self.trace[2, :limit], self.trace[3, :limit] = replica.jitter.ahead(limit)
         if self._args is None:  # the same arrays from call to call while the table stands
             self._args = self._arguments(replica)
         base_words, offset = replica._draws.base()
@@ -172,7 +176,6 @@ def decode_tables(replica) -> DecodeLoop | None:
     the replica's decode steps (None elsewhere)."""
     if not (
         replica.fast
-        and replica.jitter is None
         and not replica.padded
         and not replica.costs.checks_ranges
         and isinstance(replica.acceptance, RateAcceptance)

@@ -5,7 +5,9 @@ clients without think time) iteration after iteration, as ``Replica._fast_proces
 ``Admission`` and ``ClosedLoopClients`` would: it takes the arrivals due, admits waiting
 requests FCFS (``Admission.admit``), preempts where the cache cannot hold the next step
 (``Admission.make_room``), plans the decode step and the prompt chunks within the token budget
-(``Replica._plan_mixed``, ``Admission.chunks``), prices the iteration, applies it
+(``Replica._plan_mixed``, ``Admission.chunks``; without chunked prefill, the waiting prompts
+whole in an iteration of their own, ``Replica._plan_prefill_only``), prices the iteration
+(times the replica's next jitter multiplier, which Python draws ahead), applies it
 (``Replica._apply_mixed``: emitted tokens, finishes in slot order, then the prompts that went
 through, ``Admission.complete``) and, for each finish, writes the request's record and issues
 its client's next request (``ClosedLoopClients.on_finish``), in the same operations and order.
@@ -55,6 +57,7 @@ from specsim.simulation.compiled_layout import (
     ISSUED,
     ITERATION_LIMIT,
     ITERATIONS,
+    JITTERED,
     JOINED,
     KV_CAPACITY,
     LAST_DT,
@@ -462,6 +465,15 @@ def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, c
 
 
 @_inner
+def _jittered(dt, trace, ct, prefill):
+    """``dt`` times the iteration's multiplier where the replica has jitter (``Jitter.factor``:
+    an iteration with no decoding row takes the prefill kind)."""
+    if ct[JITTERED]:
+        return dt * trace[3 if prefill else 2, ct[ITERATIONS]]
+    return dt
+
+
+@_inner
 def _advance(trace, st, ct, end):
     """The iteration over at ``end``: the clock, and the trace's entry."""
     st[NOW] = end
@@ -600,6 +612,7 @@ def serving_loop(
         i = ct[LOGGED]
         if apart:
             p_rows, dt = _prompts_apart(req, prefilling, chunk, c, st, ct)
+            dt = _jittered(dt, trace, ct, True)
             end = now + dt
             # The reference logs the duration itself (not end - now): the same with now 0.0.
             log_iteration(
@@ -660,6 +673,7 @@ def serving_loop(
             dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
         else:
             dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
+        dt = _jittered(dt, trace, ct, rows == 0)
         end = now + dt
         if rows:
             apply_step(

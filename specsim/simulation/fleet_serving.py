@@ -185,6 +185,8 @@ class FleetServing(ServingLoop):
         ct, log = self.ct, replica.log
         replica._draws.skip(int(ct[DRAWN]))
         ct[DRAWN] = 0
+        if replica.jitter is not None:  # one multiplier for each iteration the call kept
+            replica.jitter.skip(int(ct[ITERATIONS]))
         ct[LOGGED], ct[FILLED] = log.adopt(int(ct[LOGGED]), int(ct[FILLED]))
         late, self.late = self.late, []
         for request in late:

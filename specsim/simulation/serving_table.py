@@ -38,6 +38,7 @@ from specsim.simulation.compiled_layout import (
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
+    JITTERED,
     JOINED,
     LEVELS_AT,
     LOGGED,
@@ -95,7 +96,9 @@ class ServingTable:
         rows = replica.capacity + AHEAD if feed is not None else FLEET_ROWS
         self._table(clients.source.concurrency if clients is not None else rows)
         self.wait = 0  # iterations to leave to Python before the next call
-        self.trace = np.zeros((2, TRACE))  # each iteration's end and the tokens emitted by then
+        # Each iteration's end and the tokens emitted by then; and its time multipliers drawn
+        # ahead (decode, prefill) where the replica has jitter.
+        self.trace = np.zeros((4, TRACE))
 
     def _slots(self, replica) -> None:
         """The per-slot arrays and the state, as views into two arrays (``floats``, ``counts``):
@@ -171,6 +174,7 @@ class ServingTable:
         ct[LOGGED], ct[FILLED] = log._iterations, log._filled
         ct[MORE_ARRIVALS] = more
         ct[PREFILL_APART] = not replica.chunked
+        ct[JITTERED] = replica.jitter is not None
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
