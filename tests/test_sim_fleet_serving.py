@@ -7,8 +7,8 @@ Identity with the per-iteration reference (every record, each replica's engine s
 the summary and requests.csv, with the kernels on and off, ``test_sim_stretch.assert_identical``)
 for round robin and least outstanding, two and eight replicas, open-loop arrivals, closed-loop
 clients through the API server's delay with and without think time, a client cap, and a
-saturated fleet with a queue and preemption, prefill apart (not chunked) and iteration
-jitter; the kernel runs most iterations of each. Planted
+saturated fleet with a queue and preemption, prefill apart (not chunked), padded attention
+and iteration jitter; the kernel runs most iterations of each. Planted
 faults (a cut that keeps the iterations after the arrival; a closed loop's steady window that
 ignores a call under way) fail them.
 """
@@ -70,6 +70,11 @@ FLEETS = {
         "fleet": {"replicas": 2, "router": "least_outstanding"},
         "workload": {"rate": 40.0, "requests": 400},
     },
+    "two replicas, padded, prefill apart": {
+        "engine": {"max_batch": 16, "chunked_prefill": False, "padded_attention": True},
+        "fleet": {"replicas": 2, "router": "round_robin"},
+        "workload": {"rate": 20.0, "requests": 400},
+    },
     "closed loop, two replicas, prefill apart": {
         "engine": {"max_batch": 32, "chunked_prefill": False},
         "fleet": {"replicas": 2, "router": "round_robin"},
@@ -130,6 +135,7 @@ def test_on_the_plain_test_profile_too(name, tmp_path, monkeypatch):
         "two replicas, least outstanding, adaptive",
         "two replicas, prefill apart, saturated",
         "closed loop, two replicas, prefill apart",
+        "two replicas, padded, prefill apart",
         "eight replicas, least outstanding",
     ],
 )

@@ -118,5 +118,6 @@ STATE = STEP_STATE + 14
     OPEN_UNTIL,  # 1 + the last iteration whose admission could reach a request queued last
     PREFILL_APART,  # 1: prefill not chunked, waiting prompts run whole in iterations of their own
     JITTERED,  # 1: iteration times take the replica's multipliers (``Jitter``)
-) = range(36)
-COUNTS = 36
+    PADDED,  # 1: padded attention (``engine.padded_attention``)
+) = range(37)
+COUNTS = 37

@@ -1,15 +1,16 @@
 """The compiled serving loop, Python's side: where it runs, and its calls.
 
 A replica alone on its traffic (open-loop arrivals, or closed-loop clients without think time),
-under any window policy, runs ``compiled_serving_kernel.serving_loop``: admission, chunked
-prefill, preemption, decoding, finishes and the clients' next requests in one call, from one
-stop to the next (busy or saturated, where the queue rarely empties, as at low load). Its state
-goes in and out through the table (``serving_table.py``); a replica behind a router runs the
-same kernel through ``fleet_serving.py``. Prefill chunked into decode iterations or not (then
-waiting prompts run whole in iterations of their own). It runs where the replica's fast path
-has a rate model of acceptance, a compiled window policy, no range of the profile to check and
-no prefix cache (``decode_tables``); elsewhere, and whenever the kernel stops for Python
-(levels to draw, one sequence outgrowing the cache), the other paths run.
+under any window policy, runs ``compiled_serving_kernel.serving_loop``: admission, prefill
+(chunked into decode iterations, or prompts whole in iterations of their own), preemption,
+decoding, finishes and the clients' next requests in one call, from one stop to the next
+(busy or saturated, where the queue rarely empties, as at low load), with iteration jitter
+(each call takes the multipliers of the iterations it applies) and padded attention or not.
+Its state goes in and out through the table (``serving_table.py``); a replica behind a router
+runs the same kernel through ``fleet_serving.py``. It runs where the replica's fast path has a
+rate model of acceptance, a compiled window policy, no range of the profile to check and no
+prefix cache (``decode_tables``); elsewhere, and whenever the kernel stops for Python (levels
+to draw, one sequence outgrowing the cache), the other paths run.
 """
 
 from __future__ import annotations
@@ -176,7 +177,6 @@ def decode_tables(replica) -> DecodeLoop | None:
     the replica's decode steps (None elsewhere)."""
     if not (
         replica.fast
-        and not replica.padded
         and not replica.costs.checks_ranges
         and isinstance(replica.acceptance, RateAcceptance)
         and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once

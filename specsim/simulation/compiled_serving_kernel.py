@@ -76,6 +76,7 @@ from specsim.simulation.compiled_layout import (
     OUTPUT,
     P_HEAD,
     P_LEN,
+    PADDED,
     PEND_HEAD,
     PEND_LEN,
     PENDING,
@@ -350,11 +351,11 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
 @_inner
 def _whole_prompts(req, prefilling, budget, chunk, ct):
     """``Admission.whole_prompts``: the prompts in prefill whole, in order, within the token
-    budget (the first always), into ``chunk``; their rows, tokens, KV tokens read and
-    query-key pairs."""
+    budget (the first always), into ``chunk``; their rows, tokens, KV tokens read, query-key
+    pairs, and the longest prompt and cached context."""
     count = req.shape[0]
     rows = 0
-    tokens = kv = pairs = 0.0
+    tokens = kv = pairs = longest = reach = 0.0
     for j in range(ct[P_LEN]):
         c = prefilling[(ct[P_HEAD] + j) % count]
         size = req[c, TARGET] - req[c, PREFILLED]
@@ -365,17 +366,36 @@ def _whole_prompts(req, prefilling, budget, chunk, ct):
         kv += req[c, PREFILLED]
         pairs += size * (req[c, PREFILLED] + (size + 1) / 2.0)
         rows += 1
-    return rows, tokens, kv, pairs
+        longest = max(longest, size)
+        reach = max(reach, req[c, PREFILLED])
+    return rows, tokens, kv, pairs, longest, reach
 
 
 @_inner
 def _prompts_apart(req, prefilling, chunk, c, st, ct):
     """``Replica._plan_prefill_only``: an iteration of the prompts whole
     (``_whole_prompts``), their FLOPs counted; returns their rows and its seconds."""
-    rows, tokens, kv, pairs = _whole_prompts(req, prefilling, st[TOKEN_BUDGET], chunk, ct)
+    budget = st[TOKEN_BUDGET]
+    rows, tokens, kv, pairs, longest, reach = _whole_prompts(req, prefilling, budget, chunk, ct)
     target = c[T_FLOPS] * tokens + c[T_ATTN] * pairs
     st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, tokens, pairs)
+    if ct[PADDED]:  # every prompt charged at the longest one's length and cached context
+        tokens = rows * longest
+        kv, pairs = rows * reach, tokens * (reach + (longest + 1) / 2)
     return rows, _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, rows, tokens, kv, pairs)
+
+
+@_inner
+def _padded_rows(drafts, context, used, rows, new_tokens):
+    """``Replica._plan_mixed``'s charge for decoding rows with padded attention: every row's
+    attention (and cache read) runs to the longest context; the KV tokens and pairs."""
+    longest = drafted = squares = 0.0
+    for s in range(used):
+        longest = max(longest, context[s])
+        drafted += drafts[s]
+        squares += drafts[s] * drafts[s]
+    own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
+    return rows * longest, new_tokens * longest + own_span
 
 
 @_inner
@@ -643,7 +663,8 @@ def serving_loop(
             )
         else:
             k = by_rows[min(rows, by_rows.shape[0] - 1)]
-        new_tokens = pairs = 0.0
+        new_tokens = pairs = charged_pairs = 0.0
+        charged_kv = decode_kv  # what the pass is charged for (padded attention: more)
         if rows:
             ct[DRAWN] += draw_rows(
                 words,
@@ -661,6 +682,9 @@ def serving_loop(
                 accepted,
             )
             new_tokens, pairs = row_totals(drafts, context, used, decode_kv)
+            charged_pairs = pairs
+            if ct[PADDED]:
+                charged_kv, charged_pairs = _padded_rows(drafts, context, used, rows, new_tokens)
         p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
         if ct[P_LEN]:
             p_rows, p_tokens, p_kv, p_pairs = _chunks(
@@ -670,9 +694,11 @@ def serving_loop(
                 target = per_token * p_tokens + per_pair * p_pairs
                 st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
         if rows and not p_rows:
-            dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
+            dt = _decode_s(c, k, rows, new_tokens, charged_kv, charged_pairs)
         else:
-            dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
+            dt = _mixed_s(
+                c, k, rows, new_tokens, charged_kv, charged_pairs, p_rows, p_tokens, p_kv, p_pairs
+            )
         dt = _jittered(dt, trace, ct, rows == 0)
         end = now + dt
         if rows:

@@ -49,6 +49,7 @@ from specsim.simulation.compiled_layout import (
     OPENED_EMITTED,
     P_HEAD,
     P_LEN,
+    PADDED,
     PEND_HEAD,
     PEND_LEN,
     PREFILL_APART,
@@ -175,6 +176,7 @@ class ServingTable:
         ct[MORE_ARRIVALS] = more
         ct[PREFILL_APART] = not replica.chunked
         ct[JITTERED] = replica.jitter is not None
+        ct[PADDED] = replica.padded
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
