@@ -83,7 +83,7 @@ class ServingTable:
         self.clients = clients
         self.decode = decode  # the cost vector, window terms and acceptance tables
         self._slots(replica)
-        self.records = np.zeros((AHEAD, RECORD))
+        self.records = np.zeros((AHEAD, RECORD + 1))
         # Clients' requests on their way through an API server (``fleet.Frontend``): between
         # calls the loop holds those it sent (``pending``), and hands them to the server
         # before Python steps the replica itself; while the server has any on the way, the
