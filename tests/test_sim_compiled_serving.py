@@ -8,9 +8,11 @@ every drafter class on a profile whose every cost term is non-zero, fixed k, k b
 and the adaptive (goodput) policy, preemption, prompts cut into chunks, prompts whose first
 token is their last, a horizon, acceptance levels drawn past the first chunk of 4,096, a step
 log that folds inside the loop, bursts, an overloaded queue that outgrows what a call packs,
-and the benchmark's saturated replica on a shipped profile (the shipped scenarios are in
-``test_sim_stretch.py``). Then where it runs (nearly every iteration) and where it does not,
-and that a request that never fits is refused as before.
+prefill apart (not chunked: prompts whole in iterations of their own), iteration jitter,
+padded attention (each also on every cost term, and all three on the validate scenarios less
+their profile's valid range), and the benchmark's saturated replica on a shipped profile
+(the shipped scenarios are in ``test_sim_stretch.py``). Then where it runs (nearly every
+iteration) and where it does not, and that a request that never fits is refused as before.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
-from test_sim_stretch import assert_identical, make, no_loops
+from test_sim_stretch import assert_identical, make, no_loops, varying_profile  # noqa: F401
 
 from specsim.errors import SpecsimError
-from specsim.scenario import Scenario
+from specsim.scenario import Scenario, load_scenario
 from specsim.simulation import compiled_serving, run_simulation
 from specsim.simulation.admission import fitting, never_fits
 
@@ -79,6 +82,20 @@ CASES = {
     "small token budget": {"engine": {"max_batch": 12, "max_batched_tokens": 96}},
     "first token is the last": {"workload": {"output": {"dist": "uniform", "low": 1, "high": 3}}},
     "horizon": {"workload": {"requests": None, "duration_s": 12.0}},
+    "prefill apart": {"engine": {"max_batch": 12, "chunked_prefill": False}},
+    "prefill apart, small token budget, preemption": {
+        "engine": {
+            "max_batch": 12,
+            "chunked_prefill": False,
+            "max_batched_tokens": 300,
+            "kv_capacity_tokens": 1500,
+        }
+    },
+    "prefill apart, adaptive, first token is the last": {
+        "engine": {"max_batch": 12, "chunked_prefill": False},
+        "speculation": {"drafter": "c20", "k": 5, "policy": "adaptive"},
+        "workload": {"output": {"dist": "uniform", "low": 1, "high": 6}},
+    },
 }
 
 
@@ -115,6 +132,10 @@ OPEN = {
             "prompt": {"dist": "uniform", "low": 8, "high": 60},
             "output": {"dist": "uniform", "low": 1, "high": 10},
         }
+    },
+    "open loop, prefill apart, preemption": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500, "chunked_prefill": False},
     },
     "open loop, k by batch": {
         "workload": {"rate": 20.0},
@@ -189,6 +210,116 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
+# On the varying profile (``test_sim_stretch.varying_profile``): decode and prefill-only
+# iterations take multipliers of different spreads from the replica's jitter stream, and a
+# pass's cost grows with its tokens and context (as padded attention charges them).
+JITTER = {
+    "jitter": {"workload": CLOSED},
+    "jitter, prefill apart": {
+        "workload": CLOSED,
+        "engine": {"max_batch": 12, "chunked_prefill": False},
+    },
+    "jitter, adaptive, preemption": {
+        "workload": CLOSED,
+        "engine": {"max_batch": 12, "kv_capacity_tokens": 1500},
+        "speculation": {"drafter": "c20", "k": 5, "policy": "adaptive"},
+    },
+    "jitter, open loop, prefill apart, saturated": {
+        "workload": {"rate": 60.0},
+        "engine": {"max_batch": 16, "chunked_prefill": False},
+    },
+    "jitter, open loop, small token budget": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "max_batched_tokens": 96},
+    },
+    "padded": {"workload": CLOSED, "engine": {"max_batch": 12, "padded_attention": True}},
+    "padded, prefill apart, preemption": {
+        "workload": CLOSED,
+        "engine": {
+            "max_batch": 12,
+            "padded_attention": True,
+            "chunked_prefill": False,
+            "kv_capacity_tokens": 1500,
+        },
+    },
+    "padded, open loop, adaptive, small token budget": {
+        "workload": {"rate": 20.0},
+        "engine": {"max_batch": 16, "max_batched_tokens": 96, "padded_attention": True},
+        "speculation": {"drafter": "c20", "k": 4, "policy": "adaptive"},
+    },
+    "padded, open loop, prefill apart, saturated": {
+        "workload": {"rate": 60.0},
+        "engine": {"max_batch": 16, "chunked_prefill": False, "padded_attention": True},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(JITTER))
+def test_the_loop_matches_the_reference_with_jitter(
+    name,
+    varying_profile,  # noqa: F811 (the fixture, imported above)
+    tmp_path,
+    monkeypatch,
+):
+    scenario = make(JITTER[name], varying_profile)
+    assert scenario.engine.jitter
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.5 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "drafter, k, policy", [("model", 4, "fixed"), ("eagle fit", 3, "adaptive"), (None, 0, "fixed")]
+)
+@pytest.mark.parametrize("engine", [{"chunked_prefill": False}, {"padded_attention": True}])
+def test_prefill_apart_and_padding_on_every_cost_term(
+    drafter,
+    k,
+    policy,
+    engine,
+    every_term,  # noqa: F811 (the fixture, imported above)
+    tmp_path,
+    monkeypatch,
+):
+    """The prefill overhead terms and a drafter that builds its own cache over the prompts
+    (``model``) priced on prompts whole, and padded passes, as the reference prices them."""
+    speculation = {"drafter": drafter, "k": k, "policy": policy}
+    scenario = make({"workload": CLOSED, "speculation": speculation, "engine": engine}, every_term)
+    assert kernel_iterations(scenario, monkeypatch)[0] > 0
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def unranged(tmp_path_factory) -> Path:
+    """The validate scenarios' folder layout with the built-in profile less its valid ranges
+    (the kernel leaves a profile that checks its range to Python)."""
+    folder = tmp_path_factory.mktemp("unranged")
+    (folder / "profiles").mkdir()
+    (folder / "scenarios").mkdir()
+    for path in (REPO / "profiles").glob("builtin-cpu.*.txt"):
+        (folder / "profiles" / path.name).write_text(path.read_text())
+    profile = yaml.safe_load((REPO / "profiles" / "builtin-cpu.yaml").read_text())
+    for model in [profile["target"], *profile["drafters"].values()]:
+        model.get("latency", {}).pop("valid_range", None)
+    (folder / "profiles" / "builtin-cpu.yaml").write_text(yaml.safe_dump(profile))
+    for path in (REPO / "scenarios").glob("validate-*.yaml"):
+        (folder / "scenarios" / path.name).write_text(path.read_text())
+    return folder / "scenarios"
+
+
+@pytest.mark.parametrize("name", ["validate-b8-tiny-k4", "validate-b8-small-k2", "validate-b8-k0"])
+def test_the_validate_scenarios_less_the_range_run_on_the_kernel(
+    name, unranged, tmp_path, monkeypatch
+):
+    """Prefill apart, padded attention and jitter together: the kernel runs nearly all."""
+    scenario = load_scenario(unranged / f"{name}.yaml")
+    engine = scenario.engine
+    assert engine.jitter and engine.padded_attention and not engine.chunked_prefill
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.9 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
 def test_levels_drawn_past_the_first_chunk_and_a_folding_step_log(tmp_path, monkeypatch):
     """4,500 short requests: admission needs a second chunk of 4,096 acceptance levels (drawn
     by Python where the reference draws it, from the same stream position), and the step log's
@@ -241,8 +372,6 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "changes",
     [
-        {"workload": CLOSED, "engine": {"max_batch": 32, "chunked_prefill": False}},
-        {"workload": CLOSED, "engine": {"max_batch": 32, "padded_attention": True}},
         {
             "workload": {
                 **CLOSED,
@@ -250,7 +379,7 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
             }
         },
     ],
-    ids=["no chunked prefill", "padded", "prefix"],
+    ids=["prefix"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""

@@ -7,7 +7,8 @@ Identity with the per-iteration reference (every record, each replica's engine s
 the summary and requests.csv, with the kernels on and off, ``test_sim_stretch.assert_identical``)
 for round robin and least outstanding, two and eight replicas, open-loop arrivals, closed-loop
 clients through the API server's delay with and without think time, a client cap, and a
-saturated fleet with a queue and preemption; the kernel runs most iterations of each. Planted
+saturated fleet with a queue and preemption, prefill apart (not chunked), padded attention
+and iteration jitter; the kernel runs most iterations of each. Planted
 faults (a cut that keeps the iterations after the arrival; a closed loop's steady window that
 ignores a call under way) fail them.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_sim_stretch import DATA, assert_identical, make, observe
+from test_sim_stretch import DATA, assert_identical, make, observe, varying_profile  # noqa: F401
 
 from specsim.simulation import fleet_serving
 from specsim.simulation.compiled_layout import ITERATIONS, OPEN_UNTIL
@@ -63,6 +64,21 @@ FLEETS = {
     "client cap, two replicas": {
         "fleet": {"replicas": 2, "router": "least_outstanding"},
         "workload": {"rate": 12.0, "max_concurrency": 6},
+    },
+    "two replicas, prefill apart, saturated": {
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500, "chunked_prefill": False},
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400},
+    },
+    "two replicas, padded, prefill apart": {
+        "engine": {"max_batch": 16, "chunked_prefill": False, "padded_attention": True},
+        "fleet": {"replicas": 2, "router": "round_robin"},
+        "workload": {"rate": 20.0, "requests": 400},
+    },
+    "closed loop, two replicas, prefill apart": {
+        "engine": {"max_batch": 32, "chunked_prefill": False},
+        "fleet": {"replicas": 2, "router": "round_robin"},
+        "workload": CLOSED,
     },
 }
 
@@ -109,6 +125,24 @@ def test_fleet_replicas_run_on_the_kernel_as_the_reference(
 @pytest.mark.parametrize("name", ["two replicas, round robin", "eight replicas, least outstanding"])
 def test_on_the_plain_test_profile_too(name, tmp_path, monkeypatch):
     scenario = make(FLEETS[name])
+    assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "two replicas, least outstanding, adaptive",
+        "two replicas, prefill apart, saturated",
+        "closed loop, two replicas, prefill apart",
+        "two replicas, padded, prefill apart",
+        "eight replicas, least outstanding",
+    ],
+)
+def test_with_jitter(name, varying_profile, tmp_path, monkeypatch):  # noqa: F811 (a fixture)
+    """Each call's iterations take the replica's next multipliers; a cut call keeps those of
+    the iterations it applies."""
+    scenario = make(FLEETS[name], varying_profile)
     assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
     assert_identical(scenario, tmp_path, monkeypatch)
 

@@ -208,10 +208,8 @@ def engine_stats(stats) -> dict:
 
 def no_loops(patch) -> None:
     """Hold the compiled loops off: a replica's iterations then run as Python plans them."""
-    from specsim.simulation.compiled_loop import DecodeLoop
     from specsim.simulation.compiled_serving import ServingLoop
 
-    patch.setattr(DecodeLoop, "build", staticmethod(lambda replica: None))
     patch.setattr(ServingLoop, "build", staticmethod(lambda *args, **kwargs: None))
 
 

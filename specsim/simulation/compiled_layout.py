@@ -60,6 +60,8 @@ REQUEST_FIELDS = (
 )
 TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
+# After it, the replica's tokens emitted when the request finished (a fleet's clients read it).
+FINISH_EMITTED = RECORD
 
 # ``st``: floats in and out (the decode step's, then these).
 (
@@ -116,5 +118,8 @@ STATE = STEP_STATE + 14
     ITERATION_LIMIT,  # the call stops after this many iterations
     STOP_AT_FINISH,  # 1: the call stops after the iteration in which a request finishes
     OPEN_UNTIL,  # 1 + the last iteration whose admission could reach a request queued last
-) = range(34)
-COUNTS = 34
+    PREFILL_APART,  # 1: prefill not chunked, waiting prompts run whole in iterations of their own
+    JITTERED,  # 1: iteration times take the replica's multipliers (``Jitter``)
+    PADDED,  # 1: padded attention (``engine.padded_attention``)
+) = range(37)
+COUNTS = 37

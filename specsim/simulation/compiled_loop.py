@@ -9,7 +9,6 @@ from types import ModuleType
 
 import numpy as np
 
-from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import STEP_STATE
 from specsim.simulation.policy import BatchTableWindow, FixedWindow, GoodputWindow
@@ -94,21 +93,3 @@ class DecodeLoop:
         )
         sizes = [acceptance.flat_thresholds[k].shape[0] for k in windows]
         self.table_at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-
-    @staticmethod
-    def build(replica) -> DecodeLoop | None:
-        """The loop for ``replica``, or None where it cannot run there."""
-        if not (
-            replica.fast
-            and replica.jitter is None
-            and not replica.padded
-            and not replica.costs.checks_ranges
-            and isinstance(replica.acceptance, RateAcceptance)
-            and not replica.acceptance.needs_position
-            and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
-        ):
-            return None
-        costs, window = replica.cost_terms, replica.window_terms  # made with the replica
-        if costs is None or window is None:
-            return None
-        return DecodeLoop(replica, costs, window)

@@ -1,18 +1,21 @@
 """The compiled serving loop, Python's side: where it runs, and its calls.
 
 A replica alone on its traffic (open-loop arrivals, or closed-loop clients without think time),
-under any window policy, runs ``compiled_serving_kernel.serving_loop``: admission, chunked
-prefill, preemption, decoding, finishes and the clients' next requests in one call, from one
-stop to the next (busy or saturated, where the queue rarely empties, as at low load). Its state
-goes in and out through the table (``serving_table.py``); a replica behind a router runs the
-same kernel through ``fleet_serving.py``. It runs where the replica's other conditions for a
-compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and no prefix cache
-is kept; elsewhere, and whenever the kernel stops for Python (levels to draw, one sequence
-outgrowing the cache), the other paths run.
+under any window policy, runs ``compiled_serving_kernel.serving_loop``: admission, prefill
+(chunked into decode iterations, or prompts whole in iterations of their own), preemption,
+decoding, finishes and the clients' next requests in one call, from one stop to the next
+(busy or saturated, where the queue rarely empties, as at low load), with iteration jitter
+(each call takes the multipliers of the iterations it applies) and padded attention or not.
+Its state goes in and out through the table (``serving_table.py``); a replica behind a router
+runs the same kernel through ``fleet_serving.py``. It runs where the replica's fast path has a
+rate model of acceptance, a compiled window policy, no range of the profile to check and no
+prefix cache (``decode_tables``); elsewhere, and whenever the kernel stops for Python (levels
+to draw, one sequence outgrowing the cache), the other paths run.
 """
 
 from __future__ import annotations
 
+from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import (
     DRAWN,
@@ -38,10 +41,9 @@ class ServingLoop(ServingTable):
     def build(cls, replica, feed=None, clients=None) -> ServingLoop | None:
         """The loop for ``replica`` alone on ``feed`` or ``clients`` (``fleet_serving``'s
         subclass: for requests routed to it), or None where it cannot run."""
-        decode = DecodeLoop.build(replica)
+        decode = decode_tables(replica)
         if (
             decode is None
-            or not replica.chunked
             or not replica.serving_kernel
             or type(replica.admission.prefix) is not NoPrefix
             or (clients is not None and clients.source.think_mean > 0)
@@ -76,6 +78,8 @@ class ServingLoop(ServingTable):
         if not self._call(replica, now, TRACE):
             return None
         replica._draws.skip(int(self.ct[DRAWN]))
+        if replica.jitter is not None:  # one multiplier an iteration
+            replica.jitter.skip(int(self.ct[ITERATIONS]))
         self._unpack(replica)
         end = float(self.st[NOW])
         if not self.ct[ITERATIONS] and end == now:
@@ -107,6 +111,8 @@ class ServingLoop(ServingTable):
         """The kernel on the packed state, for at most ``limit`` iterations."""
         self.ct[ITERATION_LIMIT] = limit
         self.ct[STOP_AT_FINISH] = self.feed is None and self.clients is None
+        if replica.jitter is not None:  # as many as the call may run iterations (TRACE at most)
+            self.trace[2, :limit], self.trace[3, :limit] = replica.jitter.ahead(limit)
         if self._args is None:  # the same arrays from call to call while the table stands
             self._args = self._arguments(replica)
         base_words, offset = replica._draws.base()
@@ -164,6 +170,22 @@ class ServingLoop(ServingTable):
         for request in self.pending:
             self.frontend.arrive_at(request, request.arrival)
         self.pending = []
+
+
+def decode_tables(replica) -> DecodeLoop | None:
+    """The acceptance tables, cost vector and window terms the kernel reads, where it can run
+    the replica's decode steps (None elsewhere)."""
+    if not (
+        replica.fast
+        and not replica.costs.checks_ranges
+        and isinstance(replica.acceptance, RateAcceptance)
+        and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
+    ):
+        return None
+    costs, window = replica.cost_terms, replica.window_terms  # made with the replica
+    if costs is None or window is None:
+        return None
+    return DecodeLoop(replica, costs, window)
 
 
 _module = []

@@ -5,7 +5,9 @@ clients without think time) iteration after iteration, as ``Replica._fast_proces
 ``Admission`` and ``ClosedLoopClients`` would: it takes the arrivals due, admits waiting
 requests FCFS (``Admission.admit``), preempts where the cache cannot hold the next step
 (``Admission.make_room``), plans the decode step and the prompt chunks within the token budget
-(``Replica._plan_mixed``, ``Admission.chunks``), prices the iteration, applies it
+(``Replica._plan_mixed``, ``Admission.chunks``; without chunked prefill, the waiting prompts
+whole in an iteration of their own, ``Replica._plan_prefill_only``), prices the iteration
+(times the replica's next jitter multiplier, which Python draws ahead), applies it
 (``Replica._apply_mixed``: emitted tokens, finishes in slot order, then the prompts that went
 through, ``Admission.complete``) and, for each finish, writes the request's record and issues
 its client's next request (``ClosedLoopClients.on_finish``), in the same operations and order.
@@ -42,6 +44,7 @@ from specsim.simulation.compiled_layout import (
     DRAWN,
     EMITTED,
     FILLED,
+    FINISH_EMITTED,
     FIRST,
     FIRST_HI,
     FIRST_LEFT,
@@ -55,6 +58,7 @@ from specsim.simulation.compiled_layout import (
     ISSUED,
     ITERATION_LIMIT,
     ITERATIONS,
+    JITTERED,
     JOINED,
     KV_CAPACITY,
     LAST_DT,
@@ -73,10 +77,12 @@ from specsim.simulation.compiled_layout import (
     OUTPUT,
     P_HEAD,
     P_LEN,
+    PADDED,
     PEND_HEAD,
     PEND_LEN,
     PENDING,
     PREEMPTIONS,
+    PREFILL_APART,
     PREFILL_COMPUTED,
     PREFILL_FLOPS,
     PREFILLED,
@@ -112,8 +118,8 @@ from specsim.simulation.compiled_step_kernel import (
 
 @_inner
 def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
-    """``Admission.admit`` at ``st[NOW]`` (no prefix cache, chunked prefill); False where the
-    next request to start needs an acceptance level beyond ``levels`` (Python draws them)."""
+    """``Admission.admit`` at ``st[NOW]`` (no prefix cache); False where the next request to
+    start needs an acceptance level beyond ``levels`` (Python draws them)."""
     count = req.shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
@@ -121,7 +127,7 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
     used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
     while ct[Q_LEN] and running < max_batch:
         c = queue[ct[Q_HEAD]]
-        if st[PENDING] >= st[TOKEN_BUDGET]:
+        if not ct[PREFILL_APART] and st[PENDING] >= st[TOKEN_BUDGET]:
             break
         need = req[c, TARGET] + lookahead
         if used + need > st[KV_CAPACITY]:
@@ -202,6 +208,7 @@ def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
         (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
     ):
         records[r, j] = now if field < 0 else req[c, field]
+    records[r, FINISH_EMITTED] = st[EMITTED]
     ct[RECORDS] = r + 1
     if not ct[CLIENTS]:
         req[c, RID] = -1.0  # the row is free
@@ -344,6 +351,56 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
 
 
 @_inner
+def _whole_prompts(req, prefilling, budget, chunk, ct):
+    """``Admission.whole_prompts``: the prompts in prefill whole, in order, within the token
+    budget (the first always), into ``chunk``; their rows, tokens, KV tokens read, query-key
+    pairs, and the longest prompt and cached context."""
+    count = req.shape[0]
+    rows = 0
+    tokens = kv = pairs = longest = reach = 0.0
+    for j in range(ct[P_LEN]):
+        c = prefilling[(ct[P_HEAD] + j) % count]
+        size = req[c, TARGET] - req[c, PREFILLED]
+        if rows and tokens + size > budget:
+            break
+        chunk[j] = size
+        tokens += size
+        kv += req[c, PREFILLED]
+        pairs += size * (req[c, PREFILLED] + (size + 1) / 2.0)
+        rows += 1
+        longest = max(longest, size)
+        reach = max(reach, req[c, PREFILLED])
+    return rows, tokens, kv, pairs, longest, reach
+
+
+@_inner
+def _prompts_apart(req, prefilling, chunk, c, st, ct):
+    """``Replica._plan_prefill_only``: an iteration of the prompts whole
+    (``_whole_prompts``), their FLOPs counted; returns their rows and its seconds."""
+    budget = st[TOKEN_BUDGET]
+    rows, tokens, kv, pairs, longest, reach = _whole_prompts(req, prefilling, budget, chunk, ct)
+    target = c[T_FLOPS] * tokens + c[T_ATTN] * pairs
+    st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, tokens, pairs)
+    if ct[PADDED]:  # every prompt charged at the longest one's length and cached context
+        tokens = rows * longest
+        kv, pairs = rows * reach, tokens * (reach + (longest + 1) / 2)
+    return rows, _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, rows, tokens, kv, pairs)
+
+
+@_inner
+def _padded_rows(drafts, context, used, rows, new_tokens):
+    """``Replica._plan_mixed``'s charge for decoding rows with padded attention: every row's
+    attention (and cache read) runs to the longest context; the KV tokens and pairs."""
+    longest = drafted = squares = 0.0
+    for s in range(used):
+        longest = max(longest, context[s])
+        drafted += drafts[s]
+        squares += drafts[s] * drafts[s]
+    own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
+    return rows * longest, new_tokens * longest + own_span
+
+
+@_inner
 def _goodput_with_chunks(
     goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
 ):
@@ -426,6 +483,38 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
     return through
 
 
+@_inner
+def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end):
+    """The prompts' chunks run by ``end`` (``Replica._finish_prefills``): those now through
+    finish (their first token their last) or start decoding."""
+    slot_row, join_step, join_left, free, records, queue, pending, rows_free = places
+    through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
+    for j in range(through):
+        client = done[j]
+        if req[client, GENERATED] >= req[client, OUTPUT]:
+            _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
+        else:
+            _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
+
+
+@_inner
+def _jittered(dt, trace, ct, prefill):
+    """``dt`` times the iteration's multiplier where the replica has jitter (``Jitter.factor``:
+    an iteration with no decoding row takes the prefill kind)."""
+    if ct[JITTERED]:
+        return dt * trace[3 if prefill else 2, ct[ITERATIONS]]
+    return dt
+
+
+@_inner
+def _advance(trace, st, ct, end):
+    """The iteration over at ``end``: the clock, and the trace's entry."""
+    st[NOW] = end
+    trace[0, ct[ITERATIONS]] = end
+    trace[1, ct[ITERATIONS]] = st[EMITTED]
+    ct[ITERATIONS] += 1
+
+
 @_jit
 def serving_loop(
     adaptive,
@@ -496,6 +585,7 @@ def serving_loop(
     chunk = np.empty(count)
     done = np.empty(count, dtype=np.int64)
     most = log_dt.shape[0]
+    places = (slot_row, join_step, join_left, free, records, queue, pending, rows_free)
     per_token, per_pair = c[T_FLOPS], c[T_ATTN]
     while True:
         if ct[ITERATIONS] >= ct[ITERATION_LIMIT] or (ct[STOP_AT_FINISH] and ct[RECORDS]):
@@ -525,11 +615,13 @@ def serving_loop(
             break
         # Admission stopped short of the queue's tail only where a request still waits (FCFS),
         # the batch is full or the prompt budget spent: else one queued last would have joined.
-        if not (
-            ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or st[PENDING] >= st[TOKEN_BUDGET]
-        ):
+        # Without chunked prefill the budget stops no admission, and prompts waiting run whole
+        # in an iteration of their own, with no room made first (``_prompts_apart``).
+        apart = ct[PREFILL_APART] and ct[P_LEN]
+        spent = st[PENDING] >= st[TOKEN_BUDGET] and not ct[PREFILL_APART]
+        if not (ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or spent):
             ct[OPEN_UNTIL] = ct[ITERATIONS] + 1
-        if not _make_room(
+        if not apart and not _make_room(
             req,
             queue,
             prefilling,
@@ -550,6 +642,23 @@ def serving_loop(
             break
         now = st[NOW]
         used = ct[HIGH]
+        i = ct[LOGGED]
+        if apart:
+            p_rows, dt = _prompts_apart(req, prefilling, chunk, c, st, ct)
+            dt = _jittered(dt, trace, ct, True)
+            end = now + dt
+            # The reference logs the duration itself (not end - now): the same with now 0.0.
+            log_iteration(
+                log_dt, log_batch, log_kv, log_itl, log_weight, i, 0.0, dt, p_rows, held, 0.0, 0, 0
+            )
+            ct[LOGGED] = i + 1
+            st[HELD] = held
+            st[EMITTED] += _completing(req, prefilling, p_rows, chunk, ct)
+            _through(
+                req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end
+            )
+            _advance(trace, st, ct, end)
+            continue
         if adaptive:  # one flag, not a function argument: numba's on-disk cache keys on types
             k = window_goodput(
                 by_rows,
@@ -568,7 +677,8 @@ def serving_loop(
             )
         else:
             k = by_rows[min(rows, by_rows.shape[0] - 1)]
-        new_tokens = pairs = 0.0
+        new_tokens = pairs = charged_pairs = 0.0
+        charged_kv = decode_kv  # what the pass is charged for (padded attention: more)
         if rows:
             ct[DRAWN] += draw_rows(
                 words,
@@ -586,6 +696,9 @@ def serving_loop(
                 accepted,
             )
             new_tokens, pairs = row_totals(drafts, context, used, decode_kv)
+            charged_pairs = pairs
+            if ct[PADDED]:
+                charged_kv, charged_pairs = _padded_rows(drafts, context, used, rows, new_tokens)
         p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
         if ct[P_LEN]:
             p_rows, p_tokens, p_kv, p_pairs = _chunks(
@@ -595,11 +708,13 @@ def serving_loop(
                 target = per_token * p_tokens + per_pair * p_pairs
                 st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
         if rows and not p_rows:
-            dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
+            dt = _decode_s(c, k, rows, new_tokens, charged_kv, charged_pairs)
         else:
-            dt = _mixed_s(c, k, rows, new_tokens, decode_kv, pairs, p_rows, p_tokens, p_kv, p_pairs)
+            dt = _mixed_s(
+                c, k, rows, new_tokens, charged_kv, charged_pairs, p_rows, p_tokens, p_kv, p_pairs
+            )
+        dt = _jittered(dt, trace, ct, rows == 0)
         end = now + dt
-        i = ct[LOGGED]
         # First tokens count before any finish, which may end the steady window.
         st[EMITTED] += _completing(req, prefilling, p_rows, chunk, ct)
         if rows:
@@ -653,18 +768,9 @@ def serving_loop(
         ct[LOGGED] = i + 1
         st[HELD] = held
         if p_rows:
-            through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
-            for j in range(through):
-                client = done[j]
-                if req[client, GENERATED] >= req[client, OUTPUT]:
-                    _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
-                else:
-                    _start_decoding(
-                        req, client, batch, slot_row, join_step, join_left, free, st, ct
-                    )
+            _through(
+                req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end
+            )
         else:
             st[LAST_DT] = dt
-        st[NOW] = end
-        trace[0, ct[ITERATIONS]] = end
-        trace[1, ct[ITERATIONS]] = st[EMITTED]
-        ct[ITERATIONS] += 1
+        _advance(trace, st, ct, end)

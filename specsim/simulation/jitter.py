@@ -24,8 +24,8 @@ _CHUNK = 4096
 class Jitter:
     """Multipliers for iteration times: ``factor()`` is the next one; ``factor(prefill=True)``
     the next for an iteration that only prefills (``prefill``'s spread; without it, ``spec``'s).
-    ``peek(n)`` shows the next ``n`` decode multipliers without using them, ``skip(n)`` uses
-    them (a stretch of decode iterations takes its multipliers at once)."""
+    ``ahead(n)`` shows the next ``n`` multipliers of both kinds without using them, ``skip(n)``
+    uses them (a call of the serving kernel takes its multipliers at once)."""
 
     def __init__(
         self,
@@ -46,11 +46,13 @@ class Jitter:
         self._next = i + 1  # one uniform used, whichever kind is asked
         return float(self._mapped[-1 if prefill else 0][i])
 
-    def peek(self, n: int) -> np.ndarray:
-        """The next ``n`` decode multipliers (not used until ``skip``)."""
+    def ahead(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``n`` multipliers of each kind, decode and prefill (not used until
+        ``skip``: an iteration uses one of either kind)."""
         if self._next + n > self._mapped[0].shape[0]:
             self._draw(n)
-        return self._mapped[0][self._next : self._next + n]
+        mapped = self._mapped
+        return mapped[0][self._next : self._next + n], mapped[-1][self._next : self._next + n]
 
     def skip(self, n: int) -> None:
         self._next += n

@@ -38,6 +38,7 @@ from specsim.simulation.compiled_layout import (
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
+    JITTERED,
     JOINED,
     LEVELS_AT,
     LOGGED,
@@ -48,8 +49,10 @@ from specsim.simulation.compiled_layout import (
     OPENED_EMITTED,
     P_HEAD,
     P_LEN,
+    PADDED,
     PEND_HEAD,
     PEND_LEN,
+    PREFILL_APART,
     Q_HEAD,
     Q_LEN,
     RECORD,
@@ -80,7 +83,7 @@ class ServingTable:
         self.clients = clients
         self.decode = decode  # the cost vector, window terms and acceptance tables
         self._slots(replica)
-        self.records = np.zeros((AHEAD, RECORD))
+        self.records = np.zeros((AHEAD, RECORD + 1))
         # Clients' requests on their way through an API server (``fleet.Frontend``): between
         # calls the loop holds those it sent (``pending``), and hands them to the server
         # before Python steps the replica itself; while the server has any on the way, the
@@ -94,7 +97,9 @@ class ServingTable:
         rows = replica.capacity + AHEAD if feed is not None else FLEET_ROWS
         self._table(clients.source.concurrency if clients is not None else rows)
         self.wait = 0  # iterations to leave to Python before the next call
-        self.trace = np.zeros((2, TRACE))  # each iteration's end and the tokens emitted by then
+        # Each iteration's end and the tokens emitted by then; and its time multipliers drawn
+        # ahead (decode, prefill) where the replica has jitter.
+        self.trace = np.zeros((4, TRACE))
 
     def _slots(self, replica) -> None:
         """The per-slot arrays and the state, as views into two arrays (``floats``, ``counts``):
@@ -169,6 +174,9 @@ class ServingTable:
         ct[DECODE_STEPS], ct[ADMISSIONS] = replica.decode_steps, admission.admissions
         ct[LOGGED], ct[FILLED] = log._iterations, log._filled
         ct[MORE_ARRIVALS] = more
+        ct[PREFILL_APART] = not replica.chunked
+        ct[JITTERED] = replica.jitter is not None
+        ct[PADDED] = replica.padded
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
