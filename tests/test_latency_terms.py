@@ -338,14 +338,17 @@ def graphed_moe(tmp_path_factory) -> Path:
 def test_the_fast_path_charges_the_terms_as_the_reference_does(
     speculation, prefix, graphed_moe, tmp_path, monkeypatch
 ):
-    """Whole runs, fast path (the compiled serving loop; with a prefix cache, the decode loop)
-    against the per-iteration reference: every record, summary and replica statistic equal."""
+    """Whole runs, fast path (the compiled serving loop; with a prefix cache, the decode loop,
+    the serving loop held off) against the per-iteration reference: every record, summary
+    and replica statistic equal."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_sim_compiled_loop import PREFIX, loop_iterations
+    from test_sim_compiled_loop import PREFIX, loop_iterations, serving_off
     from test_sim_stretch import assert_identical, make
 
+    if prefix:
+        serving_off(monkeypatch)
     workload = {"rate": 4.0, **({"prefix": PREFIX} if prefix else {})}
     scenario = make({"speculation": speculation, "workload": workload}, graphed_moe)
     engine = scenario.engine.model_copy(update={"jitter": False})

@@ -23,6 +23,7 @@ from specsim.profile import load_profile
 from specsim.simulation import compiled_loop, compiled_serving, run_simulation
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.policy import GoodputWindow
+from specsim.simulation.replica import Replica
 
 DATA = Path(__file__).parent / "data"
 
@@ -52,7 +53,7 @@ DRAFTERS = {
     "dflash": {"kind": "block", "method": "dflash", "max_k": 15, "latency": {"fit": FIT},
                "flops_per_token": 1.0e9, "attention_flops_per_context_token": 8192.0},
 }  # fmt: skip
-# A prefix cache: with it the serving loop stays out, and this loop runs a fixed k.
+# A prefix cache, which this loop takes (the serving loop too: ``serving_off`` holds it off).
 PREFIX = {"source": "fraction", "fraction": 0.25, "hit_rate": 0.5}
 # Each drafter's passes (``DraftPasses``): per draft, block, own cache, model, MLP heads.
 PASSES = {
@@ -182,20 +183,24 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     speculation = {"drafter": drafter, "k": k, "policy": policy}
     if policy == "by_batch":
         speculation["k_by_batch"] = [{"max_batch": 1, "k": 4}, {"max_batch": 4, "k": 2}]
-    workload = {"rate": 4.0, "prefix": PREFIX}  # which keeps the serving loop out
+    serving_off(monkeypatch)
+    workload = {"rate": 4.0, "prefix": PREFIX}
     scenario = make({"speculation": speculation, "workload": workload}, every_term)
     engine = scenario.engine.model_copy(update={"jitter": False})
     scenario = scenario.model_copy(update={"engine": engine})
-    assert loop_iterations(scenario, monkeypatch, serving_too=False)[0] > 0
+    assert loop_iterations(scenario, monkeypatch)[0] > 0
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
-def loop_iterations(
-    scenario, monkeypatch, loops: bool = True, serving_too: bool = True
-) -> tuple[int, int, dict]:
-    """Iterations the compiled loop ran (and, with ``serving_too``, the serving loop, which
-    stands in for it with a fixed k or k by batch size, chunked prefill and no prefix cache:
-    ``test_sim_compiled_serving.py``), the run's engine iterations, and its summary."""
+def serving_off(monkeypatch) -> None:
+    """Hold the serving loop off (``test_sim_compiled_serving.py``): a lone replica on an open
+    loop then runs this loop."""
+    monkeypatch.setattr(Replica, "serving_kernel", False)
+
+
+def loop_iterations(scenario, monkeypatch, loops: bool = True) -> tuple[int, int, dict]:
+    """Iterations the compiled loop ran and the serving loop, which stands in for it where it
+    runs (``test_sim_compiled_serving.py``), the run's engine iterations, and its summary."""
     kernel = compiled_loop.kernel()
     original = kernel.decode_loop
     serving = compiled_serving.ServingLoop.run
@@ -207,7 +212,7 @@ def loop_iterations(
 
     def counted_serving(self, replica, now):
         end = serving(self, replica, now)
-        if end is not None and serving_too:
+        if end is not None:
             ran[0] += int(self.ct[compiled_serving.ITERATIONS])
         return end
 
@@ -269,8 +274,9 @@ def test_the_loop_stays_out_with_jitter(every_term, tmp_path, monkeypatch):
 def test_the_loop_folds_the_step_log_where_the_reference_does(tmp_path, monkeypatch):
     """A 2-slot engine fills the step log's 2,046 entries every ~1,000 iterations, inside the
     loop: it must stop there for the log to fold, as ``record_step`` folds it."""
+    serving_off(monkeypatch)
     scenario = make({"engine": {"max_batch": 2}, "workload": {"rate": 1.5, "prefix": PREFIX}})
-    inside, total, _ = loop_iterations(scenario, monkeypatch, serving_too=False)
+    inside, total, _ = loop_iterations(scenario, monkeypatch)
     assert inside >= 0.5 * total and total > 2 * 1024
     assert_identical(scenario, tmp_path, monkeypatch)
 
@@ -286,6 +292,7 @@ def test_the_loop_takes_several_prompts_at_once(tmp_path, monkeypatch):
         prompts.append(int(args[-8][0]))  # the first iteration's prompt chunks
         original(*args)
 
+    serving_off(monkeypatch)
     scenario = make({"workload": {"kind": "bursty", "rate": 6.0, "cv": 3.0, "prefix": PREFIX}})
     with monkeypatch.context() as patch:
         patch.setattr(kernel, "decode_loop", counted)

@@ -8,25 +8,29 @@ every drafter class on a profile whose every cost term is non-zero, fixed k, k b
 and the adaptive (goodput) policy, preemption, prompts cut into chunks, prompts whose first
 token is their last, a horizon, acceptance levels drawn past the first chunk of 4,096, a step
 log that folds inside the loop, bursts, an overloaded queue that outgrows what a call packs,
-and the benchmark's saturated replica on a shipped profile (the shipped scenarios are in
-``test_sim_stretch.py``). Then where it runs (nearly every iteration) and where it does not,
-and that a request that never fits is refused as before.
+the benchmark's saturated replica on a shipped profile (the shipped scenarios are in
+``test_sim_stretch.py``), and prefix-cache hits by request (a fraction of each prompt, a
+trace's column), preempted requests readmitted with them. Then where it runs (nearly every
+iteration) and where it does not, and that a request that never fits is refused as before.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
-from test_sim_stretch import assert_identical, make, no_loops
+from test_sim_stretch import BASE, DATA, assert_identical, make, no_loops
 
 from specsim.errors import SpecsimError
 from specsim.scenario import Scenario
 from specsim.simulation import compiled_serving, run_simulation
 from specsim.simulation.admission import fitting, never_fits
+from specsim.simulation.compiled_layout import NEXT_RID
+from specsim.simulation.serving_table import ServingTable
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
@@ -238,6 +242,89 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
+HALF = {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5}
+PREFIXES = {
+    "closed loop": {"workload": {**CLOSED, "prefix": HALF}},
+    "closed loop, preemption": {
+        "workload": {**CLOSED, "prefix": HALF},
+        "engine": {"max_batch": 12, "kv_capacity_tokens": 1500},
+    },
+    "closed loop, adaptive, small token budget": {
+        "workload": {**CLOSED, "prefix": HALF},
+        "engine": {"max_batch": 12, "max_batched_tokens": 96},
+        "speculation": {"drafter": "c20", "k": 4, "policy": "adaptive"},
+    },
+    # Every hit is the whole prompt less its last token: one-token prompts in prefill.
+    "open loop, whole prompts, preemption": {
+        "workload": {"rate": 20.0, "prefix": {"source": "fraction", "fraction": 1.0}},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500},
+    },
+    # 4,500 requests: their hits come from two chunks of the prefix stream's uniforms.
+    "open loop, a second chunk of draws": {
+        "workload": {
+            "rate": 40.0,
+            "requests": 4500,
+            "prompt": {"dist": "uniform", "low": 8, "high": 60},
+            "output": {"dist": "uniform", "low": 1, "high": 10},
+            "prefix": {"source": "fraction", "fraction": 0.7, "hit_rate": 0.6},
+        }
+    },
+}
+
+
+def assert_hits_identical(scenario, tmp_path, monkeypatch, share: float = 0.5) -> None:
+    """The kernel runs ``share`` of the iterations or more, with the reference's results (the
+    prefix cache's totals among them, some hit)."""
+    inside, total, summary = kernel_iterations(scenario, monkeypatch)
+    assert inside >= share * total
+    assert summary["prefix_cache"]["cached_tokens"] > 0
+    assert assert_identical(scenario, tmp_path, monkeypatch)["summary"] == summary
+
+
+@pytest.mark.parametrize("name", list(PREFIXES))
+def test_prefix_hits_in_the_loop_match_the_reference(name, tmp_path, monkeypatch):
+    assert_hits_identical(make(PREFIXES[name]), tmp_path, monkeypatch)
+
+
+def trace_scenario(tmp_path, source: str) -> Scenario:
+    """300 requests of a trace with a column of cached tokens (some beyond the prompt) and one
+    of sessions, the prefix taken from ``source``."""
+    rng = np.random.default_rng(8)
+    times = np.cumsum(rng.exponential(0.05, 300))
+    prompts, outputs = rng.integers(20, 400, 300), rng.integers(1, 80, 300)
+    cached = rng.integers(0, 450, 300) * (rng.random(300) < 0.6)
+    sessions = rng.integers(0, 40, 300)
+    path = tmp_path / "trace.csv"
+    columns = zip(times, prompts, outputs, cached, sessions, strict=True)
+    lines = [f"{t:.4f},{p},{o},{c},{s}" for t, p, o, c, s in columns]
+    header = "arrived_at,num_prefill_tokens,num_decode_tokens,cached_tokens,session_id"
+    path.write_text("\n".join([header, *lines]) + "\n")
+    workload = {"kind": "trace", "trace": str(path), "prefix": {"source": source}}
+    data = {**copy.deepcopy(BASE), "workload": workload}
+    data["engine"] = {"max_batch": 16, "kv_capacity_tokens": 2000}
+    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+
+
+def test_a_traces_column_of_hits_in_the_loop_matches_the_reference(tmp_path, monkeypatch):
+    assert_hits_identical(trace_scenario(tmp_path, "column"), tmp_path, monkeypatch)
+
+
+def test_hits_drawn_for_the_wrong_requests_fail(tmp_path, monkeypatch):
+    """The identity above catches hits drawn one request number off (a planted fault)."""
+    scenario = make(PREFIXES["closed loop"])
+    original = ServingTable._hits
+
+    def shifted(self, prompts):
+        self.ct[NEXT_RID] += 1
+        hits = original(self, prompts)
+        self.ct[NEXT_RID] -= 1
+        return hits
+
+    monkeypatch.setattr(ServingTable, "_hits", shifted)
+    with pytest.raises(AssertionError):
+        assert_identical(scenario, tmp_path, monkeypatch)
+
+
 @pytest.mark.parametrize(
     "changes",
     [
@@ -246,16 +333,23 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
         {
             "workload": {
                 **CLOSED,
-                "prefix": {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5},
+                "prefix": {"source": "system_prompt", "length": 64, "hit_rate": 0.5},
             }
         },
+        {"workload": {**CLOSED, "prefix": HALF}, "engine": {"block_size": 16}},
     ],
-    ids=["no chunked prefill", "padded", "prefix"],
+    ids=["no chunked prefill", "padded", "system prompt", "block size"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""
     inside, total, _ = kernel_iterations(make(changes), monkeypatch)
     assert inside == 0 and total > 0
+
+
+def test_the_loop_stays_out_of_session_memory(tmp_path, monkeypatch):
+    """A session's hit depends on what the replica served before: Python keeps its memory."""
+    inside, total, summary = kernel_iterations(trace_scenario(tmp_path, "session"), monkeypatch)
+    assert inside == 0 and total > 0 and summary["prefix_cache"]["cached_tokens"] > 0
 
 
 def test_the_loop_is_off_without_the_kernels(monkeypatch):

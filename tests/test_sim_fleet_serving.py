@@ -7,9 +7,9 @@ Identity with the per-iteration reference (every record, each replica's engine s
 the summary and requests.csv, with the kernels on and off, ``test_sim_stretch.assert_identical``)
 for round robin and least outstanding, two and eight replicas, open-loop arrivals, closed-loop
 clients through the API server's delay with and without think time, a client cap, and a
-saturated fleet with a queue and preemption; the kernel runs most iterations of each. Planted
-faults (a cut that keeps the iterations after the arrival; a closed loop's steady window that
-ignores a call under way) fail them.
+saturated fleet with a queue and preemption, prefix-cache hits by request; the kernel runs
+most iterations of each. Planted faults (a cut that keeps the iterations after the arrival; a
+closed loop's steady window that ignores a call under way) fail them.
 """
 
 from __future__ import annotations
@@ -104,6 +104,32 @@ def test_fleet_replicas_run_on_the_kernel_as_the_reference(
     scenario = make(FLEETS[name], delayed_profile)
     assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
     assert_identical(scenario, tmp_path, monkeypatch)
+
+
+HALF = {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5}
+PREFIXES = {
+    "two replicas, preemption": {
+        **SATURATED,
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400, "prefix": HALF},
+    },
+    "closed loop, four replicas, think time": {
+        "fleet": {"replicas": 4, "router": "round_robin"},
+        "workload": {**CLOSED, "concurrency": 16, "think_time_s": 0.3, "prefix": HALF},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(PREFIXES))
+def test_fleet_replicas_take_prefix_hits_in_the_kernel(
+    name, delayed_profile, tmp_path, monkeypatch
+):
+    """Each request's hit (a fraction of its prompt, by request number) wherever it is routed,
+    with the reference's prefix-cache totals."""
+    scenario = make(PREFIXES[name], delayed_profile)
+    assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    fast = assert_identical(scenario, tmp_path, monkeypatch)
+    assert fast["summary"]["prefix_cache"]["cached_tokens"] > 0
 
 
 @pytest.mark.parametrize("name", ["two replicas, round robin", "eight replicas, least outstanding"])

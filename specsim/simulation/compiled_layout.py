@@ -37,8 +37,9 @@ STEP_STATE = 11
     PREFILLED,
     ADMIT,
     CLIENT,
-) = range(16)
-FIELDS = 16
+    HIT,  # the request's prefix-cache hit (``Admission._capped``), not a ``Request`` field
+) = range(17)
+FIELDS = 17
 # The ``Request`` attribute in each column, and those that are times (the rest are counts).
 REQUEST_FIELDS = (
     "rid",
@@ -77,8 +78,9 @@ RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool 
     CLOSED_AT,
     CLOSED_EMITTED,
     DELAY,  # the API server's delay on a client's request (``fleet.Frontend``)
-) = range(STEP_STATE, STEP_STATE + 14)
-STATE = STEP_STATE + 14
+    PREFIX_HITS,  # ``Admission.prefix_hits``
+) = range(STEP_STATE, STEP_STATE + 15)
+STATE = STEP_STATE + 15
 
 # ``ct``: counts in and out.
 (

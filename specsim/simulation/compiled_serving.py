@@ -6,9 +6,11 @@ prefill, preemption, decoding, finishes and the clients' next requests in one ca
 stop to the next (busy or saturated, where the queue rarely empties, as at low load). Its state
 goes in and out through the table (``serving_table.py``); a replica behind a router runs the
 same kernel through ``fleet_serving.py``. It runs where the replica's other conditions for a
-compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and no prefix cache
-is kept; elsewhere, and whenever the kernel stops for Python (levels to draw, one sequence
-outgrowing the cache), the other paths run.
+compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and a prefix cache,
+if any, hits by request alone (a trace's column or a fraction of each prompt, drawn ahead by
+the table: not a session's memory or a shared system prompt); elsewhere, and whenever the
+kernel stops for Python (levels to draw, one sequence outgrowing the cache), the other paths
+run.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from specsim.simulation.compiled_layout import (
 )
 from specsim.simulation.compiled_loop import DecodeLoop
 from specsim.simulation.serving_table import TRACE, ServingTable
-from specsim.workload.prefix import NoPrefix
 
 RETRY_AFTER = 16  # iterations Python runs after a call that ran none, before the next call
 # Most requests in flight that a call packs: each call packs them all, so past this (an
@@ -43,7 +44,7 @@ class ServingLoop(ServingTable):
             decode is None
             or not replica.chunked
             or not replica.serving_kernel
-            or type(replica.admission.prefix) is not NoPrefix
+            or not replica.admission.prefix.by_request
             or (clients is not None and clients.source.think_mean > 0)
         ):
             return None

@@ -50,6 +50,7 @@ from specsim.simulation.compiled_layout import (
     GENERATED,
     HELD,
     HIGH,
+    HIT,
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
@@ -80,6 +81,7 @@ from specsim.simulation.compiled_layout import (
     PREFILL_COMPUTED,
     PREFILL_FLOPS,
     PREFILLED,
+    PREFIX_HITS,
     PREFIX_QUERIED,
     PROMPT,
     Q_HEAD,
@@ -112,8 +114,9 @@ from specsim.simulation.compiled_step_kernel import (
 
 @_inner
 def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
-    """``Admission.admit`` at ``st[NOW]`` (no prefix cache, chunked prefill); False where the
-    next request to start needs an acceptance level beyond ``levels`` (Python draws them)."""
+    """``Admission.admit`` at ``st[NOW]`` (chunked prefill; a prefix cache whose hits are by
+    request, ``req[c, HIT]``, and no block size); False where the next request to start needs
+    an acceptance level beyond ``levels`` (Python draws them)."""
     count = req.shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
@@ -137,8 +140,9 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
             req[c, SCHEDULED] = st[NOW]
             req[c, LEVEL] = levels[ct[LEVELS_AT]]
             ct[LEVELS_AT] += 1
-        req[c, PREFILLED] = 0.0  # no prefix cache: nothing is cached
+        req[c, PREFILLED] = req[c, HIT]  # prefill starts past the hit (every admission)
         st[PREFIX_QUERIED] += req[c, TARGET]
+        st[PREFIX_HITS] += req[c, HIT]
         prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
         ct[P_LEN] += 1
         st[RESERVED] += req[c, TARGET] + lookahead
@@ -149,11 +153,13 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
 
 
 @_inner
-def _new_request(req, row, rid, arrival, prompt, output, client):
-    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``."""
+def _new_request(req, row, rid, arrival, prompt, output, client, hit):
+    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``, with its prefix-cache
+    hit (drawn ahead by Python)."""
     req[row, :] = 0.0
     req[row, RID], req[row, ARRIVAL], req[row, CLIENT] = rid, arrival, client
     req[row, PROMPT] = req[row, TARGET] = prompt
+    req[row, HIT] = hit
     req[row, OUTPUT] = output
     req[row, SCHEDULED] = req[row, FIRST] = req[row, LEVEL] = req[row, ADMIT] = -1.0
 
@@ -175,7 +181,8 @@ def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
         ct[ARRIVALS_AT] = at + 1
         ct[ROWS_FREE_N] -= 1
         row = rows_free[ct[ROWS_FREE_N]]
-        _new_request(req, row, ct[NEXT_RID], arrivals[0, at], arrivals[1, at], arrivals[2, at], -1)
+        times, prompts, outputs, hits = arrivals[0], arrivals[1], arrivals[2], arrivals[3]
+        _new_request(req, row, ct[NEXT_RID], times[at], prompts[at], outputs[at], -1, hits[at])
         ct[NEXT_RID] += 1
         _enqueue(queue, row, ct)
     return True
@@ -220,7 +227,8 @@ def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
         ct[ISSUE_LEFT] -= 1
         ct[ISSUED] += 1
         arrival = now + st[DELAY] if st[DELAY] > 0.0 else now
-        _new_request(req, c, ct[NEXT_RID], arrival, lengths[0, at], lengths[1, at], req[c, CLIENT])
+        prompt, output, hit = lengths[0, at], lengths[1, at], lengths[2, at]
+        _new_request(req, c, ct[NEXT_RID], arrival, prompt, output, req[c, CLIENT], hit)
         ct[NEXT_RID] += 1
         if st[DELAY] > 0.0:
             pending[(ct[PEND_HEAD] + ct[PEND_LEN]) % pending.shape[0]] = c
@@ -461,11 +469,11 @@ def serving_loop(
     slots, a stack of ``ct[FREE_N]``; ``req``: the requests in flight (``rows_free``: the free
     rows, a stack of ``ct[ROWS_FREE_N]``); ``levels``: acceptance levels in the order
     admissions take them; ``arrivals``: the open loop's next arrivals (times, prompts,
-    outputs); ``lengths``: the clients' next requests' prompt and output lengths (with
-    ``ct[CLIENTS]``); ``pending``: the ring of clients' requests not yet arrived
-    (``ct[PEND_HEAD]``, ``ct[PEND_LEN]``); ``log``: the step log's float buffers (durations,
-    KV, gaps, weights); ``trace``: each iteration's end and the tokens emitted by then (a
-    fleet's router and clients read a call under way from it, ``fleet_serving.py``).
+    outputs, prefix-cache hits); ``lengths``: the clients' next requests' prompt and output
+    lengths and hits (with ``ct[CLIENTS]``); ``pending``: the ring of clients' requests not
+    yet arrived (``ct[PEND_HEAD]``, ``ct[PEND_LEN]``); ``log``: the step log's float buffers
+    (durations, KV, gaps, weights); ``trace``: each iteration's end and the tokens emitted by
+    then (a fleet's router and clients read a call under way from it, ``fleet_serving.py``).
     The acceptance draws start ``offset`` doubles after the PCG64 state ``base_words``
     (``ct[DRAWN]`` gets how many the iterations took)."""
     remaining, context, _, _, shift, drafted_by_row, _ = batch

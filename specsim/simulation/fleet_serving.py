@@ -35,6 +35,7 @@ from specsim.simulation.compiled_layout import (
     DRAWN,
     EMITTED,
     FILLED,
+    HIT,
     ITERATIONS,
     LOGGED,
     NOW,
@@ -229,7 +230,7 @@ class FleetServing(ServingLoop):
         req = self.req
         for row in np.flatnonzero(req[:, RID] >= 0).tolist():
             request = self.by_row[row]
-            for name, value in zip(REQUEST_FIELDS, req[row].tolist(), strict=True):
+            for name, value in zip(REQUEST_FIELDS, req[row, :HIT].tolist(), strict=True):
                 setattr(request, name, value if name in TIME_FIELDS else int(value))
         return self.by_row
 
