@@ -5,7 +5,9 @@ Figures, each a ratio of CPU seconds of two runs made in this process one after 
 alternating (the quicker of ``REPEATS`` each), with the two runs' summaries checked equal:
 - ``prefix_fraction_*``: ``scenarios/poisson.yaml`` with half of each prompt cached at a hit
   rate of one half (a lone replica on an open loop);
-- ``prefix_closed_loop_*``: ``scenarios/closed_loop.yaml`` with the same prefix.
+- ``prefix_closed_loop_*``: ``scenarios/closed_loop.yaml`` with the same prefix;
+- ``ranged_closed_loop_*``: ``scenarios/closed_loop.yaml`` on its profile given a measured
+  range (``outside_range: error``) on the target and the drafter that the run stays within.
 
     python benchmarks/bench_kernel_features.py
 """
@@ -14,16 +16,33 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 REPEATS = 5
 HALF = {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5}
+PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
+RANGE = {"batch": [1, 512], "context": [0, 131072], "new_tokens": [1, 65536]}
 CASES = {
     "prefix_fraction": ("poisson.yaml", {"workload__prefix": HALF}),
     "prefix_closed_loop": ("closed_loop.yaml", {"workload__prefix": HALF}),
+    "ranged_closed_loop": ("closed_loop.yaml", {}),  # the ranged profile: ``main``
 }
+
+
+def ranged_profile(folder: Path) -> Path:
+    """``PROFILE`` with ``RANGE`` measured for the target and every drafter."""
+    profile = yaml.safe_load(PROFILE.read_text())
+    for model in [profile["target"], *profile["drafters"].values()]:
+        if "latency" in model:
+            model["latency"].update(valid_range=RANGE, outside_range="error")
+    path = folder / PROFILE.name
+    path.write_text(yaml.safe_dump(profile))
+    return path
 
 
 def cpu_run(name: str, overrides: dict, kernel: bool) -> tuple[dict, float]:
@@ -62,8 +81,10 @@ def measure(case: str) -> dict:
 
 def main() -> None:
     figures = {}
-    for case in CASES:
-        figures.update(measure(case))
+    with tempfile.TemporaryDirectory() as folder:
+        CASES["ranged_closed_loop"][1]["profile"] = str(ranged_profile(Path(folder)))
+        for case in CASES:
+            figures.update(measure(case))
     print(
         json.dumps(
             {

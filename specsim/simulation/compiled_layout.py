@@ -79,8 +79,14 @@ RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool 
     CLOSED_EMITTED,
     DELAY,  # the API server's delay on a client's request (``fleet.Frontend``)
     PREFIX_HITS,  # ``Admission.prefix_hits``
-) = range(STEP_STATE, STEP_STATE + 15)
-STATE = STEP_STATE + 15
+    # ``StepCosts.range_limits``: batch low and high, context high, new tokens low and high.
+    RANGE_BATCH_LO,
+    RANGE_BATCH_HI,
+    RANGE_CONTEXT,
+    RANGE_NEW_LO,
+    RANGE_NEW_HI,
+) = range(STEP_STATE, STEP_STATE + 20)
+STATE = STEP_STATE + 20
 
 # ``ct``: counts in and out.
 (
@@ -118,5 +124,6 @@ STATE = STEP_STATE + 15
     ITERATION_LIMIT,  # the call stops after this many iterations
     STOP_AT_FINISH,  # 1: the call stops after the iteration in which a request finishes
     OPEN_UNTIL,  # 1 + the last iteration whose admission could reach a request queued last
-) = range(34)
-COUNTS = 34
+    CHECKS_RANGES,  # 1: the profile's range still reports a query outside it (``RANGE_*``)
+) = range(35)
+COUNTS = 35

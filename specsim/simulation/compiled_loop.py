@@ -136,13 +136,14 @@ class DecodeLoop:
         self.finished_time = np.empty(cap)
 
     @staticmethod
-    def build(replica) -> DecodeLoop | None:
-        """The loop for ``replica``, or None where it cannot run there."""
+    def build(replica, ranges: bool = False) -> DecodeLoop | None:
+        """The loop for ``replica``, or None where it cannot run there (``ranges``: the caller
+        checks the profile's measured range itself, as the serving loop does)."""
         if not (
             replica.fast
             and replica.jitter is None
             and not replica.padded
-            and not replica.costs.checks_ranges
+            and (ranges or not replica.costs.checks_ranges)
             and isinstance(replica.acceptance, RateAcceptance)
             and not replica.acceptance.needs_position
             and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once

@@ -9,8 +9,8 @@ same kernel through ``fleet_serving.py``. It runs where the replica's other cond
 compiled loop hold (``compiled_loop.DecodeLoop.build``), prefill is chunked and a prefix cache,
 if any, hits by request alone (a trace's column or a fraction of each prompt, drawn ahead by
 the table: not a session's memory or a shared system prompt); elsewhere, and whenever the
-kernel stops for Python (levels to draw, one sequence outgrowing the cache), the other paths
-run.
+kernel stops for Python (levels to draw, one sequence outgrowing the cache, an iteration
+outside the profile's measured range that still warns or raises), the other paths run.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class ServingLoop(ServingTable):
     def build(cls, replica, feed=None, clients=None) -> ServingLoop | None:
         """The loop for ``replica`` alone on ``feed`` or ``clients`` (``fleet_serving``'s
         subclass: for requests routed to it), or None where it cannot run."""
-        decode = DecodeLoop.build(replica)
+        decode = DecodeLoop.build(replica, ranges=True)
         if (
             decode is None
             or not replica.chunked

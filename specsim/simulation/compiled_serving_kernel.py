@@ -10,12 +10,14 @@ requests FCFS (``Admission.admit``), preempts where the cache cannot hold the ne
 through, ``Admission.complete``) and, for each finish, writes the request's record and issues
 its client's next request (``ClosedLoopClients.on_finish``), in the same operations and order.
 Requests live in a table of rows (a closed-loop client's next request takes its row); the
-queue and the prompts in prefill are rings of row numbers. It stops, at the top of an
-iteration, where Python must act (``compiled_serving.py``): the step log folds, the records,
-the arrivals or the clients' lengths run short, admission needs an acceptance level not drawn
-yet, one sequence outgrows the cache, or nothing is left to run; and where Python asks it
-to, after a given number of iterations or after the iteration in which a request finishes (a
-fleet's replica, ``fleet_serving.py``).
+queue and the prompts in prefill are rings of row numbers. It stops before an iteration where
+Python must act (``compiled_serving.py``): the step log folds, the records, the arrivals or the
+clients' lengths run short, admission needs an acceptance level not drawn yet, one sequence
+outgrows the cache, the iteration would query the profile's latency fit outside its measured
+range where that still warns or raises (Python runs it, as the reference does), or nothing is
+left to run; and where Python asks it to, after a given number of iterations or after the
+iteration in which a request finishes (a fleet's replica, ``fleet_serving.py``). What it did of
+that iteration before stopping (admission, preemption) is what Python's would do first.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from specsim.simulation.compiled_layout import (
     ADMIT,
     ARRIVAL,
     ARRIVALS_AT,
+    CHECKS_RANGES,
     CLIENT,
     CLIENTS,
     CLOSED,
@@ -86,6 +89,11 @@ from specsim.simulation.compiled_layout import (
     PROMPT,
     Q_HEAD,
     Q_LEN,
+    RANGE_BATCH_HI,
+    RANGE_BATCH_LO,
+    RANGE_CONTEXT,
+    RANGE_NEW_HI,
+    RANGE_NEW_LO,
     RECORDS,
     RESERVED,
     RID,
@@ -351,6 +359,31 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
     return rows, tokens, kv, pairs
 
 
+@_jit  # (callable from Python: the tests hold it to ``Replica._check_ranges``)
+def in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct):
+    """Whether ``Replica._check_ranges`` would pass the iteration silently: its batch, its
+    largest cached context (a decoding row's, or a chunk's prompt tokens before it) and its
+    rows' new tokens (1 to k + 1 for the decoding rows, each chunk's size) within the limits
+    ``StepCosts.range_limits`` gave (``st[RANGE_*]``)."""
+    count = req.shape[0]
+    top = 0.0
+    low, high = np.inf, -np.inf
+    if rows:
+        for s in range(used):
+            top = max(top, context[s])
+        low, high = 1.0, k + 1.0
+    for j in range(p_rows):
+        top = max(top, req[prefilling[(ct[P_HEAD] + j) % count], PREFILLED])
+        low, high = min(low, chunk[j]), max(high, chunk[j])
+    batch = rows + p_rows
+    return (
+        st[RANGE_BATCH_LO] <= batch <= st[RANGE_BATCH_HI]
+        and top <= st[RANGE_CONTEXT]
+        and st[RANGE_NEW_LO] <= low
+        and high <= st[RANGE_NEW_HI]
+    )
+
+
 @_inner
 def _goodput_with_chunks(
     goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
@@ -565,6 +598,7 @@ def serving_loop(
         else:
             k = by_rows[min(rows, by_rows.shape[0] - 1)]
         new_tokens = pairs = 0.0
+        drawn = ct[DRAWN]
         if rows:
             ct[DRAWN] += draw_rows(
                 words,
@@ -587,9 +621,14 @@ def serving_loop(
             p_rows, p_tokens, p_kv, p_pairs = _chunks(
                 req, prefilling, st[TOKEN_BUDGET] - new_tokens, chunk, st, ct
             )
-            if p_rows:
-                target = per_token * p_tokens + per_pair * p_pairs
-                st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
+        if ct[CHECKS_RANGES] and not in_range(
+            req, prefilling, rows, k, p_rows, chunk, context, used, st, ct
+        ):
+            ct[DRAWN] = drawn  # Python runs the iteration, draws and all, and warns or raises
+            break
+        if p_rows:
+            target = per_token * p_tokens + per_pair * p_pairs
+            st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
         if rows and not p_rows:
             dt = _decode_s(c, k, rows, new_tokens, decode_kv, pairs)
         else:

@@ -20,6 +20,7 @@ from specsim.simulation.admission import fitting
 from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVALS_AT,
+    CHECKS_RANGES,
     CLIENTS,
     CLOSED,
     CLOSED_AT,
@@ -54,6 +55,8 @@ from specsim.simulation.compiled_layout import (
     PREFIX_HITS,
     Q_HEAD,
     Q_LEN,
+    RANGE_BATCH_LO,
+    RANGE_NEW_HI,
     RECORD,
     RECORDS,
     REQUEST_FIELDS,
@@ -187,6 +190,9 @@ class ServingTable:
         )
         st[DELAY] = self.delay
         st[PREFIX_HITS] = admission.prefix_hits
+        limits = replica.costs.range_limits()  # as they stand: a warning, once given, is done
+        st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = limits
+        ct[CHECKS_RANGES] = limits != (-np.inf, np.inf, np.inf, -np.inf, np.inf)
         lengths = self._clients(replica) if self.clients is not None else np.zeros((3, 0))
         # At most one level for each request not yet admitted, in the order pop() takes them.
         most = len(admission.queue) + len(self.pending) + arrivals.shape[1] + lengths.shape[1]
