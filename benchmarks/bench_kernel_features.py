@@ -3,10 +3,11 @@ kernel held off for them (the paths that ran them before: stretches and the deco
 
 Figures, each a ratio of CPU seconds of two runs made in this process one after the other,
 alternating (the quicker of ``REPEATS`` each), with the two runs' summaries checked equal:
-- ``prefix_fraction_*``: ``scenarios/poisson.yaml`` with half of each prompt cached at a hit
-  rate of one half (a lone replica on an open loop);
-- ``prefix_closed_loop_*``: ``scenarios/closed_loop.yaml`` with the same prefix;
-- ``ranged_closed_loop_*``: ``scenarios/closed_loop.yaml`` on its profile given a measured
+- ``prefix_fraction_*``: ``scenarios/poisson.yaml`` (3,000 s of it) with half of each prompt
+  cached at a hit rate of one half (a lone replica on an open loop);
+- ``prefix_closed_loop_*``: ``scenarios/closed_loop.yaml`` (20,000 requests) with the same
+  prefix;
+- ``ranged_closed_loop_*``: that closed loop without a prefix, on its profile given a measured
   range (``outside_range: error``) on the target and the drafter that the run stays within.
 
     python benchmarks/bench_kernel_features.py
@@ -27,10 +28,11 @@ REPEATS = 5
 HALF = {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5}
 PROFILE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
 RANGE = {"batch": [1, 512], "context": [0, 131072], "new_tokens": [1, 65536]}
+LONG = {"workload__requests": 20_000}
 CASES = {
-    "prefix_fraction": ("poisson.yaml", {"workload__prefix": HALF}),
-    "prefix_closed_loop": ("closed_loop.yaml", {"workload__prefix": HALF}),
-    "ranged_closed_loop": ("closed_loop.yaml", {}),  # the ranged profile: ``main``
+    "prefix_fraction": ("poisson.yaml", {"workload__prefix": HALF, "workload__duration_s": 3000}),
+    "prefix_closed_loop": ("closed_loop.yaml", {"workload__prefix": HALF, **LONG}),
+    "ranged_closed_loop": ("closed_loop.yaml", LONG),  # and the ranged profile (``main``)
 }
 
 
@@ -82,7 +84,10 @@ def measure(case: str) -> dict:
 def main() -> None:
     figures = {}
     with tempfile.TemporaryDirectory() as folder:
-        CASES["ranged_closed_loop"][1]["profile"] = str(ranged_profile(Path(folder)))
+        CASES["ranged_closed_loop"] = (
+            "closed_loop.yaml",
+            {**LONG, "profile": str(ranged_profile(Path(folder)))},
+        )
         for case in CASES:
             figures.update(measure(case))
     print(

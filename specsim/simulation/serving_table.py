@@ -188,17 +188,23 @@ class ServingTable:
             np.inf,  # the clients' horizon, if any
             replica.token_budget,
         )
-        st[DELAY] = self.delay
-        st[PREFIX_HITS] = admission.prefix_hits
-        limits = replica.costs.range_limits()  # as they stand: a warning, once given, is done
-        st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = limits
-        ct[CHECKS_RANGES] = limits != (-np.inf, np.inf, np.inf, -np.inf, np.inf)
+        self._rules(replica)
         lengths = self._clients(replica) if self.clients is not None else np.zeros((3, 0))
         # At most one level for each request not yet admitted, in the order pop() takes them.
         most = len(admission.queue) + len(self.pending) + arrivals.shape[1] + lengths.shape[1]
         levels = np.array(admission._levels[: -most - 1 : -1], dtype=np.int64)
         self.inputs = levels, arrivals, lengths
         self._args = None
+
+    def _rules(self, replica) -> None:
+        """The API server's delay, the prefix hits so far, and the profile's measured range as
+        it stands (``StepCosts.range_limits``: a warning, once given, is done)."""
+        st = self.st
+        st[DELAY] = self.delay
+        st[PREFIX_HITS] = replica.admission.prefix_hits
+        limits = replica.costs.range_limits()
+        st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = limits
+        self.ct[CHECKS_RANGES] = limits != (-np.inf, np.inf, np.inf, -np.inf, np.inf)
 
     def _load(self, request: Request, loaded: int) -> int:
         """The request's row (a client's own, else the next one), filled in."""
