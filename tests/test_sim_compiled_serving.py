@@ -10,26 +10,45 @@ token is their last, a horizon, acceptance levels drawn past the first chunk of 
 log that folds inside the loop, bursts, an overloaded queue that outgrows what a call packs,
 prefill apart (not chunked: prompts whole in iterations of their own), iteration jitter,
 padded attention (each also on every cost term, and all three on the validate scenarios less
-their profile's valid range), and the benchmark's saturated replica on a shipped profile
-(the shipped scenarios are in ``test_sim_stretch.py``). Then where it runs (nearly every
-iteration) and where it does not, and that a request that never fits is refused as before.
+their profile's valid range), the benchmark's saturated replica on a shipped profile (the
+shipped scenarios are in ``test_sim_stretch.py``), and prefix-cache hits by request (a
+fraction of each prompt, a trace's column), preempted requests readmitted with them, and a
+profile's measured range (the run refused, or warned once, where the reference refuses or
+warns). Then where it runs (nearly every iteration) and where it does not, and that a request
+that never fits is refused as before.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
-from test_sim_stretch import assert_identical, make, no_loops, varying_profile  # noqa: F401
+from test_sim_stretch import BASE, DATA, assert_identical, make, no_loops, varying_profile  # noqa: F401
 
+from specsim.costs import StepCosts
 from specsim.errors import SpecsimError
+from specsim.profile import OutOfRangeWarning, load_profile
 from specsim.scenario import Scenario, load_scenario
 from specsim.simulation import compiled_serving, run_simulation
 from specsim.simulation.admission import fitting, never_fits
+from specsim.simulation.compiled_layout import (
+    COUNTS,
+    FIELDS,
+    NEXT_RID,
+    PREFILLED,
+    RANGE_BATCH_LO,
+    RANGE_NEW_HI,
+    STATE,
+)
+from specsim.simulation.replica import Replica
+from specsim.simulation.serving_table import ServingTable
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
@@ -369,22 +388,112 @@ def test_the_benchmarks_scenarios(kind, tmp_path, monkeypatch):
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
+HALF = {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5}
+PREFIXES = {
+    "closed loop": {"workload": {**CLOSED, "prefix": HALF}},
+    "closed loop, preemption": {
+        "workload": {**CLOSED, "prefix": HALF},
+        "engine": {"max_batch": 12, "kv_capacity_tokens": 1500},
+    },
+    "closed loop, adaptive, small token budget": {
+        "workload": {**CLOSED, "prefix": HALF},
+        "engine": {"max_batch": 12, "max_batched_tokens": 96},
+        "speculation": {"drafter": "c20", "k": 4, "policy": "adaptive"},
+    },
+    # Every hit is the whole prompt less its last token: one-token prompts in prefill.
+    "open loop, whole prompts, preemption": {
+        "workload": {"rate": 20.0, "prefix": {"source": "fraction", "fraction": 1.0}},
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500},
+    },
+    # 4,500 requests: their hits come from two chunks of the prefix stream's uniforms.
+    "open loop, a second chunk of draws": {
+        "workload": {
+            "rate": 40.0,
+            "requests": 4500,
+            "prompt": {"dist": "uniform", "low": 8, "high": 60},
+            "output": {"dist": "uniform", "low": 1, "high": 10},
+            "prefix": {"source": "fraction", "fraction": 0.7, "hit_rate": 0.6},
+        }
+    },
+}
+
+
+def assert_hits_identical(scenario, tmp_path, monkeypatch, share: float = 0.5) -> None:
+    """The kernel runs ``share`` of the iterations or more, with the reference's results (the
+    prefix cache's totals among them, some hit)."""
+    inside, total, summary = kernel_iterations(scenario, monkeypatch)
+    assert inside >= share * total
+    assert summary["prefix_cache"]["cached_tokens"] > 0
+    assert assert_identical(scenario, tmp_path, monkeypatch)["summary"] == summary
+
+
+@pytest.mark.parametrize("name", list(PREFIXES))
+def test_prefix_hits_in_the_loop_match_the_reference(name, tmp_path, monkeypatch):
+    assert_hits_identical(make(PREFIXES[name]), tmp_path, monkeypatch)
+
+
+def trace_scenario(tmp_path, source: str) -> Scenario:
+    """300 requests of a trace with a column of cached tokens (some beyond the prompt) and one
+    of sessions, the prefix taken from ``source``."""
+    rng = np.random.default_rng(8)
+    times = np.cumsum(rng.exponential(0.05, 300))
+    prompts, outputs = rng.integers(20, 400, 300), rng.integers(1, 80, 300)
+    cached = rng.integers(0, 450, 300) * (rng.random(300) < 0.6)
+    sessions = rng.integers(0, 40, 300)
+    path = tmp_path / "trace.csv"
+    columns = zip(times, prompts, outputs, cached, sessions, strict=True)
+    lines = [f"{t:.4f},{p},{o},{c},{s}" for t, p, o, c, s in columns]
+    header = "arrived_at,num_prefill_tokens,num_decode_tokens,cached_tokens,session_id"
+    path.write_text("\n".join([header, *lines]) + "\n")
+    workload = {"kind": "trace", "trace": str(path), "prefix": {"source": source}}
+    data = {**copy.deepcopy(BASE), "workload": workload}
+    data["engine"] = {"max_batch": 16, "kv_capacity_tokens": 2000}
+    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+
+
+def test_a_traces_column_of_hits_in_the_loop_matches_the_reference(tmp_path, monkeypatch):
+    assert_hits_identical(trace_scenario(tmp_path, "column"), tmp_path, monkeypatch)
+
+
+def test_hits_drawn_for_the_wrong_requests_fail(tmp_path, monkeypatch):
+    """The identity above catches hits drawn one request number off (a planted fault)."""
+    scenario = make(PREFIXES["closed loop"])
+    original = ServingTable._hits
+
+    def shifted(self, prompts):
+        self.ct[NEXT_RID] += 1
+        hits = original(self, prompts)
+        self.ct[NEXT_RID] -= 1
+        return hits
+
+    monkeypatch.setattr(ServingTable, "_hits", shifted)
+    with pytest.raises(AssertionError):
+        assert_identical(scenario, tmp_path, monkeypatch)
+
+
 @pytest.mark.parametrize(
     "changes",
     [
         {
             "workload": {
                 **CLOSED,
-                "prefix": {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5},
+                "prefix": {"source": "system_prompt", "length": 64, "hit_rate": 0.5},
             }
         },
+        {"workload": {**CLOSED, "prefix": HALF}, "engine": {"block_size": 16}},
     ],
-    ids=["prefix"],
+    ids=["system prompt", "block size"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""
     inside, total, _ = kernel_iterations(make(changes), monkeypatch)
     assert inside == 0 and total > 0
+
+
+def test_the_loop_stays_out_of_session_memory(tmp_path, monkeypatch):
+    """A session's hit depends on what the replica served before: Python keeps its memory."""
+    inside, total, summary = kernel_iterations(trace_scenario(tmp_path, "session"), monkeypatch)
+    assert inside == 0 and total > 0 and summary["prefix_cache"]["cached_tokens"] > 0
 
 
 def test_the_loop_is_off_without_the_kernels(monkeypatch):
@@ -443,3 +552,120 @@ def test_fitting_counts_the_requests_before_the_first_that_never_fits():
         )  # fmt: skip
         assert fitting(prompts, outputs, 5, capacity) == first
     assert fitting(prompts[:10], outputs[:10], 5, 10**6) == 10
+
+
+def ranged(folder: Path, outside: str, target: dict, drafter: dict | None = None) -> Path:
+    """The test profile in ``folder`` with a measured range on the target and, where given, on
+    drafter c05 (a draft model, with a cache of its own: its range is checked too); each range
+    is ``target``'s or ``drafter``'s changes to one that every run here stays within."""
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    wide = {"batch": [1, 64], "context": [0, 100_000], "new_tokens": [1, 8192]}
+    latencies = [(profile["target"]["latency"], target)]
+    if drafter is not None:
+        latencies.append((profile["drafters"]["c05"]["latency"], drafter))
+    for latency, changes in latencies:
+        latency.update(valid_range={**wide, **changes}, outside_range=outside)
+    folder.mkdir(exist_ok=True)
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+def test_the_loop_runs_within_a_measured_range(tmp_path, monkeypatch):
+    """A range no iteration leaves: the kernel runs the run, checking each iteration."""
+    scenario = make(PREFIXES["closed loop, preemption"], ranged(tmp_path / "p", "error", {}, {}))
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.9 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+# Ranges that some iteration leaves part-way through a closed loop (``ran``: after the kernel
+# ran some): a target's or a drafter's context, a batch below the range's (the last request
+# alone), a prompt chunk above its new tokens.
+OUTSIDE = {
+    "target's context": ({"context": [0, 330]}, None, True),
+    "drafter's context": ({}, {"context": [0, 330]}, True),
+    "batch": ({"batch": [2, 64]}, None, True),
+    "new tokens": ({"new_tokens": [1, 200]}, None, False),
+}
+
+
+@pytest.mark.parametrize("name", list(OUTSIDE))
+def test_an_iteration_outside_the_range_is_refused_as_before(name, tmp_path, monkeypatch):
+    target, drafter, ran = OUTSIDE[name]
+    scenario = make({"workload": CLOSED}, ranged(tmp_path / "p", "error", target, drafter))
+    counted, inside = compiled_serving.ServingLoop.run, [0]
+
+    def count(self, replica, now):
+        end = counted(self, replica, now)
+        inside[0] += int(self.ct[compiled_serving.ITERATIONS])
+        return end
+
+    errors = []
+    for fast, loops in ((False, True), (True, True), (True, False)):
+        with monkeypatch.context() as patch, pytest.raises(SpecsimError) as caught:
+            patch.setattr(compiled_serving.ServingLoop, "run", count)
+            if not loops:
+                no_loops(patch)
+            run_simulation(scenario, fast_path=fast)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == errors[2]
+    assert "outside the measured range" in errors[0]
+    assert inside[0] > 0 or not ran
+
+
+@pytest.mark.filterwarnings("ignore::specsim.profile.OutOfRangeWarning")
+def test_an_iteration_outside_the_range_warns_once_as_before(tmp_path, monkeypatch):
+    """Extrapolating: the kernel hands the first iteration outside to Python, which warns (once
+    per model), and takes the rest, the warning given; the reference's results throughout."""
+    profile = ranged(tmp_path / "p", "extrapolate", {"context": [0, 330]}, {"context": [0, 300]})
+    scenario = make({"workload": CLOSED}, profile)
+    said = []
+    for fast in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_simulation(scenario, fast_path=fast)
+        said.append([str(w.message) for w in caught if w.category is OutOfRangeWarning])
+    assert len(said[0]) == 2 and said[0] == said[1]
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    assert inside >= 0.5 * total
+    assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("fewest", [1, 2])
+def test_the_kernels_range_rule_is_the_replicas(fewest, tmp_path):
+    """``in_range`` on ``StepCosts.range_limits`` against ``Replica._check_ranges`` (which
+    raises where the kernel must stop) on 3,000 random iterations: decoding rows among empty
+    slots, prompt chunks after cached tokens, against every side of a target's and a drafter's
+    range (``fewest``: the target's fewest new tokens)."""
+    target = {"batch": [2, 9], "context": [0, 300], "new_tokens": [fewest, 4]}
+    profile = ranged(tmp_path, "error", target, {"context": [0, 280]})
+    costs = StepCosts(load_profile(profile / "sim_profile.yaml"), "c05")
+    st = np.zeros(STATE)
+    st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = costs.range_limits()
+    ct = np.zeros(COUNTS, dtype=np.int64)
+    in_range = compiled_serving._serving_kernel().in_range
+    rng = np.random.default_rng(6)
+    passed = 0
+    for _ in range(3000):
+        rows, k, p_rows = int(rng.integers(0, 8)), int(rng.integers(0, 5)), int(rng.integers(0, 4))
+        rows *= rng.random() < 0.6  # prompt chunks alone, often
+        p_rows += rows == 0  # an iteration runs something
+        used = rows + int(rng.integers(0, 3))
+        context = np.zeros(16)
+        context[rng.choice(used, rows, replace=False)] = rng.integers(1, 300, rows)
+        req = np.zeros((p_rows, FIELDS))
+        req[:, PREFILLED] = rng.integers(0, 300, p_rows)
+        chunk = rng.integers(1, 7, p_rows).astype(float)
+        replica = SimpleNamespace(context=context, tree_rows=None, costs=costs)
+        cached = req[:, PREFILLED]
+        chunks = [(SimpleNamespace(prefilled=p), c) for p, c in zip(cached, chunk, strict=True)]
+        try:
+            Replica._check_ranges(replica, rows, k, chunks)
+            silent = True
+        except SpecsimError:
+            silent = False
+        prefilling = np.arange(p_rows, dtype=np.int64)
+        assert in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct) == silent
+        passed += silent
+    assert 100 < passed < 2900

@@ -7,8 +7,9 @@ Identity with the per-iteration reference (every record, each replica's engine s
 the summary and requests.csv, with the kernels on and off, ``test_sim_stretch.assert_identical``)
 for round robin and least outstanding, two and eight replicas, open-loop arrivals, closed-loop
 clients through the API server's delay with and without think time, a client cap, and a
-saturated fleet with a queue and preemption, prefill apart (not chunked), padded attention
-and iteration jitter; the kernel runs most iterations of each. Planted
+saturated fleet with a queue and preemption, prefill apart (not chunked), padded attention,
+iteration jitter, prefix-cache hits by request, a profile's measured range (warned once, or
+the run refused, as the reference does); the kernel runs most iterations of each. Planted
 faults (a cut that keeps the iterations after the arrival; a closed loop's steady window that
 ignores a call under way) fail them.
 """
@@ -19,9 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_sim_compiled_serving import ranged
 from test_sim_stretch import DATA, assert_identical, make, observe, varying_profile  # noqa: F401
 
-from specsim.simulation import fleet_serving
+from specsim.errors import SpecsimError
+from specsim.simulation import fleet_serving, run_simulation
 from specsim.simulation.compiled_layout import ITERATIONS, OPEN_UNTIL
 
 CLOSED = {"kind": "closed_loop", "concurrency": 10, "requests": 300, "rate": None}
@@ -120,6 +123,32 @@ def test_fleet_replicas_run_on_the_kernel_as_the_reference(
     scenario = make(FLEETS[name], delayed_profile)
     assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
     assert_identical(scenario, tmp_path, monkeypatch)
+
+
+HALF = {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5}
+PREFIXES = {
+    "two replicas, preemption": {
+        **SATURATED,
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400, "prefix": HALF},
+    },
+    "closed loop, four replicas, think time": {
+        "fleet": {"replicas": 4, "router": "round_robin"},
+        "workload": {**CLOSED, "concurrency": 16, "think_time_s": 0.3, "prefix": HALF},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(PREFIXES))
+def test_fleet_replicas_take_prefix_hits_in_the_kernel(
+    name, delayed_profile, tmp_path, monkeypatch
+):
+    """Each request's hit (a fraction of its prompt, by request number) wherever it is routed,
+    with the reference's prefix-cache totals."""
+    scenario = make(PREFIXES[name], delayed_profile)
+    assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    fast = assert_identical(scenario, tmp_path, monkeypatch)
+    assert fast["summary"]["prefix_cache"]["cached_tokens"] > 0
 
 
 @pytest.mark.parametrize("name", ["two replicas, round robin", "eight replicas, least outstanding"])
@@ -231,3 +260,31 @@ def test_a_wait_that_skips_the_first_iteration_to_see_the_request_fails(
 
     monkeypatch.setattr(fleet_serving.FleetServing, "_cut_by", one_late)
     assert differs(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.filterwarnings("ignore::specsim.profile.OutOfRangeWarning")
+@pytest.mark.parametrize("outside", ["extrapolate", "error"])
+def test_fleet_replicas_keep_to_the_measured_range(outside, tmp_path, monkeypatch):
+    """A target's context range that iterations leave part-way: each replica's kernel hands
+    such an iteration to Python, which warns (then the kernels go on) or refuses the run, as
+    the reference does."""
+    profile = ranged(tmp_path / "p", outside, {"context": [0, 380]})
+    scenario = make(FLEETS["two replicas, round robin"], profile)
+    if outside == "extrapolate":
+        assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.5
+        assert_identical(scenario, tmp_path, monkeypatch)
+        return
+    original, ran = fleet_serving.FleetServing._settle, [0]
+
+    def counted(self, replica):
+        ran[0] += int(self.ct[ITERATIONS])
+        original(self, replica)
+
+    errors = []
+    for fast in (False, True):
+        with monkeypatch.context() as patch, pytest.raises(SpecsimError) as caught:
+            patch.setattr(fleet_serving.FleetServing, "_settle", counted)
+            run_simulation(scenario, fast_path=fast)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "outside the measured range" in errors[0]
+    assert ran[0] > 0

@@ -167,24 +167,27 @@ class StepCosts:
             return self.iteration_s(k, PassTotals(rows, tokens, kv, pairs))
         return formula.decode_s(self.terms, k, rows, tokens, kv, pairs)
 
-    def silent_context_limit(self, batch: int, max_new: float, min_new: float) -> float:
-        """The largest cached context for which ``check_ranges(batch, context, max_new,
-        min_new)`` can neither warn nor raise (infinite when no range is checked any more;
-        -infinite when the batch or the new tokens already lie outside a reported range)."""
-        limit = math.inf
-        models = [(self.target, max_new, min_new)]
+    def range_limits(self) -> tuple[float, float, float, float, float]:
+        """The region within which ``check_ranges`` can neither warn nor raise, the models that
+        still report together: batch low and high, context high, new tokens low and high
+        (unbounded where no model reports any more; an empty batch range where the drafter's
+        range leaves out its one new token, so that every query reports)."""
+        batch_lo, batch_hi, context = -math.inf, math.inf, math.inf
+        new_lo, new_hi = -math.inf, math.inf
+        models = [(self.target, False)]
         if self.drafter.checks_range:
-            models.append((self.drafter.latency, 1, 1))
-        for model, high, low in models:
+            models.append((self.drafter.latency, True))
+        for model, one_token in models:
             if not model.reports_outside_range():
                 continue
             rng = model.latency.valid_range
-            if not rng.batch[0] <= batch <= rng.batch[1]:
-                return -math.inf
-            if high > rng.new_tokens[1] or low < rng.new_tokens[0]:
-                return -math.inf
-            limit = min(limit, rng.context[1])
-        return limit
+            batch_lo, batch_hi = max(batch_lo, rng.batch[0]), min(batch_hi, rng.batch[1])
+            context = min(context, rng.context[1])
+            if not one_token:
+                new_lo, new_hi = max(new_lo, rng.new_tokens[0]), min(new_hi, rng.new_tokens[1])
+            elif not rng.new_tokens[0] <= 1 <= rng.new_tokens[1]:
+                batch_hi = -math.inf
+        return batch_lo, batch_hi, context, new_lo, new_hi
 
     # ---- FLOPs ---------------------------------------------------------------------------
     def target_flops(self, new: float, pairs: float) -> float:

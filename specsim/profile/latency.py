@@ -113,7 +113,7 @@ class LatencyModel:
 
     def reports_outside_range(self) -> bool:
         """Whether a query outside the measured range would still be reported (raise, or warn
-        for the first time): the simulator's stretches stop before such a query."""
+        for the first time): the serving kernel stops before such a query."""
         rng = self.latency.valid_range
         return rng is not None and (self.latency.outside_range == "error" or not self._warned)
 

@@ -228,6 +228,11 @@ class Admission:
             hit -= hit % self.block_size
         return hit
 
+    def hits(self, rids: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        """``_capped`` for requests numbered ``rids`` with these prompts, as floats: for a
+        source whose hits are by request (``prefix.by_request``), without a block size."""
+        return np.minimum(self.prefix.cached_many(rids, prompts), prompts - 1).astype(np.float64)
+
     def _shared_size(self, request: Request) -> int:
         """The cache a shared-prefix hit holds: its tokens, or blocks with a block size (whole
         blocks, so cdiv(tokens + lookahead) splits into these and the sequence's own)."""

@@ -37,8 +37,9 @@ STEP_STATE = 11
     PREFILLED,
     ADMIT,
     CLIENT,
-) = range(16)
-FIELDS = 16
+    HIT,  # the request's prefix-cache hit (``Admission._capped``), not a ``Request`` field
+) = range(17)
+FIELDS = 17
 # The ``Request`` attribute in each column, and those that are times (the rest are counts).
 REQUEST_FIELDS = (
     "rid",
@@ -79,8 +80,15 @@ FINISH_EMITTED = RECORD
     CLOSED_AT,
     CLOSED_EMITTED,
     DELAY,  # the API server's delay on a client's request (``fleet.Frontend``)
-) = range(STEP_STATE, STEP_STATE + 14)
-STATE = STEP_STATE + 14
+    PREFIX_HITS,  # ``Admission.prefix_hits``
+    # ``StepCosts.range_limits``: batch low and high, context high, new tokens low and high.
+    RANGE_BATCH_LO,
+    RANGE_BATCH_HI,
+    RANGE_CONTEXT,
+    RANGE_NEW_LO,
+    RANGE_NEW_HI,
+) = range(STEP_STATE, STEP_STATE + 20)
+STATE = STEP_STATE + 20
 
 # ``ct``: counts in and out.
 (
@@ -121,5 +129,6 @@ STATE = STEP_STATE + 14
     PREFILL_APART,  # 1: prefill not chunked, waiting prompts run whole in iterations of their own
     JITTERED,  # 1: iteration times take the replica's multipliers (``Jitter``)
     PADDED,  # 1: padded attention (``engine.padded_attention``)
-) = range(37)
-COUNTS = 37
+    CHECKS_RANGES,  # 1: the profile's range still reports a query outside it (``RANGE_*``)
+) = range(38)
+COUNTS = 38

@@ -8,9 +8,11 @@ decoding, finishes and the clients' next requests in one call, from one stop to 
 (each call takes the multipliers of the iterations it applies) and padded attention or not.
 Its state goes in and out through the table (``serving_table.py``); a replica behind a router
 runs the same kernel through ``fleet_serving.py``. It runs where the replica's fast path has a
-rate model of acceptance, a compiled window policy, no range of the profile to check and no
-prefix cache (``decode_tables``); elsewhere, and whenever the kernel stops for Python (levels
-to draw, one sequence outgrowing the cache), the other paths run.
+rate model of acceptance and a compiled window policy (``decode_tables``), and a prefix cache,
+if any, hits by request alone (a trace's column or a fraction of each prompt, drawn ahead by
+the table: not a session's memory or a shared system prompt); elsewhere, and whenever the
+kernel stops for Python (levels to draw, one sequence outgrowing the cache, an iteration
+outside the profile's measured range that still warns or raises), the other paths run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from specsim.simulation.compiled_layout import (
 )
 from specsim.simulation.compiled_loop import DecodeLoop
 from specsim.simulation.serving_table import TRACE, ServingTable
-from specsim.workload.prefix import NoPrefix
 
 RETRY_AFTER = 16  # iterations Python runs after a call that ran none, before the next call
 # Most requests in flight that a call packs: each call packs them all, so past this (an
@@ -45,7 +46,7 @@ class ServingLoop(ServingTable):
         if (
             decode is None
             or not replica.serving_kernel
-            or type(replica.admission.prefix) is not NoPrefix
+            or not replica.admission.prefix.by_request
             or (clients is not None and clients.source.think_mean > 0)
         ):
             return None
@@ -177,7 +178,6 @@ def decode_tables(replica) -> DecodeLoop | None:
     the replica's decode steps (None elsewhere)."""
     if not (
         replica.fast
-        and not replica.costs.checks_ranges
         and isinstance(replica.acceptance, RateAcceptance)
         and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
     ):

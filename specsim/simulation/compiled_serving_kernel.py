@@ -12,12 +12,14 @@ whole in an iteration of their own, ``Replica._plan_prefill_only``), prices the 
 through, ``Admission.complete``) and, for each finish, writes the request's record and issues
 its client's next request (``ClosedLoopClients.on_finish``), in the same operations and order.
 Requests live in a table of rows (a closed-loop client's next request takes its row); the
-queue and the prompts in prefill are rings of row numbers. It stops, at the top of an
-iteration, where Python must act (``compiled_serving.py``): the step log folds, the records,
-the arrivals or the clients' lengths run short, admission needs an acceptance level not drawn
-yet, one sequence outgrows the cache, or nothing is left to run; and where Python asks it
-to, after a given number of iterations or after the iteration in which a request finishes (a
-fleet's replica, ``fleet_serving.py``).
+queue and the prompts in prefill are rings of row numbers. It stops before an iteration where
+Python must act (``compiled_serving.py``): the step log folds, the records, the arrivals or the
+clients' lengths run short, admission needs an acceptance level not drawn yet, one sequence
+outgrows the cache, the iteration would query the profile's latency fit outside its measured
+range where that still warns or raises (Python runs it, as the reference does), or nothing is
+left to run; and where Python asks it to, after a given number of iterations or after the
+iteration in which a request finishes (a fleet's replica, ``fleet_serving.py``). What it did of
+that iteration before stopping (admission, preemption) is what Python's would do first.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from specsim.simulation.compiled_layout import (
     ADMIT,
     ARRIVAL,
     ARRIVALS_AT,
+    CHECKS_RANGES,
     CLIENT,
     CLIENTS,
     CLOSED,
@@ -53,6 +56,7 @@ from specsim.simulation.compiled_layout import (
     GENERATED,
     HELD,
     HIGH,
+    HIT,
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
@@ -86,10 +90,16 @@ from specsim.simulation.compiled_layout import (
     PREFILL_COMPUTED,
     PREFILL_FLOPS,
     PREFILLED,
+    PREFIX_HITS,
     PREFIX_QUERIED,
     PROMPT,
     Q_HEAD,
     Q_LEN,
+    RANGE_BATCH_HI,
+    RANGE_BATCH_LO,
+    RANGE_CONTEXT,
+    RANGE_NEW_HI,
+    RANGE_NEW_LO,
     RECORDS,
     RESERVED,
     RID,
@@ -118,8 +128,9 @@ from specsim.simulation.compiled_step_kernel import (
 
 @_inner
 def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
-    """``Admission.admit`` at ``st[NOW]`` (no prefix cache); False where the next request to
-    start needs an acceptance level beyond ``levels`` (Python draws them)."""
+    """``Admission.admit`` at ``st[NOW]`` (a prefix cache whose hits are by request,
+    ``req[c, HIT]``, and no block size); False where the next request to start needs an
+    acceptance level beyond ``levels`` (Python draws them)."""
     count = req.shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
@@ -143,8 +154,9 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
             req[c, SCHEDULED] = st[NOW]
             req[c, LEVEL] = levels[ct[LEVELS_AT]]
             ct[LEVELS_AT] += 1
-        req[c, PREFILLED] = 0.0  # no prefix cache: nothing is cached
+        req[c, PREFILLED] = req[c, HIT]  # prefill starts past the hit (every admission)
         st[PREFIX_QUERIED] += req[c, TARGET]
+        st[PREFIX_HITS] += req[c, HIT]
         prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
         ct[P_LEN] += 1
         st[RESERVED] += req[c, TARGET] + lookahead
@@ -155,11 +167,13 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
 
 
 @_inner
-def _new_request(req, row, rid, arrival, prompt, output, client):
-    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``."""
+def _new_request(req, row, rid, arrival, prompt, output, client, hit):
+    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``, with its prefix-cache
+    hit (drawn ahead by Python)."""
     req[row, :] = 0.0
     req[row, RID], req[row, ARRIVAL], req[row, CLIENT] = rid, arrival, client
     req[row, PROMPT] = req[row, TARGET] = prompt
+    req[row, HIT] = hit
     req[row, OUTPUT] = output
     req[row, SCHEDULED] = req[row, FIRST] = req[row, LEVEL] = req[row, ADMIT] = -1.0
 
@@ -181,7 +195,8 @@ def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
         ct[ARRIVALS_AT] = at + 1
         ct[ROWS_FREE_N] -= 1
         row = rows_free[ct[ROWS_FREE_N]]
-        _new_request(req, row, ct[NEXT_RID], arrivals[0, at], arrivals[1, at], arrivals[2, at], -1)
+        times, prompts, outputs, hits = arrivals[0], arrivals[1], arrivals[2], arrivals[3]
+        _new_request(req, row, ct[NEXT_RID], times[at], prompts[at], outputs[at], -1, hits[at])
         ct[NEXT_RID] += 1
         _enqueue(queue, row, ct)
     return True
@@ -227,7 +242,8 @@ def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
         ct[ISSUE_LEFT] -= 1
         ct[ISSUED] += 1
         arrival = now + st[DELAY] if st[DELAY] > 0.0 else now
-        _new_request(req, c, ct[NEXT_RID], arrival, lengths[0, at], lengths[1, at], req[c, CLIENT])
+        prompt, output, hit = lengths[0, at], lengths[1, at], lengths[2, at]
+        _new_request(req, c, ct[NEXT_RID], arrival, prompt, output, req[c, CLIENT], hit)
         ct[NEXT_RID] += 1
         if st[DELAY] > 0.0:
             pending[(ct[PEND_HEAD] + ct[PEND_LEN]) % pending.shape[0]] = c
@@ -350,6 +366,31 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
     return rows, tokens, kv, pairs
 
 
+@_jit  # (callable from Python: the tests hold it to ``Replica._check_ranges``)
+def in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct):
+    """Whether ``Replica._check_ranges`` would pass the iteration silently: its batch, its
+    largest cached context (a decoding row's, or a chunk's prompt tokens before it) and its
+    rows' new tokens (1 to k + 1 for the decoding rows, each chunk's size) within the limits
+    ``StepCosts.range_limits`` gave (``st[RANGE_*]``)."""
+    count = req.shape[0]
+    top = 0.0
+    low, high = np.inf, -np.inf
+    if rows:
+        for s in range(used):
+            top = max(top, context[s])
+        low, high = 1.0, k + 1.0
+    for j in range(p_rows):
+        top = max(top, req[prefilling[(ct[P_HEAD] + j) % count], PREFILLED])
+        low, high = min(low, chunk[j]), max(high, chunk[j])
+    batch = rows + p_rows
+    return (
+        st[RANGE_BATCH_LO] <= batch <= st[RANGE_BATCH_HI]
+        and top <= st[RANGE_CONTEXT]
+        and st[RANGE_NEW_LO] <= low
+        and high <= st[RANGE_NEW_HI]
+    )
+
+
 @_inner
 def _whole_prompts(req, prefilling, budget, chunk, ct):
     """``Admission.whole_prompts``: the prompts in prefill whole, in order, within the token
@@ -374,17 +415,16 @@ def _whole_prompts(req, prefilling, budget, chunk, ct):
 
 
 @_inner
-def _prompts_apart(req, prefilling, chunk, c, st, ct):
-    """``Replica._plan_prefill_only``: an iteration of the prompts whole
-    (``_whole_prompts``), their FLOPs counted; returns their rows and its seconds."""
-    budget = st[TOKEN_BUDGET]
-    rows, tokens, kv, pairs, longest, reach = _whole_prompts(req, prefilling, budget, chunk, ct)
+def _prompts_apart(whole, c, st, ct):
+    """``Replica._plan_prefill_only``: an iteration of the prompts whole (``_whole_prompts``'
+    totals), their FLOPs counted; returns its seconds."""
+    rows, tokens, kv, pairs, longest, reach = whole
     target = c[T_FLOPS] * tokens + c[T_ATTN] * pairs
     st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, tokens, pairs)
     if ct[PADDED]:  # every prompt charged at the longest one's length and cached context
         tokens = rows * longest
         kv, pairs = rows * reach, tokens * (reach + (longest + 1) / 2)
-    return rows, _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, rows, tokens, kv, pairs)
+    return _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, rows, tokens, kv, pairs)
 
 
 @_inner
@@ -562,11 +602,11 @@ def serving_loop(
     slots, a stack of ``ct[FREE_N]``; ``req``: the requests in flight (``rows_free``: the free
     rows, a stack of ``ct[ROWS_FREE_N]``); ``levels``: acceptance levels in the order
     admissions take them; ``arrivals``: the open loop's next arrivals (times, prompts,
-    outputs); ``lengths``: the clients' next requests' prompt and output lengths (with
-    ``ct[CLIENTS]``); ``pending``: the ring of clients' requests not yet arrived
-    (``ct[PEND_HEAD]``, ``ct[PEND_LEN]``); ``log``: the step log's float buffers (durations,
-    KV, gaps, weights); ``trace``: each iteration's end and the tokens emitted by then (a
-    fleet's router and clients read a call under way from it, ``fleet_serving.py``).
+    outputs, prefix-cache hits); ``lengths``: the clients' next requests' prompt and output
+    lengths and hits (with ``ct[CLIENTS]``); ``pending``: the ring of clients' requests not
+    yet arrived (``ct[PEND_HEAD]``, ``ct[PEND_LEN]``); ``log``: the step log's float buffers
+    (durations, KV, gaps, weights); ``trace``: each iteration's end and the tokens emitted by
+    then (a fleet's router and clients read a call under way from it, ``fleet_serving.py``).
     The acceptance draws start ``offset`` doubles after the PCG64 state ``base_words``
     (``ct[DRAWN]`` gets how many the iterations took)."""
     remaining, context, _, _, shift, drafted_by_row, _ = batch
@@ -644,7 +684,13 @@ def serving_loop(
         used = ct[HIGH]
         i = ct[LOGGED]
         if apart:
-            p_rows, dt = _prompts_apart(req, prefilling, chunk, c, st, ct)
+            whole = _whole_prompts(req, prefilling, st[TOKEN_BUDGET], chunk, ct)
+            p_rows = whole[0]
+            if ct[CHECKS_RANGES] and not in_range(
+                req, prefilling, 0, 0, p_rows, chunk, context, used, st, ct
+            ):
+                break  # Python runs the iteration, and warns or raises
+            dt = _prompts_apart(whole, c, st, ct)
             dt = _jittered(dt, trace, ct, True)
             end = now + dt
             # The reference logs the duration itself (not end - now): the same with now 0.0.
@@ -679,6 +725,7 @@ def serving_loop(
             k = by_rows[min(rows, by_rows.shape[0] - 1)]
         new_tokens = pairs = charged_pairs = 0.0
         charged_kv = decode_kv  # what the pass is charged for (padded attention: more)
+        drawn = ct[DRAWN]
         if rows:
             ct[DRAWN] += draw_rows(
                 words,
@@ -704,9 +751,14 @@ def serving_loop(
             p_rows, p_tokens, p_kv, p_pairs = _chunks(
                 req, prefilling, st[TOKEN_BUDGET] - new_tokens, chunk, st, ct
             )
-            if p_rows:
-                target = per_token * p_tokens + per_pair * p_pairs
-                st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
+        if ct[CHECKS_RANGES] and not in_range(
+            req, prefilling, rows, k, p_rows, chunk, context, used, st, ct
+        ):
+            ct[DRAWN] = drawn  # Python runs the iteration, draws and all, and warns or raises
+            break
+        if p_rows:
+            target = per_token * p_tokens + per_pair * p_pairs
+            st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, p_tokens, p_pairs)
         if rows and not p_rows:
             dt = _decode_s(c, k, rows, new_tokens, charged_kv, charged_pairs)
         else:

@@ -36,6 +36,7 @@ from specsim.simulation.compiled_layout import (
     EMITTED,
     FILLED,
     FINISH_EMITTED,
+    HIT,
     ITERATIONS,
     LOGGED,
     NOW,
@@ -237,7 +238,7 @@ class FleetServing(ServingLoop):
         req = self.req
         for row in np.flatnonzero(req[:, RID] >= 0).tolist():
             request = self.by_row[row]
-            for name, value in zip(REQUEST_FIELDS, req[row].tolist(), strict=True):
+            for name, value in zip(REQUEST_FIELDS, req[row, :HIT].tolist(), strict=True):
                 setattr(request, name, value if name in TIME_FIELDS else int(value))
         return self.by_row
 

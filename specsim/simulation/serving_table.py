@@ -20,6 +20,7 @@ from specsim.simulation.admission import fitting
 from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVALS_AT,
+    CHECKS_RANGES,
     CLIENTS,
     CLOSED,
     CLOSED_AT,
@@ -35,6 +36,7 @@ from specsim.simulation.compiled_layout import (
     FIRST_LO,
     FREE_N,
     HIGH,
+    HIT,
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
@@ -53,8 +55,11 @@ from specsim.simulation.compiled_layout import (
     PEND_HEAD,
     PEND_LEN,
     PREFILL_APART,
+    PREFIX_HITS,
     Q_HEAD,
     Q_LEN,
+    RANGE_BATCH_LO,
+    RANGE_NEW_HI,
     RECORD,
     RECORDS,
     REQUEST_FIELDS,
@@ -82,6 +87,7 @@ class ServingTable:
         self.feed = feed
         self.clients = clients
         self.decode = decode  # the cost vector, window terms and acceptance tables
+        self.admission = replica.admission  # its prefix-cache hits (``Admission.hits``)
         self._slots(replica)
         self.records = np.zeros((AHEAD, RECORD + 1))
         # Clients' requests on their way through an API server (``fleet.Frontend``): between
@@ -190,18 +196,29 @@ class ServingTable:
             np.inf,  # the clients' horizon, if any
             replica.token_budget,
         )
-        st[DELAY] = self.delay
-        lengths = self._clients(replica) if self.clients is not None else np.zeros((2, 0))
+        self._rules(replica)
+        lengths = self._clients(replica) if self.clients is not None else np.zeros((3, 0))
         # At most one level for each request not yet admitted, in the order pop() takes them.
         most = len(admission.queue) + len(self.pending) + arrivals.shape[1] + lengths.shape[1]
         levels = np.array(admission._levels[: -most - 1 : -1], dtype=np.int64)
         self.inputs = levels, arrivals, lengths
         self._args = None
 
+    def _rules(self, replica) -> None:
+        """The API server's delay, the prefix hits so far, and the profile's measured range as
+        it stands (``StepCosts.range_limits``: a warning, once given, is done)."""
+        st = self.st
+        st[DELAY] = self.delay
+        st[PREFIX_HITS] = replica.admission.prefix_hits
+        limits = replica.costs.range_limits()
+        st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = limits
+        self.ct[CHECKS_RANGES] = limits != (-np.inf, np.inf, np.inf, -np.inf, np.inf)
+
     def _load(self, request: Request, loaded: int) -> int:
         """The request's row (a client's own, else the next one), filled in."""
         row = request.client if self.clients is not None else loaded
-        self.req[row] = _request_fields(request)
+        self.req[row, :HIT] = _request_fields(request)
+        self.req[row, HIT] = self.admission._capped(request)
         return row
 
     def _fitting(self, replica, prompts, outputs) -> np.ndarray:
@@ -215,14 +232,15 @@ class ServingTable:
     def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
         """The feed's next arrivals (times, prompts, outputs), and whether more may follow."""
         if self.feed is None:
-            return np.zeros((3, 0)), False
+            return np.zeros((4, 0)), False
         self.ct[NEXT_RID] = self.feed.next_id
         times, prompts, outputs = self.feed.upcoming(AHEAD)
         lengths = self._fitting(replica, prompts, outputs)
         count = lengths.shape[1]
-        arrivals = np.empty((3, count))
+        arrivals = np.empty((4, count))
         arrivals[0] = times[:count]
-        arrivals[1:] = lengths
+        arrivals[1:3] = lengths
+        arrivals[3] = self._hits(lengths[0])
         return arrivals, bool(times)  # an empty list: the feed has no more
 
     def _clients(self, replica) -> np.ndarray:
@@ -236,7 +254,14 @@ class ServingTable:
         ct[FIRST_LO], ct[FIRST_HI], ct[FIRST_LEFT] = clients.first_requests()
         st[HORIZON] = np.inf if source.horizon is None else source.horizon
         prompts, outputs = source.upcoming(int(min(ct[ISSUE_LEFT], AHEAD)))
-        return np.ascontiguousarray(self._fitting(replica, prompts, outputs))
+        lengths = self._fitting(replica, prompts, outputs)
+        return np.vstack([lengths, self._hits(lengths[0])])
+
+    def _hits(self, prompts: np.ndarray) -> np.ndarray:
+        """The prefix-cache hits of the requests to be numbered from ``ct[NEXT_RID]`` on, with
+        these prompts: drawn here, as the admission would (the kernel admits with them)."""
+        rids = np.arange(prompts.shape[0], dtype=np.int64) + self.ct[NEXT_RID]
+        return self.admission.hits(rids, prompts)
 
     # ---- unpacking -----------------------------------------------------------------------
     def _unpack(self, replica) -> None:
@@ -278,6 +303,7 @@ class ServingTable:
             prefix_queried,
         ) = values[RESERVED:HORIZON]
         admission.prefix_queried = int(prefix_queried)
+        admission.prefix_hits = int(values[PREFIX_HITS])
         log.adopt(int(ct[LOGGED]), int(ct[FILLED]))
         if self.feed is not None:
             self.feed.taken(taken)
@@ -316,7 +342,7 @@ class ServingTable:
         """The requests in flight after the call, by row, as ``Request`` objects."""
         requests = {}
         rows = np.flatnonzero(self.req[:, RID] >= 0)
-        for row, values in zip(rows.tolist(), self.req[rows].tolist(), strict=True):
+        for row, values in zip(rows.tolist(), self.req[rows, :HIT].tolist(), strict=True):
             request = Request.__new__(Request)  # every slot is set here
             for name, value in zip(REQUEST_FIELDS, values, strict=True):
                 setattr(request, name, value if name in TIME_FIELDS else int(value))

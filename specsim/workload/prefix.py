@@ -46,9 +46,16 @@ class NoPrefix:
     """No request hits a cache."""
 
     shared = False  # whether every hit is a prefix of one sequence (its blocks shared)
+    # Whether a request's hit is its own alone (its number and lengths), whenever and wherever
+    # it is admitted: the serving kernel takes such hits drawn ahead (``cached_many``).
+    by_request = True
 
     def cached(self, request) -> int:
         return 0
+
+    def cached_many(self, rids: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        """``cached`` for requests numbered ``rids`` with these prompts (``by_request`` only)."""
+        return np.zeros(rids.shape[0], dtype=np.int64)
 
     def finished(self, request) -> None:
         pass
@@ -75,6 +82,9 @@ class GivenPrefixes(NoPrefix):
     def cached(self, request) -> int:
         return int(self._cached[request.rid])
 
+    def cached_many(self, rids: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        return self._cached[rids]
+
 
 class DrawnPrefixes(NoPrefix):
     """A share of the prompt or a shared system prompt, cached with probability ``hit_rate``;
@@ -87,18 +97,28 @@ class DrawnPrefixes(NoPrefix):
         # A system prompt is one token sequence, held once per replica; a fraction of each
         # prompt is that prompt's own.
         self.shared = self.length is not None
+        self.by_request = not self.shared  # a shared prefix's blocks are the replica's
         self.rng = rng
         self._uniforms = np.zeros(0)
 
-    def cached(self, request) -> int:
-        rid = request.rid
+    def _draw_to(self, rid: int) -> np.ndarray:
+        """The uniforms up to request ``rid``'s (the same values in whatever steps drawn)."""
         while rid >= self._uniforms.shape[0]:
             self._uniforms = np.concatenate([self._uniforms, self.rng.random(DRAW_CHUNK)])
-        if not self._uniforms[rid] < self.hit_rate:
+        return self._uniforms
+
+    def cached(self, request) -> int:
+        if not self._draw_to(request.rid)[request.rid] < self.hit_rate:
             return 0
         if self.length is not None:
             return self.length
         return int(self.fraction * request.prompt)
+
+    def cached_many(self, rids: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        if not rids.shape[0]:
+            return np.zeros(0, dtype=np.int64)
+        hit = self._draw_to(int(rids.max()))[rids] < self.hit_rate
+        return np.where(hit, (self.fraction * prompts).astype(np.int64), 0)
 
 
 class SessionMemory(NoPrefix):
@@ -111,6 +131,8 @@ class SessionMemory(NoPrefix):
     own KV counts it from then on; a later turn of the session arriving meanwhile still hits
     it); the entry comes back, most recent, when that sequence is preempted, and is replaced by
     the longer turn when it finishes."""
+
+    by_request = False  # a hit depends on what the replica served before
 
     def __init__(self, sessions: np.ndarray, capacity: int, remembers_output: bool = True):
         self.sessions = sessions  # session code per request number; -1: none
