@@ -7,17 +7,15 @@ its float and count arrays."""
 (
     DECODE_KV,
     EMITTED,
-    LEFT_TOTAL,
     NOW,
     LAST_END,
-    LAST_DT,
     VERIFICATION,
     DRAFTER_FLOPS,
     WASTED,
     WINDOW_ROWS,
     DECODE_ROWS,
-) = range(11)
-STEP_STATE = 11
+) = range(9)
+STEP_STATE = 9
 
 # A request's row in ``req`` (``Request``'s fields, as floats: all whole numbers below 2^53).
 (

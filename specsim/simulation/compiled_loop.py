@@ -26,10 +26,8 @@ def step_state(replica, now: float) -> list[float]:
     return [
         replica.decode_kv,
         replica.emitted_tokens,
-        replica.left_total,
         now,
         replica.last_decode_end,
-        replica.last_decode_s,
         log.verification_flops,
         log.drafter_flops,
         log.wasted_flops,
@@ -44,10 +42,8 @@ def restore_step_state(replica, values: list[float]) -> float:
     (
         replica.decode_kv,
         replica.emitted_tokens,
-        replica.left_total,
         now,
         replica.last_decode_end,
-        replica.last_decode_s,
         log.verification_flops,
         log.drafter_flops,
         log.wasted_flops,

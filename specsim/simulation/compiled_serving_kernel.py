@@ -65,8 +65,6 @@ from specsim.simulation.compiled_layout import (
     JITTERED,
     JOINED,
     KV_CAPACITY,
-    LAST_DT,
-    LEFT_TOTAL,
     LENGTHS_AT,
     LEVEL,
     LEVELS_AT,
@@ -269,7 +267,6 @@ def _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct)
     slot_row[slot] = c
     context[slot] = req[c, TARGET]
     st[DECODE_KV] += req[c, TARGET]
-    st[LEFT_TOTAL] += left
     remaining[slot] = left
     output[slot] = req[c, OUTPUT]
     level[slot] = np.int64(req[c, LEVEL])
@@ -334,7 +331,6 @@ def _make_room(
             c = slot_row[s]
             _bank_row(req, c, s, batch, join_step, join_left, ct)
             req[c, GENERATED] = req[c, OUTPUT] - remaining[s]
-            st[LEFT_TOTAL] -= remaining[s]
             _free_slot(s, batch, slot_row, free, st, ct)
             req[c, TARGET] = req[c, PROMPT] + req[c, GENERATED]
         req[c, PREFILLED] = 0.0
@@ -823,6 +819,4 @@ def serving_loop(
             _through(
                 req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end
             )
-        else:
-            st[LAST_DT] = dt
         _advance(trace, st, ct, end)

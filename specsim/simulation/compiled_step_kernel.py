@@ -30,7 +30,6 @@ from specsim.simulation.compiled_layout import (
     DRAFTER_FLOPS,
     EMITTED,
     LAST_END,
-    LEFT_TOTAL,
     NOW,
     VERIFICATION,
     WASTED,
@@ -271,7 +270,6 @@ def apply_step(
     )
     st[EMITTED] += emitted_total
     st[DECODE_KV] += emitted_total
-    st[LEFT_TOTAL] -= emitted_total
     wasted = new_tokens - emitted_total
     if wasted:
         st[WASTED] += wasted * _wasted_per_position(c, decode_kv / rows)

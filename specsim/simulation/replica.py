@@ -173,8 +173,6 @@ class Replica:
         self._process = None
         self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
         self.arrivals = None
-        self.last_decode_s = 0.0  # the last decode-only iteration's seconds
-        self.left_total = 0.0  # tokens the decoding rows still need, all together
 
     # ---- queue ---------------------------------------------------------------------------
     def enqueue(self, request: Request) -> None:
@@ -244,8 +242,6 @@ class Replica:
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
             yield env.timeout(dt)
-            if not plan.chunks:
-                self.last_decode_s = dt
             self._apply_mixed(plan, env.now, start)
 
     def _prefill_only_iteration(self, env):
@@ -311,7 +307,6 @@ class Replica:
         request = self.slot_request[slot]
         self._bank_row(slot, request)
         request.generated = request.output - int(self.remaining[slot])
-        self.left_total -= float(self.remaining[slot])
         self._free_slot(slot)
         request.prefill_target = request.prompt + request.generated
         return request
@@ -488,7 +483,6 @@ class Replica:
             emitted_total = float(emitted.dot(ones))
             self.emitted_tokens += emitted_total
             self.decode_kv += emitted_total
-            self.left_total -= emitted_total
             self.decode_steps += 1
             rows = self.decoding
             wasted = decode.verified - emitted_total
@@ -533,7 +527,6 @@ class Replica:
         self.slot_request[slot] = request
         self.context[slot] = request.prefill_target
         self.decode_kv += request.prefill_target
-        self.left_total += left
         self.remaining[slot] = left
         self.output[slot] = request.output
         self.level[slot] = request.level
