@@ -146,13 +146,13 @@ def test_autoregressive_heads_run_k_passes_in_a_chain_by_hand(profile):
     flops = sum(4e7 * 2 + 2e4 * (kv + 2) for kv in passes)
     assert eagle.draft_flops(2, 3, 150.0) == pytest.approx(flops, rel=1e-12)
     # The compiled cost model charges the same (the kernels' seconds and FLOPs).
-    from specsim.simulation import compiled_loop
+    from specsim.simulation.compiled import kernel_module
 
     vector, out = np.array(eagle.terms), np.empty(3)
-    compiled_loop.step_kernel().cost_parts(vector, 3, 2.0, 8.0, 150.0, 700.0, out)
+    kernel_module("compiled_step_kernel").cost_parts(vector, 3, 2.0, 8.0, 150.0, 700.0, out)
     assert out[1] == pytest.approx(flops, rel=1e-12)
     for kv, pairs in ((150.0, 700.0), (40.0, 200.0)):
-        compiled_loop.step_kernel().cost_parts(vector, 0, 2.0, 8.0, kv, pairs, out)
+        kernel_module("compiled_step_kernel").cost_parts(vector, 0, 2.0, 8.0, kv, pairs, out)
         assert out[0] == eagle.decode_iteration_s(0, 2, 8.0, kv, pairs)
     # With only draft_step_s: its fixed pass k times; per-token FLOPs for each of the k tokens.
     fixed = StepCosts(profile, "eagle_fixed")

@@ -30,7 +30,7 @@ from specsim.profile.schema import Latency, LatencyFit
 from specsim.profiling.flops import load_shape
 from specsim.profiling.parallel import Layout
 from specsim.profiling.roofline import roofline_fit, vllm_graph_sizes
-from specsim.simulation import compiled_loop
+from specsim.simulation.compiled import kernel_module
 
 REPO = Path(__file__).resolve().parent.parent
 ROOFLINE = REPO / "profiles" / "llama3.1-8b_llama3.2-1b_h100-roofline.yaml"
@@ -166,7 +166,7 @@ def test_the_kernel_charges_the_terms_as_the_reference_bit_for_bit(drafter):
     ``StepCosts.iteration_s``."""
     costs = StepCosts(_with_terms(load_profile(ROOFLINE)), drafter)
     vector = np.array(costs.terms)
-    kernel = compiled_loop.step_kernel()
+    kernel = kernel_module("compiled_step_kernel")
     rng = np.random.default_rng(5)
     for k in (0, 1, 3) if drafter else (0,):
         rows = rng.integers(1, 300, 60).astype(np.float64)
@@ -304,14 +304,14 @@ def test_a_calibration_recovers_the_factors_of_a_prior_with_both_terms(tmp_path)
 
 @pytest.fixture(scope="module")
 def graphed_moe(tmp_path_factory) -> Path:
-    """``test_sim_compiled_loop``'s every-term profile with graphs and an experts term on the
+    """``test_sim_compiled_step``'s every-term profile with graphs and an experts term on the
     target and the draft model (a folder a scenario can point at)."""
     import sys
 
     import yaml
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_sim_compiled_loop import DATA, DRAFTERS, FIT
+    from test_sim_compiled_step import DATA, DRAFTERS, FIT
 
     profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
     terms = {"graph_sizes": [1, 2, 4, 8, 16, 32, 64]}
@@ -340,8 +340,8 @@ def test_the_fast_path_charges_the_terms_as_the_reference_does(
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_sim_compiled_loop import loop_iterations
-    from test_sim_stretch import assert_identical, make
+    from test_sim_compiled_step import loop_iterations
+    from test_sim_identity import assert_identical, make
 
     scenario = make({"speculation": speculation, "workload": {"rate": 4.0}}, graphed_moe)
     engine = scenario.engine.model_copy(update={"jitter": False})

@@ -3,7 +3,7 @@ acceptance stream, and their on-disk cache.
 
 ``JumpStream`` (PCG64 stepped and jumped in numba) must hand out what ``Generator.random``
 gives and leave the generator where it would be. The simulator-level identity of the fast path
-with the per-iteration reference is in ``test_sim_stretch.py``.
+with the per-iteration reference is in ``test_sim_identity.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ log that folds inside the loop, bursts, an overloaded queue that outgrows what a
 prefill apart (not chunked: prompts whole in iterations of their own), iteration jitter,
 padded attention (each also on every cost term, and all three on the validate scenarios less
 their profile's valid range), the benchmark's saturated replica on a shipped profile (the
-shipped scenarios are in ``test_sim_stretch.py``), and prefix-cache hits by request (a
+shipped scenarios are in ``test_sim_identity.py``), and prefix-cache hits by request (a
 fraction of each prompt, a trace's column), preempted requests readmitted with them, and a
 profile's measured range (the run refused, or warned once, where the reference refuses or
 warns). Then where it runs (nearly every iteration) and where it does not, and that a request
@@ -29,8 +29,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import yaml
-from test_sim_compiled_loop import every_term  # noqa: F401 (a fixture)
-from test_sim_stretch import BASE, DATA, assert_identical, make, no_loops, varying_profile  # noqa: F401
+from test_sim_compiled_step import every_term  # noqa: F401 (a fixture)
+from test_sim_identity import BASE, DATA, assert_identical, make, no_loops, varying_profile  # noqa: F401
 
 from specsim.costs import StepCosts
 from specsim.errors import SpecsimError
@@ -229,7 +229,7 @@ def test_the_loop_matches_the_reference_on_every_cost_term(
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
-# On the varying profile (``test_sim_stretch.varying_profile``): decode and prefill-only
+# On the varying profile (``test_sim_identity.varying_profile``): decode and prefill-only
 # iterations take multipliers of different spreads from the replica's jitter stream, and a
 # pass's cost grows with its tokens and context (as padded attention charges them).
 JITTER = {

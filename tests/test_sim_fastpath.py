@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_sim_stretch import no_loops
+from test_sim_identity import no_loops
 
 from specsim.scenario import Scenario
 from specsim.simulation import run as run_module

@@ -4,7 +4,7 @@ iteration ends, and is cut back (replayed from its starting state) to the iterat
 started before a request routed to the replica meanwhile.
 
 Identity with the per-iteration reference (every record, each replica's engine statistics,
-the summary and requests.csv, with the kernels on and off, ``test_sim_stretch.assert_identical``)
+the summary and requests.csv, with the kernels on and off, ``test_sim_identity.assert_identical``)
 for round robin and least outstanding, two and eight replicas, open-loop arrivals, closed-loop
 clients through the API server's delay with and without think time, a client cap, and a
 saturated fleet with a queue and preemption, prefill apart (not chunked), padded attention,
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_sim_compiled_serving import ranged
-from test_sim_stretch import DATA, assert_identical, make, observe, varying_profile  # noqa: F401
+from test_sim_identity import DATA, assert_identical, make, observe, varying_profile  # noqa: F401
 
 from specsim.errors import SpecsimError
 from specsim.simulation import fleet_serving, run_simulation

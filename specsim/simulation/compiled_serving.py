@@ -8,7 +8,7 @@ decoding, finishes and the clients' next requests in one call, from one stop to 
 (each call takes the multipliers of the iterations it applies) and padded attention or not.
 Its state goes in and out through the table (``serving_table.py``); a replica behind a router
 runs the same kernel through ``fleet_serving.py``. It runs where the replica's fast path has a
-rate model of acceptance and a compiled window policy (``decode_tables``), and a prefix cache,
+rate model of acceptance and a compiled window policy (``kernel_tables``), and a prefix cache,
 if any, hits by request alone (a trace's column or a fraction of each prompt, drawn ahead by
 the table: not a session's memory or a shared system prompt); elsewhere, and whenever the
 kernel stops for Python (levels to draw, one sequence outgrowing the cache, an iteration
@@ -16,6 +16,8 @@ outside the profile's measured range that still warns or raises), the other path
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
@@ -26,7 +28,6 @@ from specsim.simulation.compiled_layout import (
     NOW,
     STOP_AT_FINISH,
 )
-from specsim.simulation.compiled_loop import DecodeLoop
 from specsim.simulation.serving_table import TRACE, ServingTable
 
 RETRY_AFTER = 16  # iterations Python runs after a call that ran none, before the next call
@@ -42,7 +43,7 @@ class ServingLoop(ServingTable):
     def build(cls, replica, feed=None, clients=None) -> ServingLoop | None:
         """The loop for ``replica`` alone on ``feed`` or ``clients`` (``fleet_serving``'s
         subclass: for requests routed to it), or None where it cannot run."""
-        decode = decode_tables(replica)
+        decode = kernel_tables(replica)
         if (
             decode is None
             or not replica.serving_kernel
@@ -173,7 +174,28 @@ class ServingLoop(ServingTable):
         self.pending = []
 
 
-def decode_tables(replica) -> DecodeLoop | None:
+class KernelTables:
+    """One replica's constants for the kernel: its cost vector, window policy and acceptance
+    tables."""
+
+    def __init__(self, replica, costs: np.ndarray, window: tuple[np.ndarray, np.ndarray]):
+        self.costs = costs
+        self.by_rows, self.goodput = window
+        acceptance = replica.acceptance
+        self.blocks = 2 if acceptance.proposal_rate < 1.0 else 1
+        # Every window's flat acceptance tables end to end: thresholds above, counts below.
+        windows = range(replica.k_max + 1)
+        self.tables = np.array(
+            [
+                np.concatenate([acceptance.flat_thresholds[k] for k in windows]),
+                np.concatenate([acceptance.flat_counts[k] for k in windows]),
+            ]
+        )
+        sizes = [acceptance.flat_thresholds[k].shape[0] for k in windows]
+        self.table_at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def kernel_tables(replica) -> KernelTables | None:
     """The acceptance tables, cost vector and window terms the kernel reads, where it can run
     the replica's decode steps (None elsewhere)."""
     if not (
@@ -185,7 +207,7 @@ def decode_tables(replica) -> DecodeLoop | None:
     costs, window = replica.cost_terms, replica.window_terms  # made with the replica
     if costs is None or window is None:
         return None
-    return DecodeLoop(replica, costs, window)
+    return KernelTables(replica, costs, window)
 
 
 _module = []

@@ -226,3 +226,20 @@ def build_policy(speculation: Speculation, max_batch: int) -> WindowPolicy | Acc
     if speculation.acceptance_gate is not None:
         return AcceptanceGate(policy, speculation.acceptance_gate)
     return policy
+
+
+def window_terms(policy) -> tuple[np.ndarray, np.ndarray] | None:
+    """The window policy as the kernel reads it (``compiled_step_kernel._window``): k by batch
+    size, or (none) the goodput policy's per-window terms; None for another policy."""
+    kind = type(policy)
+    if kind is FixedWindow:
+        return np.array([policy.k], dtype=np.int64), np.zeros((5, 1))
+    if kind is BatchTableWindow:
+        return np.array(policy._by_size, dtype=np.int64), np.zeros((5, 1))
+    if kind is GoodputWindow:
+        terms = [policy._row_tokens, policy._row_new, policy._row_pairs, policy._bonus_pairs]
+        goodput = np.zeros((5, policy.k_max + 1))
+        goodput[:4] = terms
+        goodput[4, 0] = policy._proposal
+        return np.zeros(0, dtype=np.int64), goodput
+    return None

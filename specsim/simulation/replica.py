@@ -25,7 +25,7 @@ and the specification the compiled kernels are tested against. On the fast path 
 on an open-loop source takes its arrivals itself as their times pass, and where the serving
 kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router)
 whole spans of iterations run compiled,
-with the same results bit for bit (``tests/test_sim_stretch.py``). Elsewhere (replayed acceptance
+with the same results bit for bit (``tests/test_sim_identity.py``). Elsewhere (replayed acceptance
 sequences, trees, policies that observe each iteration, ...) the fast path steps here too.
 """
 
@@ -40,11 +40,11 @@ from specsim.costs.kv_cache import kv_capacity_blocks
 from specsim.metrics import EngineStats
 from specsim.scenario import Engine
 from specsim.simulation.admission import Admission, Chunks, kv_lookahead, verify_lookahead
-from specsim.simulation.compiled_loop import window_terms
 from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.compiled_stream import JumpStream
 from specsim.simulation.fleet_serving import FleetServing
 from specsim.simulation.plans import DecodePlan, Plan, SlotViews
+from specsim.simulation.policy import window_terms
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import StepLog
 

@@ -67,10 +67,10 @@ from specsim.simulation.compiled_layout import (
     RID,
     ROWS_FREE_N,
     STATE,
+    STEP_STATE,
     TIME_FIELDS,
     TOKEN_BUDGET,
 )
-from specsim.simulation.compiled_loop import DecodeLoop, restore_step_state, step_state
 from specsim.simulation.request import Request
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 
@@ -83,10 +83,12 @@ class ServingTable:
     """One replica's buffers for the serving kernel, and the traffic it serves (an open-loop
     ``ArrivalFeed`` or ``ClosedLoopClients``)."""
 
-    def __init__(self, replica, decode: DecodeLoop, feed=None, clients=None):
+    def __init__(self, replica, decode, feed=None, clients=None):
         self.feed = feed
         self.clients = clients
-        self.decode = decode  # the cost vector, window terms and acceptance tables
+        self.decode = (
+            decode  # ``KernelTables``: the cost vector, window terms and acceptance tables
+        )
         self.admission = replica.admission  # its prefix-cache hits (``Admission.hits``)
         self._slots(replica)
         self.records = np.zeros((AHEAD, RECORD + 1))
@@ -356,3 +358,37 @@ _request_fields = attrgetter(*REQUEST_FIELDS)
 def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:
     count = ring.shape[0]
     return [int(ring[(head + j) % count]) for j in range(size)]
+
+
+def step_state(replica, now: float) -> list[float]:
+    """The values the kernel's state array begins with, in their order
+    (``compiled_layout.STEP_STATE``): the replica's, and its step log's sums."""
+    log = replica.log
+    return [
+        replica.decode_kv,
+        replica.emitted_tokens,
+        now,
+        replica.last_decode_end,
+        log.verification_flops,
+        log.drafter_flops,
+        log.wasted_flops,
+        log.window_rows,
+        log.decode_rows,
+    ]
+
+
+def restore_step_state(replica, values: list[float]) -> float:
+    """Write back what a kernel left of ``step_state``'s values; returns its time (now)."""
+    log = replica.log
+    (
+        replica.decode_kv,
+        replica.emitted_tokens,
+        now,
+        replica.last_decode_end,
+        log.verification_flops,
+        log.drafter_flops,
+        log.wasted_flops,
+        log.window_rows,
+        log.decode_rows,
+    ) = values[:STEP_STATE]
+    return now

@@ -1,8 +1,8 @@
-"""The compiled step (``compiled_step_kernel``, ``compiled_loop.py``): its cost terms and window
+"""The compiled step (``compiled_step_kernel``, ``policy.window_terms``): its cost terms and window
 choice against ``StepCosts`` and the policy for every drafter class on a profile whose every cost
 term is non-zero, and where the compiled serving loop runs a lone replica and where it does not.
 
-The identity of the whole fast path with the reference is in ``test_sim_stretch.py`` (every
+The identity of the whole fast path with the reference is in ``test_sim_identity.py`` (every
 shipped scenario and window policy) and ``test_sim_compiled_serving.py`` (every cost term).
 """
 
@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_sim_stretch import make, no_loops
+from test_sim_identity import make, no_loops
 
 from specsim.costs import PassTotals, StepCosts
 from specsim.profile import load_profile
-from specsim.simulation import compiled_loop, compiled_serving, run_simulation
+from specsim.simulation import compiled_serving, run_simulation
 from specsim.simulation.acceptance import RateAcceptance
-from specsim.simulation.policy import GoodputWindow
+from specsim.simulation.compiled import kernel_module
+from specsim.simulation.policy import GoodputWindow, window_terms
 
 DATA = Path(__file__).parent / "data"
 
@@ -97,7 +98,7 @@ def test_cost_parts_match_step_costs_bit_for_bit(drafter, every_term):
     shape = None if passes is None else dataclasses.astuple(passes)
     assert shape == PASSES[drafter.split()[0] if drafter else None]
     vector = np.array(costs.terms)
-    kernel = compiled_loop.step_kernel()
+    kernel = kernel_module("compiled_step_kernel")
     rng = np.random.default_rng(11)
     out = np.empty(3)
     for k, rows, draw in itertools.product(range(6), (1, 2, 7, 64, 255), range(4)):
@@ -121,7 +122,7 @@ def test_prompt_chunk_iterations_cost_what_iteration_s_says(drafter, every_term)
     prices the first iteration of a call: 6 k x 4 batch sizes x 3 draws, compared with ``==``."""
     costs = StepCosts(load_profile(every_term / "sim_profile.yaml"), drafter)
     vector = np.array(costs.terms)
-    kernel = compiled_loop.step_kernel()
+    kernel = kernel_module("compiled_step_kernel")
     rng = np.random.default_rng(12)
     for k, rows, _ in itertools.product(range(6), (0, 1, 9, 255), range(3)):
         tokens = float(rows * (k + 1) - rng.integers(0, rows * k + 1))
@@ -147,9 +148,9 @@ def test_the_goodput_choice_matches_the_policy(drafter, every_term):
     policy = GoodputWindow(5)
     acceptance = RateAcceptance(np.array([0.8, 0.7, 0.6, 0.5, 0.4]), proposal_rate=0.7)
     policy.attach(costs, acceptance)
-    by_rows, goodput = compiled_loop.window_terms(policy)
+    by_rows, goodput = window_terms(policy)
     vector = np.array(costs.terms)
-    kernel = compiled_loop.step_kernel()
+    kernel = kernel_module("compiled_step_kernel")
     rng = np.random.default_rng(5)
     chosen = set()
     for _ in range(300):
