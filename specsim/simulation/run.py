@@ -20,13 +20,11 @@ from specsim.costs import StepCosts, kv_capacity_tokens
 from specsim.costs.drafters import check_window
 from specsim.costs.kv_cache import check_tensor_parallel
 from specsim.errors import SpecsimError
-from specsim.metrics import EngineStats, RequestStats, round_floats, summarise
+from specsim.metrics import round_floats
 from specsim.profile import LoadedProfile, Profile, load_profile
-from specsim.profile.tp_scaling import scale_profile, scaled_note
-from specsim.sampling.kinds import LOSSY_VERIFIERS
+from specsim.profile.tp_scaling import scale_profile
 from specsim.scenario import Scenario, Speculation
 from specsim.simulation.acceptance import RateAcceptance, build_acceptance
-from specsim.simulation.admission import prefix_summary
 from specsim.simulation.clock import Clock
 from specsim.simulation.disagg import REPLICA_CLASSES, DisaggregatedFleet, kv_link
 from specsim.simulation.fleet import (
@@ -41,14 +39,10 @@ from specsim.simulation.jitter import Jitter
 from specsim.simulation.policy import build_policy
 from specsim.simulation.records import RecordSink
 from specsim.simulation.replica import Replica
+from specsim.simulation.summary import run_summary, with_steady
 from specsim.simulation.tree_acceptance import TreeLengthAcceptance
 from specsim.workload import ClientCap, build_source
 from specsim.workload.prefix import build_prefixes
-
-LOSSY_NOTE = (
-    "typical acceptance is lossy: the output is not distributed as the target model's; "
-    "latency and cost figures describe a different sampler"
-)
 
 
 @dataclass
@@ -328,10 +322,10 @@ def run_simulation(
         )
     for replica in replicas:
         replica.close()
-    summary = _summary(scenario, profile, setups, replicas, sink)
+    summary = run_summary(scenario, profile, setups, replicas, sink)
     if split is not None:
         summary["disaggregation"] = fleet.summary(summary)
-    summary = _with_steady(summary, clients.steady() if clients is not None else None)
+    summary = with_steady(summary, clients.steady() if clients is not None else None)
     return SimulationResult(round_floats(summary), path, scenario)
 
 
@@ -347,134 +341,3 @@ def _disaggregated_fleet(env, scenario, setups, replicas, routing_rng) -> Disagg
         (split.decode_router or router, decode_rng),
     )
     return DisaggregatedFleet(env, replicas, split, link, routers, setups)
-
-
-def _with_steady(summary: dict[str, Any], steady: tuple[float, float, float] | None):
-    """The summary with the steady-state throughput beside the whole run's (closed loops; null
-    for open-loop workloads and for a closed loop too short to have a steady window)."""
-    out: dict[str, Any] = {}
-    for key, value in summary.items():
-        out[key] = value
-        if key == "throughput_tokens_per_s":
-            start, end, tokens = steady if steady is not None else (None, None, None)
-            out["throughput_tokens_per_s_steady"] = (
-                None if steady is None else tokens / (end - start)
-            )
-            out["steady_window_s"] = None if steady is None else [start, end]
-    return out
-
-
-def _summary(scenario, profile, setups, replicas, sink) -> dict[str, Any]:
-    price = profile.profile.hardware.price_per_hour_usd
-    prices = [s.costs.profile.profile.hardware.price_per_hour_usd for s in setups]
-    if any(p != price for p in prices):  # pools on other hardware: the fleet's mean price
-        price = sum(p * s.replicas for p, s in zip(prices, setups, strict=True)) / len(replicas)
-    fleet_requests = RequestStats()
-    fleet_engine = EngineStats(0, 0, 0)
-    pool_summaries = {}
-    duration = max(stats.last_finish_s for stats in sink.stats)
-    for pool_index, setup in enumerate(setups):
-        engine = EngineStats(0, 0, 0)
-        for replica in replicas:
-            if replica.pool_index == pool_index:
-                engine.merge(replica.stats)
-        requests = sink.stats[pool_index]
-        pool_summaries[setup.name] = {
-            **_echo_speculation(setup),
-            "replicas": setup.replicas,
-            "kv_capacity_tokens": setup.kv_capacity,
-            **summarise(
-                requests,
-                engine,
-                replicas=setup.replicas,
-                price_per_hour_usd=prices[pool_index],
-                duration_s=duration,
-            ),
-        }
-        fleet_requests.merge(requests)
-        fleet_engine.merge(engine)
-    summary = summarise(
-        fleet_requests,
-        fleet_engine,
-        replicas=len(replicas),
-        price_per_hour_usd=price,
-        duration_s=duration,
-    )
-    # Engine policies say what they did (when the off-switch tripped, how steps moved, how
-    # many drafts were verified).
-    reports = [r.policy.report() for r in replicas if hasattr(r.policy, "report")]
-    if reports:
-        summary["window_policy"] = reports
-    lossy = any(s.speculation.enabled and s.speculation.verifier in LOSSY_VERIFIERS for s in setups)
-    main = setups[-1] if scenario.fleet.disaggregation is not None else setups[0]  # decode
-    summary["scenario"] = {
-        "name": scenario.name,
-        "profile": scenario.profile,
-        "profile_name": profile.name,
-        "profile_source": profile.profile.provenance.source,
-        **_echo_speculation(main),
-        "workload": scenario.workload.kind,
-        "replicas": len(replicas),
-        "router": scenario.fleet.router,
-        "seed": scenario.seed,
-    }
-    summary["kv_capacity_tokens"] = main.kv_capacity
-    _add_cache_keys(summary, pool_summaries, scenario, setups, replicas)
-    summary["slo"] = scenario.slo.limits() if scenario.slo else None
-    summary["lossy"] = lossy
-    summary["lossy_note"] = LOSSY_NOTE if lossy else None
-    summary["pools"] = pool_summaries
-    derived = scaled_note(profile.profile)
-    if derived is not None:  # only then: other summaries keep their keys
-        summary["profile_derived"] = derived
-    return summary
-
-
-def _add_cache_keys(summary, pool_summaries, scenario, setups, replicas) -> None:
-    """KV blocks and prefix caching, only where the scenario sets them (other summaries keep
-    their keys). The fleet's ``kv_capacity_blocks`` is the main pool's, as its
-    ``kv_capacity_tokens`` (a split fleet's decode pool)."""
-    if scenario.engine.block_size is not None:
-        main = len(setups) - 1 if scenario.fleet.disaggregation is not None else 0
-        summary["kv_capacity_blocks"] = next(
-            r.kv_capacity for r in replicas if r.pool_index == main
-        )
-        for pool_index, setup in enumerate(setups):
-            first = next(r for r in replicas if r.pool_index == pool_index)
-            pool_summaries[setup.name]["kv_capacity_blocks"] = first.kv_capacity
-    if scenario.workload.prefix is not None:
-        summary["prefix_cache"] = prefix_summary([r.admission for r in replicas])
-        for pool_index, setup in enumerate(setups):
-            pool = [r.admission for r in replicas if r.pool_index == pool_index]
-            pool_summaries[setup.name]["prefix_cache"] = prefix_summary(pool)
-
-
-def _echo_speculation(setup: PoolSetup) -> dict[str, Any]:
-    spec = setup.speculation
-    return {
-        "drafter": spec.drafter if spec.enabled else None,
-        "k": spec.k if spec.enabled else 0,
-        "verifier": spec.verifier,
-        "temperature": spec.temperature,
-        "policy": spec.policy,
-        "acceptance_model": spec.acceptance,
-        **_echo_tree(setup),
-    }
-
-
-def _echo_tree(setup: PoolSetup) -> dict[str, Any]:
-    """Tree pools only (chain summaries keep their keys): the shape and where its accepted
-    lengths came from."""
-    if not (setup.speculation.enabled and setup.speculation.tree is not None):
-        return {}
-    entry = setup.entry
-    shape = entry.shape
-    return {
-        "tree": {
-            **shape.summary(),
-            "drafts": entry.drafts,
-            "source": entry.source,
-            "derived_from": entry.derived_from,
-            "table_mean_acceptance_length": entry.mean_acceptance_length,
-        }
-    }
