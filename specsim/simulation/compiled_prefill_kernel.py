@@ -1,6 +1,7 @@
 """The serving kernel's prefill (numba): prompt chunks within the token budget, whole prompts
 in an iteration of their own, the profile's range check, padded attention's charge, and the
-prompts that go through leaving prefill (to finish or start decoding).
+prompts that go through leaving prefill (to finish or start decoding); and the goodput
+policy's window weighed against the chunks its rows leave room for.
 
 Each kernel stands in for the Python method its docstring names, in the same operations and
 order (``compiled_serving_kernel`` runs them).
@@ -30,12 +31,17 @@ from specsim.simulation.compiled_layout import (
     RANGE_NEW_LO,
     RESERVED,
     TARGET,
+    TOKEN_BUDGET,
 )
 from specsim.simulation.compiled_step_kernel import (
     T_ATTN,
     T_FLOPS,
+    _decode_s,
     _draft_prefill_flops,
     _mixed_s,
+    _window,
+    best_window,
+    goodput_windows,
 )
 
 
@@ -183,3 +189,49 @@ def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, c
             _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
         else:
             _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
+
+
+@_inner
+def _goodput_with_chunks(
+    goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """``GoodputWindow.choose_batch`` with prompt chunks waiting, for ``rows`` > 0: each
+    window's score against the chunks ``Admission.chunk_totals`` gives for what its rows leave
+    of the token budget (the same chunks for every window once the widest leaves room for
+    them all), and its argmax."""
+    count = goodput.shape[1]
+    k_max = count - 1
+    windows = np.empty((4, count))
+    mu = goodput_windows(goodput, c, rows, kv_tokens, remaining, context, used, windows)
+    budget = st[TOKEN_BUDGET]
+    scores = np.empty(count)
+    fixed = False
+    p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
+    for k in range(count):
+        tokens, new, pairs = windows[0, k], windows[1, k], windows[2, k]
+        if not fixed:
+            p_rows, p_tokens, p_kv, p_pairs = _chunks(req, prefilling, budget - new, chunk, st, ct)
+        if p_tokens < budget - rows * (k_max + 1.0):
+            fixed = True
+        if p_rows:
+            added = _mixed_s(c, k, rows, new, kv_tokens, pairs, p_rows, p_tokens, p_kv, p_pairs)
+            added -= _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, p_rows, p_tokens, p_kv, p_pairs)
+        else:
+            added = _decode_s(c, k, rows, new, kv_tokens, pairs)
+        scores[k] = mu * tokens - added
+    return best_window(scores)
+
+
+@_inner
+def window_goodput(
+    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+):
+    """``GoodputWindow.choose_batch``'s window: with prompt chunks waiting, weighed against
+    them; without, ``choose_window``'s."""
+    if rows == 0:
+        return 0
+    if ct[P_LEN]:
+        return _goodput_with_chunks(
+            goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
+        )
+    return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used)
