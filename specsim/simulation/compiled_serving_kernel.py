@@ -26,87 +26,63 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.simulation.compiled_admission_kernel import (
+    _admit,
+    _bank_row,
+    _finish,
+    _free_slot,
+    _make_room,
+    _release_pending,
+    _take_arrivals,
+)
 from specsim.simulation.compiled_kernels import _apply, _inner, _jit, _jump
 from specsim.simulation.compiled_layout import (
-    ACCEPTED,
-    ADMISSIONS,
-    ADMIT,
     ARRIVAL,
     ARRIVALS_AT,
     CHECKS_RANGES,
-    CLIENT,
     CLIENTS,
-    CLOSED,
-    CLOSED_AT,
-    CLOSED_EMITTED,
     DECODE_KV,
     DECODE_STEPS,
     DECODING,
-    DELAY,
-    DRAFTED,
     DRAWN,
     EMITTED,
     FILLED,
-    FINISH_EMITTED,
-    FIRST,
-    FIRST_HI,
-    FIRST_LEFT,
-    FIRST_LO,
-    FREE_N,
     GENERATED,
     HELD,
     HIGH,
-    HIT,
-    HORIZON,
     ISSUE_LEFT,
-    ISSUED,
     ITERATION_LIMIT,
     ITERATIONS,
     JITTERED,
     JOINED,
-    KV_CAPACITY,
     LENGTHS_AT,
-    LEVEL,
-    LEVELS_AT,
     LOGGED,
     MORE_ARRIVALS,
-    NEXT_RID,
     NOW,
     OPEN_UNTIL,
-    OPENED,
-    OPENED_AT,
-    OPENED_EMITTED,
     OUTPUT,
-    P_HEAD,
     P_LEN,
     PADDED,
     PEND_HEAD,
     PEND_LEN,
     PENDING,
-    PREEMPTIONS,
     PREFILL_APART,
-    PREFILL_COMPUTED,
     PREFILL_FLOPS,
-    PREFILLED,
-    PREFIX_HITS,
-    PREFIX_QUERIED,
-    PROMPT,
-    Q_HEAD,
     Q_LEN,
-    RANGE_BATCH_HI,
-    RANGE_BATCH_LO,
-    RANGE_CONTEXT,
-    RANGE_NEW_HI,
-    RANGE_NEW_LO,
     RECORDS,
     RESERVED,
-    RID,
-    ROWS_FREE_N,
-    SCHEDULED,
-    STEPS,
     STOP_AT_FINISH,
-    TARGET,
     TOKEN_BUDGET,
+)
+from specsim.simulation.compiled_prefill_kernel import (
+    _chunks,
+    _completing,
+    _padded_rows,
+    _prompts_apart,
+    _through,
+    _whole_prompts,
+    in_range,
+    window_goodput,
 )
 from specsim.simulation.compiled_step_kernel import (
     T_ATTN,
@@ -114,423 +90,11 @@ from specsim.simulation.compiled_step_kernel import (
     _decode_s,
     _draft_prefill_flops,
     _mixed_s,
-    _window,
     apply_step,
-    best_window,
     draw_rows,
-    goodput_windows,
     log_iteration,
     row_totals,
 )
-
-
-@_inner
-def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
-    """``Admission.admit`` at ``st[NOW]`` (a prefix cache whose hits are by request,
-    ``req[c, HIT]``, and no block size); False where the next request to start needs an
-    acceptance level beyond ``levels`` (Python draws them)."""
-    count = req.shape[0]
-    running = ct[DECODING] + ct[P_LEN]
-    if ct[Q_LEN] == 0 or running >= max_batch:
-        return True
-    used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
-    while ct[Q_LEN] and running < max_batch:
-        c = queue[ct[Q_HEAD]]
-        if not ct[PREFILL_APART] and st[PENDING] >= st[TOKEN_BUDGET]:
-            break
-        need = req[c, TARGET] + lookahead
-        if used + need > st[KV_CAPACITY]:
-            break
-        first_time = req[c, SCHEDULED] < 0
-        if first_time and ct[LEVELS_AT] == levels.shape[0]:
-            return False
-        ct[Q_HEAD] = (ct[Q_HEAD] + 1) % count
-        ct[Q_LEN] -= 1
-        req[c, ADMIT] = ct[ADMISSIONS]
-        ct[ADMISSIONS] += 1
-        if first_time:
-            req[c, SCHEDULED] = st[NOW]
-            req[c, LEVEL] = levels[ct[LEVELS_AT]]
-            ct[LEVELS_AT] += 1
-        req[c, PREFILLED] = req[c, HIT]  # prefill starts past the hit (every admission)
-        st[PREFIX_QUERIED] += req[c, TARGET]
-        st[PREFIX_HITS] += req[c, HIT]
-        prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
-        ct[P_LEN] += 1
-        st[RESERVED] += req[c, TARGET] + lookahead
-        st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
-        used += need
-        running += 1
-    return True
-
-
-@_inner
-def _new_request(req, row, rid, arrival, prompt, output, client, hit):
-    """``Request(rid, arrival, prompt, output, client)`` in ``req[row]``, with its prefix-cache
-    hit (drawn ahead by Python)."""
-    req[row, :] = 0.0
-    req[row, RID], req[row, ARRIVAL], req[row, CLIENT] = rid, arrival, client
-    req[row, PROMPT] = req[row, TARGET] = prompt
-    req[row, HIT] = hit
-    req[row, OUTPUT] = output
-    req[row, SCHEDULED] = req[row, FIRST] = req[row, LEVEL] = req[row, ADMIT] = -1.0
-
-
-@_inner
-def _enqueue(queue, row, ct):
-    queue[(ct[Q_HEAD] + ct[Q_LEN]) % queue.shape[0]] = row
-    ct[Q_LEN] += 1
-
-
-@_inner
-def _take_arrivals(req, queue, rows_free, arrivals, st, ct):
-    """``Replica._take_arrivals``: the arrivals due by ``st[NOW]`` queued, each in a free row
-    (False where none is left)."""
-    while ct[ARRIVALS_AT] < arrivals.shape[1] and arrivals[0, ct[ARRIVALS_AT]] <= st[NOW]:
-        if ct[ROWS_FREE_N] == 0:
-            return False
-        at = ct[ARRIVALS_AT]
-        ct[ARRIVALS_AT] = at + 1
-        ct[ROWS_FREE_N] -= 1
-        row = rows_free[ct[ROWS_FREE_N]]
-        times, prompts, outputs, hits = arrivals[0], arrivals[1], arrivals[2], arrivals[3]
-        _new_request(req, row, ct[NEXT_RID], times[at], prompts[at], outputs[at], -1, hits[at])
-        ct[NEXT_RID] += 1
-        _enqueue(queue, row, ct)
-    return True
-
-
-@_inner
-def _release_pending(req, queue, pending, st, ct):
-    """The clients' requests that have arrived by ``st[NOW]`` queued, in the order sent (one
-    delay for all: the order they arrive)."""
-    while ct[PEND_LEN] and req[pending[ct[PEND_HEAD]], ARRIVAL] <= st[NOW]:
-        _enqueue(queue, pending[ct[PEND_HEAD]], ct)
-        ct[PEND_HEAD] = (ct[PEND_HEAD] + 1) % pending.shape[0]
-        ct[PEND_LEN] -= 1
-
-
-@_inner
-def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
-    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
-    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
-    in the row (or the client refused), queued, or with an API server's delay
-    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
-    r = ct[RECORDS]
-    for j, field in enumerate(
-        (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
-    ):
-        records[r, j] = now if field < 0 else req[c, field]
-    records[r, FINISH_EMITTED] = st[EMITTED]
-    ct[RECORDS] = r + 1
-    if not ct[CLIENTS]:
-        req[c, RID] = -1.0  # the row is free
-        rows_free[ct[ROWS_FREE_N]] = c
-        ct[ROWS_FREE_N] += 1
-        return
-    rid = req[c, RID]
-    if ct[FIRST_LO] <= rid < ct[FIRST_HI]:
-        ct[FIRST_LEFT] -= 1
-        if ct[FIRST_LEFT] == 0:
-            ct[OPENED] = 1
-            st[OPENED_AT], st[OPENED_EMITTED] = now, st[EMITTED]
-    if ct[ISSUE_LEFT] > 0 and now < st[HORIZON]:
-        at = ct[LENGTHS_AT]
-        ct[LENGTHS_AT] = at + 1
-        ct[ISSUE_LEFT] -= 1
-        ct[ISSUED] += 1
-        arrival = now + st[DELAY] if st[DELAY] > 0.0 else now
-        prompt, output, hit = lengths[0, at], lengths[1, at], lengths[2, at]
-        _new_request(req, c, ct[NEXT_RID], arrival, prompt, output, req[c, CLIENT], hit)
-        ct[NEXT_RID] += 1
-        if st[DELAY] > 0.0:
-            pending[(ct[PEND_HEAD] + ct[PEND_LEN]) % pending.shape[0]] = c
-            ct[PEND_LEN] += 1
-        else:
-            _enqueue(queue, c, ct)
-        return
-    req[c, RID] = -1.0  # the client is done
-    if ct[CLOSED] == 0:
-        ct[CLOSED] = 1
-        st[CLOSED_AT], st[CLOSED_EMITTED] = now, st[EMITTED]
-
-
-@_inner
-def _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct):
-    """``Replica._start_decoding``: the request takes the free list's last slot."""
-    remaining, context, output, level, shift, drafted_by_row, admit_order = batch
-    ct[FREE_N] -= 1
-    slot = free[ct[FREE_N]]
-    if slot >= ct[HIGH]:
-        ct[HIGH] = slot + 1
-    left = req[c, OUTPUT] - req[c, GENERATED]
-    slot_row[slot] = c
-    context[slot] = req[c, TARGET]
-    st[DECODE_KV] += req[c, TARGET]
-    remaining[slot] = left
-    output[slot] = req[c, OUTPUT]
-    level[slot] = np.int64(req[c, LEVEL])
-    shift[slot] = 2.0 * level[slot]
-    drafted_by_row[slot] = 0.0
-    admit_order[slot] = np.int64(req[c, ADMIT])
-    join_step[slot] = ct[DECODE_STEPS]
-    join_left[slot] = left
-    ct[DECODING] += 1
-    ct[JOINED] += 1
-
-
-@_inner
-def _free_slot(s, batch, slot_row, free, st, ct):
-    """``Replica._free_slot``: the slot's arrays cleared and the slot on the free list."""
-    remaining, context, _, level, shift, _, admit_order = batch
-    st[DECODE_KV] -= context[s]
-    remaining[s] = 0.0
-    context[s] = 0.0
-    level[s] = 0
-    shift[s] = 0.0
-    admit_order[s] = -1
-    slot_row[s] = -1
-    free[ct[FREE_N]] = s
-    ct[FREE_N] += 1
-    ct[DECODING] -= 1
-    high = ct[HIGH]
-    while high and slot_row[high - 1] < 0:
-        high -= 1
-    ct[HIGH] = high
-
-
-@_inner
-def _bank_row(req, client, s, batch, join_step, join_left, ct):
-    """``Replica._bank_row``: the row's steps, drafts and accepted drafts onto its request."""
-    remaining, drafted_by_row = batch[0], batch[5]
-    steps = ct[DECODE_STEPS] - join_step[s]
-    req[client, STEPS] += steps
-    req[client, DRAFTED] += drafted_by_row[s]
-    req[client, ACCEPTED] += join_left[s] - remaining[s] - steps
-
-
-@_inner
-def _make_room(
-    req, queue, prefilling, batch, slot_row, join_step, join_left, free, st, ct, lookahead
-):
-    """``Admission.make_room``: preempt the youngest sequences (prompts in prefill first) until
-    the cache holds the batch's next step; False where one sequence alone outgrows it (Python
-    raises the error)."""
-    count = req.shape[0]
-    remaining, admit_order = batch[0], batch[6]
-    while st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED] > st[KV_CAPACITY]:
-        if ct[DECODING] + ct[P_LEN] <= 1:
-            return False
-        if ct[P_LEN]:
-            ct[P_LEN] -= 1
-            c = prefilling[(ct[P_HEAD] + ct[P_LEN]) % count]
-            st[RESERVED] -= req[c, TARGET] + lookahead
-            st[PENDING] -= req[c, TARGET] - req[c, PREFILLED]
-        else:  # Replica.evict_youngest
-            s = np.argmax(admit_order)
-            c = slot_row[s]
-            _bank_row(req, c, s, batch, join_step, join_left, ct)
-            req[c, GENERATED] = req[c, OUTPUT] - remaining[s]
-            _free_slot(s, batch, slot_row, free, st, ct)
-            req[c, TARGET] = req[c, PROMPT] + req[c, GENERATED]
-        req[c, PREFILLED] = 0.0
-        req[c, PREEMPTIONS] += 1.0
-        ct[Q_HEAD] = (ct[Q_HEAD] - 1) % count
-        queue[ct[Q_HEAD]] = c
-        ct[Q_LEN] += 1
-    return True
-
-
-@_inner
-def _chunks(req, prefilling, budget, chunk, st, ct):
-    """``Admission.chunks``: each prompt's tokens this iteration (into ``chunk``, in order),
-    and the rows, tokens, KV tokens read and query-key pairs."""
-    count = req.shape[0]
-    rows = 0
-    tokens = kv = pairs = 0.0
-    for j in range(ct[P_LEN]):
-        if budget <= 0:
-            break
-        c = prefilling[(ct[P_HEAD] + j) % count]
-        size = min(req[c, TARGET] - req[c, PREFILLED], budget)
-        chunk[j] = size
-        budget -= size
-        tokens += size
-        kv += req[c, PREFILLED]
-        pairs += size * (req[c, PREFILLED] + (size + 1) / 2.0)
-        rows += 1
-    return rows, tokens, kv, pairs
-
-
-@_jit  # (callable from Python: the tests hold it to ``Replica._check_ranges``)
-def in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct):
-    """Whether ``Replica._check_ranges`` would pass the iteration silently: its batch, its
-    largest cached context (a decoding row's, or a chunk's prompt tokens before it) and its
-    rows' new tokens (1 to k + 1 for the decoding rows, each chunk's size) within the limits
-    ``StepCosts.range_limits`` gave (``st[RANGE_*]``)."""
-    count = req.shape[0]
-    top = 0.0
-    low, high = np.inf, -np.inf
-    if rows:
-        for s in range(used):
-            top = max(top, context[s])
-        low, high = 1.0, k + 1.0
-    for j in range(p_rows):
-        top = max(top, req[prefilling[(ct[P_HEAD] + j) % count], PREFILLED])
-        low, high = min(low, chunk[j]), max(high, chunk[j])
-    batch = rows + p_rows
-    return (
-        st[RANGE_BATCH_LO] <= batch <= st[RANGE_BATCH_HI]
-        and top <= st[RANGE_CONTEXT]
-        and st[RANGE_NEW_LO] <= low
-        and high <= st[RANGE_NEW_HI]
-    )
-
-
-@_inner
-def _whole_prompts(req, prefilling, budget, chunk, ct):
-    """``Admission.whole_prompts``: the prompts in prefill whole, in order, within the token
-    budget (the first always), into ``chunk``; their rows, tokens, KV tokens read, query-key
-    pairs, and the longest prompt and cached context."""
-    count = req.shape[0]
-    rows = 0
-    tokens = kv = pairs = longest = reach = 0.0
-    for j in range(ct[P_LEN]):
-        c = prefilling[(ct[P_HEAD] + j) % count]
-        size = req[c, TARGET] - req[c, PREFILLED]
-        if rows and tokens + size > budget:
-            break
-        chunk[j] = size
-        tokens += size
-        kv += req[c, PREFILLED]
-        pairs += size * (req[c, PREFILLED] + (size + 1) / 2.0)
-        rows += 1
-        longest = max(longest, size)
-        reach = max(reach, req[c, PREFILLED])
-    return rows, tokens, kv, pairs, longest, reach
-
-
-@_inner
-def _prompts_apart(whole, c, st, ct):
-    """``Replica._plan_prefill_only``: an iteration of the prompts whole (``_whole_prompts``'
-    totals), their FLOPs counted; returns its seconds."""
-    rows, tokens, kv, pairs, longest, reach = whole
-    target = c[T_FLOPS] * tokens + c[T_ATTN] * pairs
-    st[PREFILL_FLOPS] += target + _draft_prefill_flops(c, tokens, pairs)
-    if ct[PADDED]:  # every prompt charged at the longest one's length and cached context
-        tokens = rows * longest
-        kv, pairs = rows * reach, tokens * (reach + (longest + 1) / 2)
-    return _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, rows, tokens, kv, pairs)
-
-
-@_inner
-def _padded_rows(drafts, context, used, rows, new_tokens):
-    """``Replica._plan_mixed``'s charge for decoding rows with padded attention: every row's
-    attention (and cache read) runs to the longest context; the KV tokens and pairs."""
-    longest = drafted = squares = 0.0
-    for s in range(used):
-        longest = max(longest, context[s])
-        drafted += drafts[s]
-        squares += drafts[s] * drafts[s]
-    own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
-    return rows * longest, new_tokens * longest + own_span
-
-
-@_inner
-def _goodput_with_chunks(
-    goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
-):
-    """``GoodputWindow.choose_batch`` with prompt chunks waiting, for ``rows`` > 0: each
-    window's score against the chunks ``Admission.chunk_totals`` gives for what its rows leave
-    of the token budget (the same chunks for every window once the widest leaves room for
-    them all), and its argmax."""
-    count = goodput.shape[1]
-    k_max = count - 1
-    windows = np.empty((4, count))
-    mu = goodput_windows(goodput, c, rows, kv_tokens, remaining, context, used, windows)
-    budget = st[TOKEN_BUDGET]
-    scores = np.empty(count)
-    fixed = False
-    p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
-    for k in range(count):
-        tokens, new, pairs = windows[0, k], windows[1, k], windows[2, k]
-        if not fixed:
-            p_rows, p_tokens, p_kv, p_pairs = _chunks(req, prefilling, budget - new, chunk, st, ct)
-        if p_tokens < budget - rows * (k_max + 1.0):
-            fixed = True
-        if p_rows:
-            added = _mixed_s(c, k, rows, new, kv_tokens, pairs, p_rows, p_tokens, p_kv, p_pairs)
-            added -= _mixed_s(c, 0, 0, 0.0, 0.0, 0.0, p_rows, p_tokens, p_kv, p_pairs)
-        else:
-            added = _decode_s(c, k, rows, new, kv_tokens, pairs)
-        scores[k] = mu * tokens - added
-    return best_window(scores)
-
-
-@_inner
-def window_goodput(
-    by_rows, goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
-):
-    """``GoodputWindow.choose_batch``'s window: with prompt chunks waiting, weighed against
-    them; without, ``choose_window``'s."""
-    if rows == 0:
-        return 0
-    if ct[P_LEN]:
-        return _goodput_with_chunks(
-            goodput, c, rows, kv_tokens, remaining, context, used, req, prefilling, chunk, st, ct
-        )
-    return _window(by_rows, goodput, c, rows, kv_tokens, remaining, context, used)
-
-
-@_inner
-def _completing(req, prefilling, rows, chunk, ct):
-    """``Admission.completing``: how many prompts the ``rows`` chunks take through."""
-    count = req.shape[0]
-    through = 0
-    for j in range(rows):
-        c = prefilling[(ct[P_HEAD] + j) % count]
-        if req[c, PREFILLED] + chunk[j] >= req[c, TARGET]:
-            through += 1
-    return through
-
-
-@_inner
-def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
-    """``Admission.complete``: the chunks counted as run; the prompts now through leave prefill
-    (into ``done``, in order) with their first token. Returns how many."""
-    count = req.shape[0]
-    through = 0
-    for j in range(rows):
-        c = prefilling[(ct[P_HEAD] + j) % count]
-        req[c, PREFILLED] += chunk[j]
-        st[PENDING] -= chunk[j]
-        st[PREFILL_COMPUTED] += chunk[j]
-        if req[c, PREFILLED] >= req[c, TARGET]:
-            through += 1
-    for j in range(through):  # chunks go in queue order and only the last is partial
-        c = prefilling[ct[P_HEAD]]
-        ct[P_HEAD] = (ct[P_HEAD] + 1) % count
-        ct[P_LEN] -= 1
-        done[j] = c
-        st[RESERVED] -= req[c, TARGET] + lookahead
-        if req[c, FIRST] < 0:
-            req[c, FIRST] = now
-        req[c, GENERATED] += 1.0
-    return through
-
-
-@_inner
-def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end):
-    """The prompts' chunks run by ``end`` (``Replica._finish_prefills``): those now through
-    finish (their first token their last) or start decoding."""
-    slot_row, join_step, join_left, free, records, queue, pending, rows_free = places
-    through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
-    for j in range(through):
-        client = done[j]
-        if req[client, GENERATED] >= req[client, OUTPUT]:
-            _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
-        else:
-            _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
 
 
 @_inner
