@@ -171,12 +171,14 @@ def test_the_kernels_compile_once_per_machine(tmp_path):
 
 def test_an_edit_to_any_kernel_source_moves_the_cache_folder(monkeypatch, tmp_path):
     """numba checks only a kernel's own file; the folder's name covers every compiled source
-    (a constant in ``compiled_layout.py`` is compiled into the kernels that use it)."""
+    (a constant in ``compiled_layout.py`` is compiled into the kernels that use it): every
+    kernel module, the layout and the cost formula."""
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
     folder = compiled.cache_folder()
     assert folder.parent == tmp_path and folder.name.startswith("numba-")
     read = Path.read_bytes
-    for name in ("compiled_layout.py", "compiled_step_kernel.py"):
+    names = [f"{module}.py" for module in compiled.KERNEL_MODULES]
+    for name in ("compiled_layout.py", "formula.py", *names):
         edited = lambda path, name=name: read(path) + (b"#" if path.name == name else b"")  # noqa: E731
         monkeypatch.setattr(Path, "read_bytes", edited)
         assert compiled.cache_folder() != folder
