@@ -46,6 +46,7 @@ from specsim.simulation.compiled_layout import (
     LOGGED,
     MORE_ARRIVALS,
     NEXT_RID,
+    NOW,
     OPENED,
     OPENED_AT,
     OPENED_EMITTED,
@@ -360,35 +361,31 @@ def _ring(ring: np.ndarray, head: int, size: int) -> list[int]:
     return [int(ring[(head + j) % count]) for j in range(size)]
 
 
+# The step state's slots (``compiled_layout.STEP_STATE``), in order: whose attribute each is
+# (the replica's, or its step log's sums) and its name; ``now`` is the kernel's clock.
+STEP_SLOTS = (
+    ("replica", "decode_kv"),
+    ("replica", "emitted_tokens"),
+    (None, "now"),
+    ("replica", "last_decode_end"),
+    ("log", "verification_flops"),
+    ("log", "drafter_flops"),
+    ("log", "wasted_flops"),
+    ("log", "window_rows"),
+    ("log", "decode_rows"),
+)
+
+
 def step_state(replica, now: float) -> list[float]:
-    """The values the kernel's state array begins with, in their order
-    (``compiled_layout.STEP_STATE``): the replica's, and its step log's sums."""
-    log = replica.log
-    return [
-        replica.decode_kv,
-        replica.emitted_tokens,
-        now,
-        replica.last_decode_end,
-        log.verification_flops,
-        log.drafter_flops,
-        log.wasted_flops,
-        log.window_rows,
-        log.decode_rows,
-    ]
+    """The values the kernel's state array begins with, in their order (``STEP_SLOTS``)."""
+    owners = {"replica": replica, "log": replica.log}
+    return [now if owner is None else getattr(owners[owner], name) for owner, name in STEP_SLOTS]
 
 
 def restore_step_state(replica, values: list[float]) -> float:
     """Write back what a kernel left of ``step_state``'s values; returns its time (now)."""
-    log = replica.log
-    (
-        replica.decode_kv,
-        replica.emitted_tokens,
-        now,
-        replica.last_decode_end,
-        log.verification_flops,
-        log.drafter_flops,
-        log.wasted_flops,
-        log.window_rows,
-        log.decode_rows,
-    ) = values[:STEP_STATE]
-    return now
+    owners = {"replica": replica, "log": replica.log}
+    for (owner, name), value in zip(STEP_SLOTS, values[:STEP_STATE], strict=True):
+        if owner is not None:
+            setattr(owners[owner], name, value)
+    return values[NOW]
