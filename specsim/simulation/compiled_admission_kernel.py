@@ -29,7 +29,6 @@ from specsim.simulation.compiled_layout import (
     DELAY,
     DRAFTED,
     EMITTED,
-    FINISH_EMITTED,
     FIRST,
     FIRST_HI,
     FIRST_LEFT,
@@ -173,7 +172,6 @@ def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
         (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
     ):
         records[r, j] = now if field < 0 else req[c, field]
-    records[r, FINISH_EMITTED] = st[EMITTED]
     ct[RECORDS] = r + 1
     if not ct[CLIENTS]:
         req[c, RID] = -1.0  # the row is free

@@ -59,8 +59,6 @@ REQUEST_FIELDS = (
 )
 TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
-# After it, the replica's tokens emitted when the request finished (a fleet's clients read it).
-FINISH_EMITTED = RECORD
 
 # ``st``: floats in and out (the decode step's, then these).
 (

@@ -35,7 +35,6 @@ from specsim.simulation.compiled_layout import (
     DRAWN,
     EMITTED,
     FILLED,
-    FINISH_EMITTED,
     HIT,
     ITERATIONS,
     LOGGED,
@@ -72,9 +71,6 @@ class FleetServing(ServingLoop):
         self.ran = 0  # iterations the call under way ran
         self.saved: list[np.ndarray] = []  # what a call changes, as it began
         self.saved_emitted = 0.0  # the tokens emitted when it began
-        # While a call's finishes go through Python: the tokens emitted at the one going (a
-        # prompt through in the same iteration counts only after the rows that finished).
-        self.finish_emitted: float | None = None
 
     # ---- the replica's view ----------------------------------------------------------------
     def has_work(self) -> bool:
@@ -83,8 +79,6 @@ class FleetServing(ServingLoop):
 
     def emitted_at(self, now: float) -> float:
         """Output tokens the replica emitted by ``now``, its state held here."""
-        if self.finish_emitted is not None:
-            return self.finish_emitted
         if not self.busy:
             return float(self.st[EMITTED])
         done = int(self.trace[0, : self.ran].searchsorted(now, side="right"))
@@ -251,7 +245,5 @@ class FleetServing(ServingLoop):
             request.steps, request.drafted, request.accepted = (int(v) for v in values[7:10])
             request.preemptions = int(values[10])
             request.generated = request.output
-            self.finish_emitted = values[FINISH_EMITTED]
             replica._finish(request, values[4])
-        self.finish_emitted = None
         self.ct[RECORDS] = 0

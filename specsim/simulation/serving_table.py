@@ -92,7 +92,7 @@ class ServingTable:
         )
         self.admission = replica.admission  # its prefix-cache hits (``Admission.hits``)
         self._slots(replica)
-        self.records = np.zeros((AHEAD, RECORD + 1))
+        self.records = np.zeros((AHEAD, RECORD))
         # Clients' requests on their way through an API server (``fleet.Frontend``): between
         # calls the loop holds those it sent (``pending``), and hands them to the server
         # before Python steps the replica itself; while the server has any on the way, the

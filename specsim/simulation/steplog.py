@@ -62,49 +62,6 @@ class StepLog:
         if self._iterations == BUFFER_ITERATIONS:
             self._flush_iterations()
 
-    def record_steps(self, accepted: np.ndarray, drafted: np.ndarray) -> None:
-        """``record_step`` for each row of (iterations, slots) arrays (the counts they add do
-        not depend on where the buffer folds)."""
-        accepted, drafted = accepted.ravel(), drafted.ravel()
-        total, done = accepted.shape[0], 0
-        while done < total:
-            start = self._filled
-            take = min(self._accepted.shape[0] - start, total - done)
-            self._accepted[start : start + take] = accepted[done : done + take]
-            self._drafted[start : start + take] = drafted[done : done + take]
-            self._filled = start + take
-            done += take
-            if self._filled > self._step_limit:
-                self._flush_steps()
-
-    def record_iterations(self, dt, batch, kv_tokens, gap, waited, joined: int) -> None:
-        """``record_iteration`` for arrays of decode iterations; ``batch`` is one size for all,
-        or an array; ``waited`` and ``joined`` are the first iteration's (the later ones: every
-        row waited, none joined). The buffers fill and fold exactly as they would one iteration
-        at a time."""
-        per_iteration = isinstance(batch, np.ndarray)
-        n = dt.shape[0]
-        done = 0
-        while done < n:
-            i = self._iterations
-            take = min(n - done, BUFFER_ITERATIONS - i)
-            end = i + take
-            self._dt[i:end] = dt[done : done + take]
-            rows = batch[done : done + take] if per_iteration else batch
-            self._batch[i:end] = rows
-            self._kv[i:end] = kv_tokens[done : done + take]
-            self._itl[2 * i : 2 * end : 2] = gap[done : done + take]
-            self._itl_weight[2 * i : 2 * end : 2] = rows
-            self._itl[2 * i + 1 : 2 * end : 2] = dt[done : done + take]
-            self._itl_weight[2 * i + 1 : 2 * end : 2] = 0.0
-            if done == 0:
-                self._itl_weight[2 * i] = waited
-                self._itl_weight[2 * i + 1] = joined
-            done += take
-            self._iterations = end
-            if end == BUFFER_ITERATIONS:
-                self._flush_iterations()
-
     def adopt(self, iterations: int, filled: int) -> tuple[int, int]:
         """The buffers' fill as a compiled loop left it, flushed where full; the fill after."""
         self._iterations, self._filled = iterations, filled
