@@ -221,7 +221,7 @@ class Admission:
     def _held(self, batch: RunningBatch) -> float:
         return batch.decode_kv if self.block_size is None else batch.decode_blocks()
 
-    def _capped(self, request: Request) -> int:
+    def capped_hit(self, request: Request) -> int:
         """The request's hit as the engine takes it: at most the prompt less one, whole blocks."""
         hit = min(self.prefix.cached(request), request.prompt - 1)
         if self.block_size is not None:
@@ -229,20 +229,20 @@ class Admission:
         return hit
 
     def hits(self, rids: np.ndarray, prompts: np.ndarray) -> np.ndarray:
-        """``_capped`` for requests numbered ``rids`` with these prompts, as floats: for a
+        """``capped_hit`` for requests numbered ``rids`` with these prompts, as floats: for a
         source whose hits are by request (``prefix.by_request``), without a block size."""
         return np.minimum(self.prefix.cached_many(rids, prompts), prompts - 1).astype(np.float64)
 
     def _shared_size(self, request: Request) -> int:
         """The cache a shared-prefix hit holds: its tokens, or blocks with a block size (whole
         blocks, so cdiv(tokens + lookahead) splits into these and the sequence's own)."""
-        return self._capped(request) // (self.block_size or 1)
+        return self.capped_hit(request) // (self.block_size or 1)
 
     def _cached(self, request: Request, used: float) -> int:
         """The request's prefix-cache hit in tokens (counted in the hit-rate totals); ``used``:
         the cache held before it, whose free rest is all that remembered prefixes may keep."""
         self.prefix.trim((self.kv_capacity - used) * (self.block_size or 1))
-        hit = self._capped(request)
+        hit = self.capped_hit(request)
         self.prefix_queried += request.prefill_target
         self.prefix_hits += hit
         return hit

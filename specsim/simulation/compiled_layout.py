@@ -35,7 +35,7 @@ STEP_STATE = 9
     PREFILLED,
     ADMIT,
     CLIENT,
-    HIT,  # the request's prefix-cache hit (``Admission._capped``), not a ``Request`` field
+    HIT,  # the request's prefix-cache hit (``Admission.capped_hit``), not a ``Request`` field
 ) = range(17)
 FIELDS = 17
 # The ``Request`` attribute in each column, and those that are times (the rest are counts).

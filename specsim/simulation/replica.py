@@ -24,9 +24,9 @@ Each iteration is one SimPy event, stepped here in Python: the reference path (`
 and the specification the compiled kernels are tested against. On the fast path a replica alone
 on an open-loop source takes its arrivals itself as their times pass, and where the serving
 kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router)
-whole spans of iterations run compiled,
-with the same results bit for bit (``tests/test_sim_identity.py``). Elsewhere (replayed acceptance
-sequences, trees, policies that observe each iteration, ...) the fast path steps here too.
+whole spans of iterations run compiled, with the same results bit for bit
+(``tests/test_sim_identity.py``). Elsewhere (replayed acceptance sequences, trees, policies that
+observe each iteration, ...) the fast path steps here too.
 """
 
 from __future__ import annotations

@@ -87,9 +87,8 @@ class ServingTable:
     def __init__(self, replica, decode, feed=None, clients=None):
         self.feed = feed
         self.clients = clients
-        self.decode = (
-            decode  # ``KernelTables``: the cost vector, window terms and acceptance tables
-        )
+        # ``KernelTables``: the cost vector, window terms and acceptance tables.
+        self.decode = decode
         self.admission = replica.admission  # its prefix-cache hits (``Admission.hits``)
         self._slots(replica)
         self.records = np.zeros((AHEAD, RECORD))
@@ -221,7 +220,7 @@ class ServingTable:
         """The request's row (a client's own, else the next one), filled in."""
         row = request.client if self.clients is not None else loaded
         self.req[row, :HIT] = _request_fields(request)
-        self.req[row, HIT] = self.admission._capped(request)
+        self.req[row, HIT] = self.admission.capped_hit(request)
         return row
 
     def _fitting(self, replica, prompts, outputs) -> np.ndarray:
