@@ -203,16 +203,3 @@ def test_the_loop_carries_a_lone_replicas_iterations_at_low_load(policy, monkeyp
     assert inside_off == 0 and summary_off == summary
     if policy != "fixed":  # the window changed during the run: a mean between windows
         assert summary["mean_window"] != round(summary["mean_window"])
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {"fleet": {"replicas": 2, "router": "least_outstanding"}},
-        {"workload": {"max_concurrency": 3}},
-    ],
-    ids=["two replicas", "client cap"],
-)
-def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
-    inside, total, _ = loop_iterations(make(changes), monkeypatch)
-    assert inside == 0 and total > 0
