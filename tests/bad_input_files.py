@@ -57,7 +57,7 @@ def unknown_key_case(label: str, file: str, argv: list[str], doc: dict) -> Case:
 
 def model_config_cases() -> Iterator[Case]:
     """A Hugging Face config.json (``profile roofline --target``): each dimension key."""
-    from specsim.profiling.flops import DIMENSION_KEYS, OPTIONAL_DIMENSION_KEYS
+    from specsim.profiling.model_configs import DIMENSION_KEYS, OPTIONAL_DIMENSION_KEYS
 
     argv = BASE_COMMANDS["profile roofline"]
     required = {k for keys in DIMENSION_KEYS.values() for k in keys}

@@ -241,7 +241,7 @@ def test_model_family_bases_are_accepted():
     from bad_input_models import LOADER_BASES, ROOFLINE_BASES
 
     from specsim.models import ModelConfig
-    from specsim.profiling.flops import shape_from_config
+    from specsim.profiling.model_configs import shape_from_config
 
     for family, doc in LOADER_BASES.items():
         assert ModelConfig.from_hf_dict(doc, f"{family}.json").model_type == family

@@ -16,7 +16,8 @@ import pytest
 from specsim.cli import main
 from specsim.models import ModelConfig
 from specsim.profile import load_profile
-from specsim.profiling.flops import load_shape, pass_cost, shape_from_object
+from specsim.profiling.flops import pass_cost
+from specsim.profiling.model_configs import load_shape, shape_from_object
 
 MIXTRAL_ATTENTION = 4096 * (4096 + 2 * 1024) + 4096 * 4096  # q, k, v, o: 41,943,040
 MIXTRAL_EXPERT = 3 * 4096 * 14336  # gate, up, down: 176,160,768

@@ -24,7 +24,8 @@ from test_model_sizing import (
 from specsim.model_keys import DEEPSEEK_V3_DEFAULTS
 from specsim.models.config import ModelConfig
 from specsim.profile import load_profile
-from specsim.profiling.flops import load_shape, pass_cost, shape_from_config
+from specsim.profiling.flops import pass_cost
+from specsim.profiling.model_configs import load_shape, shape_from_config
 from specsim.profiling.parallel import Layout, check_split, device_kv_bytes_per_token
 
 LATENT = 512 + 64  # kv_lora_rank + qk_rope_head_dim, per token per layer

@@ -29,7 +29,7 @@ from test_models_forward import (  # noqa: F401
 )
 
 from specsim.models import DecoderModel, ModelConfig, load_model, save_model
-from specsim.profiling.flops import load_shape, shape_from_object
+from specsim.profiling.model_configs import load_shape, shape_from_object
 
 COMMON = dict(
     vocab_size=61,

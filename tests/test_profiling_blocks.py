@@ -11,8 +11,8 @@ import yaml
 from specsim.cli import main
 from specsim.errors import SpecsimError
 from specsim.profile import load_profile
-from specsim.profiling.flops import load_shape
 from specsim.profiling.heads import load_head
+from specsim.profiling.model_configs import load_shape
 from specsim.profiling.specs import parse_drafter
 
 H = 4096  # Llama-3.1-8B's hidden size; heads 32 x 128, 8 KV heads, MLP 14336

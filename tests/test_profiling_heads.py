@@ -10,8 +10,8 @@ from specsim.cli import main
 from specsim.costs import StepCosts, formula
 from specsim.hardware import load_hardware
 from specsim.profile import load_profile
-from specsim.profiling.flops import load_shape
 from specsim.profiling.heads import load_head
+from specsim.profiling.model_configs import load_shape
 from specsim.profiling.parallel import WEIGHT_BYTES, Layout, quantised_flops_per_token
 from specsim.profiling.roofline import head_latency, matmul_s_per_token, read_shape
 from specsim.profiling.specs import parse_drafter

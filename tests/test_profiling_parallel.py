@@ -17,7 +17,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware import Efficiency, HardwareSpec, Link, load_hardware
 from specsim.profile import LatencyModel, load_profile
 from specsim.profile.schema import Latency
-from specsim.profiling.flops import load_shape
+from specsim.profiling.model_configs import load_shape
 from specsim.profiling.parallel import (
     Layout,
     allreduce_terms,

@@ -11,7 +11,8 @@ import yaml
 from specsim.cli import main
 from specsim.hardware import Efficiency, HardwareSpec
 from specsim.profile import LatencyModel, load_profile
-from specsim.profiling.flops import ModelShape, load_shape, pass_cost
+from specsim.profiling.flops import ModelShape, pass_cost
+from specsim.profiling.model_configs import load_shape
 from specsim.profiling.roofline import roofline_fit
 
 # A shape small enough to count by hand.

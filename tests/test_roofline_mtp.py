@@ -7,7 +7,7 @@ import yaml
 
 from specsim.cli import main
 from specsim.hardware import load_hardware
-from specsim.profiling.flops import load_shape
+from specsim.profiling.model_configs import load_shape
 from specsim.profiling.parallel import Layout
 from specsim.profiling.roofline import roofline_fit
 

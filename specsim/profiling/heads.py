@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.profiling.flops import ModelShape, config_label, read_config, shape_from_config
+from specsim.profiling.flops import ModelShape
+from specsim.profiling.model_configs import config_label, read_config, shape_from_config
 
 # Autoregressive heads (kind heads), and the parallel drafters sized here (kind block).
 BLOCK_METHODS = ("p_eagle", "dflash")

@@ -367,7 +367,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
     from specsim.engine.clock import start_clock
     from specsim.models import load_tokenizer
     from specsim.profile import LoadedProfile
-    from specsim.profiling.flops import shape_from_object
+    from specsim.profiling.model_configs import shape_from_object
     from specsim.profiling.timing import (
         PassTimer,
         grid_points,

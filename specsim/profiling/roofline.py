@@ -43,8 +43,9 @@ from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
 from specsim.profile.schema import ExpertRead, Latency, LatencyFit
 from specsim.profile.tp_scaling import ACTIVATION_BYTES
 from specsim.profiling.engine_costs import EngineCosts
-from specsim.profiling.flops import ModelShape, load_shape
+from specsim.profiling.flops import ModelShape
 from specsim.profiling.heads import Head, load_head
+from specsim.profiling.model_configs import load_shape
 from specsim.profiling.parallel import (
     DoesNotFit,
     Layout,
