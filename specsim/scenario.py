@@ -44,7 +44,7 @@ from specsim.choices import ROUTERS, WINDOW_POLICIES, schema_description, schema
 from specsim.config import Name, StrictModel, load_yaml_as
 from specsim.errors import SpecsimError
 from specsim.policy_settings import AcceptanceGate, AcceptanceShift, AdaptiveSteps
-from specsim.profile.schema import TREE_DRAFTS
+from specsim.profile.acceptance import TREE_DRAFTS
 from specsim.profile.tp_scaling import TensorParallelScaling
 from specsim.sampling.kinds import DEFAULT_VERIFIER, VerifierName, verifier_descriptions
 from specsim.trace_formats import AUTO, TraceFormatName, trace_format_descriptions

@@ -821,7 +821,8 @@ def disagg_cases() -> Iterator[Case]:
 
 def all_cases() -> list[Case]:
     from specsim.hardware import HardwareSpec
-    from specsim.profile.schema import Acceptance, Profile
+    from specsim.profile.acceptance import Acceptance
+    from specsim.profile.schema import Profile
     from specsim.scenario import Scenario
 
     cases: list[Case] = []

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from specsim.costs import NO_ROWS, PassTotals
-from specsim.profile.schema import LatencyFit
+from specsim.profile.latency import LatencyFit
 from specsim.scenario import Scenario
 from specsim.simulation import run_simulation
 from specsim.simulation.engine_policies import AdaptiveVerification

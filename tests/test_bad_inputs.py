@@ -173,7 +173,8 @@ def test_base_inputs_have_room_for_every_schema_key():
 
     from specsim.hardware import HardwareSpec
     from specsim.policy_settings import AdaptiveSteps
-    from specsim.profile.schema import Acceptance, Profile
+    from specsim.profile.acceptance import Acceptance
+    from specsim.profile.schema import Profile
     from specsim.scenario import Disaggregation, Scenario
 
     # A split fleet refuses pools, and adaptive steps are a policy of their own: their keys are

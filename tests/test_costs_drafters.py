@@ -15,7 +15,7 @@ from specsim.costs import formula
 from specsim.costs.drafters import DrafterCost, check_window
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, ModelSpec
-from specsim.profile.schema import Latency, LatencyFit
+from specsim.profile.latency import Latency, LatencyFit
 
 FIT = LatencyFit(
     fixed_s=1.0,

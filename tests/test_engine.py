@@ -256,7 +256,7 @@ def test_reference_clock_run_rescales_to_the_profiles_references_and_reports_the
     tmp_path, monkeypatch
 ):
     from specsim.engine.speed_reference import ReferenceClockSetting, probes
-    from specsim.profile.schema import SpeedReference
+    from specsim.profile.provenance import SpeedReference
 
     # A profile's references (the target's, the host pass's and the scenario's drafter's), and
     # a machine on which every model probe now takes 2 ms: the target's decodes run twice as

@@ -16,7 +16,7 @@ from specsim.engine.speed_reference.clock import ReferenceClock  # noqa: E402
 from specsim.engine.speed_reference.normaliser import SpeedNormaliser  # noqa: E402
 from specsim.engine.speed_reference.probes import ReferencePass  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
-from specsim.profile.schema import SpeedReference  # noqa: E402
+from specsim.profile.provenance import SpeedReference  # noqa: E402
 from specsim.profiling import timing  # noqa: E402
 
 

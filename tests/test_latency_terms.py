@@ -25,8 +25,7 @@ from specsim.costs import PassTotals, StepCosts
 from specsim.errors import SpecsimError
 from specsim.hardware import DTYPE_BYTES, load_hardware
 from specsim.profile import LatencyModel, LoadedProfile, Profile, load_profile
-from specsim.profile.latency import fit_seconds
-from specsim.profile.schema import Latency, LatencyFit
+from specsim.profile.latency import Latency, LatencyFit, fit_seconds
 from specsim.profiling.model_configs import load_shape
 from specsim.profiling.parallel import Layout
 from specsim.profiling.roofline import roofline_fit, vllm_graph_sizes

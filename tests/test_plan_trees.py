@@ -25,7 +25,7 @@ from specsim.planning.trees import (
     sglang_tree,
 )
 from specsim.profile import load_profile
-from specsim.profile.schema import TREE_DRAFTS, derive_tree_acceptance
+from specsim.profile.acceptance import TREE_DRAFTS, derive_tree_acceptance
 from specsim.scenario import load_scenario
 from specsim.tree import TreeShape
 

@@ -9,7 +9,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.profile import LatencyModel, OutOfRangeWarning
-from specsim.profile.schema import LatencySample
+from specsim.profile.latency import LatencySample
 from specsim.profiling import fit as fit_module
 from specsim.profiling.fit import fit_latency, latency_section
 

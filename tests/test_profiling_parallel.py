@@ -16,7 +16,7 @@ from specsim.costs import kv_capacity_tokens
 from specsim.errors import SpecsimError
 from specsim.hardware import Efficiency, HardwareSpec, Link, load_hardware
 from specsim.profile import LatencyModel, load_profile
-from specsim.profile.schema import Latency
+from specsim.profile.latency import Latency
 from specsim.profiling.model_configs import load_shape
 from specsim.profiling.parallel import (
     Layout,

@@ -92,7 +92,7 @@ def test_roofline_fit_matches_hand_calculation():
 )
 def test_roofline_latency_is_max_of_memory_and_compute_plus_attention(batch, context, new):
     fit = roofline_fit(TOY, HW)
-    from specsim.profile.schema import Latency
+    from specsim.profile.latency import Latency
 
     seconds = LatencyModel(Latency(fit=fit), "toy").pass_seconds([context] * batch, new)
     cost = pass_cost(TOY, batch, context, new, 2)

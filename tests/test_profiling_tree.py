@@ -23,7 +23,7 @@ from test_engine_common import model, model_spec, prompt_bank, prompts_path
 
 from specsim.errors import SpecsimError
 from specsim.profile import load_profile
-from specsim.profile.schema import derive_tree_acceptance
+from specsim.profile.acceptance import derive_tree_acceptance
 from specsim.profiling.acceptance import Scored, walk_all
 from specsim.profiling.tree_acceptance import tree_walk
 from specsim.profiling.tree_scoring import iid_accept, top_k_accept

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from test_sim_engine import BASE, per_position_agrees, run
 
-from specsim.profile.schema import Acceptance
+from specsim.profile.acceptance import Acceptance
 from specsim.simulation.acceptance import window_rates
 
 DATA = Path(__file__).parent / "data"

@@ -14,7 +14,8 @@ import yaml
 
 from specsim.errors import SpecsimError
 from specsim.profile import load_profile
-from specsim.profile.schema import FLAT_SPEED_KEYS, Profile, SpeedReference
+from specsim.profile.provenance import FLAT_SPEED_KEYS, SpeedReference
+from specsim.profile.schema import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILTIN = ROOT / "profiles" / "builtin-cpu.yaml"

@@ -84,7 +84,7 @@ def test_the_lossy_flag_is_the_checkers_exact_verdict(name):
 
 def test_the_schemas_and_the_command_line_take_their_names_from_the_registry():
     from specsim.cli import check, profile
-    from specsim.profile.schema import Acceptance
+    from specsim.profile.acceptance import Acceptance
     from specsim.scenario import Speculation, SpeculationOverride
 
     for model in (Acceptance, Speculation):

@@ -181,7 +181,7 @@ def _tree_shapes(args, drafters) -> list:
         raise SpecsimError(
             "--tree-drafts needs --tree", file="--tree-drafts", fix="add --tree SHAPE or drop it"
         )
-    from specsim.profile.schema import TREE_DRAFTS
+    from specsim.profile.acceptance import TREE_DRAFTS
 
     for kind in args.tree_drafts or []:
         if kind not in TREE_DRAFTS:

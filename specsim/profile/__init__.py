@@ -6,20 +6,17 @@ from pathlib import Path
 
 from specsim.config import load_yaml_as
 from specsim.errors import SpecsimError
-from specsim.profile.latency import LatencyModel, OutOfRangeWarning
-from specsim.profile.schema import (
-    Acceptance,
-    AcceptanceSequences,
-    Hardware,
+from specsim.profile.acceptance import Acceptance, AcceptanceSequences
+from specsim.profile.latency import (
     Latency,
     LatencyFit,
+    LatencyModel,
     LatencySample,
-    ModelSpec,
-    Overhead,
-    Profile,
-    Provenance,
+    OutOfRangeWarning,
     ValidRange,
 )
+from specsim.profile.provenance import Provenance
+from specsim.profile.schema import Hardware, ModelSpec, Overhead, Profile
 from specsim.sampling.kinds import VERIFIER_KINDS
 
 __all__ = [

@@ -5,12 +5,152 @@ Pure numpy, no torch: the simulator and planner call this once per engine iterat
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
+from specsim.bounds import (
+    MAX_COUNT,
+    MAX_TOKENS,
+    BatchSize,
+    Count,
+    NonNegFactor,
+    PositiveSeconds,
+    Seconds,
+    TokenCount,
+    Tokens,
+)
+from specsim.config import StrictModel
 from specsim.errors import SpecsimError
-from specsim.profile.schema import Latency, LatencyFit
+
+
+class HeldOutError(StrictModel):
+    method: str = Field(description="how the error was measured, e.g. 'leave-one-out'")
+    points: Count
+    median_rel_error: NonNegFactor
+    max_rel_error: NonNegFactor
+
+
+MAX_GRAPH_SIZES = 512  # captured CUDA-graph sizes one fit may list (vLLM's default: 51)
+
+
+class ExpertRead(StrictModel):
+    """A mixture of experts' routed experts, read as a pass's tokens route to them: a pass over
+    ``N`` tokens reads, expected, the union of the experts its tokens pick, a share
+    ``1 - (1 - experts_per_token / experts)^N`` of them (independent uniform routing): one
+    token's ``experts_per_token``, all of them for large N."""
+
+    weights_s: Seconds = Field(
+        description="seconds to read every routed expert's weights the device holds, over all "
+        "its MoE layers (shared experts, attention and dense layers are in fixed_s)"
+    )
+    experts: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        description="routed experts per MoE layer"
+    )
+    experts_per_token: Annotated[int, Field(ge=1, le=MAX_COUNT)] = Field(
+        description="routed experts each token picks (top-k)"
+    )
+
+    @model_validator(mode="after")
+    def _topk_within(self) -> ExpertRead:
+        if self.experts_per_token > self.experts:
+            raise ValueError(
+                f"experts_per_token {self.experts_per_token} above experts {self.experts}; fix: "
+                "give the model's num_experts_per_tok and num_experts"
+            )
+        return self
+
+
+class LatencyFit(StrictModel):
+    """Seconds for one forward pass over a batch of sequences.
+
+    With ``N`` = new tokens in the batch, ``KV`` = tokens read from the KV cache (sum of the
+    sequences' context lengths), ``P`` = sum over sequences of new x (context + (new + 1) / 2)
+    (query-key pairs of the new tokens) and ``B`` = sequences in the batch::
+
+        seconds = fixed_s + per_sequence_s * B + per_batched_token_s * max(0, G(N) - knee_tokens)
+                  + per_kv_token_s * KV + per_attention_pair_s * P
+                  [+ experts.weights_s * (1 - (1 - experts_per_token / experts)^N)]
+
+    ``knee_tokens`` > 0 models a pass that is memory-bound (flat in N) until N reaches the knee;
+    with it at 0 the form is the plain linear one, easy to write by hand from a published fit.
+    ``G(N)`` is N, or with ``graph_sizes`` the smallest captured size at or above N (a pass up
+    to the largest runs as a CUDA graph padded to its size; above it, eager and unpadded).
+    The bracketed term is there only with ``experts`` (a mixture of experts).
+    """
+
+    fixed_s: Seconds
+    per_sequence_s: Seconds = 0.0
+    per_batched_token_s: Seconds = 0.0
+    knee_tokens: Annotated[float, Field(ge=0, le=MAX_TOKENS)] = 0.0
+    per_kv_token_s: Seconds = 0.0
+    per_attention_pair_s: Seconds = 0.0
+    graph_sizes: Annotated[list[Tokens], Field(min_length=1, max_length=MAX_GRAPH_SIZES)] | None = (
+        Field(
+            default=None,
+            description="token counts the engine captured CUDA graphs for (vLLM's "
+            "cudagraph_capture_sizes), ascending: a pass of N tokens up to the largest is padded "
+            "to the next one and pays per_batched_token_s on the padded count; absent: no padding",
+        )
+    )
+    experts: ExpertRead | None = Field(
+        default=None,
+        description="a mixture of experts: its routed experts' read, by the share of them a "
+        "pass's tokens route to (absent: fixed_s holds every weight read)",
+    )
+    held_out: HeldOutError | None = None
+
+    @model_validator(mode="after")
+    def _graph_sizes_ascending(self) -> LatencyFit:
+        sizes = self.graph_sizes
+        if sizes is not None and any(b <= a for a, b in itertools.pairwise(sizes)):
+            raise ValueError("graph_sizes must ascend strictly; fix: sort them and drop repeats")
+        return self
+
+
+class LatencySample(StrictModel):
+    """One measured grid point: all sequences in the batch share context and new-token counts."""
+
+    batch: BatchSize
+    context: TokenCount
+    new_tokens: Tokens
+    seconds: PositiveSeconds = Field(description="median of the repeats")
+    spread_s: Seconds = Field(default=0.0, description="interquartile range of the repeats")
+    repeats: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 1
+    phase: Literal["prefill", "decode", "verify"] | None = None
+
+
+class ValidRange(StrictModel):
+    """The measured region. Queries outside it follow ``Latency.outside_range``."""
+
+    batch: tuple[BatchSize, BatchSize]
+    context: tuple[TokenCount, TokenCount]
+    new_tokens: tuple[Tokens, Tokens]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValidRange:
+        for name in ("batch", "context", "new_tokens"):
+            low, high = getattr(self, name)
+            if high < low:
+                raise ValueError(f"{name} range [{low}, {high}] ends below its start")
+        return self
+
+
+class Latency(StrictModel):
+    fit: LatencyFit
+    valid_range: ValidRange | None = Field(
+        default=None, description="absent for hand-written fits: valid everywhere"
+    )
+    outside_range: Literal["extrapolate", "error"] = Field(
+        default="extrapolate",
+        description="'extrapolate': use the fit's formula beyond the range and warn once; "
+        "'error': refuse the query",
+    )
+    samples: list[LatencySample] = Field(default_factory=list)
+
 
 # A latency block: the fit's six coefficients (fixed, per sequence, per batched token past the
 # knee, the knee, per KV token read, per attention pair); where its captured CUDA-graph sizes

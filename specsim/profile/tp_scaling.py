@@ -28,7 +28,8 @@ from pydantic import Field
 from specsim.bounds import Bytes, Seconds, Share
 from specsim.config import StrictModel, validation_error
 from specsim.errors import SpecsimError
-from specsim.profile.schema import LatencyFit, ModelSpec, Profile, Sharding
+from specsim.profile.latency import LatencyFit
+from specsim.profile.schema import ModelSpec, Profile, Sharding
 
 ACTIVATION_BYTES = 2  # the all-reduced activations stay in 16 bits whatever the weights
 ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP

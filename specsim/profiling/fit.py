@@ -22,7 +22,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specsim.errors import SpecsimError
-from specsim.profile.schema import HeldOutError, Latency, LatencyFit, LatencySample, ValidRange
+from specsim.profile.latency import HeldOutError, Latency, LatencyFit, LatencySample, ValidRange
 
 LOO_MAX_POINTS = 200  # above this, 10-fold cross-validation instead of leave-one-out
 FOLDS = 10

@@ -40,7 +40,7 @@ from pathlib import Path
 from specsim.errors import SpecsimError
 from specsim.fileio import read_yaml
 from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
-from specsim.profile.schema import ExpertRead, Latency, LatencyFit
+from specsim.profile.latency import ExpertRead, Latency, LatencyFit
 from specsim.profile.tp_scaling import ACTIVATION_BYTES
 from specsim.profiling.engine_costs import EngineCosts
 from specsim.profiling.flops import ModelShape

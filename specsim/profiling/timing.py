@@ -24,7 +24,7 @@ import numpy as np
 from specsim.bounds import MAX_BATCH, MAX_TOKENS
 from specsim.engine.clock import check_clock
 from specsim.errors import SpecsimError
-from specsim.profile.schema import LatencySample
+from specsim.profile.latency import LatencySample
 
 DEFAULT_CPU_GRID = {
     "batch": (1, 2, 4, 8),

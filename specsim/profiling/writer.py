@@ -21,7 +21,9 @@ import numpy as np
 from specsim.config import validate_as
 from specsim.errors import SpecsimError
 from specsim.fileio import dump_yaml, write_text_atomic
-from specsim.profile.schema import Acceptance, Latency, Profile
+from specsim.profile.acceptance import Acceptance
+from specsim.profile.latency import Latency
+from specsim.profile.schema import Profile
 from specsim.profiling.flops import ModelShape
 from specsim.version import __version__
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.profile.schema import TreeAcceptance
+from specsim.profile.acceptance import TreeAcceptance
 from specsim.simulation.acceptance import RateAcceptance
 
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from specsim.engine.speed_reference.clock import ReferenceClock
 from specsim.engine.speed_reference.normaliser import SpeedNormaliser
 from specsim.engine.speed_reference.probes import REFERENCE_CONTEXT, ReferencePass
-from specsim.profile.schema import SpeedReference
+from specsim.profile.provenance import SpeedReference
 
 __all__ = [
     "REFERENCE_CONTEXT",
