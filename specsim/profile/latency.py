@@ -1,4 +1,5 @@
-"""Answering "how long does this forward pass take?" from a profile's latency fit.
+"""A profile's latency fits: their file form (``Latency``, ``LatencyFit``, the measured samples
+and range) and the answer to "how long does this forward pass take?".
 
 Pure numpy, no torch: the simulator and planner call this once per engine iteration.
 """
