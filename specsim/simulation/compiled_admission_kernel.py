@@ -35,6 +35,7 @@ from specsim.simulation.compiled_layout import (
     FIRST_LO,
     FREE_N,
     GENERATED,
+    HANDED_OFF,
     HIGH,
     HIT,
     HORIZON,
@@ -162,21 +163,42 @@ def _release_pending(req, queue, pending, st, ct):
 
 
 @_inner
-def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
-    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
-    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
-    in the row (or the client refused), queued, or with an API server's delay
-    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
+def _record(req, c, now, records, ct):
+    """The request's record at ``now``: the sink's row up to preemptions."""
     r = ct[RECORDS]
     for j, field in enumerate(
         (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
     ):
         records[r, j] = now if field < 0 else req[c, field]
     ct[RECORDS] = r + 1
+
+
+@_inner
+def _free_row(req, c, rows_free, ct):
+    """The request's row free for another."""
+    req[c, RID] = -1.0
+    rows_free[ct[ROWS_FREE_N]] = c
+    ct[ROWS_FREE_N] += 1
+
+
+@_inner
+def _hand_off(req, c, now, records, rows_free, ct):
+    """``PrefillReplica.hand_off``: the request leaves the prefill replica at ``now``, its
+    record marked by its first token (``HANDED_OFF``: the decode replica streams it)."""
+    req[c, FIRST] = HANDED_OFF
+    _record(req, c, now, records, ct)
+    _free_row(req, c, rows_free, ct)
+
+
+@_inner
+def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
+    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
+    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
+    in the row (or the client refused), queued, or with an API server's delay
+    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
+    _record(req, c, now, records, ct)
     if not ct[CLIENTS]:
-        req[c, RID] = -1.0  # the row is free
-        rows_free[ct[ROWS_FREE_N]] = c
-        ct[ROWS_FREE_N] += 1
+        _free_row(req, c, rows_free, ct)
         return
     rid = req[c, RID]
     if ct[FIRST_LO] <= rid < ct[FIRST_HI]:

@@ -59,6 +59,9 @@ REQUEST_FIELDS = (
 )
 TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
+# A prefill replica's hand-off is a record whose first token is this (the decode side streams
+# it, ``disagg.PrefillReplica.hand_off``); its end is the hand-off's time.
+HANDED_OFF = -1.0
 
 # ``st``: floats in and out (the decode step's, then these).
 (
@@ -126,5 +129,6 @@ STATE = STEP_STATE + 20
     JITTERED,  # 1: iteration times take the replica's multipliers (``Jitter``)
     PADDED,  # 1: padded attention (``engine.padded_attention``)
     CHECKS_RANGES,  # 1: the profile's range still reports a query outside it (``RANGE_*``)
-) = range(38)
-COUNTS = 38
+    HANDS_OFF,  # 1: a prefill replica's (``disagg.PrefillReplica``): a prompt through leaves
+) = range(39)
+COUNTS = 39

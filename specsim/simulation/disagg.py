@@ -43,6 +43,7 @@ from specsim.hardware import load_hardware
 from specsim.metrics import exact_summary
 from specsim.profile.kinds import reads_hidden_states
 from specsim.simulation.admission import Admission
+from specsim.simulation.compiled_layout import HANDED_OFF
 from specsim.simulation.fleet import Fleet
 from specsim.simulation.plans import Plan
 from specsim.simulation.replica import Replica
@@ -123,10 +124,11 @@ class DecodeAdmission(Admission):
 
 
 class PrefillReplica(Replica):
-    """Prefill only: a request whose prompt is through goes to ``handoff`` (unless its first
-    token was its last). Its prefix cache (``prefix``) remembers the prompts it computed."""
+    """Prefill only: a request whose prompt is through leaves for the decode pool
+    (``hand_off``) unless its first token was its last. Its prefix cache (``prefix``)
+    remembers the prompts it computed."""
 
-    serving_kernel = False  # the kernel finishes a prefill as a lone replica does
+    hands_off = True  # the serving kernel hands them off too (``compiled_layout.HANDS_OFF``)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -134,17 +136,22 @@ class PrefillReplica(Replica):
         self.admission = PrefillAdmission(
             engine, self.kv_lookahead, self.kv_capacity, self.acceptance, old.rng, old.prefix
         )
-        self.handoff = None  # set by the fleet: (replica, request, now)
+        self.to_decode = None  # set by the fleet: (replica, request, now)
 
     def _finish_prefills(self, chunks, now: float) -> None:
         for request in self.admission.complete(chunks, now):
             if request.generated >= request.output:
                 self._finish(request, now)
-                continue
-            self.outstanding -= 1
-            self.admission.finished(request)  # its blocks stay cached once sent
-            request.first_token = -1.0  # the decode replica streams it
-            self.handoff(self, request, now)
+            else:
+                self.hand_off(request, now)
+
+    def hand_off(self, request: Request, now: float) -> None:
+        """The request's prompt is through: it leaves (its blocks stay cached once sent) for a
+        decode replica, which streams its first token."""
+        self.outstanding -= 1
+        self.admission.finished(request)
+        request.first_token = HANDED_OFF
+        self.to_decode(self, request, now)
 
 
 class DecodeReplica(Replica):
@@ -225,7 +232,7 @@ class DisaggregatedFleet:
         check_transfer_sizes(self.target, self.hidden_states, prefill_setup.costs.profile.path)
         self._sender = {id(r): i for i, r in enumerate(prefill)}
         for replica in prefill:
-            replica.handoff = self.handoff
+            replica.to_decode = self.handoff
         for replica in decode:
             # A drafter with a cache of its own builds it over the prompt on the decode side.
             passes = decode_setup.costs.drafter.passes

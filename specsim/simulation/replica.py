@@ -57,6 +57,7 @@ class Replica:
     """A serving engine with its own queue, batch, KV cache and random stream."""
 
     serving_kernel = True  # the compiled serving loop knows its rules (``compiled_serving``)
+    hands_off = False  # a prompt through starts decoding here (``disagg.PrefillReplica``: not)
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ from specsim.simulation.compiled_layout import (
     FIRST_LEFT,
     FIRST_LO,
     FREE_N,
+    HANDS_OFF,
     HIGH,
     HIT,
     HORIZON,
@@ -185,6 +186,7 @@ class ServingTable:
         ct[PREFILL_APART] = not replica.chunked
         ct[JITTERED] = replica.jitter is not None
         ct[PADDED] = replica.padded
+        ct[HANDS_OFF] = replica.hands_off
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
