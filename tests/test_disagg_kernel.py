@@ -1,13 +1,17 @@
 """A split fleet's replicas on the compiled serving kernel (``fleet_serving.py``): a prefill
 replica hands each prompt that is through off to the decode pool from inside the kernel's
-calls (``compiled_layout.HANDS_OFF``), as ``disagg.PrefillReplica`` does per iteration.
+calls (``compiled_layout.HANDS_OFF``), and a decode replica's requests join its batch with
+their KV cache, owe their draft model's prompt pass and stream their first token at the end of
+their first decode iteration (``JOINS``, ``PROMPT_PASS``), as ``disagg.PrefillReplica`` and
+``DecodeReplica`` do per iteration.
 
 Identity with the per-iteration reference (every record, each replica's engine statistics,
 the summary and requests.csv: ``test_sim_identity.assert_identical``) for 1P1D and 2P3D under
 round robin and least outstanding, a draft model (its prompt pass owed on the decode side) and
 heads (hidden states moved), a saturated decode pool with a queue and preemption, one-token
-outputs (which finish on the prefill side), and prefill chunked or not; the kernel runs most of
-the prefill pool's iterations in each. Planted faults (a call's hand-offs applied in another
+outputs (which finish on the prefill side), prefix hits on the prefill pool, and prefill
+chunked or not; the kernel runs most of
+both pools' iterations in each. Planted faults (a call's hand-offs applied in another
 order, hand-offs taken for finishes, calls that run on past a hand-off) fail them.
 """
 
@@ -61,6 +65,14 @@ CASES = {
     "1P1D, saturated decode pool, preemption": {
         "engine": {"max_batch": 32, "kv_capacity_tokens": 2500},
         "workload": {"rate": 60.0, "output": {"dist": "uniform", "low": 1, "high": 120}},
+    },
+    "1P1D, prefix hits, saturated decode pool": {
+        "engine": {"max_batch": 32, "kv_capacity_tokens": 2500},
+        "workload": {
+            "rate": 60.0,
+            "output": {"dist": "uniform", "low": 1, "high": 120},
+            "prefix": {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5},
+        },
     },
     "1P3D, busy prefill, small budget": {
         "split": {"decode": {"replicas": 3}},
@@ -145,12 +157,15 @@ def share(counts: Counter, pool: str) -> float:
 def test_a_split_fleet_on_the_kernel_is_the_reference(name, profile, tmp_path, monkeypatch):
     scenario = make(CASES[name], profile)
     counts = iterations(scenario, tmp_path, monkeypatch)
-    assert share(counts, "prefill") >= 0.8
+    assert share(counts, "prefill") >= 0.8 and share(counts, "decode") >= 0.8
     fast = assert_identical(scenario, tmp_path, monkeypatch)
     split = fast["summary"]["disaggregation"]
     assert split["transfers"] > 0
-    if "preemption" in name:
+    if "saturated" in name:
         assert fast["summary"]["pools"]["decode"]["preemptions"] > 0
+    if "prefix" in name:  # hits on the prefill pool; the decode pool looks nothing up
+        assert fast["summary"]["pools"]["prefill"]["prefix_cache"]["cached_tokens"] > 0
+        assert fast["summary"]["pools"]["decode"]["prefix_cache"]["queried_tokens"] == 0
     if "one-token" in name:  # some finish on the prefill side, from inside the kernel's calls
         assert 0 < split["transfers"] < fast["summary"]["requests"]
 

@@ -86,8 +86,13 @@ HANDED_OFF = -1.0
     RANGE_CONTEXT,
     RANGE_NEW_LO,
     RANGE_NEW_HI,
-) = range(STEP_STATE, STEP_STATE + 20)
-STATE = STEP_STATE + 20
+    # A decode replica's draft-model prompt passes owed (``DecodeReplica.prompt_pass``): rows,
+    # tokens, query-key pairs.
+    OWED_ROWS,
+    OWED_TOKENS,
+    OWED_PAIRS,
+) = range(STEP_STATE, STEP_STATE + 23)
+STATE = STEP_STATE + 23
 
 # ``ct``: counts in and out.
 (
@@ -130,5 +135,9 @@ STATE = STEP_STATE + 20
     PADDED,  # 1: padded attention (``engine.padded_attention``)
     CHECKS_RANGES,  # 1: the profile's range still reports a query outside it (``RANGE_*``)
     HANDS_OFF,  # 1: a prefill replica's (``disagg.PrefillReplica``): a prompt through leaves
-) = range(39)
-COUNTS = 39
+    # 1: a decode replica's (``disagg.DecodeReplica``): a request whose KV cache has arrived
+    # joins the batch without prefill, and nothing is looked up in a prefix cache.
+    JOINS,
+    PROMPT_PASS,  # 1: a request that joins owes its draft model's prompt pass (``OWED_*``)
+) = range(41)
+COUNTS = 41
