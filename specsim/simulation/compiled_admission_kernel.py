@@ -82,12 +82,13 @@ from specsim.simulation.compiled_layout import (
 
 
 @_inner
-def _admit(req, queue, prefilling, levels, batch, places, st, ct, lookahead, max_batch):
+def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
     """``Admission.admit`` at ``st[NOW]`` (a prefix cache whose hits are by request,
     ``req[c, HIT]``, and no block size; on a decode replica, ``DecodeAdmission``'s joins);
     False where the next request to start needs an acceptance level beyond ``levels`` (Python
-    draws them)."""
+    draws them). ``places``: as ``serving_loop`` holds them (the queue among them)."""
     count = req.shape[0]
+    queue, max_batch = places[5], batch[0].shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
         return True

@@ -239,7 +239,7 @@ def serving_loop(
                 break
             st[NOW] = arrivals[0, ct[ARRIVALS_AT]]  # idle until the next arrival
             continue
-        if not _admit(req, queue, prefilling, levels, batch, places, st, ct, lookahead, capacity):
+        if not _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
             break
         # Admission stopped short of the queue's tail only where a request still waits (FCFS),
         # the batch is full or the prompt budget spent: else one queued last would have joined.
