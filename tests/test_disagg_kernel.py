@@ -8,7 +8,8 @@ their first decode iteration (``JOINS``, ``PROMPT_PASS``), as ``disagg.PrefillRe
 Identity with the per-iteration reference (every record, each replica's engine statistics,
 the summary and requests.csv: ``test_sim_identity.assert_identical``) for 1P1D and 2P3D under
 round robin and least outstanding, a draft model (its prompt pass owed on the decode side) and
-heads (hidden states moved), a saturated decode pool with a queue and preemption, one-token
+heads (hidden states moved), a saturated decode pool with a queue and preemption (also under
+a small token budget), one-token
 outputs (which finish on the prefill side), prefix hits on the prefill pool, and prefill
 chunked or not; the kernel runs most of
 both pools' iterations in each. Planted faults (a call's hand-offs applied in another
@@ -73,6 +74,10 @@ CASES = {
             "output": {"dist": "uniform", "low": 1, "high": 120},
             "prefix": {"source": "fraction", "fraction": 0.5, "hit_rate": 0.5},
         },
+    },
+    "1P1D, saturated decode pool, small budget": {
+        "engine": {"max_batch": 32, "kv_capacity_tokens": 2500, "max_batched_tokens": 96},
+        "workload": {"rate": 60.0, "output": {"dist": "uniform", "low": 1, "high": 120}},
     },
     "1P3D, busy prefill, small budget": {
         "split": {"decode": {"replicas": 3}},
