@@ -9,11 +9,10 @@ Identity with the per-iteration reference (every record, each replica's engine s
 the summary and requests.csv: ``test_sim_identity.assert_identical``) for 1P1D and 2P3D under
 round robin and least outstanding, a draft model (its prompt pass owed on the decode side) and
 heads (hidden states moved), a saturated decode pool with a queue and preemption (also under
-a small token budget), one-token
-outputs (which finish on the prefill side), prefix hits on the prefill pool, and prefill
-chunked or not; the kernel runs most of
-both pools' iterations in each. Planted faults (a call's hand-offs applied in another
-order, hand-offs taken for finishes, calls that run on past a hand-off) fail them.
+a small token budget), one-token outputs (which finish on the prefill side), prefix hits on
+the prefill pool, and prefill chunked or not; the kernel runs most of both pools' iterations
+in each. Planted faults (a call's hand-offs applied in another order, hand-offs taken for
+finishes, calls that run on past a hand-off) fail them.
 """
 
 from __future__ import annotations
