@@ -35,12 +35,14 @@ from specsim.simulation.compiled_layout import (
     FIRST_LO,
     FREE_N,
     GENERATED,
+    HANDED_OFF,
     HIGH,
     HIT,
     HORIZON,
     ISSUE_LEFT,
     ISSUED,
     JOINED,
+    JOINS,
     KV_CAPACITY,
     LENGTHS_AT,
     LEVEL,
@@ -51,6 +53,9 @@ from specsim.simulation.compiled_layout import (
     OPENED_AT,
     OPENED_EMITTED,
     OUTPUT,
+    OWED_PAIRS,
+    OWED_ROWS,
+    OWED_TOKENS,
     P_HEAD,
     P_LEN,
     PEND_HEAD,
@@ -62,6 +67,7 @@ from specsim.simulation.compiled_layout import (
     PREFIX_HITS,
     PREFIX_QUERIED,
     PROMPT,
+    PROMPT_PASS,
     Q_HEAD,
     Q_LEN,
     RECORDS,
@@ -76,24 +82,27 @@ from specsim.simulation.compiled_layout import (
 
 
 @_inner
-def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
+def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
     """``Admission.admit`` at ``st[NOW]`` (a prefix cache whose hits are by request,
-    ``req[c, HIT]``, and no block size); False where the next request to start needs an
-    acceptance level beyond ``levels`` (Python draws them)."""
+    ``req[c, HIT]``, and no block size; on a decode replica, ``DecodeAdmission``'s joins);
+    False where the next request to start needs an acceptance level beyond ``levels`` (Python
+    draws them). ``places``: as ``serving_loop`` holds them (the queue among them)."""
     count = req.shape[0]
+    queue, max_batch = places[5], batch[0].shape[0]
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
         return True
     used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
     while ct[Q_LEN] and running < max_batch:
         c = queue[ct[Q_HEAD]]
-        if not ct[PREFILL_APART] and st[PENDING] >= st[TOKEN_BUDGET]:
+        joins = ct[JOINS] and req[c, PREFILLED] > 0  # preemption sets it back to 0
+        if not (joins or ct[PREFILL_APART]) and st[PENDING] >= st[TOKEN_BUDGET]:
             break
         need = req[c, TARGET] + lookahead
         if used + need > st[KV_CAPACITY]:
             break
         first_time = req[c, SCHEDULED] < 0
-        if first_time and ct[LEVELS_AT] == levels.shape[0]:
+        if (first_time or joins) and ct[LEVELS_AT] == levels.shape[0]:
             return False
         ct[Q_HEAD] = (ct[Q_HEAD] + 1) % count
         ct[Q_LEN] -= 1
@@ -101,18 +110,44 @@ def _admit(req, queue, prefilling, levels, st, ct, lookahead, max_batch):
         ct[ADMISSIONS] += 1
         if first_time:
             req[c, SCHEDULED] = st[NOW]
+        if first_time or joins:  # a join takes a level from this pool's levels
             req[c, LEVEL] = levels[ct[LEVELS_AT]]
             ct[LEVELS_AT] += 1
-        req[c, PREFILLED] = req[c, HIT]  # prefill starts past the hit (every admission)
-        st[PREFIX_QUERIED] += req[c, TARGET]
-        st[PREFIX_HITS] += req[c, HIT]
-        prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
-        ct[P_LEN] += 1
-        st[RESERVED] += req[c, TARGET] + lookahead
-        st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
+        if joins:
+            _join(req, c, batch, places, st, ct)
+        else:
+            _start_prefill(req, c, prefilling, st, ct, lookahead)
         used += need
         running += 1
     return True
+
+
+@_inner
+def _start_prefill(req, c, prefilling, st, ct, lookahead):
+    """``Admission._start_prefill`` past the level: prefill starts past the hit (every
+    admission; a decode replica looks nothing up, ``DecodeAdmission._cached``)."""
+    count = req.shape[0]
+    req[c, PREFILLED] = req[c, HIT]
+    if not ct[JOINS]:
+        st[PREFIX_QUERIED] += req[c, TARGET]
+        st[PREFIX_HITS] += req[c, HIT]
+    prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
+    ct[P_LEN] += 1
+    st[RESERVED] += req[c, TARGET] + lookahead
+    st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
+
+
+@_inner
+def _join(req, c, batch, places, st, ct):
+    """``DecodeReplica._join``: the request starts decoding with the KV cache it brought, owing
+    its draft model's pass over the prompt where the drafter keeps a cache of its own."""
+    slot_row, join_step, join_left, free = places[0], places[1], places[2], places[3]
+    _start_decoding(req, c, batch, slot_row, join_step, join_left, free, st, ct)
+    if ct[PROMPT_PASS]:
+        prompt = req[c, PROMPT]
+        st[OWED_ROWS] += 1.0
+        st[OWED_TOKENS] += prompt
+        st[OWED_PAIRS] += prompt * (prompt + 1) / 2.0
 
 
 @_inner
@@ -162,21 +197,42 @@ def _release_pending(req, queue, pending, st, ct):
 
 
 @_inner
-def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
-    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
-    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
-    in the row (or the client refused), queued, or with an API server's delay
-    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
+def _record(req, c, now, records, ct):
+    """The request's record at ``now``: the sink's row up to preemptions."""
     r = ct[RECORDS]
     for j, field in enumerate(
         (RID, ARRIVAL, SCHEDULED, FIRST, -1, PROMPT, OUTPUT, STEPS, DRAFTED, ACCEPTED, PREEMPTIONS)
     ):
         records[r, j] = now if field < 0 else req[c, field]
     ct[RECORDS] = r + 1
+
+
+@_inner
+def _free_row(req, c, rows_free, ct):
+    """The request's row free for another."""
+    req[c, RID] = -1.0
+    rows_free[ct[ROWS_FREE_N]] = c
+    ct[ROWS_FREE_N] += 1
+
+
+@_inner
+def _hand_off(req, c, now, records, rows_free, ct):
+    """``PrefillReplica.hand_off``: the request leaves the prefill replica at ``now``, its
+    record marked by its first token (``HANDED_OFF``: the decode replica streams it)."""
+    req[c, FIRST] = HANDED_OFF
+    _record(req, c, now, records, ct)
+    _free_row(req, c, rows_free, ct)
+
+
+@_inner
+def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
+    """``Replica._finish``: the record; then, for closed-loop clients (no think time),
+    ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
+    in the row (or the client refused), queued, or with an API server's delay
+    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
+    _record(req, c, now, records, ct)
     if not ct[CLIENTS]:
-        req[c, RID] = -1.0  # the row is free
-        rows_free[ct[ROWS_FREE_N]] = c
-        ct[ROWS_FREE_N] += 1
+        _free_row(req, c, rows_free, ct)
         return
     rid = req[c, RID]
     if ct[FIRST_LO] <= rid < ct[FIRST_HI]:

@@ -59,6 +59,9 @@ REQUEST_FIELDS = (
 )
 TIME_FIELDS = frozenset({"arrival", "scheduled", "first_token"})
 RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool are Python's)
+# A prefill replica's hand-off is a record whose first token is this (the decode side streams
+# it, ``disagg.PrefillReplica.hand_off``); its end is the hand-off's time.
+HANDED_OFF = -1.0
 
 # ``st``: floats in and out (the decode step's, then these).
 (
@@ -83,8 +86,13 @@ RECORD = 11  # a record: the sink's row up to preemptions (the replica and pool 
     RANGE_CONTEXT,
     RANGE_NEW_LO,
     RANGE_NEW_HI,
-) = range(STEP_STATE, STEP_STATE + 20)
-STATE = STEP_STATE + 20
+    # A decode replica's draft-model prompt passes owed (``DecodeReplica.prompt_pass``): rows,
+    # tokens, query-key pairs.
+    OWED_ROWS,
+    OWED_TOKENS,
+    OWED_PAIRS,
+) = range(STEP_STATE, STEP_STATE + 23)
+STATE = STEP_STATE + 23
 
 # ``ct``: counts in and out.
 (
@@ -126,5 +134,10 @@ STATE = STEP_STATE + 20
     JITTERED,  # 1: iteration times take the replica's multipliers (``Jitter``)
     PADDED,  # 1: padded attention (``engine.padded_attention``)
     CHECKS_RANGES,  # 1: the profile's range still reports a query outside it (``RANGE_*``)
-) = range(38)
-COUNTS = 38
+    HANDS_OFF,  # 1: a prefill replica's (``disagg.PrefillReplica``): a prompt through leaves
+    # 1: a decode replica's (``disagg.DecodeReplica``): a request whose KV cache has arrived
+    # joins the batch without prefill, and nothing is looked up in a prefix cache.
+    JOINS,
+    PROMPT_PASS,  # 1: a request that joins owes its draft model's prompt pass (``OWED_*``)
+) = range(41)
+COUNTS = 41

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.simulation.compiled_admission_kernel import _finish, _start_decoding
+from specsim.simulation.compiled_admission_kernel import _finish, _hand_off, _start_decoding
 from specsim.simulation.compiled_kernels import _inner, _jit
 from specsim.simulation.compiled_layout import (
     FIRST,
     GENERATED,
+    HANDS_OFF,
     OUTPUT,
     P_HEAD,
     P_LEN,
@@ -180,13 +181,16 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
 @_inner
 def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, ct, lookahead, end):
     """The prompts' chunks run by ``end`` (``Replica._finish_prefills``): those now through
-    finish (their first token their last) or start decoding."""
+    finish (their first token their last), or start decoding, or on a prefill replica leave
+    for the decode pool (``PrefillReplica._finish_prefills``)."""
     slot_row, join_step, join_left, free, records, queue, pending, rows_free = places
     through = _complete(req, prefilling, p_rows, chunk, done, st, ct, lookahead, end)
     for j in range(through):
         client = done[j]
         if req[client, GENERATED] >= req[client, OUTPUT]:
             _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
+        elif ct[HANDS_OFF]:
+            _hand_off(req, client, end, records, rows_free, ct)
         else:
             _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
 

@@ -46,7 +46,6 @@ class ServingLoop(ServingTable):
         decode = kernel_tables(replica)
         if (
             decode is None
-            or not replica.serving_kernel
             or not replica.admission.prefix.by_request
             or (clients is not None and clients.source.think_mean > 0)
         ):

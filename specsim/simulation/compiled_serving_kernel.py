@@ -20,6 +20,8 @@ range where that still warns or raises (Python runs it, as the reference does), 
 left to run; and where Python asks it to, after a given number of iterations or after the
 iteration in which a request finishes (a fleet's replica, ``fleet_serving.py``). What it did of
 that iteration before stopping (admission, preemption) is what Python's would do first.
+A split fleet's replicas (``disagg.py``) run it too: a prefill replica's prompts through leave
+as hand-off records, and a decode replica's requests join with their KV cache.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from specsim.simulation.compiled_layout import (
     DRAWN,
     EMITTED,
     FILLED,
+    FIRST,
     GENERATED,
     HELD,
     HIGH,
@@ -55,12 +58,16 @@ from specsim.simulation.compiled_layout import (
     ITERATIONS,
     JITTERED,
     JOINED,
+    JOINS,
     LENGTHS_AT,
     LOGGED,
     MORE_ARRIVALS,
     NOW,
     OPEN_UNTIL,
     OUTPUT,
+    OWED_PAIRS,
+    OWED_ROWS,
+    OWED_TOKENS,
     P_LEN,
     PADDED,
     PEND_HEAD,
@@ -89,6 +96,7 @@ from specsim.simulation.compiled_step_kernel import (
     T_FLOPS,
     _decode_s,
     _draft_prefill_flops,
+    _draft_prefill_s,
     _mixed_s,
     apply_step,
     draw_rows,
@@ -113,6 +121,26 @@ def _advance(trace, st, ct, end):
     trace[0, ct[ITERATIONS]] = end
     trace[1, ct[ITERATIONS]] = st[EMITTED]
     ct[ITERATIONS] += 1
+
+
+@_inner
+def _owed_prompt_pass(c, st):
+    """``DecodeReplica._plan_mixed``: the seconds of the draft model's prompt passes the rows
+    that joined owe (their FLOPs counted), charged in this iteration."""
+    rows, tokens, pairs = st[OWED_ROWS], st[OWED_TOKENS], st[OWED_PAIRS]
+    st[PREFILL_FLOPS] += _draft_prefill_flops(c, tokens, pairs)
+    st[OWED_ROWS] = st[OWED_TOKENS] = st[OWED_PAIRS] = 0.0
+    return _draft_prefill_s(c, rows, tokens, 0.0, pairs)
+
+
+@_inner
+def _first_tokens(req, slot_row, used, end):
+    """``DecodeReplica._apply_mixed``: the rows that joined with their KV cache (no first token
+    yet) stream it at the end of their first decode iteration."""
+    for s in range(used):
+        row = slot_row[s]
+        if row >= 0 and req[row, FIRST] < 0:
+            req[row, FIRST] = end
 
 
 @_jit
@@ -211,14 +239,15 @@ def serving_loop(
                 break
             st[NOW] = arrivals[0, ct[ARRIVALS_AT]]  # idle until the next arrival
             continue
-        if not _admit(req, queue, prefilling, levels, st, ct, lookahead, capacity):
+        if not _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
             break
         # Admission stopped short of the queue's tail only where a request still waits (FCFS),
         # the batch is full or the prompt budget spent: else one queued last would have joined.
-        # Without chunked prefill the budget stops no admission, and prompts waiting run whole
-        # in an iteration of their own, with no room made first (``_prompts_apart``).
+        # Without chunked prefill the budget stops no admission (nor a join on a decode
+        # replica), and prompts waiting run whole in an iteration of their own, with no room
+        # made first (``_prompts_apart``).
         apart = ct[PREFILL_APART] and ct[P_LEN]
-        spent = st[PENDING] >= st[TOKEN_BUDGET] and not ct[PREFILL_APART]
+        spent = st[PENDING] >= st[TOKEN_BUDGET] and not (ct[PREFILL_APART] or ct[JOINS])
         if not (ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or spent):
             ct[OPEN_UNTIL] = ct[ITERATIONS] + 1
         if not apart and not _make_room(
@@ -325,6 +354,8 @@ def serving_loop(
             dt = _mixed_s(
                 c, k, rows, new_tokens, charged_kv, charged_pairs, p_rows, p_tokens, p_kv, p_pairs
             )
+        if st[OWED_ROWS]:
+            dt += _owed_prompt_pass(c, st)
         dt = _jittered(dt, trace, ct, rows == 0)
         end = now + dt
         # First tokens count before any finish, which may end the steady window.
@@ -353,6 +384,8 @@ def serving_loop(
             )
             ct[FILLED] += used
             ct[DECODE_STEPS] += 1
+            if ct[JOINS] and ct[JOINED]:
+                _first_tokens(req, slot_row, used, end)
             ct[JOINED] = 0
             for s in range(used):
                 if accepted[s] > remaining[s] * 64.0:  # emitted something, nothing left

@@ -42,7 +42,7 @@ for _function in formula.FUNCTIONS:
     register_jitable(_function)
 _decode_s, _mixed_s = formula.decode_s, formula.mixed_s
 _draft_flops, _wasted_per_position = formula.draft_flops, formula.wasted_per_position
-_draft_prefill_flops = formula.draft_prefill_flops
+_draft_prefill_flops, _draft_prefill_s = formula.draft_prefill_flops, formula.draft_prefill_s
 # The vector's slots the serving kernel reads directly.
 T_ATTN, T_FLOPS = formula.T_ATTN, formula.T_FLOPS
 

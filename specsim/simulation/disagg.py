@@ -30,6 +30,10 @@ decodes them, and each prompt's KV cache crosses a link between the two.
   whole blocks as co-located rows) and streams the first token with its first decode step's
   output: TTFT = queueing + prefill + transfer + (a wait for room) + that first decode
   iteration. A request preempted on the decode side recomputes its whole prompt there.
+- On the fast path both pools run the compiled serving kernel behind their routers
+  (``fleet_serving.py``): a prefill replica's call stops after an iteration that hands a
+  prompt off (``compiled_layout.HANDS_OFF``), and a decode replica's joins, first tokens and
+  owed prompt passes are kernel rules too (``JOINS``, ``PROMPT_PASS``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from specsim.hardware import load_hardware
 from specsim.metrics import exact_summary
 from specsim.profile.kinds import reads_hidden_states
 from specsim.simulation.admission import Admission
+from specsim.simulation.compiled_layout import HANDED_OFF
 from specsim.simulation.fleet import Fleet
 from specsim.simulation.plans import Plan
 from specsim.simulation.replica import Replica
@@ -123,10 +128,11 @@ class DecodeAdmission(Admission):
 
 
 class PrefillReplica(Replica):
-    """Prefill only: a request whose prompt is through goes to ``handoff`` (unless its first
-    token was its last). Its prefix cache (``prefix``) remembers the prompts it computed."""
+    """Prefill only: a request whose prompt is through leaves for the decode pool
+    (``hand_off``) unless its first token was its last. Its prefix cache (``prefix``)
+    remembers the prompts it computed."""
 
-    serving_kernel = False  # the kernel finishes a prefill as a lone replica does
+    hands_off = True  # the serving kernel hands them off too (``compiled_layout.HANDS_OFF``)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -134,23 +140,28 @@ class PrefillReplica(Replica):
         self.admission = PrefillAdmission(
             engine, self.kv_lookahead, self.kv_capacity, self.acceptance, old.rng, old.prefix
         )
-        self.handoff = None  # set by the fleet: (replica, request, now)
+        self.to_decode = None  # set by the fleet: (replica, request, now)
 
     def _finish_prefills(self, chunks, now: float) -> None:
         for request in self.admission.complete(chunks, now):
             if request.generated >= request.output:
                 self._finish(request, now)
-                continue
-            self.outstanding -= 1
-            self.admission.finished(request)  # its blocks stay cached once sent
-            request.first_token = -1.0  # the decode replica streams it
-            self.handoff(self, request, now)
+            else:
+                self.hand_off(request, now)
+
+    def hand_off(self, request: Request, now: float) -> None:
+        """The request's prompt is through: it leaves (its blocks stay cached once sent) for a
+        decode replica, which streams its first token."""
+        self.outstanding -= 1
+        self.admission.finished(request)
+        request.first_token = HANDED_OFF
+        self.to_decode(self, request, now)
 
 
 class DecodeReplica(Replica):
     """Decode with speculation; requests arrive with their KV cache (``receive``)."""
 
-    serving_kernel = False  # the kernel knows no joining with a KV cache
+    joins = True  # the serving kernel joins them too (``compiled_layout.JOINS``)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -158,45 +169,37 @@ class DecodeReplica(Replica):
         self.admission = DecodeAdmission(
             engine, self.kv_lookahead, self.kv_capacity, self.acceptance, old.rng, join=self._join
         )
-        self.draft_prompt_pass = False  # set by the fleet for a drafter with its own cache
-        self._first_pending: list[Request] = []  # joined; first token not yet streamed
-        self._prompt_pass = [0, 0.0, 0.0]  # the draft model's prompt pass owed: rows, tokens, pairs
+        self.prompt_pass = [0, 0.0, 0.0]  # the draft model's prompt passes owed
 
     def expect(self) -> None:
         """A transfer to this replica has begun (the router counts it as outstanding)."""
         self.outstanding += 1
 
-    def receive(self, request: Request) -> None:
-        """The request's KV cache has arrived: queue it (as ``enqueue``, already counted)."""
-        self.admission.queue.append(request)
-        if self.idle_event is not None:
-            event, self.idle_event = self.idle_event, None
-            event.succeed()
-
     def _join(self, request: Request) -> None:
         self._start_decoding(request)
-        self._first_pending.append(request)
         if self.draft_prompt_pass:
-            owed, prompt = self._prompt_pass, float(request.prompt)
+            owed, prompt = self.prompt_pass, float(request.prompt)
             owed[0] += 1
             owed[1] += prompt
             owed[2] += prompt * (prompt + 1) / 2.0
 
     def _plan_mixed(self) -> Plan:
         plan = super()._plan_mixed()
-        rows, tokens, pairs = self._prompt_pass
+        rows, tokens, pairs = self.prompt_pass
         if rows:
             costs = self.costs
             plan.seconds += costs.draft_prefill_s(rows, tokens, 0.0, pairs)
             self.stats.flops["prefill"] += costs.draft_prefill_flops(tokens, pairs)
-            self._prompt_pass = [0, 0.0, 0.0]
+            self.prompt_pass = [0, 0.0, 0.0]
         return plan
 
     def _apply_mixed(self, plan: Plan, now: float, start: float) -> None:
-        for request in self._first_pending:
-            if request.prefilled > 0:  # not preempted before its first step
-                request.first_token = now
-        self._first_pending.clear()
+        # The rows that joined since the last decode iteration and are still decoding (not
+        # preempted) have no first token yet: it comes with this iteration's output.
+        if plan.decode is not None and plan.decode.joined:
+            for request in self.slot_request[: self.high]:
+                if request is not None and request.first_token < 0:
+                    request.first_token = now
         super()._apply_mixed(plan, now, start)
 
 
@@ -225,7 +228,7 @@ class DisaggregatedFleet:
         check_transfer_sizes(self.target, self.hidden_states, prefill_setup.costs.profile.path)
         self._sender = {id(r): i for i, r in enumerate(prefill)}
         for replica in prefill:
-            replica.handoff = self.handoff
+            replica.to_decode = self.handoff
         for replica in decode:
             # A drafter with a cache of its own builds it over the prompt on the decode side.
             passes = decode_setup.costs.drafter.passes

@@ -35,6 +35,7 @@ from specsim.simulation.compiled_layout import (
     DRAWN,
     EMITTED,
     FILLED,
+    HANDED_OFF,
     HIT,
     ITERATIONS,
     LOGGED,
@@ -237,13 +238,19 @@ class FleetServing(ServingLoop):
         return self.by_row
 
     def _write_records(self, replica) -> None:
-        """Each finished request's record and its client's and router's turn, in the order
-        the iterations finished them (``Replica._finish``)."""
+        """Each finished request's record and its client's and router's turn, or a prefill
+        replica's hand-off, in the order the iterations made them (``Replica._finish``,
+        ``PrefillReplica.hand_off``)."""
         for values in self.records[: int(self.ct[RECORDS])].tolist():
             request = self.packed.pop(int(values[0]))
             request.scheduled, request.first_token = values[2], values[3]
             request.steps, request.drafted, request.accepted = (int(v) for v in values[7:10])
             request.preemptions = int(values[10])
+            if values[3] == HANDED_OFF:  # its prompt through and its first token sampled
+                request.prefilled = request.prefill_target
+                request.generated += 1
+                replica.hand_off(request, values[4])
+                continue
             request.generated = request.output
             replica._finish(request, values[4])
         self.ct[RECORDS] = 0

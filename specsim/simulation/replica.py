@@ -56,7 +56,10 @@ _count_nonzero = np.count_nonzero
 class Replica:
     """A serving engine with its own queue, batch, KV cache and random stream."""
 
-    serving_kernel = True  # the compiled serving loop knows its rules (``compiled_serving``)
+    hands_off = False  # a prompt through starts decoding here (``disagg.PrefillReplica``: not)
+    joins = False  # requests arrive with their KV cache (``disagg.DecodeReplica``)
+    draft_prompt_pass = False  # and owe the draft model's prompt pass (set by the fleet)
+    prompt_pass = (0, 0.0, 0.0)  # the passes owed: rows, tokens, query-key pairs
 
     def __init__(
         self,
@@ -177,11 +180,15 @@ class Replica:
     # ---- queue ---------------------------------------------------------------------------
     def enqueue(self, request: Request) -> None:
         """Queue a request (refused when it could never fit the KV cache)."""
-        admission = self.admission
-        admission.check_fits(request)
+        self.admission.check_fits(request)
         self.outstanding += 1
+        self.receive(request)
+
+    def receive(self, request: Request) -> None:
+        """Queue a request already counted (into the serving loop's table where it holds the
+        replica's state), and wake the replica."""
         if self._serving is None or not self._serving.takes(request):
-            admission.queue.append(request)
+            self.admission.queue.append(request)
         if self.idle_event is not None:
             event, self.idle_event = self.idle_event, None
             event.succeed()

@@ -35,6 +35,7 @@ from specsim.simulation.compiled_layout import (
     FIRST_LEFT,
     FIRST_LO,
     FREE_N,
+    HANDS_OFF,
     HIGH,
     HIT,
     HORIZON,
@@ -42,6 +43,7 @@ from specsim.simulation.compiled_layout import (
     ISSUED,
     JITTERED,
     JOINED,
+    JOINS,
     LEVELS_AT,
     LOGGED,
     MORE_ARRIVALS,
@@ -50,6 +52,9 @@ from specsim.simulation.compiled_layout import (
     OPENED,
     OPENED_AT,
     OPENED_EMITTED,
+    OWED_PAIRS,
+    OWED_ROWS,
+    OWED_TOKENS,
     P_HEAD,
     P_LEN,
     PADDED,
@@ -57,6 +62,7 @@ from specsim.simulation.compiled_layout import (
     PEND_LEN,
     PREFILL_APART,
     PREFIX_HITS,
+    PROMPT_PASS,
     Q_HEAD,
     Q_LEN,
     RANGE_BATCH_LO,
@@ -185,6 +191,8 @@ class ServingTable:
         ct[PREFILL_APART] = not replica.chunked
         ct[JITTERED] = replica.jitter is not None
         ct[PADDED] = replica.padded
+        ct[HANDS_OFF], ct[JOINS] = replica.hands_off, replica.joins
+        ct[PROMPT_PASS] = replica.draft_prompt_pass
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
@@ -198,6 +206,7 @@ class ServingTable:
             np.inf,  # the clients' horizon, if any
             replica.token_budget,
         )
+        st[OWED_ROWS : OWED_PAIRS + 1] = replica.prompt_pass
         self._rules(replica)
         lengths = self._clients(replica) if self.clients is not None else np.zeros((3, 0))
         # At most one level for each request not yet admitted, in the order pop() takes them.
@@ -306,6 +315,8 @@ class ServingTable:
         ) = values[RESERVED:HORIZON]
         admission.prefix_queried = int(prefix_queried)
         admission.prefix_hits = int(values[PREFIX_HITS])
+        if ct[PROMPT_PASS]:
+            replica.prompt_pass = [int(values[OWED_ROWS]), values[OWED_TOKENS], values[OWED_PAIRS]]
         log.adopt(int(ct[LOGGED]), int(ct[FILLED]))
         if self.feed is not None:
             self.feed.taken(taken)
