@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
+from specsim import axes
 from specsim.axes import (
     MIN_CONTRAST,
     contrast_on_white,
@@ -12,7 +15,7 @@ from specsim.axes import (
     palette,
     styles,
 )
-from specsim.planning.plots import Figure, Panel, Series, build_figure
+from specsim.planning.plots import Figure, Panel, Series, build_figure, render_png
 
 
 def _drawn(fig) -> None:
@@ -170,6 +173,34 @@ def test_tick_labels_never_run_together():
     fig.axes[1].set_xticks(ks, [f"k={k}" for k in ks], rotation=0)
     fig.canvas.draw()
     assert overlapping_ticks(fig)
+
+
+def test_the_png_has_the_bytes_of_drawing_each_layout_and_saving(monkeypatch):
+    """The figure is laid out without drawing, then rendered in the draw that lays it out
+    again; its bytes are those of laying it out in draws and ``savefig`` (which draws once more
+    before rendering): for a panel whose legend beside it moves the axes between the two
+    layouts, and for panels whose tick labels were thinned and turned."""
+    loads = [2.0, 6.0, 10.0, 14.0]
+    legend = Panel(
+        "speed-up",
+        "load",
+        "speed-up",
+        [Series("static", loads, [1.62, 1.71, 1.62, 1.11]), Series("table", loads, [1.6] * 4)],
+    )
+    xs = [1000.00241, 1000.00263, 1000.00287, 1000.00313, 1000.00377]
+    numeric = Panel("TPOT", "TPOT", "share", [Series("a", xs, [1] * 5)], x_from=None)
+    ks = list(range(31))
+    fixed = Panel("k", "k", "share", [Series("a", ks, [1] * len(ks))])
+    fixed.xticks = ([float(k) for k in ks], [f"k={k}" for k in ks[:-1]] + ["adapt."])
+    figures = [[legend], [numeric, fixed]]
+    pngs = [render_png(panels, ncols=2, dpi=60) for panels in figures]
+    assert pngs == [render_png(panels, ncols=2, dpi=60) for panels in figures]  # same bytes
+    monkeypatch.setattr(axes, "lay_out", lambda fig: fig.draw_without_rendering())
+    for panels, png in zip(figures, pngs, strict=True):
+        drawn = io.BytesIO()
+        fig = build_figure(panels, ncols=2, dpi=60)
+        fig.savefig(drawn, format="png", metadata={"Software": None})
+        assert png == drawn.getvalue()
 
 
 def test_the_csv_names_the_unit_of_every_number():

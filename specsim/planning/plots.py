@@ -124,9 +124,25 @@ def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):
 
 def render_png(panels: list[Panel], ncols: int = 2, dpi: int = 110) -> bytes:
     """Draw the panels in a grid and return PNG bytes (deterministic: no timestamp metadata)."""
-    fig = build_figure(panels, ncols, dpi)
+    return png_bytes(build_figure(panels, ncols, dpi))
+
+
+def png_bytes(fig) -> bytes:
+    """The figure's PNG, the bytes ``fig.savefig(buf, format="png", metadata={"Software":
+    None})`` writes, in one draw: savefig lays the figure out in a draw of its own, without
+    rendering, before the draw that renders; here the rendering draw lays it out itself."""
+    from matplotlib.image import imsave
+
+    fig.canvas.draw()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
+    imsave(
+        buf,
+        fig.canvas.buffer_rgba(),
+        format="png",
+        origin="upper",
+        dpi=fig.dpi,
+        metadata={"Software": None},
+    )
     return buf.getvalue()
 
 
