@@ -28,6 +28,7 @@ the JSON record ``benchmarks/run.py`` reads.
 
     python benchmarks/bench_planner.py            # the full measurement (several minutes)
     python benchmarks/bench_planner.py --quick    # 200 requests per simulation, for a smoke run
+    python benchmarks/bench_planner.py --tour     # the README tour against the reference loop only
 """
 
 from __future__ import annotations
@@ -259,6 +260,9 @@ def environment(**values: str):
 
 
 def main(argv: list[str]) -> dict:
+    if "--tour" in argv:
+        with tempfile.TemporaryDirectory(prefix="bench-tour-") as tmp:
+            return {"name": "planner-tour", "figures": tour(Path(tmp))}
     from dask.distributed import LocalCluster
 
     from specsim.planning.swap import swap
