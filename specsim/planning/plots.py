@@ -135,7 +135,8 @@ def render_png(panels: list[Panel], ncols: int = 2, dpi: int = 110) -> bytes:
 def png_bytes(fig) -> bytes:
     """The figure's PNG, the bytes ``fig.savefig(buf, format="png", metadata={"Software":
     None})`` writes, in one draw: savefig lays the figure out in a draw of its own, without
-    rendering, before the draw that renders; here the rendering draw lays it out itself."""
+    rendering, before the draw that renders; here the rendering draw lays it out itself (where
+    the figure still has a layout engine)."""
     from matplotlib.image import imsave
 
     fig.canvas.draw()
