@@ -19,7 +19,8 @@ Measures, in one process on this machine:
 - the README tour's ``plan window`` command at ``--workers 1`` (``TOUR``), a fresh process, in CPU
   seconds against a fixed pure-Python reference loop run the same way (``REFERENCE_LOOP``: a
   SimPy single-server queue, the simulator's kind of Python without specsim), each run
-  ``TOUR_RUNS`` times alternately; and the tour's CPU in parts (imports, simulations, report).
+  ``TOUR_RUNS`` times alternately; and the tour's CPU in parts (simulations, report, the rest:
+  imports, inputs, the CLI), timed inside one more run (``TIMED_TOUR``).
 
 The third drafter is a benchmark fixture: a copy of the 1B drafter with acceptance raised by 0.05
 per position, so that the sweep has three drafters on the shipped profile. The last stdout line is
@@ -27,13 +28,13 @@ the JSON record ``benchmarks/run.py`` reads.
 
     python benchmarks/bench_planner.py            # the full measurement (several minutes)
     python benchmarks/bench_planner.py --quick    # 200 requests per simulation, for a smoke run
+    python benchmarks/bench_planner.py --tour     # the README tour against the reference loop only
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pstats
 import resource
 import statistics
 import subprocess
@@ -86,6 +87,31 @@ def arrivals(env):
         env.process(customer(env))
 env.process(arrivals(env))
 env.run()
+"""
+# The tour's command with the process time of its simulations and of its report summed as they
+# run, written as JSON to argv[1]. Timed in place, not under a profiler: a profiler's own cost
+# is higher per call in interpreted code, so it inflates the report against the compiled kernels.
+TIMED_TOUR = """
+import json, runpy, sys, time
+import specsim.planning.report as report
+import specsim.simulation as simulation
+spent = {"simulations": 0.0, "report": 0.0}
+def timed(part, function):
+    def run(*args, **kwargs):
+        started = time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[part] += time.process_time() - started
+    return run
+simulation.run_simulation = timed("simulations", simulation.run_simulation)
+report.write_report = timed("report", report.write_report)
+parts, sys.argv = sys.argv[1], ["specsim", *sys.argv[2:]]
+try:
+    runpy.run_module("specsim", run_name="__main__", alter_sys=True)
+finally:
+    with open(parts, "w") as file:
+        json.dump(spent, file)
 """
 
 
@@ -189,42 +215,33 @@ def child_cpu_s(argv: list[str], out: Path | None = None) -> float:
 
 def tour(folder: Path) -> dict:
     """The README tour's ``plan window`` (a fresh folder per run, so it simulates every point)
-    against the reference loop, alternately; then its CPU in parts, from one profiled run."""
+    against the reference loop, alternately; then its CPU in parts, from one more run."""
     tour_s, reference_s = [], []
     for run in range(TOUR_RUNS):
         out = folder / f"tour{run}"
         tour_s.append(child_cpu_s([sys.executable, "-m", "specsim", *TOUR, "--out", str(out)]))
         reference_s.append(child_cpu_s([sys.executable, "-c", REFERENCE_LOOP]))
-    parts = tour_parts(folder / "tour-profiled")
+    parts = tour_parts(folder / "tour-timed")
     ratios = [t / r for t, r in zip(tour_s, reference_s, strict=True)]
+    total = sum(parts.values())
     return {
         "tour_cpu_s": [round(t, 2) for t in tour_s],
         "reference_loop_cpu_s": [round(r, 2) for r in reference_s],
         "tour_over_reference": [round(r, 3) for r in ratios],
         "tour_over_reference_median": round(statistics.median(ratios), 3),
         "tour_target_ratio": 1.4,
-        **{f"tour_{name}_share": share for name, share in parts.items()},
+        "tour_parts_cpu_s": {name: round(cpu, 2) for name, cpu in parts.items()},
+        **{f"tour_{name}_share": round(cpu / total, 3) for name, cpu in parts.items()},
     }
 
 
 def tour_parts(out: Path) -> dict:
-    """Shares of one tour run's profiled time: its simulations, its report (figures and tables
+    """CPU seconds of one tour run in parts: its simulations, its report (figures and tables
     written), and the rest (imports, reading inputs, the CLI)."""
-    stats_file = out.with_suffix(".prof")
-    argv = [sys.executable, "-m", "cProfile", "-o", str(stats_file), "-m", "specsim"]
-    child_cpu_s([*argv, *TOUR, "--out", str(out)])
-    stats = pstats.Stats(str(stats_file)).stats
-    total = max(v[3] for v in stats.values())
-
-    def cumulative(function: str) -> float:
-        return sum(v[3] for k, v in stats.items() if k[2] == function and "specsim" in k[0])
-
-    simulations, report = cumulative("run_simulation"), cumulative("write_report")
-    return {
-        "simulations": round(simulations / total, 3),
-        "report": round(report / total, 3),
-        "rest": round(1 - (simulations + report) / total, 3),
-    }
+    spent = out.with_suffix(".json")
+    total = child_cpu_s([sys.executable, "-c", TIMED_TOUR, str(spent), *TOUR, "--out", str(out)])
+    parts = json.loads(spent.read_text())
+    return {**parts, "rest": total - sum(parts.values())}
 
 
 @contextmanager
@@ -243,6 +260,9 @@ def environment(**values: str):
 
 
 def main(argv: list[str]) -> dict:
+    if "--tour" in argv:
+        with tempfile.TemporaryDirectory(prefix="bench-tour-") as tmp:
+            return {"name": "planner-tour", "figures": tour(Path(tmp))}
     from dask.distributed import LocalCluster
 
     from specsim.planning.swap import swap

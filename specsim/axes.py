@@ -163,13 +163,21 @@ def overlapping_ticks(fig) -> list[tuple[str, str]]:
     return found
 
 
+def lay_out(fig) -> None:
+    """Place the axes as the figure's layout engine would before drawing (tick labels and
+    their extents with them), without drawing: what ``separate_ticks`` reads needs no more."""
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+
+
 def separate_ticks(fig) -> None:
     """Thin the ticks of any axis whose labels run together; fixed labels (k and "adapt.")
     are turned upright first, then every other one left blank (the last, "adapt.", kept).
-    Lays the figure out (draws it) as many times as it takes."""
+    Lays the figure out as many times as it takes."""
     from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    fig.draw_without_rendering()
+    lay_out(fig)
     for _ in range(6):
         if not overlapping_ticks(fig):
             return
@@ -193,7 +201,7 @@ def separate_ticks(fig) -> None:
                     axis.set_major_locator(
                         MaxNLocator(nbins=max(2, len(boxes) // 2), integer=integer)
                     )
-        fig.draw_without_rendering()
+        lay_out(fig)
 
 
 def hollow(colour: Any) -> dict[str, Any]:

@@ -54,11 +54,16 @@ def test_import_specsim_loads_no_heavy_library_until_the_api_is_used():
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "assert 'simulate' in dir(specsim) and callable(specsim.simulate)\n"
         "print(sorted(m for m in ('pandas', 'torch') if m in sys.modules))\n"
+        "from specsim.api.results import read_table\n"
+        "read_table('a\\n1\\n')\n"
+        "print(sorted(m for m in ('pandas', 'torch') if m in sys.modules))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    assert out == ["[]", "['pandas']"]  # the API loads on first use, still no torch
+    # The API loads on first use, pandas only when a table is made (the commands make none),
+    # and never torch.
+    assert out == ["[]", "[]", "['pandas']"]
 
 
 def test_an_unknown_name_is_an_attribute_error():

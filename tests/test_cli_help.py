@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -229,3 +231,20 @@ def test_each_profile_sub_command_takes_only_its_own_options(capsys):
             build_parser().parse_args([*argv, foreign[mode], "1"])
         assert exit_.value.code == 2
         assert f"unrecognized arguments: {foreign[mode]}" in capsys.readouterr().err
+
+
+def test_a_run_imports_only_its_own_command(tmp_path):
+    """``specsim plan ...`` builds the plan command's options alone: the other commands' modules
+    (the profiler's, the checker's) stay unimported, and the top-level help is the same."""
+    argv = ["plan", "window", "missing.yaml", "--out", str(tmp_path / "out")]
+    code = (
+        "import sys\n"
+        "from specsim.cli import main\n"
+        f"assert main({argv!r}) == 2\n"
+        "print(sorted(m for m in sys.modules if m.startswith('specsim.cli.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")[0]
+    assert out == "['specsim.cli.common', 'specsim.cli.plan', 'specsim.cli.plan_options']"
+    assert build_parser("plan").format_help() == build_parser().format_help()

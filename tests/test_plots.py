@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
+from specsim import axes
 from specsim.axes import (
     MIN_CONTRAST,
     contrast_on_white,
@@ -12,7 +15,7 @@ from specsim.axes import (
     palette,
     styles,
 )
-from specsim.planning.plots import Figure, Panel, Series, build_figure
+from specsim.planning.plots import Figure, Panel, Series, build_figure, render_png
 
 
 def _drawn(fig) -> None:
@@ -170,6 +173,31 @@ def test_tick_labels_never_run_together():
     fig.axes[1].set_xticks(ks, [f"k={k}" for k in ks], rotation=0)
     fig.canvas.draw()
     assert overlapping_ticks(fig)
+
+
+def test_the_png_is_the_figure_as_laid_out_once_and_saved(monkeypatch):
+    """The PNG is drawn as the tick check laid the figure out, in one draw: the bytes of
+    ``savefig`` (one layout, then a draw without rendering and the one that renders) on the same
+    figure, for a panel whose legend beside it would move the axes in a second layout. Panels
+    whose tick labels the check thinned and turned give the same bytes each time."""
+    loads = [2.0, 6.0, 10.0, 14.0]
+    legend = Panel(
+        "speed-up",
+        "load",
+        "speed-up",
+        [Series("static", loads, [1.62, 1.71, 1.62, 1.11]), Series("table", loads, [1.6] * 4)],
+    )
+    xs = [1000.00241, 1000.00263, 1000.00287, 1000.00313, 1000.00377]
+    numeric = Panel("TPOT", "TPOT", "share", [Series("a", xs, [1] * 5)], x_from=None)
+    ks = list(range(31))
+    fixed = Panel("k", "k", "share", [Series("a", ks, [1] * len(ks))])
+    fixed.xticks = ([float(k) for k in ks], [f"k={k}" for k in ks[:-1]] + ["adapt."])
+    png = render_png([legend], dpi=60)
+    assert render_png([numeric, fixed], dpi=60) == render_png([numeric, fixed], dpi=60)
+    monkeypatch.setattr(axes, "lay_out", lambda fig: None)  # savefig's layout is the one
+    saved = io.BytesIO()
+    build_figure([legend], dpi=60).savefig(saved, format="png", metadata={"Software": None})
+    assert png == saved.getvalue()
 
 
 def test_the_csv_names_the_unit_of_every_number():

@@ -4,7 +4,8 @@ A ``Result`` is a simulation (``specsim simulate``'s folder: summary.json and re
 ``PlanResult`` a plan or a report (``specsim plan``, ``specsim report``: summary.json and one
 CSV per table and figure), a ``ValidationRun`` a ``specsim validate`` folder. Every table is a
 pandas DataFrame read from its CSV text, so a result in memory and the same result read back
-from its folder hold equal frames.
+from its folder hold equal frames. pandas is imported where a frame is made, so the commands,
+which write files and make none, do not pay for importing it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from specsim.engine.records import QUALITY_FORMATS
 from specsim.errors import SpecsimError
 from specsim.fileio import atomic_output_dir, check_output_folder, dump_json, read_text
 from specsim.parsing import parse_json
 from specsim.simulation.records import CELL_FORMATS, read_requests
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.csv"
@@ -100,6 +102,8 @@ class ValidationRun:
     @property
     def metrics(self) -> pd.DataFrame:
         """comparison.json's rows: one per metric, measured against predicted."""
+        import pandas as pd
+
         return pd.DataFrame(self.comparison["rows"])
 
     @property
@@ -122,6 +126,8 @@ class BenchValidationRun:
     def metrics(self) -> pd.DataFrame:
         """comparison.json's rows of every run: one per run and figure, measured against
         predicted."""
+        import pandas as pd
+
         rows = [
             {"run": run["name"], **row} for run in self.comparison["runs"] for row in run["rows"]
         ]
@@ -136,6 +142,8 @@ class BenchValidationRun:
 def write_requests(frame: pd.DataFrame, path: Path) -> None:
     """requests.csv from its DataFrame, each column in the format the simulator (or the real
     engine) writes it in, through the csv module's quoting as theirs is."""
+    import pandas as pd
+
     formats = {**CELL_FORMATS, **QUALITY_FORMATS}
     cells = pd.DataFrame(
         {
@@ -149,6 +157,8 @@ def write_requests(frame: pd.DataFrame, path: Path) -> None:
 def read_table(text: str) -> pd.DataFrame:
     """A report's CSV (a table's or a figure's) as a DataFrame; an empty cell is a missing value
     (the report writes one for None), every other cell is kept as written."""
+    import pandas as pd
+
     return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
 
 

@@ -54,7 +54,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command``, that subcommand's options alone (the others
+    keep their name and help), so that a run imports its own command's module only."""
     parser = OneLineParser(
         prog="specsim",
         description="Profile, simulate and plan speculative decoding for LLM serving fleets.",
@@ -62,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
+        if command is not None and name != command:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"specsim.cli.{name}")
         cmd = sub.add_parser(
             name,
@@ -84,8 +89,16 @@ def _on_sigterm(signum, frame):
     raise Terminated
 
 
+def named_command(argv: list[str]) -> str | None:
+    """The subcommand the arguments name (their first word that is no option; the top level's
+    options take no value), or None where they name none (``--help``, a misspelt command)."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(named_command(argv))
     args = parser.parse_args(argv)
     previous = None
     if threading.current_thread() is threading.main_thread():

@@ -123,10 +123,32 @@ def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):
 
 
 def render_png(panels: list[Panel], ncols: int = 2, dpi: int = 110) -> bytes:
-    """Draw the panels in a grid and return PNG bytes (deterministic: no timestamp metadata)."""
+    """Draw the panels in a grid and return PNG bytes (deterministic: no timestamp metadata).
+
+    Drawn as ``build_figure`` laid it out: its tick check lays the figure out already, and a
+    second layout moves the axes by a fraction of a pixel for as much work again."""
     fig = build_figure(panels, ncols, dpi)
+    fig.set_layout_engine("none")
+    return png_bytes(fig)
+
+
+def png_bytes(fig) -> bytes:
+    """The figure's PNG, the bytes ``fig.savefig(buf, format="png", metadata={"Software":
+    None})`` writes, in one draw: savefig lays the figure out in a draw of its own, without
+    rendering, before the draw that renders; here the rendering draw lays it out itself (where
+    the figure still has a layout engine)."""
+    from matplotlib.image import imsave
+
+    fig.canvas.draw()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
+    imsave(
+        buf,
+        fig.canvas.buffer_rgba(),
+        format="png",
+        origin="upper",
+        dpi=fig.dpi,
+        metadata={"Software": None},
+    )
     return buf.getvalue()
 
 
