@@ -175,11 +175,11 @@ def test_tick_labels_never_run_together():
     assert overlapping_ticks(fig)
 
 
-def test_the_png_is_the_figure_as_laid_out_once_and_saved(monkeypatch):
-    """The PNG is drawn as the tick check laid the figure out, in one draw: the bytes of
-    ``savefig`` (one layout, then a draw without rendering and the one that renders) on the same
-    figure, for a panel whose legend beside it would move the axes in a second layout. Panels
-    whose tick labels the check thinned and turned give the same bytes each time."""
+def test_the_png_has_the_bytes_of_drawing_each_layout_and_saving(monkeypatch):
+    """The figure is laid out without drawing, then rendered in the draw that lays it out
+    again; its bytes are those of laying it out in draws and ``savefig`` (which draws once more
+    before rendering): for a panel whose legend beside it moves the axes between the two
+    layouts, and for panels whose tick labels were thinned and turned."""
     loads = [2.0, 6.0, 10.0, 14.0]
     legend = Panel(
         "speed-up",
@@ -192,12 +192,15 @@ def test_the_png_is_the_figure_as_laid_out_once_and_saved(monkeypatch):
     ks = list(range(31))
     fixed = Panel("k", "k", "share", [Series("a", ks, [1] * len(ks))])
     fixed.xticks = ([float(k) for k in ks], [f"k={k}" for k in ks[:-1]] + ["adapt."])
-    png = render_png([legend], dpi=60)
-    assert render_png([numeric, fixed], dpi=60) == render_png([numeric, fixed], dpi=60)
-    monkeypatch.setattr(axes, "lay_out", lambda fig: None)  # savefig's layout is the one
-    saved = io.BytesIO()
-    build_figure([legend], dpi=60).savefig(saved, format="png", metadata={"Software": None})
-    assert png == saved.getvalue()
+    figures = [[legend], [numeric, fixed]]
+    pngs = [render_png(panels, ncols=2, dpi=60) for panels in figures]
+    assert pngs == [render_png(panels, ncols=2, dpi=60) for panels in figures]  # same bytes
+    monkeypatch.setattr(axes, "lay_out", lambda fig: fig.draw_without_rendering())
+    for panels, png in zip(figures, pngs, strict=True):
+        drawn = io.BytesIO()
+        fig = build_figure(panels, ncols=2, dpi=60)
+        fig.savefig(drawn, format="png", metadata={"Software": None})
+        assert png == drawn.getvalue()
 
 
 def test_the_csv_names_the_unit_of_every_number():
