@@ -128,12 +128,12 @@ def test_a_measured_mtp_profiles_acceptance_is_its_scores_walked(measured, byte_
     prompts and seed (the scores the step replay above checks against the engine)."""
     from specsim.models import load_model, load_mtp_drafter, load_tokenizer
     from specsim.profiling.acceptance import Scored, chain_statistics
-    from specsim.profiling.measure import MeasureOptions, _prompt_ids
+    from specsim.profiling.measure_inputs import MeasureOptions, prompt_ids
 
     target = load_model(byte_folder, seed=4)
     mtp = load_mtp_drafter(byte_folder, target, seed=4)
     options = MeasureOptions(target=str(byte_folder), drafters=[], name="x", max_prompts=3)
-    ids, _, _ = _prompt_ids(options, load_tokenizer(byte_folder), target.config.max_position, 10)
+    ids, _, _ = prompt_ids(options, load_tokenizer(byte_folder), target.config.max_position, 10)
     text = generate_target_text(target, ids, 0.0, 10, torch.Generator().manual_seed(4))
     rows = mtp_scores(mtp, text, 0.0)
     stats = chain_statistics(

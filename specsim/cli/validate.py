@@ -71,7 +71,7 @@ MAX_REPLICATIONS = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from specsim.profiling.measure import DTYPES
+    from specsim.profiling.measure_inputs import DTYPES
 
     parser.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     parser.add_argument(

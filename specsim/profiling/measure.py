@@ -9,42 +9,25 @@ validated ``Profile`` plus the side files (per-request sequences) to write next 
 from __future__ import annotations
 
 import math
-import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from specsim.errors import SpecsimError
-from specsim.profiling.specs import DrafterArg
-
-DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
-CPU_MAX_PROMPTS, CPU_MAX_NEW = 24, 48
-CUDA_MAX_PROMPTS, CUDA_MAX_NEW = 64, 128
-
-
-@dataclass
-class MeasureOptions:
-    target: str
-    drafters: list[DrafterArg]
-    name: str
-    device: str = "cpu"
-    dtype: str | None = None
-    grid: list[str] = field(default_factory=list)
-    prompts: str | None = None
-    temperatures: list[float] = field(default_factory=lambda: [1.0])
-    time_budget: float | None = None
-    repeats: int | None = None
-    clock: str = "wall"
-    seed: int = 0
-    max_new_tokens: int | None = None
-    max_prompts: int | None = None
-    acceptance: bool = True
-    sequences_prefix: str | None = None
-    command: str | None = None
-    trees: list = field(default_factory=list)  # TreeShape: tree acceptance to measure
-    tree_drafts: list[str] = field(default_factory=list)  # keep these draftings (empty: all)
-
+from specsim.profiling.measure_inputs import (
+    CPU_MAX_NEW,
+    CUDA_MAX_NEW,
+    DTYPES,
+    MeasureOptions,
+    check_model_configs,
+    check_mtp_clock,
+    check_options_device,
+    device_name,
+    hardware_block,
+    load_models,
+    prompt_ids,
+    software,
+)
 
 # A median probe below this fraction of the reference: the references were taken while the
 # machine was slow, and every pass is rescaled from far off
@@ -57,128 +40,6 @@ class MeasureReport:
     profile: object
     side_files: dict[str, str]
     lines: list[str]
-
-
-def device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"CPU: {model}, {torch.get_num_threads()} torch threads"
-
-
-def check_device(device: str) -> None:
-    """A clear error for a device this machine does not have (before any model loads)."""
-    import torch
-
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise SpecsimError(
-                "CUDA is not available on this machine",
-                file="--device",
-                fix="use --device cpu, or run on a machine with a GPU",
-            )
-    elif device != "cpu":
-        raise SpecsimError(f"unknown device {device!r}", file="--device", fix="cpu or cuda")
-
-
-def _check_device(opts: MeasureOptions):
-    import torch
-
-    check_device(opts.device)
-    dtype = opts.dtype or ("bfloat16" if opts.device.startswith("cuda") else "float32")
-    if dtype not in DTYPES:
-        raise SpecsimError(
-            f"unknown dtype {dtype!r}", file="--dtype", fix=f"use one of {', '.join(DTYPES)}"
-        )
-    return dtype, getattr(torch, dtype)
-
-
-def _check_mtp_clock(opts: MeasureOptions) -> None:
-    """The reference clock's speed probes time ``(tokens, cache)`` passes of a model, which an
-    MTP module (fed the target's hidden states) does not take."""
-    mtp = next((d for d in opts.drafters if d.is_mtp), None)
-    if mtp is not None and opts.clock == "reference":
-        raise SpecsimError(
-            f"the reference clock does not probe MTP modules (drafter {mtp.name}=mtp)",
-            file="--clock",
-            fix="use --clock cpu or --clock wall with an mtp drafter",
-        )
-
-
-def _prompt_ids(opts: MeasureOptions, tokenizer, max_position: int, max_new: int):
-    from specsim.workload.prompts import read_prompts
-
-    path = opts.prompts
-    if path is None:
-        from specsim.models import BUILTIN_PROMPTS
-
-        if not Path(BUILTIN_PROMPTS).is_file():
-            raise SpecsimError(
-                "no prompt set given and the built-in one is missing",
-                file="--prompts",
-                fix="pass --prompts FILE (.jsonl or text), or --no-acceptance",
-            )
-        path = BUILTIN_PROMPTS
-    texts = read_prompts(path)
-    limit = opts.max_prompts or (CUDA_MAX_PROMPTS if opts.device != "cpu" else CPU_MAX_PROMPTS)
-    keep = max_position - max_new
-    ids = [tokenizer.encode(t, add_bos=True)[-keep:] for t in texts[:limit]]
-    return [i for i in ids if i], str(path), len(texts)
-
-
-def _check_model_configs(opts: MeasureOptions) -> None:
-    """Every model's config.json read (a bad one refused, and a target without the MTP
-    module an mtp drafter needs) before any loads, and --max-new-tokens within the models'
-    positions."""
-    from specsim.models import load_config
-    from specsim.models.deepseek_mtp import check_has_mtp
-
-    specs = [opts.target, *(d.spec for d in opts.drafters if not (d.is_ngram or d.is_mtp))]
-    configs = [load_config(spec) for spec in specs]
-    if any(d.is_mtp for d in opts.drafters):  # a target without the module, before it loads
-        check_has_mtp(configs[0], opts.target)
-    max_position = min(config.max_position for config in configs)
-    if opts.max_new_tokens is not None and opts.max_new_tokens >= max_position:
-        raise SpecsimError(
-            f"{opts.max_new_tokens} generated tokens per prompt leave no room for a prompt in "
-            f"the models' {max_position} positions",
-            file="--max-new-tokens",
-            fix=f"give fewer than {max_position}",
-        )
-
-
-def _load_models(opts: MeasureOptions, dtype) -> dict:
-    from specsim.models import load_model, load_mtp_drafter
-
-    models = {"target": load_model(opts.target, opts.device, dtype, seed=opts.seed)}
-    vocab = models["target"].config.vocab_size
-    for d in opts.drafters:
-        if d.is_ngram:
-            continue
-        if d.is_mtp:  # the target checkpoint's own module, sharing its vocabulary
-            models[d.name] = load_mtp_drafter(
-                opts.target, models["target"], opts.device, dtype, seed=opts.seed
-            )
-            continue
-        models[d.name] = load_model(d.spec, opts.device, dtype, seed=opts.seed)
-        if models[d.name].config.vocab_size != vocab:
-            raise SpecsimError(
-                f"drafter vocabulary {models[d.name].config.vocab_size} differs from the "
-                f"target's {vocab}",
-                file=d.spec,
-                key="vocab_size",
-                fix="pair the target with a drafter that shares its tokenizer",
-            )
-    return models
 
 
 def _time_models(opts, models, points, timer, progress_file):
@@ -242,7 +103,7 @@ def _acceptance(opts, models, tokenizer, progress_file):
 
     max_new = opts.max_new_tokens or (CPU_MAX_NEW if opts.device == "cpu" else CUDA_MAX_NEW)
     limit = min(m.config.max_position for m in models.values())
-    ids, source, available = _prompt_ids(opts, tokenizer, limit, max_new)
+    ids, source, available = prompt_ids(opts, tokenizer, limit, max_new)
     runs = len({0.0, *opts.temperatures})
     with tqdm(
         total=len(ids) * runs,
@@ -377,11 +238,11 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
 
     started = time.monotonic()
     progress_file = progress_file if progress_file is not None else sys.stderr
-    dtype_name, dtype = _check_device(opts)
-    _check_mtp_clock(opts)
+    dtype_name, dtype = check_options_device(opts)
+    check_mtp_clock(opts)
     parse_grid(opts.grid, opts.device)  # a malformed grid fails before the models load
-    _check_model_configs(opts)
-    models = _load_models(opts, dtype)
+    check_model_configs(opts)
+    models = load_models(opts, dtype)
     max_position = min(m.config.max_position for m in models.values())
     axes = parse_grid(opts.grid, opts.device, max_position)
     points = grid_points(axes)
@@ -422,7 +283,7 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "version": 1,
             "name": opts.name,
             "provenance": {"source": "measured", "device": opts.device, "date": today()},
-            "hardware": _hardware(opts.device),
+            "hardware": hardware_block(opts.device),
             "target": target_spec,
             "drafters": model_specs,
         },
@@ -475,13 +336,13 @@ def measure_profile(opts: MeasureOptions, progress_file=None) -> MeasureReport:
             "source": "measured",
             "device": device_name(opts.device),
             "date": today(),
-            "software": _software(),
+            "software": software(),
             "command": opts.command,
             "notes": " ".join([_timing_note(opts, axes, timer, dtype_name), *notes]),
             "profiling_seconds": time.monotonic() - started,
             "speed_reference": _speed_reference(timing, overhead.pass_scale),
         },
-        "hardware": _hardware(opts.device),
+        "hardware": hardware_block(opts.device),
         "target": target_spec,
         "drafters": drafter_specs,
         "overhead": {**overhead.terms, "source": "measured"},
@@ -503,9 +364,9 @@ def measure_tree_acceptance(opts: MeasureOptions, progress_file=None) -> list[di
     prompt set loaded and scored as ``measure_profile`` does."""
     from specsim.models import load_tokenizer
 
-    _, dtype = _check_device(opts)
-    _check_model_configs(opts)
-    models = _load_models(opts, dtype)
+    _, dtype = check_options_device(opts)
+    check_model_configs(opts)
+    models = load_models(opts, dtype)
     tokenizer = load_tokenizer(opts.target)
     progress_file = progress_file if progress_file is not None else sys.stderr
     result, _, _ = _acceptance(opts, models, tokenizer, progress_file)
@@ -532,31 +393,3 @@ def _jitter(quantiles: list[float], points, prefill: bool) -> dict | None:
         return None
     samples = sum(len(p.spread) for p in points if p.is_prefill == prefill)
     return {"quantiles": quantiles, "samples": samples, "source": "measured"}
-
-
-def _software() -> dict[str, str]:
-    import torch
-
-    from specsim.profiling.writer import software_versions
-
-    return software_versions({"torch": torch.__version__})
-
-
-def _hardware(device: str) -> dict:
-    """Device memory; price 0 for a CPU (edit it), peak numbers unknown for a measured device."""
-    import torch
-
-    if device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(torch.device(device))
-        return {
-            "name": props.name,
-            "memory_bytes": float(props.total_memory),
-            "price_per_hour_usd": 0.0,
-        }
-    try:
-        import os
-
-        memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        memory = 1.0e9
-    return {"name": device_name(device), "memory_bytes": memory, "price_per_hour_usd": 0.0}

@@ -160,7 +160,7 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
     )
     from specsim.engine.speed_reference import clock_setting, steady
     from specsim.profile import load_profile
-    from specsim.profiling.measure import check_device
+    from specsim.profiling.measure_inputs import check_device
     from specsim.simulation import run_simulation
     from specsim.simulation.records import read_records
     from specsim.validation.drift import CONTEXT, speed_check
