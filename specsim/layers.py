@@ -27,6 +27,9 @@ LAYERS: tuple[str, ...] = (
     "trace_formats",  # the request-trace layouts the scenario names and the workload reads
     "choices",  # what a scenario may name: window policies, routers
     "policy_settings",  # the engines' switches on speculation a scenario may set
+    "workload_settings",  # a scenario's workload section: arrivals, lengths, prefix hits
+    "speculation_settings",  # its speculation section: drafter, k or tree, verifier, policies
+    "fleet_settings",  # its fleet section: replicas, router, pools, a split fleet
     "scenario",  # the scenario file
     "workload",  # traffic: arrivals, lengths, traces, prompt sets
     "drafters",  # proposal rules that need no model (prompt lookup)

@@ -723,7 +723,7 @@ def disagg_cases() -> Iterator[Case]:
     which a split fleet refuses), and the combinations no single value spoils."""
     from bad_input_bases import DISAGG_SCENARIO, DISAGGREGATION
 
-    from specsim.scenario import Disaggregation
+    from specsim.fleet_settings import Disaggregation
 
     def render(split: Any) -> str:
         return dump({**DISAGG_SCENARIO, "fleet": {"disaggregation": split}})

@@ -171,11 +171,12 @@ def test_base_inputs_have_room_for_every_schema_key():
     """A section the base documents lack would leave its keys out of the corpus."""
     from bad_input_bases import ACCEPTANCE_FILE, ADAPTIVE_STEPS, DISAGGREGATION, HARDWARE
 
+    from specsim.fleet_settings import Disaggregation
     from specsim.hardware import HardwareSpec
     from specsim.policy_settings import AdaptiveSteps
     from specsim.profile.acceptance import Acceptance
     from specsim.profile.schema import Profile
-    from specsim.scenario import Disaggregation, Scenario
+    from specsim.scenario import Scenario
 
     # A split fleet refuses pools, and adaptive steps are a policy of their own: their keys are
     # walked in bases of their own.

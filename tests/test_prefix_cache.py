@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from specsim.errors import SpecsimError
-from specsim.scenario import Engine, PrefixCache, Scenario
+from specsim.scenario import Engine, Scenario
 from specsim.simulation import run_simulation
 from specsim.simulation.admission import Admission, prefix_summary
 from specsim.simulation.request import Request
@@ -23,6 +23,7 @@ from specsim.workload.prefix import (
     prefix_rng,
 )
 from specsim.workload.traces import read_trace
+from specsim.workload_settings import PrefixCache
 
 DATA = Path(__file__).parent / "data"
 LOOKAHEAD = 3

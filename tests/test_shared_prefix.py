@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from specsim.costs.kv_cache import blocks_for
-from specsim.scenario import Engine, PrefixCache, Scenario
+from specsim.scenario import Engine, Scenario
 from specsim.simulation import run_simulation
 from specsim.simulation.admission import Admission, SharedPrefix
 from specsim.simulation.records import read_records
 from specsim.simulation.request import Request
 from specsim.workload.prefix import DrawnPrefixes
+from specsim.workload_settings import PrefixCache
 
 DATA = Path(__file__).parent / "data"
 LOOKAHEAD = 3  # k = 2

@@ -72,7 +72,8 @@ def test_a_file_in_every_layout_reads_with_its_header_detected(tmp_path, name):
 
 
 def test_the_scenario_takes_its_formats_and_their_docs_from_the_registry():
-    from specsim.scenario import LengthDist, Workload
+    from specsim.scenario import Workload
+    from specsim.workload_settings import LengthDist
 
     for model in (Workload, LengthDist):
         values = typing.get_args(model.model_fields["format"].annotation)

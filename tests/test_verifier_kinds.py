@@ -85,7 +85,8 @@ def test_the_lossy_flag_is_the_checkers_exact_verdict(name):
 def test_the_schemas_and_the_command_line_take_their_names_from_the_registry():
     from specsim.cli import check, profile
     from specsim.profile.acceptance import Acceptance
-    from specsim.scenario import Speculation, SpeculationOverride
+    from specsim.scenario import Speculation
+    from specsim.speculation_settings import SpeculationOverride
 
     for model in (Acceptance, Speculation):
         assert typing.get_args(model.model_fields["verifier"].annotation) == NAMES

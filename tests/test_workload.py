@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.scenario import LengthDist, Workload
+from specsim.scenario import Workload
 from specsim.workload import (
     ClosedLoopSource,
     LengthPairs,
@@ -19,6 +19,7 @@ from specsim.workload import (
     read_trace,
 )
 from specsim.workload.sources import interarrival_gaps
+from specsim.workload_settings import LengthDist
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,11 +14,12 @@ import numpy as np
 
 from specsim.costs import StepCosts, kv_capacity_tokens
 from specsim.costs.kv_cache import kv_capacity_blocks
-from specsim.scenario import LengthDist, Scenario
+from specsim.scenario import Scenario
 from specsim.simulation.admission import kv_lookahead, never_fits
 from specsim.simulation.policy import build_policy
 from specsim.workload import read_trace
 from specsim.workload.lengths import LengthPairs, LengthSampler
+from specsim.workload_settings import LengthDist
 
 
 def longest_request(scenario: Scenario) -> tuple[int, int] | None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.scenario import LengthDist
 from specsim.workload.traces import read_trace
+from specsim.workload_settings import LengthDist
 
 
 class LengthSampler:

@@ -29,8 +29,9 @@ import numpy as np
 
 from specsim.bounds import MAX_TOKENS
 from specsim.errors import SpecsimError
-from specsim.scenario import PrefixCache, Scenario
+from specsim.scenario import Scenario
 from specsim.workload.traces import Trace
+from specsim.workload_settings import PrefixCache
 
 PREFIX_STREAM = 5  # the spawn key of the prefix stream (run.py's streams are 0-4)
 DRAW_CHUNK = 4096
