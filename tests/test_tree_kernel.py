@@ -7,9 +7,10 @@ Identity with the reference (every record, each replica's engine statistics, the
 requests.csv: ``test_sim_identity.assert_identical``) for a chain-shaped tree (which also gives
 the chain's k = 3 exactly), the tree 2,2,1 with a draft model, autoregressive heads with a fit
 and with a fixed pass, and parallel heads, lone and in a 2-replica fleet, saturated with
-preemption, padded attention with prompts apart, and short outputs (rows capped at the drafts
-they have room for); the kernel runs most iterations in each. Planted faults in the kernel's
-tree totals fail them (docs/notes/2026-12-03-tree-kernel.md).
+preemption, padded attention with prompts apart, short outputs (rows capped at the drafts
+they have room for) and a split fleet's decode pool (its draft model's prompt pass owed); the
+kernel runs most iterations in each. Planted faults in the kernel's tree totals and drafter
+FLOPs fail them (docs/notes/2026-12-03-tree-kernel.md).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ HEADS_ACCEPTANCE = [
     for name, rates in (("eagle", [0.8, 0.65, 0.5]), ("medusa", [0.7, 0.5, 0.3]))
 ]
 HEADS_ACCEPTANCE += [{**HEADS_ACCEPTANCE[0], "drafter": "eagle_fixed"}]
+SPLIT = {
+    "prefill": {"replicas": 1},
+    "decode": {"replicas": 1},
+    "kv_transfer": {"bandwidth_bytes_per_s": 1.0e9, "latency_s": 0.001},
+}
 BASE = {
     "seed": 5,
     "workload": {
@@ -63,6 +69,7 @@ CASES = {
         "engine": {"max_batch": 8, "padded_attention": True, "chunked_prefill": False},
     },
     "2,2,1, short outputs": {"workload": {"output": {"dist": "uniform", "low": 1, "high": 5}}},
+    "2,2,1, split fleet's decode pool": {"fleet": {"disaggregation": SPLIT}},
 }
 
 
