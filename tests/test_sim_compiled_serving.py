@@ -37,7 +37,7 @@ from specsim.errors import SpecsimError
 from specsim.profile import OutOfRangeWarning, load_profile
 from specsim.scenario import Scenario, load_scenario
 from specsim.simulation import compiled_serving, run_simulation
-from specsim.simulation.admission import fitting, never_fits
+from specsim.simulation.admission import fitting, never_fits, verify_lookahead
 from specsim.simulation.compiled_layout import (
     COUNTS,
     FIELDS,
@@ -49,6 +49,7 @@ from specsim.simulation.compiled_layout import (
 )
 from specsim.simulation.replica import Replica
 from specsim.simulation.serving_table import ServingTable
+from specsim.tree import TreeShape
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
@@ -632,23 +633,29 @@ def test_an_iteration_outside_the_range_warns_once_as_before(tmp_path, monkeypat
     assert_identical(scenario, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("tree", [None, "2,1"])
 @pytest.mark.parametrize("fewest", [1, 2])
-def test_the_kernels_range_rule_is_the_replicas(fewest, tmp_path):
+def test_the_kernels_range_rule_is_the_replicas(fewest, tree, tmp_path):
     """``in_range`` on ``StepCosts.range_limits`` against ``Replica._check_ranges`` (which
     raises where the kernel must stop) on 3,000 random iterations: decoding rows among empty
     slots, prompt chunks after cached tokens, against every side of a target's and a drafter's
-    range (``fewest``: the target's fewest new tokens)."""
+    range (``fewest``: the target's fewest new tokens), for chain steps and for a tree's (k its
+    depth, 2; its rows verify up to 5 positions, beyond the range's 4)."""
     target = {"batch": [2, 9], "context": [0, 300], "new_tokens": [fewest, 4]}
     profile = ranged(tmp_path, "error", target, {"context": [0, 280]})
-    costs = StepCosts(load_profile(profile / "sim_profile.yaml"), "c05")
+    shape = None if tree is None else TreeShape.parse(tree)
+    costs = StepCosts(load_profile(profile / "sim_profile.yaml"), "c05", shape)
+    terms = np.array(costs.terms)
     st = np.zeros(STATE)
     st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = costs.range_limits()
     ct = np.zeros(COUNTS, dtype=np.int64)
     in_range = compiled_serving._serving_kernel().in_range
+    widest_row = compiled_serving._serving_kernel().widest_row
     rng = np.random.default_rng(6)
     passed = 0
     for _ in range(3000):
         rows, k, p_rows = int(rng.integers(0, 8)), int(rng.integers(0, 5)), int(rng.integers(0, 4))
+        k = k if shape is None else shape.depth
         rows *= rng.random() < 0.6  # prompt chunks alone, often
         p_rows += rows == 0  # an iteration runs something
         used = rows + int(rng.integers(0, 3))
@@ -657,7 +664,10 @@ def test_the_kernels_range_rule_is_the_replicas(fewest, tmp_path):
         req = np.zeros((p_rows, FIELDS))
         req[:, PREFILLED] = rng.integers(0, 300, p_rows)
         chunk = rng.integers(1, 7, p_rows).astype(float)
-        replica = SimpleNamespace(context=context, tree_rows=None, costs=costs)
+        lookahead = verify_lookahead(k, costs.tree_rows)
+        replica = SimpleNamespace(
+            context=context, tree_rows=costs.tree_rows, lookahead=lookahead, costs=costs
+        )
         cached = req[:, PREFILLED]
         chunks = [(SimpleNamespace(prefilled=p), c) for p, c in zip(cached, chunk, strict=True)]
         try:
@@ -666,6 +676,9 @@ def test_the_kernels_range_rule_is_the_replicas(fewest, tmp_path):
         except SpecsimError:
             silent = False
         prefilling = np.arange(p_rows, dtype=np.int64)
-        assert in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct) == silent
+        widest = widest_row(terms, k)
+        assert (
+            in_range(req, prefilling, rows, widest, p_rows, chunk, context, used, st, ct) == silent
+        )
         passed += silent
     assert 100 < passed < 2900

@@ -1,6 +1,7 @@
 """Tree pools in the simulator: a step worked by hand (seconds, FLOPs wasted, KV slots), a
-chain-shaped tree giving the chain's results exactly, the fast path (per iteration for trees)
-matching the reference, and the simulated acceptance length matching the profile's table."""
+chain-shaped tree giving the chain's results exactly, the fast path (the serving kernel:
+``test_tree_kernel.py``) matching the reference, and the simulated acceptance length matching
+the profile's table."""
 
 from __future__ import annotations
 
@@ -123,8 +124,8 @@ def test_a_chain_shaped_tree_gives_the_chain(tmp_path, fast):
 
 
 def test_fast_path_matches_the_reference_for_a_tree(tmp_path):
-    """Tree pools step per iteration on either path (the kernels know no tree), so the two
-    must agree byte for byte."""
+    """The serving kernel prices tree steps as the per-iteration reference does: the two
+    agree byte for byte."""
     scenario = _scenario(tmp_path, {"tree": "2,2,1"})
     fast, slow = tmp_path / "fast.csv", tmp_path / "slow.csv"
     a = run_simulation(scenario, fast, fast_path=True).summary

@@ -9,8 +9,9 @@ and calls to each other, the subset both run alike, to the bit.
 
 The vector (``cost_vector``): the target's latency block, the overhead's six terms, the
 drafter's latency block, nine constants and the five flags of its passes (``DraftPasses``: 1.0
-or 0.0), then the captured CUDA-graph sizes (the target's, then the drafter's). A latency block
-is ``COST_LATENCY`` values (``profile.latency.latency_s`` reads one).
+or 0.0), where a tree step's section starts (0.0: chain steps), then the captured CUDA-graph
+sizes (the target's, then the drafter's), then the tree's section (``with_tree``). A latency
+block is ``COST_LATENCY`` values (``profile.latency.latency_s`` reads one).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ PER_DRAFT, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
 )
 T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(D_ATTN + 1, D_ATTN + 5)
 DRAFTS, BLOCK, OWN_CACHE, MODEL, MLP_HEADS = range(PREFILL_TOKEN_S + 1, PREFILL_TOKEN_S + 6)
-COST_SIZES = MLP_HEADS + 1  # where the graph sizes start
+TREE_AT = MLP_HEADS + 1  # where the tree's section starts (``with_tree``), or 0.0
+COST_SIZES = TREE_AT + 1  # where the graph sizes start
 
 
 def pass_count(c, k):
@@ -44,8 +46,8 @@ def pass_totals(c, rows, k, kv, passes):
     return rows * queries, mean_kv, queries * mean_kv + rows * queries * (queries + 1) / 2.0
 
 
-def draft_s(c, rows, k, kv):
-    """Seconds of one step's drafting for ``rows`` > 0 sequences holding ``kv`` context."""
+def chain_draft_s(c, rows, k, kv):
+    """Seconds of one chain step's drafting for ``rows`` > 0 sequences holding ``kv`` context."""
     passes = pass_count(c, k) if c[DRAFTS] != 0.0 else 0
     if passes == 0:
         return 0.0
@@ -55,8 +57,8 @@ def draft_s(c, rows, k, kv):
     return passes * latency(c, DRAFTER, rows, tokens, mean_kv, pairs)
 
 
-def draft_flops(c, rows, k, kv):
-    """The drafter's FLOPs of one step for ``rows`` > 0 sequences."""
+def chain_draft_flops(c, rows, k, kv):
+    """The drafter's FLOPs of one chain step for ``rows`` > 0 sequences."""
     passes = pass_count(c, k) if c[MODEL] != 0.0 else 0
     if passes == 0:
         return 0.0
@@ -64,6 +66,47 @@ def draft_flops(c, rows, k, kv):
         return c[D_FLOPS] * rows * k
     tokens, _, pairs = pass_totals(c, rows, k, kv, passes)
     return passes * (c[D_FLOPS] * tokens + c[D_ATTN] * pairs)
+
+
+def draft_s(c, rows, k, kv):
+    """Seconds of one step's drafting for ``rows`` > 0 sequences holding ``kv`` context: a
+    tree's passes (``costs.tree``; each group of equal-width passes as its count times its mean
+    pass, exact as the fit is linear), or the chain's at window k."""
+    at = int(c[TREE_AT])
+    if at == 0:
+        return chain_draft_s(c, rows, k, kv)
+    depth = int(c[at])
+    if c[at + 1] != 0.0:  # the whole tree in one pass: the chain of its depth
+        return chain_draft_s(c, rows, depth, kv)
+    if c[HAS_LATENCY] == 0.0:  # heads without a fit: their fixed pass, once per depth
+        return depth * c[STEP_S]
+    seconds = 0.0
+    g = at + 3 + 2 * (depth + 2)
+    for _ in range(int(c[at + 2])):
+        count, width, fed, reach = c[g], c[g + 1], c[g + 2], c[g + 3]
+        mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
+        pairs = width * kv + rows * width * reach
+        seconds += count * latency(c, DRAFTER, rows, rows * width, mean_kv, pairs)
+        g += 4
+    return seconds
+
+
+def draft_flops(c, rows, k, kv):
+    """The drafter's FLOPs of one step for ``rows`` > 0 sequences (a tree's, as ``draft_s``)."""
+    at = int(c[TREE_AT])
+    if at == 0:
+        return chain_draft_flops(c, rows, k, kv)
+    depth = int(c[at])
+    if c[at + 1] != 0.0:
+        return chain_draft_flops(c, rows, depth, kv)
+    flops = 0.0
+    g = at + 3 + 2 * (depth + 2)
+    for _ in range(int(c[at + 2])):
+        count, width, reach = c[g], c[g + 1], c[g + 3]
+        pairs = width * kv + rows * width * reach
+        flops += count * (c[D_FLOPS] * (rows * width) + c[D_ATTN] * pairs)
+        g += 4
+    return flops
 
 
 def wasted_per_position(c, mean_context):
@@ -149,6 +192,8 @@ FUNCTIONS = (
     latency,
     pass_count,
     pass_totals,
+    chain_draft_s,
+    chain_draft_flops,
     draft_s,
     draft_flops,
     wasted_per_position,
@@ -192,7 +237,17 @@ def cost_vector(target, overhead, drafter, own, prefill) -> list[float]:
         *own,
         *prefill,
         *flags,
+        0.0,  # chain steps (``with_tree``)
         *target_sizes,
         *draft_sizes,
     ]
     return [float(v) for v in values]
+
+
+def with_tree(terms: list[float], depth: int, one_pass: bool, rows, groups) -> list[float]:
+    """``terms`` for tree steps: its section appended (depth, one-pass flag, group count, the
+    ``TreeRows`` tables ``verified`` and ``own_pairs``, then each group of the drafter's passes
+    as count, width, nodes fed before, mean depth + 1), where ``TREE_AT`` says."""
+    section = [depth, one_pass, len(groups), *rows.verified, *rows.own_pairs]
+    section += [value for group in groups for value in group]
+    return [*terms[:TREE_AT], float(len(terms)), *terms[TREE_AT + 1 :], *map(float, section)]

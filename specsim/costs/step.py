@@ -86,8 +86,9 @@ class StepCosts:
         # the verification widths follow the shape; None: chain steps.
         self.tree_rows = None
         if tree is not None and drafter is not None:
-            self.drafter = TreeDrafterCost(self.drafter, tree, self.terms)
+            self.drafter = TreeDrafterCost(self.drafter, tree)
             self.tree_rows = TreeRows(tree)
+            self.terms = self.drafter.terms(self.terms)
         self._check_target = self.target.latency.valid_range is not None
         self.checks_ranges = self._check_target or self.drafter.checks_range
 
@@ -113,8 +114,6 @@ class StepCosts:
         (see the drafter kinds in ``specsim.costs.drafters``)."""
         if not rows:
             return 0.0
-        if self.tree_rows is not None:
-            return self.drafter.draft_s(rows, kv)
         return formula.draft_s(self.terms, rows, k, kv)
 
     def draft_prefill_s(self, rows: int, tokens: float, kv: float, pairs: float) -> float:
@@ -155,16 +154,11 @@ class StepCosts:
     def _parts(self, k: int, decode: PassTotals, prefill: PassTotals) -> tuple[float, float, float]:
         totals = (decode.rows, decode.tokens, decode.kv, decode.pairs)
         chunks = (prefill.rows, prefill.tokens, prefill.kv, prefill.pairs)
-        if self.tree_rows is None:
-            return formula.iteration_parts(self.terms, k, *totals, *chunks)
-        target, host, prefill_draft = formula.pass_parts(self.terms, k, *totals, *chunks)
-        return target, self.draft_s(decode.rows, k, decode.kv) + prefill_draft, host
+        return formula.iteration_parts(self.terms, k, *totals, *chunks)
 
     def decode_iteration_s(self, k: int, rows: int, tokens: float, kv: float, pairs: float):
         """``iteration_s(k, PassTotals(rows, tokens, kv, pairs))`` of a decode-only iteration
         with ``rows`` > 0."""
-        if self.tree_rows is not None:
-            return self.iteration_s(k, PassTotals(rows, tokens, kv, pairs))
         return formula.decode_s(self.terms, k, rows, tokens, kv, pairs)
 
     def range_limits(self) -> tuple[float, float, float, float, float]:
@@ -196,8 +190,6 @@ class StepCosts:
     def draft_flops(self, rows: int, k: int, kv: float) -> float:
         if not rows:
             return 0.0
-        if self.tree_rows is not None:
-            return self.drafter.draft_flops(rows, kv)
         return formula.draft_flops(self.terms, rows, k, kv)
 
     def draft_prefill_flops(self, tokens: float, pairs: float) -> float:

@@ -71,9 +71,11 @@ def expanding_at(shape: TreeShape, depth: int) -> int:
 
 
 class TreeDrafterCost(NoDrafterCost):
-    """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape."""
+    """A drafter's cost for tree steps; ``k`` (the tree's depth) is taken from the shape. Its
+    passes are priced by ``formula.draft_s`` and ``draft_flops`` from the cost vector's tree
+    section (``terms``), which every path reads, the compiled kernels too."""
 
-    def __init__(self, base: NoDrafterCost, shape: TreeShape, terms: list[float]):
+    def __init__(self, base: NoDrafterCost, shape: TreeShape):
         # Prompt lookup proposes one continuation: its only tree is the chain (top-k 1).
         passes = base.passes
         branching = passes is not None and passes.model and not passes.block
@@ -90,7 +92,6 @@ class TreeDrafterCost(NoDrafterCost):
         self.passes = passes
         self.checks_range = base.checks_range
         self.shape = shape
-        self.terms = terms  # the chain's cost vector (``formula``): a one-pass tree is its chain
         # Parallel heads (and prompt lookup's chain): the whole tree in the chain's one pass,
         # its k the tree's depth.
         self.one_pass = not passes.per_draft
@@ -110,31 +111,10 @@ class TreeDrafterCost(NoDrafterCost):
             fed += widths[j] * count
             j = end
 
-    def _passes(self, rows: int, kv: float):
-        """(count, tokens, mean KV read, mean pairs) of each group of drafter passes."""
-        for count, width, fed, reach in self.groups:
-            mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
-            yield count, rows * width, mean_kv, width * kv + rows * width * reach
-
-    def draft_s(self, rows: int, kv: float) -> float:
-        """Seconds of one tree step's drafting for ``rows`` > 0 sequences."""
-        if self.one_pass:
-            return formula.draft_s(self.terms, rows, self.shape.depth, kv)
-        if self.latency is None:  # heads without a fit: their fixed pass, once per depth
-            return self.shape.depth * self.step_s
-        seconds = 0.0
-        for count, tokens, mean_kv, pairs in self._passes(rows, kv):
-            seconds += count * self.latency.seconds_from_totals(rows, tokens, mean_kv, pairs)
-        return seconds
-
-    def draft_flops(self, rows: int, kv: float) -> float:
-        """The drafter's FLOPs of one tree step for ``rows`` > 0 sequences."""
-        if self.one_pass:
-            return formula.draft_flops(self.terms, rows, self.shape.depth, kv)
-        flops = 0.0
-        for count, tokens, _, pairs in self._passes(rows, kv):
-            flops += count * (self.flops_per_token * tokens + self.attn_flops * pairs)
-        return flops
+    def terms(self, chain: list[float]) -> list[float]:
+        """The cost vector for tree steps, from the chain's (``formula.with_tree``)."""
+        rows = TreeRows(self.shape)
+        return formula.with_tree(chain, self.shape.depth, self.one_pass, rows, self.groups)
 
     def check_range(self, batch: int, max_context: float) -> None:
         self.base.check_range(batch, max_context)

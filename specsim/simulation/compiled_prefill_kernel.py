@@ -68,10 +68,10 @@ def _chunks(req, prefilling, budget, chunk, st, ct):
 
 
 @_jit  # (callable from Python: the tests hold it to ``Replica._check_ranges``)
-def in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct):
+def in_range(req, prefilling, rows, widest, p_rows, chunk, context, used, st, ct):
     """Whether ``Replica._check_ranges`` would pass the iteration silently: its batch, its
     largest cached context (a decoding row's, or a chunk's prompt tokens before it) and its
-    rows' new tokens (1 to k + 1 for the decoding rows, each chunk's size) within the limits
+    rows' new tokens (1 to ``widest`` for the decoding rows, each chunk's size) within the limits
     ``StepCosts.range_limits`` gave (``st[RANGE_*]``)."""
     count = req.shape[0]
     top = 0.0
@@ -79,7 +79,7 @@ def in_range(req, prefilling, rows, k, p_rows, chunk, context, used, st, ct):
     if rows:
         for s in range(used):
             top = max(top, context[s])
-        low, high = 1.0, k + 1.0
+        low, high = 1.0, widest
     for j in range(p_rows):
         top = max(top, req[prefilling[(ct[P_HEAD] + j) % count], PREFILLED])
         low, high = min(low, chunk[j]), max(high, chunk[j])
@@ -129,15 +129,12 @@ def _prompts_apart(whole, c, st, ct):
 
 
 @_inner
-def _padded_rows(drafts, context, used, rows, new_tokens):
+def _padded_rows(context, used, rows, new_tokens, own_span):
     """``Replica._plan_mixed``'s charge for decoding rows with padded attention: every row's
     attention (and cache read) runs to the longest context; the KV tokens and pairs."""
-    longest = drafted = squares = 0.0
+    longest = 0.0
     for s in range(used):
         longest = max(longest, context[s])
-        drafted += drafts[s]
-        squares += drafts[s] * drafts[s]
-    own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
     return rows * longest, new_tokens * longest + own_span
 
 

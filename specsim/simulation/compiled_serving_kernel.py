@@ -102,6 +102,7 @@ from specsim.simulation.compiled_step_kernel import (
     draw_rows,
     log_iteration,
     row_totals,
+    widest_row,
 )
 
 
@@ -331,17 +332,17 @@ def serving_loop(
                 drafts,
                 accepted,
             )
-            new_tokens, pairs = row_totals(drafts, context, used, decode_kv)
+            new_tokens, pairs, own_span = row_totals(c, drafts, context, used, decode_kv)
             charged_pairs = pairs
             if ct[PADDED]:
-                charged_kv, charged_pairs = _padded_rows(drafts, context, used, rows, new_tokens)
+                charged_kv, charged_pairs = _padded_rows(context, used, rows, new_tokens, own_span)
         p_rows, p_tokens, p_kv, p_pairs = 0, 0.0, 0.0, 0.0
         if ct[P_LEN]:
             p_rows, p_tokens, p_kv, p_pairs = _chunks(
                 req, prefilling, st[TOKEN_BUDGET] - new_tokens, chunk, st, ct
             )
         if ct[CHECKS_RANGES] and not in_range(
-            req, prefilling, rows, k, p_rows, chunk, context, used, st, ct
+            req, prefilling, rows, widest_row(c, k), p_rows, chunk, context, used, st, ct
         ):
             ct[DRAWN] = drawn  # Python runs the iteration, draws and all, and warns or raises
             break

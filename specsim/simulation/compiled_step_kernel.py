@@ -44,7 +44,7 @@ _decode_s, _mixed_s = formula.decode_s, formula.mixed_s
 _draft_flops, _wasted_per_position = formula.draft_flops, formula.wasted_per_position
 _draft_prefill_flops, _draft_prefill_s = formula.draft_prefill_flops, formula.draft_prefill_s
 # The vector's slots the serving kernel reads directly.
-T_ATTN, T_FLOPS = formula.T_ATTN, formula.T_FLOPS
+T_ATTN, T_FLOPS, TREE_AT = formula.T_ATTN, formula.T_FLOPS, formula.TREE_AT
 
 
 @_jit
@@ -179,8 +179,21 @@ def draw_rows(
 
 
 @_inner
-def row_totals(drafts, context, used, decode_kv):
-    """The positions a step verifies and its query-key pairs (``_plan_mixed``'s sums)."""
+def row_totals(c, drafts, context, used, decode_kv):
+    """The positions a step verifies, its query-key pairs and those among the rows' own fed
+    tokens (``_plan_mixed``'s sums; a tree's from ``TreeRows``' tables in the cost vector's
+    tree section, indexed by each row's drafts + 1: whole numbers, exact in any order)."""
+    at = int(c[TREE_AT])
+    if at:
+        verified = at + 3
+        own_pairs = verified + int(c[at]) + 2
+        new_tokens = cross = own_span = 0.0
+        for s in range(used):
+            index = int(drafts[s]) + 1
+            new_tokens += c[verified + index]
+            cross += c[verified + index] * context[s]
+            own_span += c[own_pairs + index]
+        return new_tokens, cross + own_span, own_span
     drafted = 0.0
     squares = 0.0
     cross = 0.0
@@ -190,7 +203,14 @@ def row_totals(drafts, context, used, decode_kv):
         cross += drafts[s] * context[s]
     new_tokens = drafted + used
     own_span = 0.5 * (squares + 2.0 * drafted + used + new_tokens)
-    return new_tokens, cross + decode_kv + own_span
+    return new_tokens, cross + decode_kv + own_span, own_span
+
+
+@_jit  # (callable from Python: the tests hold it to ``Replica._check_ranges``)
+def widest_row(c, k):
+    """The most positions a decoding row verifies: k + 1, or a tree's nodes and its root."""
+    at = int(c[TREE_AT])
+    return c[at + 3 + int(c[at]) + 1] if at else k + 1.0
 
 
 @_inner

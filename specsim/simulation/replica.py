@@ -25,7 +25,7 @@ and the specification the compiled kernels are tested against. On the fast path 
 on an open-loop source takes its arrivals itself as their times pass, and where the serving
 kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router)
 whole spans of iterations run compiled, with the same results bit for bit
-(``tests/test_sim_identity.py``). Elsewhere (replayed acceptance sequences, trees, policies that
+(``tests/test_sim_identity.py``). Elsewhere (replayed acceptance sequences, policies that
 observe each iteration, ...) the fast path steps here too.
 """
 
@@ -104,13 +104,12 @@ class Replica:
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's
-        # position, step by step, so they run per iteration; tree pools too. Policies that
+        # position, step by step, so they run per iteration. Policies that
         # observe each iteration (``engine_policies.py``) and a workload whose acceptance shifts
         # part-way run per iteration too: the kernels know neither.
         self.fast = (
             fast
             and not acceptance.needs_position
-            and self.tree_rows is None
             and not getattr(policy, "observes", False)
             and not getattr(policy, "trims", False)
             and getattr(acceptance, "shift", None) is None
