@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_sim_disagg import SPLIT
 from test_sim_identity import DATA, assert_identical, observe
 
 from specsim.scenario import Scenario
@@ -31,11 +32,6 @@ from specsim.simulation.compiled_layout import COUNTS, ITERATIONS, STOP_AT_FINIS
 from specsim.simulation.disagg import PrefillReplica
 from specsim.simulation.replica import Replica
 
-SPLIT = {
-    "prefill": {"replicas": 1},
-    "decode": {"replicas": 1},
-    "kv_transfer": {"bandwidth_bytes_per_s": 1.0e9, "latency_s": 0.001},
-}
 BASE = {
     "seed": 5,
     "profile": "sim_profile.yaml",

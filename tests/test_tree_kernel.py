@@ -21,6 +21,7 @@ from collections import Counter
 import pytest
 import yaml
 from test_costs_tree import tree_profile_data
+from test_sim_disagg import SPLIT
 from test_sim_identity import assert_identical, observe
 
 from specsim.costs import StepCosts, formula
@@ -37,11 +38,6 @@ HEADS_ACCEPTANCE = [
     for name, rates in (("eagle", [0.8, 0.65, 0.5]), ("medusa", [0.7, 0.5, 0.3]))
 ]
 HEADS_ACCEPTANCE += [{**HEADS_ACCEPTANCE[0], "drafter": "eagle_fixed"}]
-SPLIT = {
-    "prefill": {"replicas": 1},
-    "decode": {"replicas": 1},
-    "kv_transfer": {"bandwidth_bytes_per_s": 1.0e9, "latency_s": 0.001},
-}
 BASE = {
     "seed": 5,
     "workload": {
