@@ -153,7 +153,7 @@ def _their_tree_verify(p, q, drafts, parents, accept, sample):
 
 def test_the_example_adapter_in_the_help_runs_and_is_judged_exact():
     """The 15-line adapter printed by ``specsim check sampler --help``, run as written."""
-    from specsim.cli.check import SAMPLER_DESCRIPTION
+    from specsim.cli.check_lines import SAMPLER_DESCRIPTION
 
     lines = SAMPLER_DESCRIPTION.split("(15 lines):\n\n", 1)[1].split("\n\n")
     code = "\n\n".join(lines[:2])
