@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_sim_disagg import SPLIT
+from test_sim_disagg import BASE as SIM_BASE
 from test_sim_identity import DATA, assert_identical, observe
 
 from specsim.scenario import Scenario
@@ -32,20 +32,9 @@ from specsim.simulation.compiled_layout import COUNTS, ITERATIONS, STOP_AT_FINIS
 from specsim.simulation.disagg import PrefillReplica
 from specsim.simulation.replica import Replica
 
-BASE = {
-    "seed": 5,
-    "profile": "sim_profile.yaml",
-    "workload": {
-        "kind": "poisson",
-        "rate": 15.0,
-        "requests": 200,
-        "prompt": {"dist": "uniform", "low": 50, "high": 400},
-        "output": {"dist": "uniform", "low": 1, "high": 60},
-    },
-    "engine": {"max_batch": 32},
-    "speculation": {"drafter": "c05", "k": 3},
-    "fleet": {"disaggregation": SPLIT},
-}
+# test_sim_disagg's split fleet, with shorter outputs (more finishes and joins per call).
+BASE = copy.deepcopy(SIM_BASE)
+BASE["workload"]["output"]["high"] = 60
 TWO_THREE = {"prefill": {"replicas": 2}, "decode": {"replicas": 3}}
 
 CASES = {
