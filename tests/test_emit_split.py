@@ -218,7 +218,7 @@ def test_a_transfer_config_without_vllms_role_or_a_transceiver_backend_is_refuse
 
 @pytest.mark.slow
 def test_the_outputs_reference_names_every_split_file_and_key(emitted):
-    from specsim.docs.outputs import SPLIT_ENGINE_FILES, SPLIT_SUMMARY_KEYS
+    from specsim.docs.outputs_engine import SPLIT_ENGINE_FILES, SPLIT_SUMMARY_KEYS
 
     documented = {name for key in SPLIT_ENGINE_FILES for name in key.split(", ")}
     written = {f"engine/{p.name}" for p in (emitted.out / "engine").iterdir()}

@@ -389,7 +389,7 @@ def test_a_trace_is_sent_at_its_mean_rate_with_its_gaps_shape(repo):
 
 @pytest.mark.slow
 def test_the_outputs_reference_names_every_engine_file_and_key(emitted):
-    from specsim.docs.outputs import ENGINE_FILES, ENGINE_SUMMARY_KEYS
+    from specsim.docs.outputs_engine import ENGINE_FILES, ENGINE_SUMMARY_KEYS
     from specsim.serving.bench_commands import RESULTS
 
     for name in ENGINE_FILES:

@@ -80,3 +80,8 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def meanings(described: dict[str, str], head: str = "key", what: str = "meaning") -> str:
+    """A two-column table of names (in code type) and what each means."""
+    return table([head, what], [[f"`{k}`", v] for k, v in described.items()])
