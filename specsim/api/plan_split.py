@@ -119,7 +119,8 @@ def plan_disaggregated(
     the SLO, on or off the frontier). ``emit`` and ``models`` as
     for ``plan_window``: each pool's engine files for the chosen split layout in
     ``attachments`` (``engine/``)."""
-    from specsim.api.plan import SweepOptions, deployments, run_planner
+    from specsim.api.plan import deployments
+    from specsim.api.plan_run import SweepOptions, run_planner
 
     return run_planner(
         disaggregated_run,

@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _window(args: argparse.Namespace) -> int:
-    from specsim.api.plan import window_run
+    from specsim.api.plan_run import window_run
     from specsim.planning.common import parse_k_values, parse_loads
     from specsim.planning.window import window_report
     from specsim.planning.window.window_policies import parse_policies
@@ -238,7 +238,7 @@ def _window(args: argparse.Namespace) -> int:
 def _capacity(args: argparse.Namespace) -> int:
     if args.disaggregated:
         return _disaggregated(args)
-    from specsim.api.plan import capacity_run
+    from specsim.api.plan_run import capacity_run
     from specsim.planning.capacity import capacity_policies, capacity_report
     from specsim.planning.common import parse_k_values
     from specsim.planning.policy_compare import compared_policies
@@ -266,7 +266,7 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def _disaggregated(args: argparse.Namespace) -> int:
-    from specsim.api.plan import refuse_all_failed
+    from specsim.api.plan_run import refuse_all_failed
     from specsim.api.plan_split import disaggregated_run, write_disaggregated
     from specsim.planning.capacity import disagg_report
     from specsim.planning.emit.emit import human as engine_line

@@ -201,7 +201,7 @@ def add_deployment_options(parser: argparse.ArgumentParser) -> None:
 
 
 def sweep_options(args: argparse.Namespace):
-    from specsim.api.plan import SweepOptions
+    from specsim.api.plan_run import SweepOptions
     from specsim.planning.sweep.cluster import ClusterTls
 
     tls = ClusterTls(args.cluster_tls_ca_file, args.cluster_tls_cert, args.cluster_tls_key)
@@ -210,7 +210,7 @@ def sweep_options(args: argparse.Namespace):
 
 def finish(args, planned, human: str) -> int:
     """Write the report files atomically, print the summary, and pick the exit code."""
-    from specsim.api.plan import refuse_all_failed, write_plan
+    from specsim.api.plan_run import refuse_all_failed, write_plan
     from specsim.planning.emit.emit import human as engine_line
 
     refuse_all_failed(planned.summary)

@@ -115,7 +115,7 @@ def tree_drafters(texts: list[str]):
 
 
 def run(args: argparse.Namespace) -> int:
-    from specsim.api.plan import swap_run
+    from specsim.api.plan_run import swap_run
     from specsim.planning.common import parse_k_values, parse_loads
     from specsim.planning.policy_compare import compared_policies
     from specsim.planning.swap import swap_policies, swap_report
