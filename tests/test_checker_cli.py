@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specsim.cli import main
-from specsim.sampling import checker
+from specsim.sampling import checker, subjects
 
 JSON_KEYS = {
     "verifier", "lossless", "closed_form_max_abs_error", "tv_distance", "p_value", "samples",
@@ -161,7 +161,7 @@ def test_cli_choices_match_the_sampling_registries():
     from specsim.cli import check
     from specsim.sampling.controls import CONTROLS
 
-    assert set(check.VERIFIER_CHOICES) == set(checker.VERIFIERS)
+    assert set(check.VERIFIER_CHOICES) == set(subjects.VERIFIERS)
     assert set(check.CONTROL_CHOICES) == set(CONTROLS)
     assert (check.MAX_VOCAB, check.MAX_K) == (checker.MAX_VOCAB, checker.MAX_K)
 

@@ -19,6 +19,7 @@ from specsim.sampling.harness import verifier_tables
 from specsim.sampling.montecarlo import run_monte_carlo
 from specsim.sampling.problem import Processing, ToyModels
 from specsim.sampling.stats import goodness_of_fit
+from specsim.sampling.subjects import VERIFIERS
 
 N = 200_000  # per check below; detects TV >= ~0.01 on the first two tokens with 99% power
 
@@ -73,11 +74,11 @@ def test_greedy_passes_against_greedy_decoding_and_is_flagged_against_sampling()
     assert report.detectable_tv < 1e-4
     # The same verifier judged against target *sampling* (as a user callable) is flagged, by
     # its exact enumeration and by the Monte Carlo test.
-    as_sampler = check_sampler(checker.VERIFIERS["greedy"].load(), samples=50_000, seed=1)
+    as_sampler = check_sampler(VERIFIERS["greedy"].load(), samples=50_000, seed=1)
     assert not as_sampler.lossless and as_sampler.p_value < 1e-6
     assert as_sampler.exact_method == "enumeration" and as_sampler.tv_distance > 0.1
     as_greedy = check_sampler(
-        checker.VERIFIERS["greedy"].load(), samples=0, greedy_reference=True, vocab=5, k=2
+        VERIFIERS["greedy"].load(), samples=0, greedy_reference=True, vocab=5, k=2
     )
     assert as_greedy.lossless and as_greedy.closed_form_max_abs_error <= as_greedy.exact_tolerance
 
@@ -118,7 +119,7 @@ def test_torch_implementation_follows_its_closed_form(name):
             CONTROLS[name].verify_with_raw_q,
         )
     else:
-        subject = checker.VERIFIERS[name]
+        subject = VERIFIERS[name]
         verifier, rule, raw = subject.load(), subject.rule, False
     predicted = ref.first_tokens_distribution(
         models.tables(processing, verify_with_raw_q=raw), models.prompt, (0, 1, 2, 3), rule, 4
@@ -232,7 +233,7 @@ def test_enumerating_a_callable_gives_its_closed_form_exactly():
     models = ToyModels.make(4, seed=2)
     processing = Processing(0.8, 3, 1.0)
     tables = verifier_tables(models, processing, dtype=torch.float64)
-    subjects = [(checker.VERIFIERS[n].load(), checker.VERIFIERS[n].rule) for n in ("rejection",)]
+    subjects = [(VERIFIERS[n].load(), VERIFIERS[n].rule) for n in ("rejection",)]
     subjects += [(c.verifier, c.rule) for n, c in CONTROLS.items() if n != "raw-q"]
     for verifier, rule in subjects:
         for counts in ((3,), (0, 1, 2, 3)):
@@ -349,6 +350,6 @@ def test_raw_logits_exercise_the_clients_own_processing():
 
 
 def test_lossy_by_design_is_reported_not_failed():
-    typical = checker.VERIFIERS["typical"].load()
+    typical = VERIFIERS["typical"].load()
     report = check_sampler(typical, samples=0, lossy_by_design=True, vocab=5, k=2)
     assert report.lossy_by_design and not report.lossless and report.tv_distance > 0.01

@@ -109,7 +109,7 @@ def test_the_schemas_and_the_command_line_take_their_names_from_the_registry():
 
 def test_the_checker_and_the_engine_run_the_registrys_functions():
     from specsim.engine.step import VERIFIERS as ENGINE
-    from specsim.sampling.checker import VERIFIERS as SUBJECTS
+    from specsim.sampling.subjects import VERIFIERS as SUBJECTS
 
     assert tuple(SUBJECTS) == tuple(ENGINE) == NAMES
     for name, kind in VERIFIER_KINDS.items():

@@ -25,25 +25,8 @@ is lossy by design; the checker reports how far it is from the target.
 
 A third-party verifier is a callable with the signature ``harness`` documents (processed
 probabilities, or raw logits with ``inputs="logits"``), named in the CLI as
-``package.module:function``. One with other tensor conventions is wrapped; for example, a sampler
-that takes time-major tensors (target probs ``[k+1, B, V]``, draft probs ``[k, B, V]``, draft ids
-``[k, B]``, one uniform per position ``[k+1, B]``) and returns ids ``[B, k+1]`` padded with V plus
-lengths ``[B]`` is wrapped as (tested in ``tests/test_checker_monte_carlo.py``)::
-
-    import torch
-    from specsim.sampling import VerifyResult, check_sampler
-
-    def adapter(p, q, draft_tokens, n_drafts, randomness):
-        coins = torch.cat([randomness.accept, randomness.sample[:, None]], dim=1)
-        ids, length = their_sampler(
-            p.transpose(0, 1), q.transpose(0, 1), draft_tokens.t(), coins.t()
-        )
-        tokens = torch.where(ids == p.shape[-1], -1, ids)   # their padding -> ours
-        k = draft_tokens.shape[1]
-        return VerifyResult(length - 1, tokens, tokens[:, :k] >= 0)
-
-    report = check_sampler(adapter, k=3, samples=200_000)
-    print(report.lossless, report.closed_form_max_abs_error, report.window_tests)
+``package.module:function``; one with other tensor conventions is wrapped by an adapter
+(docs/guide/check-verifier.md shows one, tested in ``tests/test_checker_monte_carlo.py``).
 
 A sampler that draws its own random numbers instead of using the uniforms it is given has no
 enumeration (the check says so) and is judged by the Monte Carlo test alone. An output that
@@ -60,70 +43,15 @@ import numpy as np
 
 from specsim.bounds import MIN_FACTOR, MIN_LEVEL
 from specsim.errors import SpecsimError
-from specsim.sampling import plugin, reference, stats
-from specsim.sampling.controls import CONTROLS
-from specsim.sampling.kinds import DEFAULT_VERIFIER, VERIFIER_KINDS, VerifierKind
+from specsim.sampling import reference, stats
+from specsim.sampling.kinds import DEFAULT_VERIFIER
 from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
+from specsim.sampling.subjects import Subject, subject_for
 
 EXACT_TOLERANCE = 1e-12
 MAX_VOCAB = 16
 MAX_K = 4
 MAX_WINDOW_CELLS = 1 << 16  # vocab^(k+1): the whole window's joint table
-REFERENCES = ("sampling", "greedy")
-
-
-@dataclass(frozen=True)
-class Subject:
-    """What is being checked: a built-in verifier, a negative control, or a user callable."""
-
-    name: str
-    description: str
-    rule: reference.ClosedFormRule | None  # None: no closed form (a user callable)
-    greedy_reference: bool  # judged against target greedy decoding instead of sampling
-    lossy_by_design: bool
-    verify_with_raw_q: bool  # the raw-q control: hand the verifier softmax(raw drafter logits)
-    load: Callable[[], Callable]  # returns the torch verifier (imports torch)
-    negative_control: bool = False
-
-
-def _builtin(kind: VerifierKind) -> Subject:
-    return Subject(
-        kind.name, kind.description, kind.closed_form(), kind.greedy_reference, kind.lossy,
-        False, kind.load,
-    )  # fmt: skip
-
-
-VERIFIERS: dict[str, Subject] = {name: _builtin(kind) for name, kind in VERIFIER_KINDS.items()}
-
-
-def subject_for(
-    verifier: str | Callable, greedy_reference: bool = False, lossy_by_design: bool = False
-) -> Subject:
-    """The Subject for a built-in name, a control name, a ``module:function`` name or a
-    verifier callable."""
-    if isinstance(verifier, str) and plugin.is_plugin_spec(verifier):
-        loaded = plugin.load_verifier(verifier)
-        return _callable_subject(loaded, verifier, greedy_reference, lossy_by_design)
-    if callable(verifier):
-        name = getattr(verifier, "__name__", type(verifier).__name__)
-        return _callable_subject(verifier, name, greedy_reference, lossy_by_design)
-    if verifier in VERIFIERS:
-        return VERIFIERS[verifier]
-    if verifier in CONTROLS:
-        c = CONTROLS[verifier]
-        return Subject(
-            c.name, f"negative control: {c.description}", c.rule, False, False,
-            c.verify_with_raw_q, lambda: c.verifier, negative_control=True,
-        )  # fmt: skip
-    names = ", ".join([*VERIFIERS, *CONTROLS])
-    raise SpecsimError(
-        f"unknown verifier {verifier!r}", key="--verifier", fix=f"use {names} or MODULE:FUNCTION"
-    )
-
-
-def _callable_subject(function, name, greedy_reference, lossy_by_design) -> Subject:
-    what = "user-supplied verifier" + (" (lossy by design)" if lossy_by_design else "")
-    return Subject(name, what, None, greedy_reference, lossy_by_design, False, lambda: function)
 
 
 @dataclass(frozen=True)
