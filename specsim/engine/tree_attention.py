@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specsim.models.transformer import TreeAttention
+from specsim.models.masks import TreeAttention
 from specsim.tree import TreeShape
 
 

@@ -142,7 +142,7 @@ class MTPDrafter:
         cache: KVCache,
         n_new: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        from specsim.models.transformer import _CacheStep
+        from specsim.models.masks import CacheStep
 
         target, m = self.target, self.module
         tokens = torch.as_tensor(tokens).to(self.device, torch.long)
@@ -157,7 +157,7 @@ class MTPDrafter:
                 key="max_len",
                 fix="make the cache longer or stop generating earlier",
             )
-        step = _CacheStep(cache, real, longest, None)
+        step = CacheStep(cache, real, longest, None)
         embedded = self._embed(tokens.masked_fill(~real, 0))
         # vLLM zeroes the embedding at position 0 (the module was not trained on it).
         embedded = embedded.masked_fill((step.positions_bt == 0)[..., None], 0.0)

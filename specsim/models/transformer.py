@@ -17,7 +17,6 @@ row's next slots, but take the positions and see the slots the caller gives.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +32,7 @@ from specsim.models.deepseek import (
     yarn_attention_factor,
     yarn_frequencies,
 )
+from specsim.models.masks import CacheStep, TreeAttention, WindowMask
 
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
@@ -183,62 +183,6 @@ class Backbone(nn.Module):
         return x * torch.tensor(self.embed_scale, dtype=torch.float32).to(x.dtype)
 
 
-@dataclass(frozen=True)
-class TreeAttention:
-    """A cached call's tokens as tree nodes: ``positions [B, T]`` (rotary positions) and
-    ``visible [B, T, S]`` (the cache slots each token attends to, its own slot included; S at
-    least the longest row's end). Built by ``specsim.engine.tree_attention``; a sliding window,
-    if any, is the caller's to apply."""
-
-    positions: torch.Tensor
-    visible: torch.Tensor
-
-
-class _CacheStep:
-    """Where one call's tokens go in the cache, and what each query may attend to.
-
-    Real tokens go to their row's next slots; padding goes to the cache's spare slot (index
-    ``max_len``), which no query ever sees. So writing needs no data-dependent indexing and the
-    whole call costs one device-to-host sync (``kv_len``, read together with the input checks).
-    """
-
-    def __init__(
-        self,
-        cache: KVCache,
-        real: torch.Tensor,
-        kv_len: int,
-        window: int | None,
-        tree: TreeAttention | None = None,
-    ):
-        t = real.shape[1]
-        self.positions_bt = cache.lengths[:, None] + torch.arange(t, device=cache.device)
-        self.slots = torch.where(real, self.positions_bt, cache.max_len)
-        # Attend up to the longest row's new end; at least one slot, so a query that is all
-        # padding still has a (finite) key and no NaN appears.
-        self.kv_len = max(kv_len, 1)
-        if tree is not None:
-            self.positions_bt = tree.positions.to(cache.device)
-            self.mask = tree.visible[:, :, : self.kv_len].to(cache.device)[:, None]
-            return
-        visible = torch.arange(self.kv_len, device=cache.device)
-        self.mask = _visible(visible[None, None, :], self.positions_bt[:, :, None], window)[:, None]
-
-
-class _WindowMask:
-    """A cache-free pass over more tokens than the sliding window: an explicit mask."""
-
-    def __init__(self, t: int, window: int, device: torch.device):
-        positions = torch.arange(t, device=device)
-        self.mask = _visible(positions[None, :], positions[:, None], window)[None, None]
-
-
-def _visible(key_pos: torch.Tensor, query_pos: torch.Tensor, window: int | None) -> torch.Tensor:
-    """Causal visibility; with a sliding window, only the last ``window`` positions (the query's
-    own included), as Mistral defines it."""
-    seen = key_pos <= query_pos
-    return seen if window is None else seen & (key_pos > query_pos - window)
-
-
 class DecoderModel(nn.Module):
     """A causal language model. ``model(tokens, cache, n_new)`` returns float32 logits."""
 
@@ -355,27 +299,8 @@ class DecoderModel(nn.Module):
             )
         return int(flags[2])
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        cache: KVCache | None = None,
-        n_new: torch.Tensor | None = None,
-        tree: TreeAttention | None = None,
-        return_hidden: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``[B, T, vocab]`` (float32) for ``tokens`` ``[B, T]``; with
-        ``return_hidden``, also the last layer's output before the final norm ``[B, T, hidden]``
-        (what a multi-token-prediction module is fed).
-
-        With a cache, row b's tokens take positions ``cache.lengths[b] + t``; only the first
-        ``n_new[b]`` are real (all T by default), and ``cache.lengths`` advances by that many.
-        Logits at padding positions are unspecified. ``tree`` (with a cache only) gives the
-        tokens' positions and visible slots instead of the causal ones.
-        """
-        tokens = torch.as_tensor(tokens)
-        self._check_shape(tokens)
-        tokens = tokens.to(self.device, torch.long)
-        batch, t = tokens.shape
+    def _check_call(self, batch: int, t: int, n_new, cache: KVCache | None, tree) -> torch.Tensor:
+        """``n_new`` as a tensor on the model's device, once the call's arguments agree."""
         if n_new is None:
             n_new = torch.full((batch,), t, dtype=torch.long, device=self.device)
         else:
@@ -398,6 +323,30 @@ class DecoderModel(nn.Module):
                 key="cache",
                 fix="use a cache made with new_cache(batch_size=len(tokens), ...)",
             )
+        return n_new
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        n_new: torch.Tensor | None = None,
+        tree: TreeAttention | None = None,
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[B, T, vocab]`` (float32) for ``tokens`` ``[B, T]``; with
+        ``return_hidden``, also the last layer's output before the final norm ``[B, T, hidden]``
+        (what a multi-token-prediction module is fed).
+
+        With a cache, row b's tokens take positions ``cache.lengths[b] + t``; only the first
+        ``n_new[b]`` are real (all T by default), and ``cache.lengths`` advances by that many.
+        Logits at padding positions are unspecified. ``tree`` (with a cache only) gives the
+        tokens' positions and visible slots instead of the causal ones.
+        """
+        tokens = torch.as_tensor(tokens)
+        self._check_shape(tokens)
+        tokens = tokens.to(self.device, torch.long)
+        batch, t = tokens.shape
+        n_new = self._check_call(batch, t, n_new, cache, tree)
         real = torch.arange(t, device=self.device)[None, :] < n_new[:, None]
         ends = n_new if cache is None else cache.lengths + n_new
         longest = self._check_values(tokens, n_new, real, ends)
@@ -407,7 +356,7 @@ class DecoderModel(nn.Module):
         if cache is None:
             positions = torch.arange(t, device=self.device).expand(batch, t)
             steps = {
-                w: None if w is None or t <= w else _WindowMask(t, w, self.device) for w in windows
+                w: None if w is None or t <= w else WindowMask(t, w, self.device) for w in windows
             }
         else:
             if longest > cache.max_len:
@@ -423,7 +372,7 @@ class DecoderModel(nn.Module):
                     key="tree",
                     fix="use a model with one attention window for every layer",
                 )
-            steps = {w: _CacheStep(cache, real, longest, w, tree) for w in windows}
+            steps = {w: CacheStep(cache, real, longest, w, tree) for w in windows}
             positions = next(iter(steps.values())).positions_bt
         rotary = {local: self._rotary(positions, local) for local in self._inv_freq}
         x = self.model.embed(tokens)
