@@ -36,16 +36,10 @@ import torch
 from specsim.drafters import PromptLookup
 from specsim.engine.batch import Batch
 from specsim.engine.clock import MeteredModel
+from specsim.engine.engine_steps import chain_step, check_tree_engine, engine_tree_step
 from specsim.engine.iteration_log import IterationLog
-from specsim.engine.mtp_step import is_mtp
-from specsim.engine.step import (
-    Faults,
-    Sampling,
-    StepUniforms,
-    prefill_step,
-    speculative_step,
-)
-from specsim.engine.tree_step import TreeFaults, TreeUniforms, tree_step, tree_verifier
+from specsim.engine.step import Faults, Sampling, prefill_step
+from specsim.engine.tree_step import TreeFaults
 from specsim.engine.workload import EngineRequest, PromptBank
 from specsim.errors import SpecsimError
 from specsim.models import DecoderModel
@@ -104,22 +98,7 @@ class ServingEngine:
         )
         tree = options.tree
         if tree is not None:
-            if is_mtp(drafter):
-                raise SpecsimError(
-                    "the MTP drafter drafts chains only",
-                    key="speculation.tree",
-                    fix="remove speculation.tree for the mtp drafter",
-                )
-            if drafter is None or options.ngram is not None or options.k_max != tree.depth:
-                raise SpecsimError(
-                    "a tree step needs a draft model and k_max = the tree's depth",
-                    key="speculation.tree",
-                    fix="draft the tree with a draft model (not prompt lookup), k its depth",
-                )
-            tree_verifier(options.sampling.verifier, options.tree_drafts)  # a one-line error
-            # The verification pass's query-key pairs among a row's own fed tokens: the root
-            # and each node attend to themselves and their ancestors (the cost model's count).
-            self._tree_own_pairs = 1.0 + float((tree.depths + 1).sum())
+            check_tree_engine(options, drafter)
         # The slots a step lays out past the sequence before its rollback.
         self.lookahead = tree.num_nodes if tree is not None else options.k_max
 
@@ -263,7 +242,7 @@ class ServingEngine:
         kv_tokens = self._kv_tokens()
         retired = self._retire(finished)
         now = self._now()
-        self._log_iteration(now - start, len(chosen), "prefill", 0, pass_shape, kv_tokens)
+        self.log.add(now - start, len(chosen), "prefill", 0, pass_shape, kv_tokens, self._passes())
         for request in chosen:
             request.first_token = request.last_emit = now
         self._finish(retired, now)
@@ -274,10 +253,8 @@ class ServingEngine:
         """Returns the time the iteration ended."""
         size = self.batch.size
         owed = torch.tensor([r.output_len - r.generated for r in self.live], dtype=torch.long)
-        if self.opt.tree is not None:
-            k, n_drafts, pass_shape, result = self._tree_step(owed)
-        else:
-            k, n_drafts, pass_shape, result = self._chain_step(owed)
+        step = chain_step if self.opt.tree is None else engine_tree_step
+        k, n_drafts, pass_shape, result = step(self, owed)
         tokens = result.tokens.tolist()  # on a GPU these wait for the step to finish
         accepted = result.accepted.tolist()
         logprob = result.logprob.tolist()
@@ -299,69 +276,12 @@ class ServingEngine:
         kv_tokens = self._kv_tokens()
         retired = self._retire(finished)
         now = self._now()
-        self._log_iteration(now - start, size, "decode", k, pass_shape, kv_tokens)
+        self.log.add(now - start, size, "decode", k, pass_shape, kv_tokens, self._passes())
         for request in stepped:
             self.log.itl.append(now - request.last_emit)
             request.last_emit = now
         self._finish(retired, now)
         return now
-
-    def _chain_step(self, owed: torch.Tensor):
-        """(k, drafts per row, the target pass's shape, the step's result) of a chain step."""
-        size = self.batch.size
-        k = self.opt.window(size)
-        n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
-        proposals = None
-        if self.opt.ngram is not None and k:
-            proposals = torch.zeros((size, k), dtype=torch.long)
-            for slot, lookup in enumerate(self.lookups):
-                found = lookup.propose(int(n_drafts[slot]))
-                proposals[slot, : len(found)] = torch.as_tensor(found, dtype=torch.long)
-                n_drafts[slot] = len(found)
-        new = n_drafts + 1
-        # Attention runs over every row's cache to the longest row's length (a padded batch):
-        # the pass reads, and pairs each new token with, that many cached positions per row.
-        longest = int(self.batch.target_cache.lengths[:size].max())
-        pairs = float(new.sum()) * longest + float((new * (new + 1)).sum()) / 2
-        pass_shape = (int(new.sum()), size * longest, pairs)
-        result = speculative_step(
-            self.target,
-            self.drafter,
-            self.batch.rows(),
-            n_drafts,
-            self.opt.sampling,
-            StepUniforms.per_row(self.streams, self.opt.k_max),
-            self.opt.faults,
-            proposals,
-        )
-        return k, n_drafts, pass_shape, result
-
-    def _tree_step(self, owed: torch.Tensor):
-        """(k, drafts per row, the target pass's shape, the step's result) of a tree step.
-
-        Every row verifies the root and all nodes; its drafts are ``min(depth, owed - 1)``, as
-        a chain row's (the cap on what it accepts, and what the simulator counts)."""
-        shape = self.opt.tree
-        size = self.batch.size
-        k = shape.depth
-        n_drafts = torch.clamp(torch.minimum(owed - 1, torch.full_like(owed, k)), min=0)
-        longest = int(self.batch.target_cache.lengths[:size].max())
-        fed = shape.num_nodes + 1
-        pairs = float(size * fed * longest) + size * self._tree_own_pairs
-        pass_shape = (size * fed, size * longest, pairs)
-        result = tree_step(
-            self.target,
-            self.drafter,
-            self.batch.rows(),
-            shape,
-            self.opt.sampling,
-            self.opt.faults,
-            self.opt.tree_faults,
-            owed,
-            self.opt.tree_drafts,
-            TreeUniforms.per_row(self.streams, shape.num_nodes),
-        )
-        return k, n_drafts, pass_shape, result
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _emit(
@@ -415,19 +335,9 @@ class ServingEngine:
         retires: its peak)."""
         return int(self.batch.target_cache.lengths[: self.batch.size].sum())
 
-    def _log_iteration(
-        self, dt: float, batch: int, kind: str, k: int, shape: tuple, kv_tokens: int
-    ) -> None:
-        log = self.log
-        log.dt.append(dt)
-        log.batch.append(batch)
-        log.kind.append(kind)
-        log.window.append(k)
-        log.new_tokens.append(shape[0])
-        log.context.append(shape[1])
-        log.pairs.append(shape[2])
-        log.kv_tokens.append(kv_tokens)
-        if self.split is not None:
-            began = self._split_at_start
-            log.target_s.append(self.split["target"] - began["target"])
-            log.drafter_s.append(self.split["drafter"] - began["drafter"])
+    def _passes(self) -> tuple[float, float] | None:
+        """The iteration's seconds in the target's and the drafter's passes (CPU clocks)."""
+        if self.split is None:
+            return None
+        began = self._split_at_start
+        return self.split["target"] - began["target"], self.split["drafter"] - began["drafter"]

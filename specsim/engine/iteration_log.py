@@ -31,6 +31,16 @@ class IterationLog:
     decode_rows: int = 0
     window_rows: int = 0
 
+    def add(self, dt, batch, kind, k, shape: tuple, kv_tokens: int, passes=None) -> None:
+        """One iteration: ``shape``, its target pass's (new tokens, context, pairs); ``passes``,
+        the seconds of it in the target's and the drafter's passes (CPU clocks only)."""
+        names = ("dt", "batch", "kind", "window", "new_tokens", "context", "pairs", "kv_tokens")
+        for name, value in zip(names, (dt, batch, kind, k, *shape, kv_tokens), strict=True):
+            getattr(self, name).append(value)
+        if passes is not None:
+            self.target_s.append(passes[0])
+            self.drafter_s.append(passes[1])
+
     def extend(self, other: IterationLog) -> IterationLog:
         """This log followed by ``other``'s iterations (another run's): returns self."""
         for name, value in vars(other).items():
