@@ -13,7 +13,7 @@ import yaml
 from test_capacity_split import plan_argv, split_scenario
 
 from specsim.cli import main
-from specsim.serving import sglang_config, trtllm_config, vllm_config
+from specsim.serving import sglang_config, trtllm_config, vllm_config, vllm_keys
 from specsim.serving.setting import EngineSetting, ModelRef, Speculative
 from specsim.tree import TreeShape
 
@@ -210,7 +210,7 @@ def test_a_transfer_config_without_vllms_role_or_a_transceiver_backend_is_refuse
 
     bad_role = [("--kv-transfer-config", json.dumps({"kv_connector": "X", "kv_role": "both"}))]
     with pytest.raises(SpecsimError, match="kv_role"):
-        vllm_config.check_transfer(bad_role, "vllm-decode.args")
+        vllm_keys.check_transfer(bad_role, "vllm-decode.args")
     document = {"max_batch_size": 1, "max_num_tokens": 1, "tensor_parallel_size": 1}
     with pytest.raises(SpecsimError, match=r"cache_transceiver_config\.backend"):
         trtllm_config.check({**document, "cache_transceiver_config": {"backend": "TCP"}})

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from specsim.errors import SpecsimError
-from specsim.serving import sglang_config, trtllm_config, vllm_config
+from specsim.serving import sglang_config, trtllm_config, vllm_config, vllm_keys
 from specsim.serving.setting import (
     GIVEN,
     BatchRow,
@@ -210,7 +210,7 @@ def test_the_synthetic_acceptance_config_is_vllms_controlled_test():
     config = vllm_config.speculative_config(setting(chain(3)), synthetic=True)
     assert config["rejection_sample_method"] == "synthetic"
     assert config["synthetic_acceptance_rates"] == list(RATES[:3])
-    vllm_config.check(config, 64)
+    vllm_keys.check(config, 64)
 
 
 def test_a_placeholder_model_is_marked_in_the_header():
@@ -304,7 +304,7 @@ BAD_VLLM = [
 
 
 def test_the_vllm_reference_config_passes():
-    vllm_config.check(dict(GOOD_VLLM), 64)
+    vllm_keys.check(dict(GOOD_VLLM), 64)
 
 
 @pytest.mark.parametrize(("change", "key"), BAD_VLLM, ids=[k for _, k in BAD_VLLM])
@@ -312,13 +312,13 @@ def test_vllm_constraints_refuse_a_planted_setting(change, key):
     config = {**GOOD_VLLM, **change}
     config = {k: v for k, v in config.items() if v is not None}
     with pytest.raises(SpecsimError, match=rf"^engine/vllm\.json: [a-z_]*{key}") as error:
-        vllm_config.check(config, 64)
+        vllm_keys.check(config, 64)
     assert "not written" in str(error.value) and "§3." in str(error.value)
 
 
 def test_vllm_refuses_no_sequences():
     with pytest.raises(SpecsimError, match="--max-num-seqs"):
-        vllm_config.check(None, 0)
+        vllm_keys.check(None, 0)
 
 
 GOOD_SGLANG = [

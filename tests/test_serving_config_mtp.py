@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from specsim.errors import SpecsimError
-from specsim.serving import sglang_config, trtllm_config, vllm_config
+from specsim.serving import sglang_config, trtllm_config, vllm_config, vllm_keys
 from specsim.serving.setting import FROM_PROFILE, EngineSetting, ModelRef, Speculative
 
 HEADER = ["specsim 9.9: `plan window` of scenario 'demo' (demo.yaml) with profile 'p' (p.yaml)."]
@@ -63,7 +63,7 @@ def test_trtllm_writes_decoding_type_mtp_with_max_draft_len():
     "check, document, key",
     [
         (
-            vllm_config.check,
+            vllm_keys.check,
             {"method": "mtp", "model": "org/x", "num_speculative_tokens": 2},
             "model",
         ),
@@ -85,5 +85,5 @@ def test_trtllm_writes_decoding_type_mtp_with_max_draft_len():
 )
 def test_an_mtp_setting_with_a_model_of_its_own_is_refused(check, document, key):
     with pytest.raises(SpecsimError) as caught:
-        check(document, 8) if check is vllm_config.check else check(document)
+        check(document, 8) if check is vllm_keys.check else check(document)
     assert caught.value.key == key
