@@ -12,7 +12,7 @@ from specsim.calibration.workload import EngineDefaults, replay
 from specsim.errors import SpecsimError
 from specsim.serving.detect import read_bench_files
 from specsim.serving.prefix_share import parse_share, scrape_share, state_shares
-from specsim.serving.prometheus import parse_prometheus
+from specsim.serving.prometheus_text import parse_prometheus
 from specsim.serving.scrapes import attach_scrapes
 
 DATA = Path(__file__).parent / "data" / "bench"

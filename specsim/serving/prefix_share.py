@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.serving.prometheus import Sample
+from specsim.serving.prometheus_text import Sample
 from specsim.serving.runs import BenchRun
 
 OPTION = "--prefix-hit"

@@ -1,4 +1,5 @@
-"""Prometheus ``/metrics`` scrapes: the text parser and the engines' acceptance series.
+"""Prometheus ``/metrics`` scrapes: the engines' acceptance series (the text parser:
+``prometheus_text``).
 
 vLLM (V1 engine) exports, per engine and model, the counters (engine-formats.md section 2)
 
@@ -24,76 +25,17 @@ per-position series.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.bounds import MAX_COUNT, MAX_K
 from specsim.errors import SpecsimError
 from specsim.fileio import read_text
+from specsim.serving.prometheus_text import Sample, matches, parse_prometheus
 from specsim.serving.runs import SpecCounters
 
 PREFIX = "vllm:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
-_LINE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-    line: int = 0
-
-
-def parse_prometheus(text: str, source: str) -> list[Sample]:
-    """The samples of a Prometheus text exposition (comments and blank lines skipped)."""
-    samples = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        if match is None:
-            raise SpecsimError(
-                "not a Prometheus sample line",
-                file=source,
-                key=f"line {number}",
-                fix="give the text of a /metrics scrape",
-            )
-        labels = {}
-        raw = match.group("labels") or ""
-        pos = 0
-        while pos < len(raw):
-            label = _LABEL.match(raw, pos)
-            if label is None:
-                raise SpecsimError(
-                    "malformed labels",
-                    file=source,
-                    key=f"line {number}",
-                    fix='write labels as {name="value",...}',
-                )
-            labels[label.group(1)] = _unescape(label.group(2))
-            pos = label.end()
-        try:
-            value = float(match.group("value"))
-        except ValueError:
-            raise SpecsimError(
-                f"sample value {match.group('value')!r} is not a number",
-                file=source,
-                key=f"line {number}",
-                fix="give the /metrics text as the server wrote it",
-            ) from None
-        samples.append(Sample(match.group("name"), labels, value, number))
-    return samples
-
-
-def _unescape(value: str) -> str:
-    """Prometheus label escapes: backslash, double quote and newline."""
-    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
 
 
 @dataclass(frozen=True)
@@ -189,7 +131,7 @@ def counters_from_samples(
         base = _base(sample.name)
         if base is None:
             continue
-        if label_filter and any(sample.labels.get(k) != v for k, v in label_filter.items()):
+        if not matches(sample, label_filter):
             continue
         others = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "position"))
         series.add(others)
@@ -301,11 +243,7 @@ def spec_counters(counters: SpecDecodeCounters) -> SpecCounters:
 
 def _gauge(samples: list[Sample], name: str, source: str, labels: dict[str, str] | None):
     """The one value of gauge ``name`` (None when absent); differing series are refused."""
-    found = [
-        s
-        for s in samples
-        if s.name == name and not (labels and any(s.labels.get(k) != v for k, v in labels.items()))
-    ]
+    found = [s for s in samples if s.name == name and matches(s, labels)]
     values = {s.value for s in found}
     if len(values) > 1:
         shown = ", ".join(f"{s.labels} = {s.value:g}" for s in found)

@@ -18,7 +18,8 @@ from pathlib import Path
 from specsim.errors import SpecsimError
 from specsim.fileio import check_input_file, read_text
 from specsim.serving.prefix_share import scrape_share
-from specsim.serving.prometheus import parse_prometheus, read_scrape
+from specsim.serving.prometheus import read_scrape
+from specsim.serving.prometheus_text import parse_prometheus
 from specsim.serving.runs import BenchRun
 
 OPTION = "--metrics"
