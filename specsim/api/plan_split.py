@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.api.results import PlanResult, read_table
-from specsim.planning.capacity import disagg, disagg_report
+from specsim.planning.capacity import disagg, disagg_report, disagg_search
 from specsim.planning.capacity.capacity_deploy import DeploymentRequest, write_built
 from specsim.planning.capacity.disagg_pareto import pareto_csv
 from specsim.planning.emit import emit as engine_files
@@ -60,7 +60,7 @@ def disaggregated_run(
     engine_files.check_models(emit, _profiles(plan))
     write_built(plan.deployments)
     with options.sweeper(out, plan.identity()) as sweeper:
-        searches = disagg.run(plan, sweeper)
+        searches = disagg_search.run(plan, sweeper)
     planned = SplitPlanned(plan, searches, disagg_report.json_summary(plan, searches))
     if emit is not None:
         emit_split.attach(plan, searches, planned.summary, planned.attachments, emit)

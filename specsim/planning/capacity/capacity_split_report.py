@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specsim.planning.capacity.disagg import COLOCATED, DisaggregatedPlan, Layout, Search, meets
+from specsim.planning.capacity.disagg import COLOCATED, DisaggregatedPlan, Layout, Search
+from specsim.planning.capacity.disagg_search import meets
 from specsim.planning.common import metric
 
 CANDIDATE_COLUMNS = (

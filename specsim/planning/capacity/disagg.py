@@ -11,7 +11,8 @@ were given): co-located n = 1, 2, ... and every (x, y) with x + y at most ``max_
 Layouts are simulated in rounds of the sweep's parallelism, the four searches side by side; a
 search stops at the first round holding a layout where at least ``attainment`` of the requests
 meet every SLO limit, and takes the cheapest such layout of that round (every cheaper layout has
-failed). Each choice's own capacity is then bisected upwards from the target to ``tolerance``.
+failed). Each choice's own capacity is then bisected upwards from the target to ``tolerance``
+(the rounds and bisections: ``disagg_search``).
 A layout is a scenario override set, so a run is one ordinary simulation, cached by the sweep
 engine like any other point.
 """
@@ -31,10 +32,10 @@ from specsim.planning.capacity.capacity_split import (
     pairs,
     role_fits,
 )
-from specsim.planning.common import load_axis, metric, scenario_identity
+from specsim.planning.common import load_axis, scenario_identity
 from specsim.planning.rates import ArrivalScale
 from specsim.planning.sweep.points import SweepPoint
-from specsim.planning.sweep.sweeper import PointResult, Sweeper
+from specsim.planning.sweep.sweeper import PointResult
 
 COLOCATED, DISAGGREGATED = "co-located", "disaggregated"
 SPEC_ON, SPEC_OFF = "speculation", "speculation off"
@@ -89,16 +90,17 @@ class Layout:
         return getattr(pricing, role) if on is None else pricing.deployments[on]
 
     def price(self, pricing: Pricing) -> float:
-        if not self.prefill:
-            return self.decode * self._terms(pricing, "colocated")[0]
-        prefill, decode = self._terms(pricing, "prefill"), self._terms(pricing, "decode")
-        return self.prefill * prefill[0] + self.decode * decode[0]
+        return self._total(pricing, 0)
 
     def devices(self, pricing: Pricing) -> int:
+        return self._total(pricing, 1)
+
+    def _total(self, pricing: Pricing, term: int):
+        """The layout's sum of one replica term (0: price per hour, 1: devices)."""
         if not self.prefill:
-            return self.decode * self._terms(pricing, "colocated")[1]
+            return self.decode * self._terms(pricing, "colocated")[term]
         prefill, decode = self._terms(pricing, "prefill"), self._terms(pricing, "decode")
-        return self.prefill * prefill[1] + self.decode * decode[1]
+        return self.prefill * prefill[term] + self.decode * decode[term]
 
     def overrides(self) -> list[str]:
         spec = SPEC_OFF_OVERRIDES if self.setting == SPEC_OFF else []
@@ -351,60 +353,6 @@ def _check_some_fit(built: list[Deployment], fit: Fit, settings: list[str]) -> N
             fix="give more devices per replica (--tp), smaller formats (--precision) or a "
             "device with more memory",
         )
-
-
-def meets(result: PointResult | None, attainment: float) -> bool:
-    value = metric(result.summary if result is not None and result.ok else None, "slo_attainment")
-    return value is not None and value >= attainment
-
-
-def run(plan: DisaggregatedPlan, sweeper: Sweeper) -> list[Search]:
-    """Advance the searches round by round until each has chosen a layout or run out, then
-    bisect each choice's capacity."""
-    size = max(2, sweeper.parallelism)
-    while True:
-        rounds = [(s, s.next_round(size)) for s in plan.searches if not s.done]
-        rounds = [(s, layouts) for s, layouts in rounds if layouts]
-        for search in plan.searches:
-            if not search.done and not search.next_round(1):
-                search.done = True  # every layout within max_replicas missed the SLO
-        if not rounds:
-            break
-        points = [plan.point(layout) for _, layouts in rounds for layout in layouts]
-        results = iter(sweeper.run(points, desc="layouts"))
-        for search, layouts in rounds:
-            for layout in layouts:
-                search.tried[layout] = next(results)
-            passing = [lay for lay in layouts if meets(search.tried[lay], plan.attainment)]
-            if passing:
-                search.chosen, search.done = passing[0], True
-    if plan.scale is not None:
-        find_headroom(plan, sweeper)
-    return plan.searches
-
-
-def find_headroom(plan: DisaggregatedPlan, sweeper: Sweeper) -> None:
-    """Each chosen layout's highest sustained load, the bisections advancing together with
-    ``per_search`` probes each a round, as the co-located capacity search does."""
-    target = plan.scale.knob(plan.target_rps)
-    chosen = [s for s in plan.searches if s.chosen is not None]
-    for search in chosen:
-        search.headroom = Headroom.above(target, plan.tolerance)
-    while True:
-        active = [s for s in chosen if not s.headroom.done]
-        if not active:
-            return
-        per_search = max(1, sweeper.parallelism // len(active))
-        asked = [(s, knob) for s in active for knob in s.headroom.search.next_probes(per_search)]
-        points = [plan.point(s.chosen, plan.scale.axis.overrides(knob)) for s, knob in asked]
-        outcomes: dict[int, list[tuple[float, bool]]] = {}
-        for (search, knob), result in zip(asked, sweeper.run(points, desc="headroom"), strict=True):
-            if not result.ok:
-                search.headroom.error = result.error
-            outcomes.setdefault(id(search), []).append((knob, meets(result, plan.attainment)))
-        for search in active:
-            if search.headroom.error is None:
-                search.headroom.search.record_all(outcomes[id(search)])
 
 
 def fewer(layout: Layout, dx: int, dy: int) -> Layout:

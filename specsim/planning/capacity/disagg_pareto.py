@@ -1,12 +1,12 @@
 """The Pareto frontier of ``plan capacity --disaggregated``: co-located and prefill/decode
 layouts on one frontier.
 
-Every layout the searches simulated at the target rate that met the SLO (``disagg.meets``) is a
-point, whichever search it belongs to (co-located or xPyD, speculation on or off, on any
-deployment): per-user speed (``capacity_pareto.user_speed``, 1 / median TPOT) against the
-fleet's output tokens per second over all its devices (each pool's replicas x TP). The frontier
-is ``capacity_pareto``'s: the points no other beats on both. The choices' capacity probes above
-the target are not points: they measure one layout at other loads, not another fleet.
+Every layout the searches simulated at the target rate that met the SLO (``disagg_search.meets``)
+is a point, whichever search it belongs to (co-located or xPyD, speculation on or off, on any
+deployment): per-user speed (``capacity_pareto.user_speed``, 1 / median TPOT) against the fleet's
+output tokens per second over all its devices (each pool's replicas x TP). The frontier is
+``capacity_pareto``'s: the points no other beats on both. The choices' capacity probes above the
+target are not points: they measure one layout at other loads, not another fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from specsim.planning.capacity.capacity_pareto import mark_frontier, pareto_figure, user_speed
-from specsim.planning.capacity.disagg import DisaggregatedPlan, Layout, Search, meets
+from specsim.planning.capacity.disagg import DisaggregatedPlan, Layout, Search
+from specsim.planning.capacity.disagg_search import meets
 from specsim.planning.common import metric, rows_csv
 
 

@@ -21,7 +21,6 @@ from specsim.planning.capacity.disagg import (
     Layout,
     Search,
     fewer,
-    meets,
 )
 from specsim.planning.capacity.disagg_pareto import (
     frontier_line,
@@ -29,6 +28,7 @@ from specsim.planning.capacity.disagg_pareto import (
     pareto_plot,
     pareto_points,
 )
+from specsim.planning.capacity.disagg_search import meets
 from specsim.planning.common import metric, not_fitting_rows, rows_csv
 from specsim.planning.report import Paragraph, Report, Section, write_report
 
