@@ -28,7 +28,6 @@ from specsim.sampling.logits import process_logits
 from specsim.sampling.problem import Processing, ToyModels
 from specsim.sampling.randomness import VerifierRandomness
 
-INPUT_STYLES = ("probs", "logits")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 EXAMPLE_ROWS = 3
 

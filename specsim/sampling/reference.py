@@ -179,12 +179,6 @@ class Emitted:
         return Emitted(exact, self.at_least + weight * other.at_least, self.longest)
 
 
-def _first_tokens_of(part: np.ndarray, tail_axes: int, longest: int) -> np.ndarray:
-    """Sum the trailing token axes of ``part`` beyond the first ``longest`` emitted tokens."""
-    extra = part.ndim - tail_axes - longest if tail_axes else 0
-    return part.sum(axis=tuple(range(part.ndim - extra, part.ndim))) if extra > 0 else part
-
-
 def _step_parts(
     tables: Tables,
     context: tuple[int, int] | None,
