@@ -5,7 +5,7 @@ run as the CLI runs them (``specsim.api.plan_run``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from numbers import Real
 from typing import Any
 
@@ -52,6 +52,8 @@ def plan_window(
     from specsim.planning.trees import SglangSpace, given_trees
     from specsim.planning.window.window_policies import parse_policies
 
+    tree_options = (tree_steps, tree_topk, tree_tokens)
+
     return run_planner(
         window_run,
         scenario,
@@ -64,7 +66,7 @@ def plan_window(
         seed=seed,
         screen=screen,
         trees=given_trees([trees] if isinstance(trees, str) else trees),
-        space=SglangSpace.parse(*(_text(v) for v in (tree_steps, tree_topk, tree_tokens))),
+        space=SglangSpace.parse(*(_joined(v, lambda n: str(int(n))) for v in tree_options)),
         tree_drafts=tree_drafts,
         policies=parse_policies(policies),
     )
@@ -142,11 +144,9 @@ def deployments(
 ):
     """The deployment options of ``plan_capacity`` and ``plan_disaggregated`` as the CLI's
     (``tp`` as ``"2,4,8"`` or ints; names as a string or a sequence)."""
-    if tp is not None and not isinstance(tp, str):
-        tp = ",".join(str(t) for t in ([tp] if isinstance(tp, int) else tp))
     return deployment_request(
         _names(profiles),
-        tp,
+        _joined(tp),
         _names(precision),
         hardware,
         target_model,
@@ -199,12 +199,7 @@ def drafter_swap(
 
 
 def _k_values(k: Any) -> list[int] | None:
-    if k is None:
-        return None
-    if isinstance(k, str):
-        return parse_k_values(k, option="k")
-    values = [k] if isinstance(k, int) else list(k)
-    return parse_k_values(",".join(str(v) for v in values), option="k")
+    return None if k is None else parse_k_values(_joined(k), option="k")
 
 
 def _loads(loads: Any) -> list[float] | None:
@@ -220,10 +215,9 @@ def _names(names: str | Sequence[str] | None) -> list[str] | None:
     return [names] if isinstance(names, str) else [str(n) for n in names]
 
 
-def _text(value: Any) -> str | None:
-    """``--tree-*`` values as the options take them (a list of ints or one int also works)."""
+def _joined(value: Any, item: Callable[[Any], str] = str) -> str | None:
+    """A list option as the CLI's text: a string as is, one int or a sequence joined by commas
+    (``item`` writes each; ``--tree-*`` values are whole numbers)."""
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, int):
-        return str(value)
-    return ",".join(str(int(v)) for v in value)
+    return ",".join(item(v) for v in ([value] if isinstance(value, int) else value))
