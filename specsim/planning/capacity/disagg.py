@@ -212,8 +212,8 @@ def _replica_terms(loaded) -> tuple[float, int]:
     return hardware.price_per_hour_usd, hardware.devices
 
 
-def _check(scenario, where: str) -> None:
-    """A disaggregated fleet, an open-loop or trace workload and an SLO."""
+def _check(scenario, where: str, target_rps, tolerance, attainment, max_replicas) -> None:
+    """A disaggregated fleet, an open-loop or trace workload and an SLO; the options in range."""
     if scenario.fleet.disaggregation is None:
         raise SpecsimError(
             "--disaggregated sizes prefill and decode pools, but the scenario's fleet is not "
@@ -233,6 +233,22 @@ def _check(scenario, where: str) -> None:
             key="workload.kind",
             fix="use an open-loop or trace workload",
         )
+    if not 0 < tolerance < 0.5:
+        raise SpecsimError("tolerance must be in (0, 0.5)", key="--tolerance", fix="e.g. 0.02")
+    if not (math.isfinite(target_rps) and target_rps > 0):
+        raise SpecsimError(
+            f"target rate must be positive (got {target_rps:g})",
+            key="--target-rps",
+            fix="give requests per second above 0",
+        )
+    if not 0 < attainment <= 1:
+        raise SpecsimError("attainment must be in (0, 1]", key="--attainment", fix="e.g. 0.99")
+    if not 2 <= max_replicas <= MAX_LAYOUT_REPLICAS:
+        raise SpecsimError(
+            f"max_replicas must be from 2 to {MAX_LAYOUT_REPLICAS} (got {max_replicas})",
+            key="--max-replicas",
+            fix="e.g. 8 (the layouts grow as its square)",
+        )
 
 
 def prepare(
@@ -250,23 +266,7 @@ def prepare(
 
     scenario = load_scenario(scenario_path, base_overrides)
     where = str(scenario_path)
-    _check(scenario, where)
-    if not 0 < tolerance < 0.5:
-        raise SpecsimError("tolerance must be in (0, 0.5)", key="--tolerance", fix="e.g. 0.02")
-    if not (math.isfinite(target_rps) and target_rps > 0):
-        raise SpecsimError(
-            f"target rate must be positive (got {target_rps:g})",
-            key="--target-rps",
-            fix="give requests per second above 0",
-        )
-    if not 0 < attainment <= 1:
-        raise SpecsimError("attainment must be in (0, 1]", key="--attainment", fix="e.g. 0.99")
-    if not 2 <= max_replicas <= MAX_LAYOUT_REPLICAS:
-        raise SpecsimError(
-            f"max_replicas must be from 2 to {MAX_LAYOUT_REPLICAS} (got {max_replicas})",
-            key="--max-replicas",
-            fix="e.g. 8 (the layouts grow as its square)",
-        )
+    _check(scenario, where, target_rps, tolerance, attainment, max_replicas)
     split = scenario.fleet.disaggregation
     axis = load_axis(scenario)
     scale = ArrivalScale.for_scenario(scenario, axis)
