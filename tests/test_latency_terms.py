@@ -111,7 +111,7 @@ def test_vllm_default_capture_sizes():
 def test_the_roofline_reads_the_experts_its_tokens_route_to():
     """Qwen3-30B-A3B on one H100: the fit's weight read of a pass over N tokens is the bytes
     ``ModelShape.weight_bytes_read(N)`` counts (the non-expert weights and the union of the
-    routed experts), at the effective bandwidth; the knee still meets the read of them all."""
+    routed experts), at the effective bandwidth; the knee meets the non-expert read only."""
     shape, hw = load_shape(QWEN3_30B), load_hardware(H100)
     fit = roofline_fit(shape, hw)
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
@@ -121,8 +121,25 @@ def test_the_roofline_reads_the_experts_its_tokens_route_to():
     for tokens in (1, 4, 16):  # below the knee: the weight read alone
         read = (m.seconds_from_totals(1, tokens, 0, 0) - launch) * bandwidth
         assert read == pytest.approx(shape.weight_bytes_read(tokens, 2), rel=1e-9)
-    everything = shape.weight_bytes(2) / bandwidth
-    assert fit.knee_tokens * fit.per_batched_token_s == pytest.approx(everything, rel=1e-12)
+    experts = shape.weight_bytes(2) - shape.weight_bytes_read(0, 2)
+    dense = shape.weight_bytes(2) / bandwidth - experts / bandwidth
+    assert fit.knee_tokens * fit.per_batched_token_s == pytest.approx(dense, rel=1e-12)
+
+
+def test_past_the_knee_a_pass_pays_the_routed_experts_read_on_top_of_its_compute():
+    """Qwen3-30B-A3B on one H100, a pass of 2048 tokens (every expert read): by hand, 48 MoE
+    layers x 128 experts x 3 x 2048 x 768 weights x 2 bytes = 57.98 GB at 0.8 x 3.35 TB/s =
+    21.64 ms, added to the launches and the 2048 tokens' compute (the roofline's max() would
+    hide it under the compute: 2048 x 16.2 us = 33.1 ms is past the whole 22.8 ms read)."""
+    shape, hw = load_shape(QWEN3_30B), load_hardware(H100)
+    fit = roofline_fit(shape, hw)
+    m = LatencyModel(Latency(fit=fit), "qwen3-30b-a3b")
+    launch = shape.num_layers * hw.efficiency.launch_s_per_layer
+    compute = 2048 * fit.per_batched_token_s
+    assert compute > shape.weight_bytes(2) / (3.35e12 * 0.8)  # compute-bound by the old form
+    read = 48 * 128 * 3 * 2048 * 768 * 2 / (3.35e12 * 0.8)
+    assert read == pytest.approx(21.64e-3, abs=1e-5)
+    assert m.seconds_from_totals(1, 2048, 0, 0) - launch == pytest.approx(compute + read, rel=1e-6)
 
 
 def test_the_roofline_of_a_dense_model_has_no_experts_and_no_padding_unless_asked():

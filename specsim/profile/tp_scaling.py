@@ -5,8 +5,8 @@ A scenario that asks for a TP its profile does not describe is refused unless it
 scales: its fit is the roofline's sum of terms (``specsim.profiling.roofline``), so each term
 can be taken apart and rebuilt for ``t1`` devices from the profile's ``t0``:
 
-* weight read ``knee x slope`` (a mixture of experts' routed experts' read among it) and
-  matmul compute ``slope - all-reduce per token`` shrink by
+* weight read ``knee x slope`` (a mixture of experts' routed experts' read apart, in the
+  fit's experts term) and matmul compute ``slope - all-reduce per token`` shrink by
   ``t0 / t1``; the launch overhead ``fixed - weight read - all-reduce per pass`` stays;
 * the all-reduces, two ring all-reduces per layer of ``hidden x 2`` bytes a token, are taken
   out at ``t0`` and put in at ``t1`` over the stated link;
@@ -75,7 +75,7 @@ def scaled_fit(
     compute = fit.per_batched_token_s - token0
     experts = fit.experts
     experts_s = experts.weights_s if experts is not None else 0.0  # read by share, not fixed
-    launch = fit.fixed_s - (memory - experts_s) - pass0
+    launch = fit.fixed_s - memory - pass0
     if compute <= 0 or launch < -1e-5 * fit.fixed_s or not spec.layers or not spec.hidden_size:
         raise SpecsimError(
             "its latency fit is not the roofline's sum of terms over the stated link, so it "
@@ -89,7 +89,7 @@ def scaled_fit(
     slope = compute * shrink + token1
     return fit.model_copy(
         update={
-            "fixed_s": (memory - experts_s) * shrink + max(launch, 0.0) + pass1,
+            "fixed_s": memory * shrink + max(launch, 0.0) + pass1,
             "per_batched_token_s": slope,
             "knee_tokens": memory * shrink / slope,
             "per_kv_token_s": fit.per_kv_token_s * shrink,

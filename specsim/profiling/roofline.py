@@ -13,7 +13,8 @@ pairs of FLOPs. This maps exactly onto the profile's fit form, because
 * ``per_attention_pair_s`` = attention FLOPs per pair / effective peak
 
 A mixture of experts' routed experts leave ``fixed_s`` for the fit's ``experts`` term: a pass
-reads the union of the experts its tokens route to. With ``--cuda-graphs`` the fit lists the
+reads the union of the experts its tokens route to, and pays that read on top of its compute
+(the knee meets the other weights' read only). With ``--cuda-graphs`` the fit lists the
 engine's captured CUDA-graph sizes, and a pass pays its matmuls on the padded token count.
 
 Effective means multiplied by a stated efficiency: model FLOP utilisation (MFU) for compute and a
@@ -87,9 +88,10 @@ def roofline_fit(
 ) -> LatencyFit:
     """The latency fit of ``shape`` on ``hw`` under the roofline model (see module docstring),
     on one device of ``layout.tp``; the all-reduces' per-token seconds join the compute slope,
-    and the knee is where that slope reaches the whole weight read. A mixture of experts reads
-    its routed experts by the share a pass's tokens pick (``LatencyFit.experts``), the rest in
-    ``fixed_s``; ``graph_sizes``: the engine's captured CUDA-graph sizes (None: no padding)."""
+    and the knee is where that slope reaches the weight read. A mixture of experts reads its
+    routed experts by the share a pass's tokens pick (``LatencyFit.experts``), paid on top of
+    the compute (not under the knee), the rest in ``fixed_s``; ``graph_sizes``: the engine's
+    captured CUDA-graph sizes (None: no padding)."""
     layout = layout or Layout()
     dtype_bytes = DTYPE_BYTES[hw.dtype]
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.efficiency.bandwidth
@@ -108,11 +110,14 @@ def roofline_fit(
             experts_per_token=shape.experts_per_token,
         )
     launch_s = shape.num_layers * hw.efficiency.launch_s_per_layer
+    # The knee meets the dense weights' read only: the grouped GEMM streams each routed expert
+    # for its own N x k / E tokens, too few to hide that read under the pass's compute.
+    dense_s = memory_s - experts_s
     return LatencyFit(
-        fixed_s=memory_s - experts_s + launch_s + allreduce_pass_s,
+        fixed_s=dense_s + launch_s + allreduce_pass_s,
         per_sequence_s=0.0,
         per_batched_token_s=slope,
-        knee_tokens=memory_s / slope,
+        knee_tokens=dense_s / slope,
         per_kv_token_s=device_kv_bytes_per_token(shape, layout, dtype_bytes) / bandwidth,
         per_attention_pair_s=shape.attention_flops_per_pair() / layout.tp / peak,
         graph_sizes=graph_sizes,

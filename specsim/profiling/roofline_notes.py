@@ -106,8 +106,10 @@ def moe_note(shape: ModelShape) -> str:
         f"E(1 - (1 - k/E)^N) per MoE layer expected under uniform routing "
         f"({shape.experts_read(1):.0f} at N = 1, {shape.experts_read(8):.1f} at N = 8, "
         f"{shape.experts_read(64):.1f} at N = 64; latency fit's experts term), so verifying "
-        "(k + 1) x batch tokens reads more experts than one decode token; the knee is where "
-        "compute reaches the read of every expert."
+        "(k + 1) x batch tokens reads more experts than one decode token. The knee is where "
+        "compute reaches the read of the other weights; the routed experts' read is paid on "
+        "top of the compute, not hidden under it (a grouped GEMM streams each expert for its "
+        "N k / E tokens: 128 at 2048 tokens, 8 of 128 experts, near the device's ridge)."
     )
 
 
