@@ -11,6 +11,8 @@ import numpy as np
 from specsim.calibration.fit import DETERMINED, DISCOUNTED, NOISE, ROBUST_SCALE, FitResult
 from specsim.calibration.simulate import Evaluator, unfitted_reason
 from specsim.calibration.terms import (
+    ENGINE_REQUEST_SPREAD_S,
+    ENGINE_REQUEST_TERM,
     FACTOR_PRIOR_SD,
     REQUEST_SPREAD_S,
     REQUEST_TERM,
@@ -101,7 +103,8 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
             "prior_spread": {
                 "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
                 "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass (a drafter's added "
-                f"seconds), {REQUEST_SPREAD_S:g} s ({REQUEST_TERM})",
+                f"seconds), {REQUEST_SPREAD_S:g} s ({REQUEST_TERM}), "
+                f"{ENGINE_REQUEST_SPREAD_S:g} s ({ENGINE_REQUEST_TERM})",
             },
             "determined_below": DETERMINED,
             "held_out": (

@@ -29,6 +29,14 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   runs served without an API server, as specsim's built-in engine and a measured CPU profile
   serve them) keeps it, unfitted: a true 0 sits on the term's bound, where a closed loop's
   next request jumps from an iteration's end into the next one at any delay at all.
+- ``overhead.per_request_engine_s``: the engine loop's own work on each request it admits
+  (scheduling it, allocating its blocks, adding it to the input and sampling batches), added
+  to the iteration that admits it: unlike the delay it slows the engine, so runs that send
+  many short requests at once (their throughput, every request's TTFT behind the others'
+  admissions) determine it. Its figures move from 0 on, smoothly, so it is fitted from the
+  prior's value (0 in a roofline) with a normal prior of spread ``ENGINE_REQUEST_SPREAD_S``,
+  wherever the prior states an API server (the delay > 0: a served engine) or the term.
+  Measured on the bundled deployments: docs/notes/2026-12-03-engine-request-cost.md.
 
 Runs with speculation off see the target's terms and the delay; runs with it on see all of
 them. The factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a
@@ -54,6 +62,10 @@ SECONDS_PRIOR_SD = 1.0  # in decode passes
 SECONDS_BOUNDS = (0.0, 50.0)
 REQUEST_SPREAD_S = 0.05  # the request delay's prior spread
 REQUEST_TERM = "overhead.per_request_s"
+# The engine's cost per admitted request: a few milliseconds of Python per request in vLLM's
+# scheduler and model runner (docs/notes/2026-12-03-engine-request-cost.md).
+ENGINE_REQUEST_SPREAD_S = 0.01
+ENGINE_REQUEST_TERM = "overhead.per_request_engine_s"
 DECODE_TERMS = ("fixed_s", "per_sequence_s", "per_kv_token_s")
 PREFILL_TERMS = ("per_batched_token_s",)
 ATTENTION_TERMS = ("per_attention_pair_s",)
@@ -131,6 +143,8 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
         )
     if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
         terms.append(request_term(profile, unit))
+    if profile.overhead.per_request_s > 0 or profile.overhead.per_request_engine_s > 0:
+        terms.append(engine_request_term(profile, unit))
     if drafter is None:
         return terms
     spec = profile.drafters[drafter]
@@ -174,6 +188,20 @@ def request_term(profile: Profile, unit: float) -> Term:
         "engine",
         "per_request_s",
         REQUEST_SPREAD_S,
+    )
+
+
+def engine_request_term(profile: Profile, unit: float) -> Term:
+    """The engine's cost per admitted request as a fitted term (module docstring)."""
+    return Term(
+        ENGINE_REQUEST_TERM,
+        "seconds",
+        profile.overhead.per_request_engine_s,
+        unit,
+        "seconds an iteration adds for each request it admits (the engine's loop)",
+        "engine",
+        "per_request_engine_s",
+        ENGINE_REQUEST_SPREAD_S,
     )
 
 

@@ -61,6 +61,7 @@ class StepCosts:
         self.draft_latency: LatencyModel | None = self.drafter.latency
         overhead = profile.profile.overhead
         self.request_s = overhead.per_request_s  # a request's way in: TTFT pays it, no pass
+        self.admit_s = overhead.per_request_engine_s  # per request admitted, in its iteration
         own = self.drafter.spec.overhead if self.drafter.spec is not None else None
         draft_terms = own if own is not None else overhead
         t = self.target_spec

@@ -101,6 +101,8 @@ class Replica:
             fast = False
         if getattr(prefix, "shared", False):  # the kernels count each row's copy of the prefix
             fast = False
+        if costs.admit_s > 0:  # the kernels charge no per-request cost in the iteration
+            fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's
@@ -238,22 +240,25 @@ class Replica:
             if serving is not None and (yield from serving.serve(self, env)):
                 continue
             start = env.now
+            admitted = admission.admissions
             if admission.queue:
                 admission.admit(start, self.decoding, self._held())
+            # The engine's own work on each request it admits (``Overhead``), this iteration's.
+            admit_s = self.costs.admit_s * (admission.admissions - admitted)
             if not self.chunked and admission.prefilling:
-                yield from self._prefill_only_iteration(env)
+                yield from self._prefill_only_iteration(env, admit_s)
                 continue
             plan = self._plan_mixed()
-            dt = plan.seconds
+            dt = plan.seconds + admit_s
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
 
-    def _prefill_only_iteration(self, env):
+    def _prefill_only_iteration(self, env, admit_s: float = 0.0):
         """An iteration of prompt chunks alone (prefill not chunked into decode iterations)."""
         plan = self._plan_prefill_only()
-        dt = plan.seconds
+        dt = plan.seconds + admit_s
         if self.jitter is not None:
             dt *= self.jitter.factor(prefill=True)
         yield env.timeout(dt)
