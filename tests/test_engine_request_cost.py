@@ -14,6 +14,7 @@ batch waits for it.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,60 @@ def test_the_term_is_written_only_when_stated_and_refused_when_negative(tmp_path
         load_profile(path)
     message = str(refused.value)
     assert "per_request_engine_s" in message and "\n" not in message
+
+
+PRIOR_ADMIT_S = 0.001  # a prior that states the term (so it is fitted), 1 ms a request
+
+
+def _prior() -> dict:
+    import bench_runs
+
+    data = load_profile(bench_runs.PRIOR).profile.model_dump(mode="json", exclude_none=True)
+    data["overhead"].update(per_request_engine_s=PRIOR_ADMIT_S)
+    return data
+
+
+def test_a_calibration_recovers_the_engine_cost_from_bursts_of_short_requests(tmp_path):
+    """Recovery: runs simulated with 4 ms a request admitted (the prior states 1 ms), decode x 1.4
+    and prefill x 0.7, 200 requests sent at once in each (short outputs; long prompts; a cap of
+    16 clients): the term is determined and fitted back within 0.4 ms, the factors within 5 %
+    and 10 %, each within two of its stated posterior standard deviations."""
+    import bench_runs
+    from bench_runs import Case
+
+    truth = {**bench_runs.TRUTH, "overhead.per_request_engine_s": 0.004}
+    cases = (
+        Case("short", math.inf, output=(2, 6)),
+        Case("long", math.inf, prompt=(256, 1024)),
+        Case("c16", math.inf, 16),
+    )
+    calibration = bench_runs.calibrate_on(tmp_path, _prior(), truth, cases, requests=200)
+    terms = {t["name"]: t for t in calibration.report["terms"]}
+    engine = terms["overhead.per_request_engine_s"]
+    assert engine["determined"], engine
+    errors = bench_runs.log_errors(calibration.report, truth)
+    assert abs(errors["overhead.per_request_engine_s"]) <= 0.0004, errors
+    assert abs(errors["target.decode"]) <= 0.05, errors
+    assert abs(errors["target.prefill"]) <= 0.10, errors
+    assert abs(errors["overhead.per_request_engine_s"]) <= 2 * engine["spread_ratio"] * 0.01
+    assert calibration.profile.overhead.per_request_engine_s == pytest.approx(
+        engine["value"], rel=1e-5
+    )
+
+
+def test_one_request_at_a_time_leaves_the_engine_cost_undetermined(tmp_path):
+    """The same truth served one request at a time (a cap of 1): each admission delays only
+    its own first token, as the API server's delay and the prefill do, so the posterior names
+    the term undetermined and the profile keeps the prior's 1 ms."""
+    import bench_runs
+    from bench_runs import Case
+
+    truth = {**bench_runs.TRUTH, "overhead.per_request_engine_s": 0.004}
+    cases = (Case("one-a", math.inf, 1), Case("one-b", math.inf, 1, prompt=(256, 1024)))
+    calibration = bench_runs.calibrate_on(tmp_path, _prior(), truth, cases, requests=60)
+    terms = {t["name"]: t for t in calibration.report["terms"]}
+    engine = terms["overhead.per_request_engine_s"]
+    assert not engine["determined"] and engine["spread_ratio"] > 0.5, engine
+    assert engine["value"] == engine["prior"] == PRIOR_ADMIT_S
+    assert "overhead.per_request_engine_s" in calibration.report["undetermined"]
+    assert calibration.profile.overhead.per_request_engine_s == PRIOR_ADMIT_S

@@ -33,10 +33,12 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   (scheduling it, allocating its blocks, adding it to the input and sampling batches), added
   to the iteration that admits it: unlike the delay it slows the engine, so runs that send
   many short requests at once (their throughput, every request's TTFT behind the others'
-  admissions) determine it. Its figures move from 0 on, smoothly, so it is fitted from the
-  prior's value (0 in a roofline) with a normal prior of spread ``ENGINE_REQUEST_SPREAD_S``,
-  wherever the prior states an API server (the delay > 0: a served engine) or the term.
-  Measured on the bundled deployments: docs/notes/2026-12-03-engine-request-cost.md.
+  admissions) determine it; one request at a time it adds to a TTFT what the delay adds, and
+  is left undetermined. Its figures move smoothly from 0, so a normal prior of spread
+  ``ENGINE_REQUEST_SPREAD_S`` serves. Fitted where the prior states one (> 0): fitted from 0
+  on every bundled deployment it helped one and broke another's fit
+  (docs/notes/2026-12-03-engine-request-cost.md), so roofline priors (which state none) keep
+  it at 0.
 
 Runs with speculation off see the target's terms and the delay; runs with it on see all of
 them. The factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a
@@ -143,7 +145,7 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
         )
     if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
         terms.append(request_term(profile, unit))
-    if profile.overhead.per_request_s > 0 or profile.overhead.per_request_engine_s > 0:
+    if profile.overhead.per_request_engine_s > 0:  # 0: the prior states none (module doc)
         terms.append(engine_request_term(profile, unit))
     if drafter is None:
         return terms
