@@ -154,6 +154,9 @@ def test_a_calibration_recovers_the_engine_cost_from_bursts_of_short_requests(tm
     assert calibration.profile.overhead.per_request_engine_s == pytest.approx(
         engine["value"], rel=1e-5
     )
+    assert (
+        "(overhead.per_request_engine_s)" in calibration.report["method"]["prior_spread"]["seconds"]
+    )
 
 
 def test_one_request_at_a_time_leaves_the_engine_cost_undetermined(tmp_path):
