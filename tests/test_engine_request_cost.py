@@ -4,7 +4,10 @@ loop): the iteration that admits a request takes that much longer, so every requ
 batch waits for it.
 
 - by hand: an iteration timeline with the term, on the per-iteration reference and on the
-  fast path (which falls back to the reference while the term is > 0: the kernels lack it);
+  fast path;
+- the compiled serving kernel charges it as the reference does (a lone replica, a fleet and a
+  split fleet, whose decode replicas pay it for each request that joins with its KV cache, as
+  vLLM's scheduler adds and schedules it as a new request);
 - a profile without the term writes no key for it (every profile keeps its bytes);
 - recovery: ``profile from-bench`` fits a known term back from runs that send many short
   requests at once, and leaves it undetermined where one request at a time cannot tell it
@@ -25,6 +28,8 @@ from specsim.errors import SpecsimError
 from specsim.profile import load_profile
 from specsim.profiling.writer import profile_yaml
 from specsim.scenario import Scenario
+from specsim.simulation.compiled_layout import ADMISSIONS, CHARGED
+from specsim.simulation.compiled_serving import ServingLoop
 from specsim.simulation.run import run_simulation
 
 ADMIT_S = 0.005
@@ -85,21 +90,130 @@ def test_an_iteration_pays_for_each_request_it_admits(fast, tmp_path):
     assert float(rows[2]["finish_s"]) == pytest.approx(third + DECODE_1, abs=1e-9)
 
 
-def test_the_fast_path_equals_the_reference_with_the_term(tmp_path):
-    """Poisson traffic that queues: the fast path (which steps the reference while the term is
-    > 0) gives the reference's records, and the term slows every request down."""
-    workload = {
-        "kind": "poisson",
-        "rate": 60.0,
-        "requests": 80,
-        "prompt": {"dist": "uniform", "low": 50, "high": 400},
-        "output": {"dist": "uniform", "low": 1, "high": 20},
+# Identity with the reference, the term > 0, where the kernel runs most iterations: a lone
+# replica, a fleet and a split fleet, admitting new and preempted requests (and on a decode
+# replica, joins), in iterations with decoding rows and in prompts' iterations apart.
+ENGINE_COST = 0.001
+LONE = {
+    "lone, preemption": {
+        "engine": {"max_batch": 32, "kv_capacity_tokens": 1800},
+        "workload": {"rate": 20.0},
+    },
+    "lone, prefill apart": {"engine": {"max_batch": 32, "chunked_prefill": False}},
+}
+FLEET = {
+    "two replicas, saturated, prefill apart": {
+        "engine": {"max_batch": 16, "kv_capacity_tokens": 1500, "chunked_prefill": False},
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400},
+    },
+}
+SPLIT = {
+    "1P1D, saturated decode pool, preemption": {
+        "engine": {"max_batch": 32, "kv_capacity_tokens": 2500},
+        "workload": {"rate": 60.0, "output": {"dist": "uniform", "low": 1, "high": 120}},
+    },
+    "2P3D, prefill apart": {
+        "split": {"prefill": {"replicas": 2}, "decode": {"replicas": 3}},
+        "engine": {"max_batch": 32, "chunked_prefill": False},
+        "workload": {"rate": 40.0},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def costly(tmp_path_factory) -> Path:
+    """The simulator's test profile with passes that cost more with tokens and context, the
+    target's hidden size (heads move it), and the engine's cost per admitted request."""
+    from test_sim_identity import DATA
+
+    profile = yaml.safe_load((DATA / "sim_profile.yaml").read_text())
+    profile["target"]["hidden_size"] = 1024
+    profile["target"]["latency"]["fit"].update(
+        per_batched_token_s=3.0e-5, knee_tokens=48, per_kv_token_s=4.0e-8, per_attention_pair_s=1e-9
+    )
+    profile["overhead"] = {
+        "per_step_s": 3.0e-4,
+        "per_sequence_s": 2.0e-6,
+        "per_request_engine_s": ENGINE_COST,
     }
-    profile = profile_with(tmp_path, ADMIT_S)
-    fast = simulate(profile, tmp_path, True, workload, max_batch=8)
-    assert fast == simulate(profile, tmp_path, False, workload, max_batch=8)
-    plain, _ = simulate(profile_with(tmp_path, 0.0), tmp_path, True, workload, max_batch=8)
-    assert fast[0]["ttft_s"]["mean"] > plain["ttft_s"]["mean"] + ADMIT_S
+    folder = tmp_path_factory.mktemp("profile")
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "sim_sequences.txt").write_text((DATA / "sim_sequences.txt").read_text())
+    return folder
+
+
+def lone_share(scenario, monkeypatch) -> float:
+    from test_sim_compiled_serving import kernel_iterations
+
+    inside, total, _ = kernel_iterations(scenario, monkeypatch)
+    return inside / total
+
+
+@pytest.mark.parametrize("name", [*LONE, *FLEET, *SPLIT])
+def test_the_kernel_charges_the_term_as_the_reference(name, costly, tmp_path, monkeypatch):
+    """The fast path runs the kernel (>= 80 % of iterations, in each pool of a split fleet)
+    and gives the reference's records, engine statistics, summary and requests.csv."""
+    import test_disagg_kernel as disagg
+    import test_sim_identity as identity
+    from test_sim_fleet_serving import kernel_share
+
+    if name in SPLIT:
+        scenario = disagg.make(SPLIT[name], costly)
+        counts = disagg.iterations(scenario, tmp_path, monkeypatch)
+        assert disagg.share(counts, "prefill") >= 0.8 and disagg.share(counts, "decode") >= 0.8
+    elif name in FLEET:
+        scenario = identity.make(FLEET[name], costly)
+        assert kernel_share(scenario, tmp_path, monkeypatch) >= 0.8
+    else:
+        scenario = identity.make(LONE[name], costly)
+        assert lone_share(scenario, monkeypatch) >= 0.8
+    fast = identity.assert_identical(scenario, tmp_path, monkeypatch)
+    if "preemption" in name or "saturated" in name:
+        pools = fast["summary"].get("pools", {"": fast["summary"]})
+        assert sum(pool["preemptions"] for pool in pools.values()) > 0
+
+
+@pytest.mark.filterwarnings("ignore::specsim.profile.OutOfRangeWarning")
+def test_a_call_that_stops_after_admitting_leaves_their_cost_to_python(tmp_path, monkeypatch):
+    """A context above the profile's measured range (extrapolated, warned once): the kernel
+    admits a request, stops before the iteration and Python runs it; that iteration still
+    pays for the admission the kernel made (``Replica.charged_admissions``)."""
+    import test_sim_identity as identity
+    from test_sim_compiled_serving import ranged
+
+    folder = ranged(tmp_path / "p", "extrapolate", {"context": [0, 380]})
+    data = yaml.safe_load((folder / "sim_profile.yaml").read_text())
+    data["overhead"] = {"per_step_s": 3.0e-4, "per_request_engine_s": ENGINE_COST}
+    (folder / "sim_profile.yaml").write_text(yaml.safe_dump(data))
+    scenario = identity.make({"workload": {"rate": 60.0}}, folder)
+    assert lone_share(scenario, monkeypatch) >= 0.5
+    unpack, carried = ServingLoop._unpack, []
+
+    def counted(self, replica):
+        carried.append(self.ct[ADMISSIONS] - self.ct[CHARGED])
+        unpack(self, replica)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ServingLoop, "_unpack", counted)
+        identity.assert_identical(scenario, tmp_path, monkeypatch)
+    assert max(carried) > 0  # a call stopped after admitting
+
+
+def test_the_term_slows_every_request(costly, tmp_path, monkeypatch):
+    """The same traffic without the term: each request's first token comes earlier."""
+    import test_sim_identity as identity
+
+    scenario = identity.make(LONE["lone, preemption"], costly)
+    with_term = identity.observe(scenario, tmp_path / "a.csv", True, monkeypatch)["summary"]
+    data = yaml.safe_load((costly / "sim_profile.yaml").read_text())
+    data["overhead"]["per_request_engine_s"] = 0.0
+    (tmp_path / "sim_profile.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "sim_sequences.txt").write_text((costly / "sim_sequences.txt").read_text())
+    plain = identity.observe(
+        identity.make(LONE["lone, preemption"], tmp_path), tmp_path / "b.csv", True, monkeypatch
+    )
+    assert with_term["ttft_s"]["mean"] > plain["summary"]["ttft_s"]["mean"] + ENGINE_COST
 
 
 def test_the_term_is_written_only_when_stated_and_refused_when_negative(tmp_path):

@@ -101,8 +101,6 @@ class Replica:
             fast = False
         if getattr(prefix, "shared", False):  # the kernels count each row's copy of the prefix
             fast = False
-        if costs.admit_s > 0:  # the kernels charge no per-request cost in the iteration
-            fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's
@@ -173,6 +171,7 @@ class Replica:
         self.cost_terms = np.array(costs.terms) if self.fast else None
         self.window_terms = window_terms(policy) if self.fast else None
         self._joined = 0  # rows that started decoding since the last decode iteration
+        self.charged_admissions = 0  # admissions an iteration's seconds have paid for
         # The fast path: the open-loop arrivals (this replica's own, or the fleet's).
         self._process = None
         self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
@@ -240,11 +239,12 @@ class Replica:
             if serving is not None and (yield from serving.serve(self, env)):
                 continue
             start = env.now
-            admitted = admission.admissions
             if admission.queue:
                 admission.admit(start, self.decoding, self._held())
-            # The engine's own work on each request it admits (``Overhead``), this iteration's.
-            admit_s = self.costs.admit_s * (admission.admissions - admitted)
+            # The engine's own work on each request admitted since the last iteration was priced
+            # (this one's; or a kernel call's that stopped after admitting, ``compiled_serving``).
+            admit_s = self.costs.admit_s * (admission.admissions - self.charged_admissions)
+            self.charged_admissions = admission.admissions
             if not self.chunked and admission.prefilling:
                 yield from self._prefill_only_iteration(env, admit_s)
                 continue
