@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,32 @@ def test_the_term_is_written_only_when_stated_and_refused_when_negative(tmp_path
         load_profile(path)
     message = str(refused.value)
     assert "per_request_engine_s" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["vllm_v33_plain.json", "sglang_two_runs.jsonl"])
+def test_the_runs_engine_says_whether_the_term_is_fitted(name, tmp_path):
+    """The prior states no engine cost: vLLM's runs fit it from 0 (its loop pays work per
+    request it admits: ``Engine.request_work``), SGLang's keep the prior's 0; the report and
+    the profile's provenance say which and why."""
+    import bench_runs
+
+    from specsim.calibration.from_bench import BenchOptions, calibrate_from_bench
+
+    files = (str(Path(bench_runs.PRIOR).parent / name),)
+    out = tmp_path / "fit.yaml"
+    options = BenchOptions(files, str(bench_runs.PRIOR), out, "fit", bench_runs.DRAFTER)
+    options = replace(options, held_out=False, accept_poor_fit=True)
+    calibration = calibrate_from_bench(options)
+    names = [t["name"] for t in calibration.report["terms"]]
+    why = calibration.report["engine_request_cost"]
+    if name.startswith("vllm"):
+        assert "overhead.per_request_engine_s" in names
+        assert why.startswith("fitted from 0") and "allocate_slots" in why
+    else:
+        assert "overhead.per_request_engine_s" not in names
+        assert why.startswith("kept at the prior's 0: sglang")
+        assert calibration.profile.overhead.per_request_engine_s == 0.0
+    assert f"Engine cost per admitted request: {why}." in calibration.profile.provenance.notes
 
 
 PRIOR_ADMIT_S = 0.001  # a prior that states the term (so it is fitted), 1 ms a request

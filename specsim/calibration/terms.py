@@ -35,10 +35,11 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   many short requests at once (their throughput, every request's TTFT behind the others'
   admissions) determine it; one request at a time it adds to a TTFT what the delay adds, and
   is left undetermined. Its figures move smoothly from 0, so a normal prior of spread
-  ``ENGINE_REQUEST_SPREAD_S`` serves. Fitted where the prior states one (> 0): fitted from 0
-  on every bundled deployment it helped one and broke another's fit
-  (docs/notes/2026-12-03-engine-request-cost.md), so roofline priors (which state none) keep
-  it at 0.
+  ``ENGINE_REQUEST_SPREAD_S`` serves. Fitted where the prior states one (> 0), and from 0
+  for runs of an engine whose loop is known to pay per-request work (the registry's
+  ``Engine.request_work``: vLLM); elsewhere kept as the prior states it. Fitted from 0 on every
+  bundled deployment it helped a vLLM one and broke SGLang's fit
+  (docs/notes/2026-12-03-engine-request-cost.md).
 
 Runs with speculation off see the target's terms and the delay; runs with it on see all of
 them. The factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a
@@ -117,9 +118,10 @@ def decode_seconds(profile: Profile) -> float:
     return model.seconds_from_totals(1, 1, REFERENCE_CONTEXT, REFERENCE_CONTEXT + 1)
 
 
-def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
+def terms_for(profile: Profile, drafter: str | None, engine_cost: bool = False) -> list[Term]:
     """The terms a calibration fits: the target's two, the request delay where the prior
-    states one, and the drafter's when runs speculate."""
+    states one, the engine's cost per admitted request where the prior states one or
+    ``engine_cost`` (the runs' engine pays it), and the drafter's when runs speculate."""
     unit = decode_seconds(profile)
     terms = [
         Term("target.decode", "factor", 1.0, 1.0, "target: fixed, per-sequence, per-KV-token"),
@@ -145,7 +147,7 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
         )
     if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
         terms.append(request_term(profile, unit))
-    if profile.overhead.per_request_engine_s > 0:  # 0: the prior states none (module doc)
+    if engine_cost or profile.overhead.per_request_engine_s > 0:  # module doc
         terms.append(engine_request_term(profile, unit))
     if drafter is None:
         return terms
