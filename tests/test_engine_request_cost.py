@@ -217,6 +217,42 @@ def test_the_term_slows_every_request(costly, tmp_path, monkeypatch):
     assert with_term["ttft_s"]["mean"] > plain["summary"]["ttft_s"]["mean"] + ENGINE_COST
 
 
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "prefill apart"])
+def test_the_estimate_prices_the_term_as_the_simulation_does(chunked, tmp_path):
+    """``specsim estimate``: each prompt's admission adds the term to the iteration that
+    carries it, so TTFT grows by about the term (and a little more as iterations stretch) and
+    TPOT too, as in the simulation of the same traffic."""
+    from specsim.estimate import estimate
+
+    workload = {
+        "kind": "poisson",
+        "rate": 8.0,
+        "requests": 400,
+        "prompt": {"dist": "fixed", "value": 100},
+        "output": {"dist": "fixed", "value": 20},
+    }
+    engine = {"max_batch": 8, "chunked_prefill": chunked, "jitter": False}
+    got, simulated = {}, {}
+    for cost in (0.0, ADMIT_S):
+        folder = tmp_path / str(cost)
+        folder.mkdir()
+        scenario = Scenario.model_validate(
+            {
+                "name": "e",
+                "seed": 0,
+                "profile": str(profile_with(folder, cost)),
+                "workload": workload,
+                "engine": engine,
+            }
+        )
+        got[cost] = estimate(scenario, load_profile(scenario.profile))
+        simulated[cost] = run_simulation(scenario, folder / "r.csv").summary
+    ttft = got[ADMIT_S].ttft_mean_s - got[0.0].ttft_mean_s
+    sim_ttft = simulated[ADMIT_S]["ttft_s"]["mean"] - simulated[0.0]["ttft_s"]["mean"]
+    assert ADMIT_S <= ttft == pytest.approx(sim_ttft, rel=0.25), (ttft, sim_ttft)
+    assert got[ADMIT_S].tpot_mean_s > got[0.0].tpot_mean_s
+
+
 def test_the_term_is_written_only_when_stated_and_refused_when_negative(tmp_path):
     plain = load_profile(profile_with(tmp_path, 0.0)).profile
     assert "per_request_engine_s" not in profile_yaml(plain)
