@@ -103,7 +103,8 @@ def prior_spreads() -> dict[str, float]:
     request delay's: ``REQUEST_SPREAD_S``)."""
     from specsim.calibration.terms import terms_for
 
-    terms = terms_for(load_profile(PRIOR).profile, DRAFTER)
+    # vLLM's runs: the engine's cost per admitted request is fitted too (``Engine.request_work``).
+    terms = terms_for(load_profile(PRIOR).profile, DRAFTER, engine_cost=True)
     return {t.name: t.prior_sd * (1.0 if t.kind == "factor" else t.unit) for t in terms}
 
 
@@ -276,12 +277,13 @@ def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
     files = write_runs(tmp_path / "runs", LOW_LOAD, requests=40, seed=7)
     report = calibrate(capsys, files, tmp_path / "low.yaml", "--no-held-out")
     terms = {t["name"]: t for t in report["terms"]}
-    # no speculative run: no drafter term
+    # no speculative run: no drafter term; vLLM's runs: the engine's cost per admitted request
     assert set(terms) == {
         "target.decode",
         "target.prefill",
         "target.attention",
         "overhead.per_request_s",
+        "overhead.per_request_engine_s",
     }
     assert terms["target.prefill"]["determined"] is False
     assert terms["target.prefill"]["spread_ratio"] > 0.9  # the runs hold nothing on it
@@ -289,7 +291,13 @@ def test_low_load_runs_leave_the_prefill_term_at_the_prior(tmp_path, capsys):
     assert terms["target.decode"]["determined"] is True
     assert abs(math.log(terms["target.decode"]["value"] / TRUTH["target.decode"])) < 0.02
     assert report["held_out"] is None
-    assert report["undetermined"] == ["target.prefill", "target.attention"]
+    # One request at a time, an admission's cost is the delay's: kept at the prior's 0.
+    assert report["undetermined"] == [
+        "target.prefill",
+        "target.attention",
+        "overhead.per_request_engine_s",
+    ]
+    assert terms["overhead.per_request_engine_s"]["value"] == 0.0
     assert report["gate"]["basis"] == "fit" and report["gate"]["passed"]
     prior, fitted = load_profile(PRIOR).profile, load_profile(tmp_path / "low.yaml").profile
     assert (

@@ -231,20 +231,30 @@ def _prior_with_engine_costs() -> dict:
 def test_a_calibration_recovers_the_request_delay_from_a_low_load_run(tmp_path):
     """Recovery: runs simulated on the prior with a 120 ms delay (against its 50 ms), decode
     x 1.4 and prefill x 0.7 (``bench_runs.LOADS``: 2 and 20 requests/s and a closed loop of 16,
-    80 requests each; at 2 requests/s a request seldom queues, so its TTFT is the delay and a
-    prefill) are fitted back: the delay within 5 ms, decode within 2 %, prefill within 12 %
-    (the delay and the prefill share the low-load TTFT, so the prefill is looser than
-    test_from_bench's 8 % with the delay known), each within two of its stated posterior
-    standard deviations. The report names the delay as determined; the profile carries it and
-    keeps the per-sequence cost, which is no fitted term."""
+    and 5 requests/s of 256-1024-token prompts, 80 requests each; at 2 requests/s a request
+    seldom queues, so its TTFT is the delay and a prefill) are fitted back: the delay within
+    5 ms, decode within 2 %, prefill within 12 % (the delay and the prefill share the low-load
+    TTFT, so the prefill is looser than test_from_bench's 8 % with the delay known), each
+    within two of its stated posterior standard deviations. The report names the delay as
+    determined; the profile carries it and keeps the per-sequence cost, which is no fitted
+    term."""
     import bench_runs
 
     truth = {**bench_runs.TRUTH, "overhead.per_request_s": 0.12}
-    calibration = bench_runs.calibrate_on(tmp_path, _prior_with_engine_costs(), truth)
+    # Long prompts tell the prefill from the engine's cost per admitted request (fitted for
+    # vLLM's runs): short ones alone leave the prefill undetermined.
+    cases = (*bench_runs.LOADS, bench_runs.Case("long-r5", 5.0, prompt=(256, 1024)))
+    calibration = bench_runs.calibrate_on(tmp_path, _prior_with_engine_costs(), truth, cases)
     terms = {t["name"]: t for t in calibration.report["terms"]}
     # Short prompts: the attention factor stays at the prior (test_from_bench).
     assert terms.pop("target.attention")["determined"] is False
-    assert set(terms) == {"target.decode", "target.prefill", "overhead.per_request_s"}
+    # vLLM's runs: the engine's cost per admitted request is fitted too (truly 0 here).
+    assert set(terms) == {
+        "target.decode",
+        "target.prefill",
+        "overhead.per_request_s",
+        "overhead.per_request_engine_s",
+    }
     assert all(t["determined"] for t in terms.values()), terms
     assert calibration.report["undetermined"] == ["target.attention"]
     errors = bench_runs.log_errors(calibration.report, truth)
@@ -254,6 +264,8 @@ def test_a_calibration_recovers_the_request_delay_from_a_low_load_run(tmp_path):
     assert abs(errors["target.prefill"]) <= 0.12
     sd = {"target.decode": math.log(4.0), "target.prefill": math.log(4.0)}
     sd["overhead.per_request_s"] = 0.05  # seconds: one REQUEST_UNIT_S
+    sd["overhead.per_request_engine_s"] = 0.01  # ENGINE_REQUEST_SPREAD_S
+    assert abs(errors["overhead.per_request_engine_s"]) <= 0.001, errors
     for name, error in errors.items():
         assert abs(error) <= 2 * terms[name]["spread_ratio"] * sd[name], name
     overhead = calibration.profile.overhead

@@ -49,6 +49,7 @@ from specsim.profiling.writer import build_profile, software_versions, today
 from specsim.sampling.kinds import DEFAULT_VERIFIER
 from specsim.serving.detect import read_bench_files
 from specsim.serving.prefix_share import parse_share, state_shares
+from specsim.serving.registry import entries
 from specsim.serving.runs import BenchRun
 from specsim.serving.scrapes import attach_scrapes, parse_pair
 
@@ -201,7 +202,8 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
     data, acceptance = with_acceptance(loaded, spec_runs, drafter, opts)
     prior = build_profile(data, str(loaded.path))
     caps = resolve_caps(runs, opts.caps, opts.server_args, prior)
-    terms = terms_for(prior, drafter if spec_runs else None)
+    fits_engine_cost, engine_cost_why = engine_cost_rule(runs, prior)
+    terms = terms_for(prior, drafter if spec_runs else None, fits_engine_cost)
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         folder = Path(tmp)
         replays = replays_of(runs, folder, drafter, caps, prior, opts)
@@ -219,9 +221,28 @@ def calibrate_from_bench(opts: BenchOptions) -> BenchCalibration:
         cap: {"value": getattr(caps, cap), "source": source}
         for cap, source in zip(("max_batch", "max_batched_tokens"), caps.sources, strict=True)
     }
+    report["engine_request_cost"] = engine_cost_why
     report["gate"] = judge(report, opts.max_held_out_error, opts.accept_poor_fit)
     profile = _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report)
     return BenchCalibration(profile, report, report_name(opts.out))
+
+
+def engine_cost_rule(runs: list[BenchRun], prior: Profile) -> tuple[bool, str]:
+    """Whether the fit takes ``overhead.per_request_engine_s`` from 0 (the runs' engine pays
+    work per request in its own loop: ``Engine.request_work``), and why, for the report and
+    the provenance."""
+    names = sorted({run.engine for run in runs})
+    known = entries(names)
+    stated = prior.overhead.per_request_engine_s
+    if stated > 0:
+        return False, f"fitted from the prior's {stated:g} s"
+    if len(known) == len(names) and all(e.request_work for e in known):
+        work = "; ".join(f"{e.display}: {e.request_work}" for e in known)
+        return True, f"fitted from 0: the engine's loop pays work per request it admits ({work})"
+    return False, (
+        f"kept at the prior's 0: {', '.join(names)} is not known to pay work per request in "
+        "its loop (the registry's request_work)"
+    )
 
 
 def replays_of(runs: list[BenchRun], folder: Path, drafter, caps, prior, opts) -> list:
@@ -289,6 +310,7 @@ def _calibrated_profile(prior, evaluator, result, runs, loaded, opts, report) ->
         f"{len({r.source for r in runs})} file(s) on the prior {loaded.path.name} "
         f"({loaded.profile.provenance.source}). Fitted: {fitted}."
         + (f" Kept at the prior (the runs do not determine them): {kept}." if kept else "")
+        + f" Engine cost per admitted request: {report['engine_request_cost']}."
         + f" Fit error median {fit['median_abs_error']:.1%}"
         + ("" if held is None else f", held out {held['median_abs_error']:.1%}")
         + "."

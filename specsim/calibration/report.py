@@ -11,6 +11,8 @@ import numpy as np
 from specsim.calibration.fit import DETERMINED, DISCOUNTED, NOISE, ROBUST_SCALE, FitResult
 from specsim.calibration.simulate import Evaluator, unfitted_reason
 from specsim.calibration.terms import (
+    ENGINE_REQUEST_SPREAD_S,
+    ENGINE_REQUEST_TERM,
     FACTOR_PRIOR_SD,
     REQUEST_SPREAD_S,
     REQUEST_TERM,
@@ -91,6 +93,9 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
     target = loaded.profile.target.description
     if models and target and target not in models:
         notes.append(f"the runs serve {models[0]}; the prior's target is {target!r}")
+    # Named only where fitted, so that reports of fits without it keep their bytes.
+    fitted = any(t.name == ENGINE_REQUEST_TERM for t in evaluator.terms)
+    engine_spread = f", {ENGINE_REQUEST_SPREAD_S:g} s ({ENGINE_REQUEST_TERM})" if fitted else ""
     return {
         "prior": {"path": str(loaded.path), "source": loaded.profile.provenance.source},
         "method": {
@@ -101,7 +106,7 @@ def calibration_report(evaluator, result, per_run, loaded, acceptance) -> dict[s
             "prior_spread": {
                 "factor": f"log-normal, sd {FACTOR_PRIOR_SD:.3f} (a factor of 4)",
                 "seconds": f"sd {SECONDS_PRIOR_SD:g} target decode pass (a drafter's added "
-                f"seconds), {REQUEST_SPREAD_S:g} s ({REQUEST_TERM})",
+                f"seconds), {REQUEST_SPREAD_S:g} s ({REQUEST_TERM})" + engine_spread,
             },
             "determined_below": DETERMINED,
             "held_out": (

@@ -29,6 +29,17 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   runs served without an API server, as specsim's built-in engine and a measured CPU profile
   serve them) keeps it, unfitted: a true 0 sits on the term's bound, where a closed loop's
   next request jumps from an iteration's end into the next one at any delay at all.
+- ``overhead.per_request_engine_s``: the engine loop's own work on each request it admits
+  (scheduling it, allocating its blocks, adding it to the input and sampling batches), added
+  to the iteration that admits it: unlike the delay it slows the engine, so runs that send
+  many short requests at once (their throughput, every request's TTFT behind the others'
+  admissions) determine it; one request at a time it adds to a TTFT what the delay adds, and
+  is left undetermined. Its figures move smoothly from 0, so a normal prior of spread
+  ``ENGINE_REQUEST_SPREAD_S`` serves. Fitted where the prior states one (> 0), and from 0
+  for runs of an engine whose loop is known to pay per-request work (the registry's
+  ``Engine.request_work``: vLLM); elsewhere kept as the prior states it. Fitted from 0 on every
+  bundled deployment it helped a vLLM one and broke SGLang's fit
+  (docs/notes/2026-12-03-engine-request-cost.md).
 
 Runs with speculation off see the target's terms and the delay; runs with it on see all of
 them. The factors are fitted as logarithms (prior 0, spread ``FACTOR_PRIOR_SD``: within a
@@ -54,6 +65,10 @@ SECONDS_PRIOR_SD = 1.0  # in decode passes
 SECONDS_BOUNDS = (0.0, 50.0)
 REQUEST_SPREAD_S = 0.05  # the request delay's prior spread
 REQUEST_TERM = "overhead.per_request_s"
+# The engine's cost per admitted request: a few milliseconds of Python per request in vLLM's
+# scheduler and model runner (docs/notes/2026-12-03-engine-request-cost.md).
+ENGINE_REQUEST_SPREAD_S = 0.01
+ENGINE_REQUEST_TERM = "overhead.per_request_engine_s"
 DECODE_TERMS = ("fixed_s", "per_sequence_s", "per_kv_token_s")
 PREFILL_TERMS = ("per_batched_token_s",)
 ATTENTION_TERMS = ("per_attention_pair_s",)
@@ -103,9 +118,10 @@ def decode_seconds(profile: Profile) -> float:
     return model.seconds_from_totals(1, 1, REFERENCE_CONTEXT, REFERENCE_CONTEXT + 1)
 
 
-def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
+def terms_for(profile: Profile, drafter: str | None, engine_cost: bool = False) -> list[Term]:
     """The terms a calibration fits: the target's two, the request delay where the prior
-    states one, and the drafter's when runs speculate."""
+    states one, the engine's cost per admitted request where the prior states one or
+    ``engine_cost`` (the runs' engine pays it), and the drafter's when runs speculate."""
     unit = decode_seconds(profile)
     terms = [
         Term("target.decode", "factor", 1.0, 1.0, "target: fixed, per-sequence, per-KV-token"),
@@ -131,6 +147,8 @@ def terms_for(profile: Profile, drafter: str | None) -> list[Term]:
         )
     if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
         terms.append(request_term(profile, unit))
+    if engine_cost or profile.overhead.per_request_engine_s > 0:  # module doc
+        terms.append(engine_request_term(profile, unit))
     if drafter is None:
         return terms
     spec = profile.drafters[drafter]
@@ -174,6 +192,20 @@ def request_term(profile: Profile, unit: float) -> Term:
         "engine",
         "per_request_s",
         REQUEST_SPREAD_S,
+    )
+
+
+def engine_request_term(profile: Profile, unit: float) -> Term:
+    """The engine's cost per admitted request as a fitted term (module docstring)."""
+    return Term(
+        ENGINE_REQUEST_TERM,
+        "seconds",
+        profile.overhead.per_request_engine_s,
+        unit,
+        "seconds an iteration adds for each request it admits (the engine's loop)",
+        "engine",
+        "per_request_engine_s",
+        ENGINE_REQUEST_SPREAD_S,
     )
 
 

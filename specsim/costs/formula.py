@@ -9,7 +9,8 @@ and calls to each other, the subset both run alike, to the bit.
 
 The vector (``cost_vector``): the target's latency block, the overhead's six terms, the
 drafter's latency block, nine constants and the five flags of its passes (``DraftPasses``: 1.0
-or 0.0), where a tree step's section starts (0.0: chain steps), then the captured CUDA-graph
+or 0.0), the engine's seconds per admitted request, where a tree step's section starts (0.0:
+chain steps), then the captured CUDA-graph
 sizes (the target's, then the drafter's), then the tree's section (``with_tree``). A latency
 block is ``COST_LATENCY`` values (``profile.latency.latency_s`` reads one).
 """
@@ -26,7 +27,8 @@ PER_DRAFT, HAS_LATENCY, STEP_S, D_FLOPS, D_ATTN = range(
 )
 T_FLOPS, T_ATTN, PREFILL_S, PREFILL_TOKEN_S = range(D_ATTN + 1, D_ATTN + 5)
 DRAFTS, BLOCK, OWN_CACHE, MODEL, MLP_HEADS = range(PREFILL_TOKEN_S + 1, PREFILL_TOKEN_S + 6)
-TREE_AT = MLP_HEADS + 1  # where the tree's section starts (``with_tree``), or 0.0
+ADMIT_S = MLP_HEADS + 1  # ``Overhead.per_request_engine_s``
+TREE_AT = ADMIT_S + 1  # where the tree's section starts (``with_tree``), or 0.0
 COST_SIZES = TREE_AT + 1  # where the graph sizes start
 
 
@@ -180,6 +182,12 @@ def mixed_s(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
     return target + draft + host
 
 
+def admitted_s(c, admitted):
+    """The engine loop's own work on the ``admitted`` requests an iteration admits (new ones and
+    ones preempted before, or a decode replica's joins: ``Overhead.per_request_engine_s``)."""
+    return c[ADMIT_S] * admitted
+
+
 def decode_s(c, k, rows, tokens, kv, pairs):
     """Seconds of a decode-only iteration with ``rows`` > 0 (no prompt chunk: the terms one
     would add are left out, not 0.0 added)."""
@@ -203,15 +211,17 @@ FUNCTIONS = (
     pass_parts,
     iteration_parts,
     mixed_s,
+    admitted_s,
     decode_s,
 )
 
 
-def cost_vector(target, overhead, drafter, own, prefill) -> list[float]:
+def cost_vector(target, overhead, drafter, own, prefill, admit_s: float = 0.0) -> list[float]:
     """The vector of a target's ``LatencyModel``, the overhead's six per-iteration terms
     (``overhead``: step, sequence, speculative step and sequence, draft step and token), a
     drafter's cost (``costs.drafters``), the target's (FLOPs per token, attention FLOPs per
-    context token) ``own`` and the prefill overhead's (per chunk, per token) ``prefill``."""
+    context token) ``own``, the prefill overhead's (per chunk, per token) ``prefill`` and the
+    engine's seconds per admitted request ``admit_s``."""
     latency_model = drafter.latency
     target_block, target_sizes = target.block_at(COST_SIZES)
     draft_block, draft_sizes = (
@@ -237,6 +247,7 @@ def cost_vector(target, overhead, drafter, own, prefill) -> list[float]:
         *own,
         *prefill,
         *flags,
+        admit_s,
         0.0,  # chain steps (``with_tree``)
         *target_sizes,
         *draft_sizes,

@@ -81,6 +81,7 @@ class StepCosts:
             self.drafter,
             (self.target_flops_per_token, self.target_attn_flops),
             (draft_terms.per_prefill_s, draft_terms.per_prefill_token_s),
+            overhead.per_request_engine_s,
         )
         # Tree steps (``specsim.costs.tree``): k is the tree's depth, the drafter's passes and
         # the verification widths follow the shape; None: chain steps.
@@ -96,6 +97,11 @@ class StepCosts:
     @property
     def overhead_seq_s(self) -> float:
         return self.terms[formula.OVERHEAD + 1]
+
+    @property
+    def admit_s(self) -> float:
+        """Seconds an iteration adds for each request it admits (``formula.admitted_s``)."""
+        return self.terms[formula.ADMIT_S]
 
     @property
     def overhead_prefill_s(self) -> float:

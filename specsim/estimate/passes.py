@@ -6,7 +6,8 @@ charges), for a batch of ``rows`` mean rows. A prompt's price is the same latenc
 evaluated on arrays of prompts (``specsim.profile.latency.fit_seconds``): with chunked prefill,
 the seconds its chunks add to decode iterations of that batch (the target's tokens past the
 compute knee, its KV reads and attention pairs, the drafter's own prefill pass, the prefill
-overhead); without, the prompt-only iteration it runs in alone.
+overhead); without, the prompt-only iteration it runs in alone. Either way the iteration that
+admits it pays the engine's cost per admitted request once (preemptions are not modelled).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Passes:
         )
         costs = self.costs
         host = chunks * (costs.overhead_seq_s + costs.overhead_prefill_s)
-        host += costs.overhead_prefill_token_s * computed
+        host += costs.overhead_prefill_token_s * computed + costs.admit_s
         seconds = target + host
         if self.draft_fit is not None:
             d = self.draft_fit
@@ -109,7 +110,7 @@ class Passes:
             pairs = computed * (cached + (computed + 1.0) / 2.0)
         seconds = fit_seconds(self.target_fit, 1.0, computed, kv, pairs)
         seconds += costs.overhead_s(1) + costs.overhead_prefill_s
-        seconds += costs.overhead_prefill_token_s * computed
+        seconds += costs.overhead_prefill_token_s * computed + costs.admit_s
         if self.draft_fit is not None:
             seconds += fit_seconds(self.draft_fit, 1.0, computed, kv, pairs)
         return seconds

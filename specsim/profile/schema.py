@@ -13,7 +13,7 @@ import itertools
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from specsim.bounds import (
     MAX_COUNT,
@@ -245,6 +245,8 @@ class Overhead(StrictModel):
     and a drafter's own ``overhead`` section, when it has one, replaces the draft and prefill
     terms for that drafter. ``per_request_s`` is no iteration's: each request reaches the
     engine that long after its client sent it, so its TTFT and E2E pay it and no pass does.
+    ``per_request_engine_s`` is an iteration's: each request admitted into the running batch
+    in an iteration (a new one or one preempted before) adds it to that iteration's seconds.
     """
 
     per_step_s: Seconds = 0.0
@@ -259,7 +261,21 @@ class Overhead(StrictModel):
         "chat template, tokenising in the API server): added to its TTFT and E2E, not to any "
         "iteration (the API server runs beside the engine's loop)",
     )
+    per_request_engine_s: Seconds = Field(
+        default=0.0,
+        description="the engine loop's own work on each request it admits (scheduling it, "
+        "allocating its blocks, adding it to the input and sampling batches): added to the "
+        "seconds of the iteration that admits it, so every request in the batch waits for it",
+    )
     source: Literal["measured", "stated", "roofline"] = "stated"
+
+    @model_serializer(mode="wrap")
+    def _unstated_engine_cost_left_out(self, handler):
+        # Profiles written before the term keep their bytes when it is 0.
+        data = handler(self)
+        if not data.get("per_request_engine_s"):
+            data.pop("per_request_engine_s", None)
+        return data
 
 
 class IterationJitter(StrictModel):

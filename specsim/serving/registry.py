@@ -74,6 +74,10 @@ class Engine:
     # mixes them (SGLang's ``enable_mixed_chunk``, off by default, §4.9). None: prompt chunks
     # ride in the decode iterations under the token budget (vLLM, TensorRT-LLM).
     mixing_flag: str | None = None
+    # The work the engine's own loop does on each request it admits, where it is known to
+    # pay some (vLLM): calibration fits ``overhead.per_request_engine_s`` for its runs even
+    # where the prior states none. None: kept as the prior states it.
+    request_work: str | None = None
 
     def method(self, spec: Speculative) -> str:
         """The engine's method for the drafter; a kind it has no method for is refused."""
@@ -103,6 +107,8 @@ VLLM = Engine(
     ),
     scrape=prometheus.vllm_scrape,
     caps=caps.VLLM,
+    request_work="the engine core's add_request, the scheduler's allocate_slots and "
+    "NewRequestData, the model runner's InputBatch.add_request",
 )
 SGLANG = Engine(
     name="sglang",
@@ -124,6 +130,8 @@ SGLANG = Engine(
     defaults=MappingProxyType({"page_size": 1, "tp_size": 1}),
     caps=caps.SGLANG,
     mixing_flag="enable_mixed_chunk",
+    # No ``request_work``: fitted from 0 on its bundled runs, the term took the fit into another
+    # basin (held-out TPOT 15 % -> 85 %, docs/notes/2026-12-03-engine-request-cost.md).
 )
 TRTLLM = Engine(
     name="trtllm",
@@ -135,6 +143,8 @@ TRTLLM = Engine(
     router=trtllm_config.ROUTER,
     router_file=(trtllm_config.DISAGG_FILE, trtllm_config.router_file),
     caps=caps.TRTLLM,
+    # No ``request_work``: fitted from 0, its bundled runs left the term undetermined (the same
+    # note), and nothing measured here says what its executor pays per request.
 )
 
 ENGINES = (VLLM, SGLANG, TRTLLM)

@@ -139,5 +139,6 @@ STATE = STEP_STATE + 23
     # joins the batch without prefill, and nothing is looked up in a prefix cache.
     JOINS,
     PROMPT_PASS,  # 1: a request that joins owes its draft model's prompt pass (``OWED_*``)
-) = range(41)
-COUNTS = 41
+    CHARGED,  # the admissions an iteration's seconds have paid for (``Replica.charged_admissions``)
+) = range(42)
+COUNTS = 42

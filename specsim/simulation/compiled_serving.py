@@ -22,6 +22,7 @@ import numpy as np
 from specsim.simulation.acceptance import RateAcceptance
 from specsim.simulation.compiled import kernel_module
 from specsim.simulation.compiled_layout import (
+    CHARGED,
     DRAWN,
     ITERATION_LIMIT,
     ITERATIONS,
@@ -91,6 +92,15 @@ class ServingLoop(ServingTable):
         if not (admission.queue or replica.decoding or admission.prefilling):
             self._hand_off()  # the replica waits for them to arrive
         return end
+
+    def _pack(self, replica, now: float, in_flight: int) -> None:
+        super()._pack(replica, now, in_flight)
+        self.ct[CHARGED] = replica.charged_admissions
+
+    def _unpack(self, replica) -> None:
+        # A call that stopped after admitting leaves their cost to Python's next iteration.
+        super()._unpack(replica)
+        replica.charged_admissions = int(self.ct[CHARGED])
 
     def _call(self, replica, now: float, limit: int) -> bool:
         """The kernel run from the replica's state at ``now`` for at most ``limit`` iterations,

@@ -39,8 +39,10 @@ from specsim.simulation.compiled_admission_kernel import (
 )
 from specsim.simulation.compiled_kernels import _apply, _inner, _jit, _jump
 from specsim.simulation.compiled_layout import (
+    ADMISSIONS,
     ARRIVAL,
     ARRIVALS_AT,
+    CHARGED,
     CHECKS_RANGES,
     CLIENTS,
     DECODE_KV,
@@ -94,6 +96,7 @@ from specsim.simulation.compiled_prefill_kernel import (
 from specsim.simulation.compiled_step_kernel import (
     T_ATTN,
     T_FLOPS,
+    _admitted_s,
     _decode_s,
     _draft_prefill_flops,
     _draft_prefill_s,
@@ -132,6 +135,15 @@ def _owed_prompt_pass(c, st):
     st[PREFILL_FLOPS] += _draft_prefill_flops(c, tokens, pairs)
     st[OWED_ROWS] = st[OWED_TOKENS] = st[OWED_PAIRS] = 0.0
     return _draft_prefill_s(c, rows, tokens, 0.0, pairs)
+
+
+@_inner
+def _admitted(c, ct):
+    """``Replica.process``: the engine's own work on the requests admitted since an iteration
+    last paid for them (``formula.admitted_s``), charged in this one."""
+    seconds = _admitted_s(c, ct[ADMISSIONS] - ct[CHARGED])
+    ct[CHARGED] = ct[ADMISSIONS]
+    return seconds
 
 
 @_inner
@@ -280,7 +292,7 @@ def serving_loop(
                 req, prefilling, 0, 0, p_rows, chunk, context, used, st, ct
             ):
                 break  # Python runs the iteration, and warns or raises
-            dt = _prompts_apart(whole, c, st, ct)
+            dt = _prompts_apart(whole, c, st, ct) + _admitted(c, ct)
             dt = _jittered(dt, trace, ct, True)
             end = now + dt
             # The reference logs the duration itself (not end - now): the same with now 0.0.
@@ -357,6 +369,7 @@ def serving_loop(
             )
         if st[OWED_ROWS]:
             dt += _owed_prompt_pass(c, st)
+        dt += _admitted(c, ct)
         dt = _jittered(dt, trace, ct, rows == 0)
         end = now + dt
         # First tokens count before any finish, which may end the steady window.

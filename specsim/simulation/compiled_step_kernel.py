@@ -40,7 +40,7 @@ from specsim.simulation.compiled_layout import (
 # functions compiles where a kernel calls it, so the kernels charge what ``StepCosts`` charges.
 for _function in formula.FUNCTIONS:
     register_jitable(_function)
-_decode_s, _mixed_s = formula.decode_s, formula.mixed_s
+_decode_s, _mixed_s, _admitted_s = formula.decode_s, formula.mixed_s, formula.admitted_s
 _draft_flops, _wasted_per_position = formula.draft_flops, formula.wasted_per_position
 _draft_prefill_flops, _draft_prefill_s = formula.draft_prefill_flops, formula.draft_prefill_s
 # The vector's slots the serving kernel reads directly.

@@ -171,6 +171,7 @@ class Replica:
         self.cost_terms = np.array(costs.terms) if self.fast else None
         self.window_terms = window_terms(policy) if self.fast else None
         self._joined = 0  # rows that started decoding since the last decode iteration
+        self.charged_admissions = 0  # admissions an iteration's seconds have paid for
         # The fast path: the open-loop arrivals (this replica's own, or the fleet's).
         self._process = None
         self._serving: ServingLoop | None = None  # the compiled loop for a lone replica
@@ -240,20 +241,24 @@ class Replica:
             start = env.now
             if admission.queue:
                 admission.admit(start, self.decoding, self._held())
+            # The engine's own work on each request admitted since the last iteration was priced
+            # (this one's; or a kernel call's that stopped after admitting, ``compiled_serving``).
+            admit_s = self.costs.admit_s * (admission.admissions - self.charged_admissions)
+            self.charged_admissions = admission.admissions
             if not self.chunked and admission.prefilling:
-                yield from self._prefill_only_iteration(env)
+                yield from self._prefill_only_iteration(env, admit_s)
                 continue
             plan = self._plan_mixed()
-            dt = plan.seconds
+            dt = plan.seconds + admit_s
             if self.jitter is not None:
                 dt *= self.jitter.factor(prefill=plan.decode is None)
             yield env.timeout(dt)
             self._apply_mixed(plan, env.now, start)
 
-    def _prefill_only_iteration(self, env):
+    def _prefill_only_iteration(self, env, admit_s: float = 0.0):
         """An iteration of prompt chunks alone (prefill not chunked into decode iterations)."""
         plan = self._plan_prefill_only()
-        dt = plan.seconds
+        dt = plan.seconds + admit_s
         if self.jitter is not None:
             dt *= self.jitter.factor(prefill=True)
         yield env.timeout(dt)
