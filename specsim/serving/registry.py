@@ -131,7 +131,7 @@ SGLANG = Engine(
     caps=caps.SGLANG,
     mixing_flag="enable_mixed_chunk",
     # No ``request_work``: fitted from 0 on its bundled runs, the term took the fit into another
-    # basin (held-out TPOT 15 % -> 85 %, docs/notes/2026-12-03-engine-request-cost.md).
+    # basin (docs/notes/2026-12-03-engine-request-cost.md).
 )
 TRTLLM = Engine(
     name="trtllm",
