@@ -18,6 +18,7 @@ finishes, calls that run on past a hand-off) fail them.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections import Counter
 from pathlib import Path
 
@@ -195,10 +196,11 @@ def test_calls_that_run_on_past_a_hand_off_fail(profile, tmp_path, monkeypatch):
     scenario = make(CASES["1P3D, busy prefill, small budget"], profile)
     assert not differs(scenario, tmp_path, monkeypatch)
     kernel = compiled_serving._serving_kernel()
+    at = list(inspect.signature(kernel.serving_loop.py_func).parameters).index("ct")
 
     class RunsOn:
         def serving_loop(self, *args):
-            ct = args[-7]
+            ct = args[at]
             assert ct.shape == (COUNTS,)
             ct[STOP_AT_FINISH] = 0
             kernel.serving_loop(*args)
