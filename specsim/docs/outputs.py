@@ -301,10 +301,10 @@ COMMAND_OUTPUTS = {
         "every prompt at the longest one's length; a tree step, the root and every node of "
         "each row), seconds (from the end of the previous iteration, its bookkeeping "
         "included, so busy iterations add up to the busy time), and with --clock cpu or "
-        "reference target_s and drafter_s, the part of seconds in each model's passes) and vllm-bench.json "
-        "(the same run as `vllm bench serve --save-result --save-detailed --metric-percentiles "
-        "50,90,99` writes its own, its `produced_by` key saying that specsim's engine wrote it: "
-        "what profile from-bench and validate --bench read)",
+        "reference target_s and drafter_s, the part of seconds in each model's passes) and "
+        "vllm-bench.json (the same run as `vllm bench serve --save-result --save-detailed "
+        "--metric-percentiles 50,90,99` writes its own, its `produced_by` key saying that "
+        "specsim's engine wrote it: what profile from-bench and validate --bench read)",
         "simulation/": "the simulator's first run of the same workload: requests.csv, summary.json",
         "comparison.json": "each metric: measured (engine), predicted (the median over "
         "--replications simulator runs of the same requests), relative error, threshold, ok, "
