@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 from typing import Annotated, Literal
 
-import numpy as np
 from pydantic import Field, model_serializer, model_validator
 
 from specsim.bounds import (
@@ -29,18 +28,10 @@ from specsim.bounds import (
     TensorParallel,
 )
 from specsim.config import Name, StrictModel
-from specsim.errors import SpecsimError
-from specsim.profile.acceptance import (
-    Acceptance,
-    TreeAcceptance,
-    derive_tree_acceptance,
-)
+from specsim.profile.acceptance import Acceptance, TreeAcceptance, tree_entry
 from specsim.profile.kinds import DRAFTER_KINDS, DRAFTER_METHODS, MODEL_KINDS
-from specsim.profile.latency import (
-    Latency,
-)
+from specsim.profile.latency import Latency
 from specsim.profile.provenance import Provenance
-from specsim.sampling.kinds import VERIFIER_KINDS
 from specsim.tree import TreeShape
 
 WEIGHT_DTYPES = ("bfloat16", "float16", "fp8", "int4", "nvfp4", "mxfp4")
@@ -384,47 +375,5 @@ class Profile(StrictModel):
     def tree_acceptance_for(
         self, drafter: str, verifier: str, temperature: float, shape: TreeShape, drafts: str
     ) -> TreeAcceptance:
-        """The measured entry for this tree, else one derived (``derive_tree_acceptance``) from
-        the largest measured tree of the same drafter, verifier, temperature and drafting, else
-        from the chain entry's per-position rates as the best (rank-0) child's, siblings
-        accepting nothing. Temperatures match within 0.05 unless the verifier is greedy."""
-        free = VERIFIER_KINDS[verifier].greedy_reference
-
-        def same(entry) -> bool:
-            close = free or abs(entry.temperature - temperature) <= 0.05
-            return entry.drafter == drafter and entry.verifier == verifier and close
-
-        trees = [t for t in self.tree_acceptance or [] if same(t) and t.drafts == drafts]
-        for entry in trees:
-            if entry.shape == shape and entry.source == "measured":
-                return entry
-        measured = [t for t in trees if t.source == "measured" and t.rates]
-        if measured:
-            base = max(
-                measured, key=lambda t: (t.shape.num_nodes, -abs(t.temperature - temperature))
-            )
-            rates, origin = base.rates, f"the measured tree {base.tree} ({base.drafts} drafts)"
-        else:
-            chains = [a for a in self.acceptance if same(a)]
-            if not chains:
-                raise SpecsimError(
-                    f"no acceptance of drafter {drafter!r} under {verifier!r} at temperature "
-                    f"{temperature:g} to derive a tree from",
-                    key="tree_acceptance",
-                    fix="profile the pair (a tree shape or its chain) with this verifier",
-                )
-            chain = min(chains, key=lambda a: abs(a.temperature - temperature))
-            rates = [[rate] for rate in chain.per_position]
-            origin = "the chain's per_position rates (rank 0 only)"
-        dist = derive_tree_acceptance(rates, shape)
-        return TreeAcceptance(
-            drafter=drafter,
-            verifier=verifier,
-            temperature=temperature,
-            tree=shape.to_paths(),
-            drafts=drafts,
-            accepted_length=dist,
-            mean_acceptance_length=1.0 + float(np.dot(np.arange(len(dist)), dist)),
-            source="derived",
-            derived_from=origin,
-        )
+        """The measured entry for this tree, else one derived (``tree_entry``)."""
+        return tree_entry(self, drafter, verifier, temperature, shape, drafts)

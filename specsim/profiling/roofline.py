@@ -39,7 +39,6 @@ import dataclasses
 from pathlib import Path
 
 from specsim.errors import SpecsimError
-from specsim.fileio import read_yaml
 from specsim.hardware import DTYPE_BYTES, HardwareSpec, load_hardware
 from specsim.profile.latency import ExpertRead, Latency, LatencyFit
 from specsim.profile.tp_scaling import ACTIVATION_BYTES
@@ -60,19 +59,10 @@ from specsim.profiling.parallel import (
     quantised_flops_per_token,
     weight_bytes,
 )
-from specsim.profiling.roofline_notes import (
-    block_note,
-    deployment_note,
-    efficiency_note,
-    expert_parallel_note,
-    graph_note,
-    head_note,
-    moe_note,
-    mtp_note,
-)
+from specsim.profiling.roofline_notes import roofline_notes
 from specsim.profiling.writer import (
-    acceptance_entries,
     build_profile,
+    copied_acceptance,
     model_spec,
     ngram_spec,
     software_versions,
@@ -378,27 +368,11 @@ def roofline_profile(
             )
             if d.is_mtp:
                 drafter_specs[d.name]["method"] = "mtp"
-    notes = [efficiency_note(hw, tp)]
-    if tp > 1 or weights_dtype is not None or kv_dtype is not None:
-        split = draft_tp if model_drafters or heads else None
-        notes.append(deployment_note(target, hw, layout, split, bool(heads)))
-    if layout.ep_size(target) > 1:
-        notes.append(expert_parallel_note(target, hw, layout))
-    notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
-    if graph_sizes is not None:
-        notes.append(graph_note(graph_sizes))
-    if mtp:
-        notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
-    chains = {n: h for n, h in heads.items() if not h.is_block}
-    if chains:
-        notes.append(head_note(chains, draft_layout, target))
-    if len(chains) < len(heads):
-        notes.append(block_note({n: h for n, h in heads.items() if h.is_block}))
-    if any(d.is_ngram for d in drafters):
-        notes.append(
-            f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "
-            "search over the context), not measured."
-        )
+    stated = tp > 1 or weights_dtype is not None or kv_dtype is not None
+    notes = roofline_notes(
+        hw, target, (layout, draft_layout), drafters, model_drafters, heads, graph_sizes,
+        ngram_step_s, stated,
+    )  # fmt: skip
     notes.append(engine.note())
     acceptance = []
     if acceptance_path is not None:
@@ -422,20 +396,3 @@ def roofline_profile(
         "acceptance": acceptance,
     }
     return build_profile(data, f"{name} (from the command line)")
-
-
-def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:
-    """Acceptance entries of an acceptance file or another profile, checked against the given
-    drafter names, and a provenance note saying where they came from."""
-    data = read_yaml(path, "acceptance file")
-    entries = acceptance_entries(data, str(path))
-    for i, entry in enumerate(entries):
-        if entry["drafter"] not in drafters:
-            raise SpecsimError(
-                f"acceptance names drafter {entry['drafter']!r}, not given with --drafter",
-                file=str(path),
-                key=f"acceptance[{i}].drafter",
-                fix=f"add --drafter {entry['drafter']}=... or use a matching file",
-            )
-    extra = data.get("notes") if isinstance(data.get("notes"), str) else ""
-    return entries, f"Acceptance copied from {Path(path).name}. {extra}".strip()

@@ -189,3 +189,36 @@ def expert_parallel_note(target: ModelShape, hw: HardwareSpec, layout: Layout) -
         f"all-gather of the outputs over {layout.link_name}: {pass_s * 1e6:.3g} us per pass "
         f"plus {token_s * 1e9:.3g} ns per token per MoE layer (stated model, not measured)."
     )
+
+
+def roofline_notes(
+    hw: HardwareSpec, target: ModelShape, layouts: tuple[Layout, Layout], drafters: list,
+    model_drafters: dict[str, ModelShape], heads: dict[str, Head], graph_sizes, ngram_step_s,
+    stated: bool,
+) -> list[str]:  # fmt: skip
+    """A roofline profile's notes, in order; ``layouts``: the target's and the drafters';
+    ``stated``: a split or formats given on the command line."""
+    (layout, draft_layout), tp = layouts, layouts[0].tp
+    mtp = [d.name for d in drafters if d.is_mtp]
+    notes = [efficiency_note(hw, tp)]
+    if stated:
+        split = draft_layout.tp if model_drafters or heads else None
+        notes.append(deployment_note(target, hw, layout, split, bool(heads)))
+    if layout.ep_size(target) > 1:
+        notes.append(expert_parallel_note(target, hw, layout))
+    notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
+    if graph_sizes is not None:
+        notes.append(graph_note(graph_sizes))
+    if mtp:
+        notes.append(mtp_note(mtp, model_drafters[mtp[0]], target))
+    chains = {n: h for n, h in heads.items() if not h.is_block}
+    if chains:
+        notes.append(head_note(chains, draft_layout, target))
+    if len(chains) < len(heads):
+        notes.append(block_note({n: h for n, h in heads.items() if h.is_block}))
+    if any(d.is_ngram for d in drafters):
+        notes.append(
+            f"Prompt-lookup draft_step_s {ngram_step_s:g} s per step is stated (a CPU n-gram "
+            "search over the context), not measured."
+        )
+    return notes

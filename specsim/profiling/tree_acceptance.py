@@ -13,7 +13,7 @@ past the text is not counted, but passes its probability on.
 Besides the distribution of accepted length it counts, per depth and rank, the steps that tried
 a child (reached its parent with every earlier sibling rejected) and those that accepted it:
 the conditional rates from which a shape that was not measured is derived
-(``specsim.profile.schema.derive_tree_acceptance``).
+(``specsim.profile.acceptance.derive_tree_acceptance``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 
 from specsim.config import validate_as
 from specsim.errors import SpecsimError
-from specsim.fileio import dump_yaml, write_text_atomic
+from specsim.fileio import dump_yaml, read_yaml, write_text_atomic
 from specsim.profile.acceptance import Acceptance
 from specsim.profile.latency import Latency
 from specsim.profile.schema import Profile
@@ -187,3 +187,20 @@ def acceptance_entries(data: dict[str, Any], source: str) -> list[dict[str, Any]
             raise SpecsimError(exc.message, file=source, key=key, fix=exc.fix) from None
         result.append(checked.model_dump(mode="json", exclude_none=True))
     return result
+
+
+def copied_acceptance(path: str | Path, drafters: set[str]) -> tuple[list[dict], str]:
+    """Acceptance entries of an acceptance file or another profile, checked against the given
+    drafter names, and a provenance note saying where they came from."""
+    data = read_yaml(path, "acceptance file")
+    entries = acceptance_entries(data, str(path))
+    for i, entry in enumerate(entries):
+        if entry["drafter"] not in drafters:
+            raise SpecsimError(
+                f"acceptance names drafter {entry['drafter']!r}, not given with --drafter",
+                file=str(path),
+                key=f"acceptance[{i}].drafter",
+                fix=f"add --drafter {entry['drafter']}=... or use a matching file",
+            )
+    extra = data.get("notes") if isinstance(data.get("notes"), str) else ""
+    return entries, f"Acceptance copied from {Path(path).name}. {extra}".strip()

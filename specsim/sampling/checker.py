@@ -52,6 +52,7 @@ EXACT_TOLERANCE = 1e-12
 MAX_VOCAB = 16
 MAX_K = 4
 MAX_WINDOW_CELLS = 1 << 16  # vocab^(k+1): the whole window's joint table
+NO_TORCH = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,7 @@ def check_sampler(
     within ``exact_tolerance`` and every window Cressie-Read test at level alpha / (k + 1).
     """
     _validate(vocab, k, samples, temperature, top_k, top_p, drafter, alpha, power, inputs, dtype)
-    for key, value in (("--seed", seed), ("--problem-seed", problem_seed)):
-        if not (float(value).is_integer() and value >= 0):
-            raise SpecsimError("value out of range", key=key, fix="use a whole number >= 0")
+    check_seeds(seed, problem_seed)
     subject = subject_for(verifier, greedy_reference, lossy_by_design)
     processing = Processing(float(temperature), int(top_k), float(top_p))
     _check_subject_fits(subject, processing, drafter, inputs)
@@ -147,17 +146,9 @@ def check_sampler(
     counts = tuple(range(k + 1)) if ragged else (k,)
     setup = _Setup(subject, models, processing, drafter, k, counts, inputs, dtype, seed)
     exact = _exact(setup, target)
-    malformed = exact.pop("malformed")
-    if malformed is None:
-        mc = _monte_carlo(setup, samples, target, alpha, power)
-        malformed = mc.pop("malformed")
-    else:
-        mc = _skipped_monte_carlo("not run: the exact enumeration found a malformed output")
-    verdicts = [] if exact["closed_form_max_abs_error"] is None else [exact["exact_ok"]]
-    if mc["p_value"] is not None:
-        verdicts.append(mc["p_value"] >= alpha)
-    if malformed is not None:
-        verdicts.append(False)
+    mc = _monte_carlo(setup, samples, target, alpha, power, exact.pop("malformed"))
+    malformed = mc.pop("malformed")
+    verdicts = exact_verdicts(exact, mc, malformed, alpha)
     if not verdicts:
         raise SpecsimError(
             "nothing could be run: a verifier callable needs torch for its enumeration and its "
@@ -165,7 +156,6 @@ def check_sampler(
             key="verifier",
             fix="install torch (pip install 'specsim-llm[torch]')",
         )
-    del exact["exact_ok"]
     return SamplerCheck(
         verifier=subject.name,
         description=subject.description,
@@ -228,6 +218,37 @@ def callable_tolerance(dtype: str, vocab: int, k: int) -> float:
     return max(EXACT_TOLERANCE, 2.0 * (k + 1) * vocab * eps)
 
 
+def exact_fields(**fields) -> dict[str, Any]:
+    """An exact result's fields before it is known, with ``fields`` on top."""
+    keys = ("exact_method", "exact_scope", "closed_form_max_abs_error", "tv_distance")
+    return {**dict.fromkeys(keys), "exact_tolerance": EXACT_TOLERANCE, "exact_note": None,
+            "enumeration_cases": None, "malformed": None, **fields}  # fmt: skip
+
+
+def record_window(result: dict, produced: np.ndarray, target: np.ndarray) -> dict:
+    """``result`` with the exact window ``produced`` compared with the target's."""
+    result.update(
+        closed_form_max_abs_error=float(np.abs(produced - target).max()),
+        tv_distance=reference.total_variation(produced, target),
+    )
+    return result
+
+
+def exact_verdicts(exact: dict, mc: dict, malformed, alpha: float) -> list[bool]:
+    """One verdict for each test that ran: the exact result, the Monte Carlo, the contract."""
+    error = exact["closed_form_max_abs_error"]
+    verdicts = [] if error is None else [error <= exact["exact_tolerance"]]
+    if mc["p_value"] is not None:
+        verdicts.append(mc["p_value"] >= alpha)
+    return verdicts + ([] if malformed is None else [False])
+
+
+def check_seeds(seed, problem_seed) -> None:
+    for key, value in (("--seed", seed), ("--problem-seed", problem_seed)):
+        if not (float(value).is_integer() and value >= 0):
+            raise SpecsimError("value out of range", key=key, fix="use a whole number >= 0")
+
+
 def record_enumeration(result: dict, enumerated, scope: str, window: int, tolerance: float):
     """``result``'s exact-check fields from an enumeration of one step (chain or tree)."""
     result.update(
@@ -244,11 +265,7 @@ def record_enumeration(result: dict, enumerated, scope: str, window: int, tolera
 def _exact(setup: _Setup, target: np.ndarray) -> dict[str, Any]:
     """The exact window: the closed form of a built-in rule, or the enumeration of a callable."""
     subject, models, window = setup.subject, setup.models, setup.k + 1
-    result: dict[str, Any] = dict(
-        exact_method=None, exact_scope=None, exact_tolerance=EXACT_TOLERANCE,
-        closed_form_max_abs_error=None, tv_distance=None, exact_note=None,
-        enumeration_cases=None, malformed=None, exact_ok=False,
-    )  # fmt: skip
+    result = exact_fields()
     if subject.rule is not None:
         tables = models.tables(
             setup.processing, setup.drafter, verify_with_raw_q=subject.verify_with_raw_q
@@ -261,7 +278,7 @@ def _exact(setup: _Setup, target: np.ndarray) -> dict[str, Any]:
             exact_scope=f"chained steps from the prompt, tokens 1-{window}",
         )
     elif not torch_available():
-        result["exact_note"] = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
+        result["exact_note"] = NO_TORCH
         return result
     else:
         from specsim.sampling.enumeration import enumerate_step
@@ -278,13 +295,7 @@ def _exact(setup: _Setup, target: np.ndarray) -> dict[str, Any]:
         if enumerated.window is None:
             return result
         produced = enumerated.window
-    error = float(np.abs(produced - target).max())
-    result.update(
-        closed_form_max_abs_error=error,
-        tv_distance=reference.total_variation(produced, target),
-        exact_ok=error <= result["exact_tolerance"],
-    )
-    return result
+    return record_window(result, produced, target)
 
 
 def torch_available() -> bool:
@@ -296,28 +307,37 @@ def torch_available() -> bool:
     return True
 
 
-def _skipped_monte_carlo(note: str) -> dict[str, Any]:
+def monte_carlo_result(samples, malformed, run: Callable, target, alpha, power) -> dict:
+    """The Monte Carlo fields: the window tests of ``run()``'s counts, or why it did not run
+    (no samples, no torch, a malformed exact enumeration, a malformed output of its own)."""
+    if malformed is not None:
+        note = "not run: the exact enumeration found a malformed output"
+    elif samples == 0:
+        note = "skipped (--samples 0)"
+    elif not torch_available():
+        note = NO_TORCH
+    else:
+        from specsim.sampling.harness import Malformed
+
+        counts = run()
+        if not isinstance(counts, Malformed):
+            return stats.window_result(counts, target, alpha, power)
+        note, malformed = "stopped: the verifier's output broke the contract", counts
     keys = ("p_value", "statistic", "dof", "impossible_samples", "detectable_tv")
-    return {**dict.fromkeys(keys), "window_tests": None, "monte_carlo_note": note}
+    return {**dict.fromkeys(keys), "window_tests": None, "malformed": malformed,
+            "monte_carlo_note": note}  # fmt: skip
 
 
-def _monte_carlo(setup: _Setup, samples, target, alpha, power) -> dict[str, Any]:
-    if samples == 0:
-        return {**_skipped_monte_carlo("skipped (--samples 0)"), "malformed": None}
-    if not torch_available():
-        note = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
-        return {**_skipped_monte_carlo(note), "malformed": None}
-    from specsim.sampling import montecarlo
-    from specsim.sampling.harness import Malformed
+def _monte_carlo(setup: _Setup, samples, target, alpha, power, malformed) -> dict[str, Any]:
+    def run():
+        from specsim.sampling import montecarlo
 
-    counts = montecarlo.run_monte_carlo(
-        setup.subject.load(), setup.tables(), setup.models.prompt, setup.k, samples, setup.seed,
-        n_tokens=setup.k + 1, ragged=len(setup.draft_counts) > 1,
-    )  # fmt: skip
-    if isinstance(counts, Malformed):
-        note = "stopped: the verifier's output broke the contract"
-        return {**_skipped_monte_carlo(note), "malformed": counts}
-    return stats.window_result(counts, target, alpha, power)
+        return montecarlo.run_monte_carlo(
+            setup.subject.load(), setup.tables(), setup.models.prompt, setup.k, samples,
+            setup.seed, n_tokens=setup.k + 1, ragged=len(setup.draft_counts) > 1,
+        )  # fmt: skip
+
+    return monte_carlo_result(samples, malformed, run, target, alpha, power)
 
 
 def _check_subject_fits(subject: Subject, processing: Processing, drafter: str, inputs: str):

@@ -35,8 +35,8 @@ import numpy as np
 
 from specsim.bounds import MIN_FACTOR, MIN_LEVEL
 from specsim.errors import SpecsimError
-from specsim.sampling import plugin, reference, stats, tree_reference
-from specsim.sampling.checker import MAX_VOCAB, MAX_WINDOW_CELLS, torch_available
+from specsim.sampling import checker, plugin, reference, tree_reference
+from specsim.sampling.checker import MAX_VOCAB, MAX_WINDOW_CELLS
 from specsim.sampling.kinds import (
     TREE_DRAFTS,
     TREE_VERIFIER_KINDS,
@@ -47,7 +47,6 @@ from specsim.sampling.problem import DRAFTERS, Processing, ToyModels
 from specsim.sampling.tree_controls import TREE_CONTROLS
 from specsim.tree import TreeShape
 
-EXACT_TOLERANCE = 1e-12
 DEFAULT_TREE = "2,2,1"
 
 
@@ -194,8 +193,8 @@ def check_tree_sampler(
     every window Cressie-Read test passes at level alpha / (D + 1)."""
     shape = parse_tree(tree)
     subject = tree_subject(verifier, drafts, greedy_reference, lossy_by_design)
-    seeds = (("--seed", seed), ("--problem-seed", problem_seed))
-    _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype, seeds)
+    _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype)
+    checker.check_seeds(seed, problem_seed)
     if inputs not in ("probs", "logits") or (inputs == "logits" and subject.rule is not None):
         raise SpecsimError(
             "built-in tree verifiers and controls take processed probabilities",
@@ -210,22 +209,12 @@ def check_tree_sampler(
         setup.p_table, models.prompt, window, greedy=subject.greedy_reference
     )
     exact = _exact(setup, target, seed)
-    malformed = exact.pop("malformed")
-    if malformed is None:
-        mc = _monte_carlo(setup, samples, seed, target, alpha, power)
-        malformed = mc.pop("malformed")
-    else:
-        mc = _skipped("not run: the exact enumeration found a malformed output")
-        del mc["malformed"]
-    verdicts = [malformed is None]
-    if exact["closed_form_max_abs_error"] is not None:
-        verdicts.append(exact["closed_form_max_abs_error"] <= exact["exact_tolerance"])
-    if mc["p_value"] is not None:
-        verdicts.append(mc["p_value"] >= alpha)
+    mc = _monte_carlo(setup, samples, seed, target, alpha, power, exact.pop("malformed"))
+    malformed = mc.pop("malformed")
     return TreeSamplerCheck(
         verifier=subject.name,
         description=subject.description,
-        lossless=all(verdicts),
+        lossless=all(checker.exact_verdicts(exact, mc, malformed, alpha)),
         lossy_by_design=subject.lossy_by_design,
         negative_control=subject.negative_control,
         reference="target greedy decoding" if subject.greedy_reference else "target sampling",
@@ -283,11 +272,7 @@ class _TreeSetup:
 def _exact(setup: _TreeSetup, target: np.ndarray, seed: int) -> dict[str, Any]:
     """The closed form of a built-in rule, or the enumeration of a callable."""
     shape, window = setup.shape, setup.shape.depth + 1
-    result: dict[str, Any] = dict(
-        exact_method=None, exact_scope=None, exact_tolerance=EXACT_TOLERANCE,
-        closed_form_max_abs_error=None, tv_distance=None, exact_note=None,
-        enumeration_cells=None, enumeration_cases=None, malformed=None,
-    )  # fmt: skip
+    result = checker.exact_fields(enumeration_cells=None)
     subject, models = setup.subject, setup.models
     if subject.rule is not None:
         step = tree_reference.tree_step(
@@ -303,11 +288,10 @@ def _exact(setup: _TreeSetup, target: np.ndarray, seed: int) -> dict[str, Any]:
             f"then the target; tokens 1-{window}",
             enumeration_cells=tree_reference.enumeration_cells(shape, models.vocab),
         )
-    elif not torch_available():
-        result["exact_note"] = "skipped: torch is not installed (pip install 'specsim-llm[torch]')"
+    elif not checker.torch_available():
+        result["exact_note"] = checker.NO_TORCH
         return result
     else:
-        from specsim.sampling.checker import callable_tolerance, record_enumeration
         from specsim.sampling.tree_enumeration import enumerate_tree_step
 
         enumerated = enumerate_tree_step(
@@ -315,16 +299,12 @@ def _exact(setup: _TreeSetup, target: np.ndarray, seed: int) -> dict[str, Any]:
             p_table=setup.p_table, greedy_reference=subject.greedy_reference, seed=seed,
         )  # fmt: skip
         scope = f"one tree step from the prompt over its {enumerated.cases:,} drafted trees"
-        tolerance = callable_tolerance(setup.dtype, models.vocab, shape.num_nodes)
-        record_enumeration(result, enumerated, scope, window, tolerance)
+        tolerance = checker.callable_tolerance(setup.dtype, models.vocab, shape.num_nodes)
+        checker.record_enumeration(result, enumerated, scope, window, tolerance)
         if enumerated.window is None:
             return result
         produced = enumerated.window
-    result.update(
-        closed_form_max_abs_error=float(np.abs(produced - target).max()),
-        tv_distance=reference.total_variation(produced, target),
-    )
-    return result
+    return checker.record_window(result, produced, target)
 
 
 def parse_tree(tree: TreeShape | str) -> TreeShape:
@@ -337,33 +317,19 @@ def parse_tree(tree: TreeShape | str) -> TreeShape:
         raise SpecsimError(exc.message, key="--tree", fix=exc.fix) from None
 
 
-def _skipped(note: str) -> dict[str, Any]:
-    keys = ("p_value", "statistic", "dof", "impossible_samples", "detectable_tv")
-    return {**dict.fromkeys(keys), "window_tests": None, "malformed": None,
-            "monte_carlo_note": note}  # fmt: skip
+def _monte_carlo(setup: _TreeSetup, samples, seed, target, alpha, power, malformed) -> dict:
+    def run():
+        from specsim.sampling.tree_montecarlo import run_tree_monte_carlo
+
+        return run_tree_monte_carlo(
+            setup.verifier(), setup.tables(), setup.shape, setup.subject.drafts, samples, seed,
+            deterministic=setup.deterministic,
+        )  # fmt: skip
+
+    return checker.monte_carlo_result(samples, malformed, run, target, alpha, power)
 
 
-def _monte_carlo(setup: _TreeSetup, samples, seed, target, alpha, power) -> dict[str, Any]:
-    if samples == 0:
-        return _skipped("skipped (--samples 0)")
-    if not torch_available():
-        return _skipped("skipped: torch is not installed (pip install 'specsim-llm[torch]')")
-    from specsim.sampling.harness import Malformed
-    from specsim.sampling.tree_montecarlo import run_tree_monte_carlo
-
-    counts = run_tree_monte_carlo(
-        setup.verifier(), setup.tables(), setup.shape, setup.subject.drafts, samples, seed,
-        deterministic=setup.deterministic,
-    )  # fmt: skip
-    if isinstance(counts, Malformed):
-        return {**_skipped("stopped: the verifier's output broke the contract"),
-                "malformed": counts}  # fmt: skip
-    return stats.window_result(counts, target, alpha, power)
-
-
-def _validate(
-    shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype, seeds
-) -> None:
+def _validate(shape, subject, vocab, samples, temperature, drafter, alpha, power, dtype) -> None:
     checks = [
         (2 <= vocab <= MAX_VOCAB, "--vocab", f"use 2..{MAX_VOCAB}"),
         (samples >= 0, "--samples", "use 0 (exact result only) or a positive count"),
@@ -380,9 +346,6 @@ def _validate(
     for ok, key, fix in checks:
         if not ok:
             raise SpecsimError("value out of range", key=key, fix=fix)
-    for key, value in seeds:
-        if not (float(value).is_integer() and value >= 0):
-            raise SpecsimError("value out of range", key=key, fix="use a whole number >= 0")
     width = max(len(shape.children(node)) for node in range(-1, shape.num_nodes))
     if width > vocab:
         raise SpecsimError(

@@ -14,15 +14,10 @@
   its logits: ``max_cache_hit_length = num_tokens - 1`` in vllm/v1/core/kv_cache_manager.py) and
   whole blocks only; a preempted request is readmitted with the same hit, its own generated
   tokens recomputed.
-- Shared prefixes (a ``system_prompt`` source, whose hits are all one token sequence): as vLLM's
-  reference-counted blocks, a hit's blocks are one physical copy per replica, held while any
-  admitted sequence holds them (``SharedPrefix``); the cache counts that copy once, so a
-  sequence's admission needs only what the others do not already hold. A finished or preempted
-  sequence releases its reference. Unreferenced, the copy is a free cached block: it takes no
-  room (eviction reclaims such blocks first) and a later hit is the source's to say. A
-  session's remembered turn, once hit, is likewise its sequence's and not the memory's
-  (``SessionMemory`` keeps only what no running sequence holds), and the memory's again when
-  that sequence is preempted.
+- Shared prefixes (a ``system_prompt`` source): as vLLM's reference-counted blocks, one physical
+  copy per replica, counted once while any admitted sequence holds it (``SharedPrefix``), so an
+  admission needs only what the others do not hold; unreferenced, it is a free cached block. A
+  session's remembered turn, once hit, is its sequence's until that sequence is preempted.
 - KV blocks (``engine.block_size``): capacity, reservations and use are counted in blocks, each
   sequence holding cdiv(its tokens + lookahead, block_size), as vLLM's ``allocate_slots`` asks
   for cdiv(num_computed + num_new + num_lookahead_tokens, block_size)
@@ -193,12 +188,9 @@ class Admission:
 
     def check_fits(self, request: Request) -> None:
         why = never_fits(
-            request.prompt,
-            self.output_held(request),
-            self.lookahead,
-            self.kv_capacity,
+            request.prompt, self.output_held(request), self.lookahead, self.kv_capacity,
             self.block_size,
-        )
+        )  # fmt: skip
         if why is not None:
             raise SpecsimError(f"request {request.rid} {why}", key="workload", fix=FITS_FIX)
 
@@ -341,29 +333,22 @@ class Admission:
     def whole_prompts(self) -> tuple[Chunks, PassTotals]:
         """The prompts of an iteration without chunked prefill: whole ones, in order, within the
         token budget (the first always), and their totals."""
+        return self.chunks(self.token_budget, whole=True)
+
+    def chunks(self, budget: float, whole: bool = False) -> tuple[Chunks, PassTotals]:
+        """Prompt chunks for what the decoding rows leave of the token budget (chunked
+        prefill), or ``whole`` prompts within it, and their totals."""
         chunks = []
         tokens = kv = pairs = 0.0
+        left = budget
         for request in self.prefilling:
             chunk = request.prefill_target - request.prefilled
-            if chunks and tokens + chunk > self.token_budget:
+            if (chunks and tokens + chunk > budget) if whole else left <= 0:
                 break
+            if not whole:
+                chunk = min(chunk, left)
+                left -= chunk
             chunks.append((request, chunk))
-            tokens += chunk
-            kv += request.prefilled
-            pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)
-        return chunks, PassTotals(len(chunks), tokens, kv, pairs)
-
-    def chunks(self, budget: float) -> tuple[Chunks, PassTotals]:
-        """Prompt chunks for what the decoding rows leave of the token budget (chunked
-        prefill), and their totals."""
-        chunks = []
-        tokens = kv = pairs = 0.0
-        for request in self.prefilling:
-            if budget <= 0:
-                break
-            chunk = min(request.prefill_target - request.prefilled, budget)
-            chunks.append((request, chunk))
-            budget -= chunk
             tokens += chunk
             kv += request.prefilled
             pairs += chunk * (request.prefilled + (chunk + 1) / 2.0)

@@ -264,17 +264,7 @@ def serving_loop(
         if not (ct[Q_LEN] or ct[DECODING] + ct[P_LEN] >= capacity or spent):
             ct[OPEN_UNTIL] = ct[ITERATIONS] + 1
         if not apart and not _make_room(
-            req,
-            queue,
-            prefilling,
-            batch,
-            slot_row,
-            join_step,
-            join_left,
-            free,
-            st,
-            ct,
-            lookahead,
+            req, queue, prefilling, batch, slot_row, join_step, join_left, free, st, ct, lookahead
         ):
             break
         rows = ct[DECODING]
@@ -309,20 +299,9 @@ def serving_loop(
             continue
         if adaptive:  # one flag, not a function argument: numba's on-disk cache keys on types
             k = window_goodput(
-                by_rows,
-                goodput,
-                c,
-                rows,
-                decode_kv,
-                remaining,
-                context,
-                used,
-                req,
-                prefilling,
-                chunk,
-                st,
-                ct,
-            )
+                by_rows, goodput, c, rows, decode_kv, remaining, context, used, req, prefilling,
+                chunk, st, ct,
+            )  # fmt: skip
         else:
             k = by_rows[min(rows, by_rows.shape[0] - 1)]
         new_tokens = pairs = charged_pairs = 0.0
@@ -330,20 +309,9 @@ def serving_loop(
         drawn = ct[DRAWN]
         if rows:
             ct[DRAWN] += draw_rows(
-                words,
-                jump,
-                k,
-                used,
-                capacity,
-                blocks,
-                tables,
-                table_at,
-                proposal_rate,
-                remaining,
-                shift,
-                drafts,
-                accepted,
-            )
+                words, jump, k, used, capacity, blocks, tables, table_at, proposal_rate,
+                remaining, shift, drafts, accepted,
+            )  # fmt: skip
             new_tokens, pairs, own_span = row_totals(c, drafts, context, used, decode_kv)
             charged_pairs = pairs
             if ct[PADDED]:
@@ -376,26 +344,9 @@ def serving_loop(
         st[EMITTED] += _completing(req, prefilling, p_rows, chunk, ct)
         if rows:
             apply_step(
-                st,
-                c,
-                k,
-                rows,
-                used,
-                new_tokens,
-                pairs,
-                accepted,
-                drafts,
-                remaining,
-                context,
-                drafted_by_row,
-                log_all,
-                ct[FILLED],
-                i,
-                end,
-                rows + p_rows,
-                held,
-                ct[JOINED],
-            )
+                st, c, k, rows, used, new_tokens, pairs, accepted, drafts, remaining, context,
+                drafted_by_row, log_all, ct[FILLED], i, end, rows + p_rows, held, ct[JOINED],
+            )  # fmt: skip
             ct[FILLED] += used
             ct[DECODE_STEPS] += 1
             if ct[JOINS] and ct[JOINED]:
@@ -410,19 +361,7 @@ def serving_loop(
                     _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
         else:  # prompt chunks alone: no inter-token gap
             log_iteration(
-                log_dt,
-                log_batch,
-                log_kv,
-                log_itl,
-                log_weight,
-                i,
-                now,
-                end,
-                p_rows,
-                held,
-                0.0,
-                0,
-                0,
+                log_dt, log_batch, log_kv, log_itl, log_weight, i, now, end, p_rows, held, 0.0, 0, 0
             )
         ct[LOGGED] = i + 1
         st[HELD] = held

@@ -341,10 +341,7 @@ class ServingTable:
         ints = columns.astype(np.int64)
         rows = zip(
             ints[0].tolist(),
-            columns[1].tolist(),
-            columns[2].tolist(),
-            columns[3].tolist(),
-            columns[4].tolist(),
+            *(columns[j].tolist() for j in range(1, 5)),
             *(ints[j].tolist() for j in range(5, RECORD)),
             repeat(replica.index),
             repeat(replica.pool_index),
