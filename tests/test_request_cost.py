@@ -171,15 +171,16 @@ def test_the_estimate_carries_the_delay_in_ttft_and_e2e(tmp_path):
     assert got[0.04].tpot_mean_s == got[0.0].tpot_mean_s
 
 
-def test_a_negative_delay_in_a_profile_is_a_one_line_refusal(tmp_path):
+@pytest.mark.parametrize("key", ["per_request_s", "per_request_engine_s"])
+def test_a_negative_request_cost_in_a_profile_is_a_one_line_refusal(key, tmp_path):
     path = profile_with(tmp_path, 0.0)
     data = yaml.safe_load(path.read_text())
-    data["overhead"]["per_request_s"] = -0.01
+    data["overhead"][key] = -0.01
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecsimError) as refused:
         load_profile(path)
     message = str(refused.value)
-    assert "per_request_s" in message and "\n" not in message
+    assert key in message and "\n" not in message
 
 
 @pytest.mark.parametrize("option", ["--overhead-request-s", "--overhead-step-s"])

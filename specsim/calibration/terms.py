@@ -146,9 +146,9 @@ def terms_for(profile: Profile, drafter: str | None, engine_cost: bool = False) 
             )
         )
     if profile.overhead.per_request_s > 0:  # 0: the prior states no API server (module doc)
-        terms.append(request_term(profile, unit))
+        terms.append(engine_seconds_term(profile, unit, REQUEST_TERM))
     if engine_cost or profile.overhead.per_request_engine_s > 0:  # module doc
-        terms.append(engine_request_term(profile, unit))
+        terms.append(engine_seconds_term(profile, unit, ENGINE_REQUEST_TERM))
     if drafter is None:
         return terms
     spec = profile.drafters[drafter]
@@ -181,32 +181,27 @@ def terms_for(profile: Profile, drafter: str | None, engine_cost: bool = False) 
     return terms
 
 
-def request_term(profile: Profile, unit: float) -> Term:
-    """The API server's delay as a fitted term (module docstring)."""
-    return Term(
-        REQUEST_TERM,
-        "seconds",
-        profile.overhead.per_request_s,
-        unit,
-        "seconds from a request's send to the engine's queue (API server)",
-        "engine",
+# Each engine overhead fitted in seconds: its name, its ``Overhead`` field, what it is and its
+# prior spread (module docstring).
+ENGINE_SECONDS = {
+    REQUEST_TERM: (
         "per_request_s",
+        "seconds from a request's send to the engine's queue (API server)",
         REQUEST_SPREAD_S,
-    )
-
-
-def engine_request_term(profile: Profile, unit: float) -> Term:
-    """The engine's cost per admitted request as a fitted term (module docstring)."""
-    return Term(
-        ENGINE_REQUEST_TERM,
-        "seconds",
-        profile.overhead.per_request_engine_s,
-        unit,
-        "seconds an iteration adds for each request it admits (the engine's loop)",
-        "engine",
+    ),
+    ENGINE_REQUEST_TERM: (
         "per_request_engine_s",
+        "seconds an iteration adds for each request it admits (the engine's loop)",
         ENGINE_REQUEST_SPREAD_S,
-    )
+    ),
+}
+
+
+def engine_seconds_term(profile: Profile, unit: float, name: str) -> Term:
+    """An engine overhead of ``ENGINE_SECONDS`` as a fitted term."""
+    field, description, spread = ENGINE_SECONDS[name]
+    value = getattr(profile.overhead, field)
+    return Term(name, "seconds", value, unit, description, "engine", field, spread)
 
 
 def _scaled(fit, names: tuple[str, ...], factor: float):
