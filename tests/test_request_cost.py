@@ -183,7 +183,9 @@ def test_a_negative_request_cost_in_a_profile_is_a_one_line_refusal(key, tmp_pat
     assert key in message and "\n" not in message
 
 
-@pytest.mark.parametrize("option", ["--overhead-request-s", "--overhead-step-s"])
+@pytest.mark.parametrize(
+    "option", ["--overhead-request-s", "--overhead-step-s", "--overhead-admit-s"]
+)
 def test_a_negative_engine_cost_on_the_command_line_exits_2_and_writes_nothing(
     option, tmp_path, capsys
 ):
@@ -213,6 +215,11 @@ def test_the_roofline_writes_the_engine_costs_with_their_source(tmp_path):
     profile = load_profile(out).profile
     assert profile.overhead.per_request_s == default.request_s
     assert "fitted on vLLM 0.11.0 runs" in profile.provenance.notes
+    assert "per_request_engine_s" not in out.read_text()  # 0 unless stated
+    main([*argv, "--out", str(out), "--overhead-admit-s", "0.003"])
+    profile = load_profile(out).profile
+    assert profile.overhead.per_request_engine_s == 0.003
+    assert "0.003 s per request admitted" in profile.provenance.notes
     assert math.isclose(EngineCosts(1e-3, 0.0, 0.0).overhead()["per_step_s"], 1e-3)
 
 

@@ -108,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "API-server delay per request (TTFT and E2E pay it)",
             DEFAULT_REQUEST_S,
         ),
+        ("--overhead-admit-s", "engine cost per admitted request (its iteration pays it)", 0.0),
     ):
         parser.add_argument(
             option,
@@ -131,7 +132,12 @@ def run(args: argparse.Namespace) -> int:
         name=name,
         acceptance_path=args.acceptance_from,
         ngram_step_s=args.ngram_step_s,
-        engine=EngineCosts(args.overhead_step_s, args.overhead_sequence_s, args.overhead_request_s),
+        engine=EngineCosts(
+            args.overhead_step_s,
+            args.overhead_sequence_s,
+            args.overhead_request_s,
+            args.overhead_admit_s,
+        ),
         command=command_line(),
         tp=args.tp,
         draft_tp=args.draft_tp,
