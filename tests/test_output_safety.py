@@ -176,6 +176,39 @@ def test_a_killed_runs_staging_is_removed_by_the_next_run_and_a_live_ones_kept(t
     assert sorted(p.name for p in out.iterdir()) == ["partial.csv", "summary.json"]
 
 
+def test_a_sigterm_that_lands_in_a_finalizer_still_ends_the_run(repo, tmp_path):
+    """Python drops an exception raised in a finalizer (``__del__``): a SIGTERM delivered there
+    would let the run go on. The command is stopped anyway, with SIGTERM's exit code."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys, time
+        from specsim import cli
+
+        class Finalised:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)  # its handler runs in this finalizer
+                sum(range(10_000))
+
+        def long_run(args):  # in place of the check before the work: then a 20 s run
+            Finalised()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                pass
+            sys.exit("the SIGTERM was lost")
+
+        cli.check_out = long_run
+        sys.exit(cli.main(["simulate", {str(repo / "scenarios" / "poisson.yaml")!r},
+                           "--out", {str(tmp_path / "run")!r}]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "specsim simulate: terminated" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_sigterm_during_simulate_leaves_no_staging_folder(repo, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(

@@ -10,8 +10,10 @@ sweep's worker processes are ended.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import errno
+import functools
 import importlib
 import os
 import re
@@ -89,6 +91,16 @@ def _on_sigterm(signum, frame):
     raise Terminated
 
 
+def _raise_dropped_interrupt(report, unraisable):
+    """``sys.unraisablehook``: a SIGTERM or Ctrl-C that landed in a finalizer (``__del__``, a
+    generator closed by the collector) is dropped there by Python, so the run would go on; it
+    is raised again in the main thread, as a Ctrl-C (``main`` remembers it was a SIGTERM)."""
+    report(unraisable)
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        # From another thread, a moment later: raised in this hook it would be dropped again.
+        threading.Timer(0.01, _thread.interrupt_main).start()
+
+
 def named_command(argv: list[str]) -> str | None:
     """The subcommand the arguments name (their first word that is no option; the top level's
     options take no value), or None where they name none (``--help``, a misspelt command)."""
@@ -103,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        hook = sys.unraisablehook
+        sys.unraisablehook = functools.partial(_raise_dropped_interrupt, hook)
     try:
         with warnings.catch_warnings():
             # Library warnings (an extrapolated latency query, say) are one line, no source dump.
@@ -124,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specsim {args.command}: error: {error.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
+        # A SIGTERM raised again after a finalizer dropped it comes back as a plain interrupt.
+        dropped = previous is not None and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        terminated = isinstance(exc, Terminated) or dropped
         print(
             f"specsim {args.command}: {'terminated' if terminated else 'interrupted'}",
             file=sys.stderr,
@@ -138,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            sys.unraisablehook = hook
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
