@@ -10,9 +10,9 @@ and calls to each other, the subset both run alike, to the bit.
 The vector (``cost_vector``): the target's latency block, the overhead's six terms, the
 drafter's latency block, nine constants and the five flags of its passes (``DraftPasses``: 1.0
 or 0.0), the engine's seconds per admitted request, where a tree step's section starts (0.0:
-chain steps), then the captured CUDA-graph
-sizes (the target's, then the drafter's), then the tree's section (``with_tree``). A latency
-block is ``COST_LATENCY`` values (``profile.latency.latency_s`` reads one).
+chain steps), then the captured CUDA-graph sizes (the target's, then the drafter's), then the
+tree's section (``with_tree``). A latency block is ``COST_LATENCY`` values
+(``profile.latency.latency_s`` reads one).
 """
 
 from __future__ import annotations
