@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from specsim.scenario import Scenario
 from specsim.simulation import compiled, compiled_serving, run_simulation
@@ -31,8 +32,8 @@ def test_the_kernels_are_compiled():
     assert hasattr(compiled.kernels().pcg_random, "py_func")
 
 
-def low_load() -> Scenario:
-    data = {
+def low_load_data() -> dict:
+    return {
         "seed": 3,
         "profile": "sim_profile.yaml",
         "workload": {
@@ -45,7 +46,10 @@ def low_load() -> Scenario:
         "engine": {"max_batch": 16},
         "speculation": {"drafter": "c05", "k": 3},
     }
-    return Scenario.model_validate(data).with_source(DATA / "scenario.yaml")
+
+
+def low_load() -> Scenario:
+    return Scenario.model_validate(low_load_data()).with_source(DATA / "scenario.yaml")
 
 
 def counting(monkeypatch) -> dict[str, int]:
@@ -194,3 +198,61 @@ def test_a_cache_folder_that_cannot_be_made_falls_back_to_a_temporary_one(tmp_pa
     fallback = compiled.writable(blocked / "specsim")
     assert fallback.is_dir() and not fallback.is_relative_to(tmp_path)
     assert compiled.writable(tmp_path / "made") == tmp_path / "made"
+
+
+# The kernels' one source, run by Python with numba's JIT off (``NUMBA_DISABLE_JIT``): a lone
+# replica, a fleet behind a router, and a split fleet's two pools, each written to disk.
+INTERPRETED = {
+    "lone": {"workload": {"rate": 3.0, "requests": 150}, "speculation": {"policy": "adaptive"}},
+    "fleet": {
+        "fleet": {"replicas": 4, "router": "least_outstanding"},
+        "workload": {"rate": 12.0, "requests": 240},
+    },
+    "split": {
+        "fleet": {
+            "disaggregation": {
+                "prefill": {"replicas": 1},
+                "decode": {"replicas": 2},
+                "kv_transfer": {"bandwidth_bytes_per_s": 1.0e9, "latency_s": 0.001},
+            }
+        },
+        "workload": {"rate": 10.0, "requests": 150},
+    },
+}
+RUN_ALL = """
+import sys
+from specsim.cli import main
+from specsim.simulation import compiled
+compiled_kernels = hasattr(compiled.kernels().pcg_random, "py_func")
+assert compiled_kernels == (sys.argv[1] == "compiled"), compiled_kernels
+for path in sys.argv[3:]:
+    assert main(["simulate", path, "--out", f"{sys.argv[2]}/{path.rsplit('/', 1)[1]}"]) == 0
+"""
+
+
+def test_the_kernels_source_run_interpreted_gives_the_compiled_bytes(tmp_path):
+    """numba compiles the kernels' Python source; with its JIT off Python runs that source and
+    must give every output byte for byte and warn nothing (PCG64's 64-bit products wrap on
+    purpose). Fails if the source leans on numba's typing, e.g. a product taken in Python
+    ints, which never wrap."""
+    paths = []
+    for name, changes in INTERPRETED.items():
+        data = low_load_data() | {"profile": str(DATA / "sim_profile.yaml")}
+        for section, values in changes.items():
+            data[section] = {**data.get(section, {}), **values}
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(yaml.safe_dump(data))
+    runs = {}
+    for mode in ("compiled", "interpreted"):
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("NUMBA_DISABLE_JIT", None)
+        if mode == "interpreted":
+            env["NUMBA_DISABLE_JIT"] = "1"
+        command = [sys.executable, "-c", RUN_ALL, mode, str(tmp_path / mode), *map(str, paths)]
+        runs[mode] = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert runs[mode].returncode == 0, runs[mode].stderr[-2000:]
+    assert "warning" not in runs["interpreted"].stderr
+    for path in paths:
+        for output in ("requests.csv", "summary.json"):
+            compiled_bytes = (tmp_path / "compiled" / path.name / output).read_bytes()
+            assert (tmp_path / "interpreted" / path.name / output).read_bytes() == compiled_bytes

@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -84,6 +85,10 @@ def kernel_module(name: str = "compiled_kernels") -> ModuleType:
     if _loaded is None:
         from numba.core import config
 
+        if config.DISABLE_JIT:  # Python runs the source: PCG64's 64-bit products wrap on purpose
+            warnings.filterwarnings(
+                "ignore", "overflow encountered", RuntimeWarning, r"specsim\.simulation\.compiled_"
+            )
         before, config.CACHE_DIR = config.CACHE_DIR, str(writable(cache_folder()))
         try:  # each dispatcher takes its cache folder when it is made, at import
             for module in KERNEL_MODULES:
