@@ -481,9 +481,8 @@ def test_hits_drawn_for_the_wrong_requests_fail(tmp_path, monkeypatch):
                 "prefix": {"source": "system_prompt", "length": 64, "hit_rate": 0.5},
             }
         },
-        {"workload": {**CLOSED, "prefix": HALF}, "engine": {"block_size": 16}},
     ],
-    ids=["system prompt", "block size"],
+    ids=["system prompt"],
 )
 def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
     """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""

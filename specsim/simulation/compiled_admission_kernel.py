@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.simulation.compiled_kernels import _inner
+from specsim.simulation.compiled_kv_kernel import _kv_in_use, _reservation
 from specsim.simulation.compiled_layout import (
     ACCEPTED,
     ADMISSIONS,
@@ -84,7 +85,7 @@ from specsim.simulation.compiled_layout import (
 @_inner
 def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
     """``Admission.admit`` at ``st[NOW]`` (a prefix cache whose hits are by request,
-    ``req[c, HIT]``, and no block size; on a decode replica, ``DecodeAdmission``'s joins);
+    ``req[c, HIT]``; on a decode replica, ``DecodeAdmission``'s joins);
     False where the next request to start needs an acceptance level beyond ``levels`` (Python
     draws them). ``places``: as ``serving_loop`` holds them (the queue among them)."""
     count = req.shape[0]
@@ -92,13 +93,13 @@ def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
         return True
-    used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
+    used = _kv_in_use(batch, st, ct, lookahead)
     while ct[Q_LEN] and running < max_batch:
         c = queue[ct[Q_HEAD]]
         joins = ct[JOINS] and req[c, PREFILLED] > 0  # preemption sets it back to 0
         if not (joins or ct[PREFILL_APART]) and st[PENDING] >= st[TOKEN_BUDGET]:
             break
-        need = req[c, TARGET] + lookahead
+        need = _reservation(req, c, ct, lookahead)
         if used + need > st[KV_CAPACITY]:
             break
         first_time = req[c, SCHEDULED] < 0
@@ -133,7 +134,7 @@ def _start_prefill(req, c, prefilling, st, ct, lookahead):
         st[PREFIX_HITS] += req[c, HIT]
     prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
     ct[P_LEN] += 1
-    st[RESERVED] += req[c, TARGET] + lookahead
+    st[RESERVED] += _reservation(req, c, ct, lookahead)
     st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
 
 
@@ -324,13 +325,13 @@ def _make_room(
     raises the error)."""
     count = req.shape[0]
     remaining, admit_order = batch[0], batch[6]
-    while st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED] > st[KV_CAPACITY]:
+    while _kv_in_use(batch, st, ct, lookahead) > st[KV_CAPACITY]:
         if ct[DECODING] + ct[P_LEN] <= 1:
             return False
         if ct[P_LEN]:
             ct[P_LEN] -= 1
             c = prefilling[(ct[P_HEAD] + ct[P_LEN]) % count]
-            st[RESERVED] -= req[c, TARGET] + lookahead
+            st[RESERVED] -= _reservation(req, c, ct, lookahead)
             st[PENDING] -= req[c, TARGET] - req[c, PREFILLED]
         else:  # Replica.evict_youngest
             s = np.argmax(admit_order)

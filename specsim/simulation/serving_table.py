@@ -20,6 +20,7 @@ from specsim.simulation.admission import fitting
 from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVALS_AT,
+    BLOCK_SIZE,
     CHECKS_RANGES,
     CLIENTS,
     CLOSED,
@@ -193,6 +194,7 @@ class ServingTable:
         ct[PADDED] = replica.padded
         ct[HANDS_OFF], ct[JOINS] = replica.hands_off, replica.joins
         ct[PROMPT_PASS] = replica.draft_prompt_pass
+        ct[BLOCK_SIZE] = replica.block_size or 0
         st[:] = 0.0
         st[: TOKEN_BUDGET + 1] = (
             *step_state(replica, now),
@@ -237,7 +239,9 @@ class ServingTable:
         per-iteration path refuses it when it reaches the replica, so Python takes it."""
         lengths = np.array([prompts, outputs], dtype=np.float64).reshape(2, -1)
         admission = replica.admission
-        count = fitting(lengths[0], lengths[1], admission.lookahead, admission.kv_capacity)
+        count = fitting(
+            lengths[0], lengths[1], admission.lookahead, admission.kv_capacity, admission.block_size
+        )
         return lengths[:, :count]
 
     def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
