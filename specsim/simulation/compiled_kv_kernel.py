@@ -15,8 +15,12 @@ from specsim.simulation.compiled_layout import (
     DECODE_KV,
     DECODING,
     HIGH,
+    HIT,
+    PREFILLED,
     RESERVED,
+    RID,
     SHARED,
+    SHARED_HELD,
     SHARED_TOP,
     SHARED_TOTAL,
     TARGET,
@@ -56,3 +60,41 @@ def _kv_in_use(batch, st, ct, lookahead):
     if ct[SHARED]:
         used -= st[SHARED_TOTAL] - st[SHARED_TOP]
     return used
+
+
+@_inner
+def _overlap(req, c, st, ct):
+    """``SharedPrefix.overlap`` of the request's hit (``Admission._shared_size``): what of it the
+    holders already hold, which its admission does not need (0 without a shared prefix)."""
+    if not ct[SHARED]:
+        return 0.0
+    return min(req[c, HIT] // max(ct[BLOCK_SIZE], 1), st[SHARED_TOP])
+
+
+@_inner
+def _hold(req, c, st, ct):
+    """``SharedPrefix.hold`` for a request whose prefill starts past a hit (``PREFILLED``): it
+    holds the hit's blocks (tokens, without a block size) of the shared prefix."""
+    if not (ct[SHARED] and req[c, PREFILLED]):
+        return
+    size = req[c, PREFILLED] // max(ct[BLOCK_SIZE], 1)
+    req[c, SHARED_HELD] = size
+    st[SHARED_TOTAL] += size
+    st[SHARED_TOP] = max(st[SHARED_TOP], size)
+
+
+@_inner
+def _release(req, c, st):
+    """``SharedPrefix.release``: the request's hold goes; the physical copy is then the largest
+    hold left (among the requests in the table)."""
+    size = req[c, SHARED_HELD]
+    if size == 0:
+        return
+    req[c, SHARED_HELD] = 0.0
+    st[SHARED_TOTAL] -= size
+    if size == st[SHARED_TOP]:
+        top = 0.0
+        for row in range(req.shape[0]):
+            if req[row, RID] >= 0:
+                top = max(top, req[row, SHARED_HELD])
+        st[SHARED_TOP] = top

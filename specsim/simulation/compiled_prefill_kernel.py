@@ -188,7 +188,7 @@ def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, c
         if req[client, GENERATED] >= req[client, OUTPUT]:
             _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
         elif ct[HANDS_OFF]:
-            _hand_off(req, client, end, records, rows_free, ct)
+            _hand_off(req, client, end, records, rows_free, st, ct)
         else:
             _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
 

@@ -98,8 +98,6 @@ class Replica(IterationPlanning, BatchRows):
         self.kv_lookahead = kv_lookahead(self.k_max, costs, self.block_size)
         if self.block_size is not None:
             kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
-        if getattr(prefix, "shared", False):  # the kernels count each row's copy of the prefix
-            fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's
