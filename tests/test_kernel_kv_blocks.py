@@ -8,10 +8,10 @@ Identity with the per-iteration reference (every record at full precision, each 
 engine statistics, the summary and requests.csv: ``test_sim_identity.assert_identical``) with
 the kernel running at least 80 % of the engine iterations: block sizes 16 and 1, a lone
 replica on an open and a closed loop, under cache pressure with preemption, prefill apart, a
-fleet behind a router, a split fleet's pools and prefix hits rounded to blocks; a system prompt
-hit at rates 0.5 and 1.0, alone and with a block size, lone, in a fleet and on a split fleet's
-prefill pool. Planted faults (blocks rounded down instead of up in the kernel, hits left
-unrounded by the table, the shared prefix counted per row) fail them.
+fleet behind a router, a split fleet's pools, tree pools and prefix hits rounded to blocks; a
+system prompt hit at rates 0.5 and 1.0, alone and with a block size, lone, in a fleet and on a
+split fleet's prefill pool. Planted faults (blocks rounded down instead of up in the kernel,
+hits left unrounded by the table, the shared prefix counted per row) fail them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import copy
 import pytest
 from test_disagg_kernel import BASE as SPLIT_BASE
 from test_disagg_kernel import iterations, profile, share  # noqa: F401 (a fixture)
-from test_sim_identity import assert_identical, make
+from test_sim_identity import assert_identical, make, shortened
 
 from specsim.scenario import Scenario
 from specsim.simulation import compiled_serving, fleet_serving, run_simulation
@@ -179,6 +179,18 @@ def test_a_shared_prefix_counted_per_row_fails(profile, tmp_path, monkeypatch): 
     monkeypatch.setattr(ServingTable, "_rules", per_row)
     with pytest.raises(AssertionError):
         assert_identical(scenario, tmp_path, monkeypatch)
+
+
+@pytest.mark.filterwarnings("ignore:.*outside the measured range")
+def test_tree_pools_count_blocks_on_the_kernel(tmp_path, monkeypatch):
+    """The shipped tree scenario's three pools (chain and trees: each row holds a tree's
+    nodes as lookahead) saturated, with blocks of 16 and preemption (past the profile's
+    range, which warns once in both runs)."""
+    scenario = shortened("tree.yaml")
+    engine = scenario.engine.model_copy(update={"block_size": 16, "kv_capacity_tokens": 1500})
+    workload = scenario.workload.model_copy(update={"rate": 40.0})
+    scenario = scenario.model_copy(update={"engine": engine, "workload": workload})
+    assert assert_on_the_kernel(scenario, tmp_path, monkeypatch)["preemptions"] > 0
 
 
 def test_blocks_are_not_tokens():
