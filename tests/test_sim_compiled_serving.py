@@ -472,25 +472,6 @@ def test_hits_drawn_for_the_wrong_requests_fail(tmp_path, monkeypatch):
         assert_identical(scenario, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {
-            "workload": {
-                **CLOSED,
-                "prefix": {"source": "system_prompt", "length": 64, "hit_rate": 0.5},
-            }
-        },
-        {"workload": {**CLOSED, "prefix": HALF}, "engine": {"block_size": 16}},
-    ],
-    ids=["system prompt", "block size"],
-)
-def test_the_loop_stays_out_where_it_does_not_apply(changes, monkeypatch):
-    """(Think time and fleets take the fleet's serving loop: ``test_sim_fleet_serving.py``.)"""
-    inside, total, _ = kernel_iterations(make(changes), monkeypatch)
-    assert inside == 0 and total > 0
-
-
 def test_the_loop_stays_out_of_session_memory(tmp_path, monkeypatch):
     """A session's hit depends on what the replica served before: Python keeps its memory."""
     inside, total, summary = kernel_iterations(trace_scenario(tmp_path, "session"), monkeypatch)

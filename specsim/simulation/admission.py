@@ -87,10 +87,10 @@ def never_fits(
     )
 
 
-def fitting(prompts: np.ndarray, outputs: np.ndarray, lookahead: int, kv_capacity: float) -> int:
-    """How many of these requests, in order, come before the first that ``never_fits`` a
-    cache counted in tokens."""
-    too_long = prompts + outputs + lookahead > kv_capacity
+def fitting(prompts, outputs, lookahead: int, kv_capacity: float, block_size=None) -> int:
+    """How many of these requests, in order, come before the first that ``never_fits``."""
+    need = prompts + outputs + lookahead
+    too_long = (need if block_size is None else -(-need // block_size)) > kv_capacity
     return int(too_long.argmax()) if too_long.any() else int(too_long.shape[0])
 
 
@@ -221,9 +221,9 @@ class Admission:
         return hit
 
     def hits(self, rids: np.ndarray, prompts: np.ndarray) -> np.ndarray:
-        """``capped_hit`` for requests numbered ``rids`` with these prompts, as floats: for a
-        source whose hits are by request (``prefix.by_request``), without a block size."""
-        return np.minimum(self.prefix.cached_many(rids, prompts), prompts - 1).astype(np.float64)
+        """``capped_hit`` of the requests numbered ``rids`` (``prefix.by_request`` only)."""
+        hits = np.minimum(self.prefix.cached_many(rids, prompts), prompts - 1).astype(np.float64)
+        return hits if self.block_size is None else hits - hits % self.block_size
 
     def _shared_size(self, request: Request) -> int:
         """The cache a shared-prefix hit holds: its tokens, or blocks with a block size (whole

@@ -37,6 +37,7 @@ _loaded: ModuleType | None = None
 KERNEL_MODULES = (
     "compiled_kernels",
     "compiled_step_kernel",
+    "compiled_kv_kernel",
     "compiled_admission_kernel",
     "compiled_prefill_kernel",
     "compiled_serving_kernel",

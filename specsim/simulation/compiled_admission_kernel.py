@@ -12,6 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.simulation.compiled_kernels import _inner
+from specsim.simulation.compiled_kv_kernel import (
+    _hold,
+    _kv_in_use,
+    _overlap,
+    _release,
+    _reservation,
+)
 from specsim.simulation.compiled_layout import (
     ACCEPTED,
     ADMISSIONS,
@@ -84,7 +91,7 @@ from specsim.simulation.compiled_layout import (
 @_inner
 def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
     """``Admission.admit`` at ``st[NOW]`` (a prefix cache whose hits are by request,
-    ``req[c, HIT]``, and no block size; on a decode replica, ``DecodeAdmission``'s joins);
+    ``req[c, HIT]``, a shared one among them; on a decode replica, ``DecodeAdmission``'s joins);
     False where the next request to start needs an acceptance level beyond ``levels`` (Python
     draws them). ``places``: as ``serving_loop`` holds them (the queue among them)."""
     count = req.shape[0]
@@ -92,13 +99,15 @@ def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
     running = ct[DECODING] + ct[P_LEN]
     if ct[Q_LEN] == 0 or running >= max_batch:
         return True
-    used = st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED]
+    used = _kv_in_use(batch, st, ct, lookahead)
     while ct[Q_LEN] and running < max_batch:
         c = queue[ct[Q_HEAD]]
         joins = ct[JOINS] and req[c, PREFILLED] > 0  # preemption sets it back to 0
         if not (joins or ct[PREFILL_APART]) and st[PENDING] >= st[TOKEN_BUDGET]:
             break
-        need = req[c, TARGET] + lookahead
+        need = _reservation(req, c, ct, lookahead)
+        if not joins:  # what the holders of a shared prefix hold already
+            need -= _overlap(req, c, st, ct)
         if used + need > st[KV_CAPACITY]:
             break
         first_time = req[c, SCHEDULED] < 0
@@ -128,12 +137,13 @@ def _start_prefill(req, c, prefilling, st, ct, lookahead):
     admission; a decode replica looks nothing up, ``DecodeAdmission._cached``)."""
     count = req.shape[0]
     req[c, PREFILLED] = req[c, HIT]
+    _hold(req, c, st, ct)
     if not ct[JOINS]:
         st[PREFIX_QUERIED] += req[c, TARGET]
         st[PREFIX_HITS] += req[c, HIT]
     prefilling[(ct[P_HEAD] + ct[P_LEN]) % count] = c
     ct[P_LEN] += 1
-    st[RESERVED] += req[c, TARGET] + lookahead
+    st[RESERVED] += _reservation(req, c, ct, lookahead)
     st[PENDING] += req[c, TARGET] - req[c, PREFILLED]
 
 
@@ -216,9 +226,11 @@ def _free_row(req, c, rows_free, ct):
 
 
 @_inner
-def _hand_off(req, c, now, records, rows_free, ct):
-    """``PrefillReplica.hand_off``: the request leaves the prefill replica at ``now``, its
-    record marked by its first token (``HANDED_OFF``: the decode replica streams it)."""
+def _hand_off(req, c, now, records, rows_free, st, ct):
+    """``PrefillReplica.hand_off``: the request leaves the prefill replica at ``now`` (its hold
+    on a shared prefix released), its record marked by its first token (``HANDED_OFF``: the
+    decode replica streams it)."""
+    _release(req, c, st)
     req[c, FIRST] = HANDED_OFF
     _record(req, c, now, records, ct)
     _free_row(req, c, rows_free, ct)
@@ -229,7 +241,9 @@ def _finish(req, c, now, records, queue, pending, rows_free, lengths, st, ct):
     """``Replica._finish``: the record; then, for closed-loop clients (no think time),
     ``ClosedLoopClients.on_finish``: the steady window's marks, and the client's next request
     in the row (or the client refused), queued, or with an API server's delay
-    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free."""
+    (``st[DELAY]``, ``fleet.Frontend``) pending until it arrives; else the row is free. Its
+    hold on a shared prefix goes first (``Admission.finished``)."""
+    _release(req, c, st)
     _record(req, c, now, records, ct)
     if not ct[CLIENTS]:
         _free_row(req, c, rows_free, ct)
@@ -324,13 +338,13 @@ def _make_room(
     raises the error)."""
     count = req.shape[0]
     remaining, admit_order = batch[0], batch[6]
-    while st[DECODE_KV] + ct[DECODING] * lookahead + st[RESERVED] > st[KV_CAPACITY]:
+    while _kv_in_use(batch, st, ct, lookahead) > st[KV_CAPACITY]:
         if ct[DECODING] + ct[P_LEN] <= 1:
             return False
         if ct[P_LEN]:
             ct[P_LEN] -= 1
             c = prefilling[(ct[P_HEAD] + ct[P_LEN]) % count]
-            st[RESERVED] -= req[c, TARGET] + lookahead
+            st[RESERVED] -= _reservation(req, c, ct, lookahead)
             st[PENDING] -= req[c, TARGET] - req[c, PREFILLED]
         else:  # Replica.evict_youngest
             s = np.argmax(admit_order)
@@ -339,6 +353,7 @@ def _make_room(
             req[c, GENERATED] = req[c, OUTPUT] - remaining[s]
             _free_slot(s, batch, slot_row, free, st, ct)
             req[c, TARGET] = req[c, PROMPT] + req[c, GENERATED]
+        _release(req, c, st)
         req[c, PREFILLED] = 0.0
         req[c, PREEMPTIONS] += 1.0
         ct[Q_HEAD] = (ct[Q_HEAD] - 1) % count

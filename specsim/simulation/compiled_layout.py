@@ -36,8 +36,9 @@ STEP_STATE = 9
     ADMIT,
     CLIENT,
     HIT,  # the request's prefix-cache hit (``Admission.capped_hit``), not a ``Request`` field
-) = range(17)
-FIELDS = 17
+    SHARED_HELD,  # what it holds of a shared prefix (``SharedPrefix.holders``), 0: none
+) = range(18)
+FIELDS = 18
 # The ``Request`` attribute in each column, and those that are times (the rest are counts).
 REQUEST_FIELDS = (
     "rid",
@@ -91,8 +92,11 @@ HANDED_OFF = -1.0
     OWED_ROWS,
     OWED_TOKENS,
     OWED_PAIRS,
-) = range(STEP_STATE, STEP_STATE + 23)
-STATE = STEP_STATE + 23
+    # A shared prefix's holders (``SharedPrefix``): the sum of the sizes held, and the largest.
+    SHARED_TOTAL,
+    SHARED_TOP,
+) = range(STEP_STATE, STEP_STATE + 25)
+STATE = STEP_STATE + 25
 
 # ``ct``: counts in and out.
 (
@@ -140,5 +144,7 @@ STATE = STEP_STATE + 23
     JOINS,
     PROMPT_PASS,  # 1: a request that joins owes its draft model's prompt pass (``OWED_*``)
     CHARGED,  # the admissions an iteration's seconds have paid for (``Replica.charged_admissions``)
-) = range(42)
-COUNTS = 42
+    BLOCK_SIZE,  # ``engine.block_size``: the cache counted in blocks of it (0: in tokens)
+    SHARED,  # 1: the prefix's hits are one shared sequence, held once (``SHARED_*``)
+) = range(44)
+COUNTS = 44

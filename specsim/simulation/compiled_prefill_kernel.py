@@ -13,6 +13,7 @@ import numpy as np
 
 from specsim.simulation.compiled_admission_kernel import _finish, _hand_off, _start_decoding
 from specsim.simulation.compiled_kernels import _inner, _jit
+from specsim.simulation.compiled_kv_kernel import _reservation
 from specsim.simulation.compiled_layout import (
     FIRST,
     GENERATED,
@@ -168,7 +169,7 @@ def _complete(req, prefilling, rows, chunk, done, st, ct, lookahead, now):
         ct[P_HEAD] = (ct[P_HEAD] + 1) % count
         ct[P_LEN] -= 1
         done[j] = c
-        st[RESERVED] -= req[c, TARGET] + lookahead
+        st[RESERVED] -= _reservation(req, c, ct, lookahead)
         if req[c, FIRST] < 0:
             req[c, FIRST] = now
         req[c, GENERATED] += 1.0
@@ -187,7 +188,7 @@ def _through(req, prefilling, p_rows, chunk, done, batch, places, lengths, st, c
         if req[client, GENERATED] >= req[client, OUTPUT]:
             _finish(req, client, end, records, queue, pending, rows_free, lengths, st, ct)
         elif ct[HANDS_OFF]:
-            _hand_off(req, client, end, records, rows_free, ct)
+            _hand_off(req, client, end, records, rows_free, st, ct)
         else:
             _start_decoding(req, client, batch, slot_row, join_step, join_left, free, st, ct)
 

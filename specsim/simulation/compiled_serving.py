@@ -9,8 +9,9 @@ decoding, finishes and the clients' next requests in one call, from one stop to 
 Its state goes in and out through the table (``serving_table.py``); a replica behind a router
 runs the same kernel through ``fleet_serving.py``. It runs where the replica's fast path has a
 rate model of acceptance and a compiled window policy (``kernel_tables``), and a prefix cache,
-if any, hits by request alone (a trace's column or a fraction of each prompt, drawn ahead by
-the table: not a session's memory or a shared system prompt); elsewhere, and whenever the
+if any, hits by request alone (a trace's column, a fraction of each prompt or a shared system
+prompt, drawn ahead by the table: not a session's memory), the KV cache counted in tokens or
+blocks; elsewhere, and whenever the
 kernel stops for Python (levels to draw, one sequence outgrowing the cache, an iteration
 outside the profile's measured range that still warns or raises), the other paths run.
 """
@@ -207,11 +208,7 @@ class KernelTables:
 def kernel_tables(replica) -> KernelTables | None:
     """The acceptance tables, cost vector and window terms the kernel reads, where it can run
     the replica's decode steps (None elsewhere)."""
-    if not (
-        replica.fast
-        and isinstance(replica.acceptance, RateAcceptance)
-        and getattr(replica.admission, "shared", None) is None  # counts a shared prefix once
-    ):
+    if not (replica.fast and isinstance(replica.acceptance, RateAcceptance)):
         return None
     costs, window = replica.cost_terms, replica.window_terms  # made with the replica
     if costs is None or window is None:

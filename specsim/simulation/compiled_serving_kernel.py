@@ -4,7 +4,8 @@
 clients without think time) iteration after iteration, as ``Replica._fast_process`` with
 ``Admission`` and ``ClosedLoopClients`` would: it takes the arrivals due, admits waiting
 requests FCFS (``Admission.admit``), preempts where the cache cannot hold the next step
-(``Admission.make_room``), plans the decode step and the prompt chunks within the token budget
+(``Admission.make_room``; the cache counted in tokens or in blocks, ``compiled_kv_kernel``),
+plans the decode step and the prompt chunks within the token budget
 (``Replica._plan_mixed``, ``Admission.chunks``; without chunked prefill, the waiting prompts
 whole in an iteration of their own, ``Replica._plan_prefill_only``), prices the iteration
 (times the replica's next jitter multiplier, which Python draws ahead), applies it
@@ -38,6 +39,7 @@ from specsim.simulation.compiled_admission_kernel import (
     _take_arrivals,
 )
 from specsim.simulation.compiled_kernels import _apply, _inner, _jit, _jump
+from specsim.simulation.compiled_kv_kernel import _kv_in_use
 from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVAL,
@@ -79,7 +81,6 @@ from specsim.simulation.compiled_layout import (
     PREFILL_FLOPS,
     Q_LEN,
     RECORDS,
-    RESERVED,
     STOP_AT_FINISH,
     TOKEN_BUDGET,
 )
@@ -269,7 +270,7 @@ def serving_loop(
             break
         rows = ct[DECODING]
         decode_kv = st[DECODE_KV]
-        held = decode_kv + rows * lookahead + st[RESERVED]
+        held = _kv_in_use(batch, st, ct, lookahead)
         if not (rows or ct[P_LEN]):
             break
         now = st[NOW]

@@ -92,16 +92,12 @@ class Replica(IterationPlanning, BatchRows):
         # holds KV slots for every node it verifies.
         self.tree_rows = costs.tree_rows
         self.lookahead = verify_lookahead(self.k_max, self.tree_rows)
-        # With a block size the cache is counted in blocks (``admission.py``); the kernels count
-        # tokens, so such a replica steps one iteration at a time.
+        # With a block size the cache is counted in blocks (``admission.py``).
         self.block_size = engine.block_size
         # Slots each sequence holds beyond its tokens.
         self.kv_lookahead = kv_lookahead(self.k_max, costs, self.block_size)
         if self.block_size is not None:
             kv_capacity = kv_capacity_blocks(kv_capacity, self.block_size)
-            fast = False
-        if getattr(prefix, "shared", False):  # the kernels count each row's copy of the prefix
-            fast = False
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's

@@ -16,7 +16,6 @@ from operator import attrgetter
 
 import numpy as np
 
-from specsim.simulation.admission import fitting
 from specsim.simulation.compiled_layout import (
     ADMISSIONS,
     ARRIVALS_AT,
@@ -73,12 +72,14 @@ from specsim.simulation.compiled_layout import (
     RESERVED,
     RID,
     ROWS_FREE_N,
+    SHARED_HELD,
     STATE,
     STEP_STATE,
     TIME_FIELDS,
     TOKEN_BUDGET,
 )
 from specsim.simulation.request import Request
+from specsim.simulation.serving_kv import fitting_lengths, pack_kv, shared_held, unpack_holders
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 
 AHEAD = 4096  # arrivals or clients' lengths handed to one call, and records it may write
@@ -216,11 +217,13 @@ class ServingTable:
         self._args = None
 
     def _rules(self, replica) -> None:
-        """The API server's delay, the prefix hits so far, and the profile's measured range as
-        it stands (``StepCosts.range_limits``: a warning, once given, is done)."""
+        """The API server's delay, the block size, the prefix hits so far and a shared prefix's
+        holders, and the profile's measured range as it stands (``StepCosts.range_limits``: a
+        warning, once given, is done)."""
         st = self.st
         st[DELAY] = self.delay
         st[PREFIX_HITS] = replica.admission.prefix_hits
+        pack_kv(replica.admission, st, self.ct)
         limits = replica.costs.range_limits()
         st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = limits
         self.ct[CHECKS_RANGES] = limits != (-np.inf, np.inf, np.inf, -np.inf, np.inf)
@@ -230,15 +233,8 @@ class ServingTable:
         row = request.client if self.clients is not None else loaded
         self.req[row, :HIT] = _request_fields(request)
         self.req[row, HIT] = self.admission.capped_hit(request)
+        self.req[row, SHARED_HELD] = shared_held(self.admission, request)
         return row
-
-    def _fitting(self, replica, prompts, outputs) -> np.ndarray:
-        """Prompt and output lengths up to (not with) the first that never fits the cache: the
-        per-iteration path refuses it when it reaches the replica, so Python takes it."""
-        lengths = np.array([prompts, outputs], dtype=np.float64).reshape(2, -1)
-        admission = replica.admission
-        count = fitting(lengths[0], lengths[1], admission.lookahead, admission.kv_capacity)
-        return lengths[:, :count]
 
     def _arrivals(self, replica) -> tuple[np.ndarray, bool]:
         """The feed's next arrivals (times, prompts, outputs), and whether more may follow."""
@@ -246,7 +242,7 @@ class ServingTable:
             return np.zeros((4, 0)), False
         self.ct[NEXT_RID] = self.feed.next_id
         times, prompts, outputs = self.feed.upcoming(AHEAD)
-        lengths = self._fitting(replica, prompts, outputs)
+        lengths = fitting_lengths(replica.admission, prompts, outputs)
         count = lengths.shape[1]
         arrivals = np.empty((4, count))
         arrivals[0] = times[:count]
@@ -265,7 +261,7 @@ class ServingTable:
         ct[FIRST_LO], ct[FIRST_HI], ct[FIRST_LEFT] = clients.first_requests()
         st[HORIZON] = np.inf if source.horizon is None else source.horizon
         prompts, outputs = source.upcoming(int(min(ct[ISSUE_LEFT], AHEAD)))
-        lengths = self._fitting(replica, prompts, outputs)
+        lengths = fitting_lengths(replica.admission, prompts, outputs)
         return np.vstack([lengths, self._hits(lengths[0])])
 
     def _hits(self, prompts: np.ndarray) -> np.ndarray:
@@ -315,6 +311,7 @@ class ServingTable:
         ) = values[RESERVED:HORIZON]
         admission.prefix_queried = int(prefix_queried)
         admission.prefix_hits = int(values[PREFIX_HITS])
+        unpack_holders(admission, self.req, st)
         if ct[PROMPT_PASS]:
             replica.prompt_pass = [int(values[OWED_ROWS]), values[OWED_TOKENS], values[OWED_PAIRS]]
         log.adopt(int(ct[LOGGED]), int(ct[FILLED]))

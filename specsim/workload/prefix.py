@@ -98,7 +98,6 @@ class DrawnPrefixes(NoPrefix):
         # A system prompt is one token sequence, held once per replica; a fraction of each
         # prompt is that prompt's own.
         self.shared = self.length is not None
-        self.by_request = not self.shared  # a shared prefix's blocks are the replica's
         self.rng = rng
         self._uniforms = np.zeros(0)
 
@@ -119,6 +118,8 @@ class DrawnPrefixes(NoPrefix):
         if not rids.shape[0]:
             return np.zeros(0, dtype=np.int64)
         hit = self._draw_to(int(rids.max()))[rids] < self.hit_rate
+        if self.length is not None:
+            return np.where(hit, self.length, 0)
         return np.where(hit, (self.fraction * prompts).astype(np.int64), 0)
 
 
