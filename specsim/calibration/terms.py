@@ -10,7 +10,8 @@ part of the prior is off, so the fit scales the prior's parts rather than refitt
   verification pass pays (weights and cache read).
 - ``target.prefill``: one factor on its per-batched-token term (past the knee): the matrix
   products that long prompts and large batches pay.
-- ``target.attention``: one factor on its per-attention-pair term: attention over the context
+- ``target.attention``: one factor on its per-attention-pair terms (decoding rows' and, where
+  the prior prices them apart, prompt chunks' at the prior's ratio): attention over the context
   a new token reads, run by other kernels (FlashAttention, MLA) at another utilisation than the
   matrix products, a share of a prompt's cost that grows with its length. Shared with the
   matrix products, a factor carried what short-prompt runs say of those onto long prompts'
@@ -71,7 +72,8 @@ ENGINE_REQUEST_SPREAD_S = 0.01
 ENGINE_REQUEST_TERM = "overhead.per_request_engine_s"
 DECODE_TERMS = ("fixed_s", "per_sequence_s", "per_kv_token_s")
 PREFILL_TERMS = ("per_batched_token_s",)
-ATTENTION_TERMS = ("per_attention_pair_s",)
+# A prompt chunk's pair cost keeps its prior ratio to a decoding row's (module docstring).
+ATTENTION_TERMS = ("per_attention_pair_s", "per_prefill_pair_s")
 DRAFT_TERMS = (*DECODE_TERMS, *PREFILL_TERMS, *ATTENTION_TERMS)
 TARGET_PARTS = {"decode": DECODE_TERMS, "prefill": PREFILL_TERMS, "attention": ATTENTION_TERMS}
 REFERENCE_CONTEXT = 1024
@@ -134,14 +136,15 @@ def terms_for(profile: Profile, drafter: str | None, engine_cost: bool = False) 
             part="prefill",
         ),
     ]
-    if profile.target.latency.fit.per_attention_pair_s > 0:
+    fit = profile.target.latency.fit
+    if fit.per_attention_pair_s > 0 or fit.prefill_pair_s > 0:
         terms.append(
             Term(
                 "target.attention",
                 "factor",
                 1.0,
                 1.0,
-                "target: per-attention-pair (attention over the context)",
+                "target: per-attention-pair (attention over the context)" + _ratio(fit),
                 part="attention",
             )
         )
@@ -181,6 +184,14 @@ def terms_for(profile: Profile, drafter: str | None, engine_cost: bool = False) 
     return terms
 
 
+def _ratio(fit) -> str:
+    """How a prompt chunk's pair cost follows the factor, where the prior states it apart."""
+    if fit.per_prefill_pair_s is None or fit.per_attention_pair_s == 0:
+        return ""
+    ratio = fit.per_prefill_pair_s / fit.per_attention_pair_s
+    return f"; prompt chunks' pairs at the prior's ratio {ratio:.3g} to it, not fitted apart"
+
+
 # Each engine overhead fitted in seconds: its name, its ``Overhead`` field, what it is and its
 # prior spread (module docstring).
 ENGINE_SECONDS = {
@@ -205,7 +216,7 @@ def engine_seconds_term(profile: Profile, unit: float, name: str) -> Term:
 
 
 def _scaled(fit, names: tuple[str, ...], factor: float):
-    update = {name: getattr(fit, name) * factor for name in names}
+    update = {name: getattr(fit, name) * factor for name in names if getattr(fit, name) is not None}
     if "fixed_s" in names and fit.experts is not None:  # the experts' read is a weight read
         update["experts"] = fit.experts.model_copy(
             update={"weights_s": fit.experts.weights_s * factor}

@@ -56,7 +56,7 @@ def chain_draft_s(c, rows, k, kv):
     tokens, mean_kv, pairs = pass_totals(c, rows, k, kv, passes)
     if c[HAS_LATENCY] == 0.0:
         return passes * c[STEP_S]
-    return passes * latency(c, DRAFTER, rows, tokens, mean_kv, pairs)
+    return passes * latency(c, DRAFTER, rows, tokens, mean_kv, pairs, 0.0)
 
 
 def chain_draft_flops(c, rows, k, kv):
@@ -88,7 +88,7 @@ def draft_s(c, rows, k, kv):
         count, width, fed, reach = c[g], c[g + 1], c[g + 2], c[g + 3]
         mean_kv = kv + rows * (fed + width * (count - 1) / 2.0)
         pairs = width * kv + rows * width * reach
-        seconds += count * latency(c, DRAFTER, rows, rows * width, mean_kv, pairs)
+        seconds += count * latency(c, DRAFTER, rows, rows * width, mean_kv, pairs, 0.0)
         g += 4
     return seconds
 
@@ -137,7 +137,7 @@ def draft_prefill_s(c, rows, tokens, kv, pairs):
     """Seconds of the drafter's own pass over prompt chunks: one with its own cache builds it
     over them; others take nothing."""
     if rows and c[OWN_CACHE] != 0.0:
-        return latency(c, DRAFTER, rows, tokens, kv, pairs)
+        return latency(c, DRAFTER, rows, tokens, kv, 0.0, pairs)
     return 0.0
 
 
@@ -152,9 +152,10 @@ def pass_parts(c, k, rows, tokens, kv, pairs, p_rows, p_tokens, p_kv, p_pairs):
     """One iteration's (target pass, engine's own work, drafter's pass over prompt chunks)
     seconds: ``rows`` decoding sequences verify ``tokens`` positions over ``kv`` cached tokens
     after k draft passes, and ``p_rows`` prompt chunks ride in the same target pass (the
-    prefill overhead terms apply, and a drafter with its own cache builds it over them)."""
+    prefill overhead terms apply, their pairs at the prefill cost, and a drafter with its own
+    cache builds it over them)."""
     batch = rows + p_rows
-    target = latency(c, TARGET, batch, tokens + p_tokens, kv + p_kv, pairs + p_pairs)
+    target = latency(c, TARGET, batch, tokens + p_tokens, kv + p_kv, pairs, p_pairs)
     host = overhead_s(c, batch, k, rows)
     prefill_draft = 0.0
     if p_rows:
@@ -191,7 +192,7 @@ def admitted_s(c, admitted):
 def decode_s(c, k, rows, tokens, kv, pairs):
     """Seconds of a decode-only iteration with ``rows`` > 0 (no prompt chunk: the terms one
     would add are left out, not 0.0 added)."""
-    target = latency(c, TARGET, rows, tokens, kv, pairs)
+    target = latency(c, TARGET, rows, tokens, kv, pairs, 0.0)
     return target + draft_s(c, rows, k, kv) + overhead_s(c, rows, k, rows)
 
 

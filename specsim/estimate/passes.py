@@ -79,7 +79,7 @@ class Passes:
             fit.per_sequence_s * chunks
             + fit.per_batched_token_s * past_knee
             + fit.per_kv_token_s * read
-            + fit.per_attention_pair_s * pairs
+            + fit.prefill_pair_s * pairs
             + experts
         )
         costs = self.costs
@@ -94,7 +94,7 @@ class Passes:
                 (d.fixed_s + d.per_sequence_s) * chunks
                 + d.per_batched_token_s * draft_knee
                 + d.per_kv_token_s * read
-                + d.per_attention_pair_s * pairs
+                + d.prefill_pair_s * pairs
                 + full * experts_seconds(d, room)
                 + experts_seconds(d, last)
             )
@@ -108,11 +108,11 @@ class Passes:
         else:
             computed, kv = prompt - cached, cached
             pairs = computed * (cached + (computed + 1.0) / 2.0)
-        seconds = fit_seconds(self.target_fit, 1.0, computed, kv, pairs)
+        seconds = fit_seconds(self.target_fit, 1.0, computed, kv, 0.0, pairs)
         seconds += costs.overhead_s(1) + costs.overhead_prefill_s
         seconds += costs.overhead_prefill_token_s * computed + costs.admit_s
         if self.draft_fit is not None:
-            seconds += fit_seconds(self.draft_fit, 1.0, computed, kv, pairs)
+            seconds += fit_seconds(self.draft_fit, 1.0, computed, kv, 0.0, pairs)
         return seconds
 
     def idle_s(self) -> float:

@@ -69,11 +69,12 @@ class LatencyFit(StrictModel):
     """Seconds for one forward pass over a batch of sequences.
 
     With ``N`` = new tokens in the batch, ``KV`` = tokens read from the KV cache (sum of the
-    sequences' context lengths), ``P`` = sum over sequences of new x (context + (new + 1) / 2)
-    (query-key pairs of the new tokens) and ``B`` = sequences in the batch::
+    sequences' context lengths), ``P`` = sum over decoding sequences of new x (context +
+    (new + 1) / 2) (query-key pairs of their new tokens), ``Q`` = the same sum over prompt
+    chunks (prefill) and ``B`` = sequences in the batch::
 
         seconds = fixed_s + per_sequence_s * B + per_batched_token_s * max(0, G(N) - knee_tokens)
-                  + per_kv_token_s * KV + per_attention_pair_s * P
+                  + per_kv_token_s * KV + per_attention_pair_s * P + per_prefill_pair_s * Q
                   [+ experts.weights_s * (1 - (1 - experts_per_token / experts)^N)]
 
     ``knee_tokens`` > 0 models a pass that is memory-bound (flat in N) until N reaches the knee;
@@ -81,6 +82,7 @@ class LatencyFit(StrictModel):
     ``G(N)`` is N, or with ``graph_sizes`` the smallest captured size at or above N (a pass up
     to the largest runs as a CUDA graph padded to its size; above it, eager and unpadded).
     The bracketed term is there only with ``experts`` (a mixture of experts).
+    ``per_prefill_pair_s`` absent prices prompt chunks' pairs at ``per_attention_pair_s``.
     """
 
     fixed_s: Seconds
@@ -89,6 +91,12 @@ class LatencyFit(StrictModel):
     knee_tokens: Annotated[float, Field(ge=0, le=MAX_TOKENS)] = 0.0
     per_kv_token_s: Seconds = 0.0
     per_attention_pair_s: Seconds = 0.0
+    per_prefill_pair_s: Seconds | None = Field(
+        default=None,
+        description="seconds per query-key pair of a prompt chunk's tokens, where the engine "
+        "runs prefill attention in another form than decode (vLLM's latent attention: "
+        "decompressed for prefill, absorbed for decode); absent: per_attention_pair_s",
+    )
     graph_sizes: Annotated[list[Tokens], Field(min_length=1, max_length=MAX_GRAPH_SIZES)] | None = (
         Field(
             default=None,
@@ -103,6 +111,12 @@ class LatencyFit(StrictModel):
         "pass's tokens route to (absent: fixed_s holds every weight read)",
     )
     held_out: HeldOutError | None = None
+
+    @property
+    def prefill_pair_s(self) -> float:
+        """Seconds per query-key pair of a prompt chunk (``per_prefill_pair_s`` or the one)."""
+        own = self.per_prefill_pair_s
+        return self.per_attention_pair_s if own is None else own
 
     @model_validator(mode="after")
     def _graph_sizes_ascending(self) -> LatencyFit:
@@ -156,15 +170,15 @@ class Latency(StrictModel):
 # A latency block: the fit's six coefficients (fixed, per sequence, per batched token past the
 # knee, the knee, per KV token read, per attention pair); where its captured CUDA-graph sizes
 # start in the vector and how many; the routed experts' read seconds and the share of them one
-# token picks.
-LATENCY_BLOCK = 10
+# token picks; the seconds per prompt chunk's pair.
+LATENCY_BLOCK = 11
 
 
-def latency_s(c, at, batch, new_tokens, kv_tokens, pairs):
+def latency_s(c, at, batch, new_tokens, kv_tokens, pairs, prefill_pairs):
     """Seconds of one pass of the model whose latency block is ``c[at:at + LATENCY_BLOCK]``:
     ``batch`` sequences feeding ``new_tokens`` positions over ``kv_tokens`` cached tokens with
-    ``pairs`` query-key pairs. Scalar arithmetic only: the compiled kernels compile this same
-    source (``costs/formula.py``)."""
+    ``pairs`` query-key pairs of decoding rows and ``prefill_pairs`` of prompt chunks. Scalar
+    arithmetic only: the compiled kernels compile this same source (``costs/formula.py``)."""
     tokens = new_tokens
     count = int(c[at + 7])
     if count > 0 and 0.0 < tokens <= c[int(c[at + 6]) + count - 1]:
@@ -179,9 +193,13 @@ def latency_s(c, at, batch, new_tokens, kv_tokens, pairs):
     over = tokens - c[at + 3]
     if not over > 0.0:
         over = 0.0
-    seconds = (
-        c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + c[at + 5] * pairs
-    )
+    # One product where the two pair costs agree: a fit without a prefill cost prices as before,
+    # to the bit.
+    if c[at + 10] == c[at + 5]:
+        attention = c[at + 5] * (pairs + prefill_pairs)
+    else:
+        attention = c[at + 5] * pairs + c[at + 10] * prefill_pairs
+    seconds = c[at] + c[at + 1] * batch + c[at + 2] * over + c[at + 4] * kv_tokens + attention
     if c[at + 8] != 0.0:  # the routed experts its real tokens pick
         seconds += c[at + 8] * (1.0 - (1.0 - c[at + 9]) ** new_tokens)
     return seconds
@@ -225,10 +243,18 @@ class LatencyModel:
         self._warned = False
 
     def seconds_from_totals(
-        self, batch: int, new_tokens: float, kv_tokens: float, attention_pairs: float
+        self,
+        batch: int,
+        new_tokens: float,
+        kv_tokens: float,
+        attention_pairs: float,
+        prefill_pairs: float = 0.0,
     ) -> float:
-        """Seconds for a pass given batch totals (no range check; the caller has done it)."""
-        return latency_s(self.block, 0, batch, new_tokens, kv_tokens, attention_pairs)
+        """Seconds for a pass given batch totals, its decoding rows' ``attention_pairs`` and
+        its prompt chunks' ``prefill_pairs`` (no range check; the caller has done it)."""
+        return latency_s(
+            self.block, 0, batch, new_tokens, kv_tokens, attention_pairs, prefill_pairs
+        )
 
     def block_at(self, sizes_at: int) -> tuple[list[float], tuple[float, ...]]:
         """The model's latency block (``latency_s``) with its graph sizes to be placed at
@@ -236,7 +262,9 @@ class LatencyModel:
         sizes = self.graph_sizes or ()
         weights_s, share = self.experts or (0.0, 0.0)
         at = float(sizes_at if sizes else 0)
-        return [*self.coef, at, float(len(sizes)), weights_s, share], sizes
+        prefill_pair_s = self.latency.fit.prefill_pair_s
+        block = [*self.coef, at, float(len(sizes)), weights_s, share, prefill_pair_s]
+        return block, sizes
 
     def pass_seconds(self, context: np.ndarray, new_tokens: np.ndarray | int) -> float:
         """Seconds for one pass: sequence i has ``context[i]`` cached tokens and adds
@@ -312,7 +340,7 @@ def experts_seconds(fit: LatencyFit, tokens) -> np.ndarray | float:
     return experts.weights_s * (1.0 - (1.0 - share) ** np.asarray(tokens, dtype=np.float64))
 
 
-def fit_seconds(fit: LatencyFit, rows, tokens, kv, pairs) -> np.ndarray:
+def fit_seconds(fit: LatencyFit, rows, tokens, kv, pairs, prefill_pairs=0.0) -> np.ndarray:
     """``LatencyModel.seconds_from_totals`` on arrays of passes (the estimate's mean batches)."""
     past_knee = np.maximum(0.0, graphed_tokens(fit, tokens) - fit.knee_tokens)
     return (
@@ -320,6 +348,14 @@ def fit_seconds(fit: LatencyFit, rows, tokens, kv, pairs) -> np.ndarray:
         + fit.per_sequence_s * rows
         + fit.per_batched_token_s * past_knee
         + fit.per_kv_token_s * kv
-        + fit.per_attention_pair_s * pairs
+        + pairs_seconds(fit, pairs, prefill_pairs)
         + experts_seconds(fit, tokens)
     )
+
+
+def pairs_seconds(fit: LatencyFit, pairs, prefill_pairs=0.0):
+    """Attention seconds of decoding rows' ``pairs`` and prompt chunks' ``prefill_pairs`` (one
+    product where the two costs agree, as ``latency_s``)."""
+    if fit.prefill_pair_s == fit.per_attention_pair_s:
+        return fit.per_attention_pair_s * (pairs + prefill_pairs)
+    return fit.per_attention_pair_s * pairs + fit.prefill_pair_s * prefill_pairs

@@ -10,9 +10,9 @@ can be taken apart and rebuilt for ``t1`` devices from the profile's ``t0``:
   ``t0 / t1``; the launch overhead ``fixed - weight read - all-reduce per pass`` stays;
 * the all-reduces, two ring all-reduces per layer of ``hidden x 2`` bytes a token, are taken
   out at ``t0`` and put in at ``t1`` over the stated link;
-* KV bytes per device and attention FLOPs shrink by ``t0 / t1`` (KV heads are taken to divide
-  over the devices: the profile does not say how many there are, and with fewer heads than
-  devices vLLM replicates them, which this does not see);
+* KV bytes per device and attention FLOPs (decode's and prefill's) shrink by ``t0 / t1`` (KV
+  heads are taken to divide over the devices: the profile does not say how many there are, and
+  with fewer heads than devices vLLM replicates them, which this does not see);
 * a replica's price is ``t1 / t0`` times the profile's; a device's memory stays.
 
 Draft models sharded like the target follow it; a draft model on one device stays there. A
@@ -94,6 +94,9 @@ def scaled_fit(
             "knee_tokens": memory * shrink / slope,
             "per_kv_token_s": fit.per_kv_token_s * shrink,
             "per_attention_pair_s": fit.per_attention_pair_s * shrink,
+            "per_prefill_pair_s": None
+            if fit.per_prefill_pair_s is None
+            else fit.per_prefill_pair_s * shrink,
             "experts": None
             if experts is None
             else experts.model_copy(update={"weights_s": experts_s * shrink}),

@@ -16,9 +16,12 @@ it: the cache holds one latent of ``kv_lora_rank`` plus one rotary key of ``qk_r
 per token per layer (on every device of a tensor-parallel replica: the latent is not split by
 head), and decoding attends on the latent with the key and value up-projections absorbed into
 the query and output, ``2 (kv_lora_rank + qk_rope_head_dim) + 2 kv_lora_rank`` FLOPs per head
-per pair (prefill's expanded form costs less per pair; the decode form is counted throughout).
-The weights' FLOPs are 2 per parameter in either form. DeepSeek-V3's multi-token-prediction
-module (``mtp_shape``) is sized apart from the model: it is a drafter.
+per pair; prefill runs it decompressed, as multi-head attention with keys of ``qk_nope_head_dim +
+qk_rope_head_dim`` and values of ``v_head_dim``: ``2 (qk_nope + qk_rope + v)`` FLOPs per head per
+pair (vLLM ``v1/attention/backends/mla/common.py``: "compute friendly approach for prefill,
+data-movement friendly for decode"). FLOP counts (``flops_total``) use the decode form
+throughout. The weights' FLOPs are 2 per parameter in either form. DeepSeek-V3's
+multi-token-prediction module (``mtp_shape``) is sized apart from the model: it is a drafter.
 
 ``specsim.profiling.model_configs`` builds a ``ModelShape`` from a model's configuration.
 """
@@ -228,6 +231,14 @@ class ModelShape:
             per_head = 4 * self.kv_lora_rank + 2 * self.qk_rope_head_dim
             return float(self.num_layers * self.num_heads * per_head)
         return 4.0 * self.num_layers * self.num_heads * self.head_dim
+
+    def prefill_attention_flops_per_pair(self) -> float:
+        """FLOPs per pair of a prompt chunk's token, over all layers: latent attention in its
+        decompressed form (module docstring); other attention as ``attention_flops_per_pair``."""
+        if self.is_mla:
+            per_head = 2 * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+            return float(self.num_layers * self.num_heads * per_head)
+        return self.attention_flops_per_pair()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ pairs of FLOPs. This maps exactly onto the profile's fit form, because
 * ``knee_tokens``          = where the compute time reaches the memory time
 * ``per_kv_token_s``       = KV bytes per token / effective bandwidth
 * ``per_attention_pair_s`` = attention FLOPs per pair / effective peak
+* ``per_prefill_pair_s``   = the same for a prompt chunk's pairs, where latent attention runs
+  in its decompressed form (absent for other attention: the same cost)
 
 A mixture of experts' routed experts leave ``fixed_s`` for the fit's ``experts`` term: a pass
 reads the union of the experts its tokens route to, and pays that read on top of its compute
@@ -110,6 +112,9 @@ def roofline_fit(
         knee_tokens=dense_s / slope,
         per_kv_token_s=device_kv_bytes_per_token(shape, layout, dtype_bytes) / bandwidth,
         per_attention_pair_s=shape.attention_flops_per_pair() / layout.tp / peak,
+        per_prefill_pair_s=shape.prefill_attention_flops_per_pair() / layout.tp / peak
+        if shape.is_mla
+        else None,
         graph_sizes=graph_sizes,
         experts=experts,
     )

@@ -28,6 +28,17 @@ def mtp_note(names: list[str], shape: ModelShape, target: ModelShape) -> str:
     )
 
 
+def mla_note(shape: ModelShape) -> str:
+    """How latent attention's two forms are priced."""
+    return (
+        f"{shape.name}'s latent attention as vLLM runs it: decoding rows' pairs in the absorbed "
+        f"form, {shape.attention_flops_per_pair() / 1e6:.3g} MFLOP a pair over all layers; "
+        "prompt chunks' pairs decompressed (multi-head attention), "
+        f"{shape.prefill_attention_flops_per_pair() / 1e6:.3g} MFLOP a pair "
+        "(per_prefill_pair_s); the decompression of a chunk's cached context is not priced."
+    )
+
+
 def head_note(heads: dict[str, Head], layout: Layout, target: ModelShape) -> str:
     """How EAGLE heads are costed, with their sizes."""
     sizes = "; ".join(
@@ -207,6 +218,8 @@ def roofline_notes(
     if layout.ep_size(target) > 1:
         notes.append(expert_parallel_note(target, hw, layout))
     notes += [moe_note(s) for s in (target, *model_drafters.values()) if s.num_experts]
+    if target.is_mla:
+        notes.append(mla_note(target))
     if graph_sizes is not None:
         notes.append(graph_note(graph_sizes))
     if mtp:
