@@ -371,8 +371,5 @@ def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> d
             "reasons": outcome["reasons"],
             "regressions": outcome["regressions"],
         },
-        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
-        "failed": [
-            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
-        ],
+        **sweeper.stats.json(),
     }

@@ -385,10 +385,7 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
             "context_tokens_per_sequence": outcome["context"],
             **outcome["verdict"],
         },
-        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
-        "failed": [
-            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
-        ],
+        **sweeper.stats.json(),
         **screening,
         **({"trees": json_block(plan, loads)} if plan.trees else {}),
     }
