@@ -46,12 +46,7 @@ def _median(values) -> float | None:
 
 
 def _speedups(loads: list[LoadResult]) -> list[float | None]:
-    out = []
-    for e in loads:
-        zero = metric(e.summary("k=0"), "e2e_s", "mean")
-        best = metric(e.best_setting, "e2e_s", "mean")
-        out.append(zero / best if zero and best else None)
-    return out
+    return [e.speedup(e.best_setting) for e in loads]
 
 
 def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:

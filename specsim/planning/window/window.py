@@ -246,6 +246,11 @@ class LoadResult:
         """The best of every chain k and tree (``best`` when no tree was swept)."""
         return None if self.best_config is None else self.summary(self.best_config)
 
+    def speedup(self, summary: dict[str, Any] | None) -> float | None:
+        """Mean end-to-end latency at k = 0 over ``summary``'s (above 1: speculation pays)."""
+        zero, mine = metric(self.summary("k=0"), "e2e_s", "mean"), metric(summary, "e2e_s", "mean")
+        return zero / mine if zero and mine else None
+
 
 def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
     per_load = {load: LoadResult(load) for load in plan.loads}
@@ -347,16 +352,12 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
     best = []
     for entry in loads:
         summary = entry.best
-        zero = entry.summary("k=0")
-        gain = None
-        if summary and zero and metric(summary, "e2e_s", "mean"):
-            gain = metric(zero, "e2e_s", "mean") / metric(summary, "e2e_s", "mean")
         best.append(
             {
                 "load": entry.load,
                 "offered_rps": plan.offered_rps(entry.load),
                 "best_k": entry.best_k,
-                "e2e_speedup_vs_k0": gain,
+                "e2e_speedup_vs_k0": entry.speedup(summary),
                 "batch_size": metric(summary, "batch_size"),
                 "goodput_requests_per_s": metric(summary, "goodput_requests_per_s"),
                 "adaptive_e2e_mean_s": metric(entry.summary(ADAPTIVE), "e2e_s", "mean"),

@@ -144,19 +144,9 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
         ],
     )
     xs = [entry.load for entry in loads]
-    speedup = []
-    for entry in loads:
-        zero, best = (
-            metric(entry.summary("k=0"), "e2e_s", "mean"),
-            metric(entry.best, "e2e_s", "mean"),
-        )
-        speedup.append(zero / best if zero and best else None)
-    adaptive, table = [], []
-    for entry in loads:
-        zero = metric(entry.summary("k=0"), "e2e_s", "mean")
-        for config, out in ((ADAPTIVE, adaptive), (BY_BATCH, table)):
-            value = metric(entry.summary(config), "e2e_s", "mean")
-            out.append(zero / value if zero and value else None)
+    speedup = [e.speedup(e.best) for e in loads]
+    adaptive = [e.speedup(e.summary(ADAPTIVE)) for e in loads]
+    table = [e.speedup(e.summary(BY_BATCH)) for e in loads]
     best_k = Figure(
         name="best_k_vs_load",
         caption="Best static k per load (a marker per load simulated: between them nothing "
