@@ -16,7 +16,7 @@ from specsim.planning.common import (
     plural,
     slo_text,
 )
-from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
+from specsim.planning.plots import Figure, Panel, Series, adaptive_star, adaptive_x, k_ticks
 from specsim.planning.report import (
     Callout,
     Column,
@@ -90,19 +90,8 @@ def _against_k(plan, loads, title, ylabel, name, stat, unit, logy=False) -> Pane
         ys = [value(entry.summary(f"k={k}")) for k in plan.ks]
         panel.series.append(Series(label, [float(k) for k in plan.ks], ys, color=colour))
         if adaptive:
-            # The adaptive policy is not a k: a lone star to the right, no line to it.
-            panel.series.append(
-                Series(
-                    f"{label} adaptive",
-                    [adaptive_x(plan.ks)],
-                    [value(entry.summary(ADAPTIVE))],
-                    marker="*",
-                    size=8.0,
-                    linestyle="none",
-                    color=colour,
-                    legend=False,
-                )
-            )
+            y = value(entry.summary(ADAPTIVE))
+            panel.series.append(adaptive_star(f"{label} adaptive", adaptive_x(plan.ks), y, colour))
     return panel
 
 
