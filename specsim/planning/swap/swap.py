@@ -137,21 +137,13 @@ def prepare(
             raise SpecsimError(
                 "profile not found", file=profiles[i], key="--profile", fix="check the path"
             )
-        extra = [
-            *overrides,
-            *([f"profile={profile}"] if profile else []),
-            f"speculation.drafter={name}",
-        ]
+        extra = _drafter_overrides(overrides, profile, name)
         plan = window.prepare(scenario_path, extra, ks, loads, seed)
         plan.adaptive = False
         plans.append(DrafterPlan(name, profile, plan))
     for name, tree in tree_drafters:
         profile = str(Path(profiles[0]).resolve()) if profiles else None
-        extra = [
-            *overrides,
-            *([f"profile={profile}"] if profile else []),
-            f"speculation.drafter={name}",
-        ]
+        extra = _drafter_overrides(overrides, profile, name)
         try:
             plan = window.prepare(
                 scenario_path, extra, [0], loads, seed, False, [tree], None, tree_drafts
@@ -183,6 +175,11 @@ def prepare(
         ks=ks,
         seed=plans[0].plan.seed,
     )
+
+
+def _drafter_overrides(overrides: Sequence[str], profile: str | None, name: str) -> list[str]:
+    """A drafter's grid: the scenario's overrides, its profile (None: the scenario's), itself."""
+    return [*overrides, *([f"profile={profile}"] if profile else []), f"speculation.drafter={name}"]
 
 
 def tree_label(name: str, tree: TreeCandidate) -> str:
