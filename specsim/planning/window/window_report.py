@@ -172,20 +172,22 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
     return [*lat, throughput, best_k]
 
 
+def sweep_table(heads: list[str], items, columns=METRIC_COLUMNS) -> Table:
+    """ "Every simulation of the sweep": per (leading cells, summary) item, the leading cells
+    under ``heads`` and the summary's ``columns`` (empty where the run failed)."""
+    rows = [[*lead, *[metric(s, n, st) for _, n, st in columns]] for lead, s in items]
+    return Table("sweep", [*heads, *[c[0] for c in columns]], rows, "Every simulation of the sweep")
+
+
 def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
-    columns = [plan.axis.label, "config", *[c[0] for c in METRIC_COLUMNS]]
-    rows = []
+    items = []
     for entry in loads:
         for config in [*_configs(plan), *(c.config for c in plan.trees), BY_BATCH, *plan.policies]:
             result = entry.by_config.get(config)
-            if result is None:
-                continue
-            if not result.ok:
-                rows.append([entry.load, f"{config} (failed)", *[None] * len(METRIC_COLUMNS)])
-                continue
-            s = result.summary
-            rows.append([entry.load, config, *[metric(s, n, st) for _, n, st in METRIC_COLUMNS]])
-    return Table("sweep", columns, rows, "Every simulation of the sweep")
+            if result is not None:
+                label = config if result.ok else f"{config} (failed)"
+                items.append(([entry.load, label], entry.summary(config)))
+    return sweep_table([plan.axis.label, "config"], items)
 
 
 def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:
