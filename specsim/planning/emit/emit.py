@@ -120,27 +120,20 @@ def check_models(request: EmitRequest | None, profiles: Iterable[Any]) -> None:
     profiles = list(profiles)
     drafters = {name: spec for p in profiles for name, spec in p.profile.drafters.items()}
     for name, _ in request.models:
+        spec, drop = drafters.get(name), f"drop --model {name}=..."
         if name == "target":
             continue
-        if name not in drafters:
-            known = ", ".join(["target", *sorted(drafters)])
-            raise SpecsimError(
-                f"{name!r} is neither the target nor a drafter of the profile",
-                key="--model",
-                fix=f"name one of: {known}",
-            )
-        if drafters[name].kind == "ngram":
-            raise SpecsimError(
-                f"{name!r} is prompt lookup, which has no model",
-                key="--model",
-                fix=f"drop --model {name}=...",
-            )
-        if drafters[name].method == "mtp":
-            raise SpecsimError(
-                f"{name!r} is the target's MTP module, which loads from the target's checkpoint",
-                key="--model",
-                fix=f"drop --model {name}=... (give --model target=... instead)",
-            )
+        if spec is None:
+            why = "is neither the target nor a drafter of the profile"
+            fix = "name one of: " + ", ".join(["target", *sorted(drafters)])
+        elif spec.kind == "ngram":
+            why, fix = "is prompt lookup, which has no model", drop
+        elif spec.method == "mtp":
+            why = "is the target's MTP module, which loads from the target's checkpoint"
+            fix = f"{drop} (give --model target=... instead)"
+        else:
+            continue
+        raise SpecsimError(f"{name!r} {why}", key="--model", fix=fix)
 
 
 def model_ref(name: str, description: str, given: dict[str, str]) -> ModelRef:
