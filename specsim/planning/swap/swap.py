@@ -315,17 +315,6 @@ def reasons(plan: SwapPlan, per_drafter, best: str, winners) -> list[str]:
     return out
 
 
-def _off_from(loads: list[window.LoadResult]) -> float | None:
-    """As ``window.crossover``, for a tree drafter: the lowest load from which k = 0 beats the
-    tree at it and every higher load."""
-    start = None
-    for entry in reversed([e for e in loads if e.best_config is not None]):
-        if entry.best_config != "k=0":
-            break
-        start = entry.load
-    return start
-
-
 def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
     drafters = []
     for d in plan.drafters:
@@ -351,7 +340,7 @@ def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> d
             drafters[-1]["label"] = d.name
             drafters[-1]["tree"] = {**d.tree.json(), "drafts": d.plan.tree_drafts}
             drafters[-1]["best"] = [{"load": e.load, "config": e.best_config} for e in loads]
-            drafters[-1]["crossover_load"] = _off_from(loads)
+            drafters[-1]["crossover_load"] = window.off_from(loads, lambda e: e.best_config, "k=0")
             drafters[-1]["mean_acceptance_length_tree"] = metric(
                 loads[0].summary(d.tree.config), "mean_acceptance_length"
             )

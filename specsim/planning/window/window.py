@@ -279,14 +279,20 @@ def crossover(loads: list[LoadResult]) -> dict[str, float | None]:
     ``last_paying`` is the highest load where speculation still won below it. Both None when
     the answer lies outside the loads swept (or a load failed).
     """
-    known = [entry for entry in loads if entry.best_k is not None]
+    start = off_from(loads)
+    paying = [e.load for e in loads if e.best_k and (start is None or e.load < start)]
+    return {"load": start, "last_paying": max(paying) if paying else None}
+
+
+def off_from(loads: list[LoadResult], best=lambda e: e.best_k, off: Any = 0) -> float | None:
+    """The lowest load from which ``off`` is the ``best`` at it and at every higher load with a
+    result (a tree drafter's: ``best_config`` and ``"k=0"``)."""
     start = None
-    for entry in reversed(known):
-        if entry.best_k != 0:
+    for entry in reversed([e for e in loads if best(e) is not None]):
+        if best(entry) != off:
             break
         start = entry.load
-    paying = [e.load for e in known if e.best_k and (start is None or e.load < start)]
-    return {"load": start, "last_paying": max(paying) if paying else None}
+    return start
 
 
 def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
