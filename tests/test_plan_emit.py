@@ -440,3 +440,33 @@ def test_the_profiles_split_and_formats_reach_the_engine_files(scenario, flags, 
     assert option(args_of(out / "engine" / "sglang.args"), "--tp-size") == tp
     trt = yaml.safe_load((out / "engine" / "trtllm.yaml").read_text())
     assert trt["tensor_parallel_size"] == int(tp)
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "fix"),
+    [
+        ("nosuch", "is neither the target nor a drafter of the profile", "name one of: target, d"),
+        ("ng", "is prompt lookup, which has no model", "drop --model ng=..."),
+        (
+            "m",
+            "is the target's MTP module, which loads from the target's checkpoint",
+            "drop --model m=... (give --model target=... instead)",
+        ),
+    ],
+)
+def test_a_model_path_for_what_has_no_model_of_its_own_is_refused(name, message, fix):
+    drafters = {
+        "ng": SimpleNamespace(kind="ngram", method=None),
+        "m": SimpleNamespace(kind="draft_model", method="mtp"),
+        "d": SimpleNamespace(kind="draft_model", method=None),
+    }
+    profile = SimpleNamespace(profile=SimpleNamespace(drafters=drafters))
+    request = emit.EmitRequest(("vllm",), (("target", "org/t"), ("d", "org/d"), (name, "x")))
+    with pytest.raises(SpecsimError) as caught:
+        emit.check_models(request, [profile])
+    assert (caught.value.key, caught.value.message, caught.value.fix) == (
+        "--model",
+        f"{name!r} {message}",
+        fix.replace("target, d", "target, d, m, ng"),
+    )
+    emit.check_models(emit.EmitRequest(("vllm",), (("d", "org/d"),)), [profile])

@@ -97,6 +97,11 @@ def adaptive_x(ks: list[int]) -> float:
     return float(ks[-1] + ADAPTIVE_GAP * step)
 
 
+def adaptive_star(label: str, x: float, y: float | None, colour: Any) -> Series:
+    """The adaptive policy's lone point beside its line: not a k, so a star, no line to it."""
+    return Series(label, [x], [y], "*", "none", colour, legend=False, size=8.0)
+
+
 def build_figure(panels: list[Panel], ncols: int = 2, dpi: int = 110):
     """The matplotlib figure of the panels in a grid (Agg; nothing is shown), laid out."""
     import matplotlib

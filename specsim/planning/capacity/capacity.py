@@ -257,10 +257,7 @@ def json_summary(plan: CapacityPlan, outcome: dict[str, Any], sweeper: Sweeper) 
             for entry, fleet in outcome["rechecked"]
             for cost in [confirmed_cost(plan, entry, fleet)]
         ],
-        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
-        "failed": [
-            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
-        ],
+        **sweeper.stats.json(),
     }
     if plan.deployments:
         _with_deployments(plan, outcome, summary)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from specsim.axes import styles
 from specsim.planning.capacity.capacity import CandidateResult, CapacityPlan, off_result
-from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
+from specsim.planning.plots import Figure, Panel, Series, adaptive_star, adaptive_x, k_ticks
 
 
 def _by_drafter(results: list[CandidateResult]) -> dict[str, list[CandidateResult]]:
@@ -52,19 +52,8 @@ def figures(plan: CapacityPlan, results: list[CandidateResult]) -> list[Figure]:
             ys = [getattr(off, value)] + [getattr(r, value) for r in static]
             panel.series.append(Series(drafter, xs, ys, color=colour, marker=marker))
             if adaptive:
-                # The adaptive policy is not a k: a lone star at the right.
-                panel.series.append(
-                    Series(
-                        f"{drafter} adaptive",
-                        [adaptive_at],
-                        [getattr(adaptive[0], value)],
-                        marker="*",
-                        size=8.0,
-                        linestyle="none",
-                        color=colour,
-                        legend=False,
-                    )
-                )
+                y = getattr(adaptive[0], value)
+                panel.series.append(adaptive_star(f"{drafter} adaptive", adaptive_at, y, colour))
     curve = Panel(
         "SLO attainment against arrival rate (every probe)",
         "arrival rate",

@@ -180,44 +180,41 @@ def prepare(
     profile = load_profile(scenario.resolve(scenario.profile))
     spec = scenario.speculation
     drafters = drafters or ([spec.drafter] if spec.drafter else [])
-    unfit: list[tuple[str, str]] = []
-    if not deployments:
-        candidates = []
-        for candidate in speculation_candidates(profile, spec, drafters, ks):
-            reason = plain_length_misfit(candidate, profile, scenario_path, overrides)
+    if deployments:
+        places = [(d.profile, d) for d in deployments if d.fits]
+
+        def misfit(c: Candidate) -> str | None:
+            return memory_misfit(c, scenario) or length_misfit(c, scenario_path, overrides)
+    else:
+        places = [(profile, None)]
+
+        def misfit(c: Candidate) -> str | None:
+            return plain_length_misfit(c, profile, scenario_path, overrides)
+
+    candidates, unfit = [], []
+    for where, deployment in places:
+        for candidate in speculation_candidates(where, spec, drafters, ks, deployment):
+            reason = misfit(candidate)
             if reason is None:
                 candidates.append(candidate)
             else:
                 unfit.append((candidate.label, reason))
-        if not candidates:
-            raise SpecsimError(
-                "no candidate fits: " + "; ".join(f"{label}: {why}" for label, why in unfit),
-                file=scenario_path,
-                key="workload",
-                fix="shorten the workload's longest request or give the replica more KV-cache "
-                "memory (engine.memory_utilisation, a larger device)",
-            )
-    else:
-        candidates = []
-        for deployment in (d for d in deployments if d.fits):
-            for candidate in speculation_candidates(
-                deployment.profile, spec, drafters, ks, deployment
-            ):
-                reason = memory_misfit(candidate, scenario) or length_misfit(
-                    candidate, scenario_path, overrides
-                )
-                if reason is None:
-                    candidates.append(candidate)
-                else:
-                    unfit.append((candidate.label, reason))
-        if not candidates:
-            reasons = [(d.label, d.reason) for d in deployments if not d.fits] + unfit
-            raise SpecsimError(
-                "no deployment fits: " + "; ".join(f"{label}: {why}" for label, why in reasons),
-                key="--tp",
-                fix="give more devices per replica (--tp), smaller formats (--precision) or a "
-                "device with more memory",
-            )
+    if not candidates and not deployments:
+        raise SpecsimError(
+            "no candidate fits: " + "; ".join(f"{label}: {why}" for label, why in unfit),
+            file=scenario_path,
+            key="workload",
+            fix="shorten the workload's longest request or give the replica more KV-cache "
+            "memory (engine.memory_utilisation, a larger device)",
+        )
+    if not candidates:
+        reasons = [(d.label, d.reason) for d in deployments if not d.fits] + unfit
+        raise SpecsimError(
+            "no deployment fits: " + "; ".join(f"{label}: {why}" for label, why in reasons),
+            key="--tp",
+            fix="give more devices per replica (--tp), smaller formats (--precision) or a "
+            "device with more memory",
+        )
     scale = ArrivalScale.for_scenario(scenario, axis)
     seed = scenario.seed if seed is None else seed
     check_target(scenario_path, overrides, scale, target_rps, seed)

@@ -25,6 +25,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.planning.emit.emit_choice import Choice
 from specsim.planning.emit.emit_workload import bench_header, bench_plan, bench_summary
+from specsim.planning.window.window_trees import chain_survival
 from specsim.serving import bench_commands, registry
 from specsim.serving.registry import NAMES
 from specsim.serving.setting import (
@@ -120,27 +121,20 @@ def check_models(request: EmitRequest | None, profiles: Iterable[Any]) -> None:
     profiles = list(profiles)
     drafters = {name: spec for p in profiles for name, spec in p.profile.drafters.items()}
     for name, _ in request.models:
+        spec, drop = drafters.get(name), f"drop --model {name}=..."
         if name == "target":
             continue
-        if name not in drafters:
-            known = ", ".join(["target", *sorted(drafters)])
-            raise SpecsimError(
-                f"{name!r} is neither the target nor a drafter of the profile",
-                key="--model",
-                fix=f"name one of: {known}",
-            )
-        if drafters[name].kind == "ngram":
-            raise SpecsimError(
-                f"{name!r} is prompt lookup, which has no model",
-                key="--model",
-                fix=f"drop --model {name}=...",
-            )
-        if drafters[name].method == "mtp":
-            raise SpecsimError(
-                f"{name!r} is the target's MTP module, which loads from the target's checkpoint",
-                key="--model",
-                fix=f"drop --model {name}=... (give --model target=... instead)",
-            )
+        if spec is None:
+            why = "is neither the target nor a drafter of the profile"
+            fix = "name one of: " + ", ".join(["target", *sorted(drafters)])
+        elif spec.kind == "ngram":
+            why, fix = "is prompt lookup, which has no model", drop
+        elif spec.method == "mtp":
+            why = "is the target's MTP module, which loads from the target's checkpoint"
+            fix = f"{drop} (give --model target=... instead)"
+        else:
+            continue
+        raise SpecsimError(f"{name!r} {why}", key="--model", fix=fix)
 
 
 def model_ref(name: str, description: str, given: dict[str, str]) -> ModelRef:
@@ -155,8 +149,6 @@ def unconditional_rates(choice: Choice, k: int) -> tuple[float, ...]:
     """P(the first i drafts of a step are all accepted), i = 1..k, from the conditional rates
     the simulator chains for the scenario's acceptance model; for a tree, P(its accepted path
     reaches depth i), from the profile's tree entry (measured, else derived)."""
-    from specsim.simulation.acceptance import extend_rates, window_rates
-
     spec = choice.scenario.speculation
     if choice.tree is not None:
         entry = choice.profile.profile.tree_acceptance_for(
@@ -164,13 +156,7 @@ def unconditional_rates(choice: Choice, k: int) -> tuple[float, ...]:
         )
         survival = np.cumsum(np.asarray(entry.accepted_length)[::-1])[::-1][1:]
         return tuple(float(min(1.0, p)) for p in survival)
-    entry = choice.profile.acceptance(choice.drafter, spec.verifier, spec.temperature)
-    if spec.acceptance == "iid":
-        rate = entry.per_position[0] if spec.acceptance_rate is None else spec.acceptance_rate
-        conditional = np.full(k, rate)
-    else:
-        conditional = extend_rates(window_rates(entry), k)
-    return tuple(float(p) for p in np.cumprod(conditional))
+    return tuple(float(p) for p in chain_survival(choice.profile, spec, k, choice.drafter))
 
 
 def cut_rows(rows: list, cut: int | None, scenario) -> tuple[BatchRow, ...]:

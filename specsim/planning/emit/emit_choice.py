@@ -67,7 +67,7 @@ def nearest(entries: list, base: float):
     return min(entries, key=lambda e: (abs(e.load - base), e.load))
 
 
-def _swept_loads(plan, entries, config_of) -> list[PlannedLoad]:
+def _swept_loads(plan, entries, config: str) -> list[PlannedLoad]:
     """Every swept load as the bench sends it; a closed loop's request count is the one its
     simulation at that load completed (its clients' pace and the duration set it)."""
     axis, scenario = plan.axis, plan.scenario
@@ -77,7 +77,7 @@ def _swept_loads(plan, entries, config_of) -> list[PlannedLoad]:
         if axis.kind == "concurrency":
             clients = round(entry.load)
             # What its simulation completed within the workload's limits (duration, requests).
-            done = metric(entry.summary(config_of(entry)) or entry.best, "requests")
+            done = metric(entry.summary(config) or entry.best, "requests")
             requests = int(done) if done else scenario.workload.requests or 10 * clients
             out.append(PlannedLoad(name, text, None, clients, requests))
             continue
@@ -108,10 +108,7 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     drafter = plan.scenario.speculation.drafter
     table = outcome["verdict"]["verdict"] == RECOMMENDED and outcome["rows"]
 
-    def config(entry) -> str:
-        return BY_BATCH if table else f"k={chosen.best_k}"
-
-    loads = _swept_loads(plan, outcome["loads"], config)
+    loads = _swept_loads(plan, outcome["loads"], BY_BATCH if table else f"k={chosen.best_k}")
     common = {"scenario": plan.scenario, "scenario_path": plan.scenario_path}
     common.update(command="plan window", profile=plan.profile, loads=loads)
     rows = outcome["rows"]
@@ -126,13 +123,13 @@ def window_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         )
         choice = Choice(drafter=drafter, k=k, reason=reason, **common)
         choice.policy = engine_policy
-        choice.loads = _swept_loads(plan, outcome["loads"], lambda entry: engine_policy)
+        choice.loads = _swept_loads(plan, outcome["loads"], engine_policy)
     elif tree is not None:
         # A tree beats every chain here: it is what to run (no engine takes a tree table).
         reason = f"tree {tree.config} ({tree.shape.describe()}), the best setting at {where}"
         choice = Choice(drafter=drafter, k=tree.shape.depth, reason=reason, **common)
         choice.tree, choice.tree_drafts = tree, plan.tree_drafts
-        choice.loads = _swept_loads(plan, outcome["loads"], lambda entry: tree.config)
+        choice.loads = _swept_loads(plan, outcome["loads"], tree.config)
     elif table:
         reason = f"the k-by-batch table, which the plan recommends: {outcome['verdict']['reason']}"
         choice = Choice(drafter=drafter, k=0, reason=reason, **common)
@@ -190,12 +187,12 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     own = drafter.plan
     chosen = nearest(known, own.axis.base)
     where = f"{own.axis.fmt(chosen.load)}, the swept load nearest the scenario's own"
-    loads = _swept_loads(own, entries, lambda entry: f"k={chosen.best_k}")
+    loads = _swept_loads(own, entries, f"k={chosen.best_k}")
     common = {"scenario": own.scenario, "scenario_path": plan.scenario_path, "loads": loads}
     common.update(command="report drafter-swap", profile=own.profile)
     tree = drafter.tree
     if tree is not None and chosen.best_config == tree.config:
-        common["loads"] = _swept_loads(own, entries, lambda entry: tree.config)
+        common["loads"] = _swept_loads(own, entries, tree.config)
         reason = (
             f"drafter {drafter.drafter_name} drafting the tree {tree.text} (recommended), its "
             f"best setting at {where}"
@@ -206,7 +203,7 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
     row = _verdict_row(outcome, chosen.load)
     policy = _engine_policy(row and row["figures"].get(name), chosen, plan.first.use_slo)
     if policy == BY_BATCH:
-        common["loads"] = _swept_loads(own, entries, lambda entry: BY_BATCH)
+        common["loads"] = _swept_loads(own, entries, BY_BATCH)
         reason = (
             f"drafter {name} (recommended) with its k-by-batch table, its best window policy "
             f"an engine runs at {where}, ahead of speculation off"
@@ -216,7 +213,7 @@ def swap_choice(plan, outcome: dict[str, Any]) -> Choice | None:
         return table_choice(choice, rows, chosen.best_k, f"drafter {name}'s k-by-batch table")
     if policy is not None:
         k = start_k(policy, own.scenario.speculation, max(own.ks))
-        common["loads"] = _swept_loads(own, entries, lambda entry: policy)
+        common["loads"] = _swept_loads(own, entries, policy)
         reason = (
             f"drafter {name} (recommended) with {LABELS[policy]} (k = {k}), its best window "
             f"policy an engine runs at {where}, ahead of speculation off"

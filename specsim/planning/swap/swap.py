@@ -137,21 +137,13 @@ def prepare(
             raise SpecsimError(
                 "profile not found", file=profiles[i], key="--profile", fix="check the path"
             )
-        extra = [
-            *overrides,
-            *([f"profile={profile}"] if profile else []),
-            f"speculation.drafter={name}",
-        ]
+        extra = _drafter_overrides(overrides, profile, name)
         plan = window.prepare(scenario_path, extra, ks, loads, seed)
         plan.adaptive = False
         plans.append(DrafterPlan(name, profile, plan))
     for name, tree in tree_drafters:
         profile = str(Path(profiles[0]).resolve()) if profiles else None
-        extra = [
-            *overrides,
-            *([f"profile={profile}"] if profile else []),
-            f"speculation.drafter={name}",
-        ]
+        extra = _drafter_overrides(overrides, profile, name)
         try:
             plan = window.prepare(
                 scenario_path, extra, [0], loads, seed, False, [tree], None, tree_drafts
@@ -183,6 +175,11 @@ def prepare(
         ks=ks,
         seed=plans[0].plan.seed,
     )
+
+
+def _drafter_overrides(overrides: Sequence[str], profile: str | None, name: str) -> list[str]:
+    """A drafter's grid: the scenario's overrides, its profile (None: the scenario's), itself."""
+    return [*overrides, *([f"profile={profile}"] if profile else []), f"speculation.drafter={name}"]
 
 
 def tree_label(name: str, tree: TreeCandidate) -> str:
@@ -318,17 +315,6 @@ def reasons(plan: SwapPlan, per_drafter, best: str, winners) -> list[str]:
     return out
 
 
-def _off_from(loads: list[window.LoadResult]) -> float | None:
-    """As ``window.crossover``, for a tree drafter: the lowest load from which k = 0 beats the
-    tree at it and every higher load."""
-    start = None
-    for entry in reversed([e for e in loads if e.best_config is not None]):
-        if entry.best_config != "k=0":
-            break
-        start = entry.load
-    return start
-
-
 def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> dict[str, Any]:
     drafters = []
     for d in plan.drafters:
@@ -354,7 +340,7 @@ def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> d
             drafters[-1]["label"] = d.name
             drafters[-1]["tree"] = {**d.tree.json(), "drafts": d.plan.tree_drafts}
             drafters[-1]["best"] = [{"load": e.load, "config": e.best_config} for e in loads]
-            drafters[-1]["crossover_load"] = _off_from(loads)
+            drafters[-1]["crossover_load"] = window.off_from(loads, lambda e: e.best_config, "k=0")
             drafters[-1]["mean_acceptance_length_tree"] = metric(
                 loads[0].summary(d.tree.config), "mean_acceptance_length"
             )
@@ -371,8 +357,5 @@ def json_summary(plan: SwapPlan, outcome: dict[str, Any], sweeper: Sweeper) -> d
             "reasons": outcome["reasons"],
             "regressions": outcome["regressions"],
         },
-        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
-        "failed": [
-            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
-        ],
+        **sweeper.stats.json(),
     }

@@ -20,7 +20,7 @@ from specsim.planning.report import (
 )
 from specsim.planning.swap.swap import DrafterPlan, SwapPlan, regression_sentences
 from specsim.planning.window.window import LoadResult
-from specsim.planning.window.window_report import METRIC_COLUMNS
+from specsim.planning.window.window_report import METRIC_COLUMNS, sweep_table
 from specsim.simulation.acceptance import window_rates
 
 # plan window's sweep columns but those a drafter comparison leaves out.
@@ -46,12 +46,7 @@ def _median(values) -> float | None:
 
 
 def _speedups(loads: list[LoadResult]) -> list[float | None]:
-    out = []
-    for e in loads:
-        zero = metric(e.summary("k=0"), "e2e_s", "mean")
-        best = metric(e.best_setting, "e2e_s", "mean")
-        out.append(zero / best if zero and best else None)
-    return out
+    return [e.speedup(e.best_setting) for e in loads]
 
 
 def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
@@ -252,21 +247,13 @@ def _per_load(plan: SwapPlan, per, outcome) -> Table:
 
 
 def _all(plan: SwapPlan, per) -> Table:
-    rows = []
+    items = []
     for d in plan.drafters:
+        configs = [(k, f"k={k}") for k in d.plan.ks]
+        configs += [] if d.tree is None else [(d.tree.config, d.tree.config)]
         for e in per[d.name]:
-            configs = [(k, f"k={k}") for k in d.plan.ks]
-            configs += [] if d.tree is None else [(d.tree.config, d.tree.config)]
-            for k, config in configs:
-                result = e.by_config.get(config)
-                s = result.summary if result is not None and result.ok else None
-                rows.append([d.name, e.load, k, *[metric(s, n, st) for _, n, st in SWEEP_COLUMNS]])
-    return Table(
-        "sweep",
-        ["drafter", plan.first.axis.label, "k", *[c[0] for c in SWEEP_COLUMNS]],
-        rows,
-        "Every simulation of the sweep",
-    )
+            items += [([d.name, e.load, k], e.summary(config)) for k, config in configs]
+    return sweep_table(["drafter", plan.first.axis.label, "k"], items, SWEEP_COLUMNS)
 
 
 def build(plan: SwapPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:

@@ -67,6 +67,15 @@ class SweepStats:
     seconds: float = 0.0
     failures: list[PointResult] = field(default_factory=list)
 
+    def json(self) -> dict[str, Any]:
+        """summary.json's ``simulations`` and ``failed``, as every planner writes them."""
+        return {
+            "simulations": {"computed": self.computed, "cached": self.cached},
+            "failed": [
+                {"overrides": list(f.point.overrides), "error": f.error} for f in self.failures
+            ],
+        }
+
 
 def default_workers() -> int:
     try:

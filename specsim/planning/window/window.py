@@ -246,6 +246,11 @@ class LoadResult:
         """The best of every chain k and tree (``best`` when no tree was swept)."""
         return None if self.best_config is None else self.summary(self.best_config)
 
+    def speedup(self, summary: dict[str, Any] | None) -> float | None:
+        """Mean end-to-end latency at k = 0 over ``summary``'s (above 1: speculation pays)."""
+        zero, mine = metric(self.summary("k=0"), "e2e_s", "mean"), metric(summary, "e2e_s", "mean")
+        return zero / mine if zero and mine else None
+
 
 def analyse(plan: WindowPlan, results: list[PointResult]) -> list[LoadResult]:
     per_load = {load: LoadResult(load) for load in plan.loads}
@@ -274,14 +279,20 @@ def crossover(loads: list[LoadResult]) -> dict[str, float | None]:
     ``last_paying`` is the highest load where speculation still won below it. Both None when
     the answer lies outside the loads swept (or a load failed).
     """
-    known = [entry for entry in loads if entry.best_k is not None]
+    start = off_from(loads)
+    paying = [e.load for e in loads if e.best_k and (start is None or e.load < start)]
+    return {"load": start, "last_paying": max(paying) if paying else None}
+
+
+def off_from(loads: list[LoadResult], best=lambda e: e.best_k, off: Any = 0) -> float | None:
+    """The lowest load from which ``off`` is the ``best`` at it and at every higher load with a
+    result (a tree drafter's: ``best_config`` and ``"k=0"``)."""
     start = None
-    for entry in reversed(known):
-        if entry.best_k != 0:
+    for entry in reversed([e for e in loads if best(e) is not None]):
+        if best(entry) != off:
             break
         start = entry.load
-    paying = [e.load for e in known if e.best_k and (start is None or e.load < start)]
-    return {"load": start, "last_paying": max(paying) if paying else None}
+    return start
 
 
 def run(plan: WindowPlan, sweeper: Sweeper) -> dict[str, Any]:
@@ -347,16 +358,12 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
     best = []
     for entry in loads:
         summary = entry.best
-        zero = entry.summary("k=0")
-        gain = None
-        if summary and zero and metric(summary, "e2e_s", "mean"):
-            gain = metric(zero, "e2e_s", "mean") / metric(summary, "e2e_s", "mean")
         best.append(
             {
                 "load": entry.load,
                 "offered_rps": plan.offered_rps(entry.load),
                 "best_k": entry.best_k,
-                "e2e_speedup_vs_k0": gain,
+                "e2e_speedup_vs_k0": entry.speedup(summary),
                 "batch_size": metric(summary, "batch_size"),
                 "goodput_requests_per_s": metric(summary, "goodput_requests_per_s"),
                 "adaptive_e2e_mean_s": metric(entry.summary(ADAPTIVE), "e2e_s", "mean"),
@@ -385,10 +392,7 @@ def json_summary(plan: WindowPlan, outcome: dict[str, Any], sweeper: Sweeper) ->
             "context_tokens_per_sequence": outcome["context"],
             **outcome["verdict"],
         },
-        "simulations": {"computed": sweeper.stats.computed, "cached": sweeper.stats.cached},
-        "failed": [
-            {"overrides": list(f.point.overrides), "error": f.error} for f in sweeper.stats.failures
-        ],
+        **sweeper.stats.json(),
         **screening,
         **({"trees": json_block(plan, loads)} if plan.trees else {}),
     }

@@ -16,7 +16,7 @@ from specsim.planning.common import (
     plural,
     slo_text,
 )
-from specsim.planning.plots import Figure, Panel, Series, adaptive_x, k_ticks
+from specsim.planning.plots import Figure, Panel, Series, adaptive_star, adaptive_x, k_ticks
 from specsim.planning.report import (
     Callout,
     Column,
@@ -90,19 +90,8 @@ def _against_k(plan, loads, title, ylabel, name, stat, unit, logy=False) -> Pane
         ys = [value(entry.summary(f"k={k}")) for k in plan.ks]
         panel.series.append(Series(label, [float(k) for k in plan.ks], ys, color=colour))
         if adaptive:
-            # The adaptive policy is not a k: a lone star to the right, no line to it.
-            panel.series.append(
-                Series(
-                    f"{label} adaptive",
-                    [adaptive_x(plan.ks)],
-                    [value(entry.summary(ADAPTIVE))],
-                    marker="*",
-                    size=8.0,
-                    linestyle="none",
-                    color=colour,
-                    legend=False,
-                )
-            )
+            y = value(entry.summary(ADAPTIVE))
+            panel.series.append(adaptive_star(f"{label} adaptive", adaptive_x(plan.ks), y, colour))
     return panel
 
 
@@ -144,19 +133,9 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
         ],
     )
     xs = [entry.load for entry in loads]
-    speedup = []
-    for entry in loads:
-        zero, best = (
-            metric(entry.summary("k=0"), "e2e_s", "mean"),
-            metric(entry.best, "e2e_s", "mean"),
-        )
-        speedup.append(zero / best if zero and best else None)
-    adaptive, table = [], []
-    for entry in loads:
-        zero = metric(entry.summary("k=0"), "e2e_s", "mean")
-        for config, out in ((ADAPTIVE, adaptive), (BY_BATCH, table)):
-            value = metric(entry.summary(config), "e2e_s", "mean")
-            out.append(zero / value if zero and value else None)
+    speedup = [e.speedup(e.best) for e in loads]
+    adaptive = [e.speedup(e.summary(ADAPTIVE)) for e in loads]
+    table = [e.speedup(e.summary(BY_BATCH)) for e in loads]
     best_k = Figure(
         name="best_k_vs_load",
         caption="Best static k per load (a marker per load simulated: between them nothing "
@@ -193,20 +172,22 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
     return [*lat, throughput, best_k]
 
 
+def sweep_table(heads: list[str], items, columns=METRIC_COLUMNS) -> Table:
+    """ "Every simulation of the sweep": per (leading cells, summary) item, the leading cells
+    under ``heads`` and the summary's ``columns`` (empty where the run failed)."""
+    rows = [[*lead, *[metric(s, n, st) for _, n, st in columns]] for lead, s in items]
+    return Table("sweep", [*heads, *[c[0] for c in columns]], rows, "Every simulation of the sweep")
+
+
 def _sweep_table(plan: WindowPlan, loads: list[LoadResult]) -> Table:
-    columns = [plan.axis.label, "config", *[c[0] for c in METRIC_COLUMNS]]
-    rows = []
+    items = []
     for entry in loads:
         for config in [*_configs(plan), *(c.config for c in plan.trees), BY_BATCH, *plan.policies]:
             result = entry.by_config.get(config)
-            if result is None:
-                continue
-            if not result.ok:
-                rows.append([entry.load, f"{config} (failed)", *[None] * len(METRIC_COLUMNS)])
-                continue
-            s = result.summary
-            rows.append([entry.load, config, *[metric(s, n, st) for _, n, st in METRIC_COLUMNS]])
-    return Table("sweep", columns, rows, "Every simulation of the sweep")
+            if result is not None:
+                label = config if result.ok else f"{config} (failed)"
+                items.append(([entry.load, label], entry.summary(config)))
+    return sweep_table([plan.axis.label, "config"], items)
 
 
 def build(plan: WindowPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> Report:

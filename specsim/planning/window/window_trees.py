@@ -46,19 +46,24 @@ FROM_CHAIN = (
 )
 
 
-def chain_acceptance_length(profile, speculation, k: int) -> float:
-    """1 + the expected accepted drafts of a chain step of k drafts (the simulator's rates)."""
+def chain_survival(profile, speculation, k: int, drafter: str | None = None) -> np.ndarray:
+    """P(the first i drafts of a chain step are all accepted), i = 1..k, from the rates the
+    simulator chains for the scenario's acceptance model (``drafter``: the scenario's if None)."""
     from specsim.simulation.acceptance import extend_rates, window_rates
 
-    if k == 0:
-        return 1.0
-    entry = profile.acceptance(speculation.drafter, speculation.verifier, speculation.temperature)
+    drafter = drafter or speculation.drafter
+    entry = profile.acceptance(drafter, speculation.verifier, speculation.temperature)
     if speculation.acceptance == "iid":
         rate = speculation.acceptance_rate
         conditional = np.full(k, entry.per_position[0] if rate is None else rate)
     else:
         conditional = extend_rates(window_rates(entry), k)
-    return 1.0 + float(np.cumprod(conditional).sum())
+    return np.cumprod(conditional)
+
+
+def chain_acceptance_length(profile, speculation, k: int) -> float:
+    """1 + the expected accepted drafts of a chain step of k drafts (the simulator's rates)."""
+    return 1.0 + float(chain_survival(profile, speculation, k).sum()) if k else 1.0
 
 
 def tree_acceptance_length(profile, speculation, candidate: TreeCandidate, drafts: str):
