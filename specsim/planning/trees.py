@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from specsim.bounds import MAX_K
 from specsim.errors import SpecsimError
 from specsim.planning.common import parse_counts
+from specsim.profile.acceptance import tree_base_rates
 from specsim.tree import MAX_TREE_NODES, TreeShape
 
 # bench_speculative's defaults without its 0 (the no-speculation baseline, k = 0 here).
@@ -120,38 +121,14 @@ class SglangSpace:
         )
 
 
-def measured_trees(profile, speculation, drafts: str) -> list:
-    """The profile's measured tree entries with rates for this drafter, verifier, temperature
-    (within 0.05 unless the verifier is greedy) and drafting, as ``tree_acceptance_for``
-    matches them."""
-    from specsim.sampling.kinds import VERIFIER_KINDS
-
-    free = VERIFIER_KINDS[speculation.verifier].greedy_reference
-    return [
-        t
-        for t in profile.profile.tree_acceptance or []
-        if t.drafter == speculation.drafter
-        and t.verifier == speculation.verifier
-        and (free or abs(t.temperature - speculation.temperature) <= 0.05)
-        and t.drafts == drafts
-        and t.source == "measured"
-        and t.rates
-    ]
-
-
-def acceptance_rates(profile, speculation, drafts: str) -> list[list[float | None]]:
+def acceptance_rates(profile, speculation, drafts: str) -> tuple[list[list[float | None]], bool]:
     """The ``rates[depth][rank]`` ``Profile.tree_acceptance_for`` derives unmeasured trees of
-    this drafter, verifier, temperature and drafting from: the largest measured tree's, else
-    the chain's per-position rates as the rank-0 child's."""
-    measured = measured_trees(profile, speculation, drafts)
-    if measured:
-        base = max(
-            measured,
-            key=lambda t: (t.shape.num_nodes, -abs(t.temperature - speculation.temperature)),
-        )
-        return [list(row) for row in base.rates]
-    chain = profile.acceptance(speculation.drafter, speculation.verifier, speculation.temperature)
-    return [[rate] for rate in chain.per_position]
+    this drafter, verifier, temperature and drafting from (``profile.acceptance.tree_base_rates``),
+    and whether they are a measured tree's (else the chain's)."""
+    rates, _, measured = tree_base_rates(
+        profile.profile, speculation.drafter, speculation.verifier, speculation.temperature, drafts
+    )
+    return [list(row) for row in rates], measured
 
 
 def _rate(rates: list[list[float | None]], depth: int, rank: int) -> float:

@@ -308,39 +308,55 @@ def derive_tree_acceptance(rates: list[list[float | None]], shape: TreeShape) ->
     return [float(p) for p in dist]
 
 
+def _same_pair(entry, drafter: str, verifier: str, temperature: float) -> bool:
+    """Whether an acceptance entry is of this drafter and verifier, at a temperature within
+    0.05 unless the verifier is greedy."""
+    free = VERIFIER_KINDS[verifier].greedy_reference
+    close = free or abs(entry.temperature - temperature) <= 0.05
+    return entry.drafter == drafter and entry.verifier == verifier and close
+
+
+def tree_base_rates(
+    profile, drafter: str, verifier: str, temperature: float, drafts: str
+) -> tuple[list[list[float | None]], str, bool]:
+    """The ``rates[depth][rank]`` an unmeasured tree of this drafter, verifier, temperature and
+    drafting is derived from, where they come from, and whether that is a measured tree: the
+    largest measured tree's, else the chain entry's per-position rates as the best (rank-0)
+    child's, siblings accepting nothing."""
+    measured = [
+        t
+        for t in profile.tree_acceptance or []
+        if _same_pair(t, drafter, verifier, temperature)
+        and t.drafts == drafts
+        and t.source == "measured"
+        and t.rates
+    ]
+    if measured:
+        base = max(measured, key=lambda t: (t.shape.num_nodes, -abs(t.temperature - temperature)))
+        return base.rates, f"the measured tree {base.tree} ({base.drafts} drafts)", True
+    chains = [a for a in profile.acceptance if _same_pair(a, drafter, verifier, temperature)]
+    if not chains:
+        raise SpecsimError(
+            f"no acceptance of drafter {drafter!r} under {verifier!r} at temperature "
+            f"{temperature:g} to derive a tree from",
+            key="tree_acceptance",
+            fix="profile the pair (a tree shape or its chain) with this verifier",
+        )
+    chain = min(chains, key=lambda a: abs(a.temperature - temperature))
+    rates = [[rate] for rate in chain.per_position]
+    return rates, "the chain's per_position rates (rank 0 only)", False
+
+
 def tree_entry(
     profile, drafter: str, verifier: str, temperature: float, shape: TreeShape, drafts: str
 ) -> TreeAcceptance:
     """The measured entry for this tree, else one derived (``derive_tree_acceptance``) from
-    the largest measured tree of the same drafter, verifier, temperature and drafting, else
-    from the chain entry's per-position rates as the best (rank-0) child's, siblings
-    accepting nothing. Temperatures match within 0.05 unless the verifier is greedy."""
-    free = VERIFIER_KINDS[verifier].greedy_reference
-
-    def same(entry) -> bool:
-        close = free or abs(entry.temperature - temperature) <= 0.05
-        return entry.drafter == drafter and entry.verifier == verifier and close
-
-    trees = [t for t in profile.tree_acceptance or [] if same(t) and t.drafts == drafts]
-    for entry in trees:
-        if entry.shape == shape and entry.source == "measured":
+    ``tree_base_rates``."""
+    for entry in profile.tree_acceptance or []:
+        same = _same_pair(entry, drafter, verifier, temperature) and entry.drafts == drafts
+        if same and entry.shape == shape and entry.source == "measured":
             return entry
-    measured = [t for t in trees if t.source == "measured" and t.rates]
-    if measured:
-        base = max(measured, key=lambda t: (t.shape.num_nodes, -abs(t.temperature - temperature)))
-        rates, origin = base.rates, f"the measured tree {base.tree} ({base.drafts} drafts)"
-    else:
-        chains = [a for a in profile.acceptance if same(a)]
-        if not chains:
-            raise SpecsimError(
-                f"no acceptance of drafter {drafter!r} under {verifier!r} at temperature "
-                f"{temperature:g} to derive a tree from",
-                key="tree_acceptance",
-                fix="profile the pair (a tree shape or its chain) with this verifier",
-            )
-        chain = min(chains, key=lambda a: abs(a.temperature - temperature))
-        rates = [[rate] for rate in chain.per_position]
-        origin = "the chain's per_position rates (rank 0 only)"
+    rates, origin, _ = tree_base_rates(profile, drafter, verifier, temperature, drafts)
     dist = derive_tree_acceptance(rates, shape)
     return TreeAcceptance(
         drafter=drafter,

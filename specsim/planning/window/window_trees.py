@@ -26,7 +26,6 @@ from specsim.planning.common import choose, metric
 from specsim.planning.trees import (
     TreeCandidate,
     acceptance_rates,
-    measured_trees,
     merge,
     sglang_candidates,
 )
@@ -330,11 +329,11 @@ def add_trees(plan: WindowPlan, given, space, drafts: str | None) -> None:
             fix="choose such a drafter (--set speculation.drafter=NAME) or drop the tree options",
         )
     searched: list[TreeCandidate] = []
+    rates, measured = acceptance_rates(plan.profile, spec, plan.tree_drafts)
     if space is not None:
-        rates = acceptance_rates(plan.profile, spec, plan.tree_drafts)
         searched, plan.tree_skipped = sglang_candidates(space, rates)
     plan.trees = merge(given, searched)
-    plan.trees_from_chain = not measured_trees(plan.profile, spec, plan.tree_drafts)
+    plan.trees_from_chain = not measured
     if not plan.trees:
         raise SpecsimError(
             "the tree options leave no tree to try (every one is a chain: "
