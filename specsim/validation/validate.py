@@ -155,16 +155,11 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         check_supported,
         drafters_for_profile,
         resolve_drafter,
-        run_engine,
         write_run,
     )
-    from specsim.engine.speed_reference import clock_setting, steady
     from specsim.profile import load_profile
     from specsim.profiling.measure_inputs import check_device
-    from specsim.simulation import run_simulation
     from specsim.simulation.records import read_records
-    from specsim.validation.drift import CONTEXT, speed_check
-    from specsim.validation.plot import plot_validation
     from specsim.validation.residuals import iteration_residuals, residual_table, split_table
 
     check_supported(scenario)
@@ -180,54 +175,16 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
         drafters = drafters_for_profile(opts.drafters, given.profile)
     drafter_spec = resolve_drafter(scenario.speculation.drafter, drafters, where)
     with atomic_output_dir(out) as staging:
-        if opts.profile is None:
-            from specsim.profiling.writer import write_profile
-
-            report = measure_for(scenario, opts, drafter_spec, f"{scenario.name}-measured")
-            profile_path = staging / "profile.yaml"
-            write_profile(report.profile, profile_path, report.side_files)
-            final_profile = str(Path(out) / "profile.yaml")
-        else:
-            profile_path = Path(opts.profile)
-            final_profile = str(profile_path)
+        profile_path, final_profile = _profile_file(scenario, opts, drafter_spec, staging, out)
         profile = given or load_profile(profile_path)
         spec = scenario.speculation
         fit = fit_check(profile, spec.drafter if spec.enabled else None)
         for line in fit_warnings(fit):
             warnings.warn(line.removeprefix("warning: "), stacklevel=2)
-        target_latency = profile.latency_model("target")
-        before = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
-        requests = scenario.workload.requests
-        with progress_bar(opts, requests, "engine run", "request") as engine_bar:
-            run = run_engine(
-                scenario,
-                target=opts.target,
-                drafters=drafters,
-                prompts=opts.prompts,
-                device=opts.device,
-                clock=clock_setting(opts.clock, profile.profile.provenance.speed_reference),
-                dtype=opts.dtype,
-                progress=engine_bar,
-            )
-        after = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
+        run, speed = _run_engine_timed(scenario, opts, drafters, profile)
         write_run(run, staging / "engine")
-        # The engine pads every batched pass to its longest row: simulate that engine.
-        padded = scenario.engine.model_copy(update={"padded_attention": True})
-        simulated = scenario.model_copy(
-            update={"profile": str(profile_path.resolve()), "engine": padded}
-        )
-        simulated.with_source(scenario.source)
-        (staging / "simulation").mkdir()
         sim_records = staging / "simulation" / "requests.csv"
-        result = run_simulation(simulated, records_path=sim_records)
-        (staging / "simulation" / "summary.json").write_text(
-            dump_json(result.summary), encoding="utf-8"
-        )
-        replicas = []
-        with progress_bar(opts, max(opts.replications - 1, 0), "simulations", "run") as bar:
-            for i in range(1, opts.replications):
-                replicas.append(run_simulation(simulated, replication=i).summary)
-                bar.update(1)
+        result, replicas = _simulate_the_engine(scenario, profile_path, sim_records, opts)
         comparison = compare_prediction(result.summary, run.summary, replicas)
         residuals = iteration_residuals(
             run.log,
@@ -236,18 +193,6 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
             jitter=scenario.engine.jitter,
             tree=scenario.speculation.tree_shape if scenario.speculation.enabled else None,
         )
-        speed = {
-            "reference_pass": f"target decode, batch 1, context {CONTEXT}",
-            "clock": opts.clock,
-            "profile_predicts_s": before.predicted_s,
-            "measured_before_s": before.measured_s,
-            "measured_after_s": after.measured_s,
-            "ratio_before": before.ratio,
-            "ratio_after": after.ratio,
-        }
-        if "machine_speed" in run.summary:
-            speed["reference_clock"] = run.summary["machine_speed"]
-            speed["steady"] = steady(run.summary["machine_speed"])
         text = "\n\n".join(
             [
                 "\n".join([_report(scenario, comparison, final_profile), *fit_warnings(fit)]),
@@ -256,28 +201,114 @@ def validate(scenario: Scenario, opts: ValidateOptions, out: str | Path) -> Vali
                 _speed(speed),
             ]
         )
-        plot_validation(
-            comparison,
-            read_records(sim_records),
-            run.records,
-            f"{scenario.name}: simulator (profile {Path(final_profile).name}) vs real engine",
-            staging / "validation.png",
+        validation = ValidationResult(
+            comparison, run.summary, result.summary, final_profile, text, residuals, speed, fit
         )
-        payload = {
-            "scenario": scenario.name,
-            "profile": final_profile,
-            **comparison.to_dict(),
-            "profile_fit": fit,
-            "iteration_residuals": residuals,
-            "machine_speed": speed,
-        }
-        (staging / "comparison.json").write_text(dump_json(payload), encoding="utf-8")
-        (staging / "comparison.md").write_text(
-            f"# {scenario.name}\n\n```\n{text}\n```\n", encoding="utf-8"
-        )
-    return ValidationResult(
-        comparison, run.summary, result.summary, final_profile, text, residuals, speed, fit
+        _write_outputs(staging, scenario.name, validation, read_records(sim_records), run.records)
+    return validation
+
+
+def _write_outputs(staging: Path, name: str, validation: ValidationResult, simulated, measured):
+    """The figure, ``comparison.json`` and ``comparison.md`` of a validation."""
+    from specsim.validation.plot import plot_validation
+
+    plot_validation(
+        validation.comparison,
+        simulated,
+        measured,
+        f"{name}: simulator (profile {Path(validation.profile_path).name}) vs real engine",
+        staging / "validation.png",
     )
+    payload = {
+        "scenario": name,
+        "profile": validation.profile_path,
+        **validation.comparison.to_dict(),
+        "profile_fit": validation.profile_fit,
+        "iteration_residuals": validation.residuals,
+        "machine_speed": validation.speed,
+    }
+    (staging / "comparison.json").write_text(dump_json(payload), encoding="utf-8")
+    (staging / "comparison.md").write_text(
+        f"# {name}\n\n```\n{validation.report}\n```\n", encoding="utf-8"
+    )
+
+
+def _profile_file(scenario: Scenario, opts, drafter_spec, staging: Path, out) -> tuple[Path, str]:
+    """The profile to simulate with (where it is now, and where it will be): the one given, or
+    one measured on this device into the output folder."""
+    if opts.profile is not None:
+        return Path(opts.profile), str(opts.profile)
+    from specsim.profiling.writer import write_profile
+
+    report = measure_for(scenario, opts, drafter_spec, f"{scenario.name}-measured")
+    write_profile(report.profile, staging / "profile.yaml", report.side_files)
+    return staging / "profile.yaml", str(Path(out) / "profile.yaml")
+
+
+def _simulate_the_engine(scenario: Scenario, profile_path: Path, records: Path, opts):
+    """The simulation of the engine run (its summary written beside ``records``) and the
+    summaries of the further replications. The engine pads every batched pass to its longest
+    row: the simulated engine does too."""
+    from specsim.simulation import run_simulation
+
+    padded = scenario.engine.model_copy(update={"padded_attention": True})
+    simulated = scenario.model_copy(
+        update={"profile": str(profile_path.resolve()), "engine": padded}
+    )
+    simulated.with_source(scenario.source)
+    records.parent.mkdir()
+    result = run_simulation(simulated, records_path=records)
+    (records.parent / "summary.json").write_text(dump_json(result.summary), encoding="utf-8")
+    replicas = []
+    with progress_bar(opts, max(opts.replications - 1, 0), "simulations", "run") as bar:
+        for i in range(1, opts.replications):
+            replicas.append(run_simulation(simulated, replication=i).summary)
+            bar.update(1)
+    return result, replicas
+
+
+def _run_engine_timed(scenario: Scenario, opts, drafters, profile):
+    """The engine run, and the machine's speed on the profile's reference pass timed before
+    and after it (``_machine_speed``)."""
+    from specsim.engine.run import run_engine
+    from specsim.engine.speed_reference import clock_setting
+    from specsim.validation.drift import speed_check
+
+    target_latency = profile.latency_model("target")
+    before = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
+    with progress_bar(opts, scenario.workload.requests, "engine run", "request") as engine_bar:
+        run = run_engine(
+            scenario,
+            target=opts.target,
+            drafters=drafters,
+            prompts=opts.prompts,
+            device=opts.device,
+            clock=clock_setting(opts.clock, profile.profile.provenance.speed_reference),
+            dtype=opts.dtype,
+            progress=engine_bar,
+        )
+    after = speed_check(opts.target, target_latency, opts.device, opts.clock, opts.dtype)
+    return run, _machine_speed(before, after, opts.clock, run.summary)
+
+
+def _machine_speed(before, after, clock: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """The reference pass timed before and after the engine run, against the profile."""
+    from specsim.engine.speed_reference import steady
+    from specsim.validation.drift import CONTEXT
+
+    speed = {
+        "reference_pass": f"target decode, batch 1, context {CONTEXT}",
+        "clock": clock,
+        "profile_predicts_s": before.predicted_s,
+        "measured_before_s": before.measured_s,
+        "measured_after_s": after.measured_s,
+        "ratio_before": before.ratio,
+        "ratio_after": after.ratio,
+    }
+    if "machine_speed" in summary:
+        speed["reference_clock"] = summary["machine_speed"]
+        speed["steady"] = steady(summary["machine_speed"])
+    return speed
 
 
 def _speed(speed: dict[str, Any]) -> str:
