@@ -197,10 +197,8 @@ def run_engine(
     ``speculation.tree`` every step is a tree step; ``faults`` and ``tree_faults`` plant
     rollback bugs (tests only).
     """
-    import torch
-
     from specsim.drafters import parse_ngram
-    from specsim.models import load_model, load_mtp_drafter, load_tokenizer
+    from specsim.models import load_tokenizer
 
     check_supported(scenario)
     where = str(scenario.source) if scenario.source else None
@@ -216,19 +214,8 @@ def run_engine(
             key="--clock",
             fix="use --clock cpu or --clock wall with the mtp drafter",
         )
-    target_model = load_model(target, device, getattr(torch, dtype))
-    drafter_model = None
-    if mtp:
-        drafter_model = load_mtp_drafter(target, target_model, device, getattr(torch, dtype))
-    elif spec.enabled and ngram is None:
-        drafter_model = load_model(drafter_spec, device, getattr(torch, dtype))
-        if drafter_model.config.vocab_size != target_model.config.vocab_size:
-            raise SpecsimError(
-                "drafter and target vocabularies differ",
-                file=drafter_spec,
-                key="vocab_size",
-                fix="pair the target with a drafter that shares its tokenizer",
-            )
+    own_model = drafter_spec if spec.enabled and ngram is None and not mtp else None
+    target_model, drafter_model = _load_models(target, own_model, mtp, device, dtype)
     tokenizer = load_tokenizer(target)
     bank = PromptBank.from_file(prompts, tokenizer)
     options = EngineOptions(
@@ -252,6 +239,26 @@ def run_engine(
         target_model, drafter_model, bank, options, timer.now, timer.sleep, timer.mark, timer.split
     )
     engine.progress = progress
+    done = _serve(engine, scenario, where)
+    records = record_columns(done)
+    capacity = scenario.engine.max_batch * engine.max_len
+    summary = engine_summary(records, engine.log, k_max, scenario.engine.max_batch, capacity)
+    summary["scenario"] = {
+        **_scenario_echo(scenario, target, drafter_spec, device),
+        "dtype": str(next(target_model.parameters()).dtype).removeprefix("torch."),
+        "seed": scenario.seed,
+        "ignore_eos": ignore_eos,
+        "clock": clock_name(clock),
+        **tree_echo(options.tree, options.tree_drafts, engine.log),
+    }
+    machine_speed = timer.report()
+    if machine_speed is not None:
+        summary["machine_speed"] = machine_speed
+    return EngineRun(records, summary, engine.log, bench_traffic(scenario, records["arrival_s"]))
+
+
+def _serve(engine: ServingEngine, scenario: Scenario, where: str | None) -> list:
+    """The requests the engine finished serving the scenario's workload (open or closed loop)."""
     source = build_engine_source(scenario)
     if source.closed_loop:
         done = engine.run(clients=source)
@@ -264,10 +271,36 @@ def run_engine(
             key="workload",
             fix="lengthen workload.duration_s or raise workload.rate",
         )
-    records = record_columns(done)
-    capacity = scenario.engine.max_batch * engine.max_len
-    summary = engine_summary(records, engine.log, k_max, scenario.engine.max_batch, capacity)
-    summary["scenario"] = {
+    return done
+
+
+def _load_models(target: str, drafter_spec: str | None, mtp: bool, device: str, dtype: str):
+    """The target model and the drafter's: the target's MTP module, the model ``drafter_spec``
+    names, or None."""
+    import torch
+
+    from specsim.models import load_model, load_mtp_drafter
+
+    target_model = load_model(target, device, getattr(torch, dtype))
+    if mtp:
+        return target_model, load_mtp_drafter(target, target_model, device, getattr(torch, dtype))
+    if drafter_spec is None:
+        return target_model, None
+    drafter_model = load_model(drafter_spec, device, getattr(torch, dtype))
+    if drafter_model.config.vocab_size != target_model.config.vocab_size:
+        raise SpecsimError(
+            "drafter and target vocabularies differ",
+            file=drafter_spec,
+            key="vocab_size",
+            fix="pair the target with a drafter that shares its tokenizer",
+        )
+    return target_model, drafter_model
+
+
+def _scenario_echo(scenario: Scenario, target: str, drafter_spec, device: str) -> dict:
+    """What the run served, as its summary's ``scenario`` block begins."""
+    spec = scenario.speculation
+    return {
         "name": scenario.name,
         "drafter": spec.drafter if spec.enabled else None,
         "k": spec.k if spec.enabled else 0,
@@ -277,16 +310,7 @@ def run_engine(
         "target_model": target,
         "drafter_model": drafter_spec if spec.enabled else None,
         "device": device,
-        "dtype": str(next(target_model.parameters()).dtype).removeprefix("torch."),
-        "seed": scenario.seed,
-        "ignore_eos": ignore_eos,
-        "clock": clock_name(clock),
-        **tree_echo(options.tree, options.tree_drafts, engine.log),
     }
-    machine_speed = timer.report()
-    if machine_speed is not None:
-        summary["machine_speed"] = machine_speed
-    return EngineRun(records, summary, engine.log, bench_traffic(scenario, records["arrival_s"]))
 
 
 def tree_echo(shape, drafts: str, log: IterationLog) -> dict[str, Any]:
