@@ -226,37 +226,66 @@ def run_simulation(
     if profile is None:
         profile = cached_profile(scenario.resolve(scenario.profile))
     profile = tensor_parallel_profile(scenario, profile)
-    # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
-    streams = np.random.SeedSequence(scenario.seed).spawn(5)
-    arrivals_rng, lengths_rng, routing_rng = (
-        np.random.default_rng(s) for s in streams[:2] + streams[3:4]
-    )
-    serving = streams
-    if replication:
-        serving = np.random.SeedSequence([scenario.seed, replication]).spawn(5)
+    arrivals_rng, lengths_rng, routing_rng, serving = _random_streams(scenario, replication)
     source = build_source(scenario, arrivals_rng, lengths_rng)
-    prefixes = build_prefixes(scenario, getattr(source, "trace", None))
     setups = pool_setups(scenario, profile)
-    total = sum(s.replicas for s in setups)
-    acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
-    jitter_rngs = [np.random.default_rng(s) for s in serving[4].spawn(total)]
-
     env = Clock()
-    limits = scenario.slo.limits() if scenario.slo else {}
     path = None if records_path is None else Path(records_path)
     # Requests reach the fleet through the front pool's API server, a delay (Frontend).
     request_s = setups[0].costs.request_s
+    limits = scenario.slo.limits() if scenario.slo else {}
     sink = RecordSink([s.name for s in setups], limits, path, request_s)
-    counter = [0]
+    finishes = _FinishHooks()
+    prefixes = build_prefixes(scenario, getattr(source, "trace", None))
+    replicas = _replicas(scenario, setups, serving, (sink, finishes), fast, prefixes)
+    if scenario.fleet.disaggregation is None:
+        fleet = Fleet(
+            replicas, scenario.fleet.router, routing_rng, scenario.fleet.balance_abs_threshold
+        )
+    else:
+        fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
+    entry = fleet if request_s == 0 else Frontend(env, fleet, request_s)
+    _start_traffic(env, scenario, source, (fleet, entry, replicas), request_s, finishes)
+    try:
+        env.run()
+    finally:
+        sink.close()
+    summary = _summary(scenario, profile, setups, (fleet, replicas), sink, finishes.clients)
+    return SimulationResult(round_floats(summary), path, scenario)
+
+
+def _random_streams(scenario: Scenario, replication: int):
+    """The arrivals', lengths' and routing's generators, and the seeds the serving streams
+    (acceptance, jitter) spawn from: a replication's own, the same traffic served again."""
+    # Stream 4 (iteration-time jitter) came later: spawning it leaves streams 0-3 as they were.
+    streams = np.random.SeedSequence(scenario.seed).spawn(5)
+    arrivals, lengths, routing = (np.random.default_rng(s) for s in streams[:2] + streams[3:4])
+    serving = streams
+    if replication:
+        serving = np.random.SeedSequence([scenario.seed, replication]).spawn(5)
+    return arrivals, lengths, routing, serving
+
+
+class _FinishHooks:
+    """What hears of each finished request: closed-loop clients (their next request) or a
+    client cap (a slot freed), once the traffic has started."""
+
     clients: ClosedLoopClients | None = None
     cap: ClientCap | None = None
 
-    def on_finish(request, now):
-        if clients is not None:
-            clients.on_finish(request, now)
-        if cap is not None:
-            cap.on_finish(now)
+    def __call__(self, request, now) -> None:
+        if self.clients is not None:
+            self.clients.on_finish(request, now)
+        if self.cap is not None:
+            self.cap.on_finish(now)
 
+
+def _replicas(scenario, setups, serving, outputs, fast: bool, prefixes) -> list[Replica]:
+    """Every pool's replicas, each with its own acceptance and jitter streams; ``outputs``: the
+    record sink and the finish hooks."""
+    total = sum(s.replicas for s in setups)
+    acceptance_rngs = [np.random.default_rng(s) for s in serving[2].spawn(total)]
+    jitter_rngs = [np.random.default_rng(s) for s in serving[4].spawn(total)]
     split = scenario.fleet.disaggregation
     replicas: list[Replica] = []
     for pool_index, setup in enumerate(setups):
@@ -274,21 +303,22 @@ def run_simulation(
                     policy,
                     setup.kv_capacity,
                     acceptance_rngs[index],
-                    sink,
-                    on_finish,
+                    *outputs,
                     _jitter(scenario, setup, jitter_rngs[index]),
                     fast=fast,
                     # A split fleet's prefill replicas never hold the output's KV.
                     prefix=prefixes.for_replica(setup.kv_capacity, remembers_output=split is None),
                 )
             )
-    if split is None:
-        fleet = Fleet(
-            replicas, scenario.fleet.router, routing_rng, scenario.fleet.balance_abs_threshold
-        )
-    else:
-        fleet = _disaggregated_fleet(env, scenario, setups, replicas, routing_rng)
-    entry = fleet if request_s == 0 else Frontend(env, fleet, request_s)
+    return replicas
+
+
+def _start_traffic(env, scenario, source, fleet_parts, request_s, finishes) -> None:
+    """The replicas' processes and the traffic's: open-loop arrivals (fed to a lone fast
+    replica itself), a client cap, or closed-loop clients. ``fleet_parts``: the fleet, where
+    requests enter it (its API server, or the fleet itself) and its replicas."""
+    fleet, entry, replicas = fleet_parts
+    counter = [0]
     # A replica alone on the fast path takes its arrivals itself (replayed sequences keep the
     # reference); a client cap holds arrivals back, so a capped loop's replicas wait for them.
     capped = scenario.workload.max_concurrency is not None
@@ -298,21 +328,21 @@ def run_simulation(
     for replica in replicas:
         replica.start(env, feed if alone else None)
     if source.closed_loop:
-        clients = ClosedLoopClients(env, source, entry, counter)
-        clients.start()
-        if len(replicas) == 1 and split is None:
-            replicas[0].serve_clients(clients)
-    elif scenario.workload.max_concurrency is not None:
-        cap = ClientCap(scenario.workload.max_concurrency, entry.dispatch)
-        env.process(open_loop_arrivals(env, source, cap, counter))
+        finishes.clients = ClosedLoopClients(env, source, entry, counter)
+        finishes.clients.start()
+        if len(replicas) == 1 and scenario.fleet.disaggregation is None:
+            replicas[0].serve_clients(finishes.clients)
+    elif capped:
+        finishes.cap = ClientCap(scenario.workload.max_concurrency, entry.dispatch)
+        env.process(open_loop_arrivals(env, source, finishes.cap, counter))
     elif feed is None:
         env.process(open_loop_arrivals(env, source, entry, counter))
     elif not alone:
         env.process(fed_arrivals(env, feed, fleet))
-    try:
-        env.run()
-    finally:
-        sink.close()
+
+
+def _summary(scenario, profile, setups, fleet_parts, sink, clients) -> dict[str, Any]:
+    """summary.json's keys once the run has ended (each replica closed first)."""
     if sink.count == 0:
         raise SpecsimError(
             "the workload issued no requests",
@@ -320,13 +350,13 @@ def run_simulation(
             key="workload",
             fix="lengthen workload.duration_s or raise workload.rate",
         )
+    fleet, replicas = fleet_parts
     for replica in replicas:
         replica.close()
     summary = run_summary(scenario, profile, setups, replicas, sink)
-    if split is not None:
+    if scenario.fleet.disaggregation is not None:
         summary["disaggregation"] = fleet.summary(summary)
-    summary = with_steady(summary, clients.steady() if clients is not None else None)
-    return SimulationResult(round_floats(summary), path, scenario)
+    return with_steady(summary, clients.steady() if clients is not None else None)
 
 
 def _disaggregated_fleet(env, scenario, setups, replicas, routing_rng) -> DisaggregatedFleet:
