@@ -50,15 +50,47 @@ def _speedups(loads: list[LoadResult]) -> list[float | None]:
 
 
 def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
-    # A drafter keeps its colour and marker in every panel.
-    style = dict(zip(per, styles(len(per)), strict=True))
-    axis = plan.first.axis
-    loads = plan.loads
+    paint = _Painter(plan, per)
+    return [_acceptance_figure(paint), _latency_figure(paint), _economics_figure(paint)]
 
-    def drafter(name: str, label: str, xs, ys, **kwargs) -> Series:
-        colour, marker = style[name]
+
+class _Painter:
+    """The series of a drafter-swap figure: a drafter keeps its colour and marker in every
+    panel."""
+
+    def __init__(self, plan: SwapPlan, per: dict[str, list[LoadResult]]):
+        self.plan, self.per = plan, per
+        self.style = dict(zip(per, styles(len(per)), strict=True))
+
+    def drafter(self, name: str, label: str, xs, ys, **kwargs) -> Series:
+        colour, marker = self.style[name]
         return Series(label, xs, ys, color=colour, marker=marker, **kwargs)
 
+    def across(self, title, ylabel, unit, name, stat, logy=False, baseline=True, scale=1.0):
+        """A panel of ``name`` across load: each drafter at its best k, and k = 0 dashed."""
+        plan, axis = self.plan, self.plan.first.axis
+        panel = Panel(title, axis.label, ylabel, logy=logy, xunit=axis.unit, yunit=unit)
+
+        def value(summary):
+            y = metric(summary, name, stat)
+            if name in rules.LATENCY_UNIT:
+                return rules.latency(name, y)
+            return None if y is None else y * scale
+
+        for d in plan.drafters:
+            ys = [value(e.best_setting) for e in self.per[d.name]]
+            panel.series.append(self.drafter(d.name, f"{d.name} (best k)", plan.loads, ys))
+        if baseline:
+            first = self.per[plan.drafters[0].name]
+            ys = [value(e.summary("k=0")) for e in first]
+            panel.series.append(
+                Series("k = 0", plan.loads, ys, linestyle="--", marker="x", color="0.45")
+            )
+        return panel
+
+
+def _acceptance_figure(paint: _Painter) -> Figure:
+    plan, per = paint.plan, paint.per
     conditional = Panel(
         "Acceptance per position (profile, conditional)",
         "draft position",
@@ -75,53 +107,22 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
     for d in plan.drafters:
         if d.tree is not None:  # its tree's length at its depth; its chain rates are not drawn
             y = metric(per[d.name][0].summary(d.tree.config), "mean_acceptance_length")
-            length.series.append(drafter(d.name, d.name, [d.tree.shape.depth], [y]))
+            length.series.append(paint.drafter(d.name, d.name, [d.tree.shape.depth], [y]))
             continue
         rates = d.acceptance.per_position
-        conditional.series.append(
-            drafter(d.name, d.name, list(range(1, len(rates) + 1)), list(rates))
-        )
+        positions = list(range(1, len(rates) + 1))
+        conditional.series.append(paint.drafter(d.name, d.name, positions, list(rates)))
         ks = [k for k in plan.ks if k > 0]
-        length.series.append(
-            drafter(
-                d.name,
-                d.name,
-                ks,
-                [metric(per[d.name][0].summary(f"k={k}"), "mean_acceptance_length") for k in ks],
-            )
-        )
-    acceptance = Figure("acceptance", "Acceptance of each drafter", [conditional, length])
+        lengths = [metric(per[d.name][0].summary(f"k={k}"), "mean_acceptance_length") for k in ks]
+        length.series.append(paint.drafter(d.name, d.name, ks, lengths))
+    return Figure("acceptance", "Acceptance of each drafter", [conditional, length])
 
-    def across(title, ylabel, unit, name, stat, logy=False, baseline=True, scale=1.0) -> Panel:
-        panel = Panel(title, axis.label, ylabel, logy=logy, xunit=axis.unit, yunit=unit)
 
-        def value(summary):
-            y = metric(summary, name, stat)
-            if name in rules.LATENCY_UNIT:
-                return rules.latency(name, y)
-            return None if y is None else y * scale
-
-        for d in plan.drafters:
-            ys = [value(e.best_setting) for e in per[d.name]]
-            panel.series.append(drafter(d.name, f"{d.name} (best k)", loads, ys))
-        if baseline:
-            first = per[plan.drafters[0].name]
-            panel.series.append(
-                Series(
-                    "k = 0",
-                    loads,
-                    [value(e.summary("k=0")) for e in first],
-                    linestyle="--",
-                    marker="x",
-                    color="0.45",
-                )
-            )
-        return panel
-
+def _latency_figure(paint: _Painter) -> Figure:
     def latency(title, name, stat) -> Panel:
-        return across(title, "latency", rules.LATENCY_UNIT[name], name, stat, True)
+        return paint.across(title, "latency", rules.LATENCY_UNIT[name], name, stat, True)
 
-    latency_figure = Figure(
+    return Figure(
         "latency_vs_load",
         "Latency across load, each drafter at its best k per load (dashed: speculation off)",
         [
@@ -131,12 +132,17 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
             latency("TTFT p99", "ttft_s", "p99"),
         ],
     )
+
+
+def _economics_figure(paint: _Painter) -> Figure:
+    plan, axis = paint.plan, paint.plan.first.axis
     best_k = Panel("Best k", axis.label, "k", integer_y=True, xunit=axis.unit)
     for d in plan.drafters:
-        ys = [d.best_window(e) for e in per[d.name]]
+        ys = [d.best_window(e) for e in paint.per[d.name]]
         # A marker per load simulated: a line between loads would draw a k that never ran.
-        best_k.series.append(drafter(d.name, d.name, loads, ys, linestyle="none"))
-    economics = Figure(
+        best_k.series.append(paint.drafter(d.name, d.name, plan.loads, ys, linestyle="none"))
+    across = paint.across
+    return Figure(
         "throughput_waste_cost",
         "Throughput, wasted FLOPs, cost per million tokens and the best k, across load "
         "(series drawn over each other keep their markers visible)",
@@ -161,7 +167,6 @@ def _figures(plan: SwapPlan, per: dict[str, list[LoadResult]]) -> list[Figure]:
             best_k,
         ],
     )
-    return [acceptance, latency_figure, economics]
 
 
 def _side_by_side(plan: SwapPlan, per, outcome) -> Table:
