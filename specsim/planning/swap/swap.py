@@ -102,6 +102,45 @@ def prepare(
     tree_drafts: str | None = None,
 ) -> SwapPlan:
     tree_drafters = tree_drafters or []
+    profiles = _checked_options(drafters, tree_drafters, profiles or [], ks)
+    plans = []
+    for i, name in enumerate(drafters):
+        profile = str(Path(profiles[i]).resolve()) if profiles else None
+        if profile is not None and not Path(profile).is_file():
+            raise SpecsimError(
+                "profile not found", file=profiles[i], key="--profile", fix="check the path"
+            )
+        extra = _drafter_overrides(overrides, profile, name)
+        plan = window.prepare(scenario_path, extra, ks, loads, seed)
+        plan.adaptive = False
+        plans.append(DrafterPlan(name, profile, plan))
+    for name, tree in tree_drafters:
+        profile = str(Path(profiles[0]).resolve()) if profiles else None
+        extra = _drafter_overrides(overrides, profile, name)
+        plan = _tree_plan(scenario_path, extra, loads, seed, (name, tree), tree_drafts)
+        plans.append(DrafterPlan(tree_label(name, tree), profile, plan, tree, name))
+    # One grid for all: the k values every chain drafter can answer, the same loads.
+    chains = [p for p in plans if p.tree is None] or plans
+    ks = (
+        chains[0].plan.ks
+        if ks is not None
+        else sorted(set.intersection(*(set(p.plan.ks) for p in chains)))
+    )
+    for p in chains:
+        p.plan.ks = ks
+    return SwapPlan(
+        scenario_path=str(scenario_path),
+        base_overrides=list(overrides),
+        drafters=plans,
+        loads=plans[0].plan.loads,
+        ks=ks,
+        seed=plans[0].plan.seed,
+    )
+
+
+def _checked_options(drafters, tree_drafters, profiles: list[str], ks) -> list[str]:
+    """The options refused before any plan (with why and the fix), and the profile of each
+    chain drafter (none given: the scenario's, an empty list)."""
     labels = [*drafters, *(tree_label(name, tree) for name, tree in tree_drafters)]
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise SpecsimError(
@@ -109,7 +148,6 @@ def prepare(
             key="--drafter",
             fix="give --drafter A --drafter B (or a drafter and a --tree-drafter NAME=SHAPE)",
         )
-    profiles = profiles or []
     if tree_drafters and len(profiles) > 1:
         raise SpecsimError(
             "with --tree-drafter, one --profile serves every drafter",
@@ -130,51 +168,26 @@ def prepare(
             key="--k",
             fix="include some k above 0, e.g. --k 0..4",
         )
-    plans = []
-    for i, name in enumerate(drafters):
-        profile = str(Path(profiles[i]).resolve()) if profiles else None
-        if profile is not None and not Path(profile).is_file():
-            raise SpecsimError(
-                "profile not found", file=profiles[i], key="--profile", fix="check the path"
-            )
-        extra = _drafter_overrides(overrides, profile, name)
-        plan = window.prepare(scenario_path, extra, ks, loads, seed)
-        plan.adaptive = False
-        plans.append(DrafterPlan(name, profile, plan))
-    for name, tree in tree_drafters:
-        profile = str(Path(profiles[0]).resolve()) if profiles else None
-        extra = _drafter_overrides(overrides, profile, name)
-        try:
-            plan = window.prepare(
-                scenario_path, extra, [0], loads, seed, False, [tree], None, tree_drafts
-            )
-        except SpecsimError as exc:
-            where = f"{exc.key}: " if exc.key else ""
-            raise SpecsimError(
-                f"{name}={tree.text}: {where}{exc.message}",
-                file=exc.file,
-                key="--tree-drafter",
-                fix=exc.fix,
-            ) from None
-        plan.adaptive = False
-        plans.append(DrafterPlan(tree_label(name, tree), profile, plan, tree, name))
-    # One grid for all: the k values every chain drafter can answer, the same loads.
-    chains = [p for p in plans if p.tree is None] or plans
-    ks = (
-        chains[0].plan.ks
-        if ks is not None
-        else sorted(set.intersection(*(set(p.plan.ks) for p in chains)))
-    )
-    for p in chains:
-        p.plan.ks = ks
-    return SwapPlan(
-        scenario_path=str(scenario_path),
-        base_overrides=list(overrides),
-        drafters=plans,
-        loads=plans[0].plan.loads,
-        ks=ks,
-        seed=plans[0].plan.seed,
-    )
+    return profiles
+
+
+def _tree_plan(scenario_path, extra, loads, seed, named_tree, tree_drafts):
+    """A tree drafter's grid: its tree at k = 0's loads; a refusal names the drafter."""
+    name, tree = named_tree
+    try:
+        plan = window.prepare(
+            scenario_path, extra, [0], loads, seed, False, [tree], None, tree_drafts
+        )
+    except SpecsimError as exc:
+        where = f"{exc.key}: " if exc.key else ""
+        raise SpecsimError(
+            f"{name}={tree.text}: {where}{exc.message}",
+            file=exc.file,
+            key="--tree-drafter",
+            fix=exc.fix,
+        ) from None
+    plan.adaptive = False
+    return plan
 
 
 def _drafter_overrides(overrides: Sequence[str], profile: str | None, name: str) -> list[str]:
