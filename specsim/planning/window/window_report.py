@@ -132,11 +132,17 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
             ),
         ],
     )
+    return [*lat, throughput, _best_k_figure(plan, loads)]
+
+
+def _best_k_figure(plan: WindowPlan, loads: list[LoadResult]) -> Figure:
+    """The best static k per load, and the speed-up over k = 0 of it, the adaptive policy and
+    the k-by-batch table."""
     xs = [entry.load for entry in loads]
     speedup = [e.speedup(e.best) for e in loads]
     adaptive = [e.speedup(e.summary(ADAPTIVE)) for e in loads]
     table = [e.speedup(e.summary(BY_BATCH)) for e in loads]
-    best_k = Figure(
+    return Figure(
         name="best_k_vs_load",
         caption="Best static k per load (a marker per load simulated: between them nothing "
         "ran), and the mean end-to-end speed-up over k = 0 (above 1: speculation pays)",
@@ -169,7 +175,6 @@ def _figures(plan: WindowPlan, loads: list[LoadResult]) -> list[Figure]:
             ),
         ],
     )
-    return [*lat, throughput, best_k]
 
 
 def sweep_table(heads: list[str], items, columns=METRIC_COLUMNS) -> Table:
