@@ -143,6 +143,46 @@ def prepare(
     overrides = [*overrides, *without_pools(scenario), "fleet.replicas=1"]
     scenario = load_scenario(scenario_path, overrides)
     axis = load_axis(scenario)
+    _check_question(scenario, scenario_path, axis, target_rps, (tolerance, attainment))
+    profile = load_profile(scenario.resolve(scenario.profile))
+    spec = scenario.speculation
+    drafters = drafters or ([spec.drafter] if spec.drafter else [])
+    if deployments:
+        places = [(d.profile, d) for d in deployments if d.fits]
+
+        def misfit(c: Candidate) -> str | None:
+            return memory_misfit(c, scenario) or length_misfit(c, scenario_path, overrides)
+    else:
+        places = [(profile, None)]
+
+        def misfit(c: Candidate) -> str | None:
+            return plain_length_misfit(c, profile, scenario_path, overrides)
+
+    candidates, unfit = _fitting(places, spec, drafters, ks, misfit)
+    _check_some_fit(candidates, unfit, deployments, scenario_path)
+    scale = ArrivalScale.for_scenario(scenario, axis)
+    seed = scenario.seed if seed is None else seed
+    check_target(scenario_path, overrides, scale, target_rps, seed)
+    return CapacityPlan(
+        scenario_path=str(scenario_path),
+        base_overrides=list(overrides),
+        scenario=scenario,
+        profile=profile,
+        target_rps=float(target_rps),
+        candidates=candidates,
+        tolerance=tolerance,
+        attainment=attainment,
+        seed=seed,
+        scale=scale,
+        deployments=list(deployments or []),
+        unfit=unfit,
+    )
+
+
+def _check_question(scenario, scenario_path: str, axis, target_rps: float, bounds) -> None:
+    """Refuse a question capacity cannot answer: a closed loop, no SLO or one on TPOT alone,
+    a target rate, tolerance or attainment out of range."""
+    tolerance, attainment = bounds
     if axis.kind == "concurrency":
         raise SpecsimError(
             "capacity is an arrival rate, but a closed loop has none (its clients wait for "
@@ -177,20 +217,11 @@ def prepare(
         raise SpecsimError("tolerance must be in (0, 0.5)", key="--tolerance", fix="e.g. 0.02")
     if not 0 < attainment <= 1:
         raise SpecsimError("attainment must be in (0, 1]", key="--attainment", fix="e.g. 0.99")
-    profile = load_profile(scenario.resolve(scenario.profile))
-    spec = scenario.speculation
-    drafters = drafters or ([spec.drafter] if spec.drafter else [])
-    if deployments:
-        places = [(d.profile, d) for d in deployments if d.fits]
 
-        def misfit(c: Candidate) -> str | None:
-            return memory_misfit(c, scenario) or length_misfit(c, scenario_path, overrides)
-    else:
-        places = [(profile, None)]
 
-        def misfit(c: Candidate) -> str | None:
-            return plain_length_misfit(c, profile, scenario_path, overrides)
-
+def _fitting(places, spec, drafters, ks, misfit) -> tuple[list, list]:
+    """The candidates at each place (profile, deployment) that fit, and (label, why) of those
+    that do not."""
     candidates, unfit = [], []
     for where, deployment in places:
         for candidate in speculation_candidates(where, spec, drafters, ks, deployment):
@@ -199,6 +230,11 @@ def prepare(
                 candidates.append(candidate)
             else:
                 unfit.append((candidate.label, reason))
+    return candidates, unfit
+
+
+def _check_some_fit(candidates, unfit, deployments, scenario_path: str) -> None:
+    """Refuse a plan where no candidate (or no deployment) fits, saying why each does not."""
     if not candidates and not deployments:
         raise SpecsimError(
             "no candidate fits: " + "; ".join(f"{label}: {why}" for label, why in unfit),
@@ -215,23 +251,6 @@ def prepare(
             fix="give more devices per replica (--tp), smaller formats (--precision) or a "
             "device with more memory",
         )
-    scale = ArrivalScale.for_scenario(scenario, axis)
-    seed = scenario.seed if seed is None else seed
-    check_target(scenario_path, overrides, scale, target_rps, seed)
-    return CapacityPlan(
-        scenario_path=str(scenario_path),
-        base_overrides=list(overrides),
-        scenario=scenario,
-        profile=profile,
-        target_rps=float(target_rps),
-        candidates=candidates,
-        tolerance=tolerance,
-        attainment=attainment,
-        seed=seed,
-        scale=scale,
-        deployments=list(deployments or []),
-        unfit=unfit,
-    )
 
 
 def speculation_candidates(
