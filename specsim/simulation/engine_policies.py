@@ -1,8 +1,10 @@
 """Window policies with state across iterations, as two engines run them.
 
 Both observe every decode iteration after it runs (``observe``: the rows' drafted and accepted
-counts), so a replica that holds one steps one iteration at a time (the per-iteration reference
-path; ``Replica`` turns its fast path off for a policy with ``observes``).
+counts). This is the specification: the serving kernel carries the off-switch's state and
+updates it after each decode iteration in the same operations (``compiled_policy_kernel.py``),
+and hands it back to the object here (``serving_policy.py``), which the per-iteration path
+steps.
 
 - ``AcceptanceGate`` wraps a fixed or k-by-batch policy with TensorRT-LLM's acceptance
   off-switch. Source: NVIDIA/TensorRT-LLM @ 0004396720054fd8e205cbf616f21f0b57c6b412,
