@@ -14,16 +14,22 @@ over every row, drafting or not) fail them.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
+import yaml
 from test_disagg_kernel import BASE as SPLIT_BASE
 from test_disagg_kernel import iterations, profile, share  # noqa: F401 (a fixture)
 from test_kernel_kv_blocks import kernel_share
-from test_sim_identity import assert_identical, make
+from test_sim_compiled import REPO, RUN_ALL
+from test_sim_identity import BASE as SIM_BASE
+from test_sim_identity import DATA, assert_identical, make
 
 from specsim.scenario import Scenario
 from specsim.simulation import serving_table
-from specsim.simulation.engine_policies import AcceptanceGate
+from specsim.simulation.engine_policies import AcceptanceGate, AdaptiveStepsWindow
 from specsim.simulation.replica import Replica
 
 CLOSED = {"kind": "closed_loop", "concurrency": 12, "requests": 300, "rate": None}
@@ -73,6 +79,10 @@ def policy_state(policy) -> tuple:
             policy.tripped_at,
             policy.off_at_s,
         )
+    if isinstance(policy, AdaptiveStepsWindow):
+        slots = [(slot.steps, slot.ema, slot.batches) for slot in policy.slots]
+        current = None if policy._current is None else policy.slots.index(policy._current)
+        return slots, current, policy.changed, policy.changes
     return ()
 
 
@@ -132,11 +142,105 @@ def test_the_off_switch_on_a_split_fleets_decode_pool(settings, profile, tmp_pat
     assert any(tripped) == (settings is SPLIT_TRIPS)
 
 
-def test_the_switch_not_handed_back_fails(profile, tmp_path, monkeypatch):  # noqa: F811
-    """The kernel's samples not written back to the policy (a planted fault: the next call,
-    or Python's next iteration, starts from the state before) differ from the reference."""
+# ---- SGLang's adaptive steps ---------------------------------------------------------------
+# Three tiers: the middle one drops to 0 steps (its EMA then frozen) and probes back up, over
+# and over (more changes than a summary lists); the others move between their candidates.
+TIERS = {
+    "ema_alpha": 0.3,
+    "warmup_batches": 5,
+    "update_interval": 3,
+    "tiers": [
+        {"min_batch": 1, "candidate_steps": [1, 2, 3, 4]},
+        {"min_batch": 4, "candidate_steps": [0, 1, 3], "down_hysteresis": 0.6},
+        {"min_batch": 8, "candidate_steps": [1, 3, 5], "up_hysteresis": 0.1},
+    ],
+}
+STEPS = {"drafter": "c05", "k": 3, "policy": "adaptive_steps", "adaptive_steps": TIERS}
+SGLANG = {"drafter": "c05", "k": 3, "policy": "adaptive_steps"}  # SGLang's default tiers
+STEPS_CASES = {
+    "open loop, three tiers": {"workload": OPEN, "speculation": STEPS},
+    "closed loop, three tiers": {"workload": CLOSED, "speculation": STEPS},
+    # Warm-up and decisions past the iterations Python runs before the first kernel call.
+    "open loop, three tiers, long warm-up": {
+        "workload": OPEN,
+        "speculation": {
+            **STEPS,
+            "adaptive_steps": {**TIERS, "warmup_batches": 40, "update_interval": 7},
+        },
+    },
+    "open loop, SGLang's tiers": {
+        "workload": {"rate": 30.0, "requests": 400},
+        "speculation": SGLANG,
+    },
+    "four replicas, three tiers": {
+        "fleet": {"replicas": 4, "router": "least_outstanding"},
+        "workload": {"rate": 40.0, "requests": 400},
+        "speculation": STEPS,
+    },
+}
+
+
+def steps_reports(summary: dict) -> list[dict]:
+    return [report["adaptive_steps"] for report in summary["window_policy"]]
+
+
+@pytest.mark.parametrize("name", list(STEPS_CASES))
+def test_adaptive_steps_on_the_kernel_are_the_reference(name, profile, tmp_path, monkeypatch):  # noqa: F811
+    scenario = make(STEPS_CASES[name], profile)
+    kernel, summary = kernel_share(scenario, monkeypatch)
+    assert kernel >= 0.8
+    fast = assert_same_policies(scenario, tmp_path, monkeypatch)
+    assert fast["summary"] == summary
+    reports = steps_reports(summary)
+    if "three tiers" in name:
+        assert all(r["changes"] > 0 for r in reports)
+    if name in ("open loop, three tiers", "four replicas, three tiers"):  # 0 steps and back
+        assert any(r["changes"] > 50 for r in reports)
+        assert any(change[1:] == [4, 0] for r in reports for change in r["first_changes"])
+
+
+def test_adaptive_steps_on_a_split_fleets_decode_pool(profile, tmp_path, monkeypatch):  # noqa: F811
+    scenario = split({"policy": "adaptive_steps", "adaptive_steps": TIERS}, profile)
+    counts = iterations(scenario, tmp_path, monkeypatch)
+    assert share(counts, "prefill") >= 0.8 and share(counts, "decode") >= 0.8
+    fast = assert_same_policies(scenario, tmp_path, monkeypatch)
+    assert all(r["changes"] > 0 for r in steps_reports(fast["summary"]))
+
+
+@pytest.mark.parametrize("case", ["gate", "steps"])
+def test_a_policy_not_handed_back_fails(case, profile, tmp_path, monkeypatch):  # noqa: F811
+    """The kernel's policy state not written back to the policy object (a planted fault: the
+    next call, or Python's next iteration, starts from the state before) differs from the
+    reference."""
+    changes = (
+        CASES["four replicas, fixed, trips early"]
+        if case == "gate"
+        else {"workload": OPEN, "speculation": STEPS}
+    )
     monkeypatch.setattr(serving_table, "unpack_policy", lambda policy, st, ct: None)
     with pytest.raises(AssertionError):
-        assert_identical(
-            make(CASES["four replicas, fixed, trips early"], profile), tmp_path, monkeypatch
-        )
+        assert_identical(make(changes, profile), tmp_path, monkeypatch)
+
+
+def test_the_policies_run_interpreted_give_the_compiled_bytes(tmp_path):
+    """The policy kernel's source run by Python (numba's JIT off) gives the compiled run's
+    outputs byte for byte: the off-switch tripping and the adaptive steps, a lone replica."""
+    paths = []
+    for name, speculation in (("gate", gate(EARLY)), ("steps", STEPS)):
+        data = copy.deepcopy(SIM_BASE) | {"profile": str(DATA / "sim_profile.yaml")}
+        data["workload"] = {**data["workload"], **OPEN}
+        data["speculation"] = speculation
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(yaml.safe_dump(data))
+    for mode in ("compiled", "interpreted"):
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("NUMBA_DISABLE_JIT", None)
+        if mode == "interpreted":
+            env["NUMBA_DISABLE_JIT"] = "1"
+        command = [sys.executable, "-c", RUN_ALL, mode, str(tmp_path / mode), *map(str, paths)]
+        run = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+    for path in paths:
+        for output in ("requests.csv", "summary.json"):
+            compiled_bytes = (tmp_path / "compiled" / path.name / output).read_bytes()
+            assert (tmp_path / "interpreted" / path.name / output).read_bytes() == compiled_bytes

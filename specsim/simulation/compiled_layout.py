@@ -103,8 +103,24 @@ HANDED_OFF = -1.0
 ) = range(STEP_STATE, STEP_STATE + 28)
 STATE = STEP_STATE + 28
 # A window policy's own floats follow ``st``'s slots (``serving_policy.policy_floats``): the
-# off-switch's ring of its last ``GATE_WINDOW`` samples.
+# off-switch's ring of its last ``GATE_WINDOW`` samples; or SGLang's adaptive steps' tiers,
+# ``STEPS_STRIDE`` floats each (these slots, then its candidates in increasing order), then its
+# first changes (time, tier's min_batch, steps), ``REPORTED_CHANGES`` at most.
 POLICY_AT = STATE
+REPORTED_CHANGES = 50  # a run's summary lists this many of the steps' changes
+(
+    TIER_MIN_BATCH,
+    TIER_STEPS,
+    TIER_EMA,
+    TIER_BATCHES,
+    TIER_ALPHA,
+    TIER_INTERVAL,
+    TIER_WARMUP,
+    TIER_UP,
+    TIER_DOWN,
+    TIER_CANDIDATES,  # how many
+) = range(10)
+TIER_SLOTS = 10
 
 # ``ct``: counts in and out.
 (
@@ -161,5 +177,11 @@ POLICY_AT = STATE
     GATE_LEN,
     GATE_RECORDED,
     GATE_TRIPPED,
-) = range(49)
-COUNTS = 49
+    # Adaptive steps: its tiers (0: none), the floats each takes, the tier that chose this
+    # iteration's steps (-1: none yet), and the changes of steps so far.
+    STEPS_TIERS,
+    STEPS_STRIDE,
+    STEPS_CURRENT,
+    STEPS_CHANGED,
+) = range(53)
+COUNTS = 53

@@ -235,10 +235,15 @@ def window_terms(policy) -> tuple[np.ndarray, np.ndarray] | None:
     off-switch around a fixed or by-batch policy is the inner policy's table (the kernel
     carries the switch's state, ``compiled_policy_kernel``)."""
     if isinstance(policy, AcceptanceGate):
-        if policy.window > MOST_GATE_WINDOW or type(policy.inner) is GoodputWindow:
+        if policy.window > MOST_GATE_WINDOW or type(policy.inner) not in (
+            FixedWindow,
+            BatchTableWindow,
+        ):
             return None
         return window_terms(policy.inner)
     kind = type(policy)
+    if kind is AdaptiveStepsWindow:  # its tiers are the kernel's state (``serving_policy``)
+        return np.zeros(1, dtype=np.int64), np.zeros((5, 1))
     if kind is FixedWindow:
         return np.array([policy.k], dtype=np.int64), np.zeros((5, 1))
     if kind is BatchTableWindow:
