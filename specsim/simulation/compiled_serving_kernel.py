@@ -197,7 +197,9 @@ def serving_loop(
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
 
     ``adaptive``: the goodput policy's window (``window_goodput``), else k by batch size
-    (``by_rows``; one entry for a fixed k).
+    (``by_rows``; one entry for a fixed k), or 0 once TensorRT-LLM's off-switch has tripped,
+    or SGLang's adaptive steps (``compiled_policy_kernel``: their state in ``st`` and ``ct``,
+    updated after each decode iteration).
 
     ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
     admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
