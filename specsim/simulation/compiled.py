@@ -38,6 +38,7 @@ KERNEL_MODULES = (
     "compiled_kernels",
     "compiled_step_kernel",
     "compiled_kv_kernel",
+    "compiled_policy_kernel",
     "compiled_admission_kernel",
     "compiled_prefill_kernel",
     "compiled_serving_kernel",

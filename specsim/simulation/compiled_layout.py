@@ -95,8 +95,32 @@ HANDED_OFF = -1.0
     # A shared prefix's holders (``SharedPrefix``): the sum of the sizes held, and the largest.
     SHARED_TOTAL,
     SHARED_TOP,
-) = range(STEP_STATE, STEP_STATE + 25)
-STATE = STEP_STATE + 25
+    # TensorRT-LLM's acceptance off-switch (``engine_policies.AcceptanceGate``): its samples'
+    # threshold, its samples' running sum, and when the iteration that tripped it ended.
+    GATE_THRESHOLD,
+    GATE_SUM,
+    GATE_OFF_AT,
+) = range(STEP_STATE, STEP_STATE + 28)
+STATE = STEP_STATE + 28
+# A window policy's own floats follow ``st``'s slots (``serving_policy.policy_floats``): the
+# off-switch's ring of its last ``GATE_WINDOW`` samples; or SGLang's adaptive steps' tiers,
+# ``STEPS_STRIDE`` floats each (these slots, then its candidates in increasing order), then its
+# first changes (time, tier's min_batch, steps), ``REPORTED_CHANGES`` at most.
+POLICY_AT = STATE
+REPORTED_CHANGES = 50  # a run's summary lists this many of the steps' changes
+(
+    TIER_MIN_BATCH,
+    TIER_STEPS,
+    TIER_EMA,
+    TIER_BATCHES,
+    TIER_ALPHA,
+    TIER_INTERVAL,
+    TIER_WARMUP,
+    TIER_UP,
+    TIER_DOWN,
+    TIER_CANDIDATES,  # how many
+) = range(10)
+TIER_SLOTS = 10
 
 # ``ct``: counts in and out.
 (
@@ -146,5 +170,18 @@ STATE = STEP_STATE + 25
     CHARGED,  # the admissions an iteration's seconds have paid for (``Replica.charged_admissions``)
     BLOCK_SIZE,  # ``engine.block_size``: the cache counted in blocks of it (0: in tokens)
     SHARED,  # 1: the prefix's hits are one shared sequence, held once (``SHARED_*``)
-) = range(44)
-COUNTS = 44
+    # The off-switch: its window (0: none), its ring's head and length (at ``POLICY_AT``), the
+    # samples recorded, and the sample that tripped it (0: not tripped).
+    GATE_WINDOW,
+    GATE_HEAD,
+    GATE_LEN,
+    GATE_RECORDED,
+    GATE_TRIPPED,
+    # Adaptive steps: its tiers (0: none), the floats each takes, the tier that chose this
+    # iteration's steps (-1: none yet), and the changes of steps so far.
+    STEPS_TIERS,
+    STEPS_STRIDE,
+    STEPS_CURRENT,
+    STEPS_CHANGED,
+) = range(53)
+COUNTS = 53

@@ -8,7 +8,8 @@ decoding, finishes and the clients' next requests in one call, from one stop to 
 (each call takes the multipliers of the iterations it applies) and padded attention or not.
 Its state goes in and out through the table (``serving_table.py``); a replica behind a router
 runs the same kernel through ``fleet_serving.py``. It runs where the replica's fast path has a
-rate model of acceptance and a compiled window policy (``kernel_tables``), and a prefix cache,
+rate model of acceptance and a compiled window policy (``kernel_tables``; TensorRT-LLM's
+off-switch among them, ``compiled_policy_kernel``), and a prefix cache,
 if any, hits by request alone (a trace's column, a fraction of each prompt or a shared system
 prompt, drawn ahead by the table: not a session's memory), the KV cache counted in tokens or
 blocks; elsewhere, and whenever the

@@ -84,6 +84,7 @@ from specsim.simulation.compiled_layout import (
     STOP_AT_FINISH,
     TOKEN_BUDGET,
 )
+from specsim.simulation.compiled_policy_kernel import _observe, _policy_window
 from specsim.simulation.compiled_prefill_kernel import (
     _chunks,
     _completing,
@@ -196,7 +197,9 @@ def serving_loop(
     """Iterations from ``st[NOW]`` until Python must act (see the module's docstring).
 
     ``adaptive``: the goodput policy's window (``window_goodput``), else k by batch size
-    (``by_rows``; one entry for a fixed k).
+    (``by_rows``; one entry for a fixed k), or 0 once TensorRT-LLM's off-switch has tripped,
+    or SGLang's adaptive steps (``compiled_policy_kernel``: their state in ``st`` and ``ct``,
+    updated after each decode iteration).
 
     ``batch``: the replica's (remaining, context, output, level, level shift, drafted,
     admit order) arrays; ``slot_row``, ``join_step``, ``join_left``: each slot's request row
@@ -304,7 +307,7 @@ def serving_loop(
                 chunk, st, ct,
             )  # fmt: skip
         else:
-            k = by_rows[min(rows, by_rows.shape[0] - 1)]
+            k = _policy_window(by_rows, rows, st, ct)
         new_tokens = pairs = charged_pairs = 0.0
         charged_kv = decode_kv  # what the pass is charged for (padded attention: more)
         drawn = ct[DRAWN]
@@ -344,6 +347,7 @@ def serving_loop(
         # First tokens count before any finish, which may end the steady window.
         st[EMITTED] += _completing(req, prefilling, p_rows, chunk, ct)
         if rows:
+            _observe(drafts, accepted, used, st, ct, end)
             apply_step(
                 st, c, k, rows, used, new_tokens, pairs, accepted, drafts, remaining, context,
                 drafted_by_row, log_all, ct[FILLED], i, end, rows + p_rows, held, ct[JOINED],

@@ -1,8 +1,10 @@
 """Window policies with state across iterations, as two engines run them.
 
 Both observe every decode iteration after it runs (``observe``: the rows' drafted and accepted
-counts), so a replica that holds one steps one iteration at a time (the per-iteration reference
-path; ``Replica`` turns its fast path off for a policy with ``observes``).
+counts). This is the specification: the serving kernel carries each one's state and
+updates it after each decode iteration in the same operations (``compiled_policy_kernel.py``),
+and hands it back to the object here (``serving_policy.py``), which the per-iteration path
+steps.
 
 - ``AcceptanceGate`` wraps a fixed or k-by-batch policy with TensorRT-LLM's acceptance
   off-switch. Source: NVIDIA/TensorRT-LLM @ 0004396720054fd8e205cbf616f21f0b57c6b412,
@@ -49,8 +51,7 @@ import numpy as np
 from specsim.policy_settings import AcceptanceGate as GateSettings
 from specsim.policy_settings import AdaptiveSteps
 from specsim.profile.latency import fit_seconds
-
-REPORTED_CHANGES = 50  # a run's summary lists this many of the steps' changes
+from specsim.simulation.compiled_layout import REPORTED_CHANGES
 
 
 class AcceptanceGate:
@@ -171,7 +172,9 @@ class AdaptiveStepsWindow:
         self.starts = [tier.min_batch for tier in config.tiers]
         self.slots = [StepSlot(initial, t.candidate_steps, config, t) for t in config.tiers]
         self._current: StepSlot | None = None
-        self.changes: list[tuple[float, int, int]] = []  # (time, tier's min_batch, new steps)
+        # The first REPORTED_CHANGES changes (time, tier's min_batch, new steps), and how many.
+        self.changes: list[tuple[float, int, int]] = []
+        self.changed = 0
 
     @classmethod
     def build(cls, speculation, max_batch: int) -> AdaptiveStepsWindow:
@@ -192,15 +195,17 @@ class AdaptiveStepsWindow:
         before = slot.steps
         slot.update(accepted)
         if slot.steps != before:
-            self.changes.append((now, self.starts[self.slots.index(slot)], slot.steps))
+            if self.changed < REPORTED_CHANGES:
+                self.changes.append((now, self.starts[self.slots.index(slot)], slot.steps))
+            self.changed += 1
 
     def report(self) -> dict:
         """The tiers' steps at the end and the first changes (time, tier, steps)."""
         return {
             "adaptive_steps": {
                 "steps": {str(b): s.steps for b, s in zip(self.starts, self.slots, strict=True)},
-                "changes": len(self.changes),
-                "first_changes": [list(c) for c in self.changes[:REPORTED_CHANGES]],
+                "changes": self.changed,
+                "first_changes": [list(c) for c in self.changes],
             }
         }
 

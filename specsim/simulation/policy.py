@@ -6,7 +6,7 @@ scenario may give ``speculation.policy`` (``specsim.choices.WINDOW_POLICIES``).
 - ``AdaptiveStepsWindow`` (``policy: adaptive_steps``): SGLang's adaptive steps,
   ``AcceptanceGate``, TensorRT-LLM's acceptance off-switch around a fixed or by-batch policy,
   and ``AdaptiveVerification`` (``policy: adaptive_verification``), vLLM's per-row verify
-  budget (all in ``engine_policies.py``: they run one iteration at a time).
+  budget (all in ``engine_policies.py``; the off-switch runs on the serving kernel too).
 - ``GoodputWindow`` (``policy: adaptive``): before each iteration, the k in 0..k_max that saves
   the most time. It evaluates the engine's own cost function (``StepCosts.iteration_s``) on the
   batch as it stands, with each row's ragged window near the end of its request. A decode-only
@@ -40,6 +40,7 @@ from specsim.simulation.engine_policies import (
     AdaptiveStepsWindow,
     AdaptiveVerification,
 )
+from specsim.simulation.serving_policy import MOST_GATE_WINDOW
 
 
 class FixedWindow:
@@ -230,8 +231,19 @@ def build_policy(speculation: Speculation, max_batch: int) -> WindowPolicy | Acc
 
 def window_terms(policy) -> tuple[np.ndarray, np.ndarray] | None:
     """The window policy as the kernel reads it (``compiled_step_kernel._window``): k by batch
-    size, or (none) the goodput policy's per-window terms; None for another policy."""
+    size, or (none) the goodput policy's per-window terms; None for another policy. An
+    off-switch around a fixed or by-batch policy is the inner policy's table (the kernel
+    carries the switch's state, ``compiled_policy_kernel``)."""
+    if isinstance(policy, AcceptanceGate):
+        if policy.window > MOST_GATE_WINDOW or type(policy.inner) not in (
+            FixedWindow,
+            BatchTableWindow,
+        ):
+            return None
+        return window_terms(policy.inner)
     kind = type(policy)
+    if kind is AdaptiveStepsWindow:  # its tiers are the kernel's state (``serving_policy``)
+        return np.zeros(1, dtype=np.int64), np.zeros((5, 1))
     if kind is FixedWindow:
         return np.array([policy.k], dtype=np.int64), np.zeros((5, 1))
     if kind is BatchTableWindow:

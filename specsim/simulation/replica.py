@@ -25,8 +25,8 @@ and the specification the compiled kernels are tested against. On the fast path 
 on an open-loop source takes its arrivals itself as their times pass, and where the serving
 kernel knows the replica's rules (``compiled_serving.py``, ``fleet_serving.py`` behind a router)
 whole spans of iterations run compiled, with the same results bit for bit
-(``tests/test_sim_identity.py``). Elsewhere (replayed acceptance sequences, policies that
-observe each iteration, ...) the fast path steps here too.
+(``tests/test_sim_identity.py``). Elsewhere (replayed acceptance sequences, a policy that
+trims each row's drafts, ...) the fast path steps here too.
 """
 
 from __future__ import annotations
@@ -101,13 +101,14 @@ class Replica(IterationPlanning, BatchRows):
         self.kv_capacity = kv_capacity
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's
-        # position, step by step, so they run per iteration. Policies that
-        # observe each iteration (``engine_policies.py``) and a workload whose acceptance shifts
-        # part-way run per iteration too: the kernels know neither.
+        # position, step by step, so they run per iteration. A policy that trims the drafts
+        # (``engine_policies.py``), one that observes each iteration where the kernel does not
+        # carry its state (``window_terms``), and a workload whose acceptance shifts part-way
+        # run per iteration too: the kernels know none of them.
         self.fast = (
             fast
             and not acceptance.needs_position
-            and not getattr(policy, "observes", False)
+            and not (getattr(policy, "observes", False) and window_terms(policy) is None)
             and not getattr(policy, "trims", False)
             and getattr(acceptance, "shift", None) is None
         )

@@ -80,6 +80,7 @@ from specsim.simulation.compiled_layout import (
 )
 from specsim.simulation.request import Request
 from specsim.simulation.serving_kv import fitting_lengths, pack_kv, shared_held, unpack_holders
+from specsim.simulation.serving_policy import pack_policy, policy_floats, unpack_policy
 from specsim.simulation.steplog import BUFFER_ITERATIONS
 
 AHEAD = 4096  # arrivals or clients' lengths handed to one call, and records it may write
@@ -122,7 +123,7 @@ class ServingTable:
         fleet replica copies to replay a call from (``fleet_serving.py``). The replica's batch
         arrays become views too, their values kept."""
         cap = replica.capacity
-        self.floats = np.zeros(6 * cap + STATE)
+        self.floats = np.zeros(6 * cap + STATE + policy_floats(replica.policy))
         self.counts = np.zeros(5 * cap + COUNTS, dtype=np.int64)
         floats = self.floats[: 6 * cap].reshape(6, cap)
         counts = self.counts[: 5 * cap].reshape(5, cap)
@@ -217,13 +218,14 @@ class ServingTable:
         self._args = None
 
     def _rules(self, replica) -> None:
-        """The API server's delay, the block size, the prefix hits so far and a shared prefix's
-        holders, and the profile's measured range as it stands (``StepCosts.range_limits``: a
-        warning, once given, is done)."""
+        """The API server's delay, the block size, the prefix hits so far, a shared prefix's
+        holders, the window policy's state, and the profile's measured range as it stands
+        (``StepCosts.range_limits``: a warning, once given, is done)."""
         st = self.st
         st[DELAY] = self.delay
         st[PREFIX_HITS] = replica.admission.prefix_hits
         pack_kv(replica.admission, st, self.ct)
+        pack_policy(replica.policy, st, self.ct)
         limits = replica.costs.range_limits()
         st[RANGE_BATCH_LO : RANGE_NEW_HI + 1] = limits
         self.ct[CHECKS_RANGES] = limits != (-np.inf, np.inf, np.inf, -np.inf, np.inf)
@@ -312,6 +314,7 @@ class ServingTable:
         admission.prefix_queried = int(prefix_queried)
         admission.prefix_hits = int(values[PREFIX_HITS])
         unpack_holders(admission, self.req, st)
+        unpack_policy(replica.policy, st, ct)
         if ct[PROMPT_PASS]:
             replica.prompt_pass = [int(values[OWED_ROWS]), values[OWED_TOKENS], values[OWED_PAIRS]]
         log.adopt(int(ct[LOGGED]), int(ct[FILLED]))
