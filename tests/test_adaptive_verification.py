@@ -68,6 +68,20 @@ def test_cheap_verification_verifies_every_draft():
     assert admit(av, [2, 2, -1], [0, 1, 0]) == [2, 2, -1]  # the empty slot stays empty
 
 
+@pytest.mark.parametrize("prefill_pair_s", [None, 0.0, 4e-3])
+def test_the_budget_prices_prompt_chunks_pairs_at_their_own_cost(prefill_pair_s):
+    # 5,000 query-key pairs of a prompt chunk beside two decoding rows: the budget's seconds
+    # carry them at the fit's prefill cost (absent: the decode cost, 1 ms a pair), as the
+    # step-cost formula prices the iteration.
+    fit = LatencyFit(fixed_s=0.010, per_attention_pair_s=1e-3, per_prefill_pair_s=prefill_pair_s)
+    av = policy([[0.5, 0.5]], fit)
+    decode = PassTotals(2, 2.0, 10.0, 2.0)
+    with_pairs, without = PassTotals(1, 100.0, 0.0, 5000.0), PassTotals(1, 100.0, 0.0, 0.0)
+    added = av._seconds(2, decode, with_pairs) - av._seconds(2, decode, without)
+    cost = 1e-3 if prefill_pair_s is None else prefill_pair_s
+    assert added == pytest.approx([5000.0 * cost] * 3, rel=1e-12, abs=1e-12)
+
+
 def test_survival_decides_whose_drafts_are_verified_and_rows_keep_prefixes():
     # Level 0 survives 0.9, 0.81, 0.729; level 1 0.5, 0.25, 0.125. With the knee at 6 tokens
     # three rows leave room for three drafts: all three of the level-0 row's.

@@ -286,12 +286,16 @@ class AdaptiveVerification:
         """The iteration's seconds with 0..total drafts verified."""
         added = np.arange(total + 1, dtype=np.float64)
         mean_context = decode.kv / decode.rows
+        # A prompt chunk's pairs at their own cost where the fit has one (the formula's rule);
+        # else summed in the order that prices them as before, to the bit.
+        apart = prefill.pairs if self._fit.per_prefill_pair_s is not None else 0.0
         target = fit_seconds(
             self._fit,
             decode.rows + prefill.rows,
             decode.tokens + prefill.tokens + added,
             decode.kv + prefill.kv,
-            decode.pairs + prefill.pairs + added * mean_context,
+            decode.pairs + (prefill.pairs - apart) + added * mean_context,
+            apart,
         )
         _, draft, host = self.costs.iteration_parts(self.k, decode, prefill)
         return target + draft + host
