@@ -182,13 +182,32 @@ def _deployments_section(plan: CapacityPlan, outcome: dict[str, Any], summary) -
 
 def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]) -> list:
     """The answer in words: the target, the recommendation, its confirmation, lossy notes."""
-    rec = summary["recommendation"]
     target = (
         f"Target **{plan.target_rps:g} req/s** with the SLO {slo_text(plan.scenario)} met by "
         f"at least {plan.attainment:.0%} of requests; "
     )
+    answer = _method_words(plan, target)
+    if summary["recommendation"] is None:
+        answer.append(
+            Callout("no candidate sustains any rate within the SLO in the range searched")
+        )
+    else:
+        answer += _recommendation_words(plan, outcome, summary)
+    notes = {
+        lossy_note(plan.profile, plan.scenario.speculation.model_copy(update={"drafter": d}))
+        for d in {c.drafter for c in plan.candidates if c.drafter is not None}
+    }
+    for note in sorted(n for n in notes if n):
+        answer.append(
+            Callout(f"{note}; the capacities with speculation assume that is acceptable.")
+        )
+    return answer
+
+
+def _method_words(plan: CapacityPlan, target: str) -> list:
+    """What was searched and how candidates are ranked: one device kind, or deployments."""
     if not plan.deployments:
-        answer: list = [
+        return [
             Paragraph(
                 target + f"{replica_devices(plan)} per replica at "
                 f"${plan.profile.profile.hardware.price_per_hour_usd:g}/hour "
@@ -200,75 +219,65 @@ def _answer(plan: CapacityPlan, outcome: dict[str, Any], summary: dict[str, Any]
                 "sustained when the share above meets the SLO."
             ),
         ]
-    else:
-        fitting = sum(d.fits for d in plan.deployments)
-        answer = [
-            Paragraph(
-                target + f"{len(plan.deployments)} deployments ({fitting} fit), a replica of "
-                "TP devices each; a fleet costs replicas x TP x the device's price."
-            ),
-            Paragraph(
-                "Candidates (deployment x speculation) are ranked by what their fleet costs, "
-                "at equal cost speculation off first, then by the replicas and the capacity "
-                "per device; a rate counts as sustained when the share above meets the SLO."
-            ),
-        ]
-    if rec is None:
+    fitting = sum(d.fits for d in plan.deployments)
+    return [
+        Paragraph(
+            target + f"{len(plan.deployments)} deployments ({fitting} fit), a replica of "
+            "TP devices each; a fleet costs replicas x TP x the device's price."
+        ),
+        Paragraph(
+            "Candidates (deployment x speculation) are ranked by what their fleet costs, "
+            "at equal cost speculation off first, then by the replicas and the capacity "
+            "per device; a rate counts as sustained when the share above meets the SLO."
+        ),
+    ]
+
+
+def _recommendation_words(plan: CapacityPlan, outcome: dict[str, Any], summary: dict) -> list:
+    """The recommended fleet (or why it is unconfirmed), and how it compares with the rest."""
+    rec = summary["recommendation"]
+    answer: list = []
+    chosen = outcome["chosen"]
+    if rec["fleet_meets_slo"]:
         answer.append(
-            Callout("no candidate sustains any rate within the SLO in the range searched")
+            Paragraph(
+                f"**Run {rec['replicas']} replicas with {rec['candidate']}** "
+                f"(${rec['cost_usd_per_hour']:,.2f}/hour"
+                + (
+                    f", ${chosen.cost_per_million:.3g} per million tokens"
+                    if chosen.cost_per_million
+                    else ""
+                )
+                + f"); {_fleet_words(plan, rec)}."
+            )
         )
     else:
-        chosen = outcome["chosen"]
-        if rec["fleet_meets_slo"]:
-            answer.append(
-                Paragraph(
-                    f"**Run {rec['replicas']} replicas with {rec['candidate']}** "
-                    f"(${rec['cost_usd_per_hour']:,.2f}/hour"
-                    + (
-                        f", ${chosen.cost_per_million:.3g} per million tokens"
-                        if chosen.cost_per_million
-                        else ""
-                    )
-                    + f"); {_fleet_words(plan, rec)}."
-                )
-            )
-        else:
-            answer.append(
-                Callout(
-                    f"{rec['candidate']} needs {rec['planned_replicas']} replicas by capacity, "
-                    "but the fleet simulation missed the SLO even with "
-                    f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
-                )
-            )
-        if not plan.deployments:  # the deployments section says it otherwise
-            answer += [Paragraph(checked_too_words(i)) for i in summary["fleet_checked_too"]]
-        against = _against_off_words(summary)
-        if against is not None:
-            answer.append(Paragraph(against[0].upper() + against[1:] + "."))
-        if rec["tie_on_cost"] is not None:
-            answer.append(
-                Paragraph(
-                    rec["tie_on_cost"]["reason"][0].upper() + rec["tie_on_cost"]["reason"][1:] + "."
-                )
-            )
-        elif chosen.candidate.drafter is None:
-            answer.append(
-                Paragraph("Speculation does not reduce the replicas needed at this target.")
-            )
-        elif rec["replicas_without_speculation"] is not None:
-            answer.append(
-                Paragraph(
-                    "Without speculation, capacity alone calls for "
-                    f"{rec['replicas_without_speculation']} replicas."
-                )
-            )
-    notes = {
-        lossy_note(plan.profile, plan.scenario.speculation.model_copy(update={"drafter": d}))
-        for d in {c.drafter for c in plan.candidates if c.drafter is not None}
-    }
-    for note in sorted(n for n in notes if n):
         answer.append(
-            Callout(f"{note}; the capacities with speculation assume that is acceptable.")
+            Callout(
+                f"{rec['candidate']} needs {rec['planned_replicas']} replicas by capacity, "
+                "but the fleet simulation missed the SLO even with "
+                f"{len(outcome['fleet']) - 1} more; treat the plan as unconfirmed."
+            )
+        )
+    if not plan.deployments:  # the deployments section says it otherwise
+        answer += [Paragraph(checked_too_words(i)) for i in summary["fleet_checked_too"]]
+    against = _against_off_words(summary)
+    if against is not None:
+        answer.append(Paragraph(against[0].upper() + against[1:] + "."))
+    if rec["tie_on_cost"] is not None:
+        answer.append(
+            Paragraph(
+                rec["tie_on_cost"]["reason"][0].upper() + rec["tie_on_cost"]["reason"][1:] + "."
+            )
+        )
+    elif chosen.candidate.drafter is None:
+        answer.append(Paragraph("Speculation does not reduce the replicas needed at this target."))
+    elif rec["replicas_without_speculation"] is not None:
+        answer.append(
+            Paragraph(
+                "Without speculation, capacity alone calls for "
+                f"{rec['replicas_without_speculation']} replicas."
+            )
         )
     return answer
 
