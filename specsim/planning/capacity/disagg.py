@@ -262,39 +262,17 @@ def prepare(
 ) -> DisaggregatedPlan:
     """Check the scenario and the deployments (when given), and lay out the four searches."""
     from specsim.scenario import load_scenario
-    from specsim.simulation.run import cached_profile
 
     scenario = load_scenario(scenario_path, base_overrides)
     where = str(scenario_path)
     _check(scenario, where, target_rps, tolerance, attainment, max_replicas)
-    split = scenario.fleet.disaggregation
     axis = load_axis(scenario)
     scale = ArrivalScale.for_scenario(scenario, axis)
     load_overrides = axis.overrides(scale.knob(target_rps))
-    main = cached_profile(scenario.resolve(scenario.profile))
-
-    def pool_terms(pool) -> tuple[float, int]:
-        if pool.profile is None:
-            return _replica_terms(main)
-        return _replica_terms(cached_profile(scenario.resolve(pool.profile)))
-
     built = list(deployments or [])
+    pricing = _pricing(scenario, built)
     settings = [SPEC_ON, SPEC_OFF] if scenario.speculation.enabled else [SPEC_OFF]
-    fit = None
-    if built:
-        colocated = [*base_overrides, "fleet.disaggregation=null", "fleet.replicas=1"]
-        fit = role_fits(
-            built,
-            load_scenario(scenario_path, colocated),
-            scenario_path,
-            colocated,
-            {s: s != SPEC_OFF for s in settings},
-        )
-        _check_some_fit(built, fit, settings)
-    terms = {d.label: (d.replica_price, d.devices) for d in built if d.fits}
-    pricing = Pricing(
-        _replica_terms(main), pool_terms(split.prefill), pool_terms(split.decode), terms
-    )
+    fit = _role_fits(built, scenario_path, base_overrides, settings) if built else None
     searches = [
         Search(
             setting,
@@ -321,6 +299,40 @@ def prepare(
         built,
         [] if fit is None else fit.unfit,
     )
+
+
+def _role_fits(built: list[Deployment], scenario_path: str, base_overrides, settings) -> Fit:
+    """Which deployments fit each role (colocated, prefill, decode) with and without
+    speculation; refused where none fits."""
+    from specsim.scenario import load_scenario
+
+    colocated = [*base_overrides, "fleet.disaggregation=null", "fleet.replicas=1"]
+    fit = role_fits(
+        built,
+        load_scenario(scenario_path, colocated),
+        scenario_path,
+        colocated,
+        {s: s != SPEC_OFF for s in settings},
+    )
+    _check_some_fit(built, fit, settings)
+    return fit
+
+
+def _pricing(scenario, built: list[Deployment]) -> Pricing:
+    """A replica's price and devices: the scenario's, each pool's profile's, each fitting
+    deployment's."""
+    from specsim.simulation.run import cached_profile
+
+    main = cached_profile(scenario.resolve(scenario.profile))
+    split = scenario.fleet.disaggregation
+
+    def pool_terms(pool) -> tuple[float, int]:
+        if pool.profile is None:
+            return _replica_terms(main)
+        return _replica_terms(cached_profile(scenario.resolve(pool.profile)))
+
+    terms = {d.label: (d.replica_price, d.devices) for d in built if d.fits}
+    return Pricing(_replica_terms(main), pool_terms(split.prefill), pool_terms(split.decode), terms)
 
 
 def _placements(fit: Fit | None, built: list[Deployment], setting: str, kind: str):
