@@ -82,6 +82,9 @@ from specsim.simulation.compiled_layout import (
     RID,
     ROWS_FREE_N,
     SCHEDULED,
+    SHIFT_AT,
+    SHIFT_LEVELS,
+    SHIFT_RID,
     STEPS,
     TARGET,
     TOKEN_BUDGET,
@@ -120,7 +123,7 @@ def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
         if first_time:
             req[c, SCHEDULED] = st[NOW]
         if first_time or joins:  # a join takes a level from this pool's levels
-            req[c, LEVEL] = levels[ct[LEVELS_AT]]
+            req[c, LEVEL] = levels[ct[LEVELS_AT]] + _shifted(req, c, st, ct)
             ct[LEVELS_AT] += 1
         if joins:
             _join(req, c, batch, places, st, ct)
@@ -129,6 +132,15 @@ def _admit(req, prefilling, levels, batch, places, st, ct, lookahead):
         used += need
         running += 1
     return True
+
+
+@_inner
+def _shifted(req, c, st, ct):
+    """How far request ``c``'s drawn level moves on (``RateAcceptance.request_level``): the
+    base levels where the workload's acceptance has shifted by its index or arrival, else 0."""
+    if req[c, RID] >= st[SHIFT_RID] or req[c, ARRIVAL] >= st[SHIFT_AT]:
+        return ct[SHIFT_LEVELS]
+    return 0
 
 
 @_inner

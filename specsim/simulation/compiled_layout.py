@@ -100,8 +100,12 @@ HANDED_OFF = -1.0
     GATE_THRESHOLD,
     GATE_SUM,
     GATE_OFF_AT,
-) = range(STEP_STATE, STEP_STATE + 28)
-STATE = STEP_STATE + 28
+    # The workload's acceptance shift (``AcceptanceShift``): the first request index, and the
+    # first arrival time, that shift (infinite: no such trigger).
+    SHIFT_RID,
+    SHIFT_AT,
+) = range(STEP_STATE, STEP_STATE + 30)
+STATE = STEP_STATE + 30
 # A window policy's own floats follow ``st``'s slots (``serving_policy.policy_floats``): the
 # off-switch's ring of its last ``GATE_WINDOW`` samples; or SGLang's adaptive steps' tiers,
 # ``STEPS_STRIDE`` floats each (these slots, then its candidates in increasing order), then its
@@ -183,5 +187,6 @@ TIER_SLOTS = 10
     STEPS_STRIDE,
     STEPS_CURRENT,
     STEPS_CHANGED,
-) = range(53)
-COUNTS = 53
+    SHIFT_LEVELS,  # the levels a shifted request's level moves on by (0: no shift)
+) = range(54)
+COUNTS = 54

@@ -102,15 +102,13 @@ class Replica(IterationPlanning, BatchRows):
         self.rng = rng
         # The compiled loops need a rate model: replayed sequences depend on each row's
         # position, step by step, so they run per iteration. A policy that trims the drafts
-        # (``engine_policies.py``), one that observes each iteration where the kernel does not
-        # carry its state (``window_terms``), and a workload whose acceptance shifts part-way
-        # run per iteration too: the kernels know none of them.
+        # (``engine_policies.py``) and one that observes each iteration where the kernel does
+        # not carry its state (``window_terms``) run per iteration too: the kernels know neither.
         self.fast = (
             fast
             and not acceptance.needs_position
             and not (getattr(policy, "observes", False) and window_terms(policy) is None)
             and not getattr(policy, "trims", False)
-            and getattr(acceptance, "shift", None) is None
         )
         self._observes = getattr(policy, "observes", False)
         # The fast path runs the compiled kernels (compiled.py), which step PCG64's state.

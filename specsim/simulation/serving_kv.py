@@ -1,6 +1,7 @@
-"""The serving table's KV-cache rules (``serving_table.py``, for ``compiled_kv_kernel``): the
-lengths that fit the cache, the block size and a shared prefix's holders packed into the
-kernel's state, and the holders written back after a call."""
+"""The serving table's admission rules (``serving_table.py``, for ``compiled_kv_kernel`` and
+``compiled_admission_kernel``): the lengths that fit the cache, the block size, a shared
+prefix's holders and the workload's acceptance shift packed into the kernel's state, and the
+holders written back after a call."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from specsim.simulation.compiled_layout import (
     SHARED_HELD,
     SHARED_TOP,
     SHARED_TOTAL,
+    SHIFT_AT,
+    SHIFT_LEVELS,
+    SHIFT_RID,
 )
 
 
@@ -33,6 +37,19 @@ def pack_kv(admission: Admission, st: np.ndarray, ct: np.ndarray) -> None:
     ct[SHARED] = shared is not None
     if shared is not None:
         st[SHARED_TOTAL], st[SHARED_TOP] = shared.total, shared.top
+    pack_shift(admission.acceptance, st, ct)
+
+
+def pack_shift(acceptance, st: np.ndarray, ct: np.ndarray) -> None:
+    """The workload's acceptance shift as ``RateAcceptance.request_level`` applies it: a request
+    from the index or arrival time on takes its drawn level ``SHIFT_LEVELS`` further on."""
+    shift = getattr(acceptance, "shift", None)
+    ct[SHIFT_LEVELS] = 0 if shift is None else acceptance.base_levels
+    st[SHIFT_RID] = st[SHIFT_AT] = np.inf
+    if shift is not None and shift.after_requests is not None:
+        st[SHIFT_RID] = shift.after_requests
+    elif shift is not None:
+        st[SHIFT_AT] = shift.after_s
 
 
 def shared_held(admission: Admission, request) -> int:
