@@ -53,8 +53,20 @@ def test_capacity_is_the_memory_left_after_weights_and_reservation():
 
 
 def test_a_reservation_that_leaves_no_cache_is_refused():
-    """0.235 x 72 GB = 16.92 GB holds the 16.06 GB of weights, not the 1.63 GB reserved too."""
+    """0.22 x 76.55 GB = 16.84 GB holds the 16.06 GB of weights, not the 1.63 GB reserved too."""
     profile = load_profile(ONE)
-    engine = Engine(max_batched_tokens=8192, memory_utilisation=0.235)
+    engine = Engine(max_batched_tokens=8192, memory_utilisation=0.22)
     with pytest.raises(SpecsimError, match="activations and buffers"):
         kv_capacity_tokens(profile, None, False, engine)
+
+
+def test_a_padded_engine_sizes_no_pool_and_reserves_nothing():
+    """specsim's own engine and Hugging Face generate allocate each request's cache as it runs."""
+    profile = load_profile(ONE)
+    engine = Engine(max_batched_tokens=8192, padded_attention=True)
+    assert engine_reservation_bytes(profile, engine) == 0.0
+    target = profile.profile.target
+    free = profile.profile.hardware.memory_bytes - target.device_weight_bytes
+    assert kv_capacity_tokens(profile, None, False, engine) == int(
+        free // target.device_kv_bytes_per_token
+    )

@@ -65,7 +65,10 @@ def kv_capacity_tokens(
 
 def engine_reservation_bytes(profile: LoadedProfile, engine: Engine) -> float:
     """Device memory the engine holds besides weights and KV cache: the activation peak of a
-    pass of ``max_batched_tokens`` tokens and the buffers allocated outside torch."""
+    pass of ``max_batched_tokens`` tokens and the buffers allocated outside torch. None for a
+    padded engine (specsim's own, Hugging Face generate): it preallocates no cache pool."""
+    if engine.padded_attention:
+        return 0.0
     hidden = profile.profile.target.hidden_size
     activation = ACTIVATION_HIDDEN_STATES * engine.max_batched_tokens * hidden * 2
     tp = profile.profile.hardware.devices
