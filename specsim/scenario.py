@@ -47,13 +47,15 @@ class Engine(StrictModel):
     )
     memory_utilisation: Share = Field(
         default=1.0,
-        description="fraction of the profile's hardware.memory_bytes given to weights and KV "
-        "cache (the profile's figure is already what is available; lower it for headroom)",
+        description="fraction of the profile's hardware.memory_bytes given to weights, the "
+        "engine's activations and buffers, and KV cache (the profile's figure is already what "
+        "is available; lower it for headroom)",
     )
     kv_capacity_tokens: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = Field(
         default=None,
         description="override the KV-cache capacity in tokens (default: memory left after the "
-        "target's and drafter's weights, divided by their KV bytes per token)",
+        "target's and drafter's weights and the engine's activations and buffers, divided by "
+        "their KV bytes per token)",
     )
     tensor_parallel_size: TensorParallel | None = Field(
         default=None,

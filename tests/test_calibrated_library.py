@@ -26,7 +26,7 @@ LIBRARY = REPO / "profiles" / "calibrated"
 RUNS = REPO / "tests" / "data" / "engine_runs"
 # Described, but its roofline prior refuses the 32k-token run (the KV cache does not hold it:
 # docs/notes/2026-12-02-fidelity-baseline.md), so nothing calibrates.
-NOT_CALIBRATED = {"qwen3-32b_h100_vllm"}
+NOT_CALIBRATED: set[str] = set()
 END_TO_END = "qwen3-8b_h100_vllm"
 
 

@@ -41,18 +41,18 @@ def tp2_tp4(tmp_path_factory, repo):
 
 def test_tp2_with_the_drafter_cannot_hold_the_longest_request(tmp_path, repo, tp2_tp4):
     """The workload's bounds: prompts up to 1500 tokens, outputs up to 300, so the longest
-    request needs 1800 tokens + the lookahead. TP2 bf16 with the 1B drafter holds 1167 tokens
-    (72e9 - 71,789,520,896 bytes of weights, over 180,224 KV bytes a token): at k = 2 it needs
-    1800 + 3 = 1803, and the adaptive policy (k up to 2) the same, so neither fits. Without the
-    drafter TP2 holds (72e9 - 70,553,706,496) // 163,840 = 8827 tokens, and TP4 is larger still:
-    those are searched."""
+    request needs 1800 tokens + the lookahead. TP2 bf16 with the 1B drafter holds no cache at
+    all: 71,789,520,896 bytes of weights and the engine's 4.86e9 (19.5 x 8,192 x 8,192 x 2 B of
+    activations, 0.3 + 1.79 GiB outside torch) exceed the 0.9 x 85.06e9 = 76.554e9 a device
+    gives, at k = 2 and adaptive alike. Without the drafter TP2 holds (76.554e9 - 70,553,706,496
+    - 4.86e9) // 163,840 = 6951 tokens, and TP4 is larger still: those are searched."""
     scenario = write_scenario(tmp_path, repo, slo={"ttft_s": 1.0, "tpot_s": 0.05})
     plan = capacity.prepare(str(scenario), [], 4.0, ["llama3.2-1b"], [2], 0.05, 0.99, None, tp2_tp4)
     unfit = dict(plan.unfit)
     assert sorted(unfit) == ["TP2 bf16, llama3.2-1b adaptive", "TP2 bf16, llama3.2-1b k=2"]
-    assert unfit["TP2 bf16, llama3.2-1b k=2"] == (
-        "the workload's longest request needs 1803 KV-cache tokens (prompt 1500 + output 300 "
-        "+ lookahead) but a replica holds 1167"
+    assert unfit["TP2 bf16, llama3.2-1b k=2"].startswith(
+        "the weights (71.8 GB) and the engine's activations and buffers (4.9 GB) leave no room "
+        "for a KV cache in 76.6 GB"
     )
     assert [c.label for c in plan.candidates] == [
         "TP2 bf16, speculation off",
@@ -97,22 +97,23 @@ def test_the_longest_request_of_a_trace_and_of_bounded_distributions(tmp_path, r
 def test_a_plain_plan_leaves_out_a_drafter_whose_cache_cannot_hold_the_longest_request(
     tmp_path, repo, capsys
 ):
-    """No deployment search: the scenario's own 8B H100 profile at memory_utilisation 0.26,
-    18.72e9 bytes. With the 1B drafter the weights take 16,060,522,496 + 2,471,628,800 bytes,
-    leaving (18.72e9 - 18,532,151,296) // (131,072 + 32,768) = 1146 tokens, short of the
-    1800 + 3 that the longest request (prompt 1500 + output 300) needs at k = 2 (the adaptive
-    policy likewise). Without the drafter (18.72e9 - 16,060,522,496) // 131,072 = 20,290 tokens
-    hold it, so speculation off is searched and the plan succeeds (exit 0), naming the misfits
-    in summary.json and the printed report."""
+    """No deployment search: the scenario's own 8B H100 profile at memory_utilisation 0.266,
+    0.266 x 76.554e9 = 20,363,364,000 bytes. With the 1B drafter the weights take
+    16,060,522,496 + 2,471,628,800 bytes and the engine 1,630,745,395 (19.5 x 8,192 x 4,096 x
+    2 B of activations, 0.3 GiB outside torch), leaving 200,467,309 // (131,072 + 32,768) = 1223
+    tokens, short of the 1800 + 3 that the longest request (prompt 1500 + output 300) needs at
+    k = 2 (the adaptive policy likewise). Without the drafter 20,386 tokens hold it, so
+    speculation off is searched and the plan succeeds (exit 0), naming the misfits in
+    summary.json and the printed report."""
     scenario = write_scenario(tmp_path, repo, requests=100, rate=2.0, slo={"ttft_s": 1.0})
-    fits = ["engine.memory_utilisation=0.26"]
+    fits = ["engine.memory_utilisation=0.266"]
     plan = capacity.prepare(str(scenario), fits, 4.0, None, [2], 0.1, 0.99, None)
     assert [c.label for c in plan.candidates] == [capacity.OFF]
     assert dict(plan.unfit) == {
         "llama3.2-1b k=2": "the workload's longest request needs 1803 KV-cache tokens (prompt "
-        "1500 + output 300 + lookahead) but a replica holds 1146",
+        "1500 + output 300 + lookahead) but a replica holds 1223",
         "llama3.2-1b adaptive": "the workload's longest request needs 1803 KV-cache tokens "
-        "(prompt 1500 + output 300 + lookahead) but a replica holds 1146",
+        "(prompt 1500 + output 300 + lookahead) but a replica holds 1223",
     }
     out = tmp_path / "out"
     args = ["plan", "capacity", str(scenario), "--set", fits[0], "--target-rps", "4"]

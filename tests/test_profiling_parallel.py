@@ -13,6 +13,7 @@ from test_model_sizing import DEEPSEEK_ATTENTION, DEEPSEEK_DENSE, DEEPSEEK_EXPER
 from test_profiling_roofline import TOY, TOY_PARAMS
 
 from specsim.costs import kv_capacity_tokens
+from specsim.costs.kv_cache import engine_reservation_bytes
 from specsim.errors import SpecsimError
 from specsim.hardware import Efficiency, HardwareSpec, Link, load_hardware
 from specsim.profile import LatencyModel, load_profile
@@ -175,7 +176,7 @@ def test_shipped_tp4_profile_holds_a_quarter_per_device_and_prices_four(repo):
     assert shape.param_count() == 70_553_706_496  # published with the weights
     assert profile.hardware.tensor_parallel_size == 4
     assert profile.hardware.price_per_hour_usd == 4 * 3.0
-    assert profile.hardware.memory_bytes == 0.9 * 80e9  # one device's
+    assert profile.hardware.memory_bytes == 0.9 * 85.06e9  # one device's, as it reports it
     target, draft = profile.target, profile.drafters["llama3.2-1b"]
     assert target.weight_bytes == 2 * 70_553_706_496
     assert target.sharding.weight_bytes_per_device == 2 * 70_553_706_496 // 4
@@ -183,11 +184,14 @@ def test_shipped_tp4_profile_holds_a_quarter_per_device_and_prices_four(repo):
     assert target.sharding.kv_bytes_per_token_per_device == 80 * 2 * 2 * 128 * 2
     assert draft.sharding.tensor_parallel_size == 4  # vLLM's default: the target's
     assert draft.sharding.kv_bytes_per_token_per_device == 16 * 2 * 2 * 64 * 2
-    free = 72e9 - 35_276_853_248 - 2_471_628_800 // 4
+    # the engine holds 19.5 x 8,192 x 8,192 x 2 B of activations and 0.3 + 1.79 GiB outside torch
+    reserved = engine_reservation_bytes(loaded, Engine())
+    assert reserved == pytest.approx(2_617_245_696 + 2.09 * 2**30, rel=1e-12)
+    free = 76.554e9 - 35_276_853_248 - 2_471_628_800 // 4 - reserved
     capacity = kv_capacity_tokens(loaded, "llama3.2-1b", True, Engine())
-    assert capacity == int(free // (81920 + 8192)) == 400_670
+    assert capacity == int(free // (81920 + 8192)) == 397_259
     assert kv_capacity_tokens(loaded, None, False, Engine()) == int(
-        (72e9 - 35_276_853_248) // 81920
+        (76.554e9 - 35_276_853_248 - reserved) // 81920
     )
 
 
@@ -220,7 +224,7 @@ def test_draft_tp_one_holds_the_whole_drafter_on_one_device(repo, tmp_path, monk
     draft = loaded.profile.drafters["d"]
     assert draft.sharding.tensor_parallel_size == 1
     assert draft.sharding.weight_bytes_per_device == draft.weight_bytes == 2_471_628_800
-    free = 72e9 - 35_276_853_248 - 2_471_628_800
+    free = 76.554e9 - 35_276_853_248 - 2_471_628_800 - engine_reservation_bytes(loaded, Engine())
     assert kv_capacity_tokens(loaded, "d", True, Engine()) == int(free // (81920 + 32768))
     # On one device the drafter's pass has no all-reduce: the single-device fit.
     shape = load_shape(repo / "profiles" / "models" / "llama3.2-1b.json")

@@ -226,7 +226,7 @@ def test_roofline_bad_input_is_one_line_exit_2_and_writes_nothing(
         change = {"--hardware": _write(tmp_path / "hw.yaml", change["bad_hw"])}
     if change.pop("small_hw", False):
         text = (repo / "profiles/hardware/h100-sxm.yaml").read_text()
-        change["--hardware"] = _write(tmp_path / "hw.yaml", text.replace("80.0e+9", "16.0e+9"))
+        change["--hardware"] = _write(tmp_path / "hw.yaml", text.replace("85.06e+9", "16.0e+9"))
     if "bad_cfg" in change:
         change = {"--target": _write(tmp_path / "config.json", change["bad_cfg"])}
     if "bad_acc" in change:

@@ -11,6 +11,7 @@ import pytest
 
 from specsim.choices import ROUTERS
 from specsim.costs import kv_capacity_tokens
+from specsim.costs.kv_cache import engine_reservation_bytes
 from specsim.profile import load_profile
 from specsim.scenario import Scenario
 from specsim.simulation import run_simulation
@@ -178,11 +179,16 @@ def test_k0_is_the_plain_decoding_baseline(tmp_path):
 def test_kv_capacity_formula_counts_target_and_drafter():
     profile = load_profile(DATA / "sim_profile.yaml")
     engine = make().engine
+    # the engine also holds its profiling pass's activations and non-torch buffers
+    reserved = engine_reservation_bytes(profile, engine)
+    assert reserved > 0
     with_draft = kv_capacity_tokens(profile, "c05", True, engine)
-    assert with_draft == int((80e9 - 16e9 - 2e9) // (131072 + 32768))
-    assert kv_capacity_tokens(profile, "c05", False, engine) == int((80e9 - 16e9) // 131072)
+    assert with_draft == int((80e9 - 16e9 - 2e9 - reserved) // (131072 + 32768))
+    alone = kv_capacity_tokens(profile, "c05", False, engine)
+    assert alone == int((80e9 - 16e9 - reserved) // 131072)
     half = make(engine__memory_utilisation=0.5).engine
-    assert kv_capacity_tokens(profile, "c05", True, half) == int((40e9 - 18e9) // 163840)
+    expected = int((40e9 - 18e9 - reserved) // 163840)
+    assert kv_capacity_tokens(profile, "c05", True, half) == expected
 
 
 def test_preemption_when_the_cache_runs_out(tmp_path):

@@ -3,6 +3,11 @@
 A replica that spans several devices (tensor parallelism) holds on each a shard of the target
 and, per drafter, a shard or (drafter TP 1) the whole drafter on one device; vLLM sizes every
 device's cache alike, so the device holding the most decides: the profile's per-device bytes.
+
+The engine's budget is vLLM's (``Worker.determine_available_memory``): the requested share of
+the device less the weights, the profiling pass's activation peak and the memory allocated
+outside torch (NCCL, cuBLAS); the figures behind the reservation are in
+docs/notes/2026-12-03-kv-budget.md.
 """
 
 from __future__ import annotations
@@ -10,6 +15,16 @@ from __future__ import annotations
 from specsim.errors import SpecsimError
 from specsim.profile import LoadedProfile
 from specsim.scenario import Engine
+
+GIB = 2**30
+# Activation peak of vLLM's profiling pass of max_batched_tokens tokens, in units of one hidden
+# state (bf16) per token: Llama-3-8B's 1.19-1.26 GiB at 8,192 tokens, hidden 4,096; the TP-2
+# log prints the same peak, so it is not divided by TP.
+ACTIVATION_HIDDEN_STATES = 19.5
+# Memory outside torch after the profiling pass: 0.1-0.35 GiB on one device in vLLM's logs;
+# tensor parallelism adds NCCL and custom all-reduce buffers, 1.79 GiB (TP 2 less TP 1).
+NON_TORCH_BYTES = 0.3 * GIB
+NON_TORCH_TP_BYTES = 1.79 * GIB
 
 
 def kv_capacity_tokens(
@@ -35,16 +50,29 @@ def kv_capacity_tokens(
             key="target.kv_bytes_per_token",
             fix="add it to the profile or set engine.kv_capacity_tokens in the scenario",
         )
-    free = memory - weights
+    reserved = engine_reservation_bytes(profile, engine)
+    free = memory - weights - reserved
     if free < per_token:
         raise SpecsimError(
-            f"the weights ({weights / 1e9:.1f} GB) leave no room for a KV cache in "
-            f"{memory / 1e9:.1f} GB",
+            f"the weights ({weights / 1e9:.1f} GB) and the engine's activations and buffers "
+            f"({reserved / 1e9:.1f} GB) leave no room for a KV cache in {memory / 1e9:.1f} GB",
             file=str(profile.path),
             key="hardware.memory_bytes",
             fix="use a larger device, a smaller drafter or raise engine.memory_utilisation",
         )
     return int(free // per_token)
+
+
+def engine_reservation_bytes(profile: LoadedProfile, engine: Engine) -> float:
+    """Device memory the engine holds besides weights and KV cache: the activation peak of a
+    pass of ``max_batched_tokens`` tokens and the buffers allocated outside torch. None for a
+    padded engine (specsim's own, Hugging Face generate): it preallocates no cache pool."""
+    if engine.padded_attention:
+        return 0.0
+    hidden = profile.profile.target.hidden_size
+    activation = ACTIVATION_HIDDEN_STATES * engine.max_batched_tokens * hidden * 2
+    tp = profile.profile.hardware.devices
+    return activation + NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0.0)
 
 
 def check_tensor_parallel(
