@@ -65,7 +65,7 @@ def kv_capacity_tokens(
 
 def engine_reservation_bytes(profile: LoadedProfile, engine: Engine) -> float:
     """Device memory the engine holds besides weights and KV cache: the activation peak of a
-    pass of ``max_batched_tokens`` tokens and the buffers allocated outside torch. None for a
+    pass of ``max_batched_tokens`` tokens and the buffers allocated outside torch; nothing for a
     padded engine (specsim's own, Hugging Face generate): it preallocates no cache pool."""
     if engine.padded_attention:
         return 0.0

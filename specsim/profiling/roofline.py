@@ -21,18 +21,15 @@ engine's captured CUDA-graph sizes, and a pass pays its matmuls on the padded to
 
 Effective means multiplied by a stated efficiency: model FLOP utilisation (MFU) for compute and a
 bandwidth efficiency for memory, plus a per-layer launch overhead. Nothing here is measured; the
-profile says so in its provenance.
-
-A replica may span several devices (``--tp``) and hold its weights in fp8, int4, nvfp4 or mxfp4
-and its KV cache in fp8 (``--weights-dtype``, ``--kv-dtype``): ``specsim.profiling.parallel``
-says how that enters each term; the profile's hardware block then describes one device's memory
-and the replica's price. Quantised weights are read at their bytes per parameter; their matrix
-products run at that format's peak where the hardware file gives one (FP8; FP4 on devices with
-FP4 tensor cores, activations quantised alike), otherwise at the bf16 peak (weight-only: int4,
-FP4 elsewhere).
-
-EAGLE and EAGLE-3 heads (``--drafter NAME=eagle3:CONFIG``, ``specsim.profiling.heads``) are kind
-``heads`` with ``passes: autoregressive`` and a fit of their own (``head_latency``).
+profile says so in its provenance. A replica may span several devices (``--tp``) and hold its
+weights in fp8, int4, nvfp4 or mxfp4 and its KV cache in fp8 (``--weights-dtype``, ``--kv-dtype``):
+``specsim.profiling.parallel`` says how that enters each term; the profile's hardware block then
+describes one device's memory and the replica's price. Quantised weights are read at their bytes
+per parameter; their matrix products run at that format's peak where the hardware file gives one
+(FP8; FP4 on devices with FP4 tensor cores, activations quantised alike), otherwise at the bf16
+peak (weight-only: int4, FP4 elsewhere). EAGLE heads (``--drafter NAME=eagle3:CONFIG``,
+``profiling.heads``) are kind ``heads`` with ``passes: autoregressive`` and a fit of their own
+(``head_latency``).
 """
 
 from __future__ import annotations
